@@ -1,0 +1,46 @@
+# rtune: two commands for a new user.
+#   make demo   runs the main job on real data
+#   make test   passes the tests
+# Both bootstrap libtorch (PyTorch 2.11.0 from PyPI into a project-local .venv) when it is missing.
+
+PYTHON ?= python3
+TORCH_VERSION := 2.11.0
+VENV := .venv
+# A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
+LIBTORCH_LINK := .libtorch
+
+.PHONY: all libtorch build demo test check fmt clippy clean-venv
+
+all: build
+
+# The stamp names the torch version, so a venv made for another version is refreshed.
+$(VENV)/.torch-$(TORCH_VERSION):
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet torch==$(TORCH_VERSION)
+	@touch $@
+
+$(LIBTORCH_LINK): $(VENV)/.torch-$(TORCH_VERSION)
+	@ln -sfn "$$($(VENV)/bin/python -c 'import importlib.util, os; print(os.path.relpath(os.path.dirname(importlib.util.find_spec("torch").origin)))')" $(LIBTORCH_LINK)
+	@echo "libtorch: $(LIBTORCH_LINK) -> $$(readlink $(LIBTORCH_LINK))"
+
+libtorch: $(LIBTORCH_LINK)
+
+build: libtorch
+	cargo build --workspace
+
+demo: libtorch
+	cargo run --quiet --example demo
+
+test: libtorch
+	cargo test --workspace
+
+fmt:
+	cargo fmt --all --check
+
+clippy: libtorch
+	cargo clippy --workspace --all-targets -- -D warnings
+
+check: test fmt clippy
+
+clean-venv:
+	rm -rf $(VENV) $(LIBTORCH_LINK)

@@ -1,0 +1,21 @@
+//! rtune's build script: gRPC code from proto/ (protoc comes from the protoc-bin-vendored crate,
+//! nothing to install) and an rpath to libtorch so binaries, tests and examples run without
+//! LD_LIBRARY_PATH. The libtorch version itself is checked earlier, by rtune-libtorch-check.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: build scripts are single-threaded; tonic-prost-build reads PROTOC from the env.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+    let protos = ["proto/rtune/v1/worker.proto"];
+    tonic_prost_build::configure().compile_protos(&protos, &["proto"])?;
+
+    // torch-sys (links = "tch") passes its lib folder on as DEP_TCH_LIBTORCH_LIB.
+    let lib = std::env::var("DEP_TCH_LIBTORCH_LIB")?;
+    println!("cargo::rustc-link-arg=-Wl,-rpath,{lib}");
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
+        // Without --no-as-needed the linker drops libtorch_cuda (nothing references it by name)
+        // and CUDA is silently unavailable at run time.
+        println!("cargo::rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
+    }
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! Collectives for data-parallel training on CPU: the process group a trial's workers average
+//! their gradients through.
+//!
+//! Place in the pipeline: under `worker`. A trial runs N worker processes; after the
+//! rendezvous has collected every rank's listener address and sent the list to all ranks,
+//! each worker builds a [`RingGroup`] and the training loop calls
+//! [`ProcessGroup::all_reduce`] on its flattened gradients every step (and
+//! [`ProcessGroup::broadcast`] once for the initial weights). GPU training uses NCCL behind
+//! the same trait (feature `cuda`); that is not here.
+//!
+//! The CPU backend is a ring all-reduce over TCP (measured faster than Gloo on this hardware;
+//! see `ARCHITECTURE.md`, "Collectives"):
+//!
+//! * **Algorithm.** Reduce-scatter then all-gather around the ring, both phases streamed:
+//!   a rank forwards each element as soon as it has reduced it, so the 2(w-1) steps overlap.
+//!   Large buffers are split in two halves, one going clockwise and one counter-clockwise, so
+//!   both directions of every TCP connection carry data.
+//! * **Determinism.** Each element is summed in one fixed order (along the ring, starting at
+//!   a fixed rank) by one owner, then only copied; every rank ends with identical bytes.
+//! * **One thread.** A single `poll(2)` loop per call sends and receives on both links at
+//!   once; no helper threads (on a 2-core machine running 2 ranks they only contend).
+//! * **Failure.** Every call has a deadline ([`GroupOptions::timeout`]); a neighbour whose
+//!   connection closes or resets fails the call at once with [`CollectiveError::PeerLost`];
+//!   each call starts with a header (op, sequence number, length, root, directions) that the
+//!   neighbours check, so mismatched calls fail with [`CollectiveError::Mismatch`]. After any
+//!   failure the group is poisoned and closes its links so the other ranks fail fast too.
+//!
+//! Not here: the rendezvous (address exchange), choosing the group id, retrying a failed
+//! group (the worker group rebuilds one), and anything tensor-shaped (callers pass `&mut [f32]`).
+
+mod engine;
+mod error;
+mod ring;
+mod sys;
+mod wire;
+
+pub use error::{CallInfo, CollectiveError, Op, Result};
+pub use ring::{GroupOptions, RingGroup};
+
+/// How `all_reduce` combines the ranks' buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    /// The sum divided by the world size (the mean of the ranks' gradients).
+    Avg,
+}
+
+/// A group of ranks that run collectives together. Every rank must make the same calls in the
+/// same order with matching arguments; otherwise the call fails (never silently mixes data).
+///
+/// All calls block until done or failed; none waits longer than the group's timeout. After an
+/// error other than [`CollectiveError::InvalidArgument`] every further call fails with
+/// [`CollectiveError::Poisoned`].
+pub trait ProcessGroup: Send {
+    fn rank(&self) -> usize;
+
+    fn world_size(&self) -> usize;
+
+    /// Combines `buf` across ranks in place; every rank ends with the same bytes.
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<()>;
+
+    /// Copies `root`'s `buf` into every rank's `buf` (same length on every rank).
+    fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()>;
+
+    /// Copies `root`'s bytes to every rank; the length travels too, and the other ranks' `buf`
+    /// is resized to it.
+    fn broadcast_bytes(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<()>;
+
+    /// Concatenates every rank's `input` in rank order into `output`, whose length must be
+    /// `world_size * input.len()`.
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32]) -> Result<()>;
+
+    /// Returns once every rank has entered the barrier.
+    fn barrier(&mut self) -> Result<()>;
+}

@@ -1,0 +1,74 @@
+//! rtune's one error type. Errors a user can cause (a bad config, a metric that is not a number,
+//! an unwritable path) say what was wrong, where, and what would be right.
+
+use std::path::PathBuf;
+
+use crate::train::TrainResult;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A setting that can never work, caught before anything starts.
+    #[error("invalid {field}: {message}")]
+    Config { field: &'static str, message: String },
+
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("metric `{name}` {problem}")]
+    Metric { name: String, problem: String },
+
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint { path: PathBuf, message: String },
+
+    /// The run failed for good (its failures exceeded `FailureConfig::max_failures`); the boxed
+    /// result still holds everything reported and checkpointed before.
+    #[error("{}", .0.error.as_deref().unwrap_or("training failed"))]
+    TrainingFailed(Box<TrainResult>),
+
+    /// Returned by `TrainContext::report` when the driver asked the run to stop. Propagate it
+    /// with `?`: the worker treats it as a clean end, not a failure.
+    #[error("the driver asked this run to stop")]
+    StopRequested,
+
+    #[error("worker: {0}")]
+    Worker(String),
+
+    #[error("worker protocol: {0}")]
+    Protocol(String),
+
+    #[error(transparent)]
+    Collective(#[from] crate::collective::CollectiveError),
+
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+
+    #[error(transparent)]
+    Params(#[from] rtune_searchers::Error),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    pub(crate) fn config(field: &'static str, message: impl Into<String>) -> Self {
+        Error::Config { field, message: message.into() }
+    }
+}
+
+/// Attaches the path to an `io::Result`.
+pub(crate) trait IoContext<T> {
+    fn at(self, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|e| Error::io(path, e))
+    }
+}

@@ -1,0 +1,3 @@
+fn main() {
+    println!("rtune {}", env!("CARGO_PKG_VERSION"));
+}

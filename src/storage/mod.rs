@@ -1,0 +1,204 @@
+//! The on-disk side of a run: atomic file replacement and the Ray-compatible result files
+//! (`result.json`, one JSON object a line; `progress.csv`). Nothing here knows about workers or
+//! schedulers; callers hand it finished rows.
+//!
+//! Crash safety: a file that is replaced is written to a temporary name in the same folder,
+//! fsynced, renamed over the old one and the folder fsynced, so a crash leaves either the old or
+//! the new file, never half of one. `result.json` is append-only; `progress.csv` is rewritten
+//! whole when a metric first appears late, so no column is silently dropped (Ray drops them).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, Result};
+
+/// Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync of the folder).
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".tmp_{name}_{}", std::process::id()));
+    {
+        let mut file = File::create(&tmp).at(&tmp)?;
+        file.write_all(bytes).at(&tmp)?;
+        file.sync_all().at(&tmp)?;
+    }
+    fs::rename(&tmp, path).at(path)?;
+    fsync_dir(dir)
+}
+
+/// Makes a rename or a new entry in `dir` durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).at(dir)
+}
+
+/// fsyncs every file under `dir` (recursively) and the folders themselves.
+pub fn fsync_tree(dir: &Path) -> Result<()> {
+    for entry in fs::read_dir(dir).at(dir)? {
+        let path = entry.at(dir)?.path();
+        if path.is_dir() {
+            fsync_tree(&path)?;
+        } else {
+            File::open(&path).and_then(|f| f.sync_all()).at(&path)?;
+        }
+    }
+    fsync_dir(dir)
+}
+
+/// Creates `dir` (and parents) and proves it writable by creating and removing a file in it, so
+/// an unwritable storage path fails before any worker starts.
+pub fn ensure_writable_dir(dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir).at(dir)?;
+    let probe = dir.join(format!(".rtune_write_probe_{}", std::process::id()));
+    File::create(&probe).at(&probe)?;
+    fs::remove_file(&probe).at(&probe)
+}
+
+/// One reported row: metric name → value, in column order.
+pub type Row = BTreeMap<String, serde_json::Value>;
+
+/// `result.json` and `progress.csv` of one run or trial.
+#[derive(Debug)]
+pub struct ResultFiles {
+    json_path: PathBuf,
+    csv_path: PathBuf,
+    columns: Vec<String>,
+    rows: Vec<Row>,
+}
+
+impl ResultFiles {
+    pub const RESULT_JSON: &'static str = "result.json";
+    pub const PROGRESS_CSV: &'static str = "progress.csv";
+
+    pub fn new(dir: &Path) -> Self {
+        ResultFiles {
+            json_path: dir.join(Self::RESULT_JSON),
+            csv_path: dir.join(Self::PROGRESS_CSV),
+            columns: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends one row to both files.
+    pub fn append(&mut self, row: Row) -> Result<()> {
+        let mut line = serde_json::to_string(&row).expect("a map of JSON values serialises");
+        line.push('\n');
+        let mut json =
+            OpenOptions::new().create(true).append(true).open(&self.json_path).at(&self.json_path)?;
+        json.write_all(line.as_bytes()).and_then(|()| json.sync_data()).at(&self.json_path)?;
+
+        let new_columns: Vec<String> =
+            row.keys().filter(|k| !self.columns.contains(k)).cloned().collect();
+        self.rows.push(row);
+        if new_columns.is_empty() && self.csv_path.exists() {
+            let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
+            let mut f = OpenOptions::new().append(true).open(&self.csv_path).at(&self.csv_path)?;
+            f.write_all(line.as_bytes()).and_then(|()| f.sync_data()).at(&self.csv_path)
+        } else {
+            self.columns.extend(new_columns);
+            self.write_csv()
+        }
+    }
+
+    /// Replaces both files with `rows` (used when a run rolls back to a checkpoint, so the files
+    /// hold each iteration once).
+    pub fn rewrite(&mut self, rows: Vec<Row>) -> Result<()> {
+        let mut json = String::new();
+        for row in &rows {
+            json.push_str(&serde_json::to_string(row).expect("a map of JSON values serialises"));
+            json.push('\n');
+        }
+        atomic_write(&self.json_path, json.as_bytes())?;
+        self.columns.clear();
+        for row in &rows {
+            for key in row.keys() {
+                if !self.columns.contains(key) {
+                    self.columns.push(key.clone());
+                }
+            }
+        }
+        self.rows = rows;
+        self.write_csv()
+    }
+
+    fn write_csv(&self) -> Result<()> {
+        let mut text = csv_line(self.columns.iter().map(|c| c.clone()));
+        for row in &self.rows {
+            text.push_str(&csv_line(self.columns.iter().map(|c| cell(Some(row), c))));
+        }
+        atomic_write(&self.csv_path, text.as_bytes())
+    }
+}
+
+fn cell(row: Option<&Row>, column: &str) -> String {
+    match row.and_then(|r| r.get(column)) {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    }
+}
+
+fn csv_line(cells: impl Iterator<Item = String>) -> String {
+    let mut line = cells
+        .map(|c| {
+            if c.contains([',', '"', '\n']) { format!("\"{}\"", c.replace('"', "\"\"")) } else { c }
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    line.push('\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(pairs: &[(&str, serde_json::Value)]) -> Row {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    }
+
+    #[test]
+    fn late_metric_gets_its_column_and_earlier_rows_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ResultFiles::new(dir.path());
+        files.append(row(&[("loss", json!(1.5)), ("training_iteration", json!(1))])).unwrap();
+        files
+            .append(row(&[("acc", json!(0.5)), ("loss", json!(1.0)), ("training_iteration", json!(2))]))
+            .unwrap();
+        files.append(row(&[("loss", json!(0.5)), ("training_iteration", json!(3))])).unwrap();
+        let csv = fs::read_to_string(dir.path().join("progress.csv")).unwrap();
+        assert_eq!(csv, "loss,training_iteration,acc\n1.5,1,\n1.0,2,0.5\n0.5,3,\n");
+        let json = fs::read_to_string(dir.path().join("result.json")).unwrap();
+        assert_eq!(json.lines().count(), 3);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(json.lines().nth(1).unwrap()).unwrap(),
+            json!({"acc": 0.5, "loss": 1.0, "training_iteration": 2})
+        );
+    }
+
+    #[test]
+    fn rewrite_replaces_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ResultFiles::new(dir.path());
+        for i in 1..=4 {
+            files.append(row(&[("training_iteration", json!(i))])).unwrap();
+        }
+        files.rewrite(vec![row(&[("training_iteration", json!(1))])]).unwrap();
+        let json = fs::read_to_string(dir.path().join("result.json")).unwrap();
+        assert_eq!(json, "{\"training_iteration\":1}\n");
+        let csv = fs::read_to_string(dir.path().join("progress.csv")).unwrap();
+        assert_eq!(csv, "training_iteration\n1\n");
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        atomic_write(&path, b"one").unwrap();
+        atomic_write(&path, b"two").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,293 @@
+//! The settings of one training run, Ray Train's names: `ScalingConfig`, `RunConfig`,
+//! `FailureConfig`, `CheckpointConfig`. Plain data with consuming builders, validated once by
+//! `TorchTrainer::fit` before anything starts.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// How bundles of a worker group are placed on nodes (Ray's placement strategies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PlacementStrategy {
+    #[default]
+    Pack,
+    Spread,
+    StrictPack,
+    StrictSpread,
+}
+
+/// How many workers a run has and what each one holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalingConfig {
+    pub num_workers: usize,
+    pub use_gpu: bool,
+    /// Resources held by each worker, e.g. `{"CPU": 1}` (the default) or `{"CPU": 2, "GPU": 0.5}`.
+    /// The CPU count is also each worker's number of libtorch intra-op threads.
+    pub resources_per_worker: BTreeMap<String, f64>,
+    pub placement_strategy: PlacementStrategy,
+}
+
+impl Default for ScalingConfig {
+    fn default() -> Self {
+        ScalingConfig::workers(1)
+    }
+}
+
+impl ScalingConfig {
+    pub fn workers(num_workers: usize) -> Self {
+        ScalingConfig {
+            num_workers,
+            use_gpu: false,
+            resources_per_worker: BTreeMap::new(),
+            placement_strategy: PlacementStrategy::Pack,
+        }
+    }
+
+    pub fn use_gpu(mut self, on: bool) -> Self {
+        self.use_gpu = on;
+        self
+    }
+
+    pub fn resources_per_worker(mut self, resources: BTreeMap<String, f64>) -> Self {
+        self.resources_per_worker = resources;
+        self
+    }
+
+    pub fn placement_strategy(mut self, strategy: PlacementStrategy) -> Self {
+        self.placement_strategy = strategy;
+        self
+    }
+
+    /// CPUs per worker (default 1).
+    pub fn cpus_per_worker(&self) -> f64 {
+        self.resources_per_worker.get("CPU").copied().unwrap_or(1.0)
+    }
+
+    /// GPUs per worker: `resources_per_worker["GPU"]`, or 1 when `use_gpu` names none.
+    pub fn gpus_per_worker(&self) -> f64 {
+        match self.resources_per_worker.get("GPU") {
+            Some(&gpus) => gpus,
+            None if self.use_gpu => 1.0,
+            None => 0.0,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.num_workers == 0 {
+            return Err(Error::config(
+                "ScalingConfig.num_workers",
+                "is 0; a run needs at least 1 worker (e.g. ScalingConfig::workers(2))",
+            ));
+        }
+        for (name, &amount) in &self.resources_per_worker {
+            if !amount.is_finite() || amount < 0.0 {
+                return Err(Error::config(
+                    "ScalingConfig.resources_per_worker",
+                    format!("{name} = {amount}; amounts must be finite and >= 0"),
+                ));
+            }
+        }
+        let gpus = self.gpus_per_worker();
+        if gpus > 1.0 && gpus.fract() != 0.0 {
+            return Err(Error::config(
+                "ScalingConfig.resources_per_worker",
+                format!("GPU = {gpus}; use a fraction below 1 to share a device, or whole GPUs"),
+            ));
+        }
+        if gpus > 0.0 && !self.use_gpu {
+            return Err(Error::config(
+                "ScalingConfig.use_gpu",
+                "is false but resources_per_worker asks for GPUs; set use_gpu(true)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How many failures a run survives. Ray's meaning: 0 = none (the default), -1 = unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FailureConfig {
+    pub max_failures: i32,
+}
+
+impl FailureConfig {
+    pub fn max_failures(max_failures: i32) -> Self {
+        FailureConfig { max_failures }
+    }
+
+    pub(crate) fn allows(&self, failures: usize) -> bool {
+        self.max_failures < 0 || failures <= self.max_failures as usize
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.max_failures < -1 {
+            return Err(Error::config(
+                "FailureConfig.max_failures",
+                format!("is {}; use -1 for unlimited, 0 for none, or a positive count", self.max_failures),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether a higher or a lower score is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScoreOrder {
+    Min,
+    #[default]
+    Max,
+}
+
+/// Which checkpoints a run keeps. The latest one is always kept (a restart needs it), plus the
+/// best `num_to_keep` by `score_attribute` (or the most recent ones when no score is named).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CheckpointConfig {
+    pub num_to_keep: Option<usize>,
+    pub score_attribute: Option<String>,
+    pub score_order: ScoreOrder,
+}
+
+impl CheckpointConfig {
+    pub fn new() -> Self {
+        CheckpointConfig::default()
+    }
+
+    pub fn num_to_keep(mut self, n: usize) -> Self {
+        self.num_to_keep = Some(n);
+        self
+    }
+
+    pub fn score(mut self, attribute: impl Into<String>, order: ScoreOrder) -> Self {
+        self.score_attribute = Some(attribute.into());
+        self.score_order = order;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.num_to_keep == Some(0) {
+            return Err(Error::config(
+                "CheckpointConfig.num_to_keep",
+                "is 0; use None to keep every checkpoint, or at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where a run's files go and how it survives failures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// The run's folder name under `storage_path`; default `TorchTrainer_<timestamp>`.
+    pub name: Option<String>,
+    /// Default `$RTUNE_STORAGE_PATH`, else `~/rtune_results` (Ray's `~/ray_results`).
+    pub storage_path: Option<PathBuf>,
+    pub failure_config: FailureConfig,
+    pub checkpoint_config: CheckpointConfig,
+    /// How long a collective (all-reduce, broadcast) may wait for a slow rank before the group
+    /// fails. A dead rank is noticed at once regardless.
+    pub collective_timeout: Duration,
+    /// How long workers may take to start and join before the attempt counts as failed.
+    pub start_timeout: Duration,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            name: None,
+            storage_path: None,
+            failure_config: FailureConfig::default(),
+            checkpoint_config: CheckpointConfig::default(),
+            collective_timeout: Duration::from_secs(600),
+            start_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl RunConfig {
+    pub fn new(name: impl Into<String>) -> Self {
+        RunConfig { name: Some(name.into()), ..RunConfig::default() }
+    }
+
+    pub fn storage_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.storage_path = Some(path.into());
+        self
+    }
+
+    pub fn failure_config(mut self, config: FailureConfig) -> Self {
+        self.failure_config = config;
+        self
+    }
+
+    pub fn checkpoint_config(mut self, config: CheckpointConfig) -> Self {
+        self.checkpoint_config = config;
+        self
+    }
+
+    pub fn collective_timeout(mut self, timeout: Duration) -> Self {
+        self.collective_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn resolved_storage_path(&self) -> PathBuf {
+        if let Some(path) = &self.storage_path {
+            return path.clone();
+        }
+        if let Some(path) = std::env::var_os("RTUNE_STORAGE_PATH") {
+            return path.into();
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| ".".into());
+        home.join("rtune_results")
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(name) = &self.name
+            && (name.is_empty() || name.contains('/') || name == "." || name == "..")
+        {
+            return Err(Error::config(
+                "RunConfig.name",
+                format!("{name:?} is not a folder name; use letters, digits, '-', '_' (no '/')"),
+            ));
+        }
+        self.failure_config.validate()?;
+        self.checkpoint_config.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_workers_is_a_clear_error() {
+        let err = ScalingConfig::workers(0).validate().unwrap_err().to_string();
+        assert!(err.contains("num_workers") && err.contains("at least 1"), "{err}");
+    }
+
+    #[test]
+    fn failure_budget_follows_ray() {
+        assert!(FailureConfig::max_failures(0).allows(0));
+        assert!(!FailureConfig::max_failures(0).allows(1));
+        assert!(FailureConfig::max_failures(2).allows(2));
+        assert!(FailureConfig::max_failures(-1).allows(1_000));
+        assert!(FailureConfig::max_failures(-2).validate().is_err());
+    }
+
+    #[test]
+    fn gpu_fractions_above_one_must_be_whole() {
+        let cfg = ScalingConfig::workers(1)
+            .use_gpu(true)
+            .resources_per_worker(BTreeMap::from([("GPU".to_string(), 1.5)]));
+        assert!(cfg.validate().is_err());
+        let shared = ScalingConfig::workers(2)
+            .use_gpu(true)
+            .resources_per_worker(BTreeMap::from([("GPU".to_string(), 0.5)]));
+        assert!(shared.validate().is_ok());
+        assert_eq!(shared.gpus_per_worker(), 0.5);
+    }
+}

@@ -1,0 +1,309 @@
+//! `TrainContext`: what a train function sees of its run (Ray's `ray.train.get_context()` plus
+//! `report`), and `DistributedModel`, the data-parallel wrapper `prepare_model` returns.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use rtune_searchers::Params;
+use tch::nn::{Optimizer, VarStore};
+use tch::{Device, Kind, Tensor};
+
+use crate::collective::{ProcessGroup, ReduceOp};
+use crate::error::{Error, Result};
+use crate::train::checkpoint::{Checkpoint, CheckpointWriter, checkpoint_name};
+use crate::train::metrics::{IntoMetrics, to_wire};
+use crate::worker::process::DriverLink;
+
+type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
+
+pub(crate) struct ContextParts<'a> {
+    pub rank: usize,
+    pub world_size: usize,
+    pub local_rank: usize,
+    pub local_world_size: usize,
+    pub node_rank: usize,
+    pub device: Device,
+    pub params: Params,
+    pub run_dir: PathBuf,
+    pub resume: Option<Checkpoint>,
+    pub start_iteration: u64,
+    pub group: Box<dyn ProcessGroup>,
+    pub link: &'a mut DriverLink,
+}
+
+/// The run as one worker sees it. Handed to the train function by `&mut`.
+pub struct TrainContext<'a> {
+    rank: usize,
+    world_size: usize,
+    local_rank: usize,
+    local_world_size: usize,
+    node_rank: usize,
+    device: Device,
+    params: Params,
+    run_dir: PathBuf,
+    resume: Option<Checkpoint>,
+    start_iteration: u64,
+    reports: u64,
+    stop_requested: bool,
+    group: SharedGroup,
+    link: &'a mut DriverLink,
+}
+
+impl<'a> TrainContext<'a> {
+    pub(crate) fn new(parts: ContextParts<'a>) -> Self {
+        TrainContext {
+            rank: parts.rank,
+            world_size: parts.world_size,
+            local_rank: parts.local_rank,
+            local_world_size: parts.local_world_size,
+            node_rank: parts.node_rank,
+            device: parts.device,
+            params: parts.params,
+            run_dir: parts.run_dir,
+            resume: parts.resume,
+            start_iteration: parts.start_iteration,
+            reports: 0,
+            stop_requested: false,
+            group: Rc::new(RefCell::new(parts.group)),
+            link: parts.link,
+        }
+    }
+
+    pub fn world_rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+
+    pub fn local_world_size(&self) -> usize {
+        self.local_world_size
+    }
+
+    pub fn node_rank(&self) -> usize {
+        self.node_rank
+    }
+
+    /// `Device::Cpu`, or `Device::Cuda(n)` for the GPU the pool assigned to this worker.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The train loop config (with a Tuner: this trial's sampled hyperparameters merged in).
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The run's (or trial's) directory: result files, checkpoints, worker logs.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// The checkpoint to resume from: the latest one after a failure, or the one given to
+    /// `TorchTrainer::resume_from_checkpoint`.
+    pub fn checkpoint(&self) -> Option<&Checkpoint> {
+        self.resume.as_ref()
+    }
+
+    /// Iterations reported so far, counting those before a restart: the next report is
+    /// `iteration() + 1`. A resumed train loop starts its epochs here.
+    pub fn iteration(&self) -> u64 {
+        self.start_iteration + self.reports
+    }
+
+    /// Whether the driver has asked the run to stop (also signalled by `report`'s error).
+    pub fn should_stop(&self) -> bool {
+        self.stop_requested
+    }
+
+    /// Starts a checkpoint for the next report: save the model into it, add files under its
+    /// `path()`, then pass it to `report`.
+    pub fn new_checkpoint(&self) -> Result<CheckpointWriter> {
+        CheckpointWriter::create(&self.run_dir, self.rank, self.reports + 1)
+    }
+
+    /// Reports this iteration's metrics, and optionally a checkpoint, and waits until every rank
+    /// has reported the same iteration.
+    ///
+    /// Every rank must call `report` the same number of times. Rank 0's metrics and checkpoint
+    /// are the run's; other ranks' metrics are checked and dropped, their checkpoints discarded
+    /// (to combine values across ranks, all-reduce them first). rtune adds
+    /// `training_iteration`, `time_total_s`, `time_this_iter_s` and `timestamp`.
+    ///
+    /// Returns `Err(Error::StopRequested)` when the driver wants the run to end (a scheduler's
+    /// decision): return it with `?` and the run ends cleanly, its checkpoint already committed.
+    pub fn report(
+        &mut self,
+        metrics: impl IntoMetrics,
+        checkpoint: Option<CheckpointWriter>,
+    ) -> Result<()> {
+        let metrics = metrics.into_metrics()?;
+        let iteration = self.iteration() + 1;
+        let committed = match checkpoint {
+            Some(writer) if self.rank == 0 => {
+                let name = checkpoint_name(iteration);
+                writer.commit(&self.run_dir, &name, iteration, &metrics)?;
+                name
+            }
+            _ => String::new(),
+        };
+        let reply = self.link.report(self.reports + 1, to_wire(&metrics), committed)?;
+        self.reports += 1;
+        if reply.stop {
+            self.stop_requested = true;
+            return Err(Error::StopRequested);
+        }
+        Ok(())
+    }
+
+    /// Makes `vs` data-parallel: copies rank 0's weights to every rank now, and returns the
+    /// handle whose `sync_gradients` averages gradients across ranks after each backward pass.
+    pub fn prepare_model(&mut self, vs: &VarStore) -> Result<DistributedModel> {
+        DistributedModel::new(self.group.clone(), vs)
+    }
+
+    /// Averages (or sums) `values` across ranks in place, e.g. validation counts.
+    pub fn all_reduce(&mut self, values: &mut [f32], op: ReduceOp) -> Result<()> {
+        Ok(self.group.borrow_mut().all_reduce(values, op)?)
+    }
+
+    /// Waits until every rank gets here.
+    pub fn barrier(&mut self) -> Result<()> {
+        Ok(self.group.borrow_mut().barrier()?)
+    }
+}
+
+/// Gradients of up to this many f32 values are all-reduced in one call (PyTorch DDP's 25 MB).
+const BUCKET_ELEMS: usize = 25 * 1024 * 1024 / 4;
+
+/// A model whose gradients are averaged across ranks (PyTorch's DDP, called explicitly).
+pub struct DistributedModel {
+    group: SharedGroup,
+    /// Variables sorted by name, the same order on every rank.
+    params: Vec<Tensor>,
+    /// Consecutive runs of `params` and the flat buffer each is reduced through.
+    buckets: Vec<Bucket>,
+}
+
+struct Bucket {
+    range: std::ops::Range<usize>,
+    flat: Tensor,
+}
+
+impl DistributedModel {
+    fn new(group: SharedGroup, vs: &VarStore) -> Result<Self> {
+        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        let world = group.borrow().world_size();
+        if world > 1 {
+            let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
+            for bucket in buckets_of(&all) {
+                let flat = &bucket.flat;
+                let _no_grad = tch::no_grad_guard();
+                gather_into(flat, &all[bucket.range.clone()], |t| t.shallow_clone())?;
+                with_f32_slice(flat, |slice| group.borrow_mut().broadcast(slice, 0))?;
+                scatter_from(flat, &all[bucket.range])?;
+            }
+        }
+        let params: Vec<Tensor> =
+            named.into_iter().map(|(_, t)| t).filter(Tensor::requires_grad).collect();
+        let buckets = buckets_of(&params);
+        Ok(DistributedModel { group, params, buckets })
+    }
+
+    /// Averages every parameter's gradient across ranks. Call after `backward`, before the
+    /// optimizer step.
+    pub fn sync_gradients(&self) -> Result<()> {
+        if self.group.borrow().world_size() == 1 {
+            return Ok(());
+        }
+        let _no_grad = tch::no_grad_guard();
+        for bucket in &self.buckets {
+            let params = &self.params[bucket.range.clone()];
+            gather_into(&bucket.flat, params, Tensor::grad)?;
+            with_f32_slice(&bucket.flat, |s| self.group.borrow_mut().all_reduce(s, ReduceOp::Avg))?;
+            let grads: Vec<Tensor> = params.iter().map(Tensor::grad).collect();
+            scatter_from(&bucket.flat, &grads)?;
+        }
+        Ok(())
+    }
+
+    /// `zero_grad`, `backward`, `sync_gradients`, `step`: one data-parallel training step.
+    pub fn backward_step(&self, optimizer: &mut Optimizer, loss: &Tensor) -> Result<()> {
+        optimizer.zero_grad();
+        loss.f_backward()?;
+        self.sync_gradients()?;
+        optimizer.step();
+        Ok(())
+    }
+}
+
+fn buckets_of(tensors: &[Tensor]) -> Vec<Bucket> {
+    let mut buckets = Vec::new();
+    let (mut start, mut elems) = (0, 0);
+    for (i, t) in tensors.iter().enumerate() {
+        let n = t.numel();
+        if elems > 0 && elems + n > BUCKET_ELEMS {
+            buckets.push(Bucket { range: start..i, flat: Tensor::zeros([elems as i64], (Kind::Float, tch::Device::Cpu)) });
+            (start, elems) = (i, 0);
+        }
+        elems += n;
+    }
+    if elems > 0 {
+        buckets.push(Bucket {
+            range: start..tensors.len(),
+            flat: Tensor::zeros([elems as i64], (Kind::Float, tch::Device::Cpu)),
+        });
+    }
+    buckets
+}
+
+/// Copies each tensor (via `pick`, e.g. its gradient) into consecutive parts of `flat`.
+fn gather_into(flat: &Tensor, tensors: &[Tensor], pick: impl Fn(&Tensor) -> Tensor) -> Result<()> {
+    let mut offset = 0;
+    for t in tensors {
+        let n = t.numel() as i64;
+        let mut part = flat.f_narrow(0, offset, n)?;
+        let src = pick(t);
+        if src.defined() {
+            part.f_copy_(&src.f_reshape([-1])?)?;
+        } else {
+            let _ = part.f_zero_()?;
+        }
+        offset += n;
+    }
+    Ok(())
+}
+
+/// Copies consecutive parts of `flat` back into `tensors` (converting dtype and device).
+fn scatter_from(flat: &Tensor, tensors: &[Tensor]) -> Result<()> {
+    let mut offset = 0;
+    for t in tensors {
+        let n = t.numel() as i64;
+        if t.defined() {
+            let mut dst = t.shallow_clone();
+            dst.f_copy_(&flat.f_narrow(0, offset, n)?.f_view_as(t)?)?;
+        }
+        offset += n;
+    }
+    Ok(())
+}
+
+/// Runs `f` on the f32 storage of a contiguous CPU float tensor.
+fn with_f32_slice<T>(
+    flat: &Tensor,
+    f: impl FnOnce(&mut [f32]) -> crate::collective::Result<T>,
+) -> Result<T> {
+    debug_assert!(flat.is_contiguous() && flat.kind() == Kind::Float);
+    let len = flat.numel();
+    // SAFETY: `flat` is a contiguous CPU f32 tensor of `len` elements that we own (made by
+    // `buckets_of`); nothing else reads or writes it while `f` runs.
+    let slice = unsafe { std::slice::from_raw_parts_mut(flat.data_ptr() as *mut f32, len) };
+    Ok(f(slice)?)
+}

@@ -1,0 +1,34 @@
+//! Ray Train's half: one distributed training run, usable on its own without a Tuner.
+//!
+//! `TorchTrainer::fit` validates the configs, makes the run directory, starts the worker hub and
+//! runs attempts of the worker group until one completes or the failures exceed
+//! `FailureConfig::max_failures`. After a failure the next attempt resumes from the latest
+//! checkpoint, and the reports made after that checkpoint are rolled back (in memory and in
+//! result.json / progress.csv), so the history holds every iteration exactly once.
+//! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
+
+mod checkpoint;
+mod config;
+mod context;
+mod metrics;
+mod trainer;
+
+pub use checkpoint::{Checkpoint, CheckpointMetadata, CheckpointWriter, checkpoint_name};
+pub use config::{
+    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, ScoreOrder,
+};
+pub use context::{DistributedModel, TrainContext};
+pub use metrics::{IntoMetrics, Metrics};
+pub use trainer::{TorchTrainer, TrainResult};
+pub use crate::worker::group::WorkerFailure;
+
+pub(crate) use context::ContextParts;
+
+/// A train function: runs on every worker, reports through the context.
+pub type TrainFn = fn(&mut TrainContext) -> anyhow::Result<()>;
+
+pub(crate) fn unix_time() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -1,0 +1,358 @@
+//! `TorchTrainer` and the run loop around worker-group attempts.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rtune_searchers::Params;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::storage::{self, ResultFiles, Row};
+use crate::train::checkpoint::{self, Checkpoint};
+use crate::train::config::{CheckpointConfig, RunConfig, ScalingConfig, ScoreOrder};
+use crate::train::metrics::{Metrics, from_wire, number_or_tag};
+use crate::train::{TrainFn, WorkerFailure, unix_time};
+use crate::worker::group::{AttemptOutcome, AttemptSpec, GroupReport, run_attempt};
+use crate::worker::hub::Hub;
+
+/// A distributed training run of `train_fn` on a group of worker processes (Ray's
+/// `TorchTrainer`).
+#[derive(Debug, Clone)]
+pub struct TorchTrainer {
+    train_fn: TrainFn,
+    params: Params,
+    scaling: ScalingConfig,
+    run: RunConfig,
+    resume: Option<Checkpoint>,
+}
+
+/// What `fit` returns (Ray's `Result`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainResult {
+    /// The last report's metrics, with rtune's automatic ones.
+    pub metrics: Option<Metrics>,
+    /// The latest checkpoint.
+    pub checkpoint: Option<Checkpoint>,
+    /// The kept checkpoints, best first (by `CheckpointConfig::score_attribute`, else newest).
+    pub best_checkpoints: Vec<(Checkpoint, Metrics)>,
+    /// Why the run failed for good, if it did.
+    pub error: Option<String>,
+    /// The run directory.
+    pub path: PathBuf,
+    /// Every kept report, in order.
+    pub metrics_history: Vec<Metrics>,
+    /// Every failed attempt, in order.
+    pub failures: Vec<WorkerFailure>,
+    /// Wall time of `fit`, and rank 0's time inside the train function (last attempt).
+    pub fit_seconds: f64,
+    pub train_loop_seconds: f64,
+}
+
+impl TorchTrainer {
+    pub fn new(train_fn: TrainFn) -> Self {
+        TorchTrainer {
+            train_fn,
+            params: Params::new(),
+            scaling: ScalingConfig::default(),
+            run: RunConfig::default(),
+            resume: None,
+        }
+    }
+
+    /// The train loop config every worker gets as `ctx.params()`.
+    pub fn train_loop_config(mut self, params: Params) -> Self {
+        self.params = params;
+        self
+    }
+
+    pub fn scaling(mut self, scaling: ScalingConfig) -> Self {
+        self.scaling = scaling;
+        self
+    }
+
+    pub fn run_config(mut self, run: RunConfig) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// Starts the first attempt from `checkpoint` (seen as `ctx.checkpoint()`).
+    pub fn resume_from_checkpoint(mut self, checkpoint: Checkpoint) -> Self {
+        self.resume = Some(checkpoint);
+        self
+    }
+
+    /// Runs the training to its end. Config mistakes fail before anything starts; a run whose
+    /// failures exceed `max_failures` returns `Error::TrainingFailed` with everything reported
+    /// so far.
+    pub fn fit(self) -> Result<TrainResult> {
+        let started = Instant::now();
+        self.scaling.validate()?;
+        self.run.validate()?;
+        let run_dir = self.make_run_dir()?;
+        let params_json = serde_json::to_string(&self.params).expect("params serialise");
+        storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
+        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json))?;
+        result.fit_seconds = started.elapsed().as_secs_f64();
+        match result.error {
+            Some(_) => Err(Error::TrainingFailed(Box::new(result))),
+            None => Ok(result),
+        }
+    }
+
+    fn make_run_dir(&self) -> Result<PathBuf> {
+        let storage = self.run.resolved_storage_path();
+        let name = self.run.name.clone().unwrap_or_else(|| {
+            let t = unix_time();
+            format!("TorchTrainer_{}_{:03}", t as u64, (t.fract() * 1000.0) as u32)
+        });
+        let run_dir = storage.join(&name);
+        if run_dir.join(ResultFiles::RESULT_JSON).exists() {
+            return Err(Error::config(
+                "RunConfig.name",
+                format!("{} already holds a run; pick another name or remove it", run_dir.display()),
+            ));
+        }
+        storage::ensure_writable_dir(&run_dir).map_err(|e| {
+            Error::config("RunConfig.storage_path", format!("cannot write the run directory: {e}"))
+        })?;
+        Ok(run_dir)
+    }
+
+    fn cuda_visible_devices(&self) -> Result<Vec<Option<String>>> {
+        let n = self.scaling.num_workers;
+        if self.scaling.gpus_per_worker() == 0.0 {
+            return Ok(vec![None; n]);
+        }
+        let available = tch::Cuda::device_count().max(0) as usize;
+        if available == 0 {
+            return Err(Error::config(
+                "ScalingConfig.use_gpu",
+                "is set but no CUDA device is visible (build with --features cuda on a GPU host)",
+            ));
+        }
+        // Whole GPUs per worker, or a fraction: round-robin over the visible devices.
+        let per = self.scaling.gpus_per_worker().ceil().max(1.0) as usize;
+        Ok((0..n)
+            .map(|rank| {
+                let first = (rank * per) % available;
+                Some((first..first + per).map(|d| (d % available).to_string()).collect::<Vec<_>>().join(","))
+            })
+            .collect())
+    }
+
+    async fn run_attempts(&self, run_dir: PathBuf, params_json: String) -> Result<TrainResult> {
+        let hub = Hub::start(([127, 0, 0, 1], 0).into()).await?;
+        let mut run = RunState::new(&run_dir, self.run.checkpoint_config.clone());
+        let mut resume = self.resume.clone();
+        let mut start_iteration = match &resume {
+            Some(c) => c.iteration()?,
+            None => 0,
+        };
+        let group = format!("{}-{:016x}", run_dir.file_name().unwrap_or_default().to_string_lossy(), rand::random::<u64>());
+        let mut failures = Vec::new();
+        let mut train_loop_seconds = 0.0;
+        let cuda = self.cuda_visible_devices()?;
+        for attempt in 0.. {
+            let spec = AttemptSpec {
+                group: group.clone(),
+                attempt,
+                num_workers: self.scaling.num_workers,
+                train_fn: crate::worker::train_fn_offset(self.train_fn),
+                params_json: params_json.clone(),
+                run_dir: run_dir.clone(),
+                resume: resume.as_ref().map(|c| c.path().to_owned()),
+                start_iteration,
+                num_threads: self.scaling.cpus_per_worker().max(1.0) as u32,
+                cuda_visible_devices: cuda.clone(),
+                collective_timeout: self.run.collective_timeout,
+                start_timeout: self.run.start_timeout,
+            };
+            run.begin_attempt();
+            let outcome = run_attempt(&hub, &spec, &mut |report| run.record(report)).await?;
+            match outcome {
+                AttemptOutcome::Completed { train_seconds, .. } => {
+                    train_loop_seconds = train_seconds;
+                    break;
+                }
+                AttemptOutcome::Failed(failure) => {
+                    eprintln!("rtune: {} failed: {failure}", run_dir.display());
+                    failures.push(failure);
+                    if !self.run.failure_config.allows(failures.len()) {
+                        break;
+                    }
+                    // Resume from the latest recorded checkpoint (or from the start).
+                    resume = run.roll_back()?.or_else(|| self.resume.clone());
+                    start_iteration = match &resume {
+                        Some(c) => c.iteration()?,
+                        None => 0,
+                    };
+                }
+            }
+        }
+        let error = (!self.run.failure_config.allows(failures.len())).then(|| {
+            let last = failures.last().expect("a failure was recorded");
+            format!(
+                "training failed after {} attempt(s); {last}",
+                failures.len()
+            )
+        });
+        Ok(run.into_result(run_dir, error, failures, train_loop_seconds))
+    }
+}
+
+/// The driver's record of a run: kept reports and checkpoints, and the result files.
+struct RunState {
+    run_dir: PathBuf,
+    files: ResultFiles,
+    history: Vec<(Metrics, Row)>,
+    /// Recorded checkpoints, oldest first, with the metrics they were reported with.
+    checkpoints: Vec<(Checkpoint, Metrics)>,
+    config: CheckpointConfig,
+    /// time_total_s carried over from before the current attempt.
+    time_offset: f64,
+    attempt_started: Instant,
+    last_report: Instant,
+}
+
+impl RunState {
+    fn new(run_dir: &Path, config: CheckpointConfig) -> Self {
+        RunState {
+            run_dir: run_dir.to_owned(),
+            files: ResultFiles::new(run_dir),
+            history: Vec::new(),
+            checkpoints: Vec::new(),
+            config,
+            time_offset: 0.0,
+            attempt_started: Instant::now(),
+            last_report: Instant::now(),
+        }
+    }
+
+    fn begin_attempt(&mut self) {
+        self.attempt_started = Instant::now();
+        self.last_report = self.attempt_started;
+    }
+
+    /// Records one complete report: appends it to the files, keeps its checkpoint, drops old
+    /// ones. Never asks to stop (a standalone run ends when its train function returns).
+    fn record(&mut self, report: GroupReport) -> Result<bool> {
+        let mut metrics = from_wire(&report.metrics_json)?;
+        let now = Instant::now();
+        let iteration = report.iteration;
+        metrics.insert("training_iteration".into(), iteration as f64);
+        metrics.insert(
+            "time_total_s".into(),
+            self.time_offset + (now - self.attempt_started).as_secs_f64(),
+        );
+        metrics.insert("time_this_iter_s".into(), (now - self.last_report).as_secs_f64());
+        metrics.insert("timestamp".into(), unix_time().floor());
+        self.last_report = now;
+        let mut row: Row = metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
+        if !report.checkpoint.is_empty() {
+            row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
+        }
+        self.files.append(row.clone())?;
+        if !report.checkpoint.is_empty() {
+            let ck = Checkpoint::from_directory(self.run_dir.join(&report.checkpoint))?;
+            self.checkpoints.push((ck, metrics.clone()));
+            self.prune_checkpoints()?;
+        }
+        self.history.push((metrics, row));
+        Ok(false)
+    }
+
+    fn score(&self, metrics: &Metrics) -> f64 {
+        let sign = match self.config.score_order {
+            ScoreOrder::Max => 1.0,
+            ScoreOrder::Min => -1.0,
+        };
+        match &self.config.score_attribute {
+            Some(attr) => match metrics.get(attr) {
+                Some(v) if v.is_finite() => sign * v,
+                _ => f64::NEG_INFINITY,
+            },
+            None => metrics.get("training_iteration").copied().unwrap_or(0.0),
+        }
+    }
+
+    /// The kept checkpoints, best first.
+    fn ranked(&self) -> Vec<(Checkpoint, Metrics)> {
+        let mut ranked = self.checkpoints.clone();
+        ranked.sort_by(|a, b| self.score(&b.1).total_cmp(&self.score(&a.1)));
+        ranked
+    }
+
+    fn prune_checkpoints(&mut self) -> Result<()> {
+        let Some(keep) = self.config.num_to_keep else { return Ok(()) };
+        let latest = self.checkpoints.last().map(|(c, _)| c.clone());
+        let ranked = self.ranked();
+        let doomed: Vec<Checkpoint> = ranked
+            .into_iter()
+            .skip(keep)
+            .map(|(c, _)| c)
+            .filter(|c| Some(c) != latest.as_ref())
+            .collect();
+        for ck in &doomed {
+            std::fs::remove_dir_all(ck.path()).map_err(|e| Error::io(ck.path(), e))?;
+        }
+        self.checkpoints.retain(|(c, _)| !doomed.contains(c));
+        Ok(())
+    }
+
+    /// After a failure: forget reports made after the latest checkpoint, rewrite the result
+    /// files, clear half-written checkpoints, and return the checkpoint to resume from.
+    fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
+        let latest = self.checkpoints.last().cloned();
+        let keep_until = latest
+            .as_ref()
+            .map_or(0.0, |(_, m)| m.get("training_iteration").copied().unwrap_or(0.0));
+        self.history.retain(|(m, _)| m.get("training_iteration").copied().unwrap_or(0.0) <= keep_until);
+        self.time_offset = self
+            .history
+            .last()
+            .and_then(|(m, _)| m.get("time_total_s").copied())
+            .unwrap_or(0.0);
+        self.files.rewrite(self.history.iter().map(|(_, row)| row.clone()).collect())?;
+        let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
+        checkpoint::sweep_unrecorded(&self.run_dir, &kept)?;
+        Ok(latest.map(|(c, _)| c))
+    }
+
+    fn into_result(
+        self,
+        path: PathBuf,
+        error: Option<String>,
+        failures: Vec<WorkerFailure>,
+        train_loop_seconds: f64,
+    ) -> TrainResult {
+        let best_checkpoints = self.ranked();
+        TrainResult {
+            metrics: self.history.last().map(|(m, _)| m.clone()),
+            checkpoint: self.checkpoints.last().map(|(c, _)| c.clone()),
+            best_checkpoints,
+            error,
+            path,
+            metrics_history: self.history.into_iter().map(|(m, _)| m).collect(),
+            failures,
+            fit_seconds: 0.0,
+            train_loop_seconds,
+        }
+    }
+}
+
+impl TrainResult {
+    /// The best kept checkpoint (by the checkpoint score, else the newest).
+    pub fn best_checkpoint(&self) -> Option<&Checkpoint> {
+        self.best_checkpoints.first().map(|(c, _)| c)
+    }
+
+    /// Seconds of `fit` spent outside the train function: start-up, joins, teardown.
+    pub fn overhead_seconds(&self) -> f64 {
+        (self.fit_seconds - self.train_loop_seconds).max(0.0)
+    }
+}

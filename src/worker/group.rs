@@ -1,0 +1,474 @@
+//! The driver side of one attempt of a worker group: spawn N worker processes, answer their
+//! joins and reports, watch them exit, and end the attempt as one unit.
+//!
+//! One owner: `run_attempt` owns all of the attempt's state and is the only code that touches
+//! it; the hub forwards worker calls here and a task per child forwards its exit. The attempt
+//! fails as soon as any worker fails (error, panic, signal, or exiting without finishing): the
+//! others are killed at once (they may be blocked in a collective with the dead one) and the
+//! attempt returns when every process is gone, so no worker outlives its attempt.
+//!
+//! Processes are spawned from the thread that runs this future; each gets
+//! `PR_SET_PDEATHSIG = SIGKILL`, so workers die with their driver instead of being orphaned.
+
+use std::fs::OpenOptions;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+use crate::error::{Error, IoContext, Result};
+use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
+use crate::worker::build_id;
+use crate::worker::hub::{Hub, HubCall, Reply};
+use crate::worker::{WORKER_ENV, WorkerSpec};
+
+/// Everything one attempt needs.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptSpec {
+    pub group: String,
+    pub attempt: u32,
+    pub num_workers: usize,
+    pub train_fn: i64,
+    pub params_json: String,
+    pub run_dir: PathBuf,
+    pub resume: Option<PathBuf>,
+    pub start_iteration: u64,
+    pub num_threads: u32,
+    /// Per rank: the `CUDA_VISIBLE_DEVICES` value, or None for CPU workers.
+    pub cuda_visible_devices: Vec<Option<String>>,
+    pub collective_timeout: Duration,
+    pub start_timeout: Duration,
+}
+
+/// Why an attempt failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerFailure {
+    pub attempt: u32,
+    pub rank: usize,
+    pub message: String,
+    /// The signal that killed the worker, if one did.
+    pub signal: Option<i32>,
+    pub exit_code: Option<i32>,
+}
+
+impl std::fmt::Display for WorkerFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} (attempt {}): {}", self.rank, self.attempt, self.message)
+    }
+}
+
+/// A report that every rank has made: rank 0's metrics and checkpoint.
+#[derive(Debug)]
+pub(crate) struct GroupReport {
+    /// `training_iteration` of this report (counting iterations before a resume).
+    pub iteration: u64,
+    pub metrics_json: String,
+    pub checkpoint: String,
+}
+
+#[derive(Debug)]
+pub(crate) enum AttemptOutcome {
+    /// Every worker finished (perhaps because a report asked them to stop).
+    Completed { train_seconds: f64 },
+    Failed(WorkerFailure),
+}
+
+/// Decides each complete report: Ok(true) asks the run to stop; Err fails the attempt.
+pub(crate) type OnReport<'a> = dyn FnMut(GroupReport) -> Result<bool> + 'a;
+
+struct Worker {
+    join: Option<(JoinRequest, Reply<JoinReply>)>,
+    reports: u64,
+    finish: Option<FinishRequest>,
+    exit: Option<ExitStatus>,
+    kill: Option<oneshot::Sender<()>>,
+}
+
+/// Runs one attempt to its end.
+pub(crate) async fn run_attempt(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    on_report: &mut OnReport<'_>,
+) -> Result<AttemptOutcome> {
+    let mut calls = hub.register(&spec.group);
+    let (exit_tx, mut exits) = mpsc::unbounded_channel::<(usize, std::io::Result<ExitStatus>)>();
+    let mut workers = Vec::with_capacity(spec.num_workers);
+    for rank in 0..spec.num_workers {
+        match spawn_worker(hub, spec, rank, exit_tx.clone()) {
+            Ok(kill) => workers.push(Worker {
+                join: None,
+                reports: 0,
+                finish: None,
+                exit: None,
+                kill: Some(kill),
+            }),
+            Err(e) => {
+                kill_all(&mut workers);
+                drain_exits(&mut workers, &mut exits).await;
+                hub.unregister(&spec.group);
+                return Err(e);
+            }
+        }
+    }
+    drop(exit_tx);
+
+    let mut state = Attempt { spec, workers, pending: Vec::new(), failure: None, stopped: false };
+    let deadline = tokio::time::Instant::now() + spec.start_timeout;
+    while !state.all_exited() {
+        let joining = state.failure.is_none() && state.workers.iter().any(|w| w.join.is_none());
+        tokio::select! {
+            Some(call) = calls.recv() => state.on_call(call, on_report),
+            Some((rank, status)) = exits.recv() => state.on_exit(rank, status),
+            _ = tokio::time::sleep_until(deadline), if joining => {
+                let rank = state.workers.iter().position(|w| w.join.is_none()).unwrap_or(0);
+                state.fail(rank, format!(
+                    "did not join within {:?} (see logs/rank_{rank}.stderr in the run directory)",
+                    spec.start_timeout
+                ), None);
+            }
+        }
+    }
+    hub.unregister(&spec.group);
+    // Answer calls that raced with the end, so no worker waits on a dropped group.
+    calls.close();
+    while let Ok(call) = calls.try_recv() {
+        refuse(call, Status::aborted("the attempt has ended"));
+    }
+    let train_seconds = state
+        .workers
+        .first()
+        .and_then(|w| w.finish.as_ref())
+        .map_or(0.0, |f| f.train_seconds);
+    Ok(match state.failure {
+        Some(failure) => AttemptOutcome::Failed(failure),
+        None => AttemptOutcome::Completed { train_seconds },
+    })
+}
+
+struct Attempt<'s> {
+    spec: &'s AttemptSpec,
+    workers: Vec<Worker>,
+    /// Reports waiting for the other ranks: (rank, request, reply), for the lowest open seq.
+    pending: Vec<(usize, ReportRequest, Reply<ReportReply>)>,
+    failure: Option<WorkerFailure>,
+    stopped: bool,
+}
+
+impl Attempt<'_> {
+    fn all_exited(&self) -> bool {
+        self.workers.iter().all(|w| w.exit.is_some())
+    }
+
+    fn fail(&mut self, rank: usize, message: String, status: Option<ExitStatus>) {
+        if self.failure.is_none() {
+            self.failure = Some(WorkerFailure {
+                attempt: self.spec.attempt,
+                rank,
+                message,
+                signal: status.and_then(|s| s.signal()),
+                exit_code: status.and_then(|s| s.code()),
+            });
+        }
+        for (_, _, reply) in self.pending.drain(..) {
+            let _ = reply.send(Err(Status::aborted("another rank failed")));
+        }
+        // Joins still waiting get their reply dropped by the kill (the worker's call fails).
+        for w in &mut self.workers {
+            if let Some((request, reply)) = w.join.take() {
+                drop(reply);
+                w.join = Some((request, oneshot::channel().0));
+            }
+        }
+        kill_all(&mut self.workers);
+    }
+
+    fn rank_of(&self, key: Option<&crate::proto::WorkerKey>) -> std::result::Result<usize, Status> {
+        let key = key.ok_or_else(|| Status::invalid_argument("missing worker key"))?;
+        if key.attempt != self.spec.attempt {
+            return Err(Status::failed_precondition(format!(
+                "attempt {} has ended (now {})",
+                key.attempt, self.spec.attempt
+            )));
+        }
+        let rank = key.rank as usize;
+        if rank >= self.workers.len() {
+            return Err(Status::invalid_argument(format!("no rank {rank}")));
+        }
+        if self.failure.is_some() {
+            return Err(Status::aborted("the attempt is failing"));
+        }
+        Ok(rank)
+    }
+
+    fn on_call(&mut self, call: HubCall, on_report: &mut OnReport<'_>) {
+        match call {
+            HubCall::Join(request, reply) => match self.rank_of(request.key.as_ref()) {
+                Ok(rank) => self.on_join(rank, request, reply),
+                Err(status) => drop(reply.send(Err(status))),
+            },
+            HubCall::Report(request, reply) => match self.rank_of(request.key.as_ref()) {
+                Ok(rank) => self.on_report(rank, request, reply, on_report),
+                Err(status) => drop(reply.send(Err(status))),
+            },
+            HubCall::Finish(request, reply) => {
+                let _ = reply.send(Ok(Default::default()));
+                let rank = request.key.as_ref().map_or(0, |k| k.rank as usize);
+                if rank < self.workers.len()
+                    && request.key.as_ref().is_some_and(|k| k.attempt == self.spec.attempt)
+                {
+                    self.on_finish(rank, request);
+                }
+            }
+        }
+    }
+
+    fn on_join(&mut self, rank: usize, request: JoinRequest, reply: Reply<JoinReply>) {
+        if request.build_id != build_id::build_id() {
+            let message = format!(
+                "worker binary differs from the driver's (build id {} vs driver {}); \
+                 the executable was rebuilt or replaced while running: restart the driver",
+                build_id::hex(&request.build_id),
+                build_id::hex(build_id::build_id())
+            );
+            let _ = reply.send(Err(Status::failed_precondition(message.clone())));
+            self.fail(rank, message, None);
+            return;
+        }
+        self.workers[rank].join = Some((request, reply));
+        if self.workers.iter().any(|w| w.join.is_none()) {
+            return;
+        }
+        let peers: Vec<String> = self
+            .workers
+            .iter()
+            .map(|w| w.join.as_ref().map(|(r, _)| r.collective_address.clone()).unwrap_or_default())
+            .collect();
+        let group_id = rand::random::<u64>();
+        let world = self.workers.len() as u32;
+        for (rank, w) in self.workers.iter_mut().enumerate() {
+            let Some((request, reply)) = w.join.take() else { continue };
+            let device = match self.spec.cuda_visible_devices.get(rank) {
+                Some(Some(_)) => "cuda:0".to_owned(),
+                _ => "cpu".to_owned(),
+            };
+            let _ = reply.send(Ok(JoinReply {
+                peers: peers.clone(),
+                world_size: world,
+                local_rank: rank as u32,
+                local_world_size: world,
+                node_rank: 0,
+                params_json: self.spec.params_json.clone(),
+                run_dir: self.spec.run_dir.display().to_string(),
+                resume_checkpoint: self
+                    .spec
+                    .resume
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                start_iteration: self.spec.start_iteration,
+                collective_group_id: group_id,
+                collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
+                device,
+                num_threads: self.spec.num_threads,
+            }));
+            // Keep the request (with a closed reply) to remember that this rank joined.
+            w.join = Some((request, oneshot::channel().0));
+        }
+    }
+
+    fn on_report(
+        &mut self,
+        rank: usize,
+        request: ReportRequest,
+        reply: Reply<ReportReply>,
+        on_report: &mut OnReport<'_>,
+    ) {
+        let expected = self.workers[rank].reports + 1;
+        if request.seq != expected {
+            let message = format!("sent report {} but report {expected} was due", request.seq);
+            let _ = reply.send(Err(Status::invalid_argument(message.clone())));
+            self.fail(rank, message, None);
+            return;
+        }
+        self.workers[rank].reports = expected;
+        self.pending.push((rank, request, reply));
+        if self.pending.len() < self.workers.len() {
+            return;
+        }
+        // Every rank has made report `expected`: rank 0's is the run's.
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by_key(|(rank, ..)| *rank);
+        let first = &pending[0].1;
+        let report = GroupReport {
+            iteration: self.spec.start_iteration + expected,
+            metrics_json: first.metrics_json.clone(),
+            checkpoint: first.checkpoint.clone(),
+        };
+        match on_report(report) {
+            Ok(stop) => {
+                self.stopped |= stop;
+                let iteration = self.spec.start_iteration + expected;
+                for (_, _, reply) in pending {
+                    let _ = reply.send(Ok(ReportReply { stop, training_iteration: iteration }));
+                }
+            }
+            Err(e) => {
+                let message = format!("driver could not record report {expected}: {e}");
+                self.fail(0, message, None);
+            }
+        }
+    }
+
+    fn on_finish(&mut self, rank: usize, request: FinishRequest) {
+        let (ok, error) = (request.ok, request.error.clone());
+        let reports = self.workers[rank].reports;
+        self.workers[rank].finish = Some(request);
+        if !ok {
+            self.fail(rank, error, None);
+        } else if let Some(max) = self.workers.iter().map(|w| w.reports).max()
+            && max > reports
+            && !self.stopped
+        {
+            self.fail(
+                rank,
+                format!(
+                    "returned after {reports} reports while another rank made {max}; \
+                     every rank must call report the same number of times"
+                ),
+                None,
+            );
+        }
+    }
+
+    fn on_exit(&mut self, rank: usize, status: std::io::Result<ExitStatus>) {
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => {
+                self.workers[rank].exit = Some(ExitStatus::from_raw(-1));
+                self.fail(rank, format!("could not wait for the process: {e}"), None);
+                return;
+            }
+        };
+        self.workers[rank].exit = Some(status);
+        self.workers[rank].kill = None;
+        let finished_ok = self.workers[rank].finish.as_ref().is_some_and(|f| f.ok);
+        if status.success() && finished_ok {
+            return;
+        }
+        let message = match (status.signal(), &self.workers[rank].finish) {
+            (_, Some(finish)) if !finish.ok => finish.error.clone(),
+            (Some(signal), _) => format!("killed by signal {signal} ({})", signal_name(signal)),
+            (None, _) if status.success() => {
+                "exited without finishing (did the train function call process::exit?)".into()
+            }
+            (None, _) => format!(
+                "exited with code {} (see logs/rank_{rank}.stderr in the run directory)",
+                status.code().unwrap_or(-1)
+            ),
+        };
+        self.fail(rank, message, Some(status));
+    }
+}
+
+fn refuse(call: HubCall, status: Status) {
+    match call {
+        HubCall::Join(_, reply) => drop(reply.send(Err(status))),
+        HubCall::Report(_, reply) => drop(reply.send(Err(status))),
+        HubCall::Finish(_, reply) => drop(reply.send(Ok(Default::default()))),
+    }
+}
+
+fn kill_all(workers: &mut [Worker]) {
+    for w in workers {
+        if let Some(kill) = w.kill.take() {
+            let _ = kill.send(());
+        }
+    }
+}
+
+async fn drain_exits(
+    workers: &mut [Worker],
+    exits: &mut mpsc::UnboundedReceiver<(usize, std::io::Result<ExitStatus>)>,
+) {
+    let mut left = workers.len();
+    while left > 0 && exits.recv().await.is_some() {
+        left -= 1;
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGINT => "SIGINT",
+        _ => "signal",
+    }
+}
+
+/// Starts rank `rank`'s process; returns the sender that kills it.
+fn spawn_worker(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    rank: usize,
+    exits: mpsc::UnboundedSender<(usize, std::io::Result<ExitStatus>)>,
+) -> Result<oneshot::Sender<()>> {
+    let logs = spec.run_dir.join("logs");
+    std::fs::create_dir_all(&logs).at(&logs)?;
+    let log = |stream: &str| {
+        let path = logs.join(format!("rank_{rank}.{stream}"));
+        OpenOptions::new().create(true).append(true).open(&path).at(&path)
+    };
+    let (stdout, stderr) = (log("stdout")?, log("stderr")?);
+    let worker = WorkerSpec {
+        hub: hub.url(),
+        group: spec.group.clone(),
+        attempt: spec.attempt,
+        rank: rank as u32,
+        train_fn: spec.train_fn,
+        build_id: build_id::hex(build_id::build_id()),
+        bind_host: hub.address().ip().to_string(),
+    };
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    let mut command = std::process::Command::new(&exe);
+    command
+        .env(WORKER_ENV, serde_json::to_string(&worker).expect("spec serialises"))
+        .env("OMP_NUM_THREADS", spec.num_threads.to_string())
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    if let Some(Some(devices)) = spec.cuda_visible_devices.get(rank) {
+        command.env("CUDA_VISIBLE_DEVICES", devices);
+    }
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))?;
+    let (kill, killed) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let status = tokio::select! {
+            status = child.wait() => status,
+            _ = killed => {
+                let _ = child.start_kill();
+                child.wait().await
+            }
+        };
+        let _ = exits.send((rank, status));
+    });
+    Ok(kill)
+}

@@ -1,0 +1,210 @@
+//! The worker side of a worker process: join the driver, build the collective group, run the
+//! train function on this thread (libtorch tensors are not Sync; one training thread per worker),
+//! catch its panic, and tell the driver how it ended.
+
+use std::net::TcpListener;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+
+use crate::collective::{GroupOptions, ProcessGroup, RingGroup};
+use crate::error::{Error, Result};
+use crate::proto::worker_hub_client::WorkerHubClient;
+use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey};
+use crate::train::{Checkpoint, TrainContext};
+use crate::worker::{WorkerSpec, build_id};
+
+/// Exit codes the driver reads when no finish message arrived.
+const EXIT_FAILED: i32 = 1;
+const EXIT_NO_DRIVER: i32 = 3;
+
+/// The worker's connection to its driver: blocking calls from the training thread.
+pub(crate) struct DriverLink {
+    runtime: tokio::runtime::Runtime,
+    client: WorkerHubClient<Channel>,
+    key: WorkerKey,
+}
+
+impl DriverLink {
+    fn call<T>(
+        &mut self,
+        what: &str,
+        f: impl AsyncFnOnce(&mut WorkerHubClient<Channel>) -> std::result::Result<T, tonic::Status>,
+    ) -> Result<T> {
+        let client = &mut self.client;
+        self.runtime
+            .block_on(f(client))
+            .map_err(|s| Error::Protocol(format!("{what}: {}", s.message())))
+    }
+
+    pub(crate) fn report(
+        &mut self,
+        seq: u64,
+        metrics_json: String,
+        checkpoint: String,
+    ) -> Result<ReportReply> {
+        let request = ReportRequest { key: Some(self.key.clone()), seq, metrics_json, checkpoint };
+        self.call("report", async |c| Ok(c.report(request).await?.into_inner()))
+    }
+
+    fn finish(&mut self, request: FinishRequest) -> Result<()> {
+        self.call("finish", async |c| c.finish(request).await.map(drop))
+    }
+}
+
+/// Runs one worker to the end and returns the process exit code.
+pub(crate) fn run(spec: WorkerSpec) -> i32 {
+    install_panic_hook();
+    let key = WorkerKey { group: spec.group.clone(), attempt: spec.attempt, rank: spec.rank };
+    let (mut link, listener, reply) = match join(&spec, key) {
+        Ok(joined) => joined,
+        Err(e) => {
+            eprintln!("rtune worker rank {}: {e}", spec.rank);
+            return EXIT_NO_DRIVER;
+        }
+    };
+    let started = Instant::now();
+    let outcome = train(&spec, &mut link, listener, reply);
+    let train_seconds = started.elapsed().as_secs_f64();
+    let finish = |ok, stopped, error| FinishRequest {
+        key: Some(link.key.clone()),
+        ok,
+        error,
+        stopped,
+        train_seconds,
+    };
+    let (request, code) = match outcome {
+        Ok(()) => (finish(true, false, String::new()), 0),
+        Err(TrainEnd::Stopped) => (finish(true, true, String::new()), 0),
+        Err(TrainEnd::Failed(message)) => {
+            eprintln!("rtune worker rank {}: {message}", spec.rank);
+            (finish(false, false, message), EXIT_FAILED)
+        }
+    };
+    if let Err(e) = link.finish(request) {
+        eprintln!("rtune worker rank {}: could not tell the driver: {e}", spec.rank);
+    }
+    code
+}
+
+fn join(spec: &WorkerSpec, key: WorkerKey) -> Result<(DriverLink, TcpListener, JoinReply)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
+    let endpoint = tonic::transport::Endpoint::from_shared(spec.hub.clone())
+        .map_err(|e| Error::Protocol(format!("bad hub address {}: {e}", spec.hub)))?
+        .connect_timeout(Duration::from_secs(10));
+    let client = runtime
+        .block_on(endpoint.connect())
+        .map(WorkerHubClient::new)
+        .map_err(|e| Error::Protocol(format!("cannot reach the driver at {}: {e}", spec.hub)))?;
+    let listener = TcpListener::bind((spec.bind_host.as_str(), 0))
+        .map_err(|e| Error::Worker(format!("collective listener on {}: {e}", spec.bind_host)))?;
+    let address = listener.local_addr().map_err(|e| Error::Worker(e.to_string()))?;
+    let mut link = DriverLink { runtime, client, key };
+    let request = JoinRequest {
+        key: Some(link.key.clone()),
+        build_id: build_id::build_id().to_vec(),
+        pid: std::process::id(),
+        collective_address: address.to_string(),
+        hostname: String::new(),
+    };
+    let reply = link.call("join", async |c| Ok(c.join(request).await?.into_inner()))?;
+    Ok((link, listener, reply))
+}
+
+enum TrainEnd {
+    Stopped,
+    Failed(String),
+}
+
+fn train(
+    spec: &WorkerSpec,
+    link: &mut DriverLink,
+    listener: TcpListener,
+    reply: JoinReply,
+) -> std::result::Result<(), TrainEnd> {
+    let failed = |e: &dyn std::fmt::Display| TrainEnd::Failed(e.to_string());
+    if build_id::hex(build_id::build_id()) != spec.build_id {
+        return Err(TrainEnd::Failed("worker binary differs from the driver's".into()));
+    }
+    let threads = reply.num_threads.max(1) as i32;
+    tch::set_num_threads(threads);
+    tch::set_num_interop_threads(1);
+    let peers = reply
+        .peers
+        .iter()
+        .map(|p| p.parse().map_err(|e| failed(&format!("peer address {p}: {e}"))))
+        .collect::<std::result::Result<Vec<std::net::SocketAddr>, _>>()?;
+    let options = GroupOptions::new(reply.collective_group_id)
+        .timeout(Duration::from_millis(reply.collective_timeout_ms));
+    let group: Box<dyn ProcessGroup> = Box::new(
+        RingGroup::connect(spec.rank as usize, reply.world_size as usize, listener, &peers, options)
+            .map_err(|e| failed(&e))?,
+    );
+    let resume = match reply.resume_checkpoint.as_str() {
+        "" => None,
+        path => Some(Checkpoint::from_directory(path).map_err(|e| failed(&e))?),
+    };
+    let params = serde_json::from_str(&reply.params_json)
+        .map_err(|e| failed(&format!("train loop config: {e}")))?;
+    let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
+    let mut ctx = TrainContext::new(crate::train::ContextParts {
+        rank: spec.rank as usize,
+        world_size: reply.world_size as usize,
+        local_rank: reply.local_rank as usize,
+        local_world_size: reply.local_world_size as usize,
+        node_rank: reply.node_rank as usize,
+        device,
+        params,
+        run_dir: PathBuf::from(&reply.run_dir),
+        resume,
+        start_iteration: reply.start_iteration,
+        group,
+        link,
+    });
+    // SAFETY: the offset came from the driver, whose build id equals ours (checked above and by
+    // the driver at join).
+    let train_fn = unsafe { crate::worker::train_fn_at(spec.train_fn) };
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| train_fn(&mut ctx)));
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) if is_stop(&e) => Err(TrainEnd::Stopped),
+        Ok(Err(e)) => Err(TrainEnd::Failed(format!("{e:#}"))),
+        Err(_) => Err(TrainEnd::Failed(
+            PANIC.lock().ok().and_then(|mut p| p.take()).unwrap_or_else(|| "panicked".into()),
+        )),
+    }
+}
+
+fn is_stop(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<Error>(), Some(Error::StopRequested))
+}
+
+fn parse_device(text: &str) -> Result<tch::Device> {
+    match text {
+        "" | "cpu" => Ok(tch::Device::Cpu),
+        _ => text
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(tch::Device::Cuda)
+            .ok_or_else(|| Error::Protocol(format!("unknown device {text:?}"))),
+    }
+}
+
+/// The last panic's message and location, for the finish message.
+static PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if let Ok(mut slot) = PANIC.lock() {
+            *slot = Some(info.to_string().replace('\n', " "));
+        }
+        default(info);
+    }));
+}

@@ -1,0 +1,40 @@
+//! rtune's integration tests: one binary with a `main` of its own, because tests that start worker
+//! processes re-execute this binary, and `rtune::init()` must run first to turn such a process
+//! into a worker (libtest's generated `main` would not).
+
+mod tch_basics;
+mod trainer;
+
+use libtest_mimic::{Arguments, Trial};
+
+fn test(name: &'static str, f: fn() -> anyhow::Result<()>) -> Trial {
+    Trial::test(name, move || f().map_err(|e| format!("{e:#}").into()))
+}
+
+fn main() {
+    rtune::init();
+    let args = Arguments::from_args();
+    let tests = vec![
+        test("tch_basics::mlp_loss_falls", tch_basics::mlp_loss_falls),
+        test(
+            "tch_basics::var_store_safetensors_round_trip",
+            tch_basics::var_store_safetensors_round_trip,
+        ),
+        test("trainer::two_workers_converge_on_digits", trainer::two_workers_converge_on_digits),
+        test(
+            "trainer::two_half_batches_equal_one_full_batch",
+            trainer::two_half_batches_equal_one_full_batch,
+        ),
+        test(
+            "trainer::sigkilled_worker_resumes_from_checkpoint",
+            trainer::sigkilled_worker_resumes_from_checkpoint,
+        ),
+        test(
+            "trainer::panicking_worker_fails_the_run_with_rank_and_message",
+            trainer::panicking_worker_fails_the_run_with_rank_and_message,
+        ),
+        test("trainer::metric_that_is_not_a_number_is_named", trainer::metric_that_is_not_a_number_is_named),
+        test("trainer::config_mistakes_fail_before_start", trainer::config_mistakes_fail_before_start),
+    ];
+    libtest_mimic::run(&args, tests).exit();
+}

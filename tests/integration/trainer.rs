@@ -1,0 +1,265 @@
+//! TorchTrainer end to end: real worker processes (this test binary started again), real
+//! libtorch, the ring all-reduce over loopback TCP, real files.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, ensure};
+use rtune::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
+use rtune::{
+    Error, FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
+    TrainResult,
+};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+fn mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
+    nn::seq()
+        .add(nn::linear(vs / "fc1", DIGIT_FEATURES as i64, hidden, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(vs / "fc2", hidden, DIGIT_CLASSES as i64, Default::default()))
+}
+
+fn run_config(storage: &Path) -> RunConfig {
+    RunConfig::default().storage_path(storage)
+}
+
+// ---------------------------------------------------------------- convergence
+
+fn train_digits(ctx: &mut TrainContext) -> Result<()> {
+    let epochs = ctx.params().get::<u64>("epochs")?;
+    let split = Digits::split(0)?;
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let net = mlp(&vs.root(), 64);
+    if let Some(ck) = ctx.checkpoint() {
+        ck.load_var_store(&mut vs)?;
+    }
+    let ddp = ctx.prepare_model(&vs)?;
+    let mut opt = nn::Adam::default().build(&vs, 3e-3)?;
+    let (rank, world) = (ctx.world_rank(), ctx.world_size());
+    for epoch in ctx.iteration()..epochs {
+        let order = shard(split.train.len(), rank, world, epoch, 1);
+        for batch in order.chunks_exact(32) {
+            let (x, y) = split.train.select(batch).tensors();
+            ddp.backward_step(&mut opt, &net.forward(&x).cross_entropy_for_logits(&y))?;
+        }
+        let (x, y) = split.validation.tensors();
+        let acc = tch::no_grad(|| {
+            net.forward(&x).argmax(-1, false).eq_tensor(&y).to_kind(Kind::Float).mean(Kind::Float)
+        })
+        .double_value(&[]);
+        let mut ck = ctx.new_checkpoint()?;
+        ck.save_var_store(&vs)?;
+        ctx.report([("val_acc", acc)], Some(ck))?;
+    }
+    Ok(())
+}
+
+pub fn two_workers_converge_on_digits() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let result = TorchTrainer::new(train_digits)
+        .train_loop_config(Params::new().with("epochs", 8))
+        .scaling(ScalingConfig::workers(2))
+        .run_config(run_config(dir.path()))
+        .fit()?;
+    ensure!(result.metrics_history.len() == 8, "8 reports, got {}", result.metrics_history.len());
+    let acc = result.metrics.as_ref().context("metrics")?["val_acc"];
+    ensure!(acc > 0.9, "validation accuracy {acc} should pass 0.9 after 8 epochs");
+    let ck = result.checkpoint.as_ref().context("a checkpoint")?;
+    ensure!(ck.name() == "checkpoint_000008", "latest checkpoint is {}", ck.name());
+    let lines = std::fs::read_to_string(result.path.join("result.json"))?.lines().count();
+    ensure!(lines == 8, "result.json has {lines} lines");
+    ensure!(result.path.join("logs/rank_1.stderr").is_file(), "rank 1 has a log file");
+    Ok(())
+}
+
+// ---------------------------------------------------------------- DDP equivalence
+
+/// SGD on a fixed sequence of 64-image batches; with 2 workers each rank takes one half of
+/// every batch. Saves the final weights as the run's checkpoint.
+fn train_fixed_batches(ctx: &mut TrainContext) -> Result<()> {
+    tch::manual_seed(42);
+    let data = Digits::split(0)?.train;
+    let vs = nn::VarStore::new(Device::Cpu);
+    let net = mlp(&vs.root(), 32);
+    let ddp = ctx.prepare_model(&vs)?;
+    let mut opt = nn::Sgd::default().build(&vs, 0.1)?;
+    let (rank, world) = (ctx.world_rank(), ctx.world_size());
+    let per_rank = 64 / world;
+    for step in 0..10 {
+        let start = step * 64 + rank * per_rank;
+        let indices: Vec<usize> = (start..start + per_rank).collect();
+        let (x, y) = data.select(&indices).tensors();
+        ddp.backward_step(&mut opt, &net.forward(&x).cross_entropy_for_logits(&y))?;
+    }
+    let mut ck = ctx.new_checkpoint()?;
+    ck.save_var_store(&vs)?;
+    ctx.report([("done", 1.0)], Some(ck))
+        .map_err(Into::into)
+}
+
+fn final_weights(result: &TrainResult) -> Result<Vec<(String, Tensor)>> {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let _net = mlp(&vs.root(), 32);
+    result.checkpoint.as_ref().context("checkpoint")?.load_var_store(&mut vs)?;
+    let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(vars)
+}
+
+pub fn two_half_batches_equal_one_full_batch() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fit = |workers| {
+        TorchTrainer::new(train_fixed_batches)
+            .scaling(ScalingConfig::workers(workers))
+            .run_config(run_config(dir.path()).clone())
+            .fit()
+    };
+    let one = final_weights(&fit(1)?)?;
+    let two = final_weights(&fit(2)?)?;
+    let initial = {
+        tch::manual_seed(42);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _net = mlp(&vs.root(), 32);
+        vs.variables()
+    };
+    for ((name, a), (_, b)) in one.iter().zip(&two) {
+        let diff = (a - b).abs().max().double_value(&[]);
+        ensure!(diff < 1e-5, "{name}: 1 worker and 2 workers differ by {diff}");
+        let moved = (a - &initial[name]).abs().max().double_value(&[]);
+        ensure!(moved > 1e-3, "{name} barely changed ({moved}): the test would prove nothing");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- failures
+
+/// Reports `iterations` times with a checkpoint each; rank 1 SIGKILLs itself at iteration 4 the
+/// first time (a marker file in the run directory remembers it did).
+fn train_then_get_killed(ctx: &mut TrainContext) -> Result<()> {
+    let iterations = ctx.params().get::<u64>("iterations")?;
+    let vs = nn::VarStore::new(Device::Cpu);
+    let _net = mlp(&vs.root(), 8);
+    let ddp = ctx.prepare_model(&vs)?;
+    for i in ctx.iteration() + 1..=iterations {
+        ddp.sync_gradients()?;
+        let marker = ctx.run_dir().join("killed_once");
+        if ctx.world_rank() == 1 && i == 4 && !marker.exists() {
+            std::fs::write(&marker, b"")?;
+            // SAFETY: kill(2) on our own pid.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let mut ck = ctx.new_checkpoint()?;
+        ck.save_var_store(&vs)?;
+        ctx.report([("value", i as f64 * 10.0)], Some(ck))?;
+    }
+    Ok(())
+}
+
+pub fn sigkilled_worker_resumes_from_checkpoint() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let result = TorchTrainer::new(train_then_get_killed)
+        .train_loop_config(Params::new().with("iterations", 8))
+        .scaling(ScalingConfig::workers(2))
+        .run_config(run_config(dir.path()).failure_config(FailureConfig::max_failures(2)))
+        .fit()?;
+    ensure!(result.failures.len() == 1, "one failure, got {:?}", result.failures);
+    let failure = &result.failures[0];
+    ensure!(failure.rank == 1 && failure.signal == Some(9), "rank 1 by SIGKILL: {failure:?}");
+    ensure!(failure.message.contains("SIGKILL"), "message names the signal: {}", failure.message);
+    let iterations: Vec<f64> =
+        result.metrics_history.iter().map(|m| m["training_iteration"]).collect();
+    ensure!(iterations == (1..=8).map(f64::from).collect::<Vec<_>>(), "iterations {iterations:?}");
+    let values: Vec<f64> = result.metrics_history.iter().map(|m| m["value"]).collect();
+    ensure!(values == (1..=8).map(|i| f64::from(i) * 10.0).collect::<Vec<_>>(), "values {values:?}");
+    let json = std::fs::read_to_string(result.path.join("result.json"))?;
+    let on_disk: Vec<u64> = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["training_iteration"].as_u64().unwrap_or(0)))
+        .collect::<Result<_, _>>()?;
+    ensure!(on_disk == (1..=8).collect::<Vec<u64>>(), "result.json iterations {on_disk:?}");
+    Ok(())
+}
+
+/// Records its pid, then rank 1 panics at its third report.
+fn train_and_panic(ctx: &mut TrainContext) -> Result<()> {
+    std::fs::write(ctx.run_dir().join(format!("pid_{}", ctx.world_rank())), std::process::id().to_string())?;
+    let vs = nn::VarStore::new(Device::Cpu);
+    let _net = mlp(&vs.root(), 8);
+    let ddp = ctx.prepare_model(&vs)?;
+    for i in 1..=100 {
+        ddp.sync_gradients()?;
+        if ctx.world_rank() == 1 && i == 3 {
+            panic!("boom at step {i}");
+        }
+        ctx.report([("i", f64::from(i))], None)?;
+    }
+    Ok(())
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks whether the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+pub fn panicking_worker_fails_the_run_with_rank_and_message() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let err = TorchTrainer::new(train_and_panic)
+        .scaling(ScalingConfig::workers(2))
+        .run_config(run_config(dir.path()).clone())
+        .fit()
+        .err()
+        .context("the run must fail")?;
+    let message = err.to_string();
+    ensure!(message.contains("rank 1") && message.contains("boom at step 3"), "{message}");
+    let Error::TrainingFailed(result) = err else { anyhow::bail!("wrong error kind: {err:?}") };
+    ensure!(result.metrics_history.len() == 2, "2 reports kept: {:?}", result.metrics_history);
+    for rank in 0..2 {
+        let pid: i32 = std::fs::read_to_string(result.path.join(format!("pid_{rank}")))?.parse()?;
+        ensure!(!alive(pid), "worker {rank} (pid {pid}) outlived the run");
+    }
+    Ok(())
+}
+
+fn report_a_string(ctx: &mut TrainContext) -> Result<()> {
+    ctx.report(serde_json::json!({"loss": 0.5, "acc": "high"}), None)?;
+    Ok(())
+}
+
+pub fn metric_that_is_not_a_number_is_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let err = TorchTrainer::new(report_a_string)
+        .run_config(run_config(dir.path()).clone())
+        .fit()
+        .err()
+        .context("must fail")?
+        .to_string();
+    ensure!(err.contains("metric `acc`") && err.contains("string") && err.contains("numbers"), "{err}");
+    Ok(())
+}
+
+fn never_called(_: &mut TrainContext) -> Result<()> {
+    anyhow::bail!("a config error must stop the run before any worker starts")
+}
+
+pub fn config_mistakes_fail_before_start() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let err = TorchTrainer::new(never_called)
+        .scaling(ScalingConfig::workers(0))
+        .run_config(run_config(dir.path()))
+        .fit()
+        .err()
+        .context("0 workers must fail")?
+        .to_string();
+    ensure!(err.contains("num_workers") && err.contains("at least 1"), "{err}");
+
+    let file = dir.path().join("a_file");
+    std::fs::write(&file, b"")?;
+    let err = TorchTrainer::new(never_called)
+        .run_config(RunConfig::new("run").storage_path(&file))
+        .fit()
+        .err()
+        .context("a file as storage path must fail")?
+        .to_string();
+    ensure!(err.contains("storage_path") && err.contains("a_file"), "{err}");
+    Ok(())
+}
