@@ -1,0 +1,1 @@
+fn main() {} // placeholder until the bench is written

@@ -1,0 +1,46 @@
+//! rtune-searchers: the policy half of rtune. Search spaces, searchers and trial schedulers
+//! decide; they never act (no I/O, no clock, no threads). Randomness is seeded and kept in each
+//! policy's state, so every policy can be saved and restored exactly (sweep resume).
+//!
+//! ```text
+//! SearchSpace (builder or sweep file) ──validate──▶ Searcher::suggest ──▶ Params ──▶ controller
+//!                                                                         │
+//! results (Metrics) ──▶ TrialScheduler::on_trial_result ──▶ Decision ◀────┘ (Continue, Pause,
+//!                   ──▶ Searcher::on_trial_result / on_trial_complete      Stop, Exploit)
+//! ```
+//!
+//! Modules in pipeline order: [`value`] and [`params`] (the data), [`space`] (what to search),
+//! [`searcher`] (which params next), [`metrics`] and [`trial`] (what schedulers see),
+//! [`scheduler`] (what to do with a running trial). The controller that carries out decisions
+//! lives in the `rtune` crate, not here.
+
+pub mod error;
+pub mod metrics;
+pub mod params;
+pub mod rng;
+pub mod scheduler;
+pub mod searcher;
+pub mod space;
+pub mod trial;
+pub mod value;
+
+mod math;
+mod serde_util;
+
+pub use error::{Error, Result};
+pub use metrics::{Metrics, Mode, Objective};
+pub use params::Params;
+pub use rng::SearchRng;
+pub use scheduler::{
+    Asha, Decision, Fifo, HyperBand, MedianStopping, Pbt, SchedulerState, TrialScheduler,
+};
+pub use searcher::{
+    BasicVariant, ConcurrencyLimiter, Repeater, Searcher, SearcherState, Suggestion, Tpe,
+};
+pub use space::domain::{
+    Domain, choice, lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform,
+    randint, randn, uniform,
+};
+pub use space::{Dependent, Param, SearchSpace, dependent, grid_search, sample_from};
+pub use trial::{TrialId, TrialInfo, TrialStatus, TrialTable, TrialsView};
+pub use value::{FromValue, Map, Value};

@@ -1,0 +1,469 @@
+//! ASHA, asynchronous successive halving (Ray's `AsyncHyperBandScheduler`).
+//!
+//! Each bracket has rungs at `grace_period · rf^(k+s)` for `k = 0..` below `max_t`. When a trial
+//! reaches a rung it has not been recorded at, its score is compared with the `(1 − 1/rf)`
+//! quantile (numpy's linear percentile) of the scores recorded there so far; below it, the
+//! trial stops; either way its score is recorded. Nothing waits: the first trials at a rung
+//! always continue. With `stop_last_trials`, a trial reaching `max_t` is stopped. With several
+//! brackets, a new trial picks one at random with probability ∝ `e^(number of rungs)`.
+//!
+//! Each rung keeps its scores sorted, so a decision costs O(log n) plus one insertion.
+
+use std::collections::BTreeMap;
+
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Decision, SchedulerState, Target, TrialScheduler, first_pending_then_paused, wrong_state,
+};
+use crate::error::{Error, Result};
+use crate::math::percentile_sorted;
+use crate::metrics::{Metrics, Mode, score_serde};
+use crate::rng::SearchRng;
+use crate::trial::{TrialId, TrialsView};
+
+const NAME: &str = "ASHA";
+
+/// Asynchronous successive halving. Defaults as Ray: `time_attr = "training_iteration"`,
+/// `max_t = 100`, `grace_period = 1`, `reduction_factor = 4`, `brackets = 1`,
+/// `stop_last_trials = true`.
+#[derive(Clone, Debug)]
+pub struct Asha {
+    target: Target,
+    max_t: f64,
+    grace_period: f64,
+    reduction_factor: f64,
+    brackets: usize,
+    stop_last_trials: bool,
+    seed: u64,
+    core: Option<AshaState>,
+}
+
+/// The evolving part of an [`Asha`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AshaState {
+    rng: SearchRng,
+    brackets: Vec<Bracket>,
+    #[serde(with = "crate::serde_util::map_as_pairs")]
+    trial_bracket: BTreeMap<TrialId, usize>,
+    num_stopped: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Bracket {
+    /// Highest milestone first (as Ray keeps them).
+    rungs: Vec<Rung>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "RungRepr", into = "RungRepr")]
+struct Rung {
+    milestone: f64,
+    recorded: BTreeMap<TrialId, f64>,
+    /// The recorded scores, ascending.
+    sorted: Vec<f64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RungRepr {
+    milestone: f64,
+    recorded: Vec<(TrialId, ScoreRepr)>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(transparent)]
+struct ScoreRepr(#[serde(with = "score_serde")] f64);
+
+impl From<RungRepr> for Rung {
+    fn from(r: RungRepr) -> Self {
+        let recorded: BTreeMap<TrialId, f64> =
+            r.recorded.into_iter().map(|(k, v)| (k, v.0)).collect();
+        let mut sorted: Vec<f64> = recorded.values().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        Rung { milestone: r.milestone, recorded, sorted }
+    }
+}
+
+impl From<Rung> for RungRepr {
+    fn from(r: Rung) -> Self {
+        RungRepr {
+            milestone: r.milestone,
+            recorded: r.recorded.into_iter().map(|(k, v)| (k, ScoreRepr(v))).collect(),
+        }
+    }
+}
+
+impl Rung {
+    fn record(&mut self, trial: TrialId, score: f64) {
+        self.recorded.insert(trial, score);
+        let at = self.sorted.partition_point(|x| x.total_cmp(&score).is_lt());
+        self.sorted.insert(at, score);
+    }
+}
+
+impl Default for Asha {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Asha {
+    /// ASHA with Ray's defaults.
+    pub fn new() -> Self {
+        Self {
+            target: Target::new(NAME, "training_iteration"),
+            max_t: 100.0,
+            grace_period: 1.0,
+            reduction_factor: 4.0,
+            brackets: 1,
+            stop_last_trials: true,
+            seed: 0,
+            core: None,
+        }
+    }
+
+    /// The result key measuring progress (monotonically increasing).
+    pub fn time_attr(mut self, attr: impl Into<String>) -> Self {
+        self.target.time_attr = attr.into();
+        self
+    }
+
+    /// The metric (or pass it through `set_metric`).
+    pub fn metric(mut self, metric: impl Into<String>) -> Self {
+        self.target.metric = Some(metric.into());
+        self
+    }
+
+    /// The direction.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.target.mode = Some(mode);
+        self
+    }
+
+    /// Maximum time per trial.
+    pub fn max_t(mut self, t: impl Into<f64>) -> Self {
+        self.max_t = t.into();
+        self.core = None;
+        self
+    }
+
+    /// Time before which no trial is stopped (the first rung).
+    pub fn grace_period(mut self, t: impl Into<f64>) -> Self {
+        self.grace_period = t.into();
+        self.core = None;
+        self
+    }
+
+    /// Halving rate (> 1).
+    pub fn reduction_factor(mut self, rf: impl Into<f64>) -> Self {
+        self.reduction_factor = rf.into();
+        self.core = None;
+        self
+    }
+
+    /// Number of brackets (≥ 1).
+    pub fn brackets(mut self, n: usize) -> Self {
+        self.brackets = n;
+        self.core = None;
+        self
+    }
+
+    /// Stop trials that reach `max_t`.
+    pub fn stop_last_trials(mut self, on: bool) -> Self {
+        self.stop_last_trials = on;
+        self
+    }
+
+    /// Seed for the bracket draw.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self.core = None;
+        self
+    }
+
+    /// The rung milestones of each bracket (highest first); validates the settings.
+    pub fn milestones(&self) -> Result<Vec<Vec<f64>>> {
+        self.check()?;
+        Ok(self
+            .build()
+            .brackets
+            .iter()
+            .map(|b| b.rungs.iter().map(|r| r.milestone).collect())
+            .collect())
+    }
+
+    /// Trials stopped so far.
+    pub fn num_stopped(&self) -> u64 {
+        self.core.as_ref().map_or(0, |c| c.num_stopped)
+    }
+
+    fn check(&self) -> Result<()> {
+        let pos = |x: f64| x.is_finite() && x > 0.0;
+        if !pos(self.max_t) {
+            return Err(Error::config(NAME, "max_t", self.max_t, "a finite number > 0"));
+        }
+        if !pos(self.grace_period) || self.grace_period > self.max_t {
+            return Err(Error::config(
+                NAME,
+                "grace_period",
+                self.grace_period,
+                "0 < grace_period ≤ max_t",
+            ));
+        }
+        if !(self.reduction_factor.is_finite() && self.reduction_factor > 1.0) {
+            return Err(Error::config(
+                NAME,
+                "reduction_factor",
+                self.reduction_factor,
+                "a number > 1",
+            ));
+        }
+        if self.brackets == 0 {
+            return Err(Error::config(NAME, "brackets", 0, "at least 1"));
+        }
+        Ok(())
+    }
+
+    fn build(&self) -> AshaState {
+        let rf = self.reduction_factor;
+        let levels = (self.max_t / self.grace_period).ln() / rf.ln();
+        let brackets = (0..self.brackets)
+            .map(|s| {
+                // Ray: int(log(max_t / min_t) / log(rf) - s + 1), with slack for float error.
+                let n = (levels - s as f64 + 1.0 + 1e-9).floor().max(0.0) as usize;
+                let rungs = (0..n)
+                    .rev()
+                    .map(|k| Rung {
+                        milestone: self.grace_period * rf.powi((k + s) as i32),
+                        recorded: BTreeMap::new(),
+                        sorted: Vec::new(),
+                    })
+                    .collect();
+                Bracket { rungs }
+            })
+            .collect();
+        AshaState {
+            rng: SearchRng::seed_from_u64(self.seed),
+            brackets,
+            trial_bracket: BTreeMap::new(),
+            num_stopped: 0,
+        }
+    }
+
+    fn core(&mut self) -> Result<&mut AshaState> {
+        if self.core.is_none() {
+            self.check()?;
+            self.core = Some(self.build());
+        }
+        self.core.as_mut().ok_or(Error::NotConfigured { component: NAME })
+    }
+}
+
+impl Bracket {
+    /// Ray's `_Bracket.on_result`.
+    fn on_result(
+        &mut self,
+        trial: TrialId,
+        t: f64,
+        score: f64,
+        rf: f64,
+        stop_last: bool,
+    ) -> Decision {
+        let mut action = Decision::Continue;
+        for rung in &mut self.rungs {
+            let recorded = rung.recorded.contains_key(&trial);
+            if t >= rung.milestone && recorded && !stop_last {
+                break;
+            }
+            if t < rung.milestone || recorded {
+                continue;
+            }
+            if let Some(cutoff) = percentile_sorted(&rung.sorted, 1.0 - 1.0 / rf)
+                && score < cutoff
+            {
+                action = Decision::Stop;
+            }
+            rung.record(trial, score);
+            break;
+        }
+        action
+    }
+}
+
+impl TrialScheduler for Asha {
+    fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
+        self.target.set(metric, mode)
+    }
+
+    fn on_trial_add(&mut self, _: &dyn TrialsView, trial: TrialId) -> Result<()> {
+        let core = self.core()?;
+        let n = core.brackets.len();
+        let idx = if n <= 1 {
+            0
+        } else {
+            let max = core.brackets.iter().map(|b| b.rungs.len()).max().unwrap_or(0);
+            let w: Vec<f64> =
+                core.brackets.iter().map(|b| (b.rungs.len() as f64 - max as f64).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let u: f64 = core.rng.random::<f64>() * total;
+            let mut acc = 0.0;
+            let mut pick = n - 1;
+            for (i, wi) in w.iter().enumerate() {
+                acc += wi;
+                if u < acc {
+                    pick = i;
+                    break;
+                }
+            }
+            pick
+        };
+        core.trial_bracket.insert(trial, idx);
+        Ok(())
+    }
+
+    fn on_trial_result(
+        &mut self,
+        _: &dyn TrialsView,
+        trial: TrialId,
+        result: &Metrics,
+    ) -> Result<Decision> {
+        let (t, score) = self.target.read(result)?;
+        let (max_t, rf, stop_last) = (self.max_t, self.reduction_factor, self.stop_last_trials);
+        let core = self.core()?;
+        let action = if t >= max_t && stop_last {
+            Decision::Stop
+        } else {
+            let Some(&b) = core.trial_bracket.get(&trial) else {
+                return Err(Error::UnknownTrial { component: NAME, trial });
+            };
+            match core.brackets.get_mut(b) {
+                Some(bracket) => bracket.on_result(trial, t, score, rf, stop_last),
+                None => return Err(Error::UnknownTrial { component: NAME, trial }),
+            }
+        };
+        if action == Decision::Stop {
+            core.num_stopped += 1;
+        }
+        Ok(action)
+    }
+
+    fn on_trial_complete(
+        &mut self,
+        _: &dyn TrialsView,
+        trial: TrialId,
+        result: Option<&Metrics>,
+        error: bool,
+    ) -> Result<()> {
+        let read = match (error, result) {
+            (false, Some(r)) => Some(self.target.read(r)?),
+            _ => None,
+        };
+        let (rf, stop_last) = (self.reduction_factor, self.stop_last_trials);
+        let core = self.core()?;
+        let Some(b) = core.trial_bracket.remove(&trial) else {
+            return Ok(());
+        };
+        if let (Some((t, score)), Some(bracket)) = (read, core.brackets.get_mut(b)) {
+            bracket.on_result(trial, t, score, rf, stop_last);
+        }
+        Ok(())
+    }
+
+    fn choose_trial_to_run(&mut self, trials: &dyn TrialsView) -> Option<TrialId> {
+        first_pending_then_paused(trials)
+    }
+
+    fn save_state(&self) -> SchedulerState {
+        SchedulerState::Asha(self.core.clone().unwrap_or_else(|| self.build()))
+    }
+
+    fn restore_state(&mut self, state: SchedulerState) -> Result<()> {
+        match state {
+            SchedulerState::Asha(s) => {
+                self.check()?;
+                let fresh = self.build();
+                let same_rungs = fresh.brackets.len() == s.brackets.len()
+                    && fresh.brackets.iter().zip(&s.brackets).all(|(a, b)| {
+                        a.rungs.len() == b.rungs.len()
+                            && a.rungs.iter().zip(&b.rungs).all(|(x, y)| x.milestone == y.milestone)
+                    });
+                if !same_rungs {
+                    return Err(Error::InvalidState {
+                        expected: NAME,
+                        problem: "the saved rungs differ from this scheduler's settings".into(),
+                    });
+                }
+                self.core = Some(s);
+                Ok(())
+            }
+            other => Err(wrong_state(NAME, &other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trial::TrialTable;
+
+    fn result(t: f64, acc: f64) -> Metrics {
+        Metrics::from([("training_iteration".to_string(), t), ("acc".to_string(), acc)])
+    }
+
+    #[test]
+    fn rays_default_rungs() {
+        let a = Asha::new();
+        assert_eq!(a.milestones().unwrap(), vec![vec![64.0, 16.0, 4.0, 1.0]]);
+        let a = Asha::new().max_t(81).grace_period(1).reduction_factor(3).brackets(3);
+        assert_eq!(
+            a.milestones().unwrap(),
+            vec![
+                vec![81.0, 27.0, 9.0, 3.0, 1.0],
+                vec![81.0, 27.0, 9.0, 3.0],
+                vec![81.0, 27.0, 9.0]
+            ]
+        );
+        assert!(Asha::new().reduction_factor(1).milestones().is_err());
+        assert!(Asha::new().grace_period(0).milestones().is_err());
+    }
+
+    #[test]
+    fn stops_below_the_rung_quantile() {
+        let view = TrialTable::new();
+        let mut a = Asha::new().metric("acc").mode(Mode::Max).reduction_factor(2);
+        for i in 0..4 {
+            a.on_trial_add(&view, TrialId(i)).unwrap();
+        }
+        // First trial at the rung: nothing recorded, continues.
+        assert_eq!(
+            a.on_trial_result(&view, TrialId(0), &result(1.0, 0.5)).unwrap(),
+            Decision::Continue
+        );
+        assert_eq!(
+            a.on_trial_result(&view, TrialId(1), &result(1.0, 0.9)).unwrap(),
+            Decision::Continue
+        );
+        // Median of {0.5, 0.9} is 0.7: 0.6 is below.
+        assert_eq!(
+            a.on_trial_result(&view, TrialId(2), &result(1.0, 0.6)).unwrap(),
+            Decision::Stop
+        );
+        // NaN is the worst score.
+        assert_eq!(
+            a.on_trial_result(&view, TrialId(3), &result(1.0, f64::NAN)).unwrap(),
+            Decision::Stop
+        );
+        // Between rungs: continue.
+        assert_eq!(
+            a.on_trial_result(&view, TrialId(1), &result(1.5, 0.1)).unwrap(),
+            Decision::Continue
+        );
+        assert_eq!(
+            a.on_trial_result(&view, TrialId(1), &result(100.0, 0.1)).unwrap(),
+            Decision::Stop
+        );
+        let e = a.on_trial_result(&view, TrialId(1), &Metrics::new()).unwrap_err();
+        assert!(matches!(e, Error::MissingMetric { .. }));
+    }
+}

@@ -1,0 +1,226 @@
+//! Trial schedulers: the last policy stage. As results of running trials come in, a scheduler
+//! decides per result whether the trial continues, pauses, stops, or (PBT) restarts from
+//! another trial's checkpoint with new params; and which waiting trial runs next.
+//!
+//! Schedulers see a read-only [`TrialsView`], never the controller or the resource pool.
+//! Decisions about the reporting trial are the return value of
+//! [`TrialScheduler::on_trial_result`]; decisions about *other* trials (HyperBand stopping the
+//! paused losers of a round) are queued and collected with
+//! [`TrialScheduler::take_stop_requests`]. Trials a scheduler promotes (HyperBand winners) are
+//! handed out by [`TrialScheduler::choose_trial_to_run`].
+//!
+//! Direction is normalised once: every scheduler compares scores (`sign × value`, higher is
+//! better, NaN/inf the worst); a result missing the metric or the time attribute is an
+//! [`Error::MissingMetric`].
+
+mod asha;
+mod fifo;
+mod hyperband;
+mod median;
+mod pbt;
+
+use serde::{Deserialize, Serialize};
+
+pub use asha::{Asha, AshaState};
+pub use fifo::Fifo;
+pub use hyperband::{HyperBand, HyperBandState};
+pub use median::{MedianStopping, MedianStoppingState};
+pub use pbt::{Pbt, PbtState};
+
+use crate::error::{Error, Result};
+use crate::metrics::{Metrics, Mode, Objective, get_metric};
+use crate::params::Params;
+use crate::trial::{TrialId, TrialStatus, TrialsView};
+use crate::value::Value;
+
+/// What to do with a trial that just reported a result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Decision {
+    /// Keep training.
+    Continue,
+    /// Save a checkpoint and give the resources back; the trial may be resumed later (it will
+    /// be offered again through `choose_trial_to_run`).
+    Pause,
+    /// Stop for good.
+    Stop,
+    /// PBT: replace this trial's state by the latest checkpoint of `source`, set its params to
+    /// `new_params`, and continue training.
+    Exploit {
+        /// The trial whose checkpoint to clone.
+        source: TrialId,
+        /// The params to continue with.
+        new_params: Params,
+    },
+}
+
+/// Decides what running trials do. See the module docs for the calling contract.
+pub trait TrialScheduler: Send {
+    /// The metric to compare trials on and its direction.
+    fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
+
+    /// A trial was created (before it first runs).
+    fn on_trial_add(&mut self, trials: &dyn TrialsView, trial: TrialId) -> Result<()>;
+
+    /// A running trial reported `result`. The decision applies to that trial.
+    fn on_trial_result(
+        &mut self,
+        trials: &dyn TrialsView,
+        trial: TrialId,
+        result: &Metrics,
+    ) -> Result<Decision>;
+
+    /// A trial ended on its own (with its last result), or failed (`error`).
+    fn on_trial_complete(
+        &mut self,
+        trials: &dyn TrialsView,
+        trial: TrialId,
+        result: Option<&Metrics>,
+        error: bool,
+    ) -> Result<()>;
+
+    /// Which pending or paused trial to run next, if any.
+    fn choose_trial_to_run(&mut self, trials: &dyn TrialsView) -> Option<TrialId>;
+
+    /// Trials other than the reporting one that the scheduler decided to stop (paused ones,
+    /// usually); drained by the call.
+    fn take_stop_requests(&mut self) -> Vec<TrialId> {
+        Vec::new()
+    }
+
+    /// Everything needed to continue later, as serde data.
+    fn save_state(&self) -> SchedulerState;
+
+    /// Continue from a saved state (the scheduler must be configured as the one that saved it).
+    fn restore_state(&mut self, state: SchedulerState) -> Result<()>;
+}
+
+impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
+    fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
+        (**self).set_metric(metric, mode)
+    }
+    fn on_trial_add(&mut self, trials: &dyn TrialsView, trial: TrialId) -> Result<()> {
+        (**self).on_trial_add(trials, trial)
+    }
+    fn on_trial_result(
+        &mut self,
+        trials: &dyn TrialsView,
+        trial: TrialId,
+        result: &Metrics,
+    ) -> Result<Decision> {
+        (**self).on_trial_result(trials, trial, result)
+    }
+    fn on_trial_complete(
+        &mut self,
+        trials: &dyn TrialsView,
+        trial: TrialId,
+        result: Option<&Metrics>,
+        error: bool,
+    ) -> Result<()> {
+        (**self).on_trial_complete(trials, trial, result, error)
+    }
+    fn choose_trial_to_run(&mut self, trials: &dyn TrialsView) -> Option<TrialId> {
+        (**self).choose_trial_to_run(trials)
+    }
+    fn take_stop_requests(&mut self) -> Vec<TrialId> {
+        (**self).take_stop_requests()
+    }
+    fn save_state(&self) -> SchedulerState {
+        (**self).save_state()
+    }
+    fn restore_state(&mut self, state: SchedulerState) -> Result<()> {
+        (**self).restore_state(state)
+    }
+}
+
+/// The saved state of any scheduler of this crate (externally tagged: `{"asha": {...}}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchedulerState {
+    /// [`Fifo`] (stateless).
+    Fifo,
+    /// [`Asha`].
+    Asha(AshaState),
+    /// [`HyperBand`].
+    HyperBand(HyperBandState),
+    /// [`MedianStopping`].
+    MedianStopping(MedianStoppingState),
+    /// [`Pbt`].
+    Pbt(PbtState),
+    /// A scheduler defined outside this crate.
+    Custom {
+        /// The scheduler's name.
+        name: String,
+        /// Its data.
+        data: Value,
+    },
+}
+
+impl SchedulerState {
+    fn kind(&self) -> &str {
+        match self {
+            SchedulerState::Fifo => "fifo",
+            SchedulerState::Asha(_) => "asha",
+            SchedulerState::HyperBand(_) => "hyper_band",
+            SchedulerState::MedianStopping(_) => "median_stopping",
+            SchedulerState::Pbt(_) => "pbt",
+            SchedulerState::Custom { name, .. } => name,
+        }
+    }
+}
+
+fn wrong_state(expected: &'static str, found: &SchedulerState) -> Error {
+    Error::InvalidState { expected, problem: format!("the saved state is for `{}`", found.kind()) }
+}
+
+/// Metric, mode and time attribute shared by the schedulers.
+#[derive(Clone, Debug)]
+struct Target {
+    component: &'static str,
+    time_attr: String,
+    metric: Option<String>,
+    mode: Option<Mode>,
+}
+
+impl Target {
+    fn new(component: &'static str, time_attr: &str) -> Self {
+        Self { component, time_attr: time_attr.to_string(), metric: None, mode: None }
+    }
+
+    fn set(&mut self, metric: &str, mode: Mode) -> Result<()> {
+        Objective::new(self.component, metric, mode)?;
+        self.metric = Some(metric.to_string());
+        self.mode = Some(mode);
+        Ok(())
+    }
+
+    fn check(&self) -> Result<()> {
+        match (&self.metric, self.mode) {
+            (Some(_), Some(_)) => Ok(()),
+            _ => Err(Error::NotConfigured { component: self.component }),
+        }
+    }
+
+    /// `(time, score)` of a result.
+    fn read(&self, result: &Metrics) -> Result<(f64, f64)> {
+        let (Some(metric), Some(mode)) = (&self.metric, self.mode) else {
+            return Err(Error::NotConfigured { component: self.component });
+        };
+        let time = get_metric(result, &self.time_attr)?;
+        let value = get_metric(result, metric)?;
+        Ok((time, mode.score(value)))
+    }
+}
+
+/// FIFO's choice, shared by the schedulers that do not order trials themselves: the first
+/// pending trial, else the first paused one (in id order).
+fn first_pending_then_paused(trials: &dyn TrialsView) -> Option<TrialId> {
+    let mut paused = None;
+    for t in trials.iter() {
+        match t.status {
+            TrialStatus::Pending => return Some(t.id),
+            TrialStatus::Paused if paused.is_none() => paused = Some(t.id),
+            _ => {}
+        }
+    }
+    paused
+}

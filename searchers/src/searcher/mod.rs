@@ -1,0 +1,138 @@
+//! Searchers: the second stage of the pipeline. Given a validated [`SearchSpace`], a searcher
+//! proposes the params of the next trial ([`Searcher::suggest`]) and learns from results. It
+//! never starts trials or reads files; the controller calls it and carries out its answers.
+//!
+//! Every searcher keeps its randomness in its own seeded state, and [`Searcher::save_state`]
+//! returns plain serde data from which [`Searcher::restore_state`] continues exactly as if the
+//! sweep had never stopped.
+//!
+//! [`SearchSpace`]: crate::space::SearchSpace
+
+mod basic_variant;
+mod limiter;
+mod repeater;
+pub mod tpe;
+
+use serde::{Deserialize, Serialize};
+
+pub use basic_variant::{BasicVariant, BasicVariantState};
+pub use limiter::{ConcurrencyLimiter, LimiterState};
+pub use repeater::{Repeater, RepeaterState, TRIAL_INDEX_KEY};
+pub use tpe::{Tpe, TpeState};
+
+use crate::error::Result;
+use crate::metrics::{Metrics, Mode};
+use crate::params::Params;
+use crate::trial::TrialId;
+use crate::value::Value;
+
+/// What a searcher answers when asked for the next trial.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Suggestion {
+    /// Run a trial with these params.
+    Params(Params),
+    /// Nothing now (e.g. a concurrency limit); ask again after a trial completes.
+    NotNow,
+    /// The searcher has nothing more to suggest, ever.
+    Finished,
+}
+
+/// Proposes params for new trials and learns from their results.
+///
+/// Call order, per trial: `suggest(id)` once; any number of `on_trial_result(id, ..)`; exactly
+/// one `on_trial_complete(id, ..)`. `set_metric` comes first (the controller passes its
+/// `TuneConfig` metric and mode); searchers that do not use results accept it and ignore it.
+pub trait Searcher: Send {
+    /// Tell the searcher which metric to optimise and in which direction.
+    fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
+
+    /// Params for trial `trial`, or `NotNow`, or `Finished`.
+    fn suggest(&mut self, trial: TrialId) -> Result<Suggestion>;
+
+    /// An intermediate result of a running trial.
+    fn on_trial_result(&mut self, trial: TrialId, result: &Metrics) -> Result<()> {
+        let _ = (trial, result);
+        Ok(())
+    }
+
+    /// The trial ended: with its last result, with none, or with an error.
+    fn on_trial_complete(
+        &mut self,
+        trial: TrialId,
+        result: Option<&Metrics>,
+        error: bool,
+    ) -> Result<()>;
+
+    /// Everything needed to continue later, as serde data.
+    fn save_state(&self) -> SearcherState;
+
+    /// Continue from a saved state. The searcher must be configured as the one that saved it
+    /// (same space, same settings); only the evolving part is in the state.
+    fn restore_state(&mut self, state: SearcherState) -> Result<()>;
+}
+
+impl<S: Searcher + ?Sized> Searcher for Box<S> {
+    fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
+        (**self).set_metric(metric, mode)
+    }
+    fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
+        (**self).suggest(trial)
+    }
+    fn on_trial_result(&mut self, trial: TrialId, result: &Metrics) -> Result<()> {
+        (**self).on_trial_result(trial, result)
+    }
+    fn on_trial_complete(
+        &mut self,
+        trial: TrialId,
+        result: Option<&Metrics>,
+        error: bool,
+    ) -> Result<()> {
+        (**self).on_trial_complete(trial, result, error)
+    }
+    fn save_state(&self) -> SearcherState {
+        (**self).save_state()
+    }
+    fn restore_state(&mut self, state: SearcherState) -> Result<()> {
+        (**self).restore_state(state)
+    }
+}
+
+/// The saved state of any searcher of this crate (externally tagged: `{"tpe": {...}}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearcherState {
+    /// [`BasicVariant`].
+    BasicVariant(BasicVariantState),
+    /// [`Tpe`].
+    Tpe(TpeState),
+    /// [`ConcurrencyLimiter`].
+    ConcurrencyLimiter(LimiterState),
+    /// [`Repeater`].
+    Repeater(RepeaterState),
+    /// A searcher defined outside this crate.
+    Custom {
+        /// The searcher's name, checked on restore.
+        name: String,
+        /// Its data.
+        data: Value,
+    },
+}
+
+impl SearcherState {
+    pub(crate) fn kind(&self) -> &str {
+        match self {
+            SearcherState::BasicVariant(_) => "basic_variant",
+            SearcherState::Tpe(_) => "tpe",
+            SearcherState::ConcurrencyLimiter(_) => "concurrency_limiter",
+            SearcherState::Repeater(_) => "repeater",
+            SearcherState::Custom { name, .. } => name,
+        }
+    }
+}
+
+pub(crate) fn wrong_state(expected: &'static str, found: &SearcherState) -> crate::Error {
+    crate::Error::InvalidState {
+        expected,
+        problem: format!("the saved state is for `{}`", found.kind()),
+    }
+}

@@ -1,0 +1,521 @@
+//! Tree-structured Parzen Estimator, modelled on Optuna's default `TPESampler` (independent,
+//! i.e. one estimator per parameter).
+//!
+//! * The first `n_startup_trials` (10) completed trials are random draws from the domains (the
+//!   same draws [`BasicVariant`](crate::BasicVariant) makes).
+//! * Then completed trials are split into a good group of the `gamma(n) = min(ceil(0.1·n), 25)`
+//!   best and a bad group of the rest. Per parameter, a Parzen estimator `l` is fitted to the
+//!   good values and `g` to the bad ones (Optuna's weights, prior, bandwidths and magic clip;
+//!   see [`parzen`]); `n_ei_candidates` (24) candidates are drawn from `l` and the one
+//!   maximising `ln l(x) − ln g(x)` is chosen.
+//! * Constant liar (on by default): trials suggested but not finished join the bad group, so
+//!   concurrent suggestions spread out instead of piling onto one point.
+//!
+//! Domains: `uniform`, `quniform`, `loguniform`, `qloguniform` (log and/or step grid),
+//! `randint`, `qrandint`, `lograndint`, `qlograndint` (integer grids, log where asked),
+//! `choice` (categorical), `randn`/`qrandn` (modelled on the normal's CDF scale, where the
+//! prior is uniform, so the random start and the model agree). Constants and nested spaces pass
+//! through. Dependent values are evaluated after the sampled ones and are not modelled (they
+//! are functions of what is). `grid_search` is refused at construction with
+//! [`Error::Unsupported`]: a grid promises every value, a model-based searcher does not; use
+//! `choice` instead.
+//!
+//! Trials that end with an error, or with no result at all, are left out of the model. A trial
+//! that ends without a final result but reported intermediate ones counts with its last one
+//! (like a pruned trial in Optuna).
+
+pub mod parzen;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use self::parzen::{Estimator, NumericSpec, ParamKind, ParzenSettings, default_weights};
+use super::{Searcher, SearcherState, Suggestion, wrong_state};
+use crate::error::{Error, Result};
+use crate::math::{norm_cdf, norm_ppf};
+use crate::metrics::{Metrics, Mode, Objective, opt_score_serde, score_serde};
+use crate::rng::SearchRng;
+use crate::space::domain::{Domain, float_q_bounds, int_q_bounds, round_to_q};
+use crate::space::{Param, SearchSpace};
+use crate::trial::TrialId;
+use crate::value::Value;
+
+const NAME: &str = "TPE";
+
+/// How one sampled leaf maps to the model's numbers and back.
+#[derive(Clone, Debug, PartialEq)]
+enum Leaf {
+    /// Modelled directly; the output is a float or an int.
+    Number { spec: NumericSpec, int: bool, q: Option<f64> },
+    /// Modelled on `u = Φ((x − mean)/sd)`, uniform on (0, 1) under the prior.
+    Normal { mean: f64, sd: f64, q: Option<f64> },
+    /// Modelled by index.
+    Choice(Vec<Value>),
+}
+
+const U_EPS: f64 = 1e-9;
+
+impl Leaf {
+    fn from_domain(d: &Domain) -> Leaf {
+        let num = |low: f64, high: f64, step: Option<f64>, log: bool, int: bool, q: Option<f64>| {
+            Leaf::Number { spec: NumericSpec { low, high, step, log }, int, q }
+        };
+        match *d {
+            Domain::Uniform { low, high } => num(low, high, None, false, false, None),
+            Domain::QUniform { low, high, q } => {
+                let (lo, hi) = float_q_bounds(low, high, q);
+                num(lo, hi, Some(q), false, false, Some(q))
+            }
+            Domain::LogUniform { low, high, .. } => num(low, high, None, true, false, None),
+            Domain::QLogUniform { low, high, q, .. } => {
+                let (lo, hi) = float_q_bounds(low, high, q);
+                num(lo, hi, Some(q), true, false, Some(q))
+            }
+            Domain::Randn { mean, sd } => Leaf::Normal { mean, sd, q: None },
+            Domain::QRandn { mean, sd, q } => Leaf::Normal { mean, sd, q: Some(q) },
+            Domain::RandInt { low, high } => {
+                num(low as f64, (high - 1) as f64, Some(1.0), false, true, None)
+            }
+            Domain::LogRandInt { low, high, .. } => {
+                num(low as f64, (high - 1) as f64, Some(1.0), true, true, None)
+            }
+            Domain::QRandInt { low, high, q } | Domain::QLogRandInt { low, high, q, .. } => {
+                let log = matches!(d, Domain::QLogRandInt { .. });
+                if q <= 1 {
+                    num(low as f64, (high - 1) as f64, Some(1.0), log, true, None)
+                } else {
+                    let (lo, hi) = int_q_bounds(low, high, q);
+                    num(lo as f64, hi as f64, Some(q as f64), log, true, None)
+                }
+            }
+            Domain::Choice(ref values) => Leaf::Choice(values.clone()),
+        }
+    }
+
+    fn kind(&self) -> ParamKind {
+        match self {
+            Leaf::Number { spec, .. } => ParamKind::Numeric(*spec),
+            Leaf::Normal { .. } => ParamKind::Numeric(NumericSpec {
+                low: U_EPS,
+                high: 1.0 - U_EPS,
+                step: None,
+                log: false,
+            }),
+            Leaf::Choice(values) => ParamKind::Categorical(values.len()),
+        }
+    }
+
+    /// The model coordinate of a sampled value (`None` if the value does not fit the leaf).
+    fn coord(&self, v: &Value) -> Option<f64> {
+        match self {
+            Leaf::Number { spec, .. } => v.as_f64().map(|x| x.clamp(spec.low, spec.high)),
+            Leaf::Normal { mean, sd, .. } => {
+                v.as_f64().map(|x| norm_cdf((x - mean) / sd).clamp(U_EPS, 1.0 - U_EPS))
+            }
+            Leaf::Choice(values) => values.iter().position(|c| c == v).map(|i| i as f64),
+        }
+    }
+
+    /// The value for a model coordinate.
+    fn value(&self, c: f64) -> Value {
+        match self {
+            Leaf::Number { int: true, spec, .. } => {
+                Value::Int(spec.align(c).round().clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+            }
+            Leaf::Number { spec, q, .. } => {
+                let x = spec.align(c);
+                Value::Float(q.map_or(x, |q| round_to_q(x, q)))
+            }
+            Leaf::Normal { mean, sd, q } => {
+                let x = mean + sd * norm_ppf(c.clamp(U_EPS, 1.0 - U_EPS));
+                Value::Float(q.map_or(x, |q| round_to_q(x, q)))
+            }
+            Leaf::Choice(values) => values.get(c as usize).cloned().unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Tree-structured Parzen Estimator searcher. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Tpe {
+    space: SearchSpace,
+    leaves: Vec<Leaf>,
+    /// Domain of each leaf for random start-up draws.
+    domains: Vec<Domain>,
+    metric: Option<String>,
+    mode: Option<Mode>,
+    n_startup_trials: usize,
+    n_ei_candidates: usize,
+    gamma_fraction: f64,
+    gamma_max: usize,
+    prior_weight: f64,
+    consider_magic_clip: bool,
+    consider_endpoints: bool,
+    constant_liar: bool,
+    state: TpeState,
+}
+
+/// The evolving part of a [`Tpe`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TpeState {
+    rng: SearchRng,
+    /// Suggested, not yet complete.
+    #[serde(with = "crate::serde_util::map_as_pairs")]
+    live: BTreeMap<TrialId, LiveTrial>,
+    /// Completed trials with a score, in completion order.
+    observations: Vec<Observation>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct LiveTrial {
+    coords: Vec<f64>,
+    #[serde(with = "opt_score_serde")]
+    last_score: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Observation {
+    trial: TrialId,
+    coords: Vec<f64>,
+    #[serde(with = "score_serde")]
+    score: f64,
+}
+
+impl Tpe {
+    /// A TPE searcher over `space` with Optuna's defaults and seed 0. Fails if the space is
+    /// invalid or holds a `grid_search`.
+    pub fn new(space: SearchSpace) -> Result<Self> {
+        space.validate()?;
+        let mut leaves = Vec::new();
+        let mut domains = Vec::new();
+        for leaf in space.leaves() {
+            match leaf.param {
+                Param::Sample(d) => {
+                    leaves.push(Leaf::from_domain(d));
+                    domains.push(d.clone());
+                }
+                Param::Grid(_) => {
+                    return Err(Error::Unsupported {
+                        path: leaf.dotted(),
+                        searcher: NAME,
+                        what: "grid_search",
+                        hint: "use `choice` for a categorical parameter, or BasicVariant for a grid",
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(Self {
+            space,
+            leaves,
+            domains,
+            metric: None,
+            mode: None,
+            n_startup_trials: 10,
+            n_ei_candidates: 24,
+            gamma_fraction: 0.1,
+            gamma_max: 25,
+            prior_weight: 1.0,
+            consider_magic_clip: true,
+            consider_endpoints: false,
+            constant_liar: true,
+            state: TpeState {
+                rng: SearchRng::seed_from_u64(0),
+                live: BTreeMap::new(),
+                observations: Vec::new(),
+            },
+        })
+    }
+
+    /// The metric to optimise (or pass it through [`Searcher::set_metric`]).
+    pub fn metric(mut self, metric: impl Into<String>) -> Self {
+        self.metric = Some(metric.into());
+        self
+    }
+
+    /// The direction.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// Seed (restarts the random stream; call before the first suggestion).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.state.rng = SearchRng::seed_from_u64(seed);
+        self
+    }
+
+    /// Completed trials drawn at random before the model is used (default 10).
+    pub fn n_startup_trials(mut self, n: usize) -> Self {
+        self.n_startup_trials = n;
+        self
+    }
+
+    /// Candidates drawn from `l(x)` per parameter (default 24, must be ≥ 1).
+    pub fn n_ei_candidates(mut self, n: usize) -> Self {
+        self.n_ei_candidates = n;
+        self
+    }
+
+    /// `gamma(n) = min(ceil(fraction·n), max)` (default 0.1 and 25).
+    pub fn gamma(mut self, fraction: f64, max: usize) -> Self {
+        self.gamma_fraction = fraction;
+        self.gamma_max = max;
+        self
+    }
+
+    /// Weight of the prior kernel (default 1.0).
+    pub fn prior_weight(mut self, w: f64) -> Self {
+        self.prior_weight = w;
+        self
+    }
+
+    /// Optuna's bandwidth floor (default on).
+    pub fn consider_magic_clip(mut self, on: bool) -> Self {
+        self.consider_magic_clip = on;
+        self
+    }
+
+    /// Let the outermost kernels' bandwidths see the bounds (default off).
+    pub fn consider_endpoints(mut self, on: bool) -> Self {
+        self.consider_endpoints = on;
+        self
+    }
+
+    /// Count running trials as bad ones (default on).
+    pub fn constant_liar(mut self, on: bool) -> Self {
+        self.constant_liar = on;
+        self
+    }
+
+    /// Number of completed trials the model knows.
+    pub fn num_observations(&self) -> usize {
+        self.state.observations.len()
+    }
+
+    fn objective(&self) -> Result<Objective> {
+        match (&self.metric, self.mode) {
+            (Some(m), Some(mode)) => Objective::new(NAME, m, mode),
+            _ => Err(Error::NotConfigured { component: NAME }),
+        }
+    }
+
+    fn check_settings(&self) -> Result<()> {
+        if self.n_ei_candidates == 0 {
+            return Err(Error::config(NAME, "n_ei_candidates", 0, "at least 1"));
+        }
+        if !(self.gamma_fraction > 0.0 && self.gamma_fraction <= 1.0) {
+            return Err(Error::config(NAME, "gamma fraction", self.gamma_fraction, "in (0, 1]"));
+        }
+        if self.gamma_max == 0 {
+            return Err(Error::config(NAME, "gamma max", 0, "at least 1"));
+        }
+        if !(self.prior_weight.is_finite() && self.prior_weight > 0.0) {
+            return Err(Error::config(
+                NAME,
+                "prior_weight",
+                self.prior_weight,
+                "a finite weight > 0",
+            ));
+        }
+        Ok(())
+    }
+
+    fn gamma_of(&self, n: usize) -> usize {
+        let g = (self.gamma_fraction * n as f64).ceil();
+        (g.max(0.0) as usize).min(self.gamma_max)
+    }
+
+    /// Model-based coordinates for a new trial, one leaf at a time.
+    fn model_coords(&mut self) -> Vec<f64> {
+        let obs = &self.state.observations;
+        // Rank completed trials (best first; ties by trial order) and split them.
+        let mut ranked: Vec<&Observation> = obs.iter().collect();
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.trial.cmp(&b.trial)));
+        let n_below = self.gamma_of(obs.len()).min(ranked.len());
+        let mut below: Vec<(TrialId, &[f64])> =
+            ranked[..n_below].iter().map(|o| (o.trial, o.coords.as_slice())).collect();
+        let mut above: Vec<(TrialId, &[f64])> =
+            ranked[n_below..].iter().map(|o| (o.trial, o.coords.as_slice())).collect();
+        if self.constant_liar {
+            above.extend(self.state.live.iter().map(|(id, t)| (*id, t.coords.as_slice())));
+        }
+        below.sort_by_key(|(id, _)| *id);
+        above.sort_by_key(|(id, _)| *id);
+        let w_below = default_weights(below.len());
+        let w_above = default_weights(above.len());
+        let settings = ParzenSettings {
+            prior_weight: self.prior_weight,
+            consider_magic_clip: self.consider_magic_clip,
+            consider_endpoints: self.consider_endpoints,
+        };
+        let mut coords = Vec::with_capacity(self.leaves.len());
+        let mut column = Vec::with_capacity(above.len().max(below.len()));
+        for (j, leaf) in self.leaves.iter().enumerate() {
+            let kind = leaf.kind();
+            column.clear();
+            column.extend(below.iter().filter_map(|(_, c)| c.get(j).copied()));
+            let l = Estimator::build(&kind, &column, &w_below[..column.len()], &settings);
+            column.clear();
+            column.extend(above.iter().filter_map(|(_, c)| c.get(j).copied()));
+            let g = Estimator::build(&kind, &column, &w_above[..column.len()], &settings);
+            let candidates = l.sample(&mut self.state.rng, self.n_ei_candidates);
+            let mut best = (f64::NEG_INFINITY, candidates.first().copied().unwrap_or(0.0));
+            for c in candidates {
+                let score = l.log_pdf(c) - g.log_pdf(c);
+                if score > best.0 {
+                    best = (score, c);
+                }
+            }
+            coords.push(best.1);
+        }
+        coords
+    }
+}
+
+impl Searcher for Tpe {
+    fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
+        Objective::new(NAME, metric, mode)?;
+        self.metric = Some(metric.to_string());
+        self.mode = Some(mode);
+        Ok(())
+    }
+
+    fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
+        self.objective()?;
+        self.check_settings()?;
+        let startup = self.state.observations.len() < self.n_startup_trials;
+        let (values, coords): (Vec<Value>, Vec<f64>) = if startup {
+            let values: Vec<Value> =
+                self.domains.iter().map(|d| d.sample(&mut self.state.rng)).collect();
+            let coords =
+                self.leaves.iter().zip(&values).map(|(l, v)| l.coord(v).unwrap_or(0.0)).collect();
+            (values, coords)
+        } else {
+            let coords = self.model_coords();
+            let values = self.leaves.iter().zip(&coords).map(|(l, c)| l.value(*c)).collect();
+            (values, coords)
+        };
+        let params = self.space.resolve(&mut self.state.rng, &mut |i, _, _| {
+            Ok(values.get(i).cloned().unwrap_or(Value::Null))
+        })?;
+        self.state.live.insert(trial, LiveTrial { coords, last_score: None });
+        Ok(Suggestion::Params(params))
+    }
+
+    fn on_trial_result(&mut self, trial: TrialId, result: &Metrics) -> Result<()> {
+        let score = self.objective()?.score(result)?;
+        match self.state.live.get_mut(&trial) {
+            Some(t) => {
+                t.last_score = Some(score);
+                Ok(())
+            }
+            None => Err(Error::UnknownTrial { component: NAME, trial }),
+        }
+    }
+
+    fn on_trial_complete(
+        &mut self,
+        trial: TrialId,
+        result: Option<&Metrics>,
+        error: bool,
+    ) -> Result<()> {
+        let score = match (error, result) {
+            (true, _) => None,
+            (false, Some(r)) => Some(self.objective()?.score(r)?),
+            (false, None) => self.state.live.get(&trial).and_then(|t| t.last_score),
+        };
+        let Some(t) = self.state.live.remove(&trial) else {
+            return Err(Error::UnknownTrial { component: NAME, trial });
+        };
+        if let Some(score) = score {
+            self.state.observations.push(Observation { trial, coords: t.coords, score });
+        }
+        Ok(())
+    }
+
+    fn save_state(&self) -> SearcherState {
+        SearcherState::Tpe(self.state.clone())
+    }
+
+    fn restore_state(&mut self, state: SearcherState) -> Result<()> {
+        match state {
+            SearcherState::Tpe(s) => {
+                let n = self.leaves.len();
+                let fits = s.observations.iter().all(|o| o.coords.len() == n)
+                    && s.live.values().all(|t| t.coords.len() == n);
+                if !fits {
+                    return Err(Error::InvalidState {
+                        expected: NAME,
+                        problem: format!(
+                            "the saved trials do not have {n} parameters like this space"
+                        ),
+                    });
+                }
+                self.state = s;
+                Ok(())
+            }
+            other => Err(wrong_state(NAME, &other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::domain::*;
+    use crate::space::grid_search;
+
+    fn space() -> SearchSpace {
+        SearchSpace::new()
+            .add("x", uniform(-5.0, 5.0).unwrap())
+            .add("lr", loguniform(1e-4, 1e-1).unwrap())
+            .add("n", randint(1, 9).unwrap())
+            .add("q", qlograndint(8, 256, 8).unwrap())
+            .add("z", qrandn(0.0, 1.0, 0.5).unwrap())
+            .add("c", choice(["a", "b", "c"]))
+            .add("k", 3)
+    }
+
+    #[test]
+    fn grid_is_refused_with_a_typed_error() {
+        let s = SearchSpace::new().add("m", SearchSpace::new().add("g", grid_search([1, 2])));
+        let e = Tpe::new(s).unwrap_err();
+        assert!(matches!(&e, Error::Unsupported { path, .. } if path == "m.g"), "{e}");
+    }
+
+    #[test]
+    fn needs_metric() {
+        let mut t = Tpe::new(space()).unwrap();
+        assert_eq!(t.suggest(TrialId(0)).unwrap_err(), Error::NotConfigured { component: NAME });
+    }
+
+    #[test]
+    fn model_suggestions_stay_in_their_domains() {
+        let mut t = Tpe::new(space()).unwrap().metric("loss").mode(Mode::Min).seed(5);
+        let s = space();
+        for i in 0..40 {
+            let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
+            for (key, param) in s.iter() {
+                if let Param::Sample(d) = param {
+                    let v = p.value(key).unwrap();
+                    assert!(d.contains(v), "{key} = {v:?} not in {}", d.describe());
+                }
+            }
+            let loss = p.get::<f64>("x").unwrap().powi(2);
+            let r = Metrics::from([("loss".to_string(), loss)]);
+            t.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
+        }
+        assert_eq!(t.num_observations(), 40);
+    }
+
+    #[test]
+    fn missing_metric_is_typed() {
+        let mut t = Tpe::new(space()).unwrap().metric("loss").mode(Mode::Min);
+        t.suggest(TrialId(0)).unwrap();
+        let r = Metrics::from([("acc".to_string(), 1.0)]);
+        let e = t.on_trial_complete(TrialId(0), Some(&r), false).unwrap_err();
+        assert_eq!(e, Error::MissingMetric { metric: "loss".into(), present: vec!["acc".into()] });
+    }
+}

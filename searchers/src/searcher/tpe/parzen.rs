@@ -1,0 +1,367 @@
+//! Parzen estimators for TPE, one parameter at a time (Optuna's univariate estimator): a
+//! mixture of truncated normals (numerical parameters, optionally log-scaled and/or on a step
+//! grid) or of smoothed one-hot rows (categorical), plus a prior kernel.
+//!
+//! Bandwidths follow Optuna: each kernel's sigma is the larger gap to its sorted neighbours
+//! (the outermost kernels use their inner gap, `consider_endpoints = false`), clipped to
+//! `[(high − low) / min(100, n_kernels + 1), high − low]` ("magic clip"); the prior kernel sits
+//! at the middle with sigma `high − low`. Discrete parameters work on bounds widened by half a
+//! step and score a grid point by the kernel mass of its cell.
+
+use rand::{Rng, RngExt};
+use rand_distr::StandardNormal;
+
+use crate::math::{log_gauss_mass, logsumexp_iter};
+
+/// A numerical parameter as TPE sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct NumericSpec {
+    /// Smallest value (a grid point when `step` is set).
+    pub low: f64,
+    /// Largest value (a grid point when `step` is set).
+    pub high: f64,
+    /// Grid step.
+    pub step: Option<f64>,
+    /// Model in log space.
+    pub log: bool,
+}
+
+impl NumericSpec {
+    fn transform(&self, x: f64) -> f64 {
+        if self.log { x.max(f64::MIN_POSITIVE).ln() } else { x }
+    }
+
+    fn untransform(&self, z: f64) -> f64 {
+        if self.log { z.exp() } else { z }
+    }
+
+    /// Kernel-space bounds: widened by half a step for grids, log-scaled for log parameters.
+    fn kernel_bounds(&self) -> (f64, f64) {
+        let half = self.step.map_or(0.0, |s| s / 2.0);
+        (self.transform(self.low - half), self.transform(self.high + half))
+    }
+
+    /// Put a value on the grid (if any) and inside the bounds.
+    pub fn align(&self, x: f64) -> f64 {
+        let x = match self.step {
+            Some(s) if s > 0.0 => self.low + ((x - self.low) / s).round() * s,
+            _ => x,
+        };
+        x.clamp(self.low, self.high)
+    }
+}
+
+/// The shape of one parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ParamKind {
+    Numeric(NumericSpec),
+    /// Number of choices.
+    Categorical(usize),
+}
+
+/// Estimator settings (Optuna's `_ParzenEstimatorParameters`, univariate).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ParzenSettings {
+    pub prior_weight: f64,
+    pub consider_magic_clip: bool,
+    pub consider_endpoints: bool,
+}
+
+/// Optuna's `default_weights`: flat for fewer than 25 observations, else a linear ramp from
+/// `1/n` for the oldest `n − 25` and flat for the newest 25.
+pub(crate) fn default_weights(n: usize) -> Vec<f64> {
+    if n < 25 {
+        return vec![1.0; n];
+    }
+    let ramp_len = n - 25;
+    let mut w = Vec::with_capacity(n);
+    let start = 1.0 / n as f64;
+    for i in 0..ramp_len {
+        let t = if ramp_len == 1 { 0.0 } else { i as f64 / (ramp_len - 1) as f64 };
+        w.push(start + (1.0 - start) * t);
+    }
+    w.extend(std::iter::repeat_n(1.0, 25));
+    w
+}
+
+pub(crate) enum Estimator {
+    Numeric(NumericEstimator),
+    Categorical { probs: Vec<f64>, log_probs: Vec<f64> },
+}
+
+pub(crate) struct NumericEstimator {
+    spec: NumericSpec,
+    lo: f64,
+    hi: f64,
+    mus: Vec<f64>,
+    sigmas: Vec<f64>,
+    /// Cumulative mixture weights, for picking a kernel.
+    cum_weights: Vec<f64>,
+    inv_sigmas: Vec<f64>,
+    /// ln(weight) − ln(mass of the kernel inside the bounds), per kernel; continuous
+    /// parameters also fold in −ln(sigma) (the density's scale).
+    log_coef: Vec<f64>,
+}
+
+impl Estimator {
+    /// Build from observations (`obs` in parameter units, or choice indices) with per-observation
+    /// weights (same length).
+    pub fn build(kind: &ParamKind, obs: &[f64], weights: &[f64], s: &ParzenSettings) -> Self {
+        let mut mix: Vec<f64> = if obs.is_empty() {
+            vec![1.0]
+        } else {
+            weights.iter().copied().chain(std::iter::once(s.prior_weight)).collect()
+        };
+        let total: f64 = mix.iter().sum();
+        if total > 0.0 && total.is_finite() {
+            mix.iter_mut().for_each(|w| *w /= total);
+        } else {
+            let n = mix.len() as f64;
+            mix.iter_mut().for_each(|w| *w = 1.0 / n);
+        }
+        match kind {
+            ParamKind::Categorical(n_choices) => categorical(*n_choices, obs, &mix, s),
+            ParamKind::Numeric(spec) => Estimator::Numeric(numeric(*spec, obs, &mix, s)),
+        }
+    }
+
+    /// Draw `n` candidates.
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R, n: usize) -> Vec<f64> {
+        match self {
+            Estimator::Categorical { probs, .. } => {
+                (0..n).map(|_| pick(rng, probs, false) as f64).collect()
+            }
+            Estimator::Numeric(e) => (0..n).map(|_| e.sample_one(rng)).collect(),
+        }
+    }
+
+    /// Log density (continuous parameters, in the model's space: log-scaled for log parameters)
+    /// or log probability (grids and categories) at `x`.
+    pub fn log_pdf(&self, x: f64) -> f64 {
+        match self {
+            Estimator::Categorical { log_probs, .. } => {
+                let i = x as usize;
+                log_probs.get(i).copied().unwrap_or(f64::NEG_INFINITY)
+            }
+            Estimator::Numeric(e) => e.log_pdf(x),
+        }
+    }
+}
+
+/// Index drawn from weights (`cumulative`: the slice already holds cumulative sums).
+fn pick<R: Rng + ?Sized>(rng: &mut R, w: &[f64], cumulative: bool) -> usize {
+    let u: f64 = rng.random();
+    if cumulative {
+        let total = w.last().copied().unwrap_or(0.0);
+        let target = u * total;
+        w.partition_point(|c| *c <= target).min(w.len().saturating_sub(1))
+    } else {
+        let total: f64 = w.iter().sum();
+        let mut acc = 0.0;
+        for (i, p) in w.iter().enumerate() {
+            acc += p;
+            if u * total < acc {
+                return i;
+            }
+        }
+        w.len().saturating_sub(1)
+    }
+}
+
+fn categorical(n_choices: usize, obs: &[f64], mix: &[f64], s: &ParzenSettings) -> Estimator {
+    let n_choices = n_choices.max(1);
+    let mut probs = vec![0.0; n_choices];
+    if obs.is_empty() {
+        probs.iter_mut().for_each(|p| *p = 1.0 / n_choices as f64);
+    } else {
+        let n_kernels = obs.len() + 1;
+        let base = s.prior_weight / n_kernels as f64;
+        // Observation kernels: `base` everywhere plus 1 at the observed choice, row-normalised.
+        let obs_row_sum = base * n_choices as f64 + 1.0;
+        let prior_row = 1.0 / n_choices as f64;
+        for (k, w) in mix.iter().enumerate() {
+            match obs.get(k) {
+                Some(&o) => {
+                    let idx = (o as usize).min(n_choices - 1);
+                    for (c, p) in probs.iter_mut().enumerate() {
+                        let cell = base + if c == idx { 1.0 } else { 0.0 };
+                        *p += w * cell / obs_row_sum;
+                    }
+                }
+                None => probs.iter_mut().for_each(|p| *p += w * prior_row),
+            }
+        }
+    }
+    let log_probs = probs.iter().map(|p| p.ln()).collect();
+    Estimator::Categorical { probs, log_probs }
+}
+
+fn numeric(spec: NumericSpec, obs: &[f64], mix: &[f64], s: &ParzenSettings) -> NumericEstimator {
+    let (lo, hi) = spec.kernel_bounds();
+    let width = hi - lo;
+    let mut mus: Vec<f64> = obs.iter().map(|x| spec.transform(*x).clamp(lo, hi)).collect();
+    let n = mus.len();
+    let prior_mu = 0.5 * (lo + hi);
+
+    // Optuna's univariate bandwidths.
+    let mut order: Vec<usize> = (0..=n).collect();
+    let with_prior: Vec<f64> = mus.iter().copied().chain(std::iter::once(prior_mu)).collect();
+    order.sort_by(|a, b| with_prior[*a].total_cmp(&with_prior[*b]));
+    let mut ends = Vec::with_capacity(n + 3);
+    ends.push(lo);
+    ends.extend(order.iter().map(|i| with_prior[*i]));
+    ends.push(hi);
+    let m = n + 1;
+    let mut sorted_sigmas: Vec<f64> =
+        (0..m).map(|i| (ends[i + 1] - ends[i]).max(ends[i + 2] - ends[i + 1])).collect();
+    if !s.consider_endpoints && ends.len() >= 4 {
+        sorted_sigmas[0] = ends[2] - ends[1];
+        sorted_sigmas[m - 1] = ends[m] - ends[m - 1];
+    }
+    let mut sigmas = vec![0.0; m];
+    for (rank, &i) in order.iter().enumerate() {
+        sigmas[i] = sorted_sigmas[rank];
+    }
+    sigmas.truncate(n);
+    let max_sigma = width;
+    let min_sigma =
+        if s.consider_magic_clip { width / (100.0f64).min(1.0 + (n + 1) as f64) } else { 1e-12 };
+    for sg in &mut sigmas {
+        *sg = sg.clamp(min_sigma.min(max_sigma), max_sigma);
+    }
+    mus.push(prior_mu);
+    sigmas.push(width);
+
+    let mut cum = 0.0;
+    let cum_weights = mix
+        .iter()
+        .map(|w| {
+            cum += w;
+            cum
+        })
+        .collect();
+    let continuous = spec.step.is_none();
+    let log_coef = mix
+        .iter()
+        .zip(mus.iter().zip(&sigmas))
+        .map(|(w, (mu, sg))| {
+            let sg = sg.max(1e-300);
+            let scale =
+                if continuous { sg.ln() + 0.5 * (2.0 * std::f64::consts::PI).ln() } else { 0.0 };
+            w.ln() - log_gauss_mass((lo - mu) / sg, (hi - mu) / sg) - scale
+        })
+        .collect();
+    let inv_sigmas = sigmas.iter().map(|s| 1.0 / s.max(1e-300)).collect();
+    NumericEstimator { spec, lo, hi, mus, sigmas, inv_sigmas, cum_weights, log_coef }
+}
+
+impl NumericEstimator {
+    fn sample_one<R: Rng + ?Sized>(&self, rng: &mut R) -> f64 {
+        if self.hi.partial_cmp(&self.lo) != Some(std::cmp::Ordering::Greater) {
+            return self.spec.low;
+        }
+        let k = pick(rng, &self.cum_weights, true);
+        let (mu, sigma) = (self.mus[k], self.sigmas[k].max(1e-300));
+        // Rejection from the untruncated normal: every kernel centre lies inside the bounds and
+        // sigma ≤ high − low, so at least ~34% of draws land inside.
+        let mut z = None;
+        for _ in 0..256 {
+            let e: f64 = rng.sample(StandardNormal);
+            let c = mu + sigma * e;
+            if c >= self.lo && c <= self.hi {
+                z = Some(c);
+                break;
+            }
+        }
+        let z = z.unwrap_or_else(|| mu.clamp(self.lo, self.hi));
+        self.spec.align(self.spec.untransform(z))
+    }
+
+    fn log_pdf(&self, x: f64) -> f64 {
+        if self.hi.partial_cmp(&self.lo) != Some(std::cmp::Ordering::Greater) {
+            return 0.0;
+        }
+        match self.spec.step {
+            None => {
+                let z = self.spec.transform(x);
+                logsumexp_iter(self.mus.iter().zip(&self.inv_sigmas).zip(&self.log_coef).map(
+                    |((mu, inv), c)| {
+                        let d = (z - mu) * inv;
+                        c - 0.5 * d * d
+                    },
+                ))
+            }
+            Some(step) => {
+                let a = self.spec.transform(x - step / 2.0).max(self.lo);
+                let b = self.spec.transform(x + step / 2.0).min(self.hi);
+                logsumexp_iter(
+                    self.mus
+                        .iter()
+                        .zip(&self.inv_sigmas)
+                        .zip(&self.log_coef)
+                        .map(|((mu, inv), c)| c + log_gauss_mass((a - mu) * inv, (b - mu) * inv)),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SearchRng;
+
+    const S: ParzenSettings =
+        ParzenSettings { prior_weight: 1.0, consider_magic_clip: true, consider_endpoints: false };
+
+    #[test]
+    fn weights_match_optuna() {
+        assert_eq!(default_weights(3), vec![1.0; 3]);
+        let w = default_weights(30);
+        assert_eq!(w.len(), 30);
+        assert!((w[0] - 1.0 / 30.0).abs() < 1e-12);
+        assert_eq!(w[4], 1.0);
+        assert_eq!(w[29], 1.0);
+    }
+
+    #[test]
+    fn numeric_estimator_concentrates_near_observations() {
+        let spec = NumericSpec { low: 0.0, high: 10.0, step: None, log: false };
+        let obs = [2.0, 2.1, 1.9, 2.05];
+        let e = Estimator::build(&ParamKind::Numeric(spec), &obs, &[1.0; 4], &S);
+        assert!(e.log_pdf(2.0) > e.log_pdf(8.0));
+        let mut rng = SearchRng::seed_from_u64(1);
+        let xs = e.sample(&mut rng, 200);
+        assert!(xs.iter().all(|x| (0.0..=10.0).contains(x)));
+        // Magic clip keeps the 4 kernels at least 10/6 wide.
+        let near = xs.iter().filter(|x| (**x - 2.0).abs() < 2.0).count();
+        assert!(near > 100, "{near}");
+        // Density integrates to ~1 over the bounds.
+        let n = 10_000;
+        let integral: f64 = (0..n)
+            .map(|i| e.log_pdf((i as f64 + 0.5) * 10.0 / n as f64).exp() * 10.0 / n as f64)
+            .sum();
+        assert!((integral - 1.0).abs() < 1e-3, "{integral}");
+    }
+
+    #[test]
+    fn discrete_log_estimator_gives_probabilities_on_the_grid() {
+        let spec = NumericSpec { low: 1.0, high: 64.0, step: Some(1.0), log: true };
+        let e = Estimator::build(&ParamKind::Numeric(spec), &[4.0, 5.0], &[1.0; 2], &S);
+        let total: f64 = (1..=64).map(|i| e.log_pdf(f64::from(i)).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-3, "{total}");
+        let mut rng = SearchRng::seed_from_u64(2);
+        for x in e.sample(&mut rng, 100) {
+            assert_eq!(x, x.round());
+            assert!((1.0..=64.0).contains(&x));
+        }
+    }
+
+    #[test]
+    fn categorical_estimator_prefers_observed_choices() {
+        let e = Estimator::build(&ParamKind::Categorical(3), &[1.0, 1.0, 0.0], &[1.0; 3], &S);
+        let p: Vec<f64> = (0..3).map(|i| e.log_pdf(f64::from(i)).exp()).collect();
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!(p[1] > p[0] && p[0] > p[2], "{p:?}");
+    }
+}

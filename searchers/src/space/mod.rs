@@ -1,0 +1,501 @@
+//! The search space: the first stage of the pipeline, written by the user (builder or sweep
+//! file), validated once, then handed to a searcher which resolves it into [`Params`].
+//!
+//! A space is an ordered list of keyed entries: constants, sampling [`Domain`]s, grid searches,
+//! nested spaces and dependent values. Keys are non-empty, unique, and contain no `.` (dotted
+//! paths address nested entries).
+//!
+//! # Sweep-file form
+//!
+//! Reads naturally in TOML and JSON. A table with exactly one key that names a domain is that
+//! domain; any other table is a nested space; everything else is a constant.
+//!
+//! ```toml
+//! epochs = 20                                  # constant
+//! layers = { grid_search = [1, 2, 3] }
+//! [model]                                      # nested space
+//! lr = { loguniform = [1e-4, 1e-1] }           # [low, high] or [low, high, base]
+//! hidden = { choice = [64, 128, 256] }
+//! dropout = { quniform = [0.0, 0.5, 0.1] }     # [low, high, q]
+//! batch = { qlograndint = { low = 16, high = 256, q = 16 } }   # table form works too
+//! act = { constant = { choice = "relu" } }     # escape a table that would read as a domain
+//! ```
+//!
+//! Domains: `uniform [low, high]`, `quniform [low, high, q]`, `loguniform [low, high, base?]`,
+//! `qloguniform [low, high, q, base?]`, `randn [mean?, sd?]`, `qrandn [mean, sd, q]`,
+//! `randint [low, high]`, `qrandint [low, high, q?]`, `lograndint [low, high, base?]`,
+//! `qlograndint [low, high, q, base?]`, `choice [values]`, `grid_search [values]`.
+//!
+//! Dependent values are Rust closures: they exist only in spaces built in code and cannot be
+//! serialised (serialising such a space is an [`Error::NotSerializable`] naming the key).
+
+pub mod domain;
+
+use std::fmt;
+use std::sync::Arc;
+
+use rand::Rng;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::{Error, Result};
+use crate::params::Params;
+use crate::value::{Map, Value};
+pub use domain::Domain;
+
+/// A function computing a parameter from the ones already sampled (`sample_from` in Ray).
+///
+/// It receives the params resolved so far (every non-dependent entry, plus the dependent
+/// entries before it in depth-first order; later dependents read as null) and a random source.
+/// Not serialisable: a space holding one must be built in code.
+#[derive(Clone)]
+pub struct Dependent(Arc<DependentFn>);
+
+type DependentFn = dyn Fn(&Params, &mut dyn Rng) -> Result<Value> + Send + Sync;
+
+impl Dependent {
+    /// Evaluate the function.
+    pub fn eval(&self, params: &Params, rng: &mut dyn Rng) -> Result<Value> {
+        (self.0)(params, rng)
+    }
+}
+
+impl fmt::Debug for Dependent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Dependent(<fn>)")
+    }
+}
+
+impl PartialEq for Dependent {
+    /// Two dependents are equal only if they are the same function object.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A value computed from the params sampled before it, deterministically:
+/// `dependent(|p| Ok(p.get::<i64>("hidden")? / 4))`.
+pub fn dependent<F, V>(f: F) -> Dependent
+where
+    F: Fn(&Params) -> Result<V> + Send + Sync + 'static,
+    V: Into<Value>,
+{
+    Dependent(Arc::new(move |p: &Params, _: &mut dyn Rng| f(p).map(Into::into)))
+}
+
+/// A value drawn by a function of the params sampled before it and a random source (Ray's
+/// `sample_from`): `sample_from(|p, rng| Ok(rng.random_range(0..p.get::<i64>("a")?)))`.
+pub fn sample_from<F, V>(f: F) -> Dependent
+where
+    F: Fn(&Params, &mut dyn Rng) -> Result<V> + Send + Sync + 'static,
+    V: Into<Value>,
+{
+    Dependent(Arc::new(move |p: &Params, rng: &mut dyn Rng| f(p, rng).map(Into::into)))
+}
+
+/// A grid search over `values`: every value appears in every grid combination
+/// (the searcher repeats the whole grid `num_samples` times).
+pub fn grid_search<I, T>(values: I) -> Param
+where
+    I: IntoIterator<Item = T>,
+    T: Into<Value>,
+{
+    Param::Grid(values.into_iter().map(Into::into).collect())
+}
+
+/// One entry of a search space.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Param {
+    /// A fixed value.
+    Const(Value),
+    /// A value sampled from a domain.
+    Sample(Domain),
+    /// A grid search.
+    Grid(Vec<Value>),
+    /// A nested space (becomes a nested map in the params).
+    Nested(SearchSpace),
+    /// A value computed from other params.
+    Dependent(Dependent),
+}
+
+impl From<Domain> for Param {
+    fn from(d: Domain) -> Self {
+        Param::Sample(d)
+    }
+}
+
+impl From<SearchSpace> for Param {
+    fn from(s: SearchSpace) -> Self {
+        Param::Nested(s)
+    }
+}
+
+impl From<Dependent> for Param {
+    fn from(d: Dependent) -> Self {
+        Param::Dependent(d)
+    }
+}
+
+impl From<Value> for Param {
+    fn from(v: Value) -> Self {
+        Param::Const(v)
+    }
+}
+
+macro_rules! const_param {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Param {
+            fn from(v: $t) -> Self { Param::Const(Value::from(v)) }
+        }
+    )*};
+}
+const_param!(i8, i16, i32, i64, u8, u16, u32, u64, usize, f32, f64, bool, &str, String, Map);
+
+impl<T: Into<Value>> From<Vec<T>> for Param {
+    fn from(v: Vec<T>) -> Self {
+        Param::Const(Value::from(v))
+    }
+}
+
+/// Names a sweep file may use for domains; a one-key table with one of these keys is a domain.
+const FORM_NAMES: &[&str] = &[
+    "uniform",
+    "quniform",
+    "loguniform",
+    "qloguniform",
+    "randn",
+    "qrandn",
+    "randint",
+    "qrandint",
+    "lograndint",
+    "qlograndint",
+    "choice",
+    "grid_search",
+    "constant",
+];
+
+/// An ordered set of keyed entries; see the module docs.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SearchSpace {
+    entries: Vec<(String, Param)>,
+}
+
+/// A sampled (non-constant, non-nested) leaf of a space, in depth-first order.
+#[derive(Clone, Debug)]
+pub(crate) struct Leaf<'a> {
+    /// Key path.
+    pub path: Vec<&'a str>,
+    /// The entry.
+    pub param: &'a Param,
+}
+
+impl Leaf<'_> {
+    pub fn dotted(&self) -> String {
+        self.path.join(".")
+    }
+}
+
+impl SearchSpace {
+    /// An empty space.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add an entry (builder style). Problems such as a duplicate key or an empty `choice` are
+    /// reported by [`validate`](Self::validate), which every searcher's constructor calls.
+    #[allow(clippy::should_implement_trait)]
+    pub fn add(mut self, key: impl Into<String>, param: impl Into<Param>) -> Self {
+        self.entries.push((key.into(), param.into()));
+        self
+    }
+
+    /// Entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Param)> {
+        self.entries.iter().map(|(k, p)| (k.as_str(), p))
+    }
+
+    /// The entry under a top-level key.
+    pub fn get(&self, key: &str) -> Option<&Param> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, p)| p)
+    }
+
+    /// Number of top-level entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the space has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Check every key and entry. Errors name the dotted key path and say what would be valid.
+    pub fn validate(&self) -> Result<()> {
+        self.validate_at("")
+    }
+
+    fn validate_at(&self, prefix: &str) -> Result<()> {
+        let mut seen: Vec<&str> = Vec::with_capacity(self.entries.len());
+        for (key, param) in &self.entries {
+            let path = join(prefix, key);
+            if key.is_empty() {
+                return Err(Error::space(path, "empty key; keys must be non-empty"));
+            }
+            if key.contains('.') {
+                return Err(Error::space(
+                    path,
+                    format!("key `{key}` contains `.`; use a nested space instead of dotted keys"),
+                ));
+            }
+            if seen.contains(&key.as_str()) {
+                return Err(Error::space(path, "duplicate key; each key may appear once"));
+            }
+            seen.push(key);
+            match param {
+                Param::Const(_) | Param::Dependent(_) => {}
+                Param::Sample(d) => d.validate().map_err(|e| e.at(&path))?,
+                Param::Grid(values) => {
+                    if values.is_empty() {
+                        return Err(Error::space(
+                            path,
+                            "grid_search has no values; give at least one",
+                        ));
+                    }
+                }
+                Param::Nested(inner) => inner.validate_at(&path)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Sampled leaves (domains, grids, dependents) in depth-first order.
+    pub(crate) fn leaves(&self) -> Vec<Leaf<'_>> {
+        fn walk<'a>(s: &'a SearchSpace, prefix: &mut Vec<&'a str>, out: &mut Vec<Leaf<'a>>) {
+            for (k, p) in &s.entries {
+                prefix.push(k);
+                match p {
+                    Param::Const(_) => {}
+                    Param::Nested(inner) => walk(inner, prefix, out),
+                    _ => out.push(Leaf { path: prefix.clone(), param: p }),
+                }
+                prefix.pop();
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut Vec::new(), &mut out);
+        out
+    }
+
+    /// Resolve the space into params. `leaf` gives the value of the i-th sampled leaf (domain
+    /// or grid, depth-first, dependents not counted); dependents are then evaluated in order.
+    pub(crate) fn resolve<R: Rng>(
+        &self,
+        rng: &mut R,
+        leaf: &mut dyn FnMut(usize, &Param, &mut R) -> Result<Value>,
+    ) -> Result<Params> {
+        let mut counter = 0;
+        let mut deps: Vec<(Vec<&str>, &Dependent)> = Vec::new();
+        let map = self.resolve_map(rng, leaf, &mut counter, &mut Vec::new(), &mut deps)?;
+        let mut params = Params::from(map);
+        for (path, dep) in deps {
+            let value = dep
+                .eval(&params, rng)
+                .map_err(|e| Error::Dependent { path: path.join("."), source: Box::new(e) })?;
+            params.set_path(&path, value)?;
+        }
+        Ok(params)
+    }
+
+    fn resolve_map<'a, R: Rng>(
+        &'a self,
+        rng: &mut R,
+        leaf: &mut dyn FnMut(usize, &Param, &mut R) -> Result<Value>,
+        counter: &mut usize,
+        prefix: &mut Vec<&'a str>,
+        deps: &mut Vec<(Vec<&'a str>, &'a Dependent)>,
+    ) -> Result<Map> {
+        let mut map = Map::new();
+        for (k, p) in &self.entries {
+            prefix.push(k);
+            let v = match p {
+                Param::Const(v) => v.clone(),
+                Param::Nested(inner) => {
+                    Value::Map(inner.resolve_map(rng, leaf, counter, prefix, deps)?)
+                }
+                Param::Dependent(d) => {
+                    deps.push((prefix.clone(), d));
+                    Value::Null
+                }
+                Param::Sample(_) | Param::Grid(_) => {
+                    let i = *counter;
+                    *counter += 1;
+                    leaf(i, p, rng)?
+                }
+            };
+            map.insert(k.as_str(), v);
+            prefix.pop();
+        }
+        Ok(map)
+    }
+
+    /// The sweep-file form as a [`Value`] (a map). Fails on dependent values.
+    pub fn to_value(&self) -> Result<Value> {
+        let mut m = Map::new();
+        for (k, p) in &self.entries {
+            let v = match p {
+                Param::Const(Value::Map(inner)) => {
+                    let mut wrapped = Map::new();
+                    wrapped.insert("constant", Value::Map(inner.clone()));
+                    Value::Map(wrapped)
+                }
+                Param::Const(v) => v.clone(),
+                Param::Sample(d) => d.to_value(),
+                Param::Grid(values) => {
+                    let mut g = Map::new();
+                    g.insert("grid_search", Value::List(values.clone()));
+                    Value::Map(g)
+                }
+                Param::Nested(inner) => inner.to_value().map_err(|e| e.at(k))?,
+                Param::Dependent(_) => return Err(Error::NotSerializable { path: k.clone() }),
+            };
+            m.insert(k.as_str(), v);
+        }
+        Ok(Value::Map(m))
+    }
+
+    /// Read the sweep-file form (as parsed from TOML or JSON into a [`Value`]) and validate it.
+    /// Errors name the dotted key path, e.g. `model.lr`.
+    pub fn from_value(v: &Value) -> Result<Self> {
+        let Value::Map(m) = v else {
+            return Err(Error::space(
+                "",
+                format!("a search space must be a table of parameters, found {}", v.describe()),
+            ));
+        };
+        let space = Self::from_map(m, "")?;
+        space.validate()?;
+        Ok(space)
+    }
+
+    fn from_map(m: &Map, prefix: &str) -> Result<Self> {
+        let mut space = SearchSpace::new();
+        for (k, v) in m.iter() {
+            let path = join(prefix, k);
+            let param = match v {
+                Value::Map(inner) if inner.len() == 1 => {
+                    let Some((name, args)) = inner.iter().next() else {
+                        continue;
+                    };
+                    if FORM_NAMES.contains(&name) {
+                        parse_form(name, args).map_err(|e| e.at(&path))?
+                    } else {
+                        Param::Nested(Self::from_map(inner, &path)?)
+                    }
+                }
+                Value::Map(inner) => Param::Nested(Self::from_map(inner, &path)?),
+                other => Param::Const(other.clone()),
+            };
+            space.entries.push((k.to_string(), param));
+        }
+        Ok(space)
+    }
+}
+
+fn parse_form(name: &str, args: &Value) -> Result<Param> {
+    match name {
+        "constant" => Ok(Param::Const(args.clone())),
+        "grid_search" => match args {
+            Value::List(values) => Ok(Param::Grid(values.clone())),
+            other => Err(Error::space(
+                "",
+                format!("grid_search: expected a list of values, found {}", other.describe()),
+            )),
+        },
+        _ => match Domain::from_form(name, args) {
+            Some(r) => r.map(Param::Sample),
+            None => Err(Error::space("", format!("unknown domain `{name}`"))),
+        },
+    }
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
+}
+
+impl Serialize for SearchSpace {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.to_value().map_err(serde::ser::Error::custom)?.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SearchSpace {
+    /// Deserialising validates; the error message is the typed error's (with the key path).
+    /// For the typed error itself, deserialise a [`Value`] and call [`SearchSpace::from_value`].
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        SearchSpace::from_value(&v).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::domain::*;
+    use super::*;
+    use crate::rng::SearchRng;
+
+    fn space() -> SearchSpace {
+        SearchSpace::new()
+            .add("lr", loguniform(1e-4, 1e-1).unwrap())
+            .add("hidden", choice([64, 128, 256]))
+            .add("epochs", 20)
+            .add("model", SearchSpace::new().add("layers", grid_search([1, 2])).add("act", "relu"))
+            .add("batch", dependent(|p| Ok(p.get::<i64>("hidden")? / 2)))
+    }
+
+    #[test]
+    fn resolve_samples_in_order_and_evaluates_dependents() {
+        let s = space();
+        s.validate().unwrap();
+        let mut rng = SearchRng::seed_from_u64(0);
+        let p = s
+            .resolve(&mut rng, &mut |_, param, rng| match param {
+                Param::Sample(d) => Ok(d.sample(rng)),
+                Param::Grid(v) => Ok(v[0].clone()),
+                _ => unreachable!(),
+            })
+            .unwrap();
+        assert_eq!(p.keys().collect::<Vec<_>>(), ["lr", "hidden", "epochs", "model", "batch"]);
+        assert_eq!(p.get::<i64>("batch").unwrap(), p.get::<i64>("hidden").unwrap() / 2);
+        assert_eq!(p.get::<i64>("model.layers").unwrap(), 1);
+        assert_eq!(p.get::<String>("model.act").unwrap(), "relu");
+        assert_eq!(s.leaves().len(), 4);
+    }
+
+    #[test]
+    fn validation_names_paths() {
+        let s = SearchSpace::new().add("m", SearchSpace::new().add("c", choice(Vec::<i64>::new())));
+        let e = s.validate().unwrap_err();
+        assert!(matches!(&e, Error::InvalidDomain { path, .. } if path == "m.c"), "{e:?}");
+        let s = SearchSpace::new().add("a", 1).add("a", 2);
+        assert!(matches!(s.validate(), Err(Error::InvalidSpace { path, .. }) if path == "a"));
+        let s = SearchSpace::new().add("a.b", 1);
+        assert!(s.validate().is_err());
+        let s = SearchSpace::new().add("g", grid_search(Vec::<i64>::new()));
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn dependents_do_not_serialise() {
+        let e = space().to_value().unwrap_err();
+        assert_eq!(e, Error::NotSerializable { path: "batch".into() });
+    }
+
+    #[test]
+    fn value_form_round_trip() {
+        let s = SearchSpace::new()
+            .add("lr", loguniform(1e-4, 1e-1).unwrap())
+            .add("c", Map::from_iter([("choice", 1)]))
+            .add("n", SearchSpace::new().add("g", grid_search(["a", "b"])));
+        let v = s.to_value().unwrap();
+        assert_eq!(SearchSpace::from_value(&v).unwrap(), s);
+    }
+}

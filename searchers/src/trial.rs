@@ -1,0 +1,158 @@
+//! What a scheduler may know about trials: ids, statuses, last results and params, through a
+//! read-only [`TrialsView`]. The controller owns the real trial table; schedulers never see it
+//! (nor the resource pool), they only read this view and return decisions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::Metrics;
+use crate::params::Params;
+
+/// A trial's id. A `u64` newtype: the controller numbers trials in creation order, ids are
+/// `Copy`, cheap to hash and to order, and iteration in id order is creation order (FIFO).
+/// Displayed as the bare number; the controller formats directory names itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TrialId(pub u64);
+
+impl fmt::Display for TrialId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl From<u64> for TrialId {
+    fn from(v: u64) -> Self {
+        TrialId(v)
+    }
+}
+
+/// A trial's lifecycle status, one enum in one table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TrialStatus {
+    /// Created, never started.
+    Pending,
+    /// Running on workers.
+    Running,
+    /// Stopped for now, may be resumed from its checkpoint.
+    Paused,
+    /// Finished (completed or stopped by a scheduler).
+    Terminated,
+    /// Failed.
+    Error,
+}
+
+impl TrialStatus {
+    /// Whether the trial is done for good.
+    pub fn is_finished(self) -> bool {
+        matches!(self, TrialStatus::Terminated | TrialStatus::Error)
+    }
+}
+
+/// A read-only look at one trial.
+#[derive(Clone, Copy, Debug)]
+pub struct TrialInfo<'a> {
+    /// Its id.
+    pub id: TrialId,
+    /// Its status.
+    pub status: TrialStatus,
+    /// Its last reported result, if any.
+    pub last_result: Option<&'a Metrics>,
+    /// Its params.
+    pub params: &'a Params,
+}
+
+/// Read-only access to the trials of a sweep, as schedulers get it.
+pub trait TrialsView {
+    /// One trial.
+    fn get(&self, id: TrialId) -> Option<TrialInfo<'_>>;
+    /// All trials in id (creation) order.
+    fn iter(&self) -> Box<dyn Iterator<Item = TrialInfo<'_>> + '_>;
+    /// Whether any trial has one of `statuses`.
+    fn any_with_status(&self, statuses: &[TrialStatus]) -> bool {
+        self.iter().any(|t| statuses.contains(&t.status))
+    }
+}
+
+/// One row of a [`TrialTable`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    /// Status.
+    pub status: TrialStatus,
+    /// Last result.
+    pub last_result: Option<Metrics>,
+    /// Params.
+    pub params: Params,
+}
+
+/// A plain owned trial table implementing [`TrialsView`]: for tests, simulations and any
+/// caller that has no table of its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialTable {
+    trials: BTreeMap<TrialId, TrialRecord>,
+}
+
+impl TrialTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a pending trial (replaces one with the same id).
+    pub fn add(&mut self, id: TrialId, params: Params) {
+        self.trials
+            .insert(id, TrialRecord { status: TrialStatus::Pending, last_result: None, params });
+    }
+
+    /// Set a trial's status (ignored for unknown ids).
+    pub fn set_status(&mut self, id: TrialId, status: TrialStatus) {
+        if let Some(t) = self.trials.get_mut(&id) {
+            t.status = status;
+        }
+    }
+
+    /// Record a result as the trial's last one.
+    pub fn set_result(&mut self, id: TrialId, result: Metrics) {
+        if let Some(t) = self.trials.get_mut(&id) {
+            t.last_result = Some(result);
+        }
+    }
+
+    /// Replace a trial's params (after a PBT exploit).
+    pub fn set_params(&mut self, id: TrialId, params: Params) {
+        if let Some(t) = self.trials.get_mut(&id) {
+            t.params = params;
+        }
+    }
+
+    /// A trial's record.
+    pub fn record(&self, id: TrialId) -> Option<&TrialRecord> {
+        self.trials.get(&id)
+    }
+
+    /// Number of trials.
+    pub fn len(&self) -> usize {
+        self.trials.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.trials.is_empty()
+    }
+}
+
+impl TrialsView for TrialTable {
+    fn get(&self, id: TrialId) -> Option<TrialInfo<'_>> {
+        self.trials.get(&id).map(|r| info(id, r))
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = TrialInfo<'_>> + '_> {
+        Box::new(self.trials.iter().map(|(id, r)| info(*id, r)))
+    }
+}
+
+fn info(id: TrialId, r: &TrialRecord) -> TrialInfo<'_> {
+    TrialInfo { id, status: r.status, last_result: r.last_result.as_ref(), params: &r.params }
+}
