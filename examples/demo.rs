@@ -63,7 +63,7 @@ fn train_digits(ctx: &mut TrainContext) -> Result<()> {
         let mut checkpoint = ctx.new_checkpoint()?;
         checkpoint.save_var_store(&vs)?;
         ctx.report(
-            [("loss", loss_sum / steps as f64), ("val_acc", val_acc), ("epoch", epoch as f64)],
+            [("loss", loss_sum / steps as f64), ("val_acc", val_acc)],
             Some(checkpoint),
         )?;
     }
@@ -75,25 +75,19 @@ fn main() -> Result<()> {
     let params = Params::new()
         .with("lr", 1e-3)
         .with("hidden", 256)
-        .with("epochs", 20)
-        .with("batch_size", 64);
+        .with("epochs", 25)
+        .with("batch_size", 32);
     let storage = std::env::current_dir()?.join("rtune_results");
     println!("training a 2-worker data-parallel MLP on the 8x8 digits (results in {})", storage.display());
     let result = TorchTrainer::new(train_digits)
         .train_loop_config(params.clone())
         .scaling(ScalingConfig::workers(2))
         .run_config(
-            RunConfig::default().storage_path(&storage).checkpoint_config(
+            RunConfig::default().storage_path(&storage).verbose(true).checkpoint_config(
                 CheckpointConfig::new().num_to_keep(2).score("val_acc", ScoreOrder::Max),
             ),
         )
         .fit()?;
-    for m in &result.metrics_history {
-        println!(
-            "epoch {:>2}  loss {:.4}  val_acc {:.4}  ({:.1}s)",
-            m["training_iteration"], m["loss"], m["val_acc"], m["time_total_s"]
-        );
-    }
     let best = result.best_checkpoint().ok_or_else(|| anyhow::anyhow!("no checkpoint kept"))?;
     // Evaluate the best checkpoint on the held-out test set, here in the driver.
     let mut vs = nn::VarStore::new(Device::Cpu);

@@ -194,6 +194,8 @@ pub struct RunConfig {
     pub collective_timeout: Duration,
     /// How long workers may take to start and join before the attempt counts as failed.
     pub start_timeout: Duration,
+    /// Print one line per report as it arrives (the plain reporter).
+    pub verbose: bool,
 }
 
 impl Default for RunConfig {
@@ -205,6 +207,7 @@ impl Default for RunConfig {
             checkpoint_config: CheckpointConfig::default(),
             collective_timeout: Duration::from_secs(600),
             start_timeout: Duration::from_secs(120),
+            verbose: false,
         }
     }
 }
@@ -231,6 +234,11 @@ impl RunConfig {
 
     pub fn collective_timeout(mut self, timeout: Duration) -> Self {
         self.collective_timeout = timeout;
+        self
+    }
+
+    pub fn verbose(mut self, on: bool) -> Self {
+        self.verbose = on;
         self
     }
 

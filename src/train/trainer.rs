@@ -148,6 +148,7 @@ impl TorchTrainer {
     async fn run_attempts(&self, run_dir: PathBuf, params_json: String) -> Result<TrainResult> {
         let hub = Hub::start(([127, 0, 0, 1], 0).into()).await?;
         let mut run = RunState::new(&run_dir, self.run.checkpoint_config.clone());
+        run.verbose = self.run.verbose;
         let mut resume = self.resume.clone();
         let mut start_iteration = match &resume {
             Some(c) => c.iteration()?,
@@ -217,6 +218,7 @@ struct RunState {
     time_offset: f64,
     attempt_started: Instant,
     last_report: Instant,
+    verbose: bool,
 }
 
 impl RunState {
@@ -230,6 +232,7 @@ impl RunState {
             time_offset: 0.0,
             attempt_started: Instant::now(),
             last_report: Instant::now(),
+            verbose: false,
         }
     }
 
@@ -257,6 +260,9 @@ impl RunState {
             row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
         }
         self.files.append(row.clone())?;
+        if self.verbose {
+            println!("{}", progress_line(&metrics, &report.checkpoint));
+        }
         if !report.checkpoint.is_empty() {
             let ck = Checkpoint::from_directory(self.run_dir.join(&report.checkpoint))?;
             self.checkpoints.push((ck, metrics.clone()));
@@ -343,6 +349,24 @@ impl RunState {
             train_loop_seconds,
         }
     }
+}
+
+/// `iter 3 (1.2s)  loss=0.1490  val_acc=0.9703  [checkpoint_000003]`
+fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
+    let mut line = format!(
+        "iter {} ({:.1}s)",
+        metrics.get("training_iteration").copied().unwrap_or(0.0),
+        metrics.get("time_total_s").copied().unwrap_or(0.0)
+    );
+    for (name, value) in metrics {
+        if !crate::train::metrics::AUTO_METRICS.contains(&name.as_str()) {
+            line.push_str(&format!("  {name}={value:.4}"));
+        }
+    }
+    if !checkpoint.is_empty() {
+        line.push_str(&format!("  [{checkpoint}]"));
+    }
+    line
 }
 
 impl TrainResult {

@@ -1,0 +1,65 @@
+//! Benchmark (not a test): a 2-worker data-parallel MLP (64-256-256-10), batch 128 per worker,
+//! 1 intra-op thread per worker, 300 timed steps after 20 warm-up steps, on synthetic data.
+//! Prints the per-step time and fit()'s overhead (wall time minus time inside the train loop).
+//! Compare with `bench/ddp_torch.py` (PyTorch DDP with gloo, same settings); `bench/ddp.sh`
+//! runs both side by side. Run in release: `cargo run --release --example bench_ddp`.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use rtune::{Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+fn train(ctx: &mut TrainContext) -> Result<()> {
+    let (warmup, steps) = (ctx.params().get::<usize>("warmup")?, ctx.params().get::<usize>("steps")?);
+    tch::manual_seed(ctx.world_rank() as i64);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let root = vs.root();
+    let net = nn::seq()
+        .add(nn::linear(&root / "fc1", 64, 256, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(&root / "fc2", 256, 256, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(&root / "fc3", 256, 10, Default::default()));
+    let ddp = ctx.prepare_model(&vs)?;
+    let mut opt = nn::Sgd::default().build(&vs, 0.01)?;
+    let x = Tensor::randn([128, 64], (Kind::Float, Device::Cpu));
+    let y = Tensor::randint(10, [128], (Kind::Int64, Device::Cpu));
+    let mut started = Instant::now();
+    for step in 0..warmup + steps {
+        if step == warmup {
+            started = Instant::now();
+        }
+        let loss = net.forward(&x).cross_entropy_for_logits(&y);
+        ddp.backward_step(&mut opt, &loss)?;
+    }
+    let per_step_ms = started.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    ctx.report([("per_step_ms", per_step_ms)], None)?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    rtune::init();
+    let storage = tempfile_dir()?;
+    let result = TorchTrainer::new(train)
+        .train_loop_config(Params::new().with("warmup", 20).with("steps", 300))
+        .scaling(ScalingConfig::workers(2))
+        .run_config(RunConfig::default().storage_path(&storage))
+        .fit()?;
+    let per_step = result.metrics.as_ref().map_or(f64::NAN, |m| m["per_step_ms"]);
+    println!(
+        "rtune  per_step_ms {per_step:.3}  fit_s {:.3}  train_loop_s {:.3}  overhead_s {:.3}",
+        result.fit_seconds,
+        result.train_loop_seconds,
+        result.overhead_seconds()
+    );
+    std::fs::remove_dir_all(&storage).ok();
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("rtune_bench_ddp_{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
