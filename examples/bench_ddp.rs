@@ -12,7 +12,8 @@ use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
 fn train(ctx: &mut TrainContext) -> Result<()> {
-    let (warmup, steps) = (ctx.params().get::<usize>("warmup")?, ctx.params().get::<usize>("steps")?);
+    let (warmup, steps) =
+        (ctx.params().get::<usize>("warmup")?, ctx.params().get::<usize>("steps")?);
     tch::manual_seed(ctx.world_rank() as i64);
     let vs = nn::VarStore::new(Device::Cpu);
     let root = vs.root();

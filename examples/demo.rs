@@ -27,7 +27,12 @@ fn mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
 fn accuracy(net: &impl Module, data: &Digits) -> f64 {
     let _no_grad = tch::no_grad_guard();
     let (x, y) = data.tensors();
-    net.forward(&x).argmax(-1, false).eq_tensor(&y).to_kind(Kind::Float).mean(Kind::Float).double_value(&[])
+    net.forward(&x)
+        .argmax(-1, false)
+        .eq_tensor(&y)
+        .to_kind(Kind::Float)
+        .mean(Kind::Float)
+        .double_value(&[])
 }
 
 fn train_digits(ctx: &mut TrainContext) -> Result<()> {
@@ -62,10 +67,7 @@ fn train_digits(ctx: &mut TrainContext) -> Result<()> {
         let val_acc = accuracy(&net, &split.validation);
         let mut checkpoint = ctx.new_checkpoint()?;
         checkpoint.save_var_store(&vs)?;
-        ctx.report(
-            [("loss", loss_sum / steps as f64), ("val_acc", val_acc)],
-            Some(checkpoint),
-        )?;
+        ctx.report([("loss", loss_sum / steps as f64), ("val_acc", val_acc)], Some(checkpoint))?;
     }
     Ok(())
 }
@@ -78,15 +80,16 @@ fn main() -> Result<()> {
         .with("epochs", 25)
         .with("batch_size", 32);
     let storage = std::env::current_dir()?.join("rtune_results");
-    println!("training a 2-worker data-parallel MLP on the 8x8 digits (results in {})", storage.display());
+    println!(
+        "training a 2-worker data-parallel MLP on the 8x8 digits (results in {})",
+        storage.display()
+    );
     let result = TorchTrainer::new(train_digits)
         .train_loop_config(params.clone())
         .scaling(ScalingConfig::workers(2))
-        .run_config(
-            RunConfig::default().storage_path(&storage).verbose(true).checkpoint_config(
-                CheckpointConfig::new().num_to_keep(2).score("val_acc", ScoreOrder::Max),
-            ),
-        )
+        .run_config(RunConfig::default().storage_path(&storage).verbose(true).checkpoint_config(
+            CheckpointConfig::new().num_to_keep(2).score("val_acc", ScoreOrder::Max),
+        ))
         .fit()?;
     let best = result.best_checkpoint().ok_or_else(|| anyhow::anyhow!("no checkpoint kept"))?;
     // Evaluate the best checkpoint on the held-out test set, here in the driver.

@@ -18,6 +18,7 @@
 //! Modules in pipeline order. `init()` must be the first line of `main` in any binary that
 //! trains: worker processes are that binary started again.
 
+pub mod cluster;
 pub mod collective;
 pub mod data;
 pub mod error;

@@ -242,12 +242,13 @@ pub(crate) fn exchange<T: Pod>(
             // With a read pending, the next read reports EOF or the error itself (after any
             // data still queued); with only sends left, a closed neighbour is a lost one.
             if closed && !ex.in_pending(s) {
-                let source = links.socks[s]
-                    .take_error()
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| closed_by_peer());
-                return Err(CollectiveError::PeerLost { rank: links.peers[s], op: call.op, source });
+                let source =
+                    links.socks[s].take_error().ok().flatten().unwrap_or_else(|| closed_by_peer());
+                return Err(CollectiveError::PeerLost {
+                    rank: links.peers[s],
+                    op: call.op,
+                    source,
+                });
             }
         }
     }
@@ -411,7 +412,9 @@ fn read_some(sock: &TcpStream, buf: &mut [u8], peer: usize, op: Op) -> Result<Op
     debug_assert!(!buf.is_empty(), "a zero-length read would look like EOF");
     loop {
         match (&*sock).read(buf) {
-            Ok(0) => return Err(CollectiveError::PeerLost { rank: peer, op, source: closed_by_peer() }),
+            Ok(0) => {
+                return Err(CollectiveError::PeerLost { rank: peer, op, source: closed_by_peer() });
+            }
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -425,7 +428,9 @@ fn read_some(sock: &TcpStream, buf: &mut [u8], peer: usize, op: Op) -> Result<Op
 fn write_some(sock: &TcpStream, buf: &[u8], peer: usize, op: Op) -> Result<Option<usize>> {
     loop {
         match (&*sock).write(buf) {
-            Ok(0) => return Err(CollectiveError::PeerLost { rank: peer, op, source: closed_by_peer() }),
+            Ok(0) => {
+                return Err(CollectiveError::PeerLost { rank: peer, op, source: closed_by_peer() });
+            }
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

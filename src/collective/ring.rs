@@ -206,7 +206,10 @@ impl RingGroup {
                         .to_string()
                 }
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                    return Err(CollectiveError::Timeout { op: Op::Connect, after: start.elapsed() });
+                    return Err(CollectiveError::Timeout {
+                        op: Op::Connect,
+                        after: start.elapsed(),
+                    });
                 }
                 _ => format!("reading its reply: {e}"),
             };
@@ -223,7 +226,12 @@ impl RingGroup {
         Ok([to_next, from_prev])
     }
 
-    fn connect_next(&self, addr: SocketAddr, deadline: Instant, start: Instant) -> Result<TcpStream> {
+    fn connect_next(
+        &self,
+        addr: SocketAddr,
+        deadline: Instant,
+        start: Instant,
+    ) -> Result<TcpStream> {
         let mut backoff = Duration::from_millis(5);
         loop {
             let attempt = left(deadline).max(Duration::from_millis(1));
@@ -247,7 +255,12 @@ impl RingGroup {
         }
     }
 
-    fn accept_prev(&self, listener: &TcpListener, deadline: Instant, start: Instant) -> Result<TcpStream> {
+    fn accept_prev(
+        &self,
+        listener: &TcpListener,
+        deadline: Instant,
+        start: Instant,
+    ) -> Result<TcpStream> {
         let io_err = |source| CollectiveError::Io { op: Op::Connect, source };
         let prev = self.prev();
         listener.set_nonblocking(true).map_err(io_err)?;
@@ -256,8 +269,10 @@ impl RingGroup {
             match listener.accept() {
                 Ok((mut s, from)) => {
                     s.set_nonblocking(false).map_err(io_err)?;
-                    s.set_read_timeout(Some(left(deadline).min(HELLO_WAIT).max(Duration::from_millis(1))))
-                        .map_err(io_err)?;
+                    s.set_read_timeout(Some(
+                        left(deadline).min(HELLO_WAIT).max(Duration::from_millis(1)),
+                    ))
+                    .map_err(io_err)?;
                     let mut hello = [0u8; RECORD_LEN];
                     let checked = match s.read_exact(&mut hello) {
                         Ok(()) => self.check_hello(&hello, prev),
@@ -272,7 +287,9 @@ impl RingGroup {
                         }
                         // Stray or misdirected: drop it (the other side sees EOF) and keep
                         // waiting for the real previous rank.
-                        Err(why) => refused = Some(format!("refused a connection from {from}: {why}")),
+                        Err(why) => {
+                            refused = Some(format!("refused a connection from {from}: {why}"))
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -280,7 +297,9 @@ impl RingGroup {
                     if now >= deadline {
                         return Err(match refused {
                             Some(reason) => CollectiveError::Handshake { peer: prev, reason },
-                            None => CollectiveError::Timeout { op: Op::Connect, after: start.elapsed() },
+                            None => {
+                                CollectiveError::Timeout { op: Op::Connect, after: start.elapsed() }
+                            }
                         });
                     }
                     let mut fd = [PollFd::new(listener.as_raw_fd(), sys::POLLIN)];
@@ -333,7 +352,8 @@ impl RingGroup {
         let deadline = Instant::now() + self.opts.timeout;
         let [to_next, from_prev] = self.links.as_ref().expect("world > 1 has links");
         let links = Links { socks: [to_next, from_prev], peers: [self.next(), self.prev()] };
-        let result = engine::exchange(&links, call, buf, lanes, scratch, deadline, self.opts.timeout);
+        let result =
+            engine::exchange(&links, call, buf, lanes, scratch, deadline, self.opts.timeout);
         if let Err(e) = &result {
             if e.poisons() {
                 self.poisoned = Some(e.to_string());

@@ -84,8 +84,11 @@ impl ResultFiles {
     pub fn append(&mut self, row: Row) -> Result<()> {
         let mut line = serde_json::to_string(&row).expect("a map of JSON values serialises");
         line.push('\n');
-        let mut json =
-            OpenOptions::new().create(true).append(true).open(&self.json_path).at(&self.json_path)?;
+        let mut json = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.json_path)
+            .at(&self.json_path)?;
         json.write_all(line.as_bytes()).and_then(|()| json.sync_data()).at(&self.json_path)?;
 
         let new_columns: Vec<String> =
@@ -123,7 +126,7 @@ impl ResultFiles {
     }
 
     fn write_csv(&self) -> Result<()> {
-        let mut text = csv_line(self.columns.iter().map(|c| c.clone()));
+        let mut text = csv_line(self.columns.iter().cloned());
         for row in &self.rows {
             text.push_str(&csv_line(self.columns.iter().map(|c| cell(Some(row), c))));
         }
@@ -165,7 +168,11 @@ mod tests {
         let mut files = ResultFiles::new(dir.path());
         files.append(row(&[("loss", json!(1.5)), ("training_iteration", json!(1))])).unwrap();
         files
-            .append(row(&[("acc", json!(0.5)), ("loss", json!(1.0)), ("training_iteration", json!(2))]))
+            .append(row(&[
+                ("acc", json!(0.5)),
+                ("loss", json!(1.0)),
+                ("training_iteration", json!(2)),
+            ]))
             .unwrap();
         files.append(row(&[("loss", json!(0.5)), ("training_iteration", json!(3))])).unwrap();
         let csv = fs::read_to_string(dir.path().join("progress.csv")).unwrap();

@@ -128,7 +128,10 @@ impl FailureConfig {
         if self.max_failures < -1 {
             return Err(Error::config(
                 "FailureConfig.max_failures",
-                format!("is {}; use -1 for unlimited, 0 for none, or a positive count", self.max_failures),
+                format!(
+                    "is {}; use -1 for unlimited, 0 for none, or a positive count",
+                    self.max_failures
+                ),
             ));
         }
         Ok(())

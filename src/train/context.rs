@@ -250,7 +250,10 @@ fn buckets_of(tensors: &[Tensor]) -> Vec<Bucket> {
     for (i, t) in tensors.iter().enumerate() {
         let n = t.numel();
         if elems > 0 && elems + n > BUCKET_ELEMS {
-            buckets.push(Bucket { range: start..i, flat: Tensor::zeros([elems as i64], (Kind::Float, tch::Device::Cpu)) });
+            buckets.push(Bucket {
+                range: start..i,
+                flat: Tensor::zeros([elems as i64], (Kind::Float, tch::Device::Cpu)),
+            });
             (start, elems) = (i, 0);
         }
         elems += n;

@@ -141,7 +141,10 @@ mod tests {
     #[test]
     fn non_numbers_are_named() {
         let err = json!({"loss": 0.5, "note": "good"}).into_metrics().unwrap_err().to_string();
-        assert!(err.contains("`note`") && err.contains("a string") && err.contains("numbers"), "{err}");
+        assert!(
+            err.contains("`note`") && err.contains("a string") && err.contains("numbers"),
+            "{err}"
+        );
         let err = json!([1, 2]).into_metrics().unwrap_err().to_string();
         assert!(err.contains("JSON object"), "{err}");
         let err = [("training_iteration", 1.0)].into_metrics().unwrap_err().to_string();
@@ -150,7 +153,8 @@ mod tests {
 
     #[test]
     fn wire_round_trip_keeps_nan_and_infinity() {
-        let m: Metrics = [("a", f64::NAN), ("b", f64::INFINITY), ("c", 0.25)].into_metrics().unwrap();
+        let m: Metrics =
+            [("a", f64::NAN), ("b", f64::INFINITY), ("c", 0.25)].into_metrics().unwrap();
         let back = from_wire(&to_wire(&m)).unwrap();
         assert!(back["a"].is_nan());
         assert_eq!(back["b"], f64::INFINITY);

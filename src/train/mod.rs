@@ -13,6 +13,7 @@ mod context;
 mod metrics;
 mod trainer;
 
+pub use crate::worker::group::WorkerFailure;
 pub use checkpoint::{Checkpoint, CheckpointMetadata, CheckpointWriter, checkpoint_name};
 pub use config::{
     CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, ScoreOrder,
@@ -20,7 +21,6 @@ pub use config::{
 pub use context::{DistributedModel, TrainContext};
 pub use metrics::{IntoMetrics, Metrics};
 pub use trainer::{TorchTrainer, TrainResult};
-pub use crate::worker::group::WorkerFailure;
 
 pub(crate) use context::ContextParts;
 

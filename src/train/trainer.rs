@@ -88,6 +88,8 @@ impl TorchTrainer {
         let started = Instant::now();
         self.scaling.validate()?;
         self.run.validate()?;
+        // Placement first: a group that can never fit is a config error, before any file exists.
+        let devices = self.place_workers("TorchTrainer")?;
         let run_dir = self.make_run_dir()?;
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
@@ -96,7 +98,7 @@ impl TorchTrainer {
             .enable_all()
             .build()
             .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
-        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json))?;
+        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json, devices))?;
         result.fit_seconds = started.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
@@ -114,7 +116,10 @@ impl TorchTrainer {
         if run_dir.join(ResultFiles::RESULT_JSON).exists() {
             return Err(Error::config(
                 "RunConfig.name",
-                format!("{} already holds a run; pick another name or remove it", run_dir.display()),
+                format!(
+                    "{} already holds a run; pick another name or remove it",
+                    run_dir.display()
+                ),
             ));
         }
         storage::ensure_writable_dir(&run_dir).map_err(|e| {
@@ -123,29 +128,24 @@ impl TorchTrainer {
         Ok(run_dir)
     }
 
-    fn cuda_visible_devices(&self) -> Result<Vec<Option<String>>> {
-        let n = self.scaling.num_workers;
-        if self.scaling.gpus_per_worker() == 0.0 {
-            return Ok(vec![None; n]);
-        }
-        let available = tch::Cuda::device_count().max(0) as usize;
-        if available == 0 {
-            return Err(Error::config(
-                "ScalingConfig.use_gpu",
-                "is set but no CUDA device is visible (build with --features cuda on a GPU host)",
-            ));
-        }
-        // Whole GPUs per worker, or a fraction: round-robin over the visible devices.
-        let per = self.scaling.gpus_per_worker().ceil().max(1.0) as usize;
-        Ok((0..n)
-            .map(|rank| {
-                let first = (rank * per) % available;
-                Some((first..first + per).map(|d| (d % available).to_string()).collect::<Vec<_>>().join(","))
-            })
+    /// Reserves the worker group's resources on the embedded one-node cluster and returns each
+    /// rank's `CUDA_VISIBLE_DEVICES` (None for CPU workers).
+    fn place_workers(&self, label: &str) -> Result<Vec<Option<String>>> {
+        let node = crate::cluster::local_node()?;
+        let reservation = crate::cluster::reserve_local(node, &self.scaling, label)?;
+        Ok(reservation
+            .bundles
+            .iter()
+            .map(|b| (!b.gpu_ids.is_empty()).then(|| b.cuda_visible_devices()))
             .collect())
     }
 
-    async fn run_attempts(&self, run_dir: PathBuf, params_json: String) -> Result<TrainResult> {
+    async fn run_attempts(
+        &self,
+        run_dir: PathBuf,
+        params_json: String,
+        cuda: Vec<Option<String>>,
+    ) -> Result<TrainResult> {
         let hub = Hub::start(([127, 0, 0, 1], 0).into()).await?;
         let mut run = RunState::new(&run_dir, self.run.checkpoint_config.clone());
         run.verbose = self.run.verbose;
@@ -154,10 +154,13 @@ impl TorchTrainer {
             Some(c) => c.iteration()?,
             None => 0,
         };
-        let group = format!("{}-{:016x}", run_dir.file_name().unwrap_or_default().to_string_lossy(), rand::random::<u64>());
+        let group = format!(
+            "{}-{:016x}",
+            run_dir.file_name().unwrap_or_default().to_string_lossy(),
+            rand::random::<u64>()
+        );
         let mut failures = Vec::new();
         let mut train_loop_seconds = 0.0;
-        let cuda = self.cuda_visible_devices()?;
         for attempt in 0.. {
             let spec = AttemptSpec {
                 group: group.clone(),
@@ -197,10 +200,7 @@ impl TorchTrainer {
         }
         let error = (!self.run.failure_config.allows(failures.len())).then(|| {
             let last = failures.last().expect("a failure was recorded");
-            format!(
-                "training failed after {} attempt(s); {last}",
-                failures.len()
-            )
+            format!("training failed after {} attempt(s); {last}", failures.len())
         });
         Ok(run.into_result(run_dir, error, failures, train_loop_seconds))
     }
@@ -317,12 +317,10 @@ impl RunState {
         let keep_until = latest
             .as_ref()
             .map_or(0.0, |(_, m)| m.get("training_iteration").copied().unwrap_or(0.0));
-        self.history.retain(|(m, _)| m.get("training_iteration").copied().unwrap_or(0.0) <= keep_until);
-        self.time_offset = self
-            .history
-            .last()
-            .and_then(|(m, _)| m.get("time_total_s").copied())
-            .unwrap_or(0.0);
+        self.history
+            .retain(|(m, _)| m.get("training_iteration").copied().unwrap_or(0.0) <= keep_until);
+        self.time_offset =
+            self.history.last().and_then(|(m, _)| m.get("time_total_s").copied()).unwrap_or(0.0);
         self.files.rewrite(self.history.iter().map(|(_, row)| row.clone()).collect())?;
         let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
         checkpoint::sweep_unrecorded(&self.run_dir, &kept)?;

@@ -73,7 +73,9 @@ pub(crate) struct GroupReport {
 #[derive(Debug)]
 pub(crate) enum AttemptOutcome {
     /// Every worker finished (perhaps because a report asked them to stop).
-    Completed { train_seconds: f64 },
+    Completed {
+        train_seconds: f64,
+    },
     Failed(WorkerFailure),
 }
 
@@ -138,11 +140,8 @@ pub(crate) async fn run_attempt(
     while let Ok(call) = calls.try_recv() {
         refuse(call, Status::aborted("the attempt has ended"));
     }
-    let train_seconds = state
-        .workers
-        .first()
-        .and_then(|w| w.finish.as_ref())
-        .map_or(0.0, |f| f.train_seconds);
+    let train_seconds =
+        state.workers.first().and_then(|w| w.finish.as_ref()).map_or(0.0, |f| f.train_seconds);
     Ok(match state.failure {
         Some(failure) => AttemptOutcome::Failed(failure),
         None => AttemptOutcome::Completed { train_seconds },

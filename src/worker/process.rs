@@ -143,8 +143,14 @@ fn train(
     let options = GroupOptions::new(reply.collective_group_id)
         .timeout(Duration::from_millis(reply.collective_timeout_ms));
     let group: Box<dyn ProcessGroup> = Box::new(
-        RingGroup::connect(spec.rank as usize, reply.world_size as usize, listener, &peers, options)
-            .map_err(|e| failed(&e))?,
+        RingGroup::connect(
+            spec.rank as usize,
+            reply.world_size as usize,
+            listener,
+            &peers,
+            options,
+        )
+        .map_err(|e| failed(&e))?,
     );
     let resume = match reply.resume_checkpoint.as_str() {
         "" => None,

@@ -33,8 +33,14 @@ fn main() {
             "trainer::panicking_worker_fails_the_run_with_rank_and_message",
             trainer::panicking_worker_fails_the_run_with_rank_and_message,
         ),
-        test("trainer::metric_that_is_not_a_number_is_named", trainer::metric_that_is_not_a_number_is_named),
-        test("trainer::config_mistakes_fail_before_start", trainer::config_mistakes_fail_before_start),
+        test(
+            "trainer::metric_that_is_not_a_number_is_named",
+            trainer::metric_that_is_not_a_number_is_named,
+        ),
+        test(
+            "trainer::config_mistakes_fail_before_start",
+            trainer::config_mistakes_fail_before_start,
+        ),
     ];
     libtest_mimic::run(&args, tests).exit();
 }

@@ -6,8 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, ensure};
 use rtune::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
 use rtune::{
-    Error, FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
-    TrainResult,
+    Error, FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -93,8 +92,7 @@ fn train_fixed_batches(ctx: &mut TrainContext) -> Result<()> {
     }
     let mut ck = ctx.new_checkpoint()?;
     ck.save_var_store(&vs)?;
-    ctx.report([("done", 1.0)], Some(ck))
-        .map_err(Into::into)
+    ctx.report([("done", 1.0)], Some(ck)).map_err(Into::into)
 }
 
 fn final_weights(result: &TrainResult) -> Result<Vec<(String, Tensor)>> {
@@ -170,11 +168,17 @@ pub fn sigkilled_worker_resumes_from_checkpoint() -> Result<()> {
         result.metrics_history.iter().map(|m| m["training_iteration"]).collect();
     ensure!(iterations == (1..=8).map(f64::from).collect::<Vec<_>>(), "iterations {iterations:?}");
     let values: Vec<f64> = result.metrics_history.iter().map(|m| m["value"]).collect();
-    ensure!(values == (1..=8).map(|i| f64::from(i) * 10.0).collect::<Vec<_>>(), "values {values:?}");
+    ensure!(
+        values == (1..=8).map(|i| f64::from(i) * 10.0).collect::<Vec<_>>(),
+        "values {values:?}"
+    );
     let json = std::fs::read_to_string(result.path.join("result.json"))?;
     let on_disk: Vec<u64> = json
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["training_iteration"].as_u64().unwrap_or(0)))
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .map(|v| v["training_iteration"].as_u64().unwrap_or(0))
+        })
         .collect::<Result<_, _>>()?;
     ensure!(on_disk == (1..=8).collect::<Vec<u64>>(), "result.json iterations {on_disk:?}");
     Ok(())
@@ -182,7 +186,10 @@ pub fn sigkilled_worker_resumes_from_checkpoint() -> Result<()> {
 
 /// Records its pid, then rank 1 panics at its third report.
 fn train_and_panic(ctx: &mut TrainContext) -> Result<()> {
-    std::fs::write(ctx.run_dir().join(format!("pid_{}", ctx.world_rank())), std::process::id().to_string())?;
+    std::fs::write(
+        ctx.run_dir().join(format!("pid_{}", ctx.world_rank())),
+        std::process::id().to_string(),
+    )?;
     let vs = nn::VarStore::new(Device::Cpu);
     let _net = mlp(&vs.root(), 8);
     let ddp = ctx.prepare_model(&vs)?;
@@ -233,7 +240,10 @@ pub fn metric_that_is_not_a_number_is_named() -> Result<()> {
         .err()
         .context("must fail")?
         .to_string();
-    ensure!(err.contains("metric `acc`") && err.contains("string") && err.contains("numbers"), "{err}");
+    ensure!(
+        err.contains("metric `acc`") && err.contains("string") && err.contains("numbers"),
+        "{err}"
+    );
     Ok(())
 }
 

@@ -1,0 +1,101 @@
+//! The cluster: every worker group of every trial draws its resources from one pool. The pool
+//! (`pool`) is a pure state machine; this module also holds the embedded default, where the
+//! driver's machine is the whole cluster. Head and node agents over gRPC build on the same pool.
+
+pub mod pool;
+
+use pool::{NodeSpec, PlacementRequest, Pool, Reservation, Resources, Strategy};
+
+use crate::error::{Error, Result};
+use crate::train::{PlacementStrategy, ScalingConfig};
+
+impl From<PlacementStrategy> for Strategy {
+    fn from(s: PlacementStrategy) -> Self {
+        match s {
+            PlacementStrategy::Pack => Strategy::Pack,
+            PlacementStrategy::Spread => Strategy::Spread,
+            PlacementStrategy::StrictPack => Strategy::StrictPack,
+            PlacementStrategy::StrictSpread => Strategy::StrictSpread,
+        }
+    }
+}
+
+/// The local machine as a one-node cluster: CPUs and GPUs detected, overridable with
+/// `RTUNE_NUM_CPUS` and `RTUNE_NUM_GPUS` (like `ray.init(num_cpus=..., num_gpus=...)`).
+pub fn local_node() -> Result<NodeSpec> {
+    let mut node = NodeSpec::detect_local();
+    for (var, is_gpu) in [("RTUNE_NUM_CPUS", false), ("RTUNE_NUM_GPUS", true)] {
+        let Ok(text) = std::env::var(var) else { continue };
+        let n: f64 =
+            text.trim().parse().ok().filter(|n: &f64| n.is_finite() && *n >= 0.0).ok_or_else(
+                || {
+                    Error::config(
+                        "environment",
+                        format!("{var}={text:?} is not a count; use e.g. {var}=4"),
+                    )
+                },
+            )?;
+        node = if is_gpu { node.gpus(n as u32) } else { node.cpus(n) };
+    }
+    Ok(node)
+}
+
+/// The bundle one worker of `scaling` holds.
+pub fn worker_bundle(scaling: &ScalingConfig) -> Resources {
+    let mut bundle = Resources::new().cpu(scaling.cpus_per_worker()).gpu(scaling.gpus_per_worker());
+    for (name, &amount) in &scaling.resources_per_worker {
+        if name != "CPU" && name != "GPU" {
+            bundle = bundle.custom(name.clone(), amount);
+        }
+    }
+    bundle
+}
+
+/// Reserves a placement group for `scaling` on a fresh one-node pool of `node`. A group that can
+/// never fit is a config error naming the resource, instead of a run that waits forever.
+pub fn reserve_local(node: NodeSpec, scaling: &ScalingConfig, label: &str) -> Result<Reservation> {
+    let mut pool = Pool::new();
+    let cluster_error = |e: pool::PoolError| {
+        Error::config(
+            "ScalingConfig",
+            format!(
+                "{e}; lower num_workers or resources_per_worker, or set RTUNE_NUM_CPUS / \
+                 RTUNE_NUM_GPUS if detection is wrong"
+            ),
+        )
+    };
+    pool.add_node(node).map_err(cluster_error)?;
+    let request = PlacementRequest::uniform(
+        scaling.placement_strategy.into(),
+        scaling.num_workers,
+        worker_bundle(scaling),
+    )
+    .label(label);
+    pool.request(request).map_err(cluster_error)?;
+    pool.schedule().into_iter().next().ok_or_else(|| {
+        Error::config("ScalingConfig", "the placement group does not fit the local machine")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_many_workers_for_the_machine_is_a_clear_error() {
+        let err = reserve_local(NodeSpec::local(2.0, 0), &ScalingConfig::workers(3), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("CPU") && err.contains("RTUNE_NUM_CPUS"), "{err}");
+    }
+
+    #[test]
+    fn fractional_gpus_share_a_device() {
+        let scaling = ScalingConfig::workers(2)
+            .use_gpu(true)
+            .resources_per_worker([("GPU".to_string(), 0.5)].into());
+        let r = reserve_local(NodeSpec::local(4.0, 1), &scaling, "t").unwrap();
+        let devices: Vec<String> = r.bundles.iter().map(|b| b.cuda_visible_devices()).collect();
+        assert_eq!(devices, vec!["0".to_string(), "0".to_string()]);
+    }
+}
