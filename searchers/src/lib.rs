@@ -9,6 +9,33 @@
 //!                   ──▶ Searcher::on_trial_result / on_trial_complete      Stop, Exploit)
 //! ```
 //!
+//! ```
+//! use rtune_searchers::*;
+//!
+//! # fn main() -> rtune_searchers::Result<()> {
+//! let space = SearchSpace::new()
+//!     .add("lr", loguniform(1e-4, 1e-1)?)
+//!     .add("hidden", choice([64, 128, 256]))
+//!     .add("epochs", 20)
+//!     .add("batch", dependent(|p| Ok(p.get::<i64>("hidden")? / 2)));
+//! let mut searcher = ConcurrencyLimiter::new(Tpe::new(space)?.seed(7), 4)?;
+//! searcher.set_metric("val_acc", Mode::Max)?;
+//! let mut scheduler = Asha::new().max_t(20).grace_period(2);
+//! scheduler.set_metric("val_acc", Mode::Max)?;
+//!
+//! let mut trials = TrialTable::new();
+//! let id = TrialId(0);
+//! let Suggestion::Params(params) = searcher.suggest(id)? else { unreachable!() };
+//! assert!(params.get::<f64>("lr")? >= 1e-4);
+//! trials.add(id, params);
+//! scheduler.on_trial_add(&trials, id)?;
+//! let result = Metrics::from([("training_iteration".into(), 1.0), ("val_acc".into(), 0.8)]);
+//! assert_eq!(scheduler.on_trial_result(&trials, id, &result)?, Decision::Continue);
+//! searcher.on_trial_complete(id, Some(&result), false)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Modules in pipeline order: [`value`] and [`params`] (the data), [`space`] (what to search),
 //! [`searcher`] (which params next), [`metrics`] and [`trial`] (what schedulers see),
 //! [`scheduler`] (what to do with a running trial). The controller that carries out decisions
@@ -41,6 +68,6 @@ pub use space::domain::{
     Domain, choice, lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform,
     randint, randn, uniform,
 };
-pub use space::{Dependent, Param, SearchSpace, dependent, grid_search, sample_from};
+pub use space::{Dependent, IntoParam, Param, SearchSpace, dependent, grid_search, sample_from};
 pub use trial::{TrialId, TrialInfo, TrialStatus, TrialTable, TrialsView};
 pub use value::{FromValue, Map, Value};

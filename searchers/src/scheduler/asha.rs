@@ -25,6 +25,9 @@ use crate::trial::{TrialId, TrialsView};
 
 const NAME: &str = "ASHA";
 
+/// More rungs than this means a reduction factor barely above 1: refused.
+const MAX_RUNGS: usize = 1000;
+
 /// Asynchronous successive halving. Defaults as Ray: `time_attr = "training_iteration"`,
 /// `max_t = 100`, `grace_period = 1`, `reduction_factor = 4`, `brackets = 1`,
 /// `stop_last_trials = true`.
@@ -222,6 +225,15 @@ impl Asha {
         if self.brackets == 0 {
             return Err(Error::config(NAME, "brackets", 0, "at least 1"));
         }
+        let rungs = (self.max_t / self.grace_period).ln() / self.reduction_factor.ln();
+        if rungs > MAX_RUNGS as f64 || self.brackets > MAX_RUNGS {
+            return Err(Error::config(
+                NAME,
+                "reduction_factor",
+                self.reduction_factor,
+                format!("a factor and bracket count giving at most {MAX_RUNGS} rungs"),
+            ));
+        }
         Ok(())
     }
 
@@ -297,6 +309,7 @@ impl TrialScheduler for Asha {
     }
 
     fn on_trial_add(&mut self, _: &dyn TrialsView, trial: TrialId) -> Result<()> {
+        self.target.check()?;
         let core = self.core()?;
         let n = core.brackets.len();
         let idx = if n <= 1 {
@@ -375,13 +388,23 @@ impl TrialScheduler for Asha {
     }
 
     fn save_state(&self) -> SchedulerState {
-        SchedulerState::Asha(self.core.clone().unwrap_or_else(|| self.build()))
+        // Never used: an empty state (restoring it leaves the scheduler fresh).
+        SchedulerState::Asha(self.core.clone().unwrap_or_else(|| AshaState {
+            rng: SearchRng::seed_from_u64(self.seed),
+            brackets: Vec::new(),
+            trial_bracket: BTreeMap::new(),
+            num_stopped: 0,
+        }))
     }
 
     fn restore_state(&mut self, state: SchedulerState) -> Result<()> {
         match state {
             SchedulerState::Asha(s) => {
                 self.check()?;
+                if s.brackets.is_empty() && s.trial_bracket.is_empty() {
+                    self.core = None;
+                    return Ok(());
+                }
                 let fresh = self.build();
                 let same_rungs = fresh.brackets.len() == s.brackets.len()
                     && fresh.brackets.iter().zip(&s.brackets).all(|(a, b)| {

@@ -5,7 +5,8 @@
 //! and first runs them to `r₀ = floor(max_t / η^s)` (brackets with `r₀ = 0` are skipped, as in
 //! Ray). Trials reaching the bracket's milestone are paused until every live trial of the
 //! bracket has reached it; then the best `ceil(n/η)` are promoted to the next milestone
-//! (`r·η`, capped at `max_t`) and the rest are stopped. A full band starts a new band.
+//! (`r·η`, capped at `max_t`; the last round always runs to `max_t`) and the rest are
+//! stopped. A full band starts a new band.
 //!
 //! Differences from Ray, both deliberate: milestones are cumulative (`r₀·η^k` capped at
 //! `max_t`; Ray's capping arithmetic can end a bracket below `max_t`), and in the last round a
@@ -24,6 +25,9 @@ use crate::metrics::{Metrics, Mode, opt_score_serde};
 use crate::trial::{TrialId, TrialStatus, TrialsView};
 
 const NAME: &str = "HyperBand";
+
+/// More brackets per band than this means a reduction factor barely above 1: refused.
+const MAX_BRACKETS: usize = 1000;
 
 /// Synchronous HyperBand. Defaults as Ray: `time_attr = "training_iteration"`, `max_t = 81`,
 /// `reduction_factor = 3`, `stop_last_trials = true`.
@@ -161,6 +165,14 @@ impl HyperBand {
         if !(self.eta.is_finite() && self.eta > 1.0) {
             return Err(Error::config(NAME, "reduction_factor", self.eta, "a number > 1"));
         }
+        if self.brackets_per_band() > MAX_BRACKETS {
+            return Err(Error::config(
+                NAME,
+                "reduction_factor",
+                self.eta,
+                format!("a factor giving at most {MAX_BRACKETS} brackets per band for this max_t"),
+            ));
+        }
         Ok(())
     }
 
@@ -168,11 +180,11 @@ impl HyperBand {
         // Planned work, for ordering brackets by completion.
         let mut work = 0.0;
         let (mut n, mut r, mut prev) = (n0 as f64, r0, 0.0);
-        for _ in 0..=s {
+        for k in 0..=s {
             work += n * (r - prev);
             prev = r;
             n = (n / self.eta).ceil();
-            r = (r * self.eta).min(self.max_t);
+            r = if k + 1 == s { self.max_t } else { (r * self.eta).min(self.max_t) };
         }
         HbBracket {
             s,
@@ -220,7 +232,12 @@ impl HyperBand {
         let Some(b) = self.state.current else {
             return Err(Error::NotConfigured { component: NAME });
         };
-        let bracket = &mut self.state.brackets[b];
+        let Some(bracket) = self.state.brackets.get_mut(b) else {
+            return Err(Error::InvalidState {
+                expected: NAME,
+                problem: format!("bracket {b} being filled does not exist"),
+            });
+        };
         bracket.live.push(LiveTrial { trial, time: 0.0, score: None });
         bracket.added += 1;
         self.state.trial_bracket.insert(trial, b);
@@ -256,7 +273,9 @@ impl HyperBand {
         }
         bracket.halves -= 1;
         bracket.n = (bracket.n as f64 / eta - 1e-9).ceil().max(1.0) as usize;
-        bracket.milestone = (bracket.milestone * eta).min(max_t);
+        // The last round runs to max_t even when r₀·η^s falls short of it.
+        bracket.milestone =
+            if bracket.halves == 0 { max_t } else { (bracket.milestone * eta).min(max_t) };
         let mut ranked: Vec<LiveTrial> = std::mem::take(&mut bracket.live);
         // Best first; ties keep the joining order.
         ranked.sort_by(|x, y| {
@@ -308,6 +327,7 @@ impl TrialScheduler for HyperBand {
     }
 
     fn on_trial_add(&mut self, _: &dyn TrialsView, trial: TrialId) -> Result<()> {
+        self.target.check()?;
         self.add(trial)
     }
 

@@ -68,6 +68,10 @@ impl<S: Searcher> Searcher for ConcurrencyLimiter<S> {
         self.inner.set_metric(metric, mode)
     }
 
+    fn metric(&self) -> Option<&str> {
+        self.inner.metric()
+    }
+
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
         if self.state.live.len() >= self.max_concurrent {
             return Ok(Suggestion::NotNow);

@@ -46,6 +46,11 @@ pub trait Searcher: Send {
     /// Tell the searcher which metric to optimise and in which direction.
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
 
+    /// The metric this searcher optimises, if it knows one (wrappers ask their inner searcher).
+    fn metric(&self) -> Option<&str> {
+        None
+    }
+
     /// Params for trial `trial`, or `NotNow`, or `Finished`.
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion>;
 
@@ -74,6 +79,9 @@ pub trait Searcher: Send {
 impl<S: Searcher + ?Sized> Searcher for Box<S> {
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (**self).set_metric(metric, mode)
+    }
+    fn metric(&self) -> Option<&str> {
+        (**self).metric()
     }
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
         (**self).suggest(trial)

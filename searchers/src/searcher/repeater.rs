@@ -101,6 +101,10 @@ impl<S: Searcher> Searcher for Repeater<S> {
         Ok(())
     }
 
+    fn metric(&self) -> Option<&str> {
+        self.metric.as_deref().or_else(|| self.inner.metric())
+    }
+
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
         if let Some(primary) = self.state.current {
             return self.hand_out(primary, trial);
@@ -122,7 +126,7 @@ impl<S: Searcher> Searcher for Repeater<S> {
         result: Option<&Metrics>,
         error: bool,
     ) -> Result<()> {
-        let Some(metric) = self.metric.clone() else {
+        let Some(metric) = Searcher::metric(self).map(String::from) else {
             return Err(Error::NotConfigured { component: NAME });
         };
         let Some(&primary) = self.state.members.get(&trial) else {

@@ -17,6 +17,7 @@ use rand::{Rng, RngExt};
 use rand_distr::StandardNormal;
 
 use crate::error::{Error, Result};
+use crate::math::clamp_f64;
 use crate::value::{Map, Value};
 
 /// A distribution to sample one parameter from.
@@ -441,11 +442,11 @@ impl Domain {
                 Value::Float(round_to_q(uniform_f64(rng, lo, hi), q))
             }
             Domain::LogUniform { low, high, .. } => {
-                Value::Float(log_uniform_f64(rng, low, high).clamp(low, high))
+                Value::Float(clamp_f64(log_uniform_f64(rng, low, high), low, high))
             }
             Domain::QLogUniform { low, high, q, .. } => {
                 let (lo, hi) = float_q_bounds(low, high, q);
-                let x = log_uniform_f64(rng, lo, hi).clamp(lo, hi);
+                let x = clamp_f64(log_uniform_f64(rng, lo, hi), lo, hi);
                 Value::Float(round_to_q(x, q))
             }
             Domain::Randn { mean, sd } => Value::Float(normal(rng, mean, sd)),

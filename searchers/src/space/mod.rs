@@ -177,6 +177,28 @@ const FORM_NAMES: &[&str] = &[
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct SearchSpace {
     entries: Vec<(String, Param)>,
+    /// The first domain that failed to build, with its key: reported by `validate`.
+    invalid: Option<(String, Error)>,
+}
+
+/// What [`SearchSpace::add`] accepts: anything that converts into a [`Param`], and also the
+/// `Result` of a domain constructor, so `add("lr", loguniform(0.0, 1.0))` (no `?`) reports the
+/// bad bounds from `validate` with the key named.
+pub trait IntoParam {
+    /// The entry, or the error that building it gave.
+    fn into_param(self) -> Result<Param>;
+}
+
+impl<T: Into<Param>> IntoParam for T {
+    fn into_param(self) -> Result<Param> {
+        Ok(self.into())
+    }
+}
+
+impl IntoParam for Result<Domain> {
+    fn into_param(self) -> Result<Param> {
+        self.map(Param::Sample)
+    }
 }
 
 /// A sampled (non-constant, non-nested) leaf of a space, in depth-first order.
@@ -200,11 +222,20 @@ impl SearchSpace {
         Self::default()
     }
 
-    /// Add an entry (builder style). Problems such as a duplicate key or an empty `choice` are
-    /// reported by [`validate`](Self::validate), which every searcher's constructor calls.
+    /// Add an entry (builder style). Problems such as a duplicate key, an empty `choice` or a
+    /// domain constructor's error passed without `?` are reported by
+    /// [`validate`](Self::validate) (which every searcher's constructor calls), naming the key.
     #[allow(clippy::should_implement_trait)]
-    pub fn add(mut self, key: impl Into<String>, param: impl Into<Param>) -> Self {
-        self.entries.push((key.into(), param.into()));
+    pub fn add(mut self, key: impl Into<String>, param: impl IntoParam) -> Self {
+        let key = key.into();
+        match param.into_param() {
+            Ok(p) => self.entries.push((key, p)),
+            Err(e) => {
+                if self.invalid.is_none() {
+                    self.invalid = Some((key, e));
+                }
+            }
+        }
         self
     }
 
@@ -234,6 +265,9 @@ impl SearchSpace {
     }
 
     fn validate_at(&self, prefix: &str) -> Result<()> {
+        if let Some((key, e)) = &self.invalid {
+            return Err(e.clone().at(&join(prefix, key)));
+        }
         let mut seen: Vec<&str> = Vec::with_capacity(self.entries.len());
         for (key, param) in &self.entries {
             let path = join(prefix, key);
@@ -339,6 +373,9 @@ impl SearchSpace {
 
     /// The sweep-file form as a [`Value`] (a map). Fails on dependent values.
     pub fn to_value(&self) -> Result<Value> {
+        if let Some((key, e)) = &self.invalid {
+            return Err(e.clone().at(key));
+        }
         let mut m = Map::new();
         for (k, p) in &self.entries {
             let v = match p {
@@ -394,7 +431,7 @@ impl SearchSpace {
                 Value::Map(inner) => Param::Nested(Self::from_map(inner, &path)?),
                 other => Param::Const(other.clone()),
             };
-            space.entries.push((k.to_string(), param));
+            space = space.add(k, param);
         }
         Ok(space)
     }
@@ -481,6 +518,15 @@ mod tests {
         assert!(s.validate().is_err());
         let s = SearchSpace::new().add("g", grid_search(Vec::<i64>::new()));
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn builder_errors_without_question_mark_name_the_key() {
+        let s = SearchSpace::new()
+            .add("m", SearchSpace::new().add("lr", loguniform(0.0, 1.0)).add("ok", 1));
+        let e = s.validate().unwrap_err();
+        assert!(matches!(&e, Error::InvalidDomain { path, .. } if path == "m.lr"), "{e:?}");
+        assert!(e.to_string().starts_with("parameter `m.lr`: loguniform(0, 1)"), "{e}");
     }
 
     #[test]

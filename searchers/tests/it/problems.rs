@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use rtune_searchers::{
-    BasicVariant, Metrics, Mode, Params, SearchSpace, Searcher, Suggestion, TrialId, Tpe, choice,
+    BasicVariant, Metrics, Mode, Params, SearchSpace, Searcher, Suggestion, Tpe, TrialId, choice,
     lograndint, loguniform, randint, uniform,
 };
 
@@ -52,7 +52,8 @@ const H_P: [[f64; 6]; 4] = [
 ];
 
 pub fn hartmann6_space() -> SearchSpace {
-    (0..6).fold(SearchSpace::new(), |s, i| s.add(format!("x{i}"), uniform(0.0, 1.0).expect("valid")))
+    (0..6)
+        .fold(SearchSpace::new(), |s, i| s.add(format!("x{i}"), uniform(0.0, 1.0).expect("valid")))
 }
 
 pub fn hartmann6(p: &Params) -> f64 {
@@ -138,8 +139,7 @@ pub fn best_of(searcher: &mut dyn Searcher, problem: &Problem, budget: u64) -> f
 }
 
 pub fn random_best(problem: &Problem, budget: u64, seed: u64) -> f64 {
-    let mut s =
-        BasicVariant::new((problem.space)()).expect("space").num_samples(budget).seed(seed);
+    let mut s = BasicVariant::new((problem.space)()).expect("space").num_samples(budget).seed(seed);
     best_of(&mut s, problem, budget)
 }
 

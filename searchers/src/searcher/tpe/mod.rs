@@ -6,7 +6,7 @@
 //! * Then completed trials are split into a good group of the `gamma(n) = min(ceil(0.1·n), 25)`
 //!   best and a bad group of the rest. Per parameter, a Parzen estimator `l` is fitted to the
 //!   good values and `g` to the bad ones (Optuna's weights, prior, bandwidths and magic clip;
-//!   see [`parzen`]); `n_ei_candidates` (24) candidates are drawn from `l` and the one
+//!   see the `parzen` module); `n_ei_candidates` (24) candidates are drawn from `l` and the one
 //!   maximising `ln l(x) − ln g(x)` is chosen.
 //! * Constant liar (on by default): trials suggested but not finished join the bad group, so
 //!   concurrent suggestions spread out instead of piling onto one point.
@@ -24,7 +24,7 @@
 //! that ends without a final result but reported intermediate ones counts with its last one
 //! (like a pruned trial in Optuna).
 
-pub mod parzen;
+mod parzen;
 
 use std::collections::BTreeMap;
 
@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use self::parzen::{Estimator, NumericSpec, ParamKind, ParzenSettings, default_weights};
 use super::{Searcher, SearcherState, Suggestion, wrong_state};
 use crate::error::{Error, Result};
-use crate::math::{norm_cdf, norm_ppf};
+use crate::math::{clamp_f64, norm_cdf, norm_ppf};
 use crate::metrics::{Metrics, Mode, Objective, opt_score_serde, score_serde};
 use crate::rng::SearchRng;
 use crate::space::domain::{Domain, float_q_bounds, int_q_bounds, round_to_q};
@@ -109,7 +109,7 @@ impl Leaf {
     /// The model coordinate of a sampled value (`None` if the value does not fit the leaf).
     fn coord(&self, v: &Value) -> Option<f64> {
         match self {
-            Leaf::Number { spec, .. } => v.as_f64().map(|x| x.clamp(spec.low, spec.high)),
+            Leaf::Number { spec, .. } => v.as_f64().map(|x| clamp_f64(x, spec.low, spec.high)),
             Leaf::Normal { mean, sd, .. } => {
                 v.as_f64().map(|x| norm_cdf((x - mean) / sd).clamp(U_EPS, 1.0 - U_EPS))
             }
@@ -362,7 +362,13 @@ impl Tpe {
             let g = Estimator::build(&kind, &column, &w_above[..column.len()], &settings);
             let candidates = l.sample(&mut self.state.rng, self.n_ei_candidates);
             let mut best = (f64::NEG_INFINITY, candidates.first().copied().unwrap_or(0.0));
+            // Grids and categories repeat candidates: score each distinct one once.
+            let mut seen: Vec<f64> = Vec::with_capacity(candidates.len());
             for c in candidates {
+                if seen.contains(&c) {
+                    continue;
+                }
+                seen.push(c);
                 let score = l.log_pdf(c) - g.log_pdf(c);
                 if score > best.0 {
                     best = (score, c);
@@ -380,6 +386,10 @@ impl Searcher for Tpe {
         self.metric = Some(metric.to_string());
         self.mode = Some(mode);
         Ok(())
+    }
+
+    fn metric(&self) -> Option<&str> {
+        self.metric.as_deref()
     }
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
@@ -508,6 +518,47 @@ mod tests {
             t.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
         }
         assert_eq!(t.num_observations(), 40);
+    }
+
+    /// With the constant liar, trials suggested while others run spread out instead of piling
+    /// onto the current best region.
+    #[test]
+    fn constant_liar_spreads_concurrent_suggestions() {
+        let spread = |liar: bool| {
+            let s = SearchSpace::new().add("x", uniform(0.0, 1.0).unwrap());
+            let mut t =
+                Tpe::new(s).unwrap().metric("loss").mode(Mode::Min).seed(3).constant_liar(liar);
+            for i in 0..30 {
+                let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
+                let x = p.get::<f64>("x").unwrap();
+                let r = Metrics::from([("loss".to_string(), (x - 0.3).abs())]);
+                t.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
+            }
+            let xs: Vec<f64> = (30..38)
+                .map(|i| match t.suggest(TrialId(i)).unwrap() {
+                    Suggestion::Params(p) => p.get::<f64>("x").unwrap(),
+                    _ => panic!(),
+                })
+                .collect();
+            let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+            xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64
+        };
+        let (with, without) = (spread(true), spread(false));
+        assert!(with > without, "variance with liar {with}, without {without}");
+    }
+
+    #[test]
+    fn dependent_values_are_evaluated_after_sampling() {
+        let s = SearchSpace::new()
+            .add("hidden", choice([64, 128]))
+            .add("batch", crate::space::dependent(|p| Ok(p.get::<i64>("hidden")? / 2)));
+        let mut t = Tpe::new(s).unwrap().metric("loss").mode(Mode::Min);
+        for i in 0..15 {
+            let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
+            assert_eq!(p.get::<i64>("batch").unwrap() * 2, p.get::<i64>("hidden").unwrap());
+            let r = Metrics::from([("loss".to_string(), 1.0)]);
+            t.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
+        }
     }
 
     #[test]

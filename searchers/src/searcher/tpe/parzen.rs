@@ -11,7 +11,7 @@
 use rand::{Rng, RngExt};
 use rand_distr::StandardNormal;
 
-use crate::math::{log_gauss_mass, logsumexp_iter};
+use crate::math::{INV_SQRT_2PI, clamp_f64, gauss_mass, log_gauss_mass, logsumexp_iter};
 
 /// A numerical parameter as TPE sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,7 +47,7 @@ impl NumericSpec {
             Some(s) if s > 0.0 => self.low + ((x - self.low) / s).round() * s,
             _ => x,
         };
-        x.clamp(self.low, self.high)
+        clamp_f64(x, self.low, self.high)
     }
 }
 
@@ -98,9 +98,9 @@ pub(crate) struct NumericEstimator {
     /// Cumulative mixture weights, for picking a kernel.
     cum_weights: Vec<f64>,
     inv_sigmas: Vec<f64>,
-    /// ln(weight) − ln(mass of the kernel inside the bounds), per kernel; continuous
-    /// parameters also fold in −ln(sigma) (the density's scale).
-    log_coef: Vec<f64>,
+    /// weight / (mass of the kernel inside the bounds), per kernel; continuous parameters also
+    /// fold in the density's scale 1/(sigma·√(2π)).
+    coef: Vec<f64>,
 }
 
 impl Estimator {
@@ -199,7 +199,7 @@ fn categorical(n_choices: usize, obs: &[f64], mix: &[f64], s: &ParzenSettings) -
 fn numeric(spec: NumericSpec, obs: &[f64], mix: &[f64], s: &ParzenSettings) -> NumericEstimator {
     let (lo, hi) = spec.kernel_bounds();
     let width = hi - lo;
-    let mut mus: Vec<f64> = obs.iter().map(|x| spec.transform(*x).clamp(lo, hi)).collect();
+    let mut mus: Vec<f64> = obs.iter().map(|x| clamp_f64(spec.transform(*x), lo, hi)).collect();
     let n = mus.len();
     let prior_mu = 0.5 * (lo + hi);
 
@@ -227,7 +227,7 @@ fn numeric(spec: NumericSpec, obs: &[f64], mix: &[f64], s: &ParzenSettings) -> N
     let min_sigma =
         if s.consider_magic_clip { width / (100.0f64).min(1.0 + (n + 1) as f64) } else { 1e-12 };
     for sg in &mut sigmas {
-        *sg = sg.clamp(min_sigma.min(max_sigma), max_sigma);
+        *sg = clamp_f64(*sg, min_sigma.min(max_sigma), max_sigma);
     }
     mus.push(prior_mu);
     sigmas.push(width);
@@ -241,18 +241,20 @@ fn numeric(spec: NumericSpec, obs: &[f64], mix: &[f64], s: &ParzenSettings) -> N
         })
         .collect();
     let continuous = spec.step.is_none();
-    let log_coef = mix
+    let coef = mix
         .iter()
         .zip(mus.iter().zip(&sigmas))
         .map(|(w, (mu, sg))| {
             let sg = sg.max(1e-300);
-            let scale =
-                if continuous { sg.ln() + 0.5 * (2.0 * std::f64::consts::PI).ln() } else { 0.0 };
-            w.ln() - log_gauss_mass((lo - mu) / sg, (hi - mu) / sg) - scale
+            // Every centre lies inside the bounds and sigma ≤ their width, so the mass inside is
+            // at least ~0.34: no underflow here.
+            let z = gauss_mass((lo - mu) / sg, (hi - mu) / sg).max(1e-300);
+            let scale = if continuous { INV_SQRT_2PI / sg } else { 1.0 };
+            w / z * scale
         })
         .collect();
     let inv_sigmas = sigmas.iter().map(|s| 1.0 / s.max(1e-300)).collect();
-    NumericEstimator { spec, lo, hi, mus, sigmas, inv_sigmas, cum_weights, log_coef }
+    NumericEstimator { spec, lo, hi, mus, sigmas, inv_sigmas, cum_weights, coef }
 }
 
 impl NumericEstimator {
@@ -273,7 +275,7 @@ impl NumericEstimator {
                 break;
             }
         }
-        let z = z.unwrap_or_else(|| mu.clamp(self.lo, self.hi));
+        let z = z.unwrap_or_else(|| clamp_f64(mu, self.lo, self.hi));
         self.spec.align(self.spec.untransform(z))
     }
 
@@ -281,25 +283,40 @@ impl NumericEstimator {
         if self.hi.partial_cmp(&self.lo) != Some(std::cmp::Ordering::Greater) {
             return 0.0;
         }
+        // Sum in linear space (one exp or two erfc per kernel); only if the whole sum is too
+        // small to trust, redo it in log space.
+        const TINY: f64 = 1e-280;
+        let kernels = || self.mus.iter().zip(&self.inv_sigmas).zip(&self.coef);
         match self.spec.step {
             None => {
                 let z = self.spec.transform(x);
-                logsumexp_iter(self.mus.iter().zip(&self.inv_sigmas).zip(&self.log_coef).map(
-                    |((mu, inv), c)| {
+                let sum: f64 = kernels()
+                    .map(|((mu, inv), c)| {
                         let d = (z - mu) * inv;
-                        c - 0.5 * d * d
-                    },
-                ))
+                        c * (-0.5 * d * d).exp()
+                    })
+                    .sum();
+                if sum > TINY && sum.is_finite() {
+                    return sum.ln();
+                }
+                logsumexp_iter(kernels().map(|((mu, inv), c)| {
+                    let d = (z - mu) * inv;
+                    c.ln() - 0.5 * d * d
+                }))
             }
             Some(step) => {
                 let a = self.spec.transform(x - step / 2.0).max(self.lo);
                 let b = self.spec.transform(x + step / 2.0).min(self.hi);
+                let sum: f64 = kernels()
+                    .map(|((mu, inv), c)| c * gauss_mass((a - mu) * inv, (b - mu) * inv))
+                    .sum();
+                if sum > TINY && sum.is_finite() {
+                    return sum.ln();
+                }
                 logsumexp_iter(
-                    self.mus
-                        .iter()
-                        .zip(&self.inv_sigmas)
-                        .zip(&self.log_coef)
-                        .map(|((mu, inv), c)| c + log_gauss_mass((a - mu) * inv, (b - mu) * inv)),
+                    kernels().map(|((mu, inv), c)| {
+                        c.ln() + log_gauss_mass((a - mu) * inv, (b - mu) * inv)
+                    }),
                 )
             }
         }
