@@ -199,6 +199,9 @@ pub struct RunConfig {
     pub start_timeout: Duration,
     /// Print one line per report as it arrives (the plain reporter).
     pub verbose: bool,
+    /// Stop criteria (Ray's `RunConfig(stop=...)`): the run is asked to stop at the first report
+    /// where some metric named here is >= its threshold, e.g. `training_iteration` >= 10.
+    pub stop: BTreeMap<String, f64>,
 }
 
 impl Default for RunConfig {
@@ -211,6 +214,7 @@ impl Default for RunConfig {
             collective_timeout: Duration::from_secs(600),
             start_timeout: Duration::from_secs(120),
             verbose: false,
+            stop: BTreeMap::new(),
         }
     }
 }
@@ -237,6 +241,12 @@ impl RunConfig {
 
     pub fn collective_timeout(mut self, timeout: Duration) -> Self {
         self.collective_timeout = timeout;
+        self
+    }
+
+    /// Adds a stop criterion: stop once `metric` >= `threshold`.
+    pub fn stop(mut self, metric: impl Into<String>, threshold: f64) -> Self {
+        self.stop.insert(metric.into(), threshold);
         self
     }
 

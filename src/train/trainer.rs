@@ -149,6 +149,7 @@ impl TorchTrainer {
         let hub = Hub::start(([127, 0, 0, 1], 0).into()).await?;
         let mut run = RunState::new(&run_dir, self.run.checkpoint_config.clone());
         run.verbose = self.run.verbose;
+        run.stop = self.run.stop.clone();
         let mut resume = self.resume.clone();
         let mut start_iteration = match &resume {
             Some(c) => c.iteration()?,
@@ -219,6 +220,7 @@ struct RunState {
     attempt_started: Instant,
     last_report: Instant,
     verbose: bool,
+    stop: std::collections::BTreeMap<String, f64>,
 }
 
 impl RunState {
@@ -233,6 +235,7 @@ impl RunState {
             attempt_started: Instant::now(),
             last_report: Instant::now(),
             verbose: false,
+            stop: Default::default(),
         }
     }
 
@@ -242,7 +245,7 @@ impl RunState {
     }
 
     /// Records one complete report: appends it to the files, keeps its checkpoint, drops old
-    /// ones. Never asks to stop (a standalone run ends when its train function returns).
+    /// ones. Asks the run to stop when a `RunConfig::stop` criterion is met.
     fn record(&mut self, report: GroupReport) -> Result<bool> {
         let mut metrics = from_wire(&report.metrics_json)?;
         let now = Instant::now();
@@ -268,8 +271,9 @@ impl RunState {
             self.checkpoints.push((ck, metrics.clone()));
             self.prune_checkpoints()?;
         }
+        let stop = self.stop.iter().any(|(name, &at)| metrics.get(name).is_some_and(|&v| v >= at));
         self.history.push((metrics, row));
-        Ok(false)
+        Ok(stop)
     }
 
     fn score(&self, metrics: &Metrics) -> f64 {

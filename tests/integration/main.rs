@@ -41,6 +41,10 @@ fn main() {
             "trainer::config_mistakes_fail_before_start",
             trainer::config_mistakes_fail_before_start,
         ),
+        test(
+            "trainer::stop_criterion_ends_the_run_cleanly",
+            trainer::stop_criterion_ends_the_run_cleanly,
+        ),
     ];
     libtest_mimic::run(&args, tests).exit();
 }

@@ -273,3 +273,35 @@ pub fn config_mistakes_fail_before_start() -> Result<()> {
     ensure!(err.contains("storage_path") && err.contains("a_file"), "{err}");
     Ok(())
 }
+
+/// Reports forever; only the driver's stop ends it.
+fn report_until_stopped(ctx: &mut TrainContext) -> Result<()> {
+    loop {
+        let mut ck = ctx.new_checkpoint()?;
+        std::fs::write(ck.path().join("note.txt"), b"x")?;
+        ck = ck.metadata(serde_json::json!({"rank": ctx.world_rank()}));
+        ctx.report([("score", ctx.iteration() as f64)], Some(ck))?;
+    }
+}
+
+pub fn stop_criterion_ends_the_run_cleanly() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let result = TorchTrainer::new(report_until_stopped)
+        .scaling(ScalingConfig::workers(2))
+        .run_config(
+            run_config(dir.path())
+                .stop("training_iteration", 5.0)
+                .checkpoint_config(rtune::CheckpointConfig::new().num_to_keep(2)),
+        )
+        .fit()?;
+    ensure!(result.failures.is_empty(), "no failures: {:?}", result.failures);
+    ensure!(result.metrics_history.len() == 5, "5 reports: {}", result.metrics_history.len());
+    let mut kept: Vec<String> = std::fs::read_dir(&result.path)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("checkpoint_") || n.starts_with(".tmp"))
+        .collect();
+    kept.sort();
+    ensure!(kept == ["checkpoint_000004", "checkpoint_000005"], "kept {kept:?}");
+    Ok(())
+}
