@@ -2,6 +2,9 @@
 //! (`pool`) is a pure state machine; this module also holds the embedded default, where the
 //! driver's machine is the whole cluster. Head and node agents over gRPC build on the same pool.
 
+pub mod client;
+pub mod head;
+pub mod node;
 pub mod pool;
 
 use pool::{NodeSpec, PlacementRequest, Pool, Reservation, Resources, Strategy};
@@ -18,6 +21,39 @@ impl From<PlacementStrategy> for Strategy {
             PlacementStrategy::StrictSpread => Strategy::StrictSpread,
         }
     }
+}
+
+/// The environment variable (or `RunConfig::cluster`) that makes a driver use a head.
+pub const ADDRESS_ENV: &str = "RTUNE_ADDRESS";
+/// The environment variable that carries the cluster token.
+pub const TOKEN_ENV: &str = "RTUNE_TOKEN";
+
+/// Server side of the cluster token: a head with a token refuses calls without it.
+pub(crate) fn check_token(
+    request: tonic::Request<()>,
+    token: Option<&str>,
+) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+    let Some(token) = token.filter(|t| !t.is_empty()) else { return Ok(request) };
+    let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+    match given.and_then(|v| v.strip_prefix("Bearer ")) {
+        Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(request),
+        Some(_) => Err(tonic::Status::unauthenticated(
+            "the head refused it; use the token `rtune head` printed (--token or RTUNE_TOKEN)",
+        )),
+        None => Err(tonic::Status::unauthenticated(
+            "none given, but this head requires one; pass the token `rtune head` printed \
+             (--token or RTUNE_TOKEN)",
+        )),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A fresh random cluster token (128 bits, hex).
+pub fn new_token() -> String {
+    format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
 }
 
 /// The local machine as a one-node cluster: CPUs and GPUs detected, overridable with

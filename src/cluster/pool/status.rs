@@ -12,6 +12,8 @@ pub struct PoolStatus {
     /// All nodes ever added, dead ones included.
     pub nodes: Vec<NodeStatus>,
     /// Pending and reserved placement groups (released and cancelled ones are gone).
+    /// Named `placement_groups` in JSON, as `rtune status --format json` prints it.
+    #[serde(rename = "placement_groups")]
     pub groups: Vec<GroupStatus>,
 }
 

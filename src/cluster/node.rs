@@ -1,0 +1,218 @@
+//! The node agent (`rtune node`): offers this machine to a head, runs worker processes on its
+//! command and reports their exits.
+//!
+//! Workers are spawned with `PR_SET_PDEATHSIG = SIGKILL`, so they never outlive their agent:
+//! killing the agent kills its workers, and the CPUs and GPUs they held are really free when
+//! the head reports the node dead. When the session with the head ends (the head restarted, or
+//! declared this node dead), the agent kills its workers and reconnects by itself, registering
+//! again with its previous id: it rejoins clean.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::cluster::pool::NodeSpec;
+use crate::error::{Error, Result};
+use crate::proto::{
+    HeadCommand, Heartbeat, NodeMessage, RegisterNode, StartWorkerRequest, WorkerExit,
+    head_command, node_message,
+};
+
+/// How a node agent joins its head.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The head's host:port.
+    pub head: String,
+    pub token: Option<String>,
+    /// What this node offers (its `address` is where its workers listen).
+    pub spec: NodeSpec,
+    /// How long to wait between reconnection attempts.
+    pub retry: Duration,
+}
+
+/// Runs the agent until the process is killed.
+pub async fn run(config: NodeConfig) -> Result<()> {
+    let mut previous: Option<u64> = None;
+    let mut announced = false;
+    loop {
+        match session(&config, previous, &mut announced).await {
+            Ok(id) => {
+                previous = Some(id);
+                eprintln!("rtune node: session with {} ended; reconnecting", config.head);
+            }
+            Err(Error::Config { field, message }) => {
+                return Err(Error::Config { field, message });
+            }
+            Err(e) => {
+                if !announced {
+                    eprintln!("rtune node: cannot reach the head at {}: {e}; retrying", config.head);
+                    announced = true;
+                }
+            }
+        }
+        tokio::time::sleep(config.retry).await;
+    }
+}
+
+struct Running {
+    kill: oneshot::Sender<()>,
+}
+
+/// One session: register, then serve commands until the stream ends. Returns the node id.
+async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut bool) -> Result<u64> {
+    let mut client = super::client::connect_head(&config.head, config.token.as_deref()).await?;
+    let (up, up_rx) = mpsc::channel::<NodeMessage>(256);
+    let resources_json = serde_json::to_string(&config.spec.resources).expect("resources serialise");
+    let register = RegisterNode {
+        address: config.spec.address.clone(),
+        resources_json,
+        previous_node_id: previous,
+        version: crate::worker::build_id::hex(crate::worker::build_id::build_id()),
+    };
+    up.send(NodeMessage { kind: Some(node_message::Kind::Register(register)) })
+        .await
+        .map_err(|_| Error::Protocol("session closed".into()))?;
+    let mut down = client
+        .node_session(ReceiverStream::new(up_rx))
+        .await
+        .map_err(super::client::status_error)?
+        .into_inner();
+    let first = down.next().await.ok_or_else(|| Error::Protocol("the head closed the session".into()))?;
+    let Some(head_command::Kind::Registered(registered)) =
+        first.map_err(super::client::status_error)?.kind
+    else {
+        return Err(Error::Protocol("the head did not acknowledge the registration".into()));
+    };
+    let node_id = registered.node_id;
+    println!("rtune node: registered with {} as node {node_id}", config.head);
+    *announced = false;
+    let interval = Duration::from_millis(registered.heartbeat_interval_ms.max(50));
+    let mut heartbeat = tokio::time::interval(interval);
+    let (exit_tx, mut exits) = mpsc::unbounded_channel::<WorkerExit>();
+    let mut running: HashMap<String, Running> = HashMap::new();
+    loop {
+        tokio::select! {
+            command = down.next() => match command {
+                Some(Ok(HeadCommand { kind: Some(kind) })) => match kind {
+                    head_command::Kind::Start(start) => {
+                        let worker = start.worker_id.clone();
+                        match spawn(start, node_id, exit_tx.clone()) {
+                            Ok(kill) => { running.insert(worker, Running { kill }); }
+                            Err((exit, e)) => {
+                                eprintln!("rtune node: {e}");
+                                let _ = up.send(exited(exit)).await;
+                            }
+                        }
+                    }
+                    head_command::Kind::Kill(kill) => {
+                        if let Some(w) = running.remove(&kill.worker_id) {
+                            let _ = w.kill.send(());
+                        }
+                    }
+                    head_command::Kind::Registered(_) => {}
+                },
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => break,
+            },
+            Some(exit) = exits.recv() => {
+                running.remove(&exit.worker_id);
+                if up.send(exited(exit)).await.is_err() {
+                    break;
+                }
+            }
+            _ = heartbeat.tick() => {
+                let beat = Heartbeat { running_workers: running.len() as u32 };
+                if up.send(NodeMessage { kind: Some(node_message::Kind::Heartbeat(beat)) }).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    // The head no longer counts on these workers: end them before rejoining clean.
+    for (_, w) in running.drain() {
+        let _ = w.kill.send(());
+    }
+    Ok(node_id)
+}
+
+fn exited(exit: WorkerExit) -> NodeMessage {
+    NodeMessage { kind: Some(node_message::Kind::Exited(exit)) }
+}
+
+/// Starts one worker process; its exit goes to `exits`.
+fn spawn(
+    start: StartWorkerRequest,
+    node_id: u64,
+    exits: mpsc::UnboundedSender<WorkerExit>,
+) -> std::result::Result<oneshot::Sender<()>, (WorkerExit, String)> {
+    let fail = |error: String| {
+        let exit = WorkerExit {
+            worker_id: start.worker_id.clone(),
+            pg_id: start.pg_id,
+            code: -1,
+            signal: 0,
+            error: error.clone(),
+        };
+        (exit, error)
+    };
+    let open = |path: &str| {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            std::fs::create_dir_all(dir).map_err(|e| fail(format!("log folder {}: {e}", dir.display())))?;
+        }
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| fail(format!("log file {path}: {e}")))
+    };
+    let (stdout, stderr) = (open(&start.stdout_path)?, open(&start.stderr_path)?);
+    let mut command = std::process::Command::new(&start.executable);
+    command
+        .envs(&start.env)
+        .env("RTUNE_NODE_ID", node_id.to_string())
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| fail(format!("cannot start {}: {e}", start.executable)))?;
+    let (kill, killed) = oneshot::channel::<()>();
+    let (worker_id, pg_id) = (start.worker_id, start.pg_id);
+    tokio::spawn(async move {
+        let status = tokio::select! {
+            status = child.wait() => status,
+            _ = killed => {
+                let _ = child.start_kill();
+                child.wait().await
+            }
+        };
+        let exit = match status {
+            Ok(s) => WorkerExit {
+                worker_id,
+                pg_id,
+                code: s.code().unwrap_or(-1),
+                signal: s.signal().unwrap_or(0),
+                error: String::new(),
+            },
+            Err(e) => WorkerExit { worker_id, pg_id, code: -1, signal: 0, error: e.to_string() },
+        };
+        let _ = exits.send(exit);
+    });
+    Ok(kill)
+}
