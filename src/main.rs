@@ -88,7 +88,9 @@ fn run(cli: Cli) -> Result<()> {
                 Some(t) => Some(t),
                 None if !bind.is_loopback() => {
                     let t = cluster::new_token();
-                    println!("cluster token (give it to nodes and drivers as --token or RTUNE_TOKEN): {t}");
+                    println!(
+                        "cluster token (give it to nodes and drivers as --token or RTUNE_TOKEN): {t}"
+                    );
                     Some(t)
                 }
                 None => None,
@@ -121,7 +123,8 @@ fn run(cli: Cli) -> Result<()> {
             for (name, amount) in parse_resources(&resources)? {
                 spec = spec.custom(name, amount);
             }
-            let config = node::NodeConfig { head: address, token, spec, retry: Duration::from_millis(500) };
+            let config =
+                node::NodeConfig { head: address, token, spec, retry: Duration::from_millis(500) };
             runtime()?.block_on(node::run(config))?;
             Ok(())
         }
@@ -145,17 +148,19 @@ fn parse_resources(text: &str) -> Result<BTreeMap<String, f64>> {
         let (name, amount) = pair
             .split_once('=')
             .with_context(|| format!("--resources: {pair:?} is not NAME=AMOUNT (e.g. tpu=2)"))?;
-        let amount: f64 = amount
-            .trim()
-            .parse()
-            .with_context(|| format!("--resources: {name}={amount:?}: the amount is not a number"))?;
+        let amount: f64 = amount.trim().parse().with_context(|| {
+            format!("--resources: {name}={amount:?}: the amount is not a number")
+        })?;
         out.insert(name.trim().to_owned(), amount);
     }
     Ok(out)
 }
 
 fn print_table(status: &pool::PoolStatus) {
-    println!("{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}", "NODE", "ADDRESS", "ALIVE", "CPU", "CPU free", "GPU", "GPU free");
+    println!(
+        "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",
+        "NODE", "ADDRESS", "ALIVE", "CPU", "CPU free", "GPU", "GPU free"
+    );
     for n in &status.nodes {
         println!(
             "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",

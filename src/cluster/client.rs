@@ -33,7 +33,8 @@ pub type Client = HeadClient<InterceptedService<Channel, AddToken>>;
 
 /// Connects to the head at `address` (host:port).
 pub async fn connect_head(address: &str, token: Option<&str>) -> Result<Client> {
-    let url = if address.contains("://") { address.to_owned() } else { format!("http://{address}") };
+    let url =
+        if address.contains("://") { address.to_owned() } else { format!("http://{address}") };
     let endpoint = tonic::transport::Endpoint::from_shared(url)
         .map_err(|e| Error::config("head address", format!("{address:?}: {e}; use HOST:PORT")))?
         .connect_timeout(Duration::from_secs(5))
@@ -81,11 +82,17 @@ impl ClusterReservation {
 }
 
 /// Reserves `request`, waiting until it is reserved.
-pub async fn reserve(client: &mut Client, request: &PlacementRequest) -> Result<ClusterReservation> {
+pub async fn reserve(
+    client: &mut Client,
+    request: &PlacementRequest,
+) -> Result<ClusterReservation> {
     let request_json = serde_json::to_string(request).expect("request serialises");
     let reply = client.reserve(ReserveRequest { request_json }).await.map_err(|s| {
         if s.code() == tonic::Code::InvalidArgument {
-            Error::config("ScalingConfig", format!("the cluster cannot hold this worker group: {}", s.message()))
+            Error::config(
+                "ScalingConfig",
+                format!("the cluster cannot hold this worker group: {}", s.message()),
+            )
         } else {
             status_error(s)
         }
@@ -93,7 +100,10 @@ pub async fn reserve(client: &mut Client, request: &PlacementRequest) -> Result<
     let reply = reply.into_inner();
     let reservation = serde_json::from_str(&reply.reservation_json)
         .map_err(|e| Error::Protocol(format!("reservation: {e}")))?;
-    Ok(ClusterReservation { reservation, node_addresses: reply.node_addresses.into_iter().collect() })
+    Ok(ClusterReservation {
+        reservation,
+        node_addresses: reply.node_addresses.into_iter().collect(),
+    })
 }
 
 pub async fn release(client: &mut Client, pg: PgId) -> Result<()> {
@@ -113,5 +123,9 @@ pub async fn kill_worker(client: &mut Client, worker_id: String) -> Result<()> {
 
 /// The exits of `pg`'s workers, as they happen.
 pub async fn watch(client: &mut Client, pg: PgId) -> Result<tonic::Streaming<WorkerExit>> {
-    Ok(client.watch_workers(WatchWorkersRequest { pg_id: pg.0 }).await.map_err(status_error)?.into_inner())
+    Ok(client
+        .watch_workers(WatchWorkersRequest { pg_id: pg.0 })
+        .await
+        .map_err(status_error)?
+        .into_inner())
 }

@@ -53,7 +53,10 @@ impl HeadConfig {
         if !self.bind.ip().is_loopback() && self.token.as_deref().unwrap_or("").is_empty() {
             return Err(Error::config(
                 "head --bind",
-                format!("{} is not loopback; a cluster token is required (--token)", self.bind.ip()),
+                format!(
+                    "{} is not loopback; a cluster token is required (--token)",
+                    self.bind.ip()
+                ),
             ));
         }
         Ok(())
@@ -69,9 +72,9 @@ pub struct HeadHandle {
 /// Starts a head inside the current tokio runtime.
 pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
     config.validate()?;
-    let listener = tokio::net::TcpListener::bind(config.bind)
-        .await
-        .map_err(|e| Error::config("head --bind", format!("cannot listen on {}: {e}", config.bind)))?;
+    let listener = tokio::net::TcpListener::bind(config.bind).await.map_err(|e| {
+        Error::config("head --bind", format!("cannot listen on {}: {e}", config.bind))
+    })?;
     let address = listener.local_addr().map_err(|e| Error::io("head socket", e))?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(run_state(HeadState::new(config.clone()), rx));
@@ -86,9 +89,10 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
         }
     });
     let token = config.token.clone();
-    let service = HeadServer::with_interceptor(HeadService { tx, heartbeat_interval: config.heartbeat_interval }, move |req: Request<()>| {
-        super::check_token(req, token.as_deref())
-    });
+    let service = HeadServer::with_interceptor(
+        HeadService { tx, heartbeat_interval: config.heartbeat_interval },
+        move |req: Request<()>| super::check_token(req, token.as_deref()),
+    );
     let (shutdown, stopped) = oneshot::channel::<()>();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tokio::spawn(async move {
@@ -108,16 +112,46 @@ type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
 type CommandTx = mpsc::Sender<std::result::Result<HeadCommand, Status>>;
 
 enum Msg {
-    Register { spec: NodeSpec, previous: Option<NodeId>, commands: CommandTx, reply: Reply<(NodeId, u64)> },
-    Heartbeat { node: NodeId, session: u64 },
-    Exited { node: NodeId, session: u64, exit: WorkerExit },
-    SessionEnded { node: NodeId, session: u64 },
-    Reserve { request: PlacementRequest, reply: Reply<ReserveReply> },
-    Release { pg: PgId },
-    Start { request: StartWorkerRequest, reply: Reply<StartWorkerReply> },
-    Kill { worker: String },
-    Watch { pg: PgId, events: mpsc::UnboundedSender<std::result::Result<WorkerExit, Status>> },
-    Status { reply: Reply<StatusReply> },
+    Register {
+        spec: NodeSpec,
+        previous: Option<NodeId>,
+        commands: CommandTx,
+        reply: Reply<(NodeId, u64)>,
+    },
+    Heartbeat {
+        node: NodeId,
+        session: u64,
+    },
+    Exited {
+        node: NodeId,
+        session: u64,
+        exit: WorkerExit,
+    },
+    SessionEnded {
+        node: NodeId,
+        session: u64,
+    },
+    Reserve {
+        request: PlacementRequest,
+        reply: Reply<ReserveReply>,
+    },
+    Release {
+        pg: PgId,
+    },
+    Start {
+        request: StartWorkerRequest,
+        reply: Reply<StartWorkerReply>,
+    },
+    Kill {
+        worker: String,
+    },
+    Watch {
+        pg: PgId,
+        events: mpsc::UnboundedSender<std::result::Result<WorkerExit, Status>>,
+    },
+    Status {
+        reply: Reply<StatusReply>,
+    },
     Tick,
 }
 
@@ -202,7 +236,9 @@ impl HeadState {
                     && let Some(s) = self.sessions.get(node)
                 {
                     let kill = HeadCommand {
-                        kind: Some(head_command::Kind::Kill(KillWorkerRequest { worker_id: worker })),
+                        kind: Some(head_command::Kind::Kill(KillWorkerRequest {
+                            worker_id: worker,
+                        })),
                     };
                     let _ = s.commands.try_send(Ok(kill));
                 }
@@ -240,11 +276,16 @@ impl HeadState {
                 if self.sessions.contains_key(&id) {
                     self.node_lost(id, "it registered again");
                 }
-                let released = self.pool.rejoin_node(id, spec).map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let released = self
+                    .pool
+                    .rejoin_node(id, spec)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
                 self.forget_groups(&released, id, "rejoined");
                 id
             }
-            None => self.pool.add_node(spec).map_err(|e| Status::invalid_argument(e.to_string()))?,
+            None => {
+                self.pool.add_node(spec).map_err(|e| Status::invalid_argument(e.to_string()))?
+            }
         };
         let session = self.next_session;
         self.next_session += 1;
@@ -304,18 +345,23 @@ impl HeadState {
                 .map(|b| (b.node.0, self.pool.node_address(b.node).unwrap_or_default().to_owned()))
                 .collect();
             let json = serde_json::to_string(&reservation).expect("reservation serialises");
-            if reply.send(Ok(ReserveReply { pg_id: pg.0, reservation_json: json, node_addresses })).is_err() {
+            if reply
+                .send(Ok(ReserveReply { pg_id: pg.0, reservation_json: json, node_addresses }))
+                .is_err()
+            {
                 let _ = self.pool.release(pg);
             }
         }
     }
 
-    fn start(&mut self, request: StartWorkerRequest) -> std::result::Result<StartWorkerReply, Status> {
+    fn start(
+        &mut self,
+        request: StartWorkerRequest,
+    ) -> std::result::Result<StartWorkerReply, Status> {
         let pg = PgId(request.pg_id);
-        let placement = self
-            .pool
-            .placement(pg)
-            .ok_or_else(|| Status::failed_precondition(format!("placement group {pg} is not reserved")))?;
+        let placement = self.pool.placement(pg).ok_or_else(|| {
+            Status::failed_precondition(format!("placement group {pg} is not reserved"))
+        })?;
         let bundle = placement
             .get(request.bundle as usize)
             .ok_or_else(|| Status::invalid_argument(format!("no bundle {}", request.bundle)))?;
@@ -346,7 +392,8 @@ impl HeadService {
     }
 }
 
-type Stream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<T, Status>> + Send>>;
+type Stream<T> =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<T, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Head for HeadService {
@@ -358,7 +405,8 @@ impl Head for HeadService {
         request: Request<Streaming<NodeMessage>>,
     ) -> std::result::Result<Response<Self::NodeSessionStream>, Status> {
         let mut inbound = request.into_inner();
-        let first = inbound.next().await.ok_or_else(|| Status::invalid_argument("empty session"))??;
+        let first =
+            inbound.next().await.ok_or_else(|| Status::invalid_argument("empty session"))??;
         let Some(node_message::Kind::Register(register)) = first.kind else {
             return Err(Status::invalid_argument("a session must start with RegisterNode"));
         };
@@ -367,11 +415,14 @@ impl Head for HeadService {
         let spec = NodeSpec::new(register.address.clone(), resources);
         let previous = register.previous_node_id.map(NodeId);
         let (commands, outbound) = mpsc::channel(256);
-        let (node, session) =
-            self.ask(|reply| Msg::Register { spec, previous, commands: commands.clone(), reply }).await?;
+        let (node, session) = self
+            .ask(|reply| Msg::Register { spec, previous, commands: commands.clone(), reply })
+            .await?;
         let interval = self.heartbeat_interval.as_millis() as u64;
         let registered = Registered { node_id: node.0, heartbeat_interval_ms: interval };
-        let _ = commands.send(Ok(HeadCommand { kind: Some(head_command::Kind::Registered(registered)) })).await;
+        let _ = commands
+            .send(Ok(HeadCommand { kind: Some(head_command::Kind::Registered(registered)) }))
+            .await;
         drop(commands);
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -431,7 +482,9 @@ impl Head for HeadService {
     ) -> std::result::Result<Response<Self::WatchWorkersStream>, Status> {
         let pg = PgId(request.into_inner().pg_id);
         let (events, rx) = mpsc::unbounded_channel();
-        self.tx.send(Msg::Watch { pg, events }).map_err(|_| Status::unavailable("shutting down"))?;
+        self.tx
+            .send(Msg::Watch { pg, events })
+            .map_err(|_| Status::unavailable("shutting down"))?;
         Ok(Response::new(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))))
     }
 

@@ -51,7 +51,10 @@ pub async fn run(config: NodeConfig) -> Result<()> {
             }
             Err(e) => {
                 if !announced {
-                    eprintln!("rtune node: cannot reach the head at {}: {e}; retrying", config.head);
+                    eprintln!(
+                        "rtune node: cannot reach the head at {}: {e}; retrying",
+                        config.head
+                    );
                     announced = true;
                 }
             }
@@ -68,7 +71,8 @@ struct Running {
 async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut bool) -> Result<u64> {
     let mut client = super::client::connect_head(&config.head, config.token.as_deref()).await?;
     let (up, up_rx) = mpsc::channel::<NodeMessage>(256);
-    let resources_json = serde_json::to_string(&config.spec.resources).expect("resources serialise");
+    let resources_json =
+        serde_json::to_string(&config.spec.resources).expect("resources serialise");
     let register = RegisterNode {
         address: config.spec.address.clone(),
         resources_json,
@@ -83,7 +87,8 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
         .await
         .map_err(super::client::status_error)?
         .into_inner();
-    let first = down.next().await.ok_or_else(|| Error::Protocol("the head closed the session".into()))?;
+    let first =
+        down.next().await.ok_or_else(|| Error::Protocol("the head closed the session".into()))?;
     let Some(head_command::Kind::Registered(registered)) =
         first.map_err(super::client::status_error)?.kind
     else {
@@ -163,7 +168,8 @@ fn spawn(
     };
     let open = |path: &str| {
         if let Some(dir) = std::path::Path::new(path).parent() {
-            std::fs::create_dir_all(dir).map_err(|e| fail(format!("log folder {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| fail(format!("log folder {}: {e}", dir.display())))?;
         }
         OpenOptions::new()
             .create(true)

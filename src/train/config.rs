@@ -202,6 +202,11 @@ pub struct RunConfig {
     /// Stop criteria (Ray's `RunConfig(stop=...)`): the run is asked to stop at the first report
     /// where some metric named here is >= its threshold, e.g. `training_iteration` >= 10.
     pub stop: BTreeMap<String, f64>,
+    /// A head's HOST:PORT to run the workers on its cluster; default `$RTUNE_ADDRESS`, else the
+    /// embedded one-machine cluster.
+    pub cluster: Option<String>,
+    /// The cluster token; default `$RTUNE_TOKEN`.
+    pub cluster_token: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -215,6 +220,8 @@ impl Default for RunConfig {
             start_timeout: Duration::from_secs(120),
             verbose: false,
             stop: BTreeMap::new(),
+            cluster: None,
+            cluster_token: None,
         }
     }
 }
@@ -248,6 +255,21 @@ impl RunConfig {
     pub fn stop(mut self, metric: impl Into<String>, threshold: f64) -> Self {
         self.stop.insert(metric.into(), threshold);
         self
+    }
+
+    /// Runs the workers on the cluster served by the head at `address` (HOST:PORT).
+    pub fn cluster(mut self, address: impl Into<String>, token: Option<String>) -> Self {
+        self.cluster = Some(address.into());
+        self.cluster_token = token;
+        self
+    }
+
+    pub(crate) fn resolved_cluster(&self) -> Option<(String, Option<String>)> {
+        let address =
+            self.cluster.clone().or_else(|| std::env::var(crate::cluster::ADDRESS_ENV).ok())?;
+        let token =
+            self.cluster_token.clone().or_else(|| std::env::var(crate::cluster::TOKEN_ENV).ok());
+        Some((address, token))
     }
 
     pub fn verbose(mut self, on: bool) -> Self {

@@ -6,13 +6,17 @@ use std::time::Instant;
 use rtune_searchers::Params;
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::client::{self, Client};
+use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::error::{Error, Result};
 use crate::storage::{self, ResultFiles, Row};
 use crate::train::checkpoint::{self, Checkpoint};
 use crate::train::config::{CheckpointConfig, RunConfig, ScalingConfig, ScoreOrder};
 use crate::train::metrics::{Metrics, from_wire, number_or_tag};
 use crate::train::{TrainFn, WorkerFailure, unix_time};
-use crate::worker::group::{AttemptOutcome, AttemptSpec, GroupReport, run_attempt};
+use crate::worker::group::{
+    AttemptOutcome, AttemptSpec, GroupReport, Launcher, RankPlacement, run_attempt,
+};
 use crate::worker::hub::Hub;
 
 /// A distributed training run of `train_fn` on a group of worker processes (Ray's
@@ -88,8 +92,12 @@ impl TorchTrainer {
         let started = Instant::now();
         self.scaling.validate()?;
         self.run.validate()?;
-        // Placement first: a group that can never fit is a config error, before any file exists.
-        let devices = self.place_workers("TorchTrainer")?;
+        // Placement first: a group that can never fit the local machine is a config error,
+        // before any file exists (a cluster answers that when asked to reserve).
+        let local = match self.run.resolved_cluster() {
+            None => Some(self.place_locally()?),
+            Some(_) => None,
+        };
         let run_dir = self.make_run_dir()?;
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
@@ -98,7 +106,7 @@ impl TorchTrainer {
             .enable_all()
             .build()
             .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
-        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json, devices))?;
+        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json, local))?;
         result.fit_seconds = started.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
@@ -128,25 +136,36 @@ impl TorchTrainer {
         Ok(run_dir)
     }
 
-    /// Reserves the worker group's resources on the embedded one-node cluster and returns each
-    /// rank's `CUDA_VISIBLE_DEVICES` (None for CPU workers).
-    fn place_workers(&self, label: &str) -> Result<Vec<Option<String>>> {
+    /// Reserves the worker group's resources on the embedded one-node cluster.
+    fn place_locally(&self) -> Result<Vec<RankPlacement>> {
         let node = crate::cluster::local_node()?;
-        let reservation = crate::cluster::reserve_local(node, &self.scaling, label)?;
-        Ok(reservation
-            .bundles
-            .iter()
-            .map(|b| (!b.gpu_ids.is_empty()).then(|| b.cuda_visible_devices()))
-            .collect())
+        let reservation = crate::cluster::reserve_local(node, &self.scaling, "TorchTrainer")?;
+        let nodes: Vec<u64> = reservation.bundles.iter().map(|b| b.node.0).collect();
+        let hosts = vec!["127.0.0.1".to_owned(); nodes.len()];
+        Ok(RankPlacement::from_nodes(&nodes, &hosts, &devices_of(&reservation)))
     }
 
     async fn run_attempts(
         &self,
         run_dir: PathBuf,
         params_json: String,
-        cuda: Vec<Option<String>>,
+        local: Option<Vec<RankPlacement>>,
     ) -> Result<TrainResult> {
-        let hub = Hub::start(([127, 0, 0, 1], 0).into()).await?;
+        let mut placement = match (local, self.run.resolved_cluster()) {
+            (Some(ranks), _) => Placement::Local(ranks),
+            (None, Some((address, token))) => {
+                let client = client::connect_head(&address, token.as_deref()).await?;
+                let request = PlacementRequest::uniform(
+                    self.scaling.placement_strategy.into(),
+                    self.scaling.num_workers,
+                    crate::cluster::worker_bundle(&self.scaling),
+                )
+                .label(run_dir.display().to_string());
+                Placement::Cluster { address, client, request, held: None }
+            }
+            (None, None) => unreachable!("fit places locally when no cluster is named"),
+        };
+        let hub = Hub::start((placement.hub_ip()?, 0).into()).await?;
         let mut run = RunState::new(&run_dir, self.run.checkpoint_config.clone());
         run.verbose = self.run.verbose;
         run.stop = self.run.stop.clone();
@@ -163,17 +182,18 @@ impl TorchTrainer {
         let mut failures = Vec::new();
         let mut train_loop_seconds = 0.0;
         for attempt in 0.. {
+            let (ranks, launcher) = placement.for_attempt().await?;
             let spec = AttemptSpec {
                 group: group.clone(),
                 attempt,
-                num_workers: self.scaling.num_workers,
                 train_fn: crate::worker::train_fn_offset(self.train_fn),
                 params_json: params_json.clone(),
                 run_dir: run_dir.clone(),
                 resume: resume.as_ref().map(|c| c.path().to_owned()),
                 start_iteration,
                 num_threads: self.scaling.cpus_per_worker().max(1.0) as u32,
-                cuda_visible_devices: cuda.clone(),
+                ranks,
+                launcher,
                 collective_timeout: self.run.collective_timeout,
                 start_timeout: self.run.start_timeout,
             };
@@ -187,6 +207,8 @@ impl TorchTrainer {
                 AttemptOutcome::Failed(failure) => {
                     eprintln!("rtune: {} failed: {failure}", run_dir.display());
                     failures.push(failure);
+                    // A cluster group may have lost a node: ask for a fresh placement.
+                    placement.release().await;
                     if !self.run.failure_config.allows(failures.len()) {
                         break;
                     }
@@ -199,11 +221,79 @@ impl TorchTrainer {
                 }
             }
         }
+        placement.release().await;
         let error = (!self.run.failure_config.allows(failures.len())).then(|| {
             let last = failures.last().expect("a failure was recorded");
             format!("training failed after {} attempt(s); {last}", failures.len())
         });
         Ok(run.into_result(run_dir, error, failures, train_loop_seconds))
+    }
+}
+
+/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids.
+fn devices_of(reservation: &crate::cluster::pool::Reservation) -> Vec<Option<String>> {
+    reservation
+        .bundles
+        .iter()
+        .map(|b| (!b.gpu_ids.is_empty()).then(|| b.cuda_visible_devices()))
+        .collect()
+}
+
+/// Where a run's workers go: the embedded one-machine cluster, or a head's cluster (reserved
+/// per attempt, so a group that lost a node is placed again on the nodes left).
+enum Placement {
+    Local(Vec<RankPlacement>),
+    Cluster {
+        address: String,
+        client: Client,
+        request: PlacementRequest,
+        held: Option<(PgId, Vec<RankPlacement>)>,
+    },
+}
+
+impl Placement {
+    /// The driver's address as its workers reach it: the interface that reaches the head.
+    fn hub_ip(&self) -> Result<std::net::IpAddr> {
+        match self {
+            Placement::Local(_) => Ok([127, 0, 0, 1].into()),
+            Placement::Cluster { address, .. } => {
+                let stream = std::net::TcpStream::connect(address.trim_start_matches("http://"))
+                    .map_err(|e| {
+                        Error::Protocol(format!("cannot reach the head at {address}: {e}"))
+                    })?;
+                Ok(stream.local_addr().map_err(|e| Error::io("head connection", e))?.ip())
+            }
+        }
+    }
+
+    async fn for_attempt(&mut self) -> Result<(Vec<RankPlacement>, Launcher)> {
+        match self {
+            Placement::Local(ranks) => Ok((ranks.clone(), Launcher::Local)),
+            Placement::Cluster { client, request, held, .. } => {
+                if held.is_none() {
+                    let r = client::reserve(client, request).await?;
+                    let nodes: Vec<u64> = r.reservation.bundles.iter().map(|b| b.node.0).collect();
+                    let hosts: Vec<String> = nodes
+                        .iter()
+                        .map(|n| r.node_addresses.get(n).cloned().unwrap_or_default())
+                        .collect();
+                    let ranks =
+                        RankPlacement::from_nodes(&nodes, &hosts, &devices_of(&r.reservation));
+                    *held = Some((r.pg(), ranks));
+                }
+                let (pg, ranks) = held.as_ref().expect("reserved above");
+                Ok((ranks.clone(), Launcher::Cluster { client: client.clone(), pg: *pg }))
+            }
+        }
+    }
+
+    /// Gives a cluster reservation back (the next attempt reserves anew).
+    async fn release(&mut self) {
+        if let Placement::Cluster { client, held, .. } = self
+            && let Some((pg, _)) = held.take()
+        {
+            let _ = client::release(client, pg).await;
+        }
     }
 }
 

@@ -26,20 +26,78 @@ use crate::worker::build_id;
 use crate::worker::hub::{Hub, HubCall, Reply};
 use crate::worker::{WORKER_ENV, WorkerSpec};
 
-/// Everything one attempt needs.
+/// Where one rank runs.
 #[derive(Debug, Clone)]
+pub(crate) struct RankPlacement {
+    /// `CUDA_VISIBLE_DEVICES` for a GPU worker, None for a CPU worker.
+    pub cuda_visible_devices: Option<String>,
+    /// Host its collective listener binds (its node's address).
+    pub bind_host: String,
+    pub node_rank: u32,
+    pub local_rank: u32,
+    pub local_world_size: u32,
+}
+
+impl RankPlacement {
+    /// Ranks placed on `nodes[rank]` (any comparable node key): node ranks in order of first
+    /// appearance, local ranks in rank order within a node.
+    pub fn from_nodes<K: PartialEq + Copy>(
+        nodes: &[K],
+        hosts: &[String],
+        devices: &[Option<String>],
+    ) -> Vec<RankPlacement> {
+        let mut distinct: Vec<K> = Vec::new();
+        for &n in nodes {
+            if !distinct.contains(&n) {
+                distinct.push(n);
+            }
+        }
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(rank, n)| RankPlacement {
+                cuda_visible_devices: devices.get(rank).cloned().flatten(),
+                bind_host: hosts.get(rank).cloned().unwrap_or_else(|| "127.0.0.1".into()),
+                node_rank: distinct.iter().position(|d| d == n).unwrap_or(0) as u32,
+                local_rank: nodes[..rank].iter().filter(|m| *m == n).count() as u32,
+                local_world_size: nodes.iter().filter(|m| *m == n).count() as u32,
+            })
+            .collect()
+    }
+}
+
+/// How an attempt starts its processes.
+#[derive(Clone)]
+pub(crate) enum Launcher {
+    /// Child processes of the driver.
+    Local,
+    /// Through the head, on the nodes of a reserved placement group.
+    Cluster { client: crate::cluster::client::Client, pg: crate::cluster::pool::PgId },
+}
+
+/// How a worker process ended, as the attempt sees it.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    Status(ExitStatus),
+    /// Never started, could not be waited for, or lost with its node.
+    Lost(String),
+}
+
+type ExitTx = mpsc::UnboundedSender<(usize, Exit)>;
+
+/// Everything one attempt needs.
+#[derive(Clone)]
 pub(crate) struct AttemptSpec {
     pub group: String,
     pub attempt: u32,
-    pub num_workers: usize,
     pub train_fn: i64,
     pub params_json: String,
     pub run_dir: PathBuf,
     pub resume: Option<PathBuf>,
     pub start_iteration: u64,
     pub num_threads: u32,
-    /// Per rank: the `CUDA_VISIBLE_DEVICES` value, or None for CPU workers.
-    pub cuda_visible_devices: Vec<Option<String>>,
+    pub ranks: Vec<RankPlacement>,
+    pub launcher: Launcher,
     pub collective_timeout: Duration,
     pub start_timeout: Duration,
 }
@@ -97,10 +155,26 @@ pub(crate) async fn run_attempt(
     on_report: &mut OnReport<'_>,
 ) -> Result<AttemptOutcome> {
     let mut calls = hub.register(&spec.group);
-    let (exit_tx, mut exits) = mpsc::unbounded_channel::<(usize, std::io::Result<ExitStatus>)>();
-    let mut workers = Vec::with_capacity(spec.num_workers);
-    for rank in 0..spec.num_workers {
-        match spawn_worker(hub, spec, rank, exit_tx.clone()) {
+    let (exit_tx, mut exits) = mpsc::unbounded_channel::<(usize, Exit)>();
+    let mut workers = Vec::with_capacity(spec.ranks.len());
+    if let Launcher::Cluster { client, pg } = &spec.launcher {
+        // Watch before starting anything, so no exit is missed.
+        match crate::cluster::client::watch(&mut client.clone(), *pg).await {
+            Ok(stream) => forward_cluster_exits(stream, spec, exit_tx.clone()),
+            Err(e) => {
+                hub.unregister(&spec.group);
+                return Err(e);
+            }
+        }
+    }
+    for rank in 0..spec.ranks.len() {
+        let started = match &spec.launcher {
+            Launcher::Local => spawn_local(hub, spec, rank, exit_tx.clone()),
+            Launcher::Cluster { client, pg } => {
+                spawn_remote(hub, spec, rank, client.clone(), *pg).await
+            }
+        };
+        match started {
             Ok(kill) => workers.push(Worker {
                 join: None,
                 reports: 0,
@@ -110,7 +184,7 @@ pub(crate) async fn run_attempt(
             }),
             Err(e) => {
                 kill_all(&mut workers);
-                drain_exits(&mut workers, &mut exits).await;
+                drain_exits(workers.len(), &mut exits).await;
                 hub.unregister(&spec.group);
                 return Err(e);
             }
@@ -250,16 +324,14 @@ impl Attempt<'_> {
         let world = self.workers.len() as u32;
         for (rank, w) in self.workers.iter_mut().enumerate() {
             let Some((request, reply)) = w.join.take() else { continue };
-            let device = match self.spec.cuda_visible_devices.get(rank) {
-                Some(Some(_)) => "cuda:0".to_owned(),
-                _ => "cpu".to_owned(),
-            };
+            let placed = &self.spec.ranks[rank];
+            let device = if placed.cuda_visible_devices.is_some() { "cuda:0" } else { "cpu" };
             let _ = reply.send(Ok(JoinReply {
                 peers: peers.clone(),
                 world_size: world,
-                local_rank: rank as u32,
-                local_world_size: world,
-                node_rank: 0,
+                local_rank: placed.local_rank,
+                local_world_size: placed.local_world_size,
+                node_rank: placed.node_rank,
                 params_json: self.spec.params_json.clone(),
                 run_dir: self.spec.run_dir.display().to_string(),
                 resume_checkpoint: self
@@ -271,7 +343,7 @@ impl Attempt<'_> {
                 start_iteration: self.spec.start_iteration,
                 collective_group_id: group_id,
                 collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
-                device,
+                device: device.to_owned(),
                 num_threads: self.spec.num_threads,
             }));
             // Keep the request (with a closed reply) to remember that this rank joined.
@@ -343,12 +415,17 @@ impl Attempt<'_> {
         }
     }
 
-    fn on_exit(&mut self, rank: usize, status: std::io::Result<ExitStatus>) {
-        let status = match status {
-            Ok(status) => status,
-            Err(e) => {
+    fn on_exit(&mut self, rank: usize, exit: Exit) {
+        let Some(worker) = self.workers.get(rank) else { return };
+        if worker.exit.is_some() {
+            return;
+        }
+        let status = match exit {
+            Exit::Status(status) => status,
+            Exit::Lost(why) => {
                 self.workers[rank].exit = Some(ExitStatus::from_raw(-1));
-                self.fail(rank, format!("could not wait for the process: {e}"), None);
+                self.workers[rank].kill = None;
+                self.fail(rank, why, None);
                 return;
             }
         };
@@ -389,11 +466,8 @@ fn kill_all(workers: &mut [Worker]) {
     }
 }
 
-async fn drain_exits(
-    workers: &mut [Worker],
-    exits: &mut mpsc::UnboundedReceiver<(usize, std::io::Result<ExitStatus>)>,
-) {
-    let mut left = workers.len();
+async fn drain_exits(started: usize, exits: &mut mpsc::UnboundedReceiver<(usize, Exit)>) {
+    let mut left = started;
     while left > 0 && exits.recv().await.is_some() {
         left -= 1;
     }
@@ -411,20 +485,8 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
-/// Starts rank `rank`'s process; returns the sender that kills it.
-fn spawn_worker(
-    hub: &Hub,
-    spec: &AttemptSpec,
-    rank: usize,
-    exits: mpsc::UnboundedSender<(usize, std::io::Result<ExitStatus>)>,
-) -> Result<oneshot::Sender<()>> {
-    let logs = spec.run_dir.join("logs");
-    std::fs::create_dir_all(&logs).at(&logs)?;
-    let log = |stream: &str| {
-        let path = logs.join(format!("rank_{rank}.{stream}"));
-        OpenOptions::new().create(true).append(true).open(&path).at(&path)
-    };
-    let (stdout, stderr) = (log("stdout")?, log("stderr")?);
+/// The `RTUNE_WORKER` spec and environment of rank `rank`.
+fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize) -> Vec<(String, String)> {
     let worker = WorkerSpec {
         hub: hub.url(),
         group: spec.group.clone(),
@@ -432,19 +494,39 @@ fn spawn_worker(
         rank: rank as u32,
         train_fn: spec.train_fn,
         build_id: build_id::hex(build_id::build_id()),
-        bind_host: hub.address().ip().to_string(),
+        bind_host: spec.ranks[rank].bind_host.clone(),
     };
+    let mut env = vec![
+        (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
+        ("OMP_NUM_THREADS".to_owned(), spec.num_threads.to_string()),
+    ];
+    if let Some(devices) = &spec.ranks[rank].cuda_visible_devices {
+        env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
+    }
+    env
+}
+
+fn log_path(spec: &AttemptSpec, rank: usize, stream: &str) -> PathBuf {
+    spec.run_dir.join("logs").join(format!("rank_{rank}.{stream}"))
+}
+
+/// Starts rank `rank` as a child of the driver; returns the sender that kills it.
+fn spawn_local(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    rank: usize,
+    exits: ExitTx,
+) -> Result<oneshot::Sender<()>> {
+    let logs = spec.run_dir.join("logs");
+    std::fs::create_dir_all(&logs).at(&logs)?;
+    let log = |stream: &str| {
+        let path = log_path(spec, rank, stream);
+        OpenOptions::new().create(true).append(true).open(&path).at(&path)
+    };
+    let (stdout, stderr) = (log("stdout")?, log("stderr")?);
     let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     let mut command = std::process::Command::new(&exe);
-    command
-        .env(WORKER_ENV, serde_json::to_string(&worker).expect("spec serialises"))
-        .env("OMP_NUM_THREADS", spec.num_threads.to_string())
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr);
-    if let Some(Some(devices)) = spec.cuda_visible_devices.get(rank) {
-        command.env("CUDA_VISIBLE_DEVICES", devices);
-    }
+    command.envs(worker_env(hub, spec, rank)).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         command.pre_exec(|| {
@@ -467,7 +549,80 @@ fn spawn_worker(
                 child.wait().await
             }
         };
-        let _ = exits.send((rank, status));
+        let exit = match status {
+            Ok(status) => Exit::Status(status),
+            Err(e) => Exit::Lost(format!("could not wait for the process: {e}")),
+        };
+        let _ = exits.send((rank, exit));
     });
     Ok(kill)
+}
+
+fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
+    format!("{}/{}/{rank}", spec.group, spec.attempt)
+}
+
+/// Starts rank `rank` on the node its bundle was placed on, through the head.
+async fn spawn_remote(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    rank: usize,
+    mut client: crate::cluster::client::Client,
+    pg: crate::cluster::pool::PgId,
+) -> Result<oneshot::Sender<()>> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    let worker_id = remote_worker_id(spec, rank);
+    let request = crate::proto::StartWorkerRequest {
+        worker_id: worker_id.clone(),
+        pg_id: pg.0,
+        bundle: rank as u32,
+        executable: exe.display().to_string(),
+        build_id: build_id::hex(build_id::build_id()),
+        env: worker_env(hub, spec, rank).into_iter().collect(),
+        stdout_path: log_path(spec, rank, "stdout").display().to_string(),
+        stderr_path: log_path(spec, rank, "stderr").display().to_string(),
+    };
+    crate::cluster::client::start_worker(&mut client, request).await?;
+    let (kill, killed) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        // Sent or dropped (the attempt ended), the worker must go, like a local kill_on_drop;
+        // its exit arrives through the watch stream.
+        let _ = killed.await;
+        let _ = crate::cluster::client::kill_worker(&mut client, worker_id).await;
+    });
+    Ok(kill)
+}
+
+/// Turns the head's exit stream into the attempt's exits (worker id → rank).
+fn forward_cluster_exits(
+    mut stream: tonic::Streaming<crate::proto::WorkerExit>,
+    spec: &AttemptSpec,
+    exits: ExitTx,
+) {
+    let ids: Vec<String> = (0..spec.ranks.len()).map(|r| remote_worker_id(spec, r)).collect();
+    tokio::spawn(async move {
+        loop {
+            let event = match stream.message().await {
+                Ok(Some(event)) => event,
+                Ok(None) | Err(_) => {
+                    // The head went away: every worker still counted is lost to us.
+                    for rank in 0..ids.len() {
+                        let _ = exits.send((rank, Exit::Lost("lost contact with the head".into())));
+                    }
+                    return;
+                }
+            };
+            let Some(rank) = ids.iter().position(|id| *id == event.worker_id) else { continue };
+            let exit = if !event.error.is_empty() {
+                Exit::Lost(event.error)
+            } else if event.signal != 0 {
+                Exit::Status(ExitStatus::from_raw(event.signal))
+            } else {
+                Exit::Status(ExitStatus::from_raw((event.code & 0xff) << 8))
+            };
+            if exits.send((rank, exit)).is_err() {
+                return;
+            }
+        }
+    });
 }

@@ -65,10 +65,6 @@ impl Hub {
         format!("http://{}", self.address)
     }
 
-    pub(crate) fn address(&self) -> SocketAddr {
-        self.address
-    }
-
     /// Routes calls naming `group` to the returned receiver until it is dropped or unregistered.
     pub(crate) fn register(&self, group: &str) -> mpsc::UnboundedReceiver<HubCall> {
         let (tx, rx) = mpsc::unbounded_channel();
