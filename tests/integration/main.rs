@@ -2,6 +2,7 @@
 //! processes re-execute this binary, and `rtune::init()` must run first to turn such a process
 //! into a worker (libtest's generated `main` would not).
 
+mod cluster;
 mod tch_basics;
 mod trainer;
 
@@ -44,6 +45,16 @@ fn main() {
         test(
             "trainer::stop_criterion_ends_the_run_cleanly",
             trainer::stop_criterion_ends_the_run_cleanly,
+        ),
+        test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
+        test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
+        test(
+            "cluster::strict_spread_puts_one_worker_on_each_node",
+            cluster::strict_spread_puts_one_worker_on_each_node,
+        ),
+        test(
+            "cluster::killed_node_agent_fails_over_to_the_other_node",
+            cluster::killed_node_agent_fails_over_to_the_other_node,
         ),
     ];
     libtest_mimic::run(&args, tests).exit();

@@ -601,7 +601,10 @@ fn status_serialises_like_ray() {
     assert_eq!(json["nodes"][0]["free"], serde_json::json!({"CPU": 3, "GPU": 0.5}));
     assert_eq!(json["placement_groups"][0]["state"], "reserved");
     assert_eq!(json["placement_groups"][0]["strategy"], "STRICT_SPREAD");
-    assert_eq!(json["placement_groups"][0]["bundles"][0]["placement"]["gpu_ids"], serde_json::json!([0]));
+    assert_eq!(
+        json["placement_groups"][0]["bundles"][0]["placement"]["gpu_ids"],
+        serde_json::json!([0])
+    );
     assert_eq!(json["placement_groups"][1]["state"], "pending");
     assert_eq!(json["placement_groups"][1]["queue_position"], 0);
     let back: PoolStatus = serde_json::from_value(json).unwrap();

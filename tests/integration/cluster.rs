@@ -1,0 +1,224 @@
+//! The cluster for real on loopback: an `rtune head` and `rtune node` agents as processes, and
+//! TorchTrainer runs whose workers the agents start (this test binary again).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use rtune::{
+    FailureConfig, Params, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
+};
+
+const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
+
+/// A head and its node agents; all are killed on drop.
+struct Cluster {
+    address: String,
+    token: Option<String>,
+    head: Child,
+    nodes: Vec<Child>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.nodes.iter_mut().chain(std::iter::once(&mut self.head)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Cluster {
+    fn start(token: Option<&str>) -> Result<Cluster> {
+        let mut command = Command::new(RTUNE);
+        command.args(["head", "--port", "0", "--heartbeat-timeout", "2"]);
+        if let Some(t) = token {
+            command.args(["--token", t]);
+        }
+        let mut head = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let mut line = String::new();
+        BufReader::new(head.stdout.take().context("head stdout")?).read_line(&mut line)?;
+        let address = line
+            .trim()
+            .strip_prefix("rtune head listening on ")
+            .with_context(|| format!("unexpected head output {line:?}"))?
+            .to_owned();
+        Ok(Cluster { address, token: token.map(str::to_owned), head, nodes: Vec::new() })
+    }
+
+    fn node_command(&self, args: &[&str], token: Option<&str>) -> Command {
+        let mut command = Command::new(RTUNE);
+        command.args(["node", "--address", &self.address]).args(args);
+        if let Some(t) = token {
+            command.args(["--token", t]);
+        }
+        command
+    }
+
+    /// Starts a node agent and waits until the head counts it.
+    fn add_node(&mut self, args: &[&str]) -> Result<u32> {
+        let before = self.alive_nodes()?;
+        let child = self
+            .node_command(args, self.token.clone().as_deref())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let pid = child.id();
+        self.nodes.push(child);
+        wait_for(Duration::from_secs(20), || Ok(self.alive_nodes()? > before))?;
+        Ok(pid)
+    }
+
+    fn status_command(&self, token: Option<&str>) -> Command {
+        let mut command = Command::new(RTUNE);
+        command.args(["status", "--address", &self.address, "--format", "json"]);
+        if let Some(t) = token {
+            command.args(["--token", t]);
+        }
+        command
+    }
+
+    fn status(&self) -> Result<serde_json::Value> {
+        let out = self.status_command(self.token.as_deref()).output()?;
+        ensure!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+
+    fn alive_nodes(&self) -> Result<usize> {
+        let status = self.status()?;
+        let nodes = status["nodes"].as_array().context("nodes")?;
+        Ok(nodes.iter().filter(|n| n["alive"] == true).count())
+    }
+
+    fn run_config(&self, storage: &Path, name: &str) -> RunConfig {
+        RunConfig::new(name).storage_path(storage).cluster(self.address.clone(), self.token.clone())
+    }
+}
+
+fn wait_for(limit: Duration, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
+    let start = Instant::now();
+    while !ready()? {
+        if start.elapsed() > limit {
+            bail!("not ready within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+pub fn status_json_matches_the_pool() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    cluster.add_node(&["--num-cpus", "2", "--num-gpus", "0"])?;
+    cluster.add_node(&["--num-cpus", "3", "--num-gpus", "0", "--resources", "tpu=1"])?;
+    let status = cluster.status()?;
+    let nodes = status["nodes"].as_array().context("nodes")?;
+    ensure!(nodes.len() == 2, "{status}");
+    ensure!(nodes[0]["total"] == serde_json::json!({"CPU": 2, "GPU": 0}), "{}", nodes[0]);
+    ensure!(nodes[1]["total"] == serde_json::json!({"CPU": 3, "GPU": 0, "tpu": 1}), "{}", nodes[1]);
+    ensure!(nodes.iter().all(|n| n["alive"] == true && n["free"] == n["total"]), "{status}");
+    ensure!(status["placement_groups"] == serde_json::json!([]), "{status}");
+    Ok(())
+}
+
+pub fn wrong_token_is_refused() -> Result<()> {
+    let cluster = Cluster::start(Some("right-token"))?;
+    let out = cluster.status_command(Some("wrong-token")).output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && err.contains("cluster token") && err.contains("refused"),
+        "{err}"
+    );
+    let out = cluster.status_command(None).output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success() && err.contains("requires one"), "{err}");
+    let node = cluster.node_command(&["--num-cpus", "1"], Some("wrong-token")).output()?;
+    let err = String::from_utf8_lossy(&node.stderr);
+    ensure!(!node.status.success() && err.contains("cluster token"), "node: {err}");
+    ensure!(cluster.alive_nodes()? == 0, "no node joined with a wrong token");
+    Ok(())
+}
+
+/// Each rank writes the node id its agent gave it, then reports.
+fn record_node(ctx: &mut TrainContext) -> Result<()> {
+    let node = std::env::var("RTUNE_NODE_ID").unwrap_or_default();
+    let marker = ctx.run_dir().join(format!("rank_{}.node", ctx.world_rank()));
+    std::fs::write(marker, format!("{node} {}", ctx.node_rank()))?;
+    let iterations = ctx.params().get::<u64>("iterations")?;
+    let pause = Duration::from_millis(ctx.params().get::<u64>("pause_ms")?);
+    for i in ctx.iteration() + 1..=iterations {
+        ctx.barrier()?;
+        std::thread::sleep(pause);
+        let ck = ctx.new_checkpoint()?;
+        ctx.report([("value", i as f64)], Some(ck))?;
+    }
+    Ok(())
+}
+
+fn node_of(run_dir: &Path, rank: usize) -> Result<(String, String)> {
+    let text = std::fs::read_to_string(run_dir.join(format!("rank_{rank}.node")))?;
+    let (node, node_rank) = text.split_once(' ').context("marker")?;
+    Ok((node.to_owned(), node_rank.to_owned()))
+}
+
+pub fn strict_spread_puts_one_worker_on_each_node() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    cluster.add_node(&["--num-cpus", "1"])?;
+    cluster.add_node(&["--num-cpus", "1"])?;
+    let dir = tempfile::tempdir()?;
+    let result = TorchTrainer::new(record_node)
+        .train_loop_config(Params::new().with("iterations", 3).with("pause_ms", 0))
+        .scaling(ScalingConfig::workers(2).placement_strategy(PlacementStrategy::StrictSpread))
+        .run_config(cluster.run_config(dir.path(), "spread"))
+        .fit()?;
+    ensure!(result.metrics_history.len() == 3, "3 reports: {:?}", result.metrics_history);
+    let (a, b) = (node_of(&result.path, 0)?, node_of(&result.path, 1)?);
+    ensure!(a.0 != b.0 && !a.0.is_empty(), "ranks on distinct nodes: {a:?} {b:?}");
+    ensure!((a.1.as_str(), b.1.as_str()) == ("0", "1"), "node ranks {a:?} {b:?}");
+    // The group is released after the run.
+    wait_for(Duration::from_secs(10), || {
+        Ok(cluster.status()?["placement_groups"] == serde_json::json!([]))
+    })?;
+    Ok(())
+}
+
+pub fn killed_node_agent_fails_over_to_the_other_node() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    let pids = [cluster.add_node(&["--num-cpus", "2"])?, cluster.add_node(&["--num-cpus", "2"])?];
+    let ids: Vec<String> = cluster.status()?["nodes"]
+        .as_array()
+        .context("nodes")?
+        .iter()
+        .map(|n| n["id"].to_string())
+        .collect();
+    let dir = tempfile::tempdir()?;
+    let run_dir = dir.path().join("failover");
+    let trainer = TorchTrainer::new(record_node)
+        .train_loop_config(Params::new().with("iterations", 12).with("pause_ms", 150))
+        .scaling(ScalingConfig::workers(2).placement_strategy(PlacementStrategy::Pack))
+        .run_config(
+            cluster
+                .run_config(dir.path(), "failover")
+                .failure_config(FailureConfig::max_failures(3)),
+        );
+    let fit = std::thread::spawn(move || trainer.fit());
+    // Once a few iterations are in, kill the agent of the node running the group.
+    wait_for(Duration::from_secs(60), || {
+        Ok(std::fs::read_to_string(run_dir.join("result.json"))
+            .is_ok_and(|t| t.lines().count() >= 3))
+    })?;
+    let (victim, _) = node_of(&run_dir, 0)?;
+    let index = ids.iter().position(|id| *id == victim).context("victim node")?;
+    // SAFETY: kill(2) on a child we started.
+    unsafe { libc::kill(pids[index] as i32, libc::SIGKILL) };
+    let result = fit.join().map_err(|_| anyhow::anyhow!("fit panicked"))??;
+    ensure!(result.failures.len() == 1, "one failure: {:?}", result.failures);
+    ensure!(result.failures[0].message.contains("lost"), "{}", result.failures[0].message);
+    let iterations: Vec<f64> =
+        result.metrics_history.iter().map(|m| m["training_iteration"]).collect();
+    ensure!(iterations == (1..=12).map(f64::from).collect::<Vec<_>>(), "{iterations:?}");
+    let (after, _) = node_of(&result.path, 0)?;
+    ensure!(after != victim, "the group moved off node {victim}");
+    Ok(())
+}
