@@ -161,7 +161,7 @@ impl TorchTrainer {
                     crate::cluster::worker_bundle(&self.scaling),
                 )
                 .label(run_dir.display().to_string());
-                Placement::Cluster { address, client, request, held: None }
+                Placement::Cluster { address, client: Box::new(client), request, held: None }
             }
             (None, None) => unreachable!("fit places locally when no cluster is named"),
         };
@@ -245,7 +245,7 @@ enum Placement {
     Local(Vec<RankPlacement>),
     Cluster {
         address: String,
-        client: Client,
+        client: Box<Client>,
         request: PlacementRequest,
         held: Option<(PgId, Vec<RankPlacement>)>,
     },

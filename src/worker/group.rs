@@ -72,7 +72,7 @@ pub(crate) enum Launcher {
     /// Child processes of the driver.
     Local,
     /// Through the head, on the nodes of a reserved placement group.
-    Cluster { client: crate::cluster::client::Client, pg: crate::cluster::pool::PgId },
+    Cluster { client: Box<crate::cluster::client::Client>, pg: crate::cluster::pool::PgId },
 }
 
 /// How a worker process ended, as the attempt sees it.
@@ -159,7 +159,7 @@ pub(crate) async fn run_attempt(
     let mut workers = Vec::with_capacity(spec.ranks.len());
     if let Launcher::Cluster { client, pg } = &spec.launcher {
         // Watch before starting anything, so no exit is missed.
-        match crate::cluster::client::watch(&mut client.clone(), *pg).await {
+        match crate::cluster::client::watch(&mut (**client).clone(), *pg).await {
             Ok(stream) => forward_cluster_exits(stream, spec, exit_tx.clone()),
             Err(e) => {
                 hub.unregister(&spec.group);
@@ -171,7 +171,7 @@ pub(crate) async fn run_attempt(
         let started = match &spec.launcher {
             Launcher::Local => spawn_local(hub, spec, rank, exit_tx.clone()),
             Launcher::Cluster { client, pg } => {
-                spawn_remote(hub, spec, rank, client.clone(), *pg).await
+                spawn_remote(hub, spec, rank, (**client).clone(), *pg).await
             }
         };
         match started {
