@@ -95,7 +95,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 None => None,
             };
-            if !(heartbeat_timeout > 0.0) {
+            if heartbeat_timeout.is_nan() || heartbeat_timeout <= 0.0 {
                 bail!("--heartbeat-timeout {heartbeat_timeout}: use a positive number of seconds");
             }
             let config = head::HeadConfig {

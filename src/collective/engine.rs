@@ -20,7 +20,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::error::{CallInfo, CollectiveError, Op, Result};
 use super::sys::{self, Pod, PollFd};
@@ -57,6 +57,19 @@ pub(crate) struct RecvSeg {
 pub(crate) struct LanePlan {
     pub sends: Vec<SendSeg>,
     pub recvs: Vec<RecvSeg>,
+}
+
+impl LanePlan {
+    /// The same plan over a buffer that starts `by` elements later (all ranges minus `by`).
+    pub(crate) fn rebased(mut self, by: usize) -> LanePlan {
+        for g in &mut self.sends {
+            g.range = g.range.start - by..g.range.end - by;
+        }
+        for g in &mut self.recvs {
+            g.range = g.range.start - by..g.range.end - by;
+        }
+        self
+    }
 }
 
 /// Which ring algorithm a lane runs over its segments.
@@ -129,10 +142,16 @@ pub(crate) fn split(base: usize, n: usize, w: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// The two ring links of a rank: index 0 goes to the next rank, 1 to the previous one.
-pub(crate) struct Links<'a> {
-    pub socks: [&'a TcpStream; 2],
-    pub peers: [usize; 2],
+/// One direction of the ring during one call: the link it sends on, the link it receives on,
+/// and its plan (empty for a direction that only carries the call header).
+pub(crate) struct Lane<'a, T> {
+    pub out: &'a TcpStream,
+    pub out_peer: usize,
+    pub inp: &'a TcpStream,
+    pub in_peer: usize,
+    pub plan: LanePlan,
+    /// Stages incoming data of `Add` segments; may be empty when the plan has none.
+    pub scratch: &'a mut [T],
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -155,6 +174,16 @@ struct RecvState {
     total: usize,
 }
 
+/// A lane with its progress.
+struct Run<'l, 'a, T> {
+    lane: &'l mut Lane<'a, T>,
+    hdr_sent: usize,
+    hdr_in: [u8; RECORD_LEN],
+    hdr_got: usize,
+    send: SendState,
+    recv: RecvState,
+}
+
 enum Step {
     Progress,
     /// The socket would block: wait for readiness.
@@ -163,58 +192,115 @@ enum Step {
     Waiting,
 }
 
-/// Runs one collective call to completion, or fails it.
-///
-/// `lanes[0]` is clockwise, `lanes[1]` (if any) counter-clockwise. `scratch[l]` stages lane
-/// `l`'s reduced segments; it must be non-empty when that lane has `Add` segments.
+/// How long a failing call keeps trying to deliver its header to the neighbours.
+const FLUSH_WAIT: Duration = Duration::from_millis(200);
+
+/// Runs one collective call over `lanes` (all driven by this thread, each with its own
+/// sockets) to completion, or fails it. Plan ranges index `buf`.
 pub(crate) fn exchange<T: Pod>(
-    links: &Links<'_>,
     call: CallInfo,
     buf: &mut [T],
-    lanes: &[LanePlan],
-    scratch: &mut [Vec<T>; 2],
+    lanes: &mut [Lane<'_, T>],
     deadline: Instant,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> Result<()> {
-    assert!(lanes.len() <= 2, "at most two ring directions");
-    let mut ex = Exchange {
-        links,
-        call,
-        header: wire::encode_header(&call),
-        buf,
-        lanes,
-        scratch,
-        hdr_sent: [0; 2],
-        hdr_in: [[0; RECORD_LEN]; 2],
-        hdr_got: [0; 2],
-        send: [SendState::default(); 2],
-        recv: [RecvState::default(); 2],
-    };
-    for l in 0..lanes.len() {
-        ex.skip_empty(l);
+    let header = wire::encode_header(&call);
+    let mut runs: Vec<Run<'_, '_, T>> = lanes
+        .iter_mut()
+        .map(|lane| {
+            let mut r = Run {
+                lane,
+                hdr_sent: 0,
+                hdr_in: [0; RECORD_LEN],
+                hdr_got: 0,
+                send: SendState::default(),
+                recv: RecvState::default(),
+            };
+            r.skip_empty();
+            r
+        })
+        .collect();
+    let result = event_loop(call, &header, buf, &mut runs, deadline, timeout)
+        .map_err(|e| explain(e, &call, buf, &mut runs));
+    if result.is_err() {
+        // Our header may not be out yet (we read theirs first, or another lane failed first).
+        // Finish sending it, briefly, so the neighbours can tell a mismatch from a closed
+        // connection. Usually it is long out and this costs nothing.
+        let until = deadline.min(Instant::now() + FLUSH_WAIT);
+        for r in &mut runs {
+            r.flush_header(&header, call.op, until);
+        }
     }
-    loop {
-        let mut progressed = false;
-        let mut wanted = [0i16; 2];
-        let mut pending = false;
-        for s in 0..2 {
-            if ex.in_pending(s) {
-                pending = true;
-                match ex.recv_step(s)? {
-                    Step::Progress => progressed = true,
-                    Step::Blocked => wanted[s] |= sys::POLLIN,
-                    Step::Waiting => {}
+    result
+}
+
+/// A link that closed may have been closed by a neighbour that found our calls mismatched
+/// (it fails and closes at once). If its header is waiting unread, report the mismatch — the
+/// cause — rather than the lost link.
+fn explain<T: Pod>(
+    err: CollectiveError,
+    call: &CallInfo,
+    buf: &mut [T],
+    runs: &mut [Run<'_, '_, T>],
+) -> CollectiveError {
+    if !matches!(err, CollectiveError::PeerLost { .. }) {
+        return err;
+    }
+    for r in runs.iter_mut() {
+        while r.hdr_got < RECORD_LEN {
+            match r.recv_step(call, buf) {
+                Ok(Step::Progress) => {}
+                Err(e @ (CollectiveError::Mismatch { .. } | CollectiveError::Protocol { .. })) => {
+                    return e;
                 }
+                Ok(_) | Err(_) => break,
             }
         }
-        for s in 0..2 {
-            if ex.out_pending(s) {
+    }
+    err
+}
+
+/// Tries every lane that has work; sleeps in poll(2) only when nothing moved.
+fn event_loop<T: Pod>(
+    call: CallInfo,
+    header: &[u8; RECORD_LEN],
+    buf: &mut [T],
+    runs: &mut [Run<'_, '_, T>],
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    let op = call.op;
+    let mut fds = Vec::with_capacity(2 * runs.len());
+    loop {
+        let mut progressed = false;
+        let mut pending = false;
+        fds.clear();
+        // Sends first, so our header is out before we can fail on theirs.
+        for r in runs.iter_mut() {
+            if r.out_pending() {
                 pending = true;
-                match ex.send_step(s)? {
-                    Step::Progress => progressed = true,
-                    Step::Blocked => wanted[s] |= sys::POLLOUT,
-                    Step::Waiting => {}
-                }
+                let events = match r.send_step(header, buf, op)? {
+                    Step::Progress => {
+                        progressed = true;
+                        0
+                    }
+                    Step::Blocked => sys::POLLOUT,
+                    Step::Waiting => 0,
+                };
+                fds.push(PollFd::new(r.lane.out.as_raw_fd(), events | sys::POLLRDHUP));
+            }
+        }
+        for r in runs.iter_mut() {
+            if r.in_pending() {
+                pending = true;
+                let events = match r.recv_step(&call, buf)? {
+                    Step::Progress => {
+                        progressed = true;
+                        0
+                    }
+                    Step::Blocked | Step::Waiting => sys::POLLIN,
+                };
+                fds.push(PollFd::new(r.lane.inp.as_raw_fd(), events | sys::POLLRDHUP));
             }
         }
         if !pending {
@@ -222,100 +308,71 @@ pub(crate) fn exchange<T: Pod>(
         }
         let now = Instant::now();
         if now >= deadline {
-            return Err(CollectiveError::Timeout { op: call.op, after: timeout });
+            return Err(CollectiveError::Timeout { op, after: timeout });
         }
         if progressed {
             continue;
         }
         // Nothing moved: sleep until a socket is ready. POLLRDHUP is asked on every busy
         // socket so a neighbour that dies while we only wait to send is seen at once.
-        let mut fds = [PollFd::IDLE; 2];
-        for (s, fd) in fds.iter_mut().enumerate() {
-            if ex.in_pending(s) || ex.out_pending(s) {
-                *fd = PollFd::new(links.socks[s].as_raw_fd(), wanted[s] | sys::POLLRDHUP);
-            }
-        }
-        sys::poll(&mut fds, deadline - now)
-            .map_err(|source| CollectiveError::Io { op: call.op, source })?;
-        for (s, fd) in fds.iter().enumerate() {
+        sys::poll(&mut fds, deadline - now).map_err(|source| CollectiveError::Io { op, source })?;
+        for fd in &fds {
             let closed = fd.revents() & (sys::POLLERR | sys::POLLHUP | sys::POLLRDHUP) != 0;
-            // With a read pending, the next read reports EOF or the error itself (after any
-            // data still queued); with only sends left, a closed neighbour is a lost one.
-            if closed && !ex.in_pending(s) {
-                let source =
-                    links.socks[s].take_error().ok().flatten().unwrap_or_else(|| closed_by_peer());
-                return Err(CollectiveError::PeerLost {
-                    rank: links.peers[s],
-                    op: call.op,
-                    source,
-                });
+            if !closed {
+                continue;
             }
+            // A socket we still read from reports EOF or the error itself on the next read,
+            // after any data still queued (a mismatch header explains more than a closed
+            // link). One we only send on: the neighbour is gone.
+            if runs.iter().any(|r| r.in_pending() && r.lane.inp.as_raw_fd() == fd.fd()) {
+                continue;
+            }
+            let r = runs.iter().find(|r| r.lane.out.as_raw_fd() == fd.fd()).expect("polled");
+            let source = r.lane.out.take_error().ok().flatten().unwrap_or_else(closed_by_peer);
+            return Err(CollectiveError::PeerLost { rank: r.lane.out_peer, op, source });
         }
     }
 }
 
-struct Exchange<'a, 'b, T> {
-    links: &'a Links<'a>,
-    call: CallInfo,
-    header: [u8; RECORD_LEN],
-    buf: &'b mut [T],
-    lanes: &'a [LanePlan],
-    scratch: &'b mut [Vec<T>; 2],
-    hdr_sent: [usize; 2],
-    hdr_in: [[u8; RECORD_LEN]; 2],
-    hdr_got: [usize; 2],
-    send: [SendState; 2],
-    recv: [RecvState; 2],
-}
-
-impl<T: Pod> Exchange<'_, '_, T> {
-    // Lane l sends on socket l and receives on socket 1 - l.
-
-    fn in_pending(&self, s: usize) -> bool {
-        let l = 1 - s;
-        self.hdr_got[s] < RECORD_LEN
-            || (l < self.lanes.len() && self.recv[l].seg < self.lanes[l].recvs.len())
+impl<T: Pod> Run<'_, '_, T> {
+    fn in_pending(&self) -> bool {
+        self.hdr_got < RECORD_LEN || self.recv.seg < self.lane.plan.recvs.len()
     }
 
-    fn out_pending(&self, s: usize) -> bool {
-        self.hdr_sent[s] < RECORD_LEN
-            || (s < self.lanes.len() && self.send[s].seg < self.lanes[s].sends.len())
+    fn out_pending(&self) -> bool {
+        self.hdr_sent < RECORD_LEN || self.send.seg < self.lane.plan.sends.len()
     }
 
-    /// Moves lane `l` past segments that carry nothing.
-    fn skip_empty(&mut self, l: usize) {
-        let plan = &self.lanes[l];
-        while plan.sends.get(self.send[l].seg).is_some_and(|g| g.range.is_empty()) {
-            self.send[l].seg += 1;
+    /// Moves past segments that carry nothing.
+    fn skip_empty(&mut self) {
+        let plan = &self.lane.plan;
+        while plan.sends.get(self.send.seg).is_some_and(|g| g.range.is_empty()) {
+            self.send.seg += 1;
         }
-        while plan.recvs.get(self.recv[l].seg).is_some_and(|g| g.range.is_empty()) {
-            self.recv[l].seg += 1;
+        while plan.recvs.get(self.recv.seg).is_some_and(|g| g.range.is_empty()) {
+            self.recv.seg += 1;
         }
     }
 
-    fn recv_step(&mut self, s: usize) -> Result<Step> {
-        let sock = self.links.socks[s];
-        let (peer, op) = (self.links.peers[s], self.call.op);
-        if self.hdr_got[s] < RECORD_LEN {
-            let got = self.hdr_got[s];
-            let Some(n) = read_some(sock, &mut self.hdr_in[s][got..], peer, op)? else {
+    fn recv_step(&mut self, call: &CallInfo, buf: &mut [T]) -> Result<Step> {
+        let (sock, peer, op) = (self.lane.inp, self.lane.in_peer, call.op);
+        if self.hdr_got < RECORD_LEN {
+            let Some(n) = read_some(sock, &mut self.hdr_in[self.hdr_got..], peer, op)? else {
                 return Ok(Step::Blocked);
             };
-            self.hdr_got[s] += n;
-            if self.hdr_got[s] == RECORD_LEN {
-                let theirs = wire::decode_header(&self.hdr_in[s])
+            self.hdr_got += n;
+            if self.hdr_got == RECORD_LEN {
+                let theirs = wire::decode_header(&self.hdr_in)
                     .map_err(|detail| CollectiveError::Protocol { peer, op, detail })?;
-                if theirs != self.call {
-                    return Err(CollectiveError::Mismatch { peer, ours: self.call, theirs });
+                if theirs != *call {
+                    return Err(CollectiveError::Mismatch { peer, ours: *call, theirs });
                 }
             }
             return Ok(Step::Progress);
         }
-        let l = 1 - s;
-        let lanes = self.lanes;
-        let seg = &lanes[l].recvs[self.recv[l].seg];
-        let st = &mut self.recv[l];
-        let dst = &mut self.buf[seg.range.clone()];
+        let seg = &self.lane.plan.recvs[self.recv.seg];
+        let st = &mut self.recv;
+        let dst = &mut buf[seg.range.clone()];
         let seg_bytes = dst.len() * T::SIZE;
         match seg.mode {
             Mode::Copy => {
@@ -330,11 +387,11 @@ impl<T: Pod> Exchange<'_, '_, T> {
             }
             Mode::Add | Mode::AddDiv(_) => {
                 let div = if let Mode::AddDiv(d) = seg.mode { Some(d) } else { None };
-                let scratch = &mut self.scratch[l];
+                let scratch = &mut *self.lane.scratch;
                 let staged = sys::as_bytes_mut(scratch);
                 let room = (seg_bytes - st.bytes).min(staged.len() - st.fill);
-                let window = &mut staged[st.fill..st.fill + room];
-                let Some(n) = read_some(sock, window, peer, op)? else {
+                let Some(n) = read_some(sock, &mut staged[st.fill..st.fill + room], peer, op)?
+                else {
                     return Ok(Step::Blocked);
                 };
                 st.fill += n;
@@ -352,44 +409,59 @@ impl<T: Pod> Exchange<'_, '_, T> {
         }
         if st.bytes == seg_bytes {
             *st = RecvState { seg: st.seg + 1, total: st.total, ..RecvState::default() };
-            self.skip_empty(l);
+            self.skip_empty();
         }
         Ok(Step::Progress)
     }
 
-    fn send_step(&mut self, s: usize) -> Result<Step> {
-        let sock = self.links.socks[s];
-        let (peer, op) = (self.links.peers[s], self.call.op);
-        if self.hdr_sent[s] < RECORD_LEN {
-            let Some(n) = write_some(sock, &self.header[self.hdr_sent[s]..], peer, op)? else {
+    fn send_step(&mut self, header: &[u8; RECORD_LEN], buf: &[T], op: Op) -> Result<Step> {
+        let (sock, peer) = (self.lane.out, self.lane.out_peer);
+        if self.hdr_sent < RECORD_LEN {
+            let Some(n) = write_some(sock, &header[self.hdr_sent..], peer, op)? else {
                 return Ok(Step::Blocked);
             };
-            self.hdr_sent[s] += n;
+            self.hdr_sent += n;
             return Ok(Step::Progress);
         }
-        let l = s;
-        let lanes = self.lanes;
-        let seg = &lanes[l].sends[self.send[l].seg];
+        let seg = &self.lane.plan.sends[self.send.seg];
         let len = seg.range.len();
         let ready = match seg.dep {
             None => len,
-            Some(dep) => self.recv[l].total.saturating_sub(dep).min(len),
+            Some(dep) => self.recv.total.saturating_sub(dep).min(len),
         };
-        let st = &mut self.send[l];
+        let st = &mut self.send;
         let ready_bytes = ready * T::SIZE;
         if st.sent >= ready_bytes {
             return Ok(Step::Waiting);
         }
-        let bytes = sys::as_bytes(&self.buf[seg.range.clone()]);
+        let bytes = sys::as_bytes(&buf[seg.range.clone()]);
         let Some(n) = write_some(sock, &bytes[st.sent..ready_bytes], peer, op)? else {
             return Ok(Step::Blocked);
         };
         st.sent += n;
         if st.sent == len * T::SIZE {
             *st = SendState { seg: st.seg + 1, sent: 0 };
-            self.skip_empty(l);
+            self.skip_empty();
         }
         Ok(Step::Progress)
+    }
+
+    /// Best effort: finish sending our call header before `until`.
+    fn flush_header(&mut self, header: &[u8; RECORD_LEN], op: Op, until: Instant) {
+        let sock = self.lane.out;
+        while self.hdr_sent < RECORD_LEN && Instant::now() < until {
+            match write_some(sock, &header[self.hdr_sent..], self.lane.out_peer, op) {
+                Ok(Some(n)) => self.hdr_sent += n,
+                Ok(None) => {
+                    let mut fd = [PollFd::new(sock.as_raw_fd(), sys::POLLOUT)];
+                    if sys::poll(&mut fd, until.saturating_duration_since(Instant::now())).is_err()
+                    {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
     }
 }
 

@@ -18,12 +18,30 @@
 //! * **Determinism.** Each element is summed in one fixed order (along the ring, starting at
 //!   a fixed rank) by one owner, then only copied; every rank ends with identical bytes.
 //! * **One thread.** A single `poll(2)` loop per call sends and receives on both links at
-//!   once; no helper threads (on a 2-core machine running 2 ranks they only contend).
+//!   once, with non-blocking sockets. (Driving the two directions from two threads is an
+//!   option, [`GroupOptions::lane_threads_min_bytes`]; on 2 cores it measured no faster.)
 //! * **Failure.** Every call has a deadline ([`GroupOptions::timeout`]); a neighbour whose
 //!   connection closes or resets fails the call at once with [`CollectiveError::PeerLost`];
 //!   each call starts with a header (op, sequence number, length, root, directions) that the
 //!   neighbours check, so mismatched calls fail with [`CollectiveError::Mismatch`]. After any
 //!   failure the group is poisoned and closes its links so the other ranks fail fast too.
+//!
+//! ```no_run
+//! use std::net::{SocketAddr, TcpListener};
+//! # use rtune::collective;
+//! use collective::{GroupOptions, ProcessGroup, ReduceOp, RingGroup};
+//!
+//! # fn publish(_: SocketAddr) -> Vec<SocketAddr> { unimplemented!() }
+//! # fn main() -> collective::Result<()> {
+//! let (rank, world) = (0, 2);
+//! let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+//! // The rendezvous: send our address to the driver, get every rank's back (index = rank).
+//! let peers = publish(listener.local_addr().unwrap());
+//! let mut group = RingGroup::connect(rank, world, listener, &peers, GroupOptions::new(0x7a1))?;
+//! let mut grads = vec![0.5f32; 1 << 20];
+//! group.all_reduce(&mut grads, ReduceOp::Avg)?;
+//! # Ok(()) }
+//! ```
 //!
 //! Not here: the rendezvous (address exchange), choosing the group id, retrying a failed
 //! group (the worker group rebuilds one), and anything tensor-shaped (callers pass `&mut [f32]`).

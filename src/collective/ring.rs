@@ -5,11 +5,12 @@
 //! (`worker`), which collects every rank's listener address and hands the list to all ranks.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::engine::{self, LanePlan, Links, RingKind};
+use super::engine::{self, Lane, LanePlan, RingKind};
 use super::error::{CallInfo, CollectiveError, Op, Result};
 use super::sys::{self, Pod, PollFd};
 use super::wire::{Hello, RECORD_LEN};
@@ -41,6 +42,12 @@ pub struct GroupOptions {
     pub chunk_bytes: usize,
     /// SO_SNDBUF/SO_RCVBUF to set; `None` keeps the kernel's autotuning.
     pub socket_buffer_bytes: Option<usize>,
+    /// From this many bytes per rank on, an all_reduce or broadcast drives its two ring
+    /// directions from two threads (the caller's and a scoped helper) instead of one
+    /// `poll(2)` loop. Default `usize::MAX`, never: on the 2-core machines measured, two
+    /// threads were slower at 1-10 MB and no better at 30-100 MB (each rank is bound by the
+    /// kernel's socket copies either way); it may pay off with more cores than ranks.
+    pub lane_threads_min_bytes: usize,
 }
 
 impl Default for GroupOptions {
@@ -50,8 +57,9 @@ impl Default for GroupOptions {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(60),
             bidirectional: true,
-            chunk_bytes: 256 * 1024,
+            chunk_bytes: 1024 * 1024,
             socket_buffer_bytes: None,
+            lane_threads_min_bytes: usize::MAX,
         }
     }
 }
@@ -81,10 +89,24 @@ impl GroupOptions {
         self
     }
 
+    pub fn lane_threads_min_bytes(mut self, bytes: usize) -> Self {
+        self.lane_threads_min_bytes = bytes;
+        self
+    }
+
     pub fn socket_buffer_bytes(mut self, bytes: Option<usize>) -> Self {
         self.socket_buffer_bytes = bytes;
         self
     }
+}
+
+/// The plans of one call: `lanes[0]` runs clockwise, `lanes[1]` (if any) counter-clockwise.
+/// `halves: Some(h)` says lane 0 only touches `buf[..h]` and lane 1 only `buf[h..]`; then,
+/// for buffers of `GroupOptions::lane_threads_min_bytes` or more, the two directions run on
+/// two threads.
+struct Plans {
+    lanes: Vec<LanePlan>,
+    halves: Option<usize>,
 }
 
 /// Ring all-reduce over TCP. See the module docs of `collective` for the algorithm.
@@ -338,29 +360,95 @@ impl RingGroup {
 
     /// Runs one call over the links and poisons the group if it fails: after a failure the
     /// ranks no longer agree on where the streams are, so no later call could be trusted.
+    ///
+    /// `(op, len, arg)` fill the call header.
     fn run<T: Pod>(
         &mut self,
-        op: Op,
-        len: usize,
-        arg: u32,
+        (op, len, arg): (Op, usize, u32),
         buf: &mut [T],
-        lanes: &[LanePlan],
+        Plans { lanes: plans, halves }: Plans,
         scratch: &mut [Vec<T>; 2],
     ) -> Result<()> {
-        let call = CallInfo { op, seq: self.seq, len: len as u64, arg, lanes: lanes.len() as u8 };
+        let call = CallInfo { op, seq: self.seq, len: len as u64, arg, lanes: plans.len() as u8 };
         self.seq += 1;
         let deadline = Instant::now() + self.opts.timeout;
+        let timeout = self.opts.timeout;
         let [to_next, from_prev] = self.links.as_ref().expect("world > 1 has links");
-        let links = Links { socks: [to_next, from_prev], peers: [self.next(), self.prev()] };
-        let result =
-            engine::exchange(&links, call, buf, lanes, scratch, deadline, self.opts.timeout);
-        if let Err(e) = &result {
-            if e.poisons() {
-                self.poisoned = Some(e.to_string());
-                // Closing both links makes the neighbours fail now instead of at their timeout.
-                for s in self.links.iter().flatten() {
-                    let _ = s.shutdown(std::net::Shutdown::Both);
-                }
+        let (next, prev) = (self.next(), self.prev());
+        let threaded = plans.len() == 2
+            && halves.is_some()
+            && buf.len() * T::SIZE >= self.opts.lane_threads_min_bytes;
+        let mut plans = plans.into_iter();
+        let plan0 = plans.next().unwrap_or_default();
+        let plan1 = plans.next().unwrap_or_default();
+        let [s0, s1] = scratch;
+        // Lane 0 sends to the next rank, lane 1 to the previous one; a lane without a plan
+        // still carries the call header, so both neighbours check every call.
+        let lane0 = |buf_scratch| Lane {
+            out: to_next,
+            out_peer: next,
+            inp: from_prev,
+            in_peer: prev,
+            plan: plan0,
+            scratch: buf_scratch,
+        };
+        let result = if threaded {
+            let h = halves.unwrap();
+            let (b0, b1) = buf.split_at_mut(h);
+            let mut l0 = [lane0(&mut s0[..])];
+            let mut l1 = [Lane {
+                out: from_prev,
+                out_peer: prev,
+                inp: to_next,
+                in_peer: next,
+                plan: plan1.rebased(h),
+                scratch: &mut s1[..],
+            }];
+            let failures = AtomicUsize::new(0);
+            // On failure a lane shuts the read side of both links: the other lane's poll
+            // wakes (reads see EOF, POLLRDHUP) and it stops too instead of waiting for the
+            // deadline, while its header can still go out. The first error is reported; the
+            // links are closed for good below.
+            let run_lane = |b: &mut [T], l: &mut [Lane<'_, T>]| {
+                let r = engine::exchange(call, b, l, deadline, timeout);
+                r.map_err(|e| {
+                    let order = failures.fetch_add(1, Ordering::SeqCst);
+                    let _ = to_next.shutdown(Shutdown::Read);
+                    let _ = from_prev.shutdown(Shutdown::Read);
+                    (order, e)
+                })
+            };
+            let (r0, r1) = std::thread::scope(|scope| {
+                let helper = scope.spawn(|| run_lane(b1, &mut l1));
+                let r0 = run_lane(b0, &mut l0);
+                (r0, helper.join().expect("lane thread panicked"))
+            });
+            match (r0, r1) {
+                (Ok(()), Ok(())) => Ok(()),
+                (Err((_, e)), Ok(())) | (Ok(()), Err((_, e))) => Err(e),
+                (Err((a, ea)), Err((b, eb))) => Err(if a < b { ea } else { eb }),
+            }
+        } else {
+            let mut lanes = [
+                lane0(&mut s0[..]),
+                Lane {
+                    out: from_prev,
+                    out_peer: prev,
+                    inp: to_next,
+                    in_peer: next,
+                    plan: plan1,
+                    scratch: &mut s1[..],
+                },
+            ];
+            engine::exchange(call, buf, &mut lanes, deadline, timeout)
+        };
+        if let Err(e) = &result
+            && e.poisons()
+        {
+            self.poisoned = Some(e.to_string());
+            // Closing both links makes the neighbours fail now instead of at their timeout.
+            for s in self.links.iter().flatten() {
+                let _ = s.shutdown(Shutdown::Both);
             }
         }
         result
@@ -369,7 +457,7 @@ impl RingGroup {
     fn broadcast_typed<T: Pod>(&mut self, op: Op, buf: &mut [T], root: usize) -> Result<()> {
         let n = buf.len();
         let (w, h) = (self.world, n / 2);
-        let lanes = if self.lane_count(n * T::SIZE) == 2 {
+        let plans = if self.lane_count(n * T::SIZE) == 2 {
             vec![
                 engine::chain_plan(self.rank, root, w, 0..h),
                 engine::chain_plan(self.ccw(self.rank), self.ccw(root), w, h..n),
@@ -377,7 +465,8 @@ impl RingGroup {
         } else {
             vec![engine::chain_plan(self.rank, root, w, 0..n)]
         };
-        self.run(op, n, root as u32, buf, &lanes, &mut Default::default())
+        let plans = Plans { lanes: plans, halves: Some(h) };
+        self.run((op, n, root as u32), buf, plans, &mut Default::default())
     }
 
     fn all_gather_typed<T: Pod>(&mut self, op: Op, input: &[T], output: &mut [T]) -> Result<()> {
@@ -387,7 +476,7 @@ impl RingGroup {
             return Ok(());
         }
         let h = m / 2;
-        let lanes = if self.lane_count(m * T::SIZE) == 2 {
+        let plans = if self.lane_count(m * T::SIZE) == 2 {
             let cw: Vec<_> = (0..w).map(|k| k * m..k * m + h).collect();
             let ccw: Vec<_> = (0..w)
                 .map(|p| {
@@ -403,7 +492,9 @@ impl RingGroup {
             let segs: Vec<_> = (0..w).map(|k| k * m..(k + 1) * m).collect();
             vec![engine::ring_plan(self.rank, &segs, RingKind::AllGather)]
         };
-        self.run(op, m, 0, output, &lanes, &mut Default::default())
+        // The directions interleave (half of every block each), so they share one thread.
+        let plans = Plans { lanes: plans, halves: None };
+        self.run((op, m, 0), output, plans, &mut Default::default())
     }
 
     fn check_root(&self, op: Op, root: usize) -> Result<()> {
@@ -439,7 +530,7 @@ impl ProcessGroup for RingGroup {
         let kind = RingKind::AllReduce { div };
         let n = buf.len();
         let h = n / 2;
-        let lanes = if self.lane_count(n * 4) == 2 {
+        let plans = if self.lane_count(n * 4) == 2 {
             vec![
                 engine::ring_plan(self.rank, &engine::split(0, h, w), kind),
                 engine::ring_plan(self.ccw(self.rank), &engine::split(h, n - h, w), kind),
@@ -453,7 +544,8 @@ impl ProcessGroup for RingGroup {
         };
         // Moved out for the call so `run` can borrow `self` whole; moving Vecs is free.
         let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.run(Op::AllReduce, n, arg, buf, &lanes, &mut scratch);
+        let plans = Plans { lanes: plans, halves: Some(h) };
+        let result = self.run((Op::AllReduce, n, arg), buf, plans, &mut scratch);
         self.scratch = scratch;
         result
     }

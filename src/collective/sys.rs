@@ -66,10 +66,12 @@ pub(crate) const POLLERR: i16 = libc::POLLERR;
 pub(crate) struct PollFd(libc::pollfd);
 
 impl PollFd {
-    pub(crate) const IDLE: PollFd = PollFd(libc::pollfd { fd: -1, events: 0, revents: 0 });
-
     pub(crate) fn new(fd: RawFd, events: i16) -> PollFd {
         PollFd(libc::pollfd { fd, events, revents: 0 })
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.0.fd
     }
 
     pub(crate) fn revents(&self) -> i16 {
