@@ -39,7 +39,7 @@ pub enum Error {
     #[error("worker: {0}")]
     Worker(String),
 
-    #[error("worker protocol: {0}")]
+    #[error("{0}")]
     Protocol(String),
 
     #[error(transparent)]

@@ -37,7 +37,7 @@ impl DriverLink {
         let client = &mut self.client;
         self.runtime
             .block_on(f(client))
-            .map_err(|s| Error::Protocol(format!("{what}: {}", s.message())))
+            .map_err(|s| Error::Protocol(format!("{what} (worker to driver): {}", s.message())))
     }
 
     pub(crate) fn report(

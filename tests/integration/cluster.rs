@@ -48,6 +48,23 @@ impl Cluster {
         Ok(Cluster { address, token: token.map(str::to_owned), head, nodes: Vec::new() })
     }
 
+    /// Kills the head and starts a new one on the same port (no state carried over).
+    fn restart_head(&mut self) -> Result<()> {
+        let _ = self.head.kill();
+        let _ = self.head.wait();
+        let port = self.address.rsplit(':').next().context("port")?.to_owned();
+        let mut head = Command::new(RTUNE)
+            .args(["head", "--port", &port, "--heartbeat-timeout", "2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut line = String::new();
+        BufReader::new(head.stdout.take().context("head stdout")?).read_line(&mut line)?;
+        ensure!(line.contains(&self.address), "restarted head: {line:?}");
+        self.head = head;
+        Ok(())
+    }
+
     fn node_command(&self, args: &[&str], token: Option<&str>) -> Command {
         let mut command = Command::new(RTUNE);
         command.args(["node", "--address", &self.address]).args(args);
@@ -220,5 +237,15 @@ pub fn killed_node_agent_fails_over_to_the_other_node() -> Result<()> {
     ensure!(iterations == (1..=12).map(f64::from).collect::<Vec<_>>(), "{iterations:?}");
     let (after, _) = node_of(&result.path, 0)?;
     ensure!(after != victim, "the group moved off node {victim}");
+    Ok(())
+}
+
+pub fn nodes_reconnect_to_a_restarted_head() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    cluster.add_node(&["--num-cpus", "2"])?;
+    cluster.restart_head()?;
+    wait_for(Duration::from_secs(20), || Ok(cluster.alive_nodes().unwrap_or(0) == 1))?;
+    let status = cluster.status()?;
+    ensure!(status["nodes"][0]["total"]["CPU"] == 2, "{status}");
     Ok(())
 }

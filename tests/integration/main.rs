@@ -49,6 +49,10 @@ fn main() {
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(
+            "cluster::nodes_reconnect_to_a_restarted_head",
+            cluster::nodes_reconnect_to_a_restarted_head,
+        ),
+        test(
             "cluster::strict_spread_puts_one_worker_on_each_node",
             cluster::strict_spread_puts_one_worker_on_each_node,
         ),
