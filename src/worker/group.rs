@@ -626,3 +626,99 @@ fn forward_cluster_exits(
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::WorkerKey;
+
+    fn spec(world: usize) -> AttemptSpec {
+        let nodes = vec![0u64; world];
+        AttemptSpec {
+            group: "g".into(),
+            attempt: 0,
+            train_fn: 0,
+            params_json: "{}".into(),
+            run_dir: PathBuf::from("/nonexistent"),
+            resume: None,
+            start_iteration: 0,
+            num_threads: 1,
+            ranks: RankPlacement::from_nodes(&nodes, &[], &[]),
+            launcher: Launcher::Local,
+            collective_timeout: Duration::from_secs(1),
+            start_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn worker() -> Worker {
+        Worker { join: None, reports: 0, finish: None, exit: None, kill: None }
+    }
+
+    fn join(
+        rank: u32,
+        build_id: Vec<u8>,
+    ) -> (JoinRequest, oneshot::Receiver<std::result::Result<JoinReply, Status>>, Reply<JoinReply>)
+    {
+        let (tx, rx) = oneshot::channel();
+        let request = JoinRequest {
+            key: Some(WorkerKey { group: "g".into(), attempt: 0, rank }),
+            build_id,
+            pid: 1,
+            collective_address: format!("127.0.0.1:{}", 1000 + rank),
+            hostname: String::new(),
+        };
+        (request, rx, tx)
+    }
+
+    #[test]
+    fn a_worker_from_another_binary_is_refused_and_fails_the_attempt() {
+        let spec = spec(2);
+        let mut attempt = Attempt {
+            spec: &spec,
+            workers: vec![worker(), worker()],
+            pending: Vec::new(),
+            failure: None,
+            stopped: false,
+        };
+        let (request, mut answer, reply) = join(1, vec![0xde, 0xad]);
+        attempt.on_join(1, request, reply);
+        let status = answer.try_recv().expect("answered").expect_err("refused");
+        assert!(status.message().contains("differs from the driver's"), "{}", status.message());
+        let failure = attempt.failure.expect("the attempt fails");
+        assert_eq!(failure.rank, 1);
+        assert!(failure.message.contains("build id dead"), "{}", failure.message);
+    }
+
+    #[test]
+    fn joins_are_answered_together_with_every_peer() {
+        let spec = spec(2);
+        let mut attempt = Attempt {
+            spec: &spec,
+            workers: vec![worker(), worker()],
+            pending: Vec::new(),
+            failure: None,
+            stopped: false,
+        };
+        let (r0, mut a0, t0) = join(0, build_id::build_id().to_vec());
+        attempt.on_join(0, r0, t0);
+        assert!(a0.try_recv().is_err(), "rank 0 waits for rank 1");
+        let (r1, mut a1, t1) = join(1, build_id::build_id().to_vec());
+        attempt.on_join(1, r1, t1);
+        let (x, y) = (a0.try_recv().unwrap().unwrap(), a1.try_recv().unwrap().unwrap());
+        assert_eq!(x.peers, vec!["127.0.0.1:1000", "127.0.0.1:1001"]);
+        assert_eq!(x.peers, y.peers);
+        assert_eq!(x.collective_group_id, y.collective_group_id);
+        assert_eq!((y.local_rank, y.local_world_size, y.node_rank), (1, 2, 0));
+        assert!(attempt.failure.is_none());
+    }
+
+    #[test]
+    fn ranks_on_nodes_get_node_and_local_ranks() {
+        let hosts: Vec<String> = ["a", "b", "a", "b"].iter().map(|s| s.to_string()).collect();
+        let ranks = RankPlacement::from_nodes(&[7u64, 3, 7, 3], &hosts, &[]);
+        let got: Vec<(u32, u32, u32)> =
+            ranks.iter().map(|r| (r.node_rank, r.local_rank, r.local_world_size)).collect();
+        assert_eq!(got, vec![(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2)]);
+        assert_eq!(ranks[1].bind_host, "b");
+    }
+}
