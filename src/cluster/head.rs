@@ -93,18 +93,8 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
         HeadService { tx, heartbeat_interval: config.heartbeat_interval },
         move |req: Request<()>| super::check_token(req, token.as_deref()),
     );
-    let (shutdown, stopped) = oneshot::channel::<()>();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tokio::spawn(async move {
-        let serve = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stopped.await;
-            });
-        if let Err(e) = serve.await {
-            eprintln!("rtune head: {e}");
-        }
-    });
+    let routes = tonic::service::Routes::new(service);
+    let shutdown = crate::worker::hub::serve_until_dropped(routes, listener, "head");
     Ok(HeadHandle { address, _shutdown: shutdown })
 }
 

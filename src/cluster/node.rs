@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -185,29 +185,8 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = tokio::process::Command::from(command)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| fail(format!("cannot start {}: {e}", start.executable)))?;
-    let (kill, killed) = oneshot::channel::<()>();
-    let (worker_id, pg_id) = (start.worker_id, start.pg_id);
-    tokio::spawn(async move {
-        let status = tokio::select! {
-            status = child.wait() => status,
-            _ = killed => {
-                let _ = child.start_kill();
-                child.wait().await
-            }
-        };
+    let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
+    crate::worker::spawn_supervised(command, move |status| {
         let exit = match status {
             Ok(s) => WorkerExit {
                 worker_id,
@@ -219,6 +198,6 @@ fn spawn(
             Err(e) => WorkerExit { worker_id, pg_id, code: -1, signal: 0, error: e.to_string() },
         };
         let _ = exits.send(exit);
-    });
-    Ok(kill)
+    })
+    .map_err(|e| fail(format!("cannot start {}: {e}", start.executable)))
 }

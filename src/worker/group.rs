@@ -11,7 +11,7 @@
 //! `PR_SET_PDEATHSIG = SIGKILL`, so workers die with their driver instead of being orphaned.
 
 use std::fs::OpenOptions;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -527,35 +527,14 @@ fn spawn_local(
     let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     let mut command = std::process::Command::new(&exe);
     command.envs(worker_env(hub, spec, rank)).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = tokio::process::Command::from(command)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))?;
-    let (kill, killed) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let status = tokio::select! {
-            status = child.wait() => status,
-            _ = killed => {
-                let _ = child.start_kill();
-                child.wait().await
-            }
-        };
+    crate::worker::spawn_supervised(command, move |status| {
         let exit = match status {
             Ok(status) => Exit::Status(status),
             Err(e) => Exit::Lost(format!("could not wait for the process: {e}")),
         };
         let _ = exits.send((rank, exit));
-    });
-    Ok(kill)
+    })
+    .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
 }
 
 fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
@@ -650,8 +629,15 @@ mod tests {
         }
     }
 
-    fn worker() -> Worker {
-        Worker { join: None, reports: 0, finish: None, exit: None, kill: None }
+    fn two_workers(spec: &AttemptSpec) -> Attempt<'_> {
+        let worker = || Worker { join: None, reports: 0, finish: None, exit: None, kill: None };
+        Attempt {
+            spec,
+            workers: vec![worker(), worker()],
+            pending: Vec::new(),
+            failure: None,
+            stopped: false,
+        }
     }
 
     fn join(
@@ -673,13 +659,7 @@ mod tests {
     #[test]
     fn a_worker_from_another_binary_is_refused_and_fails_the_attempt() {
         let spec = spec(2);
-        let mut attempt = Attempt {
-            spec: &spec,
-            workers: vec![worker(), worker()],
-            pending: Vec::new(),
-            failure: None,
-            stopped: false,
-        };
+        let mut attempt = two_workers(&spec);
         let (request, mut answer, reply) = join(1, vec![0xde, 0xad]);
         attempt.on_join(1, request, reply);
         let status = answer.try_recv().expect("answered").expect_err("refused");
@@ -692,13 +672,7 @@ mod tests {
     #[test]
     fn joins_are_answered_together_with_every_peer() {
         let spec = spec(2);
-        let mut attempt = Attempt {
-            spec: &spec,
-            workers: vec![worker(), worker()],
-            pending: Vec::new(),
-            failure: None,
-            stopped: false,
-        };
+        let mut attempt = two_workers(&spec);
         let (r0, mut a0, t0) = join(0, build_id::build_id().to_vec());
         attempt.on_join(0, r0, t0);
         assert!(a0.try_recv().is_err(), "rank 0 waits for rank 1");

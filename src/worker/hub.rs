@@ -45,18 +45,8 @@ impl Hub {
         let address = listener.local_addr().map_err(|e| Error::io("worker hub socket", e))?;
         let routes = Routes::default();
         let service = WorkerHubServer::new(HubService { routes: routes.clone() });
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        tokio::spawn(async move {
-            let serve = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                });
-            if let Err(e) = serve.await {
-                eprintln!("rtune: worker hub stopped: {e}");
-            }
-        });
+        let shutdown =
+            serve_until_dropped(tonic::service::Routes::new(service), listener, "worker hub");
         Ok(Hub { address, routes, _shutdown: shutdown })
     }
 
@@ -75,6 +65,27 @@ impl Hub {
     pub(crate) fn unregister(&self, group: &str) {
         self.routes.write().expect("routes lock").remove(group);
     }
+}
+
+/// Serves `routes` on `listener` in the background until the returned sender is dropped.
+pub(crate) fn serve_until_dropped(
+    routes: tonic::service::Routes,
+    listener: tokio::net::TcpListener,
+    what: &'static str,
+) -> oneshot::Sender<()> {
+    let (shutdown, stopped) = oneshot::channel::<()>();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tokio::spawn(async move {
+        let serve = tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            });
+        if let Err(e) = serve.await {
+            eprintln!("rtune: {what} stopped: {e}");
+        }
+    });
+    shutdown
 }
 
 struct HubService {
