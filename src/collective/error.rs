@@ -148,6 +148,10 @@ pub enum CollectiveError {
     /// Build a new group.
     #[error("process group is unusable after an earlier failure: {cause}")]
     Poisoned { cause: String },
+
+    /// The NCCL library (GPU collectives, feature `cuda`) could not be loaded or a call failed.
+    #[error("NCCL {call}: {message}")]
+    Nccl { call: &'static str, message: String },
 }
 
 impl CollectiveError {

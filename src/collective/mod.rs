@@ -48,11 +48,15 @@
 
 mod engine;
 mod error;
+#[cfg(feature = "cuda")]
+mod nccl;
 mod ring;
 mod sys;
 mod wire;
 
 pub use error::{CallInfo, CollectiveError, Op, Result};
+#[cfg(feature = "cuda")]
+pub use nccl::NcclGroup;
 pub use ring::{GroupOptions, RingGroup};
 
 /// How `all_reduce` combines the ranks' buffers.

@@ -16,6 +16,8 @@ use crate::train::metrics::{IntoMetrics, to_wire};
 use crate::worker::process::DriverLink;
 
 type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
+#[cfg(feature = "cuda")]
+type SharedNccl = Rc<RefCell<crate::collective::NcclGroup>>;
 
 pub(crate) struct ContextParts<'a> {
     pub rank: usize,
@@ -47,6 +49,9 @@ pub struct TrainContext<'a> {
     reports: u64,
     stop_requested: bool,
     group: SharedGroup,
+    /// Made on first use by a model on a GPU, bootstrapped over `group`.
+    #[cfg(feature = "cuda")]
+    nccl: Option<SharedNccl>,
     link: &'a mut DriverLink,
 }
 
@@ -66,6 +71,8 @@ impl<'a> TrainContext<'a> {
             reports: 0,
             stop_requested: false,
             group: Rc::new(RefCell::new(parts.group)),
+            #[cfg(feature = "cuda")]
+            nccl: None,
             link: parts.link,
         }
     }
@@ -164,8 +171,24 @@ impl<'a> TrainContext<'a> {
 
     /// Makes `vs` data-parallel: copies rank 0's weights to every rank now, and returns the
     /// handle whose `sync_gradients` averages gradients across ranks after each backward pass.
+    ///
+    /// A model on the CPU averages through rtune's ring all-reduce; with the `cuda` feature, a
+    /// model on a GPU averages through NCCL on the device.
     pub fn prepare_model(&mut self, vs: &VarStore) -> Result<DistributedModel> {
-        DistributedModel::new(self.group.clone(), vs)
+        DistributedModel::new(self.backend_for(vs.device())?, vs)
+    }
+
+    fn backend_for(&mut self, device: Device) -> Result<Backend> {
+        #[cfg(feature = "cuda")]
+        if device.is_cuda() && self.world_size > 1 {
+            if self.nccl.is_none() {
+                let nccl = crate::collective::NcclGroup::new(&mut **self.group.borrow_mut())?;
+                self.nccl = Some(Rc::new(RefCell::new(nccl)));
+            }
+            return Ok(Backend::Nccl(self.nccl.clone().expect("made above"), device));
+        }
+        let _ = device;
+        Ok(Backend::Ring(self.group.clone()))
     }
 
     /// Averages (or sums) `values` across ranks in place, e.g. validation counts.
@@ -182,9 +205,53 @@ impl<'a> TrainContext<'a> {
 /// Gradients of up to this many f32 values are all-reduced in one call (PyTorch DDP's 25 MB).
 const BUCKET_ELEMS: usize = 25 * 1024 * 1024 / 4;
 
+/// How a model's buffers travel between ranks.
+enum Backend {
+    /// rtune's ring all-reduce over TCP, through CPU buffers.
+    Ring(SharedGroup),
+    /// NCCL, through buffers on the model's GPU.
+    #[cfg(feature = "cuda")]
+    Nccl(SharedNccl, Device),
+}
+
+impl Backend {
+    fn world_size(&self) -> usize {
+        match self {
+            Backend::Ring(g) => g.borrow().world_size(),
+            #[cfg(feature = "cuda")]
+            Backend::Nccl(n, _) => n.borrow().world_size(),
+        }
+    }
+
+    /// Where the flat buffers live.
+    fn device(&self) -> Device {
+        match self {
+            Backend::Ring(_) => Device::Cpu,
+            #[cfg(feature = "cuda")]
+            Backend::Nccl(_, device) => *device,
+        }
+    }
+
+    fn all_reduce(&self, flat: &Tensor, op: ReduceOp) -> Result<()> {
+        match self {
+            Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().all_reduce(s, op)),
+            #[cfg(feature = "cuda")]
+            Backend::Nccl(n, _) => Ok(n.borrow_mut().all_reduce(flat, op)?),
+        }
+    }
+
+    fn broadcast(&self, flat: &Tensor, root: usize) -> Result<()> {
+        match self {
+            Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().broadcast(s, root)),
+            #[cfg(feature = "cuda")]
+            Backend::Nccl(n, _) => Ok(n.borrow_mut().broadcast(flat, root)?),
+        }
+    }
+}
+
 /// A model whose gradients are averaged across ranks (PyTorch's DDP, called explicitly).
 pub struct DistributedModel {
-    group: SharedGroup,
+    backend: Backend,
     /// Variables sorted by name, the same order on every rank.
     params: Vec<Tensor>,
     /// Consecutive runs of `params` and the flat buffer each is reduced through.
@@ -197,37 +264,37 @@ struct Bucket {
 }
 
 impl DistributedModel {
-    fn new(group: SharedGroup, vs: &VarStore) -> Result<Self> {
+    fn new(backend: Backend, vs: &VarStore) -> Result<Self> {
         let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
-        let world = group.borrow().world_size();
-        if world > 1 {
+        let device = backend.device();
+        if backend.world_size() > 1 {
             let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
-            for bucket in buckets_of(&all) {
+            for bucket in buckets_of(&all, device) {
                 let flat = &bucket.flat;
                 let _no_grad = tch::no_grad_guard();
                 gather_into(flat, &all[bucket.range.clone()], |t| t.shallow_clone())?;
-                with_f32_slice(flat, |slice| group.borrow_mut().broadcast(slice, 0))?;
+                backend.broadcast(flat, 0)?;
                 scatter_from(flat, &all[bucket.range])?;
             }
         }
         let params: Vec<Tensor> =
             named.into_iter().map(|(_, t)| t).filter(Tensor::requires_grad).collect();
-        let buckets = buckets_of(&params);
-        Ok(DistributedModel { group, params, buckets })
+        let buckets = buckets_of(&params, device);
+        Ok(DistributedModel { backend, params, buckets })
     }
 
     /// Averages every parameter's gradient across ranks. Call after `backward`, before the
     /// optimizer step.
     pub fn sync_gradients(&self) -> Result<()> {
-        if self.group.borrow().world_size() == 1 {
+        if self.backend.world_size() == 1 {
             return Ok(());
         }
         let _no_grad = tch::no_grad_guard();
         for bucket in &self.buckets {
             let params = &self.params[bucket.range.clone()];
             gather_into(&bucket.flat, params, Tensor::grad)?;
-            with_f32_slice(&bucket.flat, |s| self.group.borrow_mut().all_reduce(s, ReduceOp::Avg))?;
+            self.backend.all_reduce(&bucket.flat, ReduceOp::Avg)?;
             let grads: Vec<Tensor> = params.iter().map(Tensor::grad).collect();
             scatter_from(&bucket.flat, &grads)?;
         }
@@ -244,7 +311,7 @@ impl DistributedModel {
     }
 }
 
-fn buckets_of(tensors: &[Tensor]) -> Vec<Bucket> {
+fn buckets_of(tensors: &[Tensor], device: Device) -> Vec<Bucket> {
     let mut buckets = Vec::new();
     let (mut start, mut elems) = (0, 0);
     for (i, t) in tensors.iter().enumerate() {
@@ -252,7 +319,7 @@ fn buckets_of(tensors: &[Tensor]) -> Vec<Bucket> {
         if elems > 0 && elems + n > BUCKET_ELEMS {
             buckets.push(Bucket {
                 range: start..i,
-                flat: Tensor::zeros([elems as i64], (Kind::Float, tch::Device::Cpu)),
+                flat: Tensor::zeros([elems as i64], (Kind::Float, device)),
             });
             (start, elems) = (i, 0);
         }
@@ -261,7 +328,7 @@ fn buckets_of(tensors: &[Tensor]) -> Vec<Bucket> {
     if elems > 0 {
         buckets.push(Bucket {
             range: start..tensors.len(),
-            flat: Tensor::zeros([elems as i64], (Kind::Float, tch::Device::Cpu)),
+            flat: Tensor::zeros([elems as i64], (Kind::Float, device)),
         });
     }
     buckets
