@@ -44,6 +44,8 @@ fn train_digits(ctx: &mut TrainContext) -> Result<()> {
         p.get::<usize>("batch_size")?,
     );
     let split = Digits::split(SPLIT_SEED)?;
+    // Rank 0's initial weights are broadcast to every rank; seeding makes runs repeatable.
+    tch::manual_seed(0);
     let mut vs = nn::VarStore::new(ctx.device());
     let net = mlp(&vs.root(), hidden);
     if let Some(checkpoint) = ctx.checkpoint() {
