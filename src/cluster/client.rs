@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::proto::head_client::HeadClient;
 use crate::proto::{
     KillWorkerRequest, ReleaseRequest, ReserveRequest, StartWorkerRequest, StatusRequest,
-    WatchWorkersRequest, WorkerExit,
+    WatchWorkersRequest, WorkerEvent,
 };
 
 /// Adds `authorization: Bearer <token>` to every call.
@@ -121,8 +121,8 @@ pub async fn kill_worker(client: &mut Client, worker_id: String) -> Result<()> {
     Ok(())
 }
 
-/// The exits of `pg`'s workers, as they happen.
-pub async fn watch(client: &mut Client, pg: PgId) -> Result<tonic::Streaming<WorkerExit>> {
+/// The output and exits of `pg`'s workers, as they happen.
+pub async fn watch(client: &mut Client, pg: PgId) -> Result<tonic::Streaming<WorkerEvent>> {
     Ok(client
         .watch_workers(WatchWorkersRequest { pg_id: pg.0 })
         .await

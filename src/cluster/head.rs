@@ -22,7 +22,8 @@ use crate::proto::head_server::{Head, HeadServer};
 use crate::proto::{
     HeadCommand, KillWorkerReply, KillWorkerRequest, NodeMessage, Registered, ReleaseReply,
     ReleaseRequest, ReserveReply, ReserveRequest, StartWorkerReply, StartWorkerRequest,
-    StatusReply, StatusRequest, WatchWorkersRequest, WorkerExit, head_command, node_message,
+    StatusReply, StatusRequest, WatchWorkersRequest, WorkerEvent, WorkerExit, WorkerLog,
+    head_command, node_message, worker_event,
 };
 
 /// How a head serves.
@@ -117,6 +118,11 @@ enum Msg {
         session: u64,
         exit: WorkerExit,
     },
+    Log {
+        node: NodeId,
+        session: u64,
+        log: WorkerLog,
+    },
     SessionEnded {
         node: NodeId,
         session: u64,
@@ -137,7 +143,7 @@ enum Msg {
     },
     Watch {
         pg: PgId,
-        events: mpsc::UnboundedSender<std::result::Result<WorkerExit, Status>>,
+        events: mpsc::UnboundedSender<std::result::Result<WorkerEvent, Status>>,
     },
     Status {
         reply: Reply<StatusReply>,
@@ -158,7 +164,7 @@ struct HeadState {
     next_session: u64,
     /// worker id → (placement group, node)
     workers: HashMap<String, (PgId, NodeId)>,
-    watchers: HashMap<PgId, Vec<mpsc::UnboundedSender<std::result::Result<WorkerExit, Status>>>>,
+    watchers: HashMap<PgId, Vec<mpsc::UnboundedSender<std::result::Result<WorkerEvent, Status>>>>,
     waiting: HashMap<PgId, Reply<ReserveReply>>,
 }
 
@@ -197,6 +203,11 @@ impl HeadState {
                 if self.sessions.get(&node).is_some_and(|s| s.session == session) {
                     self.workers.remove(&exit.worker_id);
                     self.notify(PgId(exit.pg_id), exit);
+                }
+            }
+            Msg::Log { node, session, log } => {
+                if self.sessions.get(&node).is_some_and(|s| s.session == session) {
+                    self.publish(PgId(log.pg_id), worker_event::Kind::Log(log));
                 }
             }
             Msg::SessionEnded { node, session } => {
@@ -316,8 +327,13 @@ impl HeadState {
     }
 
     fn notify(&mut self, pg: PgId, exit: WorkerExit) {
+        self.publish(pg, worker_event::Kind::Exit(exit));
+    }
+
+    fn publish(&mut self, pg: PgId, kind: worker_event::Kind) {
         if let Some(watchers) = self.watchers.get_mut(&pg) {
-            watchers.retain(|w| w.send(Ok(exit.clone())).is_ok());
+            let event = WorkerEvent { kind: Some(kind) };
+            watchers.retain(|w| w.send(Ok(event.clone())).is_ok());
         }
     }
 
@@ -388,7 +404,7 @@ type Stream<T> =
 #[tonic::async_trait]
 impl Head for HeadService {
     type NodeSessionStream = Stream<HeadCommand>;
-    type WatchWorkersStream = Stream<WorkerExit>;
+    type WatchWorkersStream = Stream<WorkerEvent>;
 
     async fn node_session(
         &self,
@@ -420,6 +436,7 @@ impl Head for HeadService {
                 let msg = match message.kind {
                     Some(node_message::Kind::Heartbeat(_)) => Msg::Heartbeat { node, session },
                     Some(node_message::Kind::Exited(exit)) => Msg::Exited { node, session, exit },
+                    Some(node_message::Kind::Log(log)) => Msg::Log { node, session, log },
                     _ => continue,
                 };
                 if tx.send(msg).is_err() {

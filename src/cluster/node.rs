@@ -8,7 +8,6 @@
 //! again with its previous id: it rejoins clean.
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::Duration;
@@ -20,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::cluster::pool::NodeSpec;
 use crate::error::{Error, Result};
 use crate::proto::{
-    HeadCommand, Heartbeat, NodeMessage, RegisterNode, StartWorkerRequest, WorkerExit,
+    HeadCommand, Heartbeat, NodeMessage, RegisterNode, StartWorkerRequest, WorkerExit, WorkerLog,
     head_command, node_message,
 };
 
@@ -99,7 +98,7 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
     *announced = false;
     let interval = Duration::from_millis(registered.heartbeat_interval_ms.max(50));
     let mut heartbeat = tokio::time::interval(interval);
-    let (exit_tx, mut exits) = mpsc::unbounded_channel::<WorkerExit>();
+    let (event_tx, mut events) = mpsc::unbounded_channel::<NodeMessage>();
     let mut running: HashMap<String, Running> = HashMap::new();
     loop {
         tokio::select! {
@@ -107,7 +106,7 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
                 Some(Ok(HeadCommand { kind: Some(kind) })) => match kind {
                     head_command::Kind::Start(start) => {
                         let worker = start.worker_id.clone();
-                        match spawn(start, node_id, exit_tx.clone()) {
+                        match spawn(start, node_id, event_tx.clone()) {
                             Ok(kill) => { running.insert(worker, Running { kill }); }
                             Err((exit, e)) => {
                                 eprintln!("rtune node: {e}");
@@ -125,9 +124,11 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => break,
             },
-            Some(exit) = exits.recv() => {
-                running.remove(&exit.worker_id);
-                if up.send(exited(exit)).await.is_err() {
+            Some(event) = events.recv() => {
+                if let Some(node_message::Kind::Exited(exit)) = &event.kind {
+                    running.remove(&exit.worker_id);
+                }
+                if up.send(event).await.is_err() {
                     break;
                 }
             }
@@ -150,54 +151,87 @@ fn exited(exit: WorkerExit) -> NodeMessage {
     NodeMessage { kind: Some(node_message::Kind::Exited(exit)) }
 }
 
-/// Starts one worker process; its exit goes to `exits`.
+/// Starts one worker process. Its output and then its exit go up the session through `events`.
 fn spawn(
     start: StartWorkerRequest,
     node_id: u64,
-    exits: mpsc::UnboundedSender<WorkerExit>,
+    events: mpsc::UnboundedSender<NodeMessage>,
 ) -> std::result::Result<oneshot::Sender<()>, (WorkerExit, String)> {
-    let fail = |error: String| {
-        let exit = WorkerExit {
-            worker_id: start.worker_id.clone(),
-            pg_id: start.pg_id,
-            code: -1,
-            signal: 0,
-            error: error.clone(),
-        };
-        (exit, error)
-    };
-    let open = |path: &str| {
-        if let Some(dir) = std::path::Path::new(path).parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| fail(format!("log folder {}: {e}", dir.display())))?;
-        }
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| fail(format!("log file {path}: {e}")))
-    };
-    let (stdout, stderr) = (open(&start.stdout_path)?, open(&start.stderr_path)?);
+    let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
     let mut command = std::process::Command::new(&start.executable);
     command
         .envs(&start.env)
         .env("RTUNE_NODE_ID", node_id.to_string())
         .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr);
-    let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
-    crate::worker::spawn_supervised(command, move |status| {
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // The exit waits for both output streams to drain, so the driver gets every line first.
+    let (drained_tx, drained) = oneshot::channel::<Vec<tokio::task::JoinHandle<()>>>();
+    let (id, exit_events) = (worker_id.clone(), events.clone());
+    let supervised = crate::worker::spawn_supervised(command, move |status| {
         let exit = match status {
             Ok(s) => WorkerExit {
-                worker_id,
+                worker_id: id,
                 pg_id,
                 code: s.code().unwrap_or(-1),
                 signal: s.signal().unwrap_or(0),
                 error: String::new(),
             },
-            Err(e) => WorkerExit { worker_id, pg_id, code: -1, signal: 0, error: e.to_string() },
+            Err(e) => {
+                WorkerExit { worker_id: id, pg_id, code: -1, signal: 0, error: e.to_string() }
+            }
         };
-        let _ = exits.send(exit);
+        tokio::spawn(async move {
+            for reader in drained.await.unwrap_or_default() {
+                let _ = reader.await;
+            }
+            let _ = exit_events.send(exited(exit));
+        });
     })
-    .map_err(|e| fail(format!("cannot start {}: {e}", start.executable)))
+    .map_err(|e| {
+        let error = format!("cannot start {}: {e}", start.executable);
+        (
+            WorkerExit {
+                worker_id: worker_id.clone(),
+                pg_id,
+                code: -1,
+                signal: 0,
+                error: error.clone(),
+            },
+            error,
+        )
+    })?;
+    let mut readers = Vec::new();
+    if let Some(out) = supervised.stdout {
+        readers.push(stream_output(out, false, worker_id.clone(), pg_id, events.clone()));
+    }
+    if let Some(err) = supervised.stderr {
+        readers.push(stream_output(err, true, worker_id, pg_id, events));
+    }
+    let _ = drained_tx.send(readers);
+    Ok(supervised.kill)
+}
+
+/// Sends a worker's output up the session in chunks of at most 64 KiB, until it closes.
+fn stream_output(
+    mut output: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    stderr: bool,
+    worker_id: String,
+    pg_id: u64,
+    events: mpsc::UnboundedSender<NodeMessage>,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncReadExt;
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = output.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let log =
+                WorkerLog { worker_id: worker_id.clone(), pg_id, stderr, data: buf[..n].to_vec() };
+            if events.send(NodeMessage { kind: Some(node_message::Kind::Log(log)) }).is_err() {
+                break;
+            }
+        }
+    })
 }

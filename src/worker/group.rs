@@ -534,6 +534,7 @@ fn spawn_local(
         };
         let _ = exits.send((rank, exit));
     })
+    .map(|supervised| supervised.kill)
     .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
 }
 
@@ -558,8 +559,6 @@ async fn spawn_remote(
         executable: exe.display().to_string(),
         build_id: build_id::hex(build_id::build_id()),
         env: worker_env(hub, spec, rank).into_iter().collect(),
-        stdout_path: log_path(spec, rank, "stdout").display().to_string(),
-        stderr_path: log_path(spec, rank, "stderr").display().to_string(),
     };
     crate::cluster::client::start_worker(&mut client, request).await?;
     let (kill, killed) = oneshot::channel::<()>();
@@ -572,17 +571,24 @@ async fn spawn_remote(
     Ok(kill)
 }
 
-/// Turns the head's exit stream into the attempt's exits (worker id → rank).
+/// Turns the head's event stream into the attempt's exits (worker id → rank), appending the
+/// workers' output to `logs/rank_N.{stdout,stderr}` in the run directory as it arrives.
 fn forward_cluster_exits(
-    mut stream: tonic::Streaming<crate::proto::WorkerExit>,
+    mut stream: tonic::Streaming<crate::proto::WorkerEvent>,
     spec: &AttemptSpec,
     exits: ExitTx,
 ) {
+    use crate::proto::worker_event::Kind;
+    use std::io::Write;
+
     let ids: Vec<String> = (0..spec.ranks.len()).map(|r| remote_worker_id(spec, r)).collect();
+    let logs: Vec<[PathBuf; 2]> = (0..spec.ranks.len())
+        .map(|r| [log_path(spec, r, "stdout"), log_path(spec, r, "stderr")])
+        .collect();
     tokio::spawn(async move {
         loop {
-            let event = match stream.message().await {
-                Ok(Some(event)) => event,
+            let kind = match stream.message().await {
+                Ok(Some(event)) => event.kind,
                 Ok(None) | Err(_) => {
                     // The head went away: every worker still counted is lost to us.
                     for rank in 0..ids.len() {
@@ -591,16 +597,40 @@ fn forward_cluster_exits(
                     return;
                 }
             };
-            let Some(rank) = ids.iter().position(|id| *id == event.worker_id) else { continue };
-            let exit = if !event.error.is_empty() {
-                Exit::Lost(event.error)
-            } else if event.signal != 0 {
-                Exit::Status(ExitStatus::from_raw(event.signal))
-            } else {
-                Exit::Status(ExitStatus::from_raw((event.code & 0xff) << 8))
-            };
-            if exits.send((rank, exit)).is_err() {
-                return;
+            match kind {
+                Some(Kind::Log(log)) => {
+                    let Some(rank) = ids.iter().position(|id| *id == log.worker_id) else {
+                        continue;
+                    };
+                    let path = &logs[rank][usize::from(log.stderr)];
+                    let written =
+                        path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
+                            OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(path)?
+                                .write_all(&log.data)
+                        });
+                    if let Err(e) = written {
+                        eprintln!("rtune: cannot write {}: {e}", path.display());
+                    }
+                }
+                Some(Kind::Exit(event)) => {
+                    let Some(rank) = ids.iter().position(|id| *id == event.worker_id) else {
+                        continue;
+                    };
+                    let exit = if !event.error.is_empty() {
+                        Exit::Lost(event.error)
+                    } else if event.signal != 0 {
+                        Exit::Status(ExitStatus::from_raw(event.signal))
+                    } else {
+                        Exit::Status(ExitStatus::from_raw((event.code & 0xff) << 8))
+                    };
+                    if exits.send((rank, exit)).is_err() {
+                        return;
+                    }
+                }
+                None => {}
             }
         }
     });

@@ -75,11 +75,12 @@ pub(crate) unsafe fn train_fn_at(offset: i64) -> TrainFn {
 /// Spawns `command` as a worker process that dies with the thread that spawned it
 /// (`PR_SET_PDEATHSIG = SIGKILL`: a driver's or node agent's workers never outlive it), and
 /// hands its exit to `on_exit`. The returned sender kills it; dropping the sender kills it too.
+/// Also returns its stdout and stderr when the command piped them.
 /// Call from the thread that lives as long as the workers should (the runtime's `block_on`).
 pub(crate) fn spawn_supervised(
     mut command: std::process::Command,
     on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
-) -> std::io::Result<oneshot::Sender<()>> {
+) -> std::io::Result<Supervised> {
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         command.pre_exec(|| {
@@ -90,6 +91,7 @@ pub(crate) fn spawn_supervised(
         });
     }
     let mut child = tokio::process::Command::from(command).kill_on_drop(true).spawn()?;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let (kill, killed) = oneshot::channel::<()>();
     tokio::spawn(async move {
         let status = tokio::select! {
@@ -101,5 +103,13 @@ pub(crate) fn spawn_supervised(
         };
         on_exit(status);
     });
-    Ok(kill)
+    Ok(Supervised { kill, stdout, stderr })
+}
+
+/// A supervised worker process.
+pub(crate) struct Supervised {
+    /// Send (or drop) to kill it.
+    pub kill: oneshot::Sender<()>,
+    pub stdout: Option<tokio::process::ChildStdout>,
+    pub stderr: Option<tokio::process::ChildStderr>,
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{alive, process_state};
 use anyhow::{Context, Result, bail, ensure};
 use rtune::{
     FailureConfig, Params, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
@@ -161,7 +162,8 @@ pub fn wrong_token_is_refused() -> Result<()> {
 fn record_node(ctx: &mut TrainContext) -> Result<()> {
     let node = std::env::var("RTUNE_NODE_ID").unwrap_or_default();
     let marker = ctx.run_dir().join(format!("rank_{}.node", ctx.world_rank()));
-    std::fs::write(marker, format!("{node} {}", ctx.node_rank()))?;
+    std::fs::write(marker, format!("{node} {} {}", ctx.node_rank(), std::process::id()))?;
+    println!("rank {} starts on node {node}", ctx.world_rank());
     let iterations = ctx.params().get::<u64>("iterations")?;
     let pause = Duration::from_millis(ctx.params().get::<u64>("pause_ms")?);
     for i in ctx.iteration() + 1..=iterations {
@@ -173,10 +175,12 @@ fn record_node(ctx: &mut TrainContext) -> Result<()> {
     Ok(())
 }
 
-fn node_of(run_dir: &Path, rank: usize) -> Result<(String, String)> {
+/// (node id, node rank, pid) that rank `rank` recorded.
+fn node_of(run_dir: &Path, rank: usize) -> Result<(String, String, i32)> {
     let text = std::fs::read_to_string(run_dir.join(format!("rank_{rank}.node")))?;
-    let (node, node_rank) = text.split_once(' ').context("marker")?;
-    Ok((node.to_owned(), node_rank.to_owned()))
+    let parts: Vec<&str> = text.split(' ').collect();
+    ensure!(parts.len() == 3, "marker {text:?}");
+    Ok((parts[0].to_owned(), parts[1].to_owned(), parts[2].parse()?))
 }
 
 pub fn strict_spread_puts_one_worker_on_each_node() -> Result<()> {
@@ -193,6 +197,9 @@ pub fn strict_spread_puts_one_worker_on_each_node() -> Result<()> {
     let (a, b) = (node_of(&result.path, 0)?, node_of(&result.path, 1)?);
     ensure!(a.0 != b.0 && !a.0.is_empty(), "ranks on distinct nodes: {a:?} {b:?}");
     ensure!((a.1.as_str(), b.1.as_str()) == ("0", "1"), "node ranks {a:?} {b:?}");
+    // Worker output streams back through the head into the driver's run directory.
+    let out = std::fs::read_to_string(result.path.join("logs/rank_1.stdout"))?;
+    ensure!(out.contains(&format!("rank 1 starts on node {}", b.0)), "rank 1 stdout: {out:?}");
     // The group is released after the run.
     wait_for(Duration::from_secs(10), || {
         Ok(cluster.status()?["placement_groups"] == serde_json::json!([]))
@@ -225,7 +232,7 @@ pub fn killed_node_agent_fails_over_to_the_other_node() -> Result<()> {
         Ok(std::fs::read_to_string(run_dir.join("result.json"))
             .is_ok_and(|t| t.lines().count() >= 3))
     })?;
-    let (victim, _) = node_of(&run_dir, 0)?;
+    let (victim, _, victim_pid) = node_of(&run_dir, 0)?;
     let index = ids.iter().position(|id| *id == victim).context("victim node")?;
     // SAFETY: kill(2) on a child we started.
     unsafe { libc::kill(pids[index] as i32, libc::SIGKILL) };
@@ -235,8 +242,13 @@ pub fn killed_node_agent_fails_over_to_the_other_node() -> Result<()> {
     let iterations: Vec<f64> =
         result.metrics_history.iter().map(|m| m["training_iteration"]).collect();
     ensure!(iterations == (1..=12).map(f64::from).collect::<Vec<_>>(), "{iterations:?}");
-    let (after, _) = node_of(&result.path, 0)?;
+    let (after, _, _) = node_of(&result.path, 0)?;
     ensure!(after != victim, "the group moved off node {victim}");
+    ensure!(
+        !alive(victim_pid),
+        "worker {victim_pid} outlived its node agent (state {:?})",
+        process_state(victim_pid)
+    );
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! into a worker (libtest's generated `main` would not).
 
 mod cluster;
+mod common;
 mod tch_basics;
 mod trainer;
 

@@ -4,6 +4,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
+
+use crate::common::alive;
 use rtune::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
 use rtune::{
     Error, FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TrainResult,
@@ -201,11 +203,6 @@ fn train_and_panic(ctx: &mut TrainContext) -> Result<()> {
         ctx.report([("i", f64::from(i))], None)?;
     }
     Ok(())
-}
-
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks whether the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
 }
 
 pub fn panicking_worker_fails_the_run_with_rank_and_message() -> Result<()> {

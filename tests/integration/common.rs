@@ -1,0 +1,12 @@
+//! Helpers shared by the integration tests.
+
+/// The process's state letter from /proc (None when it is gone). A zombie ('Z') has exited and
+/// holds nothing; it only waits for init, its new parent, to reap it.
+pub fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next())
+}
+
+pub fn alive(pid: i32) -> bool {
+    !matches!(process_state(pid), None | Some('Z') | Some('X'))
+}
