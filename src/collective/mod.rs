@@ -31,7 +31,7 @@
 //! # use rtune::collective;
 //! use collective::{GroupOptions, ProcessGroup, ReduceOp, RingGroup};
 //!
-//! # fn publish(_: SocketAddr) -> Vec<SocketAddr> { unimplemented!() }
+//! # fn publish(_: SocketAddr) -> Vec<SocketAddr> { Vec::new() }
 //! # fn main() -> collective::Result<()> {
 //! let (rank, world) = (0, 2);
 //! let listener = TcpListener::bind("127.0.0.1:0").unwrap();
