@@ -62,10 +62,6 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     }
 }
 
-struct Running {
-    kill: oneshot::Sender<()>,
-}
-
 /// One session: register, then serve commands until the stream ends. Returns the node id.
 async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut bool) -> Result<u64> {
     let mut client = super::client::connect_head(&config.head, config.token.as_deref()).await?;
@@ -99,7 +95,8 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
     let interval = Duration::from_millis(registered.heartbeat_interval_ms.max(50));
     let mut heartbeat = tokio::time::interval(interval);
     let (event_tx, mut events) = mpsc::unbounded_channel::<NodeMessage>();
-    let mut running: HashMap<String, Running> = HashMap::new();
+    // Worker id → the sender that kills it.
+    let mut running: HashMap<String, oneshot::Sender<()>> = HashMap::new();
     loop {
         tokio::select! {
             command = down.next() => match command {
@@ -107,7 +104,7 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
                     head_command::Kind::Start(start) => {
                         let worker = start.worker_id.clone();
                         match spawn(start, node_id, event_tx.clone()) {
-                            Ok(kill) => { running.insert(worker, Running { kill }); }
+                            Ok(kill) => { running.insert(worker, kill); }
                             Err((exit, e)) => {
                                 eprintln!("rtune node: {e}");
                                 let _ = up.send(exited(exit)).await;
@@ -115,8 +112,8 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
                         }
                     }
                     head_command::Kind::Kill(kill) => {
-                        if let Some(w) = running.remove(&kill.worker_id) {
-                            let _ = w.kill.send(());
+                        if let Some(worker) = running.remove(&kill.worker_id) {
+                            let _ = worker.send(());
                         }
                     }
                     head_command::Kind::Registered(_) => {}
@@ -141,8 +138,8 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
         }
     }
     // The head no longer counts on these workers: end them before rejoining clean.
-    for (_, w) in running.drain() {
-        let _ = w.kill.send(());
+    for (_, kill) in running.drain() {
+        let _ = kill.send(());
     }
     Ok(node_id)
 }

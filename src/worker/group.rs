@@ -140,11 +140,20 @@ pub(crate) enum AttemptOutcome {
 /// Decides each complete report: Ok(true) asks the run to stop; Err fails the attempt.
 pub(crate) type OnReport<'a> = dyn FnMut(GroupReport) -> Result<bool> + 'a;
 
+/// Where a rank stands in the rendezvous.
+enum Join {
+    NotYet,
+    /// Joined; its reply waits until every rank has joined.
+    Waiting(JoinRequest, Reply<JoinReply>),
+    /// Answered (or refused because the attempt failed).
+    Done,
+}
+
 struct Worker {
-    join: Option<(JoinRequest, Reply<JoinReply>)>,
+    join: Join,
     reports: u64,
     finish: Option<FinishRequest>,
-    exit: Option<ExitStatus>,
+    exited: bool,
     kill: Option<oneshot::Sender<()>>,
 }
 
@@ -176,10 +185,10 @@ pub(crate) async fn run_attempt(
         };
         match started {
             Ok(kill) => workers.push(Worker {
-                join: None,
+                join: Join::NotYet,
                 reports: 0,
                 finish: None,
-                exit: None,
+                exited: false,
                 kill: Some(kill),
             }),
             Err(e) => {
@@ -195,12 +204,13 @@ pub(crate) async fn run_attempt(
     let mut state = Attempt { spec, workers, pending: Vec::new(), failure: None, stopped: false };
     let deadline = tokio::time::Instant::now() + spec.start_timeout;
     while !state.all_exited() {
-        let joining = state.failure.is_none() && state.workers.iter().any(|w| w.join.is_none());
+        let joining =
+            state.failure.is_none() && state.workers.iter().any(|w| matches!(w.join, Join::NotYet));
         tokio::select! {
             Some(call) = calls.recv() => state.on_call(call, on_report),
             Some((rank, status)) = exits.recv() => state.on_exit(rank, status),
             _ = tokio::time::sleep_until(deadline), if joining => {
-                let rank = state.workers.iter().position(|w| w.join.is_none()).unwrap_or(0);
+                let rank = state.workers.iter().position(|w| matches!(w.join, Join::NotYet)).unwrap_or(0);
                 state.fail(rank, format!(
                     "did not join within {:?} (see logs/rank_{rank}.stderr in the run directory)",
                     spec.start_timeout
@@ -233,7 +243,7 @@ struct Attempt<'s> {
 
 impl Attempt<'_> {
     fn all_exited(&self) -> bool {
-        self.workers.iter().all(|w| w.exit.is_some())
+        self.workers.iter().all(|w| w.exited)
     }
 
     fn fail(&mut self, rank: usize, message: String, status: Option<ExitStatus>) {
@@ -249,11 +259,10 @@ impl Attempt<'_> {
         for (_, _, reply) in self.pending.drain(..) {
             let _ = reply.send(Err(Status::aborted("another rank failed")));
         }
-        // Joins still waiting get their reply dropped by the kill (the worker's call fails).
+        // Dropping the replies of joins still waiting makes those workers' calls fail.
         for w in &mut self.workers {
-            if let Some((request, reply)) = w.join.take() {
-                drop(reply);
-                w.join = Some((request, oneshot::channel().0));
+            if matches!(w.join, Join::Waiting(..)) {
+                w.join = Join::Done;
             }
         }
         kill_all(&mut self.workers);
@@ -311,19 +320,24 @@ impl Attempt<'_> {
             self.fail(rank, message, None);
             return;
         }
-        self.workers[rank].join = Some((request, reply));
-        if self.workers.iter().any(|w| w.join.is_none()) {
+        self.workers[rank].join = Join::Waiting(request, reply);
+        if self.workers.iter().any(|w| matches!(w.join, Join::NotYet)) {
             return;
         }
         let peers: Vec<String> = self
             .workers
             .iter()
-            .map(|w| w.join.as_ref().map(|(r, _)| r.collective_address.clone()).unwrap_or_default())
+            .map(|w| match &w.join {
+                Join::Waiting(request, _) => request.collective_address.clone(),
+                _ => String::new(),
+            })
             .collect();
         let group_id = rand::random::<u64>();
         let world = self.workers.len() as u32;
         for (rank, w) in self.workers.iter_mut().enumerate() {
-            let Some((request, reply)) = w.join.take() else { continue };
+            let Join::Waiting(_, reply) = std::mem::replace(&mut w.join, Join::Done) else {
+                continue;
+            };
             let placed = &self.spec.ranks[rank];
             let device = if placed.cuda_visible_devices.is_some() { "cuda:0" } else { "cpu" };
             let _ = reply.send(Ok(JoinReply {
@@ -346,8 +360,6 @@ impl Attempt<'_> {
                 device: device.to_owned(),
                 num_threads: self.spec.num_threads,
             }));
-            // Keep the request (with a closed reply) to remember that this rank joined.
-            w.join = Some((request, oneshot::channel().0));
         }
     }
 
@@ -417,19 +429,19 @@ impl Attempt<'_> {
 
     fn on_exit(&mut self, rank: usize, exit: Exit) {
         let Some(worker) = self.workers.get(rank) else { return };
-        if worker.exit.is_some() {
+        if worker.exited {
             return;
         }
         let status = match exit {
             Exit::Status(status) => status,
             Exit::Lost(why) => {
-                self.workers[rank].exit = Some(ExitStatus::from_raw(-1));
+                self.workers[rank].exited = true;
                 self.workers[rank].kill = None;
                 self.fail(rank, why, None);
                 return;
             }
         };
-        self.workers[rank].exit = Some(status);
+        self.workers[rank].exited = true;
         self.workers[rank].kill = None;
         let finished_ok = self.workers[rank].finish.as_ref().is_some_and(|f| f.ok);
         if status.success() && finished_ok {
@@ -660,7 +672,8 @@ mod tests {
     }
 
     fn two_workers(spec: &AttemptSpec) -> Attempt<'_> {
-        let worker = || Worker { join: None, reports: 0, finish: None, exit: None, kill: None };
+        let worker =
+            || Worker { join: Join::NotYet, reports: 0, finish: None, exited: false, kill: None };
         Attempt {
             spec,
             workers: vec![worker(), worker()],
