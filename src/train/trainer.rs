@@ -94,9 +94,9 @@ impl TorchTrainer {
         self.run.validate()?;
         // Placement first: a group that can never fit the local machine is a config error,
         // before any file exists (a cluster answers that when asked to reserve).
-        let local = match self.run.resolved_cluster() {
-            None => Some(self.place_locally()?),
-            Some(_) => None,
+        let target = match self.run.resolved_cluster() {
+            None => Target::Local(self.place_locally()?),
+            Some((address, token)) => Target::Cluster { address, token },
         };
         let run_dir = self.make_run_dir()?;
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
@@ -106,7 +106,7 @@ impl TorchTrainer {
             .enable_all()
             .build()
             .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
-        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json, local))?;
+        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json, target))?;
         result.fit_seconds = started.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
@@ -149,11 +149,11 @@ impl TorchTrainer {
         &self,
         run_dir: PathBuf,
         params_json: String,
-        local: Option<Vec<RankPlacement>>,
+        target: Target,
     ) -> Result<TrainResult> {
-        let mut placement = match (local, self.run.resolved_cluster()) {
-            (Some(ranks), _) => Placement::Local(ranks),
-            (None, Some((address, token))) => {
+        let mut placement = match target {
+            Target::Local(ranks) => Placement::Local(ranks),
+            Target::Cluster { address, token } => {
                 let client = client::connect_head(&address, token.as_deref()).await?;
                 let request = PlacementRequest::uniform(
                     self.scaling.placement_strategy.into(),
@@ -163,12 +163,9 @@ impl TorchTrainer {
                 .label(run_dir.display().to_string());
                 Placement::Cluster { address, client: Box::new(client), request, held: None }
             }
-            (None, None) => unreachable!("fit places locally when no cluster is named"),
         };
         let hub = Hub::start((placement.hub_ip()?, 0).into()).await?;
-        let mut run = RunState::new(&run_dir, self.run.checkpoint_config.clone());
-        run.verbose = self.run.verbose;
-        run.stop = self.run.stop.clone();
+        let mut run = RunState::new(&run_dir, &self.run);
         let mut resume = self.resume.clone();
         let mut start_iteration = match &resume {
             Some(c) => c.iteration()?,
@@ -237,6 +234,12 @@ fn devices_of(reservation: &crate::cluster::pool::Reservation) -> Vec<Option<Str
         .iter()
         .map(|b| (!b.gpu_ids.is_empty()).then(|| b.cuda_visible_devices()))
         .collect()
+}
+
+/// Where `fit` was told to run: the local machine (already placed) or a head's cluster.
+enum Target {
+    Local(Vec<RankPlacement>),
+    Cluster { address: String, token: Option<String> },
 }
 
 /// Where a run's workers go: the embedded one-machine cluster, or a head's cluster (reserved
@@ -314,18 +317,18 @@ struct RunState {
 }
 
 impl RunState {
-    fn new(run_dir: &Path, config: CheckpointConfig) -> Self {
+    fn new(run_dir: &Path, run: &RunConfig) -> Self {
         RunState {
             run_dir: run_dir.to_owned(),
             files: ResultFiles::new(run_dir),
             history: Vec::new(),
             checkpoints: Vec::new(),
-            config,
+            config: run.checkpoint_config.clone(),
             time_offset: 0.0,
             attempt_started: Instant::now(),
             last_report: Instant::now(),
-            verbose: false,
-            stop: Default::default(),
+            verbose: run.verbose,
+            stop: run.stop.clone(),
         }
     }
 
