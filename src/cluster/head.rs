@@ -200,18 +200,18 @@ impl HeadState {
                 }
             }
             Msg::Exited { node, session, exit } => {
-                if self.sessions.get(&node).is_some_and(|s| s.session == session) {
+                if self.is_current(node, session) {
                     self.workers.remove(&exit.worker_id);
                     self.notify(PgId(exit.pg_id), exit);
                 }
             }
             Msg::Log { node, session, log } => {
-                if self.sessions.get(&node).is_some_and(|s| s.session == session) {
+                if self.is_current(node, session) {
                     self.publish(PgId(log.pg_id), worker_event::Kind::Log(log));
                 }
             }
             Msg::SessionEnded { node, session } => {
-                if self.sessions.get(&node).is_some_and(|s| s.session == session) {
+                if self.is_current(node, session) {
                     self.node_lost(node, "its agent disconnected");
                 }
             }
@@ -262,6 +262,11 @@ impl HeadState {
                 }
             }
         }
+    }
+
+    /// Whether `session` is `node`'s live session: messages from an ended one are stale.
+    fn is_current(&self, node: NodeId, session: u64) -> bool {
+        self.sessions.get(&node).is_some_and(|s| s.session == session)
     }
 
     fn register(
