@@ -327,6 +327,15 @@ impl Domain {
                 if !(q.is_finite() && q > 0.0) {
                     return Err(self.invalid(format!("q = {q}"), "a finite q > 0"));
                 }
+                // Rounding divides by q: a q this small makes the grid index of a sample infinite.
+                if !(normal_reach(mean, sd) / q).is_finite() {
+                    return Err(self.invalid(
+                        format!(
+                            "q = {q} is too small for samples of this size (they / q overflow)"
+                        ),
+                        "q ≥ (|mean| + 64·sd) / f64::MAX",
+                    ));
+                }
                 Ok(())
             }
             Domain::RandInt { low, high } => self.check_int_range(low, high, 1, false),
@@ -400,6 +409,12 @@ impl Domain {
         }
         if !(sd.is_finite() && sd > 0.0) {
             return Err(self.invalid(format!("sd = {sd}"), "a finite sd > 0"));
+        }
+        if !normal_reach(mean, sd).is_finite() {
+            return Err(self.invalid(
+                format!("mean = {mean}, sd = {sd}: samples would overflow to infinity"),
+                "|mean| + 64·sd < f64::MAX",
+            ));
         }
         Ok(())
     }
@@ -711,6 +726,11 @@ fn log_uniform_f64<R: Rng + ?Sized>(rng: &mut R, low: f64, high: f64) -> f64 {
     uniform_f64(rng, low.ln(), high.ln()).exp()
 }
 
+/// How far from zero a normal sample can land: standard normal draws stay far inside 64.
+fn normal_reach(mean: f64, sd: f64) -> f64 {
+    mean.abs() + 64.0 * sd
+}
+
 fn normal<R: Rng + ?Sized>(rng: &mut R, mean: f64, sd: f64) -> f64 {
     let z: f64 = rng.sample(StandardNormal);
     mean + sd * z
@@ -749,6 +769,10 @@ mod tests {
         assert!(quniform(0.05, 1.0, 0.1).is_err(), "Ray: lower bound must be divisible by q");
         assert!(quniform(0.0, 1.0, 0.1).is_ok());
         assert!(randn(0.0, 0.0).is_err());
+        // Samples (or their grid index) would overflow to infinity: proptest found both.
+        assert!(randn(0.0, 1e307).is_err());
+        assert!(qrandn(0.0, 2.84, 1.75e-308).is_err());
+        assert!(qrandn(0.0, 2.84, 1e-300).is_ok());
         assert!(qrandint(1, 4, 5).is_err());
         assert!(qrandint(0, 10, 0).is_err());
         assert!(lograndint(0, 10).is_err());

@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use rtune_searchers::{
     Asha, BasicVariant, Decision, Domain, HyperBand, Map, Metrics, Mode, Param, Params, SearchRng,
-    SearchSpace, Searcher, SearcherState, Suggestion, Tpe, TrialId, TrialScheduler, TrialTable,
-    Value, grid_search,
+    SearchSpace, Searcher, SearcherState, Suggestion, Tpe, TrialId, TrialScheduler, TrialStatus,
+    TrialTable, Value, grid_search,
 };
 
 use crate::sim::{curves, run};
@@ -360,11 +360,21 @@ proptest! {
         max_t in any_f64(), grace in any_f64(), rf in any_f64(), brackets in 0..4usize,
         reports in prop::collection::vec((0..6u64, any_f64(), any_f64()), 0..60),
     ) {
-        let view = TrialTable::new();
+        // A table that follows the stream: trials are added as they first report, carry their
+        // latest result, and one is paused, as a controller's would.
+        let mut view = TrialTable::new();
+        for i in 0..6 {
+            view.add(TrialId(i), Params::new().with("x", i as f64));
+            view.set_status(TrialId(i), TrialStatus::Running);
+        }
+        view.set_status(TrialId(5), TrialStatus::Paused);
         let mut scheds: Vec<Box<dyn TrialScheduler>> = vec![
             Box::new(Asha::new().metric("m").mode(Mode::Min).max_t(max_t).grace_period(grace).reduction_factor(rf).brackets(brackets)),
             Box::new(HyperBand::new().metric("m").mode(Mode::Max).max_t(max_t).reduction_factor(rf)),
             Box::new(rtune_searchers::MedianStopping::new().metric("m").mode(Mode::Max).grace_period(grace).time_attr("training_iteration")),
+            Box::new(rtune_searchers::Pbt::new().metric("m").mode(Mode::Max).time_attr("training_iteration")
+                .perturbation_interval(grace).burn_in_period(rf).seed(7)
+                .hyperparam_mutations(SearchSpace::new().add("x", Domain::Uniform { low: 0.0, high: 6.0 }))),
         ];
         for s in &mut scheds {
             for i in 0..6 {
@@ -372,6 +382,7 @@ proptest! {
             }
             for (trial, t, v) in &reports {
                 let r = Metrics::from([("training_iteration".to_string(), *t), ("m".to_string(), *v)]);
+                view.set_result(TrialId(*trial), r.clone());
                 let _ = s.on_trial_result(&view, TrialId(*trial), &r);
                 let _ = s.take_stop_requests();
                 let _ = s.choose_trial_to_run(&view);

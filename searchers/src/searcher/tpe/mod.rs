@@ -46,8 +46,10 @@ const NAME: &str = "TPE";
 /// How one sampled leaf maps to the model's numbers and back.
 #[derive(Clone, Debug, PartialEq)]
 enum Leaf {
-    /// Modelled directly; the output is a float or an int.
-    Number { spec: NumericSpec, int: bool, q: Option<f64> },
+    /// Modelled directly; the output is a float.
+    Number { spec: NumericSpec, q: Option<f64> },
+    /// An integer domain: modelled as a float, converted back on its exact grid.
+    Int { spec: NumericSpec, grid: IntGrid },
     /// Modelled on `u = Φ((x − mean)/sd)`, uniform on (0, 1) under the prior.
     Normal { mean: f64, sd: f64, q: Option<f64> },
     /// Modelled by index.
@@ -58,44 +60,33 @@ const U_EPS: f64 = 1e-9;
 
 impl Leaf {
     fn from_domain(d: &Domain) -> Leaf {
-        let num = |low: f64, high: f64, step: Option<f64>, log: bool, int: bool, q: Option<f64>| {
-            Leaf::Number { spec: NumericSpec { low, high, step, log }, int, q }
+        let num = |low: f64, high: f64, step: Option<f64>, log: bool, q: Option<f64>| {
+            Leaf::Number { spec: NumericSpec { low, high, step, log }, q }
         };
         match *d {
-            Domain::Uniform { low, high } => num(low, high, None, false, false, None),
+            Domain::Uniform { low, high } => num(low, high, None, false, None),
             Domain::QUniform { low, high, q } => {
                 let (lo, hi) = float_q_bounds(low, high, q);
-                num(lo, hi, Some(q), false, false, Some(q))
+                num(lo, hi, Some(q), false, Some(q))
             }
-            Domain::LogUniform { low, high, .. } => num(low, high, None, true, false, None),
+            Domain::LogUniform { low, high, .. } => num(low, high, None, true, None),
             Domain::QLogUniform { low, high, q, .. } => {
                 let (lo, hi) = float_q_bounds(low, high, q);
-                num(lo, hi, Some(q), true, false, Some(q))
+                num(lo, hi, Some(q), true, Some(q))
             }
             Domain::Randn { mean, sd } => Leaf::Normal { mean, sd, q: None },
             Domain::QRandn { mean, sd, q } => Leaf::Normal { mean, sd, q: Some(q) },
-            Domain::RandInt { low, high } => {
-                num(low as f64, (high - 1) as f64, Some(1.0), false, true, None)
-            }
-            Domain::LogRandInt { low, high, .. } => {
-                num(low as f64, (high - 1) as f64, Some(1.0), true, true, None)
-            }
-            Domain::QRandInt { low, high, q } | Domain::QLogRandInt { low, high, q, .. } => {
-                let log = matches!(d, Domain::QLogRandInt { .. });
-                if q <= 1 {
-                    num(low as f64, (high - 1) as f64, Some(1.0), log, true, None)
-                } else {
-                    let (lo, hi) = int_q_bounds(low, high, q);
-                    num(lo as f64, hi as f64, Some(q as f64), log, true, None)
-                }
-            }
+            Domain::RandInt { low, high } => IntGrid::new(low, high, 1, false).leaf(),
+            Domain::LogRandInt { low, high, .. } => IntGrid::new(low, high, 1, true).leaf(),
+            Domain::QRandInt { low, high, q } => IntGrid::new(low, high, q, false).leaf(),
+            Domain::QLogRandInt { low, high, q, .. } => IntGrid::new(low, high, q, true).leaf(),
             Domain::Choice(ref values) => Leaf::Choice(values.clone()),
         }
     }
 
     fn kind(&self) -> ParamKind {
         match self {
-            Leaf::Number { spec, .. } => ParamKind::Numeric(*spec),
+            Leaf::Number { spec, .. } | Leaf::Int { spec, .. } => ParamKind::Numeric(*spec),
             Leaf::Normal { .. } => ParamKind::Numeric(NumericSpec {
                 low: U_EPS,
                 high: 1.0 - U_EPS,
@@ -110,6 +101,11 @@ impl Leaf {
     fn coord(&self, v: &Value) -> Option<f64> {
         match self {
             Leaf::Number { spec, .. } => v.as_f64().map(|x| clamp_f64(x, spec.low, spec.high)),
+            Leaf::Int { spec, grid } => {
+                let exact = v.as_i64().map(|i| grid.coord(i128::from(i)));
+                let c = exact.or_else(|| v.as_f64().map(|x| x - grid.origin() as f64));
+                c.map(|c| clamp_f64(c, spec.low, spec.high))
+            }
             Leaf::Normal { mean, sd, .. } => {
                 v.as_f64().map(|x| norm_cdf((x - mean) / sd).clamp(U_EPS, 1.0 - U_EPS))
             }
@@ -120,9 +116,7 @@ impl Leaf {
     /// The value for a model coordinate.
     fn value(&self, c: f64) -> Value {
         match self {
-            Leaf::Number { int: true, spec, .. } => {
-                Value::Int(spec.align(c).round().clamp(i64::MIN as f64, i64::MAX as f64) as i64)
-            }
+            Leaf::Int { spec, grid } => Value::Int(grid.value(spec.align(c))),
             Leaf::Number { spec, q, .. } => {
                 let x = spec.align(c);
                 Value::Float(q.map_or(x, |q| round_to_q(x, q)))
@@ -133,6 +127,62 @@ impl Leaf {
             }
             Leaf::Choice(values) => values.get(c as usize).cloned().unwrap_or(Value::Null),
         }
+    }
+}
+
+/// The exact values of an integer domain: multiples of `q` in `[lo, hi]`.
+///
+/// The model works in f64, which holds integers exactly only up to 2^53. Linear domains are
+/// modelled as offsets from `lo`, so any range narrower than that is modelled exactly wherever it
+/// lies; log domains keep absolute values (their model is relative anyway). Either way a model
+/// coordinate goes back to an integer in integer arithmetic, on the grid and inside the bounds,
+/// so a suggestion is always a value the domain contains.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct IntGrid {
+    lo: i128,
+    hi: i128,
+    q: i128,
+    log: bool,
+}
+
+impl IntGrid {
+    /// `[low, high)` with step `q`, as the domain defines it (validated by the space).
+    fn new(low: i64, high: i64, q: i64, log: bool) -> IntGrid {
+        let (lo, hi) = if q <= 1 {
+            (i128::from(low), i128::from(high) - 1)
+        } else {
+            int_q_bounds(low, high, q)
+        };
+        IntGrid { lo, hi, q: i128::from(q.max(1)), log }
+    }
+
+    /// Subtracted before modelling.
+    fn origin(&self) -> i128 {
+        if self.log { 0 } else { self.lo }
+    }
+
+    fn leaf(self) -> Leaf {
+        let spec = NumericSpec {
+            low: self.coord(self.lo),
+            high: self.coord(self.hi),
+            step: Some(self.q as f64),
+            log: self.log,
+        };
+        Leaf::Int { spec, grid: self }
+    }
+
+    fn coord(&self, v: i128) -> f64 {
+        (v - self.origin()) as f64
+    }
+
+    /// The grid value nearest to a model coordinate.
+    fn value(&self, c: f64) -> i64 {
+        // A float this far out saturates on conversion and is clamped just below.
+        let offset = if c.is_finite() { c.round() as i128 } else { 0 };
+        let v = self.origin().saturating_add(offset).clamp(self.lo, self.hi);
+        // lo and hi are multiples of q, so the nearest multiple counted from lo stays inside.
+        let v = (self.lo + (v - self.lo + self.q / 2) / self.q * self.q).min(self.hi);
+        i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
     }
 }
 
@@ -476,6 +526,56 @@ mod tests {
     use super::*;
     use crate::space::domain::*;
     use crate::space::grid_search;
+
+    /// Integers beyond 2^53 are not exact in f64: the model's coordinates must still come back
+    /// as values of the domain (proptest found `randint` bounds near 6.4e18 sampling below low).
+    #[test]
+    fn integer_suggestions_stay_on_their_grid_beyond_2_pow_53() {
+        let domains = [
+            Domain::RandInt { low: 6_364_276_667_439_316_129, high: 6_364_276_667_439_932_929 },
+            Domain::RandInt { low: i64::MAX - 5, high: i64::MAX },
+            Domain::RandInt { low: i64::MIN, high: i64::MIN + 3 },
+            Domain::QRandInt { low: i64::MAX - 1000, high: i64::MAX, q: 7 },
+            Domain::LogRandInt { low: 1 << 60, high: (1 << 60) + 100, base: 10.0 },
+            Domain::QLogRandInt { low: 1 << 58, high: (1 << 58) + 10_000, q: 16, base: 10.0 },
+        ];
+        let space = domains
+            .iter()
+            .enumerate()
+            .fold(SearchSpace::new(), |s, (i, d)| s.add(format!("p{i}"), d.clone()));
+        let mut t =
+            Tpe::new(space).unwrap().metric("loss").mode(Mode::Min).seed(7).n_startup_trials(3);
+        for i in 0..30u64 {
+            let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!("no params") };
+            for (k, d) in domains.iter().enumerate() {
+                let v = p.value(&format!("p{k}")).unwrap();
+                assert!(d.contains(v), "trial {i}: {} gave {v:?}", d.describe());
+            }
+            let r = Metrics::from([("loss".to_string(), (i % 5) as f64)]);
+            t.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
+        }
+    }
+
+    /// A linear integer range narrower than 2^53 is modelled exactly wherever it lies: the
+    /// suggestions far out are the same offsets from `low` as those near zero.
+    #[test]
+    fn integer_model_is_translation_invariant() {
+        let run = |low: i64| {
+            let space = SearchSpace::new().add("k", Domain::RandInt { low, high: low + 1000 });
+            let mut t =
+                Tpe::new(space).unwrap().metric("loss").mode(Mode::Min).seed(3).n_startup_trials(4);
+            (0..20u64)
+                .map(|i| {
+                    let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
+                    let k = p.get::<i64>("k").unwrap();
+                    let r = Metrics::from([("loss".to_string(), ((k - low) as f64 - 300.0).abs())]);
+                    t.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
+                    k - low
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(0), run(1 << 62));
+    }
 
     fn space() -> SearchSpace {
         SearchSpace::new()
