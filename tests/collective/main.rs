@@ -1,7 +1,7 @@
-//! Integration tests of the CPU process group over real TCP on loopback: ranks as threads for
-//! correctness and failure handling, ranks as processes for a peer that dies or hangs.
+//! Integration tests of the CPU process group over real TCP on loopback, ranks as threads: for
+//! correctness and failure handling. Ranks as processes (a peer that is SIGKILLed or frozen) are
+//! in the `integration` binary, whose own `main` can turn the re-executed binary into the peer.
 
 mod common;
 mod correctness;
 mod failure;
-mod process;

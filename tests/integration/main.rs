@@ -3,6 +3,7 @@
 //! into a worker (libtest's generated `main` would not).
 
 mod cluster;
+mod collective_process;
 mod common;
 mod tch_basics;
 mod trainer;
@@ -15,6 +16,7 @@ fn test(name: &'static str, f: fn() -> anyhow::Result<()>) -> Trial {
 
 fn main() {
     rtune::init();
+    collective_process::run_child_if_asked();
     let args = Arguments::from_args();
     let tests = vec![
         test("tch_basics::mlp_loss_falls", tch_basics::mlp_loss_falls),
@@ -46,6 +48,11 @@ fn main() {
         test(
             "trainer::stop_criterion_ends_the_run_cleanly",
             trainer::stop_criterion_ends_the_run_cleanly,
+        ),
+        test("collective_process::killed_peer_is_lost", collective_process::killed_peer_is_lost),
+        test(
+            "collective_process::frozen_peer_times_out",
+            collective_process::frozen_peer_times_out,
         ),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
