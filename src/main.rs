@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use rtune::cluster::{self, client, head, node, pool};
 
@@ -31,15 +31,15 @@ enum Command {
         #[arg(long, env = "RTUNE_TOKEN")]
         token: Option<String>,
         /// Seconds of silence after which a node is dead.
-        #[arg(long, default_value_t = 5.0)]
-        heartbeat_timeout: f64,
+        #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+        heartbeat_timeout: Duration,
     },
     /// Offer this machine to a head and run worker processes on its command.
     Node {
         /// The head, HOST:PORT.
         #[arg(long)]
         address: String,
-        #[arg(long)]
+        #[arg(long, value_parser = amount)]
         num_cpus: Option<f64>,
         #[arg(long)]
         num_gpus: Option<u32>,
@@ -95,14 +95,11 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 None => None,
             };
-            if heartbeat_timeout.is_nan() || heartbeat_timeout <= 0.0 {
-                bail!("--heartbeat-timeout {heartbeat_timeout}: use a positive number of seconds");
-            }
             let config = head::HeadConfig {
                 bind: SocketAddr::new(bind, port),
                 token,
-                heartbeat_timeout: Duration::from_secs_f64(heartbeat_timeout),
-                heartbeat_interval: Duration::from_secs_f64((heartbeat_timeout / 5.0).min(1.0)),
+                heartbeat_timeout,
+                heartbeat_interval: (heartbeat_timeout / 5).min(Duration::from_secs(1)),
             };
             runtime()?.block_on(async {
                 let handle = head::serve(config).await?;
@@ -148,12 +145,29 @@ fn parse_resources(text: &str) -> Result<BTreeMap<String, f64>> {
         let (name, amount) = pair
             .split_once('=')
             .with_context(|| format!("--resources: {pair:?} is not NAME=AMOUNT (e.g. tpu=2)"))?;
-        let amount: f64 = amount.trim().parse().with_context(|| {
-            format!("--resources: {name}={amount:?}: the amount is not a number")
-        })?;
+        let amount = self::amount(amount.trim())
+            .map_err(|e| anyhow::anyhow!("--resources: {name}={amount:?}: {e}"))?;
         out.insert(name.trim().to_owned(), amount);
     }
     Ok(out)
+}
+
+/// A duration flag: a positive, finite number of seconds (clap names the flag in its error).
+fn seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("{text} is not a positive, finite number of seconds (e.g. 5 or 0.5)"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{text} seconds is too long"))
+}
+
+/// A resource amount: a finite number ≥ 0.
+fn amount(text: &str) -> Result<f64, String> {
+    let x: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !(x.is_finite() && x >= 0.0) {
+        return Err(format!("{text} is not a finite amount ≥ 0"));
+    }
+    Ok(x)
 }
 
 fn print_table(status: &pool::PoolStatus) {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rtune_searchers::Params;
+use rtune_searchers::{Params, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::client::{self, Client};
@@ -92,6 +92,7 @@ impl TorchTrainer {
         let started = Instant::now();
         self.scaling.validate()?;
         self.run.validate()?;
+        check_finite_params(&self.params)?;
         // Placement first: a group that can never fit the local machine is a config error,
         // before any file exists (a cluster answers that when asked to reserve).
         let target = match self.run.resolved_cluster() {
@@ -228,6 +229,30 @@ impl TorchTrainer {
 }
 
 /// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids.
+
+/// Params travel to workers and into `params.json` as JSON, which has no NaN or infinity
+/// (serde would write `null` and the value would come back as something else): refuse them.
+fn check_finite_params(params: &Params) -> Result<()> {
+    fn finite(v: &Value) -> bool {
+        match v {
+            Value::Float(x) => x.is_finite(),
+            Value::List(items) => items.iter().all(finite),
+            Value::Map(m) => m.iter().all(|(_, v)| finite(v)),
+            _ => true,
+        }
+    }
+    match params.flatten().into_iter().find(|(_, v)| !finite(v)) {
+        None => Ok(()),
+        Some((key, v)) => Err(Error::config(
+            "train_loop_config",
+            format!(
+                "`{key}` = {} is not a finite number; params are stored as JSON, which has no \
+                 NaN or infinity: use a finite number",
+                v.describe()
+            ),
+        )),
+    }
+}
 fn devices_of(reservation: &crate::cluster::pool::Reservation) -> Vec<Option<String>> {
     reservation
         .bundles

@@ -261,3 +261,22 @@ pub fn nodes_reconnect_to_a_restarted_head() -> Result<()> {
     ensure!(status["nodes"][0]["total"]["CPU"] == 2, "{status}");
     Ok(())
 }
+
+/// Duration and amount flags that are not positive finite numbers are usage errors naming the
+/// flag (`inf` used to panic in `Duration::from_secs_f64`).
+pub fn bad_cli_numbers_are_named_not_panics() -> Result<()> {
+    for (args, flag) in [
+        (&["head", "--port", "0", "--heartbeat-timeout", "inf"][..], "--heartbeat-timeout"),
+        (&["head", "--port", "0", "--heartbeat-timeout=-1"], "--heartbeat-timeout"),
+        (&["head", "--port", "0", "--heartbeat-timeout", "NaN"], "--heartbeat-timeout"),
+        (&["node", "--address", "127.0.0.1:1", "--num-cpus", "inf"], "--num-cpus"),
+        (&["node", "--address", "127.0.0.1:1", "--resources", "tpu=nan"], "--resources"),
+    ] {
+        let out = Command::new(RTUNE).args(args).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(!out.status.success(), "{args:?} succeeded");
+        ensure!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+        ensure!(stderr.contains(flag), "{args:?} does not name {flag}: {stderr}");
+    }
+    Ok(())
+}

@@ -54,6 +54,10 @@ fn main() {
             "collective_process::frozen_peer_times_out",
             collective_process::frozen_peer_times_out,
         ),
+        test(
+            "cluster::bad_cli_numbers_are_named_not_panics",
+            cluster::bad_cli_numbers_are_named_not_panics,
+        ),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

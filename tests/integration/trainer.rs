@@ -268,6 +268,28 @@ pub fn config_mistakes_fail_before_start() -> Result<()> {
         .context("a file as storage path must fail")?
         .to_string();
     ensure!(err.contains("storage_path") && err.contains("a_file"), "{err}");
+
+    // NaN and infinity have no JSON form: refused by name, before a run directory exists.
+    for (params, key) in [
+        (rtune::Params::new().with("lr", f64::NAN), "lr"),
+        (
+            rtune::Params::new().with(
+                "opt",
+                rtune::Params::new().with("betas", vec![0.9, f64::INFINITY]).into_value(),
+            ),
+            "opt.betas",
+        ),
+    ] {
+        let err = TorchTrainer::new(never_called)
+            .train_loop_config(params)
+            .run_config(RunConfig::new("nan").storage_path(dir.path()))
+            .fit()
+            .err()
+            .context("a non-finite param must fail")?
+            .to_string();
+        ensure!(err.contains(&format!("`{key}`")) && err.contains("finite"), "{err}");
+        ensure!(!dir.path().join("nan").exists(), "the run directory was made anyway");
+    }
     Ok(())
 }
 
