@@ -228,8 +228,6 @@ impl TorchTrainer {
     }
 }
 
-/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids.
-
 /// Params travel to workers and into `params.json` as JSON, which has no NaN or infinity
 /// (serde would write `null` and the value would come back as something else): refuse them.
 fn check_finite_params(params: &Params) -> Result<()> {
@@ -253,6 +251,8 @@ fn check_finite_params(params: &Params) -> Result<()> {
         )),
     }
 }
+
+/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids.
 fn devices_of(reservation: &crate::cluster::pool::Reservation) -> Vec<Option<String>> {
     reservation
         .bundles
