@@ -5,6 +5,18 @@
 //! fsyncing every file and renaming the folder to `checkpoint_NNNNNN` (then fsyncing the run
 //! directory). A crash mid-write leaves only a `.tmp_checkpoint_*` folder, which never looks
 //! complete and is swept away before the next attempt starts.
+//!
+//! Only rank 0's checkpoint is kept (Ray Train keeps one checkpoint per report): on other ranks
+//! [`TrainContext::new_checkpoint`](crate::TrainContext::new_checkpoint) gives a writer that
+//! saves no model, so the I/O does not grow with the world size.
+//!
+//! Stale writers. A worker of a failed attempt may outlive its attempt for a while (a node cut
+//! off from the driver, a process slow to die) and try to commit. Checkpoint names carry the
+//! iteration, not the attempt, so the run directory holds an attempt fence (`.rtune_attempt`,
+//! written by the driver before each attempt and closed when the run ends), and every
+//! checkpoint records the attempt that wrote it. A commit is refused when its attempt is not the
+//! fence's, and a committed checkpoint is replaced only by a newer attempt (one left behind by a
+//! failed attempt, never recorded); a recorded checkpoint is therefore never overwritten.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,6 +44,9 @@ pub struct CheckpointMetadata {
     #[serde(default)]
     pub user: serde_json::Value,
     pub rtune_version: String,
+    /// The attempt of the run that wrote it (0 for the first).
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 /// A committed checkpoint folder.
@@ -127,26 +142,37 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 pub struct CheckpointWriter {
     tmp: PathBuf,
     user: serde_json::Value,
+    kept: bool,
 }
 
 impl CheckpointWriter {
+    /// A writer for `rank`'s next report; kept (committed by `report`) on rank 0 only.
     pub(crate) fn create(run_dir: &Path, rank: usize, seq: u64) -> Result<CheckpointWriter> {
         let tmp = run_dir.join(format!("{TMP_PREFIX}{}_{rank}_{seq}", std::process::id()));
         if tmp.exists() {
             fs::remove_dir_all(&tmp).at(&tmp)?;
         }
         fs::create_dir_all(&tmp).at(&tmp)?;
-        Ok(CheckpointWriter { tmp, user: serde_json::Value::Null })
+        Ok(CheckpointWriter { tmp, user: serde_json::Value::Null, kept: rank == 0 })
     }
 
-    /// The folder to write extra files into.
+    /// The folder to write extra files into. On ranks whose checkpoint is not kept (see
+    /// [`is_kept`](Self::is_kept)) it is a scratch folder, removed at the report.
     pub fn path(&self) -> &Path {
         &self.tmp
     }
 
-    /// Saves `vs` as `model.safetensors`.
+    /// Whether this checkpoint will be kept: only rank 0's is. Guard expensive extra files
+    /// with it; [`save_var_store`](Self::save_var_store) already does.
+    pub fn is_kept(&self) -> bool {
+        self.kept
+    }
+
+    /// Saves `vs` as `model.safetensors` (on a rank whose checkpoint is not kept: nothing).
     pub fn save_var_store(&mut self, vs: &VarStore) -> Result<()> {
-        vs.save(self.tmp.join(MODEL_FILE))?;
+        if self.kept {
+            vs.save(self.tmp.join(MODEL_FILE))?;
+        }
         Ok(())
     }
 
@@ -156,14 +182,29 @@ impl CheckpointWriter {
         self
     }
 
-    /// Writes metadata.json, fsyncs everything and renames the folder to `run_dir/name`.
+    /// Writes metadata.json, fsyncs everything and renames the folder to `run_dir/name`, as
+    /// `attempt` of the run. Refused (nothing committed) when that attempt is over, or when
+    /// `name` was committed by the same or a newer attempt (see the module docs).
     pub(crate) fn commit(
         self,
         run_dir: &Path,
         name: &str,
         iteration: u64,
+        attempt: u32,
         metrics: &Metrics,
     ) -> Result<Checkpoint> {
+        let dest = run_dir.join(name);
+        let refuse = |message: String| Err(Error::Checkpoint { path: dest.clone(), message });
+        match read_fence(run_dir)? {
+            Fence::Open(current) if current != attempt => {
+                return refuse(format!(
+                    "not committed: attempt {attempt} of this run is over (attempt {current} \
+                     owns the run directory now)"
+                ));
+            }
+            Fence::Closed => return refuse("not committed: the run has ended".into()),
+            Fence::Open(_) | Fence::Unset => {}
+        }
         let metadata = CheckpointMetadata {
             training_iteration: iteration,
             timestamp: crate::train::unix_time(),
@@ -173,17 +214,35 @@ impl CheckpointWriter {
                 .collect(),
             user: self.user.clone(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
+            attempt,
         };
         let json = serde_json::to_vec_pretty(&metadata).expect("metadata serialises");
         let meta_path = self.tmp.join(METADATA_FILE);
         fs::write(&meta_path, json).at(&meta_path)?;
         storage::fsync_tree(&self.tmp)?;
-        let dest = run_dir.join(name);
-        if dest.exists() {
-            // Left by an attempt that crashed after committing but before the driver saw it.
-            fs::remove_dir_all(&dest).at(&dest)?;
+        // rename(2) never replaces a non-empty folder, so a committed checkpoint (it holds
+        // metadata.json) stays unless it is moved aside here, which only a newer attempt does.
+        if let Err(e) = fs::rename(&self.tmp, &dest) {
+            if !dest.exists() {
+                return Err(Error::io(&dest, e));
+            }
+            let by = Checkpoint { path: dest.clone() }.metadata().map(|m| m.attempt).ok();
+            match by {
+                Some(by) if by >= attempt => {
+                    return refuse(format!(
+                        "not committed: already committed by attempt {by}, and a committed \
+                         checkpoint is never replaced (this is attempt {attempt})"
+                    ));
+                }
+                // Left by an older attempt that failed after committing it, or half there.
+                _ => {
+                    let aside = run_dir.join(format!("{TMP_PREFIX}stale_{name}_{attempt}"));
+                    fs::rename(&dest, &aside).at(&dest)?;
+                    fs::remove_dir_all(&aside).at(&aside)?;
+                    fs::rename(&self.tmp, &dest).at(&dest)?;
+                }
+            }
         }
-        fs::rename(&self.tmp, &dest).at(&dest)?;
         storage::fsync_dir(run_dir)?;
         let committed = Checkpoint { path: dest };
         std::mem::forget(self);
@@ -194,6 +253,51 @@ impl CheckpointWriter {
 impl Drop for CheckpointWriter {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.tmp);
+    }
+}
+
+/// The attempt fence of a run directory (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fence {
+    /// No fence: a directory that no driver fenced (commits are not checked).
+    Unset,
+    /// This attempt may commit.
+    Open(u32),
+    /// The run has ended: nothing may commit.
+    Closed,
+}
+
+const FENCE_FILE: &str = ".rtune_attempt";
+
+/// Sets the fence (atomically): the driver calls this before each attempt and at the end.
+pub(crate) fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
+    let text = match fence {
+        Fence::Unset => {
+            let path = run_dir.join(FENCE_FILE);
+            return match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&path, e)),
+                _ => Ok(()),
+            };
+        }
+        Fence::Open(attempt) => attempt.to_string(),
+        Fence::Closed => "closed".to_owned(),
+    };
+    storage::atomic_write(&run_dir.join(FENCE_FILE), text.as_bytes())
+}
+
+fn read_fence(run_dir: &Path) -> Result<Fence> {
+    let path = run_dir.join(FENCE_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Fence::Unset),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    match text.trim() {
+        "closed" => Ok(Fence::Closed),
+        n => n.parse().map(Fence::Open).map_err(|_| Error::Checkpoint {
+            path: path.clone(),
+            message: format!("unreadable attempt fence {n:?}"),
+        }),
     }
 }
 
@@ -229,7 +333,7 @@ mod tests {
         let metrics = Metrics::from([("loss".to_string(), 0.5)]);
         let ck = writer
             .metadata(serde_json::json!({"epoch": 3}))
-            .commit(dir.path(), &checkpoint_name(3), 3, &metrics)
+            .commit(dir.path(), &checkpoint_name(3), 3, 0, &metrics)
             .unwrap();
         assert_eq!(ck.name(), "checkpoint_000003");
         assert_eq!(ck.iteration().unwrap(), 3);
@@ -253,11 +357,11 @@ mod tests {
         let metrics = Metrics::new();
         let kept = CheckpointWriter::create(dir.path(), 0, 1)
             .unwrap()
-            .commit(dir.path(), "checkpoint_000001", 1, &metrics)
+            .commit(dir.path(), "checkpoint_000001", 1, 0, &metrics)
             .unwrap();
         CheckpointWriter::create(dir.path(), 0, 2)
             .unwrap()
-            .commit(dir.path(), "checkpoint_000002", 2, &metrics)
+            .commit(dir.path(), "checkpoint_000002", 2, 0, &metrics)
             .unwrap();
         sweep_unrecorded(dir.path(), std::slice::from_ref(&kept)).unwrap();
         let names: Vec<String> = fs::read_dir(dir.path())
@@ -265,5 +369,64 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["checkpoint_000001".to_string()]);
+    }
+
+    fn commit_as(dir: &Path, attempt: u32, marker: &str) -> Result<Checkpoint> {
+        let writer = CheckpointWriter::create(dir, 0, u64::from(attempt) + 10)?;
+        fs::write(writer.path().join("marker"), marker).unwrap();
+        writer.commit(dir, "checkpoint_000005", 5, attempt, &Metrics::new())
+    }
+
+    fn marker(dir: &Path) -> String {
+        fs::read_to_string(dir.join("checkpoint_000005/marker")).unwrap()
+    }
+
+    /// A late writer of an older attempt can neither overwrite a checkpoint nor commit a new
+    /// one once the fence has moved on; a newer attempt replaces what an older one left.
+    #[test]
+    fn fence_refuses_stale_attempts_and_committed_checkpoints_are_immutable() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        set_fence(dir, Fence::Open(0)).unwrap();
+        commit_as(dir, 0, "attempt 0").unwrap();
+        // Attempt 0 failed after committing; attempt 1 runs and writes the same name.
+        set_fence(dir, Fence::Open(1)).unwrap();
+        let ck = commit_as(dir, 1, "attempt 1").unwrap();
+        assert_eq!((marker(dir), ck.metadata().unwrap().attempt), ("attempt 1".into(), 1));
+        // A straggler of attempt 0: refused by the fence, and it leaves no temp folder behind.
+        let e = commit_as(dir, 0, "late").unwrap_err().to_string();
+        assert!(e.contains("attempt 0 of this run is over"), "{e}");
+        assert_eq!(marker(dir), "attempt 1");
+        // Even past the fence (no fence set), the same or an older attempt never replaces it.
+        set_fence(dir, Fence::Unset).unwrap();
+        for attempt in [0, 1] {
+            let e = commit_as(dir, attempt, "again").unwrap_err().to_string();
+            assert!(e.contains("never replaced"), "{e}");
+            assert_eq!(marker(dir), "attempt 1");
+        }
+        // The run ended: nothing commits.
+        set_fence(dir, Fence::Closed).unwrap();
+        let e = commit_as(dir, 2, "after the end").unwrap_err().to_string();
+        assert!(e.contains("the run has ended"), "{e}");
+        let names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != FENCE_FILE)
+            .collect();
+        assert_eq!(names, vec!["checkpoint_000005".to_string()]);
+    }
+
+    /// Ranks other than 0 write no model: their checkpoint is never kept.
+    #[test]
+    fn only_rank_zero_saves_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let vs = VarStore::new(tch::Device::Cpu);
+        let _w = vs.root().zeros("w", &[1000]);
+        for (rank, kept) in [(0, true), (1, false), (3, false)] {
+            let mut writer = CheckpointWriter::create(dir.path(), rank, 1).unwrap();
+            writer.save_var_store(&vs).unwrap();
+            assert_eq!(writer.is_kept(), kept);
+            assert_eq!(writer.path().join(MODEL_FILE).is_file(), kept, "rank {rank}");
+        }
     }
 }

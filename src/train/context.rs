@@ -130,7 +130,9 @@ impl<'a> TrainContext<'a> {
     }
 
     /// Starts a checkpoint for the next report: save the model into it, add files under its
-    /// `path()`, then pass it to `report`.
+    /// `path()`, then pass it to `report`. Only rank 0's checkpoint is kept; on other ranks the
+    /// writer saves no model (see [`CheckpointWriter::is_kept`]), so every rank can run the same
+    /// code without writing N copies.
     pub fn new_checkpoint(&self) -> Result<CheckpointWriter> {
         CheckpointWriter::create(&self.run_dir, self.rank, self.reports + 1)
     }
@@ -139,8 +141,8 @@ impl<'a> TrainContext<'a> {
     /// has reported the same iteration.
     ///
     /// Every rank must call `report` the same number of times. Rank 0's metrics and checkpoint
-    /// are the run's; other ranks' metrics are checked and dropped, their checkpoints discarded
-    /// (to combine values across ranks, all-reduce them first). rtune adds
+    /// are the run's; other ranks' metrics are checked and dropped, their (empty) checkpoints
+    /// discarded (to combine values across ranks, all-reduce them first). rtune adds
     /// `training_iteration`, `time_total_s`, `time_this_iter_s` and `timestamp`.
     ///
     /// Returns `Err(Error::StopRequested)` when the driver wants the run to end (a scheduler's
@@ -155,7 +157,7 @@ impl<'a> TrainContext<'a> {
         let committed = match checkpoint {
             Some(writer) if self.rank == 0 => {
                 let name = checkpoint_name(iteration);
-                writer.commit(&self.run_dir, &name, iteration, &metrics)?;
+                writer.commit(&self.run_dir, &name, iteration, self.link.attempt(), &metrics)?;
                 name
             }
             _ => String::new(),

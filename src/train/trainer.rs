@@ -10,7 +10,7 @@ use crate::cluster::client::{self, Client};
 use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::error::{Error, Result};
 use crate::storage::{self, ResultFiles, Row};
-use crate::train::checkpoint::{self, Checkpoint};
+use crate::train::checkpoint::{self, Checkpoint, Fence};
 use crate::train::config::{CheckpointConfig, RunConfig, ScalingConfig, ScoreOrder};
 use crate::train::metrics::{Metrics, from_wire, number_or_tag};
 use crate::train::{TrainFn, WorkerFailure, unix_time};
@@ -165,7 +165,7 @@ impl TorchTrainer {
                 Placement::Cluster { address, client: Box::new(client), request, held: None }
             }
         };
-        let hub = Hub::start((placement.hub_ip()?, 0).into()).await?;
+        let hub = Hub::start((placement.hub_ip().await?, 0).into()).await?;
         let mut run = RunState::new(&run_dir, &self.run);
         let mut resume = self.resume.clone();
         let mut start_iteration = match &resume {
@@ -195,7 +195,7 @@ impl TorchTrainer {
                 collective_timeout: self.run.collective_timeout,
                 start_timeout: self.run.start_timeout,
             };
-            run.begin_attempt();
+            run.begin_attempt(attempt)?;
             let outcome = run_attempt(&hub, &spec, &mut |report| run.record(report)).await?;
             match outcome {
                 AttemptOutcome::Completed { train_seconds, .. } => {
@@ -220,6 +220,7 @@ impl TorchTrainer {
             }
         }
         placement.release().await;
+        run.end()?;
         let error = (!self.run.failure_config.allows(failures.len())).then(|| {
             let last = failures.last().expect("a failure was recorded");
             format!("training failed after {} attempt(s); {last}", failures.len())
@@ -281,11 +282,13 @@ enum Placement {
 
 impl Placement {
     /// The driver's address as its workers reach it: the interface that reaches the head.
-    fn hub_ip(&self) -> Result<std::net::IpAddr> {
+    /// (tokio's connect resolves the name on its blocking pool, so no runtime thread waits.)
+    async fn hub_ip(&self) -> Result<std::net::IpAddr> {
         match self {
             Placement::Local(_) => Ok([127, 0, 0, 1].into()),
             Placement::Cluster { address, .. } => {
-                let stream = std::net::TcpStream::connect(address.trim_start_matches("http://"))
+                let stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
+                    .await
                     .map_err(|e| {
                         Error::Protocol(format!("cannot reach the head at {address}: {e}"))
                     })?;
@@ -335,6 +338,7 @@ struct RunState {
     config: CheckpointConfig,
     /// time_total_s carried over from before the current attempt.
     time_offset: f64,
+    attempt: u32,
     attempt_started: Instant,
     last_report: Instant,
     verbose: bool,
@@ -350,6 +354,7 @@ impl RunState {
             checkpoints: Vec::new(),
             config: run.checkpoint_config.clone(),
             time_offset: 0.0,
+            attempt: 0,
             attempt_started: Instant::now(),
             last_report: Instant::now(),
             verbose: run.verbose,
@@ -357,14 +362,31 @@ impl RunState {
         }
     }
 
-    fn begin_attempt(&mut self) {
+    /// Fences the run directory for `attempt`: from now on only its workers may commit.
+    fn begin_attempt(&mut self, attempt: u32) -> Result<()> {
+        checkpoint::set_fence(&self.run_dir, Fence::Open(attempt))?;
+        self.attempt = attempt;
         self.attempt_started = Instant::now();
         self.last_report = self.attempt_started;
+        Ok(())
+    }
+
+    /// The run is over, completed or failed for good: nothing may commit any more, and
+    /// checkpoints that were written but never recorded (by the last, failed attempt, or a
+    /// straggler of an earlier one) go, so none can be taken for a real one.
+    fn end(&mut self) -> Result<()> {
+        checkpoint::set_fence(&self.run_dir, Fence::Closed)?;
+        let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
+        checkpoint::sweep_unrecorded(&self.run_dir, &kept)
     }
 
     /// Records one complete report: appends it to the files, keeps its checkpoint, drops old
     /// ones. Asks the run to stop when a `RunConfig::stop` criterion is met.
     fn record(&mut self, report: GroupReport) -> Result<bool> {
+        let checkpoint = match report.checkpoint.as_str() {
+            "" => None,
+            name => Some(self.recorded_checkpoint(name)?),
+        };
         let mut metrics = from_wire(&report.metrics_json)?;
         let now = Instant::now();
         let iteration = report.iteration;
@@ -384,14 +406,30 @@ impl RunState {
         if self.verbose {
             println!("{}", progress_line(&metrics, &report.checkpoint));
         }
-        if !report.checkpoint.is_empty() {
-            let ck = Checkpoint::from_directory(self.run_dir.join(&report.checkpoint))?;
+        if let Some(ck) = checkpoint {
             self.checkpoints.push((ck, metrics.clone()));
             self.prune_checkpoints()?;
         }
         let stop = self.stop.iter().any(|(name, &at)| metrics.get(name).is_some_and(|&v| v >= at));
         self.history.push((metrics, row));
         Ok(stop)
+    }
+
+    /// The checkpoint a report names, once it is known to be this attempt's own (the fence
+    /// makes that hold; checked so that a broken fence can never get one recorded).
+    fn recorded_checkpoint(&self, name: &str) -> Result<Checkpoint> {
+        let ck = Checkpoint::from_directory(self.run_dir.join(name))?;
+        let by = ck.metadata()?.attempt;
+        if by != self.attempt {
+            return Err(Error::Checkpoint {
+                path: ck.path().to_owned(),
+                message: format!(
+                    "reported by attempt {} but written by attempt {by}",
+                    self.attempt
+                ),
+            });
+        }
+        Ok(ck)
     }
 
     fn score(&self, metrics: &Metrics) -> f64 {

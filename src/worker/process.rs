@@ -40,6 +40,11 @@ impl DriverLink {
             .map_err(|s| Error::Protocol(format!("{what} (worker to driver): {}", s.message())))
     }
 
+    /// The attempt of the run this worker belongs to.
+    pub(crate) fn attempt(&self) -> u32 {
+        self.key.attempt
+    }
+
     pub(crate) fn report(
         &mut self,
         seq: u64,

@@ -34,6 +34,10 @@ fn main() {
             trainer::sigkilled_worker_resumes_from_checkpoint,
         ),
         test(
+            "trainer::unrecorded_checkpoints_go_when_the_run_fails",
+            trainer::unrecorded_checkpoints_go_when_the_run_fails,
+        ),
+        test(
             "trainer::panicking_worker_fails_the_run_with_rank_and_message",
             trainer::panicking_worker_fails_the_run_with_rank_and_message,
         ),

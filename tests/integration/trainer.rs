@@ -133,12 +133,28 @@ pub fn two_half_batches_equal_one_full_batch() -> Result<()> {
 
 // ---------------------------------------------------------------- failures
 
-/// Reports `iterations` times with a checkpoint each; rank 1 SIGKILLs itself at iteration 4 the
-/// first time (a marker file in the run directory remembers it did).
+/// The sum 1 + 2 + … + n: the state `train_then_get_killed` has after iteration n.
+fn triangle(n: u64) -> f64 {
+    (n * (n + 1) / 2) as f64
+}
+
+/// Carries state in its model: a variable `total` to which iteration i adds i, reported as
+/// `value` and checkpointed each iteration. A resumed attempt must find exactly the state of
+/// the checkpoint it resumes from (it fails otherwise); starting over from zero would report
+/// different values. Rank 1 SIGKILLs itself at iteration 4 the first time (a marker file in the
+/// run directory remembers it did).
 fn train_then_get_killed(ctx: &mut TrainContext) -> Result<()> {
     let iterations = ctx.params().get::<u64>("iterations")?;
-    let vs = nn::VarStore::new(Device::Cpu);
+    let mut vs = nn::VarStore::new(Device::Cpu);
     let _net = mlp(&vs.root(), 8);
+    let total = vs.root().zeros_no_train("total", &[1]);
+    if let Some(ck) = ctx.checkpoint() {
+        ck.load_var_store(&mut vs)?;
+        let restored = total.double_value(&[0]);
+        let expected = triangle(ctx.iteration());
+        ensure!(restored == expected, "restored total {restored}, expected {expected}");
+        ensure!(ck.iteration()? == ctx.iteration(), "resumed after {}", ctx.iteration());
+    }
     let ddp = ctx.prepare_model(&vs)?;
     for i in ctx.iteration() + 1..=iterations {
         ddp.sync_gradients()?;
@@ -148,9 +164,10 @@ fn train_then_get_killed(ctx: &mut TrainContext) -> Result<()> {
             // SAFETY: kill(2) on our own pid.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
+        let _ = tch::no_grad(|| total.shallow_clone().f_add_scalar_(i as f64))?;
         let mut ck = ctx.new_checkpoint()?;
         ck.save_var_store(&vs)?;
-        ctx.report([("value", i as f64 * 10.0)], Some(ck))?;
+        ctx.report([("value", total.double_value(&[0]))], Some(ck))?;
     }
     Ok(())
 }
@@ -169,11 +186,17 @@ pub fn sigkilled_worker_resumes_from_checkpoint() -> Result<()> {
     let iterations: Vec<f64> =
         result.metrics_history.iter().map(|m| m["training_iteration"]).collect();
     ensure!(iterations == (1..=8).map(f64::from).collect::<Vec<_>>(), "iterations {iterations:?}");
+    // The resumed attempt continued from the restored state: the same values as a run that
+    // never failed (it checked the restored state itself, too).
     let values: Vec<f64> = result.metrics_history.iter().map(|m| m["value"]).collect();
-    ensure!(
-        values == (1..=8).map(|i| f64::from(i) * 10.0).collect::<Vec<_>>(),
-        "values {values:?}"
-    );
+    ensure!(values == (1..=8).map(triangle).collect::<Vec<_>>(), "values {values:?}");
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let _net = mlp(&vs.root(), 8);
+    let total = vs.root().zeros_no_train("total", &[1]);
+    let last = result.checkpoint.as_ref().context("a latest checkpoint")?;
+    last.load_var_store(&mut vs)?;
+    ensure!(total.double_value(&[0]) == triangle(8), "final checkpoint holds {total}");
+    ensure!(last.metadata()?.attempt == 1, "iteration 8 was written by the second attempt");
     let json = std::fs::read_to_string(result.path.join("result.json"))?;
     let on_disk: Vec<u64> = json
         .lines()
@@ -183,6 +206,54 @@ pub fn sigkilled_worker_resumes_from_checkpoint() -> Result<()> {
         })
         .collect::<Result<_, _>>()?;
     ensure!(on_disk == (1..=8).collect::<Vec<u64>>(), "result.json iterations {on_disk:?}");
+    Ok(())
+}
+
+/// Rank 0 commits a checkpoint at iteration 3 (a report commits before it waits for the other
+/// ranks); rank 1 waits until that checkpoint is on disk and fails instead of reporting, so the
+/// driver never records it.
+fn fail_after_rank_zero_committed(ctx: &mut TrainContext) -> Result<()> {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let _net = mlp(&vs.root(), 8);
+    for i in 1..=5u64 {
+        if ctx.world_rank() == 1 && i == 3 {
+            let committed = ctx.run_dir().join("checkpoint_000003/metadata.json");
+            let waiting = std::time::Instant::now();
+            while !committed.exists() {
+                ensure!(waiting.elapsed().as_secs() < 60, "rank 0 never committed iteration 3");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            anyhow::bail!("rank 1 fails after rank 0 committed iteration 3");
+        }
+        let mut ck = ctx.new_checkpoint()?;
+        ck.save_var_store(&vs)?;
+        ctx.report([("value", i as f64)], Some(ck))?;
+    }
+    Ok(())
+}
+
+/// When the failure budget runs out, a checkpoint that was written but never recorded does not
+/// stay on disk looking complete, and nothing can commit into the ended run.
+pub fn unrecorded_checkpoints_go_when_the_run_fails() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let err = TorchTrainer::new(fail_after_rank_zero_committed)
+        .scaling(ScalingConfig::workers(2))
+        .run_config(run_config(dir.path()).failure_config(FailureConfig::max_failures(0)))
+        .fit()
+        .err()
+        .context("rank 1 fails the run")?;
+    let Error::TrainingFailed(result) = err else { anyhow::bail!("not a training failure: {err}") };
+    let latest = result.checkpoint.as_ref().context("iterations 1 and 2 were recorded")?;
+    ensure!(latest.name() == "checkpoint_000002", "latest recorded is {}", latest.name());
+    let mut on_disk: Vec<String> = std::fs::read_dir(&result.path)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    on_disk.retain(|n| n.contains("checkpoint"));
+    on_disk.sort();
+    ensure!(
+        on_disk == ["checkpoint_000001", "checkpoint_000002"],
+        "only recorded checkpoints may stay: {on_disk:?}"
+    );
     Ok(())
 }
 
