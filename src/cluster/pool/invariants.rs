@@ -8,7 +8,8 @@ use super::{PgId, Pool, State, Strategy};
 impl Pool {
     /// Verifies the pool's own accounting: no node or device over-committed, free equals capacity
     /// minus what reserved groups hold, reserved groups whole and on alive nodes as their strategy
-    /// demands, pending groups holding nothing. For tests and debug assertions.
+    /// demands, draining groups holding their bundles on alive nodes only, pending groups holding
+    /// nothing. For tests and debug assertions.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let mut held: Vec<Free> = self
             .nodes
@@ -25,7 +26,8 @@ impl Pool {
                         return Err(format!("pending group {pg} is not queued at {seq}"));
                     }
                 }
-                State::Reserved { placed } => {
+                state => {
+                    let Some((placed, lost)) = state.held() else { continue };
                     if placed.len() != g.demands.len() {
                         return Err(format!(
                             "group {pg} holds {} of {} bundles",
@@ -37,6 +39,8 @@ impl Pool {
                     slots.sort_unstable();
                     slots.dedup();
                     match g.strategy {
+                        // A draining group's strategy held when it was reserved.
+                        _ if !lost.is_empty() => {}
                         Strategy::StrictPack if slots.len() != 1 => {
                             return Err(format!(
                                 "STRICT_PACK group {pg} is on {} nodes",
@@ -49,6 +53,9 @@ impl Pool {
                         _ => {}
                     }
                     for (i, (slot, grant)) in placed.iter().enumerate() {
+                        if lost.contains(&i) {
+                            continue;
+                        }
                         let d = &g.demands[i];
                         let n = &self.nodes[*slot];
                         if !n.alive {

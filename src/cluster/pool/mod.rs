@@ -12,8 +12,13 @@
 //! [`Pool::request`] → *pending* → [`Pool::schedule`] → *reserved* → [`Pool::release`].
 //! [`Pool::cancel`] withdraws a pending group (and releases a reserved one). A request that could
 //! not fit the alive cluster even if it were empty is refused at once with an error naming the
-//! bundle and resource. When a node dies, every group holding a bundle on it is released and
-//! reported; a node that rejoins comes back clean, holding nothing.
+//! bundle and resource. When a node dies ([`Pool::mark_node_dead`]), every group holding a bundle
+//! on it is released and reported; a node that rejoins comes back clean, holding nothing.
+//!
+//! A head uses [`Pool::mark_node_dead_keeping_survivors`] instead: the groups that lost a bundle
+//! become *draining*, still holding their bundles on the other nodes, because their workers there
+//! may still be running until they are killed. Released once those have exited, only then can
+//! their CPUs and GPUs go to another group (never two trials on one device).
 //!
 //! # Gang reservation
 //!
@@ -152,6 +157,21 @@ enum State {
     Pending { seq: u64 },
     /// Holding, per bundle, a node slot and GPU grant.
     Reserved { placed: Vec<(usize, Grant)> },
+    /// Was reserved, then nodes under the bundles in `lost` died (those are gone from the pool):
+    /// it keeps holding its other bundles, whose workers may still be running, until released.
+    Draining { placed: Vec<(usize, Grant)>, lost: BTreeSet<usize> },
+}
+
+impl State {
+    /// The bundles a reserved or draining group holds, with those lost with their nodes.
+    fn held(&self) -> Option<(&[(usize, Grant)], &BTreeSet<usize>)> {
+        static NONE_LOST: BTreeSet<usize> = BTreeSet::new();
+        match self {
+            State::Reserved { placed } => Some((placed, &NONE_LOST)),
+            State::Draining { placed, lost } => Some((placed, lost)),
+            State::Pending { .. } => None,
+        }
+    }
 }
 
 /// A pending request in arrival order.
@@ -268,6 +288,36 @@ impl Pool {
         Ok(lost)
     }
 
+    /// Marks `node` dead like [`mark_node_dead`](Self::mark_node_dead), except that the groups
+    /// holding a bundle on it keep what they hold on the other nodes: they become draining (see
+    /// [`GroupState::Draining`]) until [`release`](Self::release)d. Returns those groups.
+    pub fn mark_node_dead_keeping_survivors(&mut self, node: NodeId) -> Result<Vec<PgId>> {
+        let slot = self.slot(node)?;
+        let hit: Vec<PgId> = std::mem::take(&mut self.nodes[slot].holders).into_iter().collect();
+        let on_slot = |placed: &[(usize, Grant)]| -> Vec<usize> {
+            placed.iter().enumerate().filter(|(_, (s, _))| *s == slot).map(|(i, _)| i).collect()
+        };
+        for pg in &hit {
+            let Some(group) = self.groups.get_mut(pg) else { continue };
+            match &mut group.state {
+                State::Reserved { placed } => {
+                    let placed = std::mem::take(placed);
+                    let lost = on_slot(&placed).into_iter().collect();
+                    group.state = State::Draining { placed, lost };
+                }
+                State::Draining { placed, lost } => lost.extend(on_slot(placed)),
+                State::Pending { .. } => {}
+            }
+        }
+        let n = &mut self.nodes[slot];
+        if n.alive {
+            n.alive = false;
+            n.free = n.cap.clone();
+            self.topology_changed();
+        }
+        Ok(hit)
+    }
+
     /// Brings a node back, clean: nothing held, capacity from `spec` (which may differ from
     /// before). If the pool still thought it alive, it restarted unnoticed: the groups it held are
     /// released and returned, as with [`mark_node_dead`](Self::mark_node_dead).
@@ -348,11 +398,11 @@ impl Pool {
         self.feasible(req.strategy, &demands)
     }
 
-    /// Withdraws a pending group, or releases a reserved one.
+    /// Withdraws a pending group, or releases a reserved (or draining) one.
     pub fn cancel(&mut self, pg: PgId) -> Result<()> {
         match self.groups.get(&pg).map(|g| &g.state) {
             None => Err(self.missing(pg)),
-            Some(State::Reserved { .. }) => {
+            Some(State::Reserved { .. } | State::Draining { .. }) => {
                 self.release_reserved(pg);
                 Ok(())
             }
@@ -367,12 +417,12 @@ impl Pool {
         }
     }
 
-    /// Gives back everything a reserved group holds.
+    /// Gives back everything a reserved (or draining) group holds.
     pub fn release(&mut self, pg: PgId) -> Result<()> {
         match self.groups.get(&pg).map(|g| &g.state) {
             None => Err(self.missing(pg)),
             Some(State::Pending { .. }) => Err(PoolError::NotReserved { pg }),
-            Some(State::Reserved { .. }) => {
+            Some(State::Reserved { .. } | State::Draining { .. }) => {
                 self.release_reserved(pg);
                 Ok(())
             }
@@ -391,12 +441,20 @@ impl Pool {
         let Some(group) = self.groups.remove(&pg) else {
             return;
         };
-        let State::Reserved { placed } = group.state else {
-            // Not reserved: put it back untouched.
-            self.groups.insert(pg, group);
-            return;
+        let (placed, lost) = match group.state {
+            State::Reserved { placed } => (placed, BTreeSet::new()),
+            State::Draining { placed, lost } => (placed, lost),
+            State::Pending { .. } => {
+                // Not reserved: put it back untouched.
+                self.groups.insert(pg, group);
+                return;
+            }
         };
         for (i, (slot, grant)) in placed.iter().enumerate() {
+            if lost.contains(&i) {
+                // Gone with its node (which may have rejoined clean since).
+                continue;
+            }
             let n = &mut self.nodes[*slot];
             n.holders.remove(&pg);
             if n.alive {
@@ -703,7 +761,7 @@ impl Pool {
             State::Reserved { placed } => Some(
                 placed.iter().map(|(slot, grant)| placement(self.nodes[*slot].id, grant)).collect(),
             ),
-            State::Pending { .. } => None,
+            State::Pending { .. } | State::Draining { .. } => None,
         }
     }
 
@@ -757,7 +815,12 @@ impl Pool {
                         None,
                     ),
                     State::Reserved { placed } => (GroupState::Reserved, Some(placed)),
+                    State::Draining { placed, lost } => (
+                        GroupState::Draining { lost_bundles: lost.iter().copied().collect() },
+                        Some(placed),
+                    ),
                 };
+                let lost = g.state.held().map(|(_, lost)| lost);
                 let bundles = g
                     .bundles
                     .iter()
@@ -766,6 +829,7 @@ impl Pool {
                         resources: r.clone(),
                         placement: placed
                             .and_then(|p| p.get(i))
+                            .filter(|_| !lost.is_some_and(|l| l.contains(&i)))
                             .map(|(slot, grant)| placement(self.nodes[*slot].id, grant)),
                     })
                     .collect();

@@ -11,13 +11,26 @@ use proptest::strategy::Strategy as _;
 
 #[derive(Debug, Clone)]
 enum Op {
-    AddNode { cpus: f64, gpus: u32, x: f64 },
-    Request { bundles: Vec<Resources>, strategy: Strategy },
+    AddNode {
+        cpus: f64,
+        gpus: u32,
+        x: f64,
+    },
+    Request {
+        bundles: Vec<Resources>,
+        strategy: Strategy,
+    },
     Cancel(usize),
     Release(usize),
     Schedule,
     Kill(usize),
-    Rejoin { node: usize, cpus: f64, gpus: u32 },
+    /// A head's node death: the hit groups drain instead of being released.
+    KillKeeping(usize),
+    Rejoin {
+        node: usize,
+        cpus: f64,
+        gpus: u32,
+    },
 }
 
 fn strategy() -> impl proptest::strategy::Strategy<Value = Strategy> {
@@ -48,6 +61,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Release),
         4 => Just(Op::Schedule),
         1 => any::<usize>().prop_map(Op::Kill),
+        1 => any::<usize>().prop_map(Op::KillKeeping),
         1 => (any::<usize>(), prop_oneof![Just(2.0), Just(8.0)], 0u32..3)
             .prop_map(|(node, cpus, gpus)| Op::Rejoin { node, cpus, gpus }),
     ]
@@ -82,6 +96,13 @@ fn check_status(
         match g.state {
             GroupState::Pending { .. } => {
                 prop_assert!(placed.is_empty(), "pending group {} holds bundles", g.id)
+            }
+            GroupState::Draining { ref lost_bundles } => {
+                prop_assert!(!lost_bundles.is_empty());
+                prop_assert_eq!(placed.len() + lost_bundles.len(), g.bundles.len());
+                for &i in lost_bundles {
+                    prop_assert!(g.bundles[i].placement.is_none(), "a lost bundle is still placed");
+                }
             }
             GroupState::Reserved => {
                 prop_assert_eq!(placed.len(), g.bundles.len(), "group {} is partly reserved", g.id);
@@ -209,6 +230,32 @@ fn apply(
                 }
             }
         }
+        Op::KillKeeping(i) => {
+            if let Some(id) = pick(&model.nodes, i) {
+                let before = pool.status();
+                let hit = pool
+                    .mark_node_dead_keeping_survivors(id)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let want: Vec<PgId> = before
+                    .groups
+                    .iter()
+                    .filter(|g| {
+                        g.bundles.iter().any(|b| b.placement.as_ref().is_some_and(|p| p.node == id))
+                    })
+                    .map(|g| g.id)
+                    .collect();
+                prop_assert_eq!(&hit, &want);
+                // They stay in the model: they must still be released.
+                for pg in hit {
+                    let held = pool.status().groups.into_iter().find(|g| g.id == pg);
+                    prop_assert!(
+                        held.is_some_and(|g| matches!(g.state, GroupState::Draining { .. })),
+                        "group {} is not draining",
+                        pg
+                    );
+                }
+            }
+        }
         Op::Rejoin { node, cpus, gpus } => {
             if let Some(id) = pick(&model.nodes, node) {
                 let lost = pool
@@ -252,14 +299,17 @@ proptest! {
         let mut rounds = 0;
         loop {
             let st = pool.status();
-            for g in st.groups.iter().filter(|g| g.state == GroupState::Reserved) {
+            let holding = |g: &&GroupStatus| {
+                matches!(g.state, GroupState::Reserved | GroupState::Draining { .. })
+            };
+            for g in st.groups.iter().filter(holding) {
                 pool.release(g.id).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 model.requests.remove(&g.id);
             }
             let stuck: Vec<PgId> = st
                 .groups
                 .iter()
-                .filter(|g| g.state != GroupState::Reserved)
+                .filter(|g| !holding(g))
                 .filter(|g| pool.check_feasible(&model.requests[&g.id]).is_ok())
                 .map(|g| g.id)
                 .collect();

@@ -66,6 +66,9 @@ pub enum GroupState {
     },
     /// Holding its resources.
     Reserved,
+    /// Lost the bundles in `lost_bundles` with their node(s); still holds the others until its
+    /// workers there have exited and it is released.
+    Draining { lost_bundles: Vec<usize> },
 }
 
 /// One bundle of a group.

@@ -410,6 +410,46 @@ fn node_death_releases_whole_groups_and_reports_them() {
     assert!(ids.contains(&victim));
 }
 
+/// A group that loses one node keeps its bundles on the others until released: another group
+/// can never get those CPUs (and GPUs) while the lost group's workers there may still run.
+#[test]
+fn draining_group_keeps_its_survivors_until_released() {
+    let (mut pool, ids) = pool_with(&[(1.0, 1), (1.0, 1)]);
+    let pg = pool.request(req(Strategy::StrictSpread, vec![cpu(1.0).gpu(1.0); 2])).unwrap();
+    let r = one(&mut pool);
+    let (victim, survivor) = (r.bundles[0].node, r.bundles[1].node);
+    let next = pool.request(req(Strategy::Pack, vec![cpu(1.0).gpu(1.0)])).unwrap();
+
+    assert_eq!(pool.mark_node_dead_keeping_survivors(victim), Ok(vec![pg]));
+    pool.check_invariants().unwrap();
+    let st = pool.status();
+    let group = st.groups.iter().find(|g| g.id == pg).unwrap();
+    assert_eq!(group.state, GroupState::Draining { lost_bundles: vec![0] });
+    assert_eq!(free_cpu(&pool, survivor), 0.0);
+    assert!(pool.placement(pg).is_none(), "a draining group starts no workers");
+    assert!(pool.schedule().is_empty(), "the survivor's CPU and GPU are still held");
+
+    // The lost node comes back clean before the release: releasing must not credit it twice.
+    assert_eq!(pool.rejoin_node(victim, node(1.0, 1)), Ok(vec![]));
+    pool.check_invariants().unwrap();
+    let r = one(&mut pool);
+    assert_eq!((r.pg, r.bundles[0].node), (next, victim));
+    pool.release(pg).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(free_cpu(&pool, survivor), 1.0);
+    assert_eq!(free_cpu(&pool, victim), 0.0, "held by `next`, not credited by the release");
+    assert_eq!(pool.release(pg), Err(PoolError::GroupEnded { pg }));
+
+    // Losing the last node of a draining group leaves it draining with nothing held.
+    let both = pool.request(req(Strategy::Pack, vec![cpu(1.0)])).unwrap();
+    let held_on = one(&mut pool).bundles[0].node;
+    assert_eq!(pool.mark_node_dead_keeping_survivors(held_on), Ok(vec![both]));
+    pool.check_invariants().unwrap();
+    pool.cancel(both).unwrap();
+    pool.check_invariants().unwrap();
+    assert!(ids.contains(&survivor));
+}
+
 #[test]
 fn requests_are_checked_against_alive_nodes_only() {
     let (mut pool, ids) = pool_with(&[(4.0, 0), (8.0, 0)]);
