@@ -12,8 +12,8 @@ use crate::cluster::pool::{PgId, PlacementRequest, PoolStatus, Reservation};
 use crate::error::{Error, Result};
 use crate::proto::head_client::HeadClient;
 use crate::proto::{
-    KillWorkerRequest, ReleaseRequest, ReserveRequest, StartWorkerRequest, StatusRequest,
-    WatchWorkersRequest, WorkerEvent,
+    DriverEvent, DriverHello, KillWorkerRequest, ReleaseRequest, ReserveRequest,
+    StartWorkerRequest, StatusRequest, WatchWorkersRequest, WorkerEvent, driver_event,
 };
 
 /// Adds `authorization: Bearer <token>` to every call.
@@ -81,13 +81,103 @@ impl ClusterReservation {
     }
 }
 
-/// Reserves `request`, waiting until it is reserved.
+/// A driver's lease on the head: the groups reserved under it are released (their workers
+/// killed) when it ends, which is when this value is dropped or the driver process dies.
+pub struct Lease {
+    id: u64,
+    /// Keeps the lease's stream open (and drains it) until dropped.
+    stream: tokio::task::JoinHandle<()>,
+}
+
+impl Lease {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stream.abort();
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("id", &self.id).finish()
+    }
+}
+
+/// Opens the driver's lease (`name`: what it runs, for the head's log).
+pub async fn open_lease(client: &mut Client, name: &str) -> Result<Lease> {
+    let mut stream = client
+        .driver_session(DriverHello { name: name.to_owned() })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let first = stream.message().await.map_err(status_error)?;
+    let Some(DriverEvent { kind: Some(driver_event::Kind::Granted(granted)) }) = first else {
+        return Err(Error::Protocol("the head granted no driver lease".into()));
+    };
+    let stream = tokio::spawn(async move { while let Ok(Some(_)) = stream.message().await {} });
+    Ok(Lease { id: granted.lease_id, stream })
+}
+
+/// How a reservation waits.
+#[derive(Debug, Clone, Default)]
+pub struct ReserveOptions {
+    /// The driver's lease (see [`open_lease`]).
+    pub lease: u64,
+    /// Wait for nodes to join when the alive cluster is too small, instead of refusing.
+    pub wait_for_capacity: bool,
+    /// Give up after this long (None: wait as long as it takes).
+    pub timeout: Option<Duration>,
+}
+
+/// How often a waiting reservation says what it waits for.
+const WAIT_REPORT: Duration = Duration::from_secs(10);
+
+/// Reserves `request`, waiting until it is reserved. While it waits it says, every few seconds,
+/// what it waits for and who holds the cluster; after `options.timeout` it gives up with that.
 pub async fn reserve(
     client: &mut Client,
     request: &PlacementRequest,
+    options: &ReserveOptions,
 ) -> Result<ClusterReservation> {
     let request_json = serde_json::to_string(request).expect("request serialises");
-    let reply = client.reserve(ReserveRequest { request_json }).await.map_err(|s| {
+    let message = ReserveRequest {
+        request_json,
+        lease_id: options.lease,
+        wait_for_capacity: options.wait_for_capacity,
+    };
+    let mut asking = client.clone();
+    let call = asking.reserve(message);
+    tokio::pin!(call);
+    let started = tokio::time::Instant::now();
+    let deadline = options.timeout.map(|t| started + t);
+    let mut report = tokio::time::interval_at(started + Duration::from_secs(2), WAIT_REPORT);
+    let reply = loop {
+        tokio::select! {
+            reply = &mut call => break reply,
+            _ = report.tick() => {
+                let why = waiting_for(client, request).await;
+                eprintln!(
+                    "rtune: {} has waited {:.0} s for its placement group: {why}",
+                    request.label,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            _ = async { tokio::time::sleep_until(deadline.expect("checked")).await },
+                if deadline.is_some() => {
+                let why = waiting_for(client, request).await;
+                return Err(Error::Protocol(format!(
+                    "no placement for {} within {:?}: {why}",
+                    request.label,
+                    options.timeout.unwrap_or_default()
+                )));
+            }
+        }
+    };
+    let reply = reply.map_err(|s| {
         if s.code() == tonic::Code::InvalidArgument {
             Error::config(
                 "ScalingConfig",
@@ -104,6 +194,43 @@ pub async fn reserve(
         reservation,
         node_addresses: reply.node_addresses.into_iter().collect(),
     })
+}
+
+/// What a waiting `request` waits for, from the head's status: "2 × {CPU: 1} (SPREAD); 1 of
+/// 2 CPU free on 1 alive node(s); held by: trial_3 (1 CPU)".
+async fn waiting_for(client: &mut Client, request: &PlacementRequest) -> String {
+    let want_cpu: f64 = request.bundles.iter().map(|b| b.cpu).sum();
+    let want_gpu: f64 = request.bundles.iter().map(|b| b.gpu).sum();
+    let mut text = format!(
+        "{} bundle(s), {want_cpu} CPU and {want_gpu} GPU in all ({:?})",
+        request.bundles.len(),
+        request.strategy
+    );
+    let Ok(status) = status(client).await else {
+        return text;
+    };
+    let alive: Vec<_> = status.nodes.iter().filter(|n| n.alive).collect();
+    let free_cpu: f64 = alive.iter().map(|n| n.free.cpu).sum();
+    let total_cpu: f64 = alive.iter().map(|n| n.total.cpu).sum();
+    let free_gpu: f64 = alive.iter().map(|n| n.free.gpu).sum();
+    text.push_str(&format!(
+        "; {free_cpu} of {total_cpu} CPU and {free_gpu} GPU free on {} alive node(s)",
+        alive.len()
+    ));
+    let holders: Vec<String> = status
+        .groups
+        .iter()
+        .filter(|g| !matches!(g.state, crate::cluster::pool::GroupState::Pending { .. }))
+        .map(|g| {
+            let cpu: f64 =
+                g.bundles.iter().filter(|b| b.placement.is_some()).map(|b| b.resources.cpu).sum();
+            format!("{} ({cpu} CPU)", g.label)
+        })
+        .collect();
+    if !holders.is_empty() {
+        text.push_str(&format!("; held by: {}", holders.join(", ")));
+    }
+    text
 }
 
 pub async fn release(client: &mut Client, pg: PgId) -> Result<()> {

@@ -1,13 +1,24 @@
 //! The head: serves `rtune.v1.Head`, owning the cluster's resource pool.
 //!
-//! One task owns all cluster state (`HeadState`: the pool, node sessions, workers, watchers);
-//! the gRPC service forwards each call to it as a message, with a reply slot. Node liveness:
-//! a node whose session ends, or that sends nothing for longer than the heartbeat timeout, is
-//! dead: its resources leave the pool, the placement groups with a bundle on it are released,
-//! and every worker it ran is reported lost to the drivers watching it, which fail over under
-//! their `FailureConfig`. A node that comes back registers anew and starts clean.
+//! One task owns all cluster state (`HeadState`: the pool, node sessions, workers, watchers,
+//! driver leases); the gRPC service forwards each call to it as a message, with a reply slot.
+//!
+//! * **Releases wait for exits.** A group's resources go back to the pool only once every
+//!   worker it started has exited: releasing kills them first. So a CPU or GPU is never handed
+//!   to a new group while an old worker still runs on it.
+//! * **Node liveness.** A node whose session ends, or that sends nothing for longer than the
+//!   heartbeat timeout, is dead: its resources leave the pool, every worker it ran is reported
+//!   lost to the drivers watching it (which fail over under their `FailureConfig`), and each
+//!   placement group with a bundle on it is released as above: its surviving workers on other
+//!   nodes are killed, and their resources come back once they have exited. A node that comes
+//!   back registers anew and starts clean.
+//! * **Driver leases.** A driver opens a `DriverSession` stream and reserves under its lease;
+//!   when the stream ends (the driver died) its groups are released as above and its waiting
+//!   requests withdrawn, so a dead driver holds nothing.
+//! * **Waiting for capacity.** A request the alive cluster is too small for is refused, unless
+//!   it asks to wait (a retry after a node was lost): then it is parked until nodes join.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -20,10 +31,10 @@ use crate::cluster::pool::{NodeId, NodeSpec, PgId, PlacementRequest, Pool, Resou
 use crate::error::{Error, Result};
 use crate::proto::head_server::{Head, HeadServer};
 use crate::proto::{
-    HeadCommand, KillWorkerReply, KillWorkerRequest, NodeMessage, Registered, ReleaseReply,
-    ReleaseRequest, ReserveReply, ReserveRequest, StartWorkerReply, StartWorkerRequest,
-    StatusReply, StatusRequest, WatchWorkersRequest, WorkerEvent, WorkerExit, WorkerLog,
-    head_command, node_message, worker_event,
+    DriverEvent, DriverHello, HeadCommand, KillWorkerReply, KillWorkerRequest, LeaseGranted,
+    NodeMessage, Registered, ReleaseReply, ReleaseRequest, ReserveReply, ReserveRequest,
+    StartWorkerReply, StartWorkerRequest, StatusReply, StatusRequest, WatchWorkersRequest,
+    WorkerEvent, WorkerExit, WorkerLog, driver_event, head_command, node_message, worker_event,
 };
 
 /// How a head serves.
@@ -95,7 +106,8 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
         move |req: Request<()>| super::check_token(req, token.as_deref()),
     );
     let routes = tonic::service::Routes::new(service);
-    let shutdown = crate::worker::hub::serve_until_dropped(routes, listener, "head");
+    let keepalive = Some(config.heartbeat_timeout);
+    let shutdown = crate::worker::hub::serve_until_dropped(routes, listener, "head", keepalive);
     Ok(HeadHandle { address, _shutdown: shutdown })
 }
 
@@ -129,7 +141,16 @@ enum Msg {
     },
     Reserve {
         request: PlacementRequest,
+        lease: u64,
+        wait: bool,
         reply: Reply<ReserveReply>,
+    },
+    OpenLease {
+        name: String,
+        reply: Reply<u64>,
+    },
+    LeaseEnded {
+        lease: u64,
     },
     Release {
         pg: PgId,
@@ -166,6 +187,19 @@ struct HeadState {
     workers: HashMap<String, (PgId, NodeId)>,
     watchers: HashMap<PgId, Vec<mpsc::UnboundedSender<std::result::Result<WorkerEvent, Status>>>>,
     waiting: HashMap<PgId, Reply<ReserveReply>>,
+    /// Groups being released: their workers were told to die; released when the last has exited.
+    releasing: HashSet<PgId>,
+    /// Driver lease → (what it runs, the groups reserved under it).
+    leases: HashMap<u64, (String, HashSet<PgId>)>,
+    next_lease: u64,
+    /// Requests waiting for the cluster to grow.
+    parked: Vec<Parked>,
+}
+
+struct Parked {
+    request: PlacementRequest,
+    lease: u64,
+    reply: Reply<ReserveReply>,
 }
 
 async fn run_state(mut state: HeadState, mut rx: mpsc::UnboundedReceiver<Msg>) {
@@ -184,6 +218,10 @@ impl HeadState {
             workers: HashMap::new(),
             watchers: HashMap::new(),
             waiting: HashMap::new(),
+            releasing: HashSet::new(),
+            leases: HashMap::new(),
+            next_lease: 1,
+            parked: Vec::new(),
         }
     }
 
@@ -192,6 +230,7 @@ impl HeadState {
             Msg::Register { spec, previous, commands, reply } => {
                 let result = self.register(spec, previous, commands);
                 let _ = reply.send(result);
+                self.unpark();
                 self.schedule();
             }
             Msg::Heartbeat { node, session } => {
@@ -202,7 +241,9 @@ impl HeadState {
             Msg::Exited { node, session, exit } => {
                 if self.is_current(node, session) {
                     self.workers.remove(&exit.worker_id);
-                    self.notify(PgId(exit.pg_id), exit);
+                    let pg = PgId(exit.pg_id);
+                    self.notify(pg, exit);
+                    self.release_if_drained(pg);
                 }
             }
             Msg::Log { node, session, log } => {
@@ -215,35 +256,35 @@ impl HeadState {
                     self.node_lost(node, "its agent disconnected");
                 }
             }
-            Msg::Reserve { request, reply } => match self.pool.request(request) {
-                Ok(pg) => {
-                    self.waiting.insert(pg, reply);
-                    self.schedule();
-                }
-                Err(e) => drop(reply.send(Err(Status::invalid_argument(e.to_string())))),
-            },
-            Msg::Release { pg } => {
-                // A group already released by a node's death is not an error here.
-                let _ = self.pool.cancel(pg);
-                self.waiting.remove(&pg);
-                self.watchers.remove(&pg);
-                self.schedule();
+            Msg::Reserve { request, lease, wait, reply } => {
+                self.reserve(Parked { request, lease, reply }, wait);
             }
+            Msg::OpenLease { name, reply } => {
+                let lease = self.next_lease;
+                self.next_lease += 1;
+                self.leases.insert(lease, (name, HashSet::new()));
+                let _ = reply.send(Ok(lease));
+            }
+            Msg::LeaseEnded { lease } => {
+                self.parked.retain(|p| p.lease != lease);
+                if let Some((name, groups)) = self.leases.remove(&lease)
+                    && !groups.is_empty()
+                {
+                    eprintln!(
+                        "rtune head: the driver of {name} is gone; releasing its {} placement \
+                         group(s)",
+                        groups.len()
+                    );
+                    for pg in groups {
+                        self.release(pg);
+                    }
+                }
+            }
+            Msg::Release { pg } => self.release(pg),
             Msg::Start { request, reply } => {
                 let _ = reply.send(self.start(request));
             }
-            Msg::Kill { worker } => {
-                if let Some((_, node)) = self.workers.get(&worker)
-                    && let Some(s) = self.sessions.get(node)
-                {
-                    let kill = HeadCommand {
-                        kind: Some(head_command::Kind::Kill(KillWorkerRequest {
-                            worker_id: worker,
-                        })),
-                    };
-                    let _ = s.commands.try_send(Ok(kill));
-                }
-            }
+            Msg::Kill { worker } => self.kill(worker),
             Msg::Watch { pg, events } => self.watchers.entry(pg).or_default().push(events),
             Msg::Status { reply } => {
                 let json = serde_json::to_string(&self.pool.status()).expect("status serialises");
@@ -260,6 +301,8 @@ impl HeadState {
                 for node in silent {
                     self.node_lost(node, &format!("silent for more than {timeout:?}"));
                 }
+                // A parked request whose driver stopped waiting (timeout, exit) goes.
+                self.parked.retain(|p| !p.reply.is_closed());
             }
         }
     }
@@ -286,7 +329,10 @@ impl HeadState {
                     .pool
                     .rejoin_node(id, spec)
                     .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                self.forget_groups(&released, id, "rejoined");
+                self.lose_workers_on(id, &format!("node {id} rejoined"));
+                for pg in released {
+                    self.release(pg);
+                }
                 id
             }
             None => {
@@ -304,30 +350,108 @@ impl HeadState {
         eprintln!("rtune head: node {node} ({address}) is dead: {why}");
         // Dropping the session's command sender ends its stream, so a live agent reconnects.
         self.sessions.remove(&node);
-        let released = self.pool.mark_node_dead(node).unwrap_or_default();
-        self.forget_groups(&released, node, &format!("node {node} ({address}) was lost: {why}"));
+        // The broken groups keep what they hold elsewhere until their survivors have exited.
+        let broken = self.pool.mark_node_dead_keeping_survivors(node).unwrap_or_default();
+        self.lose_workers_on(node, &format!("node {node} ({address}) was lost: {why}"));
+        for pg in broken {
+            self.release(pg);
+        }
         self.schedule();
     }
 
-    /// Reports every worker of `groups` lost (the pool released those groups).
-    fn forget_groups(&mut self, groups: &[PgId], node: NodeId, why: &str) {
+    /// Reports every worker that ran on `node` lost and forgets it (it cannot be killed or
+    /// heard from any more; a node dies with its workers).
+    fn lose_workers_on(&mut self, node: NodeId, why: &str) {
         let lost: Vec<(String, PgId)> = self
             .workers
             .iter()
-            .filter(|(_, (pg, _))| groups.contains(pg))
+            .filter(|(_, (_, on))| *on == node)
             .map(|(id, (pg, _))| (id.clone(), *pg))
             .collect();
         for (worker, pg) in lost {
             self.workers.remove(&worker);
-            let on_node = if self.sessions.contains_key(&node) { "" } else { " (its node died)" };
             let exit = WorkerExit {
                 worker_id: worker,
                 pg_id: pg.0,
                 code: -1,
                 signal: 0,
-                error: format!("{why}{on_node}"),
+                error: format!("{why} (its node died)"),
             };
             self.notify(pg, exit);
+        }
+    }
+
+    /// Sends a kill for `worker` to its node agent (if both are still known).
+    fn kill(&mut self, worker: String) {
+        if let Some((_, node)) = self.workers.get(&worker)
+            && let Some(s) = self.sessions.get(node)
+        {
+            let kill = KillWorkerRequest { worker_id: worker };
+            let _ =
+                s.commands.try_send(Ok(HeadCommand { kind: Some(head_command::Kind::Kill(kill)) }));
+        }
+    }
+
+    /// Releases `pg`: withdrawn at once if pending or if no worker of it is running, else its
+    /// workers are killed and it is released when the last one has exited.
+    fn release(&mut self, pg: PgId) {
+        self.waiting.remove(&pg);
+        let running: Vec<String> =
+            self.workers.iter().filter(|(_, (p, _))| *p == pg).map(|(id, _)| id.clone()).collect();
+        self.releasing.insert(pg);
+        for worker in running {
+            self.kill(worker);
+        }
+        self.release_if_drained(pg);
+    }
+
+    /// Finishes the release of `pg` once none of its workers is running.
+    fn release_if_drained(&mut self, pg: PgId) {
+        if !self.releasing.contains(&pg) || self.workers.values().any(|(p, _)| *p == pg) {
+            return;
+        }
+        self.releasing.remove(&pg);
+        // A group that ended already (a node's death, a release before) is not an error here.
+        let _ = self.pool.cancel(pg);
+        self.watchers.remove(&pg);
+        for (_, groups) in self.leases.values_mut() {
+            groups.remove(&pg);
+        }
+        self.schedule();
+    }
+
+    /// Queues a reservation, parks it while the cluster is too small (when it may wait), or
+    /// refuses it.
+    fn reserve(&mut self, parked: Parked, wait: bool) {
+        let Parked { request, lease, reply } = parked;
+        if lease != 0 && !self.leases.contains_key(&lease) {
+            let _ = reply.send(Err(Status::failed_precondition(format!(
+                "driver lease {lease} has ended; open a new session"
+            ))));
+            return;
+        }
+        match self.pool.request(request.clone()) {
+            Ok(pg) => {
+                if let Some((_, groups)) = self.leases.get_mut(&lease) {
+                    groups.insert(pg);
+                }
+                self.waiting.insert(pg, reply);
+                self.schedule();
+            }
+            Err(e) if wait && e.is_capacity() => {
+                eprintln!("rtune head: {} waits for the cluster to grow: {e}", request.label);
+                self.parked.push(Parked { request, lease, reply });
+            }
+            Err(e) => drop(reply.send(Err(Status::invalid_argument(e.to_string())))),
+        }
+    }
+
+    /// The cluster grew: parked requests try again (and park again if still too large).
+    fn unpark(&mut self) {
+        for parked in std::mem::take(&mut self.parked) {
+            if !parked.reply.is_closed() {
+                self.reserve(parked, true);
+            }
         }
     }
 
@@ -370,6 +494,9 @@ impl HeadState {
         request: StartWorkerRequest,
     ) -> std::result::Result<StartWorkerReply, Status> {
         let pg = PgId(request.pg_id);
+        if self.releasing.contains(&pg) {
+            return Err(Status::failed_precondition(format!("placement group {pg} is released")));
+        }
         let placement = self.pool.placement(pg).ok_or_else(|| {
             Status::failed_precondition(format!("placement group {pg} is not reserved"))
         })?;
@@ -410,6 +537,26 @@ type Stream<T> =
 impl Head for HeadService {
     type NodeSessionStream = Stream<HeadCommand>;
     type WatchWorkersStream = Stream<WorkerEvent>;
+    type DriverSessionStream = Stream<DriverEvent>;
+
+    async fn driver_session(
+        &self,
+        request: Request<DriverHello>,
+    ) -> std::result::Result<Response<Self::DriverSessionStream>, Status> {
+        let name = request.into_inner().name;
+        let lease = self.ask(|reply| Msg::OpenLease { name, reply }).await?;
+        let (events, outbound) = mpsc::channel(1);
+        let granted = LeaseGranted { lease_id: lease };
+        let _ =
+            events.send(Ok(DriverEvent { kind: Some(driver_event::Kind::Granted(granted)) })).await;
+        // The stream's receiver is dropped when the driver's connection or stream goes away.
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            events.closed().await;
+            let _ = tx.send(Msg::LeaseEnded { lease });
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(outbound))))
+    }
 
     async fn node_session(
         &self,
@@ -457,9 +604,13 @@ impl Head for HeadService {
         &self,
         request: Request<ReserveRequest>,
     ) -> std::result::Result<Response<ReserveReply>, Status> {
-        let placement: PlacementRequest = serde_json::from_str(&request.into_inner().request_json)
+        let request = request.into_inner();
+        let placement: PlacementRequest = serde_json::from_str(&request.request_json)
             .map_err(|e| Status::invalid_argument(format!("placement request: {e}")))?;
-        self.ask(|reply| Msg::Reserve { request: placement, reply }).await.map(Response::new)
+        let (lease, wait) = (request.lease_id, request.wait_for_capacity);
+        self.ask(|reply| Msg::Reserve { request: placement, lease, wait, reply })
+            .await
+            .map(Response::new)
     }
 
     async fn release(
@@ -505,5 +656,85 @@ impl Head for HeadService {
         _: Request<StatusRequest>,
     ) -> std::result::Result<Response<StatusReply>, Status> {
         self.ask(|reply| Msg::Status { reply }).await.map(Response::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::pool::Strategy;
+
+    type Commands = mpsc::Receiver<std::result::Result<HeadCommand, Status>>;
+
+    fn register(head: &mut HeadState, cpus: f64) -> (NodeId, u64, Commands) {
+        let (commands, inbox) = mpsc::channel(16);
+        let (reply, answer) = oneshot::channel();
+        let spec = NodeSpec::new("127.0.0.1", Resources::new().cpu(cpus));
+        head.handle(Msg::Register { spec, previous: None, commands, reply });
+        let (node, session) = answer.blocking_recv().unwrap().unwrap();
+        (node, session, inbox)
+    }
+
+    fn free_cpu(head: &HeadState, node: NodeId) -> f64 {
+        head.pool.status().nodes.iter().find(|n| n.id == node).unwrap().free.cpu
+    }
+
+    fn kills(inbox: &mut Commands) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(Ok(HeadCommand { kind: Some(head_command::Kind::Kill(k)) })) = inbox.try_recv()
+        {
+            out.push(k.worker_id);
+        }
+        out
+    }
+
+    /// A 2-node group loses a node: the survivor is killed, and its CPU is held until it has
+    /// exited, never handed out while it may still run.
+    #[test]
+    fn a_broken_group_frees_its_survivors_only_after_they_exit() {
+        let mut head = HeadState::new(HeadConfig::default());
+        let (a, session_a, _inbox_a) = register(&mut head, 1.0);
+        let (b, session_b, mut inbox_b) = register(&mut head, 1.0);
+        let (reply, answer) = oneshot::channel();
+        let request =
+            PlacementRequest::uniform(Strategy::StrictSpread, 2, Resources::new().cpu(1.0));
+        head.handle(Msg::Reserve { request, lease: 0, wait: false, reply });
+        let pg = PgId(answer.blocking_recv().unwrap().unwrap().pg_id);
+        let placement = head.pool.placement(pg).unwrap();
+        for (bundle, p) in placement.iter().enumerate() {
+            let worker_id = format!("w{}", p.node.0);
+            let request = StartWorkerRequest {
+                worker_id,
+                pg_id: pg.0,
+                bundle: bundle as u32,
+                ..Default::default()
+            };
+            let (reply, answer) = oneshot::channel();
+            head.handle(Msg::Start { request, reply });
+            answer.blocking_recv().unwrap().unwrap();
+        }
+        let _ = kills(&mut inbox_b);
+
+        head.handle(Msg::SessionEnded { node: a, session: session_a });
+        let survivor = format!("w{}", b.0);
+        assert_eq!(kills(&mut inbox_b), vec![survivor.clone()], "the survivor is told to die");
+        assert_eq!(free_cpu(&head, b), 0.0, "held while the survivor may still run");
+        // Another group waiting for that CPU does not get it yet.
+        let (reply, mut next) = oneshot::channel();
+        let one = PlacementRequest::uniform(Strategy::Pack, 1, Resources::new().cpu(1.0));
+        head.handle(Msg::Reserve { request: one, lease: 0, wait: false, reply });
+        assert!(next.try_recv().is_err(), "reserved on a CPU a live worker still uses");
+
+        let exit = WorkerExit {
+            worker_id: survivor,
+            pg_id: pg.0,
+            code: -1,
+            signal: 9,
+            ..Default::default()
+        };
+        head.handle(Msg::Exited { node: b, session: session_b, exit });
+        let reserved = next.try_recv().expect("reserved once the survivor exited").unwrap();
+        assert_eq!(head.pool.placement(PgId(reserved.pg_id)).unwrap()[0].node, b);
+        head.pool.check_invariants().unwrap();
     }
 }

@@ -197,6 +197,10 @@ pub struct RunConfig {
     pub collective_timeout: Duration,
     /// How long workers may take to start and join before the attempt counts as failed.
     pub start_timeout: Duration,
+    /// How long an attempt may wait for its placement group on a cluster (busy with other
+    /// groups, or, for a retry, too small after a node was lost) before the run fails; None
+    /// waits as long as it takes. Either way the wait says every few seconds what it waits for.
+    pub placement_timeout: Option<Duration>,
     /// Print one line per report as it arrives (the plain reporter).
     pub verbose: bool,
     /// Stop criteria (Ray's `RunConfig(stop=...)`): the run is asked to stop at the first report
@@ -218,6 +222,7 @@ impl Default for RunConfig {
             checkpoint_config: CheckpointConfig::default(),
             collective_timeout: Duration::from_secs(600),
             start_timeout: Duration::from_secs(120),
+            placement_timeout: None,
             verbose: false,
             stop: BTreeMap::new(),
             cluster: None,
@@ -248,6 +253,11 @@ impl RunConfig {
 
     pub fn collective_timeout(mut self, timeout: Duration) -> Self {
         self.collective_timeout = timeout;
+        self
+    }
+
+    pub fn placement_timeout(mut self, timeout: Duration) -> Self {
+        self.placement_timeout = Some(timeout);
         self
     }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 use rtune_searchers::{Params, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::client::{self, Client};
+use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::error::{Error, Result};
 use crate::storage::{self, ResultFiles, Row};
@@ -155,14 +155,28 @@ impl TorchTrainer {
         let mut placement = match target {
             Target::Local(ranks) => Placement::Local(ranks),
             Target::Cluster { address, token } => {
-                let client = client::connect_head(&address, token.as_deref()).await?;
+                let mut client = client::connect_head(&address, token.as_deref()).await?;
+                let label = run_dir.display().to_string();
+                let lease = client::open_lease(&mut client, &label).await?;
                 let request = PlacementRequest::uniform(
                     self.scaling.placement_strategy.into(),
                     self.scaling.num_workers,
                     crate::cluster::worker_bundle(&self.scaling),
                 )
-                .label(run_dir.display().to_string());
-                Placement::Cluster { address, client: Box::new(client), request, held: None }
+                .label(label);
+                let options = ReserveOptions {
+                    lease: lease.id(),
+                    wait_for_capacity: false,
+                    timeout: self.run.placement_timeout,
+                };
+                Placement::Cluster {
+                    address,
+                    client: Box::new(client),
+                    _lease: lease,
+                    request,
+                    options,
+                    held: None,
+                }
             }
         };
         let hub = Hub::start((placement.hub_ip().await?, 0).into()).await?;
@@ -180,7 +194,7 @@ impl TorchTrainer {
         let mut failures = Vec::new();
         let mut train_loop_seconds = 0.0;
         for attempt in 0.. {
-            let (ranks, launcher) = placement.for_attempt().await?;
+            let (ranks, launcher) = placement.for_attempt(attempt).await?;
             let spec = AttemptSpec {
                 group: group.clone(),
                 attempt,
@@ -275,7 +289,10 @@ enum Placement {
     Cluster {
         address: String,
         client: Box<Client>,
+        /// Everything reserved under it is released by the head if this driver dies.
+        _lease: client::Lease,
         request: PlacementRequest,
+        options: ReserveOptions,
         held: Option<(PgId, Vec<RankPlacement>)>,
     },
 }
@@ -297,12 +314,15 @@ impl Placement {
         }
     }
 
-    async fn for_attempt(&mut self) -> Result<(Vec<RankPlacement>, Launcher)> {
+    async fn for_attempt(&mut self, attempt: u32) -> Result<(Vec<RankPlacement>, Launcher)> {
         match self {
             Placement::Local(ranks) => Ok((ranks.clone(), Launcher::Local)),
-            Placement::Cluster { client, request, held, .. } => {
+            Placement::Cluster { client, request, options, held, .. } => {
                 if held.is_none() {
-                    let r = client::reserve(client, request).await?;
+                    // A group larger than the cluster is a config error at the start; after a
+                    // failure the cluster may have shrunk (a node died): wait for it to grow.
+                    options.wait_for_capacity = attempt > 0;
+                    let r = client::reserve(client, request, options).await?;
                     let nodes: Vec<u64> = r.reservation.bundles.iter().map(|b| b.node.0).collect();
                     let hosts: Vec<String> = nodes
                         .iter()
@@ -318,12 +338,15 @@ impl Placement {
         }
     }
 
-    /// Gives a cluster reservation back (the next attempt reserves anew).
+    /// Gives a cluster reservation back (the next attempt reserves anew). A release that does
+    /// not reach the head is logged: the head still frees the group when this driver's lease
+    /// ends.
     async fn release(&mut self) {
         if let Placement::Cluster { client, held, .. } = self
             && let Some((pg, _)) = held.take()
+            && let Err(e) = client::release(client, pg).await
         {
-            let _ = client::release(client, pg).await;
+            eprintln!("rtune: releasing placement group {pg}: {e}");
         }
     }
 }

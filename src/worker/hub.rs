@@ -46,7 +46,7 @@ impl Hub {
         let routes = Routes::default();
         let service = WorkerHubServer::new(HubService { routes: routes.clone() });
         let shutdown =
-            serve_until_dropped(tonic::service::Routes::new(service), listener, "worker hub");
+            serve_until_dropped(tonic::service::Routes::new(service), listener, "worker hub", None);
         Ok(Hub { address, routes, _shutdown: shutdown })
     }
 
@@ -67,16 +67,21 @@ impl Hub {
     }
 }
 
-/// Serves `routes` on `listener` in the background until the returned sender is dropped.
+/// Serves `routes` on `listener` in the background until the returned sender is dropped. With
+/// `keepalive`, HTTP/2 pings every that long drop a connection whose peer stops answering for as
+/// long (a host that died without closing its sockets), which ends its streams.
 pub(crate) fn serve_until_dropped(
     routes: tonic::service::Routes,
     listener: tokio::net::TcpListener,
     what: &'static str,
+    keepalive: Option<std::time::Duration>,
 ) -> oneshot::Sender<()> {
     let (shutdown, stopped) = oneshot::channel::<()>();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tokio::spawn(async move {
         let serve = tonic::transport::Server::builder()
+            .http2_keepalive_interval(keepalive)
+            .http2_keepalive_timeout(keepalive)
             .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stopped.await;

@@ -280,3 +280,144 @@ pub fn bad_cli_numbers_are_named_not_panics() -> Result<()> {
     }
     Ok(())
 }
+
+/// Like `record_node`, but once the test drops a `hang` file into the run directory, rank 0 of
+/// the first attempt stops taking part (a worker that would never notice a lost peer, as behind
+/// a host that died without closing its sockets): only a kill ends it.
+fn hang_on_request(ctx: &mut TrainContext) -> Result<()> {
+    let node = std::env::var("RTUNE_NODE_ID").unwrap_or_default();
+    let marker = ctx.run_dir().join(format!("rank_{}.node", ctx.world_rank()));
+    std::fs::write(marker, format!("{node} {} {}", ctx.node_rank(), std::process::id()))?;
+    let first_attempt = ctx.checkpoint().is_none();
+    for i in ctx.iteration() + 1..=12 {
+        if first_attempt && ctx.world_rank() == 0 && ctx.run_dir().join("hang").exists() {
+            std::fs::write(ctx.run_dir().join("hanging"), b"")?;
+            loop {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let ck = ctx.new_checkpoint()?;
+        ctx.report([("value", i as f64)], Some(ck))?;
+    }
+    Ok(())
+}
+
+fn free_cpu(status: &serde_json::Value, node: &str) -> Result<f64> {
+    let id: u64 = node.parse()?;
+    let nodes = status["nodes"].as_array().context("nodes")?;
+    let n = nodes.iter().find(|n| n["id"] == id).context("node in status")?;
+    n["free"]["CPU"].as_f64().context("free CPU")
+}
+
+/// A 2-worker group spread over 2 nodes loses one node: its surviving worker on the other node
+/// is killed, its CPU comes back only once that worker has exited (never shown free while it
+/// runs), and the retry waits for the cluster to grow again instead of failing as a config error.
+pub fn node_loss_kills_survivors_and_the_retry_waits_for_capacity() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    let pids = [cluster.add_node(&["--num-cpus", "1"])?, cluster.add_node(&["--num-cpus", "1"])?];
+    let ids: Vec<String> = cluster.status()?["nodes"]
+        .as_array()
+        .context("nodes")?
+        .iter()
+        .map(|n| n["id"].to_string())
+        .collect();
+    let dir = tempfile::tempdir()?;
+    let run_dir = dir.path().join("shrunk");
+    let trainer = TorchTrainer::new(hang_on_request)
+        .scaling(ScalingConfig::workers(2).placement_strategy(PlacementStrategy::StrictSpread))
+        .run_config(
+            cluster.run_config(dir.path(), "shrunk").failure_config(FailureConfig::max_failures(1)),
+        );
+    let fit = std::thread::spawn(move || trainer.fit());
+    wait_for(Duration::from_secs(60), || {
+        Ok(std::fs::read_to_string(run_dir.join("result.json"))
+            .is_ok_and(|t| t.lines().count() >= 3))
+    })?;
+    std::fs::write(run_dir.join("hang"), b"")?;
+    wait_for(Duration::from_secs(30), || Ok(run_dir.join("hanging").exists()))?;
+    let (survivor_node, _, survivor) = node_of(&run_dir, 0)?;
+    let (victim_node, _, _) = node_of(&run_dir, 1)?;
+    let victim = ids.iter().position(|id| *id == victim_node).context("victim node")?;
+    // SAFETY: kill(2) on a child we started.
+    unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
+
+    // The survivor never notices by itself; the head must kill it, and its CPU stays held
+    // until it has exited. (Status first: if the worker is alive after, it was alive then.)
+    wait_for(Duration::from_secs(30), || {
+        let status = cluster.status()?;
+        if !alive(survivor) {
+            return Ok(true);
+        }
+        let free = free_cpu(&status, &survivor_node)?;
+        ensure!(
+            free == 0.0,
+            "node {survivor_node} shows {free} CPU free while worker {survivor} runs"
+        );
+        Ok(false)
+    })
+    .context("the surviving worker was not killed")?;
+
+    // The retry cannot fit one node of 1 CPU: it waits (the run does not fail) until a node
+    // joins, then resumes from the last checkpoint.
+    std::thread::sleep(Duration::from_secs(1));
+    ensure!(!fit.is_finished(), "the retry gave up instead of waiting for capacity");
+    cluster.add_node(&["--num-cpus", "1"])?;
+    let result = fit.join().map_err(|_| anyhow::anyhow!("fit panicked"))??;
+    ensure!(result.failures.len() == 1, "one failure: {:?}", result.failures);
+    ensure!(result.failures[0].message.contains("lost"), "{}", result.failures[0].message);
+    let iterations: Vec<f64> =
+        result.metrics_history.iter().map(|m| m["training_iteration"]).collect();
+    ensure!(iterations == (1..=12).map(f64::from).collect::<Vec<_>>(), "{iterations:?}");
+    Ok(())
+}
+
+const DRIVER_ENV: &str = "RTUNE_TEST_DRIVER";
+
+/// In a child started by `dead_driver_frees_its_placement_group` (the variable holds
+/// `HEAD_ADDRESS STORAGE_DIR`): run a training on that cluster that never ends, and never
+/// return. Elsewhere: return at once.
+pub fn run_driver_if_asked() {
+    let Ok(spec) = std::env::var(DRIVER_ENV) else { return };
+    let (address, storage) = spec.split_once(' ').expect("HEAD_ADDRESS STORAGE_DIR");
+    let result = TorchTrainer::new(record_node)
+        .train_loop_config(Params::new().with("iterations", 1_000_000).with("pause_ms", 100))
+        .scaling(ScalingConfig::workers(2))
+        .run_config(RunConfig::new("forever").storage_path(storage).cluster(address, None))
+        .fit();
+    eprintln!("driver ended: {result:?}");
+    std::process::exit(1);
+}
+
+/// A driver SIGKILLed mid-run holds nothing: the head sees its lease end, kills its workers and
+/// frees its placement group (which used to stay reserved until the head restarted).
+pub fn dead_driver_frees_its_placement_group() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    cluster.add_node(&["--num-cpus", "2"])?;
+    let dir = tempfile::tempdir()?;
+    let mut driver = Command::new(std::env::current_exe()?)
+        .env(DRIVER_ENV, format!("{} {}", cluster.address, dir.path().display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let run_dir = dir.path().join("forever");
+    wait_for(Duration::from_secs(60), || {
+        Ok(std::fs::read_to_string(run_dir.join("result.json")).is_ok_and(|t| !t.is_empty()))
+    })?;
+    let workers = [node_of(&run_dir, 0)?.2, node_of(&run_dir, 1)?.2];
+    let groups = cluster.status()?["placement_groups"].as_array().map_or(0, Vec::len);
+    ensure!(groups == 1, "the driver holds one placement group, status shows {groups}");
+    driver.kill()?;
+    driver.wait()?;
+    wait_for(Duration::from_secs(20), || {
+        let status = cluster.status()?;
+        let node = &status["nodes"][0];
+        Ok(status["placement_groups"] == serde_json::json!([]) && node["free"] == node["total"])
+    })
+    .context("the dead driver's placement group was not freed")?;
+    for pid in workers {
+        wait_for(Duration::from_secs(20), || Ok(!alive(pid)))
+            .with_context(|| format!("worker {pid} outlived its driver"))?;
+    }
+    Ok(())
+}

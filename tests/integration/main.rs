@@ -17,6 +17,7 @@ fn test(name: &'static str, f: fn() -> anyhow::Result<()>) -> Trial {
 fn main() {
     rtune::init();
     collective_process::run_child_if_asked();
+    cluster::run_driver_if_asked();
     let args = Arguments::from_args();
     let tests = vec![
         test("tch_basics::mlp_loss_falls", tch_basics::mlp_loss_falls),
@@ -57,6 +58,14 @@ fn main() {
         test(
             "collective_process::frozen_peer_times_out",
             collective_process::frozen_peer_times_out,
+        ),
+        test(
+            "cluster::node_loss_kills_survivors_and_the_retry_waits_for_capacity",
+            cluster::node_loss_kills_survivors_and_the_retry_waits_for_capacity,
+        ),
+        test(
+            "cluster::dead_driver_frees_its_placement_group",
+            cluster::dead_driver_frees_its_placement_group,
         ),
         test(
             "cluster::bad_cli_numbers_are_named_not_panics",

@@ -165,3 +165,20 @@ pub enum PoolError {
         pg: PgId,
     },
 }
+
+impl PoolError {
+    /// Whether the request is well formed but the alive cluster is too small for it now: nodes
+    /// that join (or come back) can make it fit, unlike a malformed request.
+    pub fn is_capacity(&self) -> bool {
+        matches!(
+            self,
+            PoolError::NoAliveNodes
+                | PoolError::ExceedsEveryNode { .. }
+                | PoolError::NoNodeFitsBundle { .. }
+                | PoolError::ExceedsCluster { .. }
+                | PoolError::StrictPackTooLarge { .. }
+                | PoolError::TooFewNodes { .. }
+                | PoolError::CannotPlace { .. }
+        )
+    }
+}

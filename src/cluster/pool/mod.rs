@@ -162,9 +162,12 @@ enum State {
     Draining { placed: Vec<(usize, Grant)>, lost: BTreeSet<usize> },
 }
 
+/// Per bundle, the node slot and GPU grant a group was given.
+type Placed = [(usize, Grant)];
+
 impl State {
     /// The bundles a reserved or draining group holds, with those lost with their nodes.
-    fn held(&self) -> Option<(&[(usize, Grant)], &BTreeSet<usize>)> {
+    fn held(&self) -> Option<(&Placed, &BTreeSet<usize>)> {
         static NONE_LOST: BTreeSet<usize> = BTreeSet::new();
         match self {
             State::Reserved { placed } => Some((placed, &NONE_LOST)),
