@@ -20,6 +20,18 @@ use crate::proto::{
 #[derive(Clone)]
 pub struct AddToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
 
+impl AddToken {
+    /// Adds `token` (nothing when None or empty).
+    pub fn bearer(token: Option<&str>) -> Result<AddToken> {
+        match token.filter(|t| !t.is_empty()) {
+            Some(t) => Ok(AddToken(Some(format!("Bearer {t}").parse().map_err(|_| {
+                Error::config("cluster token", "contains characters a header cannot carry")
+            })?))),
+            None => Ok(AddToken(None)),
+        }
+    }
+}
+
 impl tonic::service::Interceptor for AddToken {
     fn call(&mut self, mut request: Request<()>) -> std::result::Result<Request<()>, Status> {
         if let Some(value) = &self.0 {
@@ -43,13 +55,7 @@ pub async fn connect_head(address: &str, token: Option<&str>) -> Result<Client> 
         .connect()
         .await
         .map_err(|e| Error::Protocol(format!("cannot reach the head at {address}: {e}")))?;
-    let token = match token.filter(|t| !t.is_empty()) {
-        Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
-            Error::config("cluster token", "contains characters a header cannot carry")
-        })?),
-        None => None,
-    };
-    Ok(HeadClient::with_interceptor(channel, AddToken(token)))
+    Ok(HeadClient::with_interceptor(channel, AddToken::bearer(token)?))
 }
 
 /// A gRPC status as an rtune error; a refused token becomes a config error that says so.

@@ -33,17 +33,46 @@ pub(crate) fn check_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-    let Some(token) = token.filter(|t| !t.is_empty()) else { return Ok(request) };
-    let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-    match given.and_then(|v| v.strip_prefix("Bearer ")) {
-        Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(request),
-        Some(_) => Err(tonic::Status::unauthenticated(
+    match presented(&request, token) {
+        Presented::Right => Ok(request),
+        Presented::Wrong => Err(tonic::Status::unauthenticated(
             "the head refused it; use the token `rtune head` printed (--token or RTUNE_TOKEN)",
         )),
-        None => Err(tonic::Status::unauthenticated(
+        Presented::Missing => Err(tonic::Status::unauthenticated(
             "none given, but this head requires one; pass the token `rtune head` printed \
              (--token or RTUNE_TOKEN)",
         )),
+    }
+}
+
+/// Server side of a worker hub's token: only the workers its driver started (which got the
+/// token in their environment) may call it.
+pub(crate) fn check_hub_token(
+    request: tonic::Request<()>,
+    token: Option<&str>,
+) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+    match presented(&request, token) {
+        Presented::Right => Ok(request),
+        Presented::Wrong | Presented::Missing => Err(tonic::Status::unauthenticated(
+            "this worker hub only serves the workers its driver started (wrong or no token)",
+        )),
+    }
+}
+
+enum Presented {
+    /// The right token, or none is required.
+    Right,
+    Wrong,
+    Missing,
+}
+
+fn presented(request: &tonic::Request<()>, token: Option<&str>) -> Presented {
+    let Some(token) = token.filter(|t| !t.is_empty()) else { return Presented::Right };
+    let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+    match given.and_then(|v| v.strip_prefix("Bearer ")) {
+        Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Presented::Right,
+        Some(_) => Presented::Wrong,
+        None => Presented::Missing,
     }
 }
 

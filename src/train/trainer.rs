@@ -152,6 +152,14 @@ impl TorchTrainer {
         params_json: String,
         target: Target,
     ) -> Result<TrainResult> {
+        // On a cluster the hub is reachable from other hosts: only this run's workers may call
+        // it, with the cluster token (or a token of its own when the cluster has none).
+        let hub_token = match &target {
+            Target::Local(_) => None,
+            Target::Cluster { token, .. } => Some(
+                token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::cluster::new_token),
+            ),
+        };
         let mut placement = match target {
             Target::Local(ranks) => Placement::Local(ranks),
             Target::Cluster { address, token } => {
@@ -179,7 +187,7 @@ impl TorchTrainer {
                 }
             }
         };
-        let hub = Hub::start((placement.hub_ip().await?, 0).into()).await?;
+        let hub = Hub::start((placement.hub_ip().await?, 0).into(), hub_token).await?;
         let mut run = RunState::new(&run_dir, &self.run);
         let mut resume = self.resume.clone();
         let mut start_iteration = match &resume {

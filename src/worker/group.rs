@@ -515,6 +515,9 @@ fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize) -> Vec<(String, String
     if let Some(devices) = &spec.ranks[rank].cuda_visible_devices {
         env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
     }
+    if let Some(token) = hub.token() {
+        env.push((crate::worker::hub::HUB_TOKEN_ENV.to_owned(), token.to_owned()));
+    }
     env
 }
 

@@ -29,25 +29,40 @@ pub(crate) enum HubCall {
 
 type Routes = Arc<RwLock<HashMap<String, mpsc::UnboundedSender<HubCall>>>>;
 
+/// The variable a worker finds its hub's token in.
+pub(crate) const HUB_TOKEN_ENV: &str = "RTUNE_HUB_TOKEN";
+
 /// A running hub; stops serving when dropped.
 pub(crate) struct Hub {
     address: SocketAddr,
     routes: Routes,
+    token: Option<String>,
     _shutdown: oneshot::Sender<()>,
 }
 
 impl Hub {
-    /// Serves on `bind` (port 0 picks a free one). Must be called inside a tokio runtime.
-    pub(crate) async fn start(bind: SocketAddr) -> Result<Hub> {
+    /// Serves on `bind` (port 0 picks a free one). With a `token`, only calls that carry it are
+    /// served: a hub reachable beyond loopback must have one. Must be called inside a tokio
+    /// runtime.
+    pub(crate) async fn start(bind: SocketAddr, token: Option<String>) -> Result<Hub> {
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .map_err(|e| Error::Worker(format!("worker hub cannot listen on {bind}: {e}")))?;
         let address = listener.local_addr().map_err(|e| Error::io("worker hub socket", e))?;
         let routes = Routes::default();
-        let service = WorkerHubServer::new(HubService { routes: routes.clone() });
+        let required = token.clone();
+        let service = WorkerHubServer::with_interceptor(
+            HubService { routes: routes.clone() },
+            move |req: Request<()>| crate::cluster::check_hub_token(req, required.as_deref()),
+        );
         let shutdown =
             serve_until_dropped(tonic::service::Routes::new(service), listener, "worker hub", None);
-        Ok(Hub { address, routes, _shutdown: shutdown })
+        Ok(Hub { address, routes, token, _shutdown: shutdown })
+    }
+
+    /// The token workers must present, if any.
+    pub(crate) fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// The URL workers connect to.
@@ -146,5 +161,35 @@ impl WorkerHub for HubService {
         let request = request.into_inner();
         let key = request.key.clone();
         self.forward(key.as_ref(), |reply| HubCall::Finish(request, reply)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::client::AddToken;
+    use crate::proto::worker_hub_client::WorkerHubClient;
+
+    /// A hub with a token serves only calls that carry it (the rest never reach a group).
+    #[tokio::test]
+    async fn a_hub_with_a_token_refuses_calls_without_it() {
+        let hub = Hub::start(([127, 0, 0, 1], 0).into(), Some("s3cret".into())).await.unwrap();
+        let join = || JoinRequest {
+            key: Some(WorkerKey { group: "g".into(), attempt: 0, rank: 0 }),
+            ..Default::default()
+        };
+        for (token, refused) in [(None, true), (Some("wrong"), true), (Some("s3cret"), false)] {
+            let channel = tonic::transport::Endpoint::from_shared(hub.url())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let auth = AddToken::bearer(token).unwrap();
+            let mut client = WorkerHubClient::with_interceptor(channel, auth);
+            let status = client.join(join()).await.unwrap_err();
+            // Past the check, the call is refused for naming no running group instead.
+            let code = if refused { tonic::Code::Unauthenticated } else { tonic::Code::NotFound };
+            assert_eq!(status.code(), code, "token {token:?}: {status}");
+        }
     }
 }

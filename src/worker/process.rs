@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+use crate::cluster::client::AddToken;
 
 use crate::collective::{GroupOptions, ProcessGroup, RingGroup};
 use crate::error::{Error, Result};
@@ -22,9 +25,11 @@ const EXIT_FAILED: i32 = 1;
 const EXIT_NO_DRIVER: i32 = 3;
 
 /// The worker's connection to its driver: blocking calls from the training thread.
+type HubClient = WorkerHubClient<InterceptedService<Channel, AddToken>>;
+
 pub(crate) struct DriverLink {
     runtime: tokio::runtime::Runtime,
-    client: WorkerHubClient<Channel>,
+    client: HubClient,
     key: WorkerKey,
 }
 
@@ -32,7 +37,7 @@ impl DriverLink {
     fn call<T>(
         &mut self,
         what: &str,
-        f: impl AsyncFnOnce(&mut WorkerHubClient<Channel>) -> std::result::Result<T, tonic::Status>,
+        f: impl AsyncFnOnce(&mut HubClient) -> std::result::Result<T, tonic::Status>,
     ) -> Result<T> {
         let client = &mut self.client;
         self.runtime
@@ -103,9 +108,11 @@ fn join(spec: &WorkerSpec, key: WorkerKey) -> Result<(DriverLink, TcpListener, J
     let endpoint = tonic::transport::Endpoint::from_shared(spec.hub.clone())
         .map_err(|e| Error::Protocol(format!("bad hub address {}: {e}", spec.hub)))?
         .connect_timeout(Duration::from_secs(10));
+    let token = std::env::var(crate::worker::hub::HUB_TOKEN_ENV).ok();
+    let auth = AddToken::bearer(token.as_deref())?;
     let client = runtime
         .block_on(endpoint.connect())
-        .map(WorkerHubClient::new)
+        .map(|channel| WorkerHubClient::with_interceptor(channel, auth))
         .map_err(|e| Error::Protocol(format!("cannot reach the driver at {}: {e}", spec.hub)))?;
     let listener = TcpListener::bind((spec.bind_host.as_str(), 0))
         .map_err(|e| Error::Worker(format!("collective listener on {}: {e}", spec.bind_host)))?;

@@ -407,6 +407,25 @@ pub fn dead_driver_frees_its_placement_group() -> Result<()> {
     let workers = [node_of(&run_dir, 0)?.2, node_of(&run_dir, 1)?.2];
     let groups = cluster.status()?["placement_groups"].as_array().map_or(0, Vec::len);
     ensure!(groups == 1, "the driver holds one placement group, status shows {groups}");
+
+    // Meanwhile another run cannot get the node: it gives up after its placement timeout,
+    // saying what it waited for and who holds the cluster.
+    let err = TorchTrainer::new(record_node)
+        .train_loop_config(Params::new().with("iterations", 1).with("pause_ms", 0))
+        .scaling(ScalingConfig::workers(1))
+        .run_config(
+            cluster.run_config(dir.path(), "starved").placement_timeout(Duration::from_secs(3)),
+        )
+        .fit()
+        .err()
+        .context("a run on a full cluster must time out")?
+        .to_string();
+    ensure!(err.contains("no placement") && err.contains("within 3s"), "{err}");
+    ensure!(
+        err.contains("0 of 2 CPU") && err.contains("held by") && err.contains("forever"),
+        "{err}"
+    );
+
     driver.kill()?;
     driver.wait()?;
     wait_for(Duration::from_secs(20), || {
