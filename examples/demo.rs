@@ -7,9 +7,7 @@
 
 use anyhow::Result;
 use rtune::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
-use rtune::{
-    CheckpointConfig, Params, RunConfig, ScalingConfig, ScoreOrder, TorchTrainer, TrainContext,
-};
+use rtune::{CheckpointConfig, Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind};
 
@@ -89,9 +87,11 @@ fn main() -> Result<()> {
     let result = TorchTrainer::new(train_digits)
         .train_loop_config(params.clone())
         .scaling(ScalingConfig::workers(2))
-        .run_config(RunConfig::default().storage_path(&storage).verbose(true).checkpoint_config(
-            CheckpointConfig::new().num_to_keep(2).score("val_acc", ScoreOrder::Max),
-        ))
+        .run_config(
+            RunConfig::default().storage_path(&storage).verbose(true).checkpoint_config(
+                CheckpointConfig::new().num_to_keep(2).score("val_acc", Mode::Max),
+            ),
+        )
         .fit()?;
     let best = result.best_checkpoint().ok_or_else(|| anyhow::anyhow!("no checkpoint kept"))?;
     // Evaluate the best checkpoint on the held-out test set, here in the driver.

@@ -20,9 +20,13 @@
 
 pub mod cluster;
 pub mod collective;
+pub mod config;
 pub mod data;
 pub mod error;
+pub mod metrics;
+mod rpc;
 pub mod storage;
+mod sys;
 pub mod train;
 mod worker;
 
@@ -31,9 +35,9 @@ pub(crate) mod proto {
 }
 
 pub use error::{Error, Result};
-pub use rtune_searchers::Params;
+pub use rtune_searchers::{Mode, Params};
 pub use train::{
     Checkpoint, CheckpointConfig, CheckpointWriter, FailureConfig, PlacementStrategy, RunConfig,
-    ScalingConfig, ScoreOrder, TorchTrainer, TrainContext, TrainResult,
+    ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
 pub use worker::init;

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tonic::{Request, Status};
 
 use crate::cluster::pool::{PgId, PlacementRequest, PoolStatus, Reservation};
 use crate::error::{Error, Result};
@@ -15,31 +15,7 @@ use crate::proto::{
     DriverEvent, DriverHello, KillWorkerRequest, ReleaseRequest, ReserveRequest,
     StartWorkerRequest, StatusRequest, WatchWorkersRequest, WorkerEvent, driver_event,
 };
-
-/// Adds `authorization: Bearer <token>` to every call.
-#[derive(Clone)]
-pub struct AddToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
-
-impl AddToken {
-    /// Adds `token` (nothing when None or empty).
-    pub fn bearer(token: Option<&str>) -> Result<AddToken> {
-        match token.filter(|t| !t.is_empty()) {
-            Some(t) => Ok(AddToken(Some(format!("Bearer {t}").parse().map_err(|_| {
-                Error::config("cluster token", "contains characters a header cannot carry")
-            })?))),
-            None => Ok(AddToken(None)),
-        }
-    }
-}
-
-impl tonic::service::Interceptor for AddToken {
-    fn call(&mut self, mut request: Request<()>) -> std::result::Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request.metadata_mut().insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
+pub use crate::rpc::AddToken;
 
 pub type Client = HeadClient<InterceptedService<Channel, AddToken>>;
 

@@ -103,15 +103,15 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
     let token = config.token.clone();
     let service = HeadServer::with_interceptor(
         HeadService { tx, heartbeat_interval: config.heartbeat_interval },
-        move |req: Request<()>| super::check_token(req, token.as_deref()),
+        move |req: Request<()>| crate::rpc::check_token(req, token.as_deref()),
     );
     let routes = tonic::service::Routes::new(service);
     let keepalive = Some(config.heartbeat_timeout);
-    let shutdown = crate::worker::hub::serve_until_dropped(routes, listener, "head", keepalive);
+    let shutdown = crate::rpc::serve_until_dropped(routes, listener, "head", keepalive);
     Ok(HeadHandle { address, _shutdown: shutdown })
 }
 
-type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
+use crate::rpc::Reply;
 type CommandTx = mpsc::Sender<std::result::Result<HeadCommand, Status>>;
 
 enum Msg {
@@ -524,9 +524,7 @@ struct HeadService {
 
 impl HeadService {
     async fn ask<T>(&self, msg: impl FnOnce(Reply<T>) -> Msg) -> std::result::Result<T, Status> {
-        let (reply, answer) = oneshot::channel();
-        self.tx.send(msg(reply)).map_err(|_| Status::unavailable("the head is shutting down"))?;
-        answer.await.map_err(|_| Status::unavailable("the head is shutting down"))?
+        crate::rpc::ask(&self.tx, msg, |_| Status::unavailable("the head is shutting down")).await
     }
 }
 

@@ -9,8 +9,9 @@ pub mod pool;
 
 use pool::{NodeSpec, PlacementRequest, Pool, Reservation, Resources, Strategy};
 
+use crate::config::{PlacementStrategy, ScalingConfig};
 use crate::error::{Error, Result};
-use crate::train::{PlacementStrategy, ScalingConfig};
+pub use crate::rpc::new_token;
 
 impl From<PlacementStrategy> for Strategy {
     fn from(s: PlacementStrategy) -> Self {
@@ -23,67 +24,7 @@ impl From<PlacementStrategy> for Strategy {
     }
 }
 
-/// The environment variable (or `RunConfig::cluster`) that makes a driver use a head.
-pub const ADDRESS_ENV: &str = "RTUNE_ADDRESS";
-/// The environment variable that carries the cluster token.
-pub const TOKEN_ENV: &str = "RTUNE_TOKEN";
-
-/// Server side of the cluster token: a head with a token refuses calls without it.
-pub(crate) fn check_token(
-    request: tonic::Request<()>,
-    token: Option<&str>,
-) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-    match presented(&request, token) {
-        Presented::Right => Ok(request),
-        Presented::Wrong => Err(tonic::Status::unauthenticated(
-            "the head refused it; use the token `rtune head` printed (--token or RTUNE_TOKEN)",
-        )),
-        Presented::Missing => Err(tonic::Status::unauthenticated(
-            "none given, but this head requires one; pass the token `rtune head` printed \
-             (--token or RTUNE_TOKEN)",
-        )),
-    }
-}
-
-/// Server side of a worker hub's token: only the workers its driver started (which got the
-/// token in their environment) may call it.
-pub(crate) fn check_hub_token(
-    request: tonic::Request<()>,
-    token: Option<&str>,
-) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-    match presented(&request, token) {
-        Presented::Right => Ok(request),
-        Presented::Wrong | Presented::Missing => Err(tonic::Status::unauthenticated(
-            "this worker hub only serves the workers its driver started (wrong or no token)",
-        )),
-    }
-}
-
-enum Presented {
-    /// The right token, or none is required.
-    Right,
-    Wrong,
-    Missing,
-}
-
-fn presented(request: &tonic::Request<()>, token: Option<&str>) -> Presented {
-    let Some(token) = token.filter(|t| !t.is_empty()) else { return Presented::Right };
-    let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-    match given.and_then(|v| v.strip_prefix("Bearer ")) {
-        Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Presented::Right,
-        Some(_) => Presented::Wrong,
-        None => Presented::Missing,
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// A fresh random cluster token (128 bits, hex).
-pub fn new_token() -> String {
-    format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
-}
+pub use crate::config::{ADDRESS_ENV, TOKEN_ENV};
 
 /// The local machine as a one-node cluster: CPUs and GPUs detected, overridable with
 /// `RTUNE_NUM_CPUS` and `RTUNE_NUM_GPUS` (like `ray.init(num_cpus=..., num_gpus=...)`).

@@ -72,7 +72,7 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
         address: config.spec.address.clone(),
         resources_json,
         previous_node_id: previous,
-        version: crate::worker::build_id::hex(crate::worker::build_id::build_id()),
+        version: crate::sys::build_id::hex(crate::sys::build_id::build_id()),
     };
     up.send(NodeMessage { kind: Some(node_message::Kind::Register(register)) })
         .await
@@ -165,7 +165,7 @@ fn spawn(
     // The exit waits for both output streams to drain, so the driver gets every line first.
     let (drained_tx, drained) = oneshot::channel::<Vec<tokio::task::JoinHandle<()>>>();
     let (id, exit_events) = (worker_id.clone(), events.clone());
-    let supervised = crate::worker::spawn_supervised(command, move |status| {
+    let supervised = crate::sys::spawn_supervised(command, move |status| {
         let exit = match status {
             Ok(s) => WorkerExit {
                 worker_id: id,

@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use tch::nn::VarStore;
 
 use crate::error::{Error, IoContext, Result};
+use crate::metrics::Metrics;
 use crate::storage;
-use crate::train::metrics::Metrics;
 
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const METADATA_FILE: &str = "metadata.json";
@@ -210,7 +210,7 @@ impl CheckpointWriter {
             timestamp: crate::train::unix_time(),
             metrics: metrics
                 .iter()
-                .map(|(k, &v)| (k.clone(), crate::train::metrics::number_or_tag(v)))
+                .map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v)))
                 .collect(),
             user: self.user.clone(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),

@@ -11,8 +11,8 @@ use tch::{Device, Kind, Tensor};
 
 use crate::collective::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
+use crate::metrics::{IntoMetrics, to_wire};
 use crate::train::checkpoint::{Checkpoint, CheckpointWriter, checkpoint_name};
-use crate::train::metrics::{IntoMetrics, to_wire};
 use crate::worker::process::DriverLink;
 
 type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;

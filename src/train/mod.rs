@@ -8,18 +8,16 @@
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
 mod checkpoint;
-mod config;
 mod context;
-mod metrics;
 mod trainer;
 
+pub use crate::config::{
+    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig,
+};
+pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::worker::group::WorkerFailure;
 pub use checkpoint::{Checkpoint, CheckpointMetadata, CheckpointWriter, checkpoint_name};
-pub use config::{
-    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, ScoreOrder,
-};
 pub use context::{DistributedModel, TrainContext};
-pub use metrics::{IntoMetrics, Metrics};
 pub use trainer::{TorchTrainer, TrainResult};
 
 pub(crate) use context::ContextParts;

@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
+use crate::config::{CheckpointConfig, RunConfig, ScalingConfig};
 use crate::error::{Error, Result};
+use crate::metrics::{Metrics, from_wire, number_or_tag};
 use crate::storage::{self, ResultFiles, Row};
 use crate::train::checkpoint::{self, Checkpoint, Fence};
-use crate::train::config::{CheckpointConfig, RunConfig, ScalingConfig, ScoreOrder};
-use crate::train::metrics::{Metrics, from_wire, number_or_tag};
 use crate::train::{TrainFn, WorkerFailure, unix_time};
 use crate::worker::group::{
     AttemptOutcome, AttemptSpec, GroupReport, Launcher, RankPlacement, run_attempt,
@@ -156,9 +156,9 @@ impl TorchTrainer {
         // it, with the cluster token (or a token of its own when the cluster has none).
         let hub_token = match &target {
             Target::Local(_) => None,
-            Target::Cluster { token, .. } => Some(
-                token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::cluster::new_token),
-            ),
+            Target::Cluster { token, .. } => {
+                Some(token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::rpc::new_token))
+            }
         };
         let mut placement = match target {
             Target::Local(ranks) => Placement::Local(ranks),
@@ -464,10 +464,7 @@ impl RunState {
     }
 
     fn score(&self, metrics: &Metrics) -> f64 {
-        let sign = match self.config.score_order {
-            ScoreOrder::Max => 1.0,
-            ScoreOrder::Min => -1.0,
-        };
+        let sign = self.config.score_order.sign();
         match &self.config.score_attribute {
             Some(attr) => match metrics.get(attr) {
                 Some(v) if v.is_finite() => sign * v,
@@ -548,7 +545,7 @@ fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
         metrics.get("time_total_s").copied().unwrap_or(0.0)
     );
     for (name, value) in metrics {
-        if !crate::train::metrics::AUTO_METRICS.contains(&name.as_str()) {
+        if !crate::metrics::AUTO_METRICS.contains(&name.as_str()) {
             line.push_str(&format!("  {name}={value:.4}"));
         }
     }

@@ -22,7 +22,7 @@ use tonic::Status;
 
 use crate::error::{Error, IoContext, Result};
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
-use crate::worker::build_id;
+use crate::sys::build_id;
 use crate::worker::hub::{Hub, HubCall, Reply};
 use crate::worker::{WORKER_ENV, WorkerSpec};
 
@@ -542,7 +542,7 @@ fn spawn_local(
     let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     let mut command = std::process::Command::new(&exe);
     command.envs(worker_env(hub, spec, rank)).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
-    crate::worker::spawn_supervised(command, move |status| {
+    crate::sys::spawn_supervised(command, move |status| {
         let exit = match status {
             Ok(status) => Exit::Status(status),
             Err(e) => Exit::Lost(format!("could not wait for the process: {e}")),

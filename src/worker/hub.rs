@@ -16,8 +16,9 @@ use crate::proto::worker_hub_server::{WorkerHub, WorkerHubServer};
 use crate::proto::{
     FinishReply, FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey,
 };
+use crate::rpc::{Unanswered, ask};
 
-pub(crate) type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
+pub(crate) use crate::rpc::Reply;
 
 /// A worker's call, handed to the owner of its group.
 #[derive(Debug)]
@@ -53,10 +54,14 @@ impl Hub {
         let required = token.clone();
         let service = WorkerHubServer::with_interceptor(
             HubService { routes: routes.clone() },
-            move |req: Request<()>| crate::cluster::check_hub_token(req, required.as_deref()),
+            move |req: Request<()>| crate::rpc::check_hub_token(req, required.as_deref()),
         );
-        let shutdown =
-            serve_until_dropped(tonic::service::Routes::new(service), listener, "worker hub", None);
+        let shutdown = crate::rpc::serve_until_dropped(
+            tonic::service::Routes::new(service),
+            listener,
+            "worker hub",
+            None,
+        );
         Ok(Hub { address, routes, token, _shutdown: shutdown })
     }
 
@@ -82,32 +87,6 @@ impl Hub {
     }
 }
 
-/// Serves `routes` on `listener` in the background until the returned sender is dropped. With
-/// `keepalive`, HTTP/2 pings every that long drop a connection whose peer stops answering for as
-/// long (a host that died without closing its sockets), which ends its streams.
-pub(crate) fn serve_until_dropped(
-    routes: tonic::service::Routes,
-    listener: tokio::net::TcpListener,
-    what: &'static str,
-    keepalive: Option<std::time::Duration>,
-) -> oneshot::Sender<()> {
-    let (shutdown, stopped) = oneshot::channel::<()>();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tokio::spawn(async move {
-        let serve = tonic::transport::Server::builder()
-            .http2_keepalive_interval(keepalive)
-            .http2_keepalive_timeout(keepalive)
-            .add_routes(routes)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stopped.await;
-            });
-        if let Err(e) = serve.await {
-            eprintln!("rtune: {what} stopped: {e}");
-        }
-    });
-    shutdown
-}
-
 struct HubService {
     routes: Routes,
 }
@@ -123,14 +102,15 @@ impl HubService {
         let Some(route) = route else {
             return Err(Status::not_found(format!("no running worker group {group:?}")));
         };
-        let (reply, answer) = oneshot::channel();
-        route
-            .send(call(reply))
-            .map_err(|_| Status::unavailable(format!("worker group {group:?} has ended")))?;
-        match answer.await {
-            Ok(result) => result.map(Response::new),
-            Err(_) => Err(Status::aborted(format!("worker group {group:?} ended the attempt"))),
-        }
+        let gone = |why| match why {
+            Unanswered::NotDelivered => {
+                Status::unavailable(format!("worker group {group:?} has ended"))
+            }
+            Unanswered::Dropped => {
+                Status::aborted(format!("worker group {group:?} ended the attempt"))
+            }
+        };
+        ask(&route, call, gone).await.map(Response::new)
     }
 }
 
@@ -167,8 +147,8 @@ impl WorkerHub for HubService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::client::AddToken;
     use crate::proto::worker_hub_client::WorkerHubClient;
+    use crate::rpc::AddToken;
 
     /// A hub with a token serves only calls that carry it (the rest never reach a group).
     #[tokio::test]

@@ -8,16 +8,11 @@
 //! Train functions travel as an offset from `init` into the binary, which is why the build id of
 //! the worker's binary must match the driver's.
 
-pub(crate) mod build_id;
 pub(crate) mod group;
 pub(crate) mod hub;
 pub(crate) mod process;
 
-use std::os::unix::process::CommandExt;
-use std::process::ExitStatus;
-
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
 
 use crate::train::TrainFn;
 
@@ -70,46 +65,4 @@ pub(crate) unsafe fn train_fn_at(offset: i64) -> TrainFn {
     let address = (anchor() as i64 + offset) as usize;
     // SAFETY: per the contract, `address` is where the same binary placed the same `TrainFn`.
     unsafe { std::mem::transmute::<usize, TrainFn>(address) }
-}
-
-/// Spawns `command` as a worker process that dies with the thread that spawned it
-/// (`PR_SET_PDEATHSIG = SIGKILL`: a driver's or node agent's workers never outlive it), and
-/// hands its exit to `on_exit`. The returned sender kills it; dropping the sender kills it too.
-/// Also returns its stdout and stderr when the command piped them.
-/// Call from the thread that lives as long as the workers should (the runtime's `block_on`).
-pub(crate) fn spawn_supervised(
-    mut command: std::process::Command,
-    on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
-) -> std::io::Result<Supervised> {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = tokio::process::Command::from(command).kill_on_drop(true).spawn()?;
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let (kill, killed) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let status = tokio::select! {
-            status = child.wait() => status,
-            _ = killed => {
-                let _ = child.start_kill();
-                child.wait().await
-            }
-        };
-        on_exit(status);
-    });
-    Ok(Supervised { kill, stdout, stderr })
-}
-
-/// A supervised worker process.
-pub(crate) struct Supervised {
-    /// Send (or drop) to kill it.
-    pub kill: oneshot::Sender<()>,
-    pub stdout: Option<tokio::process::ChildStdout>,
-    pub stderr: Option<tokio::process::ChildStderr>,
 }

@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::cluster::client::AddToken;
+use crate::rpc::AddToken;
 
 use crate::collective::{GroupOptions, ProcessGroup, RingGroup};
 use crate::error::{Error, Result};
 use crate::proto::worker_hub_client::WorkerHubClient;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey};
+use crate::sys::build_id;
 use crate::train::{Checkpoint, TrainContext};
-use crate::worker::{WorkerSpec, build_id};
+use crate::worker::WorkerSpec;
 
 /// Exit codes the driver reads when no finish message arrived.
 const EXIT_FAILED: i32 = 1;

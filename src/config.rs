@@ -1,6 +1,9 @@
 //! The settings of one training run, Ray Train's names: `ScalingConfig`, `RunConfig`,
 //! `FailureConfig`, `CheckpointConfig`. Plain data with consuming builders, validated once by
 //! `TorchTrainer::fit` before anything starts.
+//!
+//! A leaf: the trainer, the worker group and the resource pool all read these, so they live
+//! below all three and import none of them.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -8,7 +11,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use rtune_searchers::Mode;
+
 use crate::error::{Error, Result};
+
+/// The environment variable (or `RunConfig::cluster`) that makes a driver use a head.
+pub const ADDRESS_ENV: &str = "RTUNE_ADDRESS";
+/// The environment variable that carries the cluster token.
+pub const TOKEN_ENV: &str = "RTUNE_TOKEN";
 
 /// How bundles of a worker group are placed on nodes (Ray's placement strategies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -138,22 +148,20 @@ impl FailureConfig {
     }
 }
 
-/// Whether a higher or a lower score is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ScoreOrder {
-    Min,
-    #[default]
-    Max,
-}
-
 /// Which checkpoints a run keeps. The latest one is always kept (a restart needs it), plus the
 /// best `num_to_keep` by `score_attribute` (or the most recent ones when no score is named).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointConfig {
     pub num_to_keep: Option<usize>,
     pub score_attribute: Option<String>,
-    pub score_order: ScoreOrder,
+    /// Whether a higher (the default) or a lower score is better.
+    pub score_order: Mode,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig { num_to_keep: None, score_attribute: None, score_order: Mode::Max }
+    }
 }
 
 impl CheckpointConfig {
@@ -166,7 +174,7 @@ impl CheckpointConfig {
         self
     }
 
-    pub fn score(mut self, attribute: impl Into<String>, order: ScoreOrder) -> Self {
+    pub fn score(mut self, attribute: impl Into<String>, order: Mode) -> Self {
         self.score_attribute = Some(attribute.into());
         self.score_order = order;
         self
@@ -275,10 +283,8 @@ impl RunConfig {
     }
 
     pub(crate) fn resolved_cluster(&self) -> Option<(String, Option<String>)> {
-        let address =
-            self.cluster.clone().or_else(|| std::env::var(crate::cluster::ADDRESS_ENV).ok())?;
-        let token =
-            self.cluster_token.clone().or_else(|| std::env::var(crate::cluster::TOKEN_ENV).ok());
+        let address = self.cluster.clone().or_else(|| std::env::var(ADDRESS_ENV).ok())?;
+        let token = self.cluster_token.clone().or_else(|| std::env::var(TOKEN_ENV).ok());
         Some((address, token))
     }
 

@@ -1,13 +1,11 @@
 //! What a train function reports: named numbers. Anything else (a string, a nested object) is a
 //! clear error at the `report` call, not a surprise in the result table.
 
-use std::collections::BTreeMap;
-
 use crate::error::{Error, Result};
 
-/// Metric name → value. NaN and infinities are allowed (a diverged run reports them; schedulers
-/// treat them as the worst value).
-pub type Metrics = BTreeMap<String, f64>;
+/// Metric name → value, the searchers' own type: what a train function reports is exactly what
+/// schedulers and searchers read. NaN and infinities are allowed (a diverged run reports them).
+pub use rtune_searchers::Metrics;
 
 /// Names rtune adds to every report; a train function may not set them.
 pub const AUTO_METRICS: [&str; 5] =
