@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::train::TrainResult;
+use crate::outcome::TrainResult;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

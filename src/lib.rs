@@ -24,6 +24,7 @@ pub mod config;
 pub mod data;
 pub mod error;
 pub mod metrics;
+pub mod outcome;
 mod rpc;
 pub mod storage;
 mod sys;

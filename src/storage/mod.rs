@@ -1,6 +1,6 @@
-//! The on-disk side of a run: atomic file replacement and the Ray-compatible result files
-//! (`result.json`, one JSON object a line; `progress.csv`). Nothing here knows about workers or
-//! schedulers; callers hand it finished rows.
+//! The on-disk side of a run: atomic file replacement, the Ray-compatible result files
+//! (`result.json`, one JSON object a line; `progress.csv`) and checkpoint folders (`checkpoint`).
+//! Nothing here knows about workers or schedulers; callers hand it finished rows.
 //!
 //! Crash safety: a file that is replaced is written to a temporary name in the same folder,
 //! fsynced, renamed over the old one and the folder fsynced, so a crash leaves either the old or
@@ -13,6 +13,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result};
+
+pub mod checkpoint;
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_time() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
 
 /// Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync of the folder).
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -12,7 +12,8 @@ use tch::{Device, Kind, Tensor};
 use crate::collective::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::metrics::{IntoMetrics, to_wire};
-use crate::train::checkpoint::{Checkpoint, CheckpointWriter, checkpoint_name};
+use crate::outcome::Checkpoint;
+use crate::storage::checkpoint::{CheckpointWriter, checkpoint_name};
 use crate::worker::process::DriverLink;
 
 type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;

@@ -7,7 +7,6 @@
 //! result.json / progress.csv), so the history holds every iteration exactly once.
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
-mod checkpoint;
 mod context;
 mod trainer;
 
@@ -15,18 +14,14 @@ pub use crate::config::{
     CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig,
 };
 pub use crate::metrics::{IntoMetrics, Metrics};
-pub use crate::worker::group::WorkerFailure;
-pub use checkpoint::{Checkpoint, CheckpointMetadata, CheckpointWriter, checkpoint_name};
+pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
+pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
 pub use context::{DistributedModel, TrainContext};
-pub use trainer::{TorchTrainer, TrainResult};
+pub use trainer::TorchTrainer;
 
 pub(crate) use context::ContextParts;
 
 /// A train function: runs on every worker, reports through the context.
 pub type TrainFn = fn(&mut TrainContext) -> anyhow::Result<()>;
 
-pub(crate) fn unix_time() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+pub(crate) use crate::storage::unix_time;

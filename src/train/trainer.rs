@@ -4,15 +4,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rtune_searchers::{Params, Value};
-use serde::{Deserialize, Serialize};
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::config::{CheckpointConfig, RunConfig, ScalingConfig};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, from_wire, number_or_tag};
+use crate::outcome::Checkpoint;
+use crate::outcome::TrainResult;
+use crate::storage::checkpoint::{self, Fence};
 use crate::storage::{self, ResultFiles, Row};
-use crate::train::checkpoint::{self, Checkpoint, Fence};
 use crate::train::{TrainFn, WorkerFailure, unix_time};
 use crate::worker::group::{
     AttemptOutcome, AttemptSpec, GroupReport, Launcher, RankPlacement, run_attempt,
@@ -28,28 +29,6 @@ pub struct TorchTrainer {
     scaling: ScalingConfig,
     run: RunConfig,
     resume: Option<Checkpoint>,
-}
-
-/// What `fit` returns (Ray's `Result`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainResult {
-    /// The last report's metrics, with rtune's automatic ones.
-    pub metrics: Option<Metrics>,
-    /// The latest checkpoint.
-    pub checkpoint: Option<Checkpoint>,
-    /// The kept checkpoints, best first (by `CheckpointConfig::score_attribute`, else newest).
-    pub best_checkpoints: Vec<(Checkpoint, Metrics)>,
-    /// Why the run failed for good, if it did.
-    pub error: Option<String>,
-    /// The run directory.
-    pub path: PathBuf,
-    /// Every kept report, in order.
-    pub metrics_history: Vec<Metrics>,
-    /// Every failed attempt, in order.
-    pub failures: Vec<WorkerFailure>,
-    /// Wall time of `fit`, and rank 0's time inside the train function (last attempt).
-    pub fit_seconds: f64,
-    pub train_loop_seconds: f64,
 }
 
 impl TorchTrainer {
@@ -553,16 +532,4 @@ fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
         line.push_str(&format!("  [{checkpoint}]"));
     }
     line
-}
-
-impl TrainResult {
-    /// The best kept checkpoint (by the checkpoint score, else the newest).
-    pub fn best_checkpoint(&self) -> Option<&Checkpoint> {
-        self.best_checkpoints.first().map(|(c, _)| c)
-    }
-
-    /// Seconds of `fit` spent outside the train function: start-up, joins, teardown.
-    pub fn overhead_seconds(&self) -> f64 {
-        (self.fit_seconds - self.train_loop_seconds).max(0.0)
-    }
 }

@@ -16,11 +16,11 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use crate::error::{Error, IoContext, Result};
+use crate::outcome::WorkerFailure;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
 use crate::sys::build_id;
 use crate::worker::hub::{Hub, HubCall, Reply};
@@ -100,23 +100,6 @@ pub(crate) struct AttemptSpec {
     pub launcher: Launcher,
     pub collective_timeout: Duration,
     pub start_timeout: Duration,
-}
-
-/// Why an attempt failed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerFailure {
-    pub attempt: u32,
-    pub rank: usize,
-    pub message: String,
-    /// The signal that killed the worker, if one did.
-    pub signal: Option<i32>,
-    pub exit_code: Option<i32>,
-}
-
-impl std::fmt::Display for WorkerFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {} (attempt {}): {}", self.rank, self.attempt, self.message)
-    }
 }
 
 /// A report that every rank has made: rank 0's metrics and checkpoint.

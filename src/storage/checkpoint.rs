@@ -26,6 +26,7 @@ use tch::nn::VarStore;
 
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::Metrics;
+use crate::outcome::Checkpoint;
 use crate::storage;
 
 pub const MODEL_FILE: &str = "model.safetensors";
@@ -49,12 +50,6 @@ pub struct CheckpointMetadata {
     pub attempt: u32,
 }
 
-/// A committed checkpoint folder.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Checkpoint {
-    path: PathBuf,
-}
-
 impl Checkpoint {
     /// Opens a committed checkpoint (one with `metadata.json`).
     pub fn from_directory(path: impl Into<PathBuf>) -> Result<Checkpoint> {
@@ -66,15 +61,6 @@ impl Checkpoint {
             });
         }
         Ok(Checkpoint { path })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The folder name, e.g. `checkpoint_000012`.
-    pub fn name(&self) -> String {
-        self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
     pub fn metadata(&self) -> Result<CheckpointMetadata> {
@@ -207,7 +193,7 @@ impl CheckpointWriter {
         }
         let metadata = CheckpointMetadata {
             training_iteration: iteration,
-            timestamp: crate::train::unix_time(),
+            timestamp: crate::storage::unix_time(),
             metrics: metrics
                 .iter()
                 .map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v)))
