@@ -23,6 +23,7 @@ pub mod collective;
 pub mod config;
 pub mod data;
 pub mod error;
+mod group;
 pub mod metrics;
 pub mod outcome;
 mod rpc;

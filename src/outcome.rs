@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::Metrics;
+use rtune_searchers::Metrics;
 
 /// What `fit` returns (Ray's `Result`).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -7,7 +7,6 @@
 //! result.json / progress.csv), so the history holds every iteration exactly once.
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
-mod context;
 mod trainer;
 
 pub use crate::config::{
@@ -16,12 +15,6 @@ pub use crate::config::{
 pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
-pub use context::{DistributedModel, TrainContext};
 pub use trainer::TorchTrainer;
 
-pub(crate) use context::ContextParts;
-
-/// A train function: runs on every worker, reports through the context.
-pub type TrainFn = fn(&mut TrainContext) -> anyhow::Result<()>;
-
-pub(crate) use crate::storage::unix_time;
+pub use crate::worker::{DistributedModel, TrainContext, TrainFn};

@@ -9,16 +9,18 @@ use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::config::{CheckpointConfig, RunConfig, ScalingConfig};
 use crate::error::{Error, Result};
+use crate::group::hub::Hub;
+use crate::group::{
+    AttemptOutcome, AttemptSpec, GroupReport, Launcher, RankPlacement, run_attempt,
+};
 use crate::metrics::{Metrics, from_wire, number_or_tag};
 use crate::outcome::Checkpoint;
 use crate::outcome::TrainResult;
+use crate::outcome::WorkerFailure;
 use crate::storage::checkpoint::{self, Fence};
+use crate::storage::unix_time;
 use crate::storage::{self, ResultFiles, Row};
-use crate::train::{TrainFn, WorkerFailure, unix_time};
-use crate::worker::group::{
-    AttemptOutcome, AttemptSpec, GroupReport, Launcher, RankPlacement, run_attempt,
-};
-use crate::worker::hub::Hub;
+use crate::worker::TrainFn;
 
 /// A distributed training run of `train_fn` on a group of worker processes (Ray's
 /// `TorchTrainer`).

@@ -2,22 +2,30 @@
 //! `rtune::init()`, the first line of `main`, notices the `RTUNE_WORKER` variable the driver set,
 //! runs the worker and exits; in the driver it returns at once.
 //!
-//! Place in the pipeline: below the trainer. The driver side (`group`) spawns and supervises the
-//! processes of one attempt and serves the worker protocol (`hub`); the worker side (`process`)
-//! joins, builds the collective group and calls the train function on this thread.
+//! Place in the pipeline: below the trainer, beside the cluster. This is the worker side only:
+//! `process` joins the driver through `link`, builds the collective group and calls the train
+//! function on this thread with a `context`. The driver side (spawning, supervising, recording)
+//! is `group`; the two share the worker protocol and the `RTUNE_WORKER` spec defined here.
 //! Train functions travel as an offset from `init` into the binary, which is why the build id of
 //! the worker's binary must match the driver's.
 
-pub(crate) mod group;
-pub(crate) mod hub;
+mod context;
+mod link;
 pub(crate) mod process;
+
+pub(crate) use context::ContextParts;
+pub use context::{DistributedModel, TrainContext};
+pub(crate) use link::DriverLink;
 
 use serde::{Deserialize, Serialize};
 
-use crate::train::TrainFn;
+/// A train function: runs on every worker, reports through the context.
+pub type TrainFn = fn(&mut TrainContext) -> anyhow::Result<()>;
 
 /// The environment variable that makes a process a worker.
 pub(crate) const WORKER_ENV: &str = "RTUNE_WORKER";
+/// The variable a worker finds its driver's hub token in (when the hub requires one).
+pub(crate) const HUB_TOKEN_ENV: &str = "RTUNE_HUB_TOKEN";
 
 /// What the driver tells a worker process at spawn time (as JSON in `RTUNE_WORKER`); the rest
 /// comes in the join reply.

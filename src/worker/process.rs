@@ -8,63 +8,16 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
-
-use crate::rpc::AddToken;
-
 use crate::collective::{GroupOptions, ProcessGroup, RingGroup};
 use crate::error::{Error, Result};
-use crate::proto::worker_hub_client::WorkerHubClient;
-use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey};
+use crate::outcome::Checkpoint;
+use crate::proto::{FinishRequest, JoinReply, WorkerKey};
 use crate::sys::build_id;
-use crate::train::{Checkpoint, TrainContext};
-use crate::worker::WorkerSpec;
+use crate::worker::{ContextParts, DriverLink, TrainContext, WorkerSpec};
 
 /// Exit codes the driver reads when no finish message arrived.
 const EXIT_FAILED: i32 = 1;
 const EXIT_NO_DRIVER: i32 = 3;
-
-/// The worker's connection to its driver: blocking calls from the training thread.
-type HubClient = WorkerHubClient<InterceptedService<Channel, AddToken>>;
-
-pub(crate) struct DriverLink {
-    runtime: tokio::runtime::Runtime,
-    client: HubClient,
-    key: WorkerKey,
-}
-
-impl DriverLink {
-    fn call<T>(
-        &mut self,
-        what: &str,
-        f: impl AsyncFnOnce(&mut HubClient) -> std::result::Result<T, tonic::Status>,
-    ) -> Result<T> {
-        let client = &mut self.client;
-        self.runtime
-            .block_on(f(client))
-            .map_err(|s| Error::Protocol(format!("{what} (worker to driver): {}", s.message())))
-    }
-
-    /// The attempt of the run this worker belongs to.
-    pub(crate) fn attempt(&self) -> u32 {
-        self.key.attempt
-    }
-
-    pub(crate) fn report(
-        &mut self,
-        seq: u64,
-        metrics_json: String,
-        checkpoint: String,
-    ) -> Result<ReportReply> {
-        let request = ReportRequest { key: Some(self.key.clone()), seq, metrics_json, checkpoint };
-        self.call("report", async |c| Ok(c.report(request).await?.into_inner()))
-    }
-
-    fn finish(&mut self, request: FinishRequest) -> Result<()> {
-        self.call("finish", async |c| c.finish(request).await.map(drop))
-    }
-}
 
 /// Runs one worker to the end and returns the process exit code.
 pub(crate) fn run(spec: WorkerSpec) -> i32 {
@@ -81,7 +34,7 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
     let outcome = train(&spec, &mut link, listener, reply);
     let train_seconds = started.elapsed().as_secs_f64();
     let finish = |ok, stopped, error| FinishRequest {
-        key: Some(link.key.clone()),
+        key: Some(link.key().clone()),
         ok,
         error,
         stopped,
@@ -102,31 +55,11 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
 }
 
 fn join(spec: &WorkerSpec, key: WorkerKey) -> Result<(DriverLink, TcpListener, JoinReply)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
-    let endpoint = tonic::transport::Endpoint::from_shared(spec.hub.clone())
-        .map_err(|e| Error::Protocol(format!("bad hub address {}: {e}", spec.hub)))?
-        .connect_timeout(Duration::from_secs(10));
-    let token = std::env::var(crate::worker::hub::HUB_TOKEN_ENV).ok();
-    let auth = AddToken::bearer(token.as_deref())?;
-    let client = runtime
-        .block_on(endpoint.connect())
-        .map(|channel| WorkerHubClient::with_interceptor(channel, auth))
-        .map_err(|e| Error::Protocol(format!("cannot reach the driver at {}: {e}", spec.hub)))?;
+    let mut link = DriverLink::connect(&spec.hub, key)?;
     let listener = TcpListener::bind((spec.bind_host.as_str(), 0))
         .map_err(|e| Error::Worker(format!("collective listener on {}: {e}", spec.bind_host)))?;
     let address = listener.local_addr().map_err(|e| Error::Worker(e.to_string()))?;
-    let mut link = DriverLink { runtime, client, key };
-    let request = JoinRequest {
-        key: Some(link.key.clone()),
-        build_id: build_id::build_id().to_vec(),
-        pid: std::process::id(),
-        collective_address: address.to_string(),
-        hostname: String::new(),
-    };
-    let reply = link.call("join", async |c| Ok(c.join(request).await?.into_inner()))?;
+    let reply = link.join(address.to_string())?;
     Ok((link, listener, reply))
 }
 
@@ -172,7 +105,7 @@ fn train(
     let params = serde_json::from_str(&reply.params_json)
         .map_err(|e| failed(&format!("train loop config: {e}")))?;
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
-    let mut ctx = TrainContext::new(crate::train::ContextParts {
+    let mut ctx = TrainContext::new(ContextParts {
         rank: spec.rank as usize,
         world_size: reply.world_size as usize,
         local_rank: reply.local_rank as usize,

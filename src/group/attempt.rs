@@ -1,127 +1,21 @@
-//! The driver side of one attempt of a worker group: spawn N worker processes, answer their
-//! joins and reports, watch them exit, and end the attempt as one unit.
-//!
-//! One owner: `run_attempt` owns all of the attempt's state and is the only code that touches
-//! it; the hub forwards worker calls here and a task per child forwards its exit. The attempt
-//! fails as soon as any worker fails (error, panic, signal, or exiting without finishing): the
-//! others are killed at once (they may be blocked in a collective with the dead one) and the
-//! attempt returns when every process is gone, so no worker outlives its attempt.
-//!
-//! Processes are spawned from the thread that runs this future; each gets
-//! `PR_SET_PDEATHSIG = SIGKILL`, so workers die with their driver instead of being orphaned.
+//! The attempt's state machine. One owner: `run_attempt` owns all of the attempt's state and is
+//! the only code that touches it; the hub forwards worker calls here and a task per child
+//! forwards its exit.
 
-use std::fs::OpenOptions;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::ExitStatus;
 
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
-use crate::error::{Error, IoContext, Result};
+use super::hub::{Hub, HubCall, Reply};
+use super::launch::{spawn_local, spawn_remote};
+use super::logs::forward_cluster_events;
+use super::{AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport};
+use crate::error::Result;
 use crate::outcome::WorkerFailure;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
 use crate::sys::build_id;
-use crate::worker::hub::{Hub, HubCall, Reply};
-use crate::worker::{WORKER_ENV, WorkerSpec};
-
-/// Where one rank runs.
-#[derive(Debug, Clone)]
-pub(crate) struct RankPlacement {
-    /// `CUDA_VISIBLE_DEVICES` for a GPU worker, None for a CPU worker.
-    pub cuda_visible_devices: Option<String>,
-    /// Host its collective listener binds (its node's address).
-    pub bind_host: String,
-    pub node_rank: u32,
-    pub local_rank: u32,
-    pub local_world_size: u32,
-}
-
-impl RankPlacement {
-    /// Ranks placed on `nodes[rank]` (any comparable node key): node ranks in order of first
-    /// appearance, local ranks in rank order within a node.
-    pub fn from_nodes<K: PartialEq + Copy>(
-        nodes: &[K],
-        hosts: &[String],
-        devices: &[Option<String>],
-    ) -> Vec<RankPlacement> {
-        let mut distinct: Vec<K> = Vec::new();
-        for &n in nodes {
-            if !distinct.contains(&n) {
-                distinct.push(n);
-            }
-        }
-        nodes
-            .iter()
-            .enumerate()
-            .map(|(rank, n)| RankPlacement {
-                cuda_visible_devices: devices.get(rank).cloned().flatten(),
-                bind_host: hosts.get(rank).cloned().unwrap_or_else(|| "127.0.0.1".into()),
-                node_rank: distinct.iter().position(|d| d == n).unwrap_or(0) as u32,
-                local_rank: nodes[..rank].iter().filter(|m| *m == n).count() as u32,
-                local_world_size: nodes.iter().filter(|m| *m == n).count() as u32,
-            })
-            .collect()
-    }
-}
-
-/// How an attempt starts its processes.
-#[derive(Clone)]
-pub(crate) enum Launcher {
-    /// Child processes of the driver.
-    Local,
-    /// Through the head, on the nodes of a reserved placement group.
-    Cluster { client: Box<crate::cluster::client::Client>, pg: crate::cluster::pool::PgId },
-}
-
-/// How a worker process ended, as the attempt sees it.
-#[derive(Debug)]
-pub(crate) enum Exit {
-    Status(ExitStatus),
-    /// Never started, could not be waited for, or lost with its node.
-    Lost(String),
-}
-
-type ExitTx = mpsc::UnboundedSender<(usize, Exit)>;
-
-/// Everything one attempt needs.
-#[derive(Clone)]
-pub(crate) struct AttemptSpec {
-    pub group: String,
-    pub attempt: u32,
-    pub train_fn: i64,
-    pub params_json: String,
-    pub run_dir: PathBuf,
-    pub resume: Option<PathBuf>,
-    pub start_iteration: u64,
-    pub num_threads: u32,
-    pub ranks: Vec<RankPlacement>,
-    pub launcher: Launcher,
-    pub collective_timeout: Duration,
-    pub start_timeout: Duration,
-}
-
-/// A report that every rank has made: rank 0's metrics and checkpoint.
-#[derive(Debug)]
-pub(crate) struct GroupReport {
-    /// `training_iteration` of this report (counting iterations before a resume).
-    pub iteration: u64,
-    pub metrics_json: String,
-    pub checkpoint: String,
-}
-
-#[derive(Debug)]
-pub(crate) enum AttemptOutcome {
-    /// Every worker finished (perhaps because a report asked them to stop).
-    Completed {
-        train_seconds: f64,
-    },
-    Failed(WorkerFailure),
-}
-
-/// Decides each complete report: Ok(true) asks the run to stop; Err fails the attempt.
-pub(crate) type OnReport<'a> = dyn FnMut(GroupReport) -> Result<bool> + 'a;
 
 /// Where a rank stands in the rendezvous.
 enum Join {
@@ -152,7 +46,7 @@ pub(crate) async fn run_attempt(
     if let Launcher::Cluster { client, pg } = &spec.launcher {
         // Watch before starting anything, so no exit is missed.
         match crate::cluster::client::watch(&mut (**client).clone(), *pg).await {
-            Ok(stream) => forward_cluster_exits(stream, spec, exit_tx.clone()),
+            Ok(stream) => forward_cluster_events(stream, spec, exit_tx.clone()),
             Err(e) => {
                 hub.unregister(&spec.group);
                 return Err(e);
@@ -480,163 +374,13 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
-/// The `RTUNE_WORKER` spec and environment of rank `rank`.
-fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize) -> Vec<(String, String)> {
-    let worker = WorkerSpec {
-        hub: hub.url(),
-        group: spec.group.clone(),
-        attempt: spec.attempt,
-        rank: rank as u32,
-        train_fn: spec.train_fn,
-        build_id: build_id::hex(build_id::build_id()),
-        bind_host: spec.ranks[rank].bind_host.clone(),
-    };
-    let mut env = vec![
-        (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
-        ("OMP_NUM_THREADS".to_owned(), spec.num_threads.to_string()),
-    ];
-    if let Some(devices) = &spec.ranks[rank].cuda_visible_devices {
-        env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
-    }
-    if let Some(token) = hub.token() {
-        env.push((crate::worker::hub::HUB_TOKEN_ENV.to_owned(), token.to_owned()));
-    }
-    env
-}
-
-fn log_path(spec: &AttemptSpec, rank: usize, stream: &str) -> PathBuf {
-    spec.run_dir.join("logs").join(format!("rank_{rank}.{stream}"))
-}
-
-/// Starts rank `rank` as a child of the driver; returns the sender that kills it.
-fn spawn_local(
-    hub: &Hub,
-    spec: &AttemptSpec,
-    rank: usize,
-    exits: ExitTx,
-) -> Result<oneshot::Sender<()>> {
-    let logs = spec.run_dir.join("logs");
-    std::fs::create_dir_all(&logs).at(&logs)?;
-    let log = |stream: &str| {
-        let path = log_path(spec, rank, stream);
-        OpenOptions::new().create(true).append(true).open(&path).at(&path)
-    };
-    let (stdout, stderr) = (log("stdout")?, log("stderr")?);
-    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
-    let mut command = std::process::Command::new(&exe);
-    command.envs(worker_env(hub, spec, rank)).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
-    crate::sys::spawn_supervised(command, move |status| {
-        let exit = match status {
-            Ok(status) => Exit::Status(status),
-            Err(e) => Exit::Lost(format!("could not wait for the process: {e}")),
-        };
-        let _ = exits.send((rank, exit));
-    })
-    .map(|supervised| supervised.kill)
-    .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
-}
-
-fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
-    format!("{}/{}/{rank}", spec.group, spec.attempt)
-}
-
-/// Starts rank `rank` on the node its bundle was placed on, through the head.
-async fn spawn_remote(
-    hub: &Hub,
-    spec: &AttemptSpec,
-    rank: usize,
-    mut client: crate::cluster::client::Client,
-    pg: crate::cluster::pool::PgId,
-) -> Result<oneshot::Sender<()>> {
-    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
-    let worker_id = remote_worker_id(spec, rank);
-    let request = crate::proto::StartWorkerRequest {
-        worker_id: worker_id.clone(),
-        pg_id: pg.0,
-        bundle: rank as u32,
-        executable: exe.display().to_string(),
-        build_id: build_id::hex(build_id::build_id()),
-        env: worker_env(hub, spec, rank).into_iter().collect(),
-    };
-    crate::cluster::client::start_worker(&mut client, request).await?;
-    let (kill, killed) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        // Sent or dropped (the attempt ended), the worker must go, like a local kill_on_drop;
-        // its exit arrives through the watch stream.
-        let _ = killed.await;
-        let _ = crate::cluster::client::kill_worker(&mut client, worker_id).await;
-    });
-    Ok(kill)
-}
-
-/// Turns the head's event stream into the attempt's exits (worker id → rank), appending the
-/// workers' output to `logs/rank_N.{stdout,stderr}` in the run directory as it arrives.
-fn forward_cluster_exits(
-    mut stream: tonic::Streaming<crate::proto::WorkerEvent>,
-    spec: &AttemptSpec,
-    exits: ExitTx,
-) {
-    use crate::proto::worker_event::Kind;
-    use std::io::Write;
-
-    let ids: Vec<String> = (0..spec.ranks.len()).map(|r| remote_worker_id(spec, r)).collect();
-    let logs: Vec<[PathBuf; 2]> = (0..spec.ranks.len())
-        .map(|r| [log_path(spec, r, "stdout"), log_path(spec, r, "stderr")])
-        .collect();
-    tokio::spawn(async move {
-        loop {
-            let kind = match stream.message().await {
-                Ok(Some(event)) => event.kind,
-                Ok(None) | Err(_) => {
-                    // The head went away: every worker still counted is lost to us.
-                    for rank in 0..ids.len() {
-                        let _ = exits.send((rank, Exit::Lost("lost contact with the head".into())));
-                    }
-                    return;
-                }
-            };
-            match kind {
-                Some(Kind::Log(log)) => {
-                    let Some(rank) = ids.iter().position(|id| *id == log.worker_id) else {
-                        continue;
-                    };
-                    let path = &logs[rank][usize::from(log.stderr)];
-                    let written =
-                        path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
-                            OpenOptions::new()
-                                .create(true)
-                                .append(true)
-                                .open(path)?
-                                .write_all(&log.data)
-                        });
-                    if let Err(e) = written {
-                        eprintln!("rtune: cannot write {}: {e}", path.display());
-                    }
-                }
-                Some(Kind::Exit(event)) => {
-                    let Some(rank) = ids.iter().position(|id| *id == event.worker_id) else {
-                        continue;
-                    };
-                    let exit = if !event.error.is_empty() {
-                        Exit::Lost(event.error)
-                    } else if event.signal != 0 {
-                        Exit::Status(ExitStatus::from_raw(event.signal))
-                    } else {
-                        Exit::Status(ExitStatus::from_raw((event.code & 0xff) << 8))
-                    };
-                    if exits.send((rank, exit)).is_err() {
-                        return;
-                    }
-                }
-                None => {}
-            }
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
     use super::*;
+    use crate::group::RankPlacement;
     use crate::proto::WorkerKey;
 
     fn spec(world: usize) -> AttemptSpec {
@@ -713,15 +457,5 @@ mod tests {
         assert_eq!(x.collective_group_id, y.collective_group_id);
         assert_eq!((y.local_rank, y.local_world_size, y.node_rank), (1, 2, 0));
         assert!(attempt.failure.is_none());
-    }
-
-    #[test]
-    fn ranks_on_nodes_get_node_and_local_ranks() {
-        let hosts: Vec<String> = ["a", "b", "a", "b"].iter().map(|s| s.to_string()).collect();
-        let ranks = RankPlacement::from_nodes(&[7u64, 3, 7, 3], &hosts, &[]);
-        let got: Vec<(u32, u32, u32)> =
-            ranks.iter().map(|r| (r.node_rank, r.local_rank, r.local_world_size)).collect();
-        assert_eq!(got, vec![(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2)]);
-        assert_eq!(ranks[1].bind_host, "b");
     }
 }

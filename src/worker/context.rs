@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{IntoMetrics, to_wire};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, checkpoint_name};
-use crate::worker::process::DriverLink;
+use crate::worker::DriverLink;
 
 type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
 #[cfg(feature = "cuda")]

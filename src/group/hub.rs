@@ -30,9 +30,6 @@ pub(crate) enum HubCall {
 
 type Routes = Arc<RwLock<HashMap<String, mpsc::UnboundedSender<HubCall>>>>;
 
-/// The variable a worker finds its hub's token in.
-pub(crate) const HUB_TOKEN_ENV: &str = "RTUNE_HUB_TOKEN";
-
 /// A running hub; stops serving when dropped.
 pub(crate) struct Hub {
     address: SocketAddr,

@@ -1,0 +1,93 @@
+//! Starting an attempt's worker processes: as children of the driver, or on the nodes of a
+//! reserved placement group through the head. Either way a worker dies with what started it.
+
+use std::process::Stdio;
+
+use tokio::sync::oneshot;
+
+use super::hub::Hub;
+use super::logs::{Stream, log_path, open_log};
+use super::{AttemptSpec, Exit, ExitTx};
+use crate::error::{Error, Result};
+use crate::sys::build_id;
+use crate::worker::{HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec};
+
+/// The `RTUNE_WORKER` spec and environment of rank `rank`.
+fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize) -> Vec<(String, String)> {
+    let worker = WorkerSpec {
+        hub: hub.url(),
+        group: spec.group.clone(),
+        attempt: spec.attempt,
+        rank: rank as u32,
+        train_fn: spec.train_fn,
+        build_id: build_id::hex(build_id::build_id()),
+        bind_host: spec.ranks[rank].bind_host.clone(),
+    };
+    let mut env = vec![
+        (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
+        ("OMP_NUM_THREADS".to_owned(), spec.num_threads.to_string()),
+    ];
+    if let Some(devices) = &spec.ranks[rank].cuda_visible_devices {
+        env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
+    }
+    if let Some(token) = hub.token() {
+        env.push((HUB_TOKEN_ENV.to_owned(), token.to_owned()));
+    }
+    env
+}
+
+/// Starts rank `rank` as a child of the driver; returns the sender that kills it.
+pub(super) fn spawn_local(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    rank: usize,
+    exits: ExitTx,
+) -> Result<oneshot::Sender<()>> {
+    let log = |stream| open_log(&log_path(spec, rank, stream));
+    let (stdout, stderr) = (log(Stream::Stdout)?, log(Stream::Stderr)?);
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    let mut command = std::process::Command::new(&exe);
+    command.envs(worker_env(hub, spec, rank)).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+    crate::sys::spawn_supervised(command, move |status| {
+        let exit = match status {
+            Ok(status) => Exit::Status(status),
+            Err(e) => Exit::Lost(format!("could not wait for the process: {e}")),
+        };
+        let _ = exits.send((rank, exit));
+    })
+    .map(|supervised| supervised.kill)
+    .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
+}
+
+pub(super) fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
+    format!("{}/{}/{rank}", spec.group, spec.attempt)
+}
+
+/// Starts rank `rank` on the node its bundle was placed on, through the head.
+pub(super) async fn spawn_remote(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    rank: usize,
+    mut client: crate::cluster::client::Client,
+    pg: crate::cluster::pool::PgId,
+) -> Result<oneshot::Sender<()>> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    let worker_id = remote_worker_id(spec, rank);
+    let request = crate::proto::StartWorkerRequest {
+        worker_id: worker_id.clone(),
+        pg_id: pg.0,
+        bundle: rank as u32,
+        executable: exe.display().to_string(),
+        build_id: build_id::hex(build_id::build_id()),
+        env: worker_env(hub, spec, rank).into_iter().collect(),
+    };
+    crate::cluster::client::start_worker(&mut client, request).await?;
+    let (kill, killed) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        // Sent or dropped (the attempt ended), the worker must go, like a local kill_on_drop;
+        // its exit arrives through the watch stream.
+        let _ = killed.await;
+        let _ = crate::cluster::client::kill_worker(&mut client, worker_id).await;
+    });
+    Ok(kill)
+}

@@ -1,0 +1,145 @@
+//! The driver side of a worker group: one attempt of N worker processes, started, answered and
+//! watched as one unit. The worker side (what runs inside those processes) is `worker`; the two
+//! share only the worker protocol and the `RTUNE_WORKER` spec.
+//!
+//! * `attempt`: the attempt's state machine: joins, reports, finishes and exits;
+//! * `launch`: starting the processes, as children of the driver or through the head;
+//! * `logs`: the workers' output in `logs/rank_N.*`, and the head's event stream for a group;
+//! * `hub`: the gRPC endpoint workers call, forwarding each call to its group's owner.
+//!
+//! One owner: `run_attempt` owns all of the attempt's state and is the only code that touches
+//! it; the hub forwards worker calls here and a task per child forwards its exit. The attempt
+//! fails as soon as any worker fails (error, panic, signal, or exiting without finishing): the
+//! others are killed at once (they may be blocked in a collective with the dead one) and the
+//! attempt returns when every process is gone, so no worker outlives its attempt.
+//!
+//! Processes are spawned from the thread that runs this future; each gets
+//! `PR_SET_PDEATHSIG = SIGKILL`, so workers die with their driver instead of being orphaned.
+
+mod attempt;
+pub(crate) mod hub;
+mod launch;
+mod logs;
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::error::Result;
+use crate::outcome::WorkerFailure;
+
+pub(crate) use attempt::run_attempt;
+
+/// Where one rank runs.
+#[derive(Debug, Clone)]
+pub(crate) struct RankPlacement {
+    /// `CUDA_VISIBLE_DEVICES` for a GPU worker, None for a CPU worker.
+    pub cuda_visible_devices: Option<String>,
+    /// Host its collective listener binds (its node's address).
+    pub bind_host: String,
+    pub node_rank: u32,
+    pub local_rank: u32,
+    pub local_world_size: u32,
+}
+
+impl RankPlacement {
+    /// Ranks placed on `nodes[rank]` (any comparable node key): node ranks in order of first
+    /// appearance, local ranks in rank order within a node.
+    pub fn from_nodes<K: PartialEq + Copy>(
+        nodes: &[K],
+        hosts: &[String],
+        devices: &[Option<String>],
+    ) -> Vec<RankPlacement> {
+        let mut distinct: Vec<K> = Vec::new();
+        for &n in nodes {
+            if !distinct.contains(&n) {
+                distinct.push(n);
+            }
+        }
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(rank, n)| RankPlacement {
+                cuda_visible_devices: devices.get(rank).cloned().flatten(),
+                bind_host: hosts.get(rank).cloned().unwrap_or_else(|| "127.0.0.1".into()),
+                node_rank: distinct.iter().position(|d| d == n).unwrap_or(0) as u32,
+                local_rank: nodes[..rank].iter().filter(|m| *m == n).count() as u32,
+                local_world_size: nodes.iter().filter(|m| *m == n).count() as u32,
+            })
+            .collect()
+    }
+}
+
+/// How an attempt starts its processes.
+#[derive(Clone)]
+pub(crate) enum Launcher {
+    /// Child processes of the driver.
+    Local,
+    /// Through the head, on the nodes of a reserved placement group.
+    Cluster { client: Box<crate::cluster::client::Client>, pg: crate::cluster::pool::PgId },
+}
+
+/// How a worker process ended, as the attempt sees it.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    Status(ExitStatus),
+    /// Never started, could not be waited for, or lost with its node.
+    Lost(String),
+}
+
+type ExitTx = mpsc::UnboundedSender<(usize, Exit)>;
+
+/// Everything one attempt needs.
+#[derive(Clone)]
+pub(crate) struct AttemptSpec {
+    pub group: String,
+    pub attempt: u32,
+    pub train_fn: i64,
+    pub params_json: String,
+    pub run_dir: PathBuf,
+    pub resume: Option<PathBuf>,
+    pub start_iteration: u64,
+    pub num_threads: u32,
+    pub ranks: Vec<RankPlacement>,
+    pub launcher: Launcher,
+    pub collective_timeout: Duration,
+    pub start_timeout: Duration,
+}
+
+/// A report that every rank has made: rank 0's metrics and checkpoint.
+#[derive(Debug)]
+pub(crate) struct GroupReport {
+    /// `training_iteration` of this report (counting iterations before a resume).
+    pub iteration: u64,
+    pub metrics_json: String,
+    pub checkpoint: String,
+}
+
+#[derive(Debug)]
+pub(crate) enum AttemptOutcome {
+    /// Every worker finished (perhaps because a report asked them to stop).
+    Completed {
+        train_seconds: f64,
+    },
+    Failed(WorkerFailure),
+}
+
+/// Decides each complete report: Ok(true) asks the run to stop; Err fails the attempt.
+pub(crate) type OnReport<'a> = dyn FnMut(GroupReport) -> Result<bool> + 'a;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_on_nodes_get_node_and_local_ranks() {
+        let hosts: Vec<String> = ["a", "b", "a", "b"].iter().map(|s| s.to_string()).collect();
+        let ranks = RankPlacement::from_nodes(&[7u64, 3, 7, 3], &hosts, &[]);
+        let got: Vec<(u32, u32, u32)> =
+            ranks.iter().map(|r| (r.node_rank, r.local_rank, r.local_world_size)).collect();
+        assert_eq!(got, vec![(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2)]);
+        assert_eq!(ranks[1].bind_host, "b");
+    }
+}

@@ -1,0 +1,90 @@
+//! The worker's link to its driver: blocking gRPC calls (join, report, finish) from the training
+//! thread, over a small runtime of its own, carrying the hub's token when it requires one.
+
+use std::time::Duration;
+
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::error::{Error, Result};
+use crate::proto::worker_hub_client::WorkerHubClient;
+use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey};
+use crate::rpc::AddToken;
+use crate::sys::build_id;
+use crate::worker::HUB_TOKEN_ENV;
+
+/// The worker's connection to its driver: blocking calls from the training thread.
+type HubClient = WorkerHubClient<InterceptedService<Channel, AddToken>>;
+
+pub(crate) struct DriverLink {
+    runtime: tokio::runtime::Runtime,
+    client: HubClient,
+    key: WorkerKey,
+}
+
+impl DriverLink {
+    fn call<T>(
+        &mut self,
+        what: &str,
+        f: impl AsyncFnOnce(&mut HubClient) -> std::result::Result<T, tonic::Status>,
+    ) -> Result<T> {
+        let client = &mut self.client;
+        self.runtime
+            .block_on(f(client))
+            .map_err(|s| Error::Protocol(format!("{what} (worker to driver): {}", s.message())))
+    }
+
+    /// Connects to the hub at `hub` (a URL) as the worker `key`.
+    pub(crate) fn connect(hub: &str, key: WorkerKey) -> Result<DriverLink> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
+        let endpoint = tonic::transport::Endpoint::from_shared(hub.to_owned())
+            .map_err(|e| Error::Protocol(format!("bad hub address {hub}: {e}")))?
+            .connect_timeout(Duration::from_secs(10));
+        let token = std::env::var(HUB_TOKEN_ENV).ok();
+        let auth = AddToken::bearer(token.as_deref())?;
+        let client = runtime
+            .block_on(endpoint.connect())
+            .map(|channel| WorkerHubClient::with_interceptor(channel, auth))
+            .map_err(|e| Error::Protocol(format!("cannot reach the driver at {hub}: {e}")))?;
+        Ok(DriverLink { runtime, client, key })
+    }
+
+    /// Joins the attempt with this rank's collective listener address; answered once every
+    /// rank has joined.
+    pub(crate) fn join(&mut self, collective_address: String) -> Result<JoinReply> {
+        let request = JoinRequest {
+            key: Some(self.key.clone()),
+            build_id: build_id::build_id().to_vec(),
+            pid: std::process::id(),
+            collective_address,
+            hostname: String::new(),
+        };
+        self.call("join", async |c| Ok(c.join(request).await?.into_inner()))
+    }
+
+    pub(crate) fn key(&self) -> &WorkerKey {
+        &self.key
+    }
+
+    /// The attempt of the run this worker belongs to.
+    pub(crate) fn attempt(&self) -> u32 {
+        self.key.attempt
+    }
+
+    pub(crate) fn report(
+        &mut self,
+        seq: u64,
+        metrics_json: String,
+        checkpoint: String,
+    ) -> Result<ReportReply> {
+        let request = ReportRequest { key: Some(self.key.clone()), seq, metrics_json, checkpoint };
+        self.call("report", async |c| Ok(c.report(request).await?.into_inner()))
+    }
+
+    pub(crate) fn finish(&mut self, request: FinishRequest) -> Result<()> {
+        self.call("finish", async |c| c.finish(request).await.map(drop))
+    }
+}
