@@ -5,18 +5,36 @@
 //! param space ──validate──▶ SearchSpace            (rtune-searchers: pure, seeded)
 //!   Searcher::suggest ──▶ Params ──▶ Tuner controller ◀── TrialScheduler decisions
 //!                                        │
-//!                    resource pool: request ─▶ reserve (gang) ─▶ release
+//!                    resource pool: request ─▶ reserve (gang) ─▶ release        ◀── cluster
 //!                                        │
-//!      worker group: N worker processes (same binary, rtune::init())     ◀── this crate: worker
-//!         rendezvous ─▶ process group (ring all-reduce over TCP)          ◀── collective
+//!      worker group: N worker processes (same binary, rtune::init())            ◀── group
+//!         rendezvous ─▶ process group (ring all-reduce over TCP)                ◀── collective
 //!                                        │
-//!      user train fn (own thread) ─▶ ctx.report(metrics, checkpoint)      ◀── train
+//!      user train fn (own thread) ─▶ ctx.report(metrics, checkpoint)            ◀── worker
 //!                                        │ worker protocol (gRPC)
-//!      run directory: params.json, result.json, progress.csv, checkpoints ◀── storage
+//!      run directory: params.json, result.json, progress.csv, checkpoints       ◀── storage
 //! ```
 //!
-//! Modules in pipeline order. `init()` must be the first line of `main` in any binary that
-//! trains: worker processes are that binary started again.
+//! # Layers
+//!
+//! Imports point down only (checked by `tests/layers.rs`); a lower layer tells a higher one what
+//! happened through a return value, a callback or a channel it defines itself.
+//!
+//! ```text
+//! 6  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
+//! 5  group       driver side of a worker group: attempt state machine, launching, logs, hub
+//! 4  cluster     resource pool, head, node agents, client   │  worker   the worker process:
+//!                                                           │           init, TrainContext, link
+//! 3  storage     result files, checkpoint folders
+//! 2  config      run settings │ metrics  reports │ rpc  gRPC plumbing │ data  shipped data sets
+//! 1  error       the one error type
+//! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
+//!    sys         supervised processes, build id │ proto  generated wire types
+//! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
+//! ```
+//!
+//! `init()` must be the first line of `main` in any binary that trains: worker processes are
+//! that binary started again.
 
 pub mod cluster;
 pub mod collective;

@@ -2,7 +2,7 @@
 //! something the user wrote (a bound, a sweep-file key, a metric name) comes back as one of
 //! these variants, naming what was wrong, where, and what would be right. Nothing here panics.
 
-use crate::trial::TrialId;
+use crate::id::TrialId;
 
 /// Crate-wide result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -42,6 +42,7 @@
 //! lives in the `rtune` crate, not here.
 
 pub mod error;
+mod id;
 pub mod metrics;
 pub mod params;
 pub mod rng;

@@ -1,8 +1,7 @@
 //! The pool's one error type. Every variant is something a caller can cause (a bad request, an
 //! unknown id, a request the cluster can never hold) and says what was wrong and what would be right.
 
-use super::node::NodeId;
-use super::request::{PgId, Strategy};
+use super::ids::{NodeId, PgId, Strategy};
 
 /// Result alias of the resource pool.
 pub type Result<T, E = PoolError> = std::result::Result<T, E>;

@@ -78,6 +78,7 @@
 //! placement attempts. One placement attempt is O(nodes × bundles).
 
 mod error;
+mod ids;
 mod invariants;
 mod node;
 mod place;

@@ -1,21 +1,9 @@
 //! Nodes as the caller describes them: an id, an address and the resources they offer.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
+pub use super::ids::NodeId;
 use super::resources::Resources;
-
-/// Identifies a node for the lifetime of the pool (a dead node keeps its id and may rejoin).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct NodeId(pub u64);
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// What a node offers. GPUs must be a whole number; the node's devices get ids `0..gpu`, which
 /// are the indices a worker sees in `CUDA_VISIBLE_DEVICES`.

@@ -1,49 +1,10 @@
 //! Placement groups as the caller sees them: what is asked for and where it was put.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
-use super::node::NodeId;
+use super::ids::NodeId;
+pub use super::ids::{PgId, Strategy};
 use super::resources::Resources;
-
-/// Identifies a placement group. Ids are never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct PgId(pub u64);
-
-impl fmt::Display for PgId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// How the bundles of a group may be laid out over nodes (Ray's placement strategies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Strategy {
-    /// As few nodes as possible, best effort: one node when some node holds everything,
-    /// otherwise spill over onto more nodes.
-    Pack,
-    /// Distinct nodes, best effort: one bundle per node when enough nodes have room, otherwise
-    /// nodes are shared as evenly as possible.
-    Spread,
-    /// All bundles on one node, or not at all.
-    StrictPack,
-    /// Every bundle on a different node, or not at all.
-    StrictSpread,
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Strategy::Pack => "PACK",
-            Strategy::Spread => "SPREAD",
-            Strategy::StrictPack => "STRICT_PACK",
-            Strategy::StrictSpread => "STRICT_SPREAD",
-        })
-    }
-}
 
 /// A request for a placement group: one bundle per worker, reserved all together or not at all.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,268 @@
+//! The layout rule, checked: imports point one way.
+//!
+//! * rtune's top-level modules sit in the layers of [`LAYERS`]; a module may import modules of
+//!   lower layers only (its own submodules aside). A new module must be given a layer here.
+//! * Inside the `rtune-searchers` crate and inside `cluster::pool`, the modules import each other
+//!   without cycles (ids and errors at the bottom).
+//!
+//! References are read from the code (comments skipped): `crate::a`, `crate::{a, b::c}` and
+//! `super::` chains that climb to the crate root.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// rtune's modules, lowest layer first. Edit with the crate's top-level doc (`src/lib.rs`).
+const LAYERS: &[&[&str]] = &[
+    // Leaves: no rtune imports at all.
+    &["collective", "outcome", "sys", "proto"],
+    // One error type for everything above (it carries a failed run's `outcome`).
+    &["error"],
+    // Plain settings, reports and plumbing.
+    &["config", "metrics", "rpc", "data"],
+    // Files on disk: result files, checkpoint folders.
+    &["storage"],
+    // Execution: the resource pool and its head/node agents; the worker process side.
+    &["cluster", "worker"],
+    // The driver side of a worker group: attempts, launching, logs, the hub.
+    &["group"],
+    // Ray Train: TorchTrainer and its run loop.
+    &["train"],
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module path of a file under a crate's `src`: `cluster/pool/ids.rs` → [cluster, pool,
+/// ids]; `cluster/mod.rs` → [cluster].
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap();
+    let mut parts: Vec<String> =
+        rel.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+fn ident_at(text: &str) -> String {
+    text.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
+}
+
+/// The first path segment of every path in a `{a::b, c, d::{e, f}}` group that starts `text`.
+fn group_heads(text: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let (mut depth, mut expect) = (0, true);
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => {
+                depth += 1;
+                expect = depth == 1;
+            }
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            ',' if depth == 1 => expect = true,
+            c if expect && depth == 1 && (c.is_alphanumeric() || c == '_') => {
+                heads.push(ident_at(&text[i..]));
+                expect = false;
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// Absolute module paths this file's code refers to, cut to `depth` segments below the crate.
+fn references(src: &Path, file: &Path) -> BTreeSet<Vec<String>> {
+    let module = module_path(src, file);
+    let mut refs = BTreeSet::new();
+    let text = std::fs::read_to_string(file).unwrap();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::").or_else(|| rest.find("super::")) {
+            let (base, after) = if rest[at..].starts_with("crate::") {
+                (Vec::new(), &rest[at + "crate::".len()..])
+            } else {
+                // `super::super::x` climbs one module per `super` (from a file's module).
+                let mut base = module.clone();
+                let mut after = &rest[at..];
+                while let Some(next) = after.strip_prefix("super::") {
+                    base.pop();
+                    after = next;
+                }
+                (base, after)
+            };
+            // Skip `crate::` inside longer identifiers (e.g. `rtune_crate::`).
+            let standalone =
+                at == 0 || !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+            if standalone {
+                let heads =
+                    if after.starts_with('{') { group_heads(after) } else { vec![ident_at(after)] };
+                for head in heads.into_iter().filter(|h| !h.is_empty() && h != "self") {
+                    let mut path = base.clone();
+                    path.push(head);
+                    refs.insert(path);
+                }
+            }
+            rest = &rest[at + 6..];
+        }
+    }
+    refs
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+#[test]
+fn rtune_modules_import_only_lower_layers() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let module = module_path(&src, file);
+        let Some(top) = module.first().filter(|m| !["lib", "main"].contains(&m.as_str())) else {
+            continue;
+        };
+        let Some(own) = layer_of(top) else {
+            wrong.push(format!("{}: module `{top}` has no layer in LAYERS", file.display()));
+            continue;
+        };
+        for target in references(&src, file) {
+            let Some(to) = target.first().filter(|t| *t != top) else { continue };
+            if to.starts_with(char::is_uppercase) {
+                wrong.push(format!(
+                    "{}: `crate::{to}` goes through the crate root; import it from its module",
+                    file.display()
+                ));
+                continue;
+            }
+            match layer_of(to) {
+                Some(layer) if layer < own => {}
+                Some(layer) => wrong.push(format!(
+                    "{}: `{top}` (layer {own}) imports `{to}` (layer {layer}); imports point \
+                     down only: report upward through a trait or channel the lower layer defines",
+                    file.display()
+                )),
+                None => {
+                    wrong.push(format!("{}: `crate::{to}` is no module in LAYERS", file.display()))
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+}
+
+/// Edges between the modules directly under `dir` (files or folders), from their references to
+/// each other; `prefix` is the module path of `dir` in its crate.
+fn sibling_graph(src: &Path, dir: &Path, skip: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let prefix = module_path(src, &dir.join("mod.rs"));
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let module = module_path(src, file);
+        let Some(me) = module.get(prefix.len()).cloned() else { continue };
+        if skip.contains(&me.as_str()) {
+            continue;
+        }
+        let edges = graph.entry(me.clone()).or_default();
+        for target in references(src, file) {
+            if target.len() > prefix.len()
+                && target[..prefix.len()] == prefix[..]
+                && target[prefix.len()] != me
+                && !skip.contains(&target[prefix.len()].as_str())
+            {
+                edges.insert(target[prefix.len()].clone());
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle in `graph`, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == node) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn searchers_modules_have_no_cycles() {
+    let src = root().join("searchers/src");
+    let graph = sibling_graph(&src, &src, &["lib"]);
+    assert!(graph.contains_key("trial") && graph.contains_key("error"), "{graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("rtune-searchers modules import each other in a cycle: {}", cycle.join(" → "));
+    }
+}
+
+#[test]
+fn pool_modules_have_no_cycles() {
+    let src = root().join("src");
+    // `mod.rs` is the pool itself (its children implement it); tests may use everything.
+    let graph = sibling_graph(&src, &src.join("cluster/pool"), &["mod", "tests", "proptests"]);
+    assert!(graph.contains_key("error") && graph.contains_key("ids"), "{graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("cluster::pool modules import each other in a cycle: {}", cycle.join(" → "));
+    }
+}
+
+/// The checker itself finds what it must: a cycle, and an upward import.
+#[test]
+fn the_checks_can_fail() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("error".to_owned(), BTreeSet::from(["trial".to_owned()])),
+        ("trial".to_owned(), BTreeSet::from(["metrics".to_owned()])),
+        ("metrics".to_owned(), BTreeSet::from(["error".to_owned()])),
+    ]
+    .into();
+    assert_eq!(find_cycle(&graph).unwrap(), ["error", "trial", "metrics", "error"]);
+    let dir = std::env::temp_dir().join(format!("rtune_layers_{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("storage")).unwrap();
+    let file = dir.join("storage/mod.rs");
+    std::fs::write(&file, "use crate::{error::Result, train::TorchTrainer};\nfn f() { super::group::x(); }\n// crate::cluster\n").unwrap();
+    let refs: Vec<String> = references(&dir, &file).into_iter().map(|p| p.join("::")).collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(refs, ["error", "group", "train"]);
+    assert!(layer_of("train") > layer_of("storage"));
+}
