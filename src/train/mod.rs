@@ -7,6 +7,7 @@
 //! result.json / progress.csv), so the history holds every iteration exactly once.
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
+mod record;
 mod trainer;
 
 pub use crate::config::{

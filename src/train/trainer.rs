@@ -1,25 +1,21 @@
-//! `TorchTrainer` and the run loop around worker-group attempts.
+//! `TorchTrainer` and the run loop around worker-group attempts: where a run goes (the local
+//! machine or a head's cluster), one attempt after another, and what `fit` returns. What the
+//! driver records of the run is `record`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use rtune_searchers::{Params, Value};
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
-use crate::config::{CheckpointConfig, RunConfig, ScalingConfig};
+use crate::config::{RunConfig, ScalingConfig};
 use crate::error::{Error, Result};
 use crate::group::hub::Hub;
-use crate::group::{
-    AttemptOutcome, AttemptSpec, GroupReport, Launcher, RankPlacement, run_attempt,
-};
-use crate::metrics::{Metrics, from_wire, number_or_tag};
-use crate::outcome::Checkpoint;
-use crate::outcome::TrainResult;
-use crate::outcome::WorkerFailure;
-use crate::storage::checkpoint::{self, Fence};
-use crate::storage::unix_time;
-use crate::storage::{self, ResultFiles, Row};
+use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, run_attempt};
+use crate::outcome::{Checkpoint, TrainResult};
+use crate::storage::{self, ResultFiles, unix_time};
+use crate::train::record::RunState;
 use crate::worker::TrainFn;
 
 /// A distributed training run of `train_fn` on a group of worker processes (Ray's
@@ -338,200 +334,4 @@ impl Placement {
             eprintln!("rtune: releasing placement group {pg}: {e}");
         }
     }
-}
-
-/// The driver's record of a run: kept reports and checkpoints, and the result files.
-struct RunState {
-    run_dir: PathBuf,
-    files: ResultFiles,
-    history: Vec<(Metrics, Row)>,
-    /// Recorded checkpoints, oldest first, with the metrics they were reported with.
-    checkpoints: Vec<(Checkpoint, Metrics)>,
-    config: CheckpointConfig,
-    /// time_total_s carried over from before the current attempt.
-    time_offset: f64,
-    attempt: u32,
-    attempt_started: Instant,
-    last_report: Instant,
-    verbose: bool,
-    stop: std::collections::BTreeMap<String, f64>,
-}
-
-impl RunState {
-    fn new(run_dir: &Path, run: &RunConfig) -> Self {
-        RunState {
-            run_dir: run_dir.to_owned(),
-            files: ResultFiles::new(run_dir),
-            history: Vec::new(),
-            checkpoints: Vec::new(),
-            config: run.checkpoint_config.clone(),
-            time_offset: 0.0,
-            attempt: 0,
-            attempt_started: Instant::now(),
-            last_report: Instant::now(),
-            verbose: run.verbose,
-            stop: run.stop.clone(),
-        }
-    }
-
-    /// Fences the run directory for `attempt`: from now on only its workers may commit.
-    fn begin_attempt(&mut self, attempt: u32) -> Result<()> {
-        checkpoint::set_fence(&self.run_dir, Fence::Open(attempt))?;
-        self.attempt = attempt;
-        self.attempt_started = Instant::now();
-        self.last_report = self.attempt_started;
-        Ok(())
-    }
-
-    /// The run is over, completed or failed for good: nothing may commit any more, and
-    /// checkpoints that were written but never recorded (by the last, failed attempt, or a
-    /// straggler of an earlier one) go, so none can be taken for a real one.
-    fn end(&mut self) -> Result<()> {
-        checkpoint::set_fence(&self.run_dir, Fence::Closed)?;
-        let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
-        checkpoint::sweep_unrecorded(&self.run_dir, &kept)
-    }
-
-    /// Records one complete report: appends it to the files, keeps its checkpoint, drops old
-    /// ones. Asks the run to stop when a `RunConfig::stop` criterion is met.
-    fn record(&mut self, report: GroupReport) -> Result<bool> {
-        let checkpoint = match report.checkpoint.as_str() {
-            "" => None,
-            name => Some(self.recorded_checkpoint(name)?),
-        };
-        let mut metrics = from_wire(&report.metrics_json)?;
-        let now = Instant::now();
-        let iteration = report.iteration;
-        metrics.insert("training_iteration".into(), iteration as f64);
-        metrics.insert(
-            "time_total_s".into(),
-            self.time_offset + (now - self.attempt_started).as_secs_f64(),
-        );
-        metrics.insert("time_this_iter_s".into(), (now - self.last_report).as_secs_f64());
-        metrics.insert("timestamp".into(), unix_time().floor());
-        self.last_report = now;
-        let mut row: Row = metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
-        if !report.checkpoint.is_empty() {
-            row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
-        }
-        self.files.append(row.clone())?;
-        if self.verbose {
-            println!("{}", progress_line(&metrics, &report.checkpoint));
-        }
-        if let Some(ck) = checkpoint {
-            self.checkpoints.push((ck, metrics.clone()));
-            self.prune_checkpoints()?;
-        }
-        let stop = self.stop.iter().any(|(name, &at)| metrics.get(name).is_some_and(|&v| v >= at));
-        self.history.push((metrics, row));
-        Ok(stop)
-    }
-
-    /// The checkpoint a report names, once it is known to be this attempt's own (the fence
-    /// makes that hold; checked so that a broken fence can never get one recorded).
-    fn recorded_checkpoint(&self, name: &str) -> Result<Checkpoint> {
-        let ck = Checkpoint::from_directory(self.run_dir.join(name))?;
-        let by = ck.metadata()?.attempt;
-        if by != self.attempt {
-            return Err(Error::Checkpoint {
-                path: ck.path().to_owned(),
-                message: format!(
-                    "reported by attempt {} but written by attempt {by}",
-                    self.attempt
-                ),
-            });
-        }
-        Ok(ck)
-    }
-
-    fn score(&self, metrics: &Metrics) -> f64 {
-        let sign = self.config.score_order.sign();
-        match &self.config.score_attribute {
-            Some(attr) => match metrics.get(attr) {
-                Some(v) if v.is_finite() => sign * v,
-                _ => f64::NEG_INFINITY,
-            },
-            None => metrics.get("training_iteration").copied().unwrap_or(0.0),
-        }
-    }
-
-    /// The kept checkpoints, best first.
-    fn ranked(&self) -> Vec<(Checkpoint, Metrics)> {
-        let mut ranked = self.checkpoints.clone();
-        ranked.sort_by(|a, b| self.score(&b.1).total_cmp(&self.score(&a.1)));
-        ranked
-    }
-
-    fn prune_checkpoints(&mut self) -> Result<()> {
-        let Some(keep) = self.config.num_to_keep else { return Ok(()) };
-        let latest = self.checkpoints.last().map(|(c, _)| c.clone());
-        let ranked = self.ranked();
-        let doomed: Vec<Checkpoint> = ranked
-            .into_iter()
-            .skip(keep)
-            .map(|(c, _)| c)
-            .filter(|c| Some(c) != latest.as_ref())
-            .collect();
-        for ck in &doomed {
-            std::fs::remove_dir_all(ck.path()).map_err(|e| Error::io(ck.path(), e))?;
-        }
-        self.checkpoints.retain(|(c, _)| !doomed.contains(c));
-        Ok(())
-    }
-
-    /// After a failure: forget reports made after the latest checkpoint, rewrite the result
-    /// files, clear half-written checkpoints, and return the checkpoint to resume from.
-    fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
-        let latest = self.checkpoints.last().cloned();
-        let keep_until = latest
-            .as_ref()
-            .map_or(0.0, |(_, m)| m.get("training_iteration").copied().unwrap_or(0.0));
-        self.history
-            .retain(|(m, _)| m.get("training_iteration").copied().unwrap_or(0.0) <= keep_until);
-        self.time_offset =
-            self.history.last().and_then(|(m, _)| m.get("time_total_s").copied()).unwrap_or(0.0);
-        self.files.rewrite(self.history.iter().map(|(_, row)| row.clone()).collect())?;
-        let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
-        checkpoint::sweep_unrecorded(&self.run_dir, &kept)?;
-        Ok(latest.map(|(c, _)| c))
-    }
-
-    fn into_result(
-        self,
-        path: PathBuf,
-        error: Option<String>,
-        failures: Vec<WorkerFailure>,
-        train_loop_seconds: f64,
-    ) -> TrainResult {
-        let best_checkpoints = self.ranked();
-        TrainResult {
-            metrics: self.history.last().map(|(m, _)| m.clone()),
-            checkpoint: self.checkpoints.last().map(|(c, _)| c.clone()),
-            best_checkpoints,
-            error,
-            path,
-            metrics_history: self.history.into_iter().map(|(m, _)| m).collect(),
-            failures,
-            fit_seconds: 0.0,
-            train_loop_seconds,
-        }
-    }
-}
-
-/// `iter 3 (1.2s)  loss=0.1490  val_acc=0.9703  [checkpoint_000003]`
-fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
-    let mut line = format!(
-        "iter {} ({:.1}s)",
-        metrics.get("training_iteration").copied().unwrap_or(0.0),
-        metrics.get("time_total_s").copied().unwrap_or(0.0)
-    );
-    for (name, value) in metrics {
-        if !crate::metrics::AUTO_METRICS.contains(&name.as_str()) {
-            line.push_str(&format!("  {name}={value:.4}"));
-        }
-    }
-    if !checkpoint.is_empty() {
-        line.push_str(&format!("  [{checkpoint}]"));
-    }
-    line
 }
