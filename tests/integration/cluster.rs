@@ -104,6 +104,13 @@ impl Cluster {
         Ok(serde_json::from_slice(&out.stdout)?)
     }
 
+    /// The nodes' ids as `rtune status` prints them, in node order.
+    fn node_ids(&self) -> Result<Vec<String>> {
+        let status = self.status()?;
+        let nodes = status["nodes"].as_array().context("nodes")?;
+        Ok(nodes.iter().map(|n| n["id"].to_string()).collect())
+    }
+
     fn alive_nodes(&self) -> Result<usize> {
         let status = self.status()?;
         let nodes = status["nodes"].as_array().context("nodes")?;
@@ -210,12 +217,7 @@ pub fn strict_spread_puts_one_worker_on_each_node() -> Result<()> {
 pub fn killed_node_agent_fails_over_to_the_other_node() -> Result<()> {
     let mut cluster = Cluster::start(None)?;
     let pids = [cluster.add_node(&["--num-cpus", "2"])?, cluster.add_node(&["--num-cpus", "2"])?];
-    let ids: Vec<String> = cluster.status()?["nodes"]
-        .as_array()
-        .context("nodes")?
-        .iter()
-        .map(|n| n["id"].to_string())
-        .collect();
+    let ids = cluster.node_ids()?;
     let dir = tempfile::tempdir()?;
     let run_dir = dir.path().join("failover");
     let trainer = TorchTrainer::new(record_node)
@@ -316,12 +318,7 @@ fn free_cpu(status: &serde_json::Value, node: &str) -> Result<f64> {
 pub fn node_loss_kills_survivors_and_the_retry_waits_for_capacity() -> Result<()> {
     let mut cluster = Cluster::start(None)?;
     let pids = [cluster.add_node(&["--num-cpus", "1"])?, cluster.add_node(&["--num-cpus", "1"])?];
-    let ids: Vec<String> = cluster.status()?["nodes"]
-        .as_array()
-        .context("nodes")?
-        .iter()
-        .map(|n| n["id"].to_string())
-        .collect();
+    let ids = cluster.node_ids()?;
     let dir = tempfile::tempdir()?;
     let run_dir = dir.path().join("shrunk");
     let trainer = TorchTrainer::new(hang_on_request)

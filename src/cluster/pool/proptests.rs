@@ -166,6 +166,14 @@ fn check_status(
     Ok(())
 }
 
+/// The reserved groups with a bundle on `node`, by id.
+fn groups_on(status: &PoolStatus, node: NodeId) -> Vec<PgId> {
+    let on_node = |g: &&GroupStatus| {
+        g.bundles.iter().any(|b| b.placement.as_ref().is_some_and(|p| p.node == node))
+    };
+    status.groups.iter().filter(on_node).map(|g| g.id).collect()
+}
+
 fn apply(
     pool: &mut Pool,
     model: &mut Model,
@@ -216,14 +224,7 @@ fn apply(
                 let lost =
                     pool.mark_node_dead(id).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 // Exactly the reserved groups with a bundle on the node are lost.
-                let want: Vec<PgId> = before
-                    .groups
-                    .iter()
-                    .filter(|g| {
-                        g.bundles.iter().any(|b| b.placement.as_ref().is_some_and(|p| p.node == id))
-                    })
-                    .map(|g| g.id)
-                    .collect();
+                let want = groups_on(&before, id);
                 prop_assert_eq!(&lost, &want);
                 for pg in lost {
                     model.requests.remove(&pg);
@@ -236,14 +237,7 @@ fn apply(
                 let hit = pool
                     .mark_node_dead_keeping_survivors(id)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                let want: Vec<PgId> = before
-                    .groups
-                    .iter()
-                    .filter(|g| {
-                        g.bundles.iter().any(|b| b.placement.as_ref().is_some_and(|p| p.node == id))
-                    })
-                    .map(|g| g.id)
-                    .collect();
+                let want = groups_on(&before, id);
                 prop_assert_eq!(&hit, &want);
                 // They stay in the model: they must still be released.
                 for pg in hit {
