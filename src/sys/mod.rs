@@ -6,14 +6,15 @@ pub(crate) mod build_id;
 
 use std::os::unix::process::CommandExt;
 use std::process::ExitStatus;
+use std::sync::{Mutex, mpsc};
 
 use tokio::sync::oneshot;
 
-/// Spawns `command` as a worker process that dies with the thread that spawned it
-/// (`PR_SET_PDEATHSIG = SIGKILL`: a driver's or node agent's workers never outlive it), and
-/// hands its exit to `on_exit`. The returned sender kills it; dropping the sender kills it too.
-/// Also returns its stdout and stderr when the command piped them.
-/// Call from the thread that lives as long as the workers should (the runtime's `block_on`).
+/// Spawns `command` as a worker process that dies with this process (`PR_SET_PDEATHSIG =
+/// SIGKILL`: a driver's or node agent's workers never outlive it), and hands its exit to
+/// `on_exit`. The returned sender kills it; dropping the sender kills it too. Also returns its
+/// stdout and stderr when the command piped them. Call inside a tokio runtime, from any thread:
+/// the fork happens on the spawner thread (see [`fork_on_spawner`]).
 pub(crate) fn spawn_supervised(
     mut command: std::process::Command,
     on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
@@ -27,7 +28,8 @@ pub(crate) fn spawn_supervised(
             Ok(())
         });
     }
-    let mut child = tokio::process::Command::from(command).kill_on_drop(true).spawn()?;
+    let mut child = fork_on_spawner(command, tokio::runtime::Handle::current())?;
+    let pid = child.id();
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let (kill, killed) = oneshot::channel::<()>();
     tokio::spawn(async move {
@@ -40,13 +42,97 @@ pub(crate) fn spawn_supervised(
         };
         on_exit(status);
     });
-    Ok(Supervised { kill, stdout, stderr })
+    Ok(Supervised { kill, pid, stdout, stderr })
+}
+
+type SpawnRequest = (
+    std::process::Command,
+    tokio::runtime::Handle,
+    mpsc::Sender<std::io::Result<tokio::process::Child>>,
+);
+
+/// The spawner thread's inbox, started on first use.
+static SPAWNER: Mutex<Option<mpsc::Sender<SpawnRequest>>> = Mutex::new(None);
+
+/// Forks `command` on the spawner thread, registered with the runtime of `handle`.
+///
+/// PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process. A
+/// fork on a caller's thread, a runtime worker or a blocking-pool thread (which tokio retires
+/// when idle) would kill the workers with that thread; the spawner thread lives as long as the
+/// process, so workers die with the process and nothing else.
+fn fork_on_spawner(
+    command: std::process::Command,
+    handle: tokio::runtime::Handle,
+) -> std::io::Result<tokio::process::Child> {
+    let inbox = {
+        let mut spawner = SPAWNER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &*spawner {
+            Some(inbox) => inbox.clone(),
+            None => {
+                let (inbox, requests) = mpsc::channel::<SpawnRequest>();
+                std::thread::Builder::new().name("rtune-spawner".into()).spawn(move || {
+                    for (command, handle, reply) in requests {
+                        let _runtime = handle.enter();
+                        let child =
+                            tokio::process::Command::from(command).kill_on_drop(true).spawn();
+                        let _ = reply.send(child);
+                    }
+                })?;
+                spawner.insert(inbox).clone()
+            }
+        }
+    };
+    let (reply, answer) = mpsc::channel();
+    let gone = || std::io::Error::other("the rtune-spawner thread is gone");
+    inbox.send((command, handle, reply)).map_err(|_| gone())?;
+    answer.recv().map_err(|_| gone())?
 }
 
 /// A supervised worker process.
 pub(crate) struct Supervised {
     /// Send (or drop) to kill it.
     pub kill: oneshot::Sender<()>,
+    pub pid: Option<u32>,
     pub stdout: Option<tokio::process::ChildStdout>,
     pub stderr: Option<tokio::process::ChildStderr>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alive(pid: u32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+        !matches!(state, None | Some('Z') | Some('X'))
+    }
+
+    /// A worker asked for by a thread that then exits keeps running (PR_SET_PDEATHSIG follows
+    /// the forking thread, so forking on the asker's thread would have killed it).
+    #[test]
+    fn workers_outlive_the_thread_that_started_them() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = runtime.handle().clone();
+        let (exited_tx, exited) = mpsc::channel();
+        let supervised = std::thread::spawn(move || {
+            let _runtime = handle.enter();
+            let mut command = std::process::Command::new("sleep");
+            command.arg("60");
+            spawn_supervised(command, move |status| drop(exited_tx.send(status))).unwrap()
+        })
+        .join()
+        .unwrap();
+        let pid = supervised.pid.unwrap();
+        // The asking thread is gone; a death signal tied to it is sent as it exits.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(alive(pid), "worker {pid} died with the thread that started it");
+        drop(supervised.kill);
+        let status = exited.recv_timeout(std::time::Duration::from_secs(30)).unwrap().unwrap();
+        assert!(!status.success(), "killed, not finished: {status:?}");
+        assert!(!alive(pid));
+    }
 }
