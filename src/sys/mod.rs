@@ -29,7 +29,6 @@ pub(crate) fn spawn_supervised(
         });
     }
     let mut child = fork_on_spawner(command, tokio::runtime::Handle::current())?;
-    let pid = child.id();
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let (kill, killed) = oneshot::channel::<()>();
     tokio::spawn(async move {
@@ -42,7 +41,7 @@ pub(crate) fn spawn_supervised(
         };
         on_exit(status);
     });
-    Ok(Supervised { kill, pid, stdout, stderr })
+    Ok(Supervised { kill, stdout, stderr })
 }
 
 type SpawnRequest = (
@@ -92,7 +91,6 @@ fn fork_on_spawner(
 pub(crate) struct Supervised {
     /// Send (or drop) to kill it.
     pub kill: oneshot::Sender<()>,
-    pub pid: Option<u32>,
     pub stdout: Option<tokio::process::ChildStdout>,
     pub stderr: Option<tokio::process::ChildStderr>,
 }
@@ -120,13 +118,23 @@ mod tests {
         let (exited_tx, exited) = mpsc::channel();
         let supervised = std::thread::spawn(move || {
             let _runtime = handle.enter();
-            let mut command = std::process::Command::new("sleep");
-            command.arg("60");
+            let mut command = std::process::Command::new("sh");
+            command.args(["-c", "echo $$; exec sleep 60"]).stdout(std::process::Stdio::piped());
             spawn_supervised(command, move |status| drop(exited_tx.send(status))).unwrap()
         })
         .join()
         .unwrap();
-        let pid = supervised.pid.unwrap();
+        let mut stdout = supervised.stdout.unwrap();
+        let pid: u32 = runtime.block_on(async {
+            use tokio::io::AsyncReadExt;
+            let mut text = String::new();
+            while !text.ends_with('\n') {
+                let mut byte = [0u8; 1];
+                stdout.read_exact(&mut byte).await.unwrap();
+                text.push(char::from(byte[0]));
+            }
+            text.trim().parse().unwrap()
+        });
         // The asking thread is gone; a death signal tied to it is sent as it exits.
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(alive(pid), "worker {pid} died with the thread that started it");
