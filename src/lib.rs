@@ -21,7 +21,8 @@
 //! happened through a return value, a callback or a channel it defines itself.
 //!
 //! ```text
-//! 6  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
+//! 7  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
+//! 6  driver      what every run of the process shares: one runtime, hubs, the local pool
 //! 5  group       driver side of a worker group: attempt state machine, launching, logs, hub
 //! 4  cluster     resource pool, head, node agents, client   │  worker   the worker process:
 //!                                                           │           init, TrainContext, link
@@ -40,6 +41,7 @@ pub mod cluster;
 pub mod collective;
 pub mod config;
 pub mod data;
+mod driver;
 pub mod error;
 mod group;
 pub mod metrics;

@@ -25,6 +25,8 @@ const LAYERS: &[&[&str]] = &[
     &["cluster", "worker"],
     // The driver side of a worker group: attempts, launching, logs, the hub.
     &["group"],
+    // What every run of the driver process shares: one runtime, hubs, the local pool.
+    &["driver"],
     // Ray Train: TorchTrainer and its run loop.
     &["train"],
 ];

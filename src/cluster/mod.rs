@@ -57,27 +57,39 @@ pub fn worker_bundle(scaling: &ScalingConfig) -> Resources {
     bundle
 }
 
-/// Reserves a placement group for `scaling` on a fresh one-node pool of `node`. A group that can
-/// never fit is a config error naming the resource, instead of a run that waits forever.
-pub fn reserve_local(node: NodeSpec, scaling: &ScalingConfig, label: &str) -> Result<Reservation> {
-    let mut pool = Pool::new();
-    let cluster_error = |e: pool::PoolError| {
-        Error::config(
-            "ScalingConfig",
-            format!(
-                "{e}; lower num_workers or resources_per_worker, or set RTUNE_NUM_CPUS / \
-                 RTUNE_NUM_GPUS if detection is wrong"
-            ),
-        )
-    };
-    pool.add_node(node).map_err(cluster_error)?;
-    let request = PlacementRequest::uniform(
+/// The placement request of a run's worker group: one bundle per worker.
+pub fn worker_request(scaling: &ScalingConfig, label: &str) -> PlacementRequest {
+    PlacementRequest::uniform(
         scaling.placement_strategy.into(),
         scaling.num_workers,
         worker_bundle(scaling),
     )
-    .label(label);
-    pool.request(request).map_err(cluster_error)?;
+    .label(label)
+}
+
+/// A pool of this one machine (the embedded default).
+pub fn local_pool(node: NodeSpec) -> Result<Pool> {
+    let mut pool = Pool::new();
+    pool.add_node(node).map_err(local_fit_error)?;
+    Ok(pool)
+}
+
+/// A worker group the local machine can never hold, as a config error saying what to change.
+pub fn local_fit_error(e: pool::PoolError) -> Error {
+    Error::config(
+        "ScalingConfig",
+        format!(
+            "{e}; lower num_workers or resources_per_worker, or set RTUNE_NUM_CPUS / \
+             RTUNE_NUM_GPUS if detection is wrong"
+        ),
+    )
+}
+
+/// Reserves a placement group for `scaling` on a fresh one-node pool of `node`. A group that can
+/// never fit is a config error naming the resource, instead of a run that waits forever.
+pub fn reserve_local(node: NodeSpec, scaling: &ScalingConfig, label: &str) -> Result<Reservation> {
+    let mut pool = local_pool(node)?;
+    pool.request(worker_request(scaling, label)).map_err(local_fit_error)?;
     pool.schedule().into_iter().next().ok_or_else(|| {
         Error::config("ScalingConfig", "the placement group does not fit the local machine")
     })

@@ -10,8 +10,8 @@ use rtune_searchers::{Params, Value};
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::config::{RunConfig, ScalingConfig};
+use crate::driver::{Driver, LocalReservation};
 use crate::error::{Error, Result};
-use crate::group::hub::Hub;
 use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, run_attempt};
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::storage::{self, ResultFiles, unix_time};
@@ -70,21 +70,19 @@ impl TorchTrainer {
         self.scaling.validate()?;
         self.run.validate()?;
         check_finite_params(&self.params)?;
+        let driver = Driver::get()?;
         // Placement first: a group that can never fit the local machine is a config error,
-        // before any file exists (a cluster answers that when asked to reserve).
+        // before any file exists (a cluster answers that when asked to reserve). On the local
+        // machine this waits while other runs of this process hold what the group needs.
         let target = match self.run.resolved_cluster() {
-            None => Target::Local(self.place_locally()?),
+            None => driver.block_on(self.place_locally(driver))?,
             Some((address, token)) => Target::Cluster { address, token },
         };
         let run_dir = self.make_run_dir()?;
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
-        let mut result = runtime.block_on(self.run_attempts(run_dir, params_json, target))?;
+        let mut result =
+            driver.block_on(self.run_attempts(driver, run_dir, params_json, target))?;
         result.fit_seconds = started.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
@@ -114,17 +112,20 @@ impl TorchTrainer {
         Ok(run_dir)
     }
 
-    /// Reserves the worker group's resources on the embedded one-node cluster.
-    fn place_locally(&self) -> Result<Vec<RankPlacement>> {
-        let node = crate::cluster::local_node()?;
-        let reservation = crate::cluster::reserve_local(node, &self.scaling, "TorchTrainer")?;
+    /// Reserves the worker group's resources in the process's shared local pool.
+    async fn place_locally(&self, driver: &'static Driver) -> Result<Target> {
+        let label = self.run.name.as_deref().unwrap_or("TorchTrainer");
+        let held = driver.reserve_local(&self.scaling, label).await?;
+        let reservation = held.reservation();
         let nodes: Vec<u64> = reservation.bundles.iter().map(|b| b.node.0).collect();
         let hosts = vec!["127.0.0.1".to_owned(); nodes.len()];
-        Ok(RankPlacement::from_nodes(&nodes, &hosts, &devices_of(&reservation)))
+        let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices_of(reservation));
+        Ok(Target::Local(ranks, held))
     }
 
     async fn run_attempts(
         &self,
+        driver: &Driver,
         run_dir: PathBuf,
         params_json: String,
         target: Target,
@@ -132,13 +133,13 @@ impl TorchTrainer {
         // On a cluster the hub is reachable from other hosts: only this run's workers may call
         // it, with the cluster token (or a token of its own when the cluster has none).
         let hub_token = match &target {
-            Target::Local(_) => None,
+            Target::Local(..) => None,
             Target::Cluster { token, .. } => {
                 Some(token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::rpc::new_token))
             }
         };
         let mut placement = match target {
-            Target::Local(ranks) => Placement::Local(ranks),
+            Target::Local(ranks, held) => Placement::Local { ranks, _held: held },
             Target::Cluster { address, token } => {
                 let mut client = client::connect_head(&address, token.as_deref()).await?;
                 let label = run_dir.display().to_string();
@@ -164,7 +165,7 @@ impl TorchTrainer {
                 }
             }
         };
-        let hub = Hub::start((placement.hub_ip().await?, 0).into(), hub_token).await?;
+        let hub = driver.hub(placement.hub_ip().await?, hub_token).await?;
         let mut run = RunState::new(&run_dir, &self.run);
         let mut resume = self.resume.clone();
         let mut start_iteration = match &resume {
@@ -261,16 +262,21 @@ fn devices_of(reservation: &crate::cluster::pool::Reservation) -> Vec<Option<Str
         .collect()
 }
 
-/// Where `fit` was told to run: the local machine (already placed) or a head's cluster.
+/// Where `fit` was told to run: the local machine (already placed, held until the run ends) or
+/// a head's cluster.
 enum Target {
-    Local(Vec<RankPlacement>),
+    Local(Vec<RankPlacement>, LocalReservation),
     Cluster { address: String, token: Option<String> },
 }
 
 /// Where a run's workers go: the embedded one-machine cluster, or a head's cluster (reserved
 /// per attempt, so a group that lost a node is placed again on the nodes left).
 enum Placement {
-    Local(Vec<RankPlacement>),
+    Local {
+        ranks: Vec<RankPlacement>,
+        /// Released in the shared local pool when the run ends.
+        _held: LocalReservation,
+    },
     Cluster {
         address: String,
         client: Box<Client>,
@@ -287,7 +293,7 @@ impl Placement {
     /// (tokio's connect resolves the name on its blocking pool, so no runtime thread waits.)
     async fn hub_ip(&self) -> Result<std::net::IpAddr> {
         match self {
-            Placement::Local(_) => Ok([127, 0, 0, 1].into()),
+            Placement::Local { .. } => Ok([127, 0, 0, 1].into()),
             Placement::Cluster { address, .. } => {
                 let stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
                     .await
@@ -301,7 +307,7 @@ impl Placement {
 
     async fn for_attempt(&mut self, attempt: u32) -> Result<(Vec<RankPlacement>, Launcher)> {
         match self {
-            Placement::Local(ranks) => Ok((ranks.clone(), Launcher::Local)),
+            Placement::Local { ranks, .. } => Ok((ranks.clone(), Launcher::Local)),
             Placement::Cluster { client, request, options, held, .. } => {
                 if held.is_none() {
                     // A group larger than the cluster is a config error at the start; after a

@@ -35,6 +35,10 @@ fn main() {
             trainer::sigkilled_worker_resumes_from_checkpoint,
         ),
         test(
+            "trainer::concurrent_fits_share_the_machine",
+            trainer::concurrent_fits_share_the_machine,
+        ),
+        test(
             "trainer::unrecorded_checkpoints_go_when_the_run_fails",
             trainer::unrecorded_checkpoints_go_when_the_run_fails,
         ),

@@ -257,6 +257,53 @@ pub fn unrecorded_checkpoints_go_when_the_run_fails() -> Result<()> {
     Ok(())
 }
 
+/// Appends `start NAME` and, half a second later, `end NAME` to the file named by `events`.
+fn mark_start_and_end(ctx: &mut TrainContext) -> Result<()> {
+    use std::io::Write;
+    let events = ctx.params().get::<String>("events")?;
+    let name = ctx.params().get::<String>("name")?;
+    let mark = |what: &str| -> Result<()> {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&events)?;
+        Ok(f.write_all(format!("{what} {name}\n").as_bytes())?)
+    };
+    mark("start")?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    mark("end")?;
+    ctx.report([("done", 1.0)], None).map_err(Into::into)
+}
+
+/// Two fits at once in one process, each asking for the whole machine, share one pool: the
+/// second waits until the first has released (judged from the order of their events, not from
+/// timing). With a pool per fit both would believe they own the machine and overlap.
+pub fn concurrent_fits_share_the_machine() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let events = dir.path().join("events");
+    let cpus = rtune::cluster::local_node()?.resources.cpu;
+    let fit = |name: &'static str| {
+        let trainer = TorchTrainer::new(mark_start_and_end)
+            .train_loop_config(
+                Params::new().with("events", events.display().to_string()).with("name", name),
+            )
+            .scaling(
+                ScalingConfig::workers(1).resources_per_worker([("CPU".to_string(), cpus)].into()),
+            )
+            .run_config(RunConfig::new(name).storage_path(dir.path()));
+        std::thread::spawn(move || trainer.fit())
+    };
+    let (a, b) = (fit("a"), fit("b"));
+    for run in [a, b] {
+        run.join().map_err(|_| anyhow::anyhow!("fit panicked"))??;
+    }
+    let text = std::fs::read_to_string(&events)?;
+    let order: Vec<&str> = text.lines().collect();
+    ensure!(
+        order == ["start a", "end a", "start b", "end b"]
+            || order == ["start b", "end b", "start a", "end a"],
+        "the runs overlapped on one machine: {order:?}"
+    );
+    Ok(())
+}
+
 /// Records its pid, then rank 1 panics at its third report.
 fn train_and_panic(ctx: &mut TrainContext) -> Result<()> {
     std::fs::write(
