@@ -27,8 +27,11 @@ pub(crate) struct Driver {
     runtime: tokio::runtime::Runtime,
     local: LocalPool,
     /// One hub per (address, token): local runs share the loopback one.
-    hubs: tokio::sync::Mutex<HashMap<(IpAddr, Option<String>), Arc<Hub>>>,
+    hubs: tokio::sync::Mutex<HashMap<HubKey, Arc<Hub>>>,
 }
+
+/// The address a hub serves on and the token it requires.
+type HubKey = (IpAddr, Option<String>);
 
 impl Driver {
     /// The process's driver, made on first use.
