@@ -21,6 +21,7 @@
 //! happened through a return value, a callback or a channel it defines itself.
 //!
 //! ```text
+//! 8  tune        Tuner: the controller (a synchronous core today; its shell comes next)
 //! 7  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
 //! 6  driver      what every run of the process shares: one runtime, hubs, the local pool
 //! 5  group       driver side of a worker group: attempt state machine, launching, logs, hub
@@ -50,6 +51,7 @@ mod rpc;
 pub mod storage;
 mod sys;
 pub mod train;
+pub mod tune;
 mod worker;
 
 pub(crate) mod proto {

@@ -29,6 +29,8 @@ const LAYERS: &[&[&str]] = &[
     &["driver"],
     // Ray Train: TorchTrainer and its run loop.
     &["train"],
+    // Ray Tune: sweeps of trainers.
+    &["tune"],
 ];
 
 fn root() -> PathBuf {

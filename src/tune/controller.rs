@@ -1,0 +1,622 @@
+//! The Tuner's controller as a synchronous state machine: [`Controller::step`] takes one
+//! [`Event`] (a fact: a trial started, reported, finished, failed, paused) and returns the
+//! [`Command`]s the async shell must carry out (start, stop, pause a trial, clone a checkpoint
+//! into it, end the sweep). It owns the trial table, one [`Trial`] per trial with one status,
+//! and is the only code that calls the searcher and the scheduler, so their call contracts hold
+//! by construction: `suggest` once per trial, results in order, exactly one completion.
+//!
+//! No clocks, no I/O, no processes: unit tests drive it directly. The shell feeds it events as
+//! they happen and is the one that waits for the resource pool, so a started trial may still be
+//! waiting for its placement group; `max_concurrent_trials` bounds how many are started at once.
+
+use std::collections::BTreeMap;
+
+use rtune_searchers::{
+    Decision, Metrics, Mode, Params, Searcher, Suggestion, TrialId, TrialScheduler, TrialStatus,
+    TrialsView,
+};
+
+use crate::error::{Error, Result};
+
+/// What the controller needs to know of the sweep's settings.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// The metric to optimise and its direction; both or neither.
+    pub metric: Option<(String, Mode)>,
+    /// How many trials to create; `None` until the searcher is finished (or the time budget,
+    /// which the shell reports as [`Event::TimeBudgetSpent`]).
+    pub num_samples: Option<usize>,
+    /// At most this many trials started (running or waiting for resources) at once.
+    pub max_concurrent_trials: usize,
+    /// Stop the whole sweep at the first trial that fails for good (Ray's `fail_fast`).
+    pub fail_fast: bool,
+}
+
+/// A fact the shell reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Start the sweep (or look again for trials to start).
+    Begin,
+    /// The trial reported a result (its workers wait for the reply to this event's commands).
+    ResultReported { trial: TrialId, metrics: Metrics },
+    /// The trial's train function returned on every worker.
+    TrialCompleted(TrialId),
+    /// The trial failed for good: its own `FailureConfig` retries are spent.
+    TrialFailed { trial: TrialId, error: String },
+    /// A trial the controller asked to stop has stopped.
+    TrialStopped(TrialId),
+    /// A trial the controller asked to pause has saved its checkpoint and released its resources.
+    TrialPaused(TrialId),
+    /// The sweep's `time_budget_s` ran out.
+    TimeBudgetSpent,
+}
+
+/// What the shell must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Start (or, with `resume`, continue from its latest checkpoint) a trial with these params.
+    StartTrial { trial: TrialId, params: Params, resume: bool },
+    /// End the trial (the reporting one: answer its report with "stop").
+    StopTrial(TrialId),
+    /// Save a checkpoint, release the trial's resources, keep it for later.
+    PauseTrial(TrialId),
+    /// PBT: replace the trial's state with `source`'s latest checkpoint and go on with `params`.
+    Exploit { trial: TrialId, source: TrialId, params: Params },
+    /// Nothing is running and nothing more will: the sweep is over.
+    Finish,
+}
+
+/// One trial of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trial {
+    pub status: TrialStatus,
+    pub params: Params,
+    /// Every reported result, in order.
+    pub results: Vec<Metrics>,
+    /// Why it failed, for `Error` trials.
+    pub error: Option<String>,
+    /// Set while the controller waits for the shell to stop or pause it.
+    pub stopping: bool,
+}
+
+/// See the module docs.
+pub struct Controller {
+    config: ControllerConfig,
+    searcher: Box<dyn Searcher>,
+    scheduler: Box<dyn TrialScheduler>,
+    trials: BTreeMap<TrialId, Trial>,
+    next_id: u64,
+    /// The searcher said `Finished`, the samples are all created, or the budget is spent.
+    no_more_trials: bool,
+    finished: bool,
+}
+
+impl Controller {
+    /// A controller for a sweep; validates the settings and hands the metric to the searcher
+    /// and the scheduler.
+    pub fn new(
+        config: ControllerConfig,
+        mut searcher: Box<dyn Searcher>,
+        mut scheduler: Box<dyn TrialScheduler>,
+    ) -> Result<Controller> {
+        if config.max_concurrent_trials == 0 {
+            return Err(Error::config(
+                "TuneConfig.max_concurrent_trials",
+                "is 0, so no trial could ever start; use at least 1",
+            ));
+        }
+        if config.num_samples == Some(0) {
+            return Err(Error::config("TuneConfig.num_samples", "is 0; use at least 1, or -1"));
+        }
+        if let Some((metric, mode)) = &config.metric {
+            searcher.set_metric(metric, *mode)?;
+            scheduler.set_metric(metric, *mode)?;
+        }
+        Ok(Controller {
+            config,
+            searcher,
+            scheduler,
+            trials: BTreeMap::new(),
+            next_id: 0,
+            no_more_trials: false,
+            finished: false,
+        })
+    }
+
+    /// The trial table.
+    pub fn trials(&self) -> &BTreeMap<TrialId, Trial> {
+        &self.trials
+    }
+
+    /// Whether the sweep is over (`Finish` was returned).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Handles one event. An `Err` is a mistake the sweep cannot go on with (a metric the
+    /// trials never report, a scheduler that refuses its settings); the shell stops everything.
+    pub fn step(&mut self, event: Event) -> Result<Vec<Command>> {
+        let mut commands = Vec::new();
+        match event {
+            Event::Begin => {}
+            Event::ResultReported { trial, metrics } => {
+                self.on_result(trial, metrics, &mut commands)?
+            }
+            Event::TrialCompleted(trial) => {
+                let last = self.trial(trial)?.results.last().cloned();
+                self.end(trial, TrialStatus::Terminated, None, last.as_ref())?;
+            }
+            Event::TrialFailed { trial, error } => {
+                self.end(trial, TrialStatus::Error, Some(error), None)?;
+                if self.config.fail_fast {
+                    self.no_more_trials = true;
+                    self.stop_all(&mut commands);
+                }
+            }
+            Event::TrialStopped(trial) => {
+                let last = self.trial(trial)?.results.last().cloned();
+                self.end(trial, TrialStatus::Terminated, None, last.as_ref())?;
+            }
+            Event::TrialPaused(trial) => {
+                let t = self.trial_mut(trial)?;
+                t.status = TrialStatus::Paused;
+                t.stopping = false;
+            }
+            Event::TimeBudgetSpent => {
+                self.no_more_trials = true;
+                self.stop_all(&mut commands);
+            }
+        }
+        self.fill(&mut commands)?;
+        if !self.finished
+            && self.no_more_trials
+            && self.trials.values().all(|t| t.status.is_finished())
+        {
+            self.finished = true;
+            commands.push(Command::Finish);
+        }
+        Ok(commands)
+    }
+
+    fn trial(&self, id: TrialId) -> Result<&Trial> {
+        self.trials.get(&id).ok_or_else(|| unknown(id))
+    }
+
+    fn trial_mut(&mut self, id: TrialId) -> Result<&mut Trial> {
+        self.trials.get_mut(&id).ok_or_else(|| unknown(id))
+    }
+
+    fn started(&self) -> usize {
+        self.trials.values().filter(|t| t.status == TrialStatus::Running).count()
+    }
+
+    /// Starts trials while there is room: the scheduler's choice among pending and paused
+    /// trials first, else a new one from the searcher.
+    fn fill(&mut self, commands: &mut Vec<Command>) -> Result<()> {
+        while self.started() < self.config.max_concurrent_trials {
+            let view = View(&self.trials);
+            if let Some(id) = self.scheduler.choose_trial_to_run(&view) {
+                let trial = self.trial_mut(id)?;
+                if !matches!(trial.status, TrialStatus::Pending | TrialStatus::Paused) {
+                    return Err(Error::Protocol(format!(
+                        "the scheduler chose trial {id}, which is {:?}",
+                        trial.status
+                    )));
+                }
+                let resume = trial.status == TrialStatus::Paused;
+                trial.status = TrialStatus::Running;
+                commands.push(Command::StartTrial {
+                    trial: id,
+                    params: trial.params.clone(),
+                    resume,
+                });
+                continue;
+            }
+            // A pending trial the scheduler declines to run waits for its turn (HyperBand's
+            // rounds); creating more behind it would only run ahead of the scheduler.
+            let waiting = self.trials.values().any(|t| t.status == TrialStatus::Pending);
+            if waiting || self.no_more_trials || !self.create_trial()? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the searcher for a new trial; false when it has none now.
+    fn create_trial(&mut self) -> Result<bool> {
+        if self.config.num_samples.is_some_and(|n| self.trials.len() >= n) {
+            self.no_more_trials = true;
+            return Ok(false);
+        }
+        let id = TrialId(self.next_id);
+        match self.searcher.suggest(id)? {
+            Suggestion::Params(params) => {
+                self.next_id += 1;
+                let trial = Trial {
+                    status: TrialStatus::Pending,
+                    params,
+                    results: Vec::new(),
+                    error: None,
+                    stopping: false,
+                };
+                self.trials.insert(id, trial);
+                self.scheduler.on_trial_add(&View(&self.trials), id)?;
+                Ok(true)
+            }
+            Suggestion::NotNow => Ok(false),
+            Suggestion::Finished => {
+                self.no_more_trials = true;
+                Ok(false)
+            }
+        }
+    }
+
+    fn on_result(
+        &mut self,
+        id: TrialId,
+        metrics: Metrics,
+        commands: &mut Vec<Command>,
+    ) -> Result<()> {
+        let trial = self.trial(id)?;
+        if trial.status != TrialStatus::Running || trial.stopping {
+            // A report racing with the stop or pause already asked for: tell it again.
+            commands.push(Command::StopTrial(id));
+            return Ok(());
+        }
+        if let Some((metric, _)) = &self.config.metric
+            && !metrics.contains_key(metric)
+        {
+            let reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
+            return Err(Error::Metric {
+                name: metric.clone(),
+                problem: format!(
+                    "(TuneConfig.metric) is not among what trial {id} reported: {}; set \
+                     TuneConfig.metric to one of those, or report it",
+                    reported.join(", ")
+                ),
+            });
+        }
+        self.trial_mut(id)?.results.push(metrics.clone());
+        self.searcher.on_trial_result(id, &metrics)?;
+        let decision = self.scheduler.on_trial_result(&View(&self.trials), id, &metrics)?;
+        match decision {
+            Decision::Continue => {}
+            Decision::Stop => self.ask_stop(id, commands),
+            Decision::Pause => {
+                self.trial_mut(id)?.stopping = true;
+                commands.push(Command::PauseTrial(id));
+            }
+            Decision::Exploit { source, new_params } => {
+                self.trial_mut(id)?.params = new_params.clone();
+                commands.push(Command::Exploit { trial: id, source, params: new_params });
+            }
+        }
+        for other in self.scheduler.take_stop_requests() {
+            match self.trials.get(&other).map(|t| t.status) {
+                // A paused or pending trial holds nothing: it ends here.
+                Some(TrialStatus::Paused | TrialStatus::Pending) => {
+                    let last = self.trial(other)?.results.last().cloned();
+                    self.end(other, TrialStatus::Terminated, None, last.as_ref())?;
+                }
+                Some(TrialStatus::Running) => self.ask_stop(other, commands),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn ask_stop(&mut self, id: TrialId, commands: &mut Vec<Command>) {
+        if let Some(t) = self.trials.get_mut(&id)
+            && !t.stopping
+        {
+            t.stopping = true;
+            commands.push(Command::StopTrial(id));
+        }
+    }
+
+    /// Stops every running trial and ends every waiting one (fail-fast, budget spent).
+    fn stop_all(&mut self, commands: &mut Vec<Command>) {
+        let ids: Vec<(TrialId, TrialStatus)> =
+            self.trials.iter().map(|(id, t)| (*id, t.status)).collect();
+        for (id, status) in ids {
+            match status {
+                TrialStatus::Running => self.ask_stop(id, commands),
+                TrialStatus::Pending | TrialStatus::Paused => {
+                    let last = self.trials[&id].results.last().cloned();
+                    // Ending a trial the scheduler knows of: it is told, like any other end.
+                    let _ = self.end(id, TrialStatus::Terminated, None, last.as_ref());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A trial ends for good: its status, and the searcher's and scheduler's completion call.
+    fn end(
+        &mut self,
+        id: TrialId,
+        status: TrialStatus,
+        error: Option<String>,
+        last: Option<&Metrics>,
+    ) -> Result<()> {
+        let trial = self.trial_mut(id)?;
+        if trial.status.is_finished() {
+            return Ok(());
+        }
+        trial.status = status;
+        trial.stopping = false;
+        let failed = error.is_some();
+        trial.error = error;
+        self.searcher.on_trial_complete(id, if failed { None } else { last }, failed)?;
+        self.scheduler.on_trial_complete(&View(&self.trials), id, last, failed)?;
+        Ok(())
+    }
+}
+
+fn unknown(id: TrialId) -> Error {
+    Error::Protocol(format!("event for trial {id}, which the controller never created"))
+}
+
+/// The table as the scheduler sees it: read-only.
+struct View<'a>(&'a BTreeMap<TrialId, Trial>);
+
+impl TrialsView for View<'_> {
+    fn get(&self, id: TrialId) -> Option<rtune_searchers::TrialInfo<'_>> {
+        self.0.get(&id).map(|t| info(id, t))
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = rtune_searchers::TrialInfo<'_>> + '_> {
+        Box::new(self.0.iter().map(|(id, t)| info(*id, t)))
+    }
+}
+
+fn info(id: TrialId, t: &Trial) -> rtune_searchers::TrialInfo<'_> {
+    rtune_searchers::TrialInfo {
+        id,
+        status: t.status,
+        last_result: t.results.last(),
+        params: &t.params,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use rtune_searchers::{
+        Asha, BasicVariant, ConcurrencyLimiter, Domain, Fifo, SearchSpace, grid_search,
+    };
+
+    use super::*;
+
+    fn space() -> SearchSpace {
+        SearchSpace::new().add("quality", Domain::Uniform { low: 0.0, high: 1.0 })
+    }
+
+    fn config(num_samples: usize, max_concurrent_trials: usize) -> ControllerConfig {
+        ControllerConfig {
+            metric: Some(("score".into(), Mode::Max)),
+            num_samples: Some(num_samples),
+            max_concurrent_trials,
+            fail_fast: false,
+        }
+    }
+
+    fn random(n: u64) -> Box<dyn Searcher> {
+        Box::new(BasicVariant::new(space()).unwrap().num_samples(n).seed(5))
+    }
+
+    /// What the simulated shell saw.
+    #[derive(Default)]
+    struct Run {
+        most_started: usize,
+        stop_commands: usize,
+        pauses: usize,
+        resumes: usize,
+        /// (trial, source, params) of every exploit.
+        exploits: Vec<(TrialId, TrialId, Params)>,
+    }
+
+    /// A shell without processes: started trials report in turn (`score` = quality ×
+    /// iteration, one result per step) until `max_t`, failing when `fails` says so; every
+    /// command is carried out at once.
+    fn simulate(
+        c: &mut Controller,
+        max_t: u64,
+        fails: impl Fn(TrialId, u64) -> bool,
+    ) -> Result<Run> {
+        let mut run = Run::default();
+        let mut running: BTreeMap<TrialId, u64> = BTreeMap::new();
+        let mut queue = c.step(Event::Begin)?;
+        for _ in 0..100_000 {
+            while let Some(command) = queue.pop() {
+                match command {
+                    Command::StartTrial { trial, resume, .. } => {
+                        run.resumes += usize::from(resume);
+                        let done = if resume { c.trials()[&trial].results.len() as u64 } else { 0 };
+                        assert!(running.insert(trial, done).is_none(), "{trial} started twice");
+                    }
+                    Command::StopTrial(trial) => {
+                        run.stop_commands += 1;
+                        running.remove(&trial);
+                        queue.extend(c.step(Event::TrialStopped(trial))?);
+                    }
+                    Command::PauseTrial(trial) => {
+                        run.pauses += 1;
+                        running.remove(&trial);
+                        queue.extend(c.step(Event::TrialPaused(trial))?);
+                    }
+                    Command::Exploit { trial, source, params } => {
+                        run.exploits.push((trial, source, params));
+                    }
+                    Command::Finish => return Ok(run),
+                }
+            }
+            run.most_started = run.most_started.max(running.len());
+            // The running trial with the fewest results reports next.
+            let Some((&trial, &done)) = running.iter().min_by_key(|(id, done)| (**done, **id))
+            else {
+                panic!("nothing runs and the controller did not finish");
+            };
+            let iteration = done + 1;
+            if fails(trial, iteration) {
+                running.remove(&trial);
+                let error = format!("trial {trial} crashed at {iteration}");
+                queue = c.step(Event::TrialFailed { trial, error })?;
+                continue;
+            }
+            let quality = c.trials()[&trial].params.get::<f64>("quality").unwrap();
+            let metrics = Metrics::from([
+                ("training_iteration".to_string(), iteration as f64),
+                ("score".to_string(), quality * iteration as f64),
+            ]);
+            running.insert(trial, iteration);
+            queue = c.step(Event::ResultReported { trial, metrics })?;
+            if iteration == max_t && running.contains_key(&trial) {
+                running.remove(&trial);
+                queue.extend(c.step(Event::TrialCompleted(trial))?);
+            }
+        }
+        panic!("the simulated sweep never finished");
+    }
+
+    fn statuses(c: &Controller) -> Vec<TrialStatus> {
+        c.trials().values().map(|t| t.status).collect()
+    }
+
+    #[test]
+    fn fifty_trials_never_exceed_the_concurrency_limit() {
+        let mut c = Controller::new(config(50, 4), random(50), Box::new(Fifo::new())).unwrap();
+        let run = simulate(&mut c, 3, |_, _| false).unwrap();
+        assert_eq!(run.most_started, 4);
+        assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 50]);
+        assert!(c.trials().values().all(|t| t.results.len() == 3));
+        assert!(c.is_finished());
+    }
+
+    #[test]
+    fn asha_stops_the_poor_trials_early() {
+        let asha = Asha::new().max_t(9).grace_period(1).reduction_factor(3).seed(1);
+        let mut c = Controller::new(config(27, 27), random(27), Box::new(asha)).unwrap();
+        let run = simulate(&mut c, 9, |_, _| false).unwrap();
+        let lengths: Vec<usize> = c.trials().values().map(|t| t.results.len()).collect();
+        assert!(run.stop_commands > 0 && lengths.iter().any(|&n| n < 9), "{lengths:?}");
+        let best = c
+            .trials()
+            .values()
+            .max_by(|a, b| {
+                let q = |t: &Trial| t.params.get::<f64>("quality").unwrap();
+                q(a).total_cmp(&q(b))
+            })
+            .unwrap();
+        assert_eq!(best.results.len(), 9, "the best trial runs to max_t");
+        assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 27]);
+    }
+
+    /// PBT's exploit: a bottom trial takes a top trial's checkpoint (the shell's part) and goes
+    /// on with the new params, which the table records.
+    #[test]
+    fn pbt_exploits_carry_the_source_and_the_new_params() {
+        let pbt = rtune_searchers::Pbt::new()
+            .time_attr("training_iteration")
+            .perturbation_interval(2)
+            .hyperparam_mutations(space())
+            .seed(3);
+        let mut c = Controller::new(config(8, 8), random(8), Box::new(pbt)).unwrap();
+        let run = simulate(&mut c, 8, |_, _| false).unwrap();
+        assert!(!run.exploits.is_empty(), "no exploit in 8 trials × 8 iterations");
+        for (trial, source, params) in &run.exploits {
+            assert_ne!(trial, source);
+            assert!(params.value("quality").is_some());
+        }
+        let (trial, _, params) = run.exploits.last().unwrap();
+        assert_eq!(&c.trials()[trial].params, params, "the table has the exploited params");
+    }
+
+    /// HyperBand pauses trials at its milestones and the controller resumes the promoted ones.
+    #[test]
+    fn hyperband_pauses_and_resumes_trials() {
+        let hb = rtune_searchers::HyperBand::new().max_t(9).reduction_factor(3);
+        let mut c = Controller::new(config(9, 9), random(9), Box::new(hb)).unwrap();
+        let run = simulate(&mut c, 9, |_, _| false).unwrap();
+        assert!(
+            run.pauses > 0 && run.resumes > 0,
+            "{} pauses, {} resumes",
+            run.pauses,
+            run.resumes
+        );
+        assert!(c.trials().values().any(|t| t.results.len() == 9), "someone reaches max_t");
+        assert!(c.trials().values().all(|t| t.status.is_finished()));
+    }
+
+    #[test]
+    fn a_failed_trial_is_an_error_and_the_sweep_goes_on() {
+        let mut c = Controller::new(config(6, 2), random(6), Box::new(Fifo::new())).unwrap();
+        simulate(&mut c, 4, |trial, it| trial == TrialId(2) && it == 3).unwrap();
+        let failed = &c.trials()[&TrialId(2)];
+        assert_eq!(failed.status, TrialStatus::Error);
+        assert!(failed.error.as_deref().unwrap().contains("crashed at 3"));
+        assert_eq!(statuses(&c).iter().filter(|s| **s == TrialStatus::Terminated).count(), 5);
+    }
+
+    #[test]
+    fn fail_fast_ends_the_sweep_at_the_first_failure() {
+        let config = ControllerConfig { fail_fast: true, ..config(10, 2) };
+        let mut c = Controller::new(config, random(10), Box::new(Fifo::new())).unwrap();
+        simulate(&mut c, 4, |trial, it| trial == TrialId(1) && it == 2).unwrap();
+        assert_eq!(c.trials()[&TrialId(1)].status, TrialStatus::Error);
+        // Trial 0 was running: stopped; nothing after trial 2 was created.
+        assert!(c.trials().len() <= 3, "{} trials", c.trials().len());
+        assert!(c.trials().values().all(|t| t.status.is_finished()));
+    }
+
+    #[test]
+    fn a_searcher_that_says_not_now_is_waited_for() {
+        let limited = ConcurrencyLimiter::new(random(8), 2).unwrap();
+        let mut c =
+            Controller::new(config(8, 4), Box::new(limited), Box::new(Fifo::new())).unwrap();
+        let run = simulate(&mut c, 2, |_, _| false).unwrap();
+        assert_eq!(run.most_started, 2, "the searcher allows 2 at once, the controller 4");
+        assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 8]);
+    }
+
+    #[test]
+    fn a_finite_searcher_ends_an_open_ended_sweep() {
+        let grid = SearchSpace::new().add("quality", grid_search([0.1, 0.5, 0.9]));
+        let searcher = Box::new(BasicVariant::new(grid).unwrap());
+        let config = ControllerConfig { num_samples: None, ..config(1, 2) };
+        let mut c = Controller::new(config, searcher, Box::new(Fifo::new())).unwrap();
+        simulate(&mut c, 2, |_, _| false).unwrap();
+        let seen: BTreeSet<String> = c
+            .trials()
+            .values()
+            .map(|t| t.params.get::<f64>("quality").unwrap().to_string())
+            .collect();
+        assert_eq!(seen, BTreeSet::from(["0.1".into(), "0.5".into(), "0.9".into()]));
+    }
+
+    #[test]
+    fn a_spent_time_budget_stops_the_running_trials() {
+        let config = ControllerConfig { num_samples: None, ..config(1, 2) };
+        let mut c = Controller::new(config, random(1_000), Box::new(Fifo::new())).unwrap();
+        let started = c.step(Event::Begin).unwrap();
+        assert_eq!(started.len(), 2);
+        let commands = c.step(Event::TimeBudgetSpent).unwrap();
+        assert_eq!(commands, vec![Command::StopTrial(TrialId(0)), Command::StopTrial(TrialId(1))]);
+        assert!(c.step(Event::TrialStopped(TrialId(0))).unwrap().is_empty());
+        assert_eq!(c.step(Event::TrialStopped(TrialId(1))).unwrap(), vec![Command::Finish]);
+        assert_eq!(c.trials().len(), 2, "no trial started after the budget");
+    }
+
+    #[test]
+    fn settings_and_metric_mistakes_are_named() {
+        let e = Controller::new(config(4, 0), random(4), Box::new(Fifo::new())).err().unwrap();
+        assert!(e.to_string().contains("max_concurrent_trials"), "{e}");
+        let mut c = Controller::new(config(4, 1), random(4), Box::new(Fifo::new())).unwrap();
+        c.step(Event::Begin).unwrap();
+        let metrics = Metrics::from([("loss".to_string(), 0.3), ("acc".to_string(), 0.9)]);
+        let e = c.step(Event::ResultReported { trial: TrialId(0), metrics }).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("`score`") && e.contains("acc, loss"), "{e}");
+    }
+}
