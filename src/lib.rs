@@ -64,4 +64,5 @@ pub use train::{
     Checkpoint, CheckpointConfig, CheckpointWriter, FailureConfig, PlacementStrategy, RunConfig,
     ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
+pub use tune::{ResultGrid, TrialResult, TuneConfig, Tuner};
 pub use worker::init;

@@ -127,7 +127,7 @@ pub(crate) enum AttemptOutcome {
 }
 
 /// Decides each complete report: Ok(true) asks the run to stop; Err fails the attempt.
-pub(crate) type OnReport<'a> = dyn FnMut(GroupReport) -> Result<bool> + 'a;
+pub(crate) type OnReport<'a> = dyn FnMut(GroupReport) -> Result<bool> + Send + 'a;
 
 #[cfg(test)]
 mod tests {

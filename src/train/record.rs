@@ -100,6 +100,12 @@ impl RunState {
         Ok(stop)
     }
 
+    /// The metrics of the latest recorded report (empty before the first).
+    pub(super) fn last_metrics(&self) -> &Metrics {
+        static NONE: Metrics = Metrics::new();
+        self.history.last().map_or(&NONE, |(m, _)| m)
+    }
+
     /// The checkpoint a report names, once it is known to be this attempt's own (the fence
     /// makes that hold; checked so that a broken fence can never get one recorded).
     fn recorded_checkpoint(&self, name: &str) -> Result<Checkpoint> {

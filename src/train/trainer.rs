@@ -13,10 +13,15 @@ use crate::config::{RunConfig, ScalingConfig};
 use crate::driver::{Driver, LocalReservation};
 use crate::error::{Error, Result};
 use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, run_attempt};
+use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::storage::{self, ResultFiles, unix_time};
 use crate::train::record::RunState;
 use crate::worker::TrainFn;
+
+/// Asked after every recorded report (with its metrics, rtune's automatic ones included)
+/// whether the run should stop.
+pub(crate) type Decide<'a> = dyn FnMut(&Metrics) -> Result<bool> + Send + 'a;
 
 /// A distributed training run of `train_fn` on a group of worker processes (Ray's
 /// `TorchTrainer`).
@@ -62,14 +67,60 @@ impl TorchTrainer {
         self
     }
 
+    /// The train loop config.
+    pub(crate) fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The run settings.
+    pub(crate) fn run(&self) -> &RunConfig {
+        &self.run
+    }
+
+    /// The scaling settings.
+    pub(crate) fn scaling_config(&self) -> &ScalingConfig {
+        &self.scaling
+    }
+
+    /// Checks the settings, as `fit` does before anything starts.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.scaling.validate()?;
+        self.run.validate()?;
+        check_finite_params(&self.params)
+    }
+
+    /// One trial of a sweep: like `fit`, on the process's shared driver, in `run_dir` (made
+    /// here), asking `decide` after every recorded report whether the run should stop (a
+    /// scheduler's decision, answered to the workers with that report).
+    pub(crate) async fn run_trial(
+        &self,
+        driver: &'static Driver,
+        run_dir: PathBuf,
+        decide: &mut Decide<'_>,
+    ) -> Result<TrainResult> {
+        let started = Instant::now();
+        self.validate()?;
+        let target = match self.run.resolved_cluster() {
+            None => self.place_locally(driver).await?,
+            Some((address, token)) => Target::Cluster { address, token },
+        };
+        storage::ensure_writable_dir(&run_dir)?;
+        let params_json = serde_json::to_string(&self.params).expect("params serialise");
+        storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
+        let mut result = self.run_attempts(driver, run_dir, params_json, target, decide).await?;
+        result.fit_seconds = started.elapsed().as_secs_f64();
+        match result.error {
+            Some(_) => Err(Error::TrainingFailed(Box::new(result))),
+            None => Ok(result),
+        }
+    }
+
     /// Runs the training to its end. Config mistakes fail before anything starts; a run whose
     /// failures exceed `max_failures` returns `Error::TrainingFailed` with everything reported
     /// so far.
     pub fn fit(self) -> Result<TrainResult> {
         let started = Instant::now();
-        self.scaling.validate()?;
-        self.run.validate()?;
-        check_finite_params(&self.params)?;
+        self.validate()?;
         let driver = Driver::get()?;
         // Placement first: a group that can never fit the local machine is a config error,
         // before any file exists (a cluster answers that when asked to reserve). On the local
@@ -81,8 +132,14 @@ impl TorchTrainer {
         let run_dir = self.make_run_dir()?;
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
-        let mut result =
-            driver.block_on(self.run_attempts(driver, run_dir, params_json, target))?;
+        let mut no_decisions = |_: &Metrics| Ok(false);
+        let mut result = driver.block_on(self.run_attempts(
+            driver,
+            run_dir,
+            params_json,
+            target,
+            &mut no_decisions,
+        ))?;
         result.fit_seconds = started.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
@@ -129,6 +186,7 @@ impl TorchTrainer {
         run_dir: PathBuf,
         params_json: String,
         target: Target,
+        decide: &mut Decide<'_>,
     ) -> Result<TrainResult> {
         // On a cluster the hub is reachable from other hosts: only this run's workers may call
         // it, with the cluster token (or a token of its own when the cluster has none).
@@ -196,7 +254,11 @@ impl TorchTrainer {
                 start_timeout: self.run.start_timeout,
             };
             run.begin_attempt(attempt)?;
-            let outcome = run_attempt(&hub, &spec, &mut |report| run.record(report)).await?;
+            let outcome = run_attempt(&hub, &spec, &mut |report| {
+                let stop = run.record(report)?;
+                Ok(decide(run.last_metrics())? || stop)
+            })
+            .await?;
             match outcome {
                 AttemptOutcome::Completed { train_seconds, .. } => {
                     train_loop_seconds = train_seconds;

@@ -1,7 +1,9 @@
-//! Ray Tune's half: sweeps whose trials are `TorchTrainer` runs. Built in steps: today the
-//! controller's synchronous core (`controller`), which decides what runs, stops, pauses and
-//! ends; the async shell that carries its commands out on the shared driver comes next.
+//! Ray Tune's half: sweeps whose trials are full `TorchTrainer` runs on the process's shared
+//! driver. The controller (`controller`) is a synchronous core that decides what runs, stops
+//! and ends; the `Tuner` (`tuner`) is the thin async shell that carries its commands out.
 
 pub mod controller;
+mod tuner;
 
 pub use controller::{Command, Controller, ControllerConfig, Event, Trial};
+pub use tuner::{ResultGrid, TrialResult, TuneConfig, Tuner};

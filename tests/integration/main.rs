@@ -7,6 +7,7 @@ mod collective_process;
 mod common;
 mod tch_basics;
 mod trainer;
+mod tune;
 
 use libtest_mimic::{Arguments, Trial};
 
@@ -75,6 +76,11 @@ fn main() {
             "cluster::bad_cli_numbers_are_named_not_panics",
             cluster::bad_cli_numbers_are_named_not_panics,
         ),
+        test(
+            "tune::asha_stops_poor_trials_and_the_best_checkpoint_loads",
+            tune::asha_stops_poor_trials_and_the_best_checkpoint_loads,
+        ),
+        test("tune::tuner_mistakes_are_named", tune::tuner_mistakes_are_named),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

@@ -13,7 +13,7 @@ use rtune::{
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
-fn mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
+pub fn mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
     nn::seq()
         .add(nn::linear(vs / "fc1", DIGIT_FEATURES as i64, hidden, Default::default()))
         .add_fn(|x| x.relu())

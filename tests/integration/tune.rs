@@ -1,0 +1,136 @@
+//! The Tuner end to end: sweeps of real TorchTrainer trials (2 worker processes each, libtorch,
+//! the ring all-reduce) on the process's shared local pool, with a real scheduler.
+
+use anyhow::{Context, Result, ensure};
+use rtune::data::{Digits, shard};
+use rtune::{
+    Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner,
+};
+use rtune_searchers::{Asha, HyperBand, SearchSpace, TrialStatus, choice};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Kind};
+
+use crate::trainer::mlp;
+
+/// Digits MLP with `lr` and `hidden` from the params, `epochs` epochs, `val_acc` reported with
+/// a checkpoint every epoch.
+fn train_sweep(ctx: &mut TrainContext) -> Result<()> {
+    let lr = ctx.params().get::<f64>("lr")?;
+    let hidden = ctx.params().get::<i64>("hidden")?;
+    let epochs = ctx.params().get::<u64>("epochs")?;
+    tch::manual_seed(0);
+    let split = Digits::split(0)?;
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let net = mlp(&vs.root(), hidden);
+    if let Some(ck) = ctx.checkpoint() {
+        ck.load_var_store(&mut vs)?;
+    }
+    let ddp = ctx.prepare_model(&vs)?;
+    let mut opt = nn::Adam::default().build(&vs, lr)?;
+    let (rank, world) = (ctx.world_rank(), ctx.world_size());
+    for epoch in ctx.iteration()..epochs {
+        for batch in shard(split.train.len(), rank, world, epoch, 1).chunks_exact(32) {
+            let (x, y) = split.train.select(batch).tensors();
+            ddp.backward_step(&mut opt, &net.forward(&x).cross_entropy_for_logits(&y))?;
+        }
+        let (x, y) = split.validation.tensors();
+        let acc = tch::no_grad(|| {
+            net.forward(&x).argmax(-1, false).eq_tensor(&y).to_kind(Kind::Float).mean(Kind::Float)
+        })
+        .double_value(&[]);
+        let mut ck = ctx.new_checkpoint()?;
+        ck.save_var_store(&vs)?;
+        ctx.report([("val_acc", acc)], Some(ck))?;
+    }
+    Ok(())
+}
+
+fn sweep_trainer() -> TorchTrainer {
+    TorchTrainer::new(train_sweep)
+        .train_loop_config(Params::new().with("epochs", 6))
+        .scaling(ScalingConfig::workers(2))
+}
+
+fn space() -> SearchSpace {
+    // One learning rate that learns nothing in an epoch, one that learns fast: ASHA has
+    // something to stop.
+    SearchSpace::new().add("lr", choice([1e-6, 3e-3])).add("hidden", choice([16, 64]))
+}
+
+/// ASHA stops the poor trials early, every trial ends TERMINATED in its own Ray-named directory,
+/// and the best trial's checkpoint loads and predicts the held-out test set.
+pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let grid = Tuner::new(sweep_trainer(), space())
+        .tune_config(
+            TuneConfig::new()
+                .metric("val_acc")
+                .mode(Mode::Max)
+                .num_samples(6)
+                .scheduler(Asha::new().max_t(6).grace_period(1).reduction_factor(3))
+                .seed(4),
+        )
+        .run_config(RunConfig::new("sweep").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 6, "6 trials, got {}", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    let lengths: Vec<usize> = grid
+        .trials
+        .iter()
+        .map(|t| t.result.as_ref().map_or(0, |r| r.metrics_history.len()))
+        .collect();
+    ensure!(lengths.iter().any(|&n| n < 6), "ASHA stopped no trial early: {lengths:?}");
+    ensure!(lengths.contains(&6), "no trial reached max_t: {lengths:?}");
+    for t in &grid.trials {
+        let name = t.path.file_name().context("trial dir")?.to_string_lossy().into_owned();
+        ensure!(name.starts_with(&format!("TorchTrainer_{}_", t.trial_id)), "{name}");
+        ensure!(t.path.join("result.json").is_file() && t.path.join("params.json").is_file());
+    }
+
+    let best = grid.best_result(None, None)?;
+    ensure!(best.params.get::<f64>("lr")? == 3e-3, "best: {:?}", best.params);
+    let result = best.result.as_ref().context("the best trial's result")?;
+    let checkpoint = result.best_checkpoint().context("the best trial's checkpoint")?;
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let net = mlp(&vs.root(), best.params.get::<i64>("hidden")?);
+    checkpoint.load_var_store(&mut vs)?;
+    let (x, y) = Digits::split(0)?.test.tensors();
+    let acc = tch::no_grad(|| {
+        net.forward(&x).argmax(-1, false).eq_tensor(&y).to_kind(Kind::Float).mean(Kind::Float)
+    })
+    .double_value(&[]);
+    ensure!(acc > 0.85, "the best checkpoint predicts the test set at {acc}");
+    Ok(())
+}
+
+/// Settings mistakes fail before any trial starts (no experiment directory is made), and a
+/// metric the trials never report is named with what they do report.
+pub fn tuner_mistakes_are_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fit = |tune: TuneConfig| {
+        Tuner::new(sweep_trainer(), space())
+            .tune_config(tune)
+            .run_config(RunConfig::new("bad").storage_path(dir.path()))
+            .fit()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    for (tune, named) in [
+        (TuneConfig::new().metric("val_acc"), "TuneConfig.mode"),
+        (TuneConfig::new().num_samples(0), "TuneConfig.num_samples"),
+        (TuneConfig::new().max_concurrent_trials(0), "max_concurrent_trials"),
+        (
+            TuneConfig::new().metric("val_acc").mode(Mode::Max).scheduler(HyperBand::new()),
+            "HyperBand",
+        ),
+        (TuneConfig::new().time_budget_s(f64::NAN), "time_budget_s"),
+    ] {
+        let err = fit(tune);
+        ensure!(err.contains(named), "expected an error naming {named}, got {err:?}");
+        ensure!(!dir.path().join("bad").exists(), "{named}: an experiment was made anyway");
+    }
+    let err = fit(TuneConfig::new().metric("accuracy").mode(Mode::Max).num_samples(1));
+    ensure!(err.contains("`accuracy`") && err.contains("val_acc"), "{err}");
+    Ok(())
+}
