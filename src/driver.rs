@@ -147,16 +147,19 @@ impl LocalPool {
 
     /// `pg`'s reservation, once a scheduling pass has made it.
     fn take_granted(&self, pg: PgId) -> Option<Reservation> {
-        let (mine, others) = {
+        let (mine, granted_others) = {
             let mut guard = self.lock();
             let state = guard.as_mut()?;
+            let mut granted_others = false;
             for reservation in state.pool.schedule() {
+                granted_others |= reservation.pg != pg;
                 state.granted.insert(reservation.pg, reservation);
             }
-            let mine = state.granted.remove(&pg);
-            (mine, !state.granted.is_empty())
+            (state.granted.remove(&pg), granted_others)
         };
-        if others {
+        // Wake the others only for what this pass granted them: waking on grants still waiting
+        // to be picked up would have every waiter wake every other in a loop.
+        if granted_others {
             self.changed.notify_waiters();
         }
         mine

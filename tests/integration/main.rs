@@ -81,6 +81,7 @@ fn main() {
             tune::asha_stops_poor_trials_and_the_best_checkpoint_loads,
         ),
         test("tune::tuner_mistakes_are_named", tune::tuner_mistakes_are_named),
+        test("tune::trials_never_run_beyond_the_pool", tune::trials_never_run_beyond_the_pool),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

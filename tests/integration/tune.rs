@@ -134,3 +134,54 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
     ensure!(err.contains("`accuracy`") && err.contains("val_acc"), "{err}");
     Ok(())
 }
+
+/// Appends `start` and `end` (with the trial's index) to the file named by `events`, and
+/// reports once.
+fn cheap_trial(ctx: &mut TrainContext) -> Result<()> {
+    use std::io::Write;
+    let events = ctx.params().get::<String>("events")?;
+    let index = ctx.params().get::<i64>("index")?;
+    let mark = |what: &str| -> Result<()> {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&events)?;
+        Ok(f.write_all(format!("{what} {index}\n").as_bytes())?)
+    };
+    mark("start")?;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    mark("end")?;
+    ctx.report([("score", index as f64)], None).map_err(Into::into)
+}
+
+/// 50 cheap trials, 4 started at a time, each asking for half of the machine's CPUs: never
+/// more than 2 run at once (the pool's limit, from the recorded start and end events), and
+/// every trial ends TERMINATED.
+pub fn trials_never_run_beyond_the_pool() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let events = dir.path().join("events");
+    let half = rtune::cluster::local_node()?.resources.cpu / 2.0;
+    let trainer = TorchTrainer::new(cheap_trial)
+        .train_loop_config(Params::new().with("events", events.display().to_string()))
+        .scaling(
+            ScalingConfig::workers(1).resources_per_worker([("CPU".to_string(), half)].into()),
+        );
+    let space = SearchSpace::new().add("index", rtune_searchers::grid_search(0..50i64));
+    let grid = Tuner::new(trainer, space)
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max).max_concurrent_trials(4))
+        .run_config(RunConfig::new("cheap").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 50, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    let (mut now, mut most, mut started) = (0i32, 0i32, 0);
+    for line in std::fs::read_to_string(&events)?.lines() {
+        if line.starts_with("start") {
+            now += 1;
+            started += 1;
+        } else {
+            now -= 1;
+        }
+        most = most.max(now);
+    }
+    ensure!(started == 50, "{started} trials started");
+    ensure!(most <= 2, "{most} trials ran at once on a pool that holds 2");
+    ensure!(grid.best_result(None, None)?.params.get::<i64>("index")? == 49);
+    Ok(())
+}
