@@ -58,6 +58,10 @@ pub(crate) mod proto {
     tonic::include_proto!("rtune.v1");
 }
 
+/// Search spaces, searchers and schedulers (the `rtune-searchers` crate), for sweeps:
+/// `rtune::search::{SearchSpace, loguniform, choice, Asha, Tpe, ..}`.
+pub use rtune_searchers as search;
+
 pub use error::{Error, Result};
 pub use rtune_searchers::{Mode, Params};
 pub use train::{

@@ -6,4 +6,4 @@ pub mod controller;
 mod tuner;
 
 pub use controller::{Command, Controller, ControllerConfig, Event, Trial};
-pub use tuner::{ResultGrid, TrialResult, TuneConfig, Tuner};
+pub use tuner::{ResultGrid, STATE_FILE, TrialResult, TuneConfig, Tuner};

@@ -17,6 +17,7 @@ use rtune_searchers::{
     BasicVariant, Fifo, Metrics, Mode, Params, SchedulerState, SearchSpace, Searcher, TrialId,
     TrialScheduler, TrialStatus, Value,
 };
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::controller::{Command, Controller, ControllerConfig, Event};
@@ -118,7 +119,7 @@ pub struct Tuner {
 }
 
 /// One trial as the sweep ended it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct TrialResult {
     /// `<experiment id>_<index>`, as in Ray.
     pub trial_id: String,
@@ -126,6 +127,7 @@ pub struct TrialResult {
     /// The params sampled for it (merged into the trainer's `train_loop_config`).
     pub params: Params,
     /// What its `TorchTrainer` run returned (also for a failed one, when it got that far).
+    #[serde(skip)]
     pub result: Option<TrainResult>,
     pub error: Option<String>,
     /// Its directory in the experiment.
@@ -347,6 +349,9 @@ fn short_params(params: &Params) -> String {
     text
 }
 
+/// The experiment state snapshot in the experiment directory.
+pub const STATE_FILE: &str = "experiment_state.json";
+
 /// What the shell loop hears.
 enum Heard {
     Command(Command),
@@ -403,6 +408,7 @@ impl Sweep {
                     let stop = Arc::new(AtomicBool::new(fatal.is_some()));
                     self.start(driver, trial, params, stop.clone(), heard_tx.clone());
                     running.insert(trial, RunningTrial { stop });
+                    self.save_state(&mut fatal);
                 }
                 Heard::Command(Command::StopTrial(trial)) => {
                     if let Some(r) = running.get(&trial) {
@@ -418,6 +424,7 @@ impl Sweep {
                 Heard::Ended { trial, stopped, outcome } => {
                     running.remove(&trial);
                     let event = self.record_end(trial, stopped, outcome);
+                    self.save_state(&mut fatal);
                     self.apply(self.step(event), &heard_tx, &mut fatal);
                     if fatal.is_some() && running.is_empty() {
                         break;
@@ -439,6 +446,40 @@ impl Sweep {
             mode,
             trials: std::mem::take(&mut self.trials).into_values().collect(),
         })
+    }
+
+    /// Replaces `experiment_state.json` (atomically): the sweep's settings and every trial's
+    /// status, params, directory, error and last result, as they are now.
+    fn save_state(&self, fatal: &mut Option<Error>) {
+        let trials: Vec<serde_json::Value> = self
+            .trials
+            .values()
+            .map(|t| {
+                let mut row = serde_json::to_value(t).expect("a trial serialises");
+                let last = t.result.as_ref().and_then(|r| r.metrics.as_ref()).map(|m| {
+                    m.iter()
+                        .map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v)))
+                        .collect::<serde_json::Map<_, _>>()
+                });
+                row["last_result"] =
+                    last.map_or(serde_json::Value::Null, serde_json::Value::Object);
+                row
+            })
+            .collect();
+        let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
+        let state = serde_json::json!({
+            "name": self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "experiment_id": self.experiment,
+            "metric": metric,
+            "mode": mode,
+            "rtune_version": env!("CARGO_PKG_VERSION"),
+            "timestamp": unix_time(),
+            "trials": trials,
+        });
+        let text = serde_json::to_vec_pretty(&state).expect("the state serialises");
+        if let Err(e) = crate::storage::atomic_write(&self.path.join(STATE_FILE), &text) {
+            fatal.get_or_insert(e);
+        }
     }
 
     fn apply(

@@ -87,6 +87,17 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
         ensure!(t.path.join("result.json").is_file() && t.path.join("params.json").is_file());
     }
 
+    // The experiment state snapshot lists every trial as it ended.
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(grid.path.join(rtune::tune::STATE_FILE))?)?;
+    let trials = state["trials"].as_array().context("trials in the state")?;
+    ensure!(trials.len() == 6 && state["metric"] == "val_acc", "{state}");
+    for (row, t) in trials.iter().zip(&grid.trials) {
+        ensure!(row["trial_id"] == t.trial_id.as_str() && row["status"] == "Terminated", "{row}");
+        ensure!(row["last_result"]["val_acc"].as_f64() == t.last("val_acc"), "{row}");
+        ensure!(row["path"] == t.path.display().to_string(), "{row}");
+    }
+
     let best = grid.best_result(None, None)?;
     ensure!(best.params.get::<f64>("lr")? == 3e-3, "best: {:?}", best.params);
     let result = best.result.as_ref().context("the best trial's result")?;
