@@ -1,6 +1,41 @@
 //! Ray Tune's half: sweeps whose trials are full `TorchTrainer` runs on the process's shared
 //! driver. The controller (`controller`) is a synchronous core that decides what runs, stops
 //! and ends; the `Tuner` (`tuner`) is the thin async shell that carries its commands out.
+//!
+//! ```no_run
+//! use rtune::search::{Asha, SearchSpace, choice, loguniform};
+//! use rtune::{Mode, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner};
+//!
+//! fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
+//!     let (lr, hidden) = (ctx.params().get::<f64>("lr")?, ctx.params().get::<i64>("hidden")?);
+//!     for _epoch in ctx.iteration()..20 {
+//!         // ... train a model of width `hidden` with learning rate `lr` ...
+//!         ctx.report([("val_acc", lr * hidden as f64)], None)?;
+//!     }
+//!     Ok(())
+//! }
+//!
+//! fn main() -> anyhow::Result<()> {
+//!     rtune::init();
+//!     let trainer = TorchTrainer::new(train).scaling(ScalingConfig::workers(2));
+//!     let space = SearchSpace::new()
+//!         .add("lr", loguniform(1e-4, 1e-1)?)
+//!         .add("hidden", choice([32, 64, 128]));
+//!     let grid = Tuner::new(trainer, space)
+//!         .tune_config(
+//!             TuneConfig::new()
+//!                 .metric("val_acc")
+//!                 .mode(Mode::Max)
+//!                 .num_samples(16)
+//!                 .scheduler(Asha::new().max_t(20).grace_period(2)),
+//!         )
+//!         .run_config(RunConfig::new("digits_sweep"))
+//!         .fit()?;
+//!     let best = grid.best_result(None, None)?;
+//!     println!("{:?} {:?}", best.params, best.last("val_acc"));
+//!     Ok(())
+//! }
+//! ```
 
 pub mod controller;
 mod tuner;
