@@ -67,6 +67,11 @@ impl Hub {
         self.token.as_deref()
     }
 
+    /// The address workers reach it on.
+    pub(crate) fn ip(&self) -> std::net::IpAddr {
+        self.address.ip()
+    }
+
     /// The URL workers connect to.
     pub(crate) fn url(&self) -> String {
         format!("http://{}", self.address)

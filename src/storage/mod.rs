@@ -16,6 +16,29 @@ use crate::error::{IoContext, Result};
 
 pub mod checkpoint;
 
+/// `2026-11-23_11-58-10` (UTC) for seconds since the Unix epoch: Ray's `date` field and the
+/// date in trial directory names.
+pub fn date_string(unix_seconds: f64) -> String {
+    let t = unix_seconds as i64;
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}_{:02}-{:02}-{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
 /// Seconds since the Unix epoch (0 if the clock is before it).
 pub fn unix_time() -> f64 {
     std::time::SystemTime::now()
@@ -100,6 +123,7 @@ impl ResultFiles {
             .at(&self.json_path)?;
         json.write_all(line.as_bytes()).and_then(|()| json.sync_data()).at(&self.json_path)?;
 
+        let row = flatten(row);
         let new_columns: Vec<String> =
             row.keys().filter(|k| !self.columns.contains(k)).cloned().collect();
         self.rows.push(row);
@@ -122,6 +146,7 @@ impl ResultFiles {
             json.push('\n');
         }
         atomic_write(&self.json_path, json.as_bytes())?;
+        let rows: Vec<Row> = rows.into_iter().map(flatten).collect();
         self.columns.clear();
         for row in &rows {
             for key in row.keys() {
@@ -141,6 +166,27 @@ impl ResultFiles {
         }
         atomic_write(&self.csv_path, text.as_bytes())
     }
+}
+
+/// Nested objects become `outer/inner` columns, as in Ray's `progress.csv` (`config/lr`).
+fn flatten(row: Row) -> Row {
+    fn walk(prefix: &str, value: serde_json::Value, out: &mut Row) {
+        match value {
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                for (k, v) in map {
+                    walk(&format!("{prefix}/{k}"), v, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_owned(), other);
+            }
+        }
+    }
+    let mut out = Row::new();
+    for (k, v) in row {
+        walk(&k, v, &mut out);
+    }
+    out
 }
 
 fn cell(row: Option<&Row>, column: &str) -> String {
@@ -192,6 +238,19 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(json.lines().nth(1).unwrap()).unwrap(),
             json!({"acc": 0.5, "loss": 1.0, "training_iteration": 2})
         );
+    }
+
+    #[test]
+    fn nested_values_are_columns_in_the_csv_and_objects_in_the_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ResultFiles::new(dir.path());
+        let config = json!({"lr": 0.1, "model": {"width": 64}});
+        files.append(row(&[("loss", json!(1.5)), ("config", config.clone())])).unwrap();
+        let csv = fs::read_to_string(dir.path().join("progress.csv")).unwrap();
+        assert_eq!(csv, "config/lr,config/model/width,loss\n0.1,64,1.5\n");
+        let json = fs::read_to_string(dir.path().join("result.json")).unwrap();
+        let back: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        assert_eq!(back["config"], config);
     }
 
     #[test]

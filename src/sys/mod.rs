@@ -87,6 +87,18 @@ fn fork_on_spawner(
     answer.recv().map_err(|_| gone())?
 }
 
+/// This machine's host name ("" if it has none).
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 /// A supervised worker process.
 pub(crate) struct Supervised {
     /// Send (or drop) to kill it.

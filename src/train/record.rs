@@ -13,9 +13,24 @@ use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 use crate::storage::checkpoint::{self, Fence};
 use crate::storage::{ResultFiles, Row, unix_time};
 
+/// Who a run is: the fields Ray fills into every result row besides the metrics.
+pub(super) struct RunIdentity {
+    /// The trial's id in a sweep.
+    pub trial_id: Option<String>,
+    /// The train loop config (Ray's `config`).
+    pub config: serde_json::Value,
+    /// The driver process, which runs the trial (Ray: the trainable's process and node).
+    pub pid: u32,
+    pub hostname: String,
+    pub node_ip: String,
+}
+
 /// The driver's record of a run: kept reports and checkpoints, and the result files.
 pub(super) struct RunState {
     run_dir: PathBuf,
+    identity: RunIdentity,
+    /// The iteration the current attempt started after (its checkpoint's).
+    restored_at: u64,
     files: ResultFiles,
     history: Vec<(Metrics, Row)>,
     /// Recorded checkpoints, oldest first, with the metrics they were reported with.
@@ -31,9 +46,11 @@ pub(super) struct RunState {
 }
 
 impl RunState {
-    pub(super) fn new(run_dir: &Path, run: &RunConfig) -> Self {
+    pub(super) fn new(run_dir: &Path, run: &RunConfig, identity: RunIdentity) -> Self {
         RunState {
             run_dir: run_dir.to_owned(),
+            identity,
+            restored_at: 0,
             files: ResultFiles::new(run_dir),
             history: Vec::new(),
             checkpoints: Vec::new(),
@@ -47,10 +64,12 @@ impl RunState {
         }
     }
 
-    /// Fences the run directory for `attempt`: from now on only its workers may commit.
-    pub(super) fn begin_attempt(&mut self, attempt: u32) -> Result<()> {
+    /// Fences the run directory for `attempt`, which starts after iteration `start_iteration`:
+    /// from now on only its workers may commit.
+    pub(super) fn begin_attempt(&mut self, attempt: u32, start_iteration: u64) -> Result<()> {
         checkpoint::set_fence(&self.run_dir, Fence::Open(attempt))?;
         self.attempt = attempt;
+        self.restored_at = start_iteration;
         self.attempt_started = Instant::now();
         self.last_report = self.attempt_started;
         Ok(())
@@ -87,6 +106,16 @@ impl RunState {
         if !report.checkpoint.is_empty() {
             row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
         }
+        let identity = &self.identity;
+        if let Some(id) = &identity.trial_id {
+            row.insert("trial_id".into(), id.clone().into());
+        }
+        row.insert("config".into(), identity.config.clone());
+        row.insert("date".into(), crate::storage::date_string(unix_time()).into());
+        row.insert("pid".into(), identity.pid.into());
+        row.insert("hostname".into(), identity.hostname.clone().into());
+        row.insert("node_ip".into(), identity.node_ip.clone().into());
+        row.insert("iterations_since_restore".into(), (iteration - self.restored_at).into());
         self.files.append(row.clone())?;
         if self.verbose {
             println!("{}", progress_line(&metrics, &report.checkpoint));

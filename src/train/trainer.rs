@@ -16,7 +16,7 @@ use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, run_att
 use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::storage::{self, ResultFiles, unix_time};
-use crate::train::record::RunState;
+use crate::train::record::{RunIdentity, RunState};
 use crate::worker::TrainFn;
 
 /// Asked after every recorded report (with its metrics, rtune's automatic ones included)
@@ -32,6 +32,8 @@ pub struct TorchTrainer {
     scaling: ScalingConfig,
     run: RunConfig,
     resume: Option<Checkpoint>,
+    /// Set by the Tuner: the trial this run is (written into every result row).
+    trial_id: Option<String>,
 }
 
 impl TorchTrainer {
@@ -42,7 +44,14 @@ impl TorchTrainer {
             scaling: ScalingConfig::default(),
             run: RunConfig::default(),
             resume: None,
+            trial_id: None,
         }
+    }
+
+    /// Marks this run as trial `id` of a sweep.
+    pub(crate) fn for_trial(mut self, id: String) -> Self {
+        self.trial_id = Some(id);
+        self
     }
 
     /// The train loop config every worker gets as `ctx.params()`.
@@ -224,7 +233,14 @@ impl TorchTrainer {
             }
         };
         let hub = driver.hub(placement.hub_ip().await?, hub_token).await?;
-        let mut run = RunState::new(&run_dir, &self.run);
+        let identity = RunIdentity {
+            trial_id: self.trial_id.clone(),
+            config: serde_json::from_str(&params_json).unwrap_or_default(),
+            pid: std::process::id(),
+            hostname: crate::sys::hostname(),
+            node_ip: hub.ip().to_string(),
+        };
+        let mut run = RunState::new(&run_dir, &self.run, identity);
         let mut resume = self.resume.clone();
         let mut start_iteration = match &resume {
             Some(c) => c.iteration()?,
@@ -253,7 +269,7 @@ impl TorchTrainer {
                 collective_timeout: self.run.collective_timeout,
                 start_timeout: self.run.start_timeout,
             };
-            run.begin_attempt(attempt)?;
+            run.begin_attempt(attempt, start_iteration)?;
             let outcome = run_attempt(&hub, &spec, &mut |report| {
                 let stop = run.record(report)?;
                 Ok(decide(run.last_metrics())? || stop)

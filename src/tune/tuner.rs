@@ -305,24 +305,7 @@ fn side_by_side(trainer: &TorchTrainer) -> usize {
 }
 
 fn date() -> String {
-    let t = unix_time() as i64;
-    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}_{:02}-{:02}-{:02}",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
+    crate::storage::date_string(unix_time())
 }
 
 /// `lr=0.001,hidden=64`: a trial directory's short form of its params (Ray's naming).
@@ -535,7 +518,12 @@ impl Sweep {
         let mut run = self.run.clone();
         run.name = Some(dir_name);
         run.storage_path = Some(self.path.clone());
-        let trainer = self.trainer.clone().train_loop_config(params).run_config(run);
+        let trainer = self
+            .trainer
+            .clone()
+            .train_loop_config(params)
+            .run_config(run)
+            .for_trial(trial_id.clone());
         self.trials.insert(
             trial,
             TrialResult {

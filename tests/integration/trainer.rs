@@ -206,6 +206,15 @@ pub fn sigkilled_worker_resumes_from_checkpoint() -> Result<()> {
         })
         .collect::<Result<_, _>>()?;
     ensure!(on_disk == (1..=8).collect::<Vec<u64>>(), "result.json iterations {on_disk:?}");
+    // The second attempt resumed after iteration 3: Ray's iterations_since_restore counts anew.
+    let since: Vec<u64> = json
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .map(|v| v["iterations_since_restore"].as_u64().unwrap_or(0))
+        })
+        .collect::<Result<_, _>>()?;
+    ensure!(since == [1, 2, 3, 1, 2, 3, 4, 5], "iterations_since_restore {since:?}");
     Ok(())
 }
 

@@ -87,6 +87,21 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
         ensure!(t.path.join("result.json").is_file() && t.path.join("params.json").is_file());
     }
 
+    // Every result row carries Ray's fields: the trial, its config (sampled params merged into
+    // the trainer's), where it ran.
+    for t in &grid.trials {
+        let text = std::fs::read_to_string(t.path.join("result.json"))?;
+        let first: serde_json::Value = serde_json::from_str(text.lines().next().context("a row")?)?;
+        ensure!(first["trial_id"] == t.trial_id.as_str(), "{first}");
+        ensure!(first["config"]["lr"].as_f64() == Some(t.params.get::<f64>("lr")?), "{first}");
+        ensure!(first["config"]["epochs"] == 6, "{first}");
+        ensure!(first["iterations_since_restore"] == 1 && first["training_iteration"] == 1);
+        ensure!(first["pid"] == std::process::id() && first["node_ip"] == "127.0.0.1");
+        ensure!(first["date"].as_str().is_some_and(|d| d.len() == 19), "{first}");
+        let csv = std::fs::read_to_string(t.path.join("progress.csv"))?;
+        ensure!(csv.lines().next().is_some_and(|h| h.contains("config/lr")), "{csv}");
+    }
+
     // The experiment state snapshot lists every trial as it ended.
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(grid.path.join(rtune::tune::STATE_FILE))?)?;
