@@ -43,7 +43,16 @@ pub(crate) fn serve_until_dropped(
     keepalive: Option<Duration>,
 ) -> oneshot::Sender<()> {
     let (shutdown, stopped) = oneshot::channel::<()>();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Small request/reply messages (a worker's report waits for its answer): without nodelay,
+    // Nagle's algorithm holds each reply back for the peer's delayed ACK.
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |stream| {
+            stream.inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
+        },
+    );
     tokio::spawn(async move {
         let serve = tonic::transport::Server::builder()
             .http2_keepalive_interval(keepalive)

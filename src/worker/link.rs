@@ -42,7 +42,8 @@ impl DriverLink {
             .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
         let endpoint = tonic::transport::Endpoint::from_shared(hub.to_owned())
             .map_err(|e| Error::Protocol(format!("bad hub address {hub}: {e}")))?
-            .connect_timeout(Duration::from_secs(10));
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true);
         let token = std::env::var(HUB_TOKEN_ENV).ok();
         let auth = AddToken::bearer(token.as_deref())?;
         let client = runtime

@@ -1,0 +1,68 @@
+//! Sweep overhead, measured end to end with real worker processes (no timing asserts anywhere):
+//!
+//! * `fit_loop`: 30 plain `TorchTrainer::fit` runs of 1 worker that report once, one after the
+//!   other (the baseline: what a hand-written loop of trainings costs per run);
+//! * `tuner_200`: the same trainer swept 200 times by the `Tuner` (trials run side by side as
+//!   the machine's CPUs allow): trials per second, end to end;
+//! * `results_8x500`: 8 trials of 1 worker reporting 500 times each, persistence on (every row
+//!   fsynced to result.json and progress.csv): results per second.
+//!
+//! `cargo bench --bench sweep` prints one line per workload.
+
+use std::time::Instant;
+
+use rtune::search::{SearchSpace, grid_search};
+use rtune::{Mode, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner};
+
+fn report_n(ctx: &mut TrainContext) -> anyhow::Result<()> {
+    let n = ctx.params().get::<u64>("reports")?;
+    for i in 0..n {
+        ctx.report([("score", i as f64)], None)?;
+    }
+    Ok(())
+}
+
+fn trainer(reports: u64) -> TorchTrainer {
+    TorchTrainer::new(report_n)
+        .train_loop_config(rtune::Params::new().with("reports", reports))
+        .scaling(ScalingConfig::workers(1))
+}
+
+fn sweep(dir: &std::path::Path, name: &str, trials: i64, reports: u64) -> anyhow::Result<f64> {
+    let space = SearchSpace::new().add("i", grid_search(0..trials));
+    let started = Instant::now();
+    let grid = Tuner::new(trainer(reports), space)
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+        .run_config(RunConfig::new(name).storage_path(dir))
+        .fit()?;
+    anyhow::ensure!(grid.trials.len() == trials as usize && grid.errors().is_empty());
+    Ok(started.elapsed().as_secs_f64())
+}
+
+fn main() -> anyhow::Result<()> {
+    rtune::init();
+    // `cargo test --benches` runs bench targets without `--bench`: do nothing then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+
+    let runs = 30;
+    let started = Instant::now();
+    for i in 0..runs {
+        trainer(1).run_config(RunConfig::new(format!("fit_{i}")).storage_path(dir.path())).fit()?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "fit_loop       {runs} runs in {seconds:.2} s: {:.1} runs/s ({:.0} ms each)",
+        f64::from(runs) / seconds,
+        seconds * 1e3 / f64::from(runs)
+    );
+
+    let seconds = sweep(dir.path(), "tuner_200", 200, 1)?;
+    println!("tuner_200      200 trials in {seconds:.2} s: {:.1} trials/s", 200.0 / seconds);
+
+    let seconds = sweep(dir.path(), "results_8x500", 8, 500)?;
+    println!("results_8x500  4000 results in {seconds:.2} s: {:.0} results/s", 4000.0 / seconds);
+    Ok(())
+}
