@@ -10,3 +10,16 @@ pub fn process_state(pid: i32) -> Option<char> {
 pub fn alive(pid: i32) -> bool {
     !matches!(process_state(pid), None | Some('Z') | Some('X'))
 }
+
+/// Runs `work` between a `start WHO` and an `end WHO` line appended to the file `events` (many
+/// processes may append to it: each line is one small append).
+pub fn between_events(events: &str, who: &str, work: impl FnOnce()) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mark = |what: &str| -> anyhow::Result<()> {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(events)?;
+        Ok(f.write_all(format!("{what} {who}\n").as_bytes())?)
+    };
+    mark("start")?;
+    work();
+    mark("end")
+}

@@ -28,14 +28,20 @@ fn run_config(storage: &Path) -> RunConfig {
 
 fn train_digits(ctx: &mut TrainContext) -> Result<()> {
     let epochs = ctx.params().get::<u64>("epochs")?;
+    train_digits_mlp(ctx, 3e-3, 64, epochs)
+}
+
+/// Data-parallel digits MLP of width `hidden`, Adam at `lr`, for `epochs` epochs (resuming from
+/// the context's checkpoint): `val_acc` reported with a checkpoint every epoch.
+pub fn train_digits_mlp(ctx: &mut TrainContext, lr: f64, hidden: i64, epochs: u64) -> Result<()> {
     let split = Digits::split(0)?;
     let mut vs = nn::VarStore::new(Device::Cpu);
-    let net = mlp(&vs.root(), 64);
+    let net = mlp(&vs.root(), hidden);
     if let Some(ck) = ctx.checkpoint() {
         ck.load_var_store(&mut vs)?;
     }
     let ddp = ctx.prepare_model(&vs)?;
-    let mut opt = nn::Adam::default().build(&vs, 3e-3)?;
+    let mut opt = nn::Adam::default().build(&vs, lr)?;
     let (rank, world) = (ctx.world_rank(), ctx.world_size());
     for epoch in ctx.iteration()..epochs {
         let order = shard(split.train.len(), rank, world, epoch, 1);
@@ -268,16 +274,11 @@ pub fn unrecorded_checkpoints_go_when_the_run_fails() -> Result<()> {
 
 /// Appends `start NAME` and, half a second later, `end NAME` to the file named by `events`.
 fn mark_start_and_end(ctx: &mut TrainContext) -> Result<()> {
-    use std::io::Write;
     let events = ctx.params().get::<String>("events")?;
     let name = ctx.params().get::<String>("name")?;
-    let mark = |what: &str| -> Result<()> {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&events)?;
-        Ok(f.write_all(format!("{what} {name}\n").as_bytes())?)
-    };
-    mark("start")?;
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    mark("end")?;
+    crate::common::between_events(&events, &name, || {
+        std::thread::sleep(std::time::Duration::from_millis(500))
+    })?;
     ctx.report([("done", 1.0)], None).map_err(Into::into)
 }
 

@@ -2,15 +2,15 @@
 //! the ring all-reduce) on the process's shared local pool, with a real scheduler.
 
 use anyhow::{Context, Result, ensure};
-use rtune::data::{Digits, shard};
+use rtune::data::Digits;
 use rtune::{
     Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner,
 };
 use rtune_searchers::{Asha, HyperBand, SearchSpace, TrialStatus, choice};
-use tch::nn::{self, Module, OptimizerConfig};
+use tch::nn::{self, Module};
 use tch::{Device, Kind};
 
-use crate::trainer::mlp;
+use crate::trainer::{mlp, train_digits_mlp};
 
 /// Digits MLP with `lr` and `hidden` from the params, `epochs` epochs, `val_acc` reported with
 /// a checkpoint every epoch.
@@ -19,30 +19,7 @@ fn train_sweep(ctx: &mut TrainContext) -> Result<()> {
     let hidden = ctx.params().get::<i64>("hidden")?;
     let epochs = ctx.params().get::<u64>("epochs")?;
     tch::manual_seed(0);
-    let split = Digits::split(0)?;
-    let mut vs = nn::VarStore::new(Device::Cpu);
-    let net = mlp(&vs.root(), hidden);
-    if let Some(ck) = ctx.checkpoint() {
-        ck.load_var_store(&mut vs)?;
-    }
-    let ddp = ctx.prepare_model(&vs)?;
-    let mut opt = nn::Adam::default().build(&vs, lr)?;
-    let (rank, world) = (ctx.world_rank(), ctx.world_size());
-    for epoch in ctx.iteration()..epochs {
-        for batch in shard(split.train.len(), rank, world, epoch, 1).chunks_exact(32) {
-            let (x, y) = split.train.select(batch).tensors();
-            ddp.backward_step(&mut opt, &net.forward(&x).cross_entropy_for_logits(&y))?;
-        }
-        let (x, y) = split.validation.tensors();
-        let acc = tch::no_grad(|| {
-            net.forward(&x).argmax(-1, false).eq_tensor(&y).to_kind(Kind::Float).mean(Kind::Float)
-        })
-        .double_value(&[]);
-        let mut ck = ctx.new_checkpoint()?;
-        ck.save_var_store(&vs)?;
-        ctx.report([("val_acc", acc)], Some(ck))?;
-    }
-    Ok(())
+    train_digits_mlp(ctx, lr, hidden, epochs)
 }
 
 fn sweep_trainer() -> TorchTrainer {
@@ -164,16 +141,11 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
 /// Appends `start` and `end` (with the trial's index) to the file named by `events`, and
 /// reports once.
 fn cheap_trial(ctx: &mut TrainContext) -> Result<()> {
-    use std::io::Write;
     let events = ctx.params().get::<String>("events")?;
     let index = ctx.params().get::<i64>("index")?;
-    let mark = |what: &str| -> Result<()> {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&events)?;
-        Ok(f.write_all(format!("{what} {index}\n").as_bytes())?)
-    };
-    mark("start")?;
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    mark("end")?;
+    crate::common::between_events(&events, &index.to_string(), || {
+        std::thread::sleep(std::time::Duration::from_millis(20))
+    })?;
     ctx.report([("score", index as f64)], None).map_err(Into::into)
 }
 
