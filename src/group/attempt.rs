@@ -236,6 +236,9 @@ impl Attempt<'_> {
                 collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
                 device: device.to_owned(),
                 num_threads: self.spec.num_threads,
+                trial_id: self.spec.trial.trial_id.clone(),
+                trial_name: self.spec.trial.trial_name.clone(),
+                experiment_name: self.spec.trial.experiment_name.clone(),
             }));
         }
     }
@@ -394,6 +397,7 @@ mod tests {
             resume: None,
             start_iteration: 0,
             num_threads: 1,
+            trial: Default::default(),
             ranks: RankPlacement::from_nodes(&nodes, &[], &[]),
             launcher: Launcher::Local,
             collective_timeout: Duration::from_secs(1),

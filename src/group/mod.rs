@@ -102,10 +102,20 @@ pub(crate) struct AttemptSpec {
     pub resume: Option<PathBuf>,
     pub start_iteration: u64,
     pub num_threads: u32,
+    /// Who the run is in a sweep (all empty outside one).
+    pub trial: TrialNames,
     pub ranks: Vec<RankPlacement>,
     pub launcher: Launcher,
     pub collective_timeout: Duration,
     pub start_timeout: Duration,
+}
+
+/// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrialNames {
+    pub trial_id: String,
+    pub trial_name: String,
+    pub experiment_name: String,
 }
 
 /// A report that every rank has made: rank 0's metrics and checkpoint.

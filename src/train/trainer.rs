@@ -12,7 +12,7 @@ use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::config::{RunConfig, ScalingConfig};
 use crate::driver::{Driver, LocalReservation};
 use crate::error::{Error, Result};
-use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, run_attempt};
+use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, TrialNames, run_attempt};
 use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::storage::{self, ResultFiles, unix_time};
@@ -45,6 +45,22 @@ impl TorchTrainer {
             run: RunConfig::default(),
             resume: None,
             trial_id: None,
+        }
+    }
+
+    /// Its names as its train function sees them: the trial id, the trial's directory name,
+    /// and the experiment's (empty outside a sweep).
+    fn trial_names(&self, run_dir: &std::path::Path) -> TrialNames {
+        let Some(id) = &self.trial_id else { return TrialNames::default() };
+        let name = |p: Option<&std::path::Path>| {
+            p.and_then(std::path::Path::file_name)
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        TrialNames {
+            trial_id: id.clone(),
+            trial_name: name(Some(run_dir)),
+            experiment_name: name(run_dir.parent()),
         }
     }
 
@@ -264,6 +280,7 @@ impl TorchTrainer {
                 resume: resume.as_ref().map(|c| c.path().to_owned()),
                 start_iteration,
                 num_threads: self.scaling.cpus_per_worker().max(1.0) as u32,
+                trial: self.trial_names(&run_dir),
                 ranks,
                 launcher,
                 collective_timeout: self.run.collective_timeout,

@@ -31,6 +31,9 @@ pub(crate) struct ContextParts<'a> {
     pub run_dir: PathBuf,
     pub resume: Option<Checkpoint>,
     pub start_iteration: u64,
+    pub trial_id: String,
+    pub trial_name: String,
+    pub experiment_name: String,
     pub group: Box<dyn ProcessGroup>,
     pub link: &'a mut DriverLink,
 }
@@ -47,6 +50,9 @@ pub struct TrainContext<'a> {
     run_dir: PathBuf,
     resume: Option<Checkpoint>,
     start_iteration: u64,
+    trial_id: String,
+    trial_name: String,
+    experiment_name: String,
     reports: u64,
     stop_requested: bool,
     group: SharedGroup,
@@ -69,6 +75,9 @@ impl<'a> TrainContext<'a> {
             run_dir: parts.run_dir,
             resume: parts.resume,
             start_iteration: parts.start_iteration,
+            trial_id: parts.trial_id,
+            trial_name: parts.trial_name,
+            experiment_name: parts.experiment_name,
             reports: 0,
             stop_requested: false,
             group: Rc::new(RefCell::new(parts.group)),
@@ -106,6 +115,21 @@ impl<'a> TrainContext<'a> {
     /// The train loop config (with a Tuner: this trial's sampled hyperparameters merged in).
     pub fn params(&self) -> &Params {
         &self.params
+    }
+
+    /// The trial's id in a sweep (`<experiment id>_<index>`, as in Ray); None outside one.
+    pub fn trial_id(&self) -> Option<&str> {
+        Some(self.trial_id.as_str()).filter(|s| !s.is_empty())
+    }
+
+    /// The trial's name in a sweep (its directory's name); None outside one.
+    pub fn trial_name(&self) -> Option<&str> {
+        Some(self.trial_name.as_str()).filter(|s| !s.is_empty())
+    }
+
+    /// The sweep's name (the experiment directory's); None outside one.
+    pub fn experiment_name(&self) -> Option<&str> {
+        Some(self.experiment_name.as_str()).filter(|s| !s.is_empty())
     }
 
     /// The run's (or trial's) directory: result files, checkpoints, worker logs.

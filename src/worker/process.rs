@@ -116,6 +116,9 @@ fn train(
         run_dir: PathBuf::from(&reply.run_dir),
         resume,
         start_iteration: reply.start_iteration,
+        trial_id: reply.trial_id.clone(),
+        trial_name: reply.trial_name.clone(),
+        experiment_name: reply.experiment_name.clone(),
         group,
         link,
     });

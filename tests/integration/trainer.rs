@@ -276,6 +276,8 @@ pub fn unrecorded_checkpoints_go_when_the_run_fails() -> Result<()> {
 fn mark_start_and_end(ctx: &mut TrainContext) -> Result<()> {
     let events = ctx.params().get::<String>("events")?;
     let name = ctx.params().get::<String>("name")?;
+    // A plain fit is no trial of a sweep.
+    ensure!(ctx.trial_id().is_none() && ctx.experiment_name().is_none(), "a fit has trial names");
     crate::common::between_events(&events, &name, || {
         std::thread::sleep(std::time::Duration::from_millis(500))
     })?;

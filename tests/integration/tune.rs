@@ -18,6 +18,9 @@ fn train_sweep(ctx: &mut TrainContext) -> Result<()> {
     let lr = ctx.params().get::<f64>("lr")?;
     let hidden = ctx.params().get::<i64>("hidden")?;
     let epochs = ctx.params().get::<u64>("epochs")?;
+    let names =
+        [ctx.trial_id(), ctx.trial_name(), ctx.experiment_name()].map(Option::unwrap_or_default);
+    std::fs::write(ctx.run_dir().join("names.txt"), names.join("\n"))?;
     tch::manual_seed(0);
     train_digits_mlp(ctx, lr, hidden, epochs)
 }
@@ -75,6 +78,10 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
         ensure!(first["iterations_since_restore"] == 1 && first["training_iteration"] == 1);
         ensure!(first["pid"] == std::process::id() && first["node_ip"] == "127.0.0.1");
         ensure!(first["date"].as_str().is_some_and(|d| d.len() == 19), "{first}");
+        // The train function saw the trial's names (Ray's get_context()).
+        let names = std::fs::read_to_string(t.path.join("names.txt"))?;
+        let dir_name = t.path.file_name().context("dir")?.to_string_lossy().into_owned();
+        ensure!(names == format!("{}\n{dir_name}\nsweep", t.trial_id), "{names:?}");
         let csv = std::fs::read_to_string(t.path.join("progress.csv"))?;
         ensure!(csv.lines().next().is_some_and(|h| h.contains("config/lr")), "{csv}");
     }
