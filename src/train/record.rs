@@ -79,6 +79,7 @@ impl RunState {
     /// checkpoints that were written but never recorded (by the last, failed attempt, or a
     /// straggler of an earlier one) go, so none can be taken for a real one.
     pub(super) fn end(&mut self) -> Result<()> {
+        self.files.sync()?;
         checkpoint::set_fence(&self.run_dir, Fence::Closed)?;
         let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
         checkpoint::sweep_unrecorded(&self.run_dir, &kept)
@@ -121,6 +122,8 @@ impl RunState {
             println!("{}", progress_line(&metrics, &report.checkpoint));
         }
         if let Some(ck) = checkpoint {
+            // The rows a resume from this checkpoint keeps are durable with it.
+            self.files.sync()?;
             self.checkpoints.push((ck, metrics.clone()));
             self.prune_checkpoints()?;
         }
