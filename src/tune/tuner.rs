@@ -409,9 +409,6 @@ impl Sweep {
                     let event = self.record_end(trial, stopped, outcome);
                     self.save_state(&mut fatal);
                     self.apply(self.step(event), &heard_tx, &mut fatal);
-                    if fatal.is_some() && running.is_empty() {
-                        break;
-                    }
                 }
                 Heard::Fatal(e) => self.abort(e, &running, &mut fatal),
             }
