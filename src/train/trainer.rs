@@ -130,6 +130,19 @@ impl TorchTrainer {
             Some((address, token)) => Target::Cluster { address, token },
         };
         storage::ensure_writable_dir(&run_dir)?;
+        self.run_placed(driver, run_dir, target, decide, started).await
+    }
+
+    /// The common end of `fit` and `run_trial`, once placed and with a run directory:
+    /// `params.json`, the attempts, and the result (an error when the failures ran out).
+    async fn run_placed(
+        &self,
+        driver: &Driver,
+        run_dir: PathBuf,
+        target: Target,
+        decide: &mut Decide<'_>,
+        started: Instant,
+    ) -> Result<TrainResult> {
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
         let mut result = self.run_attempts(driver, run_dir, params_json, target, decide).await?;
@@ -155,21 +168,8 @@ impl TorchTrainer {
             Some((address, token)) => Target::Cluster { address, token },
         };
         let run_dir = self.make_run_dir()?;
-        let params_json = serde_json::to_string(&self.params).expect("params serialise");
-        storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
         let mut no_decisions = |_: &Metrics| Ok(false);
-        let mut result = driver.block_on(self.run_attempts(
-            driver,
-            run_dir,
-            params_json,
-            target,
-            &mut no_decisions,
-        ))?;
-        result.fit_seconds = started.elapsed().as_secs_f64();
-        match result.error {
-            Some(_) => Err(Error::TrainingFailed(Box::new(result))),
-            None => Ok(result),
-        }
+        driver.block_on(self.run_placed(driver, run_dir, target, &mut no_decisions, started))
     }
 
     fn make_run_dir(&self) -> Result<PathBuf> {
@@ -227,12 +227,7 @@ impl TorchTrainer {
                 let mut client = client::connect_head(&address, token.as_deref()).await?;
                 let label = run_dir.display().to_string();
                 let lease = client::open_lease(&mut client, &label).await?;
-                let request = PlacementRequest::uniform(
-                    self.scaling.placement_strategy.into(),
-                    self.scaling.num_workers,
-                    crate::cluster::worker_bundle(&self.scaling),
-                )
-                .label(label);
+                let request = crate::cluster::worker_request(&self.scaling, &label);
                 let options = ReserveOptions {
                     lease: lease.id(),
                     wait_for_capacity: false,
@@ -251,7 +246,7 @@ impl TorchTrainer {
         let hub = driver.hub(placement.hub_ip().await?, hub_token).await?;
         let identity = RunIdentity {
             trial_id: self.trial_id.clone(),
-            config: serde_json::from_str(&params_json).unwrap_or_default(),
+            config: serde_json::to_value(&self.params).expect("params serialise"),
             pid: std::process::id(),
             hostname: crate::sys::hostname(),
             node_ip: hub.ip().to_string(),
