@@ -332,6 +332,9 @@ fn short_params(params: &Params) -> String {
     text
 }
 
+/// Set to stop a running trial at its next report.
+type StopFlag = Arc<AtomicBool>;
+
 /// The experiment state snapshot in the experiment directory.
 pub const STATE_FILE: &str = "experiment_state.json";
 
@@ -345,10 +348,6 @@ enum Heard {
     },
     /// A mistake the sweep cannot go on with (from the controller, during a report).
     Fatal(Error),
-}
-
-struct RunningTrial {
-    stop: Arc<AtomicBool>,
 }
 
 struct Sweep {
@@ -369,7 +368,7 @@ impl Sweep {
 
     async fn run(&mut self, driver: &'static Driver) -> Result<ResultGrid> {
         let (heard_tx, mut heard) = mpsc::unbounded_channel::<Heard>();
-        let mut running: BTreeMap<TrialId, RunningTrial> = BTreeMap::new();
+        let mut running: BTreeMap<TrialId, StopFlag> = BTreeMap::new();
         let mut fatal: Option<Error> = None;
         for command in self.step(Event::Begin)? {
             let _ = heard_tx.send(Heard::Command(command));
@@ -390,12 +389,12 @@ impl Sweep {
                 Heard::Command(Command::StartTrial { trial, params, .. }) => {
                     let stop = Arc::new(AtomicBool::new(fatal.is_some()));
                     self.start(driver, trial, params, stop.clone(), heard_tx.clone());
-                    running.insert(trial, RunningTrial { stop });
+                    running.insert(trial, stop);
                     self.save_state(&mut fatal);
                 }
                 Heard::Command(Command::StopTrial(trial)) => {
                     if let Some(r) = running.get(&trial) {
-                        r.stop.store(true, Ordering::SeqCst);
+                        r.store(true, Ordering::SeqCst);
                     }
                 }
                 Heard::Command(Command::PauseTrial(_) | Command::Exploit { .. }) => {
@@ -481,15 +480,10 @@ impl Sweep {
     }
 
     /// Ends the sweep with `e` once the running trials have stopped.
-    fn abort(
-        &self,
-        e: Error,
-        running: &BTreeMap<TrialId, RunningTrial>,
-        fatal: &mut Option<Error>,
-    ) {
+    fn abort(&self, e: Error, running: &BTreeMap<TrialId, StopFlag>, fatal: &mut Option<Error>) {
         fatal.get_or_insert(e);
         for r in running.values() {
-            r.stop.store(true, Ordering::SeqCst);
+            r.store(true, Ordering::SeqCst);
         }
     }
 
