@@ -106,16 +106,21 @@ pub(crate) fn from_wire(text: &str) -> Result<Metrics> {
         return Err(Error::Protocol("metrics JSON is not an object".into()));
     };
     map.into_iter()
-        .map(|(k, v)| {
-            let n = match &v {
-                serde_json::Value::String(s) if s == "NaN" => f64::NAN,
-                serde_json::Value::String(s) if s == "Infinity" => f64::INFINITY,
-                serde_json::Value::String(s) if s == "-Infinity" => f64::NEG_INFINITY,
-                _ => v.as_f64().ok_or_else(|| Error::Protocol(format!("metric {k} is {v}")))?,
-            };
-            Ok((k, n))
+        .map(|(k, v)| match number_of(&v) {
+            Some(n) => Ok((k, n)),
+            None => Err(Error::Protocol(format!("metric {k} is {v}"))),
         })
         .collect()
+}
+
+/// The number a JSON value written by [`number_or_tag`] stands for; `None` for anything else.
+pub(crate) fn number_of(v: &serde_json::Value) -> Option<f64> {
+    match v {
+        serde_json::Value::String(s) if s == "NaN" => Some(f64::NAN),
+        serde_json::Value::String(s) if s == "Infinity" => Some(f64::INFINITY),
+        serde_json::Value::String(s) if s == "-Infinity" => Some(f64::NEG_INFINITY),
+        _ => v.as_f64(),
+    }
 }
 
 /// A metric value as it goes into result.json: a number, or "NaN"/"Infinity" as strings.

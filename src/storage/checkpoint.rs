@@ -271,7 +271,7 @@ pub(crate) fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
     storage::atomic_write(&run_dir.join(FENCE_FILE), text.as_bytes())
 }
 
-fn read_fence(run_dir: &Path) -> Result<Fence> {
+pub(crate) fn read_fence(run_dir: &Path) -> Result<Fence> {
     let path = run_dir.join(FENCE_FILE);
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,

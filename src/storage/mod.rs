@@ -143,6 +143,36 @@ impl ResultFiles {
         }
     }
 
+    /// The rows of `dir/result.json`, oldest first (none when there is no file). A last line
+    /// cut short by a process killed mid-write is left out; any other unreadable line is an
+    /// error naming the file and the line.
+    pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
+        let path = dir.join(Self::RESULT_JSON);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(crate::error::Error::io(&path, e)),
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let mut rows = Vec::with_capacity(lines.len());
+        for (n, line) in lines.iter().enumerate() {
+            match serde_json::from_str::<Row>(line) {
+                Ok(row) => rows.push(row),
+                Err(_) if n + 1 == lines.len() && !text.ends_with('\n') => break,
+                Err(e) => {
+                    return Err(crate::error::Error::io(
+                        &path,
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("line {} is not a JSON object: {e}", n + 1),
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(rows)
+    }
+
     /// fsyncs both files: every row appended so far survives an OS crash too.
     pub fn sync(&self) -> Result<()> {
         for path in [&self.json_path, &self.csv_path] {

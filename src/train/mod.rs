@@ -16,6 +16,7 @@ pub use crate::config::{
 pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
+pub(crate) use record::read_run;
 pub use trainer::TorchTrainer;
 
 pub use crate::worker::{DistributedModel, TrainContext, TrainFn};

@@ -25,6 +25,18 @@ pub(super) struct RunIdentity {
     pub node_ip: String,
 }
 
+/// What a result row holds besides metrics (Ray's auto-filled fields).
+const ROW_FIELDS: [&str; 8] = [
+    "trial_id",
+    "config",
+    "date",
+    "pid",
+    "hostname",
+    "node_ip",
+    "iterations_since_restore",
+    "checkpoint_dir_name",
+];
+
 /// The driver's record of a run: kept reports and checkpoints, and the result files.
 pub(super) struct RunState {
     run_dir: PathBuf,
@@ -62,6 +74,63 @@ impl RunState {
             verbose: run.verbose,
             stop: run.stop.clone(),
         }
+    }
+
+    /// Picks up a run that an earlier driver left in `run_dir` (one killed mid-sweep, or a
+    /// paused trial): the rows up to its latest recorded checkpoint are kept and the later ones
+    /// dropped (they are redone from it), the checkpoints those rows recorded and still there
+    /// are kept, anything else is swept. Returns the checkpoint to resume from and the first
+    /// attempt number, after every attempt that wrote there (so the fence refuses their
+    /// stragglers).
+    pub(super) fn pick_up(
+        run_dir: &Path,
+        run: &RunConfig,
+        identity: RunIdentity,
+    ) -> Result<(Self, Option<Checkpoint>, u32)> {
+        let (mut state, last_attempt) = Self::load(run_dir, run, identity)?;
+        let resume = state.roll_back()?;
+        Ok((state, resume, last_attempt.map_or(0, |a| a + 1)))
+    }
+
+    /// The run in `run_dir` as a finished run's result, read back from its files.
+    fn read_result(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+        let identity = RunIdentity {
+            trial_id: None,
+            config: serde_json::Value::Null,
+            pid: 0,
+            hostname: String::new(),
+            node_ip: String::new(),
+        };
+        let (state, _) = Self::load(run_dir, run, identity)?;
+        Ok(state.into_result(run_dir.to_owned(), None, Vec::new(), 0.0))
+    }
+
+    /// The run's rows and recorded checkpoints as its files hold them, and the latest attempt
+    /// known to have written there. The in-memory files are not in step with the disk until
+    /// `roll_back` rewrites them.
+    fn load(run_dir: &Path, run: &RunConfig, identity: RunIdentity) -> Result<(Self, Option<u32>)> {
+        let mut state = RunState::new(run_dir, run, identity);
+        let mut last_attempt = match checkpoint::read_fence(run_dir)? {
+            Fence::Open(n) => Some(n),
+            Fence::Unset | Fence::Closed => None,
+        };
+        for row in ResultFiles::read_rows(run_dir)? {
+            let metrics: Metrics = row
+                .iter()
+                .filter(|(k, _)| !ROW_FIELDS.contains(&k.as_str()))
+                .filter_map(|(k, v)| Some((k.clone(), crate::metrics::number_of(v)?)))
+                .collect();
+            if let Some(name) = row.get("checkpoint_dir_name").and_then(|v| v.as_str())
+                && let Ok(ck) = Checkpoint::from_directory(run_dir.join(name))
+            {
+                let by = ck.metadata()?.attempt;
+                last_attempt = Some(last_attempt.map_or(by, |a| a.max(by)));
+                state.checkpoints.push((ck, metrics.clone()));
+            }
+            state.history.push((metrics, row));
+        }
+        state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
+        Ok((state, last_attempt))
     }
 
     /// Fences the run directory for `attempt`, which starts after iteration `start_iteration`:
@@ -227,6 +296,13 @@ impl RunState {
             train_loop_seconds,
         }
     }
+}
+
+/// The run in `run_dir` as its files hold it: every kept row and the recorded checkpoints
+/// still there (ranked by `run`'s checkpoint settings). For a run that was cut short, `checkpoint`
+/// is the one it would go on from.
+pub(crate) fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+    RunState::read_result(run_dir, run)
 }
 
 /// `iter 3 (1.2s)  loss=0.1490  val_acc=0.9703  [checkpoint_000003]`

@@ -34,6 +34,8 @@ pub struct TorchTrainer {
     resume: Option<Checkpoint>,
     /// Set by the Tuner: the trial this run is (written into every result row).
     trial_id: Option<String>,
+    /// Set by the Tuner: go on with the run already in the run directory (see `picking_up`).
+    pick_up: bool,
 }
 
 impl TorchTrainer {
@@ -45,6 +47,7 @@ impl TorchTrainer {
             run: RunConfig::default(),
             resume: None,
             trial_id: None,
+            pick_up: false,
         }
     }
 
@@ -67,6 +70,14 @@ impl TorchTrainer {
     /// Marks this run as trial `id` of a sweep.
     pub(crate) fn for_trial(mut self, id: String) -> Self {
         self.trial_id = Some(id);
+        self
+    }
+
+    /// Goes on with the run an earlier driver left in the run directory (a sweep restored after
+    /// its driver died, a paused trial): from its latest recorded checkpoint, keeping the rows up
+    /// to it, in later attempts than the ones before.
+    pub(crate) fn picking_up(mut self) -> Self {
+        self.pick_up = true;
         self
     }
 
@@ -251,8 +262,12 @@ impl TorchTrainer {
             hostname: crate::sys::hostname(),
             node_ip: hub.ip().to_string(),
         };
-        let mut run = RunState::new(&run_dir, &self.run, identity);
-        let mut resume = self.resume.clone();
+        let (mut run, mut resume, first_attempt) = if self.pick_up {
+            let (run, resume, first) = RunState::pick_up(&run_dir, &self.run, identity)?;
+            (run, resume.or_else(|| self.resume.clone()), first)
+        } else {
+            (RunState::new(&run_dir, &self.run, identity), self.resume.clone(), 0)
+        };
         let mut start_iteration = match &resume {
             Some(c) => c.iteration()?,
             None => 0,
@@ -264,7 +279,7 @@ impl TorchTrainer {
         );
         let mut failures = Vec::new();
         let mut train_loop_seconds = 0.0;
-        for attempt in 0.. {
+        for attempt in first_attempt.. {
             let (ranks, launcher) = placement.for_attempt(attempt).await?;
             let spec = AttemptSpec {
                 group: group.clone(),

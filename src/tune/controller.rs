@@ -12,9 +12,10 @@
 use std::collections::BTreeMap;
 
 use rtune_searchers::{
-    Decision, Metrics, Mode, Params, Searcher, Suggestion, TrialId, TrialScheduler, TrialStatus,
-    TrialsView,
+    Decision, Metrics, Mode, Params, SchedulerState, Searcher, SearcherState, Suggestion, TrialId,
+    TrialScheduler, TrialStatus, TrialsView,
 };
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
@@ -30,6 +31,22 @@ pub struct ControllerConfig {
     pub max_concurrent_trials: usize,
     /// Stop the whole sweep at the first trial that fails for good (Ray's `fail_fast`).
     pub fail_fast: bool,
+}
+
+impl ControllerConfig {
+    /// Refuses settings under which no sweep could run.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_concurrent_trials == 0 {
+            return Err(Error::config(
+                "TuneConfig.max_concurrent_trials",
+                "is 0, so no trial could ever start; use at least 1",
+            ));
+        }
+        if self.num_samples == Some(0) {
+            return Err(Error::config("TuneConfig.num_samples", "is 0; use at least 1, or -1"));
+        }
+        Ok(())
+    }
 }
 
 /// A fact the shell reports.
@@ -79,6 +96,29 @@ pub struct Trial {
     pub stopping: bool,
 }
 
+/// What [`Controller::snapshot`] saves: with the same settings, searcher and scheduler, enough
+/// to go on after the driver died. Trials' results are not in it: they are on disk, in each
+/// trial's `result.json`, and come back from there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControllerState {
+    pub searcher: SearcherState,
+    pub scheduler: SchedulerState,
+    pub trials: Vec<SavedTrial>,
+    pub next_id: u64,
+    pub no_more_trials: bool,
+}
+
+/// One trial of a [`ControllerState`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedTrial {
+    pub id: TrialId,
+    pub status: TrialStatus,
+    pub params: Params,
+    pub error: Option<String>,
+    /// A stop or pause was asked for and not yet carried out.
+    pub stopping: bool,
+}
+
 /// See the module docs.
 pub struct Controller {
     config: ControllerConfig,
@@ -99,15 +139,7 @@ impl Controller {
         mut searcher: Box<dyn Searcher>,
         mut scheduler: Box<dyn TrialScheduler>,
     ) -> Result<Controller> {
-        if config.max_concurrent_trials == 0 {
-            return Err(Error::config(
-                "TuneConfig.max_concurrent_trials",
-                "is 0, so no trial could ever start; use at least 1",
-            ));
-        }
-        if config.num_samples == Some(0) {
-            return Err(Error::config("TuneConfig.num_samples", "is 0; use at least 1, or -1"));
-        }
+        config.validate()?;
         if let Some((metric, mode)) = &config.metric {
             searcher.set_metric(metric, *mode)?;
             scheduler.set_metric(metric, *mode)?;
@@ -121,6 +153,70 @@ impl Controller {
             no_more_trials: false,
             finished: false,
         })
+    }
+
+    /// The evolving part of the sweep: searcher, scheduler, trial table.
+    pub fn snapshot(&self) -> ControllerState {
+        ControllerState {
+            searcher: self.searcher.save_state(),
+            scheduler: self.scheduler.save_state(),
+            trials: self
+                .trials
+                .iter()
+                .map(|(&id, t)| SavedTrial {
+                    id,
+                    status: t.status,
+                    params: t.params.clone(),
+                    error: t.error.clone(),
+                    stopping: t.stopping,
+                })
+                .collect(),
+            next_id: self.next_id,
+            no_more_trials: self.no_more_trials,
+        }
+    }
+
+    /// A controller that goes on from `state` (with the settings, searcher and scheduler of the
+    /// sweep that saved it). `results(id)` gives a trial's results as its files hold them, up to
+    /// where it will go on from. Trials that were running go on from their checkpoints, as
+    /// paused ones do; one whose stop was asked for but not carried out ends now, as the
+    /// scheduler decided.
+    pub fn restore(
+        config: ControllerConfig,
+        searcher: Box<dyn Searcher>,
+        scheduler: Box<dyn TrialScheduler>,
+        state: ControllerState,
+        mut results: impl FnMut(TrialId) -> Result<Vec<Metrics>>,
+    ) -> Result<Controller> {
+        let mut c = Controller::new(config, searcher, scheduler)?;
+        c.searcher.restore_state(state.searcher)?;
+        c.scheduler.restore_state(state.scheduler)?;
+        c.next_id = state.next_id;
+        c.no_more_trials = state.no_more_trials;
+        let mut stopped = Vec::new();
+        for saved in state.trials {
+            let status = match saved.status {
+                TrialStatus::Running if saved.stopping => {
+                    stopped.push(saved.id);
+                    TrialStatus::Running
+                }
+                TrialStatus::Running => TrialStatus::Paused,
+                other => other,
+            };
+            let trial = Trial {
+                status,
+                params: saved.params,
+                results: results(saved.id)?,
+                error: saved.error,
+                stopping: false,
+            };
+            c.trials.insert(saved.id, trial);
+        }
+        for id in stopped {
+            let last = c.trial(id)?.results.last().cloned();
+            c.end(id, TrialStatus::Terminated, None, last.as_ref())?;
+        }
+        Ok(c)
     }
 
     /// The trial table.
@@ -425,10 +521,21 @@ mod tests {
         max_t: u64,
         fails: impl Fn(TrialId, u64) -> bool,
     ) -> Result<Run> {
+        let run = simulate_steps(c, max_t, fails, 100_000)?;
+        Ok(run.expect("the simulated sweep never finished"))
+    }
+
+    /// `simulate` for at most `steps` reports; `None` when the sweep is not over by then.
+    fn simulate_steps(
+        c: &mut Controller,
+        max_t: u64,
+        fails: impl Fn(TrialId, u64) -> bool,
+        steps: usize,
+    ) -> Result<Option<Run>> {
         let mut run = Run::default();
         let mut running: BTreeMap<TrialId, u64> = BTreeMap::new();
         let mut queue = c.step(Event::Begin)?;
-        for _ in 0..100_000 {
+        for _ in 0..steps {
             while let Some(command) = queue.pop() {
                 match command {
                     Command::StartTrial { trial, resume, .. } => {
@@ -449,7 +556,7 @@ mod tests {
                     Command::Exploit { trial, source, params } => {
                         run.exploits.push((trial, source, params));
                     }
-                    Command::Finish => return Ok(run),
+                    Command::Finish => return Ok(Some(run)),
                 }
             }
             run.most_started = run.most_started.max(running.len());
@@ -477,7 +584,7 @@ mod tests {
                 queue.extend(c.step(Event::TrialCompleted(trial))?);
             }
         }
-        panic!("the simulated sweep never finished");
+        Ok(None)
     }
 
     fn statuses(c: &Controller) -> Vec<TrialStatus> {
@@ -547,6 +654,37 @@ mod tests {
         );
         assert!(c.trials().values().any(|t| t.results.len() == 9), "someone reaches max_t");
         assert!(c.trials().values().all(|t| t.status.is_finished()));
+    }
+
+    /// A sweep interrupted mid-way and restored from its snapshot (through JSON, as on disk)
+    /// ends with the same trials, the same params, every trial once, the running ones resumed.
+    #[test]
+    fn a_restored_controller_finishes_the_same_sweep() {
+        let asha = || Box::new(Asha::new().max_t(6).grace_period(1).reduction_factor(3).seed(1));
+        let mut whole = Controller::new(config(9, 3), random(9), asha()).unwrap();
+        simulate(&mut whole, 6, |_, _| false).unwrap();
+
+        let mut first = Controller::new(config(9, 3), random(9), asha()).unwrap();
+        assert!(simulate_steps(&mut first, 6, |_, _| false, 12).unwrap().is_none());
+        let json = serde_json::to_string(&first.snapshot()).unwrap();
+        let state: ControllerState = serde_json::from_str(&json).unwrap();
+        let was_running: Vec<TrialId> = first
+            .trials()
+            .iter()
+            .filter(|(_, t)| t.status == TrialStatus::Running && !t.stopping)
+            .map(|(id, _)| *id)
+            .collect();
+        assert!(!was_running.is_empty() && first.trials().len() < 9);
+        let results = |id: TrialId| Ok(first.trials()[&id].results.clone());
+        let mut restored =
+            Controller::restore(config(9, 3), random(9), asha(), state, results).unwrap();
+        assert!(was_running.iter().all(|id| restored.trials()[id].status == TrialStatus::Paused));
+        let run = simulate(&mut restored, 6, |_, _| false).unwrap();
+        assert_eq!(run.resumes, was_running.len(), "every running trial goes on");
+        let params = |c: &Controller| c.trials().values().map(|t| t.params.clone()).collect();
+        let (a, b): (Vec<Params>, Vec<Params>) = (params(&whole), params(&restored));
+        assert_eq!(a, b, "the same 9 trials");
+        assert_eq!(statuses(&restored), vec![TrialStatus::Terminated; 9]);
     }
 
     #[test]

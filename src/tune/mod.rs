@@ -40,5 +40,7 @@
 pub mod controller;
 mod tuner;
 
-pub use controller::{Command, Controller, ControllerConfig, Event, Trial};
-pub use tuner::{ResultGrid, STATE_FILE, TrialResult, TuneConfig, Tuner};
+pub use controller::{
+    Command, Controller, ControllerConfig, ControllerState, Event, SavedTrial, Trial,
+};
+pub use tuner::{ResultGrid, SETTINGS_FILE, STATE_FILE, TrialResult, TuneConfig, Tuner};

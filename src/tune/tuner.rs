@@ -4,29 +4,34 @@
 //! The shell is thin: trials run as tasks; each report of a trial is handed to the controller
 //! (behind one lock, for the moment it takes) and its decision goes back to the workers in the
 //! reply to that report; commands about other trials come back to the shell loop through a
-//! channel. Not yet carried out: pausing and PBT's exploit (HyperBand and PBT are refused before
-//! the sweep starts), an experiment-level state file and `Tuner::restore`.
+//! channel.
+//!
+//! The experiment directory holds `tuner.json` (the settings, written once) and
+//! `experiment_state.json` (every trial's status and the controller's snapshot, replaced
+//! atomically after changes, throttled). `Tuner::restore` goes on from them and from the
+//! trials' own files, which are the record of their results. Not yet carried out: pausing and
+//! PBT's exploit (HyperBand and PBT are refused before the sweep starts).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rtune_searchers::{
     BasicVariant, Fifo, Metrics, Mode, Params, SchedulerState, SearchSpace, Searcher, TrialId,
     TrialScheduler, TrialStatus, Value,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::controller::{Command, Controller, ControllerConfig, Event};
+use super::controller::{Command, Controller, ControllerConfig, ControllerState, Event};
 use crate::config::RunConfig;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::storage::unix_time;
-use crate::train::TorchTrainer;
+use crate::train::{TorchTrainer, read_run};
 
 /// How a sweep searches (Ray's `TuneConfig`).
 #[derive(Default)]
@@ -114,8 +119,10 @@ impl TuneConfig {
 pub struct Tuner {
     trainer: TorchTrainer,
     space: SearchSpace,
-    tune: TuneConfig,
+    tune: Option<TuneConfig>,
     run: Option<RunConfig>,
+    /// Set by `Tuner::restore`: the experiment to go on with, and its settings.
+    restoring: Option<(PathBuf, Settings)>,
 }
 
 /// One trial as the sweep ended it.
@@ -181,11 +188,33 @@ impl Tuner {
     /// A sweep of `trainer` over `space`. Each trial's sampled params are merged into the
     /// trainer's `train_loop_config`, top-level key by key; sampled values win.
     pub fn new(trainer: TorchTrainer, space: SearchSpace) -> Self {
-        Tuner { trainer, space, tune: TuneConfig::new(), run: None }
+        Tuner { trainer, space, tune: None, run: None, restoring: None }
+    }
+
+    /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
+    pub fn can_restore(path: impl AsRef<Path>) -> bool {
+        let path = path.as_ref();
+        Settings::read(path).is_ok() && SavedExperiment::read(path).is_ok()
+    }
+
+    /// Goes on with the experiment in `path`, interrupted (its driver killed, the machine
+    /// rebooted) or finished: `fit` keeps the finished trials' results, continues the trials
+    /// that were running from their latest checkpoints, and creates the rest, so that the sweep
+    /// ends with the trials it was set up for. The search space and the `TuneConfig`'s settings
+    /// come from the experiment; a sweep that used its own searcher or scheduler must be given
+    /// the same ones again with `tune_config` (they are checked against the saved state).
+    /// `run_config` may be given again (failure and checkpoint settings); its name and storage
+    /// path are the experiment's.
+    pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
+        let path = path.as_ref().to_owned();
+        let settings = Settings::read(&path)?;
+        SavedExperiment::read(&path)?;
+        let space = settings.param_space.clone();
+        Ok(Tuner { trainer, space, tune: None, run: None, restoring: Some((path, settings)) })
     }
 
     pub fn tune_config(mut self, config: TuneConfig) -> Self {
-        self.tune = config;
+        self.tune = Some(config);
         self
     }
 
@@ -204,10 +233,22 @@ impl Tuner {
     }
 
     fn prepare(self) -> Result<Sweep> {
-        let Tuner { trainer, space, tune, run } = self;
-        let run = run.unwrap_or_else(|| trainer.run().clone());
+        let Tuner { trainer, space, tune, run, restoring } = self;
+        let mut run = run.unwrap_or_else(|| trainer.run().clone());
+        if let Some((path, _)) = &restoring {
+            run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            run.storage_path = path.parent().map(Path::to_owned);
+        }
         run.validate()?;
         trainer.validate()?;
+        let tune = match (&restoring, tune) {
+            (None, tune) => tune.unwrap_or_else(TuneConfig::new),
+            (Some((_, saved)), Some(tune)) => {
+                saved.check_same(&tune)?;
+                tune
+            }
+            (Some((_, saved)), None) => saved.tune_config()?,
+        };
         let metric = match (&tune.metric, tune.mode) {
             (Some(m), Some(mode)) => Some((m.clone(), mode)),
             (None, None) => None,
@@ -234,7 +275,7 @@ impl Tuner {
         let (searcher, trial_limit): (Box<dyn Searcher>, Option<usize>) = match tune.search_alg {
             Some(searcher) => (searcher, num_samples.map(|n| n as usize)),
             None => {
-                let basic = BasicVariant::new(space)?
+                let basic = BasicVariant::new(space.clone())?
                     .num_samples(num_samples.unwrap_or(u64::MAX))
                     .seed(tune.seed);
                 (Box::new(basic), None)
@@ -260,29 +301,44 @@ impl Tuner {
             Some(n) => n,
             None => side_by_side(&trainer),
         };
-        let controller = Controller::new(
-            ControllerConfig {
-                metric: metric.clone(),
-                num_samples: trial_limit,
-                max_concurrent_trials,
-                fail_fast: tune.fail_fast,
-            },
-            searcher,
-            scheduler,
-        )?;
-        let storage = run.resolved_storage_path();
-        let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
-        let path = storage.join(&name);
-        if path.exists() && std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_some()) {
-            return Err(Error::config(
-                "RunConfig.name",
-                format!("{} already holds an experiment; pick another name", path.display()),
-            ));
-        }
-        crate::storage::ensure_writable_dir(&path).map_err(|e| {
-            Error::config("RunConfig.storage_path", format!("cannot write the experiment: {e}"))
-        })?;
-        let experiment = format!("{:05x}", rand::random::<u32>() & 0xfffff);
+        let config = ControllerConfig {
+            metric: metric.clone(),
+            num_samples: trial_limit,
+            max_concurrent_trials,
+            fail_fast: tune.fail_fast,
+        };
+        let settings = Settings {
+            format: FORMAT,
+            rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
+            experiment_id: String::new(),
+            param_space: space,
+            metric: tune.metric.clone(),
+            mode: tune.mode,
+            num_samples: tune.num_samples,
+            max_concurrent_trials: tune.max_concurrent_trials,
+            time_budget_s: tune.time_budget_s,
+            seed: tune.seed,
+            fail_fast: tune.fail_fast,
+            search_alg: searcher.save_state().kind().to_owned(),
+            scheduler: scheduler.save_state().kind().to_owned(),
+        };
+        let (path, experiment, spent_before, trials, controller) = match restoring {
+            None => {
+                let controller = Controller::new(config, searcher, scheduler)?;
+                let (path, experiment) = make_experiment(&run, settings)?;
+                (path, experiment, Duration::ZERO, BTreeMap::new(), controller)
+            }
+            Some((path, _)) => {
+                config.validate()?;
+                let mut picked = pick_up(&path, &run)?;
+                let state = picked.saved.controller;
+                let controller = Controller::restore(config, searcher, scheduler, state, |id| {
+                    Ok(picked.histories.remove(&id).unwrap_or_default())
+                })?;
+                let spent = Duration::from_secs_f64(picked.saved.time_spent_s.max(0.0));
+                (path, picked.saved.experiment_id, spent, picked.trials, controller)
+            }
+        };
         Ok(Sweep {
             trainer,
             run,
@@ -290,10 +346,262 @@ impl Tuner {
             experiment,
             metric,
             time_budget: tune.time_budget_s.map(Duration::from_secs_f64),
+            spent_before,
+            began: Instant::now(),
             controller: Arc::new(Mutex::new(controller)),
-            trials: BTreeMap::new(),
+            trials,
+            snapshots: Snapshots::new(),
         })
     }
+}
+
+/// A new experiment directory for `run`, with the sweep's settings in `tuner.json`; its path
+/// and experiment id.
+fn make_experiment(run: &RunConfig, mut settings: Settings) -> Result<(PathBuf, String)> {
+    let storage = run.resolved_storage_path();
+    let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
+    let path = storage.join(&name);
+    if path.exists() && std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(Error::config(
+            "RunConfig.name",
+            format!(
+                "{} already holds an experiment; pick another name, or go on with it with \
+                 Tuner::restore",
+                path.display()
+            ),
+        ));
+    }
+    crate::storage::ensure_writable_dir(&path).map_err(|e| {
+        Error::config("RunConfig.storage_path", format!("cannot write the experiment: {e}"))
+    })?;
+    let experiment = format!("{:05x}", rand::random::<u32>() & 0xfffff);
+    settings.experiment_id = experiment.clone();
+    let text = serde_json::to_vec_pretty(&settings).expect("the settings serialise");
+    crate::storage::atomic_write(&path.join(SETTINGS_FILE), &text)?;
+    Ok((path, experiment))
+}
+
+/// An interrupted experiment as its files hold it.
+struct PickedUp {
+    saved: SavedExperiment,
+    trials: BTreeMap<TrialId, TrialResult>,
+    /// Each trial's results, up to where it goes on from.
+    histories: BTreeMap<TrialId, Vec<Metrics>>,
+}
+
+/// Reads the experiment in `path` back to go on with it: finished trials as they ended, the
+/// others paused at their latest checkpoints (the results after it are redone). Directories
+/// of trials started after the state snapshot (the controller does not know them; they are
+/// created again) are removed, so that every trial is in the experiment once.
+fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
+    let saved = SavedExperiment::read(path)?;
+    let mut picked = PickedUp { trials: BTreeMap::new(), histories: BTreeMap::new(), saved };
+    for row in &picked.saved.trials {
+        let dir = path.join(&row.dir);
+        let mut result = read_run(&dir, run)?;
+        let status = if row.status.is_finished() {
+            row.status
+        } else {
+            let until = match &result.checkpoint {
+                Some(c) => c.iteration()? as f64,
+                None => 0.0,
+            };
+            let at = |m: &Metrics| m.get("training_iteration").copied().unwrap_or(0.0);
+            result.metrics_history.retain(|m| at(m) <= until);
+            result.metrics = result.metrics_history.last().cloned();
+            TrialStatus::Paused
+        };
+        picked.histories.insert(row.index, result.metrics_history.clone());
+        let trial = TrialResult {
+            trial_id: row.trial_id.clone(),
+            status,
+            params: row.params.clone(),
+            result: Some(result),
+            error: row.error.clone(),
+            path: dir,
+        };
+        picked.trials.insert(row.index, trial);
+    }
+    let known: Vec<&str> = picked.saved.trials.iter().map(|t| t.dir.as_str()).collect();
+    for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
+        let entry = entry.map_err(|e| Error::io(path, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let trial_dir = entry.path().is_dir() && name.starts_with("TorchTrainer_");
+        if trial_dir && !known.contains(&name.as_str()) {
+            eprintln!("rtune: {name} started after the last state snapshot; it runs again");
+            std::fs::remove_dir_all(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+        }
+    }
+    Ok(picked)
+}
+
+/// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
+/// refuses others.
+const FORMAT: u32 = 1;
+
+/// The sweep's settings file in the experiment directory.
+pub const SETTINGS_FILE: &str = "tuner.json";
+
+/// What `tuner.json` holds: the sweep's settings, written once when it starts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Settings {
+    format: u32,
+    rtune_version: String,
+    experiment_id: String,
+    param_space: SearchSpace,
+    metric: Option<String>,
+    mode: Option<Mode>,
+    num_samples: i64,
+    max_concurrent_trials: Option<usize>,
+    time_budget_s: Option<f64>,
+    seed: u64,
+    fail_fast: bool,
+    /// The searcher's and the scheduler's kinds (`basic_variant`, `asha`, …).
+    search_alg: String,
+    scheduler: String,
+}
+
+impl Settings {
+    fn read(experiment: &Path) -> Result<Settings> {
+        let settings: Settings = read_experiment_file(experiment, SETTINGS_FILE)?;
+        if settings.format != FORMAT {
+            return Err(not_restorable(
+                experiment,
+                format!(
+                    "it was written by rtune {} in format {}, and this rtune ({}) reads format \
+                     {FORMAT} only",
+                    settings.rtune_version,
+                    settings.format,
+                    env!("CARGO_PKG_VERSION")
+                ),
+            ));
+        }
+        Ok(settings)
+    }
+
+    /// The `TuneConfig` the sweep ran with, where it can be rebuilt from the settings alone.
+    fn tune_config(&self) -> Result<TuneConfig> {
+        if self.search_alg != "basic_variant" || self.scheduler != "fifo" {
+            return Err(Error::config(
+                "Tuner::restore",
+                format!(
+                    "the experiment ran with search_alg `{}` and scheduler `{}`, whose settings \
+                     are code, not data: pass the same TuneConfig again with .tune_config(..)",
+                    self.search_alg, self.scheduler
+                ),
+            ));
+        }
+        Ok(TuneConfig {
+            metric: self.metric.clone(),
+            mode: self.mode,
+            num_samples: self.num_samples,
+            search_alg: None,
+            scheduler: None,
+            max_concurrent_trials: self.max_concurrent_trials,
+            time_budget_s: self.time_budget_s,
+            seed: self.seed,
+            fail_fast: self.fail_fast,
+        })
+    }
+
+    /// A `TuneConfig` given again on restore must be the sweep's.
+    fn check_same(&self, tune: &TuneConfig) -> Result<()> {
+        let searcher = tune
+            .search_alg
+            .as_ref()
+            .map_or("basic_variant".into(), |s| s.save_state().kind().into());
+        let scheduler =
+            tune.scheduler.as_ref().map_or("fifo".into(), |s| s.save_state().kind().into());
+        let differences = [
+            ("TuneConfig.metric", format!("{:?}", self.metric), format!("{:?}", tune.metric)),
+            ("TuneConfig.mode", format!("{:?}", self.mode), format!("{:?}", tune.mode)),
+            ("TuneConfig.num_samples", self.num_samples.to_string(), tune.num_samples.to_string()),
+            ("TuneConfig.seed", self.seed.to_string(), tune.seed.to_string()),
+            ("TuneConfig.scheduler", self.scheduler.clone(), scheduler),
+            ("TuneConfig.search_alg", self.search_alg.clone(), searcher),
+        ];
+        match differences.into_iter().find(|(_, saved, given)| saved != given) {
+            None => Ok(()),
+            Some((field, saved, given)) => Err(Error::config(
+                field,
+                format!(
+                    "is {given}, but the experiment being restored ran with {saved}; a \
+                     restored sweep goes on with its own settings"
+                ),
+            )),
+        }
+    }
+}
+
+/// What `experiment_state.json` holds: the sweep as it is now (see `Sweep::save_state`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedExperiment {
+    format: u32,
+    name: Option<String>,
+    experiment_id: String,
+    metric: Option<String>,
+    mode: Option<Mode>,
+    rtune_version: String,
+    timestamp: f64,
+    /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
+    time_spent_s: f64,
+    trials: Vec<SavedTrialRow>,
+    controller: ControllerState,
+}
+
+/// A trial as `experiment_state.json` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedTrialRow {
+    trial_id: String,
+    /// The controller's number for it (the index in its directory name).
+    index: TrialId,
+    status: TrialStatus,
+    params: Params,
+    error: Option<String>,
+    /// Its directory, relative to the experiment's (which may have moved).
+    dir: String,
+    /// Its last reported metrics (NaN and infinities as strings, as in result.json).
+    last_result: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl SavedExperiment {
+    fn read(experiment: &Path) -> Result<SavedExperiment> {
+        let saved: SavedExperiment = read_experiment_file(experiment, STATE_FILE)?;
+        if saved.format != FORMAT {
+            return Err(not_restorable(
+                experiment,
+                format!("its {STATE_FILE} is in format {}, not {FORMAT}", saved.format),
+            ));
+        }
+        Ok(saved)
+    }
+}
+
+fn not_restorable(experiment: &Path, why: String) -> Error {
+    Error::config(
+        "Tuner::restore",
+        format!("{} is not an experiment this rtune can go on with: {why}", experiment.display()),
+    )
+}
+
+fn read_experiment_file<T: serde::de::DeserializeOwned>(
+    experiment: &Path,
+    name: &str,
+) -> Result<T> {
+    let path = experiment.join(name);
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let what = if experiment.is_dir() { "no" } else { "no such directory, so no" };
+            return Err(not_restorable(
+                experiment,
+                format!("{what} {name} (an experiment directory is <storage_path>/<name>)"),
+            ));
+        }
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    serde_json::from_slice(&text)
+        .map_err(|e| not_restorable(experiment, format!("{name} is unreadable: {e}")))
 }
 
 /// How many trials of `trainer` the local machine holds side by side (at least 1).
@@ -341,6 +649,8 @@ pub const STATE_FILE: &str = "experiment_state.json";
 /// What the shell loop hears.
 enum Heard {
     Command(Command),
+    /// A trial's report went through the controller (its state changed).
+    Reported,
     Ended {
         trial: TrialId,
         stopped: bool,
@@ -350,6 +660,25 @@ enum Heard {
     Fatal(Error),
 }
 
+/// When the state snapshot is written: after a change, but at most once per 20 times what the
+/// last write cost, so persistence takes at most about 5% of the driver's time however large
+/// the experiment grows.
+struct Snapshots {
+    dirty: bool,
+    last: Instant,
+    cost: Duration,
+}
+
+impl Snapshots {
+    fn new() -> Self {
+        Snapshots { dirty: true, last: Instant::now(), cost: Duration::ZERO }
+    }
+
+    fn due_at(&self) -> Instant {
+        self.last + self.cost * 20
+    }
+}
+
 struct Sweep {
     trainer: TorchTrainer,
     run: RunConfig,
@@ -357,8 +686,12 @@ struct Sweep {
     experiment: String,
     metric: Option<(String, Mode)>,
     time_budget: Option<Duration>,
+    /// Time spent by earlier drivers of a restored sweep.
+    spent_before: Duration,
+    began: Instant,
     controller: Arc<Mutex<Controller>>,
     trials: BTreeMap<TrialId, TrialResult>,
+    snapshots: Snapshots,
 }
 
 impl Sweep {
@@ -370,10 +703,13 @@ impl Sweep {
         let (heard_tx, mut heard) = mpsc::unbounded_channel::<Heard>();
         let mut running: BTreeMap<TrialId, StopFlag> = BTreeMap::new();
         let mut fatal: Option<Error> = None;
+        self.began = Instant::now();
         for command in self.step(Event::Begin)? {
             let _ = heard_tx.send(Heard::Command(command));
         }
-        let budget = self.time_budget.map(|b| tokio::time::Instant::now() + b);
+        let budget = self
+            .time_budget
+            .map(|b| tokio::time::Instant::now() + b.saturating_sub(self.spent_before));
         let mut budget_spent = false;
         loop {
             let message = tokio::select! {
@@ -384,13 +720,17 @@ impl Sweep {
                     self.apply(self.step(Event::TimeBudgetSpent), &heard_tx, &mut fatal);
                     continue;
                 }
+                _ = tokio::time::sleep_until(self.snapshots.due_at().into()),
+                    if self.snapshots.dirty => {
+                    self.save_state(&mut fatal);
+                    continue;
+                }
             };
             match message {
-                Heard::Command(Command::StartTrial { trial, params, .. }) => {
+                Heard::Command(Command::StartTrial { trial, params, resume }) => {
                     let stop = Arc::new(AtomicBool::new(fatal.is_some()));
-                    self.start(driver, trial, params, stop.clone(), heard_tx.clone());
+                    self.start(driver, trial, params, resume, stop.clone(), heard_tx.clone());
                     running.insert(trial, stop);
-                    self.save_state(&mut fatal);
                 }
                 Heard::Command(Command::StopTrial(trial)) => {
                     if let Some(r) = running.get(&trial) {
@@ -403,18 +743,32 @@ impl Sweep {
                     self.abort(e, &running, &mut fatal);
                 }
                 Heard::Command(Command::Finish) => break,
+                Heard::Reported => {}
                 Heard::Ended { trial, stopped, outcome } => {
                     running.remove(&trial);
                     let event = self.record_end(trial, stopped, outcome);
-                    self.save_state(&mut fatal);
                     self.apply(self.step(event), &heard_tx, &mut fatal);
                 }
                 Heard::Fatal(e) => self.abort(e, &running, &mut fatal),
+            }
+            self.snapshots.dirty = true;
+            if Instant::now() >= self.snapshots.due_at() {
+                self.save_state(&mut fatal);
             }
             if fatal.is_some() && running.is_empty() {
                 break;
             }
         }
+        // Trials the controller ended without running them again (a spent budget, fail-fast).
+        {
+            let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, t) in self.trials.iter_mut() {
+                if let Some(c) = controller.trials().get(id) {
+                    t.status = c.status;
+                }
+            }
+        }
+        self.save_state(&mut fatal);
         if let Some(e) = fatal {
             return Err(e);
         }
@@ -427,38 +781,48 @@ impl Sweep {
         })
     }
 
-    /// Replaces `experiment_state.json` (atomically): the sweep's settings and every trial's
-    /// status, params, directory, error and last result, as they are now.
-    fn save_state(&self, fatal: &mut Option<Error>) {
-        let trials: Vec<serde_json::Value> = self
+    /// Replaces `experiment_state.json` (atomically): every trial's status, params, directory,
+    /// error and last result, and the controller's snapshot, as they are now.
+    fn save_state(&mut self, fatal: &mut Option<Error>) {
+        let began = Instant::now();
+        let trials: Vec<SavedTrialRow> = self
             .trials
-            .values()
-            .map(|t| {
-                let mut row = serde_json::to_value(t).expect("a trial serialises");
-                let last = t.result.as_ref().and_then(|r| r.metrics.as_ref()).map(|m| {
-                    m.iter()
-                        .map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v)))
-                        .collect::<serde_json::Map<_, _>>()
-                });
-                row["last_result"] =
-                    last.map_or(serde_json::Value::Null, serde_json::Value::Object);
-                row
+            .iter()
+            .map(|(&index, t)| SavedTrialRow {
+                trial_id: t.trial_id.clone(),
+                index,
+                status: t.status,
+                params: t.params.clone(),
+                error: t.error.clone(),
+                dir: t
+                    .path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                last_result: t.result.as_ref().and_then(|r| r.metrics.as_ref()).map(|m| {
+                    m.iter().map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v))).collect()
+                }),
             })
             .collect();
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
-        let state = serde_json::json!({
-            "name": self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
-            "experiment_id": self.experiment,
-            "metric": metric,
-            "mode": mode,
-            "rtune_version": env!("CARGO_PKG_VERSION"),
-            "timestamp": unix_time(),
-            "trials": trials,
-        });
-        let text = serde_json::to_vec_pretty(&state).expect("the state serialises");
+        let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
+        let state = SavedExperiment {
+            format: FORMAT,
+            name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            experiment_id: self.experiment.clone(),
+            metric,
+            mode,
+            rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
+            timestamp: unix_time(),
+            time_spent_s: (self.spent_before + self.began.elapsed()).as_secs_f64(),
+            trials,
+            controller,
+        };
+        let text = serde_json::to_vec(&state).expect("the state serialises");
         if let Err(e) = crate::storage::atomic_write(&self.path.join(STATE_FILE), &text) {
             fatal.get_or_insert(e);
         }
+        self.snapshots = Snapshots { dirty: false, last: Instant::now(), cost: began.elapsed() };
     }
 
     fn apply(
@@ -488,12 +852,14 @@ impl Sweep {
     }
 
     /// Starts trial `trial` as a task: a `TorchTrainer` run in its own directory whose every
-    /// report goes to the controller.
+    /// report goes to the controller. A resumed trial goes on in its directory, from its
+    /// latest checkpoint.
     fn start(
         &mut self,
         driver: &'static Driver,
         trial: TrialId,
         sampled: Params,
+        resume: bool,
         stop: Arc<AtomicBool>,
         heard: mpsc::UnboundedSender<Heard>,
     ) {
@@ -501,20 +867,31 @@ impl Sweep {
         for (key, value) in sampled.iter() {
             params.insert(key, value.clone());
         }
-        let index = trial.0;
-        let trial_id = format!("{}_{index:05}", self.experiment);
-        let dir_name =
-            format!("TorchTrainer_{trial_id}_{index}_{}_{}", short_params(&sampled), date());
-        let path = self.path.join(&dir_name);
+        let (trial_id, path) = match self.trials.get(&trial) {
+            Some(t) => (t.trial_id.clone(), t.path.clone()),
+            None => {
+                let index = trial.0;
+                let trial_id = format!("{}_{index:05}", self.experiment);
+                let dir_name = format!(
+                    "TorchTrainer_{trial_id}_{index}_{}_{}",
+                    short_params(&sampled),
+                    date()
+                );
+                (trial_id, self.path.join(dir_name))
+            }
+        };
         let mut run = self.run.clone();
-        run.name = Some(dir_name);
+        run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         run.storage_path = Some(self.path.clone());
-        let trainer = self
+        let mut trainer = self
             .trainer
             .clone()
             .train_loop_config(params)
             .run_config(run)
             .for_trial(trial_id.clone());
+        if resume {
+            trainer = trainer.picking_up();
+        }
         self.trials.insert(
             trial,
             TrialResult {
@@ -536,6 +913,7 @@ impl Sweep {
                 }
                 let event = Event::ResultReported { trial, metrics: metrics.clone() };
                 let commands = controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
+                let _ = heard.send(Heard::Reported);
                 let mut stop_me = false;
                 match commands {
                     Ok(commands) => {

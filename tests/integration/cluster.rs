@@ -4,10 +4,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{alive, process_state};
-use anyhow::{Context, Result, bail, ensure};
+use crate::common::{alive, process_state, wait_for};
+use anyhow::{Context, Result, ensure};
 use rtune::{
     FailureConfig, Params, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
 };
@@ -120,17 +120,6 @@ impl Cluster {
     fn run_config(&self, storage: &Path, name: &str) -> RunConfig {
         RunConfig::new(name).storage_path(storage).cluster(self.address.clone(), self.token.clone())
     }
-}
-
-fn wait_for(limit: Duration, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
-    let start = Instant::now();
-    while !ready()? {
-        if start.elapsed() > limit {
-            bail!("not ready within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 pub fn status_json_matches_the_pool() -> Result<()> {

@@ -23,3 +23,18 @@ pub fn between_events(events: &str, who: &str, work: impl FnOnce()) -> anyhow::R
     work();
     mark("end")
 }
+
+/// Polls `ready` every 50 ms until it says yes; an error after `limit`.
+pub fn wait_for(
+    limit: std::time::Duration,
+    mut ready: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    while !ready()? {
+        if start.elapsed() > limit {
+            anyhow::bail!("not ready within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(())
+}

@@ -19,6 +19,7 @@ fn main() {
     rtune::init();
     collective_process::run_child_if_asked();
     cluster::run_driver_if_asked();
+    tune::run_sweep_driver_if_asked();
     let args = Arguments::from_args();
     let tests = vec![
         test("tch_basics::mlp_loss_falls", tch_basics::mlp_loss_falls),
@@ -82,6 +83,7 @@ fn main() {
         ),
         test("tune::tuner_mistakes_are_named", tune::tuner_mistakes_are_named),
         test("tune::trials_never_run_beyond_the_pool", tune::trials_never_run_beyond_the_pool),
+        test("tune::killed_driver_is_restored_exactly", tune::killed_driver_is_restored_exactly),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

@@ -140,7 +140,7 @@ pub fn two_half_batches_equal_one_full_batch() -> Result<()> {
 // ---------------------------------------------------------------- failures
 
 /// The sum 1 + 2 + … + n: the state `train_then_get_killed` has after iteration n.
-fn triangle(n: u64) -> f64 {
+pub fn triangle(n: u64) -> f64 {
     (n * (n + 1) / 2) as f64
 }
 

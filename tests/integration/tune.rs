@@ -1,16 +1,21 @@
 //! The Tuner end to end: sweeps of real TorchTrainer trials (2 worker processes each, libtorch,
 //! the ring all-reduce) on the process's shared local pool, with a real scheduler.
 
-use anyhow::{Context, Result, ensure};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
 use rtune::data::Digits;
 use rtune::{
     Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner,
 };
-use rtune_searchers::{Asha, HyperBand, SearchSpace, TrialStatus, choice};
+use rtune_searchers::{Asha, HyperBand, SearchSpace, TrialStatus, choice, grid_search};
 use tch::nn::{self, Module};
 use tch::{Device, Kind};
 
-use crate::trainer::{mlp, train_digits_mlp};
+use crate::common::{alive, wait_for};
+use crate::trainer::{mlp, train_digits_mlp, triangle};
 
 /// Digits MLP with `lr` and `hidden` from the params, `epochs` epochs, `val_acc` reported with
 /// a checkpoint every epoch.
@@ -94,7 +99,7 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
     for (row, t) in trials.iter().zip(&grid.trials) {
         ensure!(row["trial_id"] == t.trial_id.as_str() && row["status"] == "Terminated", "{row}");
         ensure!(row["last_result"]["val_acc"].as_f64() == t.last("val_acc"), "{row}");
-        ensure!(row["path"] == t.path.display().to_string(), "{row}");
+        ensure!(t.path.ends_with(row["dir"].as_str().context("dir")?), "{row}");
     }
 
     let best = grid.best_result(None, None)?;
@@ -188,5 +193,151 @@ pub fn trials_never_run_beyond_the_pool() -> Result<()> {
     ensure!(started == 50, "{started} trials started");
     ensure!(most <= 2, "{most} trials ran at once on a pool that holds 2");
     ensure!(grid.best_result(None, None)?.params.get::<i64>("index")? == 49);
+    Ok(())
+}
+
+/// Carries `total` (iteration i adds i) in its checkpointed model and reports it with
+/// `score` = the trial's index, a checkpoint every iteration, 6 iterations. A resumed trial
+/// must find exactly its checkpoint's state (it fails otherwise). Each worker leaves its pid in
+/// `<dir>/pids`; the trial whose index is `hold` waits after iteration 3 until `<dir>/go`
+/// exists (`<dir>/held` says it waits).
+fn count_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
+    let dir = std::path::PathBuf::from(ctx.params().get::<String>("dir")?);
+    let index = ctx.params().get::<i64>("index")?;
+    let hold = ctx.params().get::<i64>("hold")?;
+    std::fs::write(dir.join("pids").join(std::process::id().to_string()), b"")?;
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let total = vs.root().zeros_no_train("total", &[1]);
+    if let Some(ck) = ctx.checkpoint() {
+        ck.load_var_store(&mut vs)?;
+        let (restored, expected) = (total.double_value(&[0]), triangle(ctx.iteration()));
+        ensure!(restored == expected, "restored total {restored}, expected {expected}");
+    }
+    for i in ctx.iteration() + 1..=6 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let _ = tch::no_grad(|| total.shallow_clone().f_add_scalar_(i as f64))?;
+        let mut ck = ctx.new_checkpoint()?;
+        ck.save_var_store(&vs)?;
+        ctx.report([("score", index as f64), ("total", total.double_value(&[0]))], Some(ck))?;
+        if index == hold && i == 3 {
+            std::fs::write(dir.join("held"), b"")?;
+            while !dir.join("go").exists() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn counting_trainer(dir: &Path) -> TorchTrainer {
+    TorchTrainer::new(count_with_checkpoints)
+        .train_loop_config(Params::new().with("dir", dir.display().to_string()).with("hold", 1))
+}
+
+const SWEEP_DRIVER_ENV: &str = "RTUNE_TEST_SWEEP_DRIVER";
+
+/// In a child process started by `killed_driver_is_restored_exactly`: run its sweep.
+pub fn run_sweep_driver_if_asked() {
+    let Ok(dir) = std::env::var(SWEEP_DRIVER_ENV) else { return };
+    let dir = Path::new(&dir);
+    let grid =
+        Tuner::new(counting_trainer(dir), SearchSpace::new().add("index", grid_search(0..8i64)))
+            .tune_config(TuneConfig::new().metric("score").mode(Mode::Max).max_concurrent_trials(2))
+            .run_config(RunConfig::new("sweep").storage_path(dir))
+            .fit();
+    eprintln!("the sweep driver ended: {grid:?}");
+    std::process::exit(1);
+}
+
+/// The result rows of a trial directory.
+fn rows(trial_dir: &Path) -> Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(trial_dir.join("result.json"))?;
+    text.lines().map(|l| Ok(serde_json::from_str(l)?)).collect()
+}
+
+/// SIGKILL the driver of a sweep mid-way (3 trials done, one held after its third checkpoint,
+/// others running), then `Tuner::restore(..).fit()`: no worker outlives the killed driver; the
+/// sweep ends with exactly its 8 trials, each with iterations 1..=6 once in result.json,
+/// progress.csv and the ResultGrid, the held one going on from its checkpoint's state.
+pub fn killed_driver_is_restored_exactly() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("pids"))?;
+    let experiment = dir.path().join("sweep");
+    let log = std::fs::File::create(dir.path().join("driver.log"))?;
+    let mut driver = Command::new(std::env::current_exe()?)
+        .env(SWEEP_DRIVER_ENV, dir.path())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    let terminated = || -> Result<usize> {
+        let Ok(text) = std::fs::read(experiment.join(rtune::tune::STATE_FILE)) else {
+            return Ok(0);
+        };
+        let state: serde_json::Value = serde_json::from_slice(&text)?;
+        let trials = state["trials"].as_array().context("trials")?;
+        Ok(trials.iter().filter(|t| t["status"] == "Terminated").count())
+    };
+    let waited = wait_for(Duration::from_secs(120), || {
+        Ok(dir.path().join("held").exists() && terminated()? >= 3)
+    });
+    driver.kill()?;
+    driver.wait()?;
+    if let Err(e) = waited {
+        let log = std::fs::read_to_string(dir.path().join("driver.log")).unwrap_or_default();
+        bail!("{e}; the driver said:\n{log}");
+    }
+    let pids: Vec<i32> = std::fs::read_dir(dir.path().join("pids"))?
+        .map(|e| Ok(e?.file_name().to_string_lossy().parse()?))
+        .collect::<Result<_>>()?;
+    ensure!(pids.len() >= 4, "{} workers started", pids.len());
+    wait_for(Duration::from_secs(10), || Ok(pids.iter().all(|&p| !alive(p))))
+        .context("a worker outlived its killed driver")?;
+
+    ensure!(Tuner::can_restore(&experiment) && !Tuner::can_restore(dir.path()));
+    let not_one =
+        Tuner::restore(dir.path(), counting_trainer(dir.path())).err().context("restored")?;
+    ensure!(not_one.to_string().contains("tuner.json"), "{not_one}");
+    let other = TuneConfig::new().metric("total").mode(Mode::Max);
+    let mismatch =
+        Tuner::restore(&experiment, counting_trainer(dir.path()))?.tune_config(other).fit();
+    let mismatch = mismatch.err().context("a different metric was accepted")?.to_string();
+    ensure!(mismatch.contains("TuneConfig.metric") && mismatch.contains("score"), "{mismatch}");
+
+    std::fs::write(dir.path().join("go"), b"")?;
+    let grid = Tuner::restore(&experiment, counting_trainer(dir.path()))?.fit()?;
+    ensure!(grid.trials.len() == 8, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    let mut indices: Vec<i64> =
+        grid.trials.iter().map(|t| t.params.get::<i64>("index")).collect::<Result<_, _>>()?;
+    indices.sort();
+    ensure!(indices == (0..8).collect::<Vec<_>>(), "indices {indices:?}");
+    let dirs = std::fs::read_dir(&experiment)?
+        .filter(|e| {
+            e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("TorchTrainer_"))
+        })
+        .count();
+    ensure!(dirs == 8, "{dirs} trial directories");
+    for t in &grid.trials {
+        let rows = rows(&t.path)?;
+        let iterations: Vec<u64> =
+            rows.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
+        ensure!(iterations == [1, 2, 3, 4, 5, 6], "{}: iterations {iterations:?}", t.trial_id);
+        for r in &rows {
+            let it = r["training_iteration"].as_u64().unwrap_or(0);
+            ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id);
+        }
+        let csv = std::fs::read_to_string(t.path.join("progress.csv"))?;
+        ensure!(csv.lines().count() == 7, "{}: progress.csv\n{csv}", t.trial_id);
+        let history = &t.result.as_ref().context("a result")?.metrics_history;
+        let seen: Vec<f64> = history.iter().map(|m| m["training_iteration"]).collect();
+        ensure!(seen == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{}: history {seen:?}", t.trial_id);
+    }
+    let held = grid.trials.iter().find(|t| t.params.get::<i64>("index").ok() == Some(1));
+    let since: Vec<u64> = rows(&held.context("trial 1")?.path)?
+        .iter()
+        .map(|r| r["iterations_since_restore"].as_u64().unwrap_or(0))
+        .collect();
+    ensure!(since == [1, 2, 3, 1, 2, 3], "the held trial went on from iteration 3: {since:?}");
+    ensure!(grid.best_result(None, None)?.params.get::<i64>("index")? == 7);
     Ok(())
 }

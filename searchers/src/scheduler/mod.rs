@@ -156,7 +156,8 @@ pub enum SchedulerState {
 }
 
 impl SchedulerState {
-    fn kind(&self) -> &str {
+    /// The scheduler's name, as its saved state is tagged (`asha`, `fifo`, …).
+    pub fn kind(&self) -> &str {
         match self {
             SchedulerState::Fifo => "fifo",
             SchedulerState::Asha(_) => "asha",

@@ -127,7 +127,8 @@ pub enum SearcherState {
 }
 
 impl SearcherState {
-    pub(crate) fn kind(&self) -> &str {
+    /// The searcher's name, as its saved state is tagged (`tpe`, `basic_variant`, …).
+    pub fn kind(&self) -> &str {
         match self {
             SearcherState::BasicVariant(_) => "basic_variant",
             SearcherState::Tpe(_) => "tpe",
