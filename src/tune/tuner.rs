@@ -9,12 +9,13 @@
 //! The experiment directory holds `tuner.json` (the settings, written once) and
 //! `experiment_state.json` (every trial's status and the controller's snapshot, replaced
 //! atomically after changes, throttled). `Tuner::restore` goes on from them and from the
-//! trials' own files, which are the record of their results. Not yet carried out: pausing and
-//! PBT's exploit (HyperBand and PBT are refused before the sweep starts).
+//! trials' own files, which are the record of their results. A paused trial (HyperBand) goes
+//! on the same way, in its own directory from its latest checkpoint. Not yet carried out: PBT's
+//! exploit (PBT is refused before the sweep starts).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -282,11 +283,11 @@ impl Tuner {
             }
         };
         let scheduler = tune.scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
-        if let SchedulerState::HyperBand(_) | SchedulerState::Pbt(_) = scheduler.save_state() {
+        if let SchedulerState::Pbt(_) = scheduler.save_state() {
             return Err(Error::config(
                 "TuneConfig.scheduler",
-                "HyperBand and PBT pause and clone trials, which the Tuner does not carry out \
-                 yet; use Asha, MedianStopping or FIFO",
+                "PBT clones trials' checkpoints into others, which the Tuner does not carry out \
+                 yet; use Asha, HyperBand, MedianStopping or FIFO",
             ));
         }
         if let Some(budget) = tune.time_budget_s
@@ -640,8 +641,24 @@ fn short_params(params: &Params) -> String {
     text
 }
 
-/// Set to stop a running trial at its next report.
-type StopFlag = Arc<AtomicBool>;
+/// What the shell asks of a running trial, answered to its next report: go on, stop, or
+/// pause (stop, to go on later from its latest checkpoint). The first request stands.
+#[derive(Clone, Default)]
+struct Halt(Arc<AtomicU8>);
+
+impl Halt {
+    const GO: u8 = 0;
+    const STOP: u8 = 1;
+    const PAUSE: u8 = 2;
+
+    fn ask(&self, what: u8) {
+        let _ = self.0.compare_exchange(Halt::GO, what, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    fn get(&self) -> u8 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// The experiment state snapshot in the experiment directory.
 pub const STATE_FILE: &str = "experiment_state.json";
@@ -653,7 +670,8 @@ enum Heard {
     Reported,
     Ended {
         trial: TrialId,
-        stopped: bool,
+        /// The request the run ended on (`Halt::GO`: it ended on its own).
+        halted: u8,
         outcome: Result<TrainResult>,
     },
     /// A mistake the sweep cannot go on with (from the controller, during a report).
@@ -701,7 +719,7 @@ impl Sweep {
 
     async fn run(&mut self, driver: &'static Driver) -> Result<ResultGrid> {
         let (heard_tx, mut heard) = mpsc::unbounded_channel::<Heard>();
-        let mut running: BTreeMap<TrialId, StopFlag> = BTreeMap::new();
+        let mut running: BTreeMap<TrialId, Halt> = BTreeMap::new();
         let mut fatal: Option<Error> = None;
         self.began = Instant::now();
         for command in self.step(Event::Begin)? {
@@ -728,25 +746,29 @@ impl Sweep {
             };
             match message {
                 Heard::Command(Command::StartTrial { trial, params, resume }) => {
-                    let stop = Arc::new(AtomicBool::new(fatal.is_some()));
-                    self.start(driver, trial, params, resume, stop.clone(), heard_tx.clone());
-                    running.insert(trial, stop);
+                    let halt = Halt::default();
+                    if fatal.is_some() {
+                        halt.ask(Halt::STOP);
+                    }
+                    self.start(driver, trial, params, resume, halt.clone(), heard_tx.clone());
+                    running.insert(trial, halt);
                 }
                 Heard::Command(Command::StopTrial(trial)) => {
-                    if let Some(r) = running.get(&trial) {
-                        r.store(true, Ordering::SeqCst);
-                    }
+                    running.get(&trial).inspect(|h| h.ask(Halt::STOP));
                 }
-                Heard::Command(Command::PauseTrial(_) | Command::Exploit { .. }) => {
+                Heard::Command(Command::PauseTrial(trial)) => {
+                    running.get(&trial).inspect(|h| h.ask(Halt::PAUSE));
+                }
+                Heard::Command(Command::Exploit { .. }) => {
                     // Refused before the start (see `prepare`); never silently dropped.
-                    let e = Error::Protocol("the scheduler paused or exploited a trial".into());
+                    let e = Error::Protocol("the scheduler exploited a trial".into());
                     self.abort(e, &running, &mut fatal);
                 }
                 Heard::Command(Command::Finish) => break,
                 Heard::Reported => {}
-                Heard::Ended { trial, stopped, outcome } => {
+                Heard::Ended { trial, halted, outcome } => {
                     running.remove(&trial);
-                    let event = self.record_end(trial, stopped, outcome);
+                    let event = self.record_end(trial, halted, outcome);
                     self.apply(self.step(event), &heard_tx, &mut fatal);
                 }
                 Heard::Fatal(e) => self.abort(e, &running, &mut fatal),
@@ -844,10 +866,10 @@ impl Sweep {
     }
 
     /// Ends the sweep with `e` once the running trials have stopped.
-    fn abort(&self, e: Error, running: &BTreeMap<TrialId, StopFlag>, fatal: &mut Option<Error>) {
+    fn abort(&self, e: Error, running: &BTreeMap<TrialId, Halt>, fatal: &mut Option<Error>) {
         fatal.get_or_insert(e);
-        for r in running.values() {
-            r.store(true, Ordering::SeqCst);
+        for halt in running.values() {
+            halt.ask(Halt::STOP);
         }
     }
 
@@ -860,7 +882,7 @@ impl Sweep {
         trial: TrialId,
         sampled: Params,
         resume: bool,
-        stop: Arc<AtomicBool>,
+        halt: Halt,
         heard: mpsc::UnboundedSender<Heard>,
     ) {
         let mut params = self.trainer.params().clone();
@@ -905,49 +927,52 @@ impl Sweep {
         );
         let controller = self.controller.clone();
         tokio::spawn(async move {
-            let stopped = AtomicBool::new(false);
+            let halted = AtomicU8::new(Halt::GO);
             let mut decide = |metrics: &Metrics| -> Result<bool> {
-                if stop.load(Ordering::SeqCst) {
-                    stopped.store(true, Ordering::SeqCst);
-                    return Ok(true);
-                }
-                let event = Event::ResultReported { trial, metrics: metrics.clone() };
-                let commands = controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
-                let _ = heard.send(Heard::Reported);
-                let mut stop_me = false;
-                match commands {
-                    Ok(commands) => {
-                        for command in commands {
-                            match command {
-                                Command::StopTrial(t) if t == trial => stop_me = true,
-                                other => drop(heard.send(Heard::Command(other))),
+                if halt.get() == Halt::GO {
+                    let event = Event::ResultReported { trial, metrics: metrics.clone() };
+                    let commands = controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
+                    let _ = heard.send(Heard::Reported);
+                    match commands {
+                        Ok(commands) => {
+                            for command in commands {
+                                match command {
+                                    Command::StopTrial(t) if t == trial => halt.ask(Halt::STOP),
+                                    Command::PauseTrial(t) if t == trial => halt.ask(Halt::PAUSE),
+                                    other => drop(heard.send(Heard::Command(other))),
+                                }
                             }
                         }
-                    }
-                    Err(e) => {
-                        let _ = heard.send(Heard::Fatal(e));
-                        stop_me = true;
+                        Err(e) => {
+                            let _ = heard.send(Heard::Fatal(e));
+                            halt.ask(Halt::STOP);
+                        }
                     }
                 }
-                if stop_me {
-                    stopped.store(true, Ordering::SeqCst);
-                }
-                Ok(stop_me)
+                halted.store(halt.get(), Ordering::SeqCst);
+                Ok(halt.get() != Halt::GO)
             };
             let outcome = trainer.run_trial(driver, path, &mut decide).await;
-            let stopped = stopped.load(Ordering::SeqCst);
-            let _ = heard.send(Heard::Ended { trial, stopped, outcome });
+            let halted = halted.load(Ordering::SeqCst);
+            let _ = heard.send(Heard::Ended { trial, halted, outcome });
         });
     }
 
     /// Keeps what a trial's run returned; the controller's event for its end.
-    fn record_end(&mut self, trial: TrialId, stopped: bool, outcome: Result<TrainResult>) -> Event {
+    fn record_end(&mut self, trial: TrialId, halted: u8, outcome: Result<TrainResult>) -> Event {
         let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
         match outcome {
             Ok(result) => {
-                entry.status = TrialStatus::Terminated;
                 entry.result = Some(result);
-                if stopped { Event::TrialStopped(trial) } else { Event::TrialCompleted(trial) }
+                entry.status = TrialStatus::Terminated;
+                match halted {
+                    Halt::PAUSE => {
+                        entry.status = TrialStatus::Paused;
+                        Event::TrialPaused(trial)
+                    }
+                    Halt::STOP => Event::TrialStopped(trial),
+                    _ => Event::TrialCompleted(trial),
+                }
             }
             Err(e) => {
                 let error = match e {

@@ -84,6 +84,10 @@ fn main() {
         test("tune::tuner_mistakes_are_named", tune::tuner_mistakes_are_named),
         test("tune::trials_never_run_beyond_the_pool", tune::trials_never_run_beyond_the_pool),
         test("tune::killed_driver_is_restored_exactly", tune::killed_driver_is_restored_exactly),
+        test(
+            "tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints",
+            tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints,
+        ),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

@@ -10,7 +10,7 @@ use rtune::data::Digits;
 use rtune::{
     Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner,
 };
-use rtune_searchers::{Asha, HyperBand, SearchSpace, TrialStatus, choice, grid_search};
+use rtune_searchers::{Asha, HyperBand, Pbt, SearchSpace, TrialStatus, choice, grid_search};
 use tch::nn::{self, Module};
 use tch::{Device, Kind};
 
@@ -135,10 +135,7 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
         (TuneConfig::new().metric("val_acc"), "TuneConfig.mode"),
         (TuneConfig::new().num_samples(0), "TuneConfig.num_samples"),
         (TuneConfig::new().max_concurrent_trials(0), "max_concurrent_trials"),
-        (
-            TuneConfig::new().metric("val_acc").mode(Mode::Max).scheduler(HyperBand::new()),
-            "HyperBand",
-        ),
+        (TuneConfig::new().metric("val_acc").mode(Mode::Max).scheduler(Pbt::new()), "PBT"),
         (TuneConfig::new().time_budget_s(f64::NAN), "time_budget_s"),
     ] {
         let err = fit(tune);
@@ -339,5 +336,55 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
         .collect();
     ensure!(since == [1, 2, 3, 1, 2, 3], "the held trial went on from iteration 3: {since:?}");
     ensure!(grid.best_result(None, None)?.params.get::<i64>("index")? == 7);
+    Ok(())
+}
+
+/// HyperBand pauses trials at its milestones and the Tuner carries it out: a paused trial
+/// releases its workers and later goes on in its own directory from its checkpoint, with the
+/// state it had (the train function checks it), each iteration once in its rows.
+pub fn hyperband_pauses_and_resumes_trials_from_their_checkpoints() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("pids"))?;
+    let trainer = counting_trainer(dir.path()).train_loop_config(
+        Params::new().with("dir", dir.path().display().to_string()).with("hold", -1),
+    );
+    let grid = Tuner::new(trainer, SearchSpace::new().add("index", grid_search(0..6i64)))
+        .tune_config(
+            TuneConfig::new()
+                .metric("score")
+                .mode(Mode::Max)
+                // All 6 are created at once (so HyperBand's brackets are full); the pool runs
+                // 2 at a time.
+                .max_concurrent_trials(6)
+                .scheduler(HyperBand::new().max_t(4).reduction_factor(2)),
+        )
+        .run_config(RunConfig::new("hb").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 6, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    let mut resumed = 0;
+    let mut longest = 0;
+    for t in &grid.trials {
+        let rows = rows(&t.path)?;
+        let iterations: Vec<u64> =
+            rows.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
+        ensure!(
+            iterations == (1..=iterations.len() as u64).collect::<Vec<_>>(),
+            "{}: iterations {iterations:?}",
+            t.trial_id
+        );
+        for r in &rows {
+            let it = r["training_iteration"].as_u64().unwrap_or(0);
+            ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id);
+            resumed += usize::from(r["iterations_since_restore"].as_u64() != Some(it));
+        }
+        longest = longest.max(iterations.len());
+    }
+    let lengths: Vec<usize> =
+        grid.trials.iter().map(|t| rows(&t.path).map_or(0, |r| r.len())).collect();
+    ensure!(resumed > 0, "no trial went on after a pause: {lengths:?}");
+    ensure!(longest == 4, "no trial reached max_t: {lengths:?}");
+    // The second bracket (3 trials, first milestone 2) stops its worst trial there.
+    ensure!(lengths.iter().filter(|&&n| n == 2).count() == 1, "{lengths:?}");
     Ok(())
 }
