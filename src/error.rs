@@ -50,6 +50,10 @@ pub enum Error {
 
     #[error(transparent)]
     Params(#[from] rtune_searchers::Error),
+
+    /// Building or writing a results table (polars).
+    #[error("results table: {0}")]
+    Table(#[from] polars::error::PolarsError),
 }
 
 impl Error {

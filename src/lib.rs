@@ -63,10 +63,12 @@ pub(crate) mod proto {
 pub use rtune_searchers as search;
 
 pub use error::{Error, Result};
+/// The polars rtune's tables are built with (`ResultGrid::dataframe`), for matching versions.
+pub use polars;
 pub use rtune_searchers::{Mode, Params};
 pub use train::{
     Checkpoint, CheckpointConfig, CheckpointWriter, FailureConfig, PlacementStrategy, RunConfig,
     ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
-pub use tune::{ResultGrid, TrialResult, TuneConfig, Tuner};
+pub use tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
 pub use worker::init;

@@ -4,7 +4,9 @@
 //!
 //! ```no_run
 //! use rtune::search::{Asha, SearchSpace, choice, loguniform};
-//! use rtune::{Mode, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner};
+//! use rtune::{
+//!     Mode, RunConfig, ScalingConfig, Scope, TorchTrainer, TrainContext, TuneConfig, Tuner,
+//! };
 //!
 //! fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
 //!     let (lr, hidden) = (ctx.params().get::<f64>("lr")?, ctx.params().get::<i64>("hidden")?);
@@ -31,16 +33,21 @@
 //!         )
 //!         .run_config(RunConfig::new("digits_sweep"))
 //!         .fit()?;
-//!     let best = grid.best_result(None, None)?;
+//!     let best = grid.best_result(None, None, Scope::Last)?;
 //!     println!("{:?} {:?}", best.params, best.last("val_acc"));
+//!     println!("{}", grid.dataframe()?);
 //!     Ok(())
 //! }
 //! ```
 
 pub mod controller;
+mod experiment;
+mod result_grid;
 mod tuner;
 
 pub use controller::{
     Command, Controller, ControllerConfig, ControllerState, Event, SavedTrial, Trial,
 };
-pub use tuner::{ResultGrid, SETTINGS_FILE, STATE_FILE, TrialResult, TuneConfig, Tuner};
+pub use experiment::{SETTINGS_FILE, STATE_FILE};
+pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope, TrialResult};
+pub use tuner::{TuneConfig, Tuner};

@@ -23,16 +23,20 @@ use rtune_searchers::{
     BasicVariant, Fifo, Metrics, Mode, Params, SchedulerState, SearchSpace, Searcher, TrialId,
     TrialScheduler, TrialStatus, Value,
 };
-use serde::{Deserialize, Serialize};
+
 use tokio::sync::mpsc;
 
-use super::controller::{Command, Controller, ControllerConfig, ControllerState, Event};
+use super::controller::{Command, Controller, ControllerConfig, Event};
+use super::experiment::{
+    FORMAT, SETTINGS_FILE, STATE_FILE, SavedExperiment, SavedTrialRow, Settings, read_experiment,
+};
+use super::result_grid::{RESULTS_PARQUET, ResultGrid, TrialResult};
 use crate::config::RunConfig;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::storage::unix_time;
-use crate::train::{TorchTrainer, read_run};
+use crate::train::TorchTrainer;
 
 /// How a sweep searches (Ray's `TuneConfig`).
 #[derive(Default)]
@@ -124,65 +128,6 @@ pub struct Tuner {
     run: Option<RunConfig>,
     /// Set by `Tuner::restore`: the experiment to go on with, and its settings.
     restoring: Option<(PathBuf, Settings)>,
-}
-
-/// One trial as the sweep ended it.
-#[derive(Debug, Clone, Serialize)]
-pub struct TrialResult {
-    /// `<experiment id>_<index>`, as in Ray.
-    pub trial_id: String,
-    pub status: TrialStatus,
-    /// The params sampled for it (merged into the trainer's `train_loop_config`).
-    pub params: Params,
-    /// What its `TorchTrainer` run returned (also for a failed one, when it got that far).
-    #[serde(skip)]
-    pub result: Option<TrainResult>,
-    pub error: Option<String>,
-    /// Its directory in the experiment.
-    pub path: PathBuf,
-}
-
-impl TrialResult {
-    /// The last reported value of `metric`.
-    pub fn last(&self, metric: &str) -> Option<f64> {
-        self.result.as_ref()?.metrics.as_ref()?.get(metric).copied()
-    }
-}
-
-/// What a sweep returns (Ray's `ResultGrid`).
-#[derive(Debug, Clone)]
-pub struct ResultGrid {
-    /// The experiment directory.
-    pub path: PathBuf,
-    pub metric: Option<String>,
-    pub mode: Option<Mode>,
-    /// Every trial, in creation order.
-    pub trials: Vec<TrialResult>,
-}
-
-impl ResultGrid {
-    /// The trial whose last `metric` is best in `mode` (the sweep's own metric and mode when
-    /// `None`); trials that never reported it are left out.
-    pub fn best_result(&self, metric: Option<&str>, mode: Option<Mode>) -> Result<&TrialResult> {
-        let metric = metric.or(self.metric.as_deref()).ok_or_else(|| {
-            Error::config("ResultGrid::best_result", "no metric given and the sweep had none")
-        })?;
-        let mode = mode.or(self.mode).unwrap_or(Mode::Max);
-        self.trials
-            .iter()
-            .filter_map(|t| t.last(metric).filter(|v| !v.is_nan()).map(|v| (t, mode.sign() * v)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(t, _)| t)
-            .ok_or_else(|| Error::Metric {
-                name: metric.to_owned(),
-                problem: "was reported by no trial of this sweep".into(),
-            })
-    }
-
-    /// The trials that failed.
-    pub fn errors(&self) -> Vec<&TrialResult> {
-        self.trials.iter().filter(|t| t.status == TrialStatus::Error).collect()
-    }
 }
 
 impl Tuner {
@@ -395,14 +340,11 @@ struct PickedUp {
 /// of trials started after the state snapshot (the controller does not know them; they are
 /// created again) are removed, so that every trial is in the experiment once.
 fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
-    let saved = SavedExperiment::read(path)?;
-    let mut picked = PickedUp { trials: BTreeMap::new(), histories: BTreeMap::new(), saved };
-    for row in &picked.saved.trials {
-        let dir = path.join(&row.dir);
-        let mut result = read_run(&dir, run)?;
-        let status = if row.status.is_finished() {
-            row.status
-        } else {
+    let (saved, mut trials) = read_experiment(path, run)?;
+    let mut histories = BTreeMap::new();
+    for (&id, trial) in trials.iter_mut() {
+        let result = trial.result.as_mut().expect("read_experiment reads every trial's run");
+        if !trial.status.is_finished() {
             let until = match &result.checkpoint {
                 Some(c) => c.iteration()? as f64,
                 None => 0.0,
@@ -410,20 +352,11 @@ fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
             let at = |m: &Metrics| m.get("training_iteration").copied().unwrap_or(0.0);
             result.metrics_history.retain(|m| at(m) <= until);
             result.metrics = result.metrics_history.last().cloned();
-            TrialStatus::Paused
-        };
-        picked.histories.insert(row.index, result.metrics_history.clone());
-        let trial = TrialResult {
-            trial_id: row.trial_id.clone(),
-            status,
-            params: row.params.clone(),
-            result: Some(result),
-            error: row.error.clone(),
-            path: dir,
-        };
-        picked.trials.insert(row.index, trial);
+            trial.status = TrialStatus::Paused;
+        }
+        histories.insert(id, result.metrics_history.clone());
     }
-    let known: Vec<&str> = picked.saved.trials.iter().map(|t| t.dir.as_str()).collect();
+    let known: Vec<&str> = saved.trials.iter().map(|t| t.dir.as_str()).collect();
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -433,53 +366,10 @@ fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
             std::fs::remove_dir_all(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
         }
     }
-    Ok(picked)
-}
-
-/// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
-/// refuses others.
-const FORMAT: u32 = 1;
-
-/// The sweep's settings file in the experiment directory.
-pub const SETTINGS_FILE: &str = "tuner.json";
-
-/// What `tuner.json` holds: the sweep's settings, written once when it starts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Settings {
-    format: u32,
-    rtune_version: String,
-    experiment_id: String,
-    param_space: SearchSpace,
-    metric: Option<String>,
-    mode: Option<Mode>,
-    num_samples: i64,
-    max_concurrent_trials: Option<usize>,
-    time_budget_s: Option<f64>,
-    seed: u64,
-    fail_fast: bool,
-    /// The searcher's and the scheduler's kinds (`basic_variant`, `asha`, …).
-    search_alg: String,
-    scheduler: String,
+    Ok(PickedUp { saved, trials, histories })
 }
 
 impl Settings {
-    fn read(experiment: &Path) -> Result<Settings> {
-        let settings: Settings = read_experiment_file(experiment, SETTINGS_FILE)?;
-        if settings.format != FORMAT {
-            return Err(not_restorable(
-                experiment,
-                format!(
-                    "it was written by rtune {} in format {}, and this rtune ({}) reads format \
-                     {FORMAT} only",
-                    settings.rtune_version,
-                    settings.format,
-                    env!("CARGO_PKG_VERSION")
-                ),
-            ));
-        }
-        Ok(settings)
-    }
-
     /// The `TuneConfig` the sweep ran with, where it can be rebuilt from the settings alone.
     fn tune_config(&self) -> Result<TuneConfig> {
         if self.search_alg != "basic_variant" || self.scheduler != "fifo" {
@@ -532,77 +422,6 @@ impl Settings {
             )),
         }
     }
-}
-
-/// What `experiment_state.json` holds: the sweep as it is now (see `Sweep::save_state`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct SavedExperiment {
-    format: u32,
-    name: Option<String>,
-    experiment_id: String,
-    metric: Option<String>,
-    mode: Option<Mode>,
-    rtune_version: String,
-    timestamp: f64,
-    /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
-    time_spent_s: f64,
-    trials: Vec<SavedTrialRow>,
-    controller: ControllerState,
-}
-
-/// A trial as `experiment_state.json` lists it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct SavedTrialRow {
-    trial_id: String,
-    /// The controller's number for it (the index in its directory name).
-    index: TrialId,
-    status: TrialStatus,
-    params: Params,
-    error: Option<String>,
-    /// Its directory, relative to the experiment's (which may have moved).
-    dir: String,
-    /// Its last reported metrics (NaN and infinities as strings, as in result.json).
-    last_result: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-impl SavedExperiment {
-    fn read(experiment: &Path) -> Result<SavedExperiment> {
-        let saved: SavedExperiment = read_experiment_file(experiment, STATE_FILE)?;
-        if saved.format != FORMAT {
-            return Err(not_restorable(
-                experiment,
-                format!("its {STATE_FILE} is in format {}, not {FORMAT}", saved.format),
-            ));
-        }
-        Ok(saved)
-    }
-}
-
-fn not_restorable(experiment: &Path, why: String) -> Error {
-    Error::config(
-        "Tuner::restore",
-        format!("{} is not an experiment this rtune can go on with: {why}", experiment.display()),
-    )
-}
-
-fn read_experiment_file<T: serde::de::DeserializeOwned>(
-    experiment: &Path,
-    name: &str,
-) -> Result<T> {
-    let path = experiment.join(name);
-    let text = match std::fs::read(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let what = if experiment.is_dir() { "no" } else { "no such directory, so no" };
-            return Err(not_restorable(
-                experiment,
-                format!("{what} {name} (an experiment directory is <storage_path>/<name>)"),
-            ));
-        }
-        Err(e) => return Err(Error::io(&path, e)),
-    };
-    serde_json::from_slice(&text)
-        .map_err(|e| not_restorable(experiment, format!("{name} is unreadable: {e}")))
 }
 
 /// How many trials of `trainer` the local machine holds side by side (at least 1).
@@ -659,9 +478,6 @@ impl Halt {
         self.0.load(Ordering::SeqCst)
     }
 }
-
-/// The experiment state snapshot in the experiment directory.
-pub const STATE_FILE: &str = "experiment_state.json";
 
 /// What the shell loop hears.
 enum Heard {
@@ -795,12 +611,14 @@ impl Sweep {
             return Err(e);
         }
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
-        Ok(ResultGrid {
+        let grid = ResultGrid {
             path: self.path.clone(),
             metric,
             mode,
             trials: std::mem::take(&mut self.trials).into_values().collect(),
-        })
+        };
+        grid.write_parquet(self.path.join(RESULTS_PARQUET))?;
+        Ok(grid)
     }
 
     /// Replaces `experiment_state.json` (atomically): every trial's status, params, directory,

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use rtune::data::Digits;
+use rtune::polars::prelude::{DataType, ParquetReader, SerReader};
 use rtune::{
-    Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner,
+    Mode, Params, ResultGrid, RunConfig, ScalingConfig, Scope, TorchTrainer, TrainContext,
+    TuneConfig, Tuner,
 };
 use rtune_searchers::{Asha, HyperBand, Pbt, SearchSpace, TrialStatus, choice, grid_search};
 use tch::nn::{self, Module};
@@ -102,7 +104,9 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
         ensure!(t.path.ends_with(row["dir"].as_str().context("dir")?), "{row}");
     }
 
-    let best = grid.best_result(None, None)?;
+    check_tables(&grid, &lengths)?;
+
+    let best = grid.best_result(None, None, Scope::Last)?;
     ensure!(best.params.get::<f64>("lr")? == 3e-3, "best: {:?}", best.params);
     let result = best.result.as_ref().context("the best trial's result")?;
     let checkpoint = result.best_checkpoint().context("the best trial's checkpoint")?;
@@ -115,6 +119,47 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
     })
     .double_value(&[]);
     ensure!(acc > 0.85, "the best checkpoint predicts the test set at {acc}");
+    Ok(())
+}
+
+/// The ResultGrid's tables hold what the trials reported: one row per trial (typed params,
+/// last metrics, the best value), one per report, the same when read back from disk, in
+/// `results.parquet` and in a CSV export.
+fn check_tables(grid: &ResultGrid, lengths: &[usize]) -> Result<()> {
+    let df = grid.dataframe()?;
+    ensure!(df.height() == 6, "{df}");
+    for name in ["trial_id", "status", "config/lr", "config/hidden", "val_acc"] {
+        ensure!(df.column(name).is_ok(), "no column {name} in {df}");
+    }
+    ensure!(df.column("config/hidden")?.dtype() == &DataType::Int64, "{df}");
+    let last = df.column("val_acc")?.f64()?;
+    let best = df.column("best/val_acc")?.f64()?;
+    let iterations = df.column("training_iteration")?.f64()?;
+    for (i, t) in grid.trials.iter().enumerate() {
+        ensure!(last.get(i) == t.last("val_acc"), "row {i}: {df}");
+        ensure!(best.get(i) == t.best("val_acc", Mode::Max), "row {i}: {df}");
+        ensure!(iterations.get(i) == Some(lengths[i] as f64), "row {i}: {df}");
+    }
+    // Filtered by the best val_acc, each trial's row shows its best report.
+    let by_best = grid.get_dataframe(Some("val_acc"), Some(Mode::Max))?;
+    ensure!(by_best.column("val_acc")?.equals_missing(df.column("best/val_acc")?), "{by_best}");
+    let history = grid.results_history()?;
+    ensure!(history.height() == lengths.iter().sum::<usize>(), "{history}");
+    ensure!(history.column("config/lr").is_ok() && history.column("val_acc").is_ok());
+
+    let from_disk = ResultGrid::from_path(&grid.path)?;
+    ensure!(
+        from_disk.dataframe()?.equals_missing(&df),
+        "read back:\n{}\n{df}",
+        from_disk.dataframe()?
+    );
+    let parquet = std::fs::File::open(grid.path.join(rtune::tune::RESULTS_PARQUET))?;
+    let saved = ParquetReader::new(parquet).finish()?;
+    ensure!(saved.equals_missing(&df), "results.parquet:\n{saved}\n{df}");
+    let csv_path = grid.path.join("export.csv");
+    grid.write_csv(&csv_path)?;
+    let csv = std::fs::read_to_string(&csv_path)?;
+    ensure!(csv.lines().count() == 7 && csv.starts_with("trial_id,status,"), "{csv}");
     Ok(())
 }
 
@@ -189,7 +234,7 @@ pub fn trials_never_run_beyond_the_pool() -> Result<()> {
     }
     ensure!(started == 50, "{started} trials started");
     ensure!(most <= 2, "{most} trials ran at once on a pool that holds 2");
-    ensure!(grid.best_result(None, None)?.params.get::<i64>("index")? == 49);
+    ensure!(grid.best_result(None, None, Scope::Last)?.params.get::<i64>("index")? == 49);
     Ok(())
 }
 
@@ -290,6 +335,12 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
     wait_for(Duration::from_secs(10), || Ok(pids.iter().all(|&p| !alive(p))))
         .context("a worker outlived its killed driver")?;
 
+    // The interrupted experiment reads back as it was: the finished trials and the held one.
+    let interrupted = ResultGrid::from_path(&experiment)?;
+    let done = interrupted.trials.iter().filter(|t| t.status == TrialStatus::Terminated).count();
+    ensure!(done >= 3 && interrupted.trials.len() < 8, "{:?}", interrupted.dataframe()?);
+    ensure!(ResultGrid::from_path(dir.path()).is_err(), "not an experiment, read anyway");
+
     ensure!(Tuner::can_restore(&experiment) && !Tuner::can_restore(dir.path()));
     let not_one =
         Tuner::restore(dir.path(), counting_trainer(dir.path())).err().context("restored")?;
@@ -335,7 +386,7 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
         .map(|r| r["iterations_since_restore"].as_u64().unwrap_or(0))
         .collect();
     ensure!(since == [1, 2, 3, 1, 2, 3], "the held trial went on from iteration 3: {since:?}");
-    ensure!(grid.best_result(None, None)?.params.get::<i64>("index")? == 7);
+    ensure!(grid.best_result(None, None, Scope::Last)?.params.get::<i64>("index")? == 7);
     Ok(())
 }
 

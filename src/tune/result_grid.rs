@@ -1,0 +1,424 @@
+//! What a sweep returns (Ray's `ResultGrid`): every trial with its params, status, reported
+//! results and checkpoints, the best one by a metric, and the same as polars tables: one row per
+//! trial (`dataframe`, `get_dataframe`) or one per report (`results_history`), written to
+//! parquet or CSV. `ResultGrid::from_path` reads a finished or interrupted experiment back.
+
+use std::path::{Path, PathBuf};
+
+use polars::prelude::{
+    Column, CsvWriter, DataFrame, NamedFrom, ParquetWriter, PlSmallStr, SerWriter, Series,
+};
+use rtune_searchers::{Metrics, Mode, Params, TrialStatus, Value};
+use serde::Serialize;
+
+use super::experiment::read_experiment;
+use crate::config::RunConfig;
+use crate::error::{Error, Result};
+use crate::outcome::TrainResult;
+
+/// One trial as the sweep ended it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialResult {
+    /// `<experiment id>_<index>`, as in Ray.
+    pub trial_id: String,
+    pub status: TrialStatus,
+    /// The params sampled for it (merged into the trainer's `train_loop_config`).
+    pub params: Params,
+    /// What its `TorchTrainer` run returned (also for a failed one, when it got that far).
+    #[serde(skip)]
+    pub result: Option<TrainResult>,
+    pub error: Option<String>,
+    /// Its directory in the experiment.
+    pub path: PathBuf,
+}
+
+impl TrialResult {
+    /// The last reported value of `metric`.
+    pub fn last(&self, metric: &str) -> Option<f64> {
+        self.result.as_ref()?.metrics.as_ref()?.get(metric).copied()
+    }
+
+    /// Every reported result, in order.
+    pub fn history(&self) -> &[Metrics] {
+        self.result.as_ref().map_or(&[], |r| &r.metrics_history)
+    }
+
+    /// The best value of `metric` over all its reports in `mode` (NaN and infinities left out).
+    pub fn best(&self, metric: &str, mode: Mode) -> Option<f64> {
+        self.best_report(metric, mode).and_then(|m| m.get(metric).copied())
+    }
+
+    /// The report with the best finite value of `metric`.
+    fn best_report(&self, metric: &str, mode: Mode) -> Option<&Metrics> {
+        self.history()
+            .iter()
+            .filter_map(|m| m.get(metric).filter(|v| v.is_finite()).map(|&v| (m, mode.sign() * v)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(m, _)| m)
+    }
+}
+
+/// Which of a trial's results `ResultGrid::best_result` compares (Ray's `scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// Its last result.
+    #[default]
+    Last,
+    /// Its best result over the whole run.
+    All,
+}
+
+/// What a sweep returns (Ray's `ResultGrid`).
+#[derive(Debug, Clone)]
+pub struct ResultGrid {
+    /// The experiment directory.
+    pub path: PathBuf,
+    pub metric: Option<String>,
+    pub mode: Option<Mode>,
+    /// Every trial, in creation order.
+    pub trials: Vec<TrialResult>,
+}
+
+/// The file a finished sweep leaves its table in (`dataframe()`), in the experiment directory.
+pub const RESULTS_PARQUET: &str = "results.parquet";
+
+impl ResultGrid {
+    /// Reads the experiment in `path` back, finished or interrupted (a trial that was running
+    /// when its driver died keeps that status and the rows it had written).
+    pub fn from_path(path: impl AsRef<Path>) -> Result<ResultGrid> {
+        let path = path.as_ref();
+        let (saved, trials) = read_experiment(path, &RunConfig::default())?;
+        Ok(ResultGrid {
+            path: path.to_owned(),
+            metric: saved.metric,
+            mode: saved.mode,
+            trials: trials.into_values().collect(),
+        })
+    }
+
+    /// The trial whose `metric` is best in `mode` (the sweep's own metric and mode when `None`),
+    /// comparing each trial's last result (`Scope::Last`) or its best one (`Scope::All`). NaN
+    /// and infinities are left out, and so are trials that never reported the metric.
+    pub fn best_result(
+        &self,
+        metric: Option<&str>,
+        mode: Option<Mode>,
+        scope: Scope,
+    ) -> Result<&TrialResult> {
+        let (metric, mode) = self.target(metric, mode, "ResultGrid::best_result")?;
+        let value = |t: &TrialResult| match scope {
+            Scope::Last => t.last(metric).filter(|v| v.is_finite()),
+            Scope::All => t.best(metric, mode),
+        };
+        self.trials
+            .iter()
+            .filter_map(|t| value(t).map(|v| (t, mode.sign() * v)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(t, _)| t)
+            .ok_or_else(|| Error::Metric {
+                name: metric.to_owned(),
+                problem: format!(
+                    "has no finite value in any trial of this sweep; reported were: {}",
+                    self.metric_names().join(", ")
+                ),
+            })
+    }
+
+    /// The metric and mode to rank by: the ones given, else the sweep's.
+    fn target<'a>(
+        &'a self,
+        metric: Option<&'a str>,
+        mode: Option<Mode>,
+        caller: &'static str,
+    ) -> Result<(&'a str, Mode)> {
+        let metric = metric.or(self.metric.as_deref()).ok_or_else(|| {
+            Error::config(caller, "no metric given and the sweep had none; name one")
+        })?;
+        let mode = mode.or(self.mode).ok_or_else(|| {
+            Error::config(caller, "no mode given and the sweep had none; use Mode::Max or Min")
+        })?;
+        Ok((metric, mode))
+    }
+
+    /// The trials that failed.
+    pub fn errors(&self) -> Vec<&TrialResult> {
+        self.trials.iter().filter(|t| t.status == TrialStatus::Error).collect()
+    }
+
+    /// One row per trial: `trial_id`, `status`, every param as `config/<name>`, the last
+    /// reported metrics, `best/<metric>` (the best value of the sweep's metric over the trial's
+    /// reports, when the sweep had one), `checkpoint_path`, `error` and `path`.
+    pub fn dataframe(&self) -> Result<DataFrame> {
+        self.table(None)
+    }
+
+    /// Like `dataframe`, with each trial's metrics taken from its report with the best
+    /// `filter_metric` in `filter_mode` instead of its last (Ray's `get_dataframe`).
+    pub fn get_dataframe(
+        &self,
+        filter_metric: Option<&str>,
+        filter_mode: Option<Mode>,
+    ) -> Result<DataFrame> {
+        match filter_metric {
+            None => self.table(None),
+            Some(metric) => {
+                let mode = filter_mode.or(self.mode).ok_or_else(|| {
+                    Error::config("ResultGrid::get_dataframe", "filter_metric needs a mode")
+                })?;
+                self.table(Some((metric, mode)))
+            }
+        }
+    }
+
+    fn table(&self, pick: Option<(&str, Mode)>) -> Result<DataFrame> {
+        let rows: Vec<Option<&Metrics>> = self
+            .trials
+            .iter()
+            .map(|t| match pick {
+                None => t.history().last(),
+                Some((metric, mode)) => t.best_report(metric, mode),
+            })
+            .collect();
+        let mut columns = vec![
+            text("trial_id", self.trials.iter().map(|t| Some(t.trial_id.clone()))),
+            text("status", self.trials.iter().map(|t| Some(format!("{:?}", t.status)))),
+        ];
+        columns.extend(param_columns(self.trials.iter().map(|t| &t.params)));
+        columns.extend(metric_columns(&rows));
+        if let (Some(metric), Some(mode)) = (&self.metric, self.mode) {
+            let best: Vec<Option<f64>> = self.trials.iter().map(|t| t.best(metric, mode)).collect();
+            columns.push(Column::new(format!("best/{metric}").into(), best));
+        }
+        let checkpoint = |t: &TrialResult| {
+            let ck = t.result.as_ref()?.checkpoint.as_ref()?;
+            Some(ck.path().display().to_string())
+        };
+        columns.push(text("checkpoint_path", self.trials.iter().map(checkpoint)));
+        columns.push(text("error", self.trials.iter().map(|t| t.error.clone())));
+        columns.push(text("path", self.trials.iter().map(|t| Some(t.path.display().to_string()))));
+        Ok(DataFrame::new(self.trials.len(), columns)?)
+    }
+
+    /// Every reported result of every trial, one row each, in trial order: `trial_id`, the
+    /// params as `config/<name>`, and the metrics (a metric a trial did not report is null).
+    pub fn results_history(&self) -> Result<DataFrame> {
+        let mut ids = Vec::new();
+        let mut params = Vec::new();
+        let mut rows = Vec::new();
+        for t in &self.trials {
+            for m in t.history() {
+                ids.push(Some(t.trial_id.clone()));
+                params.push(&t.params);
+                rows.push(Some(m));
+            }
+        }
+        let height = rows.len();
+        let mut columns = vec![text("trial_id", ids.into_iter())];
+        columns.extend(param_columns(params.into_iter()));
+        columns.extend(metric_columns(&rows));
+        Ok(DataFrame::new(height, columns)?)
+    }
+
+    /// Writes `dataframe()` to a parquet file.
+    pub fn write_parquet(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        ParquetWriter::new(file).finish(&mut self.dataframe()?)?;
+        Ok(())
+    }
+
+    /// Writes `dataframe()` to a CSV file (with a header row).
+    pub fn write_csv(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        CsvWriter::new(file).finish(&mut self.dataframe()?)?;
+        Ok(())
+    }
+
+    /// Every metric name reported by some trial, sorted.
+    fn metric_names(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            self.trials.iter().flat_map(|t| t.history()).flat_map(|m| m.keys().cloned()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+fn text(name: &str, values: impl Iterator<Item = Option<String>>) -> Column {
+    Column::new(name.into(), values.collect::<Vec<_>>())
+}
+
+/// One `config/<name>` column per flattened param, typed by what the trials hold: integers,
+/// numbers, booleans, or text (anything mixed or nested is shown as text).
+fn param_columns<'a>(params: impl Iterator<Item = &'a Params>) -> Vec<Column> {
+    let flat: Vec<Vec<(String, Value)>> = params.map(|p| p.flatten()).collect();
+    let mut names: Vec<String> = Vec::new();
+    for row in &flat {
+        for (name, _) in row {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+    }
+    names
+        .iter()
+        .map(|name| {
+            let cells: Vec<Option<&Value>> = flat
+                .iter()
+                .map(|row| row.iter().find(|(k, _)| k == name).map(|(_, v)| v))
+                .collect();
+            typed(format!("config/{name}").into(), &cells)
+        })
+        .collect()
+}
+
+fn typed(name: PlSmallStr, cells: &[Option<&Value>]) -> Column {
+    let present = || cells.iter().flatten();
+    let series = if present().all(|v| matches!(v, Value::Int(_))) {
+        Series::new(name, cells.iter().map(|c| c.and_then(Value::as_i64)).collect::<Vec<_>>())
+    } else if present().all(|v| matches!(v, Value::Int(_) | Value::Float(_))) {
+        Series::new(name, cells.iter().map(|c| c.and_then(Value::as_f64)).collect::<Vec<_>>())
+    } else if present().all(|v| matches!(v, Value::Bool(_))) {
+        let bools = cells.iter().map(|c| match c {
+            Some(Value::Bool(b)) => Some(*b),
+            _ => None,
+        });
+        Series::new(name, bools.collect::<Vec<_>>())
+    } else {
+        let texts = cells.iter().map(|c| {
+            c.map(|v| match v {
+                Value::Str(s) => s.clone(),
+                other => other.to_string(),
+            })
+        });
+        Series::new(name, texts.collect::<Vec<_>>())
+    };
+    series.into()
+}
+
+/// One Float64 column per metric name any row has (rtune's automatic ones first, in Ray's
+/// order; then the reported ones by name); a row without it is null.
+fn metric_columns(rows: &[Option<&Metrics>]) -> Vec<Column> {
+    let mut names: Vec<&str> = Vec::new();
+    for m in rows.iter().flatten() {
+        for name in m.keys() {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    let auto = |n: &str| crate::metrics::AUTO_METRICS.iter().position(|a| *a == n);
+    names.sort_by_key(|n| (auto(n).is_none(), auto(n), *n));
+    names
+        .into_iter()
+        .map(|name| {
+            let values: Vec<Option<f64>> =
+                rows.iter().map(|m| m.and_then(|m| m.get(name).copied())).collect();
+            Column::new(name.into(), values)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(id: &str, params: Params, history: &[&[(&str, f64)]]) -> TrialResult {
+        let history: Vec<Metrics> = history
+            .iter()
+            .map(|row| row.iter().map(|&(k, v)| (k.to_owned(), v)).collect())
+            .collect();
+        TrialResult {
+            trial_id: id.into(),
+            status: TrialStatus::Terminated,
+            params,
+            result: Some(TrainResult {
+                metrics: history.last().cloned(),
+                checkpoint: None,
+                best_checkpoints: Vec::new(),
+                error: None,
+                path: PathBuf::from(id),
+                metrics_history: history,
+                failures: Vec::new(),
+                fit_seconds: 0.0,
+                train_loop_seconds: 0.0,
+            }),
+            error: None,
+            path: PathBuf::from(id),
+        }
+    }
+
+    fn grid() -> ResultGrid {
+        ResultGrid {
+            path: PathBuf::from("exp"),
+            metric: Some("acc".into()),
+            mode: Some(Mode::Max),
+            trials: vec![
+                // Peaks high, ends low.
+                trial(
+                    "a",
+                    Params::new().with("opt", "sgd").with("n", 1),
+                    &[&[("acc", 0.9)], &[("acc", 0.2)]],
+                ),
+                // Ends best among finite values; its NaN and infinity are never the best.
+                trial(
+                    "b",
+                    Params::new().with("opt", 3).with("n", 2.5),
+                    &[&[("acc", f64::INFINITY)], &[("acc", 0.5), ("loss", 1.0)]],
+                ),
+                trial("c", Params::new().with("flag", true), &[&[("acc", f64::NAN)]]),
+            ],
+        }
+    }
+
+    #[test]
+    fn best_result_by_last_or_all_leaves_out_nan_and_infinity() {
+        let g = grid();
+        assert_eq!(g.best_result(None, None, Scope::Last).unwrap().trial_id, "b");
+        assert_eq!(g.best_result(None, None, Scope::All).unwrap().trial_id, "a");
+        assert_eq!(g.best_result(None, Some(Mode::Min), Scope::Last).unwrap().trial_id, "a");
+        let e = g.best_result(Some("f1"), None, Scope::Last).unwrap_err().to_string();
+        assert!(e.contains("`f1`") && e.contains("acc, loss"), "{e}");
+        let no_metric = ResultGrid { metric: None, ..g };
+        let e = no_metric.best_result(None, None, Scope::Last).unwrap_err().to_string();
+        assert!(e.contains("no metric"), "{e}");
+    }
+
+    #[test]
+    fn table_columns_are_typed_and_missing_values_are_null() {
+        let df = grid().dataframe().unwrap();
+        let names: Vec<&str> = df.get_column_names().into_iter().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "trial_id",
+                "status",
+                "config/opt",
+                "config/n",
+                "config/flag",
+                "acc",
+                "loss",
+                "best/acc",
+                "checkpoint_path",
+                "error",
+                "path"
+            ]
+        );
+        let dtype = |n: &str| df.column(n).unwrap().dtype().clone();
+        use polars::prelude::DataType;
+        // Mixed text and number: text; integers and floats: floats; booleans stay booleans.
+        assert_eq!(dtype("config/opt"), DataType::String);
+        assert_eq!(dtype("config/n"), DataType::Float64);
+        assert_eq!(dtype("config/flag"), DataType::Boolean);
+        let opt = df.column("config/opt").unwrap().str().unwrap();
+        assert_eq!((0..3).map(|i| opt.get(i)).collect::<Vec<_>>(), [Some("sgd"), Some("3"), None]);
+        let numbers = |name: &str| {
+            let column = df.column(name).unwrap().f64().unwrap();
+            (0..3).map(|i| column.get(i)).collect::<Vec<_>>()
+        };
+        assert_eq!(numbers("loss"), [None, Some(1.0), None]);
+        assert_eq!(numbers("best/acc"), [Some(0.9), Some(0.5), None]);
+        assert_eq!(grid().results_history().unwrap().height(), 5);
+    }
+}
