@@ -108,6 +108,39 @@ impl Checkpoint {
     }
 }
 
+/// Where a trial that exploits another (PBT) keeps the checkpoint it took over, in its own
+/// run directory; it goes on from it unless it has recorded a later checkpoint of its own.
+pub const EXPLOITED_DIR: &str = "exploited_checkpoint";
+
+/// PBT's exploit on disk: `source` (another trial's checkpoint) becomes `run_dir`'s exploited
+/// checkpoint, replacing an earlier one, and the run's own checkpoints after its iteration go
+/// (the run goes on from the source's state, so they are no longer its past).
+pub(crate) fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkpoint> {
+    let from = source.iteration()?;
+    let tmp = run_dir.join(format!("{TMP_PREFIX}exploit"));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).at(&tmp)?;
+    }
+    copy_dir(source.path(), &tmp)?;
+    storage::fsync_tree(&tmp)?;
+    let dest = run_dir.join(EXPLOITED_DIR);
+    if dest.exists() {
+        fs::remove_dir_all(&dest).at(&dest)?;
+    }
+    fs::rename(&tmp, &dest).at(&dest)?;
+    for entry in fs::read_dir(run_dir).at(run_dir)? {
+        let path = entry.at(run_dir)?.path();
+        let own = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"));
+        if own
+            && Checkpoint::from_directory(&path).and_then(|c| c.iteration()).is_ok_and(|i| i > from)
+        {
+            fs::remove_dir_all(&path).at(&path)?;
+        }
+    }
+    storage::fsync_dir(run_dir)?;
+    Checkpoint::from_directory(dest)
+}
+
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir_all(to).at(to)?;
     for entry in fs::read_dir(from).at(from)? {

@@ -88,7 +88,19 @@ impl RunState {
         identity: RunIdentity,
     ) -> Result<(Self, Option<Checkpoint>, u32)> {
         let (mut state, last_attempt) = Self::load(run_dir, run, identity)?;
-        let resume = state.roll_back()?;
+        // A checkpoint taken over from another trial (PBT) wins over the run's own ones unless
+        // it recorded a later one since.
+        let exploited = Checkpoint::from_directory(run_dir.join(checkpoint::EXPLOITED_DIR)).ok();
+        let own = state.checkpoints.last().map(|(_, m)| iteration_of(m));
+        let resume = match exploited {
+            Some(ck) if own.is_none_or(|own| own <= ck.iteration().unwrap_or(0) as f64) => {
+                let from = ck.iteration()? as f64;
+                state.checkpoints.retain(|(_, m)| iteration_of(m) <= from);
+                state.truncate(from)?;
+                Some(ck)
+            }
+            _ => state.roll_back()?,
+        };
         Ok((state, resume, last_attempt.map_or(0, |a| a + 1)))
     }
 
@@ -263,17 +275,19 @@ impl RunState {
     /// files, clear half-written checkpoints, and return the checkpoint to resume from.
     pub(super) fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
         let latest = self.checkpoints.last().cloned();
-        let keep_until = latest
-            .as_ref()
-            .map_or(0.0, |(_, m)| m.get("training_iteration").copied().unwrap_or(0.0));
-        self.history
-            .retain(|(m, _)| m.get("training_iteration").copied().unwrap_or(0.0) <= keep_until);
+        self.truncate(latest.as_ref().map_or(0.0, |(_, m)| iteration_of(m)))?;
+        Ok(latest.map(|(c, _)| c))
+    }
+
+    /// Keeps the reports up to iteration `keep_until` (in memory and in the files) and the
+    /// recorded checkpoints; sweeps any other checkpoint folder.
+    fn truncate(&mut self, keep_until: f64) -> Result<()> {
+        self.history.retain(|(m, _)| iteration_of(m) <= keep_until);
         self.time_offset =
             self.history.last().and_then(|(m, _)| m.get("time_total_s").copied()).unwrap_or(0.0);
         self.files.rewrite(self.history.iter().map(|(_, row)| row.clone()).collect())?;
         let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
-        checkpoint::sweep_unrecorded(&self.run_dir, &kept)?;
-        Ok(latest.map(|(c, _)| c))
+        checkpoint::sweep_unrecorded(&self.run_dir, &kept)
     }
 
     pub(super) fn into_result(
@@ -296,6 +310,10 @@ impl RunState {
             train_loop_seconds,
         }
     }
+}
+
+fn iteration_of(metrics: &Metrics) -> f64 {
+    metrics.get("training_iteration").copied().unwrap_or(0.0)
 }
 
 /// The run in `run_dir` as its files hold it: every kept row and the recorded checkpoints

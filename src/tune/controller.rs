@@ -77,7 +77,8 @@ pub enum Command {
     StopTrial(TrialId),
     /// Save a checkpoint, release the trial's resources, keep it for later.
     PauseTrial(TrialId),
-    /// PBT: replace the trial's state with `source`'s latest checkpoint and go on with `params`.
+    /// PBT: stop the trial (it reported), replace its state with `source`'s latest checkpoint,
+    /// report it paused; it goes on from there with `params` when started again.
     Exploit { trial: TrialId, source: TrialId, params: Params },
     /// Nothing is running and nothing more will: the sweep is over.
     Finish,
@@ -383,7 +384,11 @@ impl Controller {
                 commands.push(Command::PauseTrial(id));
             }
             Decision::Exploit { source, new_params } => {
-                self.trial_mut(id)?.params = new_params.clone();
+                // Carried out like a pause: the trial stops, takes over the source's
+                // checkpoint, and goes on from it with the new params when started again.
+                let trial = self.trial_mut(id)?;
+                trial.params = new_params.clone();
+                trial.stopping = true;
                 commands.push(Command::Exploit { trial: id, source, params: new_params });
             }
         }
@@ -555,6 +560,8 @@ mod tests {
                     }
                     Command::Exploit { trial, source, params } => {
                         run.exploits.push((trial, source, params));
+                        running.remove(&trial);
+                        queue.extend(c.step(Event::TrialPaused(trial))?);
                     }
                     Command::Finish => return Ok(Some(run)),
                 }

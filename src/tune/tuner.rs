@@ -10,8 +10,9 @@
 //! `experiment_state.json` (every trial's status and the controller's snapshot, replaced
 //! atomically after changes, throttled). `Tuner::restore` goes on from them and from the
 //! trials' own files, which are the record of their results. A paused trial (HyperBand) goes
-//! on the same way, in its own directory from its latest checkpoint. Not yet carried out: PBT's
-//! exploit (PBT is refused before the sweep starts).
+//! on the same way, in its own directory from its latest checkpoint; a trial that exploits
+//! another (PBT) is paused, takes over the source's latest checkpoint into its own directory,
+//! and goes on from it with its new params.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rtune_searchers::{
-    BasicVariant, Fifo, Metrics, Mode, Params, SchedulerState, SearchSpace, Searcher, TrialId,
-    TrialScheduler, TrialStatus, Value,
+    BasicVariant, Fifo, Metrics, Mode, Params, SearchSpace, Searcher, TrialId, TrialScheduler,
+    TrialStatus, Value,
 };
 
 use tokio::sync::mpsc;
@@ -36,7 +37,7 @@ use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::storage::unix_time;
-use crate::train::TorchTrainer;
+use crate::train::{TorchTrainer, read_run};
 
 /// How a sweep searches (Ray's `TuneConfig`).
 #[derive(Default)]
@@ -228,13 +229,6 @@ impl Tuner {
             }
         };
         let scheduler = tune.scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
-        if let SchedulerState::Pbt(_) = scheduler.save_state() {
-            return Err(Error::config(
-                "TuneConfig.scheduler",
-                "PBT clones trials' checkpoints into others, which the Tuner does not carry out \
-                 yet; use Asha, HyperBand, MedianStopping or FIFO",
-            ));
-        }
         if let Some(budget) = tune.time_budget_s
             && !(budget.is_finite() && budget > 0.0)
         {
@@ -536,6 +530,8 @@ impl Sweep {
     async fn run(&mut self, driver: &'static Driver) -> Result<ResultGrid> {
         let (heard_tx, mut heard) = mpsc::unbounded_channel::<Heard>();
         let mut running: BTreeMap<TrialId, Halt> = BTreeMap::new();
+        // Trials asked to pause that take over another's checkpoint (PBT) → the source.
+        let mut exploits: BTreeMap<TrialId, TrialId> = BTreeMap::new();
         let mut fatal: Option<Error> = None;
         self.began = Instant::now();
         for command in self.step(Event::Begin)? {
@@ -575,16 +571,21 @@ impl Sweep {
                 Heard::Command(Command::PauseTrial(trial)) => {
                     running.get(&trial).inspect(|h| h.ask(Halt::PAUSE));
                 }
-                Heard::Command(Command::Exploit { .. }) => {
-                    // Refused before the start (see `prepare`); never silently dropped.
-                    let e = Error::Protocol("the scheduler exploited a trial".into());
-                    self.abort(e, &running, &mut fatal);
+                Heard::Command(Command::Exploit { trial, source, .. }) => {
+                    running.get(&trial).inspect(|h| h.ask(Halt::PAUSE));
+                    exploits.insert(trial, source);
                 }
                 Heard::Command(Command::Finish) => break,
                 Heard::Reported => {}
                 Heard::Ended { trial, halted, outcome } => {
                     running.remove(&trial);
-                    let event = self.record_end(trial, halted, outcome);
+                    let mut event = self.record_end(trial, halted, outcome);
+                    if let Some(source) = exploits.remove(&trial)
+                        && event == Event::TrialPaused(trial)
+                        && let Err(e) = self.exploit(trial, source)
+                    {
+                        event = self.record_failure(trial, format!("PBT's exploit: {e}"));
+                    }
                     self.apply(self.step(event), &heard_tx, &mut fatal);
                 }
                 Heard::Fatal(e) => self.abort(e, &running, &mut fatal),
@@ -757,6 +758,10 @@ impl Sweep {
                                 match command {
                                     Command::StopTrial(t) if t == trial => halt.ask(Halt::STOP),
                                     Command::PauseTrial(t) if t == trial => halt.ask(Halt::PAUSE),
+                                    Command::Exploit { trial: t, .. } if t == trial => {
+                                        halt.ask(Halt::PAUSE);
+                                        drop(heard.send(Heard::Command(command)));
+                                    }
                                     other => drop(heard.send(Heard::Command(other))),
                                 }
                             }
@@ -801,12 +806,38 @@ impl Sweep {
                     }
                     other => other.to_string(),
                 };
-                entry.status = TrialStatus::Error;
-                entry.error = Some(error.clone());
-                let _ = std::fs::write(entry.path.join("error.txt"), &error);
-                Event::TrialFailed { trial, error }
+                self.record_failure(trial, error)
             }
         }
+    }
+
+    /// The trial failed for good with `error` (also written to its `error.txt`).
+    fn record_failure(&mut self, trial: TrialId, error: String) -> Event {
+        let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
+        entry.status = TrialStatus::Error;
+        entry.error = Some(error.clone());
+        let _ = std::fs::write(entry.path.join("error.txt"), &error);
+        Event::TrialFailed { trial, error }
+    }
+
+    /// PBT's exploit of a paused `trial`: it takes over `source`'s latest recorded checkpoint
+    /// (read from the source's files: it may still be running). A source without one leaves
+    /// the trial its own state; it goes on with the new params either way.
+    fn exploit(&mut self, trial: TrialId, source: TrialId) -> Result<()> {
+        let dir = |id: TrialId| self.trials.get(&id).map(|t| t.path.clone());
+        let (Some(from), Some(to)) = (dir(source), dir(trial)) else {
+            return Err(Error::Protocol(format!("exploit of {trial} from unknown {source}")));
+        };
+        match read_run(&from, &self.run)?.checkpoint {
+            Some(checkpoint) => {
+                crate::storage::checkpoint::exploit_into(&checkpoint, &to)?;
+            }
+            None => eprintln!(
+                "rtune: trial {trial} was to take over trial {source}'s checkpoint, which has \
+                 none yet; it goes on from its own with the new params"
+            ),
+        }
+        Ok(())
     }
 }
 

@@ -85,6 +85,10 @@ fn main() {
         test("tune::trials_never_run_beyond_the_pool", tune::trials_never_run_beyond_the_pool),
         test("tune::killed_driver_is_restored_exactly", tune::killed_driver_is_restored_exactly),
         test(
+            "tune::pbt_exploits_continue_from_the_source_weights",
+            tune::pbt_exploits_continue_from_the_source_weights,
+        ),
+        test(
             "tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints",
             tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints,
         ),

@@ -180,7 +180,6 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
         (TuneConfig::new().metric("val_acc"), "TuneConfig.mode"),
         (TuneConfig::new().num_samples(0), "TuneConfig.num_samples"),
         (TuneConfig::new().max_concurrent_trials(0), "max_concurrent_trials"),
-        (TuneConfig::new().metric("val_acc").mode(Mode::Max).scheduler(Pbt::new()), "PBT"),
         (TuneConfig::new().time_budget_s(f64::NAN), "time_budget_s"),
     ] {
         let err = fit(tune);
@@ -437,5 +436,86 @@ pub fn hyperband_pauses_and_resumes_trials_from_their_checkpoints() -> Result<()
     ensure!(longest == 4, "no trial reached max_t: {lengths:?}");
     // The second bracket (3 trials, first milestone 2) stops its worst trial there.
     ensure!(lengths.iter().filter(|&&n| n == 2).count() == 1, "{lengths:?}");
+    Ok(())
+}
+
+/// Grows `w` by `rate` each of 8 iterations, checkpointing it (with the writer's trial index in
+/// the checkpoint's metadata) and appending `report <trial> <iteration> <w>` to `<dir>/events`;
+/// a trial started from a checkpoint appends `restored <trial> <writer> <iteration> <w>` with
+/// the weight it loaded.
+fn grow(ctx: &mut TrainContext) -> Result<()> {
+    let rate = ctx.params().get::<f64>("rate")?;
+    let events = std::path::PathBuf::from(ctx.params().get::<String>("dir")?).join("events");
+    let me: u64 =
+        ctx.trial_id().and_then(|id| id.rsplit('_').next()?.parse().ok()).context("id")?;
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let w = vs.root().zeros_no_train("w", &[1]);
+    let append = |line: String| -> Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&events)?;
+        Ok(f.write_all(format!("{line}\n").as_bytes())?)
+    };
+    if let Some(ck) = ctx.checkpoint() {
+        ck.load_var_store(&mut vs)?;
+        let writer = ck.metadata()?.user["trial"].as_u64().context("writer")?;
+        append(format!("restored {me} {writer} {} {}", ctx.iteration(), w.double_value(&[0])))?;
+    }
+    for i in ctx.iteration() + 1..=8 {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let _ = tch::no_grad(|| w.shallow_clone().f_add_scalar_(rate))?;
+        let mut ck = ctx.new_checkpoint()?.metadata(serde_json::json!({ "trial": me }));
+        ck.save_var_store(&vs)?;
+        append(format!("report {me} {i} {}", w.double_value(&[0])))?;
+        ctx.report([("w", w.double_value(&[0]))], Some(ck))?;
+    }
+    Ok(())
+}
+
+/// PBT's exploit is carried out: a bottom trial takes over a top trial's checkpoint and goes
+/// on from exactly the weight that trial had at that iteration (checked on the weight the
+/// exploiting trial loaded, against what its source reported), with new params.
+pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let trainer = TorchTrainer::new(grow)
+        .train_loop_config(Params::new().with("dir", dir.path().display().to_string()))
+        .scaling(
+            // Half a CPU each: the 4 trials run side by side, so PBT ranks them together.
+            ScalingConfig::workers(1).resources_per_worker([("CPU".to_string(), 0.5)].into()),
+        );
+    let rates = SearchSpace::new().add("rate", grid_search([0.1, 0.5, 1.0, 2.0]));
+    let pbt = Pbt::new()
+        .time_attr("training_iteration")
+        .perturbation_interval(2)
+        .hyperparam_mutations(SearchSpace::new().add("rate", rtune_searchers::uniform(0.1, 3.0)?))
+        .seed(7);
+    let grid = Tuner::new(trainer, rates)
+        .tune_config(
+            TuneConfig::new().metric("w").mode(Mode::Max).max_concurrent_trials(4).scheduler(pbt),
+        )
+        .run_config(RunConfig::new("pbt").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 4, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    let events = std::fs::read_to_string(dir.path().join("events"))?;
+    let mut exploits = 0;
+    for line in events.lines().filter(|l| l.starts_with("restored")) {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (me, writer, at, w) = (f[1], f[2], f[3], f[4]);
+        let reported = format!("report {writer} {at} {w}");
+        ensure!(
+            events.lines().any(|l| l == reported),
+            "{line}: trial {writer} never reported w = {w} at iteration {at}\n{events}"
+        );
+        exploits += usize::from(me != writer);
+    }
+    ensure!(exploits > 0, "no trial exploited another:\n{events}");
+    // Every trial's rows hold each iteration once (a trial that took over another's
+    // checkpoint goes on after that checkpoint's iteration; it may have none left to run).
+    for t in &grid.trials {
+        let iterations: Vec<u64> =
+            rows(&t.path)?.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
+        ensure!(iterations.windows(2).all(|p| p[0] < p[1]), "{}: {iterations:?}", t.trial_id);
+        ensure!(iterations.last() <= Some(&8), "{}: {iterations:?}", t.trial_id);
+    }
     Ok(())
 }
