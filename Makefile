@@ -5,6 +5,8 @@
 
 PYTHON ?= python3
 TORCH_VERSION := 2.11.0
+# The tests check that TensorBoard itself reads rtune's event files.
+TENSORBOARD_VERSION := 2.21.0
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
@@ -25,13 +27,17 @@ $(LIBTORCH_LINK): $(VENV)/.torch-$(TORCH_VERSION)
 
 libtorch: $(LIBTORCH_LINK)
 
+$(VENV)/.tensorboard-$(TENSORBOARD_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet tensorboard==$(TENSORBOARD_VERSION)
+	@touch $@
+
 build: libtorch
 	cargo build --workspace
 
 demo: libtorch
 	cargo run --quiet --example demo
 
-test: libtorch
+test: libtorch $(VENV)/.tensorboard-$(TENSORBOARD_VERSION)
 	cargo test --workspace
 
 fmt:

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use rtune_searchers::Mode;
 
+use crate::callback::{Callback, Callbacks};
 use crate::error::{Error, Result};
 
 /// The environment variable (or `RunConfig::cluster`) that makes a driver use a head.
@@ -219,6 +220,9 @@ pub struct RunConfig {
     pub cluster: Option<String>,
     /// The cluster token; default `$RTUNE_TOKEN`.
     pub cluster_token: Option<String>,
+    /// A sweep's callbacks (see `callback`); a single `fit` calls none.
+    #[serde(skip)]
+    pub callbacks: Callbacks,
 }
 
 impl Default for RunConfig {
@@ -235,6 +239,7 @@ impl Default for RunConfig {
             stop: BTreeMap::new(),
             cluster: None,
             cluster_token: None,
+            callbacks: Callbacks::default(),
         }
     }
 }
@@ -242,6 +247,12 @@ impl Default for RunConfig {
 impl RunConfig {
     pub fn new(name: impl Into<String>) -> Self {
         RunConfig { name: Some(name.into()), ..RunConfig::default() }
+    }
+
+    /// Adds a sweep callback (called after those added before it).
+    pub fn callback(mut self, callback: impl Callback + 'static) -> Self {
+        self.callbacks.0.push(std::sync::Arc::new(callback));
+        self
     }
 
     pub fn storage_path(mut self, path: impl Into<PathBuf>) -> Self {

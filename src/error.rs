@@ -51,6 +51,10 @@ pub enum Error {
     #[error(transparent)]
     Params(#[from] rtune_searchers::Error),
 
+    /// A sweep's callback failed (the sweep ends).
+    #[error("callback {name}: {message}")]
+    Callback { name: String, message: String },
+
     /// Building or writing a results table (polars).
     #[error("results table: {0}")]
     Table(#[from] polars::error::PolarsError),

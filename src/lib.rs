@@ -21,14 +21,15 @@
 //! happened through a return value, a callback or a channel it defines itself.
 //!
 //! ```text
-//! 8  tune        Tuner: the controller (a synchronous core today; its shell comes next)
-//! 7  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
-//! 6  driver      what every run of the process shares: one runtime, hubs, the local pool
-//! 5  group       driver side of a worker group: attempt state machine, launching, logs, hub
-//! 4  cluster     resource pool, head, node agents, client   │  worker   the worker process:
+//! 9  tune        Tuner: the controller core, the shell, the experiment files, the ResultGrid
+//! 8  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
+//! 7  driver      what every run of the process shares: one runtime, hubs, the local pool
+//! 6  group       driver side of a worker group: attempt state machine, launching, logs, hub
+//! 5  cluster     resource pool, head, node agents, client   │  worker   the worker process:
 //!                                                           │           init, TrainContext, link
-//! 3  storage     result files, checkpoint folders
-//! 2  config      run settings │ metrics  reports │ rpc  gRPC plumbing │ data  shipped data sets
+//! 4  storage     result files, checkpoint folders
+//! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing │ data  shipped data sets
+//! 2  callback    hooks into a sweep, the TensorBoard logger
 //! 1  error       the one error type
 //! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
 //!    sys         supervised processes, build id │ proto  generated wire types
@@ -38,6 +39,7 @@
 //! `init()` must be the first line of `main` in any binary that trains: worker processes are
 //! that binary started again.
 
+pub mod callback;
 pub mod cluster;
 pub mod collective;
 pub mod config;

@@ -17,6 +17,8 @@ const LAYERS: &[&[&str]] = &[
     &["collective", "outcome", "sys", "proto"],
     // One error type for everything above (it carries a failed run's `outcome`).
     &["error"],
+    // Hooks into a sweep: the callback trait and the built-in loggers.
+    &["callback"],
     // Plain settings, reports and plumbing.
     &["config", "metrics", "rpc", "data"],
     // Files on disk: result files, checkpoint folders.

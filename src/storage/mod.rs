@@ -45,12 +45,7 @@ pub fn date_string(unix_seconds: f64) -> String {
     )
 }
 
-/// Seconds since the Unix epoch (0 if the clock is before it).
-pub fn unix_time() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+pub use crate::sys::unix_time;
 
 /// Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync of the folder).
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {

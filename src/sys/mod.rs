@@ -107,6 +107,13 @@ pub(crate) struct Supervised {
     pub stderr: Option<tokio::process::ChildStderr>,
 }
 
+/// Seconds since the Unix epoch, now.
+pub fn unix_time() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,7 @@ use super::experiment::{
     FORMAT, SETTINGS_FILE, STATE_FILE, SavedExperiment, SavedTrialRow, Settings, read_experiment,
 };
 use super::result_grid::{RESULTS_PARQUET, ResultGrid, TrialResult};
+use crate::callback::{Callback, TrialInfo};
 use crate::config::RunConfig;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
@@ -476,8 +477,12 @@ impl Halt {
 /// What the shell loop hears.
 enum Heard {
     Command(Command),
-    /// A trial's report went through the controller (its state changed).
-    Reported,
+    /// A trial's report was recorded (and went through the controller unless the trial was
+    /// being stopped).
+    Reported {
+        trial: TrialId,
+        metrics: Metrics,
+    },
     Ended {
         trial: TrialId,
         /// The request the run ended on (`Halt::GO`: it ended on its own).
@@ -564,6 +569,8 @@ impl Sweep {
                     }
                     self.start(driver, trial, params, resume, halt.clone(), heard_tx.clone());
                     running.insert(trial, halt);
+                    let info = self.info(trial);
+                    self.call_back(&running, &mut fatal, |c| c.on_trial_start(&info));
                 }
                 Heard::Command(Command::StopTrial(trial)) => {
                     running.get(&trial).inspect(|h| h.ask(Halt::STOP));
@@ -576,7 +583,10 @@ impl Sweep {
                     exploits.insert(trial, source);
                 }
                 Heard::Command(Command::Finish) => break,
-                Heard::Reported => {}
+                Heard::Reported { trial, metrics } => {
+                    let info = self.info(trial);
+                    self.call_back(&running, &mut fatal, |c| c.on_trial_result(&info, &metrics));
+                }
                 Heard::Ended { trial, halted, outcome } => {
                     running.remove(&trial);
                     let mut event = self.record_end(trial, halted, outcome);
@@ -585,6 +595,18 @@ impl Sweep {
                         && let Err(e) = self.exploit(trial, source)
                     {
                         event = self.record_failure(trial, format!("PBT's exploit: {e}"));
+                    }
+                    let info = self.info(trial);
+                    match &event {
+                        Event::TrialCompleted(_) | Event::TrialStopped(_) => {
+                            self.call_back(&running, &mut fatal, |c| c.on_trial_complete(&info));
+                        }
+                        Event::TrialFailed { error, .. } => {
+                            self.call_back(&running, &mut fatal, |c| {
+                                c.on_trial_error(&info, error)
+                            });
+                        }
+                        _ => {}
                     }
                     self.apply(self.step(event), &heard_tx, &mut fatal);
                 }
@@ -607,6 +629,8 @@ impl Sweep {
                 }
             }
         }
+        let infos: Vec<TrialInfo> = self.trials.keys().map(|&t| self.info(t)).collect();
+        self.call_back(&running, &mut fatal, |c| c.on_experiment_end(&infos));
         self.save_state(&mut fatal);
         if let Some(e) = fatal {
             return Err(e);
@@ -664,6 +688,29 @@ impl Sweep {
             fatal.get_or_insert(e);
         }
         self.snapshots = Snapshots { dirty: false, last: Instant::now(), cost: began.elapsed() };
+    }
+
+    /// A trial as callbacks see it.
+    fn info(&self, trial: TrialId) -> TrialInfo {
+        let t = &self.trials[&trial];
+        TrialInfo {
+            trial_id: t.trial_id.clone(),
+            status: t.status,
+            params: t.params.clone(),
+            path: t.path.clone(),
+        }
+    }
+
+    /// Calls every callback with `f`; a failure ends the sweep once the running trials stop.
+    fn call_back(
+        &self,
+        running: &BTreeMap<TrialId, Halt>,
+        fatal: &mut Option<Error>,
+        f: impl FnMut(&dyn Callback) -> Result<()>,
+    ) {
+        if let Err(e) = self.run.callbacks.each(f) {
+            self.abort(e, running, fatal);
+        }
     }
 
     fn apply(
@@ -748,10 +795,10 @@ impl Sweep {
         tokio::spawn(async move {
             let halted = AtomicU8::new(Halt::GO);
             let mut decide = |metrics: &Metrics| -> Result<bool> {
+                let _ = heard.send(Heard::Reported { trial, metrics: metrics.clone() });
                 if halt.get() == Halt::GO {
                     let event = Event::ResultReported { trial, metrics: metrics.clone() };
                     let commands = controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
-                    let _ = heard.send(Heard::Reported);
                     match commands {
                         Ok(commands) => {
                             for command in commands {

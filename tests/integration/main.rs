@@ -85,6 +85,10 @@ fn main() {
         test("tune::trials_never_run_beyond_the_pool", tune::trials_never_run_beyond_the_pool),
         test("tune::killed_driver_is_restored_exactly", tune::killed_driver_is_restored_exactly),
         test(
+            "tune::callbacks_hear_every_trial_and_tensorboard_reads_the_logs",
+            tune::callbacks_hear_every_trial_and_tensorboard_reads_the_logs,
+        ),
+        test(
             "tune::pbt_exploits_continue_from_the_source_weights",
             tune::pbt_exploits_continue_from_the_source_weights,
         ),

@@ -12,7 +12,9 @@ use rtune::{
     Mode, Params, ResultGrid, RunConfig, ScalingConfig, Scope, TorchTrainer, TrainContext,
     TuneConfig, Tuner,
 };
-use rtune_searchers::{Asha, HyperBand, Pbt, SearchSpace, TrialStatus, choice, grid_search};
+use rtune_searchers::{
+    Asha, HyperBand, Metrics, Pbt, SearchSpace, TrialStatus, choice, grid_search,
+};
 use tch::nn::{self, Module};
 use tch::{Device, Kind};
 
@@ -517,5 +519,152 @@ pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
         ensure!(iterations.windows(2).all(|p| p[0] < p[1]), "{}: {iterations:?}", t.trial_id);
         ensure!(iterations.last() <= Some(&8), "{}: {iterations:?}", t.trial_id);
     }
+    Ok(())
+}
+
+/// Reports `loss` = 1/i for i in 1..=4; the trial whose `index` is 2 fails at iteration 3.
+fn report_losses(ctx: &mut TrainContext) -> Result<()> {
+    let index = ctx.params().get::<i64>("index")?;
+    for i in ctx.iteration() + 1..=4 {
+        ensure!(!(index == 2 && i == 3), "trial 2 breaks at iteration 3");
+        ctx.report([("loss", 1.0 / i as f64), ("index", index as f64)], None)?;
+    }
+    Ok(())
+}
+
+/// Writes down what it hears, as `<event> <trial_id> [<iteration>]` lines.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl rtune::callback::Callback for Recorder {
+    fn name(&self) -> String {
+        "Recorder".into()
+    }
+    fn on_trial_start(&self, t: &rtune::callback::TrialInfo) -> rtune::Result<()> {
+        self.0.lock().unwrap().push(format!("start {}", t.trial_id));
+        Ok(())
+    }
+    fn on_trial_result(&self, t: &rtune::callback::TrialInfo, m: &Metrics) -> rtune::Result<()> {
+        let line = format!("result {} {}", t.trial_id, m["training_iteration"]);
+        self.0.lock().unwrap().push(line);
+        Ok(())
+    }
+    fn on_trial_complete(&self, t: &rtune::callback::TrialInfo) -> rtune::Result<()> {
+        self.0.lock().unwrap().push(format!("complete {}", t.trial_id));
+        Ok(())
+    }
+    fn on_trial_error(&self, t: &rtune::callback::TrialInfo, e: &str) -> rtune::Result<()> {
+        ensure_text(e.contains("breaks at iteration 3"), e)?;
+        self.0.lock().unwrap().push(format!("error {}", t.trial_id));
+        Ok(())
+    }
+    fn on_experiment_end(&self, trials: &[rtune::callback::TrialInfo]) -> rtune::Result<()> {
+        self.0.lock().unwrap().push(format!("end {}", trials.len()));
+        Ok(())
+    }
+}
+
+fn ensure_text(ok: bool, text: &str) -> rtune::Result<()> {
+    if ok { Ok(()) } else { Err(rtune::Error::Protocol(format!("unexpected: {text}"))) }
+}
+
+/// A callback that fails at the first result.
+struct Failing;
+
+impl rtune::callback::Callback for Failing {
+    fn name(&self) -> String {
+        "Failing".into()
+    }
+    fn on_trial_result(&self, _: &rtune::callback::TrialInfo, _: &Metrics) -> rtune::Result<()> {
+        Err(rtune::Error::Protocol("the disk is full".into()))
+    }
+}
+
+/// The scalars TensorBoard itself reads from `dir` (with the `tensorboard` package that
+/// `make test` installs into .venv): tag → [(step, value)].
+fn tensorboard_scalars(dir: &Path) -> Result<serde_json::Value> {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let script = "import json, sys\n\
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n\
+        ea = EventAccumulator(sys.argv[1]); ea.Reload()\n\
+        print(json.dumps({t: [[e.step, e.value] for e in ea.Scalars(t)] \
+        for t in ea.Tags()['scalars']}))";
+    let out = Command::new(&python).arg("-c").arg(script).arg(dir).output().with_context(|| {
+        format!("{} (make test installs Python and tensorboard into .venv)", python.display())
+    })?;
+    ensure!(
+        out.status.success(),
+        "TensorBoard could not read {} (make test installs tensorboard into .venv): {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Callbacks hear each trial start, report its results in order, and end (completed or
+/// failed), then the experiment's end; the TensorBoard logger's files are read by TensorBoard
+/// itself with the reported values; a failing callback ends the sweep with its name.
+pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let space = SearchSpace::new().add("index", grid_search(0..3i64));
+    let grid = Tuner::new(TorchTrainer::new(report_losses), space.clone())
+        .tune_config(TuneConfig::new().metric("loss").mode(Mode::Min))
+        .run_config(
+            RunConfig::new("callbacks")
+                .storage_path(dir.path())
+                .callback(recorder.clone())
+                .callback(rtune::callback::TensorBoardLogger::new()),
+        )
+        .fit()?;
+    let heard = recorder.0.lock().unwrap().clone();
+    for t in &grid.trials {
+        let mine: Vec<&str> = heard
+            .iter()
+            .filter(|l| l.split(' ').nth(1) == Some(t.trial_id.as_str()))
+            .map(String::as_str)
+            .collect();
+        let id = &t.trial_id;
+        let expected: Vec<String> = if t.params.get::<i64>("index")? == 2 {
+            vec![format!("start {id}"), format!("result {id} 1"), format!("result {id} 2")]
+                .into_iter()
+                .chain([format!("error {id}")])
+                .collect()
+        } else {
+            std::iter::once(format!("start {id}"))
+                .chain((1..=4).map(|i| format!("result {id} {i}")))
+                .chain([format!("complete {id}")])
+                .collect()
+        };
+        ensure!(mine == expected, "{id} heard {mine:?}");
+    }
+    ensure!(heard.last().map(String::as_str) == Some("end 3"), "{heard:?}");
+
+    for t in &grid.trials {
+        let scalars = tensorboard_scalars(&t.path)?;
+        let loss: Vec<(u64, f64)> = scalars["loss"]
+            .as_array()
+            .context("a loss scalar")?
+            .iter()
+            .map(|p| (p[0].as_u64().unwrap_or(0), p[1].as_f64().unwrap_or(f64::NAN)))
+            .collect();
+        let expected: Vec<(u64, f64)> = t
+            .history()
+            .iter()
+            .map(|m| (m["training_iteration"] as u64, m["loss"] as f32 as f64))
+            .collect();
+        ensure!(
+            loss == expected,
+            "{}: TensorBoard read {loss:?}, reported {expected:?}",
+            t.trial_id
+        );
+        ensure!(scalars["index"][0][1].as_f64().is_some(), "{scalars}");
+    }
+
+    let failed = Tuner::new(TorchTrainer::new(report_losses), space)
+        .run_config(RunConfig::new("failing").storage_path(dir.path()).callback(Failing))
+        .fit();
+    let e = failed.err().context("a failing callback did not end the sweep")?.to_string();
+    ensure!(e.contains("Failing") && e.contains("the disk is full"), "{e}");
     Ok(())
 }

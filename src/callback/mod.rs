@@ -1,0 +1,125 @@
+//! Hooks into a sweep (Ray's `tune.Callback`): a callback given in `RunConfig::callbacks` hears
+//! of every trial's start, each of its results, its end or failure, and the end of the
+//! experiment, in that order for each trial. Callbacks run on the sweep's driver loop, one at a
+//! time; an error from one ends the sweep (after the running trials stop), as in Ray.
+//!
+//! Every run already writes Ray's `result.json` and `progress.csv` (its record, which resume
+//! reads back): those are not callbacks here. Built in: [`TensorBoardLogger`], event files that
+//! TensorBoard reads.
+
+mod tensorboard;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rtune_searchers::{Metrics, Params, TrialStatus};
+
+use crate::error::Result;
+
+pub use tensorboard::TensorBoardLogger;
+
+/// A trial as callbacks see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialInfo {
+    /// `<experiment id>_<index>`, as in Ray.
+    pub trial_id: String,
+    pub status: TrialStatus,
+    /// The params sampled for it.
+    pub params: Params,
+    /// Its directory in the experiment.
+    pub path: PathBuf,
+}
+
+/// See the module docs. Every method does nothing unless overridden.
+pub trait Callback: Send + Sync {
+    /// Its name in error messages.
+    fn name(&self) -> String {
+        "callback".into()
+    }
+
+    /// The trial starts, or goes on after a pause or a restore.
+    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
+        let _ = trial;
+        Ok(())
+    }
+
+    /// The trial reported `result` (rtune's automatic metrics included).
+    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
+        let _ = (trial, result);
+        Ok(())
+    }
+
+    /// The trial ended: it completed, or was stopped by its scheduler or a stop criterion.
+    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
+        let _ = trial;
+        Ok(())
+    }
+
+    /// The trial failed for good.
+    fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
+        let _ = (trial, error);
+        Ok(())
+    }
+
+    /// The sweep is over (also when it ends with an error); `trials` as they ended.
+    fn on_experiment_end(&self, trials: &[TrialInfo]) -> Result<()> {
+        let _ = trials;
+        Ok(())
+    }
+}
+
+/// A shared callback (keep a handle to read what it gathered after the sweep).
+impl<C: Callback + ?Sized> Callback for Arc<C> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
+        (**self).on_trial_start(trial)
+    }
+    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
+        (**self).on_trial_result(trial, result)
+    }
+    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
+        (**self).on_trial_complete(trial)
+    }
+    fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
+        (**self).on_trial_error(trial, error)
+    }
+    fn on_experiment_end(&self, trials: &[TrialInfo]) -> Result<()> {
+        (**self).on_experiment_end(trials)
+    }
+}
+
+/// The callbacks of a `RunConfig`, in the order they are called.
+#[derive(Clone, Default)]
+pub struct Callbacks(pub Vec<Arc<dyn Callback>>);
+
+impl Callbacks {
+    /// Calls `f` on every callback in turn; the first error, naming its callback, stops it.
+    pub fn each(&self, mut f: impl FnMut(&dyn Callback) -> Result<()>) -> Result<()> {
+        for callback in &self.0 {
+            f(callback.as_ref()).map_err(|e| crate::error::Error::Callback {
+                name: callback.name(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Callbacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|c| c.name())).finish()
+    }
+}
+
+/// The same callbacks (by identity).
+impl PartialEq for Callbacks {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(&other.0).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
