@@ -32,7 +32,7 @@
 //! 2  callback    hooks into a sweep, the TensorBoard logger
 //! 1  error       the one error type
 //! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
-//!    sys         supervised processes, build id │ proto  generated wire types
+//!    sys         supervised processes, build id │ proto  generated wire types │ log  tracing
 //! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
 //! ```
 //!
@@ -47,6 +47,7 @@ pub mod data;
 mod driver;
 pub mod error;
 mod group;
+pub mod log;
 pub mod metrics;
 pub mod outcome;
 mod rpc;

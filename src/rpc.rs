@@ -62,7 +62,7 @@ pub(crate) fn serve_until_dropped(
                 let _ = stopped.await;
             });
         if let Err(e) = serve.await {
-            eprintln!("rtune: {what} stopped: {e}");
+            tracing::error!("{what} stopped: {e}");
         }
     });
     shutdown

@@ -142,8 +142,8 @@ pub async fn reserve(
             reply = &mut call => break reply,
             _ = report.tick() => {
                 let why = waiting_for(client, request).await;
-                eprintln!(
-                    "rtune: {} has waited {:.0} s for its placement group: {why}",
+                tracing::info!(
+                    "{} has waited {:.0} s for its placement group: {why}",
                     request.label,
                     started.elapsed().as_secs_f64()
                 );

@@ -270,8 +270,8 @@ impl HeadState {
                 if let Some((name, groups)) = self.leases.remove(&lease)
                     && !groups.is_empty()
                 {
-                    eprintln!(
-                        "rtune head: the driver of {name} is gone; releasing its {} placement \
+                    tracing::info!(
+                        "the driver of {name} is gone; releasing its {} placement \
                          group(s)",
                         groups.len()
                     );
@@ -347,7 +347,7 @@ impl HeadState {
 
     fn node_lost(&mut self, node: NodeId, why: &str) {
         let address = self.pool.node_address(node).unwrap_or("?").to_owned();
-        eprintln!("rtune head: node {node} ({address}) is dead: {why}");
+        tracing::warn!("node {node} ({address}) is dead: {why}");
         // Dropping the session's command sender ends its stream, so a live agent reconnects.
         self.sessions.remove(&node);
         // The broken groups keep what they hold elsewhere until their survivors have exited.
@@ -439,7 +439,7 @@ impl HeadState {
                 self.schedule();
             }
             Err(e) if wait && e.is_capacity() => {
-                eprintln!("rtune head: {} waits for the cluster to grow: {e}", request.label);
+                tracing::info!("{} waits for the cluster to grow: {e}", request.label);
                 self.parked.push(Parked { request, lease, reply });
             }
             Err(e) => drop(reply.send(Err(Status::invalid_argument(e.to_string())))),

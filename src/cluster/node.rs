@@ -43,17 +43,14 @@ pub async fn run(config: NodeConfig) -> Result<()> {
         match session(&config, previous, &mut announced).await {
             Ok(id) => {
                 previous = Some(id);
-                eprintln!("rtune node: session with {} ended; reconnecting", config.head);
+                tracing::warn!("session with the head {} ended; reconnecting", config.head);
             }
             Err(Error::Config { field, message }) => {
                 return Err(Error::Config { field, message });
             }
             Err(e) => {
                 if !announced {
-                    eprintln!(
-                        "rtune node: cannot reach the head at {}: {e}; retrying",
-                        config.head
-                    );
+                    tracing::warn!("cannot reach the head at {}: {e}; retrying", config.head);
                     announced = true;
                 }
             }
@@ -90,7 +87,7 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
         return Err(Error::Protocol("the head did not acknowledge the registration".into()));
     };
     let node_id = registered.node_id;
-    println!("rtune node: registered with {} as node {node_id}", config.head);
+    tracing::info!("registered with the head {} as node {node_id}", config.head);
     *announced = false;
     let interval = Duration::from_millis(registered.heartbeat_interval_ms.max(50));
     let mut heartbeat = tokio::time::interval(interval);
@@ -106,7 +103,7 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
                         match spawn(start, node_id, event_tx.clone()) {
                             Ok(kill) => { running.insert(worker, kill); }
                             Err((exit, e)) => {
-                                eprintln!("rtune node: {e}");
+                                tracing::warn!("{e}");
                                 let _ = up.send(exited(exit)).await;
                             }
                         }

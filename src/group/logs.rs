@@ -70,7 +70,7 @@ pub(super) fn forward_cluster_events(
                     let written =
                         open_log(path).and_then(|mut f| f.write_all(&log.data).at(path.as_path()));
                     if let Err(e) = written {
-                        eprintln!("rtune: {e}");
+                        tracing::warn!("{e}");
                     }
                 }
                 Some(Kind::Exit(event)) => {

@@ -308,7 +308,7 @@ impl TorchTrainer {
                     break;
                 }
                 AttemptOutcome::Failed(failure) => {
-                    eprintln!("rtune: {} failed: {failure}", run_dir.display());
+                    tracing::warn!(run = %run_dir.display(), "attempt {attempt} failed: {failure}");
                     failures.push(failure);
                     // A cluster group may have lost a node: ask for a fresh placement.
                     placement.release().await;
@@ -442,7 +442,7 @@ impl Placement {
             && let Some((pg, _)) = held.take()
             && let Err(e) = client::release(client, pg).await
         {
-            eprintln!("rtune: releasing placement group {pg}: {e}");
+            tracing::warn!("releasing placement group {pg}: {e}");
         }
     }
 }

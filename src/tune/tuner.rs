@@ -26,6 +26,7 @@ use rtune_searchers::{
 };
 
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::controller::{Command, Controller, ControllerConfig, Event};
 use super::experiment::{
@@ -357,7 +358,7 @@ fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
         let name = entry.file_name().to_string_lossy().into_owned();
         let trial_dir = entry.path().is_dir() && name.starts_with("TorchTrainer_");
         if trial_dir && !known.contains(&name.as_str()) {
-            eprintln!("rtune: {name} started after the last state snapshot; it runs again");
+            tracing::info!("{name} started after the last state snapshot; it runs again");
             std::fs::remove_dir_all(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
         }
     }
@@ -474,6 +475,9 @@ impl Halt {
     }
 }
 
+/// The driver's log in the experiment directory (the same lines as on stderr).
+pub const DRIVER_LOG: &str = "driver.log";
+
 /// What the shell loop hears.
 enum Heard {
     Command(Command),
@@ -539,6 +543,9 @@ impl Sweep {
         let mut exploits: BTreeMap<TrialId, TrialId> = BTreeMap::new();
         let mut fatal: Option<Error> = None;
         self.began = Instant::now();
+        let log = self.path.join(DRIVER_LOG);
+        let _log = crate::log::tee_to(&log).map_err(|e| Error::io(&log, e))?;
+        tracing::info!("sweep {} in {}", self.experiment, self.path.display());
         for command in self.step(Event::Begin)? {
             let _ = heard_tx.send(Heard::Command(command));
         }
@@ -629,6 +636,15 @@ impl Sweep {
                 }
             }
         }
+        let count = |s: TrialStatus| self.trials.values().filter(|t| t.status == s).count();
+        tracing::info!(
+            "sweep {} ended: {} trials, {} terminated, {} errors{}",
+            self.experiment,
+            self.trials.len(),
+            count(TrialStatus::Terminated),
+            count(TrialStatus::Error),
+            fatal.as_ref().map(|e| format!("; stopped by: {e}")).unwrap_or_default()
+        );
         let infos: Vec<TrialInfo> = self.trials.keys().map(|&t| self.info(t)).collect();
         self.call_back(&running, &mut fatal, |c| c.on_experiment_end(&infos));
         self.save_state(&mut fatal);
@@ -780,6 +796,11 @@ impl Sweep {
         if resume {
             trainer = trainer.picking_up();
         }
+        let span = tracing::info_span!("trial", id = %trial_id);
+        span.in_scope(|| {
+            let how = if resume { "goes on" } else { "starts" };
+            tracing::info!("{how} with {}", short_params(&sampled));
+        });
         self.trials.insert(
             trial,
             TrialResult {
@@ -792,40 +813,52 @@ impl Sweep {
             },
         );
         let controller = self.controller.clone();
-        tokio::spawn(async move {
-            let halted = AtomicU8::new(Halt::GO);
-            let mut decide = |metrics: &Metrics| -> Result<bool> {
-                let _ = heard.send(Heard::Reported { trial, metrics: metrics.clone() });
-                if halt.get() == Halt::GO {
-                    let event = Event::ResultReported { trial, metrics: metrics.clone() };
-                    let commands = controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
-                    match commands {
-                        Ok(commands) => {
-                            for command in commands {
-                                match command {
-                                    Command::StopTrial(t) if t == trial => halt.ask(Halt::STOP),
-                                    Command::PauseTrial(t) if t == trial => halt.ask(Halt::PAUSE),
-                                    Command::Exploit { trial: t, .. } if t == trial => {
-                                        halt.ask(Halt::PAUSE);
-                                        drop(heard.send(Heard::Command(command)));
+        tokio::spawn(
+            async move {
+                let halted = AtomicU8::new(Halt::GO);
+                let mut decide = |metrics: &Metrics| -> Result<bool> {
+                    let _ = heard.send(Heard::Reported { trial, metrics: metrics.clone() });
+                    if halt.get() == Halt::GO {
+                        let event = Event::ResultReported { trial, metrics: metrics.clone() };
+                        let commands =
+                            controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
+                        match commands {
+                            Ok(commands) => {
+                                for command in commands {
+                                    match command {
+                                        Command::StopTrial(t) if t == trial => halt.ask(Halt::STOP),
+                                        Command::PauseTrial(t) if t == trial => {
+                                            halt.ask(Halt::PAUSE)
+                                        }
+                                        Command::Exploit { trial: t, .. } if t == trial => {
+                                            halt.ask(Halt::PAUSE);
+                                            drop(heard.send(Heard::Command(command)));
+                                        }
+                                        other => drop(heard.send(Heard::Command(other))),
                                     }
-                                    other => drop(heard.send(Heard::Command(other))),
                                 }
                             }
-                        }
-                        Err(e) => {
-                            let _ = heard.send(Heard::Fatal(e));
-                            halt.ask(Halt::STOP);
+                            Err(e) => {
+                                let _ = heard.send(Heard::Fatal(e));
+                                halt.ask(Halt::STOP);
+                            }
                         }
                     }
+                    halted.store(halt.get(), Ordering::SeqCst);
+                    Ok(halt.get() != Halt::GO)
+                };
+                let outcome = trainer.run_trial(driver, path, &mut decide).await;
+                let halted = halted.load(Ordering::SeqCst);
+                match &outcome {
+                    Ok(_) if halted == Halt::PAUSE => tracing::info!("paused"),
+                    Ok(_) if halted == Halt::STOP => tracing::info!("stopped"),
+                    Ok(_) => tracing::info!("completed"),
+                    Err(e) => tracing::warn!("failed: {e}"),
                 }
-                halted.store(halt.get(), Ordering::SeqCst);
-                Ok(halt.get() != Halt::GO)
-            };
-            let outcome = trainer.run_trial(driver, path, &mut decide).await;
-            let halted = halted.load(Ordering::SeqCst);
-            let _ = heard.send(Heard::Ended { trial, halted, outcome });
-        });
+                let _ = heard.send(Heard::Ended { trial, halted, outcome });
+            }
+            .instrument(span),
+        );
     }
 
     /// Keeps what a trial's run returned; the controller's event for its end.
@@ -879,8 +912,8 @@ impl Sweep {
             Some(checkpoint) => {
                 crate::storage::checkpoint::exploit_into(&checkpoint, &to)?;
             }
-            None => eprintln!(
-                "rtune: trial {trial} was to take over trial {source}'s checkpoint, which has \
+            None => tracing::warn!(
+                "trial {trial} was to take over trial {source}'s checkpoint, which has \
                  none yet; it goes on from its own with the new params"
             ),
         }

@@ -47,11 +47,12 @@ pub(crate) struct WorkerSpec {
 /// Turns this process into a worker when the driver started it as one (and never returns then);
 /// does nothing in any other process. Call it first in `main`.
 pub fn init() {
+    crate::log::install();
     let Some(spec) = std::env::var_os(WORKER_ENV) else { return };
     let code = match serde_json::from_str::<WorkerSpec>(&spec.to_string_lossy()) {
         Ok(spec) => process::run(spec),
         Err(e) => {
-            eprintln!("rtune worker: bad {WORKER_ENV}: {e}");
+            tracing::error!("bad {WORKER_ENV}: {e}");
             2
         }
     };

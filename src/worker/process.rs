@@ -26,7 +26,7 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
     let (mut link, listener, reply) = match join(&spec, key) {
         Ok(joined) => joined,
         Err(e) => {
-            eprintln!("rtune worker rank {}: {e}", spec.rank);
+            tracing::error!("worker rank {}: {e}", spec.rank);
             return EXIT_NO_DRIVER;
         }
     };
@@ -44,12 +44,12 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         Ok(()) => (finish(true, false, String::new()), 0),
         Err(TrainEnd::Stopped) => (finish(true, true, String::new()), 0),
         Err(TrainEnd::Failed(message)) => {
-            eprintln!("rtune worker rank {}: {message}", spec.rank);
+            tracing::error!("worker rank {}: {message}", spec.rank);
             (finish(false, false, message), EXIT_FAILED)
         }
     };
     if let Err(e) = link.finish(request) {
-        eprintln!("rtune worker rank {}: could not tell the driver: {e}", spec.rank);
+        tracing::error!("worker rank {}: could not tell the driver: {e}", spec.rank);
     }
     code
 }

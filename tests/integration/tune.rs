@@ -639,6 +639,15 @@ pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()>
         ensure!(mine == expected, "{id} heard {mine:?}");
     }
     ensure!(heard.last().map(String::as_str) == Some("end 3"), "{heard:?}");
+    // The driver's log in the experiment directory tells each trial's end, in its span.
+    let log = std::fs::read_to_string(grid.path.join(rtune::tune::DRIVER_LOG))?;
+    for t in &grid.trials {
+        let end = if t.params.get::<i64>("index")? == 2 { "failed" } else { "completed" };
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("trial{{id={}}}", t.trial_id)) && l.contains(end));
+        ensure!(line.is_some(), "no `{end}` line for {} in driver.log:\n{log}", t.trial_id);
+    }
 
     for t in &grid.trials {
         let scalars = tensorboard_scalars(&t.path)?;

@@ -1,0 +1,85 @@
+//! rtune's logs: `tracing` events, written to stderr and filtered by `RUST_LOG` (default: rtune's
+//! own at `info`, everything else at `warn`), and also to the log files registered with
+//! [`tee_to`] while they are (a sweep's `driver.log` in its experiment directory).
+//!
+//! [`install`] is called by `rtune::init()`; a program that installed its own subscriber first
+//! keeps it (and then no experiment log file is written).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The log files being written, with the id of their guard.
+static FILES: Mutex<Vec<(u64, Arc<Mutex<File>>)>> = Mutex::new(Vec::new());
+
+/// Installs rtune's subscriber unless the program has one (see the module docs).
+pub fn install() {
+    let filter =
+        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,rtune=info"));
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .with_filter(filter());
+    let files =
+        tracing_subscriber::fmt::layer().with_writer(Tee).with_ansi(false).with_filter(filter());
+    let _ = tracing_subscriber::registry().with(stderr).with(files).try_init();
+}
+
+use tracing_subscriber::Layer;
+
+/// Writes every log line to `path` too (appending), until the guard is dropped.
+pub fn tee_to(path: &Path) -> std::io::Result<TeeGuard> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    FILES.lock().unwrap_or_else(|p| p.into_inner()).push((id, Arc::new(Mutex::new(file))));
+    Ok(TeeGuard(id))
+}
+
+/// Stops the writing to a `tee_to` file when dropped.
+#[derive(Debug)]
+pub struct TeeGuard(u64);
+
+impl Drop for TeeGuard {
+    fn drop(&mut self) {
+        FILES.lock().unwrap_or_else(|p| p.into_inner()).retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// The writer of the file layer: every registered file.
+struct Tee;
+
+impl<'a> MakeWriter<'a> for Tee {
+    type Writer = Tee;
+
+    fn make_writer(&'a self) -> Tee {
+        Tee
+    }
+}
+
+impl Write for Tee {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let files: Vec<Arc<Mutex<File>>> = FILES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, f)| f.clone())
+            .collect();
+        for file in files {
+            // A log file that cannot be written must not take the sweep down with it.
+            let _ = file.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
