@@ -75,6 +75,14 @@ impl Driver {
     /// Reserves a worker group of `scaling` on this machine, waiting while other runs of the
     /// process hold what it needs. A group the machine can never hold is a config error at once.
     /// Released when the returned value is dropped.
+    /// Fails (a config error naming what the machine has) when a group of `scaling` could
+    /// never fit the local machine, however long it waited; reserves nothing.
+    pub(crate) fn check_fits_locally(&'static self, scaling: &ScalingConfig) -> Result<()> {
+        let pg = self.local.request(scaling, "fit check")?;
+        self.local.release(pg);
+        Ok(())
+    }
+
     pub(crate) async fn reserve_local(
         &'static self,
         scaling: &ScalingConfig,

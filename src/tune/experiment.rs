@@ -43,20 +43,7 @@ pub(super) struct Settings {
 impl Settings {
     /// Reads `tuner.json`, refusing other formats.
     pub(super) fn read(experiment: &Path) -> Result<Settings> {
-        let settings: Settings = read_experiment_file(experiment, SETTINGS_FILE)?;
-        if settings.format != FORMAT {
-            return Err(not_restorable(
-                experiment,
-                format!(
-                    "it was written by rtune {} in format {}, and this rtune ({}) reads format \
-                     {FORMAT} only",
-                    settings.rtune_version,
-                    settings.format,
-                    env!("CARGO_PKG_VERSION")
-                ),
-            ));
-        }
-        Ok(settings)
+        read_experiment_file(experiment, SETTINGS_FILE)
     }
 }
 
@@ -95,15 +82,9 @@ pub(super) struct SavedTrialRow {
 }
 
 impl SavedExperiment {
+    /// Reads `experiment_state.json`, refusing other formats.
     pub(super) fn read(experiment: &Path) -> Result<SavedExperiment> {
-        let saved: SavedExperiment = read_experiment_file(experiment, STATE_FILE)?;
-        if saved.format != FORMAT {
-            return Err(not_restorable(
-                experiment,
-                format!("its {STATE_FILE} is in format {}, not {FORMAT}", saved.format),
-            ));
-        }
-        Ok(saved)
+        read_experiment_file(experiment, STATE_FILE)
     }
 }
 
@@ -130,8 +111,23 @@ fn read_experiment_file<T: serde::de::DeserializeOwned>(
         }
         Err(e) => return Err(Error::io(&path, e)),
     };
-    serde_json::from_slice(&text)
-        .map_err(|e| not_restorable(experiment, format!("{name} is unreadable: {e}")))
+    let unreadable =
+        |e: serde_json::Error| not_restorable(experiment, format!("{name} is unreadable: {e}"));
+    let value: serde_json::Value = serde_json::from_slice(&text).map_err(unreadable)?;
+    // The format first: a file of another version is named as such, not as unreadable.
+    if value["format"].as_u64() != Some(FORMAT.into()) {
+        return Err(not_restorable(
+            experiment,
+            format!(
+                "its {name} was written by rtune {} in format {}, and this rtune ({}) reads \
+                 format {FORMAT} only",
+                value["rtune_version"].as_str().unwrap_or("?"),
+                value["format"],
+                env!("CARGO_PKG_VERSION")
+            ),
+        ));
+    }
+    serde_json::from_value(value).map_err(unreadable)
 }
 
 /// An experiment as its files hold it: its state, and every trial it lists with what its files

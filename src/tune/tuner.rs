@@ -177,6 +177,10 @@ impl Tuner {
     /// Runs the sweep to its end. Mistakes in the settings fail before any trial starts.
     pub fn fit(self) -> Result<ResultGrid> {
         let driver = Driver::get()?;
+        if self.run.as_ref().unwrap_or(self.trainer.run()).resolved_cluster().is_none() {
+            // A trial bigger than the machine could never start: say so before any does.
+            driver.check_fits_locally(self.trainer.scaling_config())?;
+        }
         let mut sweep = self.prepare()?;
         driver.block_on(sweep.run(driver))
     }

@@ -188,6 +188,13 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
         ensure!(err.contains(named), "expected an error naming {named}, got {err:?}");
         ensure!(!dir.path().join("bad").exists(), "{named}: an experiment was made anyway");
     }
+    // A trial bigger than the machine.
+    let huge = Tuner::new(sweep_trainer().scaling(ScalingConfig::workers(10_000)), space())
+        .run_config(RunConfig::new("huge").storage_path(dir.path()))
+        .fit();
+    let err = huge.err().map(|e| e.to_string()).unwrap_or_default();
+    ensure!(err.contains("ScalingConfig") && err.contains("num_workers"), "{err}");
+    ensure!(!dir.path().join("huge").exists(), "an experiment was made for a trial too big");
     let err = fit(TuneConfig::new().metric("accuracy").mode(Mode::Max).num_samples(1));
     ensure!(err.contains("`accuracy`") && err.contains("val_acc"), "{err}");
     Ok(())
@@ -346,6 +353,13 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
     let not_one =
         Tuner::restore(dir.path(), counting_trainer(dir.path())).err().context("restored")?;
     ensure!(not_one.to_string().contains("tuner.json"), "{not_one}");
+    // An experiment written by another version of the files is named as such.
+    let future = dir.path().join("future");
+    std::fs::create_dir(&future)?;
+    std::fs::write(future.join("tuner.json"), r#"{"format": 7, "rtune_version": "3.0.0"}"#)?;
+    let newer = Tuner::restore(&future, counting_trainer(dir.path())).err().context("restored")?;
+    let newer = newer.to_string();
+    ensure!(newer.contains("rtune 3.0.0 in format 7") && newer.contains("format 1"), "{newer}");
     let other = TuneConfig::new().metric("total").mode(Mode::Max);
     let mismatch =
         Tuner::restore(&experiment, counting_trainer(dir.path()))?.tune_config(other).fit();
