@@ -55,7 +55,7 @@ pub(crate) async fn run_attempt(
     }
     for rank in 0..spec.ranks.len() {
         let started = match &spec.launcher {
-            Launcher::Local => spawn_local(hub, spec, rank, exit_tx.clone()),
+            Launcher::Local => spawn_local(hub, spec, rank, exit_tx.clone()).await,
             Launcher::Cluster { client, pg } => {
                 spawn_remote(hub, spec, rank, (**client).clone(), *pg).await
             }
@@ -402,6 +402,7 @@ mod tests {
             launcher: Launcher::Local,
             collective_timeout: Duration::from_secs(1),
             start_timeout: Duration::from_secs(1),
+            warm_start: false,
         }
     }
 

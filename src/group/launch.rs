@@ -9,7 +9,7 @@ use super::hub::Hub;
 use super::logs::{Stream, log_path, open_log};
 use super::{AttemptSpec, Exit, ExitTx};
 use crate::error::{Error, Result};
-use crate::sys::build_id;
+use crate::sys::{build_id, zygote};
 use crate::worker::{HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec};
 
 /// The `RTUNE_WORKER` spec and environment of rank `rank`.
@@ -36,27 +36,39 @@ fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize) -> Vec<(String, String
     env
 }
 
-/// Starts rank `rank` as a child of the driver; returns the sender that kills it.
-pub(super) fn spawn_local(
+/// Starts rank `rank` on this machine; returns the sender that kills it. With `warm_start`, it
+/// is forked by the driver's fork server (a fresh process without the cost of loading the
+/// binary and libtorch again; see `sys::zygote`), else started as a child with exec.
+pub(super) async fn spawn_local(
     hub: &Hub,
     spec: &AttemptSpec,
     rank: usize,
     exits: ExitTx,
 ) -> Result<oneshot::Sender<()>> {
-    let log = |stream| open_log(&log_path(spec, rank, stream));
-    let (stdout, stderr) = (log(Stream::Stdout)?, log(Stream::Stderr)?);
-    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
-    let mut command = std::process::Command::new(&exe);
-    command.envs(worker_env(hub, spec, rank)).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
-    crate::sys::spawn_supervised(command, move |status| {
+    let (stdout_path, stderr_path) =
+        (log_path(spec, rank, Stream::Stdout), log_path(spec, rank, Stream::Stderr));
+    let (stdout, stderr) = (open_log(&stdout_path)?, open_log(&stderr_path)?);
+    let on_exit = move |status: std::io::Result<std::process::ExitStatus>| {
         let exit = match status {
             Ok(status) => Exit::Status(status),
             Err(e) => Exit::Lost(format!("could not wait for the process: {e}")),
         };
         let _ = exits.send((rank, exit));
-    })
-    .map(|supervised| supervised.kill)
-    .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
+    };
+    let env = worker_env(hub, spec, rank);
+    if spec.warm_start && zygote::warm_start_allowed() {
+        let on_exit = on_exit.clone();
+        match zygote::spawn_warm(env.clone(), &stdout_path, &stderr_path, on_exit).await {
+            Ok(kill) => return Ok(kill),
+            Err(e) => zygote::give_up(&e),
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    let mut command = std::process::Command::new(&exe);
+    command.envs(env).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+    crate::sys::spawn_supervised(command, on_exit)
+        .map(|supervised| supervised.kill)
+        .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
 }
 
 pub(super) fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {

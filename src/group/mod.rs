@@ -108,6 +108,8 @@ pub(crate) struct AttemptSpec {
     pub launcher: Launcher,
     pub collective_timeout: Duration,
     pub start_timeout: Duration,
+    /// Start local workers from the driver's fork server (see `sys::zygote`).
+    pub warm_start: bool,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).

@@ -3,6 +3,7 @@
 //! knows nothing of trials, groups or the cluster.
 
 pub(crate) mod build_id;
+pub(crate) mod zygote;
 
 use std::os::unix::process::CommandExt;
 use std::process::ExitStatus;
@@ -13,7 +14,7 @@ use tokio::sync::oneshot;
 /// Spawns `command` as a worker process that dies with this process (`PR_SET_PDEATHSIG =
 /// SIGKILL`: a driver's or node agent's workers never outlive it), and hands its exit to
 /// `on_exit`. The returned sender kills it; dropping the sender kills it too. Also returns its
-/// stdout and stderr when the command piped them. Call inside a tokio runtime, from any thread:
+/// stdin, stdout and stderr when the command piped them. Call inside a tokio runtime, from any thread:
 /// the fork happens on the spawner thread (see [`fork_on_spawner`]).
 pub(crate) fn spawn_supervised(
     mut command: std::process::Command,
@@ -29,7 +30,7 @@ pub(crate) fn spawn_supervised(
         });
     }
     let mut child = fork_on_spawner(command, tokio::runtime::Handle::current())?;
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (kill, killed) = oneshot::channel::<()>();
     tokio::spawn(async move {
         let status = tokio::select! {
@@ -41,7 +42,7 @@ pub(crate) fn spawn_supervised(
         };
         on_exit(status);
     });
-    Ok(Supervised { kill, stdout, stderr })
+    Ok(Supervised { kill, stdin, stdout, stderr })
 }
 
 type SpawnRequest = (
@@ -103,6 +104,7 @@ pub(crate) fn hostname() -> String {
 pub(crate) struct Supervised {
     /// Send (or drop) to kill it.
     pub kill: oneshot::Sender<()>,
+    pub stdin: Option<tokio::process::ChildStdin>,
     pub stdout: Option<tokio::process::ChildStdout>,
     pub stderr: Option<tokio::process::ChildStderr>,
 }

@@ -36,6 +36,8 @@ pub struct TorchTrainer {
     trial_id: Option<String>,
     /// Set by the Tuner: go on with the run already in the run directory (see `picking_up`).
     pick_up: bool,
+    /// Start local workers from the driver's fork server (TuneConfig's `reuse_actors`).
+    warm_start: bool,
 }
 
 impl TorchTrainer {
@@ -48,6 +50,7 @@ impl TorchTrainer {
             resume: None,
             trial_id: None,
             pick_up: false,
+            warm_start: true,
         }
     }
 
@@ -78,6 +81,13 @@ impl TorchTrainer {
     /// to it, in later attempts than the ones before.
     pub(crate) fn picking_up(mut self) -> Self {
         self.pick_up = true;
+        self
+    }
+
+    /// Whether local workers start from the driver's warm fork server (default) or with a
+    /// fresh exec of the binary each.
+    pub(crate) fn warm_start(mut self, on: bool) -> Self {
+        self.warm_start = on;
         self
     }
 
@@ -295,6 +305,7 @@ impl TorchTrainer {
                 launcher,
                 collective_timeout: self.run.collective_timeout,
                 start_timeout: self.run.start_timeout,
+                warm_start: self.warm_start,
             };
             run.begin_attempt(attempt, start_iteration)?;
             let outcome = run_attempt(&hub, &spec, &mut |report| {

@@ -95,6 +95,8 @@ pub struct Trial {
     pub error: Option<String>,
     /// Set while the controller waits for the shell to stop or pause it.
     pub stopping: bool,
+    /// Its scheduler ended it while it was being paused: it ends when the pause is done.
+    pub ends_when_paused: bool,
 }
 
 /// What [`Controller::snapshot`] saves: with the same settings, searcher and scheduler, enough
@@ -210,6 +212,7 @@ impl Controller {
                 results: results(saved.id)?,
                 error: saved.error,
                 stopping: false,
+                ends_when_paused: false,
             };
             c.trials.insert(saved.id, trial);
         }
@@ -256,8 +259,13 @@ impl Controller {
             }
             Event::TrialPaused(trial) => {
                 let t = self.trial_mut(trial)?;
-                t.status = TrialStatus::Paused;
-                t.stopping = false;
+                if t.ends_when_paused {
+                    let last = t.results.last().cloned();
+                    self.end(trial, TrialStatus::Terminated, None, last.as_ref())?;
+                } else {
+                    t.status = TrialStatus::Paused;
+                    t.stopping = false;
+                }
             }
             Event::TimeBudgetSpent => {
                 self.no_more_trials = true;
@@ -271,6 +279,20 @@ impl Controller {
         {
             self.finished = true;
             commands.push(Command::Finish);
+        }
+        if !self.finished && self.started() == 0 {
+            // Nothing runs, so no event will come: waiting would hang the sweep for good.
+            let waiting: Vec<String> = self
+                .trials
+                .iter()
+                .filter(|(_, t)| !t.status.is_finished())
+                .map(|(id, t)| format!("{id} ({:?})", t.status))
+                .collect();
+            return Err(Error::Protocol(format!(
+                "the sweep cannot go on: no trial runs, and neither the scheduler nor the searcher \
+                 starts another (waiting: {})",
+                if waiting.is_empty() { "none".into() } else { waiting.join(", ") }
+            )));
         }
         Ok(commands)
     }
@@ -335,6 +357,7 @@ impl Controller {
                     results: Vec::new(),
                     error: None,
                     stopping: false,
+                    ends_when_paused: false,
                 };
                 self.trials.insert(id, trial);
                 self.scheduler.on_trial_add(&View(&self.trials), id)?;
@@ -398,6 +421,10 @@ impl Controller {
                 Some(TrialStatus::Paused | TrialStatus::Pending) => {
                     let last = self.trial(other)?.results.last().cloned();
                     self.end(other, TrialStatus::Terminated, None, last.as_ref())?;
+                }
+                // Being paused (it reported a pause an instant ago): it ends once it has.
+                Some(TrialStatus::Running) if self.trials[&other].stopping => {
+                    self.trial_mut(other)?.ends_when_paused = true;
                 }
                 Some(TrialStatus::Running) => self.ask_stop(other, commands),
                 _ => {}
@@ -692,6 +719,36 @@ mod tests {
         let (a, b): (Vec<Params>, Vec<Params>) = (params(&whole), params(&restored));
         assert_eq!(a, b, "the same 9 trials");
         assert_eq!(statuses(&restored), vec![TrialStatus::Terminated; 9]);
+    }
+
+    /// HyperBand ends a trial (the loser of its round) whose own pause is still under way:
+    /// the trial ends when the pause is done instead of waiting, paused, for a turn that never
+    /// comes (a sweep used to hang there).
+    #[test]
+    fn a_trial_ended_while_it_pauses_ends_when_paused() {
+        let hb = Box::new(rtune_searchers::HyperBand::new().max_t(4).reduction_factor(2));
+        let config = ControllerConfig { num_samples: None, ..config(1, 6) };
+        let mut c = Controller::new(config, random(6), hb).unwrap();
+        assert_eq!(c.step(Event::Begin).unwrap().len(), 6);
+        // Trials 3, 4, 5 share HyperBand's second bracket (first milestone 2); score = id.
+        let report = |c: &mut Controller, t: u64, it: f64| {
+            let m = Metrics::from([
+                ("training_iteration".to_string(), it),
+                ("score".to_string(), t as f64),
+            ]);
+            c.step(Event::ResultReported { trial: TrialId(t), metrics: m }).unwrap()
+        };
+        for t in 3..6 {
+            assert!(report(&mut c, t, 1.0).is_empty());
+        }
+        assert_eq!(report(&mut c, 4, 2.0), vec![Command::PauseTrial(TrialId(4))]);
+        c.step(Event::TrialPaused(TrialId(4))).unwrap();
+        assert_eq!(report(&mut c, 3, 2.0), vec![Command::PauseTrial(TrialId(3))]);
+        // Trial 5 completes the round: 5 and 4 go on, 3 (still pausing) is the loser.
+        let commands = report(&mut c, 5, 2.0);
+        assert!(matches!(commands[..], [Command::StartTrial { trial: TrialId(4), .. }]));
+        c.step(Event::TrialPaused(TrialId(3))).unwrap();
+        assert_eq!(c.trials()[&TrialId(3)].status, TrialStatus::Terminated);
     }
 
     #[test]

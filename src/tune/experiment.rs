@@ -35,9 +35,15 @@ pub(super) struct Settings {
     pub(super) time_budget_s: Option<f64>,
     pub(super) seed: u64,
     pub(super) fail_fast: bool,
+    #[serde(default = "yes")]
+    pub(super) reuse_actors: bool,
     /// The searcher's and the scheduler's kinds (`basic_variant`, `asha`, …).
     pub(super) search_alg: String,
     pub(super) scheduler: String,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Settings {
@@ -113,21 +119,28 @@ fn read_experiment_file<T: serde::de::DeserializeOwned>(
     };
     let unreadable =
         |e: serde_json::Error| not_restorable(experiment, format!("{name} is unreadable: {e}"));
-    let value: serde_json::Value = serde_json::from_slice(&text).map_err(unreadable)?;
-    // The format first: a file of another version is named as such, not as unreadable.
-    if value["format"].as_u64() != Some(FORMAT.into()) {
+    /// The fields every format has.
+    #[derive(Deserialize)]
+    struct Version {
+        format: serde_json::Value,
+        rtune_version: Option<String>,
+    }
+    // The format first: a file of another version is named as such, not as unreadable. (Read
+    // from the text again below: a `serde_json::Value` would sort the params' keys.)
+    let version: Version = serde_json::from_slice(&text).map_err(unreadable)?;
+    if version.format.as_u64() != Some(FORMAT.into()) {
         return Err(not_restorable(
             experiment,
             format!(
                 "its {name} was written by rtune {} in format {}, and this rtune ({}) reads \
                  format {FORMAT} only",
-                value["rtune_version"].as_str().unwrap_or("?"),
-                value["format"],
+                version.rtune_version.as_deref().unwrap_or("?"),
+                version.format,
                 env!("CARGO_PKG_VERSION")
             ),
         ));
     }
-    serde_json::from_value(value).map_err(unreadable)
+    serde_json::from_slice(&text).map_err(unreadable)
 }
 
 /// An experiment as its files hold it: its state, and every trial it lists with what its files

@@ -57,6 +57,11 @@ pub struct TuneConfig {
     pub seed: u64,
     /// End the sweep at the first trial that fails for good.
     pub fail_fast: bool,
+    /// Start trials' workers warm (Ray's `reuse_actors`, on by default): forked from the
+    /// driver's fork server, which has the binary and libtorch loaded, instead of a fresh exec
+    /// each. Every trial still gets new processes, so nothing of one trial (params, seeds,
+    /// libtorch threads, working directory, environment) reaches the next.
+    pub reuse_actors: bool,
 }
 
 impl std::fmt::Debug for TuneConfig {
@@ -73,7 +78,7 @@ impl std::fmt::Debug for TuneConfig {
 
 impl TuneConfig {
     pub fn new() -> Self {
-        TuneConfig { num_samples: 1, ..TuneConfig::default() }
+        TuneConfig { num_samples: 1, reuse_actors: true, ..TuneConfig::default() }
     }
 
     pub fn metric(mut self, metric: impl Into<String>) -> Self {
@@ -118,6 +123,11 @@ impl TuneConfig {
 
     pub fn fail_fast(mut self, on: bool) -> Self {
         self.fail_fast = on;
+        self
+    }
+
+    pub fn reuse_actors(mut self, on: bool) -> Self {
+        self.reuse_actors = on;
         self
     }
 }
@@ -265,6 +275,7 @@ impl Tuner {
             time_budget_s: tune.time_budget_s,
             seed: tune.seed,
             fail_fast: tune.fail_fast,
+            reuse_actors: tune.reuse_actors,
             search_alg: searcher.save_state().kind().to_owned(),
             scheduler: scheduler.save_state().kind().to_owned(),
         };
@@ -286,7 +297,7 @@ impl Tuner {
             }
         };
         Ok(Sweep {
-            trainer,
+            trainer: trainer.warm_start(tune.reuse_actors),
             run,
             path,
             experiment,
@@ -392,6 +403,7 @@ impl Settings {
             time_budget_s: self.time_budget_s,
             seed: self.seed,
             fail_fast: self.fail_fast,
+            reuse_actors: self.reuse_actors,
         })
     }
 

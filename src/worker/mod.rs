@@ -48,15 +48,24 @@ pub(crate) struct WorkerSpec {
 /// does nothing in any other process. Call it first in `main`.
 pub fn init() {
     crate::log::install();
-    let Some(spec) = std::env::var_os(WORKER_ENV) else { return };
-    let code = match serde_json::from_str::<WorkerSpec>(&spec.to_string_lossy()) {
+    // The driver's fork server (`sys::zygote`) forks workers that go on below, in `run_worker`.
+    crate::sys::zygote::serve_if_asked(run_worker);
+    if std::env::var_os(WORKER_ENV).is_none() {
+        return;
+    }
+    std::process::exit(run_worker());
+}
+
+/// Runs the worker its environment describes; the process exit code.
+fn run_worker() -> i32 {
+    let spec = std::env::var(WORKER_ENV).unwrap_or_default();
+    match serde_json::from_str::<WorkerSpec>(&spec) {
         Ok(spec) => process::run(spec),
         Err(e) => {
             tracing::error!("bad {WORKER_ENV}: {e}");
             2
         }
-    };
-    std::process::exit(code);
+    }
 }
 
 fn anchor() -> usize {

@@ -11,8 +11,29 @@ mod tune;
 
 use libtest_mimic::{Arguments, Trial};
 
+/// How long one test may take before the run counts as hung and ends (failed) at once, so that
+/// a hang fails CI with the test's name instead of stalling it.
+const HANG: std::time::Duration = std::time::Duration::from_secs(300);
+
 fn test(name: &'static str, f: fn() -> anyhow::Result<()>) -> Trial {
-    Trial::test(name, move || f().map_err(|e| format!("{e:#}").into()))
+    Trial::test(name, move || {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watched = done.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < HANG {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                if watched.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+            }
+            eprintln!("{name} still runs after {HANG:?}: it hangs; ending the test run");
+            std::process::exit(101);
+        });
+        let result = f().map_err(|e| format!("{e:#}").into());
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        result
+    })
 }
 
 fn main() {
@@ -87,6 +108,10 @@ fn main() {
         test(
             "tune::callbacks_hear_every_trial_and_tensorboard_reads_the_logs",
             tune::callbacks_hear_every_trial_and_tensorboard_reads_the_logs,
+        ),
+        test(
+            "tune::warm_workers_share_nothing_between_trials",
+            tune::warm_workers_share_nothing_between_trials,
         ),
         test(
             "tune::pbt_exploits_continue_from_the_source_weights",

@@ -691,3 +691,74 @@ pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()>
     ensure!(e.contains("Failing") && e.contains("the disk is full"), "{e}");
     Ok(())
 }
+
+/// Writes what a fresh worker should see (`RTUNE_LEAK` unset, the driver's working directory,
+/// libtorch's default seed, its parent) to `<dir>/seen_<index>`, then changes all of it.
+fn mutate_global_state(ctx: &mut TrainContext) -> Result<()> {
+    let dir = std::path::PathBuf::from(ctx.params().get::<String>("dir")?);
+    let index = ctx.params().get::<i64>("index")?;
+    let draw = tch::Tensor::randn([1], (Kind::Float, Device::Cpu)).double_value(&[0]);
+    let seen = serde_json::json!({
+        "leak": std::env::var("RTUNE_LEAK").ok(),
+        "cwd": std::env::current_dir()?.display().to_string(),
+        "draw": draw,
+        "threads": tch::get_num_threads(),
+        // SAFETY: getppid has no preconditions.
+        "parent": unsafe { libc::getppid() },
+    });
+    std::fs::write(dir.join(format!("seen_{index}")), seen.to_string())?;
+    // SAFETY: the train function runs on the worker's only training thread; nothing else here
+    // reads the environment concurrently.
+    unsafe { std::env::set_var("RTUNE_LEAK", index.to_string()) };
+    std::env::set_current_dir(&dir)?;
+    tch::manual_seed(1234 + index);
+    tch::set_num_threads(3);
+    ctx.report([("index", index as f64)], None)?;
+    Ok(())
+}
+
+/// Workers start warm (forked by the driver's fork server, not exec'd) yet each trial's are
+/// new processes: an environment variable, the working directory, libtorch's seed and thread
+/// settings changed by one trial never reach the next. With `reuse_actors(false)` they are
+/// the driver's own children.
+pub fn warm_workers_share_nothing_between_trials() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let seen = |reuse: bool, name: &str| -> Result<Vec<serde_json::Value>> {
+        let trainer = TorchTrainer::new(mutate_global_state)
+            .train_loop_config(Params::new().with("dir", dir.path().display().to_string()));
+        let grid = Tuner::new(trainer, SearchSpace::new().add("index", grid_search(0..3i64)))
+            .tune_config(TuneConfig::new().max_concurrent_trials(1).reuse_actors(reuse))
+            .run_config(RunConfig::new(name).storage_path(dir.path()))
+            .fit()?;
+        ensure!(grid.errors().is_empty(), "{:?}", grid.errors());
+        (0..3)
+            .map(|i| {
+                Ok(serde_json::from_slice(&std::fs::read(dir.path().join(format!("seen_{i}")))?)?)
+            })
+            .collect()
+    };
+    // The first draw after the seed an earlier trial set: what a leaked seed would give.
+    let leaked_draw = |index: i64| {
+        tch::manual_seed(1234 + index);
+        tch::Tensor::randn([1], (Kind::Float, Device::Cpu)).double_value(&[0])
+    };
+    let warm = seen(true, "warm")?;
+    let driver = std::process::id() as i64;
+    let cwd = std::env::current_dir()?.display().to_string();
+    for (i, s) in warm.iter().enumerate() {
+        ensure!(s["leak"].is_null() && s["cwd"] == cwd.as_str() && s["threads"] == 1, "{s}");
+        if i > 0 {
+            ensure!(s["draw"].as_f64() != Some(leaked_draw(i as i64 - 1)), "seed leaked: {s}");
+        }
+        ensure!(
+            s["parent"] != driver && s["parent"] == warm[0]["parent"],
+            "forked by one server: {s}"
+        );
+    }
+    let cold = seen(false, "cold")?;
+    for s in &cold {
+        ensure!(s["parent"] == driver, "started by the driver itself: {s}");
+        ensure!(s["leak"].is_null() && s["cwd"] == cwd.as_str(), "{s}");
+    }
+    Ok(())
+}

@@ -1,0 +1,383 @@
+//! A fork server for worker processes ("zygote"): a copy of this very binary, started once per
+//! driver, that has done everything a process start costs (loading libtorch and its static
+//! initialisation: about a quarter of a second of CPU here) and then forks a fresh worker for
+//! each request. A forked worker is a new process: nothing of an earlier worker (environment,
+//! working directory, libtorch threads or seeds, memory) can reach it, because the zygote itself
+//! never runs a train function; only the cost of the start is shared.
+//!
+//! The zygote reads requests from its stdin and answers on its stdout, one JSON line each. It is
+//! single-threaded (forking a process with other threads would copy their locks, not them; it
+//! refuses to serve if it finds another thread), waits for its children through a signalfd,
+//! and reports their exits with the raw wait status. Workers die with the zygote
+//! (`PR_SET_PDEATHSIG`), and the zygote with the driver's spawner thread, like any worker.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::oneshot;
+
+/// Set in the zygote's environment: `rtune::init()` turns such a process into the fork server.
+pub(crate) const ZYGOTE_ENV: &str = "RTUNE_ZYGOTE";
+
+/// Set to `0` to start every worker with a fresh exec instead.
+pub(crate) const WARM_START_ENV: &str = "RTUNE_WARM_START";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    id: u64,
+    env: Vec<(String, String)>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Reply {
+    Spawned {
+        id: u64,
+        pid: i32,
+    },
+    Failed {
+        id: u64,
+        error: String,
+    },
+    /// A child exited; `status` is the raw wait status.
+    Exited {
+        pid: i32,
+        status: i32,
+    },
+}
+
+// ------------------------------------------------------------------------------- zygote side
+
+/// In the zygote process (its environment says so): serves fork requests until the driver
+/// goes, then exits; each forked child runs `run_worker` and exits with its code. Returns at
+/// once in any other process.
+pub(crate) fn serve_if_asked(run_worker: fn() -> i32) {
+    if std::env::var_os(ZYGOTE_ENV).is_none() {
+        return;
+    }
+    let code = match serve(run_worker) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("rtune fork server: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn serve(run_worker: fn() -> i32) -> std::io::Result<()> {
+    let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0);
+    let single = threads == 1;
+    let sfd = block_sigchld_into_signalfd()?;
+    let mut pending = Vec::<u8>::new();
+    let mut out = std::io::stdout();
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[1].revents != 0 {
+            drain_signalfd(&sfd);
+            for (pid, status) in reap() {
+                send(&mut out, &Reply::Exited { pid, status })?;
+            }
+        }
+        if fds[0].revents != 0 {
+            let mut buf = [0u8; 65536];
+            // SAFETY: reading into a buffer we own, at most its length.
+            let got = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+            if got <= 0 {
+                // The driver is gone (or closed us): so are we; our children follow.
+                return Ok(());
+            }
+            pending.extend_from_slice(&buf[..got as usize]);
+            while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let request: Request = serde_json::from_slice(&line)
+                    .map_err(|e| std::io::Error::other(format!("bad request: {e}")))?;
+                let reply = if single {
+                    fork_worker(&request, &sfd, run_worker)
+                } else {
+                    Reply::Failed {
+                        id: request.id,
+                        error: format!("the fork server has {threads} threads, not 1"),
+                    }
+                };
+                send(&mut out, &reply)?;
+            }
+        }
+    }
+}
+
+fn send(out: &mut std::io::Stdout, reply: &Reply) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(reply).expect("a reply serialises");
+    line.push(b'\n');
+    out.write_all(&line)?;
+    out.flush()
+}
+
+/// SIGCHLD blocked and readable from a signalfd instead.
+fn block_sigchld_into_signalfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: plain libc calls on a sigset we own; the fd returned is ours to own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+fn drain_signalfd(sfd: &OwnedFd) {
+    let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
+    // SAFETY: reads into a buffer we own; the fd is non-blocking, so this ends.
+    while unsafe { libc::read(sfd.as_raw_fd(), info.as_mut_ptr().cast(), info.len()) } > 0 {}
+}
+
+/// Every exited child, with its raw wait status.
+fn reap() -> Vec<(i32, i32)> {
+    let mut done = Vec::new();
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into an int we own.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return done;
+        }
+        done.push((pid, status));
+    }
+}
+
+/// Forks a worker for `request`; in the child, never returns.
+fn fork_worker(request: &Request, sfd: &OwnedFd, run_worker: fn() -> i32) -> Reply {
+    let zygote = std::process::id() as i32;
+    // SAFETY: this process is single-threaded (checked), so the child gets a consistent copy.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let error = std::io::Error::last_os_error().to_string();
+        return Reply::Failed { id: request.id, error };
+    }
+    if pid > 0 {
+        return Reply::Spawned { id: request.id, pid };
+    }
+    // The child: become the worker the request describes.
+    let code = match become_worker(request, sfd, zygote) {
+        Ok(()) => run_worker(),
+        Err(e) => {
+            eprintln!("rtune worker: cannot start from the fork server: {e}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn become_worker(request: &Request, sfd: &OwnedFd, zygote: i32) -> std::io::Result<()> {
+    // SAFETY: plain libc calls in the single-threaded child.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The zygote may have died before the prctl: then nothing would kill us later.
+        if libc::getppid() != zygote {
+            return Err(std::io::Error::other("the fork server is gone"));
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::close(sfd.as_raw_fd());
+    }
+    let open = |path: &Path| {
+        std::fs::OpenOptions::new().create(true).append(true).open(path).map(OwnedFd::from)
+    };
+    let null = std::fs::File::open("/dev/null").map(OwnedFd::from)?;
+    for (fd, target) in [(null, 0), (open(&request.stdout)?, 1), (open(&request.stderr)?, 2)] {
+        // SAFETY: dup2 onto the standard descriptors of this (single-threaded) child.
+        if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: the child is single-threaded, so nothing reads the environment concurrently.
+    unsafe {
+        std::env::remove_var(ZYGOTE_ENV);
+        for (key, value) in &request.env {
+            std::env::set_var(key, value);
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------- driver side
+
+/// What the driver keeps of its zygote.
+struct Zygote {
+    requests: Mutex<std::fs::File>,
+    /// Spawn requests waiting for their reply, with what to call when the child exits.
+    pending: Mutex<HashMap<u64, (PidReply, OnExit)>>,
+    /// Live children → what to call when they exit.
+    children: Mutex<HashMap<i32, OnExit>>,
+    next_id: AtomicU64,
+    /// The zygote itself (killed when this is dropped, with its children).
+    _process: crate::sys::Supervised,
+}
+
+type OnExit = Box<dyn FnOnce(std::io::Result<ExitStatus>) + Send>;
+
+/// Where the pid of a forked worker (or why there is none) goes.
+type PidReply = oneshot::Sender<std::io::Result<i32>>;
+
+/// The driver's zygote, started on first use (again after it died).
+static ZYGOTE: Mutex<Option<Arc<Zygote>>> = Mutex::new(None);
+
+/// Set when a warm start failed: exec is used from then on.
+static UNUSABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether workers may start from the fork server: `RTUNE_WARM_START` is not `0`, and it has
+/// not failed in this process.
+pub(crate) fn warm_start_allowed() -> bool {
+    !UNUSABLE.load(Ordering::Relaxed) && std::env::var(WARM_START_ENV).map_or(true, |v| v != "0")
+}
+
+/// A warm start failed: say why once, and start workers with exec from now on.
+pub(crate) fn give_up(why: &std::io::Error) {
+    if !UNUSABLE.swap(true, Ordering::Relaxed) {
+        tracing::warn!("workers start with exec from now on: the fork server failed: {why}");
+    }
+}
+
+/// Starts a worker process through the fork server: `env` set, stdout and stderr appended to
+/// the files named, `on_exit` called with its exit. Like `spawn_supervised`, the returned sender
+/// kills it when sent or dropped. Call inside the runtime that lives as long as the process
+/// (the driver's): the zygote's replies are read there.
+pub(crate) async fn spawn_warm(
+    env: Vec<(String, String)>,
+    stdout: &Path,
+    stderr: &Path,
+    on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
+) -> std::io::Result<oneshot::Sender<()>> {
+    let zygote = running_zygote()?;
+    let id = zygote.next_id.fetch_add(1, Ordering::Relaxed);
+    let (reply, answer) = oneshot::channel();
+    lock(&zygote.pending).insert(id, (reply, Box::new(on_exit)));
+    let request = Request { id, env, stdout: stdout.to_owned(), stderr: stderr.to_owned() };
+    let mut line = serde_json::to_vec(&request).expect("a request serialises");
+    line.push(b'\n');
+    let written = lock(&zygote.requests).write_all(&line);
+    if let Err(e) = written {
+        lock(&zygote.pending).remove(&id);
+        forget_zygote(&zygote);
+        return Err(e);
+    }
+    let no_answer = || std::io::Error::other("the fork server did not answer");
+    let pid = tokio::time::timeout(Duration::from_secs(30), answer)
+        .await
+        .map_err(|_| no_answer())?
+        .map_err(|_| no_answer())??;
+    let (kill, killed) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = killed.await;
+        if lock(&zygote.children).contains_key(&pid) {
+            // SAFETY: kill(2) on a child of our zygote that has not been reaped yet, so the
+            // pid is still its own.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
+    Ok(kill)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn forget_zygote(zygote: &Arc<Zygote>) {
+    let mut slot = lock(&ZYGOTE);
+    if slot.as_ref().is_some_and(|z| Arc::ptr_eq(z, zygote)) {
+        *slot = None;
+    }
+}
+
+fn running_zygote() -> std::io::Result<Arc<Zygote>> {
+    let mut slot = lock(&ZYGOTE);
+    if let Some(z) = &*slot {
+        return Ok(z.clone());
+    }
+    let exe = std::env::current_exe()?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .env(ZYGOTE_ENV, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut process = crate::sys::spawn_supervised(command, |_| {})?;
+    let stdin = process.stdin.take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
+    let stdout = process.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
+    let requests = std::fs::File::from(stdin.into_owned_fd()?);
+    let zygote = Arc::new(Zygote {
+        requests: Mutex::new(requests),
+        pending: Mutex::new(HashMap::new()),
+        children: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(0),
+        _process: process,
+    });
+    let reader = zygote.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<Reply>(&line) {
+                Ok(Reply::Spawned { id, pid }) => {
+                    if let Some((reply, on_exit)) = lock(&reader.pending).remove(&id) {
+                        lock(&reader.children).insert(pid, on_exit);
+                        let _ = reply.send(Ok(pid));
+                    }
+                }
+                Ok(Reply::Failed { id, error }) => {
+                    if let Some((reply, _)) = lock(&reader.pending).remove(&id) {
+                        let _ = reply.send(Err(std::io::Error::other(error)));
+                    }
+                }
+                Ok(Reply::Exited { pid, status }) => {
+                    if let Some(on_exit) = lock(&reader.children).remove(&pid) {
+                        on_exit(Ok(ExitStatus::from_raw(status)));
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        // The zygote is gone, and its children with it (PR_SET_PDEATHSIG).
+        forget_zygote(&reader);
+        for (_, (reply, _)) in lock(&reader.pending).drain() {
+            let _ = reply.send(Err(std::io::Error::other("the fork server exited")));
+        }
+        let orphans: Vec<OnExit> = lock(&reader.children).drain().map(|(_, f)| f).collect();
+        for on_exit in orphans {
+            on_exit(Err(std::io::Error::other("the fork server exited, and the worker with it")));
+        }
+    });
+    *slot = Some(zygote.clone());
+    Ok(zygote)
+}
