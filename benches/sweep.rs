@@ -5,10 +5,16 @@
 //! * `tuner_200`: the same trainer swept 200 times by the `Tuner` (trials run side by side as
 //!   the machine's CPUs allow): trials per second, end to end;
 //! * `results_8x500`: 8 trials of 1 worker reporting 500 times each, persistence on (every row
-//!   fsynced to result.json and progress.csv): results per second.
+//!   written to result.json and progress.csv): results per second;
+//! * `rss_10000`: 10,000 one-report trials through one Tuner; the driver's resident memory
+//!   after 1,000, 5,000 and 10,000 finished trials (read by a callback).
+//!
+//! Workers start warm (forked by the driver's fork server); `RTUNE_WARM_START=0` measures
+//! exec'd workers instead.
 //!
 //! `cargo bench --bench sweep` prints one line per workload.
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use rtune::search::{SearchSpace, grid_search};
@@ -39,6 +45,33 @@ fn sweep(dir: &std::path::Path, name: &str, trials: i64, reports: u64) -> anyhow
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// The driver's resident memory in MB (VmRSS).
+fn rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+/// Notes the driver's RSS when 1,000, 5,000 and 10,000 trials have completed.
+#[derive(Default)]
+struct RssProbe(Mutex<(u64, Vec<(u64, f64)>)>);
+
+impl rtune::callback::Callback for RssProbe {
+    fn on_trial_complete(&self, _: &rtune::callback::TrialInfo) -> rtune::Result<()> {
+        let mut state = self.0.lock().unwrap();
+        state.0 += 1;
+        if [1_000, 5_000, 10_000].contains(&state.0) {
+            let n = state.0;
+            state.1.push((n, rss_mb()));
+        }
+        Ok(())
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     rtune::init();
     // `cargo test --benches` runs bench targets without `--bench`: do nothing then.
@@ -64,5 +97,22 @@ fn main() -> anyhow::Result<()> {
 
     let seconds = sweep(dir.path(), "results_8x500", 8, 500)?;
     println!("results_8x500  4000 results in {seconds:.2} s: {:.0} results/s", 4000.0 / seconds);
+
+    let probe = std::sync::Arc::new(RssProbe::default());
+    let before = rss_mb();
+    let started = Instant::now();
+    let grid = Tuner::new(trainer(1), SearchSpace::new().add("i", grid_search(0..10_000i64)))
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+        .run_config(RunConfig::new("rss_10000").storage_path(dir.path()).callback(probe.clone()))
+        .fit()?;
+    anyhow::ensure!(grid.trials.len() == 10_000 && grid.errors().is_empty());
+    let seconds = started.elapsed().as_secs_f64();
+    let marks: Vec<String> =
+        probe.0.lock().unwrap().1.iter().map(|(n, mb)| format!("{n}: {mb:.0} MB")).collect();
+    println!(
+        "rss_10000      10000 trials in {seconds:.1} s ({:.0} trials/s); driver RSS before {before:.0} MB, after {}",
+        10_000.0 / seconds,
+        marks.join(", ")
+    );
     Ok(())
 }

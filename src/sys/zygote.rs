@@ -60,9 +60,9 @@ enum Reply {
 // ------------------------------------------------------------------------------- zygote side
 
 /// In the zygote process (its environment says so): serves fork requests until the driver
-/// goes, then exits; each forked child runs `run_worker` and exits with its code. Returns at
+/// goes, then exits; each forked child runs `run_worker`, which ends the process. Returns at
 /// once in any other process.
-pub(crate) fn serve_if_asked(run_worker: fn() -> i32) {
+pub(crate) fn serve_if_asked(run_worker: fn() -> !) {
     if std::env::var_os(ZYGOTE_ENV).is_none() {
         return;
     }
@@ -76,7 +76,7 @@ pub(crate) fn serve_if_asked(run_worker: fn() -> i32) {
     std::process::exit(code);
 }
 
-fn serve(run_worker: fn() -> i32) -> std::io::Result<()> {
+fn serve(run_worker: fn() -> !) -> std::io::Result<()> {
     let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0);
     let single = threads == 1;
     let sfd = block_sigchld_into_signalfd()?;
@@ -175,7 +175,7 @@ fn reap() -> Vec<(i32, i32)> {
 }
 
 /// Forks a worker for `request`; in the child, never returns.
-fn fork_worker(request: &Request, sfd: &OwnedFd, run_worker: fn() -> i32) -> Reply {
+fn fork_worker(request: &Request, sfd: &OwnedFd, run_worker: fn() -> !) -> Reply {
     let zygote = std::process::id() as i32;
     // SAFETY: this process is single-threaded (checked), so the child gets a consistent copy.
     let pid = unsafe { libc::fork() };
@@ -187,14 +187,12 @@ fn fork_worker(request: &Request, sfd: &OwnedFd, run_worker: fn() -> i32) -> Rep
         return Reply::Spawned { id: request.id, pid };
     }
     // The child: become the worker the request describes.
-    let code = match become_worker(request, sfd, zygote) {
-        Ok(()) => run_worker(),
-        Err(e) => {
-            eprintln!("rtune worker: cannot start from the fork server: {e}");
-            2
-        }
-    };
-    std::process::exit(code);
+    if let Err(e) = become_worker(request, sfd, zygote) {
+        eprintln!("rtune worker: cannot start from the fork server: {e}");
+        // SAFETY: _exit ends this child at once (no destructors of the zygote's copy).
+        unsafe { libc::_exit(2) }
+    }
+    run_worker()
 }
 
 fn become_worker(request: &Request, sfd: &OwnedFd, zygote: i32) -> std::io::Result<()> {

@@ -49,11 +49,22 @@ pub(crate) struct WorkerSpec {
 pub fn init() {
     crate::log::install();
     // The driver's fork server (`sys::zygote`) forks workers that go on below, in `run_worker`.
-    crate::sys::zygote::serve_if_asked(run_worker);
+    crate::sys::zygote::serve_if_asked(|| exit_now(run_worker()));
     if std::env::var_os(WORKER_ENV).is_none() {
         return;
     }
-    std::process::exit(run_worker());
+    exit_now(run_worker());
+}
+
+/// Ends a worker process once it has told the driver how it ended: `_exit`, without running
+/// libtorch's static destructors (tearing down its operator registry costs more CPU than a
+/// short trial's whole training; the files a worker writes are closed and synced already).
+pub(crate) fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process at once; nothing after it runs.
+    unsafe { libc::_exit(code) }
 }
 
 /// Runs the worker its environment describes; the process exit code.
