@@ -98,6 +98,17 @@ pub struct ResultFiles {
     csv_path: PathBuf,
     columns: Vec<String>,
     rows: Vec<Row>,
+    /// The files as opened for appending (reopened after a rewrite replaced them).
+    json: Option<File>,
+    csv: Option<File>,
+}
+
+/// `file`, opened for appending first if it is not yet.
+fn appending<'a>(file: &'a mut Option<File>, path: &Path) -> Result<&'a mut File> {
+    if file.is_none() {
+        *file = Some(OpenOptions::new().create(true).append(true).open(path).at(path)?);
+    }
+    Ok(file.as_mut().expect("opened above"))
 }
 
 impl ResultFiles {
@@ -110,6 +121,8 @@ impl ResultFiles {
             csv_path: dir.join(Self::PROGRESS_CSV),
             columns: Vec::new(),
             rows: Vec::new(),
+            json: None,
+            csv: None,
         }
     }
 
@@ -117,21 +130,18 @@ impl ResultFiles {
     pub fn append(&mut self, row: Row) -> Result<()> {
         let mut line = serde_json::to_string(&row).expect("a map of JSON values serialises");
         line.push('\n');
-        let mut json = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.json_path)
-            .at(&self.json_path)?;
+        let json = appending(&mut self.json, &self.json_path)?;
         json.write_all(line.as_bytes()).at(&self.json_path)?;
 
         let row = flatten(row);
         let new_columns: Vec<String> =
             row.keys().filter(|k| !self.columns.contains(k)).cloned().collect();
         self.rows.push(row);
-        if new_columns.is_empty() && self.csv_path.exists() {
+        // The header is written with the first row (and again when a column is added).
+        if new_columns.is_empty() && self.rows.len() > 1 {
             let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
-            let mut f = OpenOptions::new().append(true).open(&self.csv_path).at(&self.csv_path)?;
-            f.write_all(line.as_bytes()).at(&self.csv_path)
+            let csv = appending(&mut self.csv, &self.csv_path)?;
+            csv.write_all(line.as_bytes()).at(&self.csv_path)
         } else {
             self.columns.extend(new_columns);
             self.write_csv()
@@ -189,6 +199,7 @@ impl ResultFiles {
             json.push('\n');
         }
         atomic_write(&self.json_path, json.as_bytes())?;
+        self.json = None;
         let rows: Vec<Row> = rows.into_iter().map(flatten).collect();
         self.columns.clear();
         for row in &rows {
@@ -202,7 +213,8 @@ impl ResultFiles {
         self.write_csv()
     }
 
-    fn write_csv(&self) -> Result<()> {
+    fn write_csv(&mut self) -> Result<()> {
+        self.csv = None;
         let mut text = csv_line(self.columns.iter().cloned());
         for row in &self.rows {
             text.push_str(&csv_line(self.columns.iter().map(|c| cell(Some(row), c))));

@@ -499,9 +499,10 @@ enum Heard {
     Command(Command),
     /// A trial's report was recorded (and went through the controller unless the trial was
     /// being stopped).
+    /// The metrics travel only when some callback wants them.
     Reported {
         trial: TrialId,
-        metrics: Metrics,
+        metrics: Option<Metrics>,
     },
     Ended {
         trial: TrialId,
@@ -607,8 +608,12 @@ impl Sweep {
                 }
                 Heard::Command(Command::Finish) => break,
                 Heard::Reported { trial, metrics } => {
-                    let info = self.info(trial);
-                    self.call_back(&running, &mut fatal, |c| c.on_trial_result(&info, &metrics));
+                    if let Some(metrics) = metrics {
+                        let info = self.info(trial);
+                        self.call_back(&running, &mut fatal, |c| {
+                            c.on_trial_result(&info, &metrics)
+                        });
+                    }
                 }
                 Heard::Ended { trial, halted, outcome } => {
                     running.remove(&trial);
@@ -829,11 +834,13 @@ impl Sweep {
             },
         );
         let controller = self.controller.clone();
+        let with_callbacks = !self.run.callbacks.is_empty();
         tokio::spawn(
             async move {
                 let halted = AtomicU8::new(Halt::GO);
                 let mut decide = |metrics: &Metrics| -> Result<bool> {
-                    let _ = heard.send(Heard::Reported { trial, metrics: metrics.clone() });
+                    let metrics_for_callbacks = with_callbacks.then(|| metrics.clone());
+                    let _ = heard.send(Heard::Reported { trial, metrics: metrics_for_callbacks });
                     if halt.get() == Halt::GO {
                         let event = Event::ResultReported { trial, metrics: metrics.clone() };
                         let commands =
