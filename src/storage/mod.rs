@@ -101,12 +101,36 @@ pub struct ResultFiles {
     /// The files as opened for appending (reopened after a rewrite replaced them).
     json: Option<File>,
     csv: Option<File>,
+    /// Each file's length and where its last line starts (for `replace_last`).
+    json_end: Ends,
+    csv_end: Ends,
 }
 
-/// `file`, opened for appending first if it is not yet.
-fn appending<'a>(file: &'a mut Option<File>, path: &Path) -> Result<&'a mut File> {
+/// A file's length and the offset of its last line.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ends {
+    len: u64,
+    last: u64,
+}
+
+impl Ends {
+    fn appended(&mut self, bytes: usize) {
+        self.last = self.len;
+        self.len += bytes as u64;
+    }
+
+    /// After writing `text` whole, whose last line is `last_line`.
+    fn whole(text: &str, last_line: usize) -> Ends {
+        Ends { len: text.len() as u64, last: (text.len() - last_line) as u64 }
+    }
+}
+
+/// `file`, opened for appending first if it is not yet (`ends` then learns its length).
+fn appending<'a>(file: &'a mut Option<File>, path: &Path, ends: &mut Ends) -> Result<&'a mut File> {
     if file.is_none() {
-        *file = Some(OpenOptions::new().create(true).append(true).open(path).at(path)?);
+        let f = OpenOptions::new().create(true).append(true).open(path).at(path)?;
+        ends.len = f.metadata().at(path)?.len();
+        *file = Some(f);
     }
     Ok(file.as_mut().expect("opened above"))
 }
@@ -123,6 +147,8 @@ impl ResultFiles {
             rows: Vec::new(),
             json: None,
             csv: None,
+            json_end: Ends::default(),
+            csv_end: Ends::default(),
         }
     }
 
@@ -130,8 +156,9 @@ impl ResultFiles {
     pub fn append(&mut self, row: Row) -> Result<()> {
         let mut line = serde_json::to_string(&row).expect("a map of JSON values serialises");
         line.push('\n');
-        let json = appending(&mut self.json, &self.json_path)?;
+        let json = appending(&mut self.json, &self.json_path, &mut self.json_end)?;
         json.write_all(line.as_bytes()).at(&self.json_path)?;
+        self.json_end.appended(line.len());
 
         let row = flatten(row);
         let new_columns: Vec<String> =
@@ -140,8 +167,10 @@ impl ResultFiles {
         // The header is written with the first row (and again when a column is added).
         if new_columns.is_empty() && self.rows.len() > 1 {
             let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
-            let csv = appending(&mut self.csv, &self.csv_path)?;
-            csv.write_all(line.as_bytes()).at(&self.csv_path)
+            let csv = appending(&mut self.csv, &self.csv_path, &mut self.csv_end)?;
+            csv.write_all(line.as_bytes()).at(&self.csv_path)?;
+            self.csv_end.appended(line.len());
+            Ok(())
         } else {
             self.columns.extend(new_columns);
             self.write_csv()
@@ -194,12 +223,16 @@ impl ResultFiles {
     /// hold each iteration once).
     pub fn rewrite(&mut self, rows: Vec<Row>) -> Result<()> {
         let mut json = String::new();
+        let mut last_line = 0;
         for row in &rows {
+            let before = json.len();
             json.push_str(&serde_json::to_string(row).expect("a map of JSON values serialises"));
             json.push('\n');
+            last_line = json.len() - before;
         }
         atomic_write(&self.json_path, json.as_bytes())?;
         self.json = None;
+        self.json_end = Ends::whole(&json, last_line);
         let rows: Vec<Row> = rows.into_iter().map(flatten).collect();
         self.columns.clear();
         for row in &rows {
@@ -216,10 +249,47 @@ impl ResultFiles {
     fn write_csv(&mut self) -> Result<()> {
         self.csv = None;
         let mut text = csv_line(self.columns.iter().cloned());
+        let mut last_line = 0;
         for row in &self.rows {
-            text.push_str(&csv_line(self.columns.iter().map(|c| cell(Some(row), c))));
+            let line = csv_line(self.columns.iter().map(|c| cell(Some(row), c)));
+            last_line = line.len();
+            text.push_str(&line);
         }
-        atomic_write(&self.csv_path, text.as_bytes())
+        atomic_write(&self.csv_path, text.as_bytes())?;
+        self.csv_end = Ends::whole(&text, last_line);
+        Ok(())
+    }
+
+    /// Replaces the last row in both files (cutting it off and appending `row`), as when a
+    /// run's last row becomes `done`.
+    pub fn replace_last(&mut self, row: Row) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let mut line = serde_json::to_string(&row).expect("a map of JSON values serialises");
+        line.push('\n');
+        let json = appending(&mut self.json, &self.json_path, &mut self.json_end)?;
+        json.set_len(self.json_end.last).at(&self.json_path)?;
+        json.write_all(line.as_bytes()).at(&self.json_path)?;
+        self.json_end.len = self.json_end.last + line.len() as u64;
+
+        let row = flatten(row);
+        let new_columns = row.keys().any(|k| !self.columns.contains(k));
+        *self.rows.last_mut().expect("checked above") = row;
+        if new_columns {
+            for key in self.rows.last().expect("checked above").keys() {
+                if !self.columns.contains(key) {
+                    self.columns.push(key.clone());
+                }
+            }
+            return self.write_csv();
+        }
+        let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
+        let csv = appending(&mut self.csv, &self.csv_path, &mut self.csv_end)?;
+        csv.set_len(self.csv_end.last).at(&self.csv_path)?;
+        csv.write_all(line.as_bytes()).at(&self.csv_path)?;
+        self.csv_end.len = self.csv_end.last + line.len() as u64;
+        Ok(())
     }
 }
 
@@ -270,6 +340,24 @@ mod tests {
 
     fn row(pairs: &[(&str, serde_json::Value)]) -> Row {
         pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    }
+
+    #[test]
+    fn the_last_row_is_replaced_in_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ResultFiles::new(dir.path());
+        for i in 1..=3 {
+            files.append(row(&[("loss", json!(i)), ("done", json!(false))])).unwrap();
+        }
+        files.replace_last(row(&[("loss", json!(3)), ("done", json!(true))])).unwrap();
+        files.append(row(&[("loss", json!(4)), ("done", json!(false))])).unwrap();
+        files.replace_last(row(&[("loss", json!(4)), ("done", json!(true))])).unwrap();
+        let csv = fs::read_to_string(dir.path().join("progress.csv")).unwrap();
+        assert_eq!(csv, "done,loss\nfalse,1\nfalse,2\ntrue,3\ntrue,4\n");
+        let json = fs::read_to_string(dir.path().join("result.json")).unwrap();
+        assert_eq!(json.lines().count(), 4);
+        assert_eq!(json.lines().last().unwrap(), r#"{"done":true,"loss":4}"#);
+        assert_eq!(ResultFiles::read_rows(dir.path()).unwrap()[2]["done"], json!(true));
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub(super) struct RunIdentity {
 }
 
 /// What a result row holds besides metrics (Ray's auto-filled fields).
-const ROW_FIELDS: [&str; 8] = [
+const ROW_FIELDS: [&str; 9] = [
+    "done",
     "trial_id",
     "config",
     "date",
@@ -160,6 +161,10 @@ impl RunState {
     /// checkpoints that were written but never recorded (by the last, failed attempt, or a
     /// straggler of an earlier one) go, so none can be taken for a real one.
     pub(super) fn end(&mut self) -> Result<()> {
+        if let Some((_, row)) = self.history.last_mut() {
+            row.insert("done".into(), true.into());
+            self.files.replace_last(row.clone())?;
+        }
         self.files.sync()?;
         checkpoint::set_fence(&self.run_dir, Fence::Closed)?;
         let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
@@ -198,6 +203,8 @@ impl RunState {
         row.insert("hostname".into(), identity.hostname.clone().into());
         row.insert("node_ip".into(), identity.node_ip.clone().into());
         row.insert("iterations_since_restore".into(), (iteration - self.restored_at).into());
+        // Ray's `done`: true on a run's last row only (set when the run ends).
+        row.insert("done".into(), false.into());
         self.files.append(row.clone())?;
         if self.verbose {
             println!("{}", progress_line(&metrics, &report.checkpoint));
@@ -283,6 +290,10 @@ impl RunState {
     /// recorded checkpoints; sweeps any other checkpoint folder.
     fn truncate(&mut self, keep_until: f64) -> Result<()> {
         self.history.retain(|(m, _)| iteration_of(m) <= keep_until);
+        // The run goes on: no kept row is its last any more.
+        for (_, row) in &mut self.history {
+            row.insert("done".into(), false.into());
+        }
         self.time_offset =
             self.history.last().and_then(|(m, _)| m.get("time_total_s").copied()).unwrap_or(0.0);
         self.files.rewrite(self.history.iter().map(|(_, row)| row.clone()).collect())?;

@@ -385,6 +385,9 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
         let iterations: Vec<u64> =
             rows.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
         ensure!(iterations == [1, 2, 3, 4, 5, 6], "{}: iterations {iterations:?}", t.trial_id);
+        // Ray's `done`: the last row only, also for the trials that went on after the kill.
+        let done: Vec<bool> = rows.iter().map(|r| r["done"] == true).collect();
+        ensure!(done == [false, false, false, false, false, true], "{}: {done:?}", t.trial_id);
         for r in &rows {
             let it = r["training_iteration"].as_u64().unwrap_or(0);
             ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id);
@@ -439,10 +442,12 @@ pub fn hyperband_pauses_and_resumes_trials_from_their_checkpoints() -> Result<()
             "{}: iterations {iterations:?}",
             t.trial_id
         );
-        for r in &rows {
+        for (i, r) in rows.iter().enumerate() {
             let it = r["training_iteration"].as_u64().unwrap_or(0);
             ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id);
             resumed += usize::from(r["iterations_since_restore"].as_u64() != Some(it));
+            // A paused trial's row stops being its last when it goes on.
+            ensure!((r["done"] == true) == (i + 1 == rows.len()), "{}: {r}", t.trial_id);
         }
         longest = longest.max(iterations.len());
     }
