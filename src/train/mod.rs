@@ -16,7 +16,7 @@ pub use crate::config::{
 pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
-pub(crate) use record::read_run;
+pub(crate) use record::{read_run, read_run_to_resume};
 pub use trainer::TorchTrainer;
 
 pub use crate::worker::{DistributedModel, TrainContext, TrainFn};

@@ -78,10 +78,10 @@ impl RunState {
     }
 
     /// Picks up a run that an earlier driver left in `run_dir` (one killed mid-sweep, or a
-    /// paused trial): the rows up to its latest recorded checkpoint are kept and the later ones
-    /// dropped (they are redone from it), the checkpoints those rows recorded and still there
-    /// are kept, anything else is swept. Returns the checkpoint to resume from and the first
-    /// attempt number, after every attempt that wrote there (so the fence refuses their
+    /// paused trial): it goes on from its `resume_point`; the rows up to it are kept and the
+    /// later ones dropped (they are redone), the recorded checkpoints up to it that are still
+    /// there are kept, anything else is swept. Returns the checkpoint to resume from and the
+    /// first attempt number, after every attempt that wrote there (so the fence refuses their
     /// stragglers).
     pub(super) fn pick_up(
         run_dir: &Path,
@@ -89,24 +89,31 @@ impl RunState {
         identity: RunIdentity,
     ) -> Result<(Self, Option<Checkpoint>, u32)> {
         let (mut state, last_attempt) = Self::load(run_dir, run, identity)?;
-        // A checkpoint taken over from another trial (PBT) wins over the run's own ones unless
-        // it recorded a later one since.
-        let exploited = Checkpoint::from_directory(run_dir.join(checkpoint::EXPLOITED_DIR)).ok();
-        let own = state.checkpoints.last().map(|(_, m)| iteration_of(m));
-        let resume = match exploited {
-            Some(ck) if own.is_none_or(|own| own <= ck.iteration().unwrap_or(0) as f64) => {
-                let from = ck.iteration()? as f64;
-                state.checkpoints.retain(|(_, m)| iteration_of(m) <= from);
-                state.truncate(from)?;
-                Some(ck)
-            }
-            _ => state.roll_back()?,
-        };
+        let (resume, until) = state.resume_point()?;
+        state.checkpoints.retain(|(_, m)| iteration_of(m) <= until);
+        state.truncate(until)?;
         Ok((state, resume, last_attempt.map_or(0, |a| a + 1)))
     }
 
-    /// The run in `run_dir` as a finished run's result, read back from its files.
-    fn read_result(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+    /// Where a picked-up run goes on from, and the iteration its kept rows end at: its latest
+    /// recorded checkpoint, or a checkpoint it took over from another trial (PBT) unless it
+    /// recorded a later one of its own since.
+    fn resume_point(&self) -> Result<(Option<Checkpoint>, f64)> {
+        let exploited =
+            Checkpoint::from_directory(self.run_dir.join(checkpoint::EXPLOITED_DIR)).ok();
+        let own = self.checkpoints.last();
+        if let Some(ck) = exploited {
+            let from = ck.iteration()? as f64;
+            if own.is_none_or(|(_, m)| iteration_of(m) <= from) {
+                return Ok((Some(ck), from));
+            }
+        }
+        Ok(own.map_or((None, 0.0), |(c, m)| (Some(c.clone()), iteration_of(m))))
+    }
+
+    /// The run in `run_dir` as a run's result, read back from its files (with `to_resume`,
+    /// only up to its `resume_point`).
+    fn read_result(run_dir: &Path, run: &RunConfig, to_resume: bool) -> Result<TrainResult> {
         let identity = RunIdentity {
             trial_id: None,
             config: serde_json::Value::Null,
@@ -114,7 +121,12 @@ impl RunState {
             hostname: String::new(),
             node_ip: String::new(),
         };
-        let (state, _) = Self::load(run_dir, run, identity)?;
+        let (mut state, _) = Self::load(run_dir, run, identity)?;
+        if to_resume {
+            let (_, until) = state.resume_point()?;
+            state.checkpoints.retain(|(_, m)| iteration_of(m) <= until);
+            state.history.retain(|(m, _)| iteration_of(m) <= until);
+        }
         Ok(state.into_result(run_dir.to_owned(), None, Vec::new(), 0.0))
     }
 
@@ -328,10 +340,15 @@ fn iteration_of(metrics: &Metrics) -> f64 {
 }
 
 /// The run in `run_dir` as its files hold it: every kept row and the recorded checkpoints
-/// still there (ranked by `run`'s checkpoint settings). For a run that was cut short, `checkpoint`
-/// is the one it would go on from.
+/// still there (ranked by `run`'s checkpoint settings).
 pub(crate) fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
-    RunState::read_result(run_dir, run)
+    RunState::read_result(run_dir, run, false)
+}
+
+/// Like `read_run`, for a run that will be picked up: only what picking it up keeps (the rows
+/// and checkpoints up to where it goes on from). Nothing on disk changes.
+pub(crate) fn read_run_to_resume(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+    RunState::read_result(run_dir, run, true)
 }
 
 /// `iter 3 (1.2s)  loss=0.1490  val_acc=0.9703  [checkpoint_000003]`

@@ -12,7 +12,7 @@ use super::controller::ControllerState;
 use super::result_grid::TrialResult;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
-use crate::train::read_run;
+use crate::train::{read_run, read_run_to_resume};
 
 /// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
 /// refuses others.
@@ -144,20 +144,27 @@ fn read_experiment_file<T: serde::de::DeserializeOwned>(
 }
 
 /// An experiment as its files hold it: its state, and every trial it lists with what its files
-/// hold (`read_run`: all its rows, its recorded checkpoints).
+/// hold (`read_run`: all its rows, its recorded checkpoints). With `to_resume`, the unfinished
+/// trials hold only what going on with them keeps (`read_run_to_resume`).
 pub(super) fn read_experiment(
     path: &Path,
     run: &RunConfig,
+    to_resume: bool,
 ) -> Result<(SavedExperiment, BTreeMap<TrialId, TrialResult>)> {
     let saved = SavedExperiment::read(path)?;
     let mut trials = BTreeMap::new();
     for row in &saved.trials {
         let dir = path.join(&row.dir);
+        let result = if to_resume && !row.status.is_finished() {
+            read_run_to_resume(&dir, run)?
+        } else {
+            read_run(&dir, run)?
+        };
         let trial = TrialResult {
             trial_id: row.trial_id.clone(),
             status: row.status,
             params: row.params.clone(),
-            result: Some(read_run(&dir, run)?),
+            result: Some(result),
             error: row.error.clone(),
             path: dir,
         };

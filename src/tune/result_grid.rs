@@ -87,7 +87,7 @@ impl ResultGrid {
     /// when its driver died keeps that status and the rows it had written).
     pub fn from_path(path: impl AsRef<Path>) -> Result<ResultGrid> {
         let path = path.as_ref();
-        let (saved, trials) = read_experiment(path, &RunConfig::default())?;
+        let (saved, trials) = read_experiment(path, &RunConfig::default(), false)?;
         Ok(ResultGrid {
             path: path.to_owned(),
             metric: saved.metric,

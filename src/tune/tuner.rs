@@ -187,15 +187,11 @@ impl Tuner {
     /// Runs the sweep to its end. Mistakes in the settings fail before any trial starts.
     pub fn fit(self) -> Result<ResultGrid> {
         let driver = Driver::get()?;
-        if self.run.as_ref().unwrap_or(self.trainer.run()).resolved_cluster().is_none() {
-            // A trial bigger than the machine could never start: say so before any does.
-            driver.check_fits_locally(self.trainer.scaling_config())?;
-        }
-        let mut sweep = self.prepare()?;
+        let mut sweep = self.prepare(driver)?;
         driver.block_on(sweep.run(driver))
     }
 
-    fn prepare(self) -> Result<Sweep> {
+    fn prepare(self, driver: &'static Driver) -> Result<Sweep> {
         let Tuner { trainer, space, tune, run, restoring } = self;
         let mut run = run.unwrap_or_else(|| trainer.run().clone());
         if let Some((path, _)) = &restoring {
@@ -204,6 +200,10 @@ impl Tuner {
         }
         run.validate()?;
         trainer.validate()?;
+        if run.resolved_cluster().is_none() {
+            // A trial bigger than the machine could never start: say so before any does.
+            driver.check_fits_locally(trainer.scaling_config())?;
+        }
         let tune = match (&restoring, tune) {
             (None, tune) => tune.unwrap_or_else(TuneConfig::new),
             (Some((_, saved)), Some(tune)) => {
@@ -351,27 +351,19 @@ struct PickedUp {
 /// of trials started after the state snapshot (the controller does not know them; they are
 /// created again) are removed, so that every trial is in the experiment once.
 fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
-    let (saved, mut trials) = read_experiment(path, run)?;
+    let (saved, mut trials) = read_experiment(path, run, true)?;
     let mut histories = BTreeMap::new();
     for (&id, trial) in trials.iter_mut() {
-        let result = trial.result.as_mut().expect("read_experiment reads every trial's run");
         if !trial.status.is_finished() {
-            let until = match &result.checkpoint {
-                Some(c) => c.iteration()? as f64,
-                None => 0.0,
-            };
-            let at = |m: &Metrics| m.get("training_iteration").copied().unwrap_or(0.0);
-            result.metrics_history.retain(|m| at(m) <= until);
-            result.metrics = result.metrics_history.last().cloned();
             trial.status = TrialStatus::Paused;
         }
-        histories.insert(id, result.metrics_history.clone());
+        histories.insert(id, trial.history().to_vec());
     }
     let known: Vec<&str> = saved.trials.iter().map(|t| t.dir.as_str()).collect();
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let trial_dir = entry.path().is_dir() && name.starts_with("TorchTrainer_");
+        let trial_dir = entry.path().is_dir() && name.starts_with(TRIAL_DIR_PREFIX);
         if trial_dir && !known.contains(&name.as_str()) {
             tracing::info!("{name} started after the last state snapshot; it runs again");
             std::fs::remove_dir_all(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
@@ -490,6 +482,9 @@ impl Halt {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// How every trial directory's name begins (Ray's `<trainable>_`).
+const TRIAL_DIR_PREFIX: &str = "TorchTrainer_";
 
 /// The driver's log in the experiment directory (the same lines as on stderr).
 pub const DRIVER_LOG: &str = "driver.log";
@@ -798,7 +793,7 @@ impl Sweep {
                 let index = trial.0;
                 let trial_id = format!("{}_{index:05}", self.experiment);
                 let dir_name = format!(
-                    "TorchTrainer_{trial_id}_{index}_{}_{}",
+                    "{TRIAL_DIR_PREFIX}{trial_id}_{index}_{}_{}",
                     short_params(&sampled),
                     date()
                 );
