@@ -10,10 +10,10 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// The log files being written, with the id of their guard.
 static FILES: Mutex<Vec<(u64, Arc<Mutex<File>>)>> = Mutex::new(Vec::new());
@@ -31,8 +31,6 @@ pub fn install() {
         tracing_subscriber::fmt::layer().with_writer(Tee).with_ansi(false).with_filter(filter());
     let _ = tracing_subscriber::registry().with(stderr).with(files).try_init();
 }
-
-use tracing_subscriber::Layer;
 
 /// Writes every log line to `path` too (appending), until the guard is dropped.
 pub fn tee_to(path: &Path) -> std::io::Result<TeeGuard> {

@@ -154,27 +154,12 @@ impl ResultFiles {
 
     /// Appends one row to both files.
     pub fn append(&mut self, row: Row) -> Result<()> {
-        let mut line = serde_json::to_string(&row).expect("a map of JSON values serialises");
-        line.push('\n');
-        let json = appending(&mut self.json, &self.json_path, &mut self.json_end)?;
-        json.write_all(line.as_bytes()).at(&self.json_path)?;
-        self.json_end.appended(line.len());
-
+        self.put_json_line(&row, false)?;
         let row = flatten(row);
-        let new_columns: Vec<String> =
-            row.keys().filter(|k| !self.columns.contains(k)).cloned().collect();
+        let added = self.add_columns(&row);
         self.rows.push(row);
         // The header is written with the first row (and again when a column is added).
-        if new_columns.is_empty() && self.rows.len() > 1 {
-            let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
-            let csv = appending(&mut self.csv, &self.csv_path, &mut self.csv_end)?;
-            csv.write_all(line.as_bytes()).at(&self.csv_path)?;
-            self.csv_end.appended(line.len());
-            Ok(())
-        } else {
-            self.columns.extend(new_columns);
-            self.write_csv()
-        }
+        if added || self.rows.len() == 1 { self.write_csv() } else { self.put_csv_line(false) }
     }
 
     /// The rows of `dir/result.json`, oldest first (none when there is no file). A last line
@@ -236,11 +221,7 @@ impl ResultFiles {
         let rows: Vec<Row> = rows.into_iter().map(flatten).collect();
         self.columns.clear();
         for row in &rows {
-            for key in row.keys() {
-                if !self.columns.contains(key) {
-                    self.columns.push(key.clone());
-                }
-            }
+            self.add_columns(row);
         }
         self.rows = rows;
         self.write_csv()
@@ -266,31 +247,54 @@ impl ResultFiles {
         if self.rows.is_empty() {
             return Ok(());
         }
-        let mut line = serde_json::to_string(&row).expect("a map of JSON values serialises");
-        line.push('\n');
-        let json = appending(&mut self.json, &self.json_path, &mut self.json_end)?;
-        json.set_len(self.json_end.last).at(&self.json_path)?;
-        json.write_all(line.as_bytes()).at(&self.json_path)?;
-        self.json_end.len = self.json_end.last + line.len() as u64;
-
+        self.put_json_line(&row, true)?;
         let row = flatten(row);
-        let new_columns = row.keys().any(|k| !self.columns.contains(k));
+        let added = self.add_columns(&row);
         *self.rows.last_mut().expect("checked above") = row;
-        if new_columns {
-            for key in self.rows.last().expect("checked above").keys() {
-                if !self.columns.contains(key) {
-                    self.columns.push(key.clone());
-                }
-            }
-            return self.write_csv();
-        }
-        let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
-        let csv = appending(&mut self.csv, &self.csv_path, &mut self.csv_end)?;
-        csv.set_len(self.csv_end.last).at(&self.csv_path)?;
-        csv.write_all(line.as_bytes()).at(&self.csv_path)?;
-        self.csv_end.len = self.csv_end.last + line.len() as u64;
-        Ok(())
+        if added { self.write_csv() } else { self.put_csv_line(true) }
     }
+
+    /// Adds `row`'s columns that the table lacks, in its order; whether there were any.
+    fn add_columns(&mut self, row: &Row) -> bool {
+        let before = self.columns.len();
+        for key in row.keys() {
+            if !self.columns.contains(key) {
+                self.columns.push(key.clone());
+            }
+        }
+        self.columns.len() > before
+    }
+
+    /// Writes `row` as result.json's last line: appended, or over the last one.
+    fn put_json_line(&mut self, row: &Row, over_last: bool) -> Result<()> {
+        let mut line = serde_json::to_string(row).expect("a map of JSON values serialises");
+        line.push('\n');
+        put_line(&mut self.json, &self.json_path, &mut self.json_end, &line, over_last)
+    }
+
+    /// Writes the last row as progress.csv's last line: appended, or over the last one.
+    fn put_csv_line(&mut self, over_last: bool) -> Result<()> {
+        let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
+        put_line(&mut self.csv, &self.csv_path, &mut self.csv_end, &line, over_last)
+    }
+}
+
+/// Appends `line` to the file (cutting its last line off first with `over_last`).
+fn put_line(
+    file: &mut Option<File>,
+    path: &Path,
+    ends: &mut Ends,
+    line: &str,
+    over_last: bool,
+) -> Result<()> {
+    let f = appending(file, path, ends)?;
+    if over_last {
+        f.set_len(ends.last).at(path)?;
+        ends.len = ends.last;
+    }
+    f.write_all(line.as_bytes()).at(path)?;
+    ends.appended(line.len());
+    Ok(())
 }
 
 /// Nested objects become `outer/inner` columns, as in Ray's `progress.csv` (`config/lr`).
