@@ -304,7 +304,8 @@ impl RunConfig {
         self
     }
 
-    pub(crate) fn resolved_storage_path(&self) -> PathBuf {
+    /// Where experiments go: `storage_path`, else `$RTUNE_STORAGE_PATH`, else `~/rtune_results`.
+    pub fn resolved_storage_path(&self) -> PathBuf {
         if let Some(path) = &self.storage_path {
             return path.clone();
         }

@@ -58,6 +58,11 @@ pub enum Error {
     /// Building or writing a results table (polars).
     #[error("results table: {0}")]
     Table(#[from] polars::error::PolarsError),
+
+    /// The sweep was interrupted (`Interrupt::interrupt`, Ctrl-C in `rtune run`); it stopped
+    /// where it was and goes on with `Tuner::restore(path, ..)`.
+    #[error("interrupted; the experiment in {} goes on with `rtune resume` or Tuner::restore", .path.display())]
+    Interrupted { path: PathBuf },
 }
 
 impl Error {

@@ -21,6 +21,7 @@
 //! happened through a return value, a callback or a channel it defines itself.
 //!
 //! ```text
+//! 10 cli         the `rtune` command: sweep files, progress, experiments on disk, cluster
 //! 9  tune        Tuner: the controller core, the shell, the experiment files, the ResultGrid
 //! 8  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
 //! 7  driver      what every run of the process shares: one runtime, hubs, the local pool
@@ -40,6 +41,7 @@
 //! that binary started again.
 
 pub mod callback;
+pub mod cli;
 pub mod cluster;
 pub mod collective;
 pub mod config;
@@ -74,4 +76,4 @@ pub use train::{
     ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
 pub use tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
-pub use worker::init;
+pub use worker::{TrainFn, init};

@@ -26,10 +26,25 @@ pub fn install() {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_target(false)
-        .with_filter(filter());
+        .with_filter(filter())
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+            !QUIET.load(std::sync::atomic::Ordering::Relaxed)
+                || *meta.level() <= tracing::Level::WARN
+        }));
     let files =
         tracing_subscriber::fmt::layer().with_writer(Tee).with_ansi(false).with_filter(filter());
     let _ = tracing_subscriber::registry().with(stderr).with(files).try_init();
+}
+
+/// Set by `quiet_stderr`.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Only warnings and errors on stderr from now on (the files named by `tee_to` still get
+/// everything): for commands that print their own progress. `RUST_LOG`, when set, wins.
+pub fn quiet_stderr() {
+    if std::env::var_os("RUST_LOG").is_none() {
+        QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Writes every log line to `path` too (appending), until the guard is dropped.

@@ -33,6 +33,8 @@ const LAYERS: &[&[&str]] = &[
     &["train"],
     // Ray Tune: sweeps of trainers.
     &["tune"],
+    // The `rtune` command line: sweep files, progress, experiments on disk, cluster commands.
+    &["cli"],
 ];
 
 fn root() -> PathBuf {

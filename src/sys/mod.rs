@@ -12,7 +12,9 @@ use std::sync::{Mutex, mpsc};
 use tokio::sync::oneshot;
 
 /// Spawns `command` as a worker process that dies with this process (`PR_SET_PDEATHSIG =
-/// SIGKILL`: a driver's or node agent's workers never outlive it), and hands its exit to
+/// SIGKILL`: a driver's or node agent's workers never outlive it), in a process group of its
+/// own (a terminal's Ctrl-C goes to the driver, which stops its trials cleanly, not to every
+/// worker at once), and hands its exit to
 /// `on_exit`. The returned sender kills it; dropping the sender kills it too. Also returns its
 /// stdin, stdout and stderr when the command piped them. Call inside a tokio runtime, from any thread:
 /// the fork happens on the spawner thread (see [`fork_on_spawner`]).
@@ -20,10 +22,10 @@ pub(crate) fn spawn_supervised(
     mut command: std::process::Command,
     on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
 ) -> std::io::Result<Supervised> {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    // SAFETY: prctl and setpgid are async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

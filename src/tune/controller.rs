@@ -143,6 +143,8 @@ impl Controller {
         mut scheduler: Box<dyn TrialScheduler>,
     ) -> Result<Controller> {
         config.validate()?;
+        searcher.validate()?;
+        scheduler.validate()?;
         if let Some((metric, mode)) = &config.metric {
             searcher.set_metric(metric, *mode)?;
             scheduler.set_metric(metric, *mode)?;

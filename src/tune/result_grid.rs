@@ -230,9 +230,14 @@ impl ResultGrid {
     /// Writes `dataframe()` to a CSV file (with a header row).
     pub fn write_csv(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-        CsvWriter::new(file).finish(&mut self.dataframe()?)?;
-        Ok(())
+        std::fs::write(path, self.csv()?).map_err(|e| Error::io(path, e))
+    }
+
+    /// `dataframe()` as CSV text (with a header row).
+    pub fn csv(&self) -> Result<String> {
+        let mut bytes = Vec::new();
+        CsvWriter::new(&mut bytes).finish(&mut self.dataframe()?)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// Every metric name reported by some trial, sorted.

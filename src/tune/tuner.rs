@@ -141,13 +141,57 @@ pub struct Tuner {
     run: Option<RunConfig>,
     /// Set by `Tuner::restore`: the experiment to go on with, and its settings.
     restoring: Option<(PathBuf, Settings)>,
+    interrupt: Interrupt,
+}
+
+/// Stops a running sweep where it is and leaves it resumable (Ray's Ctrl-C in `Tuner.fit`):
+/// the experiment's state is saved as it is, the running trials are stopped (their latest
+/// checkpoints kept) and nothing new starts; `fit` then returns `Error::Interrupted` and
+/// `Tuner::restore` goes on with the trials as they were. Clone it before handing it to the
+/// tuner to keep a handle (e.g. for a signal handler).
+#[derive(Clone, Default, Debug)]
+pub struct Interrupt(Arc<InterruptFlag>);
+
+#[derive(Default, Debug)]
+struct InterruptFlag {
+    asked: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Interrupt {
+    pub fn new() -> Self {
+        Interrupt::default()
+    }
+
+    /// Asks the sweep to stop; it returns once its running trials have stopped.
+    pub fn interrupt(&self) {
+        self.0.asked.store(true, Ordering::SeqCst);
+        self.0.notify.notify_one();
+    }
+
+    pub fn is_interrupted(&self) -> bool {
+        self.0.asked.load(Ordering::SeqCst)
+    }
+
+    async fn wait(&self) {
+        while !self.is_interrupted() {
+            self.0.notify.notified().await;
+        }
+    }
 }
 
 impl Tuner {
     /// A sweep of `trainer` over `space`. Each trial's sampled params are merged into the
     /// trainer's `train_loop_config`, top-level key by key; sampled values win.
     pub fn new(trainer: TorchTrainer, space: SearchSpace) -> Self {
-        Tuner { trainer, space, tune: None, run: None, restoring: None }
+        Tuner {
+            trainer,
+            space,
+            tune: None,
+            run: None,
+            restoring: None,
+            interrupt: Interrupt::new(),
+        }
     }
 
     /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
@@ -169,7 +213,14 @@ impl Tuner {
         let settings = Settings::read(&path)?;
         SavedExperiment::read(&path)?;
         let space = settings.param_space.clone();
-        Ok(Tuner { trainer, space, tune: None, run: None, restoring: Some((path, settings)) })
+        Ok(Tuner {
+            trainer,
+            space,
+            tune: None,
+            run: None,
+            restoring: Some((path, settings)),
+            interrupt: Interrupt::new(),
+        })
     }
 
     pub fn tune_config(mut self, config: TuneConfig) -> Self {
@@ -184,6 +235,12 @@ impl Tuner {
         self
     }
 
+    /// `interrupt` stops this sweep, resumable, when asked (see [`Interrupt`]).
+    pub fn interrupt(mut self, interrupt: Interrupt) -> Self {
+        self.interrupt = interrupt;
+        self
+    }
+
     /// Runs the sweep to its end. Mistakes in the settings fail before any trial starts.
     pub fn fit(self) -> Result<ResultGrid> {
         let driver = Driver::get()?;
@@ -192,7 +249,7 @@ impl Tuner {
     }
 
     fn prepare(self, driver: &'static Driver) -> Result<Sweep> {
-        let Tuner { trainer, space, tune, run, restoring } = self;
+        let Tuner { trainer, space, tune, run, restoring, interrupt } = self;
         let mut run = run.unwrap_or_else(|| trainer.run().clone());
         if let Some((path, _)) = &restoring {
             run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -308,6 +365,8 @@ impl Tuner {
             controller: Arc::new(Mutex::new(controller)),
             trials,
             snapshots: Snapshots::new(),
+            interrupt,
+            frozen: false,
         })
     }
 }
@@ -318,7 +377,8 @@ fn make_experiment(run: &RunConfig, mut settings: Settings) -> Result<(PathBuf, 
     let storage = run.resolved_storage_path();
     let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
     let path = storage.join(&name);
-    if path.exists() && std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_some()) {
+    // Other files may be there already (`rtune run` puts its sweep file first).
+    if path.join(SETTINGS_FILE).exists() || path.join(STATE_FILE).exists() {
         return Err(Error::config(
             "RunConfig.name",
             format!(
@@ -541,6 +601,9 @@ struct Sweep {
     controller: Arc<Mutex<Controller>>,
     trials: BTreeMap<TrialId, TrialResult>,
     snapshots: Snapshots,
+    interrupt: Interrupt,
+    /// Interrupted: the state file keeps the snapshot taken then; the trials are stopping.
+    frozen: bool,
 }
 
 impl Sweep {
@@ -575,11 +638,29 @@ impl Sweep {
                     continue;
                 }
                 _ = tokio::time::sleep_until(self.snapshots.due_at().into()),
-                    if self.snapshots.dirty => {
+                    if self.snapshots.dirty && !self.frozen => {
                     self.save_state(&mut fatal);
                     continue;
                 }
+                _ = self.interrupt.wait(), if !self.frozen => {
+                    self.freeze(&running, &mut fatal);
+                    if running.is_empty() {
+                        break;
+                    }
+                    continue;
+                }
             };
+            if self.frozen {
+                // Only the running trials' ends matter now; they are not recorded as ended,
+                // so that restore goes on with them from their latest checkpoints.
+                if let Heard::Ended { trial, .. } = message {
+                    running.remove(&trial);
+                }
+                if running.is_empty() {
+                    break;
+                }
+                continue;
+            }
             match message {
                 Heard::Command(Command::StartTrial { trial, params, resume }) => {
                     let halt = Halt::default();
@@ -642,6 +723,10 @@ impl Sweep {
             if fatal.is_some() && running.is_empty() {
                 break;
             }
+        }
+        if self.frozen {
+            tracing::info!("sweep {} interrupted; it goes on with rtune resume", self.experiment);
+            return Err(fatal.unwrap_or_else(|| Error::Interrupted { path: self.path.clone() }));
         }
         // Trials the controller ended without running them again (a spent budget, fail-fast).
         {
@@ -722,6 +807,17 @@ impl Sweep {
         self.snapshots = Snapshots { dirty: false, last: Instant::now(), cost: began.elapsed() };
     }
 
+    /// Interrupted: saves the state as it is now (the snapshot restore goes on from) and asks
+    /// every running trial to stop; nothing new starts and nothing more is recorded.
+    fn freeze(&mut self, running: &BTreeMap<TrialId, Halt>, fatal: &mut Option<Error>) {
+        tracing::warn!("interrupted: stopping {} running trial(s), resumable", running.len());
+        self.save_state(fatal);
+        self.frozen = true;
+        for halt in running.values() {
+            halt.ask(Halt::PAUSE);
+        }
+    }
+
     /// A trial as callbacks see it.
     fn info(&self, trial: TrialId) -> TrialInfo {
         let t = &self.trials[&trial];
@@ -783,6 +879,9 @@ impl Sweep {
         halt: Halt,
         heard: mpsc::UnboundedSender<Heard>,
     ) {
+        // A trial the controller had started but the shell had not when the state was saved
+        // (a killed or interrupted driver) has no files to go on from: it starts afresh.
+        let resume = resume && self.trials.contains_key(&trial);
         let mut params = self.trainer.params().clone();
         for (key, value) in sampled.iter() {
             params.insert(key, value.clone());

@@ -2,6 +2,7 @@
 //! processes re-execute this binary, and `rtune::init()` must run first to turn such a process
 //! into a worker (libtest's generated `main` would not).
 
+mod cli;
 mod cluster;
 mod collective_process;
 mod common;
@@ -121,6 +122,14 @@ fn main() {
             "tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints",
             tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints,
         ),
+        test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
+        test("cli::ctrl_c_leaves_a_resumable_sweep", cli::ctrl_c_leaves_a_resumable_sweep),
+        test(
+            "cli::second_ctrl_c_stops_at_once_and_loses_nothing",
+            cli::second_ctrl_c_stops_at_once_and_loses_nothing,
+        ),
+        test("cli::failed_trials_exit_1_unless_allowed", cli::failed_trials_exit_1_unless_allowed),
+        test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

@@ -304,6 +304,10 @@ impl Bracket {
 }
 
 impl TrialScheduler for Asha {
+    fn validate(&self) -> Result<()> {
+        self.check()
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.target.set(metric, mode)
     }

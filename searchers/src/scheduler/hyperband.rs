@@ -322,6 +322,10 @@ impl HbBracket {
 }
 
 impl TrialScheduler for HyperBand {
+    fn validate(&self) -> Result<()> {
+        self.check()
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.target.set(metric, mode)
     }

@@ -146,6 +146,10 @@ impl MedianStopping {
 }
 
 impl TrialScheduler for MedianStopping {
+    fn validate(&self) -> Result<()> {
+        self.check()
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.target.set(metric, mode)
     }

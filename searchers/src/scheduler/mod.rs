@@ -58,6 +58,12 @@ pub trait TrialScheduler: Send {
     /// The metric to compare trials on and its direction.
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
 
+    /// Checks its settings before any trial runs: a setting it refuses is an
+    /// `Error::InvalidConfig` naming it. The default accepts everything.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// A trial was created (before it first runs).
     fn on_trial_add(&mut self, trials: &dyn TrialsView, trial: TrialId) -> Result<()>;
 
@@ -97,6 +103,9 @@ pub trait TrialScheduler: Send {
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (**self).set_metric(metric, mode)
+    }
+    fn validate(&self) -> Result<()> {
+        (**self).validate()
     }
     fn on_trial_add(&mut self, trials: &dyn TrialsView, trial: TrialId) -> Result<()> {
         (**self).on_trial_add(trials, trial)

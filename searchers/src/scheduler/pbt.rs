@@ -337,6 +337,10 @@ fn perturb_factor(v: &Value) -> Option<Num> {
 }
 
 impl TrialScheduler for Pbt {
+    fn validate(&self) -> Result<()> {
+        self.check()
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.target.set(metric, mode)
     }

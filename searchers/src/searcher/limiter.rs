@@ -64,6 +64,10 @@ impl<S: Searcher> ConcurrencyLimiter<S> {
 }
 
 impl<S: Searcher> Searcher for ConcurrencyLimiter<S> {
+    fn validate(&self) -> Result<()> {
+        self.inner.validate()
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.inner.set_metric(metric, mode)
     }

@@ -46,6 +46,12 @@ pub trait Searcher: Send {
     /// Tell the searcher which metric to optimise and in which direction.
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
 
+    /// Checks its settings before any trial runs: a setting it refuses is an
+    /// `Error::InvalidConfig` naming it. The default accepts everything.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The metric this searcher optimises, if it knows one (wrappers ask their inner searcher).
     fn metric(&self) -> Option<&str> {
         None
@@ -79,6 +85,9 @@ pub trait Searcher: Send {
 impl<S: Searcher + ?Sized> Searcher for Box<S> {
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (**self).set_metric(metric, mode)
+    }
+    fn validate(&self) -> Result<()> {
+        (**self).validate()
     }
     fn metric(&self) -> Option<&str> {
         (**self).metric()

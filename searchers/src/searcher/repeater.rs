@@ -95,6 +95,10 @@ impl<S: Searcher> Repeater<S> {
 }
 
 impl<S: Searcher> Searcher for Repeater<S> {
+    fn validate(&self) -> Result<()> {
+        self.inner.validate()
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.inner.set_metric(metric, mode)?;
         self.metric = Some(metric.to_string());

@@ -431,6 +431,10 @@ impl Tpe {
 }
 
 impl Searcher for Tpe {
+    fn validate(&self) -> Result<()> {
+        self.check_settings()
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         Objective::new(NAME, metric, mode)?;
         self.metric = Some(metric.to_string());

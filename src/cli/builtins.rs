@@ -1,0 +1,228 @@
+//! The train functions built into the `rtune` binary, and the registry a user's own binary
+//! adds its functions to (`rtune::cli::main(Registry::builtin().with(..))`).
+//!
+//! * `digits-mlp`: the demo model, a data-parallel MLP (64-hidden-hidden-10) on the 8x8 digits
+//!   shipped in `data/`. Params: `lr` (1e-3), `hidden` (256), `batch_size` (32, global),
+//!   `epochs` (20). Reports `loss` and `val_acc` with a checkpoint every epoch.
+//! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
+//!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
+//!   `seed` (0), `sleep_s` (0), `fail_at` (0: never). Reports `score` (rising to `plateau`)
+//!   and `loss` = 1 - score, one result and one checkpoint per iteration; the curve is a
+//!   function of the params and the iteration, so a resumed trial continues it exactly.
+
+use anyhow::{Context as _, Result};
+use rand::RngExt;
+use rtune_searchers::{Params, SearchRng};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Kind};
+
+use crate::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
+use crate::worker::{TrainContext, TrainFn};
+
+/// A train function the CLI can run by name (`[trainable] builtin = "NAME"`).
+#[derive(Debug, Clone)]
+pub struct Trainable {
+    pub name: String,
+    /// One line for `--help` and error messages.
+    pub about: String,
+    pub train: TrainFn,
+    /// Its `train_loop_config` before the param space is merged in (the param space wins).
+    pub defaults: Params,
+}
+
+/// The train functions a CLI binary offers.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    entries: Vec<Trainable>,
+}
+
+impl Registry {
+    /// No train functions.
+    pub fn empty() -> Self {
+        Registry::default()
+    }
+
+    /// `digits-mlp` and `synthetic-curve` (see the module docs).
+    pub fn builtin() -> Self {
+        Registry::empty()
+            .with(
+                "digits-mlp",
+                "data-parallel MLP on the shipped 8x8 digits (lr, hidden, batch_size, epochs)",
+                train_digits_mlp,
+                Params::new()
+                    .with("lr", 1e-3)
+                    .with("hidden", 256)
+                    .with("batch_size", 32)
+                    .with("epochs", 20),
+            )
+            .with(
+                "synthetic-curve",
+                "learning-curve simulator for schedulers (rate, plateau, noise, iterations)",
+                train_synthetic_curve,
+                Params::new()
+                    .with("rate", 0.3)
+                    .with("plateau", 1.0)
+                    .with("noise", 0.02)
+                    .with("iterations", 20)
+                    .with("seed", 0)
+                    .with("sleep_s", 0.0)
+                    .with("fail_at", 0),
+            )
+    }
+
+    /// Adds (or replaces) a train function under `name`.
+    pub fn with(
+        mut self,
+        name: impl Into<String>,
+        about: impl Into<String>,
+        train: TrainFn,
+        defaults: Params,
+    ) -> Self {
+        let name = name.into();
+        self.entries.retain(|t| t.name != name);
+        self.entries.push(Trainable { name, about: about.into(), train, defaults });
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Trainable> {
+        self.entries.iter().find(|t| t.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.entries.iter().map(|t| t.name.as_str()).collect()
+    }
+}
+
+/// Fixes the train/validation/test split of the digits.
+pub const DIGITS_SPLIT_SEED: u64 = 0;
+
+/// The demo's MLP: 64 → hidden → hidden → 10.
+pub fn digits_mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
+    nn::seq()
+        .add(nn::linear(vs / "fc1", DIGIT_FEATURES as i64, hidden, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(vs / "fc2", hidden, hidden, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(vs / "fc3", hidden, DIGIT_CLASSES as i64, Default::default()))
+}
+
+/// Fraction of `data` that `net` classifies right.
+pub fn digits_accuracy(net: &impl Module, data: &Digits) -> f64 {
+    let _no_grad = tch::no_grad_guard();
+    let (x, y) = data.tensors();
+    net.forward(&x)
+        .argmax(-1, false)
+        .eq_tensor(&y)
+        .to_kind(Kind::Float)
+        .mean(Kind::Float)
+        .double_value(&[])
+}
+
+/// `digits-mlp`: each rank trains on its share of every global batch; gradients are averaged
+/// across ranks; rank 0's validation accuracy and checkpoint are reported every epoch.
+pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
+    let p = ctx.params();
+    let (lr, hidden, epochs, batch) = (
+        p.get::<f64>("lr")?,
+        p.get::<i64>("hidden")?,
+        p.get::<u64>("epochs")?,
+        p.get::<usize>("batch_size")?,
+    );
+    anyhow::ensure!(lr > 0.0 && lr.is_finite(), "param `lr` = {lr}: use a positive rate");
+    anyhow::ensure!(hidden >= 1, "param `hidden` = {hidden}: use at least 1 unit");
+    let split = Digits::split(DIGITS_SPLIT_SEED)?;
+    // Rank 0's initial weights are broadcast to every rank; seeding makes runs repeatable.
+    tch::manual_seed(0);
+    let mut vs = nn::VarStore::new(ctx.device());
+    let net = digits_mlp(&vs.root(), hidden);
+    if let Some(checkpoint) = ctx.checkpoint() {
+        checkpoint.load_var_store(&mut vs)?;
+    }
+    let ddp = ctx.prepare_model(&vs)?;
+    let mut opt = nn::Adam::default().build(&vs, lr)?;
+    let (rank, world) = (ctx.world_rank(), ctx.world_size());
+    // Each rank takes its share of every global batch.
+    let per_rank = (batch / world).max(1);
+    for epoch in ctx.iteration()..epochs {
+        let order = shard(split.train.len(), rank, world, epoch, 1);
+        let steps = (order.len() / per_rank).max(1);
+        let mut loss_sum = 0.0;
+        for step in 0..steps {
+            let (x, y) = split.train.select(&order[step * per_rank..][..per_rank]).tensors();
+            let loss = net.forward(&x).cross_entropy_for_logits(&y);
+            ddp.backward_step(&mut opt, &loss)?;
+            loss_sum += loss.double_value(&[]);
+        }
+        let val_acc = digits_accuracy(&net, &split.validation);
+        let mut checkpoint = ctx.new_checkpoint()?;
+        checkpoint.save_var_store(&vs)?;
+        ctx.report([("loss", loss_sum / steps as f64), ("val_acc", val_acc)], Some(checkpoint))?;
+    }
+    Ok(())
+}
+
+/// The test-set accuracy of a `digits-mlp` checkpoint with `hidden` units.
+pub fn digits_test_accuracy(checkpoint: &crate::outcome::Checkpoint, hidden: i64) -> Result<f64> {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let net = digits_mlp(&vs.root(), hidden);
+    checkpoint.load_var_store(&mut vs)?;
+    let test = Digits::split(DIGITS_SPLIT_SEED)?.test;
+    Ok(digits_accuracy(&net, &test))
+}
+
+/// The simulated score after `t` iterations (see the module docs).
+pub fn synthetic_score(rate: f64, plateau: f64, noise: f64, seed: u64, t: u64) -> f64 {
+    let mut rng = SearchRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ t);
+    // Box-Muller: one standard normal draw from two uniforms.
+    let (u1, u2): (f64, f64) = (rng.random::<f64>().max(f64::MIN_POSITIVE), rng.random());
+    let gauss = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    plateau * (1.0 - (-rate * t as f64).exp()) + noise * gauss
+}
+
+/// `synthetic-curve`: one result (and checkpoint) per iteration of the simulated curve.
+pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
+    let p = ctx.params();
+    let rate = p.get::<f64>("rate")?;
+    let plateau = p.get::<f64>("plateau")?;
+    let noise = p.get::<f64>("noise")?;
+    let iterations = p.get::<u64>("iterations").context("param `iterations`")?;
+    let seed = p.get::<u64>("seed")?;
+    let sleep = p.get::<f64>("sleep_s")?;
+    let fail_at = p.get::<u64>("fail_at")?;
+    anyhow::ensure!(
+        sleep.is_finite() && sleep >= 0.0,
+        "param `sleep_s` = {sleep}: use a number of seconds >= 0"
+    );
+    for t in ctx.iteration() + 1..=iterations {
+        if sleep > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(sleep));
+        }
+        anyhow::ensure!(t != fail_at, "synthetic failure at iteration {t} (param `fail_at`)");
+        let score = synthetic_score(rate, plateau, noise, seed, t);
+        let checkpoint = ctx.new_checkpoint()?.metadata(serde_json::json!({ "score": score }));
+        ctx.report([("score", score), ("loss", 1.0 - score)], Some(checkpoint))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_synthetic_curve_is_a_function_of_its_params() {
+        let a = synthetic_score(0.3, 1.0, 0.02, 7, 5);
+        assert_eq!(a, synthetic_score(0.3, 1.0, 0.02, 7, 5));
+        assert_ne!(a, synthetic_score(0.3, 1.0, 0.02, 8, 5));
+        assert!((synthetic_score(0.3, 1.0, 0.0, 0, 50) - 1.0).abs() < 1e-6);
+        assert!(synthetic_score(0.9, 1.0, 0.0, 0, 3) > synthetic_score(0.1, 1.0, 0.0, 0, 3));
+    }
+
+    #[test]
+    fn registering_replaces_by_name() {
+        let r =
+            Registry::builtin().with("synthetic-curve", "mine", train_digits_mlp, Params::new());
+        assert_eq!(r.names(), ["digits-mlp", "synthetic-curve"]);
+        assert_eq!(r.get("synthetic-curve").unwrap().about, "mine");
+    }
+}

@@ -1,0 +1,133 @@
+//! The cluster commands: `rtune head`, `rtune node`, `rtune status`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::cluster::{self, client, head, node, pool};
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+pub(super) fn head(
+    port: u16,
+    bind: std::net::IpAddr,
+    token: Option<String>,
+    heartbeat_timeout: Duration,
+) -> Result<()> {
+    let token = match token {
+        Some(t) => Some(t),
+        None if !bind.is_loopback() => {
+            let t = cluster::new_token();
+            println!("cluster token (give it to nodes and drivers as --token or RTUNE_TOKEN): {t}");
+            Some(t)
+        }
+        None => None,
+    };
+    let config = head::HeadConfig {
+        bind: SocketAddr::new(bind, port),
+        token,
+        heartbeat_timeout,
+        heartbeat_interval: (heartbeat_timeout / 5).min(Duration::from_secs(1)),
+    };
+    runtime()?.block_on(async {
+        let handle = head::serve(config).await?;
+        println!("rtune head listening on {}", handle.address);
+        tokio::signal::ctrl_c().await?;
+        Ok(())
+    })
+}
+
+pub(super) fn node(
+    address: String,
+    num_cpus: Option<f64>,
+    num_gpus: Option<u32>,
+    resources: String,
+    node_ip: String,
+    token: Option<String>,
+) -> Result<()> {
+    let mut spec = pool::NodeSpec::detect_local();
+    spec.address = node_ip;
+    if let Some(cpus) = num_cpus {
+        spec = spec.cpus(cpus);
+    }
+    if let Some(gpus) = num_gpus {
+        spec = spec.gpus(gpus);
+    }
+    for (name, amount) in parse_resources(&resources)? {
+        spec = spec.custom(name, amount);
+    }
+    let config = node::NodeConfig { head: address, token, spec, retry: Duration::from_millis(500) };
+    runtime()?.block_on(node::run(config))?;
+    Ok(())
+}
+
+pub(super) fn status(address: String, json: bool, token: Option<String>) -> Result<()> {
+    let status = runtime()?.block_on(async {
+        let mut c = client::connect_head(&address, token.as_deref()).await?;
+        client::status(&mut c).await
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print_table(&status);
+    }
+    Ok(())
+}
+
+fn parse_resources(text: &str) -> Result<BTreeMap<String, f64>> {
+    let mut out = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, amount) = pair
+            .split_once('=')
+            .with_context(|| format!("--resources: {pair:?} is not NAME=AMOUNT (e.g. tpu=2)"))?;
+        let amount = self::amount(amount.trim())
+            .map_err(|e| anyhow::anyhow!("--resources: {name}={amount:?}: {e}"))?;
+        out.insert(name.trim().to_owned(), amount);
+    }
+    Ok(out)
+}
+
+/// A duration flag: a positive, finite number of seconds (clap names the flag in its error).
+pub(super) fn seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("{text} is not a positive, finite number of seconds (e.g. 5 or 0.5)"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{text} seconds is too long"))
+}
+
+/// A resource amount: a finite number ≥ 0.
+pub(super) fn amount(text: &str) -> Result<f64, String> {
+    let x: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !(x.is_finite() && x >= 0.0) {
+        return Err(format!("{text} is not a finite amount ≥ 0"));
+    }
+    Ok(x)
+}
+
+fn print_table(status: &pool::PoolStatus) {
+    println!(
+        "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",
+        "NODE", "ADDRESS", "ALIVE", "CPU", "CPU free", "GPU", "GPU free"
+    );
+    for n in &status.nodes {
+        println!(
+            "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",
+            n.id.to_string(),
+            n.address,
+            n.alive,
+            n.total.cpu,
+            n.free.cpu,
+            n.total.gpu,
+            n.free.gpu
+        );
+    }
+    println!("{} placement group(s)", status.groups.len());
+    for g in &status.groups {
+        println!("  {}", serde_json::to_string(g).unwrap_or_default());
+    }
+}

@@ -1,0 +1,518 @@
+//! A sweep file as a tree of items that remember where they were written (line and column in
+//! the file, or the `--set` that gave them), and a reader that walks it table by table, so that
+//! every mistake names the key path, the place, what is allowed, and the nearest valid key.
+//! Reading goes on after a mistake: the user sees every problem of the file at once.
+
+use std::fmt;
+use std::ops::Range;
+
+use rtune_searchers::{Map, Value};
+use toml::de::{DeTable, DeValue};
+
+/// Where an item was written.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Origin {
+    /// Byte range in the file.
+    File(Range<usize>),
+    /// `--set` argument.
+    Set(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Item {
+    pub origin: Origin,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Kind {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    /// Kept as written; nothing in a sweep file takes one.
+    Datetime(String),
+    Array(Vec<Item>),
+    Table(Vec<(String, Origin, Item)>),
+}
+
+impl Kind {
+    fn describe(&self) -> String {
+        match self {
+            Kind::Str(s) => format!("the string {s:?}"),
+            Kind::Int(i) => format!("the integer {i}"),
+            Kind::Float(x) => format!("the float {x}"),
+            Kind::Bool(b) => format!("the boolean {b}"),
+            Kind::Datetime(d) => format!("the datetime {d}"),
+            Kind::Array(_) => "an array".into(),
+            Kind::Table(_) => "a table".into(),
+        }
+    }
+}
+
+/// One mistake: the key path, where, and what is wrong (with what would be right).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    /// Dotted key path, e.g. `tune.scheduler.grace_period`.
+    pub key: String,
+    /// `sweep.toml:12:5`, or `--set tune.num_samples=0`.
+    pub at: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.at, self.message)
+        } else {
+            write!(f, "{}: `{}` {}", self.at, self.key, self.message)
+        }
+    }
+}
+
+/// Every mistake found in a sweep file (at least one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problems(pub Vec<Problem>);
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(f, "the sweep file has {n} mistake{}:", if n == 1 { "" } else { "s" })?;
+        for p in &self.0 {
+            write!(f, "\n  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// The text of a sweep file (`name` as errors show it), to turn byte offsets into lines and
+/// columns.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+impl Source {
+    /// `name:line:column` (both from 1) of a byte offset.
+    fn position(&self, offset: usize) -> String {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        format!("{}:{line}:{column}", self.name)
+    }
+
+    pub(crate) fn at(&self, origin: &Origin) -> String {
+        match origin {
+            Origin::File(span) => self.position(span.start),
+            Origin::Set(arg) => format!("--set {arg}"),
+        }
+    }
+
+    /// Parses the file; a syntax error is one problem at its place.
+    pub(crate) fn parse(&self) -> Result<Item, Problems> {
+        match DeTable::parse(&self.text) {
+            Ok(table) => {
+                let span = table.span();
+                let kind = table_kind(table.into_inner(), &Origin::File);
+                Ok(Item { origin: Origin::File(span), kind })
+            }
+            Err(e) => {
+                let at = e.span().map_or_else(|| self.name.clone(), |s| self.position(s.start));
+                let message = format!("is not valid TOML: {}", e.message().trim());
+                Err(Problems(vec![Problem { key: String::new(), at, message }]))
+            }
+        }
+    }
+}
+
+fn table_kind(table: DeTable<'_>, origin: &dyn Fn(Range<usize>) -> Origin) -> Kind {
+    Kind::Table(
+        table
+            .into_iter()
+            .map(|(k, v)| {
+                let key_origin = origin(k.span());
+                (k.into_inner().into_owned(), key_origin, item(v, origin))
+            })
+            .collect(),
+    )
+}
+
+fn item(v: toml::Spanned<DeValue<'_>>, origin: &dyn Fn(Range<usize>) -> Origin) -> Item {
+    let at = origin(v.span());
+    let kind = match v.into_inner() {
+        DeValue::String(s) => Kind::Str(s.into_owned()),
+        DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+            Ok(n) => Kind::Int(n),
+            // Beyond i64: TOML itself allows no more; keep it readable for the error.
+            Err(_) => Kind::Float(i.as_str().parse().unwrap_or(f64::NAN)),
+        },
+        DeValue::Float(x) => Kind::Float(x.as_str().parse().unwrap_or(f64::NAN)),
+        DeValue::Boolean(b) => Kind::Bool(b),
+        DeValue::Datetime(d) => Kind::Datetime(d.to_string()),
+        DeValue::Array(a) => Kind::Array(a.into_iter().map(|v| item(v, origin)).collect()),
+        DeValue::Table(t) => table_kind(t, origin),
+    };
+    Item { origin: at, kind }
+}
+
+/// Applies `key.path=value` (the value read as TOML, or as a string where it is not TOML) on top
+/// of the file's tree, creating tables on the way.
+pub(crate) fn apply_set(root: &mut Item, arg: &str) -> Result<(), Problem> {
+    let origin = Origin::Set(arg.to_owned());
+    let bad = |message: String| Problem { key: String::new(), at: format!("--set {arg}"), message };
+    let Some((path, text)) = arg.split_once('=') else {
+        return Err(bad("is not KEY.PATH=VALUE (e.g. --set tune.num_samples=8)".into()));
+    };
+    let keys: Vec<&str> = path.trim().split('.').map(str::trim).collect();
+    if keys.iter().any(|k| k.is_empty()) {
+        return Err(bad(format!("`{path}` is not a dotted key path (e.g. tune.num_samples)")));
+    }
+    let value = match DeValue::parse(text.trim()) {
+        Ok(v) => item(v, &|_| origin.clone()),
+        Err(_) => Item { origin: origin.clone(), kind: Kind::Str(text.trim().to_owned()) },
+    };
+    let mut node = root;
+    for (depth, key) in keys.iter().enumerate() {
+        if !matches!(node.kind, Kind::Table(_)) {
+            let parent = keys[..depth].join(".");
+            return Err(bad(format!("`{parent}` is {}, not a table", node.kind.describe())));
+        }
+        let Kind::Table(entries) = &mut node.kind else { unreachable!("checked above") };
+        let last = depth + 1 == keys.len();
+        let index = match entries.iter().position(|(k, _, _)| k == key) {
+            Some(i) => i,
+            None => {
+                let empty = Item { origin: origin.clone(), kind: Kind::Table(Vec::new()) };
+                entries.push(((*key).to_owned(), origin.clone(), empty));
+                entries.len() - 1
+            }
+        };
+        if last {
+            entries[index].2 = value;
+            return Ok(());
+        }
+        node = &mut entries[index].2;
+    }
+    unreachable!("the loop returns at the last key")
+}
+
+/// Gathers problems while a tree is read; they come out in the order of the file (the
+/// `--set`s after it).
+pub(crate) struct Report<'s> {
+    source: &'s Source,
+    problems: Vec<(usize, Problem)>,
+}
+
+impl<'s> Report<'s> {
+    pub fn new(source: &'s Source) -> Self {
+        Report { source, problems: Vec::new() }
+    }
+
+    pub fn add(&mut self, key: &str, origin: &Origin, message: impl Into<String>) {
+        let at = self.source.at(origin);
+        let offset = match origin {
+            Origin::File(span) => span.start,
+            Origin::Set(_) => usize::MAX,
+        };
+        let problem = Problem { key: key.to_owned(), at, message: message.into() };
+        self.problems.push((offset, problem));
+    }
+
+    pub fn push(&mut self, problem: Problem) {
+        self.problems.push((usize::MAX, problem));
+    }
+
+    pub fn finish(mut self) -> Result<(), Problems> {
+        if self.problems.is_empty() {
+            return Ok(());
+        }
+        self.problems.sort_by_key(|(offset, _)| *offset);
+        Err(Problems(self.problems.into_iter().map(|(_, p)| p).collect()))
+    }
+}
+
+/// Reads one table: each getter takes a key (marking it known); `done` reports the keys no
+/// getter asked for, with the allowed ones and the nearest.
+pub(crate) struct Fields<'t> {
+    path: String,
+    origin: Origin,
+    entries: &'t [(String, Origin, Item)],
+    asked: Vec<&'static str>,
+}
+
+impl<'t> Fields<'t> {
+    /// The table `item` at `path`; anything else is a problem (and reads as empty).
+    pub fn of(item: &'t Item, path: &str, report: &mut Report<'_>) -> Fields<'t> {
+        let entries: &[_] = match &item.kind {
+            Kind::Table(entries) => entries,
+            other => {
+                report.add(
+                    path,
+                    &item.origin,
+                    format!("must be a table, not {}", other.describe()),
+                );
+                &[]
+            }
+        };
+        Fields { path: path.to_owned(), origin: item.origin.clone(), entries, asked: Vec::new() }
+    }
+
+    pub fn path(&self, key: &str) -> String {
+        if self.path.is_empty() { key.to_owned() } else { format!("{}.{key}", self.path) }
+    }
+
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The item under `key`, if written.
+    pub fn get(&mut self, key: &'static str) -> Option<&'t Item> {
+        self.asked.push(key);
+        self.entries.iter().find(|(k, _, _)| k == key).map(|(_, _, v)| v)
+    }
+
+    /// A value of the type `T` reads, or a problem saying what was found.
+    pub fn value<T: Typed>(&mut self, key: &'static str, report: &mut Report<'_>) -> Option<T> {
+        let item = self.get(key)?;
+        let got = T::read(&item.kind);
+        if got.is_none() {
+            let message = format!("must be {}, not {}", T::WHAT, item.kind.describe());
+            report.add(&self.path(key), &item.origin, message);
+        }
+        got
+    }
+
+    /// A string from `allowed`; anything else names them and the nearest.
+    pub fn one_of(
+        &mut self,
+        key: &'static str,
+        allowed: &[&str],
+        report: &mut Report<'_>,
+    ) -> Option<String> {
+        let item = self.get(key)?;
+        let path = self.path(key);
+        let Kind::Str(s) = &item.kind else {
+            let message = format!("must be one of {}, not {}", list(allowed), item.kind.describe());
+            report.add(&path, &item.origin, message);
+            return None;
+        };
+        if allowed.contains(&s.as_str()) {
+            return Some(s.clone());
+        }
+        let message = format!("is {s:?}; allowed: {}{}", list(allowed), did_you_mean(s, allowed));
+        report.add(&path, &item.origin, message);
+        None
+    }
+
+    /// Reports the keys no getter asked for.
+    pub fn done(self, report: &mut Report<'_>) {
+        for (key, origin, _) in self.entries {
+            if !self.asked.contains(&key.as_str()) {
+                let path = self.path(key);
+                let message = if self.asked.is_empty() {
+                    "is not a key here: this table takes none".to_owned()
+                } else {
+                    format!(
+                        "is not a key here; allowed: {}{}",
+                        list(&self.asked),
+                        did_you_mean(key, &self.asked)
+                    )
+                };
+                report.add(&path, origin, message);
+            }
+        }
+    }
+}
+
+/// A Rust type a sweep-file value reads as.
+pub(crate) trait Typed: Sized {
+    const WHAT: &'static str;
+    fn read(kind: &Kind) -> Option<Self>;
+}
+
+impl Typed for String {
+    const WHAT: &'static str = "a string";
+    fn read(kind: &Kind) -> Option<Self> {
+        if let Kind::Str(s) = kind { Some(s.clone()) } else { None }
+    }
+}
+
+impl Typed for bool {
+    const WHAT: &'static str = "true or false";
+    fn read(kind: &Kind) -> Option<Self> {
+        if let Kind::Bool(b) = kind { Some(*b) } else { None }
+    }
+}
+
+impl Typed for i64 {
+    const WHAT: &'static str = "an integer";
+    fn read(kind: &Kind) -> Option<Self> {
+        if let Kind::Int(i) = kind { Some(*i) } else { None }
+    }
+}
+
+impl Typed for f64 {
+    const WHAT: &'static str = "a number";
+    fn read(kind: &Kind) -> Option<Self> {
+        match kind {
+            Kind::Int(i) => Some(*i as f64),
+            Kind::Float(x) => Some(*x),
+            _ => None,
+        }
+    }
+}
+
+impl Typed for Vec<String> {
+    const WHAT: &'static str = "an array of strings";
+    fn read(kind: &Kind) -> Option<Self> {
+        let Kind::Array(items) = kind else { return None };
+        items.iter().map(|i| String::read(&i.kind)).collect()
+    }
+}
+
+/// The searchers crate's value of an item (for the param space).
+pub(crate) fn to_value(item: &Item) -> Value {
+    match &item.kind {
+        Kind::Str(s) | Kind::Datetime(s) => Value::Str(s.clone()),
+        Kind::Int(i) => Value::Int(*i),
+        Kind::Float(x) => Value::Float(*x),
+        Kind::Bool(b) => Value::Bool(*b),
+        Kind::Array(items) => Value::List(items.iter().map(to_value).collect()),
+        Kind::Table(entries) => {
+            let mut map = Map::new();
+            for (k, _, v) in entries {
+                map.insert(k.clone(), to_value(v));
+            }
+            Value::Map(map)
+        }
+    }
+}
+
+/// The item at a dotted path below `item` (for placing errors that name a path).
+pub(crate) fn find<'i>(item: &'i Item, path: &str) -> Option<(&'i Origin, &'i Item)> {
+    let mut node = item;
+    let mut origin = &item.origin;
+    for key in path.split('.').filter(|k| !k.is_empty()) {
+        let Kind::Table(entries) = &node.kind else { return None };
+        let (_, key_origin, value) = entries.iter().find(|(k, _, _)| k == key)?;
+        origin = key_origin;
+        node = value;
+    }
+    Some((origin, node))
+}
+
+pub(crate) fn list(names: &[&str]) -> String {
+    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// `; did you mean `x`?` for the nearest name within a few edits, or nothing.
+pub(crate) fn did_you_mean(word: &str, names: &[&str]) -> String {
+    let word = word.to_lowercase();
+    let best = names
+        .iter()
+        .map(|n| {
+            let name = n.to_lowercase();
+            // `maximum` for `max`: a name the word starts with (or the other way) is near.
+            let prefix = name.len() >= 3 && (word.starts_with(&name) || name.starts_with(&word));
+            (if prefix { 1 } else { edit_distance(&word, &name) }, n)
+        })
+        .min_by_key(|(d, _)| *d);
+    match best {
+        Some((d, name)) if d <= 2.max(word.chars().count() / 3) => {
+            format!("; did you mean `{name}`?")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Levenshtein distance in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(text: &str) -> Source {
+        Source { name: "sweep.toml".into(), text: text.into() }
+    }
+
+    #[test]
+    fn positions_are_lines_and_columns_from_one() {
+        let s = source("a = 1\n[tune]\n  metric = 2\n");
+        let root = s.parse().unwrap();
+        let (origin, value) = find(&root, "tune.metric").unwrap();
+        assert_eq!(s.at(origin), "sweep.toml:3:3");
+        assert_eq!(value.kind, Kind::Int(2));
+    }
+
+    #[test]
+    fn syntax_errors_name_the_place() {
+        let err = source("a = 1\nb = [1, 2\n").parse().unwrap_err();
+        assert_eq!(err.0.len(), 1);
+        assert!(err.0[0].at.starts_with("sweep.toml:"), "{err}");
+        assert!(err.to_string().contains("is not valid TOML"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_list_the_allowed_and_the_nearest() {
+        let s = source("[tune]\nmetrc = \"acc\"\nmode = 3\n");
+        let root = s.parse().unwrap();
+        let mut report = Report::new(&s);
+        let mut top = Fields::of(&root, "", &mut report);
+        let tune = top.get("tune").unwrap();
+        top.done(&mut report);
+        let mut fields = Fields::of(tune, "tune", &mut report);
+        assert_eq!(fields.value::<String>("metric", &mut report), None);
+        assert_eq!(fields.one_of("mode", &["max", "min"], &mut report), None);
+        fields.done(&mut report);
+        let text = report.finish().unwrap_err().to_string();
+        assert!(text.contains("sweep.toml:3:8: `tune.mode` must be one of `max`, `min`"), "{text}");
+        assert!(
+            text.contains(
+                "sweep.toml:2:1: `tune.metrc` is not a key here; allowed: `metric`, `mode`; \
+                 did you mean `metric`?"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn set_overrides_and_creates_keys() {
+        let s = source("[tune]\nnum_samples = 4\n");
+        let mut root = s.parse().unwrap();
+        apply_set(&mut root, "tune.num_samples=8").unwrap();
+        apply_set(&mut root, "tune.scheduler.type=asha").unwrap();
+        let (origin, value) = find(&root, "tune.num_samples").unwrap();
+        assert_eq!(value.kind, Kind::Int(8));
+        assert_eq!(s.at(&value.origin), "--set tune.num_samples=8");
+        assert_eq!(s.at(origin), "sweep.toml:2:1");
+        assert_eq!(find(&root, "tune.scheduler.type").unwrap().1.kind, Kind::Str("asha".into()));
+        let err = apply_set(&mut root, "tune.num_samples.x=1").unwrap_err();
+        assert!(err.message.contains("`tune.num_samples` is the integer 8"), "{err}");
+        assert!(apply_set(&mut root, "nothing").is_err());
+    }
+
+    #[test]
+    fn nearest_names() {
+        assert_eq!(edit_distance("grace_perod", "grace_period"), 1);
+        assert_eq!(did_you_mean("asah", &["asha", "pbt"]), "; did you mean `asha`?");
+        assert_eq!(did_you_mean("zzzzzz", &["asha", "pbt"]), "");
+        assert_eq!(did_you_mean("maximum", &["max", "min"]), "; did you mean `max`?");
+    }
+}

@@ -1,0 +1,313 @@
+//! Experiments on disk: `rtune ls` (the experiments under a storage path), `rtune show` (an
+//! experiment's trials or one trial's results), and the end-of-sweep table and JSON summary.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use rtune_searchers::{Metrics, TrialStatus};
+use serde_json::json;
+
+use super::Format;
+use crate::tune::{ResultGrid, Scope, TrialResult, Tuner};
+
+/// Right-aligned numbers, left-aligned text, columns as wide as their widest cell.
+fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            if cell.parse::<f64>().is_ok() {
+                text.push_str(&format!("{cell:>w$}"));
+            } else {
+                text.push_str(&format!("{cell:<w$}"));
+            }
+        }
+        text.trim_end().to_owned()
+    };
+    let mut out = vec![line(headers)];
+    out.extend(rows.iter().map(|r| line(r)));
+    out.join("\n")
+}
+
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v}")
+    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn status_name(status: TrialStatus) -> String {
+    format!("{status:?}").to_uppercase()
+}
+
+/// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all).
+pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
+    let mut trials: Vec<&TrialResult> = grid.trials.iter().collect();
+    let target = grid.metric.clone().zip(grid.mode);
+    if let Some((metric, mode)) = &target {
+        let key =
+            |t: &TrialResult| t.last(metric).filter(|v| v.is_finite()).map(|v| mode.sign() * v);
+        trials.sort_by(|a, b| match (key(a), key(b)) {
+            (Some(x), Some(y)) => y.total_cmp(&x),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
+    }
+    // The params that differ between trials (constants of the space say nothing here).
+    let params: Vec<String> = {
+        let mut values: Vec<(String, Vec<String>)> = Vec::new();
+        for t in &trials {
+            for (k, v) in t.params.flatten() {
+                match values.iter_mut().find(|(name, _)| *name == k) {
+                    Some((_, seen)) => seen.push(v.to_string()),
+                    None => values.push((k, vec![v.to_string()])),
+                }
+            }
+        }
+        let varies =
+            |seen: &[String]| seen.len() < trials.len() || seen.iter().any(|v| *v != seen[0]);
+        values
+            .into_iter()
+            .filter(|(_, seen)| trials.len() == 1 || varies(seen))
+            .map(|(name, _)| name)
+            .collect()
+    };
+    let mut headers = vec!["trial".to_owned(), "status".into(), "iter".into()];
+    if let Some((metric, _)) = &target {
+        headers.push(metric.clone());
+    }
+    headers.extend(params.iter().cloned());
+    let shown = if limit == 0 { trials.len() } else { limit.min(trials.len()) };
+    let rows: Vec<Vec<String>> = trials[..shown]
+        .iter()
+        .map(|t| {
+            let last = t.history().last();
+            let get = |k: &str| last.and_then(|m| m.get(k)).map_or("-".into(), |v| number(*v));
+            let mut row =
+                vec![t.trial_id.clone(), status_name(t.status), get("training_iteration")];
+            if let Some((metric, _)) = &target {
+                row.push(get(metric));
+            }
+            let flat: BTreeMap<String, String> = t
+                .params
+                .flatten()
+                .into_iter()
+                .map(|(k, v)| {
+                    (k, v.as_f64().filter(|_| v.as_i64().is_none()).map_or(v.to_string(), number))
+                })
+                .collect();
+            row.extend(params.iter().map(|p| flat.get(p).cloned().unwrap_or_default()));
+            row
+        })
+        .collect();
+    let mut text = text_table(&headers, &rows);
+    if shown < trials.len() {
+        text.push_str(&format!(
+            "\n… {} more (rtune show {})",
+            trials.len() - shown,
+            grid.path.display()
+        ));
+    }
+    text
+}
+
+fn counts(grid: &ResultGrid) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for t in &grid.trials {
+        *counts.entry(status_name(t.status)).or_default() += 1;
+    }
+    counts
+}
+
+fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
+    m.map_or(serde_json::Value::Null, |m| {
+        m.iter().map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v))).collect()
+    })
+}
+
+/// The trial's checkpoint to use: its best kept one, else its latest.
+fn checkpoint_of(t: &TrialResult) -> Option<String> {
+    let r = t.result.as_ref()?;
+    let ck = r.best_checkpoint().or(r.checkpoint.as_ref())?;
+    Some(ck.path().display().to_string())
+}
+
+/// `rtune run --json`: name, path, metric, mode, best trial, trials by status, time.
+pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
+    let best = grid.best_result(None, None, Scope::Last).ok().map(|t| {
+        json!({
+            "trial_id": t.trial_id,
+            "params": t.params,
+            "metrics": metrics_json(t.history().last()),
+            "checkpoint": checkpoint_of(t),
+        })
+    });
+    json!({
+        "name": grid.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "path": grid.path.display().to_string(),
+        "metric": grid.metric,
+        "mode": grid.mode.map(|m| format!("{m:?}").to_lowercase()),
+        "best": best,
+        "trials": counts(grid),
+        "time_s": time_s,
+    })
+}
+
+/// `rtune ls DIR`: one line per experiment under `dir`.
+pub(super) fn ls(dir: &Path) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    let mut rows = Vec::new();
+    let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths.into_iter().filter(|p| Tuner::can_restore(p)) {
+        let name = path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        match ResultGrid::from_path(&path) {
+            Ok(grid) => {
+                let status =
+                    counts(&grid).iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>();
+                let best = grid.best_result(None, None, Scope::Last).ok().and_then(|t| {
+                    let metric = grid.metric.as_deref()?;
+                    Some(format!("{metric}={}", number(t.last(metric)?)))
+                });
+                rows.push(vec![
+                    name,
+                    grid.trials.len().to_string(),
+                    status.join(", "),
+                    best.unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            Err(e) => rows.push(vec![name, "?".into(), format!("unreadable: {e}"), "-".into()]),
+        }
+    }
+    if rows.is_empty() {
+        println!("no experiments in {}", dir.display());
+        return Ok(());
+    }
+    let headers = ["experiment", "trials", "status", "best"].map(String::from);
+    println!("{}", text_table(&headers, &rows));
+    Ok(())
+}
+
+/// `rtune show DIR [TRIAL]`.
+pub(super) fn show(dir: &Path, trial: Option<&str>, format: Format) -> Result<()> {
+    if !Tuner::can_restore(dir) {
+        bail!("{} is not an experiment directory (see `rtune ls`)", dir.display());
+    }
+    let grid = ResultGrid::from_path(dir)?;
+    let Some(which) = trial else {
+        match format {
+            Format::Table => println!("{}", trials_table(&grid, 0)),
+            Format::Json => {
+                let trials: Vec<serde_json::Value> = grid
+                    .trials
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "trial_id": t.trial_id,
+                            "status": status_name(t.status),
+                            "params": t.params,
+                            "metrics": metrics_json(t.history().last()),
+                            "checkpoint": checkpoint_of(t),
+                            "error": t.error,
+                            "path": t.path.display().to_string(),
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&trials)?);
+            }
+            Format::Csv => print!("{}", grid.csv()?),
+        }
+        return Ok(());
+    };
+    let t = find_trial(&grid, which)?;
+    match format {
+        Format::Table => {
+            println!("trial {} ({}) in {}", t.trial_id, status_name(t.status), t.path.display());
+            println!("params: {}", serde_json::to_string(&t.params)?);
+            if let Some(e) = &t.error {
+                println!("error: {e}");
+            }
+            let mut names: Vec<String> = Vec::new();
+            for m in t.history() {
+                for k in m.keys() {
+                    if !names.contains(k) && k != "timestamp" && k != "done" {
+                        names.push(k.clone());
+                    }
+                }
+            }
+            let rows: Vec<Vec<String>> = t
+                .history()
+                .iter()
+                .map(|m| {
+                    names.iter().map(|k| m.get(k).map_or("-".into(), |v| number(*v))).collect()
+                })
+                .collect();
+            println!("{}", text_table(&names, &rows));
+        }
+        Format::Json => {
+            let history: Vec<serde_json::Value> =
+                t.history().iter().map(|m| metrics_json(Some(m))).collect();
+            let value = json!({
+                "trial_id": t.trial_id,
+                "status": status_name(t.status),
+                "params": t.params,
+                "error": t.error,
+                "checkpoint": checkpoint_of(t),
+                "history": history,
+            });
+            println!("{}", serde_json::to_string_pretty(&value)?);
+        }
+        Format::Csv => {
+            let progress = t.path.join("progress.csv");
+            let text = std::fs::read_to_string(&progress)
+                .with_context(|| format!("cannot read {}", progress.display()))?;
+            print!("{text}");
+        }
+    }
+    Ok(())
+}
+
+fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
+    let by_index = which.parse::<u64>().ok();
+    grid.trials
+        .iter()
+        .find(|t| {
+            t.trial_id == which
+                || t.path.file_name().is_some_and(|n| n == which)
+                || by_index
+                    .is_some_and(|i| t.trial_id.rsplit('_').next() == Some(&format!("{i:05}")))
+        })
+        .with_context(|| {
+            let ids: Vec<&str> = grid.trials.iter().map(|t| t.trial_id.as_str()).collect();
+            format!("no trial {which:?} in {}; its trials: {}", grid.path.display(), ids.join(", "))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_numbers_right() {
+        let headers = ["trial", "acc"].map(String::from);
+        let rows = vec![vec!["a".into(), "0.5".into()], vec!["bb".into(), "10.25".into()]];
+        assert_eq!(text_table(&headers, &rows), "trial  acc\na        0.5\nbb     10.25");
+        assert_eq!(number(3.0), "3");
+        assert_eq!(number(0.123456), "0.1235");
+        assert_eq!(number(1e-5), "1.000e-5");
+    }
+}

@@ -1,0 +1,441 @@
+//! The `rtune` command line: sweeps from a sweep file (`run`, `resume`), experiments on disk
+//! (`ls`, `show`), and the cluster (`head`, `node`, `status`). A user's own binary gets all of
+//! it, with its own train functions, from one call:
+//!
+//! ```no_run
+//! fn my_train(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
+//!     ctx.report([("score", 1.0)], None)?;
+//!     Ok(())
+//! }
+//!
+//! fn main() {
+//!     let registry = rtune::cli::Registry::builtin().with(
+//!         "my-model",
+//!         "what it trains",
+//!         my_train,
+//!         rtune::Params::new(),
+//!     );
+//!     rtune::cli::main(registry) // first line of main: it also runs the worker processes
+//! }
+//! ```
+//!
+//! Exit codes: 0 success; 1 some trials failed (or the sweep did); 2 invalid input; 3
+//! interrupted (Ctrl-C or SIGTERM: the experiment is left resumable).
+
+pub mod builtins;
+mod cluster;
+mod doc;
+mod inspect;
+mod progress;
+pub mod sweep;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use rtune_searchers::TrialStatus;
+
+pub use builtins::{Registry, Trainable};
+pub use doc::{Problem, Problems, Source};
+pub use sweep::SweepSpec;
+
+use crate::config::RunConfig;
+use crate::error::Error;
+use crate::tune::{Interrupt, ResultGrid, Tuner};
+
+/// Where `rtune run` keeps the sweep file it ran (and its `--set`s), for `rtune resume`.
+pub const SWEEP_COPY: &str = "sweep.json";
+
+/// Exit codes.
+pub const EXIT_TRIALS_FAILED: i32 = 1;
+pub const EXIT_INVALID: i32 = 2;
+pub const EXIT_INTERRUPTED: i32 = 3;
+
+/// rtune: hyperparameter sweeps of distributed libtorch training (Ray Tune + Ray Train in Rust).
+#[derive(Debug, Parser)]
+#[command(name = "rtune", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the sweep a sweep file describes.
+    #[command(
+        after_help = "Example:\n  rtune run examples/sweeps/synthetic_asha.toml --set tune.num_samples=8 --json out.json\n\n\
+        Exit codes: 0 success, 1 some trials failed, 2 invalid input, 3 interrupted (resumable).\n\
+        Ctrl-C stops the sweep and leaves it resumable (rtune resume DIR); a second Ctrl-C stops at once."
+    )]
+    Run {
+        /// The sweep file (TOML).
+        file: PathBuf,
+        /// Override a key of the file: `--set tune.num_samples=8` (the value read as TOML).
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Go on with an interrupted sweep started by `rtune run`.
+    #[command(after_help = "Example:\n  rtune resume rtune_results/digits-asha")]
+    Resume {
+        /// The experiment directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// List the experiments under a storage path.
+    #[command(after_help = "Example:\n  rtune ls rtune_results")]
+    Ls {
+        /// Default: $RTUNE_STORAGE_PATH, else ~/rtune_results.
+        dir: Option<PathBuf>,
+    },
+    /// Show an experiment's trials, or one trial's results.
+    #[command(after_help = "Examples:\n  rtune show rtune_results/digits-asha\n  \
+        rtune show rtune_results/digits-asha 3 --format csv")]
+    Show {
+        /// The experiment directory.
+        dir: PathBuf,
+        /// A trial: its id (`a1b2c_00003`), its index (3) or its directory name.
+        trial: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Serve a cluster: the resource pool that drivers reserve worker groups from.
+    #[command(after_help = "Example:\n  rtune head --port 6380")]
+    Head {
+        #[arg(long, default_value_t = 6380)]
+        port: u16,
+        /// Address to listen on. Anything but loopback requires a cluster token.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        /// The cluster token; generated and printed once when binding beyond loopback.
+        #[arg(long, env = "RTUNE_TOKEN")]
+        token: Option<String>,
+        /// Seconds of silence after which a node is dead.
+        #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = cluster::seconds)]
+        heartbeat_timeout: Duration,
+    },
+    /// Offer this machine to a head and run worker processes on its command.
+    #[command(after_help = "Example:\n  rtune node --address 127.0.0.1:6380 --num-cpus 4")]
+    Node {
+        /// The head, HOST:PORT.
+        #[arg(long)]
+        address: String,
+        #[arg(long, value_parser = cluster::amount)]
+        num_cpus: Option<f64>,
+        #[arg(long)]
+        num_gpus: Option<u32>,
+        /// Custom resources, e.g. `--resources tpu=2,ssd=1`.
+        #[arg(long, default_value = "")]
+        resources: String,
+        /// Where this node's workers listen (their address as seen by other nodes).
+        #[arg(long, default_value = "127.0.0.1")]
+        node_ip: String,
+        #[arg(long, env = "RTUNE_TOKEN")]
+        token: Option<String>,
+    },
+    /// Show a cluster's nodes (total and free resources) and its placement groups.
+    #[command(after_help = "Example:\n  rtune status --address 127.0.0.1:6380 --format json")]
+    Status {
+        #[arg(long, env = "RTUNE_ADDRESS")]
+        address: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        #[arg(long, env = "RTUNE_TOKEN")]
+        token: Option<String>,
+    },
+}
+
+/// How `run` and `resume` report.
+#[derive(Debug, clap::Args)]
+struct Output {
+    /// Write a summary (best trial, trials by status, time) as JSON to this file.
+    #[arg(long, value_name = "OUT")]
+    json: Option<PathBuf>,
+    /// Plain progress lines even on a terminal.
+    #[arg(long)]
+    no_tui: bool,
+    /// Exit 0 even when some trials failed.
+    #[arg(long)]
+    allow_failures: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+/// An error with the exit code it ends the command with.
+#[derive(Debug)]
+struct Exit(i32, anyhow::Error);
+
+impl<E: Into<anyhow::Error>> From<E> for Exit {
+    fn from(e: E) -> Self {
+        let e = e.into();
+        Exit(exit_code(&e), e)
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<Problems>().is_some() {
+        return EXIT_INVALID;
+    }
+    e.downcast_ref::<Error>().map_or(EXIT_TRIALS_FAILED, code_of)
+}
+
+fn code_of(e: &Error) -> i32 {
+    match e {
+        Error::Config { .. } | Error::Params(_) => EXIT_INVALID,
+        Error::Interrupted { .. } => EXIT_INTERRUPTED,
+        _ => EXIT_TRIALS_FAILED,
+    }
+}
+
+/// Runs the `rtune` command line with `registry`'s train functions and exits. Call it first
+/// in `main`: it also makes the binary's worker processes work (`rtune::init`).
+pub fn main(registry: Registry) -> ! {
+    crate::worker::init();
+    let cli = Cli::parse();
+    if matches!(cli.command, Command::Run { .. } | Command::Resume { .. }) {
+        // Progress lines say what happens; the full log is in the experiment's driver.log.
+        crate::log::quiet_stderr();
+    }
+    let code = match dispatch(cli, &registry) {
+        Ok(code) => code,
+        Err(Exit(code, e)) => {
+            eprintln!("rtune: {e:#}");
+            code
+        }
+    };
+    std::process::exit(code)
+}
+
+fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
+    match cli.command {
+        Command::Run { file, sets, output } => run(&file, &sets, &output, registry),
+        Command::Resume { dir, output } => resume(&dir, &output, registry),
+        Command::Ls { dir } => {
+            let dir = dir.unwrap_or_else(|| RunConfig::default().resolved_storage_path());
+            inspect::ls(&dir)?;
+            Ok(0)
+        }
+        Command::Show { dir, trial, format } => {
+            inspect::show(&dir, trial.as_deref(), format)?;
+            Ok(0)
+        }
+        Command::Head { port, bind, token, heartbeat_timeout } => {
+            cluster::head(port, bind, token, heartbeat_timeout)?;
+            Ok(0)
+        }
+        Command::Node { address, num_cpus, num_gpus, resources, node_ip, token } => {
+            cluster::node(address, num_cpus, num_gpus, resources, node_ip, token)?;
+            Ok(0)
+        }
+        Command::Status { address, format, token } => {
+            cluster::status(address, format == Format::Json, token)?;
+            Ok(0)
+        }
+    }
+}
+
+/// The sweep file `rtune run` ran, kept in the experiment for `rtune resume`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SweepCopy {
+    /// The file's path as given.
+    file: String,
+    text: String,
+    set: Vec<String>,
+}
+
+fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Result<i32, Exit> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the sweep file {}", file.display()))
+        .map_err(|e| Exit(EXIT_INVALID, e))?;
+    let source = doc::Source { name: file.display().to_string(), text };
+    let spec = SweepSpec::read(&source, sets, registry)?;
+    let mut run = spec.run_config();
+    let name = spec.name.clone().unwrap_or_else(|| {
+        let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
+        format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
+    });
+    let path = run.resolved_storage_path().join(&name);
+    if Tuner::can_restore(&path) || path.join(crate::tune::SETTINGS_FILE).exists() {
+        return Err(Exit(
+            EXIT_INVALID,
+            anyhow::anyhow!(
+                "{} already holds an experiment: go on with it with `rtune resume {}`, or run \
+                 this one under another name (--set name=NEW)",
+                path.display(),
+                path.display()
+            ),
+        ));
+    }
+    std::fs::create_dir_all(&path)
+        .with_context(|| format!("cannot create the experiment directory {}", path.display()))
+        .map_err(|e| Exit(EXIT_INVALID, e))?;
+    let copy =
+        SweepCopy { file: source.name.clone(), text: source.text.clone(), set: sets.to_vec() };
+    let copy_path = path.join(SWEEP_COPY);
+    crate::storage::atomic_write(&copy_path, &serde_json::to_vec_pretty(&copy)?)?;
+    run.name = Some(name);
+    let interrupt = Interrupt::new();
+    let run = with_progress(run, &spec, output, Vec::new());
+    println!("sweep {} ({} trials) in {}", source.name, samples(&spec), path.display());
+    let began = Instant::now();
+    let outcome = watch_signals(interrupt.clone(), || spec.tuner(run, interrupt.clone()).fit());
+    if outcome.is_err() && !path.join(crate::tune::SETTINGS_FILE).exists() {
+        // Refused before the experiment began: leave no half-made directory behind.
+        let _ = std::fs::remove_file(&copy_path);
+        let _ = std::fs::remove_dir(&path);
+    }
+    finish(outcome, &path, output, began)
+}
+
+fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit> {
+    let copy_path = dir.join(SWEEP_COPY);
+    let copy: SweepCopy = match std::fs::read(&copy_path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not rtune's sweep copy", copy_path.display()))
+            .map_err(|e| Exit(EXIT_INVALID, e))?,
+        Err(e) => {
+            let hint = if Tuner::can_restore(dir) {
+                "; it was not started by `rtune run`: go on with it from Rust with Tuner::restore"
+            } else {
+                "; is it an experiment directory (see `rtune ls`)?"
+            };
+            return Err(Exit(
+                EXIT_INVALID,
+                anyhow::anyhow!("cannot read {}: {e}{hint}", copy_path.display()),
+            ));
+        }
+    };
+    let source = doc::Source { name: copy.file.clone(), text: copy.text };
+    let spec = SweepSpec::read(&source, &copy.set, registry)?;
+    let ended: Vec<_> = ResultGrid::from_path(dir)
+        .map(|grid| grid.trials)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.status.is_finished())
+        .map(|t| (t.trial_id.clone(), t.status, t.history().last().cloned()))
+        .collect();
+    let run = with_progress(spec.run_config(), &spec, output, ended);
+    println!("resuming sweep {} in {}", copy.file, dir.display());
+    let interrupt = Interrupt::new();
+    let began = Instant::now();
+    let outcome = watch_signals(interrupt.clone(), || {
+        let tuner = Tuner::restore(dir, spec.trainer())?;
+        tuner.tune_config(spec.tune_config()).run_config(run).interrupt(interrupt.clone()).fit()
+    });
+    finish(outcome, dir, output, began)
+}
+
+fn samples(spec: &SweepSpec) -> String {
+    match spec.num_samples {
+        -1 => "until the time budget is spent".into(),
+        n => n.to_string(),
+    }
+}
+
+/// Plain progress lines (the terminal UI is still to come; `--no-tui` keeps them anyway).
+fn with_progress(
+    run: RunConfig,
+    spec: &SweepSpec,
+    output: &Output,
+    ended: Vec<(String, TrialStatus, Option<rtune_searchers::Metrics>)>,
+) -> RunConfig {
+    let _tui_wanted = !output.no_tui && std::io::stdout().is_terminal();
+    let metric = spec.metric.clone().zip(spec.mode);
+    let total = u64::try_from(spec.num_samples).ok();
+    let every = Duration::from_secs(5);
+    let progress = progress::Progress::new(std::io::stdout(), every, metric, total);
+    run.callback(progress.knowing(ended))
+}
+
+/// Runs `sweep` while SIGINT and SIGTERM interrupt it: the first asks it to stop resumable, a
+/// second ends the process at once (what is recorded stays recorded: every file rtune writes
+/// is appended or replaced atomically).
+fn watch_signals<T>(interrupt: Interrupt, sweep: impl FnOnce() -> T) -> T {
+    use tokio::signal::unix::{SignalKind, signal};
+    // The handlers are in place before the sweep starts; a thread waits on them.
+    let handlers =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|runtime| {
+            let streams = runtime.block_on(async {
+                Ok::<_, std::io::Error>((
+                    signal(SignalKind::interrupt())?,
+                    signal(SignalKind::terminate())?,
+                ))
+            })?;
+            Ok((runtime, streams))
+        });
+    match handlers {
+        Ok((runtime, (mut int, mut term))) => {
+            std::thread::spawn(move || {
+                runtime.block_on(async {
+                    let mut asked = 0;
+                    loop {
+                        tokio::select! {
+                            _ = int.recv() => {}
+                            _ = term.recv() => {}
+                        }
+                        asked += 1;
+                        if asked == 1 {
+                            eprintln!(
+                                "rtune: stopping the sweep, resumable (again to stop at once; \
+                                 what is recorded is kept)"
+                            );
+                            interrupt.interrupt();
+                        } else {
+                            eprintln!("rtune: stopped at once");
+                            std::process::exit(EXIT_INTERRUPTED);
+                        }
+                    }
+                })
+            });
+        }
+        Err(e) => tracing::warn!("cannot watch for Ctrl-C: {e}"),
+    }
+    sweep()
+}
+
+/// Prints the results, writes the JSON summary, and picks the exit code.
+fn finish(
+    outcome: crate::error::Result<ResultGrid>,
+    path: &Path,
+    output: &Output,
+    began: Instant,
+) -> Result<i32, Exit> {
+    let (grid, code, error) = match outcome {
+        Ok(grid) => (grid, 0, None),
+        Err(e) => {
+            let code = code_of(&e);
+            match ResultGrid::from_path(path) {
+                Ok(grid) => (grid, code, Some(e)),
+                Err(_) => return Err(Exit(code, e.into())),
+            }
+        }
+    };
+    println!("{}", inspect::trials_table(&grid, 10));
+    let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count();
+    if let Some(out) = &output.json {
+        let summary = inspect::summary(&grid, began.elapsed().as_secs_f64());
+        let text = serde_json::to_vec_pretty(&summary)?;
+        std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    if let Some(e) = error {
+        return Err(Exit(code, e.into()));
+    }
+    if failed > 0 && !output.allow_failures {
+        eprintln!(
+            "rtune: {failed} trial(s) failed (see `rtune show {} TRIAL` and each trial's \
+             error.txt); --allow-failures exits 0 anyway",
+            path.display()
+        );
+        return Ok(EXIT_TRIALS_FAILED);
+    }
+    Ok(code)
+}

@@ -1,0 +1,870 @@
+//! The sweep file (`rtune run sweep.toml`): read whole, checked whole, then turned into a
+//! `Tuner`. Nothing starts until every key is valid; every mistake names its key path, its
+//! line and column, what is allowed, and the nearest valid key.
+//!
+//! ```toml
+//! name = "digits-asha"                 # the experiment's folder under storage_path
+//! storage_path = "rtune_results"       # relative to the current directory
+//!
+//! [trainable]
+//! builtin = "digits-mlp"               # a train function registered in the binary
+//!
+//! [scaling]
+//! num_workers = 2                      # use_gpu, resources_per_worker, placement_strategy
+//!
+//! [param_space]                        # the searchers crate's domains
+//! lr = { loguniform = [1e-4, 1e-1] }
+//! hidden = { choice = [64, 128, 256] }
+//! batch_size = { choice = [16, 32, 64] }
+//! epochs = 12                          # constants are params too
+//!
+//! [tune]
+//! metric = "val_acc"
+//! mode = "max"
+//! num_samples = 16
+//! search = { type = "tpe", n_startup_trials = 6 }    # or search = "random"
+//! scheduler = { type = "asha", grace_period = 2, max_t = 12, reduction_factor = 2 }
+//! max_concurrent_trials = 1
+//! seed = 0
+//!
+//! [run]
+//! stop = { val_acc = 0.99 }                          # stop a trial at the first report >=
+//! failure = { max_failures = 1 }
+//! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use rtune_searchers::{
+    Asha, HyperBand, MedianStopping, Mode, Pbt, SearchSpace, Searcher, Tpe, TrialScheduler,
+};
+
+use super::builtins::{Registry, Trainable};
+use super::doc::{self, Fields, Item, Kind, Origin, Problems, Report, Source};
+use crate::config::{CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig};
+use crate::train::TorchTrainer;
+use crate::tune::{Interrupt, TuneConfig, Tuner};
+
+/// A valid sweep file.
+#[derive(Debug, Clone)]
+pub struct SweepSpec {
+    pub name: Option<String>,
+    pub storage_path: Option<PathBuf>,
+    pub trainable: Trainable,
+    pub scaling: ScalingConfig,
+    pub space: SearchSpace,
+    pub metric: Option<String>,
+    pub mode: Option<Mode>,
+    pub num_samples: i64,
+    pub search: Component,
+    pub scheduler: Component,
+    pub max_concurrent_trials: Option<usize>,
+    pub seed: u64,
+    pub time_budget_s: Option<f64>,
+    pub reuse_actors: bool,
+    pub fail_fast: bool,
+    pub stop: BTreeMap<String, f64>,
+    pub failure: FailureConfig,
+    pub checkpoint: CheckpointConfig,
+    pub cluster: Option<String>,
+}
+
+/// A searcher or scheduler by kind, with its options as written.
+#[derive(Debug, Clone)]
+pub struct Component {
+    pub kind: String,
+    options: Vec<(String, Opt)>,
+}
+
+#[derive(Debug, Clone)]
+enum Opt {
+    Num(f64),
+    Int(i64),
+    Bool(bool),
+    Str(String),
+    Pair(f64, f64),
+    Space(Box<SearchSpace>),
+}
+
+/// An option's type, as the sweep file must write it.
+#[derive(Clone, Copy)]
+enum Ty {
+    Num,
+    Int,
+    Bool,
+    Str,
+    Pair,
+    Space,
+}
+
+const SEARCHERS: &[(&str, &[(&str, Ty)])] = &[
+    ("random", &[]),
+    (
+        "tpe",
+        &[
+            ("n_startup_trials", Ty::Int),
+            ("n_ei_candidates", Ty::Int),
+            ("prior_weight", Ty::Num),
+            ("consider_magic_clip", Ty::Bool),
+            ("consider_endpoints", Ty::Bool),
+            ("constant_liar", Ty::Bool),
+        ],
+    ),
+];
+
+const SCHEDULERS: &[(&str, &[(&str, Ty)])] = &[
+    ("fifo", &[]),
+    (
+        "asha",
+        &[
+            ("time_attr", Ty::Str),
+            ("max_t", Ty::Num),
+            ("grace_period", Ty::Num),
+            ("reduction_factor", Ty::Num),
+            ("brackets", Ty::Int),
+            ("stop_last_trials", Ty::Bool),
+        ],
+    ),
+    (
+        "hyperband",
+        &[
+            ("time_attr", Ty::Str),
+            ("max_t", Ty::Num),
+            ("reduction_factor", Ty::Num),
+            ("stop_last_trials", Ty::Bool),
+        ],
+    ),
+    (
+        "median_stopping",
+        &[
+            ("time_attr", Ty::Str),
+            ("grace_period", Ty::Num),
+            ("min_samples_required", Ty::Int),
+            ("min_time_slice", Ty::Num),
+            ("hard_stop", Ty::Bool),
+        ],
+    ),
+    (
+        "pbt",
+        &[
+            ("time_attr", Ty::Str),
+            ("perturbation_interval", Ty::Num),
+            ("burn_in_period", Ty::Num),
+            ("hyperparam_mutations", Ty::Space),
+            ("quantile_fraction", Ty::Num),
+            ("resample_probability", Ty::Num),
+            ("perturbation_factors", Ty::Pair),
+        ],
+    ),
+];
+
+impl SweepSpec {
+    /// Reads and checks the whole file, `sets` (`key.path=value`) applied on top.
+    pub fn read(source: &Source, sets: &[String], registry: &Registry) -> Result<Self, Problems> {
+        let mut root = source.parse()?;
+        let mut report = Report::new(source);
+        for set in sets {
+            if let Err(p) = doc::apply_set(&mut root, set) {
+                report.push(p);
+            }
+        }
+        report.finish()?;
+        let mut report = Report::new(source);
+        let spec = read_root(&root, registry, &mut report);
+        report.finish()?;
+        Ok(spec.expect("a file without problems reads whole"))
+    }
+
+    /// The searcher and scheduler, built anew (they hold state, one per sweep).
+    pub fn tune_config(&self) -> TuneConfig {
+        let mut tune = TuneConfig::new();
+        tune.metric = self.metric.clone();
+        tune.mode = self.mode;
+        tune.num_samples = self.num_samples;
+        tune.search_alg = self.searcher().map(|s| Box::new(s) as Box<dyn Searcher>);
+        tune.scheduler = self.scheduler_box();
+        tune.max_concurrent_trials = self.max_concurrent_trials;
+        tune.seed = self.seed;
+        tune.time_budget_s = self.time_budget_s;
+        tune.reuse_actors = self.reuse_actors;
+        tune.fail_fast = self.fail_fast;
+        tune
+    }
+
+    /// The trainer: the registered function, its defaults as `train_loop_config`, the scaling,
+    /// and the run settings (the Tuner merges each trial's params over the defaults).
+    pub fn trainer(&self) -> TorchTrainer {
+        TorchTrainer::new(self.trainable.train)
+            .train_loop_config(self.trainable.defaults.clone())
+            .scaling(self.scaling.clone())
+            .run_config(self.run_config())
+    }
+
+    pub fn run_config(&self) -> RunConfig {
+        let mut run = RunConfig {
+            name: self.name.clone(),
+            storage_path: self.storage_path.clone(),
+            failure_config: self.failure,
+            checkpoint_config: self.checkpoint.clone(),
+            stop: self.stop.clone(),
+            ..RunConfig::default()
+        };
+        if let Some(address) = &self.cluster {
+            run = run.cluster(address, std::env::var(crate::config::TOKEN_ENV).ok());
+        }
+        run
+    }
+
+    /// A new sweep of this spec.
+    pub fn tuner(&self, run: RunConfig, interrupt: Interrupt) -> Tuner {
+        Tuner::new(self.trainer(), self.space.clone())
+            .tune_config(self.tune_config())
+            .run_config(run)
+            .interrupt(interrupt)
+    }
+
+    fn searcher(&self) -> Option<Tpe> {
+        (self.search.kind == "tpe").then(|| {
+            let mut tpe = Tpe::new(self.space.clone()).expect("checked when read").seed(self.seed);
+            for (name, opt) in &self.search.options {
+                tpe = match (name.as_str(), opt) {
+                    ("n_startup_trials", Opt::Int(n)) => tpe.n_startup_trials(*n as usize),
+                    ("n_ei_candidates", Opt::Int(n)) => tpe.n_ei_candidates(*n as usize),
+                    ("prior_weight", Opt::Num(w)) => tpe.prior_weight(*w),
+                    ("consider_magic_clip", Opt::Bool(on)) => tpe.consider_magic_clip(*on),
+                    ("consider_endpoints", Opt::Bool(on)) => tpe.consider_endpoints(*on),
+                    ("constant_liar", Opt::Bool(on)) => tpe.constant_liar(*on),
+                    _ => tpe,
+                };
+            }
+            tpe
+        })
+    }
+
+    fn scheduler_box(&self) -> Option<Box<dyn TrialScheduler>> {
+        let options = &self.scheduler.options;
+        let num = |key: &str| {
+            options.iter().find_map(|(k, o)| match o {
+                Opt::Num(x) if k == key => Some(*x),
+                _ => None,
+            })
+        };
+        let int = |key: &str| {
+            options.iter().find_map(|(k, o)| match o {
+                Opt::Int(n) if k == key => Some(*n),
+                _ => None,
+            })
+        };
+        let flag = |key: &str| {
+            options.iter().find_map(|(k, o)| match o {
+                Opt::Bool(b) if k == key => Some(*b),
+                _ => None,
+            })
+        };
+        let text = |key: &str| {
+            options.iter().find_map(|(k, o)| match o {
+                Opt::Str(s) if k == key => Some(s.clone()),
+                _ => None,
+            })
+        };
+        Some(match self.scheduler.kind.as_str() {
+            "asha" => {
+                let mut s = Asha::new().seed(self.seed);
+                if let Some(a) = text("time_attr") {
+                    s = s.time_attr(a);
+                }
+                if let Some(x) = num("max_t") {
+                    s = s.max_t(x);
+                }
+                if let Some(x) = num("grace_period") {
+                    s = s.grace_period(x);
+                }
+                if let Some(x) = num("reduction_factor") {
+                    s = s.reduction_factor(x);
+                }
+                if let Some(n) = int("brackets") {
+                    s = s.brackets(n.max(0) as usize);
+                }
+                if let Some(b) = flag("stop_last_trials") {
+                    s = s.stop_last_trials(b);
+                }
+                Box::new(s)
+            }
+            "hyperband" => {
+                let mut s = HyperBand::new();
+                if let Some(a) = text("time_attr") {
+                    s = s.time_attr(a);
+                }
+                if let Some(x) = num("max_t") {
+                    s = s.max_t(x);
+                }
+                if let Some(x) = num("reduction_factor") {
+                    s = s.reduction_factor(x);
+                }
+                if let Some(b) = flag("stop_last_trials") {
+                    s = s.stop_last_trials(b);
+                }
+                Box::new(s)
+            }
+            "median_stopping" => {
+                let mut s = MedianStopping::new();
+                if let Some(a) = text("time_attr") {
+                    s = s.time_attr(a);
+                }
+                if let Some(x) = num("grace_period") {
+                    s = s.grace_period(x);
+                }
+                if let Some(n) = int("min_samples_required") {
+                    s = s.min_samples_required(n.max(0) as usize);
+                }
+                if let Some(x) = num("min_time_slice") {
+                    s = s.min_time_slice(x);
+                }
+                if let Some(b) = flag("hard_stop") {
+                    s = s.hard_stop(b);
+                }
+                Box::new(s)
+            }
+            "pbt" => {
+                let mut s = Pbt::new().seed(self.seed);
+                for (name, opt) in options {
+                    s = match (name.as_str(), opt) {
+                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
+                        ("perturbation_interval", Opt::Num(x)) => s.perturbation_interval(*x),
+                        ("burn_in_period", Opt::Num(x)) => s.burn_in_period(*x),
+                        ("hyperparam_mutations", Opt::Space(space)) => {
+                            s.hyperparam_mutations((**space).clone())
+                        }
+                        ("quantile_fraction", Opt::Num(x)) => s.quantile_fraction(*x),
+                        ("resample_probability", Opt::Num(x)) => s.resample_probability(*x),
+                        ("perturbation_factors", Opt::Pair(up, down)) => {
+                            s.perturbation_factors(*up, *down)
+                        }
+                        _ => s,
+                    };
+                }
+                Box::new(s)
+            }
+            _ => return None,
+        })
+    }
+}
+
+fn read_root(root: &Item, registry: &Registry, report: &mut Report<'_>) -> Option<SweepSpec> {
+    let mut top = Fields::of(root, "", report);
+    let name = top.value::<String>("name", report);
+    if let (Some(n), Some(item)) = (&name, find_key(root, "name"))
+        && (n.is_empty() || n.contains('/') || n == "." || n == "..")
+    {
+        report.add("name", &item.origin, format!("is {n:?}; use a folder name without `/`"));
+    }
+    let storage_path = top.value::<String>("storage_path", report).map(PathBuf::from);
+    let trainable = match top.get("trainable") {
+        Some(item) => read_trainable(item, registry, report),
+        None => {
+            let message = format!(
+                "is missing: add [trainable] with builtin = one of {}",
+                doc::list(&registry.names())
+            );
+            report.add("trainable", top.origin(), message);
+            None
+        }
+    };
+    let scaling = read_scaling(top.get("scaling"), report);
+    let space = match top.get("param_space") {
+        Some(item) => read_space(item, "param_space", report),
+        None => Some(SearchSpace::new()),
+    };
+    let empty = Item { origin: root.origin.clone(), kind: Kind::Table(Vec::new()) };
+    let tune_item = top.get("tune").unwrap_or(&empty);
+    let run_item = top.get("run").unwrap_or(&empty);
+    top.done(report);
+    let mut tune = Fields::of(tune_item, "tune", report);
+    let metric = tune.value::<String>("metric", report);
+    let mode = tune.one_of("mode", &["max", "min"], report).map(|m| match m.as_str() {
+        "max" => Mode::Max,
+        _ => Mode::Min,
+    });
+    let num_samples = tune.value::<i64>("num_samples", report).unwrap_or(1);
+    if (num_samples < 1 && num_samples != -1)
+        && let Some(item) = tune.get("num_samples")
+    {
+        let message = format!("is {num_samples}; use at least 1, or -1 (with time_budget_s)");
+        report.add("tune.num_samples", &item.origin, message);
+    }
+    let search = read_component(&mut tune, "search", SEARCHERS, "random", report);
+    let scheduler = read_component(&mut tune, "scheduler", SCHEDULERS, "fifo", report);
+    let max_concurrent_trials = positive(&mut tune, "max_concurrent_trials", report);
+    let seed = tune.value::<i64>("seed", report).unwrap_or(0);
+    let time_budget_s = tune.value::<f64>("time_budget_s", report);
+    if let Some(budget) = time_budget_s
+        && !(budget.is_finite() && budget > 0.0)
+    {
+        let item = tune.get("time_budget_s").expect("read above");
+        report.add("tune.time_budget_s", &item.origin, "must be a positive number of seconds");
+    }
+    if num_samples == -1
+        && time_budget_s.is_none()
+        && search.as_ref().is_some_and(|s| s.kind != "random")
+    {
+        let item = tune.get("num_samples").expect("read above");
+        report.add(
+            "tune.num_samples",
+            &item.origin,
+            "is -1 (unbounded): set tune.time_budget_s too",
+        );
+    }
+    let reuse_actors = tune.value::<bool>("reuse_actors", report).unwrap_or(true);
+    let fail_fast = tune.value::<bool>("fail_fast", report).unwrap_or(false);
+    let tune_origin = tune.origin().clone();
+    tune.done(report);
+    let needs_metric = [(&search, "search", "random"), (&scheduler, "scheduler", "fifo")]
+        .into_iter()
+        .filter_map(|(c, key, plain)| c.as_ref().filter(|c| c.kind != plain).map(|c| (key, c)))
+        .next();
+    if let Some((key, component)) = needs_metric
+        && (metric.is_none() || mode.is_none())
+    {
+        let message = format!(
+            "needs tune.metric and tune.mode: {key} `{}` ranks trials by them (e.g. metric = \
+             \"val_acc\", mode = \"max\")",
+            component.kind
+        );
+        report.add("tune", &tune_origin, message);
+    }
+    let (stop, failure, checkpoint, cluster) = read_run(run_item, report);
+    let (trainable, space, search, scheduler) = (trainable?, space?, search?, scheduler?);
+    let spec = SweepSpec {
+        name,
+        storage_path,
+        trainable,
+        scaling: scaling?,
+        space,
+        metric,
+        mode,
+        num_samples,
+        search,
+        scheduler,
+        max_concurrent_trials,
+        seed: seed as u64,
+        time_budget_s,
+        reuse_actors,
+        fail_fast,
+        stop,
+        failure,
+        checkpoint,
+        cluster,
+    };
+    check_components(&spec, root, report);
+    Some(spec)
+}
+
+fn find_key<'i>(root: &'i Item, key: &str) -> Option<&'i Item> {
+    doc::find(root, key).map(|(_, item)| item)
+}
+
+fn positive(fields: &mut Fields<'_>, key: &'static str, report: &mut Report<'_>) -> Option<usize> {
+    let n = fields.value::<i64>(key, report)?;
+    if n < 1 {
+        let item = fields.get(key).expect("read above");
+        report.add(&fields.path(key), &item.origin, format!("is {n}; use at least 1"));
+        return None;
+    }
+    Some(n as usize)
+}
+
+fn read_trainable(item: &Item, registry: &Registry, report: &mut Report<'_>) -> Option<Trainable> {
+    let mut fields = Fields::of(item, "trainable", report);
+    let builtin = fields.get("builtin");
+    let command = fields.get("command");
+    fields.done(report);
+    match (builtin, command) {
+        (Some(b), _) => {
+            let Kind::Str(name) = &b.kind else {
+                report.add(
+                    "trainable.builtin",
+                    &b.origin,
+                    "must be a string naming a train function",
+                );
+                return None;
+            };
+            match registry.get(name) {
+                Some(t) => Some(t.clone()),
+                None => {
+                    let names = registry.names();
+                    let message = format!(
+                        "is {name:?}, which this binary does not have; built in: {}{}",
+                        doc::list(&names),
+                        doc::did_you_mean(name, &names)
+                    );
+                    report.add("trainable.builtin", &b.origin, message);
+                    None
+                }
+            }
+        }
+        (None, Some(c)) => {
+            report.add(
+                "trainable.command",
+                &c.origin,
+                "is not supported yet: command trainables are still to come; use builtin = \
+                 \"NAME\" (a train function registered in the binary)",
+            );
+            None
+        }
+        (None, None) => {
+            let message = format!("needs builtin = one of {}", doc::list(&registry.names()));
+            report.add("trainable", &item.origin, message);
+            None
+        }
+    }
+}
+
+fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingConfig> {
+    let mut scaling = ScalingConfig::workers(1);
+    let Some(item) = item else { return Some(scaling) };
+    let mut fields = Fields::of(item, "scaling", report);
+    if let Some(n) = positive(&mut fields, "num_workers", report) {
+        scaling.num_workers = n;
+    }
+    scaling.use_gpu = fields.value::<bool>("use_gpu", report).unwrap_or(false);
+    if let Some(resources) = fields.get("resources_per_worker") {
+        let path = "scaling.resources_per_worker";
+        let Kind::Table(entries) = &resources.kind else {
+            report.add(path, &resources.origin, "must be a table, e.g. { CPU = 1, GPU = 0.5 }");
+            return None;
+        };
+        // Any resource name is allowed (custom resources too); amounts are numbers >= 0.
+        for (name, origin, amount) in entries {
+            match num_of(&amount.kind) {
+                Some(x) if x.is_finite() && x >= 0.0 => {
+                    scaling.resources_per_worker.insert(name.clone(), x);
+                }
+                _ => report.add(
+                    &format!("{path}.{name}"),
+                    origin,
+                    "must be a number >= 0 (e.g. CPU = 1, GPU = 0.5)",
+                ),
+            }
+        }
+    }
+    let strategies = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"];
+    if let Some(s) = fields.one_of("placement_strategy", &strategies, report) {
+        scaling.placement_strategy = match s.as_str() {
+            "SPREAD" => PlacementStrategy::Spread,
+            "STRICT_PACK" => PlacementStrategy::StrictPack,
+            "STRICT_SPREAD" => PlacementStrategy::StrictSpread,
+            _ => PlacementStrategy::Pack,
+        };
+    }
+    fields.done(report);
+    Some(scaling)
+}
+
+/// A search space; its errors placed at the key they name.
+fn read_space(item: &Item, path: &str, report: &mut Report<'_>) -> Option<SearchSpace> {
+    if !matches!(item.kind, Kind::Table(_)) {
+        report.add(path, &item.origin, "must be a table of params");
+        return None;
+    }
+    typo_domains(item, path, report);
+    match SearchSpace::from_value(&doc::to_value(item)) {
+        Ok(space) => Some(space),
+        Err(e) => {
+            add_space_error(item, path, &e, report);
+            None
+        }
+    }
+}
+
+/// `{ loguniforn = [..] }`: one key near a domain's name reads as a nested space in the
+/// searchers crate; here it is a typo.
+fn typo_domains(item: &Item, path: &str, report: &mut Report<'_>) {
+    const DOMAINS: &[&str] = &[
+        "uniform",
+        "quniform",
+        "loguniform",
+        "qloguniform",
+        "randn",
+        "qrandn",
+        "randint",
+        "qrandint",
+        "lograndint",
+        "qlograndint",
+        "choice",
+        "grid_search",
+        "constant",
+    ];
+    let Kind::Table(entries) = &item.kind else { return };
+    for (key, origin, value) in entries {
+        let here = format!("{path}.{key}");
+        if let Kind::Table(inner) = &value.kind {
+            if let [(name, name_origin, _)] = inner.as_slice()
+                && !DOMAINS.contains(&name.as_str())
+            {
+                let hint = doc::did_you_mean(name, DOMAINS);
+                if !hint.is_empty() {
+                    let message =
+                        format!("is not a domain{hint} (domains: {})", doc::list(DOMAINS));
+                    report.add(&format!("{here}.{name}"), name_origin, message);
+                    continue;
+                }
+            }
+            let _ = origin;
+            typo_domains(value, &here, report);
+        }
+    }
+}
+
+fn add_space_error(item: &Item, prefix: &str, e: &rtune_searchers::Error, report: &mut Report<'_>) {
+    use rtune_searchers::Error as E;
+    let key = match e {
+        E::InvalidDomain { path, .. }
+        | E::InvalidSpace { path, .. }
+        | E::Unsupported { path, .. } => path.clone(),
+        _ => String::new(),
+    };
+    let origin = doc::find(item, &key).map_or(&item.origin, |(origin, _)| origin);
+    let full = if key.is_empty() { prefix.to_owned() } else { format!("{prefix}.{key}") };
+    // The error's own text starts with the path; the report names it already.
+    let text = e.to_string();
+    let text = text.strip_prefix(&format!("parameter `{key}`: ")).unwrap_or(&text).to_owned();
+    report.add(&full, origin, text);
+}
+
+/// `search = "tpe"` or `search = { type = "tpe", option = .. }`.
+fn read_component(
+    tune: &mut Fields<'_>,
+    key: &'static str,
+    kinds: &[(&str, &[(&str, Ty)])],
+    default: &str,
+    report: &mut Report<'_>,
+) -> Option<Component> {
+    let path = tune.path(key);
+    let names: Vec<&str> = kinds.iter().map(|(n, _)| *n).collect();
+    let Some(item) = tune.get(key) else {
+        return Some(Component { kind: default.to_owned(), options: Vec::new() });
+    };
+    let check_kind = |kind: &str, origin: &Origin, at: &str, report: &mut Report<'_>| {
+        let found = kinds.iter().find(|(n, _)| *n == kind).map(|(_, opts)| *opts);
+        if found.is_none() {
+            let message = format!(
+                "is {kind:?}; allowed: {}{}",
+                doc::list(&names),
+                doc::did_you_mean(kind, &names)
+            );
+            report.add(at, origin, message);
+        }
+        found
+    };
+    match &item.kind {
+        Kind::Str(kind) => {
+            check_kind(kind, &item.origin, &path, report)?;
+            Some(Component { kind: kind.clone(), options: Vec::new() })
+        }
+        Kind::Table(entries) => {
+            let Some((_, type_origin, type_item)) = entries.iter().find(|(k, _, _)| k == "type")
+            else {
+                let message = format!(
+                    "needs type = one of {} (e.g. {{ type = \"{}\" }})",
+                    doc::list(&names),
+                    names[1]
+                );
+                report.add(&path, &item.origin, message);
+                return None;
+            };
+            let Kind::Str(kind) = &type_item.kind else {
+                report.add(&format!("{path}.type"), type_origin, "must be a string");
+                return None;
+            };
+            let allowed = check_kind(kind, &type_item.origin, &format!("{path}.type"), report)?;
+            let mut options = Vec::new();
+            let mut bad = false;
+            for (name, origin, value) in entries.iter().filter(|(k, _, _)| k != "type") {
+                let option_path = format!("{path}.{name}");
+                let Some(&(_, ty)) = allowed.iter().find(|(n, _)| n == name) else {
+                    let option_names: Vec<&str> = allowed.iter().map(|(n, _)| *n).collect();
+                    let message = if option_names.is_empty() {
+                        format!("is not an option of {key} `{kind}`, which takes none")
+                    } else {
+                        format!(
+                            "is not an option of {key} `{kind}`; its options: {}{}",
+                            doc::list(&option_names),
+                            doc::did_you_mean(name, &option_names)
+                        )
+                    };
+                    report.add(&option_path, origin, message);
+                    bad = true;
+                    continue;
+                };
+                match read_opt(value, ty, &option_path, report) {
+                    Some(opt) => options.push((name.clone(), opt)),
+                    None => bad = true,
+                }
+            }
+            (!bad).then(|| Component { kind: kind.clone(), options })
+        }
+        other => {
+            let message = format!(
+                "must be a name ({}) or a table with type = NAME and options, not {}",
+                doc::list(&names),
+                describe(other)
+            );
+            report.add(&path, &item.origin, message);
+            None
+        }
+    }
+}
+
+fn describe(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Str(_) => "a string",
+        Kind::Int(_) => "an integer",
+        Kind::Float(_) => "a float",
+        Kind::Bool(_) => "a boolean",
+        Kind::Datetime(_) => "a datetime",
+        Kind::Array(_) => "an array",
+        Kind::Table(_) => "a table",
+    }
+}
+
+fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option<Opt> {
+    let opt = match (ty, &value.kind) {
+        (Ty::Num, Kind::Int(i)) => Some(Opt::Num(*i as f64)),
+        (Ty::Num, Kind::Float(x)) => Some(Opt::Num(*x)),
+        (Ty::Int, Kind::Int(i)) => Some(Opt::Int(*i)),
+        (Ty::Bool, Kind::Bool(b)) => Some(Opt::Bool(*b)),
+        (Ty::Str, Kind::Str(s)) => Some(Opt::Str(s.clone())),
+        (Ty::Pair, Kind::Array(items)) => match items.as_slice() {
+            [a, b] => match (num_of(&a.kind), num_of(&b.kind)) {
+                (Some(a), Some(b)) => Some(Opt::Pair(a, b)),
+                _ => None,
+            },
+            _ => None,
+        },
+        (Ty::Space, Kind::Table(_)) => {
+            return read_space(value, path, report).map(|s| Opt::Space(Box::new(s)));
+        }
+        _ => None,
+    };
+    if opt.is_none() {
+        let want = match ty {
+            Ty::Num => "a number",
+            Ty::Int => "an integer",
+            Ty::Bool => "true or false",
+            Ty::Str => "a string",
+            Ty::Pair => "two numbers, e.g. [1.2, 0.8]",
+            Ty::Space => "a table of params (a search space)",
+        };
+        report.add(path, &value.origin, format!("must be {want}, not {}", describe(&value.kind)));
+    }
+    opt
+}
+
+fn num_of(kind: &Kind) -> Option<f64> {
+    match kind {
+        Kind::Int(i) => Some(*i as f64),
+        Kind::Float(x) => Some(*x),
+        _ => None,
+    }
+}
+
+type RunParts = (BTreeMap<String, f64>, FailureConfig, CheckpointConfig, Option<String>);
+
+fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
+    let mut fields = Fields::of(item, "run", report);
+    let mut stop = BTreeMap::new();
+    if let Some(table) = fields.get("stop") {
+        if let Kind::Table(entries) = &table.kind {
+            for (metric, origin, value) in entries {
+                match num_of(&value.kind) {
+                    Some(x) if x.is_finite() => {
+                        stop.insert(metric.clone(), x);
+                    }
+                    _ => report.add(
+                        &format!("run.stop.{metric}"),
+                        origin,
+                        "must be a finite number: the trial stops at its first report >= it",
+                    ),
+                }
+            }
+        } else {
+            report.add("run.stop", &table.origin, "must be a table of metric = threshold");
+        }
+    }
+    let mut failure = FailureConfig::default();
+    if let Some(table) = fields.get("failure") {
+        let mut f = Fields::of(table, "run.failure", report);
+        if let Some(n) = f.value::<i64>("max_failures", report) {
+            if n < -1 || n > i32::MAX as i64 {
+                let origin = f.get("max_failures").map(|i| i.origin.clone()).expect("read above");
+                report.add(
+                    "run.failure.max_failures",
+                    &origin,
+                    format!("is {n}; use -1 (unlimited), 0 or more"),
+                );
+            }
+            failure = FailureConfig::max_failures(n.clamp(-1, i32::MAX as i64) as i32);
+        }
+        f.done(report);
+    }
+    let mut checkpoint = CheckpointConfig::new();
+    if let Some(table) = fields.get("checkpoint") {
+        let mut c = Fields::of(table, "run.checkpoint", report);
+        if let Some(n) = positive(&mut c, "num_to_keep", report) {
+            checkpoint = checkpoint.num_to_keep(n);
+        }
+        let attribute = c.value::<String>("score_attribute", report);
+        let order = c.one_of("score_order", &["max", "min"], report);
+        if let Some(attribute) = attribute {
+            let mode = if order.as_deref() == Some("min") { Mode::Min } else { Mode::Max };
+            checkpoint = checkpoint.score(attribute, mode);
+        }
+        c.done(report);
+    }
+    let cluster = fields.value::<String>("cluster", report);
+    fields.done(report);
+    (stop, failure, checkpoint, cluster)
+}
+
+/// Builds the searcher and scheduler once, with the metric, so that settings they refuse are
+/// reported at their keys before anything starts.
+fn check_components(spec: &SweepSpec, root: &Item, report: &mut Report<'_>) {
+    let place = |section: &str, setting: &str| -> Origin {
+        doc::find(root, &format!("tune.{section}.{setting}"))
+            .or_else(|| doc::find(root, &format!("tune.{section}")))
+            .map_or(root.origin.clone(), |(o, _)| o.clone())
+    };
+    let mut searcher_ok = true;
+    if spec.search.kind == "tpe"
+        && let Err(e) = Tpe::new(spec.space.clone())
+    {
+        let param_space = find_key(root, "param_space").unwrap_or(root);
+        add_space_error(param_space, "param_space", &e, report);
+        searcher_ok = false;
+    }
+    let target = spec.metric.as_deref().zip(spec.mode);
+    let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();
+    if searcher_ok && let Some(mut tpe) = spec.searcher() {
+        let metric = target.map_or(Ok(()), |(metric, mode)| tpe.set_metric(metric, mode));
+        checks.push(("search", tpe.validate().and(metric)));
+    }
+    if let Some(mut scheduler) = spec.scheduler_box() {
+        let metric = target.map_or(Ok(()), |(metric, mode)| scheduler.set_metric(metric, mode));
+        checks.push(("scheduler", scheduler.validate().and(metric)));
+    }
+    for (section, result) in checks {
+        if let Err(e) = result {
+            let setting = match &e {
+                rtune_searchers::Error::InvalidConfig { setting, .. } => *setting,
+                _ => "",
+            };
+            let key = if setting.is_empty() {
+                format!("tune.{section}")
+            } else {
+                format!("tune.{section}.{setting}")
+            };
+            report.add(&key, &place(section, setting), e.to_string());
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The `rtune` binary as a user runs it: `run` from a sweep file, `show`, `ls`, `resume` after
+//! Ctrl-C (once: graceful; twice: at once), exit codes, and each class of sweep-file mistake.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use rtune::cli::builtins::synthetic_score;
+use rtune::search::TrialStatus;
+use rtune::{ResultGrid, Tuner};
+
+use crate::common::wait_for;
+
+const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
+
+/// A synthetic-curve sweep with ASHA; `{storage}` is replaced by the storage path.
+const SWEEP: &str = r#"
+name = "curves"
+storage_path = "{storage}"
+
+[trainable]
+builtin = "synthetic-curve"
+
+[param_space]
+rate = { loguniform = [0.02, 1.0] }
+plateau = { uniform = [0.5, 1.0] }
+noise = 0.01
+iterations = 8
+sleep_s = {sleep}
+seed = 3
+
+[tune]
+metric = "score"
+mode = "max"
+num_samples = 6
+# One at a time: ASHA's decisions then follow from the seed alone.
+max_concurrent_trials = 1
+scheduler = { type = "asha", grace_period = 2, max_t = 8, reduction_factor = 2 }
+seed = 5
+"#;
+
+fn sweep_file(dir: &Path, sleep: f64) -> Result<PathBuf> {
+    let storage = dir.join("results");
+    let text = SWEEP
+        .replace("{storage}", &storage.display().to_string())
+        .replace("{sleep}", &format!("{sleep:?}"));
+    let path = dir.join("sweep.toml");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+fn rtune(args: &[&str]) -> Result<Output> {
+    Ok(Command::new(RTUNE).args(args).env_remove("RUST_LOG").output()?)
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Every trial's rows are iterations 1, 2, .. with no gap or repeat, and each score is the
+/// simulator's value for its params and iteration: nothing lost, nothing redone twice.
+fn check_histories(grid: &ResultGrid) -> Result<()> {
+    for t in &grid.trials {
+        let p = &t.params;
+        let (rate, plateau) = (p.get::<f64>("rate")?, p.get::<f64>("plateau")?);
+        for (i, row) in t.history().iter().enumerate() {
+            let iteration = row["training_iteration"];
+            ensure!(
+                iteration == (i + 1) as f64,
+                "{}: row {i} is iteration {iteration}",
+                t.trial_id
+            );
+            let want = synthetic_score(rate, plateau, 0.01, 3, i as u64 + 1);
+            ensure!(
+                row["score"] == want,
+                "{}: iteration {iteration}: score {} != {want}",
+                t.trial_id,
+                row["score"]
+            );
+        }
+        ensure!(!t.history().is_empty(), "{} has no results", t.trial_id);
+    }
+    Ok(())
+}
+
+pub fn run_show_ls_and_json() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.0)?;
+    let summary = dir.path().join("summary.json");
+    let out =
+        rtune(&["run", file.to_str().unwrap(), "--json", summary.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let experiment = dir.path().join("results/curves");
+    let grid = ResultGrid::from_path(&experiment)?;
+    ensure!(grid.trials.len() == 6, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated));
+    check_histories(&grid)?;
+    // ASHA stopped some trials at a rung before max_t.
+    ensure!(grid.trials.iter().any(|t| t.history().len() < 8), "ASHA stopped nothing");
+
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
+    let best = grid.best_result(None, None, rtune::Scope::Last)?;
+    ensure!(json["name"] == "curves" && json["metric"] == "score" && json["mode"] == "max");
+    ensure!(json["trials"]["TERMINATED"] == 6, "{json}");
+    ensure!(json["best"]["trial_id"] == best.trial_id.as_str(), "{json}");
+    ensure!(json["best"]["metrics"]["score"].as_f64() == best.last("score"), "{json}");
+    let checkpoint = json["best"]["checkpoint"].as_str().context("no best checkpoint")?;
+    ensure!(Path::new(checkpoint).join("metadata.json").exists(), "{checkpoint}");
+    ensure!(json["time_s"].as_f64().is_some_and(|t| t > 0.0));
+    // The printed table ranks the best trial first.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first_row =
+        stdout.lines().skip_while(|l| !l.starts_with("trial ")).nth(1).unwrap_or_default();
+    ensure!(first_row.starts_with(&best.trial_id), "{stdout}");
+
+    let exp = experiment.to_str().unwrap();
+    let out = rtune(&["show", exp, "--format", "json"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let trials: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(trials.as_array().map(Vec::len) == Some(6), "{trials}");
+    let out = rtune(&["show", exp, "--format", "csv"])?;
+    let csv = String::from_utf8(out.stdout)?;
+    ensure!(csv.starts_with("trial_id,status,") && csv.lines().count() == 7, "{csv}");
+    let out = rtune(&["show", exp, "0"])?;
+    let shown = String::from_utf8(out.stdout)?;
+    ensure!(shown.contains("training_iteration") && shown.contains("score"), "{shown}");
+    let out = rtune(&["show", exp, "99"])?;
+    ensure!(out.status.code() == Some(1), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("no trial \"99\""), "{}", text(&out));
+    let out = rtune(&["ls", dir.path().join("results").to_str().unwrap()])?;
+    let listed = String::from_utf8(out.stdout)?;
+    ensure!(listed.contains("curves") && listed.contains("6 TERMINATED"), "{listed}");
+
+    // The same name again is refused, pointing to resume.
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("rtune resume"), "{}", text(&out));
+    Ok(())
+}
+
+/// Starts `rtune run`, waits until trials have reported, sends SIGINT `times` times, and
+/// checks the exit code and the state left behind; then `rtune resume` finishes the sweep.
+fn interrupt_then_resume(times: usize) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.15)?;
+    let child: Child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--set", "tune.max_concurrent_trials=2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, signalled whole below, as a terminal's Ctrl-C does.
+        .process_group(0)
+        .spawn()?;
+    let experiment = dir.path().join("results/curves");
+    let state = experiment.join(rtune::tune::STATE_FILE);
+    wait_for(Duration::from_secs(120), || {
+        let rows = std::fs::read_dir(&experiment).ok().into_iter().flatten().flatten().any(|e| {
+            let progress = e.path().join("progress.csv");
+            std::fs::read_to_string(progress).is_ok_and(|t| t.lines().count() >= 3)
+        });
+        Ok(rows && state.exists())
+    })?;
+    for _ in 0..times {
+        // SAFETY: signalling our own child's process group.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output()?;
+    ensure!(out.status.code() == Some(3), "{}", text(&out));
+    ensure!(Tuner::can_restore(&experiment), "{}", text(&out));
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state)?)?;
+    let unfinished = saved["trials"]
+        .as_array()
+        .context("trials")?
+        .iter()
+        .filter(|t| t["status"] != "Terminated")
+        .count();
+    ensure!(unfinished > 0, "the sweep had ended before the interrupt: {saved}");
+
+    let summary = dir.path().join("summary.json");
+    let out =
+        rtune(&["resume", experiment.to_str().unwrap(), "--json", summary.to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(&experiment)?;
+    ensure!(grid.trials.len() == 6, "{} trials", grid.trials.len());
+    ensure!(
+        grid.trials.iter().all(|t| t.status == TrialStatus::Terminated),
+        "{:?}",
+        grid.trials.iter().map(|t| t.status).collect::<Vec<_>>()
+    );
+    check_histories(&grid)?;
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
+    ensure!(json["trials"]["TERMINATED"] == 6, "{json}");
+    Ok(())
+}
+
+pub fn ctrl_c_leaves_a_resumable_sweep() -> Result<()> {
+    interrupt_then_resume(1)
+}
+
+pub fn second_ctrl_c_stops_at_once_and_loses_nothing() -> Result<()> {
+    interrupt_then_resume(2)
+}
+
+pub fn failed_trials_exit_1_unless_allowed() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.0)?;
+    let f = file.to_str().unwrap();
+    let summary = dir.path().join("summary.json");
+    let sets = ["--set", "param_space.fail_at=1", "--set", "tune.num_samples=2"];
+    let out = rtune(&[&["run", f, "--json", summary.to_str().unwrap()], &sets[..]].concat())?;
+    ensure!(out.status.code() == Some(1), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("2 trial(s) failed"), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
+    ensure!(json["trials"]["ERROR"] == 2, "{json}");
+    let out = rtune(&[&["run", f, "--allow-failures", "--set", "name=again"], &sets[..]].concat())?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    Ok(())
+}
+
+/// Each class of mistake: exit 2, the key path and place named, nothing started.
+pub fn sweep_file_mistakes_are_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let base = format!(
+        "storage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n",
+        storage.display()
+    );
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "typo key",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nnum_smaples = 4\n",
+            &[
+                "sweep.toml:7:1",
+                "`tune.num_smaples` is not a key here",
+                "did you mean `num_samples`?",
+            ],
+        ),
+        (
+            "wrong type",
+            "[scaling]\nnum_workers = \"two\"\n",
+            &[
+                "sweep.toml:5:15",
+                "`scaling.num_workers` must be an integer, not the string \"two\"",
+            ],
+        ),
+        (
+            "bad bounds",
+            "[param_space]\nrate = { loguniform = [0.0, 1.0] }\n",
+            &["sweep.toml:5:1", "`param_space.rate`", "loguniform"],
+        ),
+        (
+            "unknown scheduler option",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nscheduler = { type = \"asha\", grace_perod = 2 }\n",
+            &[
+                "sweep.toml:7:30",
+                "`tune.scheduler.grace_perod` is not an option of scheduler `asha`",
+                "did you mean `grace_period`?",
+            ],
+        ),
+        (
+            "unknown scheduler",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nscheduler = \"ashaa\"\n",
+            &["sweep.toml:7:13", "`tune.scheduler` is \"ashaa\"", "did you mean `asha`?"],
+        ),
+        (
+            "scheduler setting out of range",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nscheduler = { type = \"asha\", max_t = -1 }\n",
+            &["sweep.toml:7:30", "`tune.scheduler.max_t`", "a finite number > 0"],
+        ),
+        (
+            "scheduler without a metric",
+            "[tune]\nscheduler = \"asha\"\n",
+            &["`tune` needs tune.metric and tune.mode"],
+        ),
+        ("not TOML", "[tune\nmetric = 1\n", &["sweep.toml:4:", "is not valid TOML"]),
+    ];
+    for (what, tail, wanted) in cases {
+        let file = dir.path().join("sweep.toml");
+        std::fs::write(&file, format!("{base}{tail}"))?;
+        let out = rtune(&["run", file.to_str().unwrap()])?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(out.status.code() == Some(2), "{what}: {}", text(&out));
+        for w in *wanted {
+            ensure!(stderr.contains(w), "{what}: wanted {w:?} in:\n{}", text(&out));
+        }
+        ensure!(!storage.exists(), "{what}: something was created in {}", storage.display());
+    }
+    // A missing trainable names the registered ones.
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, "[trainable]\nbuiltin = \"digits-mpl\"\n")?;
+    let out = rtune(&["run", file.to_str().unwrap()])?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(stderr.contains("`trainable.builtin` is \"digits-mpl\""), "{}", text(&out));
+    ensure!(stderr.contains("did you mean `digits-mlp`?"), "{}", text(&out));
+    // `--set` mistakes name the argument.
+    std::fs::write(&file, base)?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--set", "tune.num_samples=zero"])?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(
+        stderr.contains("--set tune.num_samples=zero: `tune.num_samples` must be an integer"),
+        "{}",
+        text(&out)
+    );
+    // A missing file.
+    let out = rtune(&["run", dir.path().join("nope.toml").to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(!storage.exists(), "something was created in {}", storage.display());
+    Ok(())
+}
