@@ -11,7 +11,7 @@ VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 
-.PHONY: all libtorch build demo test check fmt clippy clean-venv
+.PHONY: all libtorch tmux build demo test check fmt clippy clean-venv
 
 all: build
 
@@ -31,13 +31,20 @@ $(VENV)/.tensorboard-$(TENSORBOARD_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet tensorboard==$(TENSORBOARD_VERSION)
 	@touch $@
 
+# The terminal UI test runs rtune in a real terminal (tmux); installed from Debian if missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+tmux:
+	@command -v tmux >/dev/null || { echo "installing tmux (the terminal UI test runs in it)"; \
+		$(SUDO) apt-get install -y -qq tmux >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tmux; }; }
+
 build: libtorch
 	cargo build --workspace
 
 demo: libtorch
 	cargo run --quiet --example demo
 
-test: libtorch $(VENV)/.tensorboard-$(TENSORBOARD_VERSION)
+test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION)
 	cargo test --workspace
 
 fmt:

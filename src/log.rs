@@ -28,23 +28,36 @@ pub fn install() {
         .with_target(false)
         .with_filter(filter())
         .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-            !QUIET.load(std::sync::atomic::Ordering::Relaxed)
-                || *meta.level() <= tracing::Level::WARN
+            match STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+                ALL => true,
+                WARNINGS => *meta.level() <= tracing::Level::WARN,
+                _ => false,
+            }
         }));
     let files =
         tracing_subscriber::fmt::layer().with_writer(Tee).with_ansi(false).with_filter(filter());
     let _ = tracing_subscriber::registry().with(stderr).with(files).try_init();
 }
 
-/// Set by `quiet_stderr`.
-static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// What reaches stderr: everything the filter lets through, warnings and errors only
+/// (`quiet_stderr`), or nothing (`mute_stderr`, while a terminal UI owns the screen).
+static STDERR: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(ALL);
+const ALL: u8 = 0;
+const WARNINGS: u8 = 1;
+const NOTHING: u8 = 2;
 
 /// Only warnings and errors on stderr from now on (the files named by `tee_to` still get
 /// everything): for commands that print their own progress. `RUST_LOG`, when set, wins.
 pub fn quiet_stderr() {
     if std::env::var_os("RUST_LOG").is_none() {
-        QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+        STDERR.store(WARNINGS, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Nothing on stderr while `on` (a terminal UI draws the screen); then as `quiet_stderr`.
+pub fn mute_stderr(on: bool) {
+    let level = if on { NOTHING } else { WARNINGS };
+    STDERR.store(level, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Writes every log line to `path` too (appending), until the guard is dropped.

@@ -28,6 +28,7 @@ mod doc;
 mod inspect;
 mod progress;
 pub mod sweep;
+pub mod tui;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -85,6 +86,14 @@ enum Command {
         dir: PathBuf,
         #[command(flatten)]
         output: Output,
+    },
+    /// Watch an experiment in the terminal UI: running (re-read every second), interrupted or
+    /// finished.
+    #[command(after_help = "Example:\n  rtune watch rtune_results/digits-asha\n\n\
+        Keys: arrows select, s sorts by the next column, r reverses, f filters by status, q quits.")]
+    Watch {
+        /// The experiment directory.
+        dir: PathBuf,
     },
     /// List the experiments under a storage path.
     #[command(after_help = "Example:\n  rtune ls rtune_results")]
@@ -219,6 +228,10 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
     match cli.command {
         Command::Run { file, sets, output } => run(&file, &sets, &output, registry),
         Command::Resume { dir, output } => resume(&dir, &output, registry),
+        Command::Watch { dir } => {
+            tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;
+            Ok(0)
+        }
         Command::Ls { dir } => {
             let dir = dir.unwrap_or_else(|| RunConfig::default().resolved_storage_path());
             inspect::ls(&dir)?;
@@ -282,12 +295,13 @@ fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Re
         SweepCopy { file: source.name.clone(), text: source.text.clone(), set: sets.to_vec() };
     let copy_path = path.join(SWEEP_COPY);
     crate::storage::atomic_write(&copy_path, &serde_json::to_vec_pretty(&copy)?)?;
-    run.name = Some(name);
+    run.name = Some(name.clone());
     let interrupt = Interrupt::new();
-    let run = with_progress(run, &spec, output, Vec::new());
     println!("sweep {} ({} trials) in {}", source.name, samples(&spec), path.display());
+    let (run, screen) = reporting(run, &spec, output, &name, &path, &interrupt, Vec::new());
     let began = Instant::now();
     let outcome = watch_signals(interrupt.clone(), || spec.tuner(run, interrupt.clone()).fit());
+    screen.close();
     if outcome.is_err() && !path.join(crate::tune::SETTINGS_FILE).exists() {
         // Refused before the experiment began: leave no half-made directory behind.
         let _ = std::fs::remove_file(&copy_path);
@@ -316,21 +330,22 @@ fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit>
     };
     let source = doc::Source { name: copy.file.clone(), text: copy.text };
     let spec = SweepSpec::read(&source, &copy.set, registry)?;
-    let ended: Vec<_> = ResultGrid::from_path(dir)
-        .map(|grid| grid.trials)
+    let ended: Vec<tui::model::TrialRow> = tui::Model::read(dir)
+        .map(|m| m.trials)
         .unwrap_or_default()
         .into_iter()
         .filter(|t| t.status.is_finished())
-        .map(|t| (t.trial_id.clone(), t.status, t.history().last().cloned()))
         .collect();
-    let run = with_progress(spec.run_config(), &spec, output, ended);
     println!("resuming sweep {} in {}", copy.file, dir.display());
     let interrupt = Interrupt::new();
+    let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let (run, screen) = reporting(spec.run_config(), &spec, output, &name, dir, &interrupt, ended);
     let began = Instant::now();
     let outcome = watch_signals(interrupt.clone(), || {
         let tuner = Tuner::restore(dir, spec.trainer())?;
         tuner.tune_config(spec.tune_config()).run_config(run).interrupt(interrupt.clone()).fit()
     });
+    screen.close();
     finish(outcome, dir, output, began)
 }
 
@@ -341,19 +356,54 @@ fn samples(spec: &SweepSpec) -> String {
     }
 }
 
-/// Plain progress lines (the terminal UI is still to come; `--no-tui` keeps them anyway).
-fn with_progress(
+/// How a running sweep is shown: the terminal UI on a terminal (unless `--no-tui`), else plain
+/// progress lines. `ended`: trials that ended before this driver began (a resumed sweep).
+fn reporting(
     run: RunConfig,
     spec: &SweepSpec,
     output: &Output,
-    ended: Vec<(String, TrialStatus, Option<rtune_searchers::Metrics>)>,
-) -> RunConfig {
-    let _tui_wanted = !output.no_tui && std::io::stdout().is_terminal();
+    name: &str,
+    path: &Path,
+    interrupt: &Interrupt,
+    ended: Vec<tui::model::TrialRow>,
+) -> (RunConfig, Screen) {
     let metric = spec.metric.clone().zip(spec.mode);
     let total = u64::try_from(spec.num_samples).ok();
-    let every = Duration::from_secs(5);
-    let progress = progress::Progress::new(std::io::stdout(), every, metric, total);
-    run.callback(progress.knowing(ended))
+    let progress =
+        progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric, total);
+    if output.no_tui || !std::io::stdout().is_terminal() {
+        let known = ended.into_iter().map(|t| (t.id, t.status, Some(t.last)));
+        return (run.callback(progress.knowing(known)), Screen(None));
+    }
+    let mut model =
+        tui::Model::new(name.to_owned(), path.to_owned(), spec.metric.clone().zip(spec.mode));
+    model.total = total;
+    model.time_budget_s = spec.time_budget_s;
+    let scaling = &spec.scaling;
+    let workers = scaling.num_workers as f64;
+    model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);
+    if spec.cluster.is_none()
+        && let Ok(node) = crate::cluster::local_node()
+    {
+        model.capacity = (node.resources.cpu, node.resources.gpu);
+    }
+    model.trials = ended;
+    let (feed, events) = tui::Feed::new();
+    let thread = tui::live(model, events, interrupt.clone(), progress);
+    (run.callback(feed.clone()), Screen(Some((feed, thread))))
+}
+
+/// The live terminal UI, if one is shown.
+struct Screen(Option<(tui::Feed, std::thread::JoinHandle<()>)>);
+
+impl Screen {
+    /// The sweep is over: the UI gives the terminal back.
+    fn close(self) {
+        if let Some((feed, thread)) = self.0 {
+            feed.end();
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Runs `sweep` while SIGINT and SIGTERM interrupt it: the first asks it to stop resumable, a

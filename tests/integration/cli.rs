@@ -316,3 +316,92 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
     ensure!(!storage.exists(), "something was created in {}", storage.display());
     Ok(())
 }
+
+/// A tmux server of the test's own, killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn new() -> Result<Tmux> {
+        let tmux = Tmux(format!("rtune-test-{}", std::process::id()));
+        // Fail, not skip, without tmux: `make test` installs it.
+        tmux.run(&["-V"]).context("tmux is needed for this test (make test installs it)")?;
+        Ok(tmux)
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("tmux").arg("-L").arg(&self.0).args(args).output()?;
+        ensure!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs `command` (a shell line) in a new 150x40 session.
+    fn start(&self, session: &str, command: &str) -> Result<()> {
+        self.run(&["new-session", "-d", "-s", session, "-x", "150", "-y", "40", command])?;
+        Ok(())
+    }
+
+    /// Waits until the session's screen shows every one of `wanted`; returns the screen.
+    fn wait_for_screen(&self, session: &str, wanted: &[&str]) -> Result<String> {
+        let mut screen = String::new();
+        let found = wait_for(Duration::from_secs(120), || {
+            screen = self.run(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
+            Ok(wanted.iter().all(|w| screen.contains(w)))
+        });
+        found
+            .with_context(|| format!("wanted {wanted:?} on the screen of {session}:\n{screen}"))?;
+        Ok(screen)
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").arg("-L").arg(&self.0).arg("kill-server").output();
+    }
+}
+
+/// `rtune run` on a terminal shows the live UI; `rtune watch` shows the same sweep from its
+/// files; `q` leaves watch; `x` in the run's UI stops the sweep, resumable (exit 3).
+pub fn tui_in_a_real_terminal() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.15)?;
+    let experiment = dir.path().join("results/curves");
+    let tmux = Tmux::new()?;
+    let run_exit = dir.path().join("run.exit");
+    tmux.start(
+        "run",
+        &format!(
+            "{RTUNE} run {} --set tune.max_concurrent_trials=2; echo $? > {}; sleep 600",
+            file.display(),
+            run_exit.display()
+        ),
+    )?;
+    let screen = tmux.wait_for_screen("run", &["rtune · curves", "RUNNING", "x stop sweep"])?;
+    ensure!(screen.contains("score by iteration"), "{screen}");
+    // The state file names the trials watch will show.
+    let state = experiment.join(rtune::tune::STATE_FILE);
+    wait_for(Duration::from_secs(60), || Ok(state.exists()))?;
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state)?)?;
+    let first =
+        saved["trials"][0]["trial_id"].as_str().context("no trial in the state")?.to_owned();
+    let watch_exit = dir.path().join("watch.exit");
+    tmux.start(
+        "watch",
+        &format!(
+            "{RTUNE} watch {}; echo $? > {}; sleep 600",
+            experiment.display(),
+            watch_exit.display()
+        ),
+    )?;
+    tmux.wait_for_screen("watch", &["rtune · curves", &first, "q quit"])?;
+    tmux.run(&["send-keys", "-t", "watch", "q"])?;
+    wait_for(Duration::from_secs(30), || Ok(watch_exit.exists()))?;
+    ensure!(std::fs::read_to_string(&watch_exit)?.trim() == "0");
+    tmux.run(&["send-keys", "-t", "run", "x"])?;
+    wait_for(Duration::from_secs(60), || Ok(run_exit.exists()))?;
+    let code = std::fs::read_to_string(&run_exit)?;
+    ensure!(code.trim() == "3", "rtune run exited {code}");
+    // The terminal is given back: the run prints its table after the UI.
+    tmux.wait_for_screen("run", &["rtune resume"])?;
+    ensure!(Tuner::can_restore(&experiment));
+    Ok(())
+}

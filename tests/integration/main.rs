@@ -130,6 +130,7 @@ fn main() {
         ),
         test("cli::failed_trials_exit_1_unless_allowed", cli::failed_trials_exit_1_unless_allowed),
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
+        test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

@@ -1,0 +1,266 @@
+//! The terminal UI: `rtune run` on a terminal shows its sweep live (fed by callback events over
+//! a channel: the controller never waits for the screen), `rtune watch DIR` shows an experiment
+//! from its files (finished, interrupted, or running: re-read every second). Drawn on its own
+//! thread, at most 10 times a second.
+
+pub mod model;
+pub mod view;
+
+use std::io::Stdout;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use ratatui::DefaultTerminal;
+use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
+use rtune_searchers::Metrics;
+
+use super::progress::Progress;
+use crate::callback::{Callback, TrialInfo};
+use crate::error::Result;
+use crate::tune::Interrupt;
+pub use model::{Event, Model, View};
+
+/// At most 10 redraws a second.
+const FRAME: Duration = Duration::from_millis(100);
+
+/// The callback that feeds a live TUI: it only sends events.
+#[derive(Clone)]
+pub struct Feed(mpsc::Sender<Event>);
+
+impl Feed {
+    pub fn new() -> (Feed, mpsc::Receiver<Event>) {
+        let (tx, rx) = mpsc::channel();
+        (Feed(tx), rx)
+    }
+
+    /// Tells the TUI the sweep is over (also when it ended without `on_experiment_end`).
+    pub fn end(&self) {
+        let _ = self.0.send(Event::End);
+    }
+}
+
+impl Callback for Feed {
+    fn name(&self) -> String {
+        "tui".into()
+    }
+    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
+        let _ = self.0.send(Event::Start(trial.clone()));
+        Ok(())
+    }
+    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
+        let _ = self.0.send(Event::Result(trial.clone(), result.clone()));
+        Ok(())
+    }
+    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
+        let _ = self.0.send(Event::Complete(trial.clone()));
+        Ok(())
+    }
+    fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
+        let _ = self.0.send(Event::Error(trial.clone(), error.to_owned()));
+        Ok(())
+    }
+    fn on_experiment_end(&self, _: &[TrialInfo]) -> Result<()> {
+        let _ = self.0.send(Event::End);
+        Ok(())
+    }
+}
+
+/// What a key asks for.
+#[derive(Debug, PartialEq)]
+enum Action {
+    Nothing,
+    /// Leave the view (the sweep goes on).
+    Quit,
+    /// Stop the sweep, resumable.
+    Stop,
+    /// Ctrl-C: as SIGINT (raw mode keeps the terminal from sending it).
+    CtrlC,
+}
+
+fn on_key(code: KeyCode, modifiers: KeyModifiers, view: &mut View, model: &Model) -> Action {
+    let rows = model.rows(view).len();
+    let columns = 4 + model.param_names().len();
+    match code {
+        KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => return Action::CtrlC,
+        KeyCode::Char('q') | KeyCode::Esc => return Action::Quit,
+        KeyCode::Char('x') => return Action::Stop,
+        KeyCode::Up | KeyCode::Char('k') => view.selected = view.selected.saturating_sub(1),
+        KeyCode::Down | KeyCode::Char('j') => {
+            view.selected = (view.selected + 1).min(rows.saturating_sub(1))
+        }
+        KeyCode::PageUp => view.selected = view.selected.saturating_sub(10),
+        KeyCode::PageDown => view.selected = (view.selected + 10).min(rows.saturating_sub(1)),
+        KeyCode::Char('s') => {
+            view.sort = (view.sort + 1) % columns;
+            // The metric sorts best first; other columns smallest first.
+            view.descending = view.sort == 3;
+        }
+        KeyCode::Char('r') => view.descending = !view.descending,
+        KeyCode::Char('f') => {
+            let at = model::FILTERS.iter().position(|f| *f == view.filter).unwrap_or(0);
+            view.filter = model::FILTERS[(at + 1) % model::FILTERS.len()];
+            view.selected = 0;
+        }
+        KeyCode::Char('?') | KeyCode::Char('h') => view.help = !view.help,
+        _ => {}
+    }
+    Action::Nothing
+}
+
+/// The keys pressed within `wait`.
+fn keys(wait: Duration) -> std::io::Result<Vec<(KeyCode, KeyModifiers)>> {
+    let mut out = Vec::new();
+    let mut wait = wait;
+    while event::poll(wait)? {
+        if let TermEvent::Key(k) = event::read()?
+            && k.kind == KeyEventKind::Press
+        {
+            out.push((k.code, k.modifiers));
+        }
+        wait = Duration::ZERO;
+    }
+    Ok(out)
+}
+
+/// Takes the terminal (raw mode, alternate screen) and gives it back when dropped, also when
+/// the thread unwinds.
+struct Screen(DefaultTerminal);
+
+impl Screen {
+    fn take() -> std::io::Result<Screen> {
+        crate::log::mute_stderr(true);
+        Ok(Screen(ratatui::try_init()?))
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = ratatui::try_restore();
+        crate::log::mute_stderr(false);
+    }
+}
+
+/// `rtune run` on a terminal: shows the sweep live until it ends or the viewer leaves (then
+/// plain progress lines go on). `x` and Ctrl-C interrupt the sweep; a second Ctrl-C ends the
+/// process at once.
+pub fn live(
+    mut model: Model,
+    events: mpsc::Receiver<Event>,
+    interrupt: Interrupt,
+    progress: Progress<Stdout>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let began = Instant::now();
+        let base = model.elapsed_s;
+        let mut view = View { sort: 3, descending: true, live: true, ..View::default() };
+        let mut screen = match Screen::take() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("no terminal UI ({e}); progress lines instead");
+                None
+            }
+        };
+        let mut ctrl_c = 0;
+        let mut last_draw = Instant::now() - FRAME;
+        loop {
+            // Events first, all that came: the screen shows the newest state.
+            let mut ended = false;
+            loop {
+                match events.try_recv() {
+                    Ok(e) => {
+                        if screen.is_none() {
+                            forward(&progress, &e);
+                        }
+                        model.apply(&e);
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            model.elapsed_s = base + began.elapsed().as_secs_f64();
+            let Some(s) = screen.as_mut() else {
+                if ended {
+                    return;
+                }
+                std::thread::sleep(FRAME);
+                continue;
+            };
+            if ended || model.over {
+                return;
+            }
+            if last_draw.elapsed() >= FRAME {
+                let _ = s.0.draw(|f| view::render(f, &model, &view));
+                last_draw = Instant::now();
+            }
+            let pressed = keys(FRAME.saturating_sub(last_draw.elapsed())).unwrap_or_default();
+            for (code, modifiers) in pressed {
+                match on_key(code, modifiers, &mut view, &model) {
+                    Action::Nothing => {}
+                    Action::Quit => screen = None,
+                    Action::Stop => interrupt.interrupt(),
+                    Action::CtrlC => {
+                        ctrl_c += 1;
+                        if ctrl_c == 1 {
+                            interrupt.interrupt();
+                        } else {
+                            drop(screen.take());
+                            eprintln!("rtune: stopped at once");
+                            std::process::exit(super::EXIT_INTERRUPTED);
+                        }
+                    }
+                }
+                if screen.is_none() {
+                    println!("left the view; the sweep goes on (Ctrl-C stops it, resumable)");
+                    break;
+                }
+            }
+        }
+    })
+}
+
+fn forward(progress: &Progress<Stdout>, event: &Event) {
+    let _ = match event {
+        Event::Start(t) => progress.on_trial_start(t),
+        Event::Result(t, m) => progress.on_trial_result(t, m),
+        Event::Complete(t) => progress.on_trial_complete(t),
+        Event::Error(t, e) => progress.on_trial_error(t, e),
+        Event::End => progress.on_experiment_end(&[]),
+    };
+}
+
+/// `rtune watch DIR`: the experiment from its files, re-read every second, until `q`.
+pub fn watch(dir: &Path) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    anyhow::ensure!(
+        std::io::stdout().is_terminal(),
+        "rtune watch needs a terminal; `rtune show {}` prints the same as text",
+        dir.display()
+    );
+    let mut model = Model::read(dir)?;
+    let mut view = View { sort: 3, descending: true, ..View::default() };
+    let mut screen = Screen::take()?;
+    let mut read_at = Instant::now();
+    loop {
+        if read_at.elapsed() >= Duration::from_secs(1) {
+            if let Ok(m) = Model::read(dir) {
+                model = m;
+            }
+            read_at = Instant::now();
+        }
+        screen.0.draw(|f| view::render(f, &model, &view))?;
+        for (code, modifiers) in keys(FRAME)? {
+            match on_key(code, modifiers, &mut view, &model) {
+                Action::Quit | Action::CtrlC => return Ok(()),
+                // Stopping needs the driver: a live stream from it is still to come.
+                Action::Stop | Action::Nothing => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,292 @@
+//! What the terminal UI shows: the sweep as events (a live sweep's callbacks) or files (`rtune
+//! watch DIR`) describe it, and the viewer's choices (selection, sort, filter). No drawing here.
+
+use std::path::{Path, PathBuf};
+
+use rtune_searchers::{Metrics, Mode, TrialStatus};
+
+use crate::callback::TrialInfo;
+use crate::tune::ResultGrid;
+
+/// One trial as the table and the chart show it.
+#[derive(Debug, Clone)]
+pub struct TrialRow {
+    pub id: String,
+    pub status: TrialStatus,
+    /// Flattened params, written short.
+    pub params: Vec<(String, String)>,
+    /// The latest result.
+    pub last: Metrics,
+    /// (training_iteration, metric) of every result: the learning curve.
+    pub curve: Vec<(f64, f64)>,
+    pub path: PathBuf,
+    pub error: Option<String>,
+}
+
+/// The sweep.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub name: String,
+    pub path: PathBuf,
+    pub metric: Option<(String, Mode)>,
+    /// Trials the sweep was set up for (`None`: until its time budget ends).
+    pub total: Option<u64>,
+    pub time_budget_s: Option<f64>,
+    /// Seconds the sweep has run.
+    pub elapsed_s: f64,
+    pub trials: Vec<TrialRow>,
+    /// CPUs (and GPUs) one trial holds, and the machine's, for the pool bars.
+    pub per_trial: (f64, f64),
+    pub capacity: (f64, f64),
+    /// The sweep has ended.
+    pub over: bool,
+}
+
+/// What the viewer chose.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// Index into the filtered, sorted rows.
+    pub selected: usize,
+    /// Sort column (0 = trial id), and whether best or largest first.
+    pub sort: usize,
+    pub descending: bool,
+    pub filter: Option<TrialStatus>,
+    pub help: bool,
+    /// Showing a live sweep (`x` stops it), not files.
+    pub live: bool,
+}
+
+/// The filters `f` steps through.
+pub const FILTERS: [Option<TrialStatus>; 5] = [
+    None,
+    Some(TrialStatus::Running),
+    Some(TrialStatus::Terminated),
+    Some(TrialStatus::Error),
+    Some(TrialStatus::Paused),
+];
+
+pub fn status_name(status: TrialStatus) -> String {
+    format!("{status:?}").to_uppercase()
+}
+
+fn short(v: &rtune_searchers::Value) -> String {
+    match (v.as_i64(), v.as_f64()) {
+        (None, Some(x)) if x != 0.0 && !(1e-3..1e5).contains(&x.abs()) => format!("{x:.2e}"),
+        (None, Some(x)) => format!("{x:.4}"),
+        _ => v.to_string(),
+    }
+}
+
+impl Model {
+    pub fn new(name: String, path: PathBuf, metric: Option<(String, Mode)>) -> Self {
+        Model {
+            name,
+            path,
+            metric,
+            total: None,
+            time_budget_s: None,
+            elapsed_s: 0.0,
+            trials: Vec::new(),
+            per_trial: (0.0, 0.0),
+            capacity: (0.0, 0.0),
+            over: false,
+        }
+    }
+
+    fn row(&mut self, trial: &TrialInfo) -> &mut TrialRow {
+        let index = match self.trials.iter().position(|t| t.id == trial.trial_id) {
+            Some(i) => i,
+            None => {
+                let params =
+                    trial.params.flatten().iter().map(|(k, v)| (k.clone(), short(v))).collect();
+                self.trials.push(TrialRow {
+                    id: trial.trial_id.clone(),
+                    status: trial.status,
+                    params,
+                    last: Metrics::new(),
+                    curve: Vec::new(),
+                    path: trial.path.clone(),
+                    error: None,
+                });
+                self.trials.len() - 1
+            }
+        };
+        &mut self.trials[index]
+    }
+
+    /// A live sweep's event.
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::Start(t) => self.row(t).status = TrialStatus::Running,
+            Event::Result(t, metrics) => {
+                let metric = self.metric.as_ref().map(|(m, _)| m.clone());
+                let row = self.row(t);
+                row.status = TrialStatus::Running;
+                if let (Some(m), Some(&it)) = (metric, metrics.get("training_iteration"))
+                    && let Some(&v) = metrics.get(&m)
+                {
+                    row.curve.push((it, v));
+                }
+                row.last = metrics.clone();
+            }
+            Event::Complete(t) => self.row(t).status = TrialStatus::Terminated,
+            Event::Error(t, e) => {
+                let row = self.row(t);
+                row.status = TrialStatus::Error;
+                row.error = Some(e.clone());
+            }
+            Event::End => self.over = true,
+        }
+    }
+
+    /// The experiment in `dir` as its files hold it (`rtune watch`).
+    pub fn read(dir: &Path) -> crate::error::Result<Model> {
+        let grid = ResultGrid::from_path(dir)?;
+        let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let mut model = Model::new(name, dir.to_owned(), grid.metric.clone().zip(grid.mode));
+        if let Ok(text) = std::fs::read(dir.join(crate::tune::SETTINGS_FILE))
+            && let Ok(settings) = serde_json::from_slice::<serde_json::Value>(&text)
+        {
+            model.total = settings["num_samples"].as_i64().and_then(|n| u64::try_from(n).ok());
+            model.time_budget_s = settings["time_budget_s"].as_f64();
+        }
+        if let Ok(text) = std::fs::read(dir.join(crate::tune::STATE_FILE))
+            && let Ok(state) = serde_json::from_slice::<serde_json::Value>(&text)
+        {
+            model.elapsed_s = state["time_spent_s"].as_f64().unwrap_or(0.0);
+        }
+        model.over = dir.join(crate::tune::RESULTS_PARQUET).exists();
+        let metric = model.metric.as_ref().map(|(m, _)| m.clone());
+        for t in &grid.trials {
+            let curve = metric.as_ref().map_or(Vec::new(), |m| {
+                t.history()
+                    .iter()
+                    .filter_map(|r| Some((*r.get("training_iteration")?, *r.get(m)?)))
+                    .collect()
+            });
+            model.trials.push(TrialRow {
+                id: t.trial_id.clone(),
+                status: t.status,
+                params: t.params.flatten().iter().map(|(k, v)| (k.clone(), short(v))).collect(),
+                last: t.history().last().cloned().unwrap_or_default(),
+                curve,
+                path: t.path.clone(),
+                error: t.error.clone(),
+            });
+        }
+        Ok(model)
+    }
+
+    /// The param names, in first-seen order.
+    pub fn param_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for t in &self.trials {
+            for (k, _) in &t.params {
+                if !names.contains(k) {
+                    names.push(k.clone());
+                }
+            }
+        }
+        names
+    }
+
+    /// The best trial's index by the sweep's metric (latest results).
+    pub fn best(&self) -> Option<usize> {
+        let (metric, mode) = self.metric.as_ref()?;
+        self.trials
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| Some((i, *t.last.get(metric)?)))
+            .filter(|(_, v)| v.is_finite())
+            .max_by(|a, b| (mode.sign() * a.1).total_cmp(&(mode.sign() * b.1)))
+            .map(|(i, _)| i)
+    }
+
+    pub fn count(&self, status: TrialStatus) -> usize {
+        self.trials.iter().filter(|t| t.status == status).count()
+    }
+
+    /// The rows the table shows, in order: indices into `trials`.
+    pub fn rows(&self, view: &View) -> Vec<usize> {
+        let mut rows: Vec<usize> = (0..self.trials.len())
+            .filter(|&i| view.filter.is_none_or(|f| self.trials[i].status == f))
+            .collect();
+        let params = self.param_names();
+        let key = |i: usize| -> (Option<f64>, String) {
+            let t = &self.trials[i];
+            match view.sort {
+                0 => (None, t.id.clone()),
+                1 => (None, status_name(t.status)),
+                2 => (t.last.get("training_iteration").copied(), String::new()),
+                3 => match &self.metric {
+                    Some((m, mode)) => (t.last.get(m).map(|v| mode.sign() * v), String::new()),
+                    None => (None, String::new()),
+                },
+                n => {
+                    let name = params.get(n - 4);
+                    let value = name.and_then(|p| t.params.iter().find(|(k, _)| k == p));
+                    let text = value.map_or(String::new(), |(_, v)| v.clone());
+                    (text.parse().ok(), text)
+                }
+            }
+        };
+        rows.sort_by(|&a, &b| {
+            let (ka, kb) = (key(a), key(b));
+            let order = match (ka.0, kb.0) {
+                (Some(x), Some(y)) => x.total_cmp(&y),
+                (Some(_), None) => std::cmp::Ordering::Greater,
+                (None, Some(_)) => std::cmp::Ordering::Less,
+                (None, None) => ka.1.cmp(&kb.1),
+            };
+            if view.descending { order.reverse() } else { order }
+        });
+        rows
+    }
+
+    /// The last `n` lines of a trial's log: its error, else rank 0's stderr and stdout.
+    pub fn log_tail(&self, trial: usize, n: usize) -> Vec<String> {
+        let Some(t) = self.trials.get(trial) else { return Vec::new() };
+        if let Some(e) = &t.error {
+            return e
+                .lines()
+                .rev()
+                .take(n)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+        }
+        let mut lines = Vec::new();
+        for file in ["logs/rank_0.stderr", "logs/rank_0.stdout"] {
+            lines.extend(tail(&t.path.join(file), n));
+        }
+        let skip = lines.len().saturating_sub(n);
+        lines.split_off(skip)
+    }
+}
+
+/// The last `n` lines of a file, reading at most its last 16 KiB.
+fn tail(path: &Path, n: usize) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let start = len.saturating_sub(16 * 1024);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().skip(usize::from(start > 0)).collect();
+    lines[lines.len().saturating_sub(n)..].iter().map(|l| (*l).to_owned()).collect()
+}
+
+/// A live sweep's events, as its callbacks hear them.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Start(TrialInfo),
+    Result(TrialInfo, Metrics),
+    Complete(TrialInfo),
+    Error(TrialInfo, String),
+    End,
+}

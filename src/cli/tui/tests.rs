@@ -1,0 +1,135 @@
+//! The screen as ratatui's TestBackend draws it, from events as a live sweep sends them.
+
+use std::path::PathBuf;
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+use rtune_searchers::{Metrics, Mode, Params, TrialStatus};
+
+use super::model::{Event, Model, View};
+use super::{Action, on_key, view};
+use crate::callback::TrialInfo;
+
+fn info(i: usize, lr: f64) -> TrialInfo {
+    TrialInfo {
+        trial_id: format!("abcde_{i:05}"),
+        status: TrialStatus::Running,
+        params: Params::new().with("lr", lr).with("hidden", 64),
+        path: PathBuf::from(format!("/nonexistent/trial_{i}")),
+    }
+}
+
+fn result(iteration: f64, acc: f64) -> Metrics {
+    [("training_iteration".to_owned(), iteration), ("acc".to_owned(), acc)].into_iter().collect()
+}
+
+/// Three trials: 0 ends at acc 0.5, 1 runs at 0.9 (the best), 2 failed.
+fn model() -> Model {
+    let mut m = Model::new("demo".into(), "/tmp/demo".into(), Some(("acc".into(), Mode::Max)));
+    m.total = Some(5);
+    m.per_trial = (2.0, 0.0);
+    m.capacity = (4.0, 0.0);
+    let events = [
+        Event::Start(info(0, 0.1)),
+        Event::Result(info(0, 0.1), result(1.0, 0.3)),
+        Event::Result(info(0, 0.1), result(2.0, 0.5)),
+        Event::Complete(info(0, 0.1)),
+        Event::Start(info(1, 0.01)),
+        Event::Result(info(1, 0.01), result(1.0, 0.7)),
+        Event::Result(info(1, 0.01), result(2.0, 0.9)),
+        Event::Start(info(2, 0.001)),
+        Event::Error(info(2, 0.001), "worker rank 1 panicked: boom".into()),
+    ];
+    for e in &events {
+        m.apply(e);
+    }
+    m
+}
+
+fn screen(model: &Model, view: &View, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| view::render(f, model, view)).unwrap();
+    let buffer = terminal.backend().buffer().clone();
+    let mut text = String::new();
+    for y in 0..height {
+        for x in 0..width {
+            text.push_str(buffer[(x, y)].symbol());
+        }
+        text.push('\n');
+    }
+    text
+}
+
+fn best_first() -> View {
+    View { sort: 3, descending: true, live: true, ..View::default() }
+}
+
+#[test]
+fn the_screen_shows_status_best_trial_curve_and_error() {
+    let m = model();
+    let text = screen(&m, &best_first(), 120, 30);
+    assert!(text.contains("rtune · demo"), "{text}");
+    assert!(
+        text.contains("1 RUNNING") && text.contains("1 TERMINATED") && text.contains("1 ERROR"),
+        "{text}"
+    );
+    assert!(text.contains("2 PENDING"), "{text}");
+    assert!(text.contains("best acc=0.9000 (abcde_00001)"), "{text}");
+    // One running trial of 2 CPUs on a 4-CPU machine: half the bar.
+    assert!(text.contains("CPU ██████████░░░░░░░░░░ 2/4"), "{text}");
+    // Best first: trial 1's row comes before trial 0's.
+    let row = |id: &str| text.lines().position(|l| l.contains(id) && !l.contains("best")).unwrap();
+    let (one, zero) = (row("abcde_00001"), row("abcde_00000"));
+    assert!(one < zero, "{text}");
+    assert!(text.contains("acc by iteration"), "{text}");
+    assert!(text.contains("log of abcde_00001"), "{text}");
+    assert!(text.contains("x stop sweep"), "{text}");
+}
+
+#[test]
+fn keys_sort_filter_and_select() {
+    let m = model();
+    let mut v = best_first();
+    // Filter to errors: the failed trial alone, its error as the log.
+    for _ in 0..3 {
+        assert_eq!(on_key(KeyCode::Char('f'), KeyModifiers::NONE, &mut v, &m), Action::Nothing);
+    }
+    assert_eq!(v.filter, Some(TrialStatus::Error));
+    let text = screen(&m, &v, 120, 30);
+    assert!(text.contains("1 shown, filter: ERROR"), "{text}");
+    assert!(text.contains("worker rank 1 panicked: boom"), "{text}");
+    assert!(!text.contains("abcde_00000 "), "{text}");
+    // Back to all, sorted by trial id ascending; select the second row.
+    v.filter = None;
+    v.sort = 0;
+    v.descending = false;
+    on_key(KeyCode::Down, KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(m.rows(&v), [0, 1, 2]);
+    let text = screen(&m, &v, 120, 30);
+    assert!(text.contains("log of abcde_00001"), "{text}");
+    on_key(KeyCode::Down, KeyModifiers::NONE, &mut v, &m);
+    on_key(KeyCode::Down, KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(v.selected, 2, "selection stops at the last row");
+    assert_eq!(on_key(KeyCode::Char('q'), KeyModifiers::NONE, &mut v, &m), Action::Quit);
+    assert_eq!(on_key(KeyCode::Char('x'), KeyModifiers::NONE, &mut v, &m), Action::Stop);
+    assert_eq!(on_key(KeyCode::Char('c'), KeyModifiers::CONTROL, &mut v, &m), Action::CtrlC);
+}
+
+#[test]
+fn a_small_terminal_gets_a_message() {
+    let text = screen(&model(), &best_first(), 40, 10);
+    assert!(text.contains("terminal too small: 40x10"), "{text}");
+}
+
+#[test]
+fn ten_thousand_trials_draw_only_what_fits() {
+    let mut m = Model::new("big".into(), "/tmp/big".into(), Some(("acc".into(), Mode::Max)));
+    for i in 0..10_000 {
+        let t = info(i, 1e-3 * (i % 97) as f64);
+        m.apply(&Event::Result(t, result(1.0, (i % 1000) as f64 / 1000.0)));
+    }
+    let text = screen(&m, &best_first(), 150, 40);
+    assert!(text.contains("10000 shown"), "{text}");
+    assert!(text.contains("best acc=0.9990"), "{text}");
+}

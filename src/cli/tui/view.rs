@@ -1,0 +1,270 @@
+//! Drawing the model: a header (name, time, trials by status, the best, pool bars), the trial
+//! table, the selected trial's learning curve and log tail, and the keys. Pure: the same model
+//! and view draw the same screen (tested on ratatui's TestBackend).
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Direction, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Block, Borders, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table, TableState,
+};
+use rtune_searchers::TrialStatus;
+
+use super::model::{Model, View, status_name};
+
+/// Below this the screen says so instead of drawing garbage.
+pub const MIN_WIDTH: u16 = 60;
+pub const MIN_HEIGHT: u16 = 16;
+
+const LIVE_KEYS: &str = "↑↓ select  s sort  r reverse  f filter  x stop sweep  q quit view  ? help";
+const WATCH_KEYS: &str = "↑↓ select  s sort  r reverse  f filter  q quit  ? help";
+
+fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e9 {
+        format!("{v}")
+    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn bar(label: &str, used: f64, total: f64, width: usize) -> String {
+    if total <= 0.0 {
+        return format!("{label} -");
+    }
+    let filled = ((used / total).clamp(0.0, 1.0) * width as f64).round() as usize;
+    format!(
+        "{label} {}{} {}/{}",
+        "█".repeat(filled),
+        "░".repeat(width - filled),
+        number(used),
+        number(total)
+    )
+}
+
+fn status_color(status: TrialStatus) -> Color {
+    match status {
+        TrialStatus::Running => Color::Cyan,
+        TrialStatus::Terminated => Color::Green,
+        TrialStatus::Error => Color::Red,
+        TrialStatus::Paused => Color::Yellow,
+        _ => Color::Gray,
+    }
+}
+
+pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let text = format!(
+            "terminal too small: {}x{}; rtune needs at least {MIN_WIDTH}x{MIN_HEIGHT}",
+            area.width, area.height
+        );
+        frame.render_widget(Paragraph::new(text), area);
+        return;
+    }
+    let [header, middle, log, keys] = Layout::default()
+        .direction(Direction::Vertical)
+        .constraints([
+            Constraint::Length(3),
+            Constraint::Min(6),
+            Constraint::Length(7),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+    render_header(frame, header, model);
+    let rows = model.rows(view);
+    let selected = rows.get(view.selected.min(rows.len().saturating_sub(1))).copied();
+    let [table, chart] = Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([Constraint::Percentage(62), Constraint::Percentage(38)])
+        .areas(middle);
+    render_table(frame, table, model, view, &rows);
+    render_chart(frame, chart, model, selected);
+    render_log(frame, log, model, selected);
+    let keys_text = match (view.help, view.live) {
+        (true, true) => {
+            "s: next sort column · r: reverse · f: filter by status · x: stop the sweep \
+             (resumable) · q: leave the view (the sweep goes on)"
+        }
+        (true, false) => "s: next sort column · r: reverse · f: filter by status · q: quit",
+        (false, true) => LIVE_KEYS,
+        (false, false) => WATCH_KEYS,
+    };
+    frame
+        .render_widget(Paragraph::new(keys_text).style(Style::default().fg(Color::DarkGray)), keys);
+}
+
+fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
+    let mut time = format!("elapsed {}", clock(model.elapsed_s));
+    if let Some(budget) = model.time_budget_s {
+        time.push_str(&format!(" of {} budget", clock(budget)));
+    } else if let Some(total) = model.total {
+        let done = model.count(TrialStatus::Terminated) + model.count(TrialStatus::Error);
+        if done > 0 && !model.over && (done as u64) < total {
+            let eta = model.elapsed_s / done as f64 * (total - done as u64) as f64;
+            time.push_str(&format!(", ETA {}", clock(eta)));
+        }
+    }
+    let state = if model.over { " · ended" } else { "" };
+    let title = Line::from(vec![
+        Span::styled(
+            format!("rtune · {}", model.name),
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!(" · {time}{state} · {}", model.path.display())),
+    ]);
+    let mut counts = Vec::new();
+    for status in
+        [TrialStatus::Running, TrialStatus::Paused, TrialStatus::Terminated, TrialStatus::Error]
+    {
+        let n = model.count(status);
+        if n > 0 {
+            counts.push(Span::styled(
+                format!("{n} {} ", status_name(status)),
+                Style::default().fg(status_color(status)),
+            ));
+        }
+    }
+    if let Some(total) = model.total.filter(|&t| t > model.trials.len() as u64) {
+        counts.push(Span::raw(format!("{} PENDING ", total - model.trials.len() as u64)));
+    }
+    if let (Some(best), Some((metric, _))) = (model.best(), &model.metric) {
+        let t = &model.trials[best];
+        let v = t.last.get(metric).copied().unwrap_or(f64::NAN);
+        counts.push(Span::styled(
+            format!("· best {metric}={} ({})", number(v), t.id),
+            Style::default().fg(Color::Green),
+        ));
+    }
+    let running = model.count(TrialStatus::Running) as f64;
+    let pool = format!(
+        "{}   {}",
+        bar("CPU", running * model.per_trial.0, model.capacity.0, 20),
+        bar("GPU", running * model.per_trial.1, model.capacity.1, 10)
+    );
+    let text = vec![title, Line::from(counts), Line::from(pool)];
+    frame.render_widget(Paragraph::new(text), area);
+}
+
+fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, rows: &[usize]) {
+    let params = model.param_names();
+    let mut headers = vec!["trial".to_owned(), "status".into(), "iter".into()];
+    headers.push(model.metric.as_ref().map_or("-".into(), |(m, _)| m.clone()));
+    headers.extend(params.iter().cloned());
+    let header = Row::new(headers.iter().enumerate().map(|(i, h)| {
+        let mark = if i == view.sort { if view.descending { "▼" } else { "▲" } } else { "" };
+        Cell::from(format!("{h}{mark}"))
+    }))
+    .style(Style::default().add_modifier(Modifier::BOLD));
+    // Only the rows on screen are built: a sweep of 10,000 trials draws as fast as one of 10.
+    let visible = area.height.saturating_sub(3) as usize;
+    let selected = view.selected.min(rows.len().saturating_sub(1));
+    let first = selected.saturating_sub(visible.saturating_sub(1));
+    let best = model.best();
+    let body = rows.iter().skip(first).take(visible).map(|&i| {
+        let t = &model.trials[i];
+        let get = |k: &str| t.last.get(k).map_or("-".into(), |v| number(*v));
+        let mut cells = vec![
+            Cell::from(t.id.clone()),
+            Cell::from(status_name(t.status)).style(Style::default().fg(status_color(t.status))),
+            Cell::from(get("training_iteration")),
+            Cell::from(model.metric.as_ref().map_or("-".into(), |(m, _)| get(m))),
+        ];
+        for p in &params {
+            cells.push(Cell::from(
+                t.params.iter().find(|(k, _)| k == p).map_or(String::new(), |(_, v)| v.clone()),
+            ));
+        }
+        let row = Row::new(cells);
+        if Some(i) == best {
+            row.style(Style::default().add_modifier(Modifier::BOLD).fg(Color::Green))
+        } else {
+            row
+        }
+    });
+    let mut widths = vec![
+        Constraint::Length(13),
+        Constraint::Length(10),
+        Constraint::Length(5),
+        Constraint::Length(9),
+    ];
+    widths.extend(params.iter().map(|p| Constraint::Length(p.len().max(7) as u16)));
+    let filter = view.filter.map_or("all".into(), status_name);
+    let title = format!(" trials ({} shown, filter: {filter}) ", rows.len());
+    let table = Table::new(body, widths)
+        .header(header)
+        .block(Block::default().borders(Borders::ALL).title(title))
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
+    let mut state = TableState::default();
+    if !rows.is_empty() {
+        state.select(Some(selected - first));
+    }
+    frame.render_stateful_widget(table, area, &mut state);
+}
+
+fn render_chart(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option<usize>) {
+    let metric = model.metric.as_ref().map_or("-".into(), |(m, _)| m.clone());
+    let block = Block::default().borders(Borders::ALL).title(format!(" {metric} by iteration "));
+    // (legend, points, colour) of each line drawn.
+    type Curve<'m> = (String, &'m [(f64, f64)], Color);
+    let mut curves: Vec<Curve<'_>> = Vec::new();
+    if let Some(i) = selected {
+        curves.push((model.trials[i].id.clone(), &model.trials[i].curve, Color::Cyan));
+    }
+    if let Some(b) = model.best().filter(|&b| Some(b) != selected) {
+        curves.push((format!("best {}", model.trials[b].id), &model.trials[b].curve, Color::Green));
+    }
+    let points = curves.iter().flat_map(|(_, c, _)| c.iter());
+    let (mut x_max, mut y_min, mut y_max) = (1.0f64, f64::INFINITY, f64::NEG_INFINITY);
+    for &(x, y) in points.filter(|(_, y)| y.is_finite()) {
+        x_max = x_max.max(x);
+        y_min = y_min.min(y);
+        y_max = y_max.max(y);
+    }
+    if !y_min.is_finite() {
+        frame.render_widget(Paragraph::new("no results yet").block(block), area);
+        return;
+    }
+    if y_max - y_min < 1e-12 {
+        y_max = y_min + 1.0;
+    }
+    let datasets = curves
+        .iter()
+        .map(|(name, data, color)| {
+            Dataset::default()
+                .name(name.clone())
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::default().fg(*color))
+                .data(data)
+        })
+        .collect();
+    let chart = Chart::new(datasets)
+        .block(block)
+        .x_axis(Axis::default().bounds([0.0, x_max]).labels(vec!["0".to_owned(), number(x_max)]))
+        .y_axis(Axis::default().bounds([y_min, y_max]).labels(vec![number(y_min), number(y_max)]));
+    frame.render_widget(chart, area);
+}
+
+fn render_log(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option<usize>) {
+    let (title, lines) = match selected {
+        Some(i) => (
+            format!(" log of {} ", model.trials[i].id),
+            model.log_tail(i, area.height.saturating_sub(2) as usize),
+        ),
+        None => (" log ".into(), Vec::new()),
+    };
+    let text: Vec<Line> = lines.into_iter().map(Line::from).collect();
+    frame.render_widget(
+        Paragraph::new(text).block(Block::default().borders(Borders::ALL).title(title)),
+        area,
+    );
+}
