@@ -38,7 +38,8 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
     out.join("\n")
 }
 
-fn number(v: f64) -> String {
+/// A number as tables show it: integers whole, others to 4 decimals or in e-notation.
+pub(super) fn number(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v}")
     } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
@@ -46,6 +47,12 @@ fn number(v: f64) -> String {
     } else {
         format!("{v:.4}")
     }
+}
+
+/// `hh:mm:ss`.
+pub(super) fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
 fn status_name(status: TrialStatus) -> String {

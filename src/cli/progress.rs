@@ -60,8 +60,7 @@ impl<W: Write + Send> Progress<W> {
     }
 
     fn stamp(&self) -> String {
-        let s = self.began.elapsed().as_secs();
-        format!("[{:02}:{:02}:{:02}]", s / 3600, s / 60 % 60, s % 60)
+        format!("[{}]", super::inspect::clock(self.began.elapsed().as_secs_f64()))
     }
 
     fn metric_text(&self, metrics: Option<&Metrics>) -> String {

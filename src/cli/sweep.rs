@@ -244,85 +244,48 @@ impl SweepSpec {
 
     fn scheduler_box(&self) -> Option<Box<dyn TrialScheduler>> {
         let options = &self.scheduler.options;
-        let num = |key: &str| {
-            options.iter().find_map(|(k, o)| match o {
-                Opt::Num(x) if k == key => Some(*x),
-                _ => None,
-            })
-        };
-        let int = |key: &str| {
-            options.iter().find_map(|(k, o)| match o {
-                Opt::Int(n) if k == key => Some(*n),
-                _ => None,
-            })
-        };
-        let flag = |key: &str| {
-            options.iter().find_map(|(k, o)| match o {
-                Opt::Bool(b) if k == key => Some(*b),
-                _ => None,
-            })
-        };
-        let text = |key: &str| {
-            options.iter().find_map(|(k, o)| match o {
-                Opt::Str(s) if k == key => Some(s.clone()),
-                _ => None,
-            })
-        };
         Some(match self.scheduler.kind.as_str() {
             "asha" => {
                 let mut s = Asha::new().seed(self.seed);
-                if let Some(a) = text("time_attr") {
-                    s = s.time_attr(a);
-                }
-                if let Some(x) = num("max_t") {
-                    s = s.max_t(x);
-                }
-                if let Some(x) = num("grace_period") {
-                    s = s.grace_period(x);
-                }
-                if let Some(x) = num("reduction_factor") {
-                    s = s.reduction_factor(x);
-                }
-                if let Some(n) = int("brackets") {
-                    s = s.brackets(n.max(0) as usize);
-                }
-                if let Some(b) = flag("stop_last_trials") {
-                    s = s.stop_last_trials(b);
+                for (name, opt) in options {
+                    s = match (name.as_str(), opt) {
+                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
+                        ("max_t", Opt::Num(x)) => s.max_t(*x),
+                        ("grace_period", Opt::Num(x)) => s.grace_period(*x),
+                        ("reduction_factor", Opt::Num(x)) => s.reduction_factor(*x),
+                        ("brackets", Opt::Int(n)) => s.brackets((*n).max(0) as usize),
+                        ("stop_last_trials", Opt::Bool(b)) => s.stop_last_trials(*b),
+                        _ => s,
+                    };
                 }
                 Box::new(s)
             }
             "hyperband" => {
                 let mut s = HyperBand::new();
-                if let Some(a) = text("time_attr") {
-                    s = s.time_attr(a);
-                }
-                if let Some(x) = num("max_t") {
-                    s = s.max_t(x);
-                }
-                if let Some(x) = num("reduction_factor") {
-                    s = s.reduction_factor(x);
-                }
-                if let Some(b) = flag("stop_last_trials") {
-                    s = s.stop_last_trials(b);
+                for (name, opt) in options {
+                    s = match (name.as_str(), opt) {
+                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
+                        ("max_t", Opt::Num(x)) => s.max_t(*x),
+                        ("reduction_factor", Opt::Num(x)) => s.reduction_factor(*x),
+                        ("stop_last_trials", Opt::Bool(b)) => s.stop_last_trials(*b),
+                        _ => s,
+                    };
                 }
                 Box::new(s)
             }
             "median_stopping" => {
                 let mut s = MedianStopping::new();
-                if let Some(a) = text("time_attr") {
-                    s = s.time_attr(a);
-                }
-                if let Some(x) = num("grace_period") {
-                    s = s.grace_period(x);
-                }
-                if let Some(n) = int("min_samples_required") {
-                    s = s.min_samples_required(n.max(0) as usize);
-                }
-                if let Some(x) = num("min_time_slice") {
-                    s = s.min_time_slice(x);
-                }
-                if let Some(b) = flag("hard_stop") {
-                    s = s.hard_stop(b);
+                for (name, opt) in options {
+                    s = match (name.as_str(), opt) {
+                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
+                        ("grace_period", Opt::Num(x)) => s.grace_period(*x),
+                        ("min_samples_required", Opt::Int(n)) => {
+                            s.min_samples_required((*n).max(0) as usize)
+                        }
+                        ("min_time_slice", Opt::Num(x)) => s.min_time_slice(*x),
+                        ("hard_stop", Opt::Bool(b)) => s.hard_stop(*b),
+                        _ => s,
+                    };
                 }
                 Box::new(s)
             }
@@ -580,21 +543,7 @@ fn read_space(item: &Item, path: &str, report: &mut Report<'_>) -> Option<Search
 /// `{ loguniforn = [..] }`: one key near a domain's name reads as a nested space in the
 /// searchers crate; here it is a typo.
 fn typo_domains(item: &Item, path: &str, report: &mut Report<'_>) {
-    const DOMAINS: &[&str] = &[
-        "uniform",
-        "quniform",
-        "loguniform",
-        "qloguniform",
-        "randn",
-        "qrandn",
-        "randint",
-        "qrandint",
-        "lograndint",
-        "qlograndint",
-        "choice",
-        "grid_search",
-        "constant",
-    ];
+    const DOMAINS: &[&str] = rtune_searchers::space::FORM_NAMES;
     let Kind::Table(entries) = &item.kind else { return };
     for (key, origin, value) in entries {
         let here = format!("{path}.{key}");

@@ -157,7 +157,7 @@ impl<T: Into<Value>> From<Vec<T>> for Param {
 }
 
 /// Names a sweep file may use for domains; a one-key table with one of these keys is a domain.
-const FORM_NAMES: &[&str] = &[
+pub const FORM_NAMES: &[&str] = &[
     "uniform",
     "quniform",
     "loguniform",

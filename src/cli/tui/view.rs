@@ -13,6 +13,7 @@ use ratatui::widgets::{
 use rtune_searchers::TrialStatus;
 
 use super::model::{Model, View, status_name};
+use crate::cli::inspect::{clock, number};
 
 /// Below this the screen says so instead of drawing garbage.
 pub const MIN_WIDTH: u16 = 60;
@@ -20,21 +21,6 @@ pub const MIN_HEIGHT: u16 = 16;
 
 const LIVE_KEYS: &str = "↑↓ select  s sort  r reverse  f filter  x stop sweep  q quit view  ? help";
 const WATCH_KEYS: &str = "↑↓ select  s sort  r reverse  f filter  q quit  ? help";
-
-fn clock(seconds: f64) -> String {
-    let s = seconds.max(0.0) as u64;
-    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
-fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e9 {
-        format!("{v}")
-    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
-        format!("{v:.2e}")
-    } else {
-        format!("{v:.4}")
-    }
-}
 
 fn bar(label: &str, used: f64, total: f64, width: usize) -> String {
     if total <= 0.0 {
