@@ -360,6 +360,10 @@ fn read_root(root: &Item, registry: &Registry, report: &mut Report<'_>) -> Optio
     let scheduler = read_component(&mut tune, "scheduler", SCHEDULERS, "fifo", report);
     let max_concurrent_trials = positive(&mut tune, "max_concurrent_trials", report);
     let seed = tune.value::<i64>("seed", report).unwrap_or(0);
+    if seed < 0 {
+        let item = tune.get("seed").expect("read above");
+        report.add("tune.seed", &item.origin, format!("is {seed}; use an integer >= 0"));
+    }
     let time_budget_s = tune.value::<f64>("time_budget_s", report);
     if let Some(budget) = time_budget_s
         && !(budget.is_finite() && budget > 0.0)
@@ -367,10 +371,8 @@ fn read_root(root: &Item, registry: &Registry, report: &mut Report<'_>) -> Optio
         let item = tune.get("time_budget_s").expect("read above");
         report.add("tune.time_budget_s", &item.origin, "must be a positive number of seconds");
     }
-    if num_samples == -1
-        && time_budget_s.is_none()
-        && search.as_ref().is_some_and(|s| s.kind != "random")
-    {
+    // Unbounded: random sampling never runs out, and neither does TPE.
+    if num_samples == -1 && time_budget_s.is_none() {
         let item = tune.get("num_samples").expect("read above");
         report.add(
             "tune.num_samples",

@@ -279,6 +279,11 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             "[tune]\nscheduler = \"asha\"\n",
             &["`tune` needs tune.metric and tune.mode"],
         ),
+        (
+            "unbounded sweep",
+            "[tune]\nnum_samples = -1\n",
+            &["sweep.toml:5:15", "`tune.num_samples` is -1 (unbounded): set tune.time_budget_s"],
+        ),
         ("not TOML", "[tune\nmetric = 1\n", &["sweep.toml:4:", "is not valid TOML"]),
     ];
     for (what, tail, wanted) in cases {
