@@ -37,7 +37,8 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn describe(&self) -> String {
+    /// The value with its type, as messages name what was found: `the string "two"`.
+    pub(crate) fn describe(&self) -> String {
         match self {
             Kind::Str(s) => format!("the string {s:?}"),
             Kind::Int(i) => format!("the integer {i}"),
@@ -283,6 +284,17 @@ impl<'t> Fields<'t> {
             report.add(&self.path(key), &item.origin, message);
         }
         got
+    }
+
+    /// Reports `message` at `key`, a key a getter has read.
+    pub fn refuse(
+        &mut self,
+        key: &'static str,
+        message: impl Into<String>,
+        report: &mut Report<'_>,
+    ) {
+        let origin = self.get(key).map_or(&self.origin, |item| &item.origin).clone();
+        report.add(&self.path(key), &origin, message);
     }
 
     /// A string from `allowed`; anything else names them and the nearest.

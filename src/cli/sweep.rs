@@ -350,35 +350,26 @@ fn read_root(root: &Item, registry: &Registry, report: &mut Report<'_>) -> Optio
         _ => Mode::Min,
     });
     let num_samples = tune.value::<i64>("num_samples", report).unwrap_or(1);
-    if (num_samples < 1 && num_samples != -1)
-        && let Some(item) = tune.get("num_samples")
-    {
+    if num_samples < 1 && num_samples != -1 {
         let message = format!("is {num_samples}; use at least 1, or -1 (with time_budget_s)");
-        report.add("tune.num_samples", &item.origin, message);
+        tune.refuse("num_samples", message, report);
     }
     let search = read_component(&mut tune, "search", SEARCHERS, "random", report);
     let scheduler = read_component(&mut tune, "scheduler", SCHEDULERS, "fifo", report);
     let max_concurrent_trials = positive(&mut tune, "max_concurrent_trials", report);
     let seed = tune.value::<i64>("seed", report).unwrap_or(0);
     if seed < 0 {
-        let item = tune.get("seed").expect("read above");
-        report.add("tune.seed", &item.origin, format!("is {seed}; use an integer >= 0"));
+        tune.refuse("seed", format!("is {seed}; use an integer >= 0"), report);
     }
     let time_budget_s = tune.value::<f64>("time_budget_s", report);
     if let Some(budget) = time_budget_s
         && !(budget.is_finite() && budget > 0.0)
     {
-        let item = tune.get("time_budget_s").expect("read above");
-        report.add("tune.time_budget_s", &item.origin, "must be a positive number of seconds");
+        tune.refuse("time_budget_s", "must be a positive number of seconds", report);
     }
     // Unbounded: random sampling never runs out, and neither does TPE.
     if num_samples == -1 && time_budget_s.is_none() {
-        let item = tune.get("num_samples").expect("read above");
-        report.add(
-            "tune.num_samples",
-            &item.origin,
-            "is -1 (unbounded): set tune.time_budget_s too",
-        );
+        tune.refuse("num_samples", "is -1 (unbounded): set tune.time_budget_s too", report);
     }
     let reuse_actors = tune.value::<bool>("reuse_actors", report).unwrap_or(true);
     let fail_fast = tune.value::<bool>("fail_fast", report).unwrap_or(false);
@@ -432,8 +423,7 @@ fn find_key<'i>(root: &'i Item, key: &str) -> Option<&'i Item> {
 fn positive(fields: &mut Fields<'_>, key: &'static str, report: &mut Report<'_>) -> Option<usize> {
     let n = fields.value::<i64>(key, report)?;
     if n < 1 {
-        let item = fields.get(key).expect("read above");
-        report.add(&fields.path(key), &item.origin, format!("is {n}; use at least 1"));
+        fields.refuse(key, format!("is {n}; use at least 1"), report);
         return None;
     }
     Some(n as usize)
@@ -659,23 +649,11 @@ fn read_component(
             let message = format!(
                 "must be a name ({}) or a table with type = NAME and options, not {}",
                 doc::list(&names),
-                describe(other)
+                other.describe()
             );
             report.add(&path, &item.origin, message);
             None
         }
-    }
-}
-
-fn describe(kind: &Kind) -> &'static str {
-    match kind {
-        Kind::Str(_) => "a string",
-        Kind::Int(_) => "an integer",
-        Kind::Float(_) => "a float",
-        Kind::Bool(_) => "a boolean",
-        Kind::Datetime(_) => "a datetime",
-        Kind::Array(_) => "an array",
-        Kind::Table(_) => "a table",
     }
 }
 
@@ -707,7 +685,7 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
             Ty::Pair => "two numbers, e.g. [1.2, 0.8]",
             Ty::Space => "a table of params (a search space)",
         };
-        report.add(path, &value.origin, format!("must be {want}, not {}", describe(&value.kind)));
+        report.add(path, &value.origin, format!("must be {want}, not {}", value.kind.describe()));
     }
     opt
 }
@@ -748,12 +726,7 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
         let mut f = Fields::of(table, "run.failure", report);
         if let Some(n) = f.value::<i64>("max_failures", report) {
             if n < -1 || n > i32::MAX as i64 {
-                let origin = f.get("max_failures").map(|i| i.origin.clone()).expect("read above");
-                report.add(
-                    "run.failure.max_failures",
-                    &origin,
-                    format!("is {n}; use -1 (unlimited), 0 or more"),
-                );
+                f.refuse("max_failures", format!("is {n}; use -1 (unlimited), 0 or more"), report);
             }
             failure = FailureConfig::max_failures(n.clamp(-1, i32::MAX as i64) as i32);
         }

@@ -56,6 +56,12 @@ impl Settings {
 /// The experiment state snapshot in the experiment directory.
 pub const STATE_FILE: &str = "experiment_state.json";
 
+/// Whether `path` already holds an experiment (its settings or its state), which a new sweep
+/// must not write over. Other files may be there (`rtune run` puts its sweep file first).
+pub fn holds_experiment(path: &Path) -> bool {
+    path.join(SETTINGS_FILE).exists() || path.join(STATE_FILE).exists()
+}
+
 /// What `experiment_state.json` holds: the sweep as it is now (see `Sweep::save_state`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct SavedExperiment {

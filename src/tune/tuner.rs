@@ -30,7 +30,8 @@ use tracing::Instrument;
 
 use super::controller::{Command, Controller, ControllerConfig, Event};
 use super::experiment::{
-    FORMAT, SETTINGS_FILE, STATE_FILE, SavedExperiment, SavedTrialRow, Settings, read_experiment,
+    FORMAT, SETTINGS_FILE, STATE_FILE, SavedExperiment, SavedTrialRow, Settings, holds_experiment,
+    read_experiment,
 };
 use super::result_grid::{RESULTS_PARQUET, ResultGrid, TrialResult};
 use crate::callback::{Callback, TrialInfo};
@@ -377,8 +378,7 @@ fn make_experiment(run: &RunConfig, mut settings: Settings) -> Result<(PathBuf, 
     let storage = run.resolved_storage_path();
     let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
     let path = storage.join(&name);
-    // Other files may be there already (`rtune run` puts its sweep file first).
-    if path.join(SETTINGS_FILE).exists() || path.join(STATE_FILE).exists() {
+    if holds_experiment(&path) {
         return Err(Error::config(
             "RunConfig.name",
             format!(
