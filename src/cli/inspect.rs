@@ -9,6 +9,7 @@ use rtune_searchers::{Metrics, TrialStatus};
 use serde_json::json;
 
 use super::Format;
+use super::tui::model::status_name;
 use crate::tune::{ResultGrid, Scope, TrialResult, Tuner};
 
 /// Right-aligned numbers, left-aligned text, columns as wide as their widest cell.
@@ -49,14 +50,18 @@ pub(super) fn number(v: f64) -> String {
     }
 }
 
+/// A param's value as tables show it: floats as `number` does, anything else as written.
+pub(super) fn param_text(v: &rtune_searchers::Value) -> String {
+    match (v.as_i64(), v.as_f64()) {
+        (None, Some(x)) => number(x),
+        _ => v.to_string(),
+    }
+}
+
 /// `hh:mm:ss`.
 pub(super) fn clock(seconds: f64) -> String {
     let s = seconds.max(0.0) as u64;
     format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
-fn status_name(status: TrialStatus) -> String {
-    format!("{status:?}").to_uppercase()
 }
 
 /// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all).
@@ -108,14 +113,8 @@ pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
             if let Some((metric, _)) = &target {
                 row.push(get(metric));
             }
-            let flat: BTreeMap<String, String> = t
-                .params
-                .flatten()
-                .into_iter()
-                .map(|(k, v)| {
-                    (k, v.as_f64().filter(|_| v.as_i64().is_none()).map_or(v.to_string(), number))
-                })
-                .collect();
+            let flat: BTreeMap<String, String> =
+                t.params.flatten().into_iter().map(|(k, v)| (k, param_text(&v))).collect();
             row.extend(params.iter().map(|p| flat.get(p).cloned().unwrap_or_default()));
             row
         })
@@ -131,10 +130,11 @@ pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     text
 }
 
-fn counts(grid: &ResultGrid) -> BTreeMap<String, usize> {
+/// How many trials have each status, by status name.
+pub(super) fn counts(statuses: impl Iterator<Item = TrialStatus>) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
-    for t in &grid.trials {
-        *counts.entry(status_name(t.status)).or_default() += 1;
+    for status in statuses {
+        *counts.entry(status_name(status)).or_default() += 1;
     }
     counts
 }
@@ -168,7 +168,7 @@ pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
         "metric": grid.metric,
         "mode": grid.mode.map(|m| format!("{m:?}").to_lowercase()),
         "best": best,
-        "trials": counts(grid),
+        "trials": counts(grid.trials.iter().map(|t| t.status)),
         "time_s": time_s,
     })
 }
@@ -184,8 +184,10 @@ pub(super) fn ls(dir: &Path) -> Result<()> {
         let name = path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
         match ResultGrid::from_path(&path) {
             Ok(grid) => {
-                let status =
-                    counts(&grid).iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>();
+                let status = counts(grid.trials.iter().map(|t| t.status))
+                    .iter()
+                    .map(|(s, n)| format!("{n} {s}"))
+                    .collect::<Vec<_>>();
                 let best = grid.best_result(None, None, Scope::Last).ok().and_then(|t| {
                     let metric = grid.metric.as_deref()?;
                     Some(format!("{metric}={}", number(t.last(metric)?)))

@@ -277,7 +277,7 @@ fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Re
         format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
     });
     let path = run.resolved_storage_path().join(&name);
-    if Tuner::can_restore(&path) || path.join(crate::tune::SETTINGS_FILE).exists() {
+    if crate::tune::holds_experiment(&path) {
         return Err(Exit(
             EXIT_INVALID,
             anyhow::anyhow!(
@@ -302,7 +302,7 @@ fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Re
     let began = Instant::now();
     let outcome = watch_signals(interrupt.clone(), || spec.tuner(run, interrupt.clone()).fit());
     screen.close();
-    if outcome.is_err() && !path.join(crate::tune::SETTINGS_FILE).exists() {
+    if outcome.is_err() && !crate::tune::holds_experiment(&path) {
         // Refused before the experiment began: leave no half-made directory behind.
         let _ = std::fs::remove_file(&copy_path);
         let _ = std::fs::remove_dir(&path);
@@ -331,7 +331,7 @@ fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit>
     let source = doc::Source { name: copy.file.clone(), text: copy.text };
     let spec = SweepSpec::read(&source, &copy.set, registry)?;
     let ended: Vec<tui::model::TrialRow> = tui::Model::read(dir)
-        .map(|m| m.trials)
+        .map(tui::Model::into_trials)
         .unwrap_or_default()
         .into_iter()
         .filter(|t| t.status.is_finished())
@@ -370,13 +370,12 @@ fn reporting(
     let metric = spec.metric.clone().zip(spec.mode);
     let total = u64::try_from(spec.num_samples).ok();
     let progress =
-        progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric, total);
+        progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric.clone(), total);
     if output.no_tui || !std::io::stdout().is_terminal() {
-        let known = ended.into_iter().map(|t| (t.id, t.status, Some(t.last)));
-        return (run.callback(progress.knowing(known)), Screen(None));
+        progress.know(ended);
+        return (run.callback(tui::Following(progress)), Screen(None));
     }
-    let mut model =
-        tui::Model::new(name.to_owned(), path.to_owned(), spec.metric.clone().zip(spec.mode));
+    let mut model = tui::Model::new(name.to_owned(), path.to_owned(), metric);
     model.total = total;
     model.time_budget_s = spec.time_budget_s;
     let scaling = &spec.scaling;
@@ -387,10 +386,10 @@ fn reporting(
     {
         model.capacity = (node.resources.cpu, node.resources.gpu);
     }
-    model.trials = ended;
+    model.set_trials(ended);
     let (feed, events) = tui::Feed::new();
     let thread = tui::live(model, events, interrupt.clone(), progress);
-    (run.callback(feed.clone()), Screen(Some((feed, thread))))
+    (run.callback(tui::Following(feed.clone())), Screen(Some((feed, thread))))
 }
 
 /// The live terminal UI, if one is shown.
@@ -459,15 +458,13 @@ fn finish(
     output: &Output,
     began: Instant,
 ) -> Result<i32, Exit> {
-    let (grid, code, error) = match outcome {
-        Ok(grid) => (grid, 0, None),
-        Err(e) => {
-            let code = code_of(&e);
-            match ResultGrid::from_path(path) {
-                Ok(grid) => (grid, code, Some(e)),
-                Err(_) => return Err(Exit(code, e.into())),
-            }
-        }
+    // A sweep that ended with an error still shows (and summarises) what its files hold.
+    let (grid, error) = match outcome {
+        Ok(grid) => (grid, None),
+        Err(e) => match ResultGrid::from_path(path) {
+            Ok(grid) => (grid, Some(e)),
+            Err(_) => return Err(Exit(code_of(&e), e.into())),
+        },
     };
     println!("{}", inspect::trials_table(&grid, 10));
     let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count();
@@ -477,7 +474,7 @@ fn finish(
         std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
     }
     if let Some(e) = error {
-        return Err(Exit(code, e.into()));
+        return Err(Exit(code_of(&e), e.into()));
     }
     if failed > 0 && !output.allow_failures {
         eprintln!(
@@ -487,5 +484,5 @@ fn finish(
         );
         return Ok(EXIT_TRIALS_FAILED);
     }
-    Ok(code)
+    Ok(0)
 }

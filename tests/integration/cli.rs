@@ -408,5 +408,25 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     // The terminal is given back: the run prints its table after the UI.
     tmux.wait_for_screen("run", &["rtune resume"])?;
     ensure!(Tuner::can_restore(&experiment));
+
+    // `q` leaves the view; the sweep goes on with progress lines and ends on its own.
+    let quit_exit = dir.path().join("quit.exit");
+    tmux.start(
+        "quit",
+        &format!(
+            "{RTUNE} run {} --set name=quit --set tune.max_concurrent_trials=2; echo $? > {}; \
+             sleep 600",
+            file.display(),
+            quit_exit.display()
+        ),
+    )?;
+    tmux.wait_for_screen("quit", &["rtune · quit", "q quit view"])?;
+    tmux.run(&["send-keys", "-t", "quit", "q"])?;
+    tmux.wait_for_screen("quit", &["left the view; the sweep goes on"])?;
+    wait_for(Duration::from_secs(120), || Ok(quit_exit.exists()))?;
+    let code = std::fs::read_to_string(&quit_exit)?;
+    ensure!(code.trim() == "0", "rtune run exited {code} after q");
+    let grid = ResultGrid::from_path(dir.path().join("results/quit"))?;
+    ensure!(grid.trials.len() == 6 && grid.trials.iter().all(|t| t.status.is_finished()));
     Ok(())
 }

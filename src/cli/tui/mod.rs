@@ -19,12 +19,49 @@ use super::progress::Progress;
 use crate::callback::{Callback, TrialInfo};
 use crate::error::Result;
 use crate::tune::Interrupt;
+pub use model::TrialRow;
 pub use model::{Event, Model, View};
 
 /// At most 10 redraws a second.
 const FRAME: Duration = Duration::from_millis(100);
 
-/// The callback that feeds a live TUI: it only sends events.
+/// Something that follows a sweep by its events: the terminal UI's feed, the progress lines.
+pub trait Follow: Send + Sync {
+    /// Its name in error messages.
+    fn name(&self) -> &'static str;
+    fn follow(&self, event: Event);
+}
+
+/// The callback that turns a sweep's callbacks into events for a `Follow`.
+pub struct Following<F>(pub F);
+
+impl<F: Follow> Callback for Following<F> {
+    fn name(&self) -> String {
+        self.0.name().into()
+    }
+    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
+        self.0.follow(Event::Start(trial.clone()));
+        Ok(())
+    }
+    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
+        self.0.follow(Event::Result(trial.clone(), result.clone()));
+        Ok(())
+    }
+    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
+        self.0.follow(Event::Complete(trial.clone()));
+        Ok(())
+    }
+    fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
+        self.0.follow(Event::Error(trial.clone(), error.to_owned()));
+        Ok(())
+    }
+    fn on_experiment_end(&self, _: &[TrialInfo]) -> Result<()> {
+        self.0.follow(Event::End);
+        Ok(())
+    }
+}
+
+/// Feeds a live TUI: it only sends events (the controller never waits for the screen).
 #[derive(Clone)]
 pub struct Feed(mpsc::Sender<Event>);
 
@@ -40,29 +77,12 @@ impl Feed {
     }
 }
 
-impl Callback for Feed {
-    fn name(&self) -> String {
-        "tui".into()
+impl Follow for Feed {
+    fn name(&self) -> &'static str {
+        "tui"
     }
-    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
-        let _ = self.0.send(Event::Start(trial.clone()));
-        Ok(())
-    }
-    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
-        let _ = self.0.send(Event::Result(trial.clone(), result.clone()));
-        Ok(())
-    }
-    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
-        let _ = self.0.send(Event::Complete(trial.clone()));
-        Ok(())
-    }
-    fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
-        let _ = self.0.send(Event::Error(trial.clone(), error.to_owned()));
-        Ok(())
-    }
-    fn on_experiment_end(&self, _: &[TrialInfo]) -> Result<()> {
-        let _ = self.0.send(Event::End);
-        Ok(())
+    fn follow(&self, event: Event) {
+        let _ = self.0.send(event);
     }
 }
 
@@ -158,6 +178,7 @@ pub fn live(
             Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!("no terminal UI ({e}); progress lines instead");
+                progress.know(model.trials().to_vec());
                 None
             }
         };
@@ -167,31 +188,33 @@ pub fn live(
             // Events first, all that came: the screen shows the newest state.
             let mut ended = false;
             loop {
-                match events.try_recv() {
-                    Ok(e) => {
-                        if screen.is_none() {
-                            forward(&progress, &e);
-                        }
-                        model.apply(&e);
-                    }
+                let event = match events.try_recv() {
+                    Ok(e) => e,
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) => {
                         ended = true;
                         break;
                     }
+                };
+                let over = matches!(event, Event::End);
+                // Without the screen the progress lines follow the sweep instead.
+                match screen {
+                    None => progress.follow(event),
+                    Some(_) => model.apply(&event),
                 }
+                if over {
+                    ended = true;
+                    break;
+                }
+            }
+            if ended {
+                return;
             }
             model.elapsed_s = base + began.elapsed().as_secs_f64();
             let Some(s) = screen.as_mut() else {
-                if ended {
-                    return;
-                }
                 std::thread::sleep(FRAME);
                 continue;
             };
-            if ended || model.over {
-                return;
-            }
             if last_draw.elapsed() >= FRAME {
                 let _ = s.0.draw(|f| view::render(f, &model, &view));
                 last_draw = Instant::now();
@@ -200,7 +223,10 @@ pub fn live(
             for (code, modifiers) in pressed {
                 match on_key(code, modifiers, &mut view, &model) {
                     Action::Nothing => {}
-                    Action::Quit => screen = None,
+                    Action::Quit => {
+                        screen = None;
+                        progress.know(model.trials().to_vec());
+                    }
                     Action::Stop => interrupt.interrupt(),
                     Action::CtrlC => {
                         ctrl_c += 1;
@@ -220,16 +246,6 @@ pub fn live(
             }
         }
     })
-}
-
-fn forward(progress: &Progress<Stdout>, event: &Event) {
-    let _ = match event {
-        Event::Start(t) => progress.on_trial_start(t),
-        Event::Result(t, m) => progress.on_trial_result(t, m),
-        Event::Complete(t) => progress.on_trial_complete(t),
-        Event::Error(t, e) => progress.on_trial_error(t, e),
-        Event::End => progress.on_experiment_end(&[]),
-    };
 }
 
 /// `rtune watch DIR`: the experiment from its files, re-read every second, until `q`.

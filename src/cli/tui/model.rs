@@ -1,11 +1,13 @@
 //! What the terminal UI shows: the sweep as events (a live sweep's callbacks) or files (`rtune
 //! watch DIR`) describe it, and the viewer's choices (selection, sort, filter). No drawing here.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use rtune_searchers::{Metrics, Mode, TrialStatus};
 
 use crate::callback::TrialInfo;
+use crate::cli::inspect::param_text;
 use crate::tune::ResultGrid;
 
 /// One trial as the table and the chart show it.
@@ -34,7 +36,10 @@ pub struct Model {
     pub time_budget_s: Option<f64>,
     /// Seconds the sweep has run.
     pub elapsed_s: f64,
-    pub trials: Vec<TrialRow>,
+    /// In the order they were first heard of; `index` finds them by id (one lookup per event,
+    /// however many trials the sweep has).
+    trials: Vec<TrialRow>,
+    index: HashMap<String, usize>,
     /// CPUs (and GPUs) one trial holds, and the machine's, for the pool bars.
     pub per_trial: (f64, f64),
     pub capacity: (f64, f64),
@@ -69,14 +74,6 @@ pub fn status_name(status: TrialStatus) -> String {
     format!("{status:?}").to_uppercase()
 }
 
-fn short(v: &rtune_searchers::Value) -> String {
-    match (v.as_i64(), v.as_f64()) {
-        (None, Some(x)) if x != 0.0 && !(1e-3..1e5).contains(&x.abs()) => format!("{x:.2e}"),
-        (None, Some(x)) => format!("{x:.4}"),
-        _ => v.to_string(),
-    }
-}
-
 impl Model {
     pub fn new(name: String, path: PathBuf, metric: Option<(String, Mode)>) -> Self {
         Model {
@@ -87,18 +84,42 @@ impl Model {
             time_budget_s: None,
             elapsed_s: 0.0,
             trials: Vec::new(),
+            index: HashMap::new(),
             per_trial: (0.0, 0.0),
             capacity: (0.0, 0.0),
             over: false,
         }
     }
 
+    pub fn trials(&self) -> &[TrialRow] {
+        &self.trials
+    }
+
+    pub fn into_trials(self) -> Vec<TrialRow> {
+        self.trials
+    }
+
+    /// The trial with this id.
+    pub fn get(&self, id: &str) -> Option<&TrialRow> {
+        self.index.get(id).map(|&i| &self.trials[i])
+    }
+
+    /// Replaces the trials (ones read from files, or another model's).
+    pub fn set_trials(&mut self, rows: Vec<TrialRow>) {
+        self.index = rows.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
+        self.trials = rows;
+    }
+
     fn row(&mut self, trial: &TrialInfo) -> &mut TrialRow {
-        let index = match self.trials.iter().position(|t| t.id == trial.trial_id) {
-            Some(i) => i,
+        let index = match self.index.get(&trial.trial_id) {
+            Some(&i) => i,
             None => {
-                let params =
-                    trial.params.flatten().iter().map(|(k, v)| (k.clone(), short(v))).collect();
+                let params = trial
+                    .params
+                    .flatten()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), param_text(v)))
+                    .collect();
                 self.trials.push(TrialRow {
                     id: trial.trial_id.clone(),
                     status: trial.status,
@@ -108,6 +129,7 @@ impl Model {
                     path: trial.path.clone(),
                     error: None,
                 });
+                self.index.insert(trial.trial_id.clone(), self.trials.len() - 1);
                 self.trials.len() - 1
             }
         };
@@ -157,6 +179,7 @@ impl Model {
         }
         model.over = dir.join(crate::tune::RESULTS_PARQUET).exists();
         let metric = model.metric.as_ref().map(|(m, _)| m.clone());
+        let mut rows = Vec::new();
         for t in &grid.trials {
             let curve = metric.as_ref().map_or(Vec::new(), |m| {
                 t.history()
@@ -164,16 +187,22 @@ impl Model {
                     .filter_map(|r| Some((*r.get("training_iteration")?, *r.get(m)?)))
                     .collect()
             });
-            model.trials.push(TrialRow {
+            rows.push(TrialRow {
                 id: t.trial_id.clone(),
                 status: t.status,
-                params: t.params.flatten().iter().map(|(k, v)| (k.clone(), short(v))).collect(),
+                params: t
+                    .params
+                    .flatten()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), param_text(v)))
+                    .collect(),
                 last: t.history().last().cloned().unwrap_or_default(),
                 curve,
                 path: t.path.clone(),
                 error: t.error.clone(),
             });
         }
+        model.set_trials(rows);
         Ok(model)
     }
 

@@ -119,11 +119,11 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             ));
         }
     }
-    if let Some(total) = model.total.filter(|&t| t > model.trials.len() as u64) {
-        counts.push(Span::raw(format!("{} PENDING ", total - model.trials.len() as u64)));
+    if let Some(total) = model.total.filter(|&t| t > model.trials().len() as u64) {
+        counts.push(Span::raw(format!("{} PENDING ", total - model.trials().len() as u64)));
     }
     if let (Some(best), Some((metric, _))) = (model.best(), &model.metric) {
-        let t = &model.trials[best];
+        let t = &model.trials()[best];
         let v = t.last.get(metric).copied().unwrap_or(f64::NAN);
         counts.push(Span::styled(
             format!("· best {metric}={} ({})", number(v), t.id),
@@ -156,7 +156,7 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     let first = selected.saturating_sub(visible.saturating_sub(1));
     let best = model.best();
     let body = rows.iter().skip(first).take(visible).map(|&i| {
-        let t = &model.trials[i];
+        let t = &model.trials()[i];
         let get = |k: &str| t.last.get(k).map_or("-".into(), |v| number(*v));
         let mut cells = vec![
             Cell::from(t.id.clone()),
@@ -203,10 +203,14 @@ fn render_chart(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Opti
     type Curve<'m> = (String, &'m [(f64, f64)], Color);
     let mut curves: Vec<Curve<'_>> = Vec::new();
     if let Some(i) = selected {
-        curves.push((model.trials[i].id.clone(), &model.trials[i].curve, Color::Cyan));
+        curves.push((model.trials()[i].id.clone(), &model.trials()[i].curve, Color::Cyan));
     }
     if let Some(b) = model.best().filter(|&b| Some(b) != selected) {
-        curves.push((format!("best {}", model.trials[b].id), &model.trials[b].curve, Color::Green));
+        curves.push((
+            format!("best {}", model.trials()[b].id),
+            &model.trials()[b].curve,
+            Color::Green,
+        ));
     }
     let points = curves.iter().flat_map(|(_, c, _)| c.iter());
     let (mut x_max, mut y_min, mut y_max) = (1.0f64, f64::INFINITY, f64::NEG_INFINITY);
@@ -243,7 +247,7 @@ fn render_chart(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Opti
 fn render_log(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option<usize>) {
     let (title, lines) = match selected {
         Some(i) => (
-            format!(" log of {} ", model.trials[i].id),
+            format!(" log of {} ", model.trials()[i].id),
             model.log_tail(i, area.height.saturating_sub(2) as usize),
         ),
         None => (" log ".into(), Vec::new()),
