@@ -27,7 +27,8 @@
 //! 7  driver      what every run of the process shares: one runtime, hubs, the local pool
 //! 6  group       driver side of a worker group: attempt state machine, launching, logs, hub
 //! 5  cluster     resource pool, head, node agents, client   │  worker   the worker process:
-//!                                                           │           init, TrainContext, link
+//!                                                           │           init, TrainContext, link,
+//!                                                           │           command trainables
 //! 4  storage     result files, checkpoint folders
 //! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing │ data  shipped data sets
 //! 2  callback    hooks into a sweep, the TensorBoard logger

@@ -259,7 +259,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
 /// The sweep file `rtune run` ran, kept in the experiment for `rtune resume`.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SweepCopy {
-    /// The file's path as given.
+    /// The file's absolute path.
     file: String,
     text: String,
     set: Vec<String>,
@@ -291,8 +291,13 @@ fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Re
     std::fs::create_dir_all(&path)
         .with_context(|| format!("cannot create the experiment directory {}", path.display()))
         .map_err(|e| Exit(EXIT_INVALID, e))?;
-    let copy =
-        SweepCopy { file: source.name.clone(), text: source.text.clone(), set: sets.to_vec() };
+    // Absolute: `rtune resume` from another folder finds what the file's paths are relative to.
+    let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
+    let copy = SweepCopy {
+        file: absolute.display().to_string(),
+        text: source.text.clone(),
+        set: sets.to_vec(),
+    };
     let copy_path = path.join(SWEEP_COPY);
     crate::storage::atomic_write(&copy_path, &serde_json::to_vec_pretty(&copy)?)?;
     run.name = Some(name.clone());

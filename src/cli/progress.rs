@@ -85,7 +85,8 @@ impl<W: Write + Send> Progress<W> {
             let t = &model.trials()[i];
             format!("; best {name}={:.4} ({})", t.last[name], t.id)
         });
-        let line = format!("{} == {} trials: {}", self.stamp(), seen, parts.join(", "));
+        let all = model.total.map_or(seen, |t| t.max(seen));
+        let line = format!("{} == {all} trials: {}", self.stamp(), parts.join(", "));
         writeln!(board.out, "{line}{}", best.unwrap_or_default())
     }
 }

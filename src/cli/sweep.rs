@@ -7,7 +7,10 @@
 //! storage_path = "rtune_results"       # relative to the current directory
 //!
 //! [trainable]
-//! builtin = "digits-mlp"               # a train function registered in the binary
+//! builtin = "digits-mlp"               # a train function registered in the binary, or
+//! # command = ["python3", "train.py"]  # any executable, one per worker (torchrun's env);
+//! # working_dir = "."                  # where it runs, from this file's folder
+//! # stop_grace_s = 30                  # time a stopped command has to exit before SIGTERM
 //!
 //! [scaling]
 //! num_workers = 2                      # use_gpu, resources_per_worker, placement_strategy
@@ -34,16 +37,17 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rtune_searchers::{
     Asha, HyperBand, MedianStopping, Mode, Pbt, SearchSpace, Searcher, Tpe, TrialScheduler,
 };
 
-use super::builtins::{Registry, Trainable};
+use super::builtins::Registry;
 use super::doc::{self, Fields, Item, Kind, Origin, Problems, Report, Source};
 use crate::config::{CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig};
-use crate::train::TorchTrainer;
+use crate::train::{CommandTrainable, TorchTrainer};
 use crate::tune::{Interrupt, TuneConfig, Tuner};
 
 /// A valid sweep file.
@@ -51,7 +55,9 @@ use crate::tune::{Interrupt, TuneConfig, Tuner};
 pub struct SweepSpec {
     pub name: Option<String>,
     pub storage_path: Option<PathBuf>,
-    pub trainable: Trainable,
+    /// The train function (a registered one with its defaults, or a command), before the
+    /// scaling and run settings.
+    pub trainable: TorchTrainer,
     pub scaling: ScalingConfig,
     pub space: SearchSpace,
     pub metric: Option<String>,
@@ -171,7 +177,10 @@ impl SweepSpec {
         }
         report.finish()?;
         let mut report = Report::new(source);
-        let spec = read_root(&root, registry, &mut report);
+        // Relative paths in the file (a command's working_dir) are from the file's folder.
+        let file = std::path::absolute(&source.name).unwrap_or_else(|_| source.name.clone().into());
+        let base_dir = file.parent().map_or_else(PathBuf::new, Path::to_path_buf);
+        let spec = read_root(&root, registry, &base_dir, &mut report);
         report.finish()?;
         Ok(spec.expect("a file without problems reads whole"))
     }
@@ -195,10 +204,7 @@ impl SweepSpec {
     /// The trainer: the registered function, its defaults as `train_loop_config`, the scaling,
     /// and the run settings (the Tuner merges each trial's params over the defaults).
     pub fn trainer(&self) -> TorchTrainer {
-        TorchTrainer::new(self.trainable.train)
-            .train_loop_config(self.trainable.defaults.clone())
-            .scaling(self.scaling.clone())
-            .run_config(self.run_config())
+        self.trainable.clone().scaling(self.scaling.clone()).run_config(self.run_config())
     }
 
     pub fn run_config(&self) -> RunConfig {
@@ -314,7 +320,12 @@ impl SweepSpec {
     }
 }
 
-fn read_root(root: &Item, registry: &Registry, report: &mut Report<'_>) -> Option<SweepSpec> {
+fn read_root(
+    root: &Item,
+    registry: &Registry,
+    base_dir: &Path,
+    report: &mut Report<'_>,
+) -> Option<SweepSpec> {
     let mut top = Fields::of(root, "", report);
     let name = top.value::<String>("name", report);
     if let (Some(n), Some(item)) = (&name, find_key(root, "name"))
@@ -324,10 +335,10 @@ fn read_root(root: &Item, registry: &Registry, report: &mut Report<'_>) -> Optio
     }
     let storage_path = top.value::<String>("storage_path", report).map(PathBuf::from);
     let trainable = match top.get("trainable") {
-        Some(item) => read_trainable(item, registry, report),
+        Some(item) => read_trainable(item, registry, base_dir, report),
         None => {
             let message = format!(
-                "is missing: add [trainable] with builtin = one of {}",
+                "is missing: add [trainable] with builtin = one of {}, or command = [...]",
                 doc::list(&registry.names())
             );
             report.add("trainable", top.origin(), message);
@@ -429,47 +440,93 @@ fn positive(fields: &mut Fields<'_>, key: &'static str, report: &mut Report<'_>)
     Some(n as usize)
 }
 
-fn read_trainable(item: &Item, registry: &Registry, report: &mut Report<'_>) -> Option<Trainable> {
+/// `[trainable]`: a registered train function (`builtin`) with its defaults, or a command
+/// (`command`, `working_dir` relative to the sweep file's folder, `stop_grace_s`).
+fn read_trainable(
+    item: &Item,
+    registry: &Registry,
+    base_dir: &Path,
+    report: &mut Report<'_>,
+) -> Option<TorchTrainer> {
     let mut fields = Fields::of(item, "trainable", report);
     let builtin = fields.get("builtin");
-    let command = fields.get("command");
-    fields.done(report);
-    match (builtin, command) {
-        (Some(b), _) => {
-            let Kind::Str(name) = &b.kind else {
-                report.add(
-                    "trainable.builtin",
-                    &b.origin,
-                    "must be a string naming a train function",
-                );
-                return None;
-            };
-            match registry.get(name) {
-                Some(t) => Some(t.clone()),
-                None => {
-                    let names = registry.names();
-                    let message = format!(
-                        "is {name:?}, which this binary does not have; built in: {}{}",
-                        doc::list(&names),
-                        doc::did_you_mean(name, &names)
+    let command =
+        fields.get("command").map(|c| (c, fields.value::<Vec<String>>("command", report)));
+    let working_dir = fields.value::<String>("working_dir", report);
+    let stop_grace_s = fields.value::<f64>("stop_grace_s", report);
+    if let Some(grace) = stop_grace_s
+        && !(grace.is_finite() && grace >= 0.0)
+    {
+        fields.refuse("stop_grace_s", format!("is {grace}; use seconds >= 0"), report);
+    }
+    let command_only =
+        [("working_dir", working_dir.is_some()), ("stop_grace_s", stop_grace_s.is_some())];
+    let trainer = match (builtin, command) {
+        (Some(_), Some((c, _))) => {
+            let message = "and `trainable.builtin` are both set: give one";
+            report.add("trainable.command", &c.origin, message);
+            None
+        }
+        (Some(b), None) => {
+            for (key, set) in command_only {
+                if set {
+                    fields.refuse(
+                        key,
+                        "is for command trainables (`command = [...]`) only",
+                        report,
                     );
-                    report.add("trainable.builtin", &b.origin, message);
+                }
+            }
+            read_builtin(b, registry, report)
+        }
+        (None, Some((c, argv))) => {
+            let argv = argv?;
+            let mut command = CommandTrainable::new(argv)
+                .working_dir(base_dir.join(working_dir.as_deref().unwrap_or(".")));
+            if let Some(grace) = stop_grace_s {
+                command = command.stop_grace(Duration::from_secs_f64(grace.max(0.0)));
+            }
+            match command.trainer() {
+                Ok(trainer) => Some(trainer),
+                Err(crate::error::Error::Config { field, message }) => {
+                    let key = if field == "working_dir" { "working_dir" } else { "command" };
+                    fields.refuse(key, message, report);
+                    None
+                }
+                Err(e) => {
+                    report.add("trainable.command", &c.origin, e.to_string());
                     None
                 }
             }
         }
-        (None, Some(c)) => {
-            report.add(
-                "trainable.command",
-                &c.origin,
-                "is not supported yet: command trainables are still to come; use builtin = \
-                 \"NAME\" (a train function registered in the binary)",
+        (None, None) => {
+            let message = format!(
+                "needs builtin = one of {}, or command = [\"PROGRAM\", \"ARG\", ...]",
+                doc::list(&registry.names())
             );
+            report.add("trainable", &item.origin, message);
             None
         }
-        (None, None) => {
-            let message = format!("needs builtin = one of {}", doc::list(&registry.names()));
-            report.add("trainable", &item.origin, message);
+    };
+    fields.done(report);
+    trainer
+}
+
+fn read_builtin(b: &Item, registry: &Registry, report: &mut Report<'_>) -> Option<TorchTrainer> {
+    let Kind::Str(name) = &b.kind else {
+        report.add("trainable.builtin", &b.origin, "must be a string naming a train function");
+        return None;
+    };
+    match registry.get(name) {
+        Some(t) => Some(TorchTrainer::new(t.train).train_loop_config(t.defaults.clone())),
+        None => {
+            let names = registry.names();
+            let message = format!(
+                "is {name:?}, which this binary does not have; built in: {}{}",
+                doc::list(&names),
+                doc::did_you_mean(name, &names)
+            );
+            report.add("trainable.builtin", &b.origin, message);
             None
         }
     }

@@ -403,6 +403,7 @@ mod tests {
             collective_timeout: Duration::from_secs(1),
             start_timeout: Duration::from_secs(1),
             warm_start: false,
+            env: Vec::new(),
         }
     }
 

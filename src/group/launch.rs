@@ -23,10 +23,11 @@ fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize) -> Vec<(String, String
         build_id: build_id::hex(build_id::build_id()),
         bind_host: spec.ranks[rank].bind_host.clone(),
     };
-    let mut env = vec![
+    let mut env = spec.env.clone();
+    env.extend([
         (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
         ("OMP_NUM_THREADS".to_owned(), spec.num_threads.to_string()),
-    ];
+    ]);
     if let Some(devices) = &spec.ranks[rank].cuda_visible_devices {
         env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
     }

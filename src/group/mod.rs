@@ -110,6 +110,8 @@ pub(crate) struct AttemptSpec {
     pub start_timeout: Duration,
     /// Start local workers from the driver's fork server (see `sys::zygote`).
     pub warm_start: bool,
+    /// Extra environment variables of every worker (`TorchTrainer::env`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).

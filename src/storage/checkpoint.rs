@@ -141,7 +141,8 @@ pub(crate) fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkp
     Checkpoint::from_directory(dest)
 }
 
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+/// Copies the folder `from` (files and subfolders) into `to`, made if missing.
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir_all(to).at(to)?;
     for entry in fs::read_dir(from).at(from)? {
         let entry = entry.at(from)?;

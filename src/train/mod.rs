@@ -7,6 +7,7 @@
 //! result.json / progress.csv), so the history holds every iteration exactly once.
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
+mod command;
 mod record;
 mod trainer;
 
@@ -16,7 +17,8 @@ pub use crate::config::{
 pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
+pub use command::CommandTrainable;
 pub(crate) use record::{read_run, read_run_to_resume};
 pub use trainer::TorchTrainer;
 
-pub use crate::worker::{DistributedModel, TrainContext, TrainFn};
+pub use crate::worker::{DistributedModel, REPORT_PREFIX, TrainContext, TrainFn, run_command};

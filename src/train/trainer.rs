@@ -38,6 +38,8 @@ pub struct TorchTrainer {
     pick_up: bool,
     /// Start local workers from the driver's fork server (TuneConfig's `reuse_actors`).
     warm_start: bool,
+    /// Extra environment variables of every worker process.
+    env: Vec<(String, String)>,
 }
 
 impl TorchTrainer {
@@ -51,6 +53,7 @@ impl TorchTrainer {
             trial_id: None,
             pick_up: false,
             warm_start: true,
+            env: Vec::new(),
         }
     }
 
@@ -94,6 +97,15 @@ impl TorchTrainer {
     /// The train loop config every worker gets as `ctx.params()`.
     pub fn train_loop_config(mut self, params: Params) -> Self {
         self.params = params;
+        self
+    }
+
+    /// Sets an environment variable in every worker process (Ray's `runtime_env` `env_vars`);
+    /// a later call for the same name wins.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let name = name.into();
+        self.env.retain(|(n, _)| *n != name);
+        self.env.push((name, value.into()));
         self
     }
 
@@ -306,6 +318,7 @@ impl TorchTrainer {
                 collective_timeout: self.run.collective_timeout,
                 start_timeout: self.run.start_timeout,
                 warm_start: self.warm_start,
+                env: self.env.clone(),
             };
             run.begin_attempt(attempt, start_iteration)?;
             let outcome = run_attempt(&hub, &spec, &mut |report| {

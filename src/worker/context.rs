@@ -26,6 +26,7 @@ pub(crate) struct ContextParts<'a> {
     pub local_rank: usize,
     pub local_world_size: usize,
     pub node_rank: usize,
+    pub master_host: String,
     pub device: Device,
     pub params: Params,
     pub run_dir: PathBuf,
@@ -45,6 +46,7 @@ pub struct TrainContext<'a> {
     local_rank: usize,
     local_world_size: usize,
     node_rank: usize,
+    master_host: String,
     device: Device,
     params: Params,
     run_dir: PathBuf,
@@ -70,6 +72,7 @@ impl<'a> TrainContext<'a> {
             local_rank: parts.local_rank,
             local_world_size: parts.local_world_size,
             node_rank: parts.node_rank,
+            master_host: parts.master_host,
             device: parts.device,
             params: parts.params,
             run_dir: parts.run_dir,
@@ -105,6 +108,11 @@ impl<'a> TrainContext<'a> {
 
     pub fn node_rank(&self) -> usize {
         self.node_rank
+    }
+
+    /// The address of rank 0's host as every rank reaches it (torchrun's `MASTER_ADDR`).
+    pub fn master_host(&self) -> &str {
+        &self.master_host
     }
 
     /// `Device::Cpu`, or `Device::Cuda(n)` for the GPU the pool assigned to this worker.

@@ -9,10 +9,12 @@
 //! Train functions travel as an offset from `init` into the binary, which is why the build id of
 //! the worker's binary must match the driver's.
 
+pub(crate) mod command;
 mod context;
 mod link;
 pub(crate) mod process;
 
+pub use command::{REPORT_PREFIX, run_command};
 pub(crate) use context::ContextParts;
 pub use context::{DistributedModel, TrainContext};
 pub(crate) use link::DriverLink;

@@ -111,6 +111,8 @@ fn train(
         local_rank: reply.local_rank as usize,
         local_world_size: reply.local_world_size as usize,
         node_rank: reply.node_rank as usize,
+        // Rank 0's collective address: where every rank can reach it.
+        master_host: peers.first().map_or_else(|| spec.bind_host.clone(), |p| p.ip().to_string()),
         device,
         params,
         run_dir: PathBuf::from(&reply.run_dir),

@@ -5,6 +5,7 @@
 mod cli;
 mod cluster;
 mod collective_process;
+mod command;
 mod common;
 mod tch_basics;
 mod trainer;
@@ -131,6 +132,16 @@ fn main() {
         test("cli::failed_trials_exit_1_unless_allowed", cli::failed_trials_exit_1_unless_allowed),
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
+        test(
+            "command::command_trainable_speaks_the_protocol_and_stops_cleanly",
+            command::command_trainable_speaks_the_protocol_and_stops_cleanly,
+        ),
+        test(
+            "command::failed_command_resumes_from_its_checkpoint",
+            command::failed_command_resumes_from_its_checkpoint,
+        ),
+        test("command::command_mistakes_are_named", command::command_mistakes_are_named),
+        test("command::ddp_script_sweeps_with_asha", command::ddp_script_sweeps_with_asha),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(
