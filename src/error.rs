@@ -59,7 +59,7 @@ pub enum Error {
     #[error("results table: {0}")]
     Table(#[from] polars::error::PolarsError),
 
-    /// The sweep was interrupted (`Interrupt::interrupt`, Ctrl-C in `rtune run`); it stopped
+    /// The sweep was interrupted (`Control::interrupt`, Ctrl-C in `rtune run`); it stopped
     /// where it was and goes on with `Tuner::restore(path, ..)`.
     #[error("interrupted; the experiment in {} goes on with `rtune resume` or Tuner::restore", .path.display())]
     Interrupted { path: PathBuf },

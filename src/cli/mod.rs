@@ -44,7 +44,7 @@ pub use sweep::SweepSpec;
 
 use crate::config::RunConfig;
 use crate::error::Error;
-use crate::tune::{Interrupt, ResultGrid, Tuner};
+use crate::tune::{Control, ResultGrid, Tuner};
 
 /// Where `rtune run` keeps the sweep file it ran (and its `--set`s), for `rtune resume`.
 pub const SWEEP_COPY: &str = "sweep.json";
@@ -301,11 +301,11 @@ fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Re
     let copy_path = path.join(SWEEP_COPY);
     crate::storage::atomic_write(&copy_path, &serde_json::to_vec_pretty(&copy)?)?;
     run.name = Some(name.clone());
-    let interrupt = Interrupt::new();
+    let control = Control::new();
     println!("sweep {} ({} trials) in {}", source.name, samples(&spec), path.display());
-    let (run, screen) = reporting(run, &spec, output, &name, &path, &interrupt, Vec::new());
+    let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new());
     let began = Instant::now();
-    let outcome = watch_signals(interrupt.clone(), || spec.tuner(run, interrupt.clone()).fit());
+    let outcome = watch_signals(control.clone(), || spec.tuner(run, control.clone()).fit());
     screen.close();
     if outcome.is_err() && !crate::tune::holds_experiment(&path) {
         // Refused before the experiment began: leave no half-made directory behind.
@@ -342,13 +342,13 @@ fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit>
         .filter(|t| t.status.is_finished())
         .collect();
     println!("resuming sweep {} in {}", copy.file, dir.display());
-    let interrupt = Interrupt::new();
+    let control = Control::new();
     let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let (run, screen) = reporting(spec.run_config(), &spec, output, &name, dir, &interrupt, ended);
+    let (run, screen) = reporting(spec.run_config(), &spec, output, &name, dir, &control, ended);
     let began = Instant::now();
-    let outcome = watch_signals(interrupt.clone(), || {
+    let outcome = watch_signals(control.clone(), || {
         let tuner = Tuner::restore(dir, spec.trainer())?;
-        tuner.tune_config(spec.tune_config()).run_config(run).interrupt(interrupt.clone()).fit()
+        tuner.tune_config(spec.tune_config()).run_config(run).control(control.clone()).fit()
     });
     screen.close();
     finish(outcome, dir, output, began)
@@ -369,7 +369,7 @@ fn reporting(
     output: &Output,
     name: &str,
     path: &Path,
-    interrupt: &Interrupt,
+    control: &Control,
     ended: Vec<tui::model::TrialRow>,
 ) -> (RunConfig, Screen) {
     let metric = spec.metric.clone().zip(spec.mode);
@@ -393,7 +393,7 @@ fn reporting(
     }
     model.set_trials(ended);
     let (feed, events) = tui::Feed::new();
-    let thread = tui::live(model, events, interrupt.clone(), progress);
+    let thread = tui::live(model, events, control.clone(), progress);
     (run.callback(tui::Following(feed.clone())), Screen(Some((feed, thread))))
 }
 
@@ -413,7 +413,7 @@ impl Screen {
 /// Runs `sweep` while SIGINT and SIGTERM interrupt it: the first asks it to stop resumable, a
 /// second ends the process at once (what is recorded stays recorded: every file rtune writes
 /// is appended or replaced atomically).
-fn watch_signals<T>(interrupt: Interrupt, sweep: impl FnOnce() -> T) -> T {
+fn watch_signals<T>(control: Control, sweep: impl FnOnce() -> T) -> T {
     use tokio::signal::unix::{SignalKind, signal};
     // The handlers are in place before the sweep starts; a thread waits on them.
     let handlers =
@@ -442,7 +442,7 @@ fn watch_signals<T>(interrupt: Interrupt, sweep: impl FnOnce() -> T) -> T {
                                 "rtune: stopping the sweep, resumable (again to stop at once; \
                                  what is recorded is kept)"
                             );
-                            interrupt.interrupt();
+                            control.interrupt();
                         } else {
                             eprintln!("rtune: stopped at once");
                             std::process::exit(EXIT_INTERRUPTED);

@@ -48,7 +48,7 @@ use super::builtins::Registry;
 use super::doc::{self, Fields, Item, Kind, Origin, Problems, Report, Source};
 use crate::config::{CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig};
 use crate::train::{CommandTrainable, TorchTrainer};
-use crate::tune::{Interrupt, TuneConfig, Tuner};
+use crate::tune::{Control, TuneConfig, Tuner};
 
 /// A valid sweep file.
 #[derive(Debug, Clone)]
@@ -223,11 +223,11 @@ impl SweepSpec {
     }
 
     /// A new sweep of this spec.
-    pub fn tuner(&self, run: RunConfig, interrupt: Interrupt) -> Tuner {
+    pub fn tuner(&self, run: RunConfig, control: Control) -> Tuner {
         Tuner::new(self.trainer(), self.space.clone())
             .tune_config(self.tune_config())
             .run_config(run)
-            .interrupt(interrupt)
+            .control(control)
     }
 
     fn searcher(&self) -> Option<Tpe> {

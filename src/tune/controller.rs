@@ -66,6 +66,8 @@ pub enum Event {
     TrialPaused(TrialId),
     /// The sweep's `time_budget_s` ran out.
     TimeBudgetSpent,
+    /// Someone (a UI, `Control::stop_trial`) asked to end the trial, as a scheduler could.
+    StopRequested(TrialId),
 }
 
 /// What the shell must do.
@@ -273,6 +275,10 @@ impl Controller {
                 self.no_more_trials = true;
                 self.stop_all(&mut commands);
             }
+            Event::StopRequested(trial) => {
+                self.trial(trial)?;
+                self.stop_one(trial, &mut commands)?;
+            }
         }
         self.fill(&mut commands)?;
         if !self.finished
@@ -418,19 +424,26 @@ impl Controller {
             }
         }
         for other in self.scheduler.take_stop_requests() {
-            match self.trials.get(&other).map(|t| t.status) {
-                // A paused or pending trial holds nothing: it ends here.
-                Some(TrialStatus::Paused | TrialStatus::Pending) => {
-                    let last = self.trial(other)?.results.last().cloned();
-                    self.end(other, TrialStatus::Terminated, None, last.as_ref())?;
-                }
-                // Being paused (it reported a pause an instant ago): it ends once it has.
-                Some(TrialStatus::Running) if self.trials[&other].stopping => {
-                    self.trial_mut(other)?.ends_when_paused = true;
-                }
-                Some(TrialStatus::Running) => self.ask_stop(other, commands),
-                _ => {}
+            self.stop_one(other, commands)?;
+        }
+        Ok(())
+    }
+
+    /// Ends trial `id` whatever it is doing (a scheduler's request about another trial, the
+    /// user's): a waiting one at once, a running one once it has stopped.
+    fn stop_one(&mut self, id: TrialId, commands: &mut Vec<Command>) -> Result<()> {
+        match self.trials.get(&id).map(|t| t.status) {
+            // A paused or pending trial holds nothing: it ends here.
+            Some(TrialStatus::Paused | TrialStatus::Pending) => {
+                let last = self.trial(id)?.results.last().cloned();
+                self.end(id, TrialStatus::Terminated, None, last.as_ref())?;
             }
+            // Being paused (it reported a pause an instant ago): it ends once it has.
+            Some(TrialStatus::Running) if self.trials[&id].stopping => {
+                self.trial_mut(id)?.ends_when_paused = true;
+            }
+            Some(TrialStatus::Running) => self.ask_stop(id, commands),
+            _ => {}
         }
         Ok(())
     }
@@ -810,6 +823,25 @@ mod tests {
         assert!(c.step(Event::TrialStopped(TrialId(0))).unwrap().is_empty());
         assert_eq!(c.step(Event::TrialStopped(TrialId(1))).unwrap(), vec![Command::Finish]);
         assert_eq!(c.trials().len(), 2, "no trial started after the budget");
+    }
+
+    #[test]
+    fn a_user_stop_ends_a_running_or_a_waiting_trial_and_the_sweep_goes_on() {
+        let mut c = Controller::new(config(4, 2), random(4), Box::new(Fifo::new())).unwrap();
+        assert_eq!(c.step(Event::Begin).unwrap().len(), 2);
+        // A running trial is asked to stop, once, and ends TERMINATED when it has.
+        let commands = c.step(Event::StopRequested(TrialId(1))).unwrap();
+        assert_eq!(commands, vec![Command::StopTrial(TrialId(1))]);
+        assert!(c.step(Event::StopRequested(TrialId(1))).unwrap().is_empty());
+        let metrics = Metrics::from([("score".to_owned(), 0.5)]);
+        let raced = c.step(Event::ResultReported { trial: TrialId(1), metrics }).unwrap();
+        assert_eq!(raced, vec![Command::StopTrial(TrialId(1))], "a racing report is told again");
+        let next = c.step(Event::TrialStopped(TrialId(1))).unwrap();
+        assert!(matches!(next[..], [Command::StartTrial { trial: TrialId(2), .. }]), "{next:?}");
+        assert_eq!(c.trials()[&TrialId(1)].status, TrialStatus::Terminated);
+        // A finished trial stays as it was; an unknown one is a mistake.
+        assert!(c.step(Event::StopRequested(TrialId(1))).unwrap().is_empty());
+        assert!(c.step(Event::StopRequested(TrialId(99))).is_err());
     }
 
     #[test]

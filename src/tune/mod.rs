@@ -50,4 +50,4 @@ pub use controller::{
 };
 pub use experiment::{SETTINGS_FILE, STATE_FILE, holds_experiment};
 pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope, TrialResult};
-pub use tuner::{DRIVER_LOG, Interrupt, TuneConfig, Tuner};
+pub use tuner::{Control, DRIVER_LOG, TuneConfig, Tuner};

@@ -142,26 +142,33 @@ pub struct Tuner {
     run: Option<RunConfig>,
     /// Set by `Tuner::restore`: the experiment to go on with, and its settings.
     restoring: Option<(PathBuf, Settings)>,
-    interrupt: Interrupt,
+    control: Control,
 }
 
-/// Stops a running sweep where it is and leaves it resumable (Ray's Ctrl-C in `Tuner.fit`):
-/// the experiment's state is saved as it is, the running trials are stopped (their latest
-/// checkpoints kept) and nothing new starts; `fit` then returns `Error::Interrupted` and
-/// `Tuner::restore` goes on with the trials as they were. Clone it before handing it to the
-/// tuner to keep a handle (e.g. for a signal handler).
+/// A handle to a running sweep, for a signal handler or a UI: clone it before handing it to
+/// the tuner ([`Tuner::control`]) and keep the clone.
+///
+/// * [`interrupt`](Control::interrupt) stops the sweep where it is and leaves it resumable
+///   (Ray's Ctrl-C in `Tuner.fit`): the experiment's state is saved as it is, the running trials
+///   are stopped (their latest checkpoints kept) and nothing new starts; `fit` then returns
+///   `Error::Interrupted` and `Tuner::restore` goes on with the trials as they were.
+/// * [`stop_trial`](Control::stop_trial) ends one trial as a scheduler would (TERMINATED, its
+///   results and checkpoints kept); the sweep goes on.
 #[derive(Clone, Default, Debug)]
-pub struct Interrupt(Arc<InterruptFlag>);
+pub struct Control(Arc<ControlState>);
 
 #[derive(Default, Debug)]
-struct InterruptFlag {
+struct ControlState {
     asked: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
+    /// Trial ids asked to stop, not yet handed to the sweep.
+    stops: Mutex<Vec<String>>,
+    stops_notify: tokio::sync::Notify,
 }
 
-impl Interrupt {
+impl Control {
     pub fn new() -> Self {
-        Interrupt::default()
+        Control::default()
     }
 
     /// Asks the sweep to stop; it returns once its running trials have stopped.
@@ -174,9 +181,28 @@ impl Interrupt {
         self.0.asked.load(Ordering::SeqCst)
     }
 
+    /// Asks the sweep to end trial `trial_id` (e.g. `"a1b2c_00003"`); an id the sweep does not
+    /// have, or a trial already ended, is ignored (with a warning in the log).
+    pub fn stop_trial(&self, trial_id: &str) {
+        self.0.stops.lock().unwrap_or_else(|p| p.into_inner()).push(trial_id.to_owned());
+        self.0.stops_notify.notify_one();
+    }
+
     async fn wait(&self) {
         while !self.is_interrupted() {
             self.0.notify.notified().await;
+        }
+    }
+
+    /// The trial ids asked to stop since the last call, once there are some.
+    async fn stop_requests(&self) -> Vec<String> {
+        loop {
+            let asked =
+                std::mem::take(&mut *self.0.stops.lock().unwrap_or_else(|p| p.into_inner()));
+            if !asked.is_empty() {
+                return asked;
+            }
+            self.0.stops_notify.notified().await;
         }
     }
 }
@@ -185,14 +211,7 @@ impl Tuner {
     /// A sweep of `trainer` over `space`. Each trial's sampled params are merged into the
     /// trainer's `train_loop_config`, top-level key by key; sampled values win.
     pub fn new(trainer: TorchTrainer, space: SearchSpace) -> Self {
-        Tuner {
-            trainer,
-            space,
-            tune: None,
-            run: None,
-            restoring: None,
-            interrupt: Interrupt::new(),
-        }
+        Tuner { trainer, space, tune: None, run: None, restoring: None, control: Control::new() }
     }
 
     /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
@@ -220,7 +239,7 @@ impl Tuner {
             tune: None,
             run: None,
             restoring: Some((path, settings)),
-            interrupt: Interrupt::new(),
+            control: Control::new(),
         })
     }
 
@@ -236,9 +255,9 @@ impl Tuner {
         self
     }
 
-    /// `interrupt` stops this sweep, resumable, when asked (see [`Interrupt`]).
-    pub fn interrupt(mut self, interrupt: Interrupt) -> Self {
-        self.interrupt = interrupt;
+    /// The handle that interrupts this sweep or stops one of its trials (see [`Control`]).
+    pub fn control(mut self, control: Control) -> Self {
+        self.control = control;
         self
     }
 
@@ -250,7 +269,7 @@ impl Tuner {
     }
 
     fn prepare(self, driver: &'static Driver) -> Result<Sweep> {
-        let Tuner { trainer, space, tune, run, restoring, interrupt } = self;
+        let Tuner { trainer, space, tune, run, restoring, control } = self;
         let mut run = run.unwrap_or_else(|| trainer.run().clone());
         if let Some((path, _)) = &restoring {
             run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -366,7 +385,7 @@ impl Tuner {
             controller: Arc::new(Mutex::new(controller)),
             trials,
             snapshots: Snapshots::new(),
-            interrupt,
+            control,
             frozen: false,
         })
     }
@@ -601,7 +620,7 @@ struct Sweep {
     controller: Arc<Mutex<Controller>>,
     trials: BTreeMap<TrialId, TrialResult>,
     snapshots: Snapshots,
-    interrupt: Interrupt,
+    control: Control,
     /// Interrupted: the state file keeps the snapshot taken then; the trials are stopping.
     frozen: bool,
 }
@@ -642,7 +661,20 @@ impl Sweep {
                     self.save_state(&mut fatal);
                     continue;
                 }
-                _ = self.interrupt.wait(), if !self.frozen => {
+                asked = self.control.stop_requests(), if !self.frozen => {
+                    for trial_id in asked {
+                        let found = self.trials.iter().find(|(_, t)| t.trial_id == trial_id);
+                        match found.map(|(&id, _)| id) {
+                            Some(id) => {
+                                tracing::info!("trial {trial_id}: stop asked by the user");
+                                self.apply(self.step(Event::StopRequested(id)), &heard_tx, &mut fatal);
+                            }
+                            None => tracing::warn!("asked to stop trial {trial_id}, which this sweep does not have"),
+                        }
+                    }
+                    continue;
+                }
+                _ = self.control.wait(), if !self.frozen => {
                     self.freeze(&running, &mut fatal);
                     if running.is_empty() {
                         break;

@@ -123,6 +123,10 @@ fn main() {
             "tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints",
             tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints,
         ),
+        test(
+            "tune::a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on",
+            tune::a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on,
+        ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::ctrl_c_leaves_a_resumable_sweep", cli::ctrl_c_leaves_a_resumable_sweep),
         test(

@@ -767,3 +767,62 @@ pub fn warm_workers_share_nothing_between_trials() -> Result<()> {
     }
     Ok(())
 }
+
+/// Reports `iteration` as `score`, a checkpoint each time, for `iterations` iterations.
+fn count_up(ctx: &mut TrainContext) -> Result<()> {
+    let iterations = ctx.params().get::<u64>("iterations")?;
+    for i in ctx.iteration() + 1..=iterations {
+        std::thread::sleep(Duration::from_millis(20));
+        let checkpoint = ctx.new_checkpoint()?;
+        ctx.report([("score", i as f64)], Some(checkpoint))?;
+    }
+    Ok(())
+}
+
+/// Asks the sweep to stop the first trial that reports its third result (what `t` in the
+/// terminal UI does).
+struct StopAtThird(rtune::tune::Control, std::sync::Mutex<Option<String>>);
+
+impl rtune::callback::Callback for StopAtThird {
+    fn name(&self) -> String {
+        "StopAtThird".into()
+    }
+    fn on_trial_result(&self, t: &rtune::callback::TrialInfo, m: &Metrics) -> rtune::Result<()> {
+        let mut stopped = self.1.lock().unwrap();
+        if m["score"] == 3.0 && stopped.is_none() {
+            *stopped = Some(t.trial_id.clone());
+            self.0.stop_trial(&t.trial_id);
+            self.0.stop_trial("no-such-trial"); // ignored, with a warning
+        }
+        Ok(())
+    }
+}
+
+/// `Control::stop_trial` ends one trial as a scheduler would (TERMINATED, its results and last
+/// checkpoint kept) while the rest of the sweep runs to its end.
+pub fn a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let control = rtune::tune::Control::new();
+    let stopper = std::sync::Arc::new(StopAtThird(control.clone(), Default::default()));
+    let trainer =
+        TorchTrainer::new(count_up).train_loop_config(Params::new().with("iterations", 40));
+    let grid = Tuner::new(trainer, SearchSpace::new().add("index", grid_search([0, 1, 2])))
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max).max_concurrent_trials(3))
+        .run_config(RunConfig::new("user-stop").storage_path(dir.path()).callback(stopper.clone()))
+        .control(control)
+        .fit()?;
+    let stopped = stopper.1.lock().unwrap().clone().context("no trial reached 3")?;
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated));
+    for t in &grid.trials {
+        let n = t.history().len();
+        if t.trial_id == stopped {
+            // The stop is answered at the report after it was asked for.
+            ensure!((3..40).contains(&n), "the stopped trial ran {n} iterations");
+            let last = t.result.as_ref().and_then(|r| r.checkpoint.clone()).context("no ckpt")?;
+            ensure!(last.iteration()? == n as u64, "its last checkpoint is not its last report");
+        } else {
+            ensure!(n == 40, "trial {} ran {n} iterations, not 40", t.trial_id);
+        }
+    }
+    Ok(())
+}

@@ -18,7 +18,7 @@ use rtune_searchers::Metrics;
 use super::progress::Progress;
 use crate::callback::{Callback, TrialInfo};
 use crate::error::Result;
-use crate::tune::Interrupt;
+use crate::tune::Control;
 pub use model::TrialRow;
 pub use model::{Event, Model, View};
 
@@ -94,6 +94,8 @@ enum Action {
     Quit,
     /// Stop the sweep, resumable.
     Stop,
+    /// End the selected trial (as a scheduler would).
+    StopTrial(String),
     /// Ctrl-C: as SIGINT (raw mode keeps the terminal from sending it).
     CtrlC,
 }
@@ -105,6 +107,13 @@ fn on_key(code: KeyCode, modifiers: KeyModifiers, view: &mut View, model: &Model
         KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => return Action::CtrlC,
         KeyCode::Char('q') | KeyCode::Esc => return Action::Quit,
         KeyCode::Char('x') => return Action::Stop,
+        KeyCode::Char('t') => {
+            let rows = model.rows(view);
+            let selected = rows.get(view.selected.min(rows.len().saturating_sub(1)));
+            if let Some(&i) = selected {
+                return Action::StopTrial(model.trials()[i].id.clone());
+            }
+        }
         KeyCode::Up | KeyCode::Char('k') => view.selected = view.selected.saturating_sub(1),
         KeyCode::Down | KeyCode::Char('j') => {
             view.selected = (view.selected + 1).min(rows.saturating_sub(1))
@@ -167,7 +176,7 @@ impl Drop for Screen {
 pub fn live(
     mut model: Model,
     events: mpsc::Receiver<Event>,
-    interrupt: Interrupt,
+    control: Control,
     progress: Progress<Stdout>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -227,11 +236,12 @@ pub fn live(
                         screen = None;
                         progress.know(model.trials().to_vec());
                     }
-                    Action::Stop => interrupt.interrupt(),
+                    Action::Stop => control.interrupt(),
+                    Action::StopTrial(id) => control.stop_trial(&id),
                     Action::CtrlC => {
                         ctrl_c += 1;
                         if ctrl_c == 1 {
-                            interrupt.interrupt();
+                            control.interrupt();
                         } else {
                             drop(screen.take());
                             eprintln!("rtune: stopped at once");
@@ -272,7 +282,7 @@ pub fn watch(dir: &Path) -> anyhow::Result<()> {
             match on_key(code, modifiers, &mut view, &model) {
                 Action::Quit | Action::CtrlC => return Ok(()),
                 // Stopping needs the driver: a live stream from it is still to come.
-                Action::Stop | Action::Nothing => {}
+                Action::Stop | Action::StopTrial(_) | Action::Nothing => {}
             }
         }
     }

@@ -111,6 +111,8 @@ fn keys_sort_filter_and_select() {
     on_key(KeyCode::Down, KeyModifiers::NONE, &mut v, &m);
     on_key(KeyCode::Down, KeyModifiers::NONE, &mut v, &m);
     assert_eq!(v.selected, 2, "selection stops at the last row");
+    let stop = on_key(KeyCode::Char('t'), KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(stop, Action::StopTrial("abcde_00002".into()), "t stops the selected trial");
     assert_eq!(on_key(KeyCode::Char('q'), KeyModifiers::NONE, &mut v, &m), Action::Quit);
     assert_eq!(on_key(KeyCode::Char('x'), KeyModifiers::NONE, &mut v, &m), Action::Stop);
     assert_eq!(on_key(KeyCode::Char('c'), KeyModifiers::CONTROL, &mut v, &m), Action::CtrlC);
