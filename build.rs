@@ -6,7 +6,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     // SAFETY: build scripts are single-threaded; tonic-prost-build reads PROTOC from the env.
     unsafe { std::env::set_var("PROTOC", protoc) };
-    let protos = ["proto/rtune/v1/worker.proto", "proto/rtune/v1/cluster.proto"];
+    let protos = [
+        "proto/rtune/v1/worker.proto",
+        "proto/rtune/v1/cluster.proto",
+        "proto/rtune/v1/watch.proto",
+    ];
     tonic_prost_build::configure().compile_protos(&protos, &["proto"])?;
 
     // torch-sys (links = "tch") passes its lib folder on as DEP_TCH_LIBTORCH_LIB.

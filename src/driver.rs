@@ -60,6 +60,11 @@ impl Driver {
         self.runtime.block_on(future)
     }
 
+    /// The shared runtime, to spawn on or enter (a server of the sweep's, say).
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+
     /// The hub serving workers on `ip`, requiring `token` when given; started on first use.
     pub(crate) async fn hub(&self, ip: IpAddr, token: Option<String>) -> Result<Arc<Hub>> {
         let mut hubs = self.hubs.lock().await;

@@ -124,6 +124,19 @@ pub(crate) fn check_hub_token(
     }
 }
 
+/// Server side of a sweep's watch token (from `driver.json`, readable by its owner only).
+pub(crate) fn check_watch_token(
+    request: tonic::Request<()>,
+    token: Option<&str>,
+) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+    match presented(&request, token) {
+        Presented::Right => Ok(request),
+        Presented::Wrong | Presented::Missing => Err(tonic::Status::unauthenticated(
+            "this sweep serves whoever can read its driver.json (wrong or no token)",
+        )),
+    }
+}
+
 enum Presented {
     /// The right token, or none is required.
     Right,

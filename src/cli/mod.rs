@@ -27,6 +27,7 @@ mod cluster;
 mod doc;
 mod inspect;
 mod progress;
+pub mod stream;
 pub mod sweep;
 pub mod tui;
 
@@ -87,10 +88,11 @@ enum Command {
         #[command(flatten)]
         output: Output,
     },
-    /// Watch an experiment in the terminal UI: running (re-read every second), interrupted or
-    /// finished.
+    /// Watch an experiment in the terminal UI: a running sweep live from its driver (which
+    /// takes `t` and `x`), an interrupted or finished one from its files.
     #[command(after_help = "Example:\n  rtune watch rtune_results/digits-asha\n\n\
-        Keys: arrows select, s sorts by the next column, r reverses, f filters by status, q quits.")]
+        Keys: arrows select, s sorts by the next column, r reverses, f filters by status, t stops the \
+        selected trial and x the sweep (resumable; live only), q quits (the sweep goes on).")]
     Watch {
         /// The experiment directory.
         dir: PathBuf,
@@ -362,7 +364,8 @@ fn samples(spec: &SweepSpec) -> String {
 }
 
 /// How a running sweep is shown: the terminal UI on a terminal (unless `--no-tui`), else plain
-/// progress lines. `ended`: trials that ended before this driver began (a resumed sweep).
+/// progress lines; and to `rtune watch`, through the live stream whatever this terminal shows.
+/// `ended`: trials that ended before this driver began (a resumed sweep).
 fn reporting(
     run: RunConfig,
     spec: &SweepSpec,
@@ -374,13 +377,7 @@ fn reporting(
 ) -> (RunConfig, Screen) {
     let metric = spec.metric.clone().zip(spec.mode);
     let total = u64::try_from(spec.num_samples).ok();
-    let progress =
-        progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric.clone(), total);
-    if output.no_tui || !std::io::stdout().is_terminal() {
-        progress.know(ended);
-        return (run.callback(tui::Following(progress)), Screen(None));
-    }
-    let mut model = tui::Model::new(name.to_owned(), path.to_owned(), metric);
+    let mut model = tui::Model::new(name.to_owned(), path.to_owned(), metric.clone());
     model.total = total;
     model.time_budget_s = spec.time_budget_s;
     let scaling = &spec.scaling;
@@ -392,21 +389,43 @@ fn reporting(
         model.capacity = (node.resources.cpu, node.resources.gpu);
     }
     model.set_trials(ended);
+    let mut run = run;
+    // Watching is a convenience: a sweep runs on without it.
+    let server = match stream::serve(path, model.clone(), control.clone()) {
+        Ok((server, broadcast)) => {
+            run = run.callback(tui::Following(broadcast));
+            Some(server)
+        }
+        Err(e) => {
+            tracing::warn!("no live stream for rtune watch ({e:#}); it reads the files instead");
+            None
+        }
+    };
+    let progress =
+        progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric, total);
+    if output.no_tui || !std::io::stdout().is_terminal() {
+        progress.know(model.into_trials());
+        return (run.callback(tui::Following(progress)), Screen { ui: None, server });
+    }
     let (feed, events) = tui::Feed::new();
     let thread = tui::live(model, events, control.clone(), progress);
-    (run.callback(tui::Following(feed.clone())), Screen(Some((feed, thread))))
+    (run.callback(tui::Following(feed.clone())), Screen { ui: Some((feed, thread)), server })
 }
 
-/// The live terminal UI, if one is shown.
-struct Screen(Option<(tui::Feed, std::thread::JoinHandle<()>)>);
+/// The live terminal UI, if one is shown, and the stream to `rtune watch`.
+struct Screen {
+    ui: Option<(tui::Feed, std::thread::JoinHandle<()>)>,
+    server: Option<stream::Server>,
+}
 
 impl Screen {
-    /// The sweep is over: the UI gives the terminal back.
+    /// The sweep is over: the UI gives the terminal back, the stream ends.
     fn close(self) {
-        if let Some((feed, thread)) = self.0 {
+        if let Some((feed, thread)) = self.ui {
             feed.end();
             let _ = thread.join();
         }
+        drop(self.server);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `rtune` binary as a user runs it: `run` from a sweep file, `show`, `ls`, `resume` after
 //! Ctrl-C (once: graceful; twice: at once), exit codes, and each class of sweep-file mistake.
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -327,7 +328,10 @@ struct Tmux(String);
 
 impl Tmux {
     fn new() -> Result<Tmux> {
-        let tmux = Tmux(format!("rtune-test-{}", std::process::id()));
+        // A server per test: tests run in parallel in one process.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tmux = Tmux(format!("rtune-test-{}-{n}", std::process::id()));
         // Fail, not skip, without tmux: `make test` installs it.
         tmux.run(&["-V"]).context("tmux is needed for this test (make test installs it)")?;
         Ok(tmux)
@@ -428,5 +432,56 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     ensure!(code.trim() == "0", "rtune run exited {code} after q");
     let grid = ResultGrid::from_path(dir.path().join("results/quit"))?;
     ensure!(grid.trials.len() == 6 && grid.trials.iter().all(|t| t.status.is_finished()));
+    Ok(())
+}
+
+/// `rtune watch` attaches to a running sweep through its driver's live stream (the driver's
+/// address in `driver.json`): `t` stops the selected trial and `x` interrupts the sweep, both in
+/// the driver; when the driver is gone the view goes on from the files.
+pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.1)?;
+    let experiment = dir.path().join("results/curves");
+    let run = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--set", "tune.scheduler=\"fifo\""])
+        .args(["--set", "param_space.iterations=40"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let driver_file = experiment.join(rtune::cli::stream::DRIVER_FILE);
+    wait_for(Duration::from_secs(60), || Ok(driver_file.exists()))?;
+    let mode = std::fs::metadata(&driver_file)?.permissions().mode() & 0o777;
+    ensure!(mode == 0o600, "driver.json is readable by others: {mode:o}");
+    let tmux = Tmux::new()?;
+    let watch_exit = dir.path().join("watch.exit");
+    tmux.start(
+        "watch",
+        &format!(
+            "{RTUNE} watch {}; echo $? > {}; sleep 600",
+            experiment.display(),
+            watch_exit.display()
+        ),
+    )?;
+    // Live: the driver's keys, and the one running trial (one at a time) selected.
+    tmux.wait_for_screen("watch", &["rtune · curves", "RUNNING", "t stop trial"])?;
+    tmux.run(&["send-keys", "-t", "watch", "t"])?;
+    // The stopped trial ends and the next one starts; then the whole sweep is interrupted.
+    tmux.wait_for_screen("watch", &["TERMINATED", "_00001"])?;
+    tmux.run(&["send-keys", "-t", "watch", "x"])?;
+    let out = run.wait_with_output()?;
+    ensure!(out.status.code() == Some(3), "{}", text(&out));
+    ensure!(!driver_file.exists(), "driver.json outlived its driver");
+    // The driver is gone: the view reads the files (no keys that need the driver).
+    let screen = tmux.wait_for_screen("watch", &["q quit  ? help"])?;
+    ensure!(!screen.contains("t stop trial"), "{screen}");
+    tmux.run(&["send-keys", "-t", "watch", "q"])?;
+    wait_for(Duration::from_secs(30), || Ok(watch_exit.exists()))?;
+    ensure!(std::fs::read_to_string(&watch_exit)?.trim() == "0");
+    let grid = ResultGrid::from_path(&experiment)?;
+    let first = grid.trials.iter().find(|t| t.trial_id.ends_with("_00000")).context("no 00000")?;
+    ensure!(first.status == TrialStatus::Terminated, "{:?}", first.status);
+    let n = first.history().len();
+    ensure!((1..40).contains(&n), "the stopped trial ran {n} of 40 iterations");
     Ok(())
 }

@@ -137,6 +137,10 @@ fn main() {
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
         test(
+            "cli::watch_follows_a_live_sweep_and_steers_it",
+            cli::watch_follows_a_live_sweep_and_steers_it,
+        ),
+        test(
             "command::command_trainable_speaks_the_protocol_and_stops_cleanly",
             command::command_trainable_speaks_the_protocol_and_stops_cleanly,
         ),

@@ -1,7 +1,7 @@
 //! The terminal UI: `rtune run` on a terminal shows its sweep live (fed by callback events over
-//! a channel: the controller never waits for the screen), `rtune watch DIR` shows an experiment
-//! from its files (finished, interrupted, or running: re-read every second). Drawn on its own
-//! thread, at most 10 times a second.
+//! a channel: the controller never waits for the screen), `rtune watch DIR` shows a running
+//! sweep live through its driver's stream (`stream`) and any other experiment from its files
+//! (re-read every second). Drawn on its own thread, at most 10 times a second.
 
 pub mod model;
 pub mod view;
@@ -30,6 +30,15 @@ pub trait Follow: Send + Sync {
     /// Its name in error messages.
     fn name(&self) -> &'static str;
     fn follow(&self, event: Event);
+}
+
+impl<F: Follow + ?Sized> Follow for std::sync::Arc<F> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn follow(&self, event: Event) {
+        (**self).follow(event)
+    }
 }
 
 /// The callback that turns a sweep's callbacks into events for a `Follow`.
@@ -258,7 +267,8 @@ pub fn live(
     })
 }
 
-/// `rtune watch DIR`: the experiment from its files, re-read every second, until `q`.
+/// `rtune watch DIR`: live from the sweep's driver while it runs (`x` and `t` reach it), else
+/// from the experiment's files (re-read every second), until `q`.
 pub fn watch(dir: &Path) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     anyhow::ensure!(
@@ -266,12 +276,45 @@ pub fn watch(dir: &Path) -> anyhow::Result<()> {
         "rtune watch needs a terminal; `rtune show {}` prints the same as text",
         dir.display()
     );
-    let mut model = Model::read(dir)?;
-    let mut view = View { sort: 3, descending: true, ..View::default() };
+    let mut remote = super::stream::attach(dir);
+    let mut model = match remote {
+        Some(_) => Model::new(String::new(), dir.to_owned(), None),
+        None => Model::read(dir)?,
+    };
+    let mut view = View { sort: 3, descending: true, live: remote.is_some(), ..View::default() };
     let mut screen = Screen::take()?;
     let mut read_at = Instant::now();
+    // The driver's clock at its last snapshot, and ours then.
+    let mut clock = (model.elapsed_s, Instant::now());
     loop {
-        if read_at.elapsed() >= Duration::from_secs(1) {
+        if let Some(live) = &remote {
+            loop {
+                match live.updates.try_recv() {
+                    Ok(super::stream::Update::Snapshot(m)) => {
+                        model = *m;
+                        clock = (model.elapsed_s, Instant::now());
+                    }
+                    Ok(super::stream::Update::Event(event)) => model.apply(&event),
+                    Ok(super::stream::Update::Lost(why)) => {
+                        tracing::info!("watch: {why}; reading the files now");
+                        model.over = true;
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        model.over = true;
+                        break;
+                    }
+                }
+            }
+            if model.over {
+                // The sweep ended (or its driver went away): its files have the last word.
+                remote = None;
+                view.live = false;
+                model = Model::read(dir).unwrap_or(model);
+            } else {
+                model.elapsed_s = clock.0 + clock.1.elapsed().as_secs_f64();
+            }
+        } else if read_at.elapsed() >= Duration::from_secs(1) {
             if let Ok(m) = Model::read(dir) {
                 model = m;
             }
@@ -279,10 +322,12 @@ pub fn watch(dir: &Path) -> anyhow::Result<()> {
         }
         screen.0.draw(|f| view::render(f, &model, &view))?;
         for (code, modifiers) in keys(FRAME)? {
-            match on_key(code, modifiers, &mut view, &model) {
-                Action::Quit | Action::CtrlC => return Ok(()),
-                // Stopping needs the driver: a live stream from it is still to come.
-                Action::Stop | Action::StopTrial(_) | Action::Nothing => {}
+            match (on_key(code, modifiers, &mut view, &model), &remote) {
+                (Action::Quit | Action::CtrlC, _) => return Ok(()),
+                (Action::Stop, Some(live)) => live.interrupt(),
+                (Action::StopTrial(id), Some(live)) => live.stop_trial(&id),
+                // From the files there is no driver to ask.
+                (Action::Stop | Action::StopTrial(_) | Action::Nothing, _) => {}
             }
         }
     }

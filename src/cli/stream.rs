@@ -1,0 +1,477 @@
+//! The live status stream between `rtune run` and `rtune watch` (proto/rtune/v1/watch.proto).
+//!
+//! The driver side ([`serve`]) follows the sweep like the terminal UI does, keeping a [`Model`]
+//! and handing each event to every follower; a new follower gets the model as a snapshot first,
+//! so it sees each event exactly once after it. It listens on loopback and writes its address
+//! and a token into `driver.json` in the experiment (mode 0600), removed when the sweep ends.
+//! The watch side ([`attach`]) turns the stream back into the UI's model and events, and sends
+//! the viewer's `x` (interrupt) and `t` (stop a trial) to the driver.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rtune_searchers::{Mode, Params, TrialStatus};
+use tokio::sync::broadcast;
+use tonic::{Request, Response, Status};
+
+use super::tui::{Event, Follow, Model, TrialRow};
+use crate::callback::TrialInfo;
+use crate::proto::sweep_watch_client::SweepWatchClient;
+use crate::proto::sweep_watch_server::{SweepWatch, SweepWatchServer};
+use crate::proto::{self, control_request, sweep_update, trial_event};
+use crate::tune::Control;
+
+/// The file in the experiment directory that says where its driver serves the stream.
+pub const DRIVER_FILE: &str = "driver.json";
+/// Events a follower may fall behind by before it gets a fresh snapshot instead.
+const BACKLOG: usize = 4096;
+
+/// What `driver.json` holds.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct DriverFile {
+    address: String,
+    token: String,
+    pid: u32,
+}
+
+/// The driver's side: follows the sweep, serves it to watchers.
+pub struct Broadcast {
+    /// The model and when its `elapsed_s` was last set; events are applied and sent under this
+    /// lock, so a snapshot and the events after it never overlap or leave a gap.
+    state: Mutex<(Model, Instant)>,
+    events: broadcast::Sender<Arc<proto::TrialEvent>>,
+}
+
+impl Broadcast {
+    fn new(model: Model) -> Self {
+        Broadcast {
+            state: Mutex::new((model, Instant::now())),
+            events: broadcast::channel(BACKLOG).0,
+        }
+    }
+
+    /// The sweep as it is now, and the events after it.
+    fn subscribe(&self) -> (proto::SweepUpdate, broadcast::Receiver<Arc<proto::TrialEvent>>) {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (model, since) = &*state;
+        let snapshot = snapshot(model, model.elapsed_s + since.elapsed().as_secs_f64());
+        let update = proto::SweepUpdate { update: Some(sweep_update::Update::Snapshot(snapshot)) };
+        (update, self.events.subscribe())
+    }
+}
+
+impl Follow for Broadcast {
+    fn name(&self) -> &'static str {
+        "watch stream"
+    }
+
+    fn follow(&self, event: Event) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.0.apply(&event);
+        let _ = self.events.send(Arc::new(event_to_proto(&event)));
+    }
+}
+
+/// The stream server of a running sweep; ends (and removes `driver.json`) when dropped,
+/// telling its followers the sweep is over if the sweep did not (it ended with an error).
+pub struct Server {
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+    file: PathBuf,
+    broadcast: Arc<Broadcast>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        let over = self.broadcast.state.lock().map(|s| s.0.over).unwrap_or(true);
+        if !over {
+            self.broadcast.follow(Event::End);
+        }
+    }
+}
+
+/// Serves the sweep in `dir` (shown as `model`; `control` takes the watchers' requests) on
+/// loopback; returns the server and the follower to add to the sweep's callbacks.
+pub fn serve(
+    dir: &Path,
+    model: Model,
+    control: Control,
+) -> anyhow::Result<(Server, Arc<Broadcast>)> {
+    let driver = crate::driver::Driver::get()?;
+    let _runtime = driver.handle().enter();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("watch stream socket")?;
+    listener.set_nonblocking(true)?;
+    let address = listener.local_addr()?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let token = format!("{:032x}", rand::random::<u128>());
+    let broadcast = Arc::new(Broadcast::new(model));
+    let required = token.clone();
+    let service = SweepWatchServer::with_interceptor(
+        WatchService { broadcast: broadcast.clone(), control },
+        move |req: Request<()>| crate::rpc::check_watch_token(req, Some(&required)),
+    );
+    let shutdown = crate::rpc::serve_until_dropped(
+        tonic::service::Routes::new(service),
+        listener,
+        "watch stream",
+        None,
+    );
+    let file = dir.join(DRIVER_FILE);
+    let record = DriverFile { address: address.to_string(), token, pid: std::process::id() };
+    write_private(&file, &serde_json::to_vec_pretty(&record)?)?;
+    Ok((Server { _shutdown: shutdown, file, broadcast: broadcast.clone() }, broadcast))
+}
+
+/// Writes `bytes` to `path` atomically, readable and writable by the owner only.
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("json.tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+struct WatchService {
+    broadcast: Arc<Broadcast>,
+    control: Control,
+}
+
+type UpdateStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::SweepUpdate, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl SweepWatch for WatchService {
+    type FollowStream = UpdateStream;
+
+    async fn follow(
+        &self,
+        _: Request<proto::FollowRequest>,
+    ) -> Result<Response<UpdateStream>, Status> {
+        let (snapshot, mut events) = self.broadcast.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let broadcast = self.broadcast.clone();
+        tokio::spawn(async move {
+            let mut next = Some(snapshot);
+            while let Some(update) = next.take() {
+                let end = matches!(
+                    &update.update,
+                    Some(sweep_update::Update::Event(e)) if e.kind() == trial_event::Kind::End
+                );
+                if tx.send(Ok(update)).await.is_err() || end {
+                    return;
+                }
+                next = match events.recv().await {
+                    Ok(event) => Some(proto::SweepUpdate {
+                        update: Some(sweep_update::Update::Event((*event).clone())),
+                    }),
+                    // Too slow for the stream: the state as it is now instead of the backlog.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let (snapshot, fresh) = broadcast.subscribe();
+                        events = fresh;
+                        Some(snapshot)
+                    }
+                    Err(broadcast::error::RecvError::Closed) => None,
+                };
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn control(
+        &self,
+        request: Request<proto::ControlRequest>,
+    ) -> Result<Response<proto::ControlReply>, Status> {
+        match request.into_inner().action {
+            Some(control_request::Action::Interrupt(_)) => self.control.interrupt(),
+            Some(control_request::Action::StopTrial(id)) => self.control.stop_trial(&id),
+            None => return Err(Status::invalid_argument("no action: interrupt or stop_trial")),
+        }
+        Ok(Response::new(proto::ControlReply {}))
+    }
+}
+
+/// What the watch side hears.
+pub enum Update {
+    /// The sweep as it is (first, and after falling behind).
+    Snapshot(Box<Model>),
+    Event(Event),
+    /// The stream ended without the sweep's end (the driver died or went away).
+    Lost(String),
+}
+
+/// The watch side of a live sweep: updates arrive on `updates`; requests go to its driver.
+pub struct Remote {
+    pub updates: mpsc::Receiver<Update>,
+    client: SweepWatchClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            crate::rpc::AddToken,
+        >,
+    >,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Remote {
+    /// Asks the driver to stop the sweep, resumable.
+    pub fn interrupt(&self) {
+        self.send(control_request::Action::Interrupt(true));
+    }
+
+    /// Asks the driver to end trial `id`.
+    pub fn stop_trial(&self, id: &str) {
+        self.send(control_request::Action::StopTrial(id.to_owned()));
+    }
+
+    fn send(&self, action: control_request::Action) {
+        let mut client = self.client.clone();
+        self.runtime.spawn(async move {
+            let request = proto::ControlRequest { action: Some(action) };
+            if let Err(e) = client.control(request).await {
+                tracing::warn!("the sweep's driver did not take the request: {}", e.message());
+            }
+        });
+    }
+}
+
+/// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a
+/// stream that answers); None when it is not (a finished or interrupted sweep, a dead driver).
+pub fn attach(dir: &Path) -> Option<Remote> {
+    let text = std::fs::read(dir.join(DRIVER_FILE)).ok()?;
+    let record: DriverFile = serde_json::from_slice(&text).ok()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("rtune-watch")
+        .enable_all()
+        .build()
+        .ok()?;
+    let (client, stream) = runtime.block_on(async {
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", record.address))
+                .ok()?
+                .connect_timeout(Duration::from_secs(2));
+        let channel = endpoint.connect().await.ok()?;
+        let token = crate::rpc::AddToken::bearer(Some(&record.token)).ok()?;
+        let mut client = SweepWatchClient::with_interceptor(channel, token);
+        let stream = client.follow(proto::FollowRequest {}).await.ok()?.into_inner();
+        Some((client, stream))
+    })?;
+    let (tx, updates) = mpsc::channel();
+    runtime.spawn(async move {
+        let mut stream = stream;
+        loop {
+            let update = match stream.message().await {
+                Ok(Some(update)) => match update_from_proto(update) {
+                    Some(update) => update,
+                    None => continue,
+                },
+                Ok(None) => Update::Lost("the driver closed the stream".into()),
+                Err(e) => Update::Lost(format!("the driver went away: {}", e.message())),
+            };
+            let last = matches!(update, Update::Lost(_) | Update::Event(Event::End));
+            if tx.send(update).is_err() || last {
+                return;
+            }
+        }
+    });
+    Some(Remote { updates, client, runtime })
+}
+
+fn status_text(status: TrialStatus) -> String {
+    serde_json::to_string(&status).expect("a status serialises").trim_matches('"').to_owned()
+}
+
+fn status_from(text: &str) -> TrialStatus {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .unwrap_or(TrialStatus::Pending)
+}
+
+fn info_to_proto(t: &TrialInfo) -> proto::TrialInfo {
+    proto::TrialInfo {
+        trial_id: t.trial_id.clone(),
+        status: status_text(t.status),
+        params_json: serde_json::to_string(&t.params).unwrap_or_default(),
+        path: t.path.display().to_string(),
+    }
+}
+
+fn info_from(t: &proto::TrialInfo) -> TrialInfo {
+    TrialInfo {
+        trial_id: t.trial_id.clone(),
+        status: status_from(&t.status),
+        params: serde_json::from_str::<Params>(&t.params_json).unwrap_or_default(),
+        path: PathBuf::from(&t.path),
+    }
+}
+
+fn event_to_proto(event: &Event) -> proto::TrialEvent {
+    use trial_event::Kind;
+    let make = |kind: Kind, t: Option<&TrialInfo>| proto::TrialEvent {
+        kind: kind as i32,
+        trial: t.map(info_to_proto),
+        metrics: HashMap::new(),
+        error: String::new(),
+    };
+    match event {
+        Event::Start(t) => make(Kind::Start, Some(t)),
+        Event::Result(t, metrics) => proto::TrialEvent {
+            metrics: metrics.iter().map(|(k, &v)| (k.clone(), v)).collect(),
+            ..make(Kind::Result, Some(t))
+        },
+        Event::Complete(t) => make(Kind::Complete, Some(t)),
+        Event::Error(t, e) => proto::TrialEvent { error: e.clone(), ..make(Kind::Error, Some(t)) },
+        Event::End => make(Kind::End, None),
+    }
+}
+
+fn event_from(e: &proto::TrialEvent) -> Option<Event> {
+    use trial_event::Kind;
+    let trial = || e.trial.as_ref().map(info_from);
+    Some(match e.kind() {
+        Kind::Start => Event::Start(trial()?),
+        Kind::Result => {
+            Event::Result(trial()?, e.metrics.iter().map(|(k, &v)| (k.clone(), v)).collect())
+        }
+        Kind::Complete => Event::Complete(trial()?),
+        Kind::Error => Event::Error(trial()?, e.error.clone()),
+        Kind::End => Event::End,
+    })
+}
+
+fn snapshot(model: &Model, elapsed_s: f64) -> proto::Snapshot {
+    let (metric, mode) = match &model.metric {
+        Some((m, mode)) => (m.clone(), if *mode == Mode::Max { "max" } else { "min" }.to_owned()),
+        None => (String::new(), String::new()),
+    };
+    proto::Snapshot {
+        name: model.name.clone(),
+        path: model.path.display().to_string(),
+        metric,
+        mode,
+        total: model.total,
+        time_budget_s: model.time_budget_s,
+        elapsed_s,
+        per_trial_cpu: model.per_trial.0,
+        per_trial_gpu: model.per_trial.1,
+        capacity_cpu: model.capacity.0,
+        capacity_gpu: model.capacity.1,
+        trials: model
+            .trials()
+            .iter()
+            .map(|t| proto::TrialRow {
+                id: t.id.clone(),
+                status: status_text(t.status),
+                params: t
+                    .params
+                    .iter()
+                    .map(|(name, text)| proto::Param { name: name.clone(), text: text.clone() })
+                    .collect(),
+                last: t.last.iter().map(|(k, &v)| (k.clone(), v)).collect(),
+                curve_x: t.curve.iter().map(|p| p.0).collect(),
+                curve_y: t.curve.iter().map(|p| p.1).collect(),
+                path: t.path.display().to_string(),
+                error: t.error.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn model_from(s: proto::Snapshot) -> Model {
+    let metric = match s.mode.as_str() {
+        "max" => Some((s.metric, Mode::Max)),
+        "min" => Some((s.metric, Mode::Min)),
+        _ => None,
+    };
+    let mut model = Model::new(s.name, PathBuf::from(s.path), metric);
+    model.total = s.total;
+    model.time_budget_s = s.time_budget_s;
+    model.elapsed_s = s.elapsed_s;
+    model.per_trial = (s.per_trial_cpu, s.per_trial_gpu);
+    model.capacity = (s.capacity_cpu, s.capacity_gpu);
+    model.set_trials(
+        s.trials
+            .into_iter()
+            .map(|t| TrialRow {
+                status: status_from(&t.status),
+                params: t.params.into_iter().map(|p| (p.name, p.text)).collect(),
+                last: t.last.into_iter().collect(),
+                curve: t.curve_x.into_iter().zip(t.curve_y).collect(),
+                path: PathBuf::from(t.path),
+                error: t.error,
+                id: t.id,
+            })
+            .collect(),
+    );
+    model
+}
+
+fn update_from_proto(u: proto::SweepUpdate) -> Option<Update> {
+    match u.update? {
+        sweep_update::Update::Snapshot(s) => Some(Update::Snapshot(Box::new(model_from(s)))),
+        sweep_update::Update::Event(e) => event_from(&e).map(Update::Event),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(i: usize) -> TrialInfo {
+        TrialInfo {
+            trial_id: format!("abcde_{i:05}"),
+            status: TrialStatus::Running,
+            params: Params::new().with("lr", 0.01 * i as f64),
+            path: PathBuf::from(format!("/tmp/x/trial_{i}")),
+        }
+    }
+
+    fn result(iteration: f64, acc: f64) -> rtune_searchers::Metrics {
+        [("training_iteration".to_owned(), iteration), ("acc".to_owned(), acc)].into()
+    }
+
+    #[test]
+    fn a_snapshot_and_the_events_after_it_rebuild_the_drivers_model() {
+        let metric = Some(("acc".to_owned(), Mode::Max));
+        let broadcast = Broadcast::new(Model::new("s".into(), "/tmp/x".into(), metric.clone()));
+        broadcast.follow(Event::Result(info(0), result(1.0, 0.5)));
+        broadcast.follow(Event::Result(info(1), result(1.0, f64::NAN)));
+        let (first, mut events) = broadcast.subscribe();
+        broadcast.follow(Event::Result(info(0), result(2.0, 0.75)));
+        broadcast.follow(Event::Error(info(1), "boom".into()));
+        broadcast.follow(Event::End);
+
+        let Some(Update::Snapshot(mut model)) = update_from_proto(first) else { panic!() };
+        while let Ok(event) = events.try_recv() {
+            let update =
+                proto::SweepUpdate { update: Some(sweep_update::Update::Event((*event).clone())) };
+            let Some(Update::Event(event)) = update_from_proto(update) else { panic!() };
+            model.apply(&event);
+        }
+        let driver = &broadcast.state.lock().unwrap().0;
+        assert_eq!(model.metric, metric);
+        assert_eq!(model.trials().len(), 2);
+        for (got, want) in model.trials().iter().zip(driver.trials()) {
+            assert_eq!(got.id, want.id);
+            assert_eq!(got.status, want.status);
+            assert_eq!(got.params, want.params);
+            let curve = |t: &TrialRow| format!("{:?}", t.curve);
+            assert_eq!(curve(got), curve(want), "each result once, none lost (NaN as NaN)");
+            assert_eq!(got.error, want.error);
+            assert_eq!(format!("{:?}", got.last), format!("{:?}", want.last), "NaN survives");
+        }
+        assert_eq!(model.trials()[0].curve, [(1.0, 0.5), (2.0, 0.75)]);
+        assert!(model.over);
+    }
+}
