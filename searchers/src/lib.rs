@@ -60,7 +60,8 @@ pub use metrics::{Metrics, Mode, Objective};
 pub use params::Params;
 pub use rng::SearchRng;
 pub use scheduler::{
-    Asha, Decision, Fifo, HyperBand, MedianStopping, Pbt, SchedulerState, TrialScheduler,
+    Asha, Decision, ExploitStatus, Fifo, HyperBand, MedianStopping, Pbt, RungStatus,
+    SchedulerState, SchedulerStatus, TrialScheduler,
 };
 pub use searcher::{
     BasicVariant, ConcurrencyLimiter, Repeater, Searcher, SearcherState, Suggestion, Tpe,

@@ -12,7 +12,7 @@ mod tensorboard;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rtune_searchers::{Metrics, Params, TrialStatus};
+use rtune_searchers::{Metrics, Params, SchedulerStatus, TrialStatus};
 
 use crate::error::Result;
 
@@ -66,6 +66,13 @@ pub trait Callback: Send + Sync {
         let _ = trials;
         Ok(())
     }
+
+    /// The scheduler's decisions so far (ASHA's rungs, PBT's exploits), when they changed: at
+    /// most once a second, and once more before `on_experiment_end`.
+    fn on_scheduler_status(&self, status: &SchedulerStatus) -> Result<()> {
+        let _ = status;
+        Ok(())
+    }
 }
 
 /// A shared callback (keep a handle to read what it gathered after the sweep).
@@ -87,6 +94,9 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
     }
     fn on_experiment_end(&self, trials: &[TrialInfo]) -> Result<()> {
         (**self).on_experiment_end(trials)
+    }
+    fn on_scheduler_status(&self, status: &SchedulerStatus) -> Result<()> {
+        (**self).on_scheduler_status(status)
     }
 }
 

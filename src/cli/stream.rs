@@ -323,6 +323,7 @@ fn event_to_proto(event: &Event) -> proto::TrialEvent {
         trial: t.map(info_to_proto),
         metrics: HashMap::new(),
         error: String::new(),
+        scheduler_json: String::new(),
     };
     match event {
         Event::Start(t) => make(Kind::Start, Some(t)),
@@ -332,6 +333,10 @@ fn event_to_proto(event: &Event) -> proto::TrialEvent {
         },
         Event::Complete(t) => make(Kind::Complete, Some(t)),
         Event::Error(t, e) => proto::TrialEvent { error: e.clone(), ..make(Kind::Error, Some(t)) },
+        Event::Scheduler(status) => proto::TrialEvent {
+            scheduler_json: serde_json::to_string(status).unwrap_or_default(),
+            ..make(Kind::Scheduler, None)
+        },
         Event::End => make(Kind::End, None),
     }
 }
@@ -346,6 +351,7 @@ fn event_from(e: &proto::TrialEvent) -> Option<Event> {
         }
         Kind::Complete => Event::Complete(trial()?),
         Kind::Error => Event::Error(trial()?, e.error.clone()),
+        Kind::Scheduler => Event::Scheduler(serde_json::from_str(&e.scheduler_json).ok()?),
         Kind::End => Event::End,
     })
 }
@@ -367,6 +373,10 @@ fn snapshot(model: &Model, elapsed_s: f64) -> proto::Snapshot {
         per_trial_gpu: model.per_trial.1,
         capacity_cpu: model.capacity.0,
         capacity_gpu: model.capacity.1,
+        scheduler_json: model
+            .scheduler
+            .as_ref()
+            .map_or(String::new(), |s| serde_json::to_string(s).unwrap_or_default()),
         trials: model
             .trials()
             .iter()
@@ -400,6 +410,7 @@ fn model_from(s: proto::Snapshot) -> Model {
     model.elapsed_s = s.elapsed_s;
     model.per_trial = (s.per_trial_cpu, s.per_trial_gpu);
     model.capacity = (s.capacity_cpu, s.capacity_gpu);
+    model.scheduler = serde_json::from_str(&s.scheduler_json).ok();
     model.set_trials(
         s.trials
             .into_iter()
@@ -450,6 +461,18 @@ mod tests {
         let (first, mut events) = broadcast.subscribe();
         broadcast.follow(Event::Result(info(0), result(2.0, 0.75)));
         broadcast.follow(Event::Error(info(1), "boom".into()));
+        let rung = rtune_searchers::RungStatus {
+            bracket: 0,
+            milestone: 1.0,
+            recorded: 2,
+            cutoff: Some(0.5),
+        };
+        let status = rtune_searchers::SchedulerStatus {
+            kind: "asha".into(),
+            rungs: vec![rung],
+            ..Default::default()
+        };
+        broadcast.follow(Event::Scheduler(status.clone()));
         broadcast.follow(Event::End);
 
         let Some(Update::Snapshot(mut model)) = update_from_proto(first) else { panic!() };
@@ -472,6 +495,7 @@ mod tests {
             assert_eq!(format!("{:?}", got.last), format!("{:?}", want.last), "NaN survives");
         }
         assert_eq!(model.trials()[0].curve, [(1.0, 0.5), (2.0, 0.75)]);
+        assert_eq!(model.scheduler, Some(status));
         assert!(model.over);
     }
 }

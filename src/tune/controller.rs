@@ -237,6 +237,11 @@ impl Controller {
         self.finished
     }
 
+    /// The scheduler's decisions so far, for people watching.
+    pub fn scheduler_status(&self) -> rtune_searchers::SchedulerStatus {
+        self.scheduler.status()
+    }
+
     /// Handles one event. An `Err` is a mistake the sweep cannot go on with (a metric the
     /// trials never report, a scheduler that refuses its settings); the shell stops everything.
     pub fn step(&mut self, event: Event) -> Result<Vec<Command>> {

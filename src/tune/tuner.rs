@@ -387,6 +387,7 @@ impl Tuner {
             snapshots: Snapshots::new(),
             control,
             frozen: false,
+            shown_status: None,
         })
     }
 }
@@ -623,6 +624,8 @@ struct Sweep {
     control: Control,
     /// Interrupted: the state file keeps the snapshot taken then; the trials are stopping.
     frozen: bool,
+    /// The scheduler status callbacks heard last, and when.
+    shown_status: Option<(Instant, rtune_searchers::SchedulerStatus)>,
 }
 
 impl Sweep {
@@ -752,6 +755,7 @@ impl Sweep {
             if Instant::now() >= self.snapshots.due_at() {
                 self.save_state(&mut fatal);
             }
+            self.show_scheduler(&running, &mut fatal, false);
             if fatal.is_some() && running.is_empty() {
                 break;
             }
@@ -778,6 +782,7 @@ impl Sweep {
             count(TrialStatus::Error),
             fatal.as_ref().map(|e| format!("; stopped by: {e}")).unwrap_or_default()
         );
+        self.show_scheduler(&running, &mut fatal, true);
         let infos: Vec<TrialInfo> = self.trials.keys().map(|&t| self.info(t)).collect();
         self.call_back(&running, &mut fatal, |c| c.on_experiment_end(&infos));
         self.save_state(&mut fatal);
@@ -848,6 +853,26 @@ impl Sweep {
         for halt in running.values() {
             halt.ask(Halt::PAUSE);
         }
+    }
+
+    /// Tells the callbacks the scheduler's status when it changed, at most once a second
+    /// unless `now`.
+    fn show_scheduler(
+        &mut self,
+        running: &BTreeMap<TrialId, Halt>,
+        fatal: &mut Option<Error>,
+        now: bool,
+    ) {
+        let due = self.shown_status.as_ref().is_none_or(|(at, _)| at.elapsed().as_secs() >= 1);
+        if !(now || due) {
+            return;
+        }
+        let status = self.controller.lock().unwrap_or_else(|p| p.into_inner()).scheduler_status();
+        if status.kind.is_empty() || self.shown_status.as_ref().is_some_and(|(_, s)| *s == status) {
+            return;
+        }
+        self.call_back(running, fatal, |c| c.on_scheduler_status(&status));
+        self.shown_status = Some((Instant::now(), status));
     }
 
     /// A trial as callbacks see it.

@@ -386,6 +386,8 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     )?;
     let screen = tmux.wait_for_screen("run", &["rtune · curves", "RUNNING", "x stop sweep"])?;
     ensure!(screen.contains("score by iteration"), "{screen}");
+    // The scheduler's view: ASHA's first rung (grace_period 2) once a trial has reached it.
+    tmux.wait_for_screen("run", &["ASHA rungs", "t≥     2"])?;
     // The state file names the trials watch will show.
     let state = experiment.join(rtune::tune::STATE_FILE);
     wait_for(Duration::from_secs(60), || Ok(state.exists()))?;
@@ -401,7 +403,7 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
             watch_exit.display()
         ),
     )?;
-    tmux.wait_for_screen("watch", &["rtune · curves", &first, "q quit"])?;
+    tmux.wait_for_screen("watch", &["rtune · curves", &first, "q quit", "ASHA rungs"])?;
     tmux.run(&["send-keys", "-t", "watch", "q"])?;
     wait_for(Duration::from_secs(30), || Ok(watch_exit.exists()))?;
     ensure!(std::fs::read_to_string(&watch_exit)?.trim() == "0");

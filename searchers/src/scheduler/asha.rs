@@ -15,7 +15,8 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Decision, SchedulerState, Target, TrialScheduler, first_pending_then_paused, wrong_state,
+    Decision, RungStatus, SchedulerState, SchedulerStatus, Target, TrialScheduler,
+    first_pending_then_paused, wrong_state,
 };
 use crate::error::{Error, Result};
 use crate::math::percentile_sorted;
@@ -391,6 +392,30 @@ impl TrialScheduler for Asha {
         first_pending_then_paused(trials)
     }
 
+    fn status(&self) -> SchedulerStatus {
+        let sign = self.target.mode.map_or(1.0, Mode::sign);
+        let rf = self.reduction_factor;
+        let rungs = self.core.iter().flat_map(|core| {
+            core.brackets.iter().enumerate().flat_map(move |(b, bracket)| {
+                bracket.rungs.iter().rev().map(move |rung| RungStatus {
+                    bracket: b,
+                    milestone: rung.milestone,
+                    recorded: rung.recorded.len(),
+                    cutoff: percentile_sorted(&rung.sorted, 1.0 - 1.0 / rf)
+                        .map(|c| c * sign)
+                        .filter(|c| c.is_finite()),
+                })
+            })
+        });
+        SchedulerStatus {
+            kind: "asha".to_owned(),
+            time_attr: self.target.time_attr.clone(),
+            rungs: rungs.collect(),
+            stopped: self.core.as_ref().map_or(0, |c| c.num_stopped),
+            ..SchedulerStatus::default()
+        }
+    }
+
     fn save_state(&self) -> SchedulerState {
         // Never used: an empty state (restoring it leaves the scheduler fresh).
         SchedulerState::Asha(self.core.clone().unwrap_or_else(|| AshaState {
@@ -436,6 +461,33 @@ mod tests {
 
     fn result(t: f64, acc: f64) -> Metrics {
         Metrics::from([("training_iteration".to_string(), t), ("acc".to_string(), acc)])
+    }
+
+    #[test]
+    fn status_shows_each_rung_and_its_cutoff_in_the_metrics_units() {
+        let view = TrialTable::new();
+        let mut a = Asha::new().metric("acc").mode(Mode::Min).max_t(4).reduction_factor(2);
+        assert!(a.status().rungs.is_empty(), "nothing before the first trial");
+        for i in 0..3 {
+            a.on_trial_add(&view, TrialId(i)).unwrap();
+        }
+        a.on_trial_result(&view, TrialId(0), &result(1.0, 0.25)).unwrap();
+        a.on_trial_result(&view, TrialId(1), &result(1.0, 0.75)).unwrap();
+        // 0.9 is a worse loss than the median 0.5 of {0.25, 0.75}: stopped.
+        assert_eq!(
+            a.on_trial_result(&view, TrialId(2), &result(1.0, 0.9)).unwrap(),
+            Decision::Stop
+        );
+        let status = a.status();
+        assert_eq!(
+            (status.kind.as_str(), status.time_attr.as_str()),
+            ("asha", "training_iteration")
+        );
+        assert_eq!(status.stopped, 2, "trial 1's 0.75 was worse than trial 0's 0.25 alone");
+        let rungs: Vec<(f64, usize, Option<f64>)> =
+            status.rungs.iter().map(|r| (r.milestone, r.recorded, r.cutoff)).collect();
+        // numpy: percentile([-0.9, -0.75, -0.25], 50) = -0.75, shown as the loss 0.75.
+        assert_eq!(rungs, [(1.0, 3, Some(0.75)), (2.0, 0, None), (4.0, 0, None)]);
     }
 
     #[test]

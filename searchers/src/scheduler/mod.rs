@@ -98,6 +98,12 @@ pub trait TrialScheduler: Send {
 
     /// Continue from a saved state (the scheduler must be configured as the one that saved it).
     fn restore_state(&mut self, state: SchedulerState) -> Result<()>;
+
+    /// What the scheduler has decided so far, for a person watching the sweep (ASHA's rungs,
+    /// PBT's latest exploits). Empty by default.
+    fn status(&self) -> SchedulerStatus {
+        SchedulerStatus::default()
+    }
 }
 
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
@@ -139,6 +145,47 @@ impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     fn restore_state(&mut self, state: SchedulerState) -> Result<()> {
         (**self).restore_state(state)
     }
+    fn status(&self) -> SchedulerStatus {
+        (**self).status()
+    }
+}
+
+/// A scheduler's decisions so far, as a person watching a sweep reads them (see
+/// [`TrialScheduler::status`]). Scores are in the metric's own units.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerStatus {
+    /// The scheduler's name (`asha`, `pbt`); empty when it shows nothing.
+    pub kind: String,
+    /// What its milestones count (`training_iteration`).
+    pub time_attr: String,
+    /// ASHA: every rung, lowest milestone first within each bracket.
+    pub rungs: Vec<RungStatus>,
+    /// ASHA: trials it stopped.
+    pub stopped: u64,
+    /// PBT: the latest exploits, newest first.
+    pub exploits: Vec<ExploitStatus>,
+    /// PBT: exploits so far.
+    pub perturbations: u64,
+}
+
+/// One ASHA rung.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RungStatus {
+    pub bracket: usize,
+    pub milestone: f64,
+    /// Trials whose score at this milestone is recorded.
+    pub recorded: usize,
+    /// The score a trial reaching the rung now must reach to go on (None: nothing recorded,
+    /// or not a finite number).
+    pub cutoff: Option<f64>,
+}
+
+/// One PBT exploit: `trial` took over `source`'s checkpoint at `time`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExploitStatus {
+    pub time: f64,
+    pub trial: TrialId,
+    pub source: TrialId,
 }
 
 /// The saved state of any scheduler of this crate (externally tagged: `{"asha": {...}}`).

@@ -22,7 +22,9 @@ use std::collections::BTreeMap;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
-use super::{Decision, SchedulerState, Target, TrialScheduler, wrong_state};
+use super::{
+    Decision, ExploitStatus, SchedulerState, SchedulerStatus, Target, TrialScheduler, wrong_state,
+};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Mode, opt_score_serde};
 use crate::params::Params;
@@ -55,7 +57,13 @@ pub struct PbtState {
     #[serde(with = "crate::serde_util::map_as_pairs")]
     trials: BTreeMap<TrialId, PbtTrial>,
     num_perturbations: u64,
+    /// The latest exploits, newest first (at most [`RECENT_EXPLOITS`]).
+    #[serde(default)]
+    recent: Vec<ExploitStatus>,
 }
+
+/// Exploits kept for [`TrialScheduler::status`].
+const RECENT_EXPLOITS: usize = 8;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct PbtTrial {
@@ -88,6 +96,7 @@ impl Pbt {
                 rng: SearchRng::seed_from_u64(0),
                 trials: BTreeMap::new(),
                 num_perturbations: 0,
+                recent: Vec::new(),
             },
         }
     }
@@ -386,6 +395,8 @@ impl TrialScheduler for Pbt {
                 t.last_train_time = src.last_train_time;
             }
             self.state.num_perturbations += 1;
+            self.state.recent.insert(0, ExploitStatus { time, trial, source });
+            self.state.recent.truncate(RECENT_EXPLOITS);
             return Ok(Decision::Exploit { source, new_params });
         }
         let waiting = trials.iter().any(|t| {
@@ -421,6 +432,16 @@ impl TrialScheduler for Pbt {
 
     fn save_state(&self) -> SchedulerState {
         SchedulerState::Pbt(self.state.clone())
+    }
+
+    fn status(&self) -> SchedulerStatus {
+        SchedulerStatus {
+            kind: "pbt".to_owned(),
+            time_attr: self.target.time_attr.clone(),
+            exploits: self.state.recent.clone(),
+            perturbations: self.state.num_perturbations,
+            ..SchedulerStatus::default()
+        }
     }
 
     fn restore_state(&mut self, state: SchedulerState) -> Result<()> {
@@ -472,6 +493,10 @@ mod tests {
         let d = pbt.on_trial_result(&view, TrialId(3), &r(1.0, 0.1)).unwrap();
         let Decision::Exploit { source, new_params } = d else { panic!("{d:?}") };
         assert_eq!(source, TrialId(0), "the single top-quantile trial");
+        let status = pbt.status();
+        let latest = ExploitStatus { time: 1.0, trial: TrialId(3), source: TrialId(0) };
+        assert_eq!(status.exploits.first(), Some(&latest), "newest first");
+        assert_eq!(status.perturbations as usize, status.exploits.len());
         let lr = new_params.get::<f64>("lr").unwrap();
         assert!((lr - 0.012).abs() < 1e-12 || (lr - 0.008).abs() < 1e-12, "{lr}");
         let batch = new_params.get::<i64>("batch").unwrap();

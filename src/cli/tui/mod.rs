@@ -64,6 +64,10 @@ impl<F: Follow> Callback for Following<F> {
         self.0.follow(Event::Error(trial.clone(), error.to_owned()));
         Ok(())
     }
+    fn on_scheduler_status(&self, status: &rtune_searchers::SchedulerStatus) -> Result<()> {
+        self.0.follow(Event::Scheduler(status.clone()));
+        Ok(())
+    }
     fn on_experiment_end(&self, _: &[TrialInfo]) -> Result<()> {
         self.0.follow(Event::End);
         Ok(())

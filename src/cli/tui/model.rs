@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rtune_searchers::{Metrics, Mode, TrialStatus};
+use rtune_searchers::{Metrics, Mode, SchedulerStatus, TrialStatus};
 
 use crate::callback::TrialInfo;
 use crate::cli::inspect::param_text;
@@ -45,6 +45,8 @@ pub struct Model {
     pub capacity: (f64, f64),
     /// The sweep has ended.
     pub over: bool,
+    /// The scheduler's decisions so far (ASHA's rungs, PBT's exploits), when it shows any.
+    pub scheduler: Option<SchedulerStatus>,
 }
 
 /// What the viewer chose.
@@ -88,6 +90,7 @@ impl Model {
             per_trial: (0.0, 0.0),
             capacity: (0.0, 0.0),
             over: false,
+            scheduler: None,
         }
     }
 
@@ -157,6 +160,7 @@ impl Model {
                 row.status = TrialStatus::Error;
                 row.error = Some(e.clone());
             }
+            Event::Scheduler(status) => self.scheduler = Some(status.clone()),
             Event::End => self.over = true,
         }
     }
@@ -317,5 +321,6 @@ pub enum Event {
     Result(TrialInfo, Metrics),
     Complete(TrialInfo),
     Error(TrialInfo, String),
+    Scheduler(SchedulerStatus),
     End,
 }

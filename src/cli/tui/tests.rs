@@ -135,3 +135,32 @@ fn ten_thousand_trials_draw_only_what_fits() {
     assert!(text.contains("10000 shown"), "{text}");
     assert!(text.contains("best acc=0.9990"), "{text}");
 }
+
+#[test]
+fn the_scheduler_panel_shows_asha_rungs_and_pbt_exploits() {
+    use rtune_searchers::{ExploitStatus, RungStatus, SchedulerStatus, TrialId};
+    let mut m = model();
+    let rung =
+        |milestone: f64, recorded, cutoff| RungStatus { bracket: 0, milestone, recorded, cutoff };
+    m.apply(&Event::Scheduler(SchedulerStatus {
+        kind: "asha".into(),
+        time_attr: "training_iteration".into(),
+        rungs: vec![rung(1.0, 6, Some(0.8125)), rung(4.0, 2, Some(0.9)), rung(16.0, 0, None)],
+        stopped: 3,
+        ..SchedulerStatus::default()
+    }));
+    let text = screen(&m, &best_first(), 150, 40);
+    assert!(text.contains("ASHA rungs · 3 stopped"), "{text}");
+    assert!(text.contains("t≥     1     6 recorded  cutoff 0.8125"), "{text}");
+    assert!(text.contains("t≥    16     0 recorded  cutoff -"), "{text}");
+    m.apply(&Event::Scheduler(SchedulerStatus {
+        kind: "pbt".into(),
+        time_attr: "training_iteration".into(),
+        exploits: vec![ExploitStatus { time: 8.0, trial: TrialId(2), source: TrialId(0) }],
+        perturbations: 5,
+        ..SchedulerStatus::default()
+    }));
+    let text = screen(&m, &best_first(), 150, 40);
+    assert!(text.contains("PBT exploits · 5 so far"), "{text}");
+    assert!(text.contains("training_iteration=8  _00002 ← _00000"), "{text}");
+}

@@ -1,5 +1,6 @@
 //! Drawing the model: a header (name, time, trials by status, the best, pool bars), the trial
-//! table, the selected trial's learning curve and log tail, and the keys. Pure: the same model
+//! table, the selected trial's learning curve and log tail, the scheduler's rungs or exploits,
+//! and the keys. Pure: the same model
 //! and view draw the same screen (tested on ratatui's TestBackend).
 
 use ratatui::Frame;
@@ -10,7 +11,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{
     Axis, Block, Borders, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table, TableState,
 };
-use rtune_searchers::TrialStatus;
+use rtune_searchers::{SchedulerStatus, TrialId, TrialStatus};
 
 use super::model::{Model, View, status_name};
 use crate::cli::inspect::{clock, number};
@@ -75,7 +76,17 @@ pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
         .areas(middle);
     render_table(frame, table, model, view, &rows);
     render_chart(frame, chart, model, selected);
-    render_log(frame, log, model, selected);
+    match &model.scheduler {
+        Some(status) => {
+            let [log, scheduler] = Layout::default()
+                .direction(Direction::Horizontal)
+                .constraints([Constraint::Percentage(62), Constraint::Percentage(38)])
+                .areas(log);
+            render_log(frame, log, model, selected);
+            render_scheduler(frame, scheduler, status);
+        }
+        None => render_log(frame, log, model, selected),
+    }
     let keys_text = match (view.help, view.live) {
         (true, true) => {
             "s: next sort column · r: reverse · f: filter by status · t: stop the selected \
@@ -253,6 +264,49 @@ fn render_log(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option
             model.log_tail(i, area.height.saturating_sub(2) as usize),
         ),
         None => (" log ".into(), Vec::new()),
+    };
+    let text: Vec<Line> = lines.into_iter().map(Line::from).collect();
+    frame.render_widget(
+        Paragraph::new(text).block(Block::default().borders(Borders::ALL).title(title)),
+        area,
+    );
+}
+
+/// ASHA's rungs (milestone, results recorded, the cutoff now) or PBT's latest exploits.
+fn render_scheduler(frame: &mut Frame<'_>, area: Rect, status: &SchedulerStatus) {
+    let short = |t: &TrialId| format!("_{:05}", t.0);
+    let (title, lines): (String, Vec<String>) = if status.kind == "pbt" {
+        let lines = status
+            .exploits
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}={}  {} ← {}",
+                    status.time_attr,
+                    number(e.time),
+                    short(&e.trial),
+                    short(&e.source)
+                )
+            })
+            .collect();
+        (format!(" PBT exploits · {} so far ", status.perturbations), lines)
+    } else {
+        let brackets = status.rungs.iter().map(|r| r.bracket).max().map_or(0, |b| b + 1);
+        let lines = status
+            .rungs
+            .iter()
+            .map(|r| {
+                let bracket = if brackets > 1 { format!("b{} ", r.bracket) } else { String::new() };
+                let cutoff = r.cutoff.map_or("-".to_owned(), number);
+                format!(
+                    "{bracket}{} {:>5}  {:>4} recorded  cutoff {cutoff}",
+                    "t≥",
+                    number(r.milestone),
+                    r.recorded
+                )
+            })
+            .collect();
+        (format!(" {} rungs · {} stopped ", status.kind.to_uppercase(), status.stopped), lines)
     };
     let text: Vec<Line> = lines.into_iter().map(Line::from).collect();
     frame.render_widget(
