@@ -59,7 +59,12 @@ fn big_model() -> Model {
             model.apply(&Event::Complete(t));
         }
     }
-    let rung = |milestone: f64, recorded| RungStatus { bracket: 0, milestone, recorded, cutoff: Some(0.9) };
+    let rung = |milestone: f64, recorded| RungStatus {
+        bracket: 0,
+        milestone,
+        recorded,
+        cutoff: Some(0.9),
+    };
     model.apply(&Event::Scheduler(SchedulerStatus {
         kind: "asha".into(),
         time_attr: "training_iteration".into(),

@@ -290,7 +290,7 @@ pub(super) fn show(dir: &Path, trial: Option<&str>, format: Format) -> Result<()
     Ok(())
 }
 
-fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
+pub(super) fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
     let by_index = which.parse::<u64>().ok();
     grid.trials
         .iter()

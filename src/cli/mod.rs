@@ -25,6 +25,7 @@
 pub mod builtins;
 mod cluster;
 mod doc;
+mod export;
 mod inspect;
 mod progress;
 pub mod stream;
@@ -114,6 +115,33 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Export a trial's checkpoint (the best trial's by default) as a folder of its own: the
+    /// checkpoint's files, params.json, metrics.json and a model card (README.md).
+    #[command(
+        after_help = "Examples:\n  rtune export rtune_results/digits-asha --best --to best-model\n  \
+        rtune export rtune_results/digits-asha --metric val_loss --mode min --to lowest-loss\n  \
+        rtune export rtune_results/digits-asha --trial 3 --to trial-3\n\n\
+        The best trial is the one whose last result is best; its checkpoint is the kept one with \
+        the best value of the metric."
+    )]
+    Export {
+        /// The experiment directory.
+        dir: PathBuf,
+        /// Export the best trial (the default unless --trial names one).
+        #[arg(long, conflicts_with = "trial")]
+        best: bool,
+        /// A trial: its id (`a1b2c_00003`), its index (3) or its directory name.
+        #[arg(long)]
+        trial: Option<String>,
+        /// Rank by this metric instead of the sweep's.
+        #[arg(long)]
+        metric: Option<String>,
+        #[arg(long, value_enum)]
+        mode: Option<ModeArg>,
+        /// The folder to create.
+        #[arg(long)]
+        to: PathBuf,
+    },
     /// Serve a cluster: the resource pool that drivers reserve worker groups from.
     #[command(after_help = "Example:\n  rtune head --port 6380")]
     Head {
@@ -172,6 +200,13 @@ struct Output {
     /// Exit 0 even when some trials failed.
     #[arg(long)]
     allow_failures: bool,
+}
+
+/// `--mode`: which way the metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, ValueEnum)]
+enum ModeArg {
+    Max,
+    Min,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, ValueEnum)]
@@ -241,6 +276,20 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
         }
         Command::Show { dir, trial, format } => {
             inspect::show(&dir, trial.as_deref(), format)?;
+            Ok(0)
+        }
+        Command::Export { dir, best: _, trial, metric, mode, to } => {
+            let args = export::ExportArgs {
+                dir: &dir,
+                trial: trial.as_deref(),
+                metric: metric.as_deref(),
+                mode: mode.map(|m| match m {
+                    ModeArg::Max => rtune_searchers::Mode::Max,
+                    ModeArg::Min => rtune_searchers::Mode::Min,
+                }),
+                to: &to,
+            };
+            println!("{}", export::export(&args)?);
             Ok(0)
         }
         Command::Head { port, bind, token, heartbeat_timeout } => {

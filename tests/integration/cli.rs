@@ -139,6 +139,37 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let listed = String::from_utf8(out.stdout)?;
     ensure!(listed.contains("curves") && listed.contains("6 TERMINATED"), "{listed}");
 
+    // `rtune export`: the best trial's kept checkpoint with the best score, with its params,
+    // metrics and a model card; an existing folder is refused.
+    let to = dir.path().join("best-model");
+    let out = rtune(&["export", exp, "--best", "--to", to.to_str().unwrap()])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let kept = &best.result.as_ref().context("no result")?.best_checkpoints;
+    let (want, want_metrics) = kept
+        .iter()
+        .max_by(|a, b| a.1["score"].total_cmp(&b.1["score"]))
+        .context("the best trial kept no checkpoint")?;
+    let exported: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(to.join("metadata.json"))?)?;
+    let original: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(want.path().join("metadata.json"))?)?;
+    ensure!(exported == original, "exported {exported}, wanted the checkpoint {original}");
+    let params: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(to.join("params.json"))?)?;
+    ensure!(params == serde_json::to_value(&best.params)?, "{params}");
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(to.join("metrics.json"))?)?;
+    ensure!(metrics["score"].as_f64() == Some(want_metrics["score"]), "{metrics}");
+    let card = std::fs::read_to_string(to.join("README.md"))?;
+    ensure!(card.contains(&best.trial_id) && card.contains("**score = "), "{card}");
+    let out = rtune(&["export", exp, "--best", "--to", to.to_str().unwrap()])?;
+    ensure!(!out.status.success(), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("already exists"), "{}", text(&out));
+    let nowhere = dir.path().join("nowhere");
+    let out = rtune(&["export", exp, "--metric", "nope", "--to", nowhere.to_str().unwrap()])?;
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("metric `nope`"), "{}", text(&out));
+    ensure!(!nowhere.exists(), "a failed export left {}", nowhere.display());
+
     // The same name again is refused, pointing to resume.
     let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
