@@ -61,6 +61,13 @@ pub trait Callback: Send + Sync {
         Ok(())
     }
 
+    /// The trial was paused (by its scheduler, or held by the user) and released its workers;
+    /// `on_trial_start` comes again when it goes on.
+    fn on_trial_pause(&self, trial: &TrialInfo) -> Result<()> {
+        let _ = trial;
+        Ok(())
+    }
+
     /// The sweep is over (also when it ends with an error); `trials` as they ended.
     fn on_experiment_end(&self, trials: &[TrialInfo]) -> Result<()> {
         let _ = trials;
@@ -91,6 +98,9 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
     }
     fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
         (**self).on_trial_error(trial, error)
+    }
+    fn on_trial_pause(&self, trial: &TrialInfo) -> Result<()> {
+        (**self).on_trial_pause(trial)
     }
     fn on_experiment_end(&self, trials: &[TrialInfo]) -> Result<()> {
         (**self).on_experiment_end(trials)

@@ -197,7 +197,9 @@ impl SweepWatch for WatchService {
         match request.into_inner().action {
             Some(control_request::Action::Interrupt(_)) => self.control.interrupt(),
             Some(control_request::Action::StopTrial(id)) => self.control.stop_trial(&id),
-            None => return Err(Status::invalid_argument("no action: interrupt or stop_trial")),
+            Some(control_request::Action::PauseTrial(id)) => self.control.pause_trial(&id),
+            Some(control_request::Action::ResumeTrial(id)) => self.control.resume_trial(&id),
+            None => return Err(Status::invalid_argument("no action given")),
         }
         Ok(Response::new(proto::ControlReply {}))
     }
@@ -233,6 +235,15 @@ impl Remote {
     /// Asks the driver to end trial `id`.
     pub fn stop_trial(&self, id: &str) {
         self.send(control_request::Action::StopTrial(id.to_owned()));
+    }
+
+    /// Asks the driver to hold trial `id` (`resume`: to let it run again).
+    pub fn hold_trial(&self, id: &str, resume: bool) {
+        let id = id.to_owned();
+        self.send(match resume {
+            false => control_request::Action::PauseTrial(id),
+            true => control_request::Action::ResumeTrial(id),
+        });
     }
 
     fn send(&self, action: control_request::Action) {
@@ -332,6 +343,7 @@ fn event_to_proto(event: &Event) -> proto::TrialEvent {
             ..make(Kind::Result, Some(t))
         },
         Event::Complete(t) => make(Kind::Complete, Some(t)),
+        Event::Pause(t) => make(Kind::Pause, Some(t)),
         Event::Error(t, e) => proto::TrialEvent { error: e.clone(), ..make(Kind::Error, Some(t)) },
         Event::Scheduler(status) => proto::TrialEvent {
             scheduler_json: serde_json::to_string(status).unwrap_or_default(),
@@ -350,6 +362,7 @@ fn event_from(e: &proto::TrialEvent) -> Option<Event> {
             Event::Result(trial()?, e.metrics.iter().map(|(k, &v)| (k.clone(), v)).collect())
         }
         Kind::Complete => Event::Complete(trial()?),
+        Kind::Pause => Event::Pause(trial()?),
         Kind::Error => Event::Error(trial()?, e.error.clone()),
         Kind::Scheduler => Event::Scheduler(serde_json::from_str(&e.scheduler_json).ok()?),
         Kind::End => Event::End,

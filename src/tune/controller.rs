@@ -68,6 +68,11 @@ pub enum Event {
     TimeBudgetSpent,
     /// Someone (a UI, `Control::stop_trial`) asked to end the trial, as a scheduler could.
     StopRequested(TrialId),
+    /// Someone asked to hold the trial: paused (from its checkpoint) and not started again
+    /// until resumed.
+    PauseRequested(TrialId),
+    /// Someone asked to let a held trial run again.
+    ResumeRequested(TrialId),
 }
 
 /// What the shell must do.
@@ -99,6 +104,9 @@ pub struct Trial {
     pub stopping: bool,
     /// Its scheduler ended it while it was being paused: it ends when the pause is done.
     pub ends_when_paused: bool,
+    /// Held by the user (`Control::pause_trial`): not started until resumed. Not saved: a
+    /// restored sweep runs every trial.
+    pub held: bool,
 }
 
 /// What [`Controller::snapshot`] saves: with the same settings, searcher and scheduler, enough
@@ -217,6 +225,7 @@ impl Controller {
                 error: saved.error,
                 stopping: false,
                 ends_when_paused: false,
+                held: false,
             };
             c.trials.insert(saved.id, trial);
         }
@@ -284,6 +293,17 @@ impl Controller {
                 self.trial(trial)?;
                 self.stop_one(trial, &mut commands)?;
             }
+            Event::PauseRequested(trial) => {
+                let t = self.trial_mut(trial)?;
+                if !t.status.is_finished() {
+                    t.held = true;
+                    if t.status == TrialStatus::Running && !t.stopping {
+                        t.stopping = true;
+                        commands.push(Command::PauseTrial(trial));
+                    }
+                }
+            }
+            Event::ResumeRequested(trial) => self.trial_mut(trial)?.held = false,
         }
         self.fill(&mut commands)?;
         if !self.finished
@@ -293,7 +313,8 @@ impl Controller {
             self.finished = true;
             commands.push(Command::Finish);
         }
-        if !self.finished && self.started() == 0 {
+        let held = self.trials.values().any(|t| t.held && !t.status.is_finished());
+        if !self.finished && self.started() == 0 && !held {
             // Nothing runs, so no event will come: waiting would hang the sweep for good.
             let waiting: Vec<String> = self
                 .trials
@@ -326,7 +347,7 @@ impl Controller {
     /// trials first, else a new one from the searcher.
     fn fill(&mut self, commands: &mut Vec<Command>) -> Result<()> {
         while self.started() < self.config.max_concurrent_trials {
-            let view = View(&self.trials);
+            let view = Runnable(&self.trials);
             if let Some(id) = self.scheduler.choose_trial_to_run(&view) {
                 let trial = self.trial_mut(id)?;
                 if !matches!(trial.status, TrialStatus::Pending | TrialStatus::Paused) {
@@ -346,7 +367,7 @@ impl Controller {
             }
             // A pending trial the scheduler declines to run waits for its turn (HyperBand's
             // rounds); creating more behind it would only run ahead of the scheduler.
-            let waiting = self.trials.values().any(|t| t.status == TrialStatus::Pending);
+            let waiting = self.trials.values().any(|t| t.status == TrialStatus::Pending && !t.held);
             if waiting || self.no_more_trials || !self.create_trial()? {
                 break;
             }
@@ -371,6 +392,7 @@ impl Controller {
                     error: None,
                     stopping: false,
                     ends_when_paused: false,
+                    held: false,
                 };
                 self.trials.insert(id, trial);
                 self.scheduler.on_trial_add(&View(&self.trials), id)?;
@@ -507,6 +529,19 @@ fn unknown(id: TrialId) -> Error {
 
 /// The table as the scheduler sees it: read-only.
 struct View<'a>(&'a BTreeMap<TrialId, Trial>);
+
+/// The table as the scheduler sees it when choosing what to run: without held trials.
+struct Runnable<'a>(&'a BTreeMap<TrialId, Trial>);
+
+impl TrialsView for Runnable<'_> {
+    fn get(&self, id: TrialId) -> Option<rtune_searchers::TrialInfo<'_>> {
+        self.0.get(&id).filter(|t| !t.held).map(|t| info(id, t))
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = rtune_searchers::TrialInfo<'_>> + '_> {
+        Box::new(self.0.iter().filter(|(_, t)| !t.held).map(|(id, t)| info(*id, t)))
+    }
+}
 
 impl TrialsView for View<'_> {
     fn get(&self, id: TrialId) -> Option<rtune_searchers::TrialInfo<'_>> {
@@ -847,6 +882,27 @@ mod tests {
         // A finished trial stays as it was; an unknown one is a mistake.
         assert!(c.step(Event::StopRequested(TrialId(1))).unwrap().is_empty());
         assert!(c.step(Event::StopRequested(TrialId(99))).is_err());
+    }
+
+    #[test]
+    fn a_held_trial_waits_until_resumed_and_the_sweep_waits_for_it() {
+        let mut c = Controller::new(config(2, 1), random(2), Box::new(Fifo::new())).unwrap();
+        assert_eq!(c.step(Event::Begin).unwrap().len(), 1);
+        // Holding the running trial pauses it; the next trial takes its place.
+        let commands = c.step(Event::PauseRequested(TrialId(0))).unwrap();
+        assert_eq!(commands, vec![Command::PauseTrial(TrialId(0))]);
+        let next = c.step(Event::TrialPaused(TrialId(0))).unwrap();
+        assert!(matches!(next[..], [Command::StartTrial { trial: TrialId(1), .. }]), "{next:?}");
+        // Only the held trial is left: the sweep waits for it instead of failing or ending.
+        assert!(c.step(Event::TrialCompleted(TrialId(1))).unwrap().is_empty());
+        assert_eq!(c.trials()[&TrialId(0)].status, TrialStatus::Paused);
+        // Resumed, it goes on from its checkpoint, and the sweep ends with it.
+        let resumed = c.step(Event::ResumeRequested(TrialId(0))).unwrap();
+        assert!(
+            matches!(resumed[..], [Command::StartTrial { trial: TrialId(0), resume: true, .. }]),
+            "{resumed:?}"
+        );
+        assert_eq!(c.step(Event::TrialCompleted(TrialId(0))).unwrap(), vec![Command::Finish]);
     }
 
     #[test]

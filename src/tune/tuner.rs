@@ -154,6 +154,10 @@ pub struct Tuner {
 ///   `Error::Interrupted` and `Tuner::restore` goes on with the trials as they were.
 /// * [`stop_trial`](Control::stop_trial) ends one trial as a scheduler would (TERMINATED, its
 ///   results and checkpoints kept); the sweep goes on.
+/// * [`pause_trial`](Control::pause_trial) holds one trial: a running one is paused (from its
+///   latest checkpoint, PAUSED) and no held trial starts until
+///   [`resume_trial`](Control::resume_trial). While only held trials are left the sweep waits.
+///   Holds are not saved: a restored sweep runs every trial.
 #[derive(Clone, Default, Debug)]
 pub struct Control(Arc<ControlState>);
 
@@ -161,9 +165,27 @@ pub struct Control(Arc<ControlState>);
 struct ControlState {
     asked: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
-    /// Trial ids asked to stop, not yet handed to the sweep.
-    stops: Mutex<Vec<String>>,
-    stops_notify: tokio::sync::Notify,
+    /// Requests about single trials (by id), not yet handed to the sweep.
+    requests: Mutex<Vec<(TrialRequest, String)>>,
+    requests_notify: tokio::sync::Notify,
+}
+
+/// What [`Control`] may ask about one trial.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TrialRequest {
+    Stop,
+    Pause,
+    Resume,
+}
+
+impl TrialRequest {
+    fn verb(self) -> &'static str {
+        match self {
+            TrialRequest::Stop => "stop",
+            TrialRequest::Pause => "pause",
+            TrialRequest::Resume => "resume",
+        }
+    }
 }
 
 impl Control {
@@ -184,8 +206,23 @@ impl Control {
     /// Asks the sweep to end trial `trial_id` (e.g. `"a1b2c_00003"`); an id the sweep does not
     /// have, or a trial already ended, is ignored (with a warning in the log).
     pub fn stop_trial(&self, trial_id: &str) {
-        self.0.stops.lock().unwrap_or_else(|p| p.into_inner()).push(trial_id.to_owned());
-        self.0.stops_notify.notify_one();
+        self.ask(TrialRequest::Stop, trial_id);
+    }
+
+    /// Asks the sweep to hold trial `trial_id` (see the type's docs).
+    pub fn pause_trial(&self, trial_id: &str) {
+        self.ask(TrialRequest::Pause, trial_id);
+    }
+
+    /// Asks the sweep to let a held trial run again.
+    pub fn resume_trial(&self, trial_id: &str) {
+        self.ask(TrialRequest::Resume, trial_id);
+    }
+
+    fn ask(&self, request: TrialRequest, trial_id: &str) {
+        let mut requests = self.0.requests.lock().unwrap_or_else(|p| p.into_inner());
+        requests.push((request, trial_id.to_owned()));
+        self.0.requests_notify.notify_one();
     }
 
     async fn wait(&self) {
@@ -194,15 +231,15 @@ impl Control {
         }
     }
 
-    /// The trial ids asked to stop since the last call, once there are some.
-    async fn stop_requests(&self) -> Vec<String> {
+    /// The requests about single trials since the last call, once there are some.
+    async fn trial_requests(&self) -> Vec<(TrialRequest, String)> {
         loop {
             let asked =
-                std::mem::take(&mut *self.0.stops.lock().unwrap_or_else(|p| p.into_inner()));
+                std::mem::take(&mut *self.0.requests.lock().unwrap_or_else(|p| p.into_inner()));
             if !asked.is_empty() {
                 return asked;
             }
-            self.0.stops_notify.notified().await;
+            self.0.requests_notify.notified().await;
         }
     }
 }
@@ -664,16 +701,20 @@ impl Sweep {
                     self.save_state(&mut fatal);
                     continue;
                 }
-                asked = self.control.stop_requests(), if !self.frozen => {
-                    for trial_id in asked {
+                asked = self.control.trial_requests(), if !self.frozen => {
+                    for (request, trial_id) in asked {
                         let found = self.trials.iter().find(|(_, t)| t.trial_id == trial_id);
-                        match found.map(|(&id, _)| id) {
-                            Some(id) => {
-                                tracing::info!("trial {trial_id}: stop asked by the user");
-                                self.apply(self.step(Event::StopRequested(id)), &heard_tx, &mut fatal);
-                            }
-                            None => tracing::warn!("asked to stop trial {trial_id}, which this sweep does not have"),
-                        }
+                        let Some(id) = found.map(|(&id, _)| id) else {
+                            tracing::warn!("asked to {} trial {trial_id}, which this sweep does not have", request.verb());
+                            continue;
+                        };
+                        tracing::info!("trial {trial_id}: {} asked by the user", request.verb());
+                        let event = match request {
+                            TrialRequest::Stop => Event::StopRequested(id),
+                            TrialRequest::Pause => Event::PauseRequested(id),
+                            TrialRequest::Resume => Event::ResumeRequested(id),
+                        };
+                        self.apply(self.step(event), &heard_tx, &mut fatal);
                     }
                     continue;
                 }
@@ -744,6 +785,9 @@ impl Sweep {
                             self.call_back(&running, &mut fatal, |c| {
                                 c.on_trial_error(&info, error)
                             });
+                        }
+                        Event::TrialPaused(_) => {
+                            self.call_back(&running, &mut fatal, |c| c.on_trial_pause(&info));
                         }
                         _ => {}
                     }

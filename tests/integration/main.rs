@@ -127,6 +127,10 @@ fn main() {
             "tune::a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on",
             tune::a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on,
         ),
+        test(
+            "tune::a_held_trial_waits_and_goes_on_from_its_checkpoint",
+            tune::a_held_trial_waits_and_goes_on_from_its_checkpoint,
+        ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::ctrl_c_leaves_a_resumable_sweep", cli::ctrl_c_leaves_a_resumable_sweep),
         test(

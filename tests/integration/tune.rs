@@ -826,3 +826,73 @@ pub fn a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on() -> Result<()> {
     }
     Ok(())
 }
+
+/// Holds the first trial at its third result and lets it go a while after the second trial
+/// has finished; writes down what it hears (`<event> <index> [<score>]`) and when it resumes.
+struct HoldThenRelease(rtune::tune::Control, std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl rtune::callback::Callback for HoldThenRelease {
+    fn name(&self) -> String {
+        "HoldThenRelease".into()
+    }
+    fn on_trial_result(&self, t: &rtune::callback::TrialInfo, m: &Metrics) -> rtune::Result<()> {
+        let index = t.params.get::<i64>("index").unwrap_or(-1);
+        self.1.lock().unwrap().push(format!("result {index} {}", m["score"]));
+        match (index, m["score"]) {
+            (0, 3.0) => self.0.pause_trial(&t.trial_id),
+            (1, 12.0) => {
+                // Later, from elsewhere (a person at the UI): nothing of trial 0 may run before.
+                let (control, heard) = (self.0.clone(), self.1.clone());
+                let held = t.trial_id.replace("_00001", "_00000");
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(300));
+                    heard.lock().unwrap().push("resume 0".into());
+                    control.resume_trial(&held);
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+    fn on_trial_pause(&self, t: &rtune::callback::TrialInfo) -> rtune::Result<()> {
+        let index = t.params.get::<i64>("index").unwrap_or(-1);
+        self.1.lock().unwrap().push(format!("pause {index}"));
+        Ok(())
+    }
+}
+
+/// `Control::pause_trial` holds a trial (paused from its checkpoint, its place taken by the
+/// next) until `resume_trial`; it then goes on from where it was, every iteration once.
+pub fn a_held_trial_waits_and_goes_on_from_its_checkpoint() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let control = rtune::tune::Control::new();
+    let holder = std::sync::Arc::new(HoldThenRelease(control.clone(), Default::default()));
+    let trainer =
+        TorchTrainer::new(count_up).train_loop_config(Params::new().with("iterations", 12));
+    let grid = Tuner::new(trainer, SearchSpace::new().add("index", grid_search([0, 1])))
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max).max_concurrent_trials(1))
+        .run_config(RunConfig::new("hold").storage_path(dir.path()).callback(holder.clone()))
+        .control(control)
+        .fit()?;
+    let heard = holder.1.lock().unwrap().clone();
+    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{heard:?}");
+    for t in &grid.trials {
+        let scores: Vec<f64> = t.history().iter().map(|m| m["score"]).collect();
+        let want: Vec<f64> = (1..=12).map(f64::from).collect();
+        ensure!(scores == want, "trial {}: {scores:?}", t.trial_id);
+    }
+    // Held after its third result (answered at a later report), it let trial 1 run whole
+    // before it went on.
+    let at = |line: &str| {
+        heard.iter().position(|h| h == line).with_context(|| format!("{line}: {heard:?}"))
+    };
+    let paused = at("pause 0")?;
+    ensure!(at("result 0 3")? < paused && paused < at("result 1 1")?, "{heard:?}");
+    let resumed_first = heard
+        .iter()
+        .skip(paused)
+        .position(|h| h.starts_with("result 0 "))
+        .context("0 never went on")?;
+    ensure!(at("result 1 12")? < paused + resumed_first, "trial 0 ran while held: {heard:?}");
+    Ok(())
+}

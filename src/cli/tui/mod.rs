@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use ratatui::DefaultTerminal;
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
-use rtune_searchers::Metrics;
+use rtune_searchers::{Metrics, TrialStatus};
 
 use super::progress::Progress;
 use crate::callback::{Callback, TrialInfo};
@@ -64,6 +64,10 @@ impl<F: Follow> Callback for Following<F> {
         self.0.follow(Event::Error(trial.clone(), error.to_owned()));
         Ok(())
     }
+    fn on_trial_pause(&self, trial: &TrialInfo) -> Result<()> {
+        self.0.follow(Event::Pause(trial.clone()));
+        Ok(())
+    }
     fn on_scheduler_status(&self, status: &rtune_searchers::SchedulerStatus) -> Result<()> {
         self.0.follow(Event::Scheduler(status.clone()));
         Ok(())
@@ -109,6 +113,11 @@ enum Action {
     Stop,
     /// End the selected trial (as a scheduler would).
     StopTrial(String),
+    /// Hold the selected trial (`resume`: a paused one runs again).
+    HoldTrial {
+        id: String,
+        resume: bool,
+    },
     /// Ctrl-C: as SIGINT (raw mode keeps the terminal from sending it).
     CtrlC,
 }
@@ -120,11 +129,15 @@ fn on_key(code: KeyCode, modifiers: KeyModifiers, view: &mut View, model: &Model
         KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => return Action::CtrlC,
         KeyCode::Char('q') | KeyCode::Esc => return Action::Quit,
         KeyCode::Char('x') => return Action::Stop,
-        KeyCode::Char('t') => {
+        KeyCode::Char('t') | KeyCode::Char('p') => {
             let rows = model.rows(view);
-            let selected = rows.get(view.selected.min(rows.len().saturating_sub(1)));
-            if let Some(&i) = selected {
-                return Action::StopTrial(model.trials()[i].id.clone());
+            if let Some(&i) = rows.get(view.selected.min(rows.len().saturating_sub(1))) {
+                let trial = &model.trials()[i];
+                let id = trial.id.clone();
+                return match code {
+                    KeyCode::Char('t') => Action::StopTrial(id),
+                    _ => Action::HoldTrial { id, resume: trial.status == TrialStatus::Paused },
+                };
             }
         }
         KeyCode::Up | KeyCode::Char('k') => view.selected = view.selected.saturating_sub(1),
@@ -251,6 +264,8 @@ pub fn live(
                     }
                     Action::Stop => control.interrupt(),
                     Action::StopTrial(id) => control.stop_trial(&id),
+                    Action::HoldTrial { id, resume: false } => control.pause_trial(&id),
+                    Action::HoldTrial { id, resume: true } => control.resume_trial(&id),
                     Action::CtrlC => {
                         ctrl_c += 1;
                         if ctrl_c == 1 {
@@ -330,8 +345,15 @@ pub fn watch(dir: &Path) -> anyhow::Result<()> {
                 (Action::Quit | Action::CtrlC, _) => return Ok(()),
                 (Action::Stop, Some(live)) => live.interrupt(),
                 (Action::StopTrial(id), Some(live)) => live.stop_trial(&id),
+                (Action::HoldTrial { id, resume }, Some(live)) => live.hold_trial(&id, resume),
                 // From the files there is no driver to ask.
-                (Action::Stop | Action::StopTrial(_) | Action::Nothing, _) => {}
+                (
+                    Action::Stop
+                    | Action::StopTrial(_)
+                    | Action::HoldTrial { .. }
+                    | Action::Nothing,
+                    _,
+                ) => {}
             }
         }
     }

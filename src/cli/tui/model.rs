@@ -160,6 +160,7 @@ impl Model {
                 row.status = TrialStatus::Error;
                 row.error = Some(e.clone());
             }
+            Event::Pause(t) => self.row(t).status = TrialStatus::Paused,
             Event::Scheduler(status) => self.scheduler = Some(status.clone()),
             Event::End => self.over = true,
         }
@@ -321,6 +322,7 @@ pub enum Event {
     Result(TrialInfo, Metrics),
     Complete(TrialInfo),
     Error(TrialInfo, String),
+    Pause(TrialInfo),
     Scheduler(SchedulerStatus),
     End,
 }

@@ -113,6 +113,12 @@ fn keys_sort_filter_and_select() {
     assert_eq!(v.selected, 2, "selection stops at the last row");
     let stop = on_key(KeyCode::Char('t'), KeyModifiers::NONE, &mut v, &m);
     assert_eq!(stop, Action::StopTrial("abcde_00002".into()), "t stops the selected trial");
+    let hold = on_key(KeyCode::Char('p'), KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(hold, Action::HoldTrial { id: "abcde_00002".into(), resume: false });
+    let mut paused = m.clone();
+    paused.apply(&Event::Pause(info(2, 3e-3)));
+    let resume = on_key(KeyCode::Char('p'), KeyModifiers::NONE, &mut v, &paused);
+    assert_eq!(resume, Action::HoldTrial { id: "abcde_00002".into(), resume: true });
     assert_eq!(on_key(KeyCode::Char('q'), KeyModifiers::NONE, &mut v, &m), Action::Quit);
     assert_eq!(on_key(KeyCode::Char('x'), KeyModifiers::NONE, &mut v, &m), Action::Stop);
     assert_eq!(on_key(KeyCode::Char('c'), KeyModifiers::CONTROL, &mut v, &m), Action::CtrlC);

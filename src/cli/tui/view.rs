@@ -20,8 +20,10 @@ use crate::cli::inspect::{clock, number};
 pub const MIN_WIDTH: u16 = 60;
 pub const MIN_HEIGHT: u16 = 16;
 
-const LIVE_KEYS: &str =
-    "↑↓ select  s sort  r reverse  f filter  t stop trial  x stop sweep  q quit view  ? help";
+const LIVE_KEYS: &str = concat!(
+    "↑↓ select  s sort  r reverse  f filter  t stop trial  p pause/resume  x stop sweep  ",
+    "q quit view  ? help"
+);
 const WATCH_KEYS: &str = "↑↓ select  s sort  r reverse  f filter  q quit  ? help";
 
 fn bar(label: &str, used: f64, total: f64, width: usize) -> String {
@@ -90,8 +92,8 @@ pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
     let keys_text = match (view.help, view.live) {
         (true, true) => {
             "s: next sort column · r: reverse · f: filter by status · t: stop the selected \
-             trial (TERMINATED, kept) · x: stop the sweep (resumable) · q: leave the view (the \
-             sweep goes on)"
+             trial (TERMINATED, kept) · p: pause the selected trial until p again · x: stop the \
+             sweep (resumable) · q: leave the view (the sweep goes on)"
         }
         (true, false) => "s: next sort column · r: reverse · f: filter by status · q: quit",
         (false, true) => LIVE_KEYS,
