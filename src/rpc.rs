@@ -116,12 +116,7 @@ pub(crate) fn check_hub_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-    match presented(&request, token) {
-        Presented::Right => Ok(request),
-        Presented::Wrong | Presented::Missing => Err(tonic::Status::unauthenticated(
-            "this worker hub only serves the workers its driver started (wrong or no token)",
-        )),
-    }
+    require(request, token, "this worker hub only serves the workers its driver started")
 }
 
 /// Server side of a sweep's watch token (from `driver.json`, readable by its owner only).
@@ -129,11 +124,20 @@ pub(crate) fn check_watch_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+    require(request, token, "this sweep serves whoever can read its driver.json")
+}
+
+/// `request` if it carries `token` (or none is required), else refused with `who`.
+fn require(
+    request: tonic::Request<()>,
+    token: Option<&str>,
+    who: &str,
+) -> std::result::Result<tonic::Request<()>, tonic::Status> {
     match presented(&request, token) {
         Presented::Right => Ok(request),
-        Presented::Wrong | Presented::Missing => Err(tonic::Status::unauthenticated(
-            "this sweep serves whoever can read its driver.json (wrong or no token)",
-        )),
+        Presented::Wrong | Presented::Missing => {
+            Err(tonic::Status::unauthenticated(format!("{who} (wrong or no token)")))
+        }
     }
 }
 

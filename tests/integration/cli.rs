@@ -12,7 +12,7 @@ use rtune::cli::builtins::synthetic_score;
 use rtune::search::TrialStatus;
 use rtune::{ResultGrid, Tuner};
 
-use crate::common::wait_for;
+use crate::common::{text, wait_for};
 
 const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
 
@@ -54,15 +54,6 @@ fn sweep_file(dir: &Path, sleep: f64) -> Result<PathBuf> {
 
 fn rtune(args: &[&str]) -> Result<Output> {
     Ok(Command::new(RTUNE).args(args).env_remove("RUST_LOG").output()?)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// Every trial's rows are iterations 1, 2, .. with no gap or repeat, and each score is the
@@ -380,6 +371,19 @@ impl Tmux {
         Ok(())
     }
 
+    /// Runs `rtune watch EXPERIMENT` in the session `watch`; returns the file its exit code
+    /// goes to (in `dir`) when it ends.
+    fn watch(&self, experiment: &Path, dir: &Path) -> Result<PathBuf> {
+        let exit = dir.join("watch.exit");
+        let command = format!(
+            "{RTUNE} watch {}; echo $? > {}; sleep 600",
+            experiment.display(),
+            exit.display()
+        );
+        self.start("watch", &command)?;
+        Ok(exit)
+    }
+
     /// Waits until the session's screen shows every one of `wanted`; returns the screen.
     fn wait_for_screen(&self, session: &str, wanted: &[&str]) -> Result<String> {
         let mut screen = String::new();
@@ -425,15 +429,7 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state)?)?;
     let first =
         saved["trials"][0]["trial_id"].as_str().context("no trial in the state")?.to_owned();
-    let watch_exit = dir.path().join("watch.exit");
-    tmux.start(
-        "watch",
-        &format!(
-            "{RTUNE} watch {}; echo $? > {}; sleep 600",
-            experiment.display(),
-            watch_exit.display()
-        ),
-    )?;
+    let watch_exit = tmux.watch(&experiment, dir.path())?;
     tmux.wait_for_screen("watch", &["rtune · curves", &first, "q quit", "ASHA rungs"])?;
     tmux.run(&["send-keys", "-t", "watch", "q"])?;
     wait_for(Duration::from_secs(30), || Ok(watch_exit.exists()))?;
@@ -487,15 +483,7 @@ pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
     let mode = std::fs::metadata(&driver_file)?.permissions().mode() & 0o777;
     ensure!(mode == 0o600, "driver.json is readable by others: {mode:o}");
     let tmux = Tmux::new()?;
-    let watch_exit = dir.path().join("watch.exit");
-    tmux.start(
-        "watch",
-        &format!(
-            "{RTUNE} watch {}; echo $? > {}; sleep 600",
-            experiment.display(),
-            watch_exit.display()
-        ),
-    )?;
+    let watch_exit = tmux.watch(&experiment, dir.path())?;
     // Live: the driver's keys, and the one running trial (one at a time) selected.
     tmux.wait_for_screen("watch", &["rtune · curves", "RUNNING", "t stop trial"])?;
     tmux.run(&["send-keys", "-t", "watch", "t"])?;

@@ -10,6 +10,8 @@ use anyhow::{Context, Result, ensure};
 use rtune::ResultGrid;
 use rtune::search::TrialStatus;
 
+use crate::common::text;
+
 const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -28,15 +30,6 @@ fn venv_bin() -> Result<PathBuf> {
 fn rtune(args: &[&str]) -> Result<Output> {
     let path = format!("{}:{}", venv_bin()?.display(), std::env::var("PATH").unwrap_or_default());
     Ok(Command::new(RTUNE).args(args).env("PATH", path).env_remove("RUST_LOG").output()?)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A probe that speaks the protocol through the example helper: it records its environment

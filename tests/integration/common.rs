@@ -38,3 +38,13 @@ pub fn wait_for(
     }
     Ok(())
 }
+
+/// A finished command's exit code and output, for failure messages.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
