@@ -41,8 +41,15 @@ tmux:
 build: libtorch
 	cargo build --workspace
 
+# A sweep of the digits MLP (16 trials, TPE + ASHA, 2 data-parallel workers each; the terminal UI
+# on a terminal, progress lines otherwise), its best checkpoint exported, and the export
+# predicting the held-out test set.
 demo: libtorch
-	cargo run --quiet --example demo
+	cargo build --quiet --bin rtune --example demo
+	@set -e; name=digits-demo_$$(date +%Y-%m-%d_%H-%M-%S); \
+	./target/debug/rtune run examples/sweeps/digits_tpe_asha.toml --set "name=\"$$name\""; \
+	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
+	./target/debug/examples/demo rtune_results/$$name/best-model
 
 test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION)
 	cargo test --workspace

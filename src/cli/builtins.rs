@@ -3,7 +3,8 @@
 //!
 //! * `digits-mlp`: the demo model, a data-parallel MLP (64-hidden-hidden-10) on the 8x8 digits
 //!   shipped in `data/`. Params: `lr` (1e-3), `hidden` (256), `batch_size` (32, global),
-//!   `epochs` (20). Reports `loss` and `val_acc` with a checkpoint every epoch.
+//!   `epochs` (20). Reports `loss` (training), `val_loss` and `val_acc` with a checkpoint every
+//!   epoch.
 //! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
 //!   `seed` (0), `sleep_s` (0), `fail_at` (0: never). Reports `score` (rising to `plateau`)
@@ -14,9 +15,10 @@ use anyhow::{Context as _, Result};
 use rand::RngExt;
 use rtune_searchers::{Params, SearchRng};
 use tch::nn::{self, Module, OptimizerConfig};
-use tch::{Device, Kind};
+use tch::Kind;
 
 use crate::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
+use crate::train::TorchPredictor;
 use crate::worker::{TrainContext, TrainFn};
 
 /// A train function the CLI can run by name (`[trainable] builtin = "NAME"`).
@@ -154,20 +156,26 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
             loss_sum += loss.double_value(&[]);
         }
         let val_acc = digits_accuracy(&net, &split.validation);
+        let val_loss = {
+            let _no_grad = tch::no_grad_guard();
+            let (x, y) = split.validation.tensors();
+            net.forward(&x).cross_entropy_for_logits(&y).double_value(&[])
+        };
         let mut checkpoint = ctx.new_checkpoint()?;
         checkpoint.save_var_store(&vs)?;
-        ctx.report([("loss", loss_sum / steps as f64), ("val_acc", val_acc)], Some(checkpoint))?;
+        let metrics =
+            [("loss", loss_sum / steps as f64), ("val_loss", val_loss), ("val_acc", val_acc)];
+        ctx.report(metrics, Some(checkpoint))?;
     }
     Ok(())
 }
 
 /// The test-set accuracy of a `digits-mlp` checkpoint with `hidden` units.
 pub fn digits_test_accuracy(checkpoint: &crate::outcome::Checkpoint, hidden: i64) -> Result<f64> {
-    let mut vs = nn::VarStore::new(Device::Cpu);
-    let net = digits_mlp(&vs.root(), hidden);
-    checkpoint.load_var_store(&mut vs)?;
-    let test = Digits::split(DIGITS_SPLIT_SEED)?.test;
-    Ok(digits_accuracy(&net, &test))
+    let predictor = TorchPredictor::from_checkpoint(checkpoint, |p| digits_mlp(p, hidden))?;
+    let (x, y) = Digits::split(DIGITS_SPLIT_SEED)?.test.tensors();
+    let right = predictor.predict_classes(&x)?.eq_tensor(&y).to_kind(Kind::Float);
+    Ok(right.mean(Kind::Float).double_value(&[]))
 }
 
 /// The simulated score after `t` iterations (see the module docs).

@@ -86,7 +86,7 @@ fn checkpoint_of(
         .best_checkpoints
         .iter()
         .filter_map(|(c, m)| Some((c, m, mode.sign() * finite(m)?)))
-        .max_by(|a, b| a.2.total_cmp(&b.2))
+        .reduce(|best, c| if c.2 > best.2 { c } else { best })
         .map(|(c, m, _)| (c, m));
     let (checkpoint, metrics) = match ranked {
         Some((c, m)) => (c.clone(), Some(m)),

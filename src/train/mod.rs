@@ -8,6 +8,7 @@
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
 mod command;
+mod predictor;
 mod record;
 mod trainer;
 
@@ -18,6 +19,7 @@ pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
 pub use command::CommandTrainable;
+pub use predictor::TorchPredictor;
 pub(crate) use record::{read_run, read_run_to_resume};
 pub use trainer::TorchTrainer;
 

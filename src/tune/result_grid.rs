@@ -98,7 +98,8 @@ impl ResultGrid {
 
     /// The trial whose `metric` is best in `mode` (the sweep's own metric and mode when `None`),
     /// comparing each trial's last result (`Scope::Last`) or its best one (`Scope::All`). NaN
-    /// and infinities are left out, and so are trials that never reported the metric.
+    /// and infinities are left out, and so are trials that never reported the metric; of
+    /// equally good trials the first wins (as in Ray).
     pub fn best_result(
         &self,
         metric: Option<&str>,
@@ -113,7 +114,8 @@ impl ResultGrid {
         self.trials
             .iter()
             .filter_map(|t| value(t).map(|v| (t, mode.sign() * v)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
+            // The first of equals, as Ray's `max` picks.
+            .reduce(|best, t| if t.1 > best.1 { t } else { best })
             .map(|(t, _)| t)
             .ok_or_else(|| Error::Metric {
                 name: metric.to_owned(),
@@ -388,6 +390,14 @@ mod tests {
         let no_metric = ResultGrid { metric: None, ..g };
         let e = no_metric.best_result(None, None, Scope::Last).unwrap_err().to_string();
         assert!(e.contains("no metric"), "{e}");
+    }
+
+    #[test]
+    fn of_equally_good_trials_the_first_is_best() {
+        let same = |id: &str| trial(id, Params::new(), &[&[("acc", 0.5)]]);
+        let g = ResultGrid { trials: vec![same("x"), same("y"), same("z")], ..grid() };
+        assert_eq!(g.best_result(None, None, Scope::Last).unwrap().trial_id, "x");
+        assert_eq!(g.best_result(None, Some(Mode::Min), Scope::All).unwrap().trial_id, "x");
     }
 
     #[test]

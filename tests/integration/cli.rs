@@ -506,3 +506,35 @@ pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
     ensure!((1..40).contains(&n), "the stopped trial ran {n} of 40 iterations");
     Ok(())
 }
+
+/// `make demo`'s pipeline: the digits sweep (16 trials of 2 workers, TPE, ASHA), `rtune export`
+/// of its best checkpoint, and the export predicting the held-out test set through
+/// `TorchPredictor` with the params it carries.
+pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/digits_tpe_asha.toml");
+    let storage = format!("storage_path={:?}", dir.path().display().to_string());
+    let out = rtune(&["run", sweep, "--no-tui", "--set", &storage])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let experiment = dir.path().join("digits-tpe-asha");
+    let grid = ResultGrid::from_path(&experiment)?;
+    ensure!(
+        grid.trials.len() == 16 && grid.trials.iter().all(|t| t.status == TrialStatus::Terminated)
+    );
+    ensure!(grid.trials.iter().any(|t| t.history().len() < 12), "ASHA stopped no trial");
+    let to = dir.path().join("best-model");
+    let out =
+        rtune(&["export", experiment.to_str().unwrap(), "--best", "--to", to.to_str().unwrap()])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let params: rtune::Params = serde_json::from_slice(&std::fs::read(to.join("params.json"))?)?;
+    let hidden = params.get::<i64>("hidden")?;
+    let predictor = rtune::train::TorchPredictor::from_export(&to, |p| {
+        rtune::cli::builtins::digits_mlp(p, hidden)
+    })?;
+    let test = rtune::data::Digits::split(rtune::cli::builtins::DIGITS_SPLIT_SEED)?.test;
+    let (x, y) = test.tensors();
+    let right = predictor.predict_classes(&x)?.eq_tensor(&y).to_kind(tch::Kind::Float);
+    let accuracy = right.mean(tch::Kind::Float).double_value(&[]);
+    ensure!(accuracy >= 0.95, "the exported best model is {accuracy:.4} right on the test set");
+    Ok(())
+}

@@ -141,6 +141,10 @@ fn main() {
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
         test(
+            "cli::demo_sweep_exports_a_model_that_predicts_the_test_set",
+            cli::demo_sweep_exports_a_model_that_predicts_the_test_set,
+        ),
+        test(
             "cli::watch_follows_a_live_sweep_and_steers_it",
             cli::watch_follows_a_live_sweep_and_steers_it,
         ),

@@ -232,7 +232,9 @@ impl Model {
             .enumerate()
             .filter_map(|(i, t)| Some((i, *t.last.get(metric)?)))
             .filter(|(_, v)| v.is_finite())
-            .max_by(|a, b| (mode.sign() * a.1).total_cmp(&(mode.sign() * b.1)))
+            .map(|(i, v)| (i, mode.sign() * v))
+            // The first of equals, as the results table and Ray pick.
+            .reduce(|best, t| if t.1 > best.1 { t } else { best })
             .map(|(i, _)| i)
     }
 

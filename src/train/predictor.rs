@@ -1,0 +1,117 @@
+//! Prediction from a trained checkpoint (Ray's `TorchPredictor`): the model rebuilt by the code
+//! that built it for training, its weights loaded from the checkpoint or from an export folder
+//! (`rtune export`), run without gradients in eval mode.
+
+use std::path::Path;
+
+use tch::nn::{self, ModuleT};
+use tch::{Device, Tensor};
+
+use crate::error::{Error, Result};
+use crate::outcome::Checkpoint;
+
+/// A trained model, ready to predict.
+pub struct TorchPredictor {
+    model: Box<dyn ModuleT>,
+    device: Device,
+    /// Keeps the weights alive (the model's tensors live in it).
+    _vs: nn::VarStore,
+}
+
+impl std::fmt::Debug for TorchPredictor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TorchPredictor").field("device", &self.device).finish_non_exhaustive()
+    }
+}
+
+impl TorchPredictor {
+    /// `build_model` makes the model on a fresh VarStore (the same code, and the same params,
+    /// as in training); the checkpoint's `model.safetensors` then fills its weights. A
+    /// checkpoint without weights, or weights of another shape or name, is an error that says
+    /// which.
+    pub fn from_checkpoint<M: ModuleT + 'static>(
+        checkpoint: &Checkpoint,
+        build_model: impl FnOnce(&nn::Path) -> M,
+    ) -> Result<TorchPredictor> {
+        let device = Device::Cpu;
+        let mut vs = nn::VarStore::new(device);
+        let model = build_model(&vs.root());
+        checkpoint.load_var_store(&mut vs)?;
+        Ok(TorchPredictor { model: Box::new(model), device, _vs: vs })
+    }
+
+    /// The same from a folder `rtune export` wrote (or any committed checkpoint folder).
+    pub fn from_export<M: ModuleT + 'static>(
+        dir: impl AsRef<Path>,
+        build_model: impl FnOnce(&nn::Path) -> M,
+    ) -> Result<TorchPredictor> {
+        Self::from_checkpoint(&Checkpoint::from_directory(dir.as_ref())?, build_model)
+    }
+
+    /// The model's output for a batch of `inputs` (first dimension: the rows).
+    pub fn predict(&self, inputs: &Tensor) -> Result<Tensor> {
+        let _no_grad = tch::no_grad_guard();
+        let inputs = inputs.f_to_device(self.device).map_err(Error::Torch)?;
+        Ok(self.model.forward_t(&inputs, false))
+    }
+
+    /// The predicted class of every row (the argmax of the model's outputs).
+    pub fn predict_classes(&self, inputs: &Tensor) -> Result<Tensor> {
+        self.predict(inputs)?.f_argmax(-1, false).map_err(Error::Torch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::Kind;
+    use tch::nn::Module;
+
+    use super::*;
+
+    /// A checkpoint folder holding `vs`'s weights.
+    fn saved(vs: &nn::VarStore) -> (tempfile::TempDir, Checkpoint) {
+        let dir = tempfile::tempdir().unwrap();
+        vs.save(dir.path().join("model.safetensors")).unwrap();
+        let metadata = r#"{"training_iteration": 1, "timestamp": 0.0, "metrics": {},
+            "rtune_version": "test"}"#;
+        std::fs::write(dir.path().join("metadata.json"), metadata).unwrap();
+        let checkpoint = Checkpoint::from_directory(dir.path()).unwrap();
+        (dir, checkpoint)
+    }
+
+    #[test]
+    fn predictions_are_the_trained_models() {
+        tch::manual_seed(3);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let trained = nn::linear(vs.root() / "fc", 3, 2, Default::default());
+        let (_dir, checkpoint) = saved(&vs);
+        let predictor = TorchPredictor::from_checkpoint(&checkpoint, |p| {
+            nn::linear(p / "fc", 3, 2, Default::default())
+        })
+        .unwrap();
+        let x = Tensor::randn([5, 3], (Kind::Float, Device::Cpu));
+        let want = trained.forward(&x);
+        assert!(predictor.predict(&x).unwrap().allclose(&want, 0.0, 0.0, false));
+        assert_eq!(predictor.predict_classes(&x).unwrap(), want.argmax(-1, false));
+    }
+
+    #[test]
+    fn foreign_or_mismatched_weights_are_named() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = nn::linear(vs.root() / "fc", 3, 2, Default::default());
+        let (dir, checkpoint) = saved(&vs);
+        let wider = TorchPredictor::from_checkpoint(&checkpoint, |p| {
+            nn::linear(p / "fc", 3, 4, Default::default())
+        });
+        let e = wider.unwrap_err().to_string();
+        assert!(e.contains("cannot load model"), "{e}");
+        let renamed = TorchPredictor::from_checkpoint(&checkpoint, |p| {
+            nn::linear(p / "other", 3, 2, Default::default())
+        });
+        assert!(renamed.unwrap_err().to_string().contains("cannot load model"));
+        std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
+        let e =
+            TorchPredictor::from_export(dir.path(), |p| nn::linear(p, 3, 2, Default::default()));
+        assert!(e.unwrap_err().to_string().contains("no model.safetensors"));
+    }
+}
