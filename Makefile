@@ -7,6 +7,8 @@ PYTHON ?= python3
 TORCH_VERSION := 2.11.0
 # The tests check that TensorBoard itself reads rtune's event files.
 TENSORBOARD_VERSION := 2.21.0
+# The tests check that PyTorch reads an export's weights (safetensors) as rtune wrote them.
+SAFETENSORS_VERSION := 0.6.2
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
@@ -31,6 +33,10 @@ $(VENV)/.tensorboard-$(TENSORBOARD_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet tensorboard==$(TENSORBOARD_VERSION)
 	@touch $@
 
+$(VENV)/.safetensors-$(SAFETENSORS_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet safetensors==$(SAFETENSORS_VERSION)
+	@touch $@
+
 # The terminal UI test runs rtune in a real terminal (tmux); installed from Debian if missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 tmux:
@@ -51,7 +57,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION)
+test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
 	cargo test --workspace
 
 fmt:

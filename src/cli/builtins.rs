@@ -14,8 +14,8 @@
 use anyhow::{Context as _, Result};
 use rand::RngExt;
 use rtune_searchers::{Params, SearchRng};
-use tch::nn::{self, Module, OptimizerConfig};
 use tch::Kind;
+use tch::nn::{self, Module, OptimizerConfig};
 
 use crate::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
 use crate::train::TorchPredictor;
@@ -30,6 +30,16 @@ pub struct Trainable {
     pub train: TrainFn,
     /// Its `train_loop_config` before the param space is merged in (the param space wins).
     pub defaults: Params,
+    /// How to rebuild its model from a trial's params, for `rtune export`'s TorchScript.
+    pub model: Option<Model>,
+}
+
+/// A trainable's model, rebuilt from a trial's params (the same code as in training), and the
+/// shape of one input row (for tracing it to TorchScript).
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub build: fn(&nn::Path, &Params) -> crate::error::Result<Box<dyn nn::ModuleT>>,
+    pub input_shape: Vec<i64>,
 }
 
 /// The train functions a CLI binary offers.
@@ -70,6 +80,7 @@ impl Registry {
                     .with("sleep_s", 0.0)
                     .with("fail_at", 0),
             )
+            .model("digits-mlp", digits_model, vec![DIGIT_FEATURES as i64])
     }
 
     /// Adds (or replaces) a train function under `name`.
@@ -82,7 +93,20 @@ impl Registry {
     ) -> Self {
         let name = name.into();
         self.entries.retain(|t| t.name != name);
-        self.entries.push(Trainable { name, about: about.into(), train, defaults });
+        self.entries.push(Trainable { name, about: about.into(), train, defaults, model: None });
+        self
+    }
+
+    /// Tells `rtune export` how to rebuild `name`'s model (for TorchScript in the export).
+    pub fn model(
+        mut self,
+        name: &str,
+        build: fn(&nn::Path, &Params) -> crate::error::Result<Box<dyn nn::ModuleT>>,
+        input_shape: Vec<i64>,
+    ) -> Self {
+        if let Some(t) = self.entries.iter_mut().find(|t| t.name == name) {
+            t.model = Some(Model { build, input_shape });
+        }
         self
     }
 
@@ -106,6 +130,11 @@ pub fn digits_mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
         .add(nn::linear(vs / "fc2", hidden, hidden, Default::default()))
         .add_fn(|x| x.relu())
         .add(nn::linear(vs / "fc3", hidden, DIGIT_CLASSES as i64, Default::default()))
+}
+
+/// `digits-mlp`'s model for a trial's params (its `hidden`).
+fn digits_model(vs: &nn::Path, params: &Params) -> crate::error::Result<Box<dyn nn::ModuleT>> {
+    Ok(Box::new(digits_mlp(vs, params.get::<i64>("hidden")?)))
 }
 
 /// Fraction of `data` that `net` classifies right.

@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use rtune_searchers::Mode;
+use rtune_searchers::{Mode, Params};
 
+use super::builtins::Model;
 use super::inspect::{find_trial, number, param_text};
 use crate::outcome::Checkpoint;
+use crate::train::TorchPredictor;
 use crate::tune::{ResultGrid, Scope, TrialResult};
 
 /// What to export, from the command line.
@@ -20,6 +22,8 @@ pub(super) struct ExportArgs<'a> {
     pub metric: Option<&'a str>,
     pub mode: Option<Mode>,
     pub to: &'a Path,
+    /// The trainable's model, when the CLI knows it: the export then holds TorchScript too.
+    pub model: Option<&'a Model>,
 }
 
 /// Exports the chosen checkpoint; returns where it went and a line about it.
@@ -52,10 +56,34 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
             .with_context(|| format!("cannot remove the leftover {}", partial.display()))?;
     }
     checkpoint.export(&partial)?;
-    let params = serde_json::to_vec_pretty(&trial.params)?;
-    std::fs::write(partial.join("params.json"), params)?;
+    // What the model was trained with: the trainable's defaults with the trial's params.
+    let params: Params = std::fs::read(trial.path.join("params.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_else(|| trial.params.clone());
+    std::fs::write(partial.join("params.json"), serde_json::to_vec_pretty(&params)?)?;
+    let torchscript = match args.model {
+        Some(model) => {
+            let exported = Checkpoint::from_directory(&partial)?;
+            let predictor =
+                TorchPredictor::from_checkpoint_boxed(&exported, |p| (model.build)(p, &params))?;
+            let shape: Vec<i64> =
+                [1].into_iter().chain(model.input_shape.iter().copied()).collect();
+            let example =
+                tch::Tensor::zeros(shape.as_slice(), (tch::Kind::Float, tch::Device::Cpu));
+            predictor.save_torchscript(partial.join(TORCHSCRIPT_FILE), &example)?;
+            true
+        }
+        None => false,
+    };
     std::fs::write(partial.join("metrics.json"), serde_json::to_vec_pretty(&metrics)?)?;
-    let card = model_card(&grid, trial, &checkpoint, &metrics, metric, args.to);
+    let written = Written {
+        source: checkpoint.path(),
+        params: &params,
+        metrics: &metrics,
+        files: list_files(&partial),
+    };
+    let card = model_card(&grid, trial, &written, metric, args.to);
     std::fs::write(partial.join("README.md"), card)?;
     crate::storage::fsync_tree(&partial)?;
     std::fs::rename(&partial, args.to)
@@ -63,8 +91,9 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
     let shown = metric
         .and_then(|m| Some(format!(" ({m}={})", number(metrics.get(m)?.as_f64()?))))
         .unwrap_or_default();
+    let with = if torchscript { " with TorchScript (model.pt)" } else { "" };
     Ok(format!(
-        "exported trial {}'s {}{shown} to {}",
+        "exported trial {}'s {}{shown}{with} to {}",
         trial.trial_id,
         checkpoint.path().file_name().map_or(String::new(), |n| n.to_string_lossy().into()),
         args.to.display()
@@ -103,26 +132,35 @@ fn checkpoint_of(
 }
 
 /// The export's README: what it is, how good, with which params, and how to load it.
+/// What an export holds, for its model card.
+struct Written<'a> {
+    /// The checkpoint it came from.
+    source: &'a Path,
+    params: &'a Params,
+    metrics: &'a serde_json::Value,
+    /// Its files (relative paths), the card aside.
+    files: Vec<String>,
+}
+
 fn model_card(
     grid: &ResultGrid,
     trial: &TrialResult,
-    checkpoint: &Checkpoint,
-    metrics: &serde_json::Value,
+    written: &Written<'_>,
     metric: Option<&str>,
     to: &Path,
 ) -> String {
+    let metrics = written.metrics;
     let experiment = grid.path.file_name().map_or(String::new(), |n| n.to_string_lossy().into());
     let iteration = metrics["training_iteration"].as_f64().map_or("?".into(), number);
     let score = metric
         .and_then(|m| Some(format!("{m} = {}", number(metrics.get(m)?.as_f64()?))))
         .unwrap_or_else(|| "no metric".into());
-    let params: Vec<String> = trial
+    let params: Vec<String> = written
         .params
         .flatten()
         .iter()
         .map(|(k, v)| format!("| `{k}` | {} |", param_text(v)))
         .collect();
-    let files: Vec<String> = list_files(checkpoint.path());
     let date = crate::storage::date_string(crate::storage::unix_time());
     format!(
         "# Trial {id} of the sweep `{experiment}`\n\n\
@@ -134,27 +172,44 @@ fn model_card(
          checkpoint.\n{loading}",
         id = trial.trial_id,
         version = env!("CARGO_PKG_VERSION"),
-        source = checkpoint.path().display(),
+        source = written.source.display(),
         mode = grid.mode.map_or("no mode".into(), |m| format!("{m:?}").to_lowercase()),
         params = params.join("\n"),
-        files = files.iter().map(|f| format!("- `{f}`\n")).collect::<String>(),
-        loading = if files.iter().any(|f| f == "model.safetensors") {
-            loading(to)
-        } else {
-            String::new()
-        },
+        files = written
+            .files
+            .iter()
+            .filter(|f| !["params.json", "metrics.json"].contains(&f.as_str()))
+            .map(|f| format!("- `{f}`\n"))
+            .collect::<String>(),
+        loading = loading(to, &written.files),
     )
 }
 
-/// How to load the weights, for a checkpoint that has them.
-fn loading(to: &Path) -> String {
+/// How to load the weights and the TorchScript module, for an export that has them.
+fn loading(to: &Path, files: &[String]) -> String {
     let name = to.display();
-    format!(
+    let has = |f: &str| files.iter().any(|x| x == f);
+    let mut text = String::new();
+    if has(TORCHSCRIPT_FILE) {
+        text.push_str(&format!(
+            "\n## TorchScript\n\n\
+             `{TORCHSCRIPT_FILE}` is the model traced from rtune's (eval mode), for PyTorch alone:\n\n\
+             ```python\n\
+             import torch\n\
+             model = torch.jit.load(\"{name}/{TORCHSCRIPT_FILE}\")\n\
+             outputs = model(inputs)  # a float tensor, one row per example\n\
+             ```\n"
+        ));
+    }
+    if !has("model.safetensors") {
+        return text;
+    }
+    text + &format!(
         "\n## Loading it\n\n\
-         From Rust (build the same model on a `VarStore` first):\n\n\
+         From Rust, with the code that built the model in training:\n\n\
          ```rust\n\
-         let checkpoint = rtune::Checkpoint::from_directory(\"{name}\")?;\n\
-         checkpoint.load_var_store(&mut vs)?;\n\
+         let predictor = rtune::train::TorchPredictor::from_export(\"{name}\", |p| build_model(p))?;\n\
+         let outputs = predictor.predict(&inputs)?;\n\
          ```\n\n\
          From Python (`pip install safetensors torch`):\n\n\
          ```python\n\
@@ -163,6 +218,9 @@ fn loading(to: &Path) -> String {
          ```\n"
     )
 }
+
+/// The TorchScript module's file in an export.
+pub const TORCHSCRIPT_FILE: &str = "model.pt";
 
 /// The files of a folder, sorted, relative to it.
 fn list_files(dir: &Path) -> Vec<String> {

@@ -279,6 +279,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             Ok(0)
         }
         Command::Export { dir, best: _, trial, metric, mode, to } => {
+            let model = trainable_model(&dir, registry);
             let args = export::ExportArgs {
                 dir: &dir,
                 trial: trial.as_deref(),
@@ -288,6 +289,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                     ModeArg::Min => rtune_searchers::Mode::Min,
                 }),
                 to: &to,
+                model: model.as_ref(),
             };
             println!("{}", export::export(&args)?);
             Ok(0)
@@ -403,6 +405,15 @@ fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit>
     });
     screen.close();
     finish(outcome, dir, output, began)
+}
+
+/// The model of the registered trainable that `rtune run` swept in `dir`, if it has one.
+fn trainable_model(dir: &Path, registry: &Registry) -> Option<builtins::Model> {
+    let copy: SweepCopy =
+        serde_json::from_slice(&std::fs::read(dir.join(SWEEP_COPY)).ok()?).ok()?;
+    let source = doc::Source { name: copy.file, text: copy.text };
+    let spec = SweepSpec::read(&source, &copy.set, registry).ok()?;
+    registry.get(spec.builtin.as_deref()?)?.model.clone()
 }
 
 fn samples(spec: &SweepSpec) -> String {

@@ -58,6 +58,8 @@ pub struct SweepSpec {
     /// The train function (a registered one with its defaults, or a command), before the
     /// scaling and run settings.
     pub trainable: TorchTrainer,
+    /// The registered train function's name, for a builtin trainable.
+    pub builtin: Option<String>,
     pub scaling: ScalingConfig,
     pub space: SearchSpace,
     pub metric: Option<String>,
@@ -402,10 +404,15 @@ fn read_root(
     }
     let (stop, failure, checkpoint, cluster) = read_run(run_item, report);
     let (trainable, space, search, scheduler) = (trainable?, space?, search?, scheduler?);
+    let builtin = match find_key(root, "trainable.builtin").map(|item| &item.kind) {
+        Some(Kind::Str(name)) => Some(name.clone()),
+        _ => None,
+    };
     let spec = SweepSpec {
         name,
         storage_path,
         trainable,
+        builtin,
         scaling: scaling?,
         space,
         metric,

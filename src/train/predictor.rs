@@ -33,11 +33,23 @@ impl TorchPredictor {
         checkpoint: &Checkpoint,
         build_model: impl FnOnce(&nn::Path) -> M,
     ) -> Result<TorchPredictor> {
+        Self::from_checkpoint_boxed(checkpoint, |p| Ok(Box::new(build_model(p))))
+    }
+
+    /// The same with a builder that returns the model boxed, or an error (a param it needs is
+    /// missing, say): for code that picks the model at run time.
+    pub fn from_checkpoint_boxed(
+        checkpoint: &Checkpoint,
+        build_model: impl FnOnce(&nn::Path) -> Result<Box<dyn ModuleT>>,
+    ) -> Result<TorchPredictor> {
         let device = Device::Cpu;
         let mut vs = nn::VarStore::new(device);
-        let model = build_model(&vs.root());
+        let model = build_model(&vs.root())?;
         checkpoint.load_var_store(&mut vs)?;
-        Ok(TorchPredictor { model: Box::new(model), device, _vs: vs })
+        // Weights that need no gradients: cheaper, and TorchScript tracing takes them as
+        // constants only so.
+        vs.freeze();
+        Ok(TorchPredictor { model, device, _vs: vs })
     }
 
     /// The same from a folder `rtune export` wrote (or any committed checkpoint folder).
@@ -53,6 +65,18 @@ impl TorchPredictor {
         let _no_grad = tch::no_grad_guard();
         let inputs = inputs.f_to_device(self.device).map_err(Error::Torch)?;
         Ok(self.model.forward_t(&inputs, false))
+    }
+
+    /// Writes the model as TorchScript (`torch.jit.load(path)` in PyTorch), traced on
+    /// `example`, a batch of inputs of the shape it will be called with.
+    pub fn save_torchscript(&self, path: impl AsRef<Path>, example: &Tensor) -> Result<()> {
+        let _no_grad = tch::no_grad_guard();
+        let example = example.f_to_device(self.device).map_err(Error::Torch)?;
+        let mut forward = |inputs: &[Tensor]| vec![self.model.forward_t(&inputs[0], false)];
+        let traced =
+            tch::CModule::create_by_tracing("RtuneModel", "forward", &[example], &mut forward)
+                .map_err(Error::Torch)?;
+        traced.save(path.as_ref()).map_err(Error::Torch)
     }
 
     /// The predicted class of every row (the argmax of the model's outputs).
@@ -93,6 +117,26 @@ mod tests {
         let want = trained.forward(&x);
         assert!(predictor.predict(&x).unwrap().allclose(&want, 0.0, 0.0, false));
         assert_eq!(predictor.predict_classes(&x).unwrap(), want.argmax(-1, false));
+    }
+
+    #[test]
+    fn the_torchscript_module_computes_what_the_predictor_does() {
+        tch::manual_seed(5);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = nn::linear(vs.root() / "fc", 3, 2, Default::default());
+        let (dir, checkpoint) = saved(&vs);
+        let predictor = TorchPredictor::from_checkpoint(&checkpoint, |p| {
+            nn::seq().add(nn::linear(p / "fc", 3, 2, Default::default())).add_fn(|x| x.relu())
+        })
+        .unwrap();
+        let path = dir.path().join("model.pt");
+        predictor
+            .save_torchscript(&path, &Tensor::zeros([1, 3], (Kind::Float, Device::Cpu)))
+            .unwrap();
+        let loaded = tch::CModule::load(&path).unwrap();
+        let x = Tensor::randn([4, 3], (Kind::Float, Device::Cpu));
+        let want = predictor.predict(&x).unwrap();
+        assert!(loaded.forward_ts(&[x]).unwrap().allclose(&want, 1e-6, 1e-6, false));
     }
 
     #[test]

@@ -292,7 +292,8 @@ impl Tuner {
         self
     }
 
-    /// The handle that interrupts this sweep or stops one of its trials (see [`Control`]).
+    /// The handle that interrupts this sweep, or stops, pauses or resumes one of its trials
+    /// (see [`Control`]).
     pub fn control(mut self, control: Control) -> Self {
         self.control = control;
         self
@@ -703,18 +704,7 @@ impl Sweep {
                 }
                 asked = self.control.trial_requests(), if !self.frozen => {
                     for (request, trial_id) in asked {
-                        let found = self.trials.iter().find(|(_, t)| t.trial_id == trial_id);
-                        let Some(id) = found.map(|(&id, _)| id) else {
-                            tracing::warn!("asked to {} trial {trial_id}, which this sweep does not have", request.verb());
-                            continue;
-                        };
-                        tracing::info!("trial {trial_id}: {} asked by the user", request.verb());
-                        let event = match request {
-                            TrialRequest::Stop => Event::StopRequested(id),
-                            TrialRequest::Pause => Event::PauseRequested(id),
-                            TrialRequest::Resume => Event::ResumeRequested(id),
-                        };
-                        self.apply(self.step(event), &heard_tx, &mut fatal);
+                        self.on_request(request, &trial_id, &heard_tx, &mut fatal);
                     }
                     continue;
                 }
@@ -897,6 +887,28 @@ impl Sweep {
         for halt in running.values() {
             halt.ask(Halt::PAUSE);
         }
+    }
+
+    /// A user's request about one trial (by id), handed to the controller.
+    fn on_request(
+        &self,
+        request: TrialRequest,
+        trial_id: &str,
+        heard: &mpsc::UnboundedSender<Heard>,
+        fatal: &mut Option<Error>,
+    ) {
+        let verb = request.verb();
+        let Some((&id, _)) = self.trials.iter().find(|(_, t)| t.trial_id == trial_id) else {
+            tracing::warn!("asked to {verb} trial {trial_id}, which this sweep does not have");
+            return;
+        };
+        tracing::info!("trial {trial_id}: {verb} asked by the user");
+        let event = match request {
+            TrialRequest::Stop => Event::StopRequested(id),
+            TrialRequest::Pause => Event::PauseRequested(id),
+            TrialRequest::Resume => Event::ResumeRequested(id),
+        };
+        self.apply(self.step(event), heard, fatal);
     }
 
     /// Tells the callbacks the scheduler's status when it changed, at most once a second

@@ -147,7 +147,11 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(exported == original, "exported {exported}, wanted the checkpoint {original}");
     let params: serde_json::Value =
         serde_json::from_slice(&std::fs::read(to.join("params.json"))?)?;
-    ensure!(params == serde_json::to_value(&best.params)?, "{params}");
+    // What the model trained with: the trainable's defaults and the trial's sampled params.
+    let sampled = serde_json::to_value(&best.params)?;
+    let sampled = sampled.as_object().context("params are an object")?;
+    ensure!(sampled.iter().all(|(k, v)| params[k] == *v), "{params} lacks {sampled:?}");
+    ensure!(params["fail_at"] == 0, "no defaults in {params}");
     let metrics: serde_json::Value =
         serde_json::from_slice(&std::fs::read(to.join("metrics.json"))?)?;
     ensure!(metrics["score"].as_f64() == Some(want_metrics["score"]), "{metrics}");
@@ -536,5 +540,48 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
     let right = predictor.predict_classes(&x)?.eq_tensor(&y).to_kind(tch::Kind::Float);
     let accuracy = right.mean(tch::Kind::Float).double_value(&[]);
     ensure!(accuracy >= 0.95, "the exported best model is {accuracy:.4} right on the test set");
+    // PyTorch alone gets the same outputs from the export's TorchScript module and from its
+    // safetensors weights.
+    let x =
+        tch::Tensor::arange(5 * 64, (tch::Kind::Float, tch::Device::Cpu)).reshape([5, 64]) / 320.0;
+    let ours: Vec<Vec<f32>> = Vec::try_from(predictor.predict(&x)?)?;
+    let (torchscript, safetensors) = pytorch_outputs(&to)?;
+    for (name, theirs) in [("TorchScript", torchscript), ("safetensors", safetensors)] {
+        let close =
+            ours.iter().flatten().zip(theirs.iter().flatten()).all(|(a, b)| (a - b).abs() < 1e-5);
+        ensure!(close && theirs.len() == 5, "{name} in PyTorch: {theirs:?}, rtune: {ours:?}");
+    }
     Ok(())
+}
+
+/// A batch of model outputs, row by row.
+type Rows = Vec<Vec<f32>>;
+
+/// The digits MLP's outputs on the same inputs as the test's, computed by PyTorch from the
+/// export's `model.pt` (torch.jit.load) and from its `model.safetensors` (by hand).
+fn pytorch_outputs(export: &Path) -> Result<(Rows, Rows)> {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let script = "import json, sys, torch\n\
+        from safetensors.torch import load_file\n\
+        d = sys.argv[1]\n\
+        x = torch.arange(5 * 64, dtype=torch.float32).reshape(5, 64) / 320.0\n\
+        ts = torch.jit.load(d + '/model.pt')(x)\n\
+        w = load_file(d + '/model.safetensors')\n\
+        h = torch.relu(x @ w['fc1.weight'].T + w['fc1.bias'])\n\
+        h = torch.relu(h @ w['fc2.weight'].T + w['fc2.bias'])\n\
+        st = h @ w['fc3.weight'].T + w['fc3.bias']\n\
+        print(json.dumps([ts.tolist(), st.tolist()]))";
+    let out =
+        Command::new(&python).arg("-c").arg(script).arg(export).output().with_context(|| {
+            format!(
+                "{} (make test installs Python, torch and safetensors into .venv)",
+                python.display()
+            )
+        })?;
+    ensure!(
+        out.status.success(),
+        "PyTorch could not load the export (make test installs safetensors into .venv): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
