@@ -173,6 +173,35 @@ pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
     })
 }
 
+/// `rtune watch` without a directory: the newest experiment in `./rtune_results` or the default
+/// storage path, one whose driver is running (it has `driver.json`) before any other.
+pub(super) fn newest_experiment() -> Result<std::path::PathBuf> {
+    let mut roots = vec![std::path::PathBuf::from("rtune_results")];
+    let default = crate::config::RunConfig::default().resolved_storage_path();
+    if !roots.contains(&default) {
+        roots.push(default);
+    }
+    let mut found = Vec::new();
+    for root in &roots {
+        let Ok(entries) = std::fs::read_dir(root) else { continue };
+        for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+            if !Tuner::can_restore(&path) {
+                continue;
+            }
+            let running = path.join(super::stream::DRIVER_FILE).exists();
+            let state = path.join(crate::tune::STATE_FILE);
+            let changed = std::fs::metadata(&state).and_then(|m| m.modified()).ok();
+            found.push((running, changed, path));
+        }
+    }
+    found.into_iter().max_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1))).map(|(_, _, p)| p).with_context(
+        || {
+            let shown: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+            format!("no experiment in {}; give its directory: rtune watch DIR", shown.join(" or "))
+        },
+    )
+}
+
 /// `rtune ls DIR`: one line per experiment under `dir`.
 pub(super) fn ls(dir: &Path) -> Result<()> {
     let entries =

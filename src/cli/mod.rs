@@ -90,13 +90,16 @@ enum Command {
         output: Output,
     },
     /// Watch an experiment in the terminal UI: a running sweep live from its driver (which
-    /// takes `t` and `x`), an interrupted or finished one from its files.
-    #[command(after_help = "Example:\n  rtune watch rtune_results/digits-asha\n\n\
+    /// takes `t`, `p` and `x`), an interrupted or finished one from its files.
+    #[command(after_help = "Examples:\n  rtune watch rtune_results/digits-asha\n  \
+        rtune watch    # the newest experiment (a running one first) in ./rtune_results or the \
+        default storage path\n\n\
         Keys: arrows select, s sorts by the next column, r reverses, f filters by status, t stops the \
-        selected trial and x the sweep (resumable; live only), q quits (the sweep goes on).")]
+        selected trial, p pauses or resumes it, x stops the sweep (resumable; live only), q quits \
+        (the sweep goes on).")]
     Watch {
-        /// The experiment directory.
-        dir: PathBuf,
+        /// The experiment directory (default: the newest, a running one first).
+        dir: Option<PathBuf>,
     },
     /// List the experiments under a storage path.
     #[command(after_help = "Example:\n  rtune ls rtune_results")]
@@ -266,6 +269,10 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
         Command::Run { file, sets, output } => run(&file, &sets, &output, registry),
         Command::Resume { dir, output } => resume(&dir, &output, registry),
         Command::Watch { dir } => {
+            let dir = match dir {
+                Some(dir) => dir,
+                None => inspect::newest_experiment().map_err(|e| Exit(EXIT_INVALID, e))?,
+            };
             tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;
             Ok(0)
         }

@@ -165,6 +165,22 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(String::from_utf8_lossy(&out.stderr).contains("metric `nope`"), "{}", text(&out));
     ensure!(!nowhere.exists(), "a failed export left {}", nowhere.display());
 
+    // `rtune watch` without a directory picks the newest experiment (here the only one).
+    let watch = |storage: &Path| {
+        Command::new(RTUNE)
+            .arg("watch")
+            .current_dir(dir.path())
+            .env("RTUNE_STORAGE_PATH", storage)
+            .stdin(Stdio::null())
+            .output()
+    };
+    let out = watch(&dir.path().join("results"))?;
+    let shown = format!("rtune show {}", experiment.display());
+    ensure!(String::from_utf8_lossy(&out.stderr).contains(&shown), "{}", text(&out));
+    let out = watch(&dir.path().join("nothing-here"))?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("no experiment in"), "{}", text(&out));
+
     // The same name again is refused, pointing to resume.
     let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
