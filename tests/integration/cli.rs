@@ -601,3 +601,28 @@ fn pytorch_outputs(export: &Path) -> Result<(Rows, Rows)> {
     );
     Ok(serde_json::from_slice(&out.stdout)?)
 }
+
+/// `examples/quickstart.rs` in its short mode (`RTUNE_QUICK=1`): it sweeps, picks the best
+/// trial and predicts the test set, as its first comment says. `cargo test` builds the examples
+/// next to this binary.
+pub fn quickstart_example_runs() -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let examples = exe.parent().and_then(Path::parent).context("no target dir")?.join("examples");
+    let quickstart = examples.join("quickstart");
+    ensure!(quickstart.exists(), "{} is not built (cargo test builds it)", quickstart.display());
+    let tmp = tempfile::tempdir()?;
+    let out =
+        Command::new(&quickstart).env("RTUNE_QUICK", "1").env("TMPDIR", tmp.path()).output()?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(stdout.lines().filter(|l| l.contains(" epochs  val_loss ")).count() == 4, "{stdout}");
+    let percent: f64 = stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("best trial ")?.split(": ").nth(1)?.split('%').next()?.parse().ok()
+        })
+        .with_context(|| format!("no accuracy in:\n{stdout}"))?;
+    ensure!(percent >= 80.0, "quickstart's best model: {percent}% of the test set");
+    ensure!(tmp.path().join("rtune-quickstart").is_dir(), "the sweep went elsewhere");
+    Ok(())
+}

@@ -140,6 +140,7 @@ fn main() {
         test("cli::failed_trials_exit_1_unless_allowed", cli::failed_trials_exit_1_unless_allowed),
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
+        test("cli::quickstart_example_runs", cli::quickstart_example_runs),
         test(
             "cli::demo_sweep_exports_a_model_that_predicts_the_test_set",
             cli::demo_sweep_exports_a_model_that_predicts_the_test_set,
