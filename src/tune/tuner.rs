@@ -425,6 +425,7 @@ impl Tuner {
             snapshots: Snapshots::new(),
             control,
             frozen: false,
+            status_checked: None,
             shown_status: None,
         })
     }
@@ -662,8 +663,11 @@ struct Sweep {
     control: Control,
     /// Interrupted: the state file keeps the snapshot taken then; the trials are stopping.
     frozen: bool,
-    /// The scheduler status callbacks heard last, and when.
-    shown_status: Option<(Instant, rtune_searchers::SchedulerStatus)>,
+    /// The scheduler status callbacks heard last.
+    shown_status: Option<rtune_searchers::SchedulerStatus>,
+    /// When the scheduler's status was last looked at: at most once a second (it is asked for
+    /// after every message the loop handles, reports included).
+    status_checked: Option<Instant>,
 }
 
 impl Sweep {
@@ -919,16 +923,17 @@ impl Sweep {
         fatal: &mut Option<Error>,
         now: bool,
     ) {
-        let due = self.shown_status.as_ref().is_none_or(|(at, _)| at.elapsed().as_secs() >= 1);
+        let due = self.status_checked.is_none_or(|at| at.elapsed().as_secs() >= 1);
         if !(now || due) {
             return;
         }
+        self.status_checked = Some(Instant::now());
         let status = self.controller.lock().unwrap_or_else(|p| p.into_inner()).scheduler_status();
-        if status.kind.is_empty() || self.shown_status.as_ref().is_some_and(|(_, s)| *s == status) {
+        if status.kind.is_empty() || self.shown_status.as_ref() == Some(&status) {
             return;
         }
         self.call_back(running, fatal, |c| c.on_scheduler_status(&status));
-        self.shown_status = Some((Instant::now(), status));
+        self.shown_status = Some(status);
     }
 
     /// A trial as callbacks see it.
