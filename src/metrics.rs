@@ -92,11 +92,14 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
+/// Metrics as a JSON object, NaN and infinities as the strings [`number_or_tag`] writes.
+pub(crate) fn to_json(metrics: &Metrics) -> serde_json::Map<String, serde_json::Value> {
+    metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect()
+}
+
 /// Metrics travel as JSON, which has no NaN or infinity: those become strings on the wire.
 pub(crate) fn to_wire(metrics: &Metrics) -> String {
-    let map: serde_json::Map<String, serde_json::Value> =
-        metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
-    serde_json::Value::Object(map).to_string()
+    serde_json::Value::Object(to_json(metrics)).to_string()
 }
 
 pub(crate) fn from_wire(text: &str) -> Result<Metrics> {

@@ -125,7 +125,7 @@ fn checkpoint_of(
         },
     };
     let metrics = match metrics {
-        Some(m) => m.iter().map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v))).collect(),
+        Some(m) => serde_json::Value::Object(crate::metrics::to_json(m)),
         None => serde_json::Value::Object(checkpoint.metadata().ok()?.metrics),
     };
     Some((checkpoint, metrics))

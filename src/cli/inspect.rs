@@ -140,9 +140,7 @@ pub(super) fn counts(statuses: impl Iterator<Item = TrialStatus>) -> BTreeMap<St
 }
 
 fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
-    m.map_or(serde_json::Value::Null, |m| {
-        m.iter().map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v))).collect()
-    })
+    m.map_or(serde_json::Value::Null, |m| serde_json::Value::Object(crate::metrics::to_json(m)))
 }
 
 /// The trial's checkpoint to use: its best kept one, else its latest.

@@ -228,10 +228,7 @@ impl CheckpointWriter {
         let metadata = CheckpointMetadata {
             training_iteration: iteration,
             timestamp: crate::storage::unix_time(),
-            metrics: metrics
-                .iter()
-                .map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v)))
-                .collect(),
+            metrics: crate::metrics::to_json(metrics),
             user: self.user.clone(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
             attempt,

@@ -856,9 +856,11 @@ impl Sweep {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default(),
-                last_result: t.result.as_ref().and_then(|r| r.metrics.as_ref()).map(|m| {
-                    m.iter().map(|(k, &v)| (k.clone(), crate::metrics::number_or_tag(v))).collect()
-                }),
+                last_result: t
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.metrics.as_ref())
+                    .map(crate::metrics::to_json),
             })
             .collect();
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
