@@ -11,10 +11,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use rtune::Params;
-use rtune::cli::builtins::{DIGITS_SPLIT_SEED, digits_mlp};
+use rtune::cli::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy};
 use rtune::data::Digits;
 use rtune::train::TorchPredictor;
-use tch::Kind;
 
 fn main() -> Result<()> {
     rtune::init();
@@ -31,9 +30,7 @@ fn main() -> Result<()> {
     let hidden = params.get::<i64>("hidden")?;
     let predictor = TorchPredictor::from_export(&dir, |p| digits_mlp(p, hidden))?;
     let test = Digits::split(DIGITS_SPLIT_SEED)?.test;
-    let (x, y) = test.tensors();
-    let predicted = predictor.predict_classes(&x)?;
-    let accuracy = predicted.eq_tensor(&y).to_kind(Kind::Float).mean(Kind::Float).double_value(&[]);
+    let accuracy = predictor_accuracy(&predictor, &test)?;
     println!(
         "the exported model ({}) predicts the held-out test set: {:.2}% of {} images right",
         dir.display(),

@@ -6,7 +6,7 @@
 //! the tests run it) 4 trials of 4 epochs, about 90%.
 
 use anyhow::{Context, Result};
-use rtune::cli::builtins::{DIGITS_SPLIT_SEED, digits_mlp, train_digits_mlp};
+use rtune::cli::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy, train_digits_mlp};
 use rtune::data::Digits;
 use rtune::search::{Asha, SearchSpace, Tpe, choice, loguniform};
 use rtune::train::TorchPredictor;
@@ -46,9 +46,7 @@ fn main() -> Result<()> {
         best.result.as_ref().and_then(|r| r.best_checkpoint()).context("no checkpoint")?;
     let hidden = best.params.get::<i64>("hidden")?;
     let predictor = TorchPredictor::from_checkpoint(checkpoint, |p| digits_mlp(p, hidden))?;
-    let (x, y) = Digits::split(DIGITS_SPLIT_SEED)?.test.tensors();
-    let right = predictor.predict_classes(&x)?.eq_tensor(&y).to_kind(tch::Kind::Float);
-    let accuracy = right.mean(tch::Kind::Float).double_value(&[]);
+    let accuracy = predictor_accuracy(&predictor, &Digits::split(DIGITS_SPLIT_SEED)?.test)?;
     println!("best trial {}: {:.2}% of the test set right", best.trial_id, 100.0 * accuracy);
     Ok(())
 }

@@ -141,12 +141,18 @@ fn digits_model(vs: &nn::Path, params: &Params) -> crate::error::Result<Box<dyn 
 pub fn digits_accuracy(net: &impl Module, data: &Digits) -> f64 {
     let _no_grad = tch::no_grad_guard();
     let (x, y) = data.tensors();
-    net.forward(&x)
-        .argmax(-1, false)
-        .eq_tensor(&y)
-        .to_kind(Kind::Float)
-        .mean(Kind::Float)
-        .double_value(&[])
+    share_right(&net.forward(&x).argmax(-1, false), &y)
+}
+
+/// Fraction of `data` that a trained model, loaded as a predictor, classifies right.
+pub fn predictor_accuracy(predictor: &TorchPredictor, data: &Digits) -> Result<f64> {
+    let (x, y) = data.tensors();
+    Ok(share_right(&predictor.predict_classes(&x)?, &y))
+}
+
+/// The share of `predicted` classes equal to `labels`.
+fn share_right(predicted: &tch::Tensor, labels: &tch::Tensor) -> f64 {
+    predicted.eq_tensor(labels).to_kind(Kind::Float).mean(Kind::Float).double_value(&[])
 }
 
 /// `digits-mlp`: each rank trains on its share of every global batch; gradients are averaged
@@ -197,14 +203,6 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
         ctx.report(metrics, Some(checkpoint))?;
     }
     Ok(())
-}
-
-/// The test-set accuracy of a `digits-mlp` checkpoint with `hidden` units.
-pub fn digits_test_accuracy(checkpoint: &crate::outcome::Checkpoint, hidden: i64) -> Result<f64> {
-    let predictor = TorchPredictor::from_checkpoint(checkpoint, |p| digits_mlp(p, hidden))?;
-    let (x, y) = Digits::split(DIGITS_SPLIT_SEED)?.test.tensors();
-    let right = predictor.predict_classes(&x)?.eq_tensor(&y).to_kind(Kind::Float);
-    Ok(right.mean(Kind::Float).double_value(&[]))
 }
 
 /// The simulated score after `t` iterations (see the module docs).

@@ -552,9 +552,7 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
         rtune::cli::builtins::digits_mlp(p, hidden)
     })?;
     let test = rtune::data::Digits::split(rtune::cli::builtins::DIGITS_SPLIT_SEED)?.test;
-    let (x, y) = test.tensors();
-    let right = predictor.predict_classes(&x)?.eq_tensor(&y).to_kind(tch::Kind::Float);
-    let accuracy = right.mean(tch::Kind::Float).double_value(&[]);
+    let accuracy = rtune::cli::builtins::predictor_accuracy(&predictor, &test)?;
     ensure!(accuracy >= 0.95, "the exported best model is {accuracy:.4} right on the test set");
     // PyTorch alone gets the same outputs from the export's TorchScript module and from its
     // safetensors weights.
