@@ -431,10 +431,13 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     let experiment = dir.path().join("results/curves");
     let tmux = Tmux::new()?;
     let run_exit = dir.path().join("run.exit");
+    // Trials enough that the sweep is still running when `x` comes, however slow the steps
+    // before it (the watch, the scheduler panel) are on a busy machine.
     tmux.start(
         "run",
         &format!(
-            "{RTUNE} run {} --set tune.max_concurrent_trials=2; echo $? > {}; sleep 600",
+            "{RTUNE} run {} --set tune.max_concurrent_trials=2 --set tune.num_samples=30; \
+             echo $? > {}; sleep 600",
             file.display(),
             run_exit.display()
         ),
