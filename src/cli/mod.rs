@@ -375,7 +375,9 @@ fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Re
     finish(outcome, &path, output, began)
 }
 
-fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit> {
+/// The sweep `rtune run` ran in `dir`, from the copy of its file kept there: the file's path
+/// and the sweep.
+fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Exit> {
     let copy_path = dir.join(SWEEP_COPY);
     let copy: SweepCopy = match std::fs::read(&copy_path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
@@ -393,15 +395,20 @@ fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit>
             ));
         }
     };
-    let source = doc::Source { name: copy.file.clone(), text: copy.text };
+    let source = doc::Source { name: copy.file, text: copy.text };
     let spec = SweepSpec::read(&source, &copy.set, registry)?;
+    Ok((source.name, spec))
+}
+
+fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit> {
+    let (file, spec) = read_sweep(dir, registry)?;
     let ended: Vec<tui::model::TrialRow> = tui::Model::read(dir)
         .map(tui::Model::into_trials)
         .unwrap_or_default()
         .into_iter()
         .filter(|t| t.status.is_finished())
         .collect();
-    println!("resuming sweep {} in {}", copy.file, dir.display());
+    println!("resuming sweep {file} in {}", dir.display());
     let control = Control::new();
     let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
     let (run, screen) = reporting(spec.run_config(), &spec, output, &name, dir, &control, ended);
@@ -416,10 +423,7 @@ fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit>
 
 /// The model of the registered trainable that `rtune run` swept in `dir`, if it has one.
 fn trainable_model(dir: &Path, registry: &Registry) -> Option<builtins::Model> {
-    let copy: SweepCopy =
-        serde_json::from_slice(&std::fs::read(dir.join(SWEEP_COPY)).ok()?).ok()?;
-    let source = doc::Source { name: copy.file, text: copy.text };
-    let spec = SweepSpec::read(&source, &copy.set, registry).ok()?;
+    let (_, spec) = read_sweep(dir, registry).ok()?;
     registry.get(spec.builtin.as_deref()?)?.model.clone()
 }
 
