@@ -86,14 +86,20 @@ impl ResultGrid {
     /// Reads the experiment in `path` back, finished or interrupted (a trial that was running
     /// when its driver died keeps that status and the rows it had written).
     pub fn from_path(path: impl AsRef<Path>) -> Result<ResultGrid> {
-        let path = path.as_ref();
+        Ok(Self::read_with_time_spent(path.as_ref())?.0)
+    }
+
+    /// The grid and the seconds the sweep has run so far (all its drivers together), from one
+    /// read of the experiment's state.
+    pub(crate) fn read_with_time_spent(path: &Path) -> Result<(ResultGrid, f64)> {
         let (saved, trials) = read_experiment(path, &RunConfig::default(), false)?;
-        Ok(ResultGrid {
+        let grid = ResultGrid {
             path: path.to_owned(),
             metric: saved.metric,
             mode: saved.mode,
             trials: trials.into_values().collect(),
-        })
+        };
+        Ok((grid, saved.time_spent_s))
     }
 
     /// The trial whose `metric` is best in `mode` (the sweep's own metric and mode when `None`),

@@ -168,7 +168,7 @@ impl Model {
 
     /// The experiment in `dir` as its files hold it (`rtune watch`).
     pub fn read(dir: &Path) -> crate::error::Result<Model> {
-        let grid = ResultGrid::from_path(dir)?;
+        let (grid, time_spent_s) = ResultGrid::read_with_time_spent(dir)?;
         let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
         let mut model = Model::new(name, dir.to_owned(), grid.metric.clone().zip(grid.mode));
         if let Ok(text) = std::fs::read(dir.join(crate::tune::SETTINGS_FILE))
@@ -177,11 +177,7 @@ impl Model {
             model.total = settings["num_samples"].as_i64().and_then(|n| u64::try_from(n).ok());
             model.time_budget_s = settings["time_budget_s"].as_f64();
         }
-        if let Ok(text) = std::fs::read(dir.join(crate::tune::STATE_FILE))
-            && let Ok(state) = serde_json::from_slice::<serde_json::Value>(&text)
-        {
-            model.elapsed_s = state["time_spent_s"].as_f64().unwrap_or(0.0);
-        }
+        model.elapsed_s = time_spent_s;
         model.over = dir.join(crate::tune::RESULTS_PARQUET).exists();
         let metric = model.metric.as_ref().map(|(m, _)| m.clone());
         let mut rows = Vec::new();
