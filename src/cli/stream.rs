@@ -125,26 +125,8 @@ pub fn serve(
     );
     let file = dir.join(DRIVER_FILE);
     let record = DriverFile { address: address.to_string(), token, pid: std::process::id() };
-    write_private(&file, &serde_json::to_vec_pretty(&record)?)?;
+    crate::storage::atomic_write_private(&file, &serde_json::to_vec_pretty(&record)?)?;
     Ok((Server { _shutdown: shutdown, file, broadcast: broadcast.clone() }, broadcast))
-}
-
-/// Writes `bytes` to `path` atomically, readable and writable by the owner only.
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("json.tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }
 
 struct WatchService {

@@ -49,11 +49,29 @@ pub use crate::sys::unix_time;
 
 /// Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync of the folder).
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically(path, bytes, 0o666)
+}
+
+/// [`atomic_write`] of a file only its owner may read and write (one holding a token).
+pub fn atomic_write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically(path, bytes, 0o600)
+}
+
+/// Writes a temporary file created with `mode` (less the umask), syncs it, renames it over
+/// `path` and syncs the folder.
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".tmp_{name}_{}", std::process::id()));
     {
-        let mut file = File::create(&tmp).at(&tmp)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)
+            .at(&tmp)?;
         file.write_all(bytes).at(&tmp)?;
         file.sync_all().at(&tmp)?;
     }
