@@ -23,6 +23,10 @@ pub enum Error {
     #[error("metric `{name}` {problem}")]
     Metric { name: String, problem: String },
 
+    /// A dataset, its columns or a preprocessor that cannot work (names the dataset and column).
+    #[error("data: {0}")]
+    Data(String),
+
     #[error("checkpoint {path}: {message}")]
     Checkpoint { path: PathBuf, message: String },
 

@@ -21,16 +21,17 @@
 //! happened through a return value, a callback or a channel it defines itself.
 //!
 //! ```text
-//! 10 cli         the `rtune` command: sweep files, progress, experiments on disk, cluster
-//! 9  tune        Tuner: the controller core, the shell, the experiment files, the ResultGrid
-//! 8  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
-//! 7  driver      what every run of the process shares: one runtime, hubs, the local pool
-//! 6  group       driver side of a worker group: attempt state machine, launching, logs, hub
-//! 5  cluster     resource pool, head, node agents, client   │  worker   the worker process:
+//! 11 cli         the `rtune` command: sweep files, progress, experiments on disk, cluster
+//! 10 tune        Tuner: the controller core, the shell, the experiment files, the ResultGrid
+//! 9  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
+//! 8  driver      what every run of the process shares: one runtime, hubs, the local pool
+//! 7  group       driver side of a worker group: attempt state machine, launching, logs, hub
+//! 6  cluster     resource pool, head, node agents, client   │  worker   the worker process:
 //!                                                           │           init, TrainContext, link,
 //!                                                           │           command trainables
+//! 5  data        datasets, shards and batches, preprocessors, the shipped digits
 //! 4  storage     result files, checkpoint folders
-//! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing │ data  shipped data sets
+//! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing
 //! 2  callback    hooks into a sweep, the TensorBoard logger
 //! 1  error       the one error type
 //! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint

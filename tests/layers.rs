@@ -20,9 +20,11 @@ const LAYERS: &[&[&str]] = &[
     // Hooks into a sweep: the callback trait and the built-in loggers.
     &["callback"],
     // Plain settings, reports and plumbing.
-    &["config", "metrics", "rpc", "data"],
+    &["config", "metrics", "rpc"],
     // Files on disk: result files, checkpoint folders.
     &["storage"],
+    // Datasets, shards and batches, preprocessors (their parquet files go through storage).
+    &["data"],
     // Execution: the resource pool and its head/node agents; the worker process side.
     &["cluster", "worker"],
     // The driver side of a worker group: attempts, launching, logs, the hub.

@@ -2,9 +2,11 @@
 //! adds its functions to (`rtune::cli::main(Registry::builtin().with(..))`).
 //!
 //! * `digits-mlp`: the demo model, a data-parallel MLP (64-hidden-hidden-10) on the 8x8 digits
-//!   shipped in `data/`. Params: `lr` (1e-3), `hidden` (256), `batch_size` (32, global),
-//!   `epochs` (20). Reports `loss` (training), `val_loss` and `val_acc` with a checkpoint every
-//!   epoch.
+//!   shipped in `data/`, read as datasets `train` and `valid` (the fixed split) with a
+//!   `StandardScaler` fitted on `train` (saved with every checkpoint). Params: `lr` (1e-3),
+//!   `hidden` (256), `batch_size` (32, global), `epochs` (20). Reports `loss` (training),
+//!   `val_loss` and `val_acc` (over the whole validation set, summed across ranks) with a
+//!   checkpoint every epoch.
 //! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
 //!   `seed` (0), `sleep_s` (0), `fail_at` (0: never). Reports `score` (rising to `plateau`)
@@ -14,11 +16,15 @@
 use anyhow::{Context as _, Result};
 use rand::RngExt;
 use rtune_searchers::{Params, SearchRng};
-use tch::Kind;
 use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Kind, Tensor};
 
-use crate::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
-use crate::train::TorchPredictor;
+use crate::collective::ReduceOp;
+use crate::data::{
+    Balance, BatchSpec, Columns, DIGIT_CLASSES, DIGIT_FEATURES, DIGIT_LABEL, Dataset, Digits,
+    StandardScaler,
+};
+use crate::train::{TorchPredictor, TorchTrainer};
 use crate::worker::{TrainContext, TrainFn};
 
 /// A train function the CLI can run by name (`[trainable] builtin = "NAME"`).
@@ -32,7 +38,12 @@ pub struct Trainable {
     pub defaults: Params,
     /// How to rebuild its model from a trial's params, for `rtune export`'s TorchScript.
     pub model: Option<Model>,
+    /// Gives its trainer the datasets (and preprocessor) it trains on.
+    pub data: Option<AddData>,
 }
+
+/// Adds datasets, columns and a preprocessor to a trainer (`TorchTrainer::datasets`..).
+pub type AddData = fn(TorchTrainer) -> crate::error::Result<TorchTrainer>;
 
 /// A trainable's model, rebuilt from a trial's params (the same code as in training), and the
 /// shape of one input row (for tracing it to TorchScript).
@@ -81,6 +92,7 @@ impl Registry {
                     .with("fail_at", 0),
             )
             .model("digits-mlp", digits_model, vec![DIGIT_FEATURES as i64])
+            .data("digits-mlp", digits_data)
     }
 
     /// Adds (or replaces) a train function under `name`.
@@ -93,7 +105,22 @@ impl Registry {
     ) -> Self {
         let name = name.into();
         self.entries.retain(|t| t.name != name);
-        self.entries.push(Trainable { name, about: about.into(), train, defaults, model: None });
+        self.entries.push(Trainable {
+            name,
+            about: about.into(),
+            train,
+            defaults,
+            model: None,
+            data: None,
+        });
+        self
+    }
+
+    /// Tells the CLI which datasets `name` trains on (`add` gives them to its trainer).
+    pub fn data(mut self, name: &str, add: AddData) -> Self {
+        if let Some(t) = self.entries.iter_mut().find(|t| t.name == name) {
+            t.data = Some(add);
+        }
         self
     }
 
@@ -137,17 +164,24 @@ fn digits_model(vs: &nn::Path, params: &Params) -> crate::error::Result<Box<dyn 
     Ok(Box::new(digits_mlp(vs, params.get::<i64>("hidden")?)))
 }
 
-/// Fraction of `data` that `net` classifies right.
-pub fn digits_accuracy(net: &impl Module, data: &Digits) -> f64 {
-    let _no_grad = tch::no_grad_guard();
-    let (x, y) = data.tensors();
-    share_right(&net.forward(&x).argmax(-1, false), &y)
+/// `digits-mlp`'s data: the fixed split's `train` and `valid` as datasets, label `digit`, every
+/// pixel standardized by a `StandardScaler` fitted on `train`.
+pub fn digits_data(trainer: TorchTrainer) -> crate::error::Result<TorchTrainer> {
+    let split = Digits::split(DIGITS_SPLIT_SEED)?;
+    Ok(trainer
+        .datasets([
+            ("train", Dataset::frame(split.train.frame()?)),
+            ("valid", Dataset::frame(split.validation.frame()?)),
+        ])
+        .columns(Columns::new().label(DIGIT_LABEL))
+        .preprocessor(StandardScaler::new()))
 }
 
-/// Fraction of `data` that a trained model, loaded as a predictor, classifies right.
+/// Fraction of `data` that a trained model, loaded as a predictor, classifies right: the rows
+/// go through the preprocessor saved with it, as in training.
 pub fn predictor_accuracy(predictor: &TorchPredictor, data: &Digits) -> Result<f64> {
-    let (x, y) = data.tensors();
-    Ok(share_right(&predictor.predict_classes(&x)?, &y))
+    let inputs = predictor.inputs(&data.frame()?)?;
+    Ok(share_right(&predictor.predict_classes(&inputs)?, &Tensor::from_slice(&data.labels)))
 }
 
 /// The share of `predicted` classes equal to `labels`.
@@ -155,8 +189,9 @@ fn share_right(predicted: &tch::Tensor, labels: &tch::Tensor) -> f64 {
     predicted.eq_tensor(labels).to_kind(Kind::Float).mean(Kind::Float).double_value(&[])
 }
 
-/// `digits-mlp`: each rank trains on its share of every global batch; gradients are averaged
-/// across ranks; rank 0's validation accuracy and checkpoint are reported every epoch.
+/// `digits-mlp`: each rank trains on batches of its shard (`batch_size / world` rows each);
+/// gradients are averaged across ranks; the validation loss and accuracy are summed over every
+/// rank's part of the validation set; rank 0's checkpoint is reported every epoch.
 pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     let p = ctx.params();
     let (lr, hidden, epochs, batch) = (
@@ -167,7 +202,8 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     );
     anyhow::ensure!(lr > 0.0 && lr.is_finite(), "param `lr` = {lr}: use a positive rate");
     anyhow::ensure!(hidden >= 1, "param `hidden` = {hidden}: use at least 1 unit");
-    let split = Digits::split(DIGITS_SPLIT_SEED)?;
+    let mut train = ctx.dataset_shard("train")?;
+    let mut valid = ctx.dataset_shard("valid")?;
     // Rank 0's initial weights are broadcast to every rank; seeding makes runs repeatable.
     tch::manual_seed(0);
     let mut vs = nn::VarStore::new(ctx.device());
@@ -177,29 +213,41 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     }
     let ddp = ctx.prepare_model(&vs)?;
     let mut opt = nn::Adam::default().build(&vs, lr)?;
-    let (rank, world) = (ctx.world_rank(), ctx.world_size());
-    // Each rank takes its share of every global batch.
-    let per_rank = (batch / world).max(1);
-    for epoch in ctx.iteration()..epochs {
-        let order = shard(split.train.len(), rank, world, epoch, 1);
-        let steps = (order.len() / per_rank).max(1);
-        let mut loss_sum = 0.0;
-        for step in 0..steps {
-            let (x, y) = split.train.select(&order[step * per_rank..][..per_rank]).tensors();
+    // Each rank's batches are its share of a global batch; a shard smaller than that is one
+    // batch. Padding (the default) gives every rank the same number of steps.
+    let per_rank = (batch / ctx.world_size()).max(1);
+    let spec = BatchSpec::new(per_rank).shuffle(1).drop_last(train.len() >= per_rank);
+    // Evaluation has no per-batch collective: every rank takes its rows once.
+    let whole = BatchSpec::new(4096).balance(Balance::Uneven);
+    for _ in ctx.iteration()..epochs {
+        let (mut loss_sum, mut steps) = (0.0, 0);
+        for (x, y) in train.iter_batches(&spec)? {
             let loss = net.forward(&x).cross_entropy_for_logits(&y);
             ddp.backward_step(&mut opt, &loss)?;
             loss_sum += loss.double_value(&[]);
+            steps += 1;
         }
-        let val_acc = digits_accuracy(&net, &split.validation);
-        let val_loss = {
+        // [summed loss, right answers, rows] over every rank's part of the validation set.
+        let mut totals = [0f32; 3];
+        {
             let _no_grad = tch::no_grad_guard();
-            let (x, y) = split.validation.tensors();
-            net.forward(&x).cross_entropy_for_logits(&y).double_value(&[])
-        };
+            for (x, y) in valid.iter_batches(&whole)? {
+                let logits = net.forward(&x);
+                let rows = y.size()[0] as f64;
+                totals[0] += (logits.cross_entropy_for_logits(&y).double_value(&[]) * rows) as f32;
+                totals[1] += (share_right(&logits.argmax(-1, false), &y) * rows) as f32;
+                totals[2] += rows as f32;
+            }
+        }
+        ctx.all_reduce(&mut totals, ReduceOp::Sum)?;
+        let (val_loss, val_acc) = (totals[0] / totals[2], totals[1] / totals[2]);
         let mut checkpoint = ctx.new_checkpoint()?;
         checkpoint.save_var_store(&vs)?;
-        let metrics =
-            [("loss", loss_sum / steps as f64), ("val_loss", val_loss), ("val_acc", val_acc)];
+        let metrics = [
+            ("loss", loss_sum / steps.max(1) as f64),
+            ("val_loss", f64::from(val_loss)),
+            ("val_acc", f64::from(val_acc)),
+        ];
         ctx.report(metrics, Some(checkpoint))?;
     }
     Ok(())

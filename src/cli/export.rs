@@ -9,6 +9,7 @@ use rtune_searchers::{Mode, Params};
 
 use super::builtins::Model;
 use super::inspect::{find_trial, number, param_text};
+use crate::data::{DATA_SCHEMA_FILE, DataSchema};
 use crate::outcome::Checkpoint;
 use crate::train::TorchPredictor;
 use crate::tune::{ResultGrid, Scope, TrialResult};
@@ -82,6 +83,7 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
         params: &params,
         metrics: &metrics,
         files: list_files(&partial),
+        schema: DataSchema::read(&partial)?,
     };
     let card = model_card(&grid, trial, &written, metric, args.to);
     std::fs::write(partial.join("README.md"), card)?;
@@ -140,6 +142,8 @@ struct Written<'a> {
     metrics: &'a serde_json::Value,
     /// Its files (relative paths), the card aside.
     files: Vec<String>,
+    /// The input columns and fitted preprocessor, for a model trained on datasets.
+    schema: Option<DataSchema>,
 }
 
 fn model_card(
@@ -181,8 +185,34 @@ fn model_card(
             .filter(|f| !["params.json", "metrics.json"].contains(&f.as_str()))
             .map(|f| format!("- `{f}`\n"))
             .collect::<String>(),
-        loading = loading(to, &written.files),
+        loading = loading(to, &written.files) + &preprocessing(written.schema.as_ref()),
     )
+}
+
+/// What the model's inputs are, for a model trained on datasets.
+fn preprocessing(schema: Option<&DataSchema>) -> String {
+    let Some(schema) = schema else { return String::new() };
+    let label = schema.label.as_deref().map_or(String::new(), |l| format!(" to predict `{l}`"));
+    format!(
+        "\n## Inputs\n\n\
+         Trained on the columns {features}{label}. `{DATA_SCHEMA_FILE}` holds them and the \
+         preprocessing fitted on the training data; the model's input is the {n} columns after \
+         it ({inputs}). `TorchPredictor::inputs(&frame)` applies it to a polars frame. From \
+         Python, apply the fitted steps in `{DATA_SCHEMA_FILE}` in order (a scaler: \
+         `(x - offset) / scale` per column) before calling the model.\n",
+        features = code_list(&schema.features),
+        n = schema.model_inputs.len(),
+        inputs = code_list(&schema.model_inputs),
+    )
+}
+
+/// `a`, `b`, … (the first 8).
+fn code_list(names: &[String]) -> String {
+    let shown: Vec<String> = names.iter().take(8).map(|n| format!("`{n}`")).collect();
+    match names.len().saturating_sub(8) {
+        0 => shown.join(", "),
+        more => format!("{}, and {more} more", shown.join(", ")),
+    }
 }
 
 /// How to load the weights and the TorchScript module, for an export that has them.

@@ -525,7 +525,20 @@ fn read_builtin(b: &Item, registry: &Registry, report: &mut Report<'_>) -> Optio
         return None;
     };
     match registry.get(name) {
-        Some(t) => Some(TorchTrainer::new(t.train).train_loop_config(t.defaults.clone())),
+        Some(t) => {
+            let trainer = TorchTrainer::new(t.train).train_loop_config(t.defaults.clone());
+            let with_data = match t.data {
+                Some(add) => add(trainer),
+                None => Ok(trainer),
+            };
+            match with_data {
+                Ok(trainer) => Some(trainer),
+                Err(e) => {
+                    report.add("trainable.builtin", &b.origin, format!("its datasets: {e}"));
+                    None
+                }
+            }
+        }
         None => {
             let names = registry.names();
             let message = format!(

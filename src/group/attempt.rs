@@ -239,6 +239,7 @@ impl Attempt<'_> {
                 trial_id: self.spec.trial.trial_id.clone(),
                 trial_name: self.spec.trial.trial_name.clone(),
                 experiment_name: self.spec.trial.experiment_name.clone(),
+                data_json: self.spec.data_json.to_string(),
             }));
         }
     }
@@ -404,6 +405,7 @@ mod tests {
             start_timeout: Duration::from_secs(1),
             warm_start: false,
             env: Vec::new(),
+            data_json: "".into(),
         }
     }
 

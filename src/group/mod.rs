@@ -112,6 +112,8 @@ pub(crate) struct AttemptSpec {
     pub warm_start: bool,
     /// Extra environment variables of every worker (`TorchTrainer::env`).
     pub env: Vec<(String, String)>,
+    /// The prepared datasets (`TorchTrainer::datasets`) as JSON; empty for none.
+    pub data_json: std::sync::Arc<str>,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).

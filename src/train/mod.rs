@@ -21,6 +21,7 @@ pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, check
 pub use command::CommandTrainable;
 pub use predictor::TorchPredictor;
 pub(crate) use record::{read_run, read_run_to_resume};
+pub(crate) use trainer::DATASETS_DIR;
 pub use trainer::TorchTrainer;
 
 pub use crate::worker::{DistributedModel, REPORT_PREFIX, TrainContext, TrainFn, run_command};

@@ -1,12 +1,16 @@
 //! Prediction from a trained checkpoint (Ray's `TorchPredictor`): the model rebuilt by the code
 //! that built it for training, its weights loaded from the checkpoint or from an export folder
-//! (`rtune export`), run without gradients in eval mode.
+//! (`rtune export`), run without gradients in eval mode. A model trained on datasets carries
+//! its `preprocessor.json` (the input columns and the fitted preprocessor): `inputs` applies it
+//! to a table, exactly as training did.
 
 use std::path::Path;
 
+use polars::prelude::DataFrame;
 use tch::nn::{self, ModuleT};
 use tch::{Device, Tensor};
 
+use crate::data::{DATA_SCHEMA_FILE, DataSchema};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 
@@ -14,6 +18,8 @@ use crate::outcome::Checkpoint;
 pub struct TorchPredictor {
     model: Box<dyn ModuleT>,
     device: Device,
+    /// Input columns and the fitted preprocessor, when trained on datasets.
+    schema: Option<DataSchema>,
     /// Keeps the weights alive (the model's tensors live in it).
     _vs: nn::VarStore,
 }
@@ -43,13 +49,14 @@ impl TorchPredictor {
         build_model: impl FnOnce(&nn::Path) -> Result<Box<dyn ModuleT>>,
     ) -> Result<TorchPredictor> {
         let device = Device::Cpu;
+        let schema = DataSchema::read(checkpoint.path())?;
         let mut vs = nn::VarStore::new(device);
         let model = build_model(&vs.root())?;
         checkpoint.load_var_store(&mut vs)?;
         // Weights that need no gradients: cheaper, and TorchScript tracing takes them as
         // constants only so.
         vs.freeze();
-        Ok(TorchPredictor { model, device, _vs: vs })
+        Ok(TorchPredictor { model, device, schema, _vs: vs })
     }
 
     /// The same from a folder `rtune export` wrote (or any committed checkpoint folder).
@@ -58,6 +65,27 @@ impl TorchPredictor {
         build_model: impl FnOnce(&nn::Path) -> M,
     ) -> Result<TorchPredictor> {
         Self::from_checkpoint(&Checkpoint::from_directory(dir.as_ref())?, build_model)
+    }
+
+    /// The input columns, label and fitted preprocessor it was trained with (None for a model
+    /// not trained on datasets).
+    pub fn schema(&self) -> Option<&DataSchema> {
+        self.schema.as_ref()
+    }
+
+    /// The model's input tensor for the rows of `frame`: its feature columns read and
+    /// preprocessed as in training (`[rows, inputs]`, float). An error names a missing column,
+    /// a category never seen in training, or a checkpoint trained without datasets.
+    pub fn inputs(&self, frame: &DataFrame) -> Result<Tensor> {
+        let schema = self.schema.as_ref().ok_or_else(|| {
+            Error::Data(format!(
+                "this model was not trained on datasets (its checkpoint has no {DATA_SCHEMA_FILE}): \
+                 build its input tensor yourself and call predict"
+            ))
+        })?;
+        let table = schema.table(frame, false, "the input")?;
+        let inputs = schema.inputs(&table, "the input")?;
+        Ok(Tensor::from_slice(&inputs).view([table.rows as i64, schema.model_inputs.len() as i64]))
     }
 
     /// The model's output for a batch of `inputs` (first dimension: the rows).

@@ -3,6 +3,7 @@
 //! driver records of the run is `record`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rtune_searchers::{Params, Value};
@@ -10,6 +11,7 @@ use rtune_searchers::{Params, Value};
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
 use crate::config::{RunConfig, ScalingConfig};
+use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::driver::{Driver, LocalReservation};
 use crate::error::{Error, Result};
 use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, TrialNames, run_attempt};
@@ -18,6 +20,9 @@ use crate::outcome::{Checkpoint, TrainResult};
 use crate::storage::{self, ResultFiles, unix_time};
 use crate::train::record::{RunIdentity, RunState};
 use crate::worker::TrainFn;
+
+/// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.
+pub(crate) const DATASETS_DIR: &str = ".datasets";
 
 /// Asked after every recorded report (with its metrics, rtune's automatic ones included)
 /// whether the run should stop.
@@ -40,6 +45,10 @@ pub struct TorchTrainer {
     warm_start: bool,
     /// Extra environment variables of every worker process.
     env: Vec<(String, String)>,
+    /// Datasets, columns and preprocessor, as given.
+    data: DataConfig,
+    /// The same once prepared (`prepare_data`), as JSON for the workers; empty for none.
+    data_json: Arc<str>,
 }
 
 impl TorchTrainer {
@@ -54,6 +63,8 @@ impl TorchTrainer {
             pick_up: false,
             warm_start: true,
             env: Vec::new(),
+            data: DataConfig::default(),
+            data_json: "".into(),
         }
     }
 
@@ -109,6 +120,46 @@ impl TorchTrainer {
         self
     }
 
+    /// Datasets by name (Ray Train's `datasets=`): a train function reads its part of each with
+    /// `ctx.dataset_shard(name)`. The preprocessor is fitted on the one named `train`. A later
+    /// dataset of the same name replaces an earlier one. See [`crate::data`].
+    pub fn datasets<S: Into<String>>(
+        mut self,
+        datasets: impl IntoIterator<Item = (S, Dataset)>,
+    ) -> Self {
+        self.data.add(datasets.into_iter().map(|(n, d)| (n.into(), d)));
+        self
+    }
+
+    /// Which dataset columns are features and which is the label (by default every column is
+    /// a feature and there is no label).
+    pub fn columns(mut self, columns: Columns) -> Self {
+        self.data.set_columns(columns);
+        self
+    }
+
+    /// Preprocessing fitted on the `train` dataset, applied to every dataset's batches, and
+    /// saved with every checkpoint (`preprocessor.json`) for prediction.
+    pub fn preprocessor(mut self, preprocessor: impl Into<Preprocessor>) -> Self {
+        self.data.set_preprocessor(preprocessor.into());
+        self
+    }
+
+    /// Reads and checks the datasets and fits the preprocessor, once: every run of this trainer
+    /// (every trial of a sweep) uses the result. CSV files and frames are written as parquet
+    /// under `cache_dir`.
+    pub(crate) fn prepare_data(mut self, cache_dir: &std::path::Path) -> Result<Self> {
+        if let Some(plan) = self.data.prepare(cache_dir)? {
+            self.data_json = serde_json::to_string(&plan).expect("the data plan serialises").into();
+        }
+        Ok(self)
+    }
+
+    /// Whether it has datasets that `prepare_data` has not prepared yet.
+    fn data_unprepared(&self) -> bool {
+        !self.data.is_empty() && self.data_json.is_empty()
+    }
+
     pub fn scaling(mut self, scaling: ScalingConfig) -> Self {
         self.scaling = scaling;
         self
@@ -144,6 +195,7 @@ impl TorchTrainer {
     pub(crate) fn validate(&self) -> Result<()> {
         self.scaling.validate()?;
         self.run.validate()?;
+        self.data.validate()?;
         check_finite_params(&self.params)
     }
 
@@ -158,6 +210,9 @@ impl TorchTrainer {
     ) -> Result<TrainResult> {
         let started = Instant::now();
         self.validate()?;
+        if self.data_unprepared() {
+            return Err(Error::Data("the sweep's datasets were not prepared".into()));
+        }
         let target = match self.run.resolved_cluster() {
             None => self.place_locally(driver).await?,
             Some((address, token)) => Target::Cluster { address, token },
@@ -201,8 +256,20 @@ impl TorchTrainer {
             Some((address, token)) => Target::Cluster { address, token },
         };
         let run_dir = self.make_run_dir()?;
+        let this = if self.data_unprepared() {
+            match self.prepare_data(&run_dir.join(DATASETS_DIR)) {
+                Ok(this) => this,
+                Err(e) => {
+                    // Nothing ran: leave no run behind (the folder was made empty above).
+                    let _ = std::fs::remove_dir_all(&run_dir);
+                    return Err(e);
+                }
+            }
+        } else {
+            self
+        };
         let mut no_decisions = |_: &Metrics| Ok(false);
-        driver.block_on(self.run_placed(driver, run_dir, target, &mut no_decisions, started))
+        driver.block_on(this.run_placed(driver, run_dir, target, &mut no_decisions, started))
     }
 
     fn make_run_dir(&self) -> Result<PathBuf> {
@@ -319,6 +386,7 @@ impl TorchTrainer {
                 start_timeout: self.run.start_timeout,
                 warm_start: self.warm_start,
                 env: self.env.clone(),
+                data_json: self.data_json.clone(),
             };
             run.begin_attempt(attempt, start_iteration)?;
             let outcome = run_attempt(&hub, &spec, &mut |report| {

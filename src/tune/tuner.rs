@@ -40,7 +40,7 @@ use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::storage::unix_time;
-use crate::train::{TorchTrainer, read_run};
+use crate::train::{DATASETS_DIR, TorchTrainer, read_run};
 
 /// How a sweep searches (Ray's `TuneConfig`).
 #[derive(Default)]
@@ -394,10 +394,16 @@ impl Tuner {
             search_alg: searcher.save_state().kind().to_owned(),
             scheduler: scheduler.save_state().kind().to_owned(),
         };
+        // The datasets are read and the preprocessor fitted once, for every trial.
+        let path = match &restoring {
+            Some((path, _)) => path.clone(),
+            None => new_experiment_path(&run)?,
+        };
+        let trainer = trainer.prepare_data(&path.join(DATASETS_DIR))?;
         let (path, experiment, spent_before, trials, controller) = match restoring {
             None => {
                 let controller = Controller::new(config, searcher, scheduler)?;
-                let (path, experiment) = make_experiment(&run, settings)?;
+                let experiment = make_experiment(&path, settings)?;
                 (path, experiment, Duration::ZERO, BTreeMap::new(), controller)
             }
             Some((path, _)) => {
@@ -431,9 +437,8 @@ impl Tuner {
     }
 }
 
-/// A new experiment directory for `run`, with the sweep's settings in `tuner.json`; its path
-/// and experiment id.
-fn make_experiment(run: &RunConfig, mut settings: Settings) -> Result<(PathBuf, String)> {
+/// Where `run`'s new experiment goes: an error when that already holds one.
+fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
     let storage = run.resolved_storage_path();
     let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
     let path = storage.join(&name);
@@ -447,14 +452,20 @@ fn make_experiment(run: &RunConfig, mut settings: Settings) -> Result<(PathBuf, 
             ),
         ));
     }
-    crate::storage::ensure_writable_dir(&path).map_err(|e| {
+    Ok(path)
+}
+
+/// The new experiment directory `path`, with the sweep's settings in `tuner.json`; its
+/// experiment id.
+fn make_experiment(path: &Path, mut settings: Settings) -> Result<String> {
+    crate::storage::ensure_writable_dir(path).map_err(|e| {
         Error::config("RunConfig.storage_path", format!("cannot write the experiment: {e}"))
     })?;
     let experiment = format!("{:05x}", rand::random::<u32>() & 0xfffff);
     settings.experiment_id = experiment.clone();
     let text = serde_json::to_vec_pretty(&settings).expect("the settings serialise");
     crate::storage::atomic_write(&path.join(SETTINGS_FILE), &text)?;
-    Ok((path, experiment))
+    Ok(experiment)
 }
 
 /// An interrupted experiment as its files hold it.

@@ -10,6 +10,7 @@ use tch::nn::{Optimizer, VarStore};
 use tch::{Device, Kind, Tensor};
 
 use crate::collective::{ProcessGroup, ReduceOp};
+use crate::data::{DATA_SCHEMA_FILE, DataPlan, DatasetShard};
 use crate::error::{Error, Result};
 use crate::metrics::{IntoMetrics, to_wire};
 use crate::outcome::Checkpoint;
@@ -35,6 +36,7 @@ pub(crate) struct ContextParts<'a> {
     pub trial_id: String,
     pub trial_name: String,
     pub experiment_name: String,
+    pub data: Option<Rc<DataPlan>>,
     pub group: Box<dyn ProcessGroup>,
     pub link: &'a mut DriverLink,
 }
@@ -55,6 +57,8 @@ pub struct TrainContext<'a> {
     trial_id: String,
     trial_name: String,
     experiment_name: String,
+    /// The run's prepared datasets (`TorchTrainer::datasets`).
+    data: Option<Rc<DataPlan>>,
     reports: u64,
     stop_requested: bool,
     group: SharedGroup,
@@ -81,6 +85,7 @@ impl<'a> TrainContext<'a> {
             trial_id: parts.trial_id,
             trial_name: parts.trial_name,
             experiment_name: parts.experiment_name,
+            data: parts.data,
             reports: 0,
             stop_requested: false,
             group: Rc::new(RefCell::new(parts.group)),
@@ -157,6 +162,21 @@ impl<'a> TrainContext<'a> {
         self.start_iteration + self.reports
     }
 
+    /// This worker's part of dataset `name` (Ray's `get_dataset_shard`), read, preprocessed
+    /// with the preprocessor fitted on the training data, as tensors: see
+    /// [`DatasetShard`] for how rows are split between ranks, balanced and shuffled. Its epoch
+    /// starts at `iteration()`, so a loop that reports once per epoch goes on, after a resume,
+    /// with the batch orders it would have had.
+    pub fn dataset_shard(&self, name: &str) -> Result<DatasetShard> {
+        let plan = self.data.as_deref().ok_or_else(|| {
+            Error::Data(format!(
+                "no dataset named `{name}`: this run has no datasets (give them with \
+                 TorchTrainer::datasets)"
+            ))
+        })?;
+        DatasetShard::load(plan, name, self.rank, self.world_size, self.iteration())
+    }
+
     /// Whether the driver has asked the run to stop (also signalled by `report`'s error).
     pub fn should_stop(&self) -> bool {
         self.stop_requested
@@ -189,6 +209,12 @@ impl<'a> TrainContext<'a> {
         let iteration = self.iteration() + 1;
         let committed = match checkpoint {
             Some(writer) if self.rank == 0 => {
+                // The fitted preprocessor travels with the weights (prediction applies it).
+                if let Some(plan) = &self.data {
+                    let path = writer.path().join(DATA_SCHEMA_FILE);
+                    let json = serde_json::to_vec_pretty(&plan.schema).expect("schema serialises");
+                    std::fs::write(&path, json).map_err(|e| Error::io(path, e))?;
+                }
                 let name = checkpoint_name(iteration);
                 writer.commit(&self.run_dir, &name, iteration, self.link.attempt(), &metrics)?;
                 name

@@ -105,6 +105,12 @@ fn train(
     let params = serde_json::from_str(&reply.params_json)
         .map_err(|e| failed(&format!("train loop config: {e}")))?;
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
+    let data = match reply.data_json.as_str() {
+        "" => None,
+        json => Some(std::rc::Rc::new(
+            serde_json::from_str(json).map_err(|e| failed(&format!("datasets: {e}")))?,
+        )),
+    };
     let mut ctx = TrainContext::new(ContextParts {
         rank: spec.rank as usize,
         world_size: reply.world_size as usize,
@@ -121,6 +127,7 @@ fn train(
         trial_id: reply.trial_id.clone(),
         trial_name: reply.trial_name.clone(),
         experiment_name: reply.experiment_name.clone(),
+        data,
         group,
         link,
     });

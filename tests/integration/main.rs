@@ -7,6 +7,7 @@ mod cluster;
 mod collective_process;
 mod command;
 mod common;
+mod data;
 mod tch_basics;
 mod trainer;
 mod tune;
@@ -51,6 +52,14 @@ fn main() {
             tch_basics::var_store_safetensors_round_trip,
         ),
         test("trainer::two_workers_converge_on_digits", trainer::two_workers_converge_on_digits),
+        test(
+            "data::shards_partition_rows_and_batch_evenly_across_runs_and_resumes",
+            data::shards_partition_rows_and_batch_evenly_across_runs_and_resumes,
+        ),
+        test(
+            "data::preprocessor_fits_on_train_and_travels_with_the_checkpoint",
+            data::preprocessor_fits_on_train_and_travels_with_the_checkpoint,
+        ),
         test(
             "trainer::two_half_batches_equal_one_full_batch",
             trainer::two_half_batches_equal_one_full_batch,

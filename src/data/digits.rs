@@ -1,21 +1,27 @@
-//! Real data shipped with rtune, and the sharding helper a data-parallel train loop uses.
-//!
-//! `Digits` is the 8x8 handwritten digits set (data/digits.csv.gz, see data/README.md for its
-//! source and license), embedded in the library so examples and tests need no download. Splits
-//! and shuffles use a small splitmix64 generator of our own so a seed means the same split in
-//! every rtune version, whatever the rand crate does.
+//! The 8x8 handwritten digits set (data/digits.csv.gz, see data/README.md for its source and
+//! license), embedded in the library so examples and tests need no download.
 
 use std::io::Read;
 
+use polars::prelude::{Column, DataFrame};
 use tch::{Kind, Tensor};
 
+use super::shuffle;
 use crate::error::{Error, Result};
 
-const DIGITS_CSV_GZ: &[u8] = include_bytes!("../data/digits.csv.gz");
+const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
 
 /// Pixels per image and number of classes.
 pub const DIGIT_FEATURES: usize = 64;
 pub const DIGIT_CLASSES: usize = 10;
+
+/// The label column of `Digits::frame`.
+pub const DIGIT_LABEL: &str = "digit";
+
+/// The name of pixel `j`'s column in `Digits::frame`.
+pub fn pixel_column(j: usize) -> String {
+    format!("pixel_{j}")
+}
 
 /// Images scaled to [0, 1] (row-major, 64 a row) and their labels.
 #[derive(Debug, Clone, Default)]
@@ -90,40 +96,24 @@ impl Digits {
         out
     }
 
+    /// As a table: the raw pixel values (0 to 16) in columns `pixel_0` .. `pixel_63` (Float32)
+    /// and the class in `digit` (Int64), for `Dataset::frame`.
+    pub fn frame(&self) -> Result<DataFrame> {
+        let mut columns: Vec<Column> = (0..DIGIT_FEATURES)
+            .map(|j| {
+                let pixels: Vec<f32> =
+                    (0..self.len()).map(|i| self.features[i * DIGIT_FEATURES + j] * 16.0).collect();
+                Column::new(pixel_column(j).into(), pixels)
+            })
+            .collect();
+        columns.push(Column::new(DIGIT_LABEL.into(), self.labels.clone()));
+        Ok(DataFrame::new(self.len(), columns)?)
+    }
+
     /// Features as an `[n, 64]` float tensor and labels as an `[n]` int64 tensor, on the CPU.
     pub fn tensors(&self) -> (Tensor, Tensor) {
         let x = Tensor::from_slice(&self.features).view([self.len() as i64, DIGIT_FEATURES as i64]);
         (x.to_kind(Kind::Float), Tensor::from_slice(&self.labels))
-    }
-}
-
-/// This rank's share of `n` items for `epoch`: all items are shuffled by `(seed, epoch)` (the same
-/// order on every rank), padded by wrapping around to a multiple of `world_size` so every rank
-/// gets the same count (ranks must run the same number of steps, or a collective waits forever),
-/// and dealt out round-robin. Like PyTorch's `DistributedSampler` with `shuffle=True`.
-pub fn shard(n: usize, rank: usize, world_size: usize, epoch: u64, seed: u64) -> Vec<usize> {
-    if n == 0 || world_size == 0 || rank >= world_size {
-        return Vec::new();
-    }
-    let mut order: Vec<usize> = (0..n).collect();
-    shuffle(&mut order, seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let per_rank = n.div_ceil(world_size);
-    (0..per_rank).map(|i| order[(i * world_size + rank) % n]).collect()
-}
-
-/// Fisher–Yates with splitmix64: stable across platforms and crate versions.
-fn shuffle(items: &mut [usize], seed: u64) {
-    let mut state = seed;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    for i in (1..items.len()).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
-        items.swap(i, j);
     }
 }
 
@@ -145,17 +135,15 @@ mod tests {
     }
 
     #[test]
-    fn shards_cover_everything_equally_and_reshuffle_per_epoch() {
-        for world in 1..5 {
-            let shards: Vec<Vec<usize>> = (0..world).map(|r| shard(10, r, world, 3, 7)).collect();
-            let lens: Vec<usize> = shards.iter().map(Vec::len).collect();
-            assert!(lens.iter().all(|&l| l == 10usize.div_ceil(world)));
-            let mut seen: Vec<usize> = shards.concat();
-            seen.sort_unstable();
-            seen.dedup();
-            assert_eq!(seen, (0..10).collect::<Vec<_>>());
-        }
-        assert_ne!(shard(100, 0, 2, 0, 7), shard(100, 0, 2, 1, 7));
-        assert_eq!(shard(100, 1, 2, 5, 7), shard(100, 1, 2, 5, 7));
+    fn the_frame_holds_raw_pixels_and_labels() {
+        let split = Digits::split(0).unwrap();
+        let frame = split.test.frame().unwrap();
+        assert_eq!(frame.shape(), (271, 65));
+        let pixels = frame.column("pixel_30").unwrap().f32().unwrap();
+        assert!(pixels.into_no_null_iter().all(|p| (0.0..=16.0).contains(&p) && p.fract() == 0.0));
+        assert!(pixels.into_no_null_iter().any(|p| p > 1.0), "raw values, not scaled to [0, 1]");
+        let labels: Vec<i64> =
+            frame.column(DIGIT_LABEL).unwrap().i64().unwrap().into_no_null_iter().collect();
+        assert_eq!(labels, split.test.labels);
     }
 }
