@@ -260,3 +260,47 @@ pub fn preprocessor_fits_on_train_and_travels_with_the_checkpoint() -> Result<()
     ensure!(!dir.path().join("no-train").exists(), "a run that never started left a folder");
     Ok(())
 }
+
+/// Reports the rows of the dataset its `data` param names and of its own shard.
+fn report_rows(ctx: &mut TrainContext) -> Result<()> {
+    let name = ctx.params().get::<String>("data")?;
+    let shard = ctx.dataset_shard(&name)?;
+    let report = [("rows", shard.total_rows() as f64), ("shard_rows", shard.len() as f64)];
+    ctx.report(report, None)?;
+    Ok(())
+}
+
+pub fn a_sweep_prepares_its_datasets_once_and_a_param_picks_one() -> Result<()> {
+    use rtune::search::{SearchSpace, grid_search};
+    use rtune::{TuneConfig, Tuner};
+    let dir = tempfile::tempdir()?;
+    let small = dir.path().join("small.csv");
+    std::fs::write(&small, "id,x,y\n0,0.5,0\n1,1.5,1\n2,2.5,0\n")?;
+    let trainer = TorchTrainer::new(report_rows)
+        .datasets([("small", Dataset::csv(&small)), ("large", Dataset::frame(id_frame(ROWS)?))])
+        .columns(Columns::new().features(["x"]).label("y"))
+        .scaling(ScalingConfig::workers(2));
+    let space = SearchSpace::new().add("data", grid_search(["small", "large", "small"]));
+    let grid = Tuner::new(trainer, space)
+        .tune_config(TuneConfig::new().max_concurrent_trials(3))
+        .run_config(RunConfig::new("pick").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.errors().is_empty(), "{:?}", grid.errors());
+    for t in &grid.trials {
+        let want = if t.params.get::<String>("data")? == "small" { 3.0 } else { ROWS as f64 };
+        ensure!(t.last("rows") == Some(want), "{}: {:?} rows", t.trial_id, t.last("rows"));
+        let shard = t.last("shard_rows").context("shard_rows")?;
+        ensure!(shard == (want / 2.0).floor(), "rank 0's shard of {want} rows is {shard}");
+    }
+    // One parquet copy per dataset for the whole sweep, none per trial.
+    let experiment = dir.path().join("pick");
+    let mut cached: Vec<String> = std::fs::read_dir(experiment.join(".datasets"))?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_>>()?;
+    cached.sort();
+    ensure!(cached == ["large.parquet", "small.parquet"], "{cached:?}");
+    for t in &grid.trials {
+        ensure!(!t.path.join(".datasets").exists(), "trial {} prepared its own", t.trial_id);
+    }
+    Ok(())
+}

@@ -57,6 +57,10 @@ fn main() {
             data::shards_partition_rows_and_batch_evenly_across_runs_and_resumes,
         ),
         test(
+            "data::a_sweep_prepares_its_datasets_once_and_a_param_picks_one",
+            data::a_sweep_prepares_its_datasets_once_and_a_param_picks_one,
+        ),
+        test(
             "data::preprocessor_fits_on_train_and_travels_with_the_checkpoint",
             data::preprocessor_fits_on_train_and_travels_with_the_checkpoint,
         ),
