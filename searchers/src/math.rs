@@ -173,46 +173,119 @@ pub(crate) fn logsumexp_iter(xs: impl Iterator<Item = f64>) -> f64 {
     if s > 0.0 { m + s.ln() } else { f64::NEG_INFINITY }
 }
 
-/// Total order on scores for sorting (NaN never appears: scores are finite or `-inf`).
+/// Total order on scores for sorting (callers keep NaN out, or place it themselves).
 pub(crate) fn cmp_f64(a: &f64, b: &f64) -> Ordering {
     a.total_cmp(b)
 }
 
-/// numpy's default (`linear`) percentile of an ascending-sorted slice, `q ∈ [0, 1]`.
-/// `-inf` entries (worst scores) are handled without producing NaN. `None` if empty.
-pub(crate) fn percentile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
-    let n = sorted.len();
-    if n == 0 {
-        return None;
+/// NumPy's `_lerp(a, b, t)`, the interpolation of its `linear` percentile, bit for bit on finite
+/// values: `a + (b − a)·t`, except `b − (b − a)·(1 − t)` where `t ≥ 0.5` (the two differ in the
+/// last bit for many inputs, so a score exactly on a cutoff needs this form to be judged as in
+/// Ray).
+///
+/// Where NumPy's arithmetic would turn an infinite neighbour into NaN (`inf·0`, `inf − inf`) or
+/// overflow, this takes the limit instead: an infinite neighbour with weight gives that
+/// infinity, one without weight (`t = 0` for `b`) is ignored, and a result outside `[a, b]`
+/// (only an overflowing `b − a` gets there) is clamped into it.
+pub(crate) fn np_lerp(a: f64, b: f64, t: f64) -> f64 {
+    if a.is_finite() && b.is_finite() {
+        let d = b - a;
+        let x = if t >= 0.5 { b - d * (1.0 - t) } else { a + d * t };
+        return if x.is_nan() { a } else { x.max(a).min(b) };
     }
-    let h = (n - 1) as f64 * q.clamp(0.0, 1.0);
-    let lo = h.floor() as usize;
-    let hi = h.ceil() as usize;
-    let (a, b) = (*sorted.get(lo)?, *sorted.get(hi)?);
-    let frac = h - lo as f64;
-    if lo == hi || frac == 0.0 || a == b {
-        return Some(a);
+    if a == b || t <= 0.0 {
+        return a;
     }
-    if a == f64::NEG_INFINITY {
-        return Some(a);
+    match (a == f64::NEG_INFINITY, b == f64::INFINITY) {
+        (true, false) => a,
+        (false, true) => b,
+        // −inf and +inf both with weight: the nearer one.
+        _ => {
+            if t < 0.5 {
+                a
+            } else {
+                b
+            }
+        }
     }
-    // Clamp so rounding never puts the cutoff above the upper neighbour.
-    Some((a + (b - a) * frac).min(b))
 }
 
-/// numpy's median (mean of the two middle values for even counts). `None` if empty.
+/// NumPy's default (`linear`) percentile of an ascending slice without NaN, `percent` in
+/// `[0, 100]` as NumPy takes it: `q = percent / 100`, virtual index `h = (n − 1)·q`, neighbours
+/// `floor(h)` and `floor(h) + 1` (both the last element once `h ≥ n − 1`), weight
+/// `t = h − floor(h)`, then [`np_lerp`]. `None` if empty.
+pub(crate) fn percentile_sorted(sorted: &[f64], percent: f64) -> Option<f64> {
+    let n = sorted.len();
+    let last = *sorted.last()?;
+    let q = percent.clamp(0.0, 100.0) / 100.0;
+    let h = (n - 1) as f64 * q;
+    if h >= (n - 1) as f64 {
+        return Some(last);
+    }
+    let lo = h.floor();
+    let i = lo as usize;
+    let (a, b) = (*sorted.get(i)?, *sorted.get(i + 1)?);
+    Some(np_lerp(a, b, h - lo))
+}
+
+/// NumPy's `nanpercentile` of a slice sorted with `f64::total_cmp` (which puts NaNs of either
+/// sign at the two ends): the NaNs are left out, then [`percentile_sorted`]. `None` if nothing
+/// but NaN (NumPy answers NaN there, which stops no trial).
+pub(crate) fn nanpercentile_sorted(sorted: &[f64], percent: f64) -> Option<f64> {
+    let start = sorted.iter().position(|x| !x.is_nan())?;
+    let end = sorted.iter().rposition(|x| !x.is_nan())?;
+    percentile_sorted(sorted.get(start..=end)?, percent)
+}
+
+/// NumPy's pairwise summation of float64 (`np.add.reduce` on a contiguous array): eight
+/// accumulators over blocks of up to 128 values, halving above that.
+fn np_pairwise_sum(a: &[f64]) -> f64 {
+    let n = a.len();
+    if n < 8 {
+        let mut r = 0.0;
+        for x in a {
+            r += x;
+        }
+        r
+    } else if n <= 128 {
+        let mut r = [0.0; 8];
+        r.copy_from_slice(&a[..8]);
+        let mut i = 8;
+        while i < n - n % 8 {
+            for (j, acc) in r.iter_mut().enumerate() {
+                *acc += a[i + j];
+            }
+            i += 8;
+        }
+        let mut res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for x in &a[i..] {
+            res += x;
+        }
+        res
+    } else {
+        let mut n2 = n / 2;
+        n2 -= n2 % 8;
+        np_pairwise_sum(&a[..n2]) + np_pairwise_sum(&a[n2..])
+    }
+}
+
+/// `np.mean`, bit for bit: `(0 + pairwise sum) / n`. `None` if empty.
+pub(crate) fn np_mean(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    Some((0.0 + np_pairwise_sum(values)) / values.len() as f64)
+}
+
+/// `np.median` of values without NaN: the middle value, or the `np.mean` of the two middle
+/// ones. `None` if empty.
 pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
     values.sort_by(cmp_f64);
     let n = values.len();
     if n == 0 {
         return None;
     }
-    if n % 2 == 1 {
-        Some(values[n / 2])
-    } else {
-        let (a, b) = (values[n / 2 - 1], values[n / 2]);
-        if a == f64::NEG_INFINITY { Some(a) } else { Some(0.5 * (a + b)) }
-    }
+    if n % 2 == 1 { Some(values[n / 2]) } else { np_mean(&values[n / 2 - 1..=n / 2]) }
 }
 
 #[cfg(test)]
@@ -263,13 +336,122 @@ mod tests {
     #[test]
     fn percentile_matches_numpy() {
         let v = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(percentile_sorted(&v, 0.75), Some(3.25));
+        assert_eq!(percentile_sorted(&v, 75.0), Some(3.25));
         assert_eq!(percentile_sorted(&v, 0.0), Some(1.0));
-        assert_eq!(percentile_sorted(&[f64::NEG_INFINITY, 1.0], 0.5), Some(f64::NEG_INFINITY));
-        assert_eq!(percentile_sorted(&[], 0.5), None);
+        assert_eq!(percentile_sorted(&v, 100.0), Some(4.0));
+        assert_eq!(percentile_sorted(&[7.0], 50.0), Some(7.0));
+        assert_eq!(percentile_sorted(&[], 50.0), None);
         assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), Some(2.5));
         assert!((logsumexp(&[0.0, 0.0]) - 2f64.ln()).abs() < 1e-12);
         let xs = [-3.0, 1.0, f64::NEG_INFINITY, 0.5];
         assert!((logsumexp_iter(xs.iter().copied()) - logsumexp(&xs)).abs() < 1e-12);
+    }
+
+    /// `a + (b − a)·t`, the formula NumPy does not use where `t ≥ 0.5`.
+    fn naive_lerp(a: f64, b: f64, t: f64) -> f64 {
+        a + (b - a) * t
+    }
+
+    /// Values where the textbook interpolation and NumPy's differ in the last bit. The expected
+    /// numbers are what NumPy 2.4 answers: `np.percentile([0.1, 0.4], 75)` and so on (75 is
+    /// ASHA's percentile at reduction factor 4).
+    #[test]
+    fn percentile_rounds_as_numpy_where_the_textbook_formula_does_not() {
+        let cases = [
+            // (sorted values, percent, NumPy's answer, the textbook formula's)
+            (vec![0.1, 0.4], 75.0, 0.325, 0.325_000_000_000_000_07),
+            (vec![0.1, 1.3], 75.0, 1.0, 0.999_999_999_999_999_9),
+            (vec![0.1, 1.1], 75.0, 0.850_000_000_000_000_1, 0.85),
+            (vec![-0.4, -0.1], 75.0, -0.175_000_000_000_000_02, -0.175),
+        ];
+        for (v, pct, numpy, textbook) in cases {
+            let t = (v.len() - 1) as f64 * (pct / 100.0);
+            assert_eq!(naive_lerp(v[0], v[1], t), textbook, "{v:?}: the textbook formula");
+            assert_ne!(numpy, textbook, "{v:?}: the case must tell the formulas apart");
+            assert_eq!(percentile_sorted(&v, pct), Some(numpy), "{v:?} at {pct}");
+        }
+        // A search: on a grid of neighbours, t ≥ 0.5 often tells the formulas apart, and every
+        // time ours is NumPy's `b − (b − a)·(1 − t)`; below 0.5 it is the textbook formula.
+        let mut differ = 0;
+        for i in 1..60 {
+            for j in i + 1..i + 40 {
+                let (a, b) = (f64::from(i) / 10.0, f64::from(j) / 10.0);
+                for pct in [50.0, 75.0, 80.0, 66.666_666_666_666_67, 25.0, 10.0] {
+                    let t = pct / 100.0;
+                    let got = percentile_sorted(&[a, b], pct).unwrap();
+                    if t >= 0.5 {
+                        assert_eq!(got, b - (b - a) * (1.0 - t));
+                        differ += usize::from(got != naive_lerp(a, b, t));
+                    } else {
+                        assert_eq!(got, naive_lerp(a, b, t));
+                    }
+                }
+            }
+        }
+        assert!(differ > 100, "only {differ} grid cases differ");
+    }
+
+    /// NumPy divides the percent by 100 before the index: at reduction factor 6, Ray asks for
+    /// `(1 − 1/6)·100` = 83.33…, whose `/ 100` is one bit above `1 − 1/6`; NumPy answers
+    /// `np.percentile([0, 0.1, 0.2, 0.30000000000000004], (1 - 1/6) * 100)` = 0.25000000000000006.
+    #[test]
+    fn percentile_takes_the_percent_through_the_same_division_as_numpy() {
+        let v = [0.0, 0.1, 0.2, 0.1 + 0.2];
+        let pct = (1.0 - 1.0 / 6.0) * 100.0;
+        assert_ne!(pct / 100.0, 1.0 - 1.0 / 6.0);
+        assert_eq!(percentile_sorted(&v, pct), Some(0.250_000_000_000_000_06));
+        let h: f64 = 3.0 * (1.0 - 1.0 / 6.0);
+        assert_eq!(naive_lerp(v[2], v[3], h - h.floor()), 0.25, "the direct fraction");
+    }
+
+    #[test]
+    fn nanpercentile_leaves_nan_of_either_sign_out() {
+        let mut v = vec![0.4, f64::NAN, -f64::NAN, 0.1];
+        v.sort_by(cmp_f64);
+        assert!(v[0].is_nan() && v[3].is_nan(), "total_cmp puts NaNs at both ends: {v:?}");
+        assert_eq!(
+            nanpercentile_sorted(&v, 75.0),
+            Some(0.325),
+            "np.nanpercentile([.1, nan, .4], 75)"
+        );
+        assert_eq!(nanpercentile_sorted(&[f64::NAN, f64::NAN], 50.0), None);
+        assert_eq!(nanpercentile_sorted(&[], 50.0), None);
+    }
+
+    /// Infinite neighbours: the limit, where NumPy's arithmetic gives NaN.
+    #[test]
+    fn percentile_next_to_an_infinity_takes_the_limit() {
+        let (ninf, inf) = (f64::NEG_INFINITY, f64::INFINITY);
+        assert_eq!(percentile_sorted(&[ninf, 1.0], 50.0), Some(ninf));
+        assert_eq!(percentile_sorted(&[ninf, 1.0], 25.0), Some(ninf));
+        assert_eq!(percentile_sorted(&[1.0, inf], 50.0), Some(inf));
+        assert_eq!(percentile_sorted(&[1.0, inf], 25.0), Some(inf));
+        // h = 1 exactly: the upper neighbour has no weight.
+        assert_eq!(percentile_sorted(&[1.0, 2.0, inf], 50.0), Some(2.0));
+        assert_eq!(percentile_sorted(&[ninf, ninf, 1.0], 50.0), Some(ninf));
+        assert_eq!(percentile_sorted(&[inf, inf], 50.0), Some(inf));
+        assert_eq!(percentile_sorted(&[ninf, inf], 25.0), Some(ninf));
+        assert_eq!(percentile_sorted(&[ninf, inf], 75.0), Some(inf));
+        assert_eq!(percentile_sorted(&[1.0, inf], 100.0), Some(inf));
+        // Finite neighbours whose difference overflows stay between them.
+        let big = f64::MAX;
+        let c = percentile_sorted(&[-big, big], 75.0).unwrap();
+        assert!((-big..=big).contains(&c), "{c}");
+        assert_eq!(percentile_sorted(&[-big, big], 0.0), Some(-big));
+    }
+
+    /// `np.mean` sums pairwise: `np.mean([0.1, 0.2, …, 0.8])` is 0.45 where a running sum gives
+    /// 0.44999999999999996.
+    #[test]
+    fn mean_sums_as_numpy() {
+        let v: Vec<f64> = (1..=8).map(|i| f64::from(i) / 10.0).collect();
+        assert_eq!(v.iter().sum::<f64>() / 8.0, 0.449_999_999_999_999_96);
+        assert_eq!(np_mean(&v), Some(0.45));
+        assert_eq!(np_mean(&[]), None);
+        assert_eq!(np_mean(&[2.0]), Some(2.0));
+        // Above one block of 128 the sum halves; it still sums every value once.
+        let long: Vec<f64> = (0..1000).map(f64::from).collect();
+        assert_eq!(np_mean(&long), Some(499.5));
+        assert_eq!(median(&mut [f64::NEG_INFINITY, 1.0]), Some(f64::NEG_INFINITY));
     }
 }

@@ -1,7 +1,10 @@
 //! Results as policies see them: a flat map of metric name → `f64`, and the direction of the
 //! objective. `Mode` becomes a sign once, here, so no searcher or scheduler branches on it:
-//! every policy compares *scores* (`sign × value`, higher is better), and a NaN or infinite
-//! value is the worst score there is.
+//! every policy compares *scores* (`sign × value`, higher is better). Infinities are ordered
+//! like any other number (`+inf` is the best score in `Max` mode, `−inf` in `Min` mode). A NaN
+//! (a diverged trial) is never better than anything: [`Mode::score`] makes it the worst score,
+//! and the schedulers, which keep NaN apart so that it stays out of their cutoffs, say in their
+//! docs what they do with it.
 
 use std::collections::BTreeMap;
 
@@ -32,9 +35,10 @@ impl Mode {
         }
     }
 
-    /// The score of a metric value: higher is better; NaN and ±inf are the worst score.
+    /// The score of a metric value: higher is better; `±inf` are ordered like any number in
+    /// this direction; NaN is the worst score (`−inf`).
     pub fn score(self, value: f64) -> f64 {
-        if value.is_finite() { self.sign() * value } else { f64::NEG_INFINITY }
+        if value.is_nan() { f64::NEG_INFINITY } else { self.sign() * value }
     }
 }
 
@@ -70,42 +74,90 @@ pub fn get_metric(result: &Metrics, name: &str) -> Result<f64> {
     })
 }
 
-/// Serde helper: scores are finite or the worst score (`-inf`); JSON has no infinities, so the
-/// worst score is written as `null`.
-pub(crate) mod score_serde {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+/// Whether two kept scores are the same: equal numbers, or both NaN (so that a saved state
+/// holding a NaN compares equal to itself after a round trip).
+pub(crate) fn same_score(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
 
-    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-        (if v.is_finite() { Some(*v) } else { None }).serialize(s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NEG_INFINITY))
+/// [`same_score`] for optional scores.
+pub(crate) fn same_opt_score(a: Option<f64>, b: Option<f64>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => same_score(a, b),
+        (None, None) => true,
+        _ => false,
     }
 }
 
-/// Serde helper for `Option<f64>` scores (see [`score_serde`]): `None` stays `None`, a worst
-/// score is written as the string `"-inf"`.
+/// A score as saved states write it. JSON has no infinities or NaN: a finite score is a
+/// number, the others the strings `"inf"`, `"-inf"` and `"nan"`.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum ScoreRepr {
+    Number(f64),
+    Text(String),
+}
+
+impl ScoreRepr {
+    fn of(v: f64) -> Self {
+        if v.is_finite() {
+            ScoreRepr::Number(v)
+        } else if v.is_nan() {
+            ScoreRepr::Text("nan".into())
+        } else if v > 0.0 {
+            ScoreRepr::Text("inf".into())
+        } else {
+            ScoreRepr::Text("-inf".into())
+        }
+    }
+
+    fn value<E: serde::de::Error>(self) -> Result<f64, E> {
+        match self {
+            ScoreRepr::Number(x) => Ok(x),
+            ScoreRepr::Text(t) => match t.as_str() {
+                "inf" | "+inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "nan" => Ok(f64::NAN),
+                other => Err(E::custom(format!(
+                    "a score must be a number, \"inf\", \"-inf\" or \"nan\", found \"{other}\""
+                ))),
+            },
+        }
+    }
+}
+
+/// Serde helper for scores (see [`ScoreRepr`]). `null`, which states written before
+/// infinities were ordered hold for any non-finite score, reads as `−inf`, the worst score
+/// they meant.
+pub(crate) mod score_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::ScoreRepr;
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        ScoreRepr::of(*v).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Option::<ScoreRepr>::deserialize(d)? {
+            Some(r) => r.value(),
+            None => Ok(f64::NEG_INFINITY),
+        }
+    }
+}
+
+/// Serde helper for `Option<f64>` scores (see [`ScoreRepr`]): `None` is `null`.
 pub(crate) mod opt_score_serde {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    #[derive(Serialize, Deserialize)]
-    #[serde(untagged)]
-    enum Repr {
-        Finite(f64),
-        Worst(String),
-    }
+    use super::ScoreRepr;
 
     pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
-        v.map(|x| if x.is_finite() { Repr::Finite(x) } else { Repr::Worst("-inf".into()) })
-            .serialize(s)
+        v.map(ScoreRepr::of).serialize(s)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        Ok(Option::<Repr>::deserialize(d)?.map(|r| match r {
-            Repr::Finite(x) => x,
-            Repr::Worst(_) => f64::NEG_INFINITY,
-        }))
+        Option::<ScoreRepr>::deserialize(d)?.map(ScoreRepr::value).transpose()
     }
 }
 
@@ -118,12 +170,41 @@ mod tests {
         assert_eq!(Mode::Min.score(2.0), -2.0);
         assert_eq!(Mode::Max.score(2.0), 2.0);
         assert_eq!(Mode::Max.score(f64::NAN), f64::NEG_INFINITY);
-        assert_eq!(Mode::Min.score(f64::NEG_INFINITY), f64::NEG_INFINITY);
+        assert_eq!(Mode::Min.score(f64::NAN), f64::NEG_INFINITY);
+        // Infinities are ordered in the mode's direction.
+        assert_eq!(Mode::Min.score(f64::NEG_INFINITY), f64::INFINITY);
+        assert_eq!(Mode::Min.score(f64::INFINITY), f64::NEG_INFINITY);
+        assert_eq!(Mode::Max.score(f64::INFINITY), f64::INFINITY);
         let o = Objective::new("test", "loss", Mode::Min).unwrap();
         let r = Metrics::from([("acc".to_string(), 1.0)]);
         assert_eq!(
             o.score(&r).unwrap_err(),
             Error::MissingMetric { metric: "loss".into(), present: vec!["acc".into()] }
         );
+    }
+
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Saved {
+        #[serde(with = "score_serde")]
+        a: f64,
+        #[serde(with = "opt_score_serde")]
+        b: Option<f64>,
+    }
+
+    #[test]
+    fn non_finite_scores_survive_json() {
+        for v in [1.5, -0.25, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -f64::NAN] {
+            let json = serde_json::to_string(&Saved { a: v, b: Some(v) }).unwrap();
+            let back: Saved = serde_json::from_str(&json).unwrap();
+            assert!(same_score(back.a, v) && same_opt_score(back.b, Some(v)), "{v} via {json}");
+        }
+        let json = serde_json::to_string(&Saved { a: f64::INFINITY, b: None }).unwrap();
+        assert_eq!(json, r#"{"a":"inf","b":null}"#);
+        // States written before infinities were ordered: null and "-inf" are the worst score.
+        let old: Saved = serde_json::from_str(r#"{"a":null,"b":"-inf"}"#).unwrap();
+        assert_eq!((old.a, old.b), (f64::NEG_INFINITY, Some(f64::NEG_INFINITY)));
+        let bad = serde_json::from_str::<Saved>(r#"{"a":"huge","b":null}"#).unwrap_err();
+        assert!(bad.to_string().contains("\"huge\""), "{bad}");
+        assert!(!same_score(f64::NAN, 1.0) && !same_opt_score(None, Some(f64::NAN)));
     }
 }

@@ -26,6 +26,7 @@
 //! mode = "max"
 //! num_samples = 16
 //! search = { type = "tpe", n_startup_trials = 6 }    # or search = "random"
+//! # either with points_to_evaluate = [{ lr = 0.01 }] (run first), evaluated_rewards = [0.9]
 //! scheduler = { type = "asha", grace_period = 2, max_t = 12, reduction_factor = 2 }
 //! max_concurrent_trials = 1
 //! seed = 0
@@ -41,7 +42,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rtune_searchers::{
-    Asha, HyperBand, MedianStopping, Mode, Pbt, SearchSpace, Searcher, Tpe, TrialScheduler,
+    Asha, BasicVariant, HyperBand, MedianStopping, Mode, Params, Pbt, SearchSpace, Searcher, Tpe,
+    TrialScheduler, Value,
 };
 
 use super::builtins::Registry;
@@ -93,6 +95,8 @@ enum Opt {
     Str(String),
     Pair(f64, f64),
     Space(Box<SearchSpace>),
+    Points(Vec<Params>),
+    Nums(Vec<f64>),
 }
 
 /// An option's type, as the sweep file must write it.
@@ -104,13 +108,19 @@ enum Ty {
     Str,
     Pair,
     Space,
+    /// An array of tables of params.
+    Points,
+    /// An array of numbers.
+    Nums,
 }
 
 const SEARCHERS: &[(&str, &[(&str, Ty)])] = &[
-    ("random", &[]),
+    ("random", &[("points_to_evaluate", Ty::Points), ("evaluated_rewards", Ty::Nums)]),
     (
         "tpe",
         &[
+            ("points_to_evaluate", Ty::Points),
+            ("evaluated_rewards", Ty::Nums),
             ("n_startup_trials", Ty::Int),
             ("n_ei_candidates", Ty::Int),
             ("prior_weight", Ty::Num),
@@ -193,7 +203,7 @@ impl SweepSpec {
         tune.metric = self.metric.clone();
         tune.mode = self.mode;
         tune.num_samples = self.num_samples;
-        tune.search_alg = self.searcher().map(|s| Box::new(s) as Box<dyn Searcher>);
+        tune.search_alg = self.searcher();
         tune.scheduler = self.scheduler_box();
         tune.max_concurrent_trials = self.max_concurrent_trials;
         tune.seed = self.seed;
@@ -232,9 +242,43 @@ impl SweepSpec {
             .control(control)
     }
 
-    fn searcher(&self) -> Option<Tpe> {
+    /// The searcher the file asks for: TPE, or random search with known points (None: the
+    /// Tuner's own random search).
+    fn searcher(&self) -> Option<Box<dyn Searcher>> {
+        let options = &self.search.options;
+        let points = options.iter().find_map(|(n, o)| match (n.as_str(), o) {
+            ("points_to_evaluate", Opt::Points(p)) => Some(p.clone()),
+            _ => None,
+        });
+        let rewards = options.iter().find_map(|(n, o)| match (n.as_str(), o) {
+            ("evaluated_rewards", Opt::Nums(r)) => Some(r.clone()),
+            _ => None,
+        });
+        if self.search.kind == "random" {
+            let points = points?;
+            let samples = u64::try_from(self.num_samples).unwrap_or(u64::MAX);
+            let mut basic = BasicVariant::new(self.space.clone())
+                .expect("checked when read")
+                .num_samples(samples)
+                .seed(self.seed)
+                .points_to_evaluate(points);
+            if let Some(rewards) = rewards {
+                basic = basic.evaluated_rewards(rewards);
+            }
+            return Some(Box::new(basic));
+        }
+        self.tpe(points, rewards).map(|t| Box::new(t) as Box<dyn Searcher>)
+    }
+
+    fn tpe(&self, points: Option<Vec<Params>>, rewards: Option<Vec<f64>>) -> Option<Tpe> {
         (self.search.kind == "tpe").then(|| {
             let mut tpe = Tpe::new(self.space.clone()).expect("checked when read").seed(self.seed);
+            if let Some(points) = points {
+                tpe = tpe.points_to_evaluate(points);
+            }
+            if let Some(rewards) = rewards {
+                tpe = tpe.evaluated_rewards(rewards);
+            }
             for (name, opt) in &self.search.options {
                 tpe = match (name.as_str(), opt) {
                     ("n_startup_trials", Opt::Int(n)) => tpe.n_startup_trials(*n as usize),
@@ -751,6 +795,17 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
         (Ty::Space, Kind::Table(_)) => {
             return read_space(value, path, report).map(|s| Opt::Space(Box::new(s)));
         }
+        (Ty::Points, Kind::Array(items)) => items
+            .iter()
+            .map(|item| match doc::to_value(item) {
+                Value::Map(m) if matches!(item.kind, Kind::Table(_)) => Some(Params::from(m)),
+                _ => None,
+            })
+            .collect::<Option<Vec<Params>>>()
+            .map(Opt::Points),
+        (Ty::Nums, Kind::Array(items)) => {
+            items.iter().map(|i| num_of(&i.kind)).collect::<Option<Vec<f64>>>().map(Opt::Nums)
+        }
         _ => None,
     };
     if opt.is_none() {
@@ -761,6 +816,8 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
             Ty::Str => "a string",
             Ty::Pair => "two numbers, e.g. [1.2, 0.8]",
             Ty::Space => "a table of params (a search space)",
+            Ty::Points => "a list of tables of params, e.g. [{ lr = 0.01, hidden = 64 }]",
+            Ty::Nums => "a list of numbers, e.g. [0.91, 0.87]",
         };
         report.add(path, &value.origin, format!("must be {want}, not {}", value.kind.describe()));
     }
@@ -846,9 +903,9 @@ fn check_components(spec: &SweepSpec, root: &Item, report: &mut Report<'_>) {
     }
     let target = spec.metric.as_deref().zip(spec.mode);
     let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();
-    if searcher_ok && let Some(mut tpe) = spec.searcher() {
-        let metric = target.map_or(Ok(()), |(metric, mode)| tpe.set_metric(metric, mode));
-        checks.push(("search", tpe.validate().and(metric)));
+    if searcher_ok && let Some(mut searcher) = spec.searcher() {
+        let metric = target.map_or(Ok(()), |(metric, mode)| searcher.set_metric(metric, mode));
+        checks.push(("search", searcher.validate().and(metric)));
     }
     if let Some(mut scheduler) = spec.scheduler_box() {
         let metric = target.map_or(Ok(()), |(metric, mode)| scheduler.set_metric(metric, mode));

@@ -246,6 +246,11 @@ impl Controller {
         self.finished
     }
 
+    /// The bracket the scheduler put `trial` in (ASHA, HyperBand), shown with its results.
+    pub fn bracket(&self, trial: TrialId) -> Option<usize> {
+        self.scheduler.bracket(trial)
+    }
+
     /// The scheduler's decisions so far, for people watching.
     pub fn scheduler_status(&self) -> rtune_searchers::SchedulerStatus {
         self.scheduler.status()

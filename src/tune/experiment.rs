@@ -91,6 +91,9 @@ pub(super) struct SavedTrialRow {
     pub(super) dir: String,
     /// Its last reported metrics (NaN and infinities as strings, as in result.json).
     pub(super) last_result: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The scheduler's bracket for it (ASHA, HyperBand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) bracket: Option<usize>,
 }
 
 impl SavedExperiment {
@@ -173,6 +176,7 @@ pub(super) fn read_experiment(
             result: Some(result),
             error: row.error.clone(),
             path: dir,
+            bracket: row.bracket,
         };
         trials.insert(row.index, trial);
     }

@@ -30,6 +30,9 @@ pub struct TrialResult {
     pub error: Option<String>,
     /// Its directory in the experiment.
     pub path: PathBuf,
+    /// The bracket its scheduler put it in (ASHA and HyperBand; None for the others).
+    #[serde(default)]
+    pub bracket: Option<usize>,
 }
 
 impl TrialResult {
@@ -193,6 +196,11 @@ impl ResultGrid {
         ];
         columns.extend(param_columns(self.trials.iter().map(|t| &t.params)));
         columns.extend(metric_columns(&rows));
+        if self.trials.iter().any(|t| t.bracket.is_some()) {
+            let brackets: Vec<Option<u32>> =
+                self.trials.iter().map(|t| t.bracket.map(|b| b as u32)).collect();
+            columns.push(Column::new("bracket".into(), brackets));
+        }
         if let (Some(metric), Some(mode)) = (&self.metric, self.mode) {
             let best: Vec<Option<f64>> = self.trials.iter().map(|t| t.best(metric, mode)).collect();
             columns.push(Column::new(format!("best/{metric}").into(), best));
@@ -359,6 +367,7 @@ mod tests {
             }),
             error: None,
             path: PathBuf::from(id),
+            bracket: None,
         }
     }
 

@@ -872,6 +872,7 @@ impl Sweep {
                     .as_ref()
                     .and_then(|r| r.metrics.as_ref())
                     .map(crate::metrics::to_json),
+                bracket: t.bracket,
             })
             .collect();
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
@@ -1047,6 +1048,7 @@ impl Sweep {
             let how = if resume { "goes on" } else { "starts" };
             tracing::info!("{how} with {}", short_params(&sampled));
         });
+        let bracket = self.controller.lock().unwrap_or_else(|p| p.into_inner()).bracket(trial);
         self.trials.insert(
             trial,
             TrialResult {
@@ -1056,6 +1058,7 @@ impl Sweep {
                 result: None,
                 error: None,
                 path: path.clone(),
+                bracket,
             },
         );
         let controller = self.controller.clone();

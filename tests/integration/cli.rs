@@ -328,6 +328,18 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             &["sweep.toml:5:15", "`tune.num_samples` is -1 (unbounded): set tune.time_budget_s"],
         ),
         ("not TOML", "[tune\nmetric = 1\n", &["sweep.toml:4:", "is not valid TOML"]),
+        (
+            "a known point outside the space",
+            "[param_space]\nrate = { uniform = [0.1, 0.5] }\n[tune]\nmetric = \"score\"\n\
+             mode = \"max\"\nsearch = { type = \"tpe\", points_to_evaluate = [{ rate = 0.9 }] }\n",
+            &["`tune.search.points_to_evaluate`", "`rate` = float 0.9", "uniform(0.1, 0.5)"],
+        ),
+        (
+            "rewards that are not numbers",
+            "[tune]\nsearch = { type = \"random\", points_to_evaluate = [{ rate = 0.2 }], \
+             evaluated_rewards = \"high\" }\n",
+            &["`tune.search.evaluated_rewards` must be a list of numbers"],
+        ),
     ];
     for (what, tail, wanted) in cases {
         let file = dir.path().join("sweep.toml");
@@ -425,6 +437,34 @@ impl Drop for Tmux {
 
 /// `rtune run` on a terminal shows the live UI; `rtune watch` shows the same sweep from its
 /// files; `q` leaves watch; `x` in the run's UI stops the sweep, resumable (exit 3).
+/// Known points run first (random search), and ASHA's bracket of every trial is in the results.
+pub fn known_points_run_first_and_brackets_are_shown() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("sweep.toml");
+    let sweep = format!(
+        "name = \"points\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+         [param_space]\nrate = {{ uniform = [0.1, 0.5] }}\niterations = 4\n[tune]\n\
+         metric = \"score\"\nmode = \"max\"\nnum_samples = 4\nseed = 3\n\
+         search = {{ type = \"random\", points_to_evaluate = [{{ rate = 0.123 }}, {{ rate = 0.456 }}] }}\n\
+         scheduler = {{ type = \"asha\", max_t = 4, grace_period = 1, brackets = 2 }}\n",
+        dir.path().display()
+    );
+    std::fs::write(&file, sweep)?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("points"))?;
+    let rates: Vec<f64> =
+        grid.trials.iter().map(|t| t.params.get::<f64>("rate")).collect::<Result<_, _>>()?;
+    ensure!(rates.len() == 4 && rates[..2] == [0.123, 0.456], "{rates:?}");
+    ensure!(rates[2..].iter().all(|r| (0.1..0.5).contains(r) && ![0.123, 0.456].contains(r)));
+    let brackets: Vec<Option<usize>> = grid.trials.iter().map(|t| t.bracket).collect();
+    ensure!(brackets.iter().all(|b| matches!(b, Some(0 | 1))), "{brackets:?}");
+    let frame = grid.dataframe()?;
+    let column: Vec<Option<u32>> = frame.column("bracket")?.u32()?.iter().collect();
+    ensure!(column == brackets.iter().map(|b| b.map(|b| b as u32)).collect::<Vec<_>>());
+    Ok(())
+}
+
 pub fn tui_in_a_real_terminal() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = sweep_file(dir.path(), 0.15)?;

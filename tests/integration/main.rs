@@ -153,6 +153,10 @@ fn main() {
         test("cli::failed_trials_exit_1_unless_allowed", cli::failed_trials_exit_1_unless_allowed),
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
+        test(
+            "cli::known_points_run_first_and_brackets_are_shown",
+            cli::known_points_run_first_and_brackets_are_shown,
+        ),
         test("cli::quickstart_example_runs", cli::quickstart_example_runs),
         test(
             "cli::demo_sweep_exports_a_model_that_predicts_the_test_set",

@@ -1,15 +1,35 @@
 //! ASHA, asynchronous successive halving (Ray's `AsyncHyperBandScheduler`).
 //!
 //! Each bracket has rungs at `grace_period · rf^(k+s)` for `k = 0..` below `max_t`. When a trial
-//! reaches a rung it has not been recorded at, its score is compared with the `(1 − 1/rf)`
-//! quantile (numpy's linear percentile) of the scores recorded there so far; below it, the
-//! trial stops; either way its score is recorded. Nothing waits: the first trials at a rung
-//! always continue. With `stop_last_trials`, a trial reaching `max_t` is stopped. With several
-//! brackets, a new trial picks one at random with probability ∝ `e^(number of rungs)`.
+//! reaches a rung it has not been recorded at, its score is compared with the cutoff of the
+//! rung, the `(1 − 1/rf)·100` percentile of the scores recorded there so far, computed as Ray
+//! does (`np.nanpercentile`, NumPy's `linear` method to the last bit: see the crate's `math`
+//! module); below it, the trial stops; either way it is recorded. Nothing waits: the first
+//! trials at a rung always continue. With `stop_last_trials`, a trial reaching `max_t` is
+//! stopped. Replayed against Ray's `AsyncHyperBandScheduler` on the same stream of finite
+//! results, every decision is the same.
+//!
+//! With several brackets, a new trial picks one at random with probability
+//! `∝ e^(number of rungs)`, drawn from this scheduler's own seeded generator (Ray draws from
+//! NumPy's global one): the same seed gives the same brackets, and the saved state keeps each
+//! trial's bracket. [`TrialScheduler::bracket`] tells which bracket a trial ran in.
+//!
+//! Results that are not finite numbers (see the [module docs](super)):
+//!
+//! * `+inf` in `max` mode (`−inf` in `min` mode) is the best score: it is never below a cutoff,
+//!   and it raises the cutoffs after it as any high score does.
+//! * A NaN at a rung that has a cutoff **stops the trial** (a deliberate difference: Ray
+//!   compares `NaN < cutoff`, which is false, and lets the diverged trial run on). At a rung
+//!   with no cutoff yet it continues, like any first trial there.
+//! * A NaN is recorded at the rung (the trial has passed it) but left out of the cutoff, as
+//!   `nanpercentile` leaves it out in Ray: it does not drag later cutoffs down and let poor
+//!   trials through that Ray stops.
+//! * A cutoff next to an infinite score takes the limit where NumPy's arithmetic gives NaN
+//!   (with which Ray stops nobody at that rung): see `math::np_lerp`.
 //!
 //! Each rung keeps its scores sorted, so a decision costs O(log n) plus one insertion.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
@@ -19,8 +39,8 @@ use super::{
     first_pending_then_paused, wrong_state,
 };
 use crate::error::{Error, Result};
-use crate::math::percentile_sorted;
-use crate::metrics::{Metrics, Mode, score_serde};
+use crate::math::nanpercentile_sorted;
+use crate::metrics::{Metrics, Mode, same_score, score_serde};
 use crate::rng::SearchRng;
 use crate::trial::{TrialId, TrialsView};
 
@@ -49,8 +69,12 @@ pub struct Asha {
 pub struct AshaState {
     rng: SearchRng,
     brackets: Vec<Bracket>,
+    /// Every trial added, with its bracket (kept after the trial ends).
     #[serde(with = "crate::serde_util::map_as_pairs")]
     trial_bracket: BTreeMap<TrialId, usize>,
+    /// Trials that ended: their results are refused, a second completion is ignored.
+    #[serde(default)]
+    completed: BTreeSet<TrialId>,
     num_stopped: u64,
 }
 
@@ -60,13 +84,26 @@ struct Bracket {
     rungs: Vec<Rung>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(from = "RungRepr", into = "RungRepr")]
 struct Rung {
     milestone: f64,
+    /// Every trial that passed the rung, with its score (NaN included).
     recorded: BTreeMap<TrialId, f64>,
-    /// The recorded scores, ascending.
+    /// The recorded scores but NaN, ascending: what the cutoff is taken from.
     sorted: Vec<f64>,
+}
+
+impl PartialEq for Rung {
+    fn eq(&self, other: &Self) -> bool {
+        self.milestone == other.milestone
+            && self.recorded.len() == other.recorded.len()
+            && self
+                .recorded
+                .iter()
+                .zip(&other.recorded)
+                .all(|((i, a), (j, b))| i == j && same_score(*a, *b))
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -83,7 +120,7 @@ impl From<RungRepr> for Rung {
     fn from(r: RungRepr) -> Self {
         let recorded: BTreeMap<TrialId, f64> =
             r.recorded.into_iter().map(|(k, v)| (k, v.0)).collect();
-        let mut sorted: Vec<f64> = recorded.values().copied().collect();
+        let mut sorted: Vec<f64> = recorded.values().copied().filter(|x| !x.is_nan()).collect();
         sorted.sort_by(f64::total_cmp);
         Rung { milestone: r.milestone, recorded, sorted }
     }
@@ -101,8 +138,16 @@ impl From<Rung> for RungRepr {
 impl Rung {
     fn record(&mut self, trial: TrialId, score: f64) {
         self.recorded.insert(trial, score);
-        let at = self.sorted.partition_point(|x| x.total_cmp(&score).is_lt());
-        self.sorted.insert(at, score);
+        if !score.is_nan() {
+            let at = self.sorted.partition_point(|x| x.total_cmp(&score).is_lt());
+            self.sorted.insert(at, score);
+        }
+    }
+
+    /// Ray's `np.nanpercentile(recorded, (1 - 1/rf) * 100)`; `None` with nothing but NaN
+    /// recorded (NumPy's NaN there stops no trial in Ray either).
+    fn cutoff(&self, rf: f64) -> Option<f64> {
+        nanpercentile_sorted(&self.sorted, (1.0 - 1.0 / rf) * 100.0)
     }
 }
 
@@ -179,7 +224,7 @@ impl Asha {
         self
     }
 
-    /// Seed for the bracket draw.
+    /// Seed for the bracket draw (default 0).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self.core = None;
@@ -260,6 +305,7 @@ impl Asha {
             rng: SearchRng::seed_from_u64(self.seed),
             brackets,
             trial_bracket: BTreeMap::new(),
+            completed: BTreeSet::new(),
             num_stopped: 0,
         }
     }
@@ -274,7 +320,7 @@ impl Asha {
 }
 
 impl Bracket {
-    /// Ray's `_Bracket.on_result`.
+    /// Ray's `_Bracket.on_result`, but for a NaN score (see the module docs).
     fn on_result(
         &mut self,
         trial: TrialId,
@@ -292,8 +338,8 @@ impl Bracket {
             if t < rung.milestone || recorded {
                 continue;
             }
-            if let Some(cutoff) = percentile_sorted(&rung.sorted, 1.0 - 1.0 / rf)
-                && score < cutoff
+            if let Some(cutoff) = rung.cutoff(rf)
+                && (score.is_nan() || score < cutoff)
             {
                 action = Decision::Stop;
             }
@@ -349,6 +395,9 @@ impl TrialScheduler for Asha {
         let (t, score) = self.target.read(result)?;
         let (max_t, rf, stop_last) = (self.max_t, self.reduction_factor, self.stop_last_trials);
         let core = self.core()?;
+        if core.completed.contains(&trial) {
+            return Err(Error::UnknownTrial { component: NAME, trial });
+        }
         let action = if t >= max_t && stop_last {
             Decision::Stop
         } else {
@@ -379,9 +428,12 @@ impl TrialScheduler for Asha {
         };
         let (rf, stop_last) = (self.reduction_factor, self.stop_last_trials);
         let core = self.core()?;
-        let Some(b) = core.trial_bracket.remove(&trial) else {
+        let Some(&b) = core.trial_bracket.get(&trial) else {
             return Ok(());
         };
+        if !core.completed.insert(trial) {
+            return Ok(());
+        }
         if let (Some((t, score)), Some(bracket)) = (read, core.brackets.get_mut(b)) {
             bracket.on_result(trial, t, score, rf, stop_last);
         }
@@ -401,9 +453,7 @@ impl TrialScheduler for Asha {
                     bracket: b,
                     milestone: rung.milestone,
                     recorded: rung.recorded.len(),
-                    cutoff: percentile_sorted(&rung.sorted, 1.0 - 1.0 / rf)
-                        .map(|c| c * sign)
-                        .filter(|c| c.is_finite()),
+                    cutoff: rung.cutoff(rf).map(|c| c * sign).filter(|c| c.is_finite()),
                 })
             })
         });
@@ -416,12 +466,17 @@ impl TrialScheduler for Asha {
         }
     }
 
+    fn bracket(&self, trial: TrialId) -> Option<usize> {
+        self.core.as_ref()?.trial_bracket.get(&trial).copied()
+    }
+
     fn save_state(&self) -> SchedulerState {
         // Never used: an empty state (restoring it leaves the scheduler fresh).
         SchedulerState::Asha(self.core.clone().unwrap_or_else(|| AshaState {
             rng: SearchRng::seed_from_u64(self.seed),
             brackets: Vec::new(),
             trial_bracket: BTreeMap::new(),
+            completed: BTreeSet::new(),
             num_stopped: 0,
         }))
     }
@@ -544,5 +599,161 @@ mod tests {
         );
         let e = a.on_trial_result(&view, TrialId(1), &Metrics::new()).unwrap_err();
         assert!(matches!(e, Error::MissingMetric { .. }));
+    }
+
+    fn decide(a: &mut Asha, trial: u64, t: f64, value: f64) -> Decision {
+        let view = TrialTable::new();
+        if a.bracket(TrialId(trial)).is_none() {
+            a.on_trial_add(&view, TrialId(trial)).unwrap();
+        }
+        a.on_trial_result(&view, TrialId(trial), &result(t, value)).unwrap()
+    }
+
+    /// `−inf` in `min` mode is the best score: it continues, and the rung's cutoff rises with
+    /// it (it used to count as the worst score, be stopped, and lower the cutoff).
+    #[test]
+    fn best_infinity_continues_and_raises_the_cutoff() {
+        let mut a = Asha::new().metric("acc").mode(Mode::Min).max_t(4).reduction_factor(2);
+        assert_eq!(decide(&mut a, 0, 1.0, 1.0), Decision::Continue);
+        assert_eq!(decide(&mut a, 1, 1.0, 2.0), Decision::Stop);
+        assert_eq!(decide(&mut a, 2, 1.0, f64::NEG_INFINITY), Decision::Continue);
+        // Scores {−2, −1, +inf}: the median is −1, and a loss of 1.2 is worse.
+        assert_eq!(decide(&mut a, 3, 1.0, 1.2), Decision::Stop);
+        // In max mode +inf is the best.
+        let mut a = Asha::new().metric("acc").mode(Mode::Max).max_t(4).reduction_factor(2);
+        assert_eq!(decide(&mut a, 0, 1.0, 0.5), Decision::Continue);
+        assert_eq!(decide(&mut a, 1, 1.0, f64::INFINITY), Decision::Continue);
+        assert_eq!(decide(&mut a, 2, 1.0, 0.6), Decision::Stop, "below the median of {{0.5, inf}}");
+        assert_eq!(a.status().rungs[0].cutoff, Some(0.6), "median of {{0.5, 0.6, inf}}");
+    }
+
+    /// A NaN stops its trial at a rung that has a cutoff (Ray's `NaN < cutoff` is false and lets
+    /// it run), continues where there is none, and counts at the rung but not in the cutoff.
+    #[test]
+    fn nan_stops_where_there_is_a_cutoff_but_stays_out_of_it() {
+        let mut a = Asha::new().metric("acc").mode(Mode::Max).max_t(4).reduction_factor(2);
+        assert_eq!(decide(&mut a, 0, 1.0, f64::NAN), Decision::Continue, "no cutoff yet");
+        assert_eq!(decide(&mut a, 1, 1.0, 0.5), Decision::Continue, "only a NaN recorded");
+        assert_eq!(decide(&mut a, 2, 1.0, f64::NAN), Decision::Stop);
+        assert_eq!(decide(&mut a, 3, 1.0, 0.9), Decision::Continue);
+        // The two NaNs are left out: the cutoff is the median of {0.5, 0.9}, 0.7. Had they
+        // entered as −inf, it would be −inf and 0.6 would go on.
+        let rung = &a.status().rungs[0];
+        assert_eq!((rung.recorded, rung.cutoff), (4, Some(0.7)));
+        assert_eq!(decide(&mut a, 4, 1.0, 0.6), Decision::Stop);
+        // A NaN trial that went on is recorded at the rung: it is not judged there again.
+        assert_eq!(decide(&mut a, 0, 1.5, 0.1), Decision::Continue);
+        // At the next rung it is judged like any other.
+        assert_eq!(decide(&mut a, 3, 2.0, 0.9), Decision::Continue);
+        assert_eq!(decide(&mut a, 0, 2.0, f64::NAN), Decision::Stop);
+    }
+
+    /// A score exactly on the cutoff continues, as in Ray: the cutoff must be NumPy's to the
+    /// last bit. `np.percentile([0.1, 0.4], 75)` is 0.325, where `a + (b − a)·t` gives
+    /// 0.32500000000000007 and would stop the trial; `np.percentile([0.1, 1.3], 75)` is 1.0,
+    /// where the textbook formula gives 0.9999999999999999 and would let that score through.
+    #[test]
+    fn a_score_on_the_cutoff_is_judged_as_in_ray() {
+        let two = |x: f64, y: f64| {
+            let mut a = Asha::new().metric("acc").mode(Mode::Max).reduction_factor(4);
+            decide(&mut a, 0, 1.0, x);
+            decide(&mut a, 1, 1.0, y);
+            a
+        };
+        let textbook = 0.1 + (0.4 - 0.1) * 0.75;
+        assert!(textbook > 0.325, "{textbook}: the case must tell the formulas apart");
+        let mut a = two(0.1, 0.4);
+        assert_eq!(a.status().rungs[0].cutoff, Some(0.325));
+        assert_eq!(decide(&mut a, 2, 1.0, 0.325), Decision::Continue);
+        let below = 0.999_999_999_999_999_9;
+        assert_eq!(0.1 + (1.3 - 0.1) * 0.75, below, "the textbook cutoff");
+        let mut a = two(0.1, 1.3);
+        assert_eq!(decide(&mut a, 2, 1.0, below), Decision::Stop);
+        // Reduction factor 6: Ray's percent (1 − 1/6)·100 goes through NumPy's `/ 100`, one
+        // bit above 1 − 1/6; np.percentile([0, 0.1, 0.2, 0.30000000000000004], 83.33…) is
+        // 0.25000000000000006, so 0.25 stops.
+        let mut a = Asha::new().metric("acc").mode(Mode::Max).reduction_factor(6);
+        for (i, x) in [0.0, 0.1, 0.2, 0.1 + 0.2].into_iter().enumerate() {
+            decide(&mut a, i as u64, 1.0, x);
+        }
+        assert_eq!(a.status().rungs[0].cutoff, Some(0.250_000_000_000_000_06));
+        assert_eq!(decide(&mut a, 9, 1.0, 0.25), Decision::Stop);
+    }
+
+    fn brackets_of(a: &Asha, n: u64) -> Vec<usize> {
+        (0..n).map(|i| a.bracket(TrialId(i)).unwrap()).collect()
+    }
+
+    /// Brackets come from the scheduler's seeded generator: the same seed, the same brackets,
+    /// through a save and restore too; the bracket stays known after the trial ends.
+    #[test]
+    fn brackets_are_seeded_and_kept_in_the_saved_state() {
+        let view = TrialTable::new();
+        let make = |seed: u64| {
+            Asha::new()
+                .metric("acc")
+                .mode(Mode::Max)
+                .max_t(81)
+                .reduction_factor(3)
+                .brackets(3)
+                .seed(seed)
+        };
+        let add = |a: &mut Asha, ids: std::ops::Range<u64>| {
+            for i in ids {
+                a.on_trial_add(&view, TrialId(i)).unwrap();
+            }
+        };
+        let (mut a, mut b, mut c) = (make(5), make(5), make(6));
+        add(&mut a, 0..200);
+        add(&mut b, 0..200);
+        add(&mut c, 0..200);
+        let drawn = brackets_of(&a, 200);
+        assert_eq!(drawn, brackets_of(&b, 200), "same seed, same brackets");
+        assert_ne!(drawn, brackets_of(&c, 200), "another seed, other brackets");
+        // Ray's weights: ∝ e^(rungs), rungs 5, 4, 3: 0.665, 0.245, 0.090.
+        let share = |k: usize| drawn.iter().filter(|b| **b == k).count() as f64 / 200.0;
+        assert!(share(0) > 0.5 && share(1) > 0.1 && share(2) > 0.02, "{drawn:?}");
+        assert!(share(0) > share(1) && share(1) > share(2), "{drawn:?}");
+        assert_eq!(a.bracket(TrialId(999)), None);
+        assert_eq!(Asha::new().bracket(TrialId(0)), None, "nothing added yet");
+
+        // Save after 100, restore into a fresh one, add the rest: the uninterrupted sequence.
+        let mut first = make(5);
+        add(&mut first, 0..100);
+        let result = Metrics::from([("training_iteration".into(), 1.0), ("acc".into(), 0.5)]);
+        first.on_trial_complete(&view, TrialId(3), Some(&result), false).unwrap();
+        assert_eq!(first.bracket(TrialId(3)), Some(drawn[3]), "known after the trial ended");
+        let json = serde_json::to_string(&first.save_state()).unwrap();
+        let state: SchedulerState = serde_json::from_str(&json).unwrap();
+        assert_eq!(state, first.save_state());
+        let mut resumed = make(5);
+        resumed.restore_state(state).unwrap();
+        add(&mut resumed, 100..200);
+        assert_eq!(brackets_of(&resumed, 200), drawn);
+        let e = resumed.on_trial_result(&view, TrialId(3), &result).unwrap_err();
+        assert!(matches!(e, Error::UnknownTrial { .. }), "an ended trial reports no more: {e}");
+        // A single bracket: every trial is in bracket 0.
+        let mut one = Asha::new().metric("acc").mode(Mode::Max);
+        add(&mut one, 0..3);
+        assert_eq!(brackets_of(&one, 3), [0, 0, 0]);
+        // Through a Box<dyn TrialScheduler> as the controller holds it.
+        let boxed: Box<dyn TrialScheduler> = Box::new(one);
+        assert_eq!(boxed.bracket(TrialId(2)), Some(0));
+    }
+
+    /// A rung holding NaN and infinities survives a save and restore as it was.
+    #[test]
+    fn non_finite_scores_survive_the_saved_state() {
+        let mut a = Asha::new().metric("acc").mode(Mode::Max).max_t(4).reduction_factor(2);
+        for (i, x) in [f64::NAN, f64::INFINITY, 0.5, f64::NEG_INFINITY].into_iter().enumerate() {
+            decide(&mut a, i as u64, 1.0, x);
+        }
+        let json = serde_json::to_string(&a.save_state()).unwrap();
+        let state: SchedulerState = serde_json::from_str(&json).unwrap();
+        assert_eq!(state, a.save_state(), "{json}");
+        let mut b = Asha::new().metric("acc").mode(Mode::Max).max_t(4).reduction_factor(2);
+        b.restore_state(state).unwrap();
+        assert_eq!(b.status(), a.status());
+        assert_eq!(decide(&mut b, 7, 1.0, 0.4), decide(&mut a, 7, 1.0, 0.4));
     }
 }

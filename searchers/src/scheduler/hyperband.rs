@@ -13,15 +13,23 @@
 //! trial reaching `max_t` is stopped at once instead of being paused until its peers arrive.
 //!
 //! Promoted trials that were paused are handed out by `choose_trial_to_run`; losers that were
-//! paused are returned by `take_stop_requests`.
+//! paused are returned by `take_stop_requests`. [`TrialScheduler::bracket`] tells which bracket
+//! (its index among the brackets created, in creation order; [`HyperBand::bracket_fill`] lists
+//! them) a trial ran in.
+//!
+//! Results that are not finite numbers (see the [module docs](super)): a round ranks trials by
+//! their last score with `±inf` ordered like any number (`+inf` is the best in `max` mode) and
+//! a NaN below every number, so a trial whose last result is NaN is among the first stopped
+//! when its round ends (a deliberate difference: Ray sorts with Python's `sorted`, where NaN
+//! compares false with everything and lands wherever the sort leaves it).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Decision, SchedulerState, Target, TrialScheduler, wrong_state};
+use super::{Decision, SchedulerState, Target, TrialScheduler, best_first, wrong_state};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Mode, opt_score_serde};
+use crate::metrics::{Metrics, Mode, opt_score_serde, same_opt_score};
 use crate::trial::{TrialId, TrialStatus, TrialsView};
 
 const NAME: &str = "HyperBand";
@@ -48,8 +56,12 @@ pub struct HyperBandState {
     bands: Vec<Vec<Option<usize>>>,
     /// The bracket being filled.
     current: Option<usize>,
+    /// Live trials and their bracket.
     #[serde(with = "crate::serde_util::map_as_pairs")]
     trial_bracket: BTreeMap<TrialId, usize>,
+    /// Every trial added and its bracket, kept after the trial ends.
+    #[serde(default, with = "crate::serde_util::map_as_pairs")]
+    assigned: BTreeMap<TrialId, usize>,
     stop_requests: Vec<TrialId>,
     num_stopped: u64,
 }
@@ -72,12 +84,21 @@ struct HbBracket {
     total_work: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct LiveTrial {
     trial: TrialId,
     time: f64,
+    /// The last score (`sign × value`, NaN kept).
     #[serde(with = "opt_score_serde")]
     score: Option<f64>,
+}
+
+impl PartialEq for LiveTrial {
+    fn eq(&self, other: &Self) -> bool {
+        self.trial == other.trial
+            && self.time == other.time
+            && same_opt_score(self.score, other.score)
+    }
 }
 
 /// Bracket shape: `(n₀, r₀)` for bracket `s` of a band with `s_max + 1` brackets.
@@ -241,6 +262,7 @@ impl HyperBand {
         bracket.live.push(LiveTrial { trial, time: 0.0, score: None });
         bracket.added += 1;
         self.state.trial_bracket.insert(trial, b);
+        self.state.assigned.insert(trial, b);
         Ok(())
     }
 
@@ -277,12 +299,8 @@ impl HyperBand {
         bracket.milestone =
             if bracket.halves == 0 { max_t } else { (bracket.milestone * eta).min(max_t) };
         let mut ranked: Vec<LiveTrial> = std::mem::take(&mut bracket.live);
-        // Best first; ties keep the joining order.
-        ranked.sort_by(|x, y| {
-            let (sx, sy) =
-                (x.score.unwrap_or(f64::NEG_INFINITY), y.score.unwrap_or(f64::NEG_INFINITY));
-            sy.total_cmp(&sx)
-        });
+        // Best first, NaN (and no score) last; ties keep the joining order.
+        ranked.sort_by(|x, y| best_first(x.score.unwrap_or(f64::NAN), y.score.unwrap_or(f64::NAN)));
         let keep = bracket.n.min(ranked.len());
         let losers = ranked.split_off(keep);
         for t in losers {
@@ -413,6 +431,10 @@ impl TrialScheduler for HyperBand {
         std::mem::take(&mut self.state.stop_requests)
     }
 
+    fn bracket(&self, trial: TrialId) -> Option<usize> {
+        self.state.assigned.get(&trial).copied()
+    }
+
     fn save_state(&self) -> SchedulerState {
         SchedulerState::HyperBand(self.state.clone())
     }
@@ -489,5 +511,71 @@ mod tests {
         assert_eq!(hb.choose_trial_to_run(&view), Some(TrialId(6)));
         // Final round: reaching 9 stops.
         assert_eq!(hb.on_trial_result(&view, TrialId(4), &r(9.0, 0.95)).unwrap(), Decision::Stop);
+    }
+
+    /// Runs bracket s = 1 of `max_t = 9` (trials 3 to 7, keeping 2 of 5) to its first
+    /// milestone with these last values; returns the trials it keeps.
+    fn first_round(mode: Mode, values: [f64; 5]) -> Vec<TrialId> {
+        let mut hb = HyperBand::new().max_t(9).metric("acc").mode(mode);
+        let mut view = TrialTable::new();
+        for i in 0..8 {
+            view.add(TrialId(i), Params::new());
+            hb.on_trial_add(&view, TrialId(i)).unwrap();
+        }
+        let r = |t: f64, acc: f64| {
+            Metrics::from([("training_iteration".to_string(), t), ("acc".to_string(), acc)])
+        };
+        let mut stopped = Vec::new();
+        for (i, value) in (3..8).zip(values) {
+            view.set_status(TrialId(i), TrialStatus::Running);
+            if hb.on_trial_result(&view, TrialId(i), &r(3.0, value)).unwrap() == Decision::Stop {
+                stopped.push(TrialId(i));
+            }
+        }
+        stopped.extend(hb.take_stop_requests());
+        (3..8).map(TrialId).filter(|t| !stopped.contains(t)).collect()
+    }
+
+    /// `±inf` rank like any number in the mode's direction (they used to rank last).
+    #[test]
+    fn infinities_rank_in_the_modes_direction() {
+        let inf = f64::INFINITY;
+        // Losses: −inf is the best, +inf the worst.
+        assert_eq!(first_round(Mode::Min, [-inf, 1.0, inf, 0.5, 2.0]), [TrialId(3), TrialId(6)]);
+        assert_eq!(first_round(Mode::Max, [0.1, inf, 0.3, -inf, 0.2]), [TrialId(4), TrialId(5)]);
+    }
+
+    /// A NaN ranks below every number, `−inf` scores included, so it is among the first
+    /// stopped; Ray's `sorted` leaves it wherever the sort puts it.
+    #[test]
+    fn nan_ranks_below_every_number() {
+        let (nan, inf) = (f64::NAN, f64::INFINITY);
+        // Max mode: 0.9 and −inf are kept over three NaNs (which used to tie with −inf and win
+        // on joining order).
+        assert_eq!(first_round(Mode::Max, [nan, 0.9, -inf, nan, nan]), [TrialId(4), TrialId(5)]);
+        // Min mode: a loss of +inf (score −inf) still beats a NaN.
+        assert_eq!(first_round(Mode::Min, [nan, inf, nan, 1.0, nan]), [TrialId(4), TrialId(6)]);
+    }
+
+    /// The bracket of each trial: its index among the brackets created, kept after it ends and
+    /// through the saved state.
+    #[test]
+    fn brackets_are_told_and_saved() {
+        let mut hb = HyperBand::new().max_t(9).metric("acc").mode(Mode::Max);
+        let view = TrialTable::new();
+        for i in 0..10 {
+            hb.on_trial_add(&view, TrialId(i)).unwrap();
+        }
+        let brackets: Vec<Option<usize>> = (0..11).map(|i| hb.bracket(TrialId(i))).collect();
+        // Bracket 0 (s = 0) takes 3 trials, bracket 1 (s = 1) 5, bracket 2 (s = 2) the rest.
+        let want = [0, 0, 0, 1, 1, 1, 1, 1, 2, 2].map(Some);
+        assert_eq!(brackets[..10], want);
+        assert_eq!(brackets[10], None, "never added");
+        hb.on_trial_complete(&view, TrialId(4), None, true).unwrap();
+        assert_eq!(hb.bracket(TrialId(4)), Some(1), "known after the trial ended");
+        let json = serde_json::to_string(&hb.save_state()).unwrap();
+        let mut back = HyperBand::new().max_t(9).metric("acc").mode(Mode::Max);
+        back.restore_state(serde_json::from_str(&json).unwrap()).unwrap();
+        assert_eq!((0..10).map(|i| back.bracket(TrialId(i))).collect::<Vec<_>>(), want);
     }
 }

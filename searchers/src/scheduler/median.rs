@@ -4,6 +4,22 @@
 //! with `hard_stop = false` (a soft-stopped trial is never judged again and later runs FIFO).
 //! With fewer than `min_samples_required` comparable trials, a trial yields (pauses) when
 //! others are waiting to run and it has run `min_time_slice` since its last pause.
+//!
+//! Means and the median are NumPy's to the last bit (`np.mean` sums pairwise; the median of an
+//! even count is the `np.mean` of the two middle values).
+//!
+//! Results that are not finite numbers (see the [module docs](super)):
+//!
+//! * `±inf` are ordered like any number: a running mean holding `+inf` in `max` mode is `+inf`
+//!   (one holding both infinities is not a number and is left out, as below).
+//! * A NaN result is left out of its trial's running mean, and a trial with no number in
+//!   `[grace_period, t]` is not a sample. In Ray, one NaN (or one such trial, whose mean of
+//!   nothing is NaN) makes the median NaN, which stops every trial it judges.
+//! * A NaN never raises its trial's best score, and a trial whose results so far are all NaN
+//!   is stopped (or paused) as soon as there is a median to compare with: a deliberate
+//!   difference, since Ray's `max` over a list starting with NaN is NaN, with which its trial
+//!   runs on. A median that is not a number (the means hold both `+inf` and `−inf`) stops
+//!   nobody.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,8 +29,8 @@ use super::{
     Decision, SchedulerState, Target, TrialScheduler, first_pending_then_paused, wrong_state,
 };
 use crate::error::{Error, Result};
-use crate::math::median;
-use crate::metrics::{Metrics, Mode, score_serde};
+use crate::math::{median, np_mean};
+use crate::metrics::{Metrics, Mode, same_score, score_serde};
 use crate::trial::{TrialId, TrialStatus, TrialsView};
 
 const NAME: &str = "MedianStopping";
@@ -41,11 +57,18 @@ pub struct MedianStoppingState {
     last_pause: BTreeMap<TrialId, f64>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct Point {
     time: f64,
+    /// `sign × value`, NaN kept.
     #[serde(with = "score_serde")]
     score: f64,
+}
+
+impl PartialEq for Point {
+    fn eq(&self, other: &Self) -> bool {
+        self.time == other.time && same_score(self.score, other.score)
+    }
 }
 
 impl Default for MedianStopping {
@@ -129,19 +152,15 @@ impl MedianStopping {
         Ok(())
     }
 
+    /// The mean score over `[grace_period, time]`, NaN results left out; `None` if there is
+    /// no number there or the mean is not one.
     fn running_mean(&self, points: &[Point], time: f64) -> Option<f64> {
         let scoped: Vec<f64> = points
             .iter()
-            .filter(|p| self.grace_period <= p.time && p.time <= time)
+            .filter(|p| self.grace_period <= p.time && p.time <= time && !p.score.is_nan())
             .map(|p| p.score)
             .collect();
-        if scoped.is_empty() {
-            return None;
-        }
-        if scoped.iter().any(|s| !s.is_finite()) {
-            return Some(f64::NEG_INFINITY);
-        }
-        Some(scoped.iter().sum::<f64>() / scoped.len() as f64)
+        np_mean(&scoped).filter(|m| !m.is_nan())
     }
 }
 
@@ -193,12 +212,16 @@ impl TrialScheduler for MedianStopping {
             return Ok(Decision::Continue);
         }
         let mut means = means;
-        let Some(median) = median(&mut means) else {
+        let Some(median) = median(&mut means).filter(|m| !m.is_nan()) else {
             return Ok(Decision::Continue);
         };
-        let best =
-            self.state.results[&trial].iter().map(|p| p.score).fold(f64::NEG_INFINITY, f64::max);
-        if best < median {
+        // The best number so far; None if every result was NaN.
+        let best = self.state.results[&trial]
+            .iter()
+            .map(|p| p.score)
+            .filter(|s| !s.is_nan())
+            .max_by(f64::total_cmp);
+        if best.is_none_or(|b| b < median) {
             self.state.stopped.insert(trial);
             return Ok(if self.hard_stop { Decision::Stop } else { Decision::Pause });
         }
@@ -302,5 +325,81 @@ mod tests {
         let mut m = rule(true);
         assert_eq!(m.on_trial_result(&view, TrialId(0), &r(0.5, 1.0)).unwrap(), Decision::Continue);
         assert_eq!(m.on_trial_result(&view, TrialId(0), &r(1.0, 1.0)).unwrap(), Decision::Pause);
+    }
+
+    /// Feeds `(trial, t, loss)` to a hard rule with `min_samples_required = 2`; the decisions.
+    fn feed(reports: &[(u64, f64, f64)]) -> Vec<Decision> {
+        let mut view = TrialTable::new();
+        for i in 0..6 {
+            view.add(TrialId(i), Params::new());
+            view.set_status(TrialId(i), TrialStatus::Running);
+        }
+        let mut m = rule(true);
+        reports
+            .iter()
+            .map(|&(i, t, loss)| m.on_trial_result(&view, TrialId(i), &r(t, loss)).unwrap())
+            .collect()
+    }
+
+    /// A loss of −inf is the best score, and a running mean holding it is the best mean.
+    #[test]
+    fn infinities_are_ordered_in_the_modes_direction() {
+        let inf = f64::INFINITY;
+        // Trial 2's best is +inf: above any median, it continues (it used to be stopped).
+        let d = feed(&[(0, 1.0, 1.0), (1, 1.0, 2.0), (2, 1.0, -inf)]);
+        assert_eq!(d[2], Decision::Continue);
+        // Trial 1's running mean is +inf: the median of {−1, +inf} is +inf, so a loss of 0.5
+        // is stopped (with −inf as the worst score the median was −inf and stopped nobody).
+        let d = feed(&[(0, 1.0, 1.0), (1, 1.0, -inf), (2, 1.0, 0.5)]);
+        assert_eq!(d[2], Decision::Stop);
+        // Means of +inf and −inf have no median: nobody is stopped.
+        let d = feed(&[(0, 1.0, inf), (1, 1.0, -inf), (2, 1.0, 9.0)]);
+        assert_eq!(d[2], Decision::Continue);
+    }
+
+    /// A NaN never raises its trial's best: a trial with nothing but NaN is stopped once there
+    /// is a median, while a NaN after good results does not stop the trial.
+    #[test]
+    fn nan_counts_as_the_worst_result_of_its_trial() {
+        let nan = f64::NAN;
+        let d = feed(&[(0, 1.0, 1.0), (1, 1.0, 2.0), (2, 1.0, nan)]);
+        assert_eq!(d[2], Decision::Stop);
+        let d = feed(&[(0, 1.0, 1.0), (0, 2.0, 1.0), (1, 1.0, 2.0), (1, 2.0, 2.0)]);
+        assert!(d.iter().all(|d| *d == Decision::Continue), "too few samples, nobody waiting");
+        let d = feed(&[
+            (0, 1.0, 1.0),
+            (0, 2.0, 1.0),
+            (1, 1.0, 2.0),
+            (1, 2.0, 2.0),
+            (2, 1.0, 0.5),
+            (2, 2.0, nan),
+        ]);
+        assert_eq!(d[4..], [Decision::Continue, Decision::Continue], "best 0.5 beats 1.5");
+    }
+
+    /// NaN results are left out of running means (in Ray one NaN makes the median NaN), and a
+    /// trial with nothing but NaN in its window is not a sample.
+    #[test]
+    fn nan_results_stay_out_of_the_median() {
+        let nan = f64::NAN;
+        // Trial 0's mean is 1.0 over its numbers, trial 1's 2.0: the median 1.5 stops a loss
+        // of 1.8. With its NaN as −inf, trial 0's mean was −inf and the median let 1.8 through.
+        let d = feed(&[(0, 1.0, 1.0), (0, 2.0, nan), (1, 1.0, 2.0), (1, 2.0, 2.0), (2, 2.0, 1.8)]);
+        assert_eq!(d[4], Decision::Stop);
+        // Trials 0 and 1 have only NaN: no samples, so trial 2 is not judged at all.
+        let d = feed(&[(0, 1.0, nan), (1, 1.0, nan), (2, 1.0, 9.0)]);
+        assert_eq!(d[2], Decision::Continue);
+    }
+
+    #[test]
+    fn nan_results_survive_the_saved_state() {
+        let mut m = rule(true);
+        let view = TrialTable::new();
+        for (t, loss) in [(1.0, f64::NAN), (2.0, f64::INFINITY), (3.0, 0.5)] {
+            m.on_trial_result(&view, TrialId(0), &r(t, loss)).unwrap();
+        }
+        let json = serde_json::to_string(&m.save_state()).unwrap();
+        let state: SchedulerState = serde_json::from_str(&json).unwrap();
+        assert_eq!(state, m.save_state(), "{json}");
     }
 }

@@ -10,14 +10,30 @@
 //! handed out by [`TrialScheduler::choose_trial_to_run`].
 //!
 //! Direction is normalised once: every scheduler compares scores (`sign × value`, higher is
-//! better, NaN/inf the worst); a result missing the metric or the time attribute is an
-//! [`Error::MissingMetric`].
+//! better); a result missing the metric or the time attribute is an [`Error::MissingMetric`].
+//!
+//! # Results that are not finite numbers
+//!
+//! The same three rules in every scheduler of this crate:
+//!
+//! * `±inf` are ordered like any other number in the mode's direction: `+inf` in `max` mode
+//!   (`−inf` in `min` mode) is the best score there is, and is never stopped for being low.
+//! * A NaN (a diverged trial) ranks below every number, so it may stop the trial: at an ASHA
+//!   rung that has a cutoff, in a HyperBand round it loses, in the median rule when there is a
+//!   median, and in PBT it exploits a top trial. **This differs from Ray**, whose comparisons
+//!   with NaN are all false, so that a NaN trial runs on there (or, in Ray's median rule, a
+//!   NaN median stops every trial it judges).
+//! * A NaN is never part of what other trials are judged against: ASHA records that the trial
+//!   passed the rung but leaves its NaN out of the cutoff (Ray's `nanpercentile`), the median
+//!   rule leaves NaN results out of running means, PBT leaves NaN trials out of the quantiles.
 
 mod asha;
 mod fifo;
 mod hyperband;
 mod median;
 mod pbt;
+
+use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +120,15 @@ pub trait TrialScheduler: Send {
     fn status(&self) -> SchedulerStatus {
         SchedulerStatus::default()
     }
+
+    /// The bracket `trial` was assigned to, for schedulers that have brackets (ASHA: the index
+    /// of [`RungStatus::bracket`]; HyperBand: the index of the bracket among those created
+    /// so far). Kept after the trial ends and in the saved state. `None` for a trial the
+    /// scheduler never added, and from schedulers without brackets (the default).
+    fn bracket(&self, trial: TrialId) -> Option<usize> {
+        let _ = trial;
+        None
+    }
 }
 
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
@@ -148,6 +173,9 @@ impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     fn status(&self) -> SchedulerStatus {
         (**self).status()
     }
+    fn bracket(&self, trial: TrialId) -> Option<usize> {
+        (**self).bracket(trial)
+    }
 }
 
 /// A scheduler's decisions so far, as a person watching a sweep reads them (see
@@ -173,7 +201,7 @@ pub struct SchedulerStatus {
 pub struct RungStatus {
     pub bracket: usize,
     pub milestone: f64,
-    /// Trials whose score at this milestone is recorded.
+    /// Trials recorded at this milestone (one with a NaN score counts here, not in the cutoff).
     pub recorded: usize,
     /// The score a trial reaching the rung now must reach to go on (None: nothing recorded,
     /// or not a finite number).
@@ -257,14 +285,26 @@ impl Target {
         }
     }
 
-    /// `(time, score)` of a result.
+    /// `(time, score)` of a result. The score is `sign × value`: infinities keep their order
+    /// and a NaN stays NaN, for each scheduler to treat as the module docs say.
     fn read(&self, result: &Metrics) -> Result<(f64, f64)> {
         let (Some(metric), Some(mode)) = (&self.metric, self.mode) else {
             return Err(Error::NotConfigured { component: self.component });
         };
         let time = get_metric(result, &self.time_attr)?;
         let value = get_metric(result, metric)?;
-        Ok((time, mode.score(value)))
+        Ok((time, mode.sign() * value))
+    }
+}
+
+/// Best first: numbers (infinities included) from the highest score down, then NaN, which
+/// ranks below every number (see the module docs).
+fn best_first(a: f64, b: f64) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (false, false) => b.total_cmp(&a),
+        (true, true) => Ordering::Equal,
+        (false, true) => Ordering::Less,
+        (true, false) => Ordering::Greater,
     }
 }
 

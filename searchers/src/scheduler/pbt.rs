@@ -16,6 +16,13 @@
 //!
 //! Otherwise the trial continues, or pauses if other trials are waiting (so the population
 //! advances together). `choose_trial_to_run` picks the waiting trial that has trained least.
+//!
+//! Results that are not finite numbers (see the [module docs](super)): the quantiles rank
+//! `±inf` like any number (`+inf` is the top in `max` mode). A trial whose last score is NaN
+//! is left out of the ranking (it neither takes a bottom place from a poor trial nor can be a
+//! source) and, when it reaches a perturbation, exploits a top trial whenever there is a top
+//! quantile: a deliberate difference, since Ray sorts with Python's `sorted`, where NaN lands
+//! wherever the sort leaves it.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +33,7 @@ use super::{
     Decision, ExploitStatus, SchedulerState, SchedulerStatus, Target, TrialScheduler, wrong_state,
 };
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Mode, opt_score_serde};
+use crate::metrics::{Metrics, Mode, opt_score_serde, same_opt_score};
 use crate::params::Params;
 use crate::rng::SearchRng;
 use crate::space::{Domain, Param, SearchSpace};
@@ -65,13 +72,23 @@ pub struct PbtState {
 /// Exploits kept for [`TrialScheduler::status`].
 const RECENT_EXPLOITS: usize = 8;
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct PbtTrial {
+    /// `sign × value` at the last perturbation time, NaN kept.
     #[serde(with = "opt_score_serde")]
     last_score: Option<f64>,
     last_perturbation_time: f64,
     last_train_time: f64,
     finished: bool,
+}
+
+impl PartialEq for PbtTrial {
+    fn eq(&self, other: &Self) -> bool {
+        same_opt_score(self.last_score, other.last_score)
+            && self.last_perturbation_time == other.last_perturbation_time
+            && self.last_train_time == other.last_train_time
+            && self.finished == other.finished
+    }
 }
 
 impl Default for Pbt {
@@ -212,7 +229,7 @@ impl Pbt {
         Ok(())
     }
 
-    /// Ray's `_quantiles`: (bottom, top) among unfinished trials with a score.
+    /// Ray's `_quantiles`: (bottom, top) among unfinished trials with a score that is a number.
     fn quantiles(&self, trials: &dyn TrialsView) -> (Vec<TrialId>, Vec<TrialId>) {
         let mut ranked: Vec<(TrialId, f64)> = self
             .state
@@ -221,7 +238,7 @@ impl Pbt {
             .filter(|(id, t)| {
                 !t.finished && trials.get(**id).is_none_or(|info| !info.status.is_finished())
             })
-            .filter_map(|(id, t)| t.last_score.map(|s| (*id, s)))
+            .filter_map(|(id, t)| t.last_score.filter(|s| !s.is_nan()).map(|s| (*id, s)))
             .collect();
         ranked.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
         if ranked.len() <= 1 {
@@ -381,7 +398,7 @@ impl TrialScheduler for Pbt {
         state.last_perturbation_time = time;
 
         let (lower, upper) = self.quantiles(trials);
-        if lower.contains(&trial) && !upper.is_empty() {
+        if (score.is_nan() || lower.contains(&trial)) && !upper.is_empty() {
             let source = upper[self.state.rng.random_range(0..upper.len())];
             let Some(source_info) = trials.get(source) else {
                 return Err(Error::UnknownTrial { component: NAME, trial: source });
@@ -516,5 +533,61 @@ mod tests {
             pbt.on_trial_add(&TrialTable::new(), TrialId(0)),
             Err(Error::InvalidConfig { setting: "hyperparam_mutations", .. })
         ));
+    }
+
+    /// Four running trials with `lr` to mutate, reporting at `t = 1` (perturbation interval
+    /// 1); returns the source each report exploits, if any.
+    fn exploits(mode: Mode, values: &[(u64, f64)]) -> Vec<Option<TrialId>> {
+        let mut pbt = Pbt::new()
+            .time_attr("t")
+            .metric("acc")
+            .mode(mode)
+            .perturbation_interval(1)
+            .hyperparam_mutations(SearchSpace::new().add("lr", loguniform(1e-4, 1e-1).unwrap()))
+            .seed(1);
+        let mut view = TrialTable::new();
+        for i in 0..4 {
+            view.add(TrialId(i), Params::new().with("lr", 0.01));
+            view.set_status(TrialId(i), TrialStatus::Running);
+            pbt.on_trial_add(&view, TrialId(i)).unwrap();
+        }
+        values
+            .iter()
+            .map(|&(i, v)| match pbt.on_trial_result(&view, TrialId(i), &r(1.0, v)).unwrap() {
+                Decision::Exploit { source, .. } => Some(source),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `+inf` is the top of a `max` ranking (it used to be the bottom).
+    #[test]
+    fn infinities_rank_in_the_modes_direction() {
+        let got = exploits(Mode::Max, &[(0, f64::INFINITY), (1, 0.5), (2, 0.7), (3, 0.1)]);
+        assert_eq!(got, [None, Some(TrialId(0)), None, Some(TrialId(0))]);
+        // A loss of −inf is the best one.
+        let got = exploits(Mode::Min, &[(0, f64::NEG_INFINITY), (1, 0.5)]);
+        assert_eq!(got, [None, Some(TrialId(0))]);
+    }
+
+    /// A trial reporting NaN exploits a top trial, and is never a source.
+    #[test]
+    fn nan_trial_exploits_a_top_trial() {
+        let got = exploits(Mode::Max, &[(0, 0.9), (1, 0.5), (2, 0.7), (3, f64::NAN)]);
+        assert_eq!(got[3], Some(TrialId(0)));
+        // With no top quantile (a single number ranked), it continues.
+        let got = exploits(Mode::Max, &[(0, 0.9), (3, f64::NAN)]);
+        assert_eq!(got, [None, None]);
+    }
+
+    /// NaN trials are left out of the quantiles: they do not take the bottom place from the
+    /// poorest trial with a number.
+    #[test]
+    fn nan_trials_stay_out_of_the_quantiles() {
+        let nan = f64::NAN;
+        let got = exploits(Mode::Max, &[(0, nan), (1, nan), (2, 0.9), (3, 0.1)]);
+        // Trial 2 is the only number when it reports: no quantiles. Then 0.1 is the bottom of
+        // {0.1, 0.9} and exploits 0.9 (ranked as −inf, a NaN would have been the bottom).
+        assert_eq!(got, [None, None, None, Some(TrialId(2))]);
     }
 }

@@ -10,6 +10,7 @@
 
 mod basic_variant;
 mod limiter;
+mod points;
 mod repeater;
 pub mod tpe;
 

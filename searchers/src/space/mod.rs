@@ -117,6 +117,17 @@ pub enum Param {
     Dependent(Dependent),
 }
 
+impl Param {
+    /// Sampled leaves in this entry (domains and grids, as `SearchSpace::resolve` counts them).
+    fn sampled_count(&self) -> usize {
+        match self {
+            Param::Sample(_) | Param::Grid(_) => 1,
+            Param::Nested(inner) => inner.sampled_count(),
+            Param::Const(_) | Param::Dependent(_) => 0,
+        }
+    }
+}
+
 impl From<Domain> for Param {
     fn from(d: Domain) -> Self {
         Param::Sample(d)
@@ -371,6 +382,115 @@ impl SearchSpace {
         Ok(map)
     }
 
+    /// Number of sampled leaves (domains and grids, not dependents), as `resolve` numbers them.
+    fn sampled_count(&self) -> usize {
+        self.entries.iter().map(|(_, p)| p.sampled_count()).sum()
+    }
+
+    /// What a point (a parameter set given by the user, `points_to_evaluate`) fixes: one entry
+    /// per sampled leaf, numbered as `resolve` numbers them, `None` where the point leaves the
+    /// leaf to the searcher. Keys are nested tables (`{model = {lr = 0.1}}`, as trial params
+    /// are) or dotted paths (`"model.lr"`). A value must be one the entry can take: inside a
+    /// domain (an integer is taken for a float domain, an integral float for an integer one),
+    /// among a grid's or choice's values, or equal to a constant; a dependent value cannot be
+    /// given, nor a key the space does not have.
+    pub(crate) fn point_values(
+        &self,
+        point: &Params,
+    ) -> std::result::Result<Vec<Option<Value>>, PointMismatch> {
+        let mut out = vec![None; self.sampled_count()];
+        self.match_point(point.as_map(), "", 0, &mut out)?;
+        Ok(out)
+    }
+
+    fn match_point(
+        &self,
+        map: &Map,
+        prefix: &str,
+        base: usize,
+        out: &mut [Option<Value>],
+    ) -> std::result::Result<(), PointMismatch> {
+        for (key, value) in map.iter() {
+            self.match_entry(key, value, prefix, base, out)?;
+        }
+        Ok(())
+    }
+
+    fn match_entry(
+        &self,
+        key: &str,
+        value: &Value,
+        prefix: &str,
+        base: usize,
+        out: &mut [Option<Value>],
+    ) -> std::result::Result<(), PointMismatch> {
+        let path = join(prefix, key);
+        let mismatch = |expected: String| PointMismatch {
+            path: path.clone(),
+            found: value.describe(),
+            expected,
+        };
+        // The entry and the number of its first sampled leaf.
+        let mut at = base;
+        let mut entry = None;
+        for (k, p) in &self.entries {
+            if k == key {
+                entry = Some(p);
+                break;
+            }
+            at += p.sampled_count();
+        }
+        let Some(param) = entry else {
+            if let Some((head, rest)) = key.split_once('.')
+                && matches!(self.get(head), Some(Param::Nested(_)))
+            {
+                let mut nested = Map::new();
+                nested.insert(rest, value.clone());
+                return self.match_entry(head, &Value::Map(nested), prefix, base, out);
+            }
+            let keys: Vec<&str> = self.entries.iter().map(|(k, _)| k.as_str()).collect();
+            return Err(mismatch(format!(
+                "a parameter of the space (here: {})",
+                if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
+            )));
+        };
+        let slot = |out: &mut [Option<Value>], v: Value| {
+            if let Some(s) = out.get_mut(at) {
+                *s = Some(v);
+            }
+        };
+        match param {
+            Param::Sample(d) => match as_domain_value(d, value) {
+                Some(v) if d.contains(&v) => slot(out, v),
+                _ => return Err(mismatch(format!("a value of {}", d.describe()))),
+            },
+            Param::Grid(values) => match find_value(values, value) {
+                Some(v) => slot(out, v),
+                None => {
+                    return Err(mismatch(format!(
+                        "one of the grid_search values {}",
+                        Value::List(values.clone())
+                    )));
+                }
+            },
+            Param::Const(c) => {
+                if find_value(std::slice::from_ref(c), value).is_none() {
+                    return Err(mismatch(format!("the constant {c} (or leave it out)")));
+                }
+            }
+            Param::Dependent(_) => {
+                return Err(mismatch(
+                    "no value: it is computed from the other parameters".to_string(),
+                ));
+            }
+            Param::Nested(inner) => match value {
+                Value::Map(m) => inner.match_point(m, &path, at, out)?,
+                _ => return Err(mismatch("a table of its parameters".to_string())),
+            },
+        }
+        Ok(())
+    }
+
     /// The sweep-file form as a [`Value`] (a map). Fails on dependent values.
     pub fn to_value(&self) -> Result<Value> {
         if let Some((key, e)) = &self.invalid {
@@ -451,6 +571,54 @@ fn parse_form(name: &str, args: &Value) -> Result<Param> {
             Some(r) => r.map(Param::Sample),
             None => Err(Error::space("", format!("unknown domain `{name}`"))),
         },
+    }
+}
+
+/// Where a point (see `SearchSpace::point_values`) does not fit the space.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PointMismatch {
+    /// Dotted key path.
+    pub path: String,
+    /// The value given, with its type.
+    pub found: String,
+    /// What would fit.
+    pub expected: String,
+}
+
+/// The space's own value equal to `v` (an integer and a float of the same number match).
+fn find_value(values: &[Value], v: &Value) -> Option<Value> {
+    let same = |a: &Value| match (a, v) {
+        (Value::Int(i), Value::Float(f)) | (Value::Float(f), Value::Int(i)) => *i as f64 == *f,
+        _ => a == v,
+    };
+    values.iter().find(|a| same(a)).cloned()
+}
+
+/// `v` as the domain's kind of value: an integer for a float domain becomes a float, an
+/// integral float for an integer domain an integer, a choice's equal value that value.
+fn as_domain_value(d: &Domain, v: &Value) -> Option<Value> {
+    match (d, v) {
+        (Domain::Choice(values), v) => find_value(values, v),
+        (
+            Domain::RandInt { .. }
+            | Domain::QRandInt { .. }
+            | Domain::LogRandInt { .. }
+            | Domain::QLogRandInt { .. },
+            Value::Float(f),
+        ) => {
+            let in_range = f.fract() == 0.0 && (i64::MIN as f64..i64::MAX as f64).contains(f);
+            in_range.then_some(Value::Int(*f as i64))
+        }
+        (
+            Domain::Uniform { .. }
+            | Domain::QUniform { .. }
+            | Domain::LogUniform { .. }
+            | Domain::QLogUniform { .. }
+            | Domain::Randn { .. }
+            | Domain::QRandn { .. },
+            Value::Int(i),
+        ) => Some(Value::Float(*i as f64)),
+        (_, v) => Some(v.clone()),
     }
 }
 

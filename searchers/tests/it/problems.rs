@@ -138,6 +138,48 @@ pub fn best_of(searcher: &mut dyn Searcher, problem: &Problem, budget: u64) -> f
     best
 }
 
+/// Best value found by `searcher` in `budget` trials on `problem` with `concurrency` trials in
+/// flight: it is asked for trials until that many run, then the oldest completes (1 is
+/// [`best_of`]).
+pub fn best_of_concurrent(
+    searcher: &mut dyn Searcher,
+    problem: &Problem,
+    budget: u64,
+    concurrency: usize,
+) -> f64 {
+    searcher.set_metric("loss", Mode::Min).expect("metric");
+    let mut best = f64::INFINITY;
+    let mut live: std::collections::VecDeque<(TrialId, f64)> = Default::default();
+    let mut next = 0;
+    loop {
+        while live.len() < concurrency.max(1) && next < budget {
+            let id = TrialId(next);
+            match searcher.suggest(id).expect("suggest") {
+                Suggestion::Params(p) => live.push_back((id, (problem.f)(&p))),
+                Suggestion::NotNow | Suggestion::Finished => break,
+            }
+            next += 1;
+        }
+        let Some((id, loss)) = live.pop_front() else { break };
+        best = best.min(loss);
+        let r = Metrics::from([("loss".to_string(), loss)]);
+        searcher.on_trial_complete(id, Some(&r), false).expect("complete");
+    }
+    best
+}
+
+/// [`tpe_best`] with `concurrency` trials in flight and the constant liar on or off.
+pub fn tpe_best_with(
+    problem: &Problem,
+    budget: u64,
+    seed: u64,
+    concurrency: usize,
+    liar: bool,
+) -> f64 {
+    let mut s = Tpe::new((problem.space)()).expect("space").seed(seed).constant_liar(liar);
+    best_of_concurrent(&mut s, problem, budget, concurrency)
+}
+
 pub fn random_best(problem: &Problem, budget: u64, seed: u64) -> f64 {
     let mut s = BasicVariant::new((problem.space)()).expect("space").num_samples(budget).seed(seed);
     best_of(&mut s, problem, budget)

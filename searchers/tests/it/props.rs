@@ -229,8 +229,9 @@ proptest! {
         prop_assert_eq!(back, state);
     }
 
-    /// A trial reaching a rung with fewer than n/rf of the n scores already recorded there
-    /// better than its own is never stopped.
+    /// A trial reaching a rung with fewer than n/rf of the n numbers already recorded there
+    /// better than its own is never stopped; a NaN is stopped exactly when a number is
+    /// recorded there (NaNs are recorded, but never counted).
     #[test]
     fn asha_never_stops_the_top_of_a_rung(
         rf in 2..5u32,
@@ -254,7 +255,7 @@ proptest! {
             let t = last_t.get(&trial).copied().unwrap_or(0) + dt;
             last_t.insert(trial, t);
             let tf = f64::from(t);
-            let score = if value.is_nan() { f64::NEG_INFINITY } else { value };
+            let score = value;
             let r = Metrics::from([("training_iteration".to_string(), tf), ("m".to_string(), value)]);
             let d = asha.on_trial_result(&view, id, &r).unwrap();
             if tf >= 64.0 {
@@ -266,10 +267,14 @@ proptest! {
             let rung = milestones.iter().position(|m| tf >= *m)
                 .and_then(|top| (top..milestones.len()).find(|k| !mirror[*k].iter().any(|(id, _)| *id == trial)));
             if let Some(k) = rung {
-                let n = mirror[k].len();
-                let better = mirror[k].iter().filter(|(_, s)| *s > score).count();
-                if (better as f64) * rf_f < n as f64 {
-                    prop_assert_ne!(&d, &Decision::Stop, "better {} of {}", better, n);
+                let n = mirror[k].iter().filter(|(_, s)| !s.is_nan()).count();
+                if score.is_nan() {
+                    prop_assert_eq!(&d, if n > 0 { &Decision::Stop } else { &Decision::Continue });
+                } else {
+                    let better = mirror[k].iter().filter(|(_, s)| *s > score).count();
+                    if (better as f64) * rf_f < n as f64 {
+                        prop_assert_ne!(&d, &Decision::Stop, "better {} of {}", better, n);
+                    }
                 }
                 mirror[k].push((trial, score));
             } else {
