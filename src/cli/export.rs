@@ -185,24 +185,26 @@ fn model_card(
             .filter(|f| !["params.json", "metrics.json"].contains(&f.as_str()))
             .map(|f| format!("- `{f}`\n"))
             .collect::<String>(),
-        loading = loading(to, &written.files) + &preprocessing(written.schema.as_ref()),
+        loading = loading(to, &written.files) + &preprocessing(written.schema.as_ref(), to),
     )
 }
 
 /// What the model's inputs are, for a model trained on datasets.
-fn preprocessing(schema: Option<&DataSchema>) -> String {
+fn preprocessing(schema: Option<&DataSchema>, to: &Path) -> String {
     let Some(schema) = schema else { return String::new() };
     let label = schema.label.as_deref().map_or(String::new(), |l| format!(" to predict `{l}`"));
     format!(
         "\n## Inputs\n\n\
          Trained on the columns {features}{label}. `{DATA_SCHEMA_FILE}` holds them and the \
          preprocessing fitted on the training data; the model's input is the {n} columns after \
-         it ({inputs}). `TorchPredictor::inputs(&frame)` applies it to a polars frame. From \
+         it ({inputs}). `TorchPredictor::inputs(&frame)` applies it to a polars frame, and \
+         `rtune predict --model {dir} --input FILE --output FILE` to a parquet or CSV file. From \
          Python, apply the fitted steps in `{DATA_SCHEMA_FILE}` in order (a scaler: \
          `(x - offset) / scale` per column) before calling the model.\n",
         features = code_list(&schema.features),
         n = schema.model_inputs.len(),
         inputs = code_list(&schema.model_inputs),
+        dir = to.display(),
     )
 }
 

@@ -27,6 +27,7 @@ mod cluster;
 mod doc;
 mod export;
 mod inspect;
+mod predict;
 mod progress;
 pub mod stream;
 pub mod sweep;
@@ -145,6 +146,30 @@ enum Command {
         #[arg(long)]
         to: PathBuf,
     },
+    /// Predict every row of a parquet or CSV file with an exported model (its TorchScript
+    /// model.pt and the preprocessor it was trained with), a batch of rows at a time.
+    #[command(
+        after_help = "Example:\n  rtune predict --model best-model --input test.csv --output predicted.parquet\n\n\
+        The output holds the input's rows with a `prediction` column (a class, or a value) and, \
+        for a classifier, a `prob_<class>` column per class."
+    )]
+    Predict {
+        /// A folder `rtune export` wrote.
+        #[arg(long, alias = "checkpoint")]
+        model: PathBuf,
+        /// A .parquet or .csv file with the model's input columns.
+        #[arg(long)]
+        input: PathBuf,
+        /// The .parquet or .csv file to create.
+        #[arg(long)]
+        output: PathBuf,
+        /// Rows per batch: what is in memory at once.
+        #[arg(long, default_value_t = 65_536)]
+        batch_rows: usize,
+        /// Copy columns the model does not take to the output (by default they are an error).
+        #[arg(long)]
+        allow_extra: bool,
+    },
     /// Serve a cluster: the resource pool that drivers reserve worker groups from.
     #[command(after_help = "Example:\n  rtune head --port 6380")]
     Head {
@@ -239,7 +264,7 @@ fn exit_code(e: &anyhow::Error) -> i32 {
 
 fn code_of(e: &Error) -> i32 {
     match e {
-        Error::Config { .. } | Error::Params(_) => EXIT_INVALID,
+        Error::Config { .. } | Error::Params(_) | Error::Data(_) => EXIT_INVALID,
         Error::Interrupted { .. } => EXIT_INTERRUPTED,
         _ => EXIT_TRIALS_FAILED,
     }
@@ -299,6 +324,17 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 model: model.as_ref(),
             };
             println!("{}", export::export(&args)?);
+            Ok(0)
+        }
+        Command::Predict { model, input, output, batch_rows, allow_extra } => {
+            let args = predict::PredictArgs {
+                model: &model,
+                input: &input,
+                output: &output,
+                batch_rows,
+                allow_extra,
+            };
+            println!("{}", predict::predict(&args)?);
             Ok(0)
         }
         Command::Head { port, bind, token, heartbeat_timeout } => {

@@ -597,6 +597,7 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
     let test = rtune::data::Digits::split(rtune::cli::builtins::DIGITS_SPLIT_SEED)?.test;
     let accuracy = rtune::cli::builtins::predictor_accuracy(&predictor, &test)?;
     ensure!(accuracy >= 0.95, "the exported best model is {accuracy:.4} right on the test set");
+    batch_prediction_matches(&to, &test, accuracy, dir.path())?;
     // PyTorch alone gets the same outputs from the export's TorchScript module and from its
     // safetensors weights.
     let x =
@@ -608,6 +609,100 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
             ours.iter().flatten().zip(theirs.iter().flatten()).all(|(a, b)| (a - b).abs() < 1e-5);
         ensure!(close && theirs.len() == 5, "{name} in PyTorch: {theirs:?}, rtune: {ours:?}");
     }
+    Ok(())
+}
+
+/// `rtune predict` over the test set as a CSV file, in batches of 100 rows: the same accuracy
+/// as the predictor's, probabilities that sum to 1, and named errors for wrong columns.
+fn batch_prediction_matches(
+    export: &Path,
+    test: &rtune::data::Digits,
+    accuracy: f64,
+    dir: &Path,
+) -> Result<()> {
+    use rtune::polars::prelude::{CsvWriter, ParquetReader, SerReader, SerWriter};
+    let input = dir.join("test.csv");
+    CsvWriter::new(std::fs::File::create(&input)?).finish(&mut test.frame()?)?;
+    let output = dir.join("predicted.parquet");
+    let (model, input_s, output_s) =
+        (export.to_str().unwrap(), input.to_str().unwrap(), output.to_str().unwrap());
+    let args = ["predict", "--model", model, "--input", input_s, "--output", output_s];
+    let out = rtune(&[&args[..], &["--batch-rows", "100"]].concat())?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let frame = ParquetReader::new(std::fs::File::open(&output)?).finish()?;
+    ensure!(frame.height() == test.len(), "{} rows predicted of {}", frame.height(), test.len());
+    let predicted: Vec<i64> = frame.column("prediction")?.i64()?.into_no_null_iter().collect();
+    let right = predicted.iter().zip(&test.labels).filter(|(p, l)| p == l).count();
+    let batch_accuracy = right as f64 / test.len() as f64;
+    ensure!(
+        (batch_accuracy - accuracy).abs() < 1e-6,
+        "rtune predict: {batch_accuracy}, the predictor: {accuracy}"
+    );
+    let mut sums = vec![0f64; test.len()];
+    for class in 0..10 {
+        let probs = frame.column(&format!("prob_{class}"))?.f32()?;
+        for (sum, p) in sums.iter_mut().zip(probs.into_no_null_iter()) {
+            *sum += f64::from(p);
+        }
+    }
+    ensure!(sums.iter().all(|s| (s - 1.0).abs() < 1e-4), "probabilities do not sum to 1");
+    // A file without an input column, or with one the model does not take, is refused.
+    let csv = std::fs::read_to_string(&input)?;
+    let without: String =
+        csv.lines().map(|l| l.split_once(',').unwrap().1.to_owned() + "\n").collect();
+    let bad = dir.join("without_pixel_0.csv");
+    std::fs::write(&bad, without)?;
+    let out = rtune(&[
+        "predict",
+        "--model",
+        model,
+        "--input",
+        bad.to_str().unwrap(),
+        "--output",
+        dir.join("x.csv").to_str().unwrap(),
+    ])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(text(&out).contains("lacks the model's input column(s) `pixel_0`"), "{}", text(&out));
+    let extra: String = csv
+        .lines()
+        .enumerate()
+        .map(|(i, l)| format!("{},{l}\n", if i == 0 { "id".into() } else { i.to_string() }))
+        .collect();
+    let bad = dir.join("with_id.csv");
+    std::fs::write(&bad, extra)?;
+    let to = dir.join("x.csv");
+    let out = rtune(&[
+        "predict",
+        "--model",
+        model,
+        "--input",
+        bad.to_str().unwrap(),
+        "--output",
+        to.to_str().unwrap(),
+    ])?;
+    ensure!(
+        text(&out).contains("column(s) the model does not take: `id`; pass --allow-extra"),
+        "{}",
+        text(&out)
+    );
+    ensure!(!to.exists() && !dir.join(".x.csv.partial").exists(), "a refused file left output");
+    let out = rtune(&[
+        "predict",
+        "--model",
+        model,
+        "--input",
+        bad.to_str().unwrap(),
+        "--output",
+        to.to_str().unwrap(),
+        "--allow-extra",
+    ])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let written = std::fs::read_to_string(&to)?;
+    ensure!(
+        written.lines().count() == test.len() + 1 && written.starts_with("id,pixel_0"),
+        "{}",
+        &written[..200.min(written.len())]
+    );
     Ok(())
 }
 
