@@ -5,7 +5,7 @@
 //! 2-worker data-parallel MLP, TPE over learning rate, width and batch size, ASHA stopping the
 //! weak trials), then exports its best checkpoint, then runs this with the export's folder:
 //!   demo rtune_results/<sweep>/best-model
-//! Expected: test accuracy of at least 95% (about 97-98%) on the 271 test images.
+//! Expected: test accuracy of at least 95% (about 96%) on the 271 test images.
 
 use std::path::PathBuf;
 

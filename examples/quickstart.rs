@@ -4,7 +4,7 @@
 //! trial's checkpoint predicts the held-out test set through `TorchPredictor`, which applies
 //! the scaler saved with it.
 //! Expected (`cargo run --example quickstart`): 12 trials in about 5 s on 2 CPU cores, the best
-//! val_loss about 0.04, and about 96-97% of the 271 test images right. With `RTUNE_QUICK=1` (as
+//! val_loss about 0.03-0.04, and about 95-96% of the 271 test images right. With `RTUNE_QUICK=1` (as
 //! the tests run it) 4 trials of 4 epochs, about 90%.
 
 use anyhow::{Context, Result};

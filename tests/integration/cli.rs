@@ -624,10 +624,14 @@ fn batch_prediction_matches(
     let input = dir.join("test.csv");
     CsvWriter::new(std::fs::File::create(&input)?).finish(&mut test.frame()?)?;
     let output = dir.join("predicted.parquet");
-    let (model, input_s, output_s) =
-        (export.to_str().unwrap(), input.to_str().unwrap(), output.to_str().unwrap());
-    let args = ["predict", "--model", model, "--input", input_s, "--output", output_s];
-    let out = rtune(&[&args[..], &["--batch-rows", "100"]].concat())?;
+    let predict = |input: &Path, output: &Path, more: &[&str]| {
+        let (input, output) = (input.to_str().unwrap(), output.to_str().unwrap());
+        let model = export.to_str().unwrap();
+        rtune(
+            &[&["predict", "--model", model, "--input", input, "--output", output], more].concat(),
+        )
+    };
+    let out = predict(&input, &output, &["--batch-rows", "100"])?;
     ensure!(out.status.success(), "{}", text(&out));
     let frame = ParquetReader::new(std::fs::File::open(&output)?).finish()?;
     ensure!(frame.height() == test.len(), "{} rows predicted of {}", frame.height(), test.len());
@@ -652,15 +656,7 @@ fn batch_prediction_matches(
         csv.lines().map(|l| l.split_once(',').unwrap().1.to_owned() + "\n").collect();
     let bad = dir.join("without_pixel_0.csv");
     std::fs::write(&bad, without)?;
-    let out = rtune(&[
-        "predict",
-        "--model",
-        model,
-        "--input",
-        bad.to_str().unwrap(),
-        "--output",
-        dir.join("x.csv").to_str().unwrap(),
-    ])?;
+    let out = predict(&bad, &dir.join("x.csv"), &[])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(text(&out).contains("lacks the model's input column(s) `pixel_0`"), "{}", text(&out));
     let extra: String = csv
@@ -671,31 +667,14 @@ fn batch_prediction_matches(
     let bad = dir.join("with_id.csv");
     std::fs::write(&bad, extra)?;
     let to = dir.join("x.csv");
-    let out = rtune(&[
-        "predict",
-        "--model",
-        model,
-        "--input",
-        bad.to_str().unwrap(),
-        "--output",
-        to.to_str().unwrap(),
-    ])?;
+    let out = predict(&bad, &to, &[])?;
     ensure!(
         text(&out).contains("column(s) the model does not take: `id`; pass --allow-extra"),
         "{}",
         text(&out)
     );
     ensure!(!to.exists() && !dir.join(".x.csv.partial").exists(), "a refused file left output");
-    let out = rtune(&[
-        "predict",
-        "--model",
-        model,
-        "--input",
-        bad.to_str().unwrap(),
-        "--output",
-        to.to_str().unwrap(),
-        "--allow-extra",
-    ])?;
+    let out = predict(&bad, &to, &["--allow-extra"])?;
     ensure!(out.status.success(), "{}", text(&out));
     let written = std::fs::read_to_string(&to)?;
     ensure!(
