@@ -12,10 +12,10 @@ use polars::prelude::{
     Column, CsvReadOptions, CsvWriter, DataFrame, ParquetReader, ParquetWriter, Schema, SerReader,
     SerWriter,
 };
-use tch::{Kind, Tensor};
+use tch::Kind;
 
 use super::export::TORCHSCRIPT_FILE;
-use crate::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind};
+use crate::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind, read_rows};
 use crate::error::Error;
 
 pub(super) struct PredictArgs<'a> {
@@ -144,8 +144,7 @@ fn predict_batch(
     what: &str,
 ) -> Result<DataFrame> {
     let table = schema.table(&frame, false, what)?;
-    let inputs = schema.inputs(&table, what)?;
-    let x = Tensor::from_slice(&inputs).view([table.rows as i64, schema.model_inputs.len() as i64]);
+    let x = schema.inputs(&table, what)?;
     let outputs = tch::no_grad(|| module.forward_ts(&[x]))?.f_to_kind(Kind::Float)?;
     let mut columns = Vec::new();
     match schema.label_kind {
@@ -248,10 +247,7 @@ impl Reader {
                     return Ok(None);
                 }
                 let len = (*batch).min(*rows - *next);
-                let frame = ParquetReader::new(File::open(&*path)?)
-                    .with_slice(Some((*next, len)))
-                    .finish()
-                    .with_context(|| format!("reading {}", path.display()))?;
+                let frame = read_rows(path, None, *next..*next + len, "the input")?;
                 *next += len;
                 Ok(Some(frame))
             }

@@ -348,9 +348,11 @@ impl DataSchema {
         Ok(table)
     }
 
-    /// The model inputs of a preprocessed table as one row-major buffer.
-    pub(crate) fn inputs(&self, table: &Table, what: &str) -> Result<Vec<f32>> {
-        table.row_major(&self.model_inputs, what)
+    /// The model inputs of a preprocessed table: a `[rows, model_inputs]` float tensor.
+    pub(crate) fn inputs(&self, table: &Table, what: &str) -> Result<tch::Tensor> {
+        let buffer = table.row_major(&self.model_inputs, what)?;
+        let shape = [table.rows as i64, self.model_inputs.len() as i64];
+        Ok(tch::Tensor::from_slice(&buffer).view(shape))
     }
 
     /// The labels of a preprocessed table as a tensor (int64 classes or float values).
@@ -531,7 +533,9 @@ mod tests {
         let table = plan.schema.table(&valid, true, "v").unwrap();
         let sd = (33.0f64).sqrt();
         let want = [((100.0 - 9.0) / sd) as f32, ((200.0 - 9.0) / sd) as f32];
-        assert_eq!(plan.schema.inputs(&table, "v").unwrap(), want);
+        let inputs = plan.schema.inputs(&table, "v").unwrap();
+        assert_eq!(inputs.size(), [2, 1]);
+        assert_eq!(Vec::<f32>::try_from(inputs.flatten(0, -1)).unwrap(), want);
         assert_eq!(Vec::<i64>::try_from(plan.schema.labels(&table, "v").unwrap()).unwrap(), [1, 2]);
         // A slice decodes only those rows.
         let rows =

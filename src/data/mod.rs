@@ -41,10 +41,10 @@ mod preprocess;
 mod shard;
 pub(crate) mod table;
 
-pub(crate) use dataset::DataPlan;
 pub use dataset::{
     Columns, DATA_SCHEMA_FILE, DataConfig, DataSchema, Dataset, LabelKind, TRAIN_DATASET,
 };
+pub(crate) use dataset::{DataPlan, read_rows};
 pub use digits::{DIGIT_CLASSES, DIGIT_FEATURES, DIGIT_LABEL, Digits, DigitsSplit, pixel_column};
 pub use preprocess::{
     Chain, Fill, MinMaxScaler, OneHotEncoder, OrdinalEncoder, Preprocessor, SimpleImputer,

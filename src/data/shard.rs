@@ -144,9 +144,7 @@ impl DatasetShard {
         }
         let table = schema.table(&frame, true, &what)?;
         drop(frame);
-        let inputs = schema.inputs(&table, &what)?;
-        let width = schema.model_inputs.len() as i64;
-        let features = Tensor::from_slice(&inputs).view([range.len() as i64, width]);
+        let features = schema.inputs(&table, &what)?;
         let labels = match schema.label {
             Some(_) => Some(schema.labels(&table, &what)?),
             None => None,

@@ -84,8 +84,7 @@ impl TorchPredictor {
             ))
         })?;
         let table = schema.table(frame, false, "the input")?;
-        let inputs = schema.inputs(&table, "the input")?;
-        Ok(Tensor::from_slice(&inputs).view([table.rows as i64, schema.model_inputs.len() as i64]))
+        schema.inputs(&table, "the input")
     }
 
     /// The model's output for a batch of `inputs` (first dimension: the rows).
