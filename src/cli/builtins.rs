@@ -45,13 +45,8 @@ pub struct Trainable {
 /// Adds datasets, columns and a preprocessor to a trainer (`TorchTrainer::datasets`..).
 pub type AddData = fn(TorchTrainer) -> crate::error::Result<TorchTrainer>;
 
-/// A trainable's model, rebuilt from a trial's params (the same code as in training), and the
-/// shape of one input row (for tracing it to TorchScript).
-#[derive(Debug, Clone)]
-pub struct Model {
-    pub build: fn(&nn::Path, &Params) -> crate::error::Result<Box<dyn nn::ModuleT>>,
-    pub input_shape: Vec<i64>,
-}
+/// A trainable's model, rebuilt from a trial's params, for `rtune export`'s TorchScript.
+pub use crate::train::Model;
 
 /// The train functions a CLI binary offers.
 #[derive(Debug, Clone, Default)]

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::Format;
 use super::tui::model::status_name;
+pub(super) use crate::metrics::{number_text as number, param_text};
 use crate::tune::{ResultGrid, Scope, TrialResult, Tuner};
 
 /// Right-aligned numbers, left-aligned text, columns as wide as their widest cell.
@@ -37,25 +38,6 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
     let mut out = vec![line(headers)];
     out.extend(rows.iter().map(|r| line(r)));
     out.join("\n")
-}
-
-/// A number as tables show it: integers whole, others to 4 decimals or in e-notation.
-pub(super) fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v}")
-    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
-        format!("{v:.3e}")
-    } else {
-        format!("{v:.4}")
-    }
-}
-
-/// A param's value as tables show it: floats as `number` does, anything else as written.
-pub(super) fn param_text(v: &rtune_searchers::Value) -> String {
-    match (v.as_i64(), v.as_f64()) {
-        (None, Some(x)) => number(x),
-        _ => v.to_string(),
-    }
 }
 
 /// `hh:mm:ss`.

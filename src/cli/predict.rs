@@ -14,9 +14,9 @@ use polars::prelude::{
 };
 use tch::Kind;
 
-use super::export::TORCHSCRIPT_FILE;
 use crate::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind, read_rows};
 use crate::error::Error;
+use crate::train::TORCHSCRIPT_FILE;
 
 pub(super) struct PredictArgs<'a> {
     /// An export folder (`rtune export`).

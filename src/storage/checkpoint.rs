@@ -87,25 +87,6 @@ impl Checkpoint {
         vs.load(&path)
             .map_err(|e| Error::Checkpoint { path, message: format!("cannot load model: {e}") })
     }
-
-    /// Copies the checkpoint to `dest` (which must not exist yet), atomically.
-    pub fn export(&self, dest: impl AsRef<Path>) -> Result<Checkpoint> {
-        let dest = dest.as_ref();
-        if dest.exists() {
-            return Err(Error::Checkpoint {
-                path: dest.to_owned(),
-                message: "already exists; choose a new folder to export to".into(),
-            });
-        }
-        let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        fs::create_dir_all(parent).at(parent)?;
-        let tmp = parent.join(format!(".tmp_export_{}", std::process::id()));
-        copy_dir(&self.path, &tmp)?;
-        storage::fsync_tree(&tmp)?;
-        fs::rename(&tmp, dest).at(dest)?;
-        storage::fsync_dir(parent)?;
-        Checkpoint::from_directory(dest)
-    }
 }
 
 /// Where a trial that exploits another (PBT) keeps the checkpoint it took over, in its own

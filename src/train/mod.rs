@@ -8,6 +8,7 @@
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
 mod command;
+mod export;
 mod predictor;
 mod record;
 mod trainer;
@@ -19,6 +20,7 @@ pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
 pub use command::CommandTrainable;
+pub use export::{Export, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
 pub use predictor::TorchPredictor;
 pub(crate) use record::{read_run, read_run_to_resume};
 pub(crate) use trainer::DATASETS_DIR;

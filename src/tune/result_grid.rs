@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::experiment::read_experiment;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
-use crate::outcome::TrainResult;
+use crate::outcome::{Checkpoint, TrainResult};
 
 /// One trial as the sweep ended it.
 #[derive(Debug, Clone, Serialize)]
@@ -39,6 +39,22 @@ impl TrialResult {
     /// The last reported value of `metric`.
     pub fn last(&self, metric: &str) -> Option<f64> {
         self.result.as_ref()?.metrics.as_ref()?.get(metric).copied()
+    }
+
+    /// The checkpoint it keeps first (by its `CheckpointConfig` score, else its newest), as
+    /// Ray's `Result.checkpoint`: `grid.best_result(..)?.checkpoint()?.export("best")`.
+    pub fn checkpoint(&self) -> Result<&Checkpoint> {
+        let result = self.result.as_ref();
+        result.and_then(|r| r.best_checkpoint().or(r.checkpoint.as_ref())).ok_or_else(|| {
+            Error::Checkpoint {
+                path: self.path.clone(),
+                message: format!(
+                    "trial {} kept no checkpoint (its train function reported none, or none \
+                     was kept)",
+                    self.trial_id
+                ),
+            }
+        })
     }
 
     /// Every reported result, in order.

@@ -636,6 +636,12 @@ fn batch_prediction_matches(
     let frame = ParquetReader::new(std::fs::File::open(&output)?).finish()?;
     ensure!(frame.height() == test.len(), "{} rows predicted of {}", frame.height(), test.len());
     let predicted: Vec<i64> = frame.column("prediction")?.i64()?.into_no_null_iter().collect();
+    let by_pytorch = pytorch_predictions(export, &input)?;
+    ensure!(
+        by_pytorch == predicted,
+        "PyTorch, applying preprocessor.json and model.pt to the raw CSV rows, predicts \
+         otherwise than rtune predict: {by_pytorch:?} against {predicted:?}"
+    );
     let right = predicted.iter().zip(&test.labels).filter(|(p, l)| p == l).count();
     let batch_accuracy = right as f64 / test.len() as f64;
     ensure!(
@@ -691,7 +697,6 @@ type Rows = Vec<Vec<f32>>;
 /// The digits MLP's outputs on the same inputs as the test's, computed by PyTorch from the
 /// export's `model.pt` (torch.jit.load) and from its `model.safetensors` (by hand).
 fn pytorch_outputs(export: &Path) -> Result<(Rows, Rows)> {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
     let script = "import json, sys, torch\n\
         from safetensors.torch import load_file\n\
         d = sys.argv[1]\n\
@@ -702,8 +707,39 @@ fn pytorch_outputs(export: &Path) -> Result<(Rows, Rows)> {
         h = torch.relu(h @ w['fc2.weight'].T + w['fc2.bias'])\n\
         st = h @ w['fc3.weight'].T + w['fc3.bias']\n\
         print(json.dumps([ts.tolist(), st.tolist()]))";
+    Ok(serde_json::from_slice(&python(script, &[export])?)?)
+}
+
+/// The classes PyTorch alone predicts for the rows of a CSV file with an export: the fitted
+/// steps of its `preprocessor.json` applied to the raw columns (as its model card says), then its
+/// TorchScript `model.pt`.
+fn pytorch_predictions(export: &Path, csv: &Path) -> Result<Vec<i64>> {
+    let script = "import csv, json, sys, torch\n\
+        d, path = sys.argv[1], sys.argv[2]\n\
+        schema = json.load(open(d + '/preprocessor.json'))\n\
+        rows = list(csv.DictReader(open(path)))\n\
+        cols = {c: [float(r[c]) for r in rows] for c in schema['features']}\n\
+        def apply(step):\n\
+        \x20   if step['kind'] == 'chain':\n\
+        \x20       for s in step['steps']: apply(s)\n\
+        \x20   elif step['kind'] in ('standard_scaler', 'min_max_scaler'):\n\
+        \x20       f = step['fitted']\n\
+        \x20       for c, o, s in zip(f['columns'], f['offset'], f['scale']):\n\
+        \x20           cols[c] = [(x - o) / s for x in cols[c]]\n\
+        \x20   else: sys.exit('no Python for ' + step['kind'] + ' in this test')\n\
+        if schema.get('preprocessor'): apply(schema['preprocessor'])\n\
+        x = torch.tensor([cols[c] for c in schema['model_inputs']], dtype=torch.float32).T\n\
+        out = torch.jit.load(d + '/model.pt')(x)\n\
+        print(json.dumps(out.argmax(dim=1).tolist()))";
+    let out = python(script, &[export, csv])?;
+    Ok(serde_json::from_slice(&out)?)
+}
+
+/// Runs a Python script with the `.venv`'s interpreter (torch and safetensors in it).
+fn python(script: &str, args: &[&Path]) -> Result<Vec<u8>> {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
     let out =
-        Command::new(&python).arg("-c").arg(script).arg(export).output().with_context(|| {
+        Command::new(&python).arg("-c").arg(script).args(args).output().with_context(|| {
             format!(
                 "{} (make test installs Python, torch and safetensors into .venv)",
                 python.display()
@@ -714,7 +750,7 @@ fn pytorch_outputs(export: &Path) -> Result<(Rows, Rows)> {
         "PyTorch could not load the export (make test installs safetensors into .venv): {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Ok(serde_json::from_slice(&out.stdout)?)
+    Ok(out.stdout)
 }
 
 /// `examples/quickstart.rs` in its short mode (`RTUNE_QUICK=1`): it sweeps, picks the best
