@@ -139,6 +139,25 @@ pub(crate) fn number_or_tag(v: f64) -> serde_json::Value {
     }
 }
 
+/// A number as tables and cards show it: integers whole, others to 4 decimals or in e-notation.
+pub(crate) fn number_text(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v}")
+    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// A param's value as tables show it: floats as `number_text` does, anything else as written.
+pub(crate) fn param_text(v: &rtune_searchers::Value) -> String {
+    match (v.as_i64(), v.as_f64()) {
+        (None, Some(x)) => number_text(x),
+        _ => v.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,24 +184,5 @@ mod tests {
         assert!(back["a"].is_nan());
         assert_eq!(back["b"], f64::INFINITY);
         assert_eq!(back["c"], 0.25);
-    }
-}
-
-/// A number as tables and cards show it: integers whole, others to 4 decimals or in e-notation.
-pub(crate) fn number_text(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v}")
-    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
-        format!("{v:.3e}")
-    } else {
-        format!("{v:.4}")
-    }
-}
-
-/// A param's value as tables show it: floats as `number_text` does, anything else as written.
-pub(crate) fn param_text(v: &rtune_searchers::Value) -> String {
-    match (v.as_i64(), v.as_f64()) {
-        (None, Some(x)) => number_text(x),
-        _ => v.to_string(),
     }
 }

@@ -8,6 +8,7 @@ mod collective_process;
 mod command;
 mod common;
 mod data;
+mod examples;
 mod tch_basics;
 mod trainer;
 mod tune;
@@ -158,6 +159,22 @@ fn main() {
             cli::known_points_run_first_and_brackets_are_shown,
         ),
         test("cli::quickstart_example_runs", cli::quickstart_example_runs),
+        test(
+            "examples::tpe_vs_random_prints_both_curves",
+            examples::tpe_vs_random_prints_both_curves,
+        ),
+        test(
+            "examples::pbt_exploits_and_every_trial_terminates",
+            examples::pbt_exploits_and_every_trial_terminates,
+        ),
+        test(
+            "examples::command_trainable_sweeps_the_ddp_script",
+            examples::command_trainable_sweeps_the_ddp_script,
+        ),
+        test(
+            "examples::cluster_sweep_runs_on_both_node_agents",
+            examples::cluster_sweep_runs_on_both_node_agents,
+        ),
         test(
             "cli::demo_sweep_exports_a_model_that_predicts_the_test_set",
             cli::demo_sweep_exports_a_model_that_predicts_the_test_set,
