@@ -6,13 +6,15 @@
 //!   the machine's CPUs allow): trials per second, end to end;
 //! * `results_8x500`: 8 trials of 1 worker reporting 500 times each, persistence on (every row
 //!   written to result.json and progress.csv): results per second;
+//! * `results_8x5000`: the same with 5,000 reports each, where start-up no longer counts;
 //! * `rss_10000`: 10,000 one-report trials through one Tuner; the driver's resident memory
 //!   after 1,000, 5,000 and 10,000 finished trials (read by a callback).
 //!
 //! Workers start warm (forked by the driver's fork server); `RTUNE_WARM_START=0` measures
 //! exec'd workers instead.
 //!
-//! `cargo bench --bench sweep` prints one line per workload.
+//! `cargo bench --bench sweep` prints one line per workload; `cargo bench --bench sweep -- NAME`
+//! runs only the workloads whose names contain NAME.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -78,12 +80,42 @@ fn main() -> anyhow::Result<()> {
     if !std::env::args().any(|a| a == "--bench") {
         return Ok(());
     }
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
     let dir = tempfile::tempdir()?;
+    if wanted("fit_loop") {
+        fit_loop(dir.path())?;
+    }
+    if wanted("tuner_200") {
+        let seconds = sweep(dir.path(), "tuner_200", 200, 1)?;
+        println!("tuner_200      200 trials in {seconds:.2} s: {:.1} trials/s", 200.0 / seconds);
+    }
+    if wanted("results_8x500") {
+        let seconds = sweep(dir.path(), "results_8x500", 8, 500)?;
+        println!(
+            "results_8x500  4000 results in {seconds:.2} s: {:.0} results/s",
+            4000.0 / seconds
+        );
+    }
+    // The same at 10x the reports: the report path alone, start-up amortised.
+    if wanted("results_8x5000") {
+        let seconds = sweep(dir.path(), "results_8x5000", 8, 5000)?;
+        println!(
+            "results_8x5000 40000 results in {seconds:.2} s: {:.0} results/s",
+            40000.0 / seconds
+        );
+    }
+    if wanted("rss_10000") {
+        rss_10000(dir.path())?;
+    }
+    Ok(())
+}
 
+fn fit_loop(dir: &std::path::Path) -> anyhow::Result<()> {
     let runs = 30;
     let started = Instant::now();
     for i in 0..runs {
-        trainer(1).run_config(RunConfig::new(format!("fit_{i}")).storage_path(dir.path())).fit()?;
+        trainer(1).run_config(RunConfig::new(format!("fit_{i}")).storage_path(dir)).fit()?;
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
@@ -91,19 +123,16 @@ fn main() -> anyhow::Result<()> {
         f64::from(runs) / seconds,
         seconds * 1e3 / f64::from(runs)
     );
+    Ok(())
+}
 
-    let seconds = sweep(dir.path(), "tuner_200", 200, 1)?;
-    println!("tuner_200      200 trials in {seconds:.2} s: {:.1} trials/s", 200.0 / seconds);
-
-    let seconds = sweep(dir.path(), "results_8x500", 8, 500)?;
-    println!("results_8x500  4000 results in {seconds:.2} s: {:.0} results/s", 4000.0 / seconds);
-
+fn rss_10000(dir: &std::path::Path) -> anyhow::Result<()> {
     let probe = std::sync::Arc::new(RssProbe::default());
     let before = rss_mb();
     let started = Instant::now();
     let grid = Tuner::new(trainer(1), SearchSpace::new().add("i", grid_search(0..10_000i64)))
         .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
-        .run_config(RunConfig::new("rss_10000").storage_path(dir.path()).callback(probe.clone()))
+        .run_config(RunConfig::new("rss_10000").storage_path(dir).callback(probe.clone()))
         .fit()?;
     anyhow::ensure!(grid.trials.len() == 10_000 && grid.errors().is_empty());
     let seconds = started.elapsed().as_secs_f64();

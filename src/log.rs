@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::writer::EitherWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -22,18 +23,15 @@ static FILES: Mutex<Vec<(u64, Arc<Mutex<File>>)>> = Mutex::new(Vec::new());
 pub fn install() {
     let filter =
         || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,rtune=info"));
+    // What reaches stderr is decided by its writer, per event, and not by a second filter: a
+    // filter that can change at run time makes every callsite "sometimes enabled", so that
+    // the trace-level spans of h2, hyper and tonic (several per gRPC call) would be created and
+    // filtered one by one instead of being turned off once, at their callsites.
     let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(StderrGate)
         .with_ansi(false)
         .with_target(false)
-        .with_filter(filter())
-        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-            match STDERR.load(std::sync::atomic::Ordering::Relaxed) {
-                ALL => true,
-                WARNINGS => *meta.level() <= tracing::Level::WARN,
-                _ => false,
-            }
-        }));
+        .with_filter(filter());
     let files =
         tracing_subscriber::fmt::layer().with_writer(Tee).with_ansi(false).with_filter(filter());
     let _ = tracing_subscriber::registry().with(stderr).with(files).try_init();
@@ -58,6 +56,26 @@ pub fn quiet_stderr() {
 pub fn mute_stderr(on: bool) {
     let level = if on { NOTHING } else { WARNINGS };
     STDERR.store(level, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The stderr layer's writer: stderr for the events `STDERR` lets through, else nothing.
+struct StderrGate;
+
+impl<'a> MakeWriter<'a> for StderrGate {
+    type Writer = EitherWriter<std::io::Stderr, std::io::Sink>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        EitherWriter::A(std::io::stderr())
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        let shown = match STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+            ALL => true,
+            WARNINGS => *meta.level() <= tracing::Level::WARN,
+            _ => false,
+        };
+        if shown { EitherWriter::A(std::io::stderr()) } else { EitherWriter::B(std::io::sink()) }
+    }
 }
 
 /// Writes every log line to `path` too (appending), until the guard is dropped.
