@@ -33,6 +33,9 @@ pub(crate) async fn ask<M, T>(
     answer.await.map_err(|_| gone(Unanswered::Dropped))?
 }
 
+/// How a server address names an abstract Unix socket (Linux): `unix:@NAME`.
+pub(crate) const UNIX_SCHEME: &str = "unix:@";
+
 /// Serves `routes` on `listener` in the background until the returned sender is dropped. With
 /// `keepalive`, HTTP/2 pings every that long drop a connection whose peer stops answering for as
 /// long (a host that died without closing its sockets), which ends its streams.
@@ -42,7 +45,6 @@ pub(crate) fn serve_until_dropped(
     what: &'static str,
     keepalive: Option<Duration>,
 ) -> oneshot::Sender<()> {
-    let (shutdown, stopped) = oneshot::channel::<()>();
     // Small request/reply messages (a worker's report waits for its answer): without nodelay,
     // Nagle's algorithm holds each reply back for the peer's delayed ACK.
     let incoming = tokio_stream::StreamExt::map(
@@ -53,6 +55,34 @@ pub(crate) fn serve_until_dropped(
             })
         },
     );
+    serve_incoming_until_dropped(routes, incoming, what, keepalive)
+}
+
+/// The same on a Unix socket (for processes on this machine: no TCP/IP stack on the way).
+pub(crate) fn serve_unix_until_dropped(
+    routes: tonic::service::Routes,
+    listener: tokio::net::UnixListener,
+    what: &'static str,
+) -> oneshot::Sender<()> {
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    serve_incoming_until_dropped(routes, incoming, what, None)
+}
+
+fn serve_incoming_until_dropped<IO>(
+    routes: tonic::service::Routes,
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    what: &'static str,
+    keepalive: Option<Duration>,
+) -> oneshot::Sender<()>
+where
+    IO: tonic::transport::server::Connected
+        + tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + Unpin
+        + Send
+        + 'static,
+{
+    let (shutdown, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
         let serve = tonic::transport::Server::builder()
             .http2_keepalive_interval(keepalive)

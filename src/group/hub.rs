@@ -9,14 +9,15 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::{mpsc, oneshot};
-use tonic::{Request, Response, Status};
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{Error, Result};
 use crate::proto::worker_hub_server::{WorkerHub, WorkerHubServer};
 use crate::proto::{
     FinishReply, FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey,
 };
-use crate::rpc::{Unanswered, ask};
+use crate::rpc::{UNIX_SCHEME, Unanswered, ask};
 
 pub(crate) use crate::rpc::Reply;
 
@@ -33,8 +34,16 @@ type Routes = Arc<RwLock<HashMap<String, mpsc::UnboundedSender<HubCall>>>>;
 /// A running hub; stops serving when dropped.
 pub(crate) struct Hub {
     address: SocketAddr,
+    /// Its Unix socket, for workers on this machine (none where one could not be made).
+    socket: Option<UnixSocket>,
     routes: Routes,
     token: Option<String>,
+    _shutdown: oneshot::Sender<()>,
+}
+
+/// The hub's Unix socket (an abstract one: nothing on disk to clean up), served until dropped.
+struct UnixSocket {
+    name: String,
     _shutdown: oneshot::Sender<()>,
 }
 
@@ -48,18 +57,36 @@ impl Hub {
             .map_err(|e| Error::Worker(format!("worker hub cannot listen on {bind}: {e}")))?;
         let address = listener.local_addr().map_err(|e| Error::io("worker hub socket", e))?;
         let routes = Routes::default();
-        let required = token.clone();
-        let service = WorkerHubServer::with_interceptor(
-            HubService { routes: routes.clone() },
-            move |req: Request<()>| crate::rpc::check_hub_token(req, required.as_deref()),
-        );
-        let shutdown = crate::rpc::serve_until_dropped(
-            tonic::service::Routes::new(service),
-            listener,
-            "worker hub",
-            None,
-        );
-        Ok(Hub { address, routes, token, _shutdown: shutdown })
+        let service = || {
+            let required = token.clone();
+            tonic::service::Routes::new(WorkerHubServer::with_interceptor(
+                HubService { routes: routes.clone() },
+                move |req: Request<()>| crate::rpc::check_hub_token(req, required.as_deref()),
+            ))
+        };
+        let shutdown = crate::rpc::serve_until_dropped(service(), listener, "worker hub", None);
+        // Local workers talk to the hub over a Unix socket: a report then costs no trip through
+        // the TCP/IP stack (on loopback that was half the kernel's share of a report). Like the
+        // TCP port, it serves only calls that carry the hub's token when it has one.
+        let socket = match unix_listener(address) {
+            Ok((name, listener)) => Some(UnixSocket {
+                name,
+                _shutdown: crate::rpc::serve_unix_until_dropped(service(), listener, "worker hub"),
+            }),
+            Err(e) => {
+                tracing::debug!("worker hub: no Unix socket ({e}); local workers use TCP");
+                None
+            }
+        };
+        Ok(Hub { address, socket, routes, token, _shutdown: shutdown })
+    }
+
+    /// The URL workers on this machine connect to: the Unix socket where there is one.
+    pub(crate) fn local_url(&self) -> String {
+        match &self.socket {
+            Some(s) => format!("{UNIX_SCHEME}{}", s.name),
+            None => self.url(),
+        }
     }
 
     /// The token workers must present, if any.
@@ -89,51 +116,75 @@ impl Hub {
     }
 }
 
+/// An abstract Unix socket for the hub serving on `address`, named after the driver and it.
+fn unix_listener(address: SocketAddr) -> std::io::Result<(String, tokio::net::UnixListener)> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("rtune-hub-{}-{address}", std::process::id());
+    let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&at)?;
+    listener.set_nonblocking(true)?;
+    Ok((name, tokio::net::UnixListener::from_std(listener)?))
+}
+
 struct HubService {
     routes: Routes,
 }
 
-impl HubService {
-    async fn forward<T>(
-        &self,
-        key: Option<&WorkerKey>,
-        call: impl FnOnce(Reply<T>) -> HubCall,
-    ) -> std::result::Result<Response<T>, Status> {
-        let group = key.map(|k| k.group.as_str()).unwrap_or_default();
-        let route = self.routes.read().expect("routes lock").get(group).cloned();
-        let Some(route) = route else {
-            return Err(Status::not_found(format!("no running worker group {group:?}")));
-        };
-        let gone = |why| match why {
-            Unanswered::NotDelivered => {
-                Status::unavailable(format!("worker group {group:?} has ended"))
-            }
-            Unanswered::Dropped => {
-                Status::aborted(format!("worker group {group:?} ended the attempt"))
-            }
-        };
-        ask(&route, call, gone).await.map(Response::new)
-    }
+/// Hands a call to the owner of the group its `key` names and waits for the answer.
+async fn forward<T>(
+    routes: &Routes,
+    key: Option<&WorkerKey>,
+    call: impl FnOnce(Reply<T>) -> HubCall,
+) -> std::result::Result<T, Status> {
+    let group = key.map(|k| k.group.as_str()).unwrap_or_default();
+    let route = routes.read().expect("routes lock").get(group).cloned();
+    let Some(route) = route else {
+        return Err(Status::not_found(format!("no running worker group {group:?}")));
+    };
+    let gone = |why| match why {
+        Unanswered::NotDelivered => {
+            Status::unavailable(format!("worker group {group:?} has ended"))
+        }
+        Unanswered::Dropped => Status::aborted(format!("worker group {group:?} ended the attempt")),
+    };
+    ask(&route, call, gone).await
 }
+
+type ReplyStream = std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = std::result::Result<ReportReply, Status>> + Send>,
+>;
 
 #[tonic::async_trait]
 impl WorkerHub for HubService {
+    type ReportsStream = ReplyStream;
+
     async fn join(
         &self,
         request: Request<JoinRequest>,
     ) -> std::result::Result<Response<JoinReply>, Status> {
         let request = request.into_inner();
         let key = request.key.clone();
-        self.forward(key.as_ref(), |reply| HubCall::Join(request, reply)).await
+        forward(&self.routes, key.as_ref(), |reply| HubCall::Join(request, reply))
+            .await
+            .map(Response::new)
     }
 
-    async fn report(
+    /// Each report of the stream is handed on as it comes and answered in order (the worker
+    /// waits for the answer before its next report, so there is one in flight at most).
+    async fn reports(
         &self,
-        request: Request<ReportRequest>,
-    ) -> std::result::Result<Response<ReportReply>, Status> {
-        let request = request.into_inner();
-        let key = request.key.clone();
-        self.forward(key.as_ref(), |reply| HubCall::Report(request, reply)).await
+        request: Request<Streaming<ReportRequest>>,
+    ) -> std::result::Result<Response<Self::ReportsStream>, Status> {
+        let routes = self.routes.clone();
+        let replies = request.into_inner().then(move |message| {
+            let routes = routes.clone();
+            async move {
+                let request = message?;
+                let key = request.key.clone();
+                forward(&routes, key.as_ref(), |reply| HubCall::Report(request, reply)).await
+            }
+        });
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn finish(
@@ -142,7 +193,9 @@ impl WorkerHub for HubService {
     ) -> std::result::Result<Response<FinishReply>, Status> {
         let request = request.into_inner();
         let key = request.key.clone();
-        self.forward(key.as_ref(), |reply| HubCall::Finish(request, reply)).await
+        forward(&self.routes, key.as_ref(), |reply| HubCall::Finish(request, reply))
+            .await
+            .map(Response::new)
     }
 }
 

@@ -12,10 +12,10 @@ use crate::error::{Error, Result};
 use crate::sys::{build_id, zygote};
 use crate::worker::{HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec};
 
-/// The `RTUNE_WORKER` spec and environment of rank `rank`.
-fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize) -> Vec<(String, String)> {
+/// The `RTUNE_WORKER` spec and environment of rank `rank`, a process on this machine or not.
+fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(String, String)> {
     let worker = WorkerSpec {
-        hub: hub.url(),
+        hub: if local { hub.local_url() } else { hub.url() },
         group: spec.group.clone(),
         attempt: spec.attempt,
         rank: rank as u32,
@@ -56,7 +56,7 @@ pub(super) async fn spawn_local(
         };
         let _ = exits.send((rank, exit));
     };
-    let env = worker_env(hub, spec, rank);
+    let env = worker_env(hub, spec, rank, true);
     if spec.warm_start && zygote::warm_start_allowed() {
         let on_exit = on_exit.clone();
         match zygote::spawn_warm(env.clone(), &stdout_path, &stderr_path, on_exit).await {
@@ -92,7 +92,7 @@ pub(super) async fn spawn_remote(
         bundle: rank as u32,
         executable: exe.display().to_string(),
         build_id: build_id::hex(build_id::build_id()),
-        env: worker_env(hub, spec, rank).into_iter().collect(),
+        env: worker_env(hub, spec, rank, false).into_iter().collect(),
     };
     crate::cluster::client::start_worker(&mut client, request).await?;
     let (kill, killed) = oneshot::channel::<()>();

@@ -3,13 +3,16 @@
 
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+use tonic::{Status, Streaming};
 
 use crate::error::{Error, Result};
 use crate::proto::worker_hub_client::WorkerHubClient;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey};
-use crate::rpc::AddToken;
+use crate::rpc::{AddToken, UNIX_SCHEME};
 use crate::sys::build_id;
 use crate::worker::HUB_TOKEN_ENV;
 
@@ -20,6 +23,8 @@ pub(crate) struct DriverLink {
     runtime: tokio::runtime::Runtime,
     client: HubClient,
     key: WorkerKey,
+    /// The report stream, opened at the first report: requests go in, replies come back.
+    reports: Option<(mpsc::Sender<ReportRequest>, Streaming<ReportReply>)>,
 }
 
 impl DriverLink {
@@ -40,17 +45,31 @@ impl DriverLink {
             .enable_all()
             .build()
             .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
-        let endpoint = tonic::transport::Endpoint::from_shared(hub.to_owned())
+        // The hub's abstract Unix socket (for workers on its machine) or a URL.
+        let socket = hub.strip_prefix(UNIX_SCHEME).map(str::to_owned);
+        let url = if socket.is_some() { "http://localhost" } else { hub };
+        let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
             .map_err(|e| Error::Protocol(format!("bad hub address {hub}: {e}")))?
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
         let token = std::env::var(HUB_TOKEN_ENV).ok();
         let auth = AddToken::bearer(token.as_deref())?;
-        let client = runtime
-            .block_on(endpoint.connect())
+        let connected = runtime.block_on(async {
+            match socket {
+                Some(name) => {
+                    let connect = tower::service_fn(move |_: tonic::transport::Uri| {
+                        let stream = connect_abstract(&name);
+                        async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream?)) }
+                    });
+                    endpoint.connect_with_connector(connect).await
+                }
+                None => endpoint.connect().await,
+            }
+        });
+        let client = connected
             .map(|channel| WorkerHubClient::with_interceptor(channel, auth))
             .map_err(|e| Error::Protocol(format!("cannot reach the driver at {hub}: {e}")))?;
-        Ok(DriverLink { runtime, client, key })
+        Ok(DriverLink { runtime, client, key, reports: None })
     }
 
     /// Joins the attempt with this rank's collective listener address; answered once every
@@ -82,10 +101,35 @@ impl DriverLink {
         checkpoint: String,
     ) -> Result<ReportReply> {
         let request = ReportRequest { key: Some(self.key.clone()), seq, metrics_json, checkpoint };
-        self.call("report", async |c| Ok(c.report(request).await?.into_inner()))
+        let mut reports = self.reports.take();
+        let reply = self.call("report", async |c| {
+            if reports.is_none() {
+                // One message in flight at most: the reply comes before the next report.
+                let (tx, rx) = mpsc::channel(1);
+                let replies = c.reports(ReceiverStream::new(rx)).await?.into_inner();
+                reports = Some((tx, replies));
+            }
+            let (tx, replies) = reports.as_mut().expect("opened above");
+            tx.send(request).await.map_err(|_| Status::unavailable("the report stream closed"))?;
+            replies
+                .message()
+                .await?
+                .ok_or_else(|| Status::unavailable("the driver ended the stream"))
+        })?;
+        self.reports = reports;
+        Ok(reply)
     }
 
     pub(crate) fn finish(&mut self, request: FinishRequest) -> Result<()> {
         self.call("finish", async |c| c.finish(request).await.map(drop))
     }
+}
+
+/// Connects to the abstract Unix socket `name` (at once: a local connect does not wait).
+fn connect_abstract(name: &str) -> std::io::Result<tokio::net::UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let stream = std::os::unix::net::UnixStream::connect_addr(&at)?;
+    stream.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(stream)
 }
