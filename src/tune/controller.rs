@@ -91,13 +91,28 @@ pub enum Command {
     Finish,
 }
 
+/// What a trial reported, as far as the controller needs it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reported {
+    pub count: u64,
+    pub last: Option<Metrics>,
+}
+
+impl Reported {
+    /// What a trial's results, in order, come to.
+    pub fn of(results: Vec<Metrics>) -> Reported {
+        Reported { count: results.len() as u64, last: results.into_iter().last() }
+    }
+}
+
 /// One trial of the table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trial {
     pub status: TrialStatus,
     pub params: Params,
-    /// Every reported result, in order.
-    pub results: Vec<Metrics>,
+    /// How many results it reported, and the latest (the whole history is the shell's and
+    /// in the trial's files: a table of 10,000 finished trials keeps no more than this).
+    pub reported: Reported,
     /// Why it failed, for `Error` trials.
     pub error: Option<String>,
     /// Set while the controller waits for the shell to stop or pause it.
@@ -192,8 +207,8 @@ impl Controller {
     }
 
     /// A controller that goes on from `state` (with the settings, searcher and scheduler of the
-    /// sweep that saved it). `results(id)` gives a trial's results as its files hold them, up to
-    /// where it will go on from. Trials that were running go on from their checkpoints, as
+    /// sweep that saved it). `reported(id)` gives what a trial reported as its files hold it, up
+    /// to where it will go on from. Trials that were running go on from their checkpoints, as
     /// paused ones do; one whose stop was asked for but not carried out ends now, as the
     /// scheduler decided.
     pub fn restore(
@@ -201,7 +216,7 @@ impl Controller {
         searcher: Box<dyn Searcher>,
         scheduler: Box<dyn TrialScheduler>,
         state: ControllerState,
-        mut results: impl FnMut(TrialId) -> Result<Vec<Metrics>>,
+        mut reported: impl FnMut(TrialId) -> Result<Reported>,
     ) -> Result<Controller> {
         let mut c = Controller::new(config, searcher, scheduler)?;
         c.searcher.restore_state(state.searcher)?;
@@ -221,7 +236,7 @@ impl Controller {
             let trial = Trial {
                 status,
                 params: saved.params,
-                results: results(saved.id)?,
+                reported: reported(saved.id)?,
                 error: saved.error,
                 stopping: false,
                 ends_when_paused: false,
@@ -230,7 +245,7 @@ impl Controller {
             c.trials.insert(saved.id, trial);
         }
         for id in stopped {
-            let last = c.trial(id)?.results.last().cloned();
+            let last = c.trial(id)?.reported.last.clone();
             c.end(id, TrialStatus::Terminated, None, last.as_ref())?;
         }
         Ok(c)
@@ -266,7 +281,7 @@ impl Controller {
                 self.on_result(trial, metrics, &mut commands)?
             }
             Event::TrialCompleted(trial) => {
-                let last = self.trial(trial)?.results.last().cloned();
+                let last = self.trial(trial)?.reported.last.clone();
                 self.end(trial, TrialStatus::Terminated, None, last.as_ref())?;
             }
             Event::TrialFailed { trial, error } => {
@@ -277,13 +292,13 @@ impl Controller {
                 }
             }
             Event::TrialStopped(trial) => {
-                let last = self.trial(trial)?.results.last().cloned();
+                let last = self.trial(trial)?.reported.last.clone();
                 self.end(trial, TrialStatus::Terminated, None, last.as_ref())?;
             }
             Event::TrialPaused(trial) => {
                 let t = self.trial_mut(trial)?;
                 if t.ends_when_paused {
-                    let last = t.results.last().cloned();
+                    let last = t.reported.last.clone();
                     self.end(trial, TrialStatus::Terminated, None, last.as_ref())?;
                 } else {
                     t.status = TrialStatus::Paused;
@@ -393,7 +408,7 @@ impl Controller {
                 let trial = Trial {
                     status: TrialStatus::Pending,
                     params,
-                    results: Vec::new(),
+                    reported: Reported::default(),
                     error: None,
                     stopping: false,
                     ends_when_paused: false,
@@ -436,7 +451,9 @@ impl Controller {
                 ),
             });
         }
-        self.trial_mut(id)?.results.push(metrics.clone());
+        let reported = &mut self.trial_mut(id)?.reported;
+        reported.count += 1;
+        reported.last = Some(metrics.clone());
         self.searcher.on_trial_result(id, &metrics)?;
         let decision = self.scheduler.on_trial_result(&View(&self.trials), id, &metrics)?;
         match decision {
@@ -467,7 +484,7 @@ impl Controller {
         match self.trials.get(&id).map(|t| t.status) {
             // A paused or pending trial holds nothing: it ends here.
             Some(TrialStatus::Paused | TrialStatus::Pending) => {
-                let last = self.trial(id)?.results.last().cloned();
+                let last = self.trial(id)?.reported.last.clone();
                 self.end(id, TrialStatus::Terminated, None, last.as_ref())?;
             }
             // Being paused (it reported a pause an instant ago): it ends once it has.
@@ -497,7 +514,7 @@ impl Controller {
             match status {
                 TrialStatus::Running => self.ask_stop(id, commands),
                 TrialStatus::Pending | TrialStatus::Paused => {
-                    let last = self.trials[&id].results.last().cloned();
+                    let last = self.trials[&id].reported.last.clone();
                     // Ending a trial the scheduler knows of: it is told, like any other end.
                     let _ = self.end(id, TrialStatus::Terminated, None, last.as_ref());
                 }
@@ -562,7 +579,7 @@ fn info(id: TrialId, t: &Trial) -> rtune_searchers::TrialInfo<'_> {
     rtune_searchers::TrialInfo {
         id,
         status: t.status,
-        last_result: t.results.last(),
+        last_result: t.reported.last.as_ref(),
         params: &t.params,
     }
 }
@@ -632,7 +649,7 @@ mod tests {
                 match command {
                     Command::StartTrial { trial, resume, .. } => {
                         run.resumes += usize::from(resume);
-                        let done = if resume { c.trials()[&trial].results.len() as u64 } else { 0 };
+                        let done = if resume { c.trials()[&trial].reported.count } else { 0 };
                         assert!(running.insert(trial, done).is_none(), "{trial} started twice");
                     }
                     Command::StopTrial(trial) => {
@@ -691,7 +708,7 @@ mod tests {
         let run = simulate(&mut c, 3, |_, _| false).unwrap();
         assert_eq!(run.most_started, 4);
         assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 50]);
-        assert!(c.trials().values().all(|t| t.results.len() == 3));
+        assert!(c.trials().values().all(|t| t.reported.count == 3));
         assert!(c.is_finished());
     }
 
@@ -700,7 +717,7 @@ mod tests {
         let asha = Asha::new().max_t(9).grace_period(1).reduction_factor(3).seed(1);
         let mut c = Controller::new(config(27, 27), random(27), Box::new(asha)).unwrap();
         let run = simulate(&mut c, 9, |_, _| false).unwrap();
-        let lengths: Vec<usize> = c.trials().values().map(|t| t.results.len()).collect();
+        let lengths: Vec<u64> = c.trials().values().map(|t| t.reported.count).collect();
         assert!(run.stop_commands > 0 && lengths.iter().any(|&n| n < 9), "{lengths:?}");
         let best = c
             .trials()
@@ -710,7 +727,7 @@ mod tests {
                 q(a).total_cmp(&q(b))
             })
             .unwrap();
-        assert_eq!(best.results.len(), 9, "the best trial runs to max_t");
+        assert_eq!(best.reported.count, 9, "the best trial runs to max_t");
         assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 27]);
     }
 
@@ -746,7 +763,7 @@ mod tests {
             run.pauses,
             run.resumes
         );
-        assert!(c.trials().values().any(|t| t.results.len() == 9), "someone reaches max_t");
+        assert!(c.trials().values().any(|t| t.reported.count == 9), "someone reaches max_t");
         assert!(c.trials().values().all(|t| t.status.is_finished()));
     }
 
@@ -769,9 +786,9 @@ mod tests {
             .map(|(id, _)| *id)
             .collect();
         assert!(!was_running.is_empty() && first.trials().len() < 9);
-        let results = |id: TrialId| Ok(first.trials()[&id].results.clone());
+        let reported = |id: TrialId| Ok(first.trials()[&id].reported.clone());
         let mut restored =
-            Controller::restore(config(9, 3), random(9), asha(), state, results).unwrap();
+            Controller::restore(config(9, 3), random(9), asha(), state, reported).unwrap();
         assert!(was_running.iter().all(|id| restored.trials()[id].status == TrialStatus::Paused));
         let run = simulate(&mut restored, 6, |_, _| false).unwrap();
         assert_eq!(run.resumes, was_running.len(), "every running trial goes on");

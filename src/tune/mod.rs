@@ -46,7 +46,7 @@ mod result_grid;
 mod tuner;
 
 pub use controller::{
-    Command, Controller, ControllerConfig, ControllerState, Event, SavedTrial, Trial,
+    Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
 };
 pub use experiment::{SETTINGS_FILE, STATE_FILE, holds_experiment};
 pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope, TrialResult};

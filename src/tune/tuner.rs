@@ -28,7 +28,7 @@ use rtune_searchers::{
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::controller::{Command, Controller, ControllerConfig, Event};
+use super::controller::{Command, Controller, ControllerConfig, Event, Reported};
 use super::experiment::{
     FORMAT, SETTINGS_FILE, STATE_FILE, SavedExperiment, SavedTrialRow, Settings, holds_experiment,
     read_experiment,
@@ -411,7 +411,7 @@ impl Tuner {
                 let mut picked = pick_up(&path, &run)?;
                 let state = picked.saved.controller;
                 let controller = Controller::restore(config, searcher, scheduler, state, |id| {
-                    Ok(picked.histories.remove(&id).unwrap_or_default())
+                    Ok(Reported::of(picked.histories.remove(&id).unwrap_or_default()))
                 })?;
                 let spent = Duration::from_secs_f64(picked.saved.time_spent_s.max(0.0));
                 (path, picked.saved.experiment_id, spent, picked.trials, controller)
