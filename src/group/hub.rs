@@ -1,4 +1,5 @@
-//! The driver's gRPC endpoint for worker processes (`rtune.v1.WorkerHub`).
+//! The driver's gRPC endpoint for worker processes (`rtune.v1.WorkerHub`), served on a TCP
+//! port (for workers on other nodes) and on an abstract Unix socket (for workers on this one).
 //!
 //! The service itself holds no run state: it forwards each call, with a reply slot, to the task
 //! that owns the worker group the call names (its `group`), so each group's state has one owner.
