@@ -115,7 +115,11 @@ pub struct ResultFiles {
     json_path: PathBuf,
     csv_path: PathBuf,
     columns: Vec<String>,
-    rows: Vec<Row>,
+    /// How many rows the files hold, and the last one (flattened). The earlier rows are read
+    /// back from result.json in the rare case that needs them (a column first seen late), so a
+    /// long run keeps one row in memory, not all of them.
+    rows: usize,
+    last: Option<Row>,
     /// The files as opened for appending (reopened after a rewrite replaced them).
     json: Option<File>,
     csv: Option<File>,
@@ -162,7 +166,8 @@ impl ResultFiles {
             json_path: dir.join(Self::RESULT_JSON),
             csv_path: dir.join(Self::PROGRESS_CSV),
             columns: Vec::new(),
-            rows: Vec::new(),
+            rows: 0,
+            last: None,
             json: None,
             csv: None,
             json_end: Ends::default(),
@@ -175,39 +180,17 @@ impl ResultFiles {
         self.put_json_line(&row, false)?;
         let row = flatten(row);
         let added = self.add_columns(&row);
-        self.rows.push(row);
+        self.rows += 1;
+        self.last = Some(row);
         // The header is written with the first row (and again when a column is added).
-        if added || self.rows.len() == 1 { self.write_csv() } else { self.put_csv_line(false) }
+        if added || self.rows == 1 { self.rewrite_csv() } else { self.put_csv_line(false) }
     }
 
     /// The rows of `dir/result.json`, oldest first (none when there is no file). A last line
     /// cut short by a process killed mid-write is left out; any other unreadable line is an
     /// error naming the file and the line.
     pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
-        let path = dir.join(Self::RESULT_JSON);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(crate::error::Error::io(&path, e)),
-        };
-        let lines: Vec<&str> = text.lines().collect();
-        let mut rows = Vec::with_capacity(lines.len());
-        for (n, line) in lines.iter().enumerate() {
-            match serde_json::from_str::<Row>(line) {
-                Ok(row) => rows.push(row),
-                Err(_) if n + 1 == lines.len() && !text.ends_with('\n') => break,
-                Err(e) => {
-                    return Err(crate::error::Error::io(
-                        &path,
-                        std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!("line {} is not a JSON object: {e}", n + 1),
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(rows)
+        read_rows_at(&dir.join(Self::RESULT_JSON))
     }
 
     /// fsyncs both files: every row appended so far survives an OS crash too.
@@ -241,15 +224,24 @@ impl ResultFiles {
         for row in &rows {
             self.add_columns(row);
         }
-        self.rows = rows;
-        self.write_csv()
+        self.write_csv(&rows)?;
+        self.rows = rows.len();
+        self.last = rows.into_iter().last();
+        Ok(())
     }
 
-    fn write_csv(&mut self) -> Result<()> {
+    /// Writes progress.csv anew from result.json (which already holds the latest row), as when
+    /// a column is added.
+    fn rewrite_csv(&mut self) -> Result<()> {
+        let rows: Vec<Row> = read_rows_at(&self.json_path)?.into_iter().map(flatten).collect();
+        self.write_csv(&rows)
+    }
+
+    fn write_csv(&mut self, rows: &[Row]) -> Result<()> {
         self.csv = None;
         let mut text = csv_line(self.columns.iter().cloned());
         let mut last_line = 0;
-        for row in &self.rows {
+        for row in rows {
             let line = csv_line(self.columns.iter().map(|c| cell(Some(row), c)));
             last_line = line.len();
             text.push_str(&line);
@@ -262,14 +254,14 @@ impl ResultFiles {
     /// Replaces the last row in both files (cutting it off and appending `row`), as when a
     /// run's last row becomes `done`.
     pub fn replace_last(&mut self, row: Row) -> Result<()> {
-        if self.rows.is_empty() {
+        if self.rows == 0 {
             return Ok(());
         }
         self.put_json_line(&row, true)?;
         let row = flatten(row);
         let added = self.add_columns(&row);
-        *self.rows.last_mut().expect("checked above") = row;
-        if added { self.write_csv() } else { self.put_csv_line(true) }
+        self.last = Some(row);
+        if added { self.rewrite_csv() } else { self.put_csv_line(true) }
     }
 
     /// Adds `row`'s columns that the table lacks, in its order; whether there were any.
@@ -292,9 +284,36 @@ impl ResultFiles {
 
     /// Writes the last row as progress.csv's last line: appended, or over the last one.
     fn put_csv_line(&mut self, over_last: bool) -> Result<()> {
-        let line = csv_line(self.columns.iter().map(|c| cell(self.rows.last(), c)));
+        let line = csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)));
         put_line(&mut self.csv, &self.csv_path, &mut self.csv_end, &line, over_last)
     }
+}
+
+/// The rows of the result.json at `path` (see [`ResultFiles::read_rows`]).
+fn read_rows_at(path: &Path) -> Result<Vec<Row>> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(crate::error::Error::io(path, e)),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut rows = Vec::with_capacity(lines.len());
+    for (n, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Row>(line) {
+            Ok(row) => rows.push(row),
+            Err(_) if n + 1 == lines.len() && !text.ends_with('\n') => break,
+            Err(e) => {
+                return Err(crate::error::Error::io(
+                    path,
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("line {} is not a JSON object: {e}", n + 1),
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// Appends `line` to the file (cutting its last line off first with `over_last`).
