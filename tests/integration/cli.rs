@@ -472,11 +472,13 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     let tmux = Tmux::new()?;
     let run_exit = dir.path().join("run.exit");
     // Trials enough that the sweep is still running when `x` comes, however slow the steps
-    // before it (the watch, the scheduler panel) are on a busy machine.
+    // before it (the watch, the scheduler panel) are on a busy machine: 30 trials (about 8 s)
+    // were not always enough when the whole suite ran at once; 200 take about a minute, and `x`
+    // ends them early anyway.
     tmux.start(
         "run",
         &format!(
-            "{RTUNE} run {} --set tune.max_concurrent_trials=2 --set tune.num_samples=30; \
+            "{RTUNE} run {} --set tune.max_concurrent_trials=2 --set tune.num_samples=200; \
              echo $? > {}; sleep 600",
             file.display(),
             run_exit.display()
