@@ -45,7 +45,10 @@ pub(super) struct RunState {
     /// The iteration the current attempt started after (its checkpoint's).
     restored_at: u64,
     files: ResultFiles,
-    history: Vec<(Metrics, Row)>,
+    /// The kept reports' metrics, in order. Their rows are in result.json (read back when a
+    /// roll-back rewrites the files), except the last, kept to be marked `done` at the end.
+    history: Vec<Metrics>,
+    last_row: Option<Row>,
     /// Recorded checkpoints, oldest first, with the metrics they were reported with.
     checkpoints: Vec<(Checkpoint, Metrics)>,
     config: CheckpointConfig,
@@ -66,6 +69,7 @@ impl RunState {
             restored_at: 0,
             files: ResultFiles::new(run_dir),
             history: Vec::new(),
+            last_row: None,
             checkpoints: Vec::new(),
             config: run.checkpoint_config.clone(),
             time_offset: 0.0,
@@ -125,7 +129,7 @@ impl RunState {
         if to_resume {
             let (_, until) = state.resume_point()?;
             state.checkpoints.retain(|(_, m)| iteration_of(m) <= until);
-            state.history.retain(|(m, _)| iteration_of(m) <= until);
+            state.history.retain(|m| iteration_of(m) <= until);
         }
         Ok(state.into_result(run_dir.to_owned(), None, Vec::new(), 0.0))
     }
@@ -152,7 +156,8 @@ impl RunState {
                 last_attempt = Some(last_attempt.map_or(by, |a| a.max(by)));
                 state.checkpoints.push((ck, metrics.clone()));
             }
-            state.history.push((metrics, row));
+            state.history.push(metrics);
+            state.last_row = Some(row);
         }
         state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
         Ok((state, last_attempt))
@@ -173,9 +178,9 @@ impl RunState {
     /// checkpoints that were written but never recorded (by the last, failed attempt, or a
     /// straggler of an earlier one) go, so none can be taken for a real one.
     pub(super) fn end(&mut self) -> Result<()> {
-        if let Some((_, row)) = self.history.last_mut() {
+        if let Some(mut row) = self.last_row.take() {
             row.insert("done".into(), true.into());
-            self.files.replace_last(row.clone())?;
+            self.files.replace_last(row)?;
         }
         self.files.sync()?;
         checkpoint::set_fence(&self.run_dir, Fence::Closed)?;
@@ -228,14 +233,15 @@ impl RunState {
             self.prune_checkpoints()?;
         }
         let stop = self.stop.iter().any(|(name, &at)| metrics.get(name).is_some_and(|&v| v >= at));
-        self.history.push((metrics, row));
+        self.history.push(metrics);
+        self.last_row = Some(row);
         Ok(stop)
     }
 
     /// The metrics of the latest recorded report (empty before the first).
     pub(super) fn last_metrics(&self) -> &Metrics {
         static NONE: Metrics = Metrics::new();
-        self.history.last().map_or(&NONE, |(m, _)| m)
+        self.history.last().unwrap_or(&NONE)
     }
 
     /// The checkpoint a report names, once it is known to be this attempt's own (the fence
@@ -301,14 +307,20 @@ impl RunState {
     /// Keeps the reports up to iteration `keep_until` (in memory and in the files) and the
     /// recorded checkpoints; sweeps any other checkpoint folder.
     fn truncate(&mut self, keep_until: f64) -> Result<()> {
-        self.history.retain(|(m, _)| iteration_of(m) <= keep_until);
+        self.history.retain(|m| iteration_of(m) <= keep_until);
+        let mut rows = ResultFiles::read_rows(&self.run_dir)?;
+        rows.retain(|row| {
+            row.get("training_iteration").and_then(crate::metrics::number_of).unwrap_or(0.0)
+                <= keep_until
+        });
         // The run goes on: no kept row is its last any more.
-        for (_, row) in &mut self.history {
+        for row in &mut rows {
             row.insert("done".into(), false.into());
         }
+        self.last_row = rows.last().cloned();
         self.time_offset =
-            self.history.last().and_then(|(m, _)| m.get("time_total_s").copied()).unwrap_or(0.0);
-        self.files.rewrite(self.history.iter().map(|(_, row)| row.clone()).collect())?;
+            self.history.last().and_then(|m| m.get("time_total_s").copied()).unwrap_or(0.0);
+        self.files.rewrite(rows)?;
         let kept: Vec<Checkpoint> = self.checkpoints.iter().map(|(c, _)| c.clone()).collect();
         checkpoint::sweep_unrecorded(&self.run_dir, &kept)
     }
@@ -322,12 +334,12 @@ impl RunState {
     ) -> TrainResult {
         let best_checkpoints = self.ranked();
         TrainResult {
-            metrics: self.history.last().map(|(m, _)| m.clone()),
+            metrics: self.history.last().cloned(),
             checkpoint: self.checkpoints.last().map(|(c, _)| c.clone()),
             best_checkpoints,
             error,
             path,
-            metrics_history: self.history.into_iter().map(|(m, _)| m).collect(),
+            metrics_history: self.history,
             failures,
             fit_seconds: 0.0,
             train_loop_seconds,
