@@ -181,9 +181,18 @@ impl ResultFiles {
         let row = flatten(row);
         let added = self.add_columns(&row);
         self.rows += 1;
+        // The header is written with the first row (and again when a column is added, with
+        // every row read back from result.json).
+        let first = self.rows == 1;
+        if first {
+            self.write_csv(std::slice::from_ref(&row))?;
+        }
         self.last = Some(row);
-        // The header is written with the first row (and again when a column is added).
-        if added || self.rows == 1 { self.rewrite_csv() } else { self.put_csv_line(false) }
+        match (first, added) {
+            (true, _) => Ok(()),
+            (false, true) => self.rewrite_csv(),
+            (false, false) => self.put_csv_line(false),
+        }
     }
 
     /// The rows of `dir/result.json`, oldest first (none when there is no file). A last line
