@@ -675,8 +675,8 @@ struct Sweep {
     snapshots: Snapshots,
     /// A report the loop has not heard of yet is waiting in its channel. Without callbacks that
     /// want every result, the loop only needs to know that something changed since it last
-    /// looked (for the state snapshot), so a report wakes it only when none is waiting already:
-    /// one wake-up of the loop's thread per report was a tenth of the driver's time.
+    /// looked (for the state snapshot), so a report wakes it only when none is waiting already
+    /// instead of once per report.
     unheard_report: Arc<AtomicBool>,
     control: Control,
     /// Interrupted: the state file keeps the snapshot taken then; the trials are stopping.
