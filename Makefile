@@ -13,7 +13,7 @@ VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 
-.PHONY: all libtorch tmux build demo test check fmt clippy clean-venv
+.PHONY: all libtorch tmux slurm build demo test test-slurm check fmt clippy clean-venv
 
 all: build
 
@@ -44,6 +44,14 @@ tmux:
 		$(SUDO) apt-get install -y -qq tmux >/dev/null 2>&1 || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tmux; }; }
 
+# The Slurm test runs a real two-node cluster on this host: Debian's Slurm and munge.
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge
+slurm:
+	@for c in slurmctld slurmd sbatch munged mungekey; do command -v $$c >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then echo "installing Slurm and munge (the Slurm test runs a real cluster)"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES); }; fi
+
 build: libtorch
 	cargo build --workspace
 
@@ -60,13 +68,19 @@ demo: libtorch
 test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
 	cargo test --workspace
 
+# A sweep submitted with sbatch to a two-node Slurm cluster (munged, slurmctld and two slurmd
+# started here, as root, and stopped at the end), scancelled and resumed in a new job.
+test-slurm: libtorch slurm
+	cargo build --bin rtune
+	tests/slurm/test.sh target/debug/rtune
+
 fmt:
 	cargo fmt --all --check
 
 clippy: libtorch
 	cargo clippy --workspace --all-targets -- -D warnings
 
-check: test fmt clippy
+check: test test-slurm fmt clippy
 
 clean-venv:
 	rm -rf $(VENV) $(LIBTORCH_LINK)

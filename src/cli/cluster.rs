@@ -60,7 +60,7 @@ pub(super) fn node(
     for (name, amount) in parse_resources(&resources)? {
         spec = spec.custom(name, amount);
     }
-    let config = node::NodeConfig { head: address, token, spec, retry: Duration::from_millis(500) };
+    let config = node::NodeConfig::new(address, token, spec);
     runtime()?.block_on(node::run(config))?;
     Ok(())
 }

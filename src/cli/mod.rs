@@ -29,6 +29,7 @@ mod export;
 mod inspect;
 mod predict;
 mod progress;
+mod slurm;
 pub mod stream;
 pub mod sweep;
 pub mod tui;
@@ -204,6 +205,14 @@ enum Command {
         #[arg(long, env = "RTUNE_TOKEN")]
         token: Option<String>,
     },
+    /// Run sweeps on the cluster of a Slurm job: from its batch script, `rtune slurm run` starts
+    /// a node agent on every allocated node and runs the sweep on them.
+    #[command(after_help = "Example (in a batch script, see examples/slurm/sweep.sbatch):\n  \
+        rtune slurm run examples/slurm/sweep.toml --set name=\\\"sweep-$SLURM_JOB_ID\\\"")]
+    Slurm {
+        #[command(subcommand)]
+        command: SlurmCommand,
+    },
     /// Show a cluster's nodes (total and free resources) and its placement groups.
     #[command(after_help = "Example:\n  rtune status --address 127.0.0.1:6380 --format json")]
     Status {
@@ -214,6 +223,65 @@ enum Command {
         #[arg(long, env = "RTUNE_TOKEN")]
         token: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum SlurmCommand {
+    /// Run a sweep file on this job's nodes (as `rtune run`). When the experiment already
+    /// exists (a requeued job runs its script again) it is resumed instead.
+    Run {
+        /// The sweep file (TOML).
+        file: PathBuf,
+        /// Override a key of the file: `--set tune.num_samples=8` (the value read as TOML).
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+        #[command(flatten)]
+        cluster: slurm::ClusterArgs,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Go on with an interrupted sweep (a cancelled or timed-out job's) on this job's nodes.
+    Resume {
+        /// The experiment directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        cluster: slurm::ClusterArgs,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// One node's agent, offering what Slurm allocated on it (`rtune slurm run` starts one on
+    /// every node with srun; not for use by hand).
+    Node {
+        /// The head, HOST:PORT.
+        #[arg(long)]
+        address: String,
+        /// Where this node's workers listen (default: its NodeAddr in Slurm).
+        #[arg(long)]
+        node_ip: Option<String>,
+        /// After SIGTERM, how long running workers have to be stopped by their driver before
+        /// the agent kills them.
+        #[arg(long, value_name = "SECONDS", default_value = "20", value_parser = cluster::seconds)]
+        drain_grace: Duration,
+    },
+}
+
+/// Where `run` and `resume` run the sweep.
+#[derive(Default)]
+struct Target {
+    /// A cluster (address, token) instead of the sweep file's own.
+    cluster: Option<(String, String)>,
+    /// `run` of an experiment that exists resumes it instead of refusing.
+    resume_existing: bool,
+}
+
+impl Target {
+    fn run_config(&self, spec: &SweepSpec) -> RunConfig {
+        let run = spec.run_config();
+        match &self.cluster {
+            Some((address, token)) => run.cluster(address.clone(), Some(token.clone())),
+            None => run,
+        }
+    }
 }
 
 /// How `run` and `resume` report.
@@ -275,7 +343,12 @@ fn code_of(e: &Error) -> i32 {
 pub fn main(registry: Registry) -> ! {
     crate::worker::init();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Run { .. } | Command::Resume { .. }) {
+    if matches!(
+        cli.command,
+        Command::Run { .. }
+            | Command::Resume { .. }
+            | Command::Slurm { command: SlurmCommand::Run { .. } | SlurmCommand::Resume { .. } }
+    ) {
         // Progress lines say what happens; the full log is in the experiment's driver.log.
         crate::log::quiet_stderr();
     }
@@ -291,8 +364,32 @@ pub fn main(registry: Registry) -> ! {
 
 fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
     match cli.command {
-        Command::Run { file, sets, output } => run(&file, &sets, &output, registry),
-        Command::Resume { dir, output } => resume(&dir, &output, registry),
+        Command::Run { file, sets, output } => {
+            run(&file, &sets, &output, registry, &Target::default())
+        }
+        Command::Resume { dir, output } => resume(&dir, &output, registry, &Target::default()),
+        Command::Slurm { command } => match command {
+            SlurmCommand::Run { file, sets, cluster, output } => {
+                let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
+                let target = Target {
+                    cluster: Some((job.address.clone(), job.token.clone())),
+                    resume_existing: true,
+                };
+                run(&file, &sets, &output, registry, &target)
+            }
+            SlurmCommand::Resume { dir, cluster, output } => {
+                let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
+                let target = Target {
+                    cluster: Some((job.address.clone(), job.token.clone())),
+                    resume_existing: false,
+                };
+                resume(&dir, &output, registry, &target)
+            }
+            SlurmCommand::Node { address, node_ip, drain_grace } => {
+                slurm::node(address, node_ip, drain_grace)?;
+                Ok(0)
+            }
+        },
         Command::Watch { dir } => {
             let dir = match dir {
                 Some(dir) => dir,
@@ -361,18 +458,28 @@ struct SweepCopy {
     set: Vec<String>,
 }
 
-fn run(file: &Path, sets: &[String], output: &Output, registry: &Registry) -> Result<i32, Exit> {
+fn run(
+    file: &Path,
+    sets: &[String],
+    output: &Output,
+    registry: &Registry,
+    target: &Target,
+) -> Result<i32, Exit> {
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read the sweep file {}", file.display()))
         .map_err(|e| Exit(EXIT_INVALID, e))?;
     let source = doc::Source { name: file.display().to_string(), text };
     let spec = SweepSpec::read(&source, sets, registry)?;
-    let mut run = spec.run_config();
+    let mut run = target.run_config(&spec);
     let name = spec.name.clone().unwrap_or_else(|| {
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
         format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
     });
     let path = run.resolved_storage_path().join(&name);
+    if crate::tune::holds_experiment(&path) && target.resume_existing {
+        println!("{} already holds this experiment (a requeued job): resuming it", path.display());
+        return resume(&path, output, registry, target);
+    }
     if crate::tune::holds_experiment(&path) {
         return Err(Exit(
             EXIT_INVALID,
@@ -436,7 +543,7 @@ fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Ex
     Ok((source.name, spec))
 }
 
-fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit> {
+fn resume(dir: &Path, output: &Output, registry: &Registry, target: &Target) -> Result<i32, Exit> {
     let (file, spec) = read_sweep(dir, registry)?;
     let ended: Vec<tui::model::TrialRow> = tui::Model::read(dir)
         .map(tui::Model::into_trials)
@@ -447,7 +554,8 @@ fn resume(dir: &Path, output: &Output, registry: &Registry) -> Result<i32, Exit>
     println!("resuming sweep {file} in {}", dir.display());
     let control = Control::new();
     let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let (run, screen) = reporting(spec.run_config(), &spec, output, &name, dir, &control, ended);
+    let (run, screen) =
+        reporting(target.run_config(&spec), &spec, output, &name, dir, &control, ended);
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
         let tuner = Tuner::restore(dir, spec.trainer())?;

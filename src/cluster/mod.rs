@@ -6,6 +6,7 @@ pub mod client;
 pub mod head;
 pub mod node;
 pub mod pool;
+pub mod slurm;
 
 use pool::{NodeSpec, PlacementRequest, Pool, Reservation, Resources, Strategy};
 

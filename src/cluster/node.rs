@@ -33,14 +33,53 @@ pub struct NodeConfig {
     pub spec: NodeSpec,
     /// How long to wait between reconnection attempts.
     pub retry: Duration,
+    /// The devices this agent may use, when it runs under a `CUDA_VISIBLE_DEVICES`-style list
+    /// (a Slurm step's GPUs): the pool's device indices 0..n map to these names.
+    pub devices: Option<Vec<String>>,
+    /// Serve one session only: the agent ends when its head ends it (a Slurm job's cluster
+    /// ends with its driver) instead of reconnecting.
+    pub once: bool,
+    /// Workers ignore SIGTERM, so that a signal sent to every process of a job (Slurm's
+    /// `scancel`, a time limit) stops them through their driver, which records the experiment
+    /// first, instead of killing them under it.
+    pub workers_ignore_sigterm: bool,
+    /// When this turns true the agent drains: it starts no more workers and ends once the
+    /// running ones have exited, or after `drain_grace`, killing what is left.
+    pub drain: Option<tokio::sync::watch::Receiver<bool>>,
+    pub drain_grace: Duration,
 }
 
-/// Runs the agent until the process is killed.
-pub async fn run(config: NodeConfig) -> Result<()> {
+impl NodeConfig {
+    /// An agent of `spec` that joins the head at `head` and reconnects when the session ends.
+    pub fn new(head: impl Into<String>, token: Option<String>, spec: NodeSpec) -> NodeConfig {
+        NodeConfig {
+            head: head.into(),
+            token,
+            spec,
+            retry: Duration::from_millis(500),
+            devices: None,
+            once: false,
+            workers_ignore_sigterm: false,
+            drain: None,
+            drain_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs the agent until the process is killed (or, with `once`, its session ends, and with
+/// `drain`, it has drained).
+pub async fn run(mut config: NodeConfig) -> Result<()> {
     let mut previous: Option<u64> = None;
     let mut announced = false;
     loop {
-        match session(&config, previous, &mut announced).await {
+        if draining(&config.drain) {
+            return Ok(());
+        }
+        match session(&mut config, previous, &mut announced).await {
+            Ok(id) if config.once || draining(&config.drain) => {
+                tracing::info!("session {id} with the head {} ended", config.head);
+                return Ok(());
+            }
             Ok(id) => {
                 previous = Some(id);
                 tracing::warn!("session with the head {} ended; reconnecting", config.head);
@@ -60,7 +99,11 @@ pub async fn run(config: NodeConfig) -> Result<()> {
 }
 
 /// One session: register, then serve commands until the stream ends. Returns the node id.
-async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut bool) -> Result<u64> {
+async fn session(
+    config: &mut NodeConfig,
+    previous: Option<u64>,
+    announced: &mut bool,
+) -> Result<u64> {
     let mut client = super::client::connect_head(&config.head, config.token.as_deref()).await?;
     let (up, up_rx) = mpsc::channel::<NodeMessage>(256);
     let resources_json =
@@ -94,13 +137,34 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
     let (event_tx, mut events) = mpsc::unbounded_channel::<NodeMessage>();
     // Worker id → the sender that kills it.
     let mut running: HashMap<String, oneshot::Sender<()>> = HashMap::new();
+    let mut drain = config.drain.clone();
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
     loop {
+        if drain_deadline.is_none() && draining(&drain) {
+            tracing::info!("draining: {} worker(s) still running", running.len());
+            drain_deadline = Some(tokio::time::Instant::now() + config.drain_grace);
+        }
+        if drain_deadline.is_some() && running.is_empty() {
+            break;
+        }
+        let deadline = drain_deadline.unwrap_or_else(far_future);
         tokio::select! {
+            _ = tokio::time::sleep_until(deadline), if drain_deadline.is_some() => {
+                tracing::warn!("{} worker(s) still running after the drain grace: killing them", running.len());
+                break;
+            }
+            _ = changed(&mut drain), if drain_deadline.is_none() => {}
             command = down.next() => match command {
                 Some(Ok(HeadCommand { kind: Some(kind) })) => match kind {
+                    head_command::Kind::Start(start) if drain_deadline.is_some() => {
+                        let error = "the node agent is shutting down".to_owned();
+                        tracing::warn!("not starting worker {}: {error}", start.worker_id);
+                        let exit = WorkerExit { worker_id: start.worker_id, pg_id: start.pg_id, code: -1, signal: 0, error };
+                        let _ = up.send(exited(exit)).await;
+                    }
                     head_command::Kind::Start(start) => {
                         let worker = start.worker_id.clone();
-                        match spawn(start, node_id, event_tx.clone()) {
+                        match spawn(start, node_id, config, event_tx.clone()) {
                             Ok(kill) => { running.insert(worker, kill); }
                             Err((exit, e)) => {
                                 tracing::warn!("{e}");
@@ -141,6 +205,25 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
     Ok(node_id)
 }
 
+fn draining(drain: &Option<tokio::sync::watch::Receiver<bool>>) -> bool {
+    drain.as_ref().is_some_and(|d| *d.borrow())
+}
+
+/// Resolves when `drain` changes (never without one, or once its sender is gone).
+async fn changed(drain: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    let ok = match drain {
+        Some(d) => d.changed().await.is_ok(),
+        None => false,
+    };
+    if !ok {
+        std::future::pending::<()>().await;
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
 fn exited(exit: WorkerExit) -> NodeMessage {
     NodeMessage { kind: Some(node_message::Kind::Exited(exit)) }
 }
@@ -149,6 +232,7 @@ fn exited(exit: WorkerExit) -> NodeMessage {
 fn spawn(
     start: StartWorkerRequest,
     node_id: u64,
+    config: &NodeConfig,
     events: mpsc::UnboundedSender<NodeMessage>,
 ) -> std::result::Result<oneshot::Sender<()>, (WorkerExit, String)> {
     let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
@@ -159,6 +243,19 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let (Some(devices), Some(indices)) = (&config.devices, start.env.get(CUDA_VISIBLE_DEVICES)) {
+        command.env(CUDA_VISIBLE_DEVICES, map_devices(indices, devices));
+    }
+    if config.workers_ignore_sigterm {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: signal() is async-signal-safe. An ignored signal stays ignored across exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    }
     // The exit waits for both output streams to drain, so the driver gets every line first.
     let (drained_tx, drained) = oneshot::channel::<Vec<tokio::task::JoinHandle<()>>>();
     let (id, exit_events) = (worker_id.clone(), events.clone());
@@ -200,10 +297,23 @@ fn spawn(
         readers.push(stream_output(out, false, worker_id.clone(), pg_id, events.clone()));
     }
     if let Some(err) = supervised.stderr {
-        readers.push(stream_output(err, true, worker_id, pg_id, events));
+        readers.push(stream_output(err, true, worker_id.clone(), pg_id, events));
     }
     let _ = drained_tx.send(readers);
+    tracing::info!("started worker {worker_id} of placement group {pg_id}");
     Ok(supervised.kill)
+}
+
+const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// The pool's device indices (`0,1`) as the names of the agent's own devices (`2,3`). An index
+/// beyond the list is kept as it is (the pool never hands one out).
+fn map_devices(indices: &str, devices: &[String]) -> String {
+    let name = |index: &str| -> String {
+        let i: Option<usize> = index.trim().parse().ok();
+        i.and_then(|i| devices.get(i)).cloned().unwrap_or_else(|| index.to_owned())
+    };
+    indices.split(',').map(name).collect::<Vec<_>>().join(",")
 }
 
 /// Sends a worker's output up the session in chunks of at most 64 KiB, until it closes.
@@ -228,4 +338,16 @@ fn stream_output(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::map_devices;
+
+    #[test]
+    fn pool_device_indices_map_to_the_agents_devices() {
+        let devices = ["2".to_owned(), "5".to_owned()];
+        assert_eq!(map_devices("0", &devices), "2");
+        assert_eq!(map_devices("1,0", &devices), "5,2");
+    }
 }

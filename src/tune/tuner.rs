@@ -370,7 +370,7 @@ impl Tuner {
         }
         let max_concurrent_trials = match tune.max_concurrent_trials {
             Some(n) => n,
-            None => side_by_side(&trainer),
+            None => side_by_side(&trainer, driver, &run),
         };
         let config = ControllerConfig {
             metric: metric.clone(),
@@ -560,10 +560,29 @@ impl Settings {
 }
 
 /// How many trials of `trainer` the local machine holds side by side (at least 1).
-fn side_by_side(trainer: &TorchTrainer) -> usize {
+/// How many trials fit side by side in the CPUs of the machine, or of the cluster's live nodes.
+fn side_by_side(trainer: &TorchTrainer, driver: &Driver, run: &RunConfig) -> usize {
     let scaling = trainer.scaling_config();
     let per_trial = scaling.cpus_per_worker() * scaling.num_workers as f64;
-    let cpus = crate::cluster::local_node().map_or(1.0, |n| n.resources.cpu);
+    let cpus = match run.resolved_cluster() {
+        Some((address, token)) => {
+            let status = driver.block_on(async {
+                let mut client =
+                    crate::cluster::client::connect_head(&address, token.as_deref()).await?;
+                crate::cluster::client::status(&mut client).await
+            });
+            match status {
+                Ok(status) => status.nodes.iter().filter(|n| n.alive).map(|n| n.total.cpu).sum(),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot ask the head at {address} for its size ({e}): one trial at a time (set max_concurrent_trials)"
+                    );
+                    1.0
+                }
+            }
+        }
+        None => crate::cluster::local_node().map_or(1.0, |n| n.resources.cpu),
+    };
     if per_trial > 0.0 { ((cpus / per_trial).floor() as usize).max(1) } else { 1 }
 }
 
