@@ -45,6 +45,8 @@ pub(super) struct JobCluster {
     /// Made for this job; never printed.
     pub token: String,
     agents: Option<Child>,
+    /// Every agent joined: they end by themselves with the head.
+    joined: bool,
     /// The head's server; dropping the runtime ends it and the agents' sessions with it.
     head: Option<(head::HeadHandle, tokio::runtime::Runtime)>,
 }
@@ -75,8 +77,13 @@ impl JobCluster {
         let handle = runtime.block_on(head::serve(config))?;
         let address = format!("{head_ip}:{}", handle.address.port());
         let agents = start_agents(&allocation, &address, &token)?;
-        let mut cluster =
-            JobCluster { address, token, agents: Some(agents), head: Some((handle, runtime)) };
+        let mut cluster = JobCluster {
+            address,
+            token,
+            agents: Some(agents),
+            joined: false,
+            head: Some((handle, runtime)),
+        };
         println!(
             "slurm job {}: head at {}, starting a node agent on {}",
             allocation.job_id,
@@ -85,6 +92,7 @@ impl JobCluster {
         );
         match cluster.wait_for(&allocation.nodes, args.join_timeout) {
             Ok(status) => {
+                cluster.joined = true;
                 println!("slurm: {}", joined_line(&status));
                 Ok(cluster)
             }
@@ -140,18 +148,20 @@ impl JobCluster {
     }
 
     /// Ends the head, and with it the agents' sessions: each agent then exits by itself (no
-    /// worker is left to drain) and the srun step ends. One that does not is ended by SIGTERM
-    /// to srun, then SIGKILL.
+    /// worker is left to drain) and the srun step ends. One that does not, or agents that never
+    /// all joined, are ended by SIGTERM to srun, then SIGKILL.
     pub(super) fn stop(&mut self) {
         if let Some((handle, runtime)) = self.head.take() {
             drop(handle);
             runtime.shutdown_timeout(Duration::from_secs(1));
         }
         let Some(mut child) = self.agents.take() else { return };
-        if ended_within(&mut child, Duration::from_secs(10)) {
-            return;
+        if self.joined {
+            if ended_within(&mut child, Duration::from_secs(10)) {
+                return;
+            }
+            tracing::warn!("the node agents' srun step did not end with the head: SIGTERM");
         }
-        tracing::warn!("the node agents' srun step did not end with the head: SIGTERM to srun");
         // SAFETY: kill() on our own child's pid (srun passes SIGTERM on to its tasks).
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         if !ended_within(&mut child, Duration::from_secs(30)) {

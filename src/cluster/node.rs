@@ -19,8 +19,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::cluster::pool::NodeSpec;
 use crate::error::{Error, Result};
 use crate::proto::{
-    HeadCommand, Heartbeat, NodeMessage, RegisterNode, StartWorkerRequest, WorkerExit, WorkerLog,
-    head_command, node_message,
+    HeadCommand, Heartbeat, NodeMessage, RegisterNode, Registered, StartWorkerRequest, WorkerExit,
+    WorkerLog, head_command, node_message,
 };
 
 /// How a node agent joins its head.
@@ -104,30 +104,13 @@ async fn session(
     previous: Option<u64>,
     announced: &mut bool,
 ) -> Result<u64> {
-    let mut client = super::client::connect_head(&config.head, config.token.as_deref()).await?;
-    let (up, up_rx) = mpsc::channel::<NodeMessage>(256);
-    let resources_json =
-        serde_json::to_string(&config.spec.resources).expect("resources serialise");
-    let register = RegisterNode {
-        address: config.spec.address.clone(),
-        resources_json,
-        previous_node_id: previous,
-        version: crate::sys::build_id::hex(crate::sys::build_id::build_id()),
-    };
-    up.send(NodeMessage { kind: Some(node_message::Kind::Register(register)) })
-        .await
-        .map_err(|_| Error::Protocol("session closed".into()))?;
-    let mut down = client
-        .node_session(ReceiverStream::new(up_rx))
-        .await
-        .map_err(super::client::status_error)?
-        .into_inner();
-    let first =
-        down.next().await.ok_or_else(|| Error::Protocol("the head closed the session".into()))?;
-    let Some(head_command::Kind::Registered(registered)) =
-        first.map_err(super::client::status_error)?.kind
-    else {
-        return Err(Error::Protocol("the head did not acknowledge the registration".into()));
+    // Asked to end before it joined: nothing runs here yet, so it ends at once.
+    let mut drain = config.drain.clone();
+    let (up, mut down, registered) = tokio::select! {
+        joined = join(config, previous) => joined?,
+        _ = changed(&mut drain) => {
+            return Err(Error::Protocol("asked to end before joining the head".into()));
+        }
     };
     let node_id = registered.node_id;
     tracing::info!("registered with the head {} as node {node_id}", config.head);
@@ -137,7 +120,6 @@ async fn session(
     let (event_tx, mut events) = mpsc::unbounded_channel::<NodeMessage>();
     // Worker id → the sender that kills it.
     let mut running: HashMap<String, oneshot::Sender<()>> = HashMap::new();
-    let mut drain = config.drain.clone();
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     loop {
         if drain_deadline.is_none() && draining(&drain) {
@@ -203,6 +185,39 @@ async fn session(
         let _ = kill.send(());
     }
     Ok(node_id)
+}
+
+/// Registers with the head: the session's way up, its commands, and the acknowledgement.
+async fn join(
+    config: &NodeConfig,
+    previous: Option<u64>,
+) -> Result<(mpsc::Sender<NodeMessage>, tonic::Streaming<HeadCommand>, Registered)> {
+    let mut client = super::client::connect_head(&config.head, config.token.as_deref()).await?;
+    let (up, up_rx) = mpsc::channel::<NodeMessage>(256);
+    let resources_json =
+        serde_json::to_string(&config.spec.resources).expect("resources serialise");
+    let register = RegisterNode {
+        address: config.spec.address.clone(),
+        resources_json,
+        previous_node_id: previous,
+        version: crate::sys::build_id::hex(crate::sys::build_id::build_id()),
+    };
+    up.send(NodeMessage { kind: Some(node_message::Kind::Register(register)) })
+        .await
+        .map_err(|_| Error::Protocol("session closed".into()))?;
+    let mut down = client
+        .node_session(ReceiverStream::new(up_rx))
+        .await
+        .map_err(super::client::status_error)?
+        .into_inner();
+    let first =
+        down.next().await.ok_or_else(|| Error::Protocol("the head closed the session".into()))?;
+    let Some(head_command::Kind::Registered(registered)) =
+        first.map_err(super::client::status_error)?.kind
+    else {
+        return Err(Error::Protocol("the head did not acknowledge the registration".into()));
+    };
+    Ok((up, down, registered))
 }
 
 fn draining(drain: &Option<tokio::sync::watch::Receiver<bool>>) -> bool {

@@ -5,9 +5,13 @@
 #      each node, the agents offer what the job was given (CPUs, memory), the results are
 #      complete, and no process of rtune outlives the job;
 #   2. a second sweep is cancelled with scancel while it runs: the driver records it as
-#      resumable, and nothing of the job is left running;
+#      resumable, nothing of the job is left running, and the job's cluster token (read from
+#      an agent's environment) was written neither to its output nor to the experiment;
 #   3. a new job resumes it: exactly num_samples trials end TERMINATED, the trials that had
-#      finished keep their result files byte for byte, and no result row is lost or duplicated.
+#      finished keep their result files byte for byte, and no result row is lost or duplicated;
+#   4. a job submitted with --requeue is requeued while it runs, and its second run resumes the
+#      experiment by itself;
+# and, first, the mistakes: outside a job, and nodes whose agents never join.
 # Usage: tests/slurm/test.sh PATH/TO/rtune   (`make test-slurm` builds it and runs this)
 set -euo pipefail
 
@@ -51,30 +55,97 @@ no_rtune_left() {
 }
 
 wait_until_gone() {
-    local job=$1
-    for _ in $(seq 300); do
+    local job=$1 seconds=${2:-60}
+    for _ in $(seq $((seconds * 5))); do
         squeue -h -j "$job" 2>/dev/null | grep -q . || return 0
         sleep 0.2
     done
-    fail "job $job still in the queue after 60 s"
+    fail "job $job still in the queue after $seconds s"
 }
 
 "$here/cluster.sh" up "$work/slurm"
 cd "$repo"
 
+# Results are exact: exactly $2 trials, all TERMINATED, each trial's rows 1..n in result.json
+# and progress.csv alike, and the finished trials listed in file $3 (if given) unchanged.
+check_results() {
+    local experiment=$1 expected=$2 sums=${3:-/dev/null}
+    [ "$(statuses "$experiment")" = "TERMINATED $expected" ] \
+        || fail "expected $expected TERMINATED trials, got: $(statuses "$experiment")"
+    "$rtune" show "$experiment" --format json | python3 -c '
+import hashlib, json, os, sys
+sums = {}
+for line in open(sys.argv[1]):
+    trial, f, digest = line.split()
+    sums[(trial, f)] = digest
+trials = json.load(sys.stdin)
+for t in trials:
+    rows = [json.loads(l) for l in open(os.path.join(t["path"], "result.json"))]
+    iterations = [r["training_iteration"] for r in rows]
+    assert iterations == list(range(1, len(rows) + 1)), (t["trial_id"], iterations)
+    assert iterations[-1] == t["metrics"]["training_iteration"], t["trial_id"]
+    csv_rows = open(os.path.join(t["path"], "progress.csv")).read().splitlines()[1:]
+    assert len(csv_rows) == len(rows), (t["trial_id"], len(csv_rows), len(rows))
+    for f in ("result.json", "progress.csv"):
+        if (t["trial_id"], f) in sums:
+            data = open(os.path.join(t["path"], f), "rb").read()
+            assert hashlib.sha256(data).hexdigest() == sums[(t["trial_id"], f)], (t["trial_id"], f)
+print(f"{len(trials)} trials, rows 1..n in each, {len(sums) // 2} finished earlier unchanged")' \
+        "$sums" || fail "the results in $experiment are not exact"
+}
+
+# Submits a job and waits for it (polling faster than `sbatch --wait`); prints its final state.
+run_job() {
+    local out=$1 job
+    shift
+    job=$(sbatch --parsable -o "$out" "$@")
+    wait_until_gone "$job" 300
+    scontrol show job "$job" | grep -o "JobState=[A-Z_]*" | cut -d= -f2
+}
+
+# Submits a sweep that runs on; prints its job id once a trial of it has finished.
+submit_running() {
+    local out=$1 job
+    shift
+    job=$(sbatch --parsable -o "$out" "$@")
+    for _ in $(seq 600); do
+        grep -q "TERMINATED: " "$out" 2>/dev/null && { echo "$job"; return 0; }
+        squeue -h -j "$job" | grep -q . || fail "job $job ended before a trial finished"
+        sleep 0.1
+    done
+    fail "no trial of job $job finished within 60 s"
+}
+
+# 0. Mistakes get clear errors: not in a job; agents that never join (a head address no node
+# reaches) end the job after --join-timeout, naming the nodes.
+echo "[${SECONDS}s] == 0. errors"
+set +e
+message=$(env -u SLURM_JOB_ID "$rtune" slurm run examples/slurm/sweep.toml 2>&1)
+code=$?
+set -e
+[ "$code" = 2 ] && [[ $message == *"SLURM_JOB_ID is not set"*"sbatch"* ]] \
+    || fail "outside a job: exit $code, $message"
+out=$work/job-0.out
+state=$(NAME=never run_job "$out" examples/slurm/sweep.sbatch \
+    --set "storage_path=\"$results\"" --head-ip 192.0.2.1 --join-timeout 3)
+[ "$state" = FAILED ] || fail "a sweep whose agents cannot reach the head ended $state"
+grep -q "2 of 2 allocated node(s) never joined within 3s: n1, n2" "$out" \
+    || fail "no error naming the nodes that never joined"
+[ ! -e "$results/never" ] || fail "a sweep that never started left an experiment directory"
+no_rtune_left "after the failed join"
+
 # 1. A whole sweep: 1 CPU and 1500 MB on each node, so each agent must offer exactly that.
-echo "== 1. a sweep job to the end"
+echo "[${SECONDS}s] == 1. a sweep job to the end"
 out=$work/job-1.out
-NAME=whole timeout 300 sbatch --wait --cpus-per-task=1 --mem=1500 -o "$out" \
-    examples/slurm/sweep.sbatch --set "storage_path=\"$results\"" --set tune.num_samples=6 \
-    || fail "the sweep job failed"
+state=$(NAME=whole run_job "$out" --cpus-per-task=1 --mem=1500 \
+    examples/slurm/sweep.sbatch --set "storage_path=\"$results\"" --set tune.num_samples=6)
+[ "$state" = COMPLETED ] || fail "the sweep job ended $state"
 grep -q "2 node agent(s) joined" "$out" || fail "the agents did not both join"
 for node in n1 n2; do
     grep -q "node{name=$node}: offering 1 CPUs, GPUs \[\], 1500 MB of memory" "$out" \
         || fail "$node's agent did not offer exactly the job's 1 CPU and 1500 MB"
 done
-[ "$(statuses "$results/whole")" = "TERMINATED 6" ] \
-    || fail "expected 6 TERMINATED trials, got: $(statuses "$results/whole")"
+check_results "$results/whole" 6
 # Every trial's 2 workers (STRICT_SPREAD) were started by the agents of both nodes.
 python3 - "$out" "$results/whole" <<'PY' || fail "trials were not placed on both nodes"
 import collections, os, re, sys
@@ -94,21 +165,22 @@ PY
 no_rtune_left "after the sweep job"
 
 # 2. A sweep cancelled while it runs.
-echo "== 2. scancel a running sweep"
+echo "[${SECONDS}s] == 2. scancel a running sweep"
 out=$work/job-2.out
-job=$(NAME=cancelled sbatch --parsable -o "$out" examples/slurm/sweep.sbatch \
+job=$(NAME=cancelled submit_running "$out" examples/slurm/sweep.sbatch \
     --set "storage_path=\"$results\"" --set tune.num_samples=16)
-for _ in $(seq 600); do
-    grep -q "TERMINATED: " "$out" 2>/dev/null && break
-    squeue -h -j "$job" | grep -q . || fail "job $job ended before a trial finished"
-    sleep 0.1
-done
-grep -q "TERMINATED: " "$out" || fail "no trial of job $job finished within 60 s"
+# The job's cluster token, from an agent's environment: it must be written nowhere.
+agent=$(pgrep -f "$rtune slurm node" | head -n 1) || fail "no node agent running in job $job"
+token=$(tr '\0' '\n' < "/proc/$agent/environ" | sed -n 's/^RTUNE_TOKEN=//p')
+[ "${#token}" -ge 16 ] || fail "the agent has no cluster token of its own"
 scancel "$job"
 wait_until_gone "$job"
 grep -q "stopping the sweep, resumable" "$out" || fail "the driver did not stop the sweep on SIGTERM"
 grep -q "interrupted; the experiment in" "$out" || fail "the driver did not record the interruption"
 no_rtune_left "after scancel"
+if grep -rqF "$token" "$out" "$results/cancelled"; then
+    fail "the cluster token was written to the job's output or the experiment"
+fi
 before=$(statuses "$results/cancelled")
 echo "after scancel: $(echo "$before" | tr '\n' ' ')"
 finished=$(echo "$before" | awk '$1 == "TERMINATED" { print $2 }')
@@ -124,32 +196,28 @@ for t in json.load(sys.stdin):
             print(t["trial_id"], f, hashlib.sha256(data).hexdigest())' > "$work/finished.sums"
 
 # 3. A new job resumes it to the end.
-echo "== 3. resume it in a new job"
+echo "[${SECONDS}s] == 3. resume it in a new job"
 out=$work/job-3.out
-RTUNE_RESUME=$results/cancelled timeout 300 sbatch --wait -o "$out" examples/slurm/sweep.sbatch \
-    || fail "the resume job failed"
-[ "$(statuses "$results/cancelled")" = "TERMINATED 16" ] \
-    || fail "expected 16 TERMINATED trials after the resume, got: $(statuses "$results/cancelled")"
-"$rtune" show "$results/cancelled" --format json | python3 -c '
-import hashlib, json, os, sys
-sums = {}
-for line in open(sys.argv[1]):
-    trial, f, digest = line.split()
-    sums[(trial, f)] = digest
-trials = json.load(sys.stdin)
-assert len(trials) == 16, len(trials)
-for t in trials:
-    rows = [json.loads(l) for l in open(os.path.join(t["path"], "result.json"))]
-    iterations = [r["training_iteration"] for r in rows]
-    assert iterations == list(range(1, len(rows) + 1)), (t["trial_id"], iterations)
-    assert iterations[-1] == t["metrics"]["training_iteration"], t["trial_id"]
-    csv_rows = open(os.path.join(t["path"], "progress.csv")).read().splitlines()[1:]
-    assert len(csv_rows) == len(rows), (t["trial_id"], len(csv_rows), len(rows))
-    for f in ("result.json", "progress.csv"):
-        if (t["trial_id"], f) in sums:
-            data = open(os.path.join(t["path"], f), "rb").read()
-            assert hashlib.sha256(data).hexdigest() == sums[(t["trial_id"], f)], (t["trial_id"], f)
-print(f"resumed: 16 trials, rows 1..n in each, {len(sums) // 2} finished trials unchanged")' \
-    "$work/finished.sums" || fail "the resumed experiment's results are not exact"
+state=$(RTUNE_RESUME=$results/cancelled run_job "$out" examples/slurm/sweep.sbatch)
+[ "$state" = COMPLETED ] || fail "the resume job ended $state"
+check_results "$results/cancelled" 16 "$work/finished.sums"
 no_rtune_left "after the resume job"
+
+# 4. --requeue: the job is requeued while it runs and its second run resumes the experiment.
+echo "[${SECONDS}s] == 4. a requeued job resumes its sweep"
+out=$work/job-4.out
+job=$(NAME=requeued submit_running "$out" --requeue --open-mode=append \
+    examples/slurm/sweep.sbatch --set "storage_path=\"$results\"" --set tune.num_samples=8)
+scontrol requeue "$job"
+# Slurm holds a requeued job back a while (BeginTime); let it start now.
+for _ in $(seq 100); do
+    [ "$(squeue -h -j "$job" -o %T)" = PENDING ] && break
+    sleep 0.2
+done
+scontrol update "jobid=$job" StartTime=now
+wait_until_gone "$job" 300
+grep -q "already holds this experiment (a requeued job): resuming it" "$out" \
+    || fail "the requeued job did not resume its experiment"
+check_results "$results/requeued" 8
+no_rtune_left "after the requeued job"
 echo "slurm: all checks passed"
