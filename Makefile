@@ -13,7 +13,7 @@ VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 
-.PHONY: all libtorch tmux slurm build demo test test-slurm check fmt clippy clean-venv
+.PHONY: all libtorch tmux slurm build demo test test-slurm bench bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -73,6 +73,20 @@ test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safeten
 test-slurm: libtorch slurm
 	cargo build --bin rtune
 	tests/slurm/test.sh target/debug/rtune
+
+# The benchmark suite (bench/suite.py): every figure the median of 5 rounds or more, each
+# against its baseline in the same round; writes bench-report.md and bench-report.json.
+# Release builds (about 20 minutes the first time). BENCH_ARGS: e.g. --runs 7 --only ddp.
+bench-build: libtorch
+	cargo bench --no-run -p rtune --benches
+	cargo bench --no-run -p rtune-searchers --benches
+	cargo build --release --example bench_ddp --example bench_allreduce
+
+bench: bench-build
+	$(PYTHON) bench/suite.py $(BENCH_ARGS)
+
+bench-quick: bench-build
+	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)
 
 fmt:
 	cargo fmt --all --check

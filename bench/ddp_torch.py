@@ -4,7 +4,9 @@ batch 128 per worker, 1 intra-op thread per worker, 300 timed steps after 20 war
 Prints the per-step time and the overhead (wall time from start to all processes joined, minus
 rank 0's time inside the training loop), the same definitions rtune's benchmark uses.
 Run with the project's venv: .venv/bin/python bench/ddp_torch.py
+[--hidden 256] [--layers 2] [--steps 300] [--warmup 20]: as examples/bench_ddp.rs.
 """
+import argparse
 import os
 import sys
 import time
@@ -14,54 +16,56 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-WARMUP, STEPS = 20, 300
-
-
-def worker(rank, world, port, queue):
+def worker(rank, world, port, queue, args):
     started = time.perf_counter()
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(rank)
-    net = torch.nn.Sequential(
-        torch.nn.Linear(64, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 10),
-    )
+    layers = [torch.nn.Linear(64, args.hidden)]
+    for _ in range(args.layers - 1):
+        layers += [torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden)]
+    layers += [torch.nn.ReLU(), torch.nn.Linear(args.hidden, 10)]
+    net = torch.nn.Sequential(*layers)
+    parameters = sum(p.numel() for p in net.parameters())
     model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(128, 64)
     y = torch.randint(10, (128,))
     loop_start = time.perf_counter()
-    for step in range(WARMUP + STEPS):
-        if step == WARMUP:
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
             t0 = time.perf_counter()
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-    per_step_ms = (time.perf_counter() - t0) * 1e3 / STEPS
+    per_step_ms = (time.perf_counter() - t0) * 1e3 / args.steps
     loop_s = time.perf_counter() - loop_start
     dist.destroy_process_group()
     if rank == 0:
-        queue.put((per_step_ms, loop_s))
+        queue.put((per_step_ms, loop_s, parameters))
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    for name, default in [("hidden", 256), ("layers", 2), ("steps", 300), ("warmup", 20)]:
+        parser.add_argument(f"--{name}", type=int, default=default)
+    args = parser.parse_args()
     world = 2
     port = 29500 + os.getpid() % 1000
     t0 = time.perf_counter()
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=worker, args=(r, world, port, queue)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, port, queue, args)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
     wall = time.perf_counter() - t0
-    per_step_ms, loop_s = queue.get()
-    print(f"torch  per_step_ms {per_step_ms:.3f}  fit_s {wall:.3f}  train_loop_s {loop_s:.3f}  "
+    per_step_ms, loop_s, parameters = queue.get()
+    print(f"torch  parameters {parameters}  per_step_ms {per_step_ms:.3f}  fit_s {wall:.3f}  train_loop_s {loop_s:.3f}  "
           f"overhead_s {wall - loop_s:.3f}")
     sys.exit(0 if all(p.exitcode == 0 for p in procs) else 1)
 

@@ -4,11 +4,19 @@
 //!   other (the baseline: what a hand-written loop of trainings costs per run);
 //! * `tuner_200`: the same trainer swept 200 times by the `Tuner` (trials run side by side as
 //!   the machine's CPUs allow): trials per second, end to end;
+//! * `tuner_200_noreuse`: the same with `reuse_actors(false)` (every worker started with exec;
+//!   `RTUNE_BENCH_NOREUSE_TRIALS` sets another count);
 //! * `results_8x500`: 8 trials of 1 worker reporting 500 times each, persistence on (every row
 //!   written to result.json and progress.csv): results per second;
 //! * `results_8x5000`: the same with 5,000 reports each, where start-up no longer counts;
 //! * `rss_10000`: 10,000 one-report trials through one Tuner; the driver's resident memory
-//!   after 1,000, 5,000 and 10,000 finished trials (read by a callback).
+//!   after 10%, 50% and 100% of them finished (read by a callback; `RTUNE_BENCH_RSS_TRIALS`
+//!   sets another count);
+//! * `digits_95`: the demo sweep (`examples/sweeps/digits_tpe_asha.toml`): wall time from the
+//!   start until a trial's validation accuracy first reaches 95%, and the whole sweep's.
+//!
+//! Each figure is also printed as one machine-readable line, `BENCH {"name":..,"value":..,
+//! "unit":..}`, which `bench/suite.py` (`make bench`) collects.
 //!
 //! Workers start warm (forked by the driver's fork server); `RTUNE_WARM_START=0` measures
 //! exec'd workers instead.
@@ -36,11 +44,26 @@ fn trainer(reports: u64) -> TorchTrainer {
         .scaling(ScalingConfig::workers(1))
 }
 
+/// One figure, for `bench/suite.py`.
+fn figure(name: &str, value: f64, unit: &str) {
+    println!("BENCH {}", serde_json::json!({ "name": name, "value": value, "unit": unit }));
+}
+
 fn sweep(dir: &std::path::Path, name: &str, trials: i64, reports: u64) -> anyhow::Result<f64> {
+    sweep_with(dir, name, trials, reports, true)
+}
+
+fn sweep_with(
+    dir: &std::path::Path,
+    name: &str,
+    trials: i64,
+    reports: u64,
+    reuse_actors: bool,
+) -> anyhow::Result<f64> {
     let space = SearchSpace::new().add("i", grid_search(0..trials));
     let started = Instant::now();
     let grid = Tuner::new(trainer(reports), space)
-        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max).reuse_actors(reuse_actors))
         .run_config(RunConfig::new(name).storage_path(dir))
         .fit()?;
     anyhow::ensure!(grid.trials.len() == trials as usize && grid.errors().is_empty());
@@ -58,15 +81,15 @@ fn rss_mb() -> f64 {
     kb / 1024.0
 }
 
-/// Notes the driver's RSS when 1,000, 5,000 and 10,000 trials have completed.
+/// Notes the driver's RSS when the trial counts in `.1` have completed.
 #[derive(Default)]
-struct RssProbe(Mutex<(u64, Vec<(u64, f64)>)>);
+struct RssProbe(Mutex<(u64, Vec<(u64, f64)>)>, Vec<u64>);
 
 impl rtune::callback::Callback for RssProbe {
     fn on_trial_complete(&self, _: &rtune::callback::TrialInfo) -> rtune::Result<()> {
         let mut state = self.0.lock().unwrap();
         state.0 += 1;
-        if [1_000, 5_000, 10_000].contains(&state.0) {
+        if self.1.contains(&state.0) {
             let n = state.0;
             state.1.push((n, rss_mb()));
         }
@@ -89,6 +112,17 @@ fn main() -> anyhow::Result<()> {
     if wanted("tuner_200") {
         let seconds = sweep(dir.path(), "tuner_200", 200, 1)?;
         println!("tuner_200      200 trials in {seconds:.2} s: {:.1} trials/s", 200.0 / seconds);
+        figure("tuner_200", 200.0 / seconds, "trials/s");
+    }
+    if wanted("tuner_200_noreuse") {
+        // `RTUNE_BENCH_NOREUSE_TRIALS`: fewer trials (each costs an exec with libtorch loaded).
+        let trials: i64 = std::env::var("RTUNE_BENCH_NOREUSE_TRIALS").map_or(Ok(200), |n| n.parse())?;
+        let seconds = sweep_with(dir.path(), "tuner_200_noreuse", trials, 1, false)?;
+        println!(
+            "tuner_200_noreuse {trials} trials in {seconds:.2} s: {:.1} trials/s",
+            trials as f64 / seconds
+        );
+        figure("tuner_200_noreuse", trials as f64 / seconds, "trials/s");
     }
     if wanted("results_8x500") {
         // The driver's fork server starts with its first sweep (about 0.3 s of CPU once per
@@ -99,6 +133,7 @@ fn main() -> anyhow::Result<()> {
             "results_8x500  4000 results in {seconds:.2} s: {:.0} results/s",
             4000.0 / seconds
         );
+        figure("results_8x500", 4000.0 / seconds, "results/s");
     }
     // The same at 10x the reports: the report path alone, start-up amortised.
     if wanted("results_8x5000") {
@@ -107,9 +142,13 @@ fn main() -> anyhow::Result<()> {
             "results_8x5000 40000 results in {seconds:.2} s: {:.0} results/s",
             40000.0 / seconds
         );
+        figure("results_8x5000", 40000.0 / seconds, "results/s");
     }
     if wanted("rss_10000") {
         rss_10000(dir.path())?;
+    }
+    if wanted("digits_95") {
+        digits_95(dir.path())?;
     }
     Ok(())
 }
@@ -126,25 +165,78 @@ fn fit_loop(dir: &std::path::Path) -> anyhow::Result<()> {
         f64::from(runs) / seconds,
         seconds * 1e3 / f64::from(runs)
     );
+    figure("fit_loop", f64::from(runs) / seconds, "runs/s");
     Ok(())
 }
 
 fn rss_10000(dir: &std::path::Path) -> anyhow::Result<()> {
-    let probe = std::sync::Arc::new(RssProbe::default());
+    let trials: u64 = match std::env::var("RTUNE_BENCH_RSS_TRIALS") {
+        Ok(n) => n.parse()?,
+        Err(_) => 10_000,
+    };
+    let marks = vec![trials / 10, trials / 2, trials];
+    let probe = std::sync::Arc::new(RssProbe(Mutex::default(), marks));
     let before = rss_mb();
     let started = Instant::now();
-    let grid = Tuner::new(trainer(1), SearchSpace::new().add("i", grid_search(0..10_000i64)))
+    let space = SearchSpace::new().add("i", grid_search(0..trials as i64));
+    let grid = Tuner::new(trainer(1), space)
         .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
         .run_config(RunConfig::new("rss_10000").storage_path(dir).callback(probe.clone()))
         .fit()?;
-    anyhow::ensure!(grid.trials.len() == 10_000 && grid.errors().is_empty());
+    anyhow::ensure!(grid.trials.len() == trials as usize && grid.errors().is_empty());
     let seconds = started.elapsed().as_secs_f64();
-    let marks: Vec<String> =
-        probe.0.lock().unwrap().1.iter().map(|(n, mb)| format!("{n}: {mb:.0} MB")).collect();
+    let noted = probe.0.lock().unwrap().1.clone();
+    let text: Vec<String> = noted.iter().map(|(n, mb)| format!("{n}: {mb:.0} MB")).collect();
     println!(
-        "rss_10000      10000 trials in {seconds:.1} s ({:.0} trials/s); driver RSS before {before:.0} MB, after {}",
-        10_000.0 / seconds,
-        marks.join(", ")
+        "rss_10000      {trials} trials in {seconds:.1} s ({:.0} trials/s); driver RSS before {before:.0} MB, after {}",
+        trials as f64 / seconds,
+        text.join(", ")
     );
+    if let [(_, tenth), .., (_, last)] = noted.as_slice() {
+        figure(&format!("rss_after_{trials}"), *last, "MB");
+        figure(&format!("rss_growth_{}_to_{trials}", trials / 10), last - tenth, "MB");
+        let per_trial_kb = (last - tenth) * 1024.0 / (trials - trials / 10) as f64;
+        figure("rss_per_finished_trial", per_trial_kb, "KB");
+    }
+    Ok(())
+}
+
+/// Notes when a trial's `val_acc` first reaches 95%.
+struct FirstGood(Instant, Mutex<Option<f64>>);
+
+impl rtune::callback::Callback for FirstGood {
+    fn on_trial_result(
+        &self,
+        _: &rtune::callback::TrialInfo,
+        result: &rtune::search::Metrics,
+    ) -> rtune::Result<()> {
+        let mut first = self.1.lock().unwrap();
+        if first.is_none() && result.get("val_acc").is_some_and(|&acc| acc >= 0.95) {
+            *first = Some(self.0.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+}
+
+/// The demo sweep from its sweep file: time to the first trial at 95% validation accuracy.
+fn digits_95(dir: &std::path::Path) -> anyhow::Result<()> {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/digits_tpe_asha.toml");
+    let source = rtune::cli::Source { name: file.into(), text: std::fs::read_to_string(file)? };
+    let registry = rtune::cli::Registry::builtin();
+    let spec = rtune::cli::SweepSpec::read(&source, &[], &registry)?;
+    let started = Instant::now();
+    let probe = std::sync::Arc::new(FirstGood(started, Mutex::new(None)));
+    let mut run = spec.run_config().storage_path(dir).callback(probe.clone());
+    run.name = Some("digits_95".into());
+    let grid = spec.tuner(run, rtune::tune::Control::new()).fit()?;
+    let total = started.elapsed().as_secs_f64();
+    anyhow::ensure!(grid.errors().is_empty(), "trials failed: {:?}", grid.errors());
+    let first = probe.1.lock().unwrap().ok_or_else(|| anyhow::anyhow!("no trial reached 95%"))?;
+    println!(
+        "digits_95      first val_acc >= 95% after {first:.2} s; {} trials in {total:.2} s",
+        grid.trials.len()
+    );
+    figure("digits_95", first, "s");
+    figure("digits_sweep", total, "s");
     Ok(())
 }

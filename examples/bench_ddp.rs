@@ -3,6 +3,9 @@
 //! Prints the per-step time and fit()'s overhead (wall time minus time inside the train loop).
 //! Compare with `bench/ddp_torch.py` (PyTorch DDP with gloo, same settings); `bench/ddp.sh`
 //! runs both side by side. Run in release: `cargo run --release --example bench_ddp`.
+//!
+//! `-- --hidden 2236 --steps 20` runs a larger MLP (64-H-H-10; H = 2236 is 5.1M parameters,
+//! `--layers 3` adds a third H x H layer: 10.1M), where the all-reduce dominates; `--warmup N`.
 
 use std::time::Instant;
 
@@ -14,15 +17,23 @@ use tch::{Device, Kind, Tensor};
 fn train(ctx: &mut TrainContext) -> Result<()> {
     let (warmup, steps) =
         (ctx.params().get::<usize>("warmup")?, ctx.params().get::<usize>("steps")?);
+    let (hidden, layers) =
+        (ctx.params().get::<i64>("hidden")?, ctx.params().get::<usize>("layers")?);
     tch::manual_seed(ctx.world_rank() as i64);
     let vs = nn::VarStore::new(Device::Cpu);
     let root = vs.root();
-    let net = nn::seq()
-        .add(nn::linear(&root / "fc1", 64, 256, Default::default()))
-        .add_fn(|x| x.relu())
-        .add(nn::linear(&root / "fc2", 256, 256, Default::default()))
-        .add_fn(|x| x.relu())
-        .add(nn::linear(&root / "fc3", 256, 10, Default::default()));
+    let mut net = nn::seq().add(nn::linear(&root / "fc1", 64, hidden, Default::default()));
+    for layer in 2..=layers {
+        net = net
+            .add_fn(|x| x.relu())
+            .add(nn::linear(&root / format!("fc{layer}"), hidden, hidden, Default::default()));
+    }
+    let net = net.add_fn(|x| x.relu()).add(nn::linear(
+        &root / format!("fc{}", layers + 1),
+        hidden,
+        10,
+        Default::default(),
+    ));
     let ddp = ctx.prepare_model(&vs)?;
     let mut opt = nn::Sgd::default().build(&vs, 0.01)?;
     let x = Tensor::randn([128, 64], (Kind::Float, Device::Cpu));
@@ -36,21 +47,35 @@ fn train(ctx: &mut TrainContext) -> Result<()> {
         ddp.backward_step(&mut opt, &loss)?;
     }
     let per_step_ms = started.elapsed().as_secs_f64() * 1e3 / steps as f64;
-    ctx.report([("per_step_ms", per_step_ms)], None)?;
+    let parameters: i64 = vs.trainable_variables().iter().map(|t| t.numel() as i64).sum();
+    ctx.report([("per_step_ms", per_step_ms), ("parameters", parameters as f64)], None)?;
     Ok(())
 }
 
 fn main() -> Result<()> {
     rtune::init();
     let storage = tempfile_dir()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str, default: i64| -> Result<i64> {
+        match args.iter().position(|a| a == name) {
+            Some(i) => Ok(args.get(i + 1).map(|v| v.parse()).transpose()?.unwrap_or(default)),
+            None => Ok(default),
+        }
+    };
+    let params = Params::new()
+        .with("warmup", arg("--warmup", 20)?)
+        .with("steps", arg("--steps", 300)?)
+        .with("hidden", arg("--hidden", 256)?)
+        .with("layers", arg("--layers", 2)?);
     let result = TorchTrainer::new(train)
-        .train_loop_config(Params::new().with("warmup", 20).with("steps", 300))
+        .train_loop_config(params)
         .scaling(ScalingConfig::workers(2))
         .run_config(RunConfig::default().storage_path(&storage))
         .fit()?;
     let per_step = result.metrics.as_ref().map_or(f64::NAN, |m| m["per_step_ms"]);
+    let parameters = result.metrics.as_ref().map_or(f64::NAN, |m| m["parameters"]);
     println!(
-        "rtune  per_step_ms {per_step:.3}  fit_s {:.3}  train_loop_s {:.3}  overhead_s {:.3}",
+        "rtune  parameters {parameters}  per_step_ms {per_step:.3}  fit_s {:.3}  train_loop_s {:.3}  overhead_s {:.3}",
         result.fit_seconds,
         result.train_loop_seconds,
         result.overhead_seconds()

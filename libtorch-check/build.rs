@@ -21,16 +21,18 @@ fn check() -> Result<(), String> {
     };
     let version_py = dir.join("version.py");
     let build_version = dir.join("build-version");
-    // Rerun when either file appears, disappears or changes (a missing file reruns every build,
-    // which is what we want while the build is failing anyway).
-    println!("cargo::rerun-if-changed={}", version_py.display());
-    println!("cargo::rerun-if-changed={}", build_version.display());
+    // Rerun when the file the version came from changes. A missing file reruns every build, so
+    // only the one that exists is watched (both while neither does: the build fails anyway).
     let found = if let Ok(text) = std::fs::read_to_string(&version_py) {
+        println!("cargo::rerun-if-changed={}", version_py.display());
         python_version(&text)
             .ok_or_else(|| format!("libtorch: no __version__ in {}; {FIX}", version_py.display()))?
     } else if let Ok(text) = std::fs::read_to_string(&build_version) {
+        println!("cargo::rerun-if-changed={}", build_version.display());
         text.trim().to_owned()
     } else {
+        println!("cargo::rerun-if-changed={}", version_py.display());
+        println!("cargo::rerun-if-changed={}", build_version.display());
         return Err(format!("libtorch: not found at {} (no .venv yet?); {FIX}", shown(&dir)));
     };
     let release = found.split_once('+').map_or(found.as_str(), |(release, _)| release);

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""rtune's benchmark suite: every speed figure the README claims, measured side by side with its
+baseline, written to bench-report.md and bench-report.json.
+
+    make bench          # the full suite (about 25 minutes on 2 cores once built)
+    make bench-quick    # smaller workloads, under 5 minutes once built
+    python3 bench/suite.py [--quick] [--runs N] [--only GROUP[,GROUP]] [--out DIR]
+
+Every figure is the median of at least 5 runs, with its min and max. The suite runs in rounds:
+each round runs every workload once, and a workload with a baseline (PyTorch) runs both, one
+right after the other, so that a ratio is taken within one round on the same machine load;
+the ratio's median is the median of those per-round ratios. Criterion benches (decision costs,
+TUI render) are run once per round with a short measurement, and their per-round figure is
+criterion's median per iteration. The header records the machine and its load at the start.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+TARGET = os.path.join(ROOT, "target")
+
+
+class Figures:
+    """name -> {unit, better, group, about, values: [one per round]}."""
+
+    def __init__(self):
+        self.figures = {}
+
+    def add(self, group, name, value, unit, better, about=""):
+        f = self.figures.setdefault(
+            name, {"group": group, "unit": unit, "better": better, "about": about, "values": []}
+        )
+        f["values"].append(value)
+
+
+def run(cmd, env=None, timeout=1800):
+    """Runs cmd in the repository; its stdout, or an error with the tail of its output."""
+    full_env = dict(os.environ, **(env or {}))
+    started = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        tail = (p.stdout + p.stderr)[-3000:]
+        raise RuntimeError(f"`{' '.join(cmd)}` exited {p.returncode}:\n{tail}")
+    log(f"    {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}: {time.time() - started:.1f} s")
+    return p.stdout
+
+
+def log(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+def bench_lines(text):
+    """The `BENCH {json}` lines of rtune's sweep bench."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("BENCH "):
+            f = json.loads(line[len("BENCH "):])
+            out[f["name"]] = (f["value"], f["unit"])
+    return out
+
+
+def cargo_bench(bench, args, package="rtune", env=None):
+    return run(["cargo", "bench", "-q", "-p", package, "--bench", bench, "--"] + args, env=env)
+
+
+def criterion_median_ns(path):
+    """Criterion's median time per iteration (ns) from its last run of one bench."""
+    with open(os.path.join(TARGET, "criterion", path, "new", "estimates.json")) as f:
+        return json.load(f)["median"]["point_estimate"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The workloads. Each runs once per round and adds its figures.
+
+
+def sweep_bookkeeping(figs, quick):
+    """1. 200 one-report trials of 1 worker, with and without reuse_actors, and a plain fit loop."""
+    noreuse = 20 if quick else 200
+    out = bench_lines(cargo_bench("sweep", ["fit_loop", "tuner_200"],
+                                  env={"RTUNE_BENCH_NOREUSE_TRIALS": str(noreuse)}))
+    group = "1. Trial bookkeeping"
+    figs.add(group, "fit_loop", out["fit_loop"][0], "runs/s", "higher",
+             "30 plain TorchTrainer.fit() runs of 1 worker reporting once, one after the other")
+    figs.add(group, "tuner_200", out["tuner_200"][0], "trials/s", "higher",
+             "200 trials of 1 worker reporting once through the Tuner, reuse_actors on")
+    figs.add(group, "tuner_200_noreuse", out["tuner_200_noreuse"][0], "trials/s", "higher",
+             f"the same with reuse_actors off (every worker exec'd; {noreuse} trials)")
+    figs.add(group, "tuner_200 / fit_loop", out["tuner_200"][0] / out["fit_loop"][0], "x",
+             "higher", "the Tuner against the plain loop, same round")
+
+
+def result_throughput(figs, quick):
+    """2. 8 trials x 500 reports, persistence on (and x 5000, start-up amortised)."""
+    out = bench_lines(cargo_bench("sweep", ["results_8x500"]))
+    group = "2. Result throughput"
+    figs.add(group, "results_8x500", out["results_8x500"][0], "results/s", "higher",
+             "8 trials x 500 reports, every row written to result.json and progress.csv")
+    figs.add(group, "results_8x5000", out["results_8x5000"][0], "results/s", "higher",
+             "8 trials x 5,000 reports (start-up amortised)")
+
+
+DDP_LINE = re.compile(r"^(rtune|torch)\s+parameters (\S+)\s+per_step_ms (\S+)\s+fit_s (\S+)\s+"
+                      r"train_loop_s (\S+)\s+overhead_s (\S+)")
+
+
+def ddp_pair(args):
+    """rtune's and PyTorch DDP's (per_step_ms, overhead_s, parameters), one right after the other."""
+    exe = os.path.join(TARGET, "release", "examples", "bench_ddp")
+    out = {}
+    for who, cmd in [("rtune", [exe] + args), ("torch", [PYTHON, "bench/ddp_torch.py"] + args)]:
+        for line in run(cmd).splitlines():
+            m = DDP_LINE.match(line.strip())
+            if m:
+                out[who] = (float(m.group(3)), float(m.group(6)), float(m.group(2)))
+        if who not in out:
+            raise RuntimeError(f"no result line from {cmd}")
+    return out
+
+
+def data_parallel(figs, quick):
+    """3 and 4. fit() overhead and step time with 2 workers; the 10M-parameter model."""
+    small = ["--steps", "50" if quick else "300"]
+    out = ddp_pair(small)
+    group = "3. fit() overhead, 2 workers"
+    figs.add(group, "fit_overhead rtune", out["rtune"][1] * 1e3, "ms", "lower",
+             "TorchTrainer.fit() wall time minus time inside the training loop")
+    figs.add(group, "fit_overhead torch", out["torch"][1] * 1e3, "ms", "lower",
+             "PyTorch: mp.spawn + init_process_group + DDP, wall minus rank 0's loop")
+    figs.add(group, "fit_overhead torch / rtune", out["torch"][1] / out["rtune"][1], "x",
+             "higher", "how many times rtune's start-up is shorter")
+    group = "4. Data-parallel step time, 2 workers x 1 thread"
+    figs.add(group, "step MLP 64-256-256-10 rtune", out["rtune"][0], "ms", "lower",
+             f"batch 128 per worker, {int(out['rtune'][2]):,} parameters")
+    figs.add(group, "step MLP 64-256-256-10 torch", out["torch"][0], "ms", "lower",
+             "PyTorch DDP, gloo, same model and batch")
+    figs.add(group, "step MLP torch / rtune", out["torch"][0] / out["rtune"][0], "x", "higher",
+             "above 1: rtune's step is faster")
+    big = ["--hidden", "2236", "--layers", "3", "--warmup", "1" if quick else "2",
+           "--steps", "3" if quick else "20"]
+    out = ddp_pair(big)
+    params = f"{out['rtune'][2] / 1e6:.1f}M parameters"
+    figs.add(group, "step MLP 10M rtune", out["rtune"][0], "ms", "lower",
+             f"64-2236-2236-2236-10, {params}, batch 128 per worker: the all-reduce dominates")
+    figs.add(group, "step MLP 10M torch", out["torch"][0], "ms", "lower", "PyTorch DDP, gloo")
+    figs.add(group, "step MLP 10M torch / rtune", out["torch"][0] / out["rtune"][0], "x",
+             "higher", "above 1: rtune's step is faster")
+
+
+ALLREDUCE_LINE = re.compile(r"^\s*([\d.]+) MB .*algbw\s+([\d.]+) GB/s.*cpu/call\s+([\d.]+) ms")
+
+
+def allreduce(figs, quick):
+    """5. All-reduce of 1, 10, 100 MB float32 between 2 processes: ring against gloo."""
+    sizes = "1,10" if quick else "1,10,100"
+    args = ["--runs", "5" if quick else "10", "--sizes", sizes]
+    exe = os.path.join(TARGET, "release", "examples", "bench_allreduce")
+    got = {}
+    for who, cmd in [("rtune", [exe] + args),
+                     ("gloo", [PYTHON, "bench/gloo_allreduce.py"] + args)]:
+        for line in run(cmd).splitlines():
+            m = ALLREDUCE_LINE.match(line)
+            if m:
+                got[(who, float(m.group(1)))] = float(m.group(2))
+    group = "5. All-reduce, 2 processes on loopback"
+    for size in [float(s) for s in sizes.split(",")]:
+        ring, gloo = got[("rtune", size)], got[("gloo", size)]
+        figs.add(group, f"allreduce {size:g} MB rtune", ring, "GB/s", "higher",
+                 "algorithm bandwidth: bytes / median time of one all_reduce (sum)")
+        figs.add(group, f"allreduce {size:g} MB gloo", gloo, "GB/s", "higher",
+                 "torch.distributed gloo, same definition")
+        figs.add(group, f"allreduce {size:g} MB rtune / gloo", ring / gloo, "x", "higher",
+                 "above 1: rtune's ring is faster")
+
+
+def criterion_args(quick):
+    if quick:
+        return ["--noplot", "--warm-up-time", "0.2", "--measurement-time", "0.5",
+                "--sample-size", "10"]
+    return ["--noplot", "--warm-up-time", "1", "--measurement-time", "3", "--sample-size", "20"]
+
+
+def decisions(figs, quick):
+    """6. ASHA at 10,000 trials, TPE suggest at 1,000 trials, a pool pass at 100 nodes/10k pending."""
+    group = "6. Decision cost"
+    cargo_bench("asha", criterion_args(quick), package="rtune-searchers")
+    figs.add(group, "ASHA on_trial_result, 10k trials",
+             criterion_median_ns("asha_on_trial_result_10k_trials") / 1e3, "µs", "lower",
+             "one result decided by ASHA with 10,000 trials in its rungs")
+    cargo_bench("suggest", criterion_args(quick) + ["suggest_10_params/tpe/1000"],
+                package="rtune-searchers")
+    figs.add(group, "TPE suggest, 1k trials",
+             criterion_median_ns("suggest_10_params/tpe/1000") / 1e6, "ms", "lower",
+             "one suggestion over 10 params after 1,000 completed trials")
+    cargo_bench("pool_schedule", criterion_args(quick) + ["pass_10k"])
+    figs.add(group, "pool pass, 100 nodes, 10k pending",
+             criterion_median_ns("schedule/first_pass_10k") / 1e6, "ms", "lower",
+             "one scheduling pass over 10,000 pending placement groups on an idle cluster")
+    figs.add(group, "pool pass, saturated",
+             criterion_median_ns("schedule/saturated_pass_10k") / 1e6, "ms", "lower",
+             "the same pass when nothing fits any more")
+
+
+def tui_and_memory(figs, quick):
+    """7. TUI render time with 10,000 trials; driver RSS after 10,000 finished trials."""
+    group = "7. TUI and driver memory"
+    cargo_bench("tui_render", criterion_args(quick) + ["frame_10k"])
+    figs.add(group, "TUI frame, 10k trials", criterion_median_ns("frame_10k") / 1e6, "ms",
+             "lower", "one frame of the trial table, 10,000 trials, sorted by the metric")
+    trials = 500 if quick else 10000
+    out = bench_lines(cargo_bench("sweep", ["rss_10000"],
+                                  env={"RTUNE_BENCH_RSS_TRIALS": str(trials)}))
+    figs.add(group, f"driver RSS after {trials} trials", out[f"rss_after_{trials}"][0], "MB",
+             "lower", "the sweep's driver process, resident memory at the end")
+    figs.add(group, "driver RSS per finished trial", out["rss_per_finished_trial"][0], "KB",
+             "lower", f"growth from {trials // 10} to {trials} finished trials, per trial")
+
+
+def time_to_good_model(figs, quick):
+    """8. The demo sweep: wall time until a trial's validation accuracy first reaches 95%."""
+    out = bench_lines(cargo_bench("sweep", ["digits_95"]))
+    group = "8. Time to a good model"
+    figs.add(group, "digits: first val_acc >= 95%", out["digits_95"][0], "s", "lower",
+             "examples/sweeps/digits_tpe_asha.toml (16 trials, TPE + ASHA, 2 workers each)")
+    figs.add(group, "digits: whole sweep", out["digits_sweep"][0], "s", "lower",
+             "the same sweep to its end")
+
+
+WORKLOADS = {
+    "bookkeeping": sweep_bookkeeping,
+    "results": result_throughput,
+    "ddp": data_parallel,
+    "allreduce": allreduce,
+    "decisions": decisions,
+    "tui": tui_and_memory,
+    "digits": time_to_good_model,
+}
+
+
+def gpu_section():
+    """Whether CUDA is here; the GPU workloads run only then."""
+    if shutil.which("nvidia-smi") is None:
+        return "not run: no NVIDIA GPU on this machine (no nvidia-smi)"
+    try:
+        check = "import torch; print(torch.cuda.device_count())"
+        count = int(subprocess.run([PYTHON, "-c", check], capture_output=True, text=True,
+                                   timeout=120).stdout.strip() or 0)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        count = 0
+    if count == 0:
+        return "not run: PyTorch sees no CUDA device"
+    return (f"{count} CUDA device(s) found, but the suite's GPU workloads (step time against "
+            "PyTorch on one GPU, two trials at 0.5 GPU each) are not written yet")
+
+
+def machine():
+    def first(path, key):
+        try:
+            for line in open(path):
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "unknown"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit or "unknown",
+        "cpu": first("/proc/cpuinfo", "model name"),
+        "cores": os.cpu_count(),
+        "memory": first("/proc/meminfo", "MemTotal"),
+        "load_average": " ".join(open("/proc/loadavg").read().split()[:3]),
+        "os": platform.platform(),
+    }
+
+
+def summarise(figs):
+    rows = []
+    for name, f in figs.figures.items():
+        v = f["values"]
+        rows.append(dict(f, name=name, median=statistics.median(v), min=min(v), max=max(v),
+                         runs=len(v)))
+    return rows
+
+
+def number(x):
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def markdown(info, rows, args, gpu, seconds):
+    mode = "quick" if args.quick else "full"
+    lines = [
+        "# rtune benchmark report",
+        "",
+        f"`{' '.join(['python3', 'bench/suite.py'] + sys.argv[1:])}` ({mode} mode, "
+        f"{args.runs} rounds, {seconds / 60:.1f} minutes), commit {info['commit']}, "
+        f"{info['date']}.",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory']} of memory, "
+        f"{info['os']}; load average at the start {info['load_average']}.",
+        "",
+        "Each figure: the median of the rounds, with the min and max; ratios are taken within "
+        "a round (both sides run one right after the other) and their median reported.",
+    ]
+    group = None
+    for r in rows:
+        if r["group"] != group:
+            group = r["group"]
+            lines += ["", f"## {group}", "",
+                      "| figure | median | min | max | unit | runs | what |",
+                      "|---|--:|--:|--:|---|--:|---|"]
+        better = "higher is better" if r["better"] == "higher" else "lower is better"
+        lines.append(f"| {r['name']} | **{number(r['median'])}** | {number(r['min'])} | "
+                     f"{number(r['max'])} | {r['unit']} | {r['runs']} | {r['about']} "
+                     f"({better}) |")
+    lines += ["", "## GPU", "", gpu, ""]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller workloads (< 5 minutes)")
+    parser.add_argument("--runs", type=int, default=5, help="rounds (at least 5)")
+    parser.add_argument("--only", default="", help="groups: " + ",".join(WORKLOADS))
+    parser.add_argument("--out", default=ROOT, help="where bench-report.{md,json} go")
+    args = parser.parse_args()
+    if args.runs < 5:
+        parser.error("--runs must be at least 5: every figure is a median of 5 runs or more")
+    only = [g for g in args.only.split(",") if g]
+    unknown = [g for g in only if g not in WORKLOADS]
+    if unknown:
+        parser.error(f"--only: unknown group(s) {unknown}; the groups are {list(WORKLOADS)}")
+    info = machine()
+    log(f"machine: {info['cpu']}, {info['cores']} cores, load {info['load_average']}")
+    started = time.time()
+    figs = Figures()
+    for round_ in range(1, args.runs + 1):
+        for name, workload in WORKLOADS.items():
+            if only and name not in only:
+                continue
+            log(f"round {round_}/{args.runs}: {name}")
+            workload(figs, args.quick)
+    seconds = time.time() - started
+    rows = summarise(figs)
+    gpu = gpu_section()
+    report = {"machine": info, "mode": "quick" if args.quick else "full", "rounds": args.runs,
+              "seconds": round(seconds, 1), "figures": rows, "gpu": gpu}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench-report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.join(args.out, "bench-report.md"), "w") as f:
+        f.write(markdown(info, rows, args, gpu, seconds))
+    log(f"wrote {args.out}/bench-report.md and bench-report.json ({seconds / 60:.1f} minutes)")
+
+
+if __name__ == "__main__":
+    main()
