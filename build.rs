@@ -3,6 +3,10 @@
 //! LD_LIBRARY_PATH. The libtorch version itself is checked earlier, by rtune-libtorch-check.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Without these cargo reruns this script, and so rebuilds rtune, whenever any file of the
+    // package changes (a test, an example, the README, a benchmark script).
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-changed=proto");
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     // SAFETY: build scripts are single-threaded; tonic-prost-build reads PROTOC from the env.
     unsafe { std::env::set_var("PROTOC", protoc) };

@@ -87,7 +87,7 @@ def criterion_median_ns(path):
 
 def sweep_bookkeeping(figs, quick):
     """1. 200 one-report trials of 1 worker, with and without reuse_actors, and a plain fit loop."""
-    noreuse = 20 if quick else 200
+    noreuse = 10 if quick else 200
     out = bench_lines(cargo_bench("sweep", ["fit_loop", "tuner_200"],
                                   env={"RTUNE_BENCH_NOREUSE_TRIALS": str(noreuse)}))
     group = "1. Trial bookkeeping"
@@ -115,46 +115,50 @@ DDP_LINE = re.compile(r"^(rtune|torch)\s+parameters (\S+)\s+per_step_ms (\S+)\s+
                       r"train_loop_s (\S+)\s+overhead_s (\S+)")
 
 
-def ddp_pair(args):
-    """rtune's and PyTorch DDP's (per_step_ms, overhead_s, parameters), one right after the other."""
-    exe = os.path.join(TARGET, "release", "examples", "bench_ddp")
-    out = {}
-    for who, cmd in [("rtune", [exe] + args), ("torch", [PYTHON, "bench/ddp_torch.py"] + args)]:
-        for line in run(cmd).splitlines():
-            m = DDP_LINE.match(line.strip())
-            if m:
-                out[who] = (float(m.group(3)), float(m.group(6)), float(m.group(2)))
-        if who not in out:
-            raise RuntimeError(f"no result line from {cmd}")
+def ddp_lines(cmd):
+    """(per_step_ms, overhead_s, parameters) of each result line of a DDP benchmark."""
+    out = []
+    for line in run(cmd).splitlines():
+        m = DDP_LINE.match(line.strip())
+        if m:
+            out.append((float(m.group(3)), float(m.group(6)), float(m.group(2))))
+    if not out:
+        raise RuntimeError(f"no result line from {cmd}")
     return out
 
 
 def data_parallel(figs, quick):
-    """3 and 4. fit() overhead and step time with 2 workers; the 10M-parameter model."""
-    small = ["--steps", "50" if quick else "300"]
-    out = ddp_pair(small)
+    """3 and 4. fit() overhead and step time with 2 workers; the 10M-parameter model.
+
+    rtune runs each model in its own fit(); PyTorch times both models in one set of processes
+    (`--then`), so that its start-up (about 4 s here) is paid once a round."""
+    exe = os.path.join(TARGET, "release", "examples", "bench_ddp")
+    small = ["--steps", "30" if quick else "300"]
+    big = ["2236", "3", "1", "2"] if quick else ["2236", "3", "2", "20"]
+    rtune_small = ddp_lines([exe] + small)[0]
+    rtune_big = ddp_lines([exe, "--hidden", big[0], "--layers", big[1], "--warmup", big[2],
+                           "--steps", big[3]])[0]
+    torch_small, torch_big = ddp_lines([PYTHON, "bench/ddp_torch.py"] + small +
+                                       ["--then", ",".join(big)])
     group = "3. fit() overhead, 2 workers"
-    figs.add(group, "fit_overhead rtune", out["rtune"][1] * 1e3, "ms", "lower",
+    figs.add(group, "fit_overhead rtune", rtune_small[1] * 1e3, "ms", "lower",
              "TorchTrainer.fit() wall time minus time inside the training loop")
-    figs.add(group, "fit_overhead torch", out["torch"][1] * 1e3, "ms", "lower",
-             "PyTorch: mp.spawn + init_process_group + DDP, wall minus rank 0's loop")
-    figs.add(group, "fit_overhead torch / rtune", out["torch"][1] / out["rtune"][1], "x",
+    figs.add(group, "fit_overhead torch", torch_small[1] * 1e3, "ms", "lower",
+             "PyTorch: mp.spawn + init_process_group + DDP, wall minus the training loops")
+    figs.add(group, "fit_overhead torch / rtune", torch_small[1] / rtune_small[1], "x",
              "higher", "how many times rtune's start-up is shorter")
     group = "4. Data-parallel step time, 2 workers x 1 thread"
-    figs.add(group, "step MLP 64-256-256-10 rtune", out["rtune"][0], "ms", "lower",
-             f"batch 128 per worker, {int(out['rtune'][2]):,} parameters")
-    figs.add(group, "step MLP 64-256-256-10 torch", out["torch"][0], "ms", "lower",
+    figs.add(group, "step MLP 64-256-256-10 rtune", rtune_small[0], "ms", "lower",
+             f"batch 128 per worker, {int(rtune_small[2]):,} parameters")
+    figs.add(group, "step MLP 64-256-256-10 torch", torch_small[0], "ms", "lower",
              "PyTorch DDP, gloo, same model and batch")
-    figs.add(group, "step MLP torch / rtune", out["torch"][0] / out["rtune"][0], "x", "higher",
+    figs.add(group, "step MLP torch / rtune", torch_small[0] / rtune_small[0], "x", "higher",
              "above 1: rtune's step is faster")
-    big = ["--hidden", "2236", "--layers", "3", "--warmup", "1" if quick else "2",
-           "--steps", "3" if quick else "20"]
-    out = ddp_pair(big)
-    params = f"{out['rtune'][2] / 1e6:.1f}M parameters"
-    figs.add(group, "step MLP 10M rtune", out["rtune"][0], "ms", "lower",
+    params = f"{rtune_big[2] / 1e6:.1f}M parameters"
+    figs.add(group, "step MLP 10M rtune", rtune_big[0], "ms", "lower",
              f"64-2236-2236-2236-10, {params}, batch 128 per worker: the all-reduce dominates")
-    figs.add(group, "step MLP 10M torch", out["torch"][0], "ms", "lower", "PyTorch DDP, gloo")
-    figs.add(group, "step MLP 10M torch / rtune", out["torch"][0] / out["rtune"][0], "x",
+    figs.add(group, "step MLP 10M torch", torch_big[0], "ms", "lower", "PyTorch DDP, gloo")
+    figs.add(group, "step MLP 10M torch / rtune", torch_big[0] / rtune_big[0], "x",
              "higher", "above 1: rtune's step is faster")
 
 
@@ -164,7 +168,7 @@ ALLREDUCE_LINE = re.compile(r"^\s*([\d.]+) MB .*algbw\s+([\d.]+) GB/s.*cpu/call\
 def allreduce(figs, quick):
     """5. All-reduce of 1, 10, 100 MB float32 between 2 processes: ring against gloo."""
     sizes = "1,10" if quick else "1,10,100"
-    args = ["--runs", "5" if quick else "10", "--sizes", sizes]
+    args = ["--runs", "3" if quick else "10", "--sizes", sizes]
     exe = os.path.join(TARGET, "release", "examples", "bench_allreduce")
     got = {}
     for who, cmd in [("rtune", [exe] + args),
@@ -218,7 +222,7 @@ def tui_and_memory(figs, quick):
     cargo_bench("tui_render", criterion_args(quick) + ["frame_10k"])
     figs.add(group, "TUI frame, 10k trials", criterion_median_ns("frame_10k") / 1e6, "ms",
              "lower", "one frame of the trial table, 10,000 trials, sorted by the metric")
-    trials = 500 if quick else 10000
+    trials = 200 if quick else 10000
     out = bench_lines(cargo_bench("sweep", ["rss_10000"],
                                   env={"RTUNE_BENCH_RSS_TRIALS": str(trials)}))
     figs.add(group, f"driver RSS after {trials} trials", out[f"rss_after_{trials}"][0], "MB",
