@@ -116,7 +116,8 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("tuner_200_noreuse") {
         // `RTUNE_BENCH_NOREUSE_TRIALS`: fewer trials (each costs an exec with libtorch loaded).
-        let trials: i64 = std::env::var("RTUNE_BENCH_NOREUSE_TRIALS").map_or(Ok(200), |n| n.parse())?;
+        let trials: i64 =
+            std::env::var("RTUNE_BENCH_NOREUSE_TRIALS").map_or(Ok(200), |n| n.parse())?;
         let seconds = sweep_with(dir.path(), "tuner_200_noreuse", trials, 1, false)?;
         println!(
             "tuner_200_noreuse {trials} trials in {seconds:.2} s: {:.1} trials/s",

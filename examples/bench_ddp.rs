@@ -24,9 +24,12 @@ fn train(ctx: &mut TrainContext) -> Result<()> {
     let root = vs.root();
     let mut net = nn::seq().add(nn::linear(&root / "fc1", 64, hidden, Default::default()));
     for layer in 2..=layers {
-        net = net
-            .add_fn(|x| x.relu())
-            .add(nn::linear(&root / format!("fc{layer}"), hidden, hidden, Default::default()));
+        net = net.add_fn(|x| x.relu()).add(nn::linear(
+            &root / format!("fc{layer}"),
+            hidden,
+            hidden,
+            Default::default(),
+        ));
     }
     let net = net.add_fn(|x| x.relu()).add(nn::linear(
         &root / format!("fc{}", layers + 1),

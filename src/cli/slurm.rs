@@ -44,6 +44,8 @@ pub(super) struct JobCluster {
     pub address: String,
     /// Made for this job; never printed.
     pub token: String,
+    /// The head as this process reaches it (loopback).
+    local: String,
     agents: Option<Child>,
     /// Every agent joined: they end by themselves with the head.
     joined: bool,
@@ -77,9 +79,11 @@ impl JobCluster {
         let handle = runtime.block_on(head::serve(config))?;
         let address = format!("{head_ip}:{}", handle.address.port());
         let agents = start_agents(&allocation, &address, &token)?;
+        let local = format!("127.0.0.1:{}", handle.address.port());
         let mut cluster = JobCluster {
             address,
             token,
+            local,
             agents: Some(agents),
             joined: false,
             head: Some((handle, runtime)),
@@ -106,7 +110,7 @@ impl JobCluster {
     /// Waits until every node of `names` has an agent alive, the step ends, or `timeout`.
     fn wait_for(&mut self, names: &[String], timeout: Duration) -> Result<PoolStatus> {
         let began = Instant::now();
-        let (address, token) = (self.address.clone(), self.token.clone());
+        let (address, token) = (self.local.clone(), self.token.clone());
         let mut client = None;
         loop {
             if let Some(child) = &mut self.agents

@@ -68,14 +68,14 @@ impl NodeConfig {
 
 /// Runs the agent until the process is killed (or, with `once`, its session ends, and with
 /// `drain`, it has drained).
-pub async fn run(mut config: NodeConfig) -> Result<()> {
+pub async fn run(config: NodeConfig) -> Result<()> {
     let mut previous: Option<u64> = None;
     let mut announced = false;
     loop {
         if draining(&config.drain) {
             return Ok(());
         }
-        match session(&mut config, previous, &mut announced).await {
+        match session(&config, previous, &mut announced).await {
             Ok(id) if config.once || draining(&config.drain) => {
                 tracing::info!("session {id} with the head {} ended", config.head);
                 return Ok(());
@@ -99,11 +99,7 @@ pub async fn run(mut config: NodeConfig) -> Result<()> {
 }
 
 /// One session: register, then serve commands until the stream ends. Returns the node id.
-async fn session(
-    config: &mut NodeConfig,
-    previous: Option<u64>,
-    announced: &mut bool,
-) -> Result<u64> {
+async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut bool) -> Result<u64> {
     // Asked to end before it joined: nothing runs here yet, so it ends at once.
     let mut drain = config.drain.clone();
     let (up, mut down, registered) = tokio::select! {
@@ -132,7 +128,8 @@ async fn session(
         let deadline = drain_deadline.unwrap_or_else(far_future);
         tokio::select! {
             _ = tokio::time::sleep_until(deadline), if drain_deadline.is_some() => {
-                tracing::warn!("{} worker(s) still running after the drain grace: killing them", running.len());
+                let left = running.len();
+                tracing::warn!("{left} worker(s) still running after the drain grace: killing them");
                 break;
             }
             _ = changed(&mut drain), if drain_deadline.is_none() => {}
@@ -141,7 +138,8 @@ async fn session(
                     head_command::Kind::Start(start) if drain_deadline.is_some() => {
                         let error = "the node agent is shutting down".to_owned();
                         tracing::warn!("not starting worker {}: {error}", start.worker_id);
-                        let exit = WorkerExit { worker_id: start.worker_id, pg_id: start.pg_id, code: -1, signal: 0, error };
+                        let (worker_id, pg_id) = (start.worker_id, start.pg_id);
+                        let exit = WorkerExit { worker_id, pg_id, code: -1, signal: 0, error };
                         let _ = up.send(exited(exit)).await;
                     }
                     head_command::Kind::Start(start) => {
