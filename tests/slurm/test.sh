@@ -209,12 +209,18 @@ out=$work/job-4.out
 job=$(NAME=requeued submit_running "$out" --requeue --open-mode=append \
     examples/slurm/sweep.sbatch --set "storage_path=\"$results\"" --set tune.num_samples=8)
 scontrol requeue "$job"
-# Slurm holds a requeued job back a while (BeginTime); let it start now.
-for _ in $(seq 100); do
-    [ "$(squeue -h -j "$job" -o %T)" = PENDING ] && break
+# Slurm holds a requeued job back a while (BeginTime) once its first run has ended; let it
+# start now. (Until then it is COMPLETING, and the update would be refused.)
+released=
+for _ in $(seq 300); do
+    if [ "$(squeue -h -j "$job" -o %T)" = PENDING ] \
+        && scontrol update "jobid=$job" StartTime=now 2>/dev/null; then
+        released=1
+        break
+    fi
     sleep 0.2
 done
-scontrol update "jobid=$job" StartTime=now
+[ -n "$released" ] || fail "the requeued job $job never became pending: $(squeue -h -j "$job")"
 wait_until_gone "$job" 300
 grep -q "already holds this experiment (a requeued job): resuming it" "$out" \
     || fail "the requeued job did not resume its experiment"
