@@ -371,19 +371,11 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
         Command::Slurm { command } => match command {
             SlurmCommand::Run { file, sets, cluster, output } => {
                 let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
-                let target = Target {
-                    cluster: Some((job.address.clone(), job.token.clone())),
-                    resume_existing: true,
-                };
-                run(&file, &sets, &output, registry, &target)
+                run(&file, &sets, &output, registry, &job.target(true))
             }
             SlurmCommand::Resume { dir, cluster, output } => {
                 let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
-                let target = Target {
-                    cluster: Some((job.address.clone(), job.token.clone())),
-                    resume_existing: false,
-                };
-                resume(&dir, &output, registry, &target)
+                resume(&dir, &output, registry, &job.target(false))
             }
             SlurmCommand::Node { address, node_ip, drain_grace } => {
                 slurm::node(address, node_ip, drain_grace)?;
@@ -476,11 +468,14 @@ fn run(
         format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
     });
     let path = run.resolved_storage_path().join(&name);
-    if crate::tune::holds_experiment(&path) && target.resume_existing {
-        println!("{} already holds this experiment (a requeued job): resuming it", path.display());
-        return resume(&path, output, registry, target);
-    }
     if crate::tune::holds_experiment(&path) {
+        if target.resume_existing {
+            println!(
+                "{} already holds this experiment (a requeued job): resuming it",
+                path.display()
+            );
+            return resume(&path, output, registry, target);
+        }
         return Err(Exit(
             EXIT_INVALID,
             anyhow::anyhow!(

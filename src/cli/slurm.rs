@@ -107,6 +107,12 @@ impl JobCluster {
         }
     }
 
+    /// Where `rtune run`/`resume` run the sweep: on this cluster. `resume_existing`: a `run` of
+    /// an experiment that exists (a requeued job's) resumes it.
+    pub(super) fn target(&self, resume_existing: bool) -> super::Target {
+        super::Target { cluster: Some((self.address.clone(), self.token.clone())), resume_existing }
+    }
+
     /// Waits until every node of `names` has an agent alive, the step ends, or `timeout`.
     fn wait_for(&mut self, names: &[String], timeout: Duration) -> Result<PoolStatus> {
         let began = Instant::now();
@@ -234,7 +240,7 @@ fn joined_line(status: &PoolStatus) -> String {
         .iter()
         .filter(|n| n.alive)
         .map(|n| {
-            let name = n.total.custom.keys().find_map(|k| k.strip_prefix("node:"));
+            let name = n.total.custom.keys().find_map(|k| slurm::node_of_resource(k));
             format!(
                 "{} ({} CPUs, {} GPUs, at {})",
                 name.unwrap_or("?"),

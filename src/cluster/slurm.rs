@@ -10,8 +10,15 @@ use crate::error::{Error, Result};
 /// The custom resource (1 unit) each Slurm node agent offers, naming its node: how the driver
 /// tells which allocated nodes have joined, and how a trial can be pinned to a node.
 pub fn node_resource(name: &str) -> String {
-    format!("node:{name}")
+    format!("{NODE_RESOURCE_PREFIX}{name}")
 }
+
+/// The node a [`node_resource`] names, for any other resource None.
+pub fn node_of_resource(resource: &str) -> Option<&str> {
+    resource.strip_prefix(NODE_RESOURCE_PREFIX)
+}
+
+const NODE_RESOURCE_PREFIX: &str = "node:";
 
 /// The job this process runs in.
 #[derive(Debug, Clone, PartialEq)]
@@ -290,6 +297,8 @@ mod tests {
         let spec = node.spec("10.0.0.2");
         assert_eq!(spec.resources.gpu, 2.0);
         assert_eq!(spec.resources.custom.get("node:n2"), Some(&1.0));
+        assert_eq!(node_of_resource(&node_resource("n2")), Some("n2"));
+        assert_eq!(node_of_resource("GPU"), None);
         // Bound by the CPUs the task may run on.
         assert_eq!(NodeAllocation::from_env(env(&vars), 3).unwrap().cpus, 3);
     }

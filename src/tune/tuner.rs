@@ -559,8 +559,8 @@ impl Settings {
     }
 }
 
-/// How many trials of `trainer` the local machine holds side by side (at least 1).
-/// How many trials fit side by side in the CPUs of the machine, or of the cluster's live nodes.
+/// How many trials of `trainer` fit side by side (at least 1): in the CPUs of this machine, or
+/// of the cluster's live nodes when the run has one.
 fn side_by_side(trainer: &TorchTrainer, driver: &Driver, run: &RunConfig) -> usize {
     let scaling = trainer.scaling_config();
     let per_trial = scaling.cpus_per_worker() * scaling.num_workers as f64;
@@ -575,7 +575,8 @@ fn side_by_side(trainer: &TorchTrainer, driver: &Driver, run: &RunConfig) -> usi
                 Ok(status) => status.nodes.iter().filter(|n| n.alive).map(|n| n.total.cpu).sum(),
                 Err(e) => {
                     tracing::warn!(
-                        "cannot ask the head at {address} for its size ({e}): one trial at a time (set max_concurrent_trials)"
+                        "cannot ask the head at {address} for its size ({e}): one trial at a \
+                         time (set max_concurrent_trials)"
                     );
                     1.0
                 }
