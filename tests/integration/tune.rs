@@ -250,12 +250,17 @@ pub fn trials_never_run_beyond_the_pool() -> Result<()> {
 /// `score` = the trial's index, a checkpoint every iteration, 6 iterations. A resumed trial
 /// must find exactly its checkpoint's state (it fails otherwise). Each worker leaves its pid in
 /// `<dir>/pids`; the trial whose index is `hold` waits after iteration 3 until `<dir>/go`
-/// exists (`<dir>/held` says it waits).
+/// exists (`<dir>/held` says it waits), and so does, before its first iteration, every trial
+/// whose index is `gate_from` or more (when that param is given).
 fn count_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
     let dir = std::path::PathBuf::from(ctx.params().get::<String>("dir")?);
     let index = ctx.params().get::<i64>("index")?;
     let hold = ctx.params().get::<i64>("hold")?;
+    let gate_from = ctx.params().get::<i64>("gate_from").unwrap_or(i64::MAX);
     std::fs::write(dir.join("pids").join(std::process::id().to_string()), b"")?;
+    while index >= gate_from && !dir.join("go").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let mut vs = nn::VarStore::new(Device::Cpu);
     let total = vs.root().zeros_no_train("total", &[1]);
     if let Some(ck) = ctx.checkpoint() {
@@ -279,9 +284,13 @@ fn count_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
     Ok(())
 }
 
+/// Trial 1 is held after iteration 3, and trials 5 and up wait at their start: with 2 trials
+/// at a time, the sweep stops with trials 0, 2, 3 and 4 finished, 1 and 5 running and 6 and 7
+/// not created, until `<dir>/go` exists.
 fn counting_trainer(dir: &Path) -> TorchTrainer {
-    TorchTrainer::new(count_with_checkpoints)
-        .train_loop_config(Params::new().with("dir", dir.display().to_string()).with("hold", 1))
+    TorchTrainer::new(count_with_checkpoints).train_loop_config(
+        Params::new().with("dir", dir.display().to_string()).with("hold", 1).with("gate_from", 5),
+    )
 }
 
 const SWEEP_DRIVER_ENV: &str = "RTUNE_TEST_SWEEP_DRIVER";
@@ -305,8 +314,8 @@ fn rows(trial_dir: &Path) -> Result<Vec<serde_json::Value>> {
     text.lines().map(|l| Ok(serde_json::from_str(l)?)).collect()
 }
 
-/// SIGKILL the driver of a sweep mid-way (3 trials done, one held after its third checkpoint,
-/// others running), then `Tuner::restore(..).fit()`: no worker outlives the killed driver; the
+/// SIGKILL the driver of a sweep mid-way (4 trials done, one held after its third checkpoint,
+/// one waiting at its start, 2 not created: see `counting_trainer`), then `Tuner::restore(..).fit()`: no worker outlives the killed driver; the
 /// sweep ends with exactly its 8 trials, each with iterations 1..=6 once in result.json,
 /// progress.csv and the ResultGrid, the held one going on from its checkpoint's state.
 pub fn killed_driver_is_restored_exactly() -> Result<()> {
@@ -319,16 +328,18 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()?;
-    let terminated = || -> Result<usize> {
+    // (trials, of which terminated) in the saved state.
+    let saved = || -> Result<(usize, usize)> {
         let Ok(text) = std::fs::read(experiment.join(rtune::tune::STATE_FILE)) else {
-            return Ok(0);
+            return Ok((0, 0));
         };
         let state: serde_json::Value = serde_json::from_slice(&text)?;
         let trials = state["trials"].as_array().context("trials")?;
-        Ok(trials.iter().filter(|t| t["status"] == "Terminated").count())
+        Ok((trials.len(), trials.iter().filter(|t| t["status"] == "Terminated").count()))
     };
+    // The sweep can get no further than this until `go` (see `counting_trainer`).
     let waited = wait_for(Duration::from_secs(120), || {
-        Ok(dir.path().join("held").exists() && terminated()? >= 3)
+        Ok(dir.path().join("held").exists() && saved()? == (6, 4))
     });
     driver.kill()?;
     driver.wait()?;
@@ -346,7 +357,7 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
     // The interrupted experiment reads back as it was: the finished trials and the held one.
     let interrupted = ResultGrid::from_path(&experiment)?;
     let done = interrupted.trials.iter().filter(|t| t.status == TrialStatus::Terminated).count();
-    ensure!(done >= 3 && interrupted.trials.len() < 8, "{:?}", interrupted.dataframe()?);
+    ensure!(done == 4 && interrupted.trials.len() == 6, "{:?}", interrupted.dataframe()?);
     ensure!(ResultGrid::from_path(dir.path()).is_err(), "not an experiment, read anyway");
 
     ensure!(Tuner::can_restore(&experiment) && !Tuner::can_restore(dir.path()));
