@@ -11,7 +11,7 @@
 //!         rendezvous ─▶ process group (ring all-reduce over TCP)                ◀── collective
 //!                                        │
 //!      user train fn (own thread) ─▶ ctx.report(metrics, checkpoint)            ◀── worker
-//!                                        │ worker protocol (gRPC)
+//!                                        │ worker protocol (gRPC; local reports: frames)
 //!      run directory: params.json, result.json, progress.csv, checkpoints       ◀── storage
 //! ```
 //!

@@ -36,6 +36,11 @@ pub(crate) async fn ask<M, T>(
 /// How a server address names an abstract Unix socket (Linux): `unix:@NAME`.
 pub(crate) const UNIX_SCHEME: &str = "unix:@";
 
+/// The name of the report socket of the worker hub whose Unix socket is `name`.
+pub(crate) fn report_socket_name(name: &str) -> String {
+    format!("{name}/reports")
+}
+
 /// Serves `routes` on `listener` in the background until the returned sender is dropped. With
 /// `keepalive`, HTTP/2 pings every that long drop a connection whose peer stops answering for as
 /// long (a host that died without closing its sockets), which ends its streams.
@@ -146,8 +151,11 @@ pub(crate) fn check_hub_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-    require(request, token, "this worker hub only serves the workers its driver started")
+    require(request, token, HUB_ONLY)
 }
+
+/// Why a worker hub refuses a call without its token.
+pub(crate) const HUB_ONLY: &str = "this worker hub only serves the workers its driver started";
 
 /// Server side of a sweep's watch token (from `driver.json`, readable by its owner only).
 pub(crate) fn check_watch_token(
@@ -188,6 +196,13 @@ fn presented(request: &tonic::Request<()>, token: Option<&str>) -> Presented {
     }
 }
 
+/// Whether `given` is the token a server requires (anything goes where it requires none).
+pub(crate) fn token_matches(given: &str, required: Option<&str>) -> bool {
+    required
+        .filter(|t| !t.is_empty())
+        .is_none_or(|t| constant_time_eq(given.as_bytes(), t.as_bytes()))
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -195,4 +210,105 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// A fresh random cluster token (128 bits, hex).
 pub fn new_token() -> String {
     format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
+}
+
+/// Length-prefixed protobuf messages on a stream socket, where a message each way must cost no
+/// more than a write and a read: a frame is a u32 (little-endian) length, then the encoded
+/// message. The blocking side is the worker's training thread; the async side the driver.
+pub(crate) mod frame {
+    use std::io::{self, Read, Write};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A frame longer than this is refused (a report is a few hundred bytes).
+    const MAX_LEN: usize = 16 << 20;
+
+    fn encode(message: &impl prost::Message) -> Vec<u8> {
+        let len = message.encoded_len();
+        let mut buf = Vec::with_capacity(4 + len);
+        buf.extend_from_slice(&(len as u32).to_le_bytes());
+        message.encode(&mut buf).expect("a Vec grows as needed");
+        buf
+    }
+
+    fn length(header: [u8; 4]) -> io::Result<usize> {
+        let len = u32::from_le_bytes(header) as usize;
+        if len > MAX_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a frame of {len} bytes (at most {MAX_LEN})"),
+            ));
+        }
+        Ok(len)
+    }
+
+    fn decode<M: prost::Message + Default>(body: &[u8]) -> io::Result<M> {
+        M::decode(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Writes `message` as one frame.
+    pub(crate) fn write(to: &mut impl Write, message: &impl prost::Message) -> io::Result<()> {
+        to.write_all(&encode(message))
+    }
+
+    /// Reads one frame (an error at end of stream).
+    pub(crate) fn read<M: prost::Message + Default>(from: &mut impl Read) -> io::Result<M> {
+        let mut header = [0; 4];
+        from.read_exact(&mut header)?;
+        let mut body = vec![0; length(header)?];
+        from.read_exact(&mut body)?;
+        decode(&body)
+    }
+
+    /// Writes `message` as one frame.
+    pub(crate) async fn write_async(
+        to: &mut (impl tokio::io::AsyncWrite + Unpin),
+        message: &impl prost::Message,
+    ) -> io::Result<()> {
+        to.write_all(&encode(message)).await
+    }
+
+    /// Reads one frame; None at the end of the stream before a frame starts.
+    pub(crate) async fn read_async<M: prost::Message + Default>(
+        from: &mut (impl tokio::io::AsyncRead + Unpin),
+    ) -> io::Result<Option<M>> {
+        let mut header = [0; 4];
+        match from.read_exact(&mut header).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let mut body = vec![0; length(header)?];
+        from.read_exact(&mut body).await?;
+        decode(&body).map(Some)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::proto::{ReportRequest, WorkerKey};
+
+        /// Frames written by either side read back whole on the other, in order, and a length
+        /// beyond the limit is refused rather than allocated.
+        #[tokio::test]
+        async fn frames_cross_between_the_blocking_and_the_async_side() {
+            let request = |seq| ReportRequest {
+                key: Some(WorkerKey { group: "g".into(), attempt: 1, rank: 0 }),
+                seq,
+                metrics_json: r#"{"loss":0.5}"#.into(),
+                checkpoint: String::new(),
+            };
+            let mut wire = Vec::new();
+            write(&mut wire, &request(1)).unwrap();
+            write_async(&mut wire, &request(2)).await.unwrap();
+            let mut from = wire.as_slice();
+            assert_eq!(read_async::<ReportRequest>(&mut from).await.unwrap(), Some(request(1)));
+            assert_eq!(read::<ReportRequest>(&mut from).unwrap(), request(2));
+            assert_eq!(read_async::<ReportRequest>(&mut from).await.unwrap(), None);
+
+            let huge = (MAX_LEN as u32 + 1).to_le_bytes();
+            let error = read::<ReportRequest>(&mut huge.as_slice()).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+        }
+    }
 }

@@ -4,6 +4,11 @@
 //! The service itself holds no run state: it forwards each call, with a reply slot, to the task
 //! that owns the worker group the call names (its `group`), so each group's state has one owner.
 //! Calls for a group that is not running are refused.
+//!
+//! Next to its Unix socket the hub serves a report socket: local workers send their reports there
+//! as frames (see `rpc::frame`), answered like the `Reports` stream's but without HTTP/2 on
+//! either side. A report then costs each side a write and a read; over the stream it cost more
+//! CPU than everything the driver does with the report.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,11 +19,15 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{Error, Result};
+use crate::proto::report_answer::Answer;
 use crate::proto::worker_hub_server::{WorkerHub, WorkerHubServer};
 use crate::proto::{
-    FinishReply, FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey,
+    FinishReply, FinishRequest, JoinReply, JoinRequest, ReportAnswer, ReportHello, ReportReply,
+    ReportRequest, WorkerKey,
 };
-use crate::rpc::{UNIX_SCHEME, Unanswered, ask};
+use crate::rpc::{
+    HUB_ONLY, UNIX_SCHEME, Unanswered, ask, frame, report_socket_name, token_matches,
+};
 
 pub(crate) use crate::rpc::Reply;
 
@@ -42,10 +51,12 @@ pub(crate) struct Hub {
     _shutdown: oneshot::Sender<()>,
 }
 
-/// The hub's Unix socket (an abstract one: nothing on disk to clean up), served until dropped.
+/// The hub's Unix socket (an abstract one: nothing on disk to clean up), served until dropped,
+/// and its report socket where there is one.
 struct UnixSocket {
     name: String,
     _shutdown: oneshot::Sender<()>,
+    _reports: Option<tokio::sync::watch::Sender<()>>,
 }
 
 impl Hub {
@@ -69,11 +80,25 @@ impl Hub {
         // Local workers talk to the hub over a Unix socket: a report then costs no trip through
         // the TCP/IP stack (on loopback that was half the kernel's share of a report). Like the
         // TCP port, it serves only calls that carry the hub's token when it has one.
-        let socket = match unix_listener(address) {
-            Ok((name, listener)) => Some(UnixSocket {
-                name,
-                _shutdown: crate::rpc::serve_unix_until_dropped(service(), listener, "worker hub"),
-            }),
+        let socket = match unix_listener(format!("rtune-hub-{}-{address}", std::process::id())) {
+            Ok((name, listener)) => {
+                let reports = match unix_listener(report_socket_name(&name)) {
+                    Ok((_, reports)) => Some(serve_reports(reports, routes.clone(), token.clone())),
+                    Err(e) => {
+                        tracing::debug!("worker hub: no report socket ({e}); reports use gRPC");
+                        None
+                    }
+                };
+                Some(UnixSocket {
+                    name,
+                    _shutdown: crate::rpc::serve_unix_until_dropped(
+                        service(),
+                        listener,
+                        "worker hub",
+                    ),
+                    _reports: reports,
+                })
+            }
             Err(e) => {
                 tracing::debug!("worker hub: no Unix socket ({e}); local workers use TCP");
                 None
@@ -117,10 +142,73 @@ impl Hub {
     }
 }
 
-/// An abstract Unix socket for the hub serving on `address`, named after the driver and it.
-fn unix_listener(address: SocketAddr) -> std::io::Result<(String, tokio::net::UnixListener)> {
+/// Serves the report socket until the returned sender is dropped (which also ends the
+/// connections it has): a task per worker connection.
+fn serve_reports(
+    listener: tokio::net::UnixListener,
+    routes: Routes,
+    token: Option<String>,
+) -> tokio::sync::watch::Sender<()> {
+    let (shutdown, stopped) = tokio::sync::watch::channel(());
+    tokio::spawn(async move {
+        let mut ended = stopped.clone();
+        loop {
+            let stream = tokio::select! {
+                _ = ended.changed() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::warn!("worker hub: report socket: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+            };
+            let (routes, token, mut ended) = (routes.clone(), token.clone(), stopped.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = ended.changed() => {}
+                    served = serve_report_connection(stream, &routes, token.as_deref()) => {
+                        if let Err(e) = served {
+                            tracing::debug!("worker hub: a report connection ended: {e}");
+                        }
+                    }
+                }
+            });
+        }
+    });
+    shutdown
+}
+
+/// One worker's report connection: its hello (answered: accepted, or refused without the hub's
+/// token), then each report handed on as it comes and answered in order, as on the stream.
+async fn serve_report_connection(
+    stream: tokio::net::UnixStream,
+    routes: &Routes,
+    token: Option<&str>,
+) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut read = tokio::io::BufReader::new(read);
+    let Some(hello) = frame::read_async::<ReportHello>(&mut read).await? else { return Ok(()) };
+    if !token_matches(&hello.token, token) {
+        let refused = Answer::Error(format!("{HUB_ONLY} (wrong or no token)"));
+        return frame::write_async(&mut write, &ReportAnswer { answer: Some(refused) }).await;
+    }
+    frame::write_async(&mut write, &ReportAnswer { answer: None }).await?;
+    while let Some(request) = frame::read_async::<ReportRequest>(&mut read).await? {
+        let key = request.key.clone();
+        let answer = match forward(routes, key.as_ref(), |r| HubCall::Report(request, r)).await {
+            Ok(reply) => Answer::Reply(reply),
+            Err(status) => Answer::Error(status.message().to_owned()),
+        };
+        frame::write_async(&mut write, &ReportAnswer { answer: Some(answer) }).await?;
+    }
+    Ok(())
+}
+
+/// An abstract Unix socket named `name` (the hub's is named after the driver and its port).
+fn unix_listener(name: String) -> std::io::Result<(String, tokio::net::UnixListener)> {
     use std::os::linux::net::SocketAddrExt;
-    let name = format!("rtune-hub-{}-{address}", std::process::id());
     let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
     let listener = std::os::unix::net::UnixListener::bind_addr(&at)?;
     listener.set_nonblocking(true)?;
@@ -226,6 +314,61 @@ mod tests {
             // Past the check, the call is refused for naming no running group instead.
             let code = if refused { tonic::Code::Unauthenticated } else { tonic::Code::NotFound };
             assert_eq!(status.code(), code, "token {token:?}: {status}");
+        }
+    }
+
+    /// Frames on the report socket reach the group's owner and come back with its answers, in
+    /// order; a hello without the hub's token is refused before any report is read, and a report
+    /// for a group that is not running is answered with why.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_report_socket_answers_reports_and_refuses_strangers() {
+        let hub = Hub::start(([127, 0, 0, 1], 0).into(), Some("s3cret".into())).await.unwrap();
+        let socket = hub.local_url().strip_prefix(UNIX_SCHEME).unwrap().to_owned();
+        let mut calls = hub.register("g");
+        // The group's owner: answers report n with stop = (n == 3), at iteration 10 + n.
+        tokio::spawn(async move {
+            while let Some(call) = calls.recv().await {
+                if let HubCall::Report(request, reply) = call {
+                    let seq = request.seq;
+                    let _ = reply
+                        .send(Ok(ReportReply { stop: seq == 3, training_iteration: 10 + seq }));
+                }
+            }
+        });
+        let talk = move |token: &str, reports: Vec<(&str, u64)>| {
+            use std::os::linux::net::SocketAddrExt;
+            let name = report_socket_name(&socket);
+            let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+            let mut stream = std::os::unix::net::UnixStream::connect_addr(&at).unwrap();
+            frame::write(&mut stream, &ReportHello { token: token.into() }).unwrap();
+            let mut answers = vec![frame::read::<ReportAnswer>(&mut stream).unwrap().answer];
+            for (group, seq) in reports {
+                let key = WorkerKey { group: group.into(), attempt: 0, rank: 0 };
+                let request = ReportRequest { key: Some(key), seq, ..Default::default() };
+                frame::write(&mut stream, &request).unwrap();
+                answers.push(frame::read::<ReportAnswer>(&mut stream).unwrap().answer);
+            }
+            answers
+        };
+        let answers = tokio::task::spawn_blocking({
+            let talk = talk.clone();
+            move || talk("s3cret", vec![("g", 1), ("g", 2), ("g", 3), ("other", 4)])
+        })
+        .await
+        .unwrap();
+        let reply = |stop, training_iteration| {
+            Some(Answer::Reply(ReportReply { stop, training_iteration }))
+        };
+        assert_eq!(answers[..4], [None, reply(false, 11), reply(false, 12), reply(true, 13)]);
+        match &answers[4] {
+            Some(Answer::Error(why)) => assert!(why.contains("\"other\""), "{why}"),
+            other => panic!("a report for no running group was answered {other:?}"),
+        }
+
+        let refused = tokio::task::spawn_blocking(move || talk("wrong", vec![])).await.unwrap();
+        match &refused[0] {
+            Some(Answer::Error(why)) => assert!(why.contains("wrong or no token"), "{why}"),
+            other => panic!("a hello with a wrong token was answered {other:?}"),
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The worker's link to its driver: blocking gRPC calls (join, report, finish) from the training
-//! thread, over a small runtime of its own, carrying the hub's token when it requires one.
+//! thread, over a small runtime of its own, carrying the hub's token when it requires one. On the
+//! driver's machine, reports go as frames over the hub's report socket instead (a write and a
+//! read on the training thread, no runtime in between).
 
 use std::time::Duration;
 
@@ -10,9 +12,13 @@ use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
 use crate::error::{Error, Result};
+use crate::proto::report_answer::Answer;
 use crate::proto::worker_hub_client::WorkerHubClient;
-use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest, WorkerKey};
-use crate::rpc::{AddToken, UNIX_SCHEME};
+use crate::proto::{
+    FinishRequest, JoinReply, JoinRequest, ReportAnswer, ReportHello, ReportReply, ReportRequest,
+    WorkerKey,
+};
+use crate::rpc::{AddToken, UNIX_SCHEME, frame, report_socket_name};
 use crate::sys::build_id;
 use crate::worker::HUB_TOKEN_ENV;
 
@@ -23,8 +29,19 @@ pub(crate) struct DriverLink {
     runtime: tokio::runtime::Runtime,
     client: HubClient,
     key: WorkerKey,
-    /// The report stream, opened at the first report: requests go in, replies come back.
-    reports: Option<(mpsc::Sender<ReportRequest>, Streaming<ReportReply>)>,
+    /// The hub's Unix socket, when it is on this machine.
+    socket: Option<String>,
+    token: Option<String>,
+    /// Where reports go, opened at the first report.
+    reports: Option<Reports>,
+}
+
+/// The way a worker's reports go to its driver, each answered before the next is sent.
+enum Reports {
+    /// Frames on the hub's report socket (a worker on the driver's machine).
+    Socket(std::io::BufReader<std::os::unix::net::UnixStream>),
+    /// The `Reports` stream: requests go in, replies come back.
+    Stream(mpsc::Sender<ReportRequest>, Streaming<ReportReply>),
 }
 
 impl DriverLink {
@@ -55,10 +72,13 @@ impl DriverLink {
         let token = std::env::var(HUB_TOKEN_ENV).ok();
         let auth = AddToken::bearer(token.as_deref())?;
         let connected = runtime.block_on(async {
-            match socket {
+            match socket.clone() {
                 Some(name) => {
                     let connect = tower::service_fn(move |_: tonic::transport::Uri| {
-                        let stream = connect_abstract(&name);
+                        let stream = connect_abstract(&name).and_then(|s| {
+                            s.set_nonblocking(true)?;
+                            tokio::net::UnixStream::from_std(s)
+                        });
                         async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream?)) }
                     });
                     endpoint.connect_with_connector(connect).await
@@ -69,7 +89,7 @@ impl DriverLink {
         let client = connected
             .map(|channel| WorkerHubClient::with_interceptor(channel, auth))
             .map_err(|e| Error::Protocol(format!("cannot reach the driver at {hub}: {e}")))?;
-        Ok(DriverLink { runtime, client, key, reports: None })
+        Ok(DriverLink { runtime, client, key, socket, token, reports: None })
     }
 
     /// Joins the attempt with this rank's collective listener address; answered once every
@@ -101,23 +121,62 @@ impl DriverLink {
         checkpoint: String,
     ) -> Result<ReportReply> {
         let request = ReportRequest { key: Some(self.key.clone()), seq, metrics_json, checkpoint };
-        let mut reports = self.reports.take();
-        let reply = self.call("report", async |c| {
-            if reports.is_none() {
-                // One message in flight at most: the reply comes before the next report.
-                let (tx, rx) = mpsc::channel(1);
-                let replies = c.reports(ReceiverStream::new(rx)).await?.into_inner();
-                reports = Some((tx, replies));
+        let reports = match self.reports.take() {
+            Some(reports) => reports,
+            None => self.open_reports()?,
+        };
+        let (reply, reports) = match reports {
+            Reports::Socket(mut socket) => {
+                let answer = frame::write(socket.get_mut(), &request)
+                    .and_then(|()| frame::read::<ReportAnswer>(&mut socket));
+                (answered(answer)?, Reports::Socket(socket))
             }
-            let (tx, replies) = reports.as_mut().expect("opened above");
-            tx.send(request).await.map_err(|_| Status::unavailable("the report stream closed"))?;
-            replies
-                .message()
-                .await?
-                .ok_or_else(|| Status::unavailable("the driver ended the stream"))
-        })?;
-        self.reports = reports;
+            Reports::Stream(tx, mut replies) => {
+                let reply = self.call("report", async |_| {
+                    tx.send(request)
+                        .await
+                        .map_err(|_| Status::unavailable("the report stream closed"))?;
+                    replies
+                        .message()
+                        .await?
+                        .ok_or_else(|| Status::unavailable("the driver ended the stream"))
+                })?;
+                (reply, Reports::Stream(tx, replies))
+            }
+        };
+        self.reports = Some(reports);
         Ok(reply)
+    }
+
+    /// Opens the way reports go: the hub's report socket where it has one on this machine (it
+    /// answers the hello, or refuses it without the right token), else the `Reports` stream.
+    fn open_reports(&mut self) -> Result<Reports> {
+        if let Some(name) = &self.socket {
+            match connect_abstract(&report_socket_name(name)) {
+                Ok(stream) => {
+                    let hello = ReportHello { token: self.token.clone().unwrap_or_default() };
+                    let mut socket = std::io::BufReader::new(stream);
+                    let answer = frame::write(socket.get_mut(), &hello)
+                        .and_then(|()| frame::read::<ReportAnswer>(&mut socket));
+                    return match answer {
+                        Ok(ReportAnswer { answer: None }) => Ok(Reports::Socket(socket)),
+                        other => Err(answered(other).err().unwrap_or_else(|| {
+                            Error::Protocol(
+                                "report (worker to driver): a reply to the hello".into(),
+                            )
+                        })),
+                    };
+                }
+                // A driver without a report socket: its stream does the same.
+                Err(e) => tracing::debug!("no report socket ({e}); reports go over gRPC"),
+            }
+        }
+        self.call("report", async |c| {
+            // One message in flight at most: the reply comes before the next report.
+            let (tx, rx) = mpsc::channel(1);
+            let replies = c.reports(ReceiverStream::new(rx)).await?.into_inner();
+            Ok(Reports::Stream(tx, replies))
+        })
     }
 
     pub(crate) fn finish(&mut self, request: FinishRequest) -> Result<()> {
@@ -125,11 +184,19 @@ impl DriverLink {
     }
 }
 
+/// The driver's answer to a report on the report socket, as the worker's result.
+fn answered(answer: std::io::Result<ReportAnswer>) -> Result<ReportReply> {
+    let failed = |why: String| Error::Protocol(format!("report (worker to driver): {why}"));
+    match answer.map_err(|e| failed(e.to_string()))?.answer {
+        Some(Answer::Reply(reply)) => Ok(reply),
+        Some(Answer::Error(why)) => Err(failed(why)),
+        None => Err(failed("an answer without a reply".into())),
+    }
+}
+
 /// Connects to the abstract Unix socket `name` (at once: a local connect does not wait).
-fn connect_abstract(name: &str) -> std::io::Result<tokio::net::UnixStream> {
+fn connect_abstract(name: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
     use std::os::linux::net::SocketAddrExt;
     let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-    let stream = std::os::unix::net::UnixStream::connect_addr(&at)?;
-    stream.set_nonblocking(true)?;
-    tokio::net::UnixStream::from_std(stream)
+    std::os::unix::net::UnixStream::connect_addr(&at)
 }
