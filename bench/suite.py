@@ -217,7 +217,8 @@ def decisions(figs, quick):
 
 
 def tui_and_memory(figs, quick):
-    """7. TUI render time with 10,000 trials; driver RSS after 10,000 finished trials."""
+    """7. TUI render time with 10,000 trials; driver RSS after 10,000 finished trials (and,
+    in full mode, per finished trial of a sweep of long trials)."""
     group = "7. TUI and driver memory"
     cargo_bench("tui_render", criterion_args(quick) + ["frame_10k"])
     figs.add(group, "TUI frame, 10k trials", criterion_median_ns("frame_10k") / 1e6, "ms",
@@ -229,6 +230,11 @@ def tui_and_memory(figs, quick):
              "lower", "the sweep's driver process, resident memory at the end")
     figs.add(group, "driver RSS per finished trial", out["rss_per_finished_trial"][0], "KB",
              "lower", f"growth from {trials // 10} to {trials} finished trials, per trial")
+    if not quick:
+        out = bench_lines(cargo_bench("sweep", ["rss_long"]))
+        figs.add(group, "driver RSS per finished trial, 100 reports each",
+                 out["rss_long_per_finished_trial"][0], "KB", "lower",
+                 "1,000 trials that report 100 times: growth from 100 to 1,000 finished trials")
 
 
 def time_to_good_model(figs, quick):

@@ -12,6 +12,8 @@
 //! * `rss_10000`: 10,000 one-report trials through one Tuner; the driver's resident memory
 //!   after 10%, 50% and 100% of them finished (read by a callback; `RTUNE_BENCH_RSS_TRIALS`
 //!   sets another count);
+//! * `rss_long`: the same with 1,000 trials that report 100 times each (a sweep of long trials,
+//!   where what an ended trial keeps in memory would grow with its reports);
 //! * `digits_95`: the demo sweep (`examples/sweeps/digits_tpe_asha.toml`): wall time from the
 //!   start until a trial's validation accuracy first reaches 95%, and the whole sweep's.
 //!
@@ -146,7 +148,11 @@ fn main() -> anyhow::Result<()> {
         figure("results_8x5000", 40000.0 / seconds, "results/s");
     }
     if wanted("rss_10000") {
-        rss_10000(dir.path())?;
+        let trials = std::env::var("RTUNE_BENCH_RSS_TRIALS").map_or(Ok(10_000), |n| n.parse())?;
+        rss(dir.path(), "rss", trials, 1)?;
+    }
+    if wanted("rss_long") {
+        rss(dir.path(), "rss_long", 1_000, 100)?;
     }
     if wanted("digits_95") {
         digits_95(dir.path())?;
@@ -170,34 +176,34 @@ fn fit_loop(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn rss_10000(dir: &std::path::Path) -> anyhow::Result<()> {
-    let trials: u64 = match std::env::var("RTUNE_BENCH_RSS_TRIALS") {
-        Ok(n) => n.parse()?,
-        Err(_) => 10_000,
-    };
+/// The driver's RSS as `trials` trials that report `reports` times each finish: figures
+/// `{name}_after_{trials}`, `{name}_growth_..` (from a tenth of them to all) and
+/// `{name}_per_finished_trial`.
+fn rss(dir: &std::path::Path, name: &str, trials: u64, reports: u64) -> anyhow::Result<()> {
     let marks = vec![trials / 10, trials / 2, trials];
     let probe = std::sync::Arc::new(RssProbe(Mutex::default(), marks));
     let before = rss_mb();
     let started = Instant::now();
     let space = SearchSpace::new().add("i", grid_search(0..trials as i64));
-    let grid = Tuner::new(trainer(1), space)
+    let grid = Tuner::new(trainer(reports), space)
         .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
-        .run_config(RunConfig::new("rss_10000").storage_path(dir).callback(probe.clone()))
+        .run_config(RunConfig::new(name).storage_path(dir).callback(probe.clone()))
         .fit()?;
     anyhow::ensure!(grid.trials.len() == trials as usize && grid.errors().is_empty());
+    anyhow::ensure!(grid.trials.iter().all(|t| t.history().len() == reports as usize));
     let seconds = started.elapsed().as_secs_f64();
     let noted = probe.0.lock().unwrap().1.clone();
     let text: Vec<String> = noted.iter().map(|(n, mb)| format!("{n}: {mb:.0} MB")).collect();
     println!(
-        "rss_10000      {trials} trials in {seconds:.1} s ({:.0} trials/s); driver RSS before {before:.0} MB, after {}",
+        "{name} {trials} trials x {reports} reports in {seconds:.1} s ({:.0} trials/s); driver RSS before {before:.0} MB, after {}",
         trials as f64 / seconds,
         text.join(", ")
     );
     if let [(_, tenth), .., (_, last)] = noted.as_slice() {
-        figure(&format!("rss_after_{trials}"), *last, "MB");
-        figure(&format!("rss_growth_{}_to_{trials}", trials / 10), last - tenth, "MB");
+        figure(&format!("{name}_after_{trials}"), *last, "MB");
+        figure(&format!("{name}_growth_{}_to_{trials}", trials / 10), last - tenth, "MB");
         let per_trial_kb = (last - tenth) * 1024.0 / (trials - trials / 10) as f64;
-        figure("rss_per_finished_trial", per_trial_kb, "KB");
+        figure(&format!("{name}_per_finished_trial"), per_trial_kb, "KB");
     }
     Ok(())
 }

@@ -14,7 +14,7 @@
 //! another (PBT) is paused, takes over the source's latest checkpoint into its own directory,
 //! and goes on from it with its new params.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -430,6 +430,7 @@ impl Tuner {
             trials,
             snapshots: Snapshots::new(),
             unheard_report: Arc::new(AtomicBool::new(false)),
+            history_on_disk: BTreeSet::new(),
             control,
             frozen: false,
             status_checked: None,
@@ -692,6 +693,10 @@ struct Sweep {
     began: Instant,
     controller: Arc<Mutex<Controller>>,
     trials: BTreeMap<TrialId, TrialResult>,
+    /// Ended trials whose results keep no history in memory: every row is in their
+    /// `result.json`, read back when the sweep's `ResultGrid` is made. A sweep of many long
+    /// trials would otherwise hold every report of every trial until it ends.
+    history_on_disk: BTreeSet<TrialId>,
     snapshots: Snapshots,
     /// A report the loop has not heard of yet is waiting in its channel. Without callbacks that
     /// want every result, the loop only needs to know that something changed since it last
@@ -865,6 +870,13 @@ impl Sweep {
         self.save_state(&mut fatal);
         if let Some(e) = fatal {
             return Err(e);
+        }
+        for (id, t) in self.trials.iter_mut() {
+            if self.history_on_disk.contains(id)
+                && let Some(result) = t.result.as_mut()
+            {
+                result.metrics_history = read_run(&t.path, &self.run)?.metrics_history;
+            }
         }
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let grid = ResultGrid {
@@ -1147,6 +1159,21 @@ impl Sweep {
 
     /// Keeps what a trial's run returned; the controller's event for its end.
     fn record_end(&mut self, trial: TrialId, halted: u8, outcome: Result<TrainResult>) -> Event {
+        let event = self.keep_end(trial, halted, outcome);
+        // An ended trial keeps its last result in memory; its history stays on disk (a paused
+        // one's run goes on, and its result is replaced when it ends).
+        let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
+        if entry.status != TrialStatus::Paused
+            && let Some(result) = entry.result.as_mut()
+        {
+            result.metrics_history = Vec::new();
+            self.history_on_disk.insert(trial);
+        }
+        event
+    }
+
+    /// Keeps what a trial's run returned, or why it failed, in its entry.
+    fn keep_end(&mut self, trial: TrialId, halted: u8, outcome: Result<TrainResult>) -> Event {
         let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
         match outcome {
             Ok(result) => {
