@@ -217,7 +217,9 @@ impl TorchTrainer {
             None => self.place_locally(driver).await?,
             Some((address, token)) => Target::Cluster { address, token },
         };
-        storage::ensure_writable_dir(&run_dir)?;
+        // The experiment folder was proven writable when the sweep began: a trial's folder in it
+        // needs no probe file (a file made and removed per trial is one more inode to allocate).
+        std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
         self.run_placed(driver, run_dir, target, decide, started).await
     }
 
