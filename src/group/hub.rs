@@ -7,8 +7,8 @@
 //!
 //! Next to its Unix socket the hub serves a report socket: local workers send their reports there
 //! as frames (see `rpc::frame`), answered like the `Reports` stream's but without HTTP/2 on
-//! either side. A report then costs each side a write and a read; over the stream it cost more
-//! CPU than everything the driver does with the report.
+//! either side. A report then costs each side a write and a read: the CPU of all processes per
+//! report fell from about 118 µs to 75 µs (perf, 8 trials x 5,000 reports; BENCHMARKS.md).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -158,13 +158,12 @@ impl DriverLink {
                     let mut socket = std::io::BufReader::new(stream);
                     let answer = frame::write(socket.get_mut(), &hello)
                         .and_then(|()| frame::read::<ReportAnswer>(&mut socket));
-                    return match answer {
-                        Ok(ReportAnswer { answer: None }) => Ok(Reports::Socket(socket)),
-                        other => Err(answered(other).err().unwrap_or_else(|| {
-                            Error::Protocol(
-                                "report (worker to driver): a reply to the hello".into(),
-                            )
-                        })),
+                    return match answer.map_err(report_failed)?.answer {
+                        None => Ok(Reports::Socket(socket)),
+                        Some(Answer::Error(why)) => Err(report_failed(why)),
+                        Some(Answer::Reply(_)) => {
+                            Err(report_failed("the driver answered the hello as a report"))
+                        }
                     };
                 }
                 // A driver without a report socket: its stream does the same.
@@ -186,12 +185,15 @@ impl DriverLink {
 
 /// The driver's answer to a report on the report socket, as the worker's result.
 fn answered(answer: std::io::Result<ReportAnswer>) -> Result<ReportReply> {
-    let failed = |why: String| Error::Protocol(format!("report (worker to driver): {why}"));
-    match answer.map_err(|e| failed(e.to_string()))?.answer {
+    match answer.map_err(report_failed)?.answer {
         Some(Answer::Reply(reply)) => Ok(reply),
-        Some(Answer::Error(why)) => Err(failed(why)),
-        None => Err(failed("an answer without a reply".into())),
+        Some(Answer::Error(why)) => Err(report_failed(why)),
+        None => Err(report_failed("the driver answered a report with neither reply nor error")),
     }
+}
+
+fn report_failed(why: impl std::fmt::Display) -> Error {
+    Error::Protocol(format!("report (worker to driver): {why}"))
 }
 
 /// Connects to the abstract Unix socket `name` (at once: a local connect does not wait).
