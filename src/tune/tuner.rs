@@ -55,6 +55,8 @@ pub struct TuneConfig {
     /// Trials started at once; default: as many as the local machine holds side by side.
     pub max_concurrent_trials: Option<usize>,
     pub time_budget_s: Option<f64>,
+    /// Seeds the default searcher's sampling. An explicit `search_alg` keeps its own seed: set
+    /// it on the searcher (`Tpe::new(space)?.seed(7)`), as Ray's search algorithms take theirs.
     pub seed: u64,
     /// End the sweep at the first trial that fails for good.
     pub fail_fast: bool,
@@ -117,6 +119,7 @@ impl TuneConfig {
         self
     }
 
+    /// See [`TuneConfig::seed`](#structfield.seed): the default searcher's seed.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
