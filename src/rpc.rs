@@ -260,6 +260,16 @@ pub(crate) mod frame {
         decode(&body)
     }
 
+    /// Writes `message` as one frame on `stream` and reads the frame that answers it (the
+    /// reader's buffer holds nothing unread between exchanges: every frame is answered).
+    pub(crate) fn exchange<A: prost::Message + Default, S: Read + Write>(
+        stream: &mut io::BufReader<S>,
+        message: &impl prost::Message,
+    ) -> io::Result<A> {
+        write(stream.get_mut(), message)?;
+        read(stream)
+    }
+
     /// Writes `message` as one frame.
     pub(crate) async fn write_async(
         to: &mut (impl tokio::io::AsyncWrite + Unpin),

@@ -339,14 +339,16 @@ mod tests {
             use std::os::linux::net::SocketAddrExt;
             let name = report_socket_name(&socket);
             let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
-            let mut stream = std::os::unix::net::UnixStream::connect_addr(&at).unwrap();
-            frame::write(&mut stream, &ReportHello { token: token.into() }).unwrap();
-            let mut answers = vec![frame::read::<ReportAnswer>(&mut stream).unwrap().answer];
+            let stream = std::os::unix::net::UnixStream::connect_addr(&at).unwrap();
+            let mut stream = std::io::BufReader::new(stream);
+            let hello = ReportHello { token: token.into() };
+            let answer: ReportAnswer = frame::exchange(&mut stream, &hello).unwrap();
+            let mut answers = vec![answer.answer];
             for (group, seq) in reports {
                 let key = WorkerKey { group: group.into(), attempt: 0, rank: 0 };
                 let request = ReportRequest { key: Some(key), seq, ..Default::default() };
-                frame::write(&mut stream, &request).unwrap();
-                answers.push(frame::read::<ReportAnswer>(&mut stream).unwrap().answer);
+                let answer: ReportAnswer = frame::exchange(&mut stream, &request).unwrap();
+                answers.push(answer.answer);
             }
             answers
         };

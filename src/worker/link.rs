@@ -127,9 +127,7 @@ impl DriverLink {
         };
         let (reply, reports) = match reports {
             Reports::Socket(mut socket) => {
-                let answer = frame::write(socket.get_mut(), &request)
-                    .and_then(|()| frame::read::<ReportAnswer>(&mut socket));
-                (answered(answer)?, Reports::Socket(socket))
+                (answered(frame::exchange(&mut socket, &request))?, Reports::Socket(socket))
             }
             Reports::Stream(tx, mut replies) => {
                 let reply = self.call("report", async |_| {
@@ -156,9 +154,9 @@ impl DriverLink {
                 Ok(stream) => {
                     let hello = ReportHello { token: self.token.clone().unwrap_or_default() };
                     let mut socket = std::io::BufReader::new(stream);
-                    let answer = frame::write(socket.get_mut(), &hello)
-                        .and_then(|()| frame::read::<ReportAnswer>(&mut socket));
-                    return match answer.map_err(report_failed)?.answer {
+                    let answer: ReportAnswer =
+                        frame::exchange(&mut socket, &hello).map_err(report_failed)?;
+                    return match answer.answer {
                         None => Ok(Reports::Socket(socket)),
                         Some(Answer::Error(why)) => Err(report_failed(why)),
                         Some(Answer::Reply(_)) => {

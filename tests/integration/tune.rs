@@ -315,9 +315,10 @@ fn rows(trial_dir: &Path) -> Result<Vec<serde_json::Value>> {
 }
 
 /// SIGKILL the driver of a sweep mid-way (4 trials done, one held after its third checkpoint,
-/// one waiting at its start, 2 not created: see `counting_trainer`), then `Tuner::restore(..).fit()`: no worker outlives the killed driver; the
-/// sweep ends with exactly its 8 trials, each with iterations 1..=6 once in result.json,
-/// progress.csv and the ResultGrid, the held one going on from its checkpoint's state.
+/// one waiting at its start, 2 not created: see `counting_trainer`), then
+/// `Tuner::restore(..).fit()`: no worker outlives the killed driver; the sweep ends with exactly
+/// its 8 trials, each with iterations 1..=6 once in result.json, progress.csv and the
+/// ResultGrid, the held one going on from its checkpoint's state.
 pub fn killed_driver_is_restored_exactly() -> Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::create_dir(dir.path().join("pids"))?;
