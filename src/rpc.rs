@@ -218,8 +218,6 @@ pub fn new_token() -> String {
 pub(crate) mod frame {
     use std::io::{self, Read, Write};
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     /// A frame longer than this is refused (a report is a few hundred bytes).
     const MAX_LEN: usize = 16 << 20;
 
@@ -262,35 +260,102 @@ pub(crate) mod frame {
 
     /// Writes `message` as one frame on `stream` and reads the frame that answers it (the
     /// reader's buffer holds nothing unread between exchanges: every frame is answered).
-    pub(crate) fn exchange<A: prost::Message + Default, S: Read + Write>(
+    ///
+    /// It waits for the answer in `poll` for input, not in a blocking read: a Unix stream
+    /// socket's reader blocked in `recv` is woken each time the peer reads what it wrote (the
+    /// kernel's "write space" wake-up does not say what it is for), which cost a context switch
+    /// per exchange; `poll` sleeps through wake-ups for other than input.
+    pub(crate) fn exchange<A, S>(
         stream: &mut io::BufReader<S>,
         message: &impl prost::Message,
-    ) -> io::Result<A> {
+    ) -> io::Result<A>
+    where
+        A: prost::Message + Default,
+        S: Read + Write + std::os::fd::AsFd,
+    {
         write(stream.get_mut(), message)?;
+        wait_readable(stream.get_ref().as_fd())?;
         read(stream)
     }
 
-    /// Writes `message` as one frame.
-    pub(crate) async fn write_async(
-        to: &mut (impl tokio::io::AsyncWrite + Unpin),
-        message: &impl prost::Message,
-    ) -> io::Result<()> {
-        to.write_all(&encode(message)).await
+    /// Sleeps until `fd` has input (or is closed, or failed).
+    fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        loop {
+            // SAFETY: one valid pollfd, for a descriptor borrowed for the whole call.
+            if unsafe { libc::poll(&mut poll, 1, -1) } >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
     }
 
-    /// Reads one frame; None at the end of the stream before a frame starts.
-    pub(crate) async fn read_async<M: prost::Message + Default>(
-        from: &mut (impl tokio::io::AsyncRead + Unpin),
-    ) -> io::Result<Option<M>> {
-        let mut header = [0; 4];
-        match from.read_exact(&mut header).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(e),
+    /// The first frame in `unread` and the bytes it took; None while it is not all there.
+    fn parse<M: prost::Message + Default>(unread: &[u8]) -> io::Result<Option<(M, usize)>> {
+        let Some(header) = unread.first_chunk::<4>() else { return Ok(None) };
+        let end = 4 + length(*header)?;
+        match unread.get(4..end) {
+            Some(body) => Ok(Some((decode(body)?, end))),
+            None => Ok(None),
         }
-        let mut body = vec![0; length(header)?];
-        from.read_exact(&mut body).await?;
-        decode(&body).map(Some)
+    }
+
+    /// The answering side of a connection on which every frame read is answered before the
+    /// next comes (the driver's side of a worker's report socket). It is woken for input only:
+    /// registered for output too, it would be woken each time the peer read an answer, for
+    /// nothing. Answers are written at once; there is room for them, since the peer reads each
+    /// before it writes again.
+    pub(crate) struct Answering {
+        socket: tokio::io::unix::AsyncFd<std::os::unix::net::UnixStream>,
+        unread: Vec<u8>,
+    }
+
+    impl Answering {
+        pub(crate) fn new(socket: tokio::net::UnixStream) -> io::Result<Self> {
+            let socket = socket.into_std()?;
+            let interest = tokio::io::Interest::READABLE;
+            // SAFETY: the socket is owned by the AsyncFd, whose field it stays (never replaced)
+            // until both are dropped: its descriptor stays open and the same all along.
+            let socket =
+                unsafe { tokio::io::unix::AsyncFd::register_with_interest(socket, interest) }
+                    .map_err(|e| e.into_parts().1)?;
+            Ok(Answering { socket, unread: Vec::new() })
+        }
+
+        /// Reads the next frame; None at the end of the stream before a frame starts.
+        pub(crate) async fn read<M: prost::Message + Default>(&mut self) -> io::Result<Option<M>> {
+            let mut chunk = [0; 4096];
+            loop {
+                if let Some((message, used)) = parse(&self.unread)? {
+                    self.unread.drain(..used);
+                    return Ok(Some(message));
+                }
+                let mut ready = self.socket.readable().await?;
+                match ready.try_io(|socket| socket.get_ref().read(&mut chunk)) {
+                    Ok(Ok(0)) if self.unread.is_empty() => return Ok(None),
+                    Ok(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                    Ok(Ok(n)) => self.unread.extend_from_slice(&chunk[..n]),
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_would_block) => {}
+                }
+            }
+        }
+
+        /// Writes `message` as one frame, at once.
+        pub(crate) fn answer(&self, message: &impl prost::Message) -> io::Result<()> {
+            write(&mut self.socket.get_ref(), message).map_err(|e| {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    io::Error::other("the peer does not read its answers")
+                } else {
+                    e
+                }
+            })
+        }
     }
 
     #[cfg(test)]
@@ -298,8 +363,8 @@ pub(crate) mod frame {
         use super::*;
         use crate::proto::{ReportRequest, WorkerKey};
 
-        /// Frames written by either side read back whole on the other, in order, and a length
-        /// beyond the limit is refused rather than allocated.
+        /// Frames written by either side read back whole on the other, in order (also when they
+        /// come in pieces), and a length beyond the limit is refused rather than allocated.
         #[tokio::test]
         async fn frames_cross_between_the_blocking_and_the_async_side() {
             let request = |seq| ReportRequest {
@@ -308,16 +373,31 @@ pub(crate) mod frame {
                 metrics_json: r#"{"loss":0.5}"#.into(),
                 checkpoint: String::new(),
             };
-            let mut wire = Vec::new();
-            write(&mut wire, &request(1)).unwrap();
-            write_async(&mut wire, &request(2)).await.unwrap();
-            let mut from = wire.as_slice();
-            assert_eq!(read_async::<ReportRequest>(&mut from).await.unwrap(), Some(request(1)));
-            assert_eq!(read::<ReportRequest>(&mut from).unwrap(), request(2));
-            assert_eq!(read_async::<ReportRequest>(&mut from).await.unwrap(), None);
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            ours.set_nonblocking(true).unwrap();
+            let mut ours = Answering::new(tokio::net::UnixStream::from_std(ours).unwrap()).unwrap();
+            let peer = std::thread::spawn(move || {
+                let mut theirs = io::BufReader::new(theirs);
+                let answer: ReportRequest = exchange(&mut theirs, &request(1)).unwrap();
+                // A frame in two pieces, the second after a pause.
+                let mut wire = Vec::new();
+                write(&mut wire, &request(3)).unwrap();
+                theirs.get_mut().write_all(&wire[..7]).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                theirs.get_mut().write_all(&wire[7..]).unwrap();
+                (answer, read::<ReportRequest>(&mut theirs).unwrap())
+            });
+            assert_eq!(ours.read::<ReportRequest>().await.unwrap(), Some(request(1)));
+            ours.answer(&request(2)).unwrap();
+            assert_eq!(ours.read::<ReportRequest>().await.unwrap(), Some(request(3)));
+            ours.answer(&request(4)).unwrap();
+            assert_eq!(peer.join().unwrap(), (request(2), request(4)));
+            assert_eq!(ours.read::<ReportRequest>().await.unwrap(), None);
 
             let huge = (MAX_LEN as u32 + 1).to_le_bytes();
             let error = read::<ReportRequest>(&mut huge.as_slice()).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+            let error = parse::<ReportRequest>(&huge).unwrap_err();
             assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
         }
     }

@@ -187,21 +187,20 @@ async fn serve_report_connection(
     routes: &Routes,
     token: Option<&str>,
 ) -> std::io::Result<()> {
-    let (read, mut write) = stream.into_split();
-    let mut read = tokio::io::BufReader::new(read);
-    let Some(hello) = frame::read_async::<ReportHello>(&mut read).await? else { return Ok(()) };
+    let mut socket = frame::Answering::new(stream)?;
+    let Some(hello) = socket.read::<ReportHello>().await? else { return Ok(()) };
     if !token_matches(&hello.token, token) {
         let refused = Answer::Error(format!("{HUB_ONLY} (wrong or no token)"));
-        return frame::write_async(&mut write, &ReportAnswer { answer: Some(refused) }).await;
+        return socket.answer(&ReportAnswer { answer: Some(refused) });
     }
-    frame::write_async(&mut write, &ReportAnswer { answer: None }).await?;
-    while let Some(request) = frame::read_async::<ReportRequest>(&mut read).await? {
+    socket.answer(&ReportAnswer { answer: None })?;
+    while let Some(request) = socket.read::<ReportRequest>().await? {
         let key = request.key.clone();
         let answer = match forward(routes, key.as_ref(), |r| HubCall::Report(request, r)).await {
             Ok(reply) => Answer::Reply(reply),
             Err(status) => Answer::Error(status.message().to_owned()),
         };
-        frame::write_async(&mut write, &ReportAnswer { answer: Some(answer) }).await?;
+        socket.answer(&ReportAnswer { answer: Some(answer) })?;
     }
     Ok(())
 }
