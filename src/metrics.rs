@@ -119,10 +119,18 @@ pub(crate) fn from_wire(text: &str) -> Result<Metrics> {
 /// The number a JSON value written by [`number_or_tag`] stands for; `None` for anything else.
 pub(crate) fn number_of(v: &serde_json::Value) -> Option<f64> {
     match v {
-        serde_json::Value::String(s) if s == "NaN" => Some(f64::NAN),
-        serde_json::Value::String(s) if s == "Infinity" => Some(f64::INFINITY),
-        serde_json::Value::String(s) if s == "-Infinity" => Some(f64::NEG_INFINITY),
+        serde_json::Value::String(s) => number_of_tag(s),
         _ => v.as_f64(),
+    }
+}
+
+/// The number a tag written by [`number_or_tag`] stands for ("NaN", "Infinity", "-Infinity").
+pub(crate) fn number_of_tag(tag: &str) -> Option<f64> {
+    match tag {
+        "NaN" => Some(f64::NAN),
+        "Infinity" => Some(f64::INFINITY),
+        "-Infinity" => Some(f64::NEG_INFINITY),
+        _ => None,
     }
 }
 

@@ -300,6 +300,13 @@ impl ResultFiles {
 
 /// The rows of the result.json at `path` (see [`ResultFiles::read_rows`]).
 fn read_rows_at(path: &Path) -> Result<Vec<Row>> {
+    read_lines_at(path)
+}
+
+/// The lines of the result.json at `path`, each read as a `T` (a [`Row`], or only the fields
+/// a reader needs, which is several times faster than building every row's JSON values);
+/// the same rules as [`ResultFiles::read_rows`].
+pub fn read_lines_at<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -308,7 +315,7 @@ fn read_rows_at(path: &Path) -> Result<Vec<Row>> {
     let lines: Vec<&str> = text.lines().collect();
     let mut rows = Vec::with_capacity(lines.len());
     for (n, line) in lines.iter().enumerate() {
-        match serde_json::from_str::<Row>(line) {
+        match serde_json::from_str::<T>(line) {
             Ok(row) => rows.push(row),
             Err(_) if n + 1 == lines.len() && !text.ends_with('\n') => break,
             Err(e) => {

@@ -11,7 +11,7 @@ use crate::group::GroupReport;
 use crate::metrics::{Metrics, from_wire, number_or_tag};
 use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 use crate::storage::checkpoint::{self, Fence};
-use crate::storage::{ResultFiles, Row, unix_time};
+use crate::storage::{ResultFiles, Row, read_lines_at, unix_time};
 
 /// Who a run is: the fields Ray fills into every result row besides the metrics.
 pub(super) struct RunIdentity {
@@ -37,6 +37,95 @@ const ROW_FIELDS: [&str; 9] = [
     "iterations_since_restore",
     "checkpoint_dir_name",
 ];
+
+/// A result.json row as the record reads it back: its metrics (the numbers, and the tags
+/// [`number_or_tag`] writes, of every field but Ray's auto-filled ones) and its checkpoint.
+/// Read without building the row's JSON values (its `config` above all), which made reading a
+/// run back several times slower.
+struct StoredRow {
+    metrics: Metrics,
+    checkpoint: Option<String>,
+}
+
+impl<'de> serde::Deserialize<'de> for StoredRow {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = StoredRow;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a result row (a JSON object)")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<StoredRow, A::Error> {
+                let mut row = StoredRow { metrics: Metrics::new(), checkpoint: None };
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "checkpoint_dir_name" {
+                        row.checkpoint = map.next_value()?;
+                    } else if ROW_FIELDS.contains(&key.as_str()) {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    } else if let MetricValue(Some(v)) = map.next_value()? {
+                        row.metrics.insert(key, v);
+                    }
+                }
+                Ok(row)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// A field's value as a metric: a number or a number's tag; None for anything else.
+struct MetricValue(Option<f64>);
+
+impl<'de> serde::Deserialize<'de> for MetricValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Value;
+        impl<'de> serde::de::Visitor<'de> for Value {
+            type Value = MetricValue;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<MetricValue, E> {
+                Ok(MetricValue(Some(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<MetricValue, E> {
+                Ok(MetricValue(Some(v as f64)))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<MetricValue, E> {
+                Ok(MetricValue(Some(v as f64)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<MetricValue, E> {
+                Ok(MetricValue(crate::metrics::number_of_tag(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<MetricValue, E> {
+                Ok(MetricValue(None))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<MetricValue, E> {
+                Ok(MetricValue(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<MetricValue, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(MetricValue(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<MetricValue, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(MetricValue(None))
+            }
+        }
+        d.deserialize_any(Value)
+    }
+}
 
 /// The driver's record of a run: kept reports and checkpoints, and the result files.
 pub(super) struct RunState {
@@ -135,21 +224,17 @@ impl RunState {
     }
 
     /// The run's rows and recorded checkpoints as its files hold them, and the latest attempt
-    /// known to have written there. The in-memory files are not in step with the disk until
-    /// `roll_back` rewrites them.
+    /// known to have written there. The in-memory files are not in step with the disk (nor is
+    /// the last row kept) until `truncate` rewrites them.
     fn load(run_dir: &Path, run: &RunConfig, identity: RunIdentity) -> Result<(Self, Option<u32>)> {
         let mut state = RunState::new(run_dir, run, identity);
         let mut last_attempt = match checkpoint::read_fence(run_dir)? {
             Fence::Open(n) => Some(n),
             Fence::Unset | Fence::Closed => None,
         };
-        for row in ResultFiles::read_rows(run_dir)? {
-            let metrics: Metrics = row
-                .iter()
-                .filter(|(k, _)| !ROW_FIELDS.contains(&k.as_str()))
-                .filter_map(|(k, v)| Some((k.clone(), crate::metrics::number_of(v)?)))
-                .collect();
-            if let Some(name) = row.get("checkpoint_dir_name").and_then(|v| v.as_str())
+        let rows: Vec<StoredRow> = read_lines_at(&run_dir.join(ResultFiles::RESULT_JSON))?;
+        for StoredRow { metrics, checkpoint } in rows {
+            if let Some(name) = checkpoint
                 && let Ok(ck) = Checkpoint::from_directory(run_dir.join(name))
             {
                 let by = ck.metadata()?.attempt;
@@ -157,7 +242,6 @@ impl RunState {
                 state.checkpoints.push((ck, metrics.clone()));
             }
             state.history.push(metrics);
-            state.last_row = Some(row);
         }
         state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
         Ok((state, last_attempt))
@@ -379,4 +463,32 @@ fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
         line.push_str(&format!("  [{checkpoint}]"));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored row reads back as its metrics (numbers and the tags of NaN and the infinities)
+    /// and its checkpoint; Ray's fields, the config and other values are not metrics.
+    #[test]
+    fn a_stored_row_reads_back_as_its_metrics_and_checkpoint() {
+        let line = r#"{"acc":0.5,"checkpoint_dir_name":"checkpoint_000002",
+            "config":{"lr":0.1,"layers":[1,2],"nested":{"x":3}},"date":"2026-11-25_00-00-00",
+            "done":false,"hostname":"h","iterations_since_restore":2,"loss":"NaN","node_ip":"1",
+            "pid":42,"note":"text","flag":true,"nothing":null,"list":[1],"big":"-Infinity",
+            "time_total_s":1.5,"training_iteration":2,"trial_id":"t"}"#;
+        let row: StoredRow = serde_json::from_str(&line.replace('\n', "")).unwrap();
+        assert_eq!(row.checkpoint.as_deref(), Some("checkpoint_000002"));
+        let names: Vec<&str> = row.metrics.keys().map(String::as_str).collect();
+        assert_eq!(names, ["acc", "big", "loss", "time_total_s", "training_iteration"]);
+        assert_eq!(row.metrics["acc"], 0.5);
+        assert!(row.metrics["loss"].is_nan());
+        assert_eq!(row.metrics["big"], f64::NEG_INFINITY);
+        assert_eq!(row.metrics["training_iteration"], 2.0);
+
+        let row: StoredRow = serde_json::from_str(r#"{"checkpoint_dir_name":null}"#).unwrap();
+        assert_eq!((row.checkpoint, row.metrics.len()), (None, 0));
+        assert!(serde_json::from_str::<StoredRow>("[1]").is_err());
+    }
 }
