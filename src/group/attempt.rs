@@ -34,11 +34,19 @@ struct Worker {
     kill: Option<oneshot::Sender<()>>,
 }
 
+/// Sleeps until `at` (for ever without one; the select branch is off then anyway).
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Runs one attempt to its end.
 pub(crate) async fn run_attempt(
     hub: &Hub,
     spec: &AttemptSpec,
-    on_report: &mut OnReport<'_>,
+    on_report: &mut dyn OnReport,
 ) -> Result<AttemptOutcome> {
     let mut calls = hub.register(&spec.group);
     let (exit_tx, mut exits) = mpsc::unbounded_channel::<(usize, Exit)>();
@@ -83,9 +91,15 @@ pub(crate) async fn run_attempt(
     while !state.all_exited() {
         let joining =
             state.failure.is_none() && state.workers.iter().any(|w| matches!(w.join, Join::NotYet));
+        let flush_due = on_report.flush_due();
         tokio::select! {
             Some(call) = calls.recv() => state.on_call(call, on_report),
             Some((rank, status)) = exits.recv() => state.on_exit(rank, status),
+            _ = sleep_until(flush_due), if flush_due.is_some() => {
+                if let Err(e) = on_report.flush() {
+                    state.fail(0, format!("driver could not write results: {e}"), None);
+                }
+            }
             _ = tokio::time::sleep_until(deadline), if joining => {
                 let rank = state.workers.iter().position(|w| matches!(w.join, Join::NotYet)).unwrap_or(0);
                 state.fail(rank, format!(
@@ -163,7 +177,7 @@ impl Attempt<'_> {
         Ok(rank)
     }
 
-    fn on_call(&mut self, call: HubCall, on_report: &mut OnReport<'_>) {
+    fn on_call(&mut self, call: HubCall, on_report: &mut dyn OnReport) {
         match call {
             HubCall::Join(request, reply) => match self.rank_of(request.key.as_ref()) {
                 Ok(rank) => self.on_join(rank, request, reply),
@@ -249,7 +263,7 @@ impl Attempt<'_> {
         rank: usize,
         request: ReportRequest,
         reply: Reply<ReportReply>,
-        on_report: &mut OnReport<'_>,
+        on_report: &mut dyn OnReport,
     ) {
         let expected = self.workers[rank].reports + 1;
         if request.seq != expected {
@@ -272,7 +286,7 @@ impl Attempt<'_> {
             metrics_json: first.metrics_json.clone(),
             checkpoint: first.checkpoint.clone(),
         };
-        match on_report(report) {
+        match on_report.report(report) {
             Ok(stop) => {
                 self.stopped |= stop;
                 let iteration = self.spec.start_iteration + expected;

@@ -142,8 +142,19 @@ pub(crate) enum AttemptOutcome {
     Failed(WorkerFailure),
 }
 
-/// Decides each complete report: Ok(true) asks the run to stop; Err fails the attempt.
-pub(crate) type OnReport<'a> = dyn FnMut(GroupReport) -> Result<bool> + Send + 'a;
+/// What an attempt hands its complete reports to (the run's record and its decisions).
+pub(crate) trait OnReport: Send {
+    /// Records and decides one complete report: Ok(true) asks the run to stop; Err fails the
+    /// attempt.
+    fn report(&mut self, report: GroupReport) -> Result<bool>;
+
+    /// When the attempt should call `flush` (None: nothing is waiting to be written). The
+    /// attempt calls it then, whatever else it waits for.
+    fn flush_due(&self) -> Option<std::time::Instant>;
+
+    /// Writes what recording held back; Err fails the attempt.
+    fn flush(&mut self) -> Result<()>;
+}
 
 #[cfg(test)]
 mod tests {

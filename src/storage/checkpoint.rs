@@ -267,7 +267,9 @@ pub(crate) enum Fence {
 
 const FENCE_FILE: &str = ".rtune_attempt";
 
-/// Sets the fence (atomically): the driver calls this before each attempt and at the end.
+/// Sets the fence (atomically): the driver calls this before each attempt and at the end. Not
+/// made durable: the fence orders live processes, and after an OS crash none is left (a
+/// driver going on from there takes an attempt number above the fence's and its checkpoints').
 pub(crate) fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
     let text = match fence {
         Fence::Unset => {
@@ -280,7 +282,7 @@ pub(crate) fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
         Fence::Open(attempt) => attempt.to_string(),
         Fence::Closed => "closed".to_owned(),
     };
-    storage::atomic_write(&run_dir.join(FENCE_FILE), text.as_bytes())
+    storage::replace_file(&run_dir.join(FENCE_FILE), text.as_bytes())
 }
 
 pub(crate) fn read_fence(run_dir: &Path) -> Result<Fence> {
@@ -292,6 +294,8 @@ pub(crate) fn read_fence(run_dir: &Path) -> Result<Fence> {
     };
     match text.trim() {
         "closed" => Ok(Fence::Closed),
+        // What an OS crash may leave of a fence that was never made durable.
+        "" => Ok(Fence::Unset),
         n => n.parse().map(Fence::Open).map_err(|_| Error::Checkpoint {
             path: path.clone(),
             message: format!("unreadable attempt fence {n:?}"),

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{IoContext, Result};
 
@@ -57,9 +58,25 @@ pub fn atomic_write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomically(path, bytes, 0o600)
 }
 
+/// Replaces `path` with `bytes` atomically for every process (a temporary file renamed over
+/// it: a reader sees the old file or the new one, whoever dies when), without making the new
+/// file durable: an OS crash may bring back the old one. For files whose durability something
+/// else provides ([`ResultFiles::sync`]), or that only order live processes (the attempt
+/// fence: after an OS crash no worker is left to fence out). Two fsyncs fewer than
+/// [`atomic_write`], which a trial paid several times over on its way in and out.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace(path, bytes, 0o666, false)
+}
+
 /// Writes a temporary file created with `mode` (less the umask), syncs it, renames it over
 /// `path` and syncs the folder.
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(path, bytes, mode, true)
+}
+
+/// Writes a temporary file created with `mode` (less the umask) and renames it over `path`;
+/// with `durable`, syncs the file before and the folder after.
+fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -73,10 +90,12 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
             .open(&tmp)
             .at(&tmp)?;
         file.write_all(bytes).at(&tmp)?;
-        file.sync_all().at(&tmp)?;
+        if durable {
+            file.sync_all().at(&tmp)?;
+        }
     }
     fs::rename(&tmp, path).at(path)?;
-    fsync_dir(dir)
+    if durable { fsync_dir(dir) } else { Ok(()) }
 }
 
 /// Makes a rename or a new entry in `dir` durable.
@@ -109,52 +128,147 @@ pub fn ensure_writable_dir(dir: &Path) -> Result<()> {
 /// One reported row: metric name → value, in column order.
 pub type Row = BTreeMap<String, serde_json::Value>;
 
+/// How often at most a run's appended rows are written out while reports come faster: a row
+/// that comes later than this after the last write is written at once, one that comes sooner
+/// is held (with the others that come within the same span) and written when the span is up
+/// ([`ResultFiles::flush_due`]). One write per file per report was a tenth of the driver's
+/// CPU at thousands of reports a second.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
 /// `result.json` and `progress.csv` of one run or trial.
+///
+/// Rows are appended to both; rows that come fast are held for up to [`FLUSH_EVERY`] and
+/// written together. Held rows are written by [`ResultFiles::flush`] (which the run's owner
+/// calls when [`ResultFiles::flush_due`] says), by [`ResultFiles::sync`], before anything reads
+/// the files back or replaces their last line, and when the files are dropped. So the files
+/// lag the rows by at most that span, and rows held when the driver is killed are rows after
+/// the run's last checkpoint (each checkpoint syncs), which a resume redoes anyway.
 #[derive(Debug)]
 pub struct ResultFiles {
-    json_path: PathBuf,
-    csv_path: PathBuf,
+    json: Appender,
+    csv: Appender,
     columns: Vec<String>,
     /// How many rows the files hold, and the last one (flattened). The earlier rows are read
     /// back from result.json in the rare case that needs them (a column first seen late), so a
     /// long run keeps one row in memory, not all of them.
     rows: usize,
     last: Option<Row>,
-    /// The files as opened for appending (reopened after a rewrite replaced them).
-    json: Option<File>,
-    csv: Option<File>,
-    /// Each file's length and where its last line starts (for `replace_last`).
-    json_end: Ends,
-    csv_end: Ends,
+    /// When the files were last written to (None: not yet).
+    written: Option<Instant>,
 }
 
-/// A file's length and the offset of its last line.
-#[derive(Debug, Default, Clone, Copy)]
-struct Ends {
+/// A file that lines are appended to: opened once for appending, reopened after it was
+/// replaced whole; lines may be held back and written later, together.
+#[derive(Debug)]
+struct Appender {
+    path: PathBuf,
+    file: Option<File>,
+    /// The file's length and where its last line starts (for `put_over_last`), as written.
     len: u64,
     last: u64,
+    /// Lines appended but not written yet, and the length of the last of them.
+    held: String,
+    held_last: usize,
+    /// Replaced whole since the last `sync` (the folder's entry is to be synced too).
+    replaced: bool,
 }
 
-impl Ends {
-    fn appended(&mut self, bytes: usize) {
-        self.last = self.len;
-        self.len += bytes as u64;
+impl Appender {
+    fn new(path: PathBuf) -> Self {
+        Appender {
+            path,
+            file: None,
+            len: 0,
+            last: 0,
+            held: String::new(),
+            held_last: 0,
+            replaced: false,
+        }
     }
 
-    /// After writing `text` whole, whose last line is `last_line`.
-    fn whole(text: &str, last_line: usize) -> Ends {
-        Ends { len: text.len() as u64, last: (text.len() - last_line) as u64 }
+    fn hold(&mut self, line: &str) {
+        self.held.push_str(line);
+        self.held_last = line.len();
     }
-}
 
-/// `file`, opened for appending first if it is not yet (`ends` then learns its length).
-fn appending<'a>(file: &'a mut Option<File>, path: &Path, ends: &mut Ends) -> Result<&'a mut File> {
-    if file.is_none() {
-        let f = OpenOptions::new().create(true).append(true).open(path).at(path)?;
-        ends.len = f.metadata().at(path)?.len();
-        *file = Some(f);
+    /// Writes the held lines.
+    fn flush(&mut self) -> Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let mut held = std::mem::take(&mut self.held);
+        let written = match self.opened() {
+            Ok(f) => f.write_all(held.as_bytes()).at(&self.path),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            self.held = held; // still to be written
+            return Err(e);
+        }
+        self.last = self.len + (held.len() - self.held_last) as u64;
+        self.len += held.len() as u64;
+        held.clear();
+        self.held = held; // its buffer, for the next lines
+        Ok(())
     }
-    Ok(file.as_mut().expect("opened above"))
+
+    /// The file, opened for appending first if it is not yet (its length learnt then).
+    fn opened(&mut self) -> Result<&mut File> {
+        if self.file.is_none() {
+            let path = &self.path;
+            let f = OpenOptions::new().create(true).append(true).open(path).at(path)?;
+            self.len = f.metadata().at(path)?.len();
+            self.file = Some(f);
+        }
+        Ok(self.file.as_mut().expect("opened above"))
+    }
+
+    /// Writes `line` over the file's last line (at once, after any held lines).
+    fn put_over_last(&mut self, line: &str) -> Result<()> {
+        self.flush()?;
+        let last = self.last;
+        self.opened()?.set_len(last).at(&self.path)?;
+        self.len = last;
+        self.hold(line);
+        self.flush()
+    }
+
+    /// Replaces the file with `text`, whose last line is `last_line` bytes long (atomically;
+    /// held lines are dropped: `text` is the whole file). Durable with the next `sync`.
+    fn replace(&mut self, text: &str, last_line: usize) -> Result<()> {
+        self.held.clear();
+        replace_file(&self.path, text.as_bytes())?;
+        self.replaced = true;
+        self.file = None;
+        self.len = text.len() as u64;
+        self.last = (text.len() - last_line) as u64;
+        Ok(())
+    }
+
+    /// fsyncs what was written, and the folder's entry if the file was replaced since.
+    fn sync(&mut self) -> Result<()> {
+        self.sync_data()?;
+        if std::mem::take(&mut self.replaced) {
+            fsync_dir(self.path.parent().unwrap_or(Path::new(".")))?;
+        }
+        Ok(())
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        let opened;
+        let file = match &self.file {
+            Some(f) => f,
+            None => match File::open(&self.path) {
+                Ok(f) => {
+                    opened = f;
+                    &opened
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(crate::error::Error::io(&self.path, e)),
+            },
+        };
+        file.sync_data().at(&self.path)
+    }
 }
 
 impl ResultFiles {
@@ -163,21 +277,18 @@ impl ResultFiles {
 
     pub fn new(dir: &Path) -> Self {
         ResultFiles {
-            json_path: dir.join(Self::RESULT_JSON),
-            csv_path: dir.join(Self::PROGRESS_CSV),
+            json: Appender::new(dir.join(Self::RESULT_JSON)),
+            csv: Appender::new(dir.join(Self::PROGRESS_CSV)),
             columns: Vec::new(),
             rows: 0,
             last: None,
-            json: None,
-            csv: None,
-            json_end: Ends::default(),
-            csv_end: Ends::default(),
+            written: None,
         }
     }
 
-    /// Appends one row to both files.
+    /// Appends one row to both files: written at once, or held until `flush_due`.
     pub fn append(&mut self, row: Row) -> Result<()> {
-        self.put_json_line(&row, false)?;
+        self.json.hold(&json_line(&row));
         let row = flatten(row);
         let added = self.add_columns(&row);
         self.rows += 1;
@@ -189,10 +300,32 @@ impl ResultFiles {
         }
         self.last = Some(row);
         match (first, added) {
-            (true, _) => Ok(()),
-            (false, true) => self.rewrite_csv(),
-            (false, false) => self.put_csv_line(false),
+            (true, _) => {}
+            (false, true) => self.rewrite_csv()?,
+            (false, false) => {
+                let line = csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)));
+                self.csv.hold(&line);
+            }
         }
+        if self.written.is_none_or(|at| at.elapsed() >= FLUSH_EVERY) {
+            self.flush()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// When held rows are due to be written (None when none are held).
+    pub fn flush_due(&self) -> Option<Instant> {
+        let held = !self.json.held.is_empty() || !self.csv.held.is_empty();
+        held.then(|| self.written.map_or_else(Instant::now, |at| at + FLUSH_EVERY))
+    }
+
+    /// Writes the held rows.
+    pub fn flush(&mut self) -> Result<()> {
+        self.json.flush()?;
+        self.csv.flush()?;
+        self.written = Some(Instant::now());
+        Ok(())
     }
 
     /// The rows of `dir/result.json`, oldest first (none when there is no file). A last line
@@ -202,16 +335,12 @@ impl ResultFiles {
         read_rows_at(&dir.join(Self::RESULT_JSON))
     }
 
-    /// fsyncs both files: every row appended so far survives an OS crash too.
-    pub fn sync(&self) -> Result<()> {
-        for path in [&self.json_path, &self.csv_path] {
-            match File::open(path) {
-                Ok(f) => f.sync_data().at(path)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(crate::error::Error::io(path, e)),
-            }
-        }
-        Ok(())
+    /// Writes the held rows and fsyncs both files: every row appended so far survives an OS
+    /// crash too.
+    pub fn sync(&mut self) -> Result<()> {
+        self.flush()?;
+        self.json.sync()?;
+        self.csv.sync()
     }
 
     /// Replaces both files with `rows` (used when a run rolls back to a checkpoint, so the files
@@ -220,14 +349,11 @@ impl ResultFiles {
         let mut json = String::new();
         let mut last_line = 0;
         for row in &rows {
-            let before = json.len();
-            json.push_str(&serde_json::to_string(row).expect("a map of JSON values serialises"));
-            json.push('\n');
-            last_line = json.len() - before;
+            let line = json_line(row);
+            last_line = line.len();
+            json.push_str(&line);
         }
-        atomic_write(&self.json_path, json.as_bytes())?;
-        self.json = None;
-        self.json_end = Ends::whole(&json, last_line);
+        self.json.replace(&json, last_line)?;
         let rows: Vec<Row> = rows.into_iter().map(flatten).collect();
         self.columns.clear();
         for row in &rows {
@@ -239,15 +365,15 @@ impl ResultFiles {
         Ok(())
     }
 
-    /// Writes progress.csv anew from result.json (which already holds the latest row), as when
-    /// a column is added.
+    /// Writes progress.csv anew from result.json (which holds the latest row, once written),
+    /// as when a column is added.
     fn rewrite_csv(&mut self) -> Result<()> {
-        let rows: Vec<Row> = read_rows_at(&self.json_path)?.into_iter().map(flatten).collect();
+        self.json.flush()?;
+        let rows: Vec<Row> = read_rows_at(&self.json.path)?.into_iter().map(flatten).collect();
         self.write_csv(&rows)
     }
 
     fn write_csv(&mut self, rows: &[Row]) -> Result<()> {
-        self.csv = None;
         let mut text = csv_line(self.columns.iter().cloned());
         let mut last_line = 0;
         for row in rows {
@@ -255,9 +381,7 @@ impl ResultFiles {
             last_line = line.len();
             text.push_str(&line);
         }
-        atomic_write(&self.csv_path, text.as_bytes())?;
-        self.csv_end = Ends::whole(&text, last_line);
-        Ok(())
+        self.csv.replace(&text, last_line)
     }
 
     /// Replaces the last row in both files (cutting it off and appending `row`), as when a
@@ -266,11 +390,16 @@ impl ResultFiles {
         if self.rows == 0 {
             return Ok(());
         }
-        self.put_json_line(&row, true)?;
+        self.json.put_over_last(&json_line(&row))?;
         let row = flatten(row);
         let added = self.add_columns(&row);
         self.last = Some(row);
-        if added { self.rewrite_csv() } else { self.put_csv_line(true) }
+        if added {
+            self.rewrite_csv()
+        } else {
+            let line = csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)));
+            self.csv.put_over_last(&line)
+        }
     }
 
     /// Adds `row`'s columns that the table lacks, in its order; whether there were any.
@@ -283,19 +412,23 @@ impl ResultFiles {
         }
         self.columns.len() > before
     }
+}
 
-    /// Writes `row` as result.json's last line: appended, or over the last one.
-    fn put_json_line(&mut self, row: &Row, over_last: bool) -> Result<()> {
-        let mut line = serde_json::to_string(row).expect("a map of JSON values serialises");
-        line.push('\n');
-        put_line(&mut self.json, &self.json_path, &mut self.json_end, &line, over_last)
+impl Drop for ResultFiles {
+    /// Held rows are written, not lost, when a run's record goes away without a last flush
+    /// (an error ended its loop); an error here has nowhere to go but the log.
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            tracing::warn!("result rows held for writing were lost: {e}");
+        }
     }
+}
 
-    /// Writes the last row as progress.csv's last line: appended, or over the last one.
-    fn put_csv_line(&mut self, over_last: bool) -> Result<()> {
-        let line = csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)));
-        put_line(&mut self.csv, &self.csv_path, &mut self.csv_end, &line, over_last)
-    }
+/// `row` as a line of result.json.
+fn json_line(row: &Row) -> String {
+    let mut line = serde_json::to_string(row).expect("a map of JSON values serialises");
+    line.push('\n');
+    line
 }
 
 /// The rows of the result.json at `path` (see [`ResultFiles::read_rows`]).
@@ -330,24 +463,6 @@ pub fn read_lines_at<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<
         }
     }
     Ok(rows)
-}
-
-/// Appends `line` to the file (cutting its last line off first with `over_last`).
-fn put_line(
-    file: &mut Option<File>,
-    path: &Path,
-    ends: &mut Ends,
-    line: &str,
-    over_last: bool,
-) -> Result<()> {
-    let f = appending(file, path, ends)?;
-    if over_last {
-        f.set_len(ends.last).at(path)?;
-        ends.len = ends.last;
-    }
-    f.write_all(line.as_bytes()).at(path)?;
-    ends.appended(line.len());
-    Ok(())
 }
 
 /// Nested objects become `outer/inner` columns, as in Ray's `progress.csv` (`config/lr`).
@@ -430,6 +545,7 @@ mod tests {
             ]))
             .unwrap();
         files.append(row(&[("loss", json!(0.5)), ("training_iteration", json!(3))])).unwrap();
+        files.flush().unwrap();
         let csv = fs::read_to_string(dir.path().join("progress.csv")).unwrap();
         assert_eq!(csv, "loss,training_iteration,acc\n1.5,1,\n1.0,2,0.5\n0.5,3,\n");
         let json = fs::read_to_string(dir.path().join("result.json")).unwrap();
@@ -451,6 +567,41 @@ mod tests {
         let json = fs::read_to_string(dir.path().join("result.json")).unwrap();
         let back: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
         assert_eq!(back["config"], config);
+    }
+
+    /// Rows that come within FLUSH_EVERY of the last write are held, due when that span is up,
+    /// and written by `flush`, by `sync`, and when the files are dropped; replacing the last
+    /// row writes the held ones first.
+    #[test]
+    fn rows_that_come_fast_are_held_and_written_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = |name| fs::read_to_string(dir.path().join(name)).unwrap().lines().count();
+        let mut files = ResultFiles::new(dir.path());
+        let started = Instant::now();
+        files.append(row(&[("training_iteration", json!(1))])).unwrap();
+        assert_eq!(files.flush_due(), None, "the first row is written at once");
+        files.append(row(&[("training_iteration", json!(2))])).unwrap();
+        files.append(row(&[("training_iteration", json!(3))])).unwrap();
+        if started.elapsed() < FLUSH_EVERY {
+            let due = files.flush_due().expect("rows 2 and 3 are held");
+            assert!(due > started && due <= Instant::now() + FLUSH_EVERY);
+            assert_eq!((lines(ResultFiles::RESULT_JSON), lines(ResultFiles::PROGRESS_CSV)), (1, 2));
+        }
+        files.flush().unwrap();
+        assert_eq!(files.flush_due(), None);
+        assert_eq!((lines(ResultFiles::RESULT_JSON), lines(ResultFiles::PROGRESS_CSV)), (3, 4));
+
+        files.append(row(&[("training_iteration", json!(4))])).unwrap();
+        files.replace_last(row(&[("training_iteration", json!(5))])).unwrap();
+        let json = fs::read_to_string(dir.path().join(ResultFiles::RESULT_JSON)).unwrap();
+        assert!(json.ends_with("{\"training_iteration\":3}\n{\"training_iteration\":5}\n"));
+
+        files.append(row(&[("training_iteration", json!(6))])).unwrap();
+        files.sync().unwrap();
+        assert_eq!(lines(ResultFiles::RESULT_JSON), 5);
+        files.append(row(&[("training_iteration", json!(7))])).unwrap();
+        drop(files);
+        assert_eq!((lines(ResultFiles::RESULT_JSON), lines(ResultFiles::PROGRESS_CSV)), (6, 7));
     }
 
     #[test]

@@ -322,6 +322,17 @@ impl RunState {
         Ok(stop)
     }
 
+    /// When rows held back from the result files are due to be written (see `flush`).
+    pub(super) fn flush_due(&self) -> Option<Instant> {
+        self.files.flush_due()
+    }
+
+    /// Writes the rows held back from the result files (they are written together when
+    /// reports come fast: `storage::FLUSH_EVERY`).
+    pub(super) fn flush(&mut self) -> Result<()> {
+        self.files.flush()
+    }
+
     /// The metrics of the latest recorded report (empty before the first).
     pub(super) fn last_metrics(&self) -> &Metrics {
         static NONE: Metrics = Metrics::new();
@@ -392,6 +403,7 @@ impl RunState {
     /// recorded checkpoints; sweeps any other checkpoint folder.
     fn truncate(&mut self, keep_until: f64) -> Result<()> {
         self.history.retain(|m| iteration_of(m) <= keep_until);
+        self.files.flush()?;
         let mut rows = ResultFiles::read_rows(&self.run_dir)?;
         rows.retain(|row| {
             row.get("training_iteration").and_then(crate::metrics::number_of).unwrap_or(0.0)

@@ -14,7 +14,10 @@ use crate::config::{RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::driver::{Driver, LocalReservation};
 use crate::error::{Error, Result};
-use crate::group::{AttemptOutcome, AttemptSpec, Launcher, RankPlacement, TrialNames, run_attempt};
+use crate::group::{
+    AttemptOutcome, AttemptSpec, GroupReport, Launcher, OnReport, RankPlacement, TrialNames,
+    run_attempt,
+};
 use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::storage::{self, ResultFiles, unix_time};
@@ -391,11 +394,8 @@ impl TorchTrainer {
                 data_json: self.data_json.clone(),
             };
             run.begin_attempt(attempt, start_iteration)?;
-            let outcome = run_attempt(&hub, &spec, &mut |report| {
-                let stop = run.record(report)?;
-                Ok(decide(run.last_metrics())? || stop)
-            })
-            .await?;
+            let outcome =
+                run_attempt(&hub, &spec, &mut Recording { run: &mut run, decide }).await?;
             match outcome {
                 AttemptOutcome::Completed { train_seconds, .. } => {
                     train_loop_seconds = train_seconds;
@@ -425,6 +425,27 @@ impl TorchTrainer {
             format!("training failed after {} attempt(s); {last}", failures.len())
         });
         Ok(run.into_result(run_dir, error, failures, train_loop_seconds))
+    }
+}
+
+/// An attempt's reports go into the run's record, then to the caller's decision.
+struct Recording<'r, 'd> {
+    run: &'r mut RunState,
+    decide: &'r mut Decide<'d>,
+}
+
+impl OnReport for Recording<'_, '_> {
+    fn report(&mut self, report: GroupReport) -> Result<bool> {
+        let stop = self.run.record(report)?;
+        Ok((self.decide)(self.run.last_metrics())? || stop)
+    }
+
+    fn flush_due(&self) -> Option<std::time::Instant> {
+        self.run.flush_due()
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.run.flush()
     }
 }
 

@@ -97,6 +97,10 @@ fn main() {
             "trainer::stop_criterion_ends_the_run_cleanly",
             trainer::stop_criterion_ends_the_run_cleanly,
         ),
+        test(
+            "trainer::a_burst_of_reports_is_written_while_the_run_waits",
+            trainer::a_burst_of_reports_is_written_while_the_run_waits,
+        ),
         test("collective_process::killed_peer_is_lost", collective_process::killed_peer_is_lost),
         test(
             "collective_process::frozen_peer_times_out",

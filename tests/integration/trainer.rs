@@ -454,3 +454,49 @@ pub fn stop_criterion_ends_the_run_cleanly() -> Result<()> {
     ensure!(kept == ["checkpoint_000004", "checkpoint_000005"], "kept {kept:?}");
     Ok(())
 }
+
+/// Reports 5 times at once, then waits (up to a minute) for the file named by `go` before it
+/// reports a last time.
+fn report_a_burst_then_wait(ctx: &mut TrainContext) -> Result<()> {
+    let go = std::path::PathBuf::from(ctx.params().get::<String>("go")?);
+    for i in 0..5 {
+        ctx.report([("step", i as f64)], None)?;
+    }
+    let waited = std::time::Instant::now();
+    while !go.exists() {
+        ensure!(waited.elapsed().as_secs() < 60, "nobody said go");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    ctx.report([("step", 5.0)], None).map_err(Into::into)
+}
+
+/// Rows that come faster than the driver writes them are held back only briefly: a burst of
+/// reports is in result.json and progress.csv while the run waits, not only at its end (the
+/// worker goes on only once the test has seen every row of the burst in both files).
+pub fn a_burst_of_reports_is_written_while_the_run_waits() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let go = dir.path().join("go");
+    let trainer = TorchTrainer::new(report_a_burst_then_wait)
+        .train_loop_config(Params::new().with("go", go.display().to_string()))
+        .run_config(RunConfig::new("burst").storage_path(dir.path()));
+    let run = std::thread::spawn(move || trainer.fit());
+    let run_dir = dir.path().join("burst");
+    let lines = |name| std::fs::read_to_string(run_dir.join(name)).map_or(0, |t| t.lines().count());
+    let waited = std::time::Instant::now();
+    while (lines("result.json"), lines("progress.csv")) != (5, 6) {
+        ensure!(!run.is_finished(), "the run ended before it was told to go");
+        ensure!(
+            waited.elapsed().as_secs() < 60,
+            "a minute after a burst of 5 reports, result.json has {} rows and progress.csv {} lines",
+            lines("result.json"),
+            lines("progress.csv")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::write(&go, "")?;
+    let result = run.join().map_err(|_| anyhow::anyhow!("fit panicked"))??;
+    let steps: Vec<f64> = result.metrics_history.iter().map(|m| m["step"]).collect();
+    ensure!(steps == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], "history: {steps:?}");
+    ensure!(lines("result.json") == 6, "result.json after the run: {}", lines("result.json"));
+    Ok(())
+}
