@@ -7,11 +7,13 @@
 //! the new file, never half of one. `result.json` is append-only; `progress.csv` is rewritten
 //! whole when a metric first appears late, so no column is silently dropped (Ray drops them).
 //!
-//! Appended rows are written at once but not fsynced one by one: a row handed to the kernel
-//! survives the death of any process (driver, worker, node agent), and only an OS crash or a
-//! power cut could lose what was not yet synced. [`ResultFiles::sync`] makes the rows durable;
-//! the driver calls it with every checkpoint and at the end of a run, so the rows a checkpoint
-//! resumes from are on disk with it. (fsync per row was half the cost of a report.)
+//! Appended rows are not fsynced one by one, and rows that come fast are held for up to
+//! [`FLUSH_EVERY`] and written together: a row handed to the kernel survives the death of any
+//! process (driver, worker, node agent), and only an OS crash or a power cut could lose what was
+//! not yet synced. [`ResultFiles::sync`] writes the held rows and makes them durable; the
+//! driver calls it with every checkpoint and at the end of a run, so the rows a checkpoint
+//! resumes from are on disk with it, and a killed driver loses only held rows after its runs'
+//! last checkpoints, which a resume redoes. (fsync per row was half the cost of a report.)
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
