@@ -36,6 +36,13 @@ pub(crate) async fn ask<M, T>(
 /// How a server address names an abstract Unix socket (Linux): `unix:@NAME`.
 pub(crate) const UNIX_SCHEME: &str = "unix:@";
 
+/// Connects to the abstract Unix socket `name` (at once: a local connect does not wait).
+pub(crate) fn connect_abstract(name: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    std::os::unix::net::UnixStream::connect_addr(&at)
+}
+
 /// The name of the report socket of the worker hub whose Unix socket is `name`.
 pub(crate) fn report_socket_name(name: &str) -> String {
     format!("{name}/reports")

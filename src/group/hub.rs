@@ -335,10 +335,7 @@ mod tests {
             }
         });
         let talk = move |token: &str, reports: Vec<(&str, u64)>| {
-            use std::os::linux::net::SocketAddrExt;
-            let name = report_socket_name(&socket);
-            let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
-            let stream = std::os::unix::net::UnixStream::connect_addr(&at).unwrap();
+            let stream = crate::rpc::connect_abstract(&report_socket_name(&socket)).unwrap();
             let mut stream = std::io::BufReader::new(stream);
             let hello = ReportHello { token: token.into() };
             let answer: ReportAnswer = frame::exchange(&mut stream, &hello).unwrap();

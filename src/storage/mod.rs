@@ -305,7 +305,7 @@ impl ResultFiles {
             (true, _) => {}
             (false, true) => self.rewrite_csv()?,
             (false, false) => {
-                let line = csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)));
+                let line = self.last_csv_line();
                 self.csv.hold(&line);
             }
         }
@@ -399,9 +399,14 @@ impl ResultFiles {
         if added {
             self.rewrite_csv()
         } else {
-            let line = csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)));
+            let line = self.last_csv_line();
             self.csv.put_over_last(&line)
         }
+    }
+
+    /// The last row as a line of progress.csv, in the table's columns.
+    fn last_csv_line(&self) -> String {
+        csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)))
     }
 
     /// Adds `row`'s columns that the table lacks, in its order; whether there were any.

@@ -232,8 +232,7 @@ impl RunState {
             Fence::Open(n) => Some(n),
             Fence::Unset | Fence::Closed => None,
         };
-        let rows: Vec<StoredRow> = read_lines_at(&run_dir.join(ResultFiles::RESULT_JSON))?;
-        for StoredRow { metrics, checkpoint } in rows {
+        for StoredRow { metrics, checkpoint } in read_stored_rows(run_dir)? {
             if let Some(name) = checkpoint
                 && let Ok(ck) = Checkpoint::from_directory(run_dir.join(name))
             {
@@ -451,6 +450,16 @@ fn iteration_of(metrics: &Metrics) -> f64 {
 /// still there (ranked by `run`'s checkpoint settings).
 pub(crate) fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
     RunState::read_result(run_dir, run, false)
+}
+
+/// The metrics of every row the run in `run_dir` holds, oldest first (`read_run`'s history,
+/// without looking at its checkpoints).
+pub(crate) fn read_history(run_dir: &Path) -> Result<Vec<Metrics>> {
+    Ok(read_stored_rows(run_dir)?.into_iter().map(|row| row.metrics).collect())
+}
+
+fn read_stored_rows(run_dir: &Path) -> Result<Vec<StoredRow>> {
+    read_lines_at(&run_dir.join(ResultFiles::RESULT_JSON))
 }
 
 /// Like `read_run`, for a run that will be picked up: only what picking it up keeps (the rows

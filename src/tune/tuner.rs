@@ -40,7 +40,7 @@ use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::storage::unix_time;
-use crate::train::{DATASETS_DIR, TorchTrainer, read_run};
+use crate::train::{DATASETS_DIR, TorchTrainer, read_history, read_run};
 
 /// How a sweep searches (Ray's `TuneConfig`).
 #[derive(Default)]
@@ -878,7 +878,7 @@ impl Sweep {
             if self.history_on_disk.contains(id)
                 && let Some(result) = t.result.as_mut()
             {
-                result.metrics_history = read_run(&t.path, &self.run)?.metrics_history;
+                result.metrics_history = read_history(&t.path)?;
             }
         }
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));

@@ -18,7 +18,7 @@ use crate::proto::{
     FinishRequest, JoinReply, JoinRequest, ReportAnswer, ReportHello, ReportReply, ReportRequest,
     WorkerKey,
 };
-use crate::rpc::{AddToken, UNIX_SCHEME, frame, report_socket_name};
+use crate::rpc::{AddToken, UNIX_SCHEME, connect_abstract, frame, report_socket_name};
 use crate::sys::build_id;
 use crate::worker::HUB_TOKEN_ENV;
 
@@ -192,11 +192,4 @@ fn answered(answer: std::io::Result<ReportAnswer>) -> Result<ReportReply> {
 
 fn report_failed(why: impl std::fmt::Display) -> Error {
     Error::Protocol(format!("report (worker to driver): {why}"))
-}
-
-/// Connects to the abstract Unix socket `name` (at once: a local connect does not wait).
-fn connect_abstract(name: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
-    use std::os::linux::net::SocketAddrExt;
-    let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-    std::os::unix::net::UnixStream::connect_addr(&at)
 }
