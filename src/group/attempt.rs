@@ -12,6 +12,7 @@ use super::hub::{Hub, HubCall, Reply};
 use super::launch::{spawn_local, spawn_remote};
 use super::logs::forward_cluster_events;
 use super::{AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport};
+use crate::driver::sleep_until;
 use crate::error::Result;
 use crate::outcome::WorkerFailure;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
@@ -32,14 +33,6 @@ struct Worker {
     finish: Option<FinishRequest>,
     exited: bool,
     kill: Option<oneshot::Sender<()>>,
-}
-
-/// Sleeps until `at` (for ever without one; the select branch is off then anyway).
-async fn sleep_until(at: Option<std::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Runs one attempt to its end.

@@ -146,6 +146,10 @@ fn main() {
             tune::a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on,
         ),
         test(
+            "tune::the_saved_state_keeps_up_with_reports",
+            tune::the_saved_state_keeps_up_with_reports,
+        ),
+        test(
             "tune::a_held_trial_waits_and_goes_on_from_its_checkpoint",
             tune::a_held_trial_waits_and_goes_on_from_its_checkpoint,
         ),

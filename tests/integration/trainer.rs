@@ -457,7 +457,7 @@ pub fn stop_criterion_ends_the_run_cleanly() -> Result<()> {
 
 /// Reports 5 times at once, then waits (up to a minute) for the file named by `go` before it
 /// reports a last time.
-fn report_a_burst_then_wait(ctx: &mut TrainContext) -> Result<()> {
+pub fn report_a_burst_then_wait(ctx: &mut TrainContext) -> Result<()> {
     let go = std::path::PathBuf::from(ctx.params().get::<String>("go")?);
     for i in 0..5 {
         ctx.report([("step", i as f64)], None)?;

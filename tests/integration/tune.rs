@@ -19,7 +19,7 @@ use tch::nn::{self, Module};
 use tch::{Device, Kind};
 
 use crate::common::{alive, wait_for};
-use crate::trainer::{mlp, train_digits_mlp, triangle};
+use crate::trainer::{mlp, report_a_burst_then_wait, train_digits_mlp, triangle};
 
 /// Digits MLP with `lr` and `hidden` from the params, `epochs` epochs, `val_acc` reported with
 /// a checkpoint every epoch.
@@ -906,5 +906,35 @@ pub fn a_held_trial_waits_and_goes_on_from_its_checkpoint() -> Result<()> {
         .position(|h| h.starts_with("result 0 "))
         .context("0 never went on")?;
     ensure!(at("result 1 12")? < paused + resumed_first, "trial 0 ran while held: {heard:?}");
+    Ok(())
+}
+
+/// The sweep's saved state keeps up with reports while trials run, not only when one starts or
+/// ends (reports do not wake the sweep's loop; it looks for them on a timer): the scheduler's
+/// state in the snapshot holds a running trial's 5 reports while the trial waits.
+pub fn the_saved_state_keeps_up_with_reports() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let go = dir.path().join("go");
+    let trainer = TorchTrainer::new(report_a_burst_then_wait)
+        .train_loop_config(Params::new().with("go", go.display().to_string()));
+    // A median rule that stops nobody here: its state is every trial's reported scores.
+    let median = rtune_searchers::MedianStopping::new().grace_period(1e9);
+    let tuner = Tuner::new(trainer, SearchSpace::new().add("index", grid_search([0])))
+        .tune_config(TuneConfig::new().metric("step").mode(Mode::Max).scheduler(median))
+        .run_config(RunConfig::new("keeps_up").storage_path(dir.path()));
+    let sweep = std::thread::spawn(move || tuner.fit());
+    let state = dir.path().join("keeps_up").join(rtune::tune::STATE_FILE);
+    let mut scores = 0;
+    let seen = wait_for(Duration::from_secs(60), || {
+        ensure!(!sweep.is_finished(), "the sweep ended before it was told to go");
+        let Ok(text) = std::fs::read(&state) else { return Ok(false) };
+        let saved: serde_json::Value = serde_json::from_slice(&text)?;
+        scores = saved["controller"]["scheduler"].to_string().matches("\"score\"").count();
+        Ok(scores == 5)
+    });
+    std::fs::write(&go, "")?;
+    let grid = sweep.join().map_err(|_| anyhow::anyhow!("fit panicked"))??;
+    seen.with_context(|| format!("the saved state held {scores} of the trial's 5 reports"))?;
+    ensure!(grid.trials.len() == 1 && grid.errors().is_empty(), "{:?}", grid.errors());
     Ok(())
 }
