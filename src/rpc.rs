@@ -342,13 +342,24 @@ pub(crate) mod frame {
                     return Ok(Some(message));
                 }
                 let mut ready = self.socket.readable().await?;
-                match ready.try_io(|socket| socket.get_ref().read(&mut chunk)) {
-                    Ok(Ok(0)) if self.unread.is_empty() => return Ok(None),
-                    Ok(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                    Ok(Ok(n)) => self.unread.extend_from_slice(&chunk[..n]),
-                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Ok(Err(e)) => return Err(e),
-                    Err(_would_block) => {}
+                let read = { ready.get_inner() }.read(&mut chunk);
+                match read {
+                    Ok(0) if self.unread.is_empty() => return Ok(None),
+                    Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => {
+                        self.unread.extend_from_slice(&chunk[..n]);
+                        // A short read drained the socket: forget its readiness now rather
+                        // than learn it from a read that fails with WouldBlock (a system
+                        // call per report, since the peer writes only once answered). Input
+                        // that came since is not missed: tokio clears only the readiness this
+                        // guard saw, not newer.
+                        if n < chunk.len() {
+                            ready.clear_ready();
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.clear_ready(),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
                 }
             }
         }
