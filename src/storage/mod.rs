@@ -15,7 +15,7 @@
 //! resumes from are on disk with it, and a killed driver loses only held rows after its runs'
 //! last checkpoints, which a resume redoes. (fsync per row was half the cost of a report.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -149,10 +149,13 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 pub struct ResultFiles {
     json: Appender,
     csv: Appender,
+    /// progress.csv's columns, in order: a row's keys, those of a nested object as
+    /// `outer/inner` (Ray's flattening, `config/lr`); and the same as a set.
     columns: Vec<String>,
-    /// How many rows the files hold, and the last one (flattened). The earlier rows are read
-    /// back from result.json in the rare case that needs them (a column first seen late), so a
-    /// long run keeps one row in memory, not all of them.
+    known: HashSet<String>,
+    /// How many rows the files hold, and the last one. The earlier rows are read back from
+    /// result.json in the rare case that needs them (a column first seen late), so a long run
+    /// keeps one row in memory, not all of them.
     rows: usize,
     last: Option<Row>,
     /// When the files were last written to (None: not yet).
@@ -169,7 +172,7 @@ struct Appender {
     len: u64,
     last: u64,
     /// Lines appended but not written yet, and the length of the last of them.
-    held: String,
+    held: Vec<u8>,
     held_last: usize,
     /// Replaced whole since the last `sync` (the folder's entry is to be synced too).
     replaced: bool,
@@ -182,15 +185,22 @@ impl Appender {
             file: None,
             len: 0,
             last: 0,
-            held: String::new(),
+            held: Vec::new(),
             held_last: 0,
             replaced: false,
         }
     }
 
-    fn hold(&mut self, line: &str) {
-        self.held.push_str(line);
+    fn hold(&mut self, line: &[u8]) {
+        self.held.extend_from_slice(line);
         self.held_last = line.len();
+    }
+
+    /// Holds the line that `write` appends to the buffer it is given.
+    fn hold_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.held.len();
+        write(&mut self.held);
+        self.held_last = self.held.len() - start;
     }
 
     /// Writes the held lines.
@@ -200,7 +210,7 @@ impl Appender {
         }
         let mut held = std::mem::take(&mut self.held);
         let written = match self.opened() {
-            Ok(f) => f.write_all(held.as_bytes()).at(&self.path),
+            Ok(f) => f.write_all(&held).at(&self.path),
             Err(e) => Err(e),
         };
         if let Err(e) = written {
@@ -226,7 +236,7 @@ impl Appender {
     }
 
     /// Writes `line` over the file's last line (at once, after any held lines).
-    fn put_over_last(&mut self, line: &str) -> Result<()> {
+    fn put_over_last(&mut self, line: &[u8]) -> Result<()> {
         self.flush()?;
         let last = self.last;
         self.opened()?.set_len(last).at(&self.path)?;
@@ -237,9 +247,9 @@ impl Appender {
 
     /// Replaces the file with `text`, whose last line is `last_line` bytes long (atomically;
     /// held lines are dropped: `text` is the whole file). Durable with the next `sync`.
-    fn replace(&mut self, text: &str, last_line: usize) -> Result<()> {
+    fn replace(&mut self, text: &[u8], last_line: usize) -> Result<()> {
         self.held.clear();
-        replace_file(&self.path, text.as_bytes())?;
+        replace_file(&self.path, text)?;
         self.replaced = true;
         self.file = None;
         self.len = text.len() as u64;
@@ -282,6 +292,7 @@ impl ResultFiles {
             json: Appender::new(dir.join(Self::RESULT_JSON)),
             csv: Appender::new(dir.join(Self::PROGRESS_CSV)),
             columns: Vec::new(),
+            known: HashSet::new(),
             rows: 0,
             last: None,
             written: None,
@@ -290,8 +301,7 @@ impl ResultFiles {
 
     /// Appends one row to both files: written at once, or held until `flush_due`.
     pub fn append(&mut self, row: Row) -> Result<()> {
-        self.json.hold(&json_line(&row));
-        let row = flatten(row);
+        self.json.hold_with(|out| json_line(&row, out));
         let added = self.add_columns(&row);
         self.rows += 1;
         // The header is written with the first row (and again when a column is added, with
@@ -305,8 +315,8 @@ impl ResultFiles {
             (true, _) => {}
             (false, true) => self.rewrite_csv()?,
             (false, false) => {
-                let line = self.last_csv_line();
-                self.csv.hold(&line);
+                let (columns, last) = (&self.columns, self.last.as_ref());
+                self.csv.hold_with(|out| csv_row(columns, last, out));
             }
         }
         if self.written.is_none_or(|at| at.elapsed() >= FLUSH_EVERY) {
@@ -348,16 +358,16 @@ impl ResultFiles {
     /// Replaces both files with `rows` (used when a run rolls back to a checkpoint, so the files
     /// hold each iteration once).
     pub fn rewrite(&mut self, rows: Vec<Row>) -> Result<()> {
-        let mut json = String::new();
+        let mut json = Vec::new();
         let mut last_line = 0;
         for row in &rows {
-            let line = json_line(row);
-            last_line = line.len();
-            json.push_str(&line);
+            let start = json.len();
+            json_line(row, &mut json);
+            last_line = json.len() - start;
         }
         self.json.replace(&json, last_line)?;
-        let rows: Vec<Row> = rows.into_iter().map(flatten).collect();
         self.columns.clear();
+        self.known.clear();
         for row in &rows {
             self.add_columns(row);
         }
@@ -371,17 +381,21 @@ impl ResultFiles {
     /// as when a column is added.
     fn rewrite_csv(&mut self) -> Result<()> {
         self.json.flush()?;
-        let rows: Vec<Row> = read_rows_at(&self.json.path)?.into_iter().map(flatten).collect();
+        let rows = read_rows_at(&self.json.path)?;
         self.write_csv(&rows)
     }
 
     fn write_csv(&mut self, rows: &[Row]) -> Result<()> {
-        let mut text = csv_line(self.columns.iter().cloned());
+        let mut text = Vec::new();
+        for column in &self.columns {
+            push_cell(&mut text, column.as_bytes(), ',');
+        }
+        end_line(&mut text);
         let mut last_line = 0;
         for row in rows {
-            let line = csv_line(self.columns.iter().map(|c| cell(Some(row), c)));
-            last_line = line.len();
-            text.push_str(&line);
+            let start = text.len();
+            csv_row(&self.columns, Some(row), &mut text);
+            last_line = text.len() - start;
         }
         self.csv.replace(&text, last_line)
     }
@@ -392,32 +406,42 @@ impl ResultFiles {
         if self.rows == 0 {
             return Ok(());
         }
-        self.json.put_over_last(&json_line(&row))?;
-        let row = flatten(row);
+        let mut line = Vec::new();
+        json_line(&row, &mut line);
+        self.json.put_over_last(&line)?;
         let added = self.add_columns(&row);
         self.last = Some(row);
         if added {
             self.rewrite_csv()
         } else {
-            let line = self.last_csv_line();
+            let mut line = Vec::new();
+            csv_row(&self.columns, self.last.as_ref(), &mut line);
             self.csv.put_over_last(&line)
         }
     }
 
-    /// The last row as a line of progress.csv, in the table's columns.
-    fn last_csv_line(&self) -> String {
-        csv_line(self.columns.iter().map(|c| cell(self.last.as_ref(), c)))
+    /// The last row appended (or put in place of the last).
+    pub fn last_row(&self) -> Option<&Row> {
+        self.last.as_ref()
     }
 
-    /// Adds `row`'s columns that the table lacks, in its order; whether there were any.
+    /// Adds `row`'s columns that the table lacks, in the order of their names (as a first
+    /// row's header has them); whether there were any.
     fn add_columns(&mut self, row: &Row) -> bool {
-        let before = self.columns.len();
-        for key in row.keys() {
-            if !self.columns.contains(key) {
-                self.columns.push(key.clone());
+        let mut new = Vec::new();
+        for_each_column(row, &mut |name| {
+            if !self.known.contains(name) {
+                new.push(name.to_owned());
             }
+        });
+        if new.is_empty() {
+            return false;
         }
-        self.columns.len() > before
+        new.sort();
+        new.dedup();
+        self.known.extend(new.iter().cloned());
+        self.columns.extend(new);
+        true
     }
 }
 
@@ -431,11 +455,10 @@ impl Drop for ResultFiles {
     }
 }
 
-/// `row` as a line of result.json.
-fn json_line(row: &Row) -> String {
-    let mut line = serde_json::to_string(row).expect("a map of JSON values serialises");
-    line.push('\n');
-    line
+/// Appends `row` as a line of result.json.
+fn json_line(row: &Row, out: &mut Vec<u8>) {
+    serde_json::to_writer(&mut *out, row).expect("a map of JSON values serialises");
+    out.push(b'\n');
 }
 
 /// The rows of the result.json at `path` (see [`ResultFiles::read_rows`]).
@@ -472,44 +495,98 @@ pub fn read_lines_at<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<
     Ok(rows)
 }
 
-/// Nested objects become `outer/inner` columns, as in Ray's `progress.csv` (`config/lr`).
-fn flatten(row: Row) -> Row {
-    fn walk(prefix: &str, value: serde_json::Value, out: &mut Row) {
+/// Calls `f` with each of `row`'s column names: a nested object's values are columns of
+/// their own, `outer/inner`, as in Ray's `progress.csv` (`config/lr`); an empty one is a
+/// column.
+fn for_each_column(row: &Row, f: &mut impl FnMut(&str)) {
+    fn walk(name: &mut String, value: &serde_json::Value, f: &mut impl FnMut(&str)) {
         match value {
             serde_json::Value::Object(map) if !map.is_empty() => {
-                for (k, v) in map {
-                    walk(&format!("{prefix}/{k}"), v, out);
+                for (key, value) in map {
+                    let len = name.len();
+                    name.push('/');
+                    name.push_str(key);
+                    walk(name, value, f);
+                    name.truncate(len);
                 }
             }
-            other => {
-                out.insert(prefix.to_owned(), other);
+            _ => f(name),
+        }
+    }
+    let mut name = String::new();
+    for (key, value) in row {
+        match value {
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                name.clear();
+                name.push_str(key);
+                walk(&mut name, value, f);
+            }
+            _ => f(key),
+        }
+    }
+}
+
+/// The value of `row` in `column` (see [`for_each_column`]), without flattening the row: a key
+/// that is the whole name, or one that ends at a `/` and holds an object to look further in.
+fn column_value<'r>(row: &'r Row, column: &str) -> Option<&'r serde_json::Value> {
+    fn find<'v>(
+        get: &dyn Fn(&str) -> Option<&'v serde_json::Value>,
+        column: &str,
+    ) -> Option<&'v serde_json::Value> {
+        let nested =
+            |v: &serde_json::Value| matches!(v, serde_json::Value::Object(m) if !m.is_empty());
+        if let Some(v) = get(column).filter(|v| !nested(v)) {
+            return Some(v);
+        }
+        column.match_indices('/').find_map(|(at, _)| match get(&column[..at]) {
+            Some(serde_json::Value::Object(inner)) => find(&|k| inner.get(k), &column[at + 1..]),
+            _ => None,
+        })
+    }
+    find(&|k| row.get(k), column)
+}
+
+/// Appends `row` (None: an empty one) as a line of progress.csv in `columns`.
+fn csv_row(columns: &[String], row: Option<&Row>, out: &mut Vec<u8>) {
+    let mut scratch = Vec::new();
+    for column in columns {
+        match row.and_then(|r| column_value(r, column)) {
+            None | Some(serde_json::Value::Null) => push_cell(out, b"", ','),
+            Some(serde_json::Value::String(s)) => push_cell(out, s.as_bytes(), ','),
+            Some(v) => {
+                scratch.clear();
+                serde_json::to_writer(&mut scratch, v).expect("a JSON value serialises");
+                push_cell(out, &scratch, ',');
             }
         }
     }
-    let mut out = Row::new();
-    for (k, v) in row {
-        walk(&k, v, &mut out);
-    }
-    out
+    end_line(out);
 }
 
-fn cell(row: Option<&Row>, column: &str) -> String {
-    match row.and_then(|r| r.get(column)) {
-        None | Some(serde_json::Value::Null) => String::new(),
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
+/// Appends one CSV cell and the separator after it, quoted where it holds a separator, a quote
+/// or a line break.
+fn push_cell(out: &mut Vec<u8>, cell: &[u8], separator: char) {
+    if cell.iter().any(|b| matches!(b, b',' | b'"' | b'\n')) {
+        out.push(b'"');
+        for &b in cell {
+            if b == b'"' {
+                out.push(b'"');
+            }
+            out.push(b);
+        }
+        out.push(b'"');
+    } else {
+        out.extend_from_slice(cell);
     }
+    out.push(separator as u8);
 }
 
-fn csv_line(cells: impl Iterator<Item = String>) -> String {
-    let mut line = cells
-        .map(|c| {
-            if c.contains([',', '"', '\n']) { format!("\"{}\"", c.replace('"', "\"\"")) } else { c }
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    line.push('\n');
-    line
+/// Ends a CSV line: its last cell's separator becomes the line break.
+fn end_line(out: &mut Vec<u8>) {
+    match out.last_mut() {
+        Some(b) if *b == b',' => *b = b'\n',
+        _ => out.push(b'\n'),
+    }
 }
 
 #[cfg(test)]
@@ -574,6 +651,32 @@ mod tests {
         let json = fs::read_to_string(dir.path().join("result.json")).unwrap();
         let back: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
         assert_eq!(back["config"], config);
+    }
+
+    /// Column names with a `/` of their own, an empty nested object and cells that need
+    /// quoting read as Ray's flattening gives them; a row lacking a column leaves it empty.
+    #[test]
+    fn slashed_names_empty_objects_and_quoted_cells_in_the_csv() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ResultFiles::new(dir.path());
+        let config = json!({"opt": "adam,w", "extra": {}, "net": {"depth": 2}});
+        files
+            .append(row(&[
+                ("val/loss", json!(0.5)),
+                ("config", config),
+                ("note", json!("say \"hi\"")),
+                ("tags", json!([1, 2])),
+            ]))
+            .unwrap();
+        files.append(row(&[("val/loss", json!(0.25))])).unwrap();
+        files.flush().unwrap();
+        let csv = fs::read_to_string(dir.path().join("progress.csv")).unwrap();
+        assert_eq!(
+            csv,
+            "config/extra,config/net/depth,config/opt,note,tags,val/loss\n\
+             {},2,\"adam,w\",\"say \"\"hi\"\"\",\"[1,2]\",0.5\n\
+             ,,,,,0.25\n"
+        );
     }
 
     /// Rows that come within FLUSH_EVERY of the last write are held, due when that span is up,

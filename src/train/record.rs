@@ -135,9 +135,8 @@ pub(super) struct RunState {
     restored_at: u64,
     files: ResultFiles,
     /// The kept reports' metrics, in order. Their rows are in result.json (read back when a
-    /// roll-back rewrites the files), except the last, kept to be marked `done` at the end.
+    /// roll-back rewrites the files); the files keep the last, to be marked `done` at the end.
     history: Vec<Metrics>,
-    last_row: Option<Row>,
     /// Recorded checkpoints, oldest first, with the metrics they were reported with.
     checkpoints: Vec<(Checkpoint, Metrics)>,
     config: CheckpointConfig,
@@ -158,7 +157,6 @@ impl RunState {
             restored_at: 0,
             files: ResultFiles::new(run_dir),
             history: Vec::new(),
-            last_row: None,
             checkpoints: Vec::new(),
             config: run.checkpoint_config.clone(),
             time_offset: 0.0,
@@ -261,7 +259,9 @@ impl RunState {
     /// checkpoints that were written but never recorded (by the last, failed attempt, or a
     /// straggler of an earlier one) go, so none can be taken for a real one.
     pub(super) fn end(&mut self) -> Result<()> {
-        if let Some(mut row) = self.last_row.take() {
+        if let Some(mut row) =
+            self.files.last_row().filter(|r| r.get("done") == Some(&false.into())).cloned()
+        {
             row.insert("done".into(), true.into());
             self.files.replace_last(row)?;
         }
@@ -305,7 +305,7 @@ impl RunState {
         row.insert("iterations_since_restore".into(), (iteration - self.restored_at).into());
         // Ray's `done`: true on a run's last row only (set when the run ends).
         row.insert("done".into(), false.into());
-        self.files.append(row.clone())?;
+        self.files.append(row)?;
         if self.verbose {
             println!("{}", progress_line(&metrics, &report.checkpoint));
         }
@@ -317,7 +317,6 @@ impl RunState {
         }
         let stop = self.stop.iter().any(|(name, &at)| metrics.get(name).is_some_and(|&v| v >= at));
         self.history.push(metrics);
-        self.last_row = Some(row);
         Ok(stop)
     }
 
@@ -412,7 +411,6 @@ impl RunState {
         for row in &mut rows {
             row.insert("done".into(), false.into());
         }
-        self.last_row = rows.last().cloned();
         self.time_offset =
             self.history.last().and_then(|m| m.get("time_total_s").copied()).unwrap_or(0.0);
         self.files.rewrite(rows)?;
