@@ -302,7 +302,9 @@ impl ResultFiles {
     /// Appends one row to both files: written at once, or held until `flush_due`.
     pub fn append(&mut self, row: Row) -> Result<()> {
         self.json.hold_with(|out| json_line(&row, out));
-        let added = self.add_columns(&row);
+        // A row shaped as the last one (the usual case) has no column the table lacks.
+        let added = !self.last.as_ref().is_some_and(|last| same_columns(last, &row))
+            && self.add_columns(&row);
         self.rows += 1;
         // The header is written with the first row (and again when a column is added, with
         // every row read back from result.json).
@@ -526,6 +528,29 @@ fn for_each_column(row: &Row, f: &mut impl FnMut(&str)) {
     }
 }
 
+/// Whether two rows have the same columns (see [`for_each_column`]), found without making
+/// their names.
+fn same_columns(a: &Row, b: &Row) -> bool {
+    fn nested(v: &serde_json::Value) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        v.as_object().filter(|m| !m.is_empty())
+    }
+    fn same<'v>(
+        a: impl ExactSizeIterator<Item = (&'v String, &'v serde_json::Value)>,
+        b: impl ExactSizeIterator<Item = (&'v String, &'v serde_json::Value)>,
+    ) -> bool {
+        a.len() == b.len()
+            && a.zip(b).all(|((ka, va), (kb, vb))| {
+                ka == kb
+                    && match (nested(va), nested(vb)) {
+                        (Some(x), Some(y)) => same(x.iter(), y.iter()),
+                        (None, None) => true,
+                        _ => false,
+                    }
+            })
+    }
+    same(a.iter(), b.iter())
+}
+
 /// The value of `row` in `column` (see [`for_each_column`]), without flattening the row: a key
 /// that is the whole name, or one that ends at a `/` and holds an object to look further in.
 fn column_value<'r>(row: &'r Row, column: &str) -> Option<&'r serde_json::Value> {
@@ -677,6 +702,26 @@ mod tests {
              {},2,\"adam,w\",\"say \"\"hi\"\"\",\"[1,2]\",0.5\n\
              ,,,,,0.25\n"
         );
+    }
+
+    /// Rows are told to have the columns of the last one (no column to add) only when every
+    /// name, nested ones too, is the same.
+    #[test]
+    fn rows_with_the_same_columns_are_told_from_others() {
+        let a = row(&[("x", json!(1)), ("config", json!({"lr": 0.1, "m": {"w": 1}}))]);
+        let same = row(&[("x", json!("s")), ("config", json!({"lr": 0.5, "m": {"w": 2}}))]);
+        assert!(same_columns(&a, &same));
+        for other in [
+            row(&[("x", json!(1))]),
+            row(&[("x", json!(1)), ("config", json!({"lr": 0.1, "m": {"w": 1, "d": 2}}))]),
+            row(&[("x", json!(1)), ("config", json!({"lr": 0.1, "m": 3}))]),
+            row(&[("x", json!(1)), ("config", json!({}))]),
+            row(&[("y", json!(1)), ("config", json!({"lr": 0.1, "m": {"w": 1}}))]),
+        ] {
+            assert!(!same_columns(&a, &other), "{other:?}");
+        }
+        // An empty object is a column of its own, as a number is.
+        assert!(same_columns(&row(&[("c", json!({}))]), &row(&[("c", json!(2))])));
     }
 
     /// Rows that come within FLUSH_EVERY of the last write are held, due when that span is up,

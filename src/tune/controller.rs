@@ -453,9 +453,11 @@ impl Controller {
         }
         let reported = &mut self.trial_mut(id)?.reported;
         reported.count += 1;
-        reported.last = Some(metrics.clone());
-        self.searcher.on_trial_result(id, &metrics)?;
-        let decision = self.scheduler.on_trial_result(&View(&self.trials), id, &metrics)?;
+        reported.last = Some(metrics);
+        // The table holds the result now (the scheduler sees it there too): lent, not copied.
+        let metrics = self.trials[&id].reported.last.as_ref().expect("set above");
+        self.searcher.on_trial_result(id, metrics)?;
+        let decision = self.scheduler.on_trial_result(&View(&self.trials), id, metrics)?;
         match decision {
             Decision::Continue => {}
             Decision::Stop => self.ask_stop(id, commands),
