@@ -389,10 +389,13 @@ impl ResultFiles {
 
     fn write_csv(&mut self, rows: &[Row]) -> Result<()> {
         let mut text = Vec::new();
-        for column in &self.columns {
-            push_cell(&mut text, column.as_bytes(), ',');
+        for (i, column) in self.columns.iter().enumerate() {
+            if i > 0 {
+                text.push(b',');
+            }
+            push_cell(&mut text, column.as_bytes());
         }
-        end_line(&mut text);
+        text.push(b'\n');
         let mut last_line = 0;
         for row in rows {
             let start = text.len();
@@ -574,23 +577,25 @@ fn column_value<'r>(row: &'r Row, column: &str) -> Option<&'r serde_json::Value>
 /// Appends `row` (None: an empty one) as a line of progress.csv in `columns`.
 fn csv_row(columns: &[String], row: Option<&Row>, out: &mut Vec<u8>) {
     let mut scratch = Vec::new();
-    for column in columns {
+    for (i, column) in columns.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
         match row.and_then(|r| column_value(r, column)) {
-            None | Some(serde_json::Value::Null) => push_cell(out, b"", ','),
-            Some(serde_json::Value::String(s)) => push_cell(out, s.as_bytes(), ','),
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(s)) => push_cell(out, s.as_bytes()),
             Some(v) => {
                 scratch.clear();
                 serde_json::to_writer(&mut scratch, v).expect("a JSON value serialises");
-                push_cell(out, &scratch, ',');
+                push_cell(out, &scratch);
             }
         }
     }
-    end_line(out);
+    out.push(b'\n');
 }
 
-/// Appends one CSV cell and the separator after it, quoted where it holds a separator, a quote
-/// or a line break.
-fn push_cell(out: &mut Vec<u8>, cell: &[u8], separator: char) {
+/// Appends one CSV cell, quoted where it holds a separator, a quote or a line break.
+fn push_cell(out: &mut Vec<u8>, cell: &[u8]) {
     if cell.iter().any(|b| matches!(b, b',' | b'"' | b'\n')) {
         out.push(b'"');
         for &b in cell {
@@ -602,15 +607,6 @@ fn push_cell(out: &mut Vec<u8>, cell: &[u8], separator: char) {
         out.push(b'"');
     } else {
         out.extend_from_slice(cell);
-    }
-    out.push(separator as u8);
-}
-
-/// Ends a CSV line: its last cell's separator becomes the line break.
-fn end_line(out: &mut Vec<u8>) {
-    match out.last_mut() {
-        Some(b) if *b == b',' => *b = b'\n',
-        _ => out.push(b'\n'),
     }
 }
 
