@@ -5,6 +5,11 @@
 //! working directory, libtorch threads or seeds, memory) can reach it, because the zygote itself
 //! never runs a train function; only the cost of the start is shared.
 //!
+//! The zygote keeps one child forked ahead, a spare, waiting on a pipe: a request is written to
+//! the spare, which becomes the worker at once, and the next spare is forked after the reply, so
+//! a trial's start does not wait for the fork (4 to 6 ms for a process of libtorch's size on a
+//! busy machine).
+//!
 //! The zygote reads requests from its stdin and answers on its stdout, one JSON line each. It is
 //! single-threaded (forking a process with other threads would copy their locks, not them; it
 //! refuses to serve if it finds another thread), waits for its children through a signalfd,
@@ -82,6 +87,7 @@ fn serve(run_worker: fn() -> !) -> std::io::Result<()> {
     let sfd = block_sigchld_into_signalfd()?;
     let mut pending = Vec::<u8>::new();
     let mut out = std::io::stdout();
+    let mut spare: Option<Spare> = None;
     loop {
         let mut fds = [
             libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 },
@@ -99,6 +105,10 @@ fn serve(run_worker: fn() -> !) -> std::io::Result<()> {
         if fds[1].revents != 0 {
             drain_signalfd(&sfd);
             for (pid, status) in reap() {
+                if spare.as_ref().is_some_and(|s| s.pid == pid) {
+                    spare = None; // it died waiting (it asks for nothing: the driver never knew it)
+                    continue;
+                }
                 send(&mut out, &Reply::Exited { pid, status })?;
             }
         }
@@ -116,7 +126,12 @@ fn serve(run_worker: fn() -> !) -> std::io::Result<()> {
                 let request: Request = serde_json::from_slice(&line)
                     .map_err(|e| std::io::Error::other(format!("bad request: {e}")))?;
                 let reply = if single {
-                    fork_worker(&request, &sfd, run_worker)
+                    match spare.take().map(|s| s.start(&request)) {
+                        Some(Ok(pid)) => Reply::Spawned { id: request.id, pid },
+                        // A spare that could not be handed the request is gone (killed when
+                        // its pipe closed): fork one now.
+                        Some(Err(_)) | None => fork_worker(&request, &sfd, run_worker),
+                    }
                 } else {
                     Reply::Failed {
                         id: request.id,
@@ -125,7 +140,67 @@ fn serve(run_worker: fn() -> !) -> std::io::Result<()> {
                 };
                 send(&mut out, &reply)?;
             }
+            if single && spare.is_none() {
+                spare = Spare::fork(&sfd, run_worker).ok();
+            }
         }
+    }
+}
+
+/// A child forked ahead of any request, blocked on a pipe until the zygote writes it one.
+struct Spare {
+    pid: i32,
+    requests: std::fs::File,
+}
+
+impl Spare {
+    fn fork(sfd: &OwnedFd, run_worker: fn() -> !) -> std::io::Result<Spare> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array we own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors are new and ours alone.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let zygote = std::process::id() as i32;
+        // SAFETY: this process is single-threaded (checked), so the child gets a consistent copy.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid > 0 {
+            drop(read);
+            return Ok(Spare { pid, requests: std::fs::File::from(write) });
+        }
+        // The child: wait for its request (none, and the zygote gone: the pipe ends), then become
+        // the worker it describes.
+        drop(write);
+        if die_with_zygote(zygote).is_err() {
+            // SAFETY: _exit ends this child at once (no destructors of the zygote's copy).
+            unsafe { libc::_exit(0) }
+        }
+        let request = std::io::BufRead::lines(std::io::BufReader::new(std::fs::File::from(read)))
+            .next()
+            .and_then(|line| line.ok())
+            .and_then(|line| serde_json::from_str::<Request>(&line).ok());
+        let Some(request) = request else {
+            // SAFETY: _exit ends this child at once (no destructors of the zygote's copy).
+            unsafe { libc::_exit(0) }
+        };
+        if let Err(e) = become_worker(&request, sfd, zygote) {
+            eprintln!("rtune worker: cannot start from the fork server: {e}");
+            // SAFETY: as above.
+            unsafe { libc::_exit(2) }
+        }
+        run_worker()
+    }
+
+    /// Hands the spare `request`; its pid, now the worker's.
+    fn start(mut self, request: &Request) -> std::io::Result<i32> {
+        let mut line = serde_json::to_vec(request).expect("a request serialises");
+        line.push(b'\n');
+        self.requests.write_all(&line)?;
+        Ok(self.pid)
     }
 }
 
@@ -195,7 +270,8 @@ fn fork_worker(request: &Request, sfd: &OwnedFd, run_worker: fn() -> !) -> Reply
     run_worker()
 }
 
-fn become_worker(request: &Request, sfd: &OwnedFd, zygote: i32) -> std::io::Result<()> {
+/// In a child of the zygote: it dies with the zygote from now on.
+fn die_with_zygote(zygote: i32) -> std::io::Result<()> {
     // SAFETY: plain libc calls in the single-threaded child.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -205,6 +281,14 @@ fn become_worker(request: &Request, sfd: &OwnedFd, zygote: i32) -> std::io::Resu
         if libc::getppid() != zygote {
             return Err(std::io::Error::other("the fork server is gone"));
         }
+    }
+    Ok(())
+}
+
+fn become_worker(request: &Request, sfd: &OwnedFd, zygote: i32) -> std::io::Result<()> {
+    die_with_zygote(zygote)?;
+    // SAFETY: plain libc calls in the single-threaded child.
+    unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
