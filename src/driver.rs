@@ -187,12 +187,3 @@ impl LocalPool {
         self.changed.notify_waiters();
     }
 }
-
-/// Sleeps until `at`; for ever without one (for a `select!` branch that has nothing to wait for
-/// now).
-pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}

@@ -12,11 +12,10 @@ use super::hub::{Hub, HubCall, Reply};
 use super::launch::{spawn_local, spawn_remote};
 use super::logs::forward_cluster_events;
 use super::{AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport};
-use crate::driver::sleep_until;
 use crate::error::Result;
 use crate::outcome::WorkerFailure;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
-use crate::sys::build_id;
+use crate::sys::{build_id, sleep_until};
 
 /// Where a rank stands in the rendezvous.
 enum Join {

@@ -1,6 +1,7 @@
 //! Process-level helpers shared by the driver and the node agent: starting supervised worker
-//! processes, and the build id that proves a worker runs the driver's very binary. A leaf: it
-//! knows nothing of trials, groups or the cluster.
+//! processes, the build id that proves a worker runs the driver's very binary, and a sleep for
+//! `select!` loops whose deadline may be none. A leaf: it knows nothing of trials, groups or the
+//! cluster.
 
 pub(crate) mod build_id;
 pub(crate) mod zygote;
@@ -165,5 +166,14 @@ mod tests {
         let status = exited.recv_timeout(std::time::Duration::from_secs(30)).unwrap().unwrap();
         assert!(!status.success(), "killed, not finished: {status:?}");
         assert!(!alive(pid));
+    }
+}
+
+/// Sleeps until `at`; for ever without one (for a `select!` branch that has nothing to wait for
+/// now).
+pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }

@@ -767,7 +767,7 @@ impl Sweep {
                     self.apply(self.step(Event::TimeBudgetSpent), &heard_tx, &mut fatal);
                     continue;
                 }
-                _ = crate::driver::sleep_until(self.snapshots.wake_at(!running.is_empty())),
+                _ = crate::sys::sleep_until(self.snapshots.wake_at(!running.is_empty())),
                     if !self.frozen => {
                     if self.reports_unsaved.swap(false, Ordering::SeqCst) {
                         self.snapshots.dirty = true;
