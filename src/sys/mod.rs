@@ -119,6 +119,15 @@ pub fn unix_time() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// Sleeps until `at`; for ever without one (for a `select!` branch that has nothing to wait for
+/// now).
+pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,14 +175,5 @@ mod tests {
         let status = exited.recv_timeout(std::time::Duration::from_secs(30)).unwrap().unwrap();
         assert!(!status.success(), "killed, not finished: {status:?}");
         assert!(!alive(pid));
-    }
-}
-
-/// Sleeps until `at`; for ever without one (for a `select!` branch that has nothing to wait for
-/// now).
-pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
     }
 }
