@@ -191,11 +191,6 @@ impl Appender {
         }
     }
 
-    fn hold(&mut self, line: &[u8]) {
-        self.held.extend_from_slice(line);
-        self.held_last = line.len();
-    }
-
     /// Holds the line that `write` appends to the buffer it is given.
     fn hold_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         let start = self.held.len();
@@ -241,7 +236,7 @@ impl Appender {
         let last = self.last;
         self.opened()?.set_len(last).at(&self.path)?;
         self.len = last;
-        self.hold(line);
+        self.hold_with(|out| out.extend_from_slice(line));
         self.flush()
     }
 
@@ -505,38 +500,31 @@ pub fn read_lines_at<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<
 /// column.
 fn for_each_column(row: &Row, f: &mut impl FnMut(&str)) {
     fn walk(name: &mut String, value: &serde_json::Value, f: &mut impl FnMut(&str)) {
-        match value {
-            serde_json::Value::Object(map) if !map.is_empty() => {
-                for (key, value) in map {
-                    let len = name.len();
-                    name.push('/');
-                    name.push_str(key);
-                    walk(name, value, f);
-                    name.truncate(len);
-                }
-            }
-            _ => f(name),
+        let Some(map) = nested(value) else { return f(name) };
+        for (key, value) in map {
+            let len = name.len();
+            name.push('/');
+            name.push_str(key);
+            walk(name, value, f);
+            name.truncate(len);
         }
     }
     let mut name = String::new();
     for (key, value) in row {
-        match value {
-            serde_json::Value::Object(map) if !map.is_empty() => {
-                name.clear();
-                name.push_str(key);
-                walk(&mut name, value, f);
-            }
-            _ => f(key),
-        }
+        name.clear();
+        name.push_str(key);
+        walk(&mut name, value, f);
     }
+}
+
+/// The object whose values are columns of their own (see [`for_each_column`]): a non-empty one.
+fn nested(value: &serde_json::Value) -> Option<&serde_json::Map<String, serde_json::Value>> {
+    value.as_object().filter(|m| !m.is_empty())
 }
 
 /// Whether two rows have the same columns (see [`for_each_column`]), found without making
 /// their names.
 fn same_columns(a: &Row, b: &Row) -> bool {
-    fn nested(v: &serde_json::Value) -> Option<&serde_json::Map<String, serde_json::Value>> {
-        v.as_object().filter(|m| !m.is_empty())
-    }
     fn same<'v>(
         a: impl ExactSizeIterator<Item = (&'v String, &'v serde_json::Value)>,
         b: impl ExactSizeIterator<Item = (&'v String, &'v serde_json::Value)>,
@@ -561,9 +549,7 @@ fn column_value<'r>(row: &'r Row, column: &str) -> Option<&'r serde_json::Value>
         get: &dyn Fn(&str) -> Option<&'v serde_json::Value>,
         column: &str,
     ) -> Option<&'v serde_json::Value> {
-        let nested =
-            |v: &serde_json::Value| matches!(v, serde_json::Value::Object(m) if !m.is_empty());
-        if let Some(v) = get(column).filter(|v| !nested(v)) {
+        if let Some(v) = get(column).filter(|v| nested(v).is_none()) {
             return Some(v);
         }
         column.match_indices('/').find_map(|(at, _)| match get(&column[..at]) {

@@ -163,11 +163,7 @@ impl Spare {
         // SAFETY: both descriptors are new and ours alone.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let zygote = std::process::id() as i32;
-        // SAFETY: this process is single-threaded (checked), so the child gets a consistent copy.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let pid = fork()?;
         if pid > 0 {
             drop(read);
             return Ok(Spare { pid, requests: std::fs::File::from(write) });
@@ -187,12 +183,7 @@ impl Spare {
             // SAFETY: _exit ends this child at once (no destructors of the zygote's copy).
             unsafe { libc::_exit(0) }
         };
-        if let Err(e) = become_worker(&request, sfd, zygote) {
-            eprintln!("rtune worker: cannot start from the fork server: {e}");
-            // SAFETY: as above.
-            unsafe { libc::_exit(2) }
-        }
-        run_worker()
+        run_as_worker(&request, sfd, zygote, run_worker)
     }
 
     /// Hands the spare `request`; its pid, now the worker's.
@@ -249,19 +240,27 @@ fn reap() -> Vec<(i32, i32)> {
     }
 }
 
+/// Forks this (single-threaded) process: the child's pid, 0 in the child.
+fn fork() -> std::io::Result<i32> {
+    // SAFETY: this process is single-threaded (checked), so the child gets a consistent copy.
+    match unsafe { libc::fork() } {
+        pid if pid < 0 => Err(std::io::Error::last_os_error()),
+        pid => Ok(pid),
+    }
+}
+
 /// Forks a worker for `request`; in the child, never returns.
 fn fork_worker(request: &Request, sfd: &OwnedFd, run_worker: fn() -> !) -> Reply {
     let zygote = std::process::id() as i32;
-    // SAFETY: this process is single-threaded (checked), so the child gets a consistent copy.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        let error = std::io::Error::last_os_error().to_string();
-        return Reply::Failed { id: request.id, error };
+    match fork() {
+        Err(e) => Reply::Failed { id: request.id, error: e.to_string() },
+        Ok(0) => run_as_worker(request, sfd, zygote, run_worker),
+        Ok(pid) => Reply::Spawned { id: request.id, pid },
     }
-    if pid > 0 {
-        return Reply::Spawned { id: request.id, pid };
-    }
-    // The child: become the worker the request describes.
+}
+
+/// In a child of the zygote: becomes the worker `request` describes and runs it.
+fn run_as_worker(request: &Request, sfd: &OwnedFd, zygote: i32, run_worker: fn() -> !) -> ! {
     if let Err(e) = become_worker(request, sfd, zygote) {
         eprintln!("rtune worker: cannot start from the fork server: {e}");
         // SAFETY: _exit ends this child at once (no destructors of the zygote's copy).
