@@ -429,6 +429,19 @@ impl Tmux {
     }
 }
 
+/// The exit code a session's command wrote to `path` (`echo $? > path`), once it is there
+/// whole: the shell creates the file empty before it writes the number, and a test that read
+/// it as soon as it existed once read nothing.
+fn exit_code(path: &Path, limit: Duration) -> Result<String> {
+    let mut code = String::new();
+    wait_for(limit, || {
+        code = std::fs::read_to_string(path).unwrap_or_default();
+        Ok(code.ends_with('\n'))
+    })
+    .with_context(|| format!("no exit code in {} (read {code:?})", path.display()))?;
+    Ok(code.trim().to_owned())
+}
+
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux").arg("-L").arg(&self.0).arg("kill-server").output();
@@ -497,12 +510,10 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     let watch_exit = tmux.watch(&experiment, dir.path())?;
     tmux.wait_for_screen("watch", &["rtune · curves", &first, "q quit", "ASHA rungs"])?;
     tmux.run(&["send-keys", "-t", "watch", "q"])?;
-    wait_for(Duration::from_secs(30), || Ok(watch_exit.exists()))?;
-    ensure!(std::fs::read_to_string(&watch_exit)?.trim() == "0");
+    ensure!(exit_code(&watch_exit, Duration::from_secs(30))? == "0");
     tmux.run(&["send-keys", "-t", "run", "x"])?;
-    wait_for(Duration::from_secs(60), || Ok(run_exit.exists()))?;
-    let code = std::fs::read_to_string(&run_exit)?;
-    ensure!(code.trim() == "3", "rtune run exited {code}");
+    let code = exit_code(&run_exit, Duration::from_secs(60))?;
+    ensure!(code == "3", "rtune run exited {code}");
     // The terminal is given back: the run prints its table after the UI.
     tmux.wait_for_screen("run", &["rtune resume"])?;
     ensure!(Tuner::can_restore(&experiment));
@@ -521,9 +532,8 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     tmux.wait_for_screen("quit", &["rtune · quit", "q quit view"])?;
     tmux.run(&["send-keys", "-t", "quit", "q"])?;
     tmux.wait_for_screen("quit", &["left the view; the sweep goes on"])?;
-    wait_for(Duration::from_secs(120), || Ok(quit_exit.exists()))?;
-    let code = std::fs::read_to_string(&quit_exit)?;
-    ensure!(code.trim() == "0", "rtune run exited {code} after q");
+    let code = exit_code(&quit_exit, Duration::from_secs(120))?;
+    ensure!(code == "0", "rtune run exited {code} after q");
     let grid = ResultGrid::from_path(dir.path().join("results/quit"))?;
     ensure!(grid.trials.len() == 6 && grid.trials.iter().all(|t| t.status.is_finished()));
     Ok(())
@@ -562,8 +572,7 @@ pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
     let screen = tmux.wait_for_screen("watch", &["q quit  ? help"])?;
     ensure!(!screen.contains("t stop trial"), "{screen}");
     tmux.run(&["send-keys", "-t", "watch", "q"])?;
-    wait_for(Duration::from_secs(30), || Ok(watch_exit.exists()))?;
-    ensure!(std::fs::read_to_string(&watch_exit)?.trim() == "0");
+    ensure!(exit_code(&watch_exit, Duration::from_secs(30))? == "0");
     let grid = ResultGrid::from_path(&experiment)?;
     let first = grid.trials.iter().find(|t| t.trial_id.ends_with("_00000")).context("no 00000")?;
     ensure!(first.status == TrialStatus::Terminated, "{:?}", first.status);
