@@ -47,9 +47,11 @@ pub struct TrialInfo<'a> {
 
 /// Read-only access to the trials of a sweep, as schedulers get it.
 pub trait TrialsView {
-    /// One trial.
+    /// One trial. A table may answer for an ended trial (TERMINATED, ERROR) with its status
+    /// only: no params, no result.
     fn get(&self, id: TrialId) -> Option<TrialInfo<'_>>;
-    /// All trials in id (creation) order.
+    /// The trials in id (creation) order. A table may leave out the ended ones (rtune's
+    /// Tuner does, so that a long sweep's steps look at the trials still going only).
     fn iter(&self) -> Box<dyn Iterator<Item = TrialInfo<'_>> + '_>;
     /// Whether any trial has one of `statuses`.
     fn any_with_status(&self, statuses: &[TrialStatus]) -> bool {

@@ -55,6 +55,15 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomically(path, bytes, 0o666)
 }
 
+/// [`atomic_write`] of what `write` writes, which goes to the file as it is written (through a
+/// buffer) instead of being held whole in memory first.
+pub fn atomic_write_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    replace(path, 0o666, true, write)
+}
+
 /// [`atomic_write`] of a file only its owner may read and write (one holding a token).
 pub fn atomic_write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomically(path, bytes, 0o600)
@@ -67,18 +76,23 @@ pub fn atomic_write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 /// fence: after an OS crash no worker is left to fence out). Two fsyncs fewer than
 /// [`atomic_write`], which a trial paid several times over on its way in and out.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    replace(path, bytes, 0o666, false)
+    replace(path, 0o666, false, |w| w.write_all(bytes))
 }
 
 /// Writes a temporary file created with `mode` (less the umask), syncs it, renames it over
 /// `path` and syncs the folder.
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    replace(path, bytes, mode, true)
+    replace(path, mode, true, |w| w.write_all(bytes))
 }
 
 /// Writes a temporary file created with `mode` (less the umask) and renames it over `path`;
 /// with `durable`, syncs the file before and the folder after.
-fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+fn replace(
+    path: &Path,
+    mode: u32,
+    durable: bool,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -91,7 +105,9 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
             .mode(mode)
             .open(&tmp)
             .at(&tmp)?;
-        file.write_all(bytes).at(&tmp)?;
+        let mut buffered = std::io::BufWriter::new(&mut file);
+        write(&mut buffered).and_then(|()| buffered.flush()).at(&tmp)?;
+        drop(buffered);
         if durable {
             file.sync_all().at(&tmp)?;
         }

@@ -22,7 +22,7 @@ pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, check
 pub use command::CommandTrainable;
 pub use export::{Export, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
 pub use predictor::TorchPredictor;
-pub(crate) use record::{read_history, read_run, read_run_to_resume};
+pub(crate) use record::{read_run, read_run_to_resume};
 pub(crate) use trainer::DATASETS_DIR;
 pub use trainer::TorchTrainer;
 

@@ -450,12 +450,6 @@ pub(crate) fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
     RunState::read_result(run_dir, run, false)
 }
 
-/// The metrics of every row the run in `run_dir` holds, oldest first (`read_run`'s history,
-/// without looking at its checkpoints).
-pub(crate) fn read_history(run_dir: &Path) -> Result<Vec<Metrics>> {
-    Ok(read_stored_rows(run_dir)?.into_iter().map(|row| row.metrics).collect())
-}
-
 fn read_stored_rows(run_dir: &Path) -> Result<Vec<StoredRow>> {
     read_lines_at(&run_dir.join(ResultFiles::RESULT_JSON))
 }

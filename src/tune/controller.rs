@@ -5,6 +5,10 @@
 //! and is the only code that calls the searcher and the scheduler, so their call contracts hold
 //! by construction: `suggest` once per trial, results in order, exactly one completion.
 //!
+//! A trial that has ended (TERMINATED, ERROR) leaves the table and is kept as its status only:
+//! what it reported is in its files, its params in the shell's rows. So a sweep of 10,000
+//! trials holds no more than a sweep of the ones still going, and each step looks at those.
+//!
 //! No clocks, no I/O, no processes: unit tests drive it directly. The shell feeds it events as
 //! they happen and is the one that waits for the resource pool, so a started trial may still be
 //! waiting for its placement group; `max_concurrent_trials` bounds how many are started at once.
@@ -75,6 +79,23 @@ pub enum Event {
     ResumeRequested(TrialId),
 }
 
+impl Event {
+    /// The trial the event is about.
+    fn trial(&self) -> Option<TrialId> {
+        match *self {
+            Event::Begin | Event::TimeBudgetSpent => None,
+            Event::ResultReported { trial, .. }
+            | Event::TrialFailed { trial, .. }
+            | Event::TrialCompleted(trial)
+            | Event::TrialStopped(trial)
+            | Event::TrialPaused(trial)
+            | Event::StopRequested(trial)
+            | Event::PauseRequested(trial)
+            | Event::ResumeRequested(trial) => Some(trial),
+        }
+    }
+}
+
 /// What the shell must do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -113,8 +134,6 @@ pub struct Trial {
     /// How many results it reported, and the latest (the whole history is the shell's and
     /// in the trial's files: a table of 10,000 finished trials keeps no more than this).
     pub reported: Reported,
-    /// Why it failed, for `Error` trials.
-    pub error: Option<String>,
     /// Set while the controller waits for the shell to stop or pause it.
     pub stopping: bool,
     /// Its scheduler ended it while it was being paused: it ends when the pause is done.
@@ -131,7 +150,11 @@ pub struct Trial {
 pub struct ControllerState {
     pub searcher: SearcherState,
     pub scheduler: SchedulerState,
+    /// The trials not ended (a state saved by an earlier rtune may list ended ones here too).
     pub trials: Vec<SavedTrial>,
+    /// The ended trials' statuses.
+    #[serde(default)]
+    pub ended: Vec<(TrialId, TrialStatus)>,
     pub next_id: u64,
     pub no_more_trials: bool,
 }
@@ -152,7 +175,12 @@ pub struct Controller {
     config: ControllerConfig,
     searcher: Box<dyn Searcher>,
     scheduler: Box<dyn TrialScheduler>,
+    /// The trials not ended.
     trials: BTreeMap<TrialId, Trial>,
+    /// The ended trials (see the module docs).
+    ended: BTreeMap<TrialId, TrialStatus>,
+    /// What the scheduler sees as an ended trial's params.
+    no_params: Params,
     next_id: u64,
     /// The searcher said `Finished`, the samples are all created, or the budget is spent.
     no_more_trials: bool,
@@ -179,6 +207,8 @@ impl Controller {
             searcher,
             scheduler,
             trials: BTreeMap::new(),
+            ended: BTreeMap::new(),
+            no_params: Params::new(),
             next_id: 0,
             no_more_trials: false,
             finished: false,
@@ -197,10 +227,11 @@ impl Controller {
                     id,
                     status: t.status,
                     params: t.params.clone(),
-                    error: t.error.clone(),
+                    error: None,
                     stopping: t.stopping,
                 })
                 .collect(),
+            ended: self.ended.iter().map(|(&id, &status)| (id, status)).collect(),
             next_id: self.next_id,
             no_more_trials: self.no_more_trials,
         }
@@ -223,8 +254,13 @@ impl Controller {
         c.scheduler.restore_state(state.scheduler)?;
         c.next_id = state.next_id;
         c.no_more_trials = state.no_more_trials;
+        c.ended.extend(state.ended);
         let mut stopped = Vec::new();
         for saved in state.trials {
+            if saved.status.is_finished() {
+                c.ended.insert(saved.id, saved.status);
+                continue;
+            }
             let status = match saved.status {
                 TrialStatus::Running if saved.stopping => {
                     stopped.push(saved.id);
@@ -237,7 +273,6 @@ impl Controller {
                 status,
                 params: saved.params,
                 reported: reported(saved.id)?,
-                error: saved.error,
                 stopping: false,
                 ends_when_paused: false,
                 held: false,
@@ -251,9 +286,19 @@ impl Controller {
         Ok(c)
     }
 
-    /// The trial table.
+    /// The trials not ended.
     pub fn trials(&self) -> &BTreeMap<TrialId, Trial> {
         &self.trials
+    }
+
+    /// A trial's status, ended or not; `None` for one never created.
+    pub fn status(&self, id: TrialId) -> Option<TrialStatus> {
+        self.trials.get(&id).map(|t| t.status).or_else(|| self.ended.get(&id).copied())
+    }
+
+    /// How many trials were created.
+    pub fn created(&self) -> u64 {
+        self.next_id
     }
 
     /// Whether the sweep is over (`Finish` was returned).
@@ -277,6 +322,16 @@ impl Controller {
         let mut commands = Vec::new();
         match event {
             Event::Begin => {}
+            event if event.trial().is_some_and(|id| !self.trials.contains_key(&id)) => {
+                let id = event.trial().expect("matched");
+                if !self.ended.contains_key(&id) {
+                    return Err(unknown(id));
+                }
+                // An ended trial stays as it was; a report racing its stop is told again.
+                if let Event::ResultReported { .. } = event {
+                    commands.push(Command::StopTrial(id));
+                }
+            }
             Event::ResultReported { trial, metrics } => {
                 self.on_result(trial, metrics, &mut commands)?
             }
@@ -315,33 +370,24 @@ impl Controller {
             }
             Event::PauseRequested(trial) => {
                 let t = self.trial_mut(trial)?;
-                if !t.status.is_finished() {
-                    t.held = true;
-                    if t.status == TrialStatus::Running && !t.stopping {
-                        t.stopping = true;
-                        commands.push(Command::PauseTrial(trial));
-                    }
+                t.held = true;
+                if t.status == TrialStatus::Running && !t.stopping {
+                    t.stopping = true;
+                    commands.push(Command::PauseTrial(trial));
                 }
             }
             Event::ResumeRequested(trial) => self.trial_mut(trial)?.held = false,
         }
         self.fill(&mut commands)?;
-        if !self.finished
-            && self.no_more_trials
-            && self.trials.values().all(|t| t.status.is_finished())
-        {
+        if !self.finished && self.no_more_trials && self.trials.is_empty() {
             self.finished = true;
             commands.push(Command::Finish);
         }
-        let held = self.trials.values().any(|t| t.held && !t.status.is_finished());
+        let held = self.trials.values().any(|t| t.held);
         if !self.finished && self.started() == 0 && !held {
             // Nothing runs, so no event will come: waiting would hang the sweep for good.
-            let waiting: Vec<String> = self
-                .trials
-                .iter()
-                .filter(|(_, t)| !t.status.is_finished())
-                .map(|(id, t)| format!("{id} ({:?})", t.status))
-                .collect();
+            let waiting: Vec<String> =
+                self.trials.iter().map(|(id, t)| format!("{id} ({:?})", t.status)).collect();
             return Err(Error::Protocol(format!(
                 "the sweep cannot go on: no trial runs, and neither the scheduler nor the searcher \
                  starts another (waiting: {})",
@@ -367,15 +413,15 @@ impl Controller {
     /// trials first, else a new one from the searcher.
     fn fill(&mut self, commands: &mut Vec<Command>) -> Result<()> {
         while self.started() < self.config.max_concurrent_trials {
-            let view = Runnable(&self.trials);
+            let view = Runnable(View::of(&self.trials, &self.ended, &self.no_params));
             if let Some(id) = self.scheduler.choose_trial_to_run(&view) {
-                let trial = self.trial_mut(id)?;
-                if !matches!(trial.status, TrialStatus::Pending | TrialStatus::Paused) {
+                let status = self.status(id);
+                if !matches!(status, Some(TrialStatus::Pending | TrialStatus::Paused)) {
                     return Err(Error::Protocol(format!(
-                        "the scheduler chose trial {id}, which is {:?}",
-                        trial.status
+                        "the scheduler chose trial {id}, which is {status:?}"
                     )));
                 }
+                let trial = self.trial_mut(id)?;
                 let resume = trial.status == TrialStatus::Paused;
                 trial.status = TrialStatus::Running;
                 commands.push(Command::StartTrial {
@@ -397,7 +443,7 @@ impl Controller {
 
     /// Asks the searcher for a new trial; false when it has none now.
     fn create_trial(&mut self) -> Result<bool> {
-        if self.config.num_samples.is_some_and(|n| self.trials.len() >= n) {
+        if self.config.num_samples.is_some_and(|n| self.trials.len() + self.ended.len() >= n) {
             self.no_more_trials = true;
             return Ok(false);
         }
@@ -409,13 +455,13 @@ impl Controller {
                     status: TrialStatus::Pending,
                     params,
                     reported: Reported::default(),
-                    error: None,
                     stopping: false,
                     ends_when_paused: false,
                     held: false,
                 };
                 self.trials.insert(id, trial);
-                self.scheduler.on_trial_add(&View(&self.trials), id)?;
+                let view = View::of(&self.trials, &self.ended, &self.no_params);
+                self.scheduler.on_trial_add(&view, id)?;
                 Ok(true)
             }
             Suggestion::NotNow => Ok(false),
@@ -457,7 +503,8 @@ impl Controller {
         // The table holds the result now (the scheduler sees it there too): lent, not copied.
         let metrics = self.trials[&id].reported.last.as_ref().expect("set above");
         self.searcher.on_trial_result(id, metrics)?;
-        let decision = self.scheduler.on_trial_result(&View(&self.trials), id, metrics)?;
+        let view = View::of(&self.trials, &self.ended, &self.no_params);
+        let decision = self.scheduler.on_trial_result(&view, id, metrics)?;
         match decision {
             Decision::Continue => {}
             Decision::Stop => self.ask_stop(id, commands),
@@ -534,15 +581,14 @@ impl Controller {
         last: Option<&Metrics>,
     ) -> Result<()> {
         let trial = self.trial_mut(id)?;
-        if trial.status.is_finished() {
-            return Ok(());
-        }
         trial.status = status;
         trial.stopping = false;
         let failed = error.is_some();
-        trial.error = error;
         self.searcher.on_trial_complete(id, if failed { None } else { last }, failed)?;
-        self.scheduler.on_trial_complete(&View(&self.trials), id, last, failed)?;
+        let view = View::of(&self.trials, &self.ended, &self.no_params);
+        self.scheduler.on_trial_complete(&view, id, last, failed)?;
+        self.trials.remove(&id);
+        self.ended.insert(id, status);
         Ok(())
     }
 }
@@ -551,29 +597,57 @@ fn unknown(id: TrialId) -> Error {
     Error::Protocol(format!("event for trial {id}, which the controller never created"))
 }
 
-/// The table as the scheduler sees it: read-only.
-struct View<'a>(&'a BTreeMap<TrialId, Trial>);
+/// The table as the scheduler sees it: read-only. `get` answers for every trial, an ended
+/// one with its status only (no params, no result); `iter` goes over the trials not ended (see
+/// [`TrialsView::iter`]).
+#[derive(Clone, Copy)]
+struct View<'a> {
+    trials: &'a BTreeMap<TrialId, Trial>,
+    ended: &'a BTreeMap<TrialId, TrialStatus>,
+    no_params: &'a Params,
+}
+
+impl<'a> View<'a> {
+    fn of(
+        trials: &'a BTreeMap<TrialId, Trial>,
+        ended: &'a BTreeMap<TrialId, TrialStatus>,
+        no_params: &'a Params,
+    ) -> Self {
+        View { trials, ended, no_params }
+    }
+}
 
 /// The table as the scheduler sees it when choosing what to run: without held trials.
-struct Runnable<'a>(&'a BTreeMap<TrialId, Trial>);
+struct Runnable<'a>(View<'a>);
 
 impl TrialsView for Runnable<'_> {
     fn get(&self, id: TrialId) -> Option<rtune_searchers::TrialInfo<'_>> {
-        self.0.get(&id).filter(|t| !t.held).map(|t| info(id, t))
+        match self.0.trials.get(&id) {
+            Some(t) if t.held => None,
+            _ => self.0.get(id),
+        }
     }
 
     fn iter(&self) -> Box<dyn Iterator<Item = rtune_searchers::TrialInfo<'_>> + '_> {
-        Box::new(self.0.iter().filter(|(_, t)| !t.held).map(|(id, t)| info(*id, t)))
+        Box::new(self.0.trials.iter().filter(|(_, t)| !t.held).map(|(id, t)| info(*id, t)))
     }
 }
 
 impl TrialsView for View<'_> {
     fn get(&self, id: TrialId) -> Option<rtune_searchers::TrialInfo<'_>> {
-        self.0.get(&id).map(|t| info(id, t))
+        match self.trials.get(&id) {
+            Some(t) => Some(info(id, t)),
+            None => self.ended.get(&id).map(|&status| rtune_searchers::TrialInfo {
+                id,
+                status,
+                last_result: None,
+                params: self.no_params,
+            }),
+        }
     }
 
     fn iter(&self) -> Box<dyn Iterator<Item = rtune_searchers::TrialInfo<'_>> + '_> {
-        Box::new(self.0.iter().map(|(id, t)| info(*id, t)))
+        Box::new(self.trials.iter().map(|(id, t)| info(*id, t)))
     }
 }
 
@@ -622,6 +696,25 @@ mod tests {
         resumes: usize,
         /// (trial, source, params) of every exploit.
         exploits: Vec<(TrialId, TrialId, Params)>,
+        /// Every started trial's params, as its latest start gave them.
+        params: BTreeMap<TrialId, Params>,
+        /// How many results each trial reported.
+        reports: BTreeMap<TrialId, u64>,
+    }
+
+    impl Run {
+        /// The params of the trials started, in id order.
+        fn params(&self) -> Vec<Params> {
+            self.params.values().cloned().collect()
+        }
+
+        /// The best trial by its `quality` param, and how many results it reported.
+        fn best(&self) -> (TrialId, u64) {
+            let quality = |id: &TrialId| self.params[id].get::<f64>("quality").unwrap();
+            let best =
+                *self.params.keys().max_by(|a, b| quality(a).total_cmp(&quality(b))).unwrap();
+            (best, self.reports[&best])
+        }
     }
 
     /// A shell without processes: started trials report in turn (`score` = quality ×
@@ -632,25 +725,27 @@ mod tests {
         max_t: u64,
         fails: impl Fn(TrialId, u64) -> bool,
     ) -> Result<Run> {
-        let run = simulate_steps(c, max_t, fails, 100_000)?;
-        Ok(run.expect("the simulated sweep never finished"))
+        let (run, finished) = simulate_steps(c, max_t, fails, 100_000)?;
+        assert!(finished, "the simulated sweep never finished");
+        Ok(run)
     }
 
-    /// `simulate` for at most `steps` reports; `None` when the sweep is not over by then.
+    /// `simulate` for at most `steps` reports; and whether the sweep is over by then.
     fn simulate_steps(
         c: &mut Controller,
         max_t: u64,
         fails: impl Fn(TrialId, u64) -> bool,
         steps: usize,
-    ) -> Result<Option<Run>> {
+    ) -> Result<(Run, bool)> {
         let mut run = Run::default();
         let mut running: BTreeMap<TrialId, u64> = BTreeMap::new();
         let mut queue = c.step(Event::Begin)?;
         for _ in 0..steps {
             while let Some(command) = queue.pop() {
                 match command {
-                    Command::StartTrial { trial, resume, .. } => {
+                    Command::StartTrial { trial, resume, params } => {
                         run.resumes += usize::from(resume);
+                        run.params.insert(trial, params);
                         let done = if resume { c.trials()[&trial].reported.count } else { 0 };
                         assert!(running.insert(trial, done).is_none(), "{trial} started twice");
                     }
@@ -669,7 +764,7 @@ mod tests {
                         running.remove(&trial);
                         queue.extend(c.step(Event::TrialPaused(trial))?);
                     }
-                    Command::Finish => return Ok(Some(run)),
+                    Command::Finish => return Ok((run, true)),
                 }
             }
             run.most_started = run.most_started.max(running.len());
@@ -685,23 +780,25 @@ mod tests {
                 queue = c.step(Event::TrialFailed { trial, error })?;
                 continue;
             }
-            let quality = c.trials()[&trial].params.get::<f64>("quality").unwrap();
+            let quality = run.params[&trial].get::<f64>("quality").unwrap();
             let metrics = Metrics::from([
                 ("training_iteration".to_string(), iteration as f64),
                 ("score".to_string(), quality * iteration as f64),
             ]);
             running.insert(trial, iteration);
+            *run.reports.entry(trial).or_default() += 1;
             queue = c.step(Event::ResultReported { trial, metrics })?;
             if iteration == max_t && running.contains_key(&trial) {
                 running.remove(&trial);
                 queue.extend(c.step(Event::TrialCompleted(trial))?);
             }
         }
-        Ok(None)
+        Ok((run, false))
     }
 
+    /// Every created trial's status, in id order.
     fn statuses(c: &Controller) -> Vec<TrialStatus> {
-        c.trials().values().map(|t| t.status).collect()
+        (0..c.created()).map(|id| c.status(TrialId(id)).unwrap()).collect()
     }
 
     #[test]
@@ -710,7 +807,8 @@ mod tests {
         let run = simulate(&mut c, 3, |_, _| false).unwrap();
         assert_eq!(run.most_started, 4);
         assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 50]);
-        assert!(c.trials().values().all(|t| t.reported.count == 3));
+        assert!(c.trials().is_empty(), "ended trials leave the table");
+        assert!(run.reports.len() == 50 && run.reports.values().all(|&n| n == 3));
         assert!(c.is_finished());
     }
 
@@ -719,17 +817,9 @@ mod tests {
         let asha = Asha::new().max_t(9).grace_period(1).reduction_factor(3).seed(1);
         let mut c = Controller::new(config(27, 27), random(27), Box::new(asha)).unwrap();
         let run = simulate(&mut c, 9, |_, _| false).unwrap();
-        let lengths: Vec<u64> = c.trials().values().map(|t| t.reported.count).collect();
+        let lengths: Vec<u64> = run.reports.values().copied().collect();
         assert!(run.stop_commands > 0 && lengths.iter().any(|&n| n < 9), "{lengths:?}");
-        let best = c
-            .trials()
-            .values()
-            .max_by(|a, b| {
-                let q = |t: &Trial| t.params.get::<f64>("quality").unwrap();
-                q(a).total_cmp(&q(b))
-            })
-            .unwrap();
-        assert_eq!(best.reported.count, 9, "the best trial runs to max_t");
+        assert_eq!(run.best().1, 9, "the best trial runs to max_t");
         assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 27]);
     }
 
@@ -750,7 +840,7 @@ mod tests {
             assert!(params.value("quality").is_some());
         }
         let (trial, _, params) = run.exploits.last().unwrap();
-        assert_eq!(&c.trials()[trial].params, params, "the table has the exploited params");
+        assert_eq!(&run.params[trial], params, "it went on with the exploited params");
     }
 
     /// HyperBand pauses trials at its milestones and the controller resumes the promoted ones.
@@ -765,8 +855,8 @@ mod tests {
             run.pauses,
             run.resumes
         );
-        assert!(c.trials().values().any(|t| t.reported.count == 9), "someone reaches max_t");
-        assert!(c.trials().values().all(|t| t.status.is_finished()));
+        assert!(run.reports.values().any(|&n| n == 9), "someone reaches max_t");
+        assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 9]);
     }
 
     /// A sweep interrupted mid-way and restored from its snapshot (through JSON, as on disk)
@@ -775,10 +865,11 @@ mod tests {
     fn a_restored_controller_finishes_the_same_sweep() {
         let asha = || Box::new(Asha::new().max_t(6).grace_period(1).reduction_factor(3).seed(1));
         let mut whole = Controller::new(config(9, 3), random(9), asha()).unwrap();
-        simulate(&mut whole, 6, |_, _| false).unwrap();
+        let whole_run = simulate(&mut whole, 6, |_, _| false).unwrap();
 
         let mut first = Controller::new(config(9, 3), random(9), asha()).unwrap();
-        assert!(simulate_steps(&mut first, 6, |_, _| false, 12).unwrap().is_none());
+        let (first_run, finished) = simulate_steps(&mut first, 6, |_, _| false, 12).unwrap();
+        assert!(!finished);
         let json = serde_json::to_string(&first.snapshot()).unwrap();
         let state: ControllerState = serde_json::from_str(&json).unwrap();
         let was_running: Vec<TrialId> = first
@@ -787,17 +878,44 @@ mod tests {
             .filter(|(_, t)| t.status == TrialStatus::Running && !t.stopping)
             .map(|(id, _)| *id)
             .collect();
-        assert!(!was_running.is_empty() && first.trials().len() < 9);
+        assert!(!was_running.is_empty() && first.created() < 9);
         let reported = |id: TrialId| Ok(first.trials()[&id].reported.clone());
         let mut restored =
             Controller::restore(config(9, 3), random(9), asha(), state, reported).unwrap();
         assert!(was_running.iter().all(|id| restored.trials()[id].status == TrialStatus::Paused));
         let run = simulate(&mut restored, 6, |_, _| false).unwrap();
         assert_eq!(run.resumes, was_running.len(), "every running trial goes on");
-        let params = |c: &Controller| c.trials().values().map(|t| t.params.clone()).collect();
-        let (a, b): (Vec<Params>, Vec<Params>) = (params(&whole), params(&restored));
-        assert_eq!(a, b, "the same 9 trials");
+        let mut params = first_run.params.clone();
+        params.extend(run.params.clone());
+        let params: Vec<Params> = params.into_values().collect();
+        assert_eq!(whole_run.params(), params, "the same 9 trials");
         assert_eq!(statuses(&restored), vec![TrialStatus::Terminated; 9]);
+    }
+
+    /// A state saved by an earlier rtune lists the ended trials with the others: they come
+    /// back ended (and out of the table), and the sweep ends with its 6 trials.
+    #[test]
+    fn ended_trials_of_an_earlier_state_come_back_ended() {
+        let fifo = || Box::new(Fifo::new());
+        let mut first = Controller::new(config(6, 2), random(6), fifo()).unwrap();
+        let (_, finished) = simulate_steps(&mut first, 2, |_, _| false, 5).unwrap();
+        assert!(!finished);
+        let mut state = first.snapshot();
+        let ended = std::mem::take(&mut state.ended);
+        assert!(!ended.is_empty() && !state.trials.is_empty());
+        for &(id, status) in &ended {
+            let params = Params::new();
+            state.trials.push(SavedTrial { id, status, params, error: None, stopping: false });
+        }
+        let reported = |id: TrialId| Ok(first.trials()[&id].reported.clone());
+        let mut restored =
+            Controller::restore(config(6, 2), random(6), fifo(), state, reported).unwrap();
+        for (id, status) in ended {
+            assert_eq!(restored.status(id), Some(status));
+            assert!(!restored.trials().contains_key(&id));
+        }
+        simulate(&mut restored, 2, |_, _| false).unwrap();
+        assert_eq!(statuses(&restored), vec![TrialStatus::Terminated; 6]);
     }
 
     /// HyperBand ends a trial (the loser of its round) whose own pause is still under way:
@@ -827,16 +945,14 @@ mod tests {
         let commands = report(&mut c, 5, 2.0);
         assert!(matches!(commands[..], [Command::StartTrial { trial: TrialId(4), .. }]));
         c.step(Event::TrialPaused(TrialId(3))).unwrap();
-        assert_eq!(c.trials()[&TrialId(3)].status, TrialStatus::Terminated);
+        assert_eq!(c.status(TrialId(3)), Some(TrialStatus::Terminated));
     }
 
     #[test]
     fn a_failed_trial_is_an_error_and_the_sweep_goes_on() {
         let mut c = Controller::new(config(6, 2), random(6), Box::new(Fifo::new())).unwrap();
         simulate(&mut c, 4, |trial, it| trial == TrialId(2) && it == 3).unwrap();
-        let failed = &c.trials()[&TrialId(2)];
-        assert_eq!(failed.status, TrialStatus::Error);
-        assert!(failed.error.as_deref().unwrap().contains("crashed at 3"));
+        assert_eq!(c.status(TrialId(2)), Some(TrialStatus::Error));
         assert_eq!(statuses(&c).iter().filter(|s| **s == TrialStatus::Terminated).count(), 5);
     }
 
@@ -845,10 +961,10 @@ mod tests {
         let config = ControllerConfig { fail_fast: true, ..config(10, 2) };
         let mut c = Controller::new(config, random(10), Box::new(Fifo::new())).unwrap();
         simulate(&mut c, 4, |trial, it| trial == TrialId(1) && it == 2).unwrap();
-        assert_eq!(c.trials()[&TrialId(1)].status, TrialStatus::Error);
+        assert_eq!(c.status(TrialId(1)), Some(TrialStatus::Error));
         // Trial 0 was running: stopped; nothing after trial 2 was created.
-        assert!(c.trials().len() <= 3, "{} trials", c.trials().len());
-        assert!(c.trials().values().all(|t| t.status.is_finished()));
+        assert!(c.created() <= 3, "{} trials", c.created());
+        assert!(statuses(&c).iter().all(|s| s.is_finished()));
     }
 
     #[test]
@@ -867,12 +983,9 @@ mod tests {
         let searcher = Box::new(BasicVariant::new(grid).unwrap());
         let config = ControllerConfig { num_samples: None, ..config(1, 2) };
         let mut c = Controller::new(config, searcher, Box::new(Fifo::new())).unwrap();
-        simulate(&mut c, 2, |_, _| false).unwrap();
-        let seen: BTreeSet<String> = c
-            .trials()
-            .values()
-            .map(|t| t.params.get::<f64>("quality").unwrap().to_string())
-            .collect();
+        let run = simulate(&mut c, 2, |_, _| false).unwrap();
+        let seen: BTreeSet<String> =
+            run.params().iter().map(|p| p.get::<f64>("quality").unwrap().to_string()).collect();
         assert_eq!(seen, BTreeSet::from(["0.1".into(), "0.5".into(), "0.9".into()]));
     }
 
@@ -886,7 +999,7 @@ mod tests {
         assert_eq!(commands, vec![Command::StopTrial(TrialId(0)), Command::StopTrial(TrialId(1))]);
         assert!(c.step(Event::TrialStopped(TrialId(0))).unwrap().is_empty());
         assert_eq!(c.step(Event::TrialStopped(TrialId(1))).unwrap(), vec![Command::Finish]);
-        assert_eq!(c.trials().len(), 2, "no trial started after the budget");
+        assert_eq!(c.created(), 2, "no trial started after the budget");
     }
 
     #[test]
@@ -902,9 +1015,11 @@ mod tests {
         assert_eq!(raced, vec![Command::StopTrial(TrialId(1))], "a racing report is told again");
         let next = c.step(Event::TrialStopped(TrialId(1))).unwrap();
         assert!(matches!(next[..], [Command::StartTrial { trial: TrialId(2), .. }]), "{next:?}");
-        assert_eq!(c.trials()[&TrialId(1)].status, TrialStatus::Terminated);
+        assert_eq!(c.status(TrialId(1)), Some(TrialStatus::Terminated));
         // A finished trial stays as it was; an unknown one is a mistake.
         assert!(c.step(Event::StopRequested(TrialId(1))).unwrap().is_empty());
+        assert!(c.step(Event::PauseRequested(TrialId(1))).unwrap().is_empty());
+        assert_eq!(c.status(TrialId(1)), Some(TrialStatus::Terminated));
         assert!(c.step(Event::StopRequested(TrialId(99))).is_err());
     }
 
@@ -919,7 +1034,7 @@ mod tests {
         assert!(matches!(next[..], [Command::StartTrial { trial: TrialId(1), .. }]), "{next:?}");
         // Only the held trial is left: the sweep waits for it instead of failing or ending.
         assert!(c.step(Event::TrialCompleted(TrialId(1))).unwrap().is_empty());
-        assert_eq!(c.trials()[&TrialId(0)].status, TrialStatus::Paused);
+        assert_eq!(c.status(TrialId(0)), Some(TrialStatus::Paused));
         // Resumed, it goes on from its checkpoint, and the sweep ends with it.
         let resumed = c.step(Event::ResumeRequested(TrialId(0))).unwrap();
         assert!(

@@ -3,6 +3,7 @@
 //! and reading an experiment back from them and from its trials' files.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 
 use rtune_searchers::{Mode, Params, SearchSpace, TrialId, TrialStatus};
@@ -12,6 +13,7 @@ use super::controller::ControllerState;
 use super::result_grid::TrialResult;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
+use crate::outcome::WorkerFailure;
 use crate::train::{read_run, read_run_to_resume};
 
 /// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
@@ -74,8 +76,9 @@ pub(super) struct SavedExperiment {
     pub(super) timestamp: f64,
     /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
     pub(super) time_spent_s: f64,
-    pub(super) trials: Vec<SavedTrialRow>,
     pub(super) controller: ControllerState,
+    /// Every trial the sweep started. Last, so that `write` can add the ended trials' rows.
+    pub(super) trials: Vec<SavedTrialRow>,
 }
 
 /// A trial as `experiment_state.json` lists it.
@@ -94,12 +97,118 @@ pub(super) struct SavedTrialRow {
     /// The scheduler's bracket for it (ASHA, HyperBand).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) bracket: Option<usize>,
+    /// Its run's failed attempts (retried under its `FailureConfig`), for its `TrainResult`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) failures: Vec<WorkerFailure>,
+    /// Its run's wall time and rank 0's time in the train function (last attempt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) fit_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) train_loop_seconds: Option<f64>,
+}
+
+impl SavedTrialRow {
+    /// The row of `trial`, the controller's trial `index`.
+    pub(super) fn of(index: TrialId, trial: &TrialResult) -> SavedTrialRow {
+        let result = trial.result.as_ref();
+        SavedTrialRow {
+            trial_id: trial.trial_id.clone(),
+            index,
+            status: trial.status,
+            params: trial.params.clone(),
+            error: trial.error.clone(),
+            dir: trial
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            last_result: result.and_then(|r| r.metrics.as_ref()).map(crate::metrics::to_json),
+            bracket: trial.bracket,
+            failures: result.map(|r| r.failures.clone()).unwrap_or_default(),
+            fit_seconds: result.map(|r| r.fit_seconds),
+            train_loop_seconds: result.map(|r| r.train_loop_seconds),
+        }
+    }
+}
+
+/// The rows of the trials that have ended, kept out of memory: each is written once, when its
+/// trial ends, to a file without a name (made in the experiment directory and unlinked at
+/// once: it goes with the driver), and copied from there into every state snapshot. A sweep of
+/// 10,000 trials would otherwise keep 10,000 rows in memory and serialise them all at every
+/// snapshot.
+pub(super) struct EndedRows {
+    file: std::fs::File,
+    /// The bytes written: the rows, comma-separated.
+    len: u64,
+}
+
+impl EndedRows {
+    pub(super) fn new(experiment: &Path) -> Result<EndedRows> {
+        let path = experiment.join(format!(".ended_rows_{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        Ok(EndedRows { file, len: 0 })
+    }
+
+    /// Adds an ended trial's row.
+    pub(super) fn push(&mut self, row: &SavedTrialRow) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut text = if self.len == 0 { Vec::new() } else { vec![b','] };
+        serde_json::to_writer(&mut text, row)?;
+        self.file.write_all_at(&text, self.len)?;
+        self.len += text.len() as u64;
+        Ok(())
+    }
+
+    fn copy_to(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut buffer = vec![0; 64 * 1024];
+        let mut at = 0;
+        while at < self.len {
+            let want = buffer.len().min((self.len - at) as usize);
+            let n = self.file.read_at(&mut buffer[..want], at)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            out.write_all(&buffer[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 impl SavedExperiment {
     /// Reads `experiment_state.json`, refusing other formats.
     pub(super) fn read(experiment: &Path) -> Result<SavedExperiment> {
         read_experiment_file(experiment, STATE_FILE)
+    }
+
+    /// Replaces `experiment_state.json` (atomically) with this state, its `trials` followed by
+    /// the `ended` ones' rows.
+    pub(super) fn write(&self, experiment: &Path, ended: &EndedRows) -> Result<()> {
+        let text = serde_json::to_vec(self).expect("the state serialises");
+        // `{..,"trials":[..]}`: the ended rows go before the closing `]}`.
+        let open = text.strip_suffix(b"]}").expect("trials is the state's last field");
+        crate::storage::atomic_write_with(&experiment.join(STATE_FILE), |out| {
+            out.write_all(open)?;
+            if !ended.is_empty() {
+                if !open.ends_with(b"[") {
+                    out.write_all(b",")?;
+                }
+                ended.copy_to(out)?;
+            }
+            out.write_all(b"]}")
+        })
     }
 }
 
@@ -163,22 +272,137 @@ pub(super) fn read_experiment(
     let saved = SavedExperiment::read(path)?;
     let mut trials = BTreeMap::new();
     for row in &saved.trials {
-        let dir = path.join(&row.dir);
-        let result = if to_resume && !row.status.is_finished() {
-            read_run_to_resume(&dir, run)?
-        } else {
-            read_run(&dir, run)?
-        };
-        let trial = TrialResult {
-            trial_id: row.trial_id.clone(),
-            status: row.status,
-            params: row.params.clone(),
-            result: Some(result),
-            error: row.error.clone(),
-            path: dir,
-            bracket: row.bracket,
-        };
-        trials.insert(row.index, trial);
+        trials.insert(row.index, read_trial(path, row, run, to_resume)?);
     }
     Ok((saved, trials))
+}
+
+/// The trial `row` of the experiment in `path` with what its files hold (see
+/// `read_experiment`).
+pub(super) fn read_trial(
+    path: &Path,
+    row: &SavedTrialRow,
+    run: &RunConfig,
+    to_resume: bool,
+) -> Result<TrialResult> {
+    let dir = path.join(&row.dir);
+    let mut result = if to_resume && !row.status.is_finished() {
+        read_run_to_resume(&dir, run)?
+    } else {
+        read_run(&dir, run)?
+    };
+    result.failures = row.failures.clone();
+    result.fit_seconds = row.fit_seconds.unwrap_or_default();
+    result.train_loop_seconds = row.train_loop_seconds.unwrap_or_default();
+    Ok(TrialResult {
+        trial_id: row.trial_id.clone(),
+        status: row.status,
+        params: row.params.clone(),
+        result: Some(result),
+        error: row.error.clone(),
+        path: dir,
+        bracket: row.bracket,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rtune_searchers::{BasicVariant, Fifo, SearchSpace, Searcher, TrialScheduler, grid_search};
+
+    use super::*;
+
+    fn row(index: u64, status: TrialStatus) -> SavedTrialRow {
+        SavedTrialRow {
+            trial_id: format!("e_{index:05}"),
+            index: TrialId(index),
+            status,
+            params: Params::new().with("i", index as i64).with("name", "a \"quoted\" ],} name"),
+            error: (status == TrialStatus::Error).then(|| "it broke".to_owned()),
+            dir: format!("TorchTrainer_e_{index:05}_{index}"),
+            last_result: None,
+            bracket: None,
+            failures: Vec::new(),
+            fit_seconds: Some(index as f64),
+            train_loop_seconds: None,
+        }
+    }
+
+    fn state(trials: Vec<SavedTrialRow>) -> SavedExperiment {
+        let space = SearchSpace::new().add("i", grid_search([1, 2]));
+        SavedExperiment {
+            format: FORMAT,
+            name: Some("e".into()),
+            experiment_id: "e".into(),
+            metric: None,
+            mode: None,
+            rtune_version: "test".into(),
+            timestamp: 0.0,
+            time_spent_s: 1.0,
+            controller: ControllerState {
+                searcher: BasicVariant::new(space).unwrap().save_state(),
+                scheduler: Fifo::new().save_state(),
+                trials: Vec::new(),
+                ended: Vec::new(),
+                next_id: 0,
+                no_more_trials: false,
+            },
+            trials,
+        }
+    }
+
+    fn indexes(experiment: &Path) -> Vec<(u64, TrialStatus)> {
+        let saved = SavedExperiment::read(experiment).unwrap();
+        let mut rows: Vec<(u64, TrialStatus)> =
+            saved.trials.iter().map(|r| (r.index.0, r.status)).collect();
+        rows.sort_by_key(|(index, _)| *index);
+        rows
+    }
+
+    /// The state file lists every trial once: the ones going on from memory, the ended ones
+    /// from their rows on disk, whichever of the two is empty.
+    #[test]
+    fn the_state_lists_trials_going_on_and_ended_ones_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ended = EndedRows::new(dir.path()).unwrap();
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(leftovers.is_empty(), "the ended rows' file has no name");
+        state(Vec::new()).write(dir.path(), &ended).unwrap();
+        assert_eq!(indexes(dir.path()), []);
+
+        let going_on = || vec![row(3, TrialStatus::Running), row(4, TrialStatus::Paused)];
+        state(going_on()).write(dir.path(), &ended).unwrap();
+        assert_eq!(indexes(dir.path()), [(3, TrialStatus::Running), (4, TrialStatus::Paused)]);
+
+        ended.push(&row(0, TrialStatus::Terminated)).unwrap();
+        state(Vec::new()).write(dir.path(), &ended).unwrap();
+        assert_eq!(indexes(dir.path()), [(0, TrialStatus::Terminated)]);
+
+        let mut errored = row(2, TrialStatus::Error);
+        errored.failures.push(WorkerFailure {
+            attempt: 0,
+            rank: 1,
+            message: "killed".into(),
+            signal: Some(9),
+            exit_code: None,
+        });
+        ended.push(&row(1, TrialStatus::Terminated)).unwrap();
+        ended.push(&errored).unwrap();
+        state(going_on()).write(dir.path(), &ended).unwrap();
+        let saved = SavedExperiment::read(dir.path()).unwrap();
+        assert_eq!(saved.time_spent_s, 1.0);
+        assert_eq!(
+            indexes(dir.path()),
+            [
+                (0, TrialStatus::Terminated),
+                (1, TrialStatus::Terminated),
+                (2, TrialStatus::Error),
+                (3, TrialStatus::Running),
+                (4, TrialStatus::Paused)
+            ]
+        );
+        let back = saved.trials.iter().find(|r| r.index == TrialId(2)).unwrap();
+        assert_eq!(back.params, errored.params);
+        assert_eq!(back.failures, errored.failures);
+        assert_eq!((back.error.as_deref(), back.fit_seconds), (Some("it broke"), Some(2.0)));
+    }
 }

@@ -14,7 +14,7 @@
 //! another (PBT) is paused, takes over the source's latest checkpoint into its own directory,
 //! and goes on from it with its new params.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,8 +30,8 @@ use tracing::Instrument;
 
 use super::controller::{Command, Controller, ControllerConfig, Event, Reported};
 use super::experiment::{
-    FORMAT, SETTINGS_FILE, STATE_FILE, SavedExperiment, SavedTrialRow, Settings, holds_experiment,
-    read_experiment,
+    EndedRows, FORMAT, SETTINGS_FILE, SavedExperiment, SavedTrialRow, Settings, holds_experiment,
+    read_experiment, read_trial,
 };
 use super::result_grid::{RESULTS_PARQUET, ResultGrid, TrialResult};
 use crate::callback::{Callback, TrialInfo};
@@ -40,7 +40,7 @@ use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::storage::unix_time;
-use crate::train::{DATASETS_DIR, TorchTrainer, read_history, read_run};
+use crate::train::{DATASETS_DIR, TorchTrainer, read_run};
 
 /// How a sweep searches (Ray's `TuneConfig`).
 #[derive(Default)]
@@ -403,11 +403,12 @@ impl Tuner {
             None => new_experiment_path(&run)?,
         };
         let trainer = trainer.prepare_data(&path.join(DATASETS_DIR))?;
-        let (path, experiment, spent_before, trials, controller) = match restoring {
+        let (path, experiment, spent_before, trials, ended, controller) = match restoring {
             None => {
                 let controller = Controller::new(config, searcher, scheduler)?;
                 let experiment = make_experiment(&path, settings)?;
-                (path, experiment, Duration::ZERO, BTreeMap::new(), controller)
+                let ended = EndedRows::new(&path)?;
+                (path, experiment, Duration::ZERO, BTreeMap::new(), ended, controller)
             }
             Some((path, _)) => {
                 config.validate()?;
@@ -417,7 +418,8 @@ impl Tuner {
                     Ok(Reported::of(picked.histories.remove(&id).unwrap_or_default()))
                 })?;
                 let spent = Duration::from_secs_f64(picked.saved.time_spent_s.max(0.0));
-                (path, picked.saved.experiment_id, spent, picked.trials, controller)
+                let experiment = picked.saved.experiment_id;
+                (path, experiment, spent, picked.trials, picked.ended, controller)
             }
         };
         Ok(Sweep {
@@ -433,7 +435,7 @@ impl Tuner {
             trials,
             snapshots: Snapshots::new(),
             reports_unsaved: Arc::new(AtomicBool::new(false)),
-            history_on_disk: BTreeSet::new(),
+            ended,
             control,
             frozen: false,
             status_checked: None,
@@ -475,25 +477,22 @@ fn make_experiment(path: &Path, mut settings: Settings) -> Result<String> {
 
 /// An interrupted experiment as its files hold it.
 struct PickedUp {
+    /// Its state, without its trials (they are in `trials` and `ended`).
     saved: SavedExperiment,
+    /// The trials not ended.
     trials: BTreeMap<TrialId, TrialResult>,
-    /// Each trial's results, up to where it goes on from.
+    /// Each of those trials' results, up to where it goes on from.
     histories: BTreeMap<TrialId, Vec<Metrics>>,
+    ended: EndedRows,
 }
 
-/// Reads the experiment in `path` back to go on with it: finished trials as they ended, the
-/// others paused at their latest checkpoints (the results after it are redone). Directories
-/// of trials started after the state snapshot (the controller does not know them; they are
-/// created again) are removed, so that every trial is in the experiment once.
+/// Reads the experiment in `path` back to go on with it: finished trials as their rows (their
+/// files are read when the sweep's `ResultGrid` is), the others paused at their latest
+/// checkpoints (the results after it are redone). Directories of trials started after the
+/// state snapshot (the controller does not know them; they are created again) are removed, so
+/// that every trial is in the experiment once.
 fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
-    let (saved, mut trials) = read_experiment(path, run, true)?;
-    let mut histories = BTreeMap::new();
-    for (&id, trial) in trials.iter_mut() {
-        if !trial.status.is_finished() {
-            trial.status = TrialStatus::Paused;
-        }
-        histories.insert(id, trial.history().to_vec());
-    }
+    let mut saved = SavedExperiment::read(path)?;
     let known: Vec<&str> = saved.trials.iter().map(|t| t.dir.as_str()).collect();
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
@@ -504,7 +503,19 @@ fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
             std::fs::remove_dir_all(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
         }
     }
-    Ok(PickedUp { saved, trials, histories })
+    let mut ended = EndedRows::new(path)?;
+    let (mut trials, mut histories) = (BTreeMap::new(), BTreeMap::new());
+    for row in std::mem::take(&mut saved.trials) {
+        if row.status.is_finished() {
+            ended.push(&row).map_err(|e| Error::io(path, e))?;
+            continue;
+        }
+        let mut trial = read_trial(path, &row, run, true)?;
+        trial.status = TrialStatus::Paused;
+        histories.insert(row.index, trial.history().to_vec());
+        trials.insert(row.index, trial);
+    }
+    Ok(PickedUp { saved, trials, histories, ended })
 }
 
 impl Settings {
@@ -589,6 +600,16 @@ fn side_by_side(trainer: &TorchTrainer, driver: &Driver, run: &RunConfig) -> usi
         None => crate::cluster::local_node().map_or(1.0, |n| n.resources.cpu),
     };
     if per_trial > 0.0 { ((cpus / per_trial).floor() as usize).max(1) } else { 1 }
+}
+
+/// A trial as callbacks see it.
+fn trial_info(t: &TrialResult) -> TrialInfo {
+    TrialInfo {
+        trial_id: t.trial_id.clone(),
+        status: t.status,
+        params: t.params.clone(),
+        path: t.path.clone(),
+    }
 }
 
 fn date() -> String {
@@ -718,11 +739,10 @@ struct Sweep {
     spent_before: Duration,
     began: Instant,
     controller: Arc<Mutex<Controller>>,
+    /// The trials started and not ended (see `retire`).
     trials: BTreeMap<TrialId, TrialResult>,
-    /// Ended trials whose results keep no history in memory: every row is in their
-    /// `result.json`, read back when the sweep's `ResultGrid` is made. A sweep of many long
-    /// trials would otherwise hold every report of every trial until it ends.
-    history_on_disk: BTreeSet<TrialId>,
+    /// The rows of the trials that ended.
+    ended: EndedRows,
     snapshots: Snapshots,
     /// A trial reported since the last snapshot (set by the report path, taken by the loop).
     reports_unsaved: Arc<AtomicBool>,
@@ -855,6 +875,14 @@ impl Sweep {
                         _ => {}
                     }
                     self.apply(self.step(event), &heard_tx, &mut fatal);
+                    let status =
+                        self.controller.lock().unwrap_or_else(|p| p.into_inner()).status(trial);
+                    if let Some(status) = status.filter(|s| s.is_finished())
+                        && let Some(t) = self.trials.get_mut(&trial)
+                    {
+                        t.status = status;
+                        self.retire(trial, &mut fatal);
+                    }
                 }
                 Heard::Fatal(e) => self.abort(e, &running, &mut fatal),
             }
@@ -874,41 +902,37 @@ impl Sweep {
         // Trials the controller ended without running them again (a spent budget, fail-fast).
         {
             let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner());
-            for (id, t) in self.trials.iter_mut() {
-                if let Some(c) = controller.trials().get(id) {
-                    t.status = c.status;
-                }
+            for (&id, t) in self.trials.iter_mut() {
+                t.status = controller.status(id).unwrap_or(t.status);
             }
         }
-        let count = |s: TrialStatus| self.trials.values().filter(|t| t.status == s).count();
+        self.save_state(&mut fatal);
+        // Every trial as the experiment's files hold it (the ended ones are in memory no more).
+        let trials = match read_experiment(&self.path, &self.run, false) {
+            Ok((_, trials)) => trials,
+            Err(e) => return Err(fatal.unwrap_or(e)),
+        };
+        let count = |s: TrialStatus| trials.values().filter(|t| t.status == s).count();
         tracing::info!(
             "sweep {} ended: {} trials, {} terminated, {} errors{}",
             self.experiment,
-            self.trials.len(),
+            trials.len(),
             count(TrialStatus::Terminated),
             count(TrialStatus::Error),
             fatal.as_ref().map(|e| format!("; stopped by: {e}")).unwrap_or_default()
         );
         self.show_scheduler(&running, &mut fatal, true);
-        let infos: Vec<TrialInfo> = self.trials.keys().map(|&t| self.info(t)).collect();
+        let infos: Vec<TrialInfo> = trials.values().map(trial_info).collect();
         self.call_back(&running, &mut fatal, |c| c.on_experiment_end(&infos));
-        self.save_state(&mut fatal);
         if let Some(e) = fatal {
             return Err(e);
-        }
-        for (id, t) in self.trials.iter_mut() {
-            if self.history_on_disk.contains(id)
-                && let Some(result) = t.result.as_mut()
-            {
-                result.metrics_history = read_history(&t.path)?;
-            }
         }
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let grid = ResultGrid {
             path: self.path.clone(),
             metric,
             mode,
-            trials: std::mem::take(&mut self.trials).into_values().collect(),
+            trials: trials.into_values().collect(),
         };
         grid.write_parquet(self.path.join(RESULTS_PARQUET))?;
         Ok(grid)
@@ -920,28 +944,8 @@ impl Sweep {
         let began = Instant::now();
         // What it saves holds every report made until now.
         self.reports_unsaved.store(false, Ordering::SeqCst);
-        let trials: Vec<SavedTrialRow> = self
-            .trials
-            .iter()
-            .map(|(&index, t)| SavedTrialRow {
-                trial_id: t.trial_id.clone(),
-                index,
-                status: t.status,
-                params: t.params.clone(),
-                error: t.error.clone(),
-                dir: t
-                    .path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                last_result: t
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.metrics.as_ref())
-                    .map(crate::metrics::to_json),
-                bracket: t.bracket,
-            })
-            .collect();
+        let trials: Vec<SavedTrialRow> =
+            self.trials.iter().map(|(&index, t)| SavedTrialRow::of(index, t)).collect();
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
         let state = SavedExperiment {
@@ -956,8 +960,7 @@ impl Sweep {
             trials,
             controller,
         };
-        let text = serde_json::to_vec(&state).expect("the state serialises");
-        if let Err(e) = crate::storage::atomic_write(&self.path.join(STATE_FILE), &text) {
+        if let Err(e) = state.write(&self.path, &self.ended) {
             fatal.get_or_insert(e);
         }
         let now = Instant::now();
@@ -1018,14 +1021,18 @@ impl Sweep {
         self.shown_status = Some(status);
     }
 
-    /// A trial as callbacks see it.
+    /// A trial not ended as callbacks see it.
     fn info(&self, trial: TrialId) -> TrialInfo {
-        let t = &self.trials[&trial];
-        TrialInfo {
-            trial_id: t.trial_id.clone(),
-            status: t.status,
-            params: t.params.clone(),
-            path: t.path.clone(),
+        trial_info(&self.trials[&trial])
+    }
+
+    /// An ended trial leaves memory: its row goes to the ones every snapshot copies from disk
+    /// (its results are in its files already), so that a sweep of many trials stays as small
+    /// as one of the trials still going.
+    fn retire(&mut self, trial: TrialId, fatal: &mut Option<Error>) {
+        let Some(t) = self.trials.remove(&trial) else { return };
+        if let Err(e) = self.ended.push(&SavedTrialRow::of(trial, &t)) {
+            fatal.get_or_insert(Error::io(&self.path, e));
         }
     }
 
@@ -1187,14 +1194,10 @@ impl Sweep {
     /// Keeps what a trial's run returned; the controller's event for its end.
     fn record_end(&mut self, trial: TrialId, halted: u8, outcome: Result<TrainResult>) -> Event {
         let event = self.keep_end(trial, halted, outcome);
-        // An ended trial keeps its last result in memory; its history stays on disk (a paused
-        // one's run goes on, and its result is replaced when it ends).
+        // Its history is in its files, where the sweep's `ResultGrid` is read from.
         let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
-        if entry.status != TrialStatus::Paused
-            && let Some(result) = entry.result.as_mut()
-        {
+        if let Some(result) = entry.result.as_mut() {
             result.metrics_history = Vec::new();
-            self.history_on_disk.insert(trial);
         }
         event
     }

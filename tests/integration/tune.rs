@@ -670,6 +670,19 @@ pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()>
         ensure!(mine == expected, "{id} heard {mine:?}");
     }
     ensure!(heard.last().map(String::as_str) == Some("end 3"), "{heard:?}");
+    // The grid is read back from the experiment's files: the failed trial keeps its attempt's
+    // failure, and every trial the times of its run.
+    for t in &grid.trials {
+        let result = t.result.as_ref().context("a trial without its result")?;
+        let broke = t.params.get::<i64>("index")? == 2;
+        ensure!(
+            result.failures.len() == usize::from(broke),
+            "{}: {:?}",
+            t.trial_id,
+            result.failures
+        );
+        ensure!(result.fit_seconds > 0.0, "{}: fit took {} s", t.trial_id, result.fit_seconds);
+    }
     // The driver's log in the experiment directory tells each trial's end, in its span.
     let log = std::fs::read_to_string(grid.path.join(rtune::tune::DRIVER_LOG))?;
     for t in &grid.trials {
