@@ -1096,13 +1096,9 @@ impl Sweep {
         let (trial_id, path) = match self.trials.get(&trial) {
             Some(t) => (t.trial_id.clone(), t.path.clone()),
             None => {
-                let index = trial.0;
-                let trial_id = format!("{}_{index:05}", self.experiment);
-                let dir_name = format!(
-                    "{TRIAL_DIR_PREFIX}{trial_id}_{index}_{}_{}",
-                    short_params(&sampled),
-                    date()
-                );
+                let trial_id = format!("{}_{:05}", self.experiment, trial.0);
+                let dir_name =
+                    format!("{}{}_{}", self.dir_prefix(trial), short_params(&sampled), date());
                 (trial_id, self.path.join(dir_name))
             }
         };
@@ -1241,12 +1237,33 @@ impl Sweep {
         Event::TrialFailed { trial, error }
     }
 
+    /// How trial `trial`'s directory name begins (Ray's `<trainable>_<trial_id>_<index>_`),
+    /// which no other trial's does.
+    fn dir_prefix(&self, trial: TrialId) -> String {
+        format!("{TRIAL_DIR_PREFIX}{}_{:05}_{}_", self.experiment, trial.0, trial.0)
+    }
+
+    /// The directory of a started trial, looked for in the experiment directory when the trial
+    /// has ended (and left memory): PBT's source may end between its choice and the exploit.
+    fn dir_of(&self, trial: TrialId) -> Result<Option<PathBuf>> {
+        if let Some(t) = self.trials.get(&trial) {
+            return Ok(Some(t.path.clone()));
+        }
+        let prefix = self.dir_prefix(trial);
+        for entry in std::fs::read_dir(&self.path).map_err(|e| Error::io(&self.path, e))? {
+            let entry = entry.map_err(|e| Error::io(&self.path, e))?;
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                return Ok(Some(entry.path()));
+            }
+        }
+        Ok(None)
+    }
+
     /// PBT's exploit of a paused `trial`: it takes over `source`'s latest recorded checkpoint
     /// (read from the source's files: it may still be running). A source without one leaves
     /// the trial its own state; it goes on with the new params either way.
     fn exploit(&mut self, trial: TrialId, source: TrialId) -> Result<()> {
-        let dir = |id: TrialId| self.trials.get(&id).map(|t| t.path.clone());
-        let (Some(from), Some(to)) = (dir(source), dir(trial)) else {
+        let (Some(from), Some(to)) = (self.dir_of(source)?, self.dir_of(trial)?) else {
             return Err(Error::Protocol(format!("exploit of {trial} from unknown {source}")));
         };
         match read_run(&from, &self.run)?.checkpoint {
