@@ -80,7 +80,7 @@ pub(crate) async fn run_attempt(
 
     let mut state = Attempt { spec, workers, pending: Vec::new(), failure: None, stopped: false };
     let deadline = tokio::time::Instant::now() + spec.start_timeout;
-    while !state.all_exited() {
+    while !state.is_over() {
         let joining =
             state.failure.is_none() && state.workers.iter().any(|w| matches!(w.join, Join::NotYet));
         let flush_due = on_report.flush_due();
@@ -109,6 +109,9 @@ pub(crate) async fn run_attempt(
     }
     let train_seconds =
         state.workers.first().and_then(|w| w.finish.as_ref()).map_or(0.0, |f| f.train_seconds);
+    if !state.all_exited() {
+        reap_in_background(spec.group.clone(), std::mem::take(&mut state.workers), exits);
+    }
     Ok(match state.failure {
         Some(failure) => AttemptOutcome::Failed(failure),
         None => AttemptOutcome::Completed { train_seconds },
@@ -127,6 +130,18 @@ struct Attempt<'s> {
 impl Attempt<'_> {
     fn all_exited(&self) -> bool {
         self.workers.iter().all(|w| w.exited)
+    }
+
+    /// Every worker has exited, or every one has finished cleanly where that is enough (see
+    /// `ends_at_finish`).
+    fn is_over(&self) -> bool {
+        self.all_exited() || (self.finished_cleanly() && ends_at_finish(self.spec))
+    }
+
+    /// Every rank's train function returned (or stopped as asked) and told the driver so.
+    fn finished_cleanly(&self) -> bool {
+        self.failure.is_none()
+            && self.workers.iter().all(|w| w.finish.as_ref().is_some_and(|f| f.ok))
     }
 
     fn fail(&mut self, rank: usize, message: String, status: Option<ExitStatus>) {
@@ -349,6 +364,61 @@ impl Attempt<'_> {
     }
 }
 
+/// Whether the attempt ends as soon as every rank has finished cleanly, without waiting for
+/// their processes to exit: local workers that hold no GPU. Once a worker has told the driver
+/// how it ended, its results are whole and its logs flushed; what is left is the kernel's
+/// teardown of a process with libtorch loaded, 5-10 ms on a busy machine, during which it
+/// holds some CPU time and nothing else, while a short trial's successor would wait for it.
+/// A GPU's memory is freed only at the exit, so a GPU worker's exit is waited for before its
+/// resources go to another trial; a remote worker's too (its node reports it).
+fn ends_at_finish(spec: &AttemptSpec) -> bool {
+    matches!(spec.launcher, Launcher::Local)
+        && spec.ranks.iter().all(|r| r.cuda_visible_devices.is_none())
+}
+
+/// How long a worker that finished cleanly may take to exit before it is killed.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits, in the background, for the exits of workers that finished cleanly (see
+/// `ends_at_finish`); one still there after `EXIT_GRACE` is killed. An exit that is not clean
+/// is logged: the attempt's results are whole, so it changes nothing else.
+fn reap_in_background(
+    group: String,
+    mut workers: Vec<Worker>,
+    mut exits: mpsc::UnboundedReceiver<(usize, Exit)>,
+) {
+    tokio::spawn(async move {
+        let grace = tokio::time::sleep(EXIT_GRACE);
+        tokio::pin!(grace);
+        let mut killed = false;
+        while !workers.iter().all(|w| w.exited) {
+            tokio::select! {
+                exit = exits.recv() => {
+                    let Some((rank, exit)) = exit else { break };
+                    let Some(worker) = workers.get_mut(rank) else { continue };
+                    worker.exited = true;
+                    worker.kill = None;
+                    match exit {
+                        Exit::Status(status) if status.success() || killed => {}
+                        Exit::Status(status) => tracing::warn!(
+                            "group {group}: rank {rank} finished cleanly, then exited with {status}"
+                        ),
+                        Exit::Lost(why) => tracing::warn!("group {group}: rank {rank}: {why}"),
+                    }
+                }
+                _ = &mut grace, if !killed => {
+                    tracing::warn!(
+                        "group {group}: a worker finished but had not exited after {EXIT_GRACE:?}; \
+                         killed"
+                    );
+                    killed = true;
+                    kill_all(&mut workers);
+                }
+            }
+        }
+    });
+}
+
 fn refuse(call: HubCall, status: Status) {
     match call {
         HubCall::Join(_, reply) => drop(reply.send(Err(status))),
@@ -441,6 +511,38 @@ mod tests {
             hostname: String::new(),
         };
         (request, rx, tx)
+    }
+
+    fn finish(rank: u32, ok: bool) -> FinishRequest {
+        FinishRequest {
+            key: Some(WorkerKey { group: "g".into(), attempt: 0, rank }),
+            ok,
+            error: if ok { String::new() } else { "boom".into() },
+            stopped: false,
+            train_seconds: 0.1,
+        }
+    }
+
+    /// Local CPU workers that have all finished cleanly end the attempt before they exit; one
+    /// rank still going, one that failed, or a GPU among the ranks keeps it waiting.
+    #[test]
+    fn an_attempt_of_cpu_workers_ends_when_every_rank_has_finished_cleanly() {
+        let cpu = spec(2);
+        let mut attempt = two_workers(&cpu);
+        assert!(ends_at_finish(&cpu));
+        attempt.on_finish(0, finish(0, true));
+        assert!(!attempt.finished_cleanly(), "rank 1 still trains");
+        attempt.on_finish(1, finish(1, true));
+        assert!(attempt.is_over() && !attempt.all_exited());
+
+        let mut failed = two_workers(&cpu);
+        failed.on_finish(0, finish(0, true));
+        failed.on_finish(1, finish(1, false));
+        assert!(!failed.finished_cleanly(), "a failed rank's exit is waited for");
+
+        let mut gpu = spec(2);
+        gpu.ranks = RankPlacement::from_nodes(&[0u64, 0], &[], &[Some("0".into()), None]);
+        assert!(!ends_at_finish(&gpu), "a GPU is free only once its process has exited");
     }
 
     #[test]

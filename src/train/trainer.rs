@@ -419,6 +419,9 @@ impl TorchTrainer {
             }
         }
         placement.release().await;
+        // The group's resources go back before the run's end is made durable (its syncs): a
+        // trial waiting for them need not wait for those.
+        drop(placement);
         run.end()?;
         let error = (!self.run.failure_config.allows(failures.len())).then(|| {
             let last = failures.last().expect("a failure was recorded");

@@ -48,6 +48,13 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
             (finish(false, false, message), EXIT_FAILED)
         }
     };
+    // What the train function printed is in the logs before the driver hears of the end (it
+    // may end the attempt at once: see `group::attempt::ends_at_finish`).
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+    }
     if let Err(e) = link.finish(request) {
         tracing::error!("worker rank {}: could not tell the driver: {e}", spec.rank);
     }
