@@ -165,6 +165,8 @@ pub struct SavedTrial {
     pub id: TrialId,
     pub status: TrialStatus,
     pub params: Params,
+    /// Why an ended trial failed, in states that listed ended trials here (a trial not ended
+    /// has no error: this rtune writes none).
     pub error: Option<String>,
     /// A stop or pause was asked for and not yet carried out.
     pub stopping: bool,

@@ -1029,10 +1029,14 @@ impl Sweep {
     /// An ended trial leaves memory: its row goes to the ones every snapshot copies from disk
     /// (its results are in its files already), so that a sweep of many trials stays as small
     /// as one of the trials still going.
+    ///
+    /// A row that cannot be written (a full disk) keeps the trial in memory, and in the
+    /// snapshots, and ends the sweep.
     fn retire(&mut self, trial: TrialId, fatal: &mut Option<Error>) {
-        let Some(t) = self.trials.remove(&trial) else { return };
-        if let Err(e) = self.ended.push(&SavedTrialRow::of(trial, &t)) {
-            fatal.get_or_insert(Error::io(&self.path, e));
+        let Some(t) = self.trials.get(&trial) else { return };
+        match self.ended.push(&SavedTrialRow::of(trial, t)) {
+            Ok(()) => drop(self.trials.remove(&trial)),
+            Err(e) => drop(fatal.get_or_insert(Error::io(&self.path, e))),
         }
     }
 
