@@ -131,8 +131,8 @@ impl Reported {
 pub struct Trial {
     pub status: TrialStatus,
     pub params: Params,
-    /// How many results it reported, and the latest (the whole history is the shell's and
-    /// in the trial's files: a table of 10,000 finished trials keeps no more than this).
+    /// How many results it reported, and the latest (the whole history is in the trial's
+    /// files, and an ended trial keeps not even this: see the module docs).
     pub reported: Reported,
     /// Set while the controller waits for the shell to stop or pause it.
     pub stopping: bool,

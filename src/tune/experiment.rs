@@ -167,17 +167,11 @@ impl EndedRows {
     }
 
     fn copy_to(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let mut buffer = vec![0; 64 * 1024];
-        let mut at = 0;
-        while at < self.len {
-            let want = buffer.len().min((self.len - at) as usize);
-            let n = self.file.read_at(&mut buffer[..want], at)?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            out.write_all(&buffer[..n])?;
-            at += n as u64;
+        use std::io::{Read, Seek};
+        let mut file = &self.file;
+        file.seek(std::io::SeekFrom::Start(0))?;
+        if std::io::copy(&mut file.take(self.len), out)? != self.len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         Ok(())
     }
