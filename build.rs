@@ -1,6 +1,7 @@
 //! rtune's build script: gRPC code from proto/ (protoc comes from the protoc-bin-vendored crate,
 //! nothing to install) and an rpath to libtorch so binaries, tests and examples run without
-//! LD_LIBRARY_PATH. The libtorch version itself is checked earlier, by rtune-libtorch-check.
+//! LD_LIBRARY_PATH. Only libtorch's CPU library is linked: CUDA is opened at run time by the
+//! processes given a GPU (src/cuda.rs). The libtorch version itself is checked earlier, by rtune-libtorch-check.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Without these cargo reruns this script, and so rebuilds rtune, whenever any file of the
@@ -20,10 +21,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // torch-sys (links = "tch") passes its lib folder on as DEP_TCH_LIBTORCH_LIB.
     let lib = std::env::var("DEP_TCH_LIBTORCH_LIB")?;
     println!("cargo::rustc-link-arg=-Wl,-rpath,{lib}");
-    if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
-        // Without --no-as-needed the linker drops libtorch_cuda (nothing references it by name)
-        // and CUDA is silently unavailable at run time.
-        println!("cargo::rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
-    }
     Ok(())
 }

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use crate::cluster::pool::{PgId, Pool, Reservation};
 use crate::cluster::{local_fit_error, local_node, local_pool, worker_request};
 use crate::config::ScalingConfig;
+use crate::cuda::{CudaError, Probe};
 use crate::error::{Error, Result};
 use crate::group::hub::Hub;
 
@@ -28,6 +29,8 @@ pub(crate) struct Driver {
     local: LocalPool,
     /// One hub per (address, token): local runs share the loopback one.
     hubs: tokio::sync::Mutex<HashMap<HubKey, Arc<Hub>>>,
+    /// The CUDA probe's answer, once a run has asked for GPUs.
+    cuda: OnceLock<std::result::Result<Probe, CudaError>>,
 }
 
 /// The address a hub serves on and the token it requires.
@@ -51,6 +54,7 @@ impl Driver {
             runtime,
             local: LocalPool::default(),
             hubs: tokio::sync::Mutex::new(HashMap::new()),
+            cuda: OnceLock::new(),
         });
         Ok(DRIVER.get().expect("set just above"))
     }
@@ -77,17 +81,39 @@ impl Driver {
         Ok(hub)
     }
 
-    /// Reserves a worker group of `scaling` on this machine, waiting while other runs of the
-    /// process hold what it needs. A group the machine can never hold is a config error at once.
-    /// Released when the returned value is dropped.
-    /// Fails (a config error naming what the machine has) when a group of `scaling` could
-    /// never fit the local machine, however long it waited; reserves nothing.
-    pub(crate) fn check_fits_locally(&'static self, scaling: &ScalingConfig) -> Result<()> {
+    /// Fails, with a config error naming the cause and the fix, when a group of `scaling` could
+    /// never run on this machine, however long it waited: it does not fit what the machine has,
+    /// or it asks for GPUs that its workers could not use (see [`Driver::cuda`]). Reserves
+    /// nothing.
+    pub(crate) fn check_local(&'static self, scaling: &ScalingConfig) -> Result<()> {
         let pg = self.local.request(scaling, "fit check")?;
         self.local.release(pg);
+        let gpus = scaling.gpus_per_worker();
+        if gpus > 0.0 {
+            let probe = self.cuda().map_err(|e| {
+                Error::config("ScalingConfig", format!("asks for {gpus} GPU per worker, but {e}"))
+            })?;
+            // Said once a process: the probe runs once.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::info!("workers on this machine get CUDA: {probe}"));
+        }
         Ok(())
     }
 
+    /// What CUDA looks like to this binary's workers on this machine: the probe (`crate::cuda`),
+    /// run once in a child process the first time a run asks for GPUs.
+    pub(crate) fn cuda(&self) -> std::result::Result<&Probe, &CudaError> {
+        self.cuda
+            .get_or_init(|| match std::env::current_exe() {
+                Ok(exe) => Probe::run(&exe),
+                Err(e) => Err(CudaError::Probe(format!("the current executable: {e}"))),
+            })
+            .as_ref()
+    }
+
+    /// Reserves a worker group of `scaling` on this machine, waiting while other runs of the
+    /// process hold what it needs. A group the machine can never hold is a config error at once.
+    /// Released when the returned value is dropped.
     pub(crate) async fn reserve_local(
         &'static self,
         scaling: &ScalingConfig,

@@ -36,6 +36,7 @@
 //! 1  error       the one error type
 //! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
 //!    sys         supervised processes, build id │ proto  generated wire types │ log  tracing
+//!    cuda        libtorch's CUDA opened at run time, the CUDA probe
 //! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
 //! ```
 //!
@@ -47,6 +48,7 @@ pub mod cli;
 pub mod cluster;
 pub mod collective;
 pub mod config;
+pub mod cuda;
 pub mod data;
 mod driver;
 pub mod error;

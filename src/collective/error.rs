@@ -149,7 +149,7 @@ pub enum CollectiveError {
     #[error("process group is unusable after an earlier failure: {cause}")]
     Poisoned { cause: String },
 
-    /// The NCCL library (GPU collectives, feature `cuda`) could not be loaded or a call failed.
+    /// The NCCL library (GPU collectives) could not be loaded or a call failed.
     #[error("NCCL {call}: {message}")]
     Nccl { call: &'static str, message: String },
 }

@@ -1,10 +1,11 @@
-//! GPU collectives through NCCL (feature `cuda`): what a trial's workers average their gradients
-//! through when their model lives on a GPU.
+//! GPU collectives through NCCL: what a trial's workers average their gradients through when
+//! their model lives on a GPU and no two ranks share one (ranks that share a device average
+//! through the CPU ring instead: NCCL refuses two ranks on one device).
 //!
-//! NCCL is not linked at build time: `libnccl.so.2` is opened at run time. With the `cuda`
-//! feature the binary links `libtorch_cuda`, which itself needs `libnccl.so.2` (the PyPI torch
+//! NCCL is not linked at build time: `libnccl.so.2` is opened at run time. A GPU worker has
+//! opened `libtorch_cuda` (`crate::cuda`), which itself needs `libnccl.so.2` (the PyPI torch
 //! wheel ships it, found through libtorch_cuda's rpath), so opening it by that name finds the
-//! copy already loaded; a system NCCL works too. A CPU-only build never touches it.
+//! copy already loaded; a system NCCL works too. A CPU worker never touches it.
 //!
 //! The communicator is bootstrapped over the CPU ring group: rank 0 makes the NCCL unique id and
 //! broadcasts its 128 bytes. Calls are issued on the legacy default CUDA stream (libtorch's
@@ -66,7 +67,7 @@ impl Api {
         let load_error = |e: libloading::Error| CollectiveError::Nccl {
             call: "load",
             message: format!(
-                "{e} (is this a --features cuda build on a host with the CUDA torch wheel?)"
+                "{e} (NCCL comes with PyTorch's CUDA wheel; was libtorch_cuda opened first?)"
             ),
         };
         // SAFETY: loading NCCL runs its initialisers, which have no preconditions; the symbol

@@ -253,11 +253,15 @@ impl TorchTrainer {
         let started = Instant::now();
         self.validate()?;
         let driver = Driver::get()?;
-        // Placement first: a group that can never fit the local machine is a config error,
-        // before any file exists (a cluster answers that when asked to reserve). On the local
-        // machine this waits while other runs of this process hold what the group needs.
+        // Placement first: a group that can never run on the local machine (too big, or GPUs its
+        // workers cannot use) is a config error, before any file exists (a cluster answers that
+        // when asked to reserve). On the local machine this waits while other runs of this process
+        // hold what the group needs.
         let target = match self.run.resolved_cluster() {
-            None => driver.block_on(self.place_locally(driver))?,
+            None => {
+                driver.check_local(&self.scaling)?;
+                driver.block_on(self.place_locally(driver))?
+            }
             Some((address, token)) => Target::Cluster { address, token },
         };
         let run_dir = self.make_run_dir()?;

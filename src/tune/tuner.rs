@@ -319,8 +319,9 @@ impl Tuner {
         run.validate()?;
         trainer.validate()?;
         if run.resolved_cluster().is_none() {
-            // A trial bigger than the machine could never start: say so before any does.
-            driver.check_fits_locally(trainer.scaling_config())?;
+            // A trial bigger than the machine, or asking for GPUs its workers could not use,
+            // could never start: say so before any does.
+            driver.check_local(trainer.scaling_config())?;
         }
         let tune = match (&restoring, tune) {
             (None, tune) => tune.unwrap_or_else(TuneConfig::new),

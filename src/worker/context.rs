@@ -18,7 +18,6 @@ use crate::storage::checkpoint::{CheckpointWriter, checkpoint_name};
 use crate::worker::DriverLink;
 
 type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
-#[cfg(feature = "cuda")]
 type SharedNccl = Rc<RefCell<crate::collective::NcclGroup>>;
 
 pub(crate) struct ContextParts<'a> {
@@ -63,7 +62,6 @@ pub struct TrainContext<'a> {
     stop_requested: bool,
     group: SharedGroup,
     /// Made on first use by a model on a GPU, bootstrapped over `group`.
-    #[cfg(feature = "cuda")]
     nccl: Option<SharedNccl>,
     link: &'a mut DriverLink,
 }
@@ -89,7 +87,6 @@ impl<'a> TrainContext<'a> {
             reports: 0,
             stop_requested: false,
             group: Rc::new(RefCell::new(parts.group)),
-            #[cfg(feature = "cuda")]
             nccl: None,
             link: parts.link,
         }
@@ -240,7 +237,6 @@ impl<'a> TrainContext<'a> {
     }
 
     fn backend_for(&mut self, device: Device) -> Result<Backend> {
-        #[cfg(feature = "cuda")]
         if device.is_cuda() && self.world_size > 1 {
             if self.nccl.is_none() {
                 let nccl = crate::collective::NcclGroup::new(&mut **self.group.borrow_mut())?;
@@ -248,7 +244,6 @@ impl<'a> TrainContext<'a> {
             }
             return Ok(Backend::Nccl(self.nccl.clone().expect("made above"), device));
         }
-        let _ = device;
         Ok(Backend::Ring(self.group.clone()))
     }
 
@@ -271,7 +266,6 @@ enum Backend {
     /// rtune's ring all-reduce over TCP, through CPU buffers.
     Ring(SharedGroup),
     /// NCCL, through buffers on the model's GPU.
-    #[cfg(feature = "cuda")]
     Nccl(SharedNccl, Device),
 }
 
@@ -279,7 +273,6 @@ impl Backend {
     fn world_size(&self) -> usize {
         match self {
             Backend::Ring(g) => g.borrow().world_size(),
-            #[cfg(feature = "cuda")]
             Backend::Nccl(n, _) => n.borrow().world_size(),
         }
     }
@@ -288,7 +281,6 @@ impl Backend {
     fn device(&self) -> Device {
         match self {
             Backend::Ring(_) => Device::Cpu,
-            #[cfg(feature = "cuda")]
             Backend::Nccl(_, device) => *device,
         }
     }
@@ -296,7 +288,6 @@ impl Backend {
     fn all_reduce(&self, flat: &Tensor, op: ReduceOp) -> Result<()> {
         match self {
             Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().all_reduce(s, op)),
-            #[cfg(feature = "cuda")]
             Backend::Nccl(n, _) => Ok(n.borrow_mut().all_reduce(flat, op)?),
         }
     }
@@ -304,7 +295,6 @@ impl Backend {
     fn broadcast(&self, flat: &Tensor, root: usize) -> Result<()> {
         match self {
             Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().broadcast(s, root)),
-            #[cfg(feature = "cuda")]
             Backend::Nccl(n, _) => Ok(n.borrow_mut().broadcast(flat, root)?),
         }
     }

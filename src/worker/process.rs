@@ -112,6 +112,10 @@ fn train(
     let params = serde_json::from_str(&reply.params_json)
         .map_err(|e| failed(&format!("train loop config: {e}")))?;
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
+    if device.is_cuda() {
+        // Before anything asks libtorch about CUDA (see `crate::cuda`).
+        crate::cuda::load().map_err(|e| failed(&e))?;
+    }
     let data = match reply.data_json.as_str() {
         "" => None,
         json => Some(std::rc::Rc::new(

@@ -9,6 +9,7 @@ mod command;
 mod common;
 mod data;
 mod examples;
+mod gpu;
 mod tch_basics;
 mod trainer;
 mod tune;
@@ -53,6 +54,14 @@ fn main() {
             tch_basics::var_store_safetensors_round_trip,
         ),
         test("trainer::two_workers_converge_on_digits", trainer::two_workers_converge_on_digits),
+        test(
+            "gpu::gpus_workers_cannot_use_are_refused_before_any_trial",
+            gpu::gpus_workers_cannot_use_are_refused_before_any_trial,
+        ),
+        test(
+            "gpu::a_cpu_only_libtorch_is_refused_by_name",
+            gpu::a_cpu_only_libtorch_is_refused_by_name,
+        ),
         test(
             "data::shards_partition_rows_and_batch_evenly_across_runs_and_resumes",
             data::shards_partition_rows_and_batch_evenly_across_runs_and_resumes,
