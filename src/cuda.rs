@@ -38,13 +38,14 @@ const TORCH_CPU: &str = "libtorch_cpu.so";
 /// The NVIDIA driver's user-space library.
 const DRIVER: &str = "libcuda.so.1";
 
-/// Why CUDA cannot be used here. Each says the cause and the way out, in one line.
+/// Why CUDA cannot be used here. Each says the cause and the way out, in one line; the caller
+/// adds how to do without a GPU (`use_gpu = false`, `--device cpu`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum CudaError {
     /// The libtorch this process runs with is a CPU-only build.
     #[error(
         "this libtorch has no CUDA ({TORCH_CUDA} is not in {}): install PyTorch's CUDA build \
-         (`pip install torch==2.11.0`, the default wheel on Linux) and rebuild, or run on the CPU",
+         (`pip install torch==2.11.0`, the default wheel on Linux) and rebuild",
         .dir.display()
     )]
     CpuOnlyLibtorch { dir: PathBuf },
@@ -52,10 +53,7 @@ pub enum CudaError {
     #[error("cannot open {}: {message}", .path.display())]
     Open { path: PathBuf, message: String },
     /// No NVIDIA driver: `libcuda.so.1` is missing.
-    #[error(
-        "no NVIDIA driver on {host} ({message}); install the driver, or run \
-         on the CPU (use_gpu = false)"
-    )]
+    #[error("no NVIDIA driver on {host} ({message}); install the driver")]
     NoDriver { host: String, message: String },
     /// The driver is older than the CUDA libtorch was built with.
     #[error(
@@ -67,7 +65,7 @@ pub enum CudaError {
     /// The driver is there but no device is visible to this process.
     #[error(
         "no CUDA device visible on {host} ({why}); check `nvidia-smi` and CUDA_VISIBLE_DEVICES \
-         (here {visible}), or run on the CPU (use_gpu = false)"
+         (here {visible})"
     )]
     NoDevice { host: String, why: String, visible: String },
     /// The driver refused to start.
@@ -120,6 +118,30 @@ impl std::fmt::Display for Probe {
 pub fn load() -> Result<(), CudaError> {
     static LOADED: OnceLock<Result<(), CudaError>> = OnceLock::new();
     LOADED.get_or_init(|| open_global(&torch_cuda_path()?)).clone()
+}
+
+/// `cpu`, `cuda` (the first visible GPU) or `cuda:N` as a device; None for anything else.
+pub fn parse_device(text: &str) -> Option<tch::Device> {
+    match text.trim() {
+        "" | "cpu" => Some(tch::Device::Cpu),
+        "cuda" => Some(tch::Device::Cuda(0)),
+        other => other.strip_prefix("cuda:")?.parse().ok().map(tch::Device::Cuda),
+    }
+}
+
+/// Makes `device` usable in this process: for a GPU, opens CUDA and probes it here (see
+/// [`Probe::here`]: this process then has CUDA initialised), and checks the device exists.
+/// For a process that uses the GPU itself (prediction), not for one that forks workers.
+pub fn use_device(device: tch::Device) -> Result<tch::Device, CudaError> {
+    let tch::Device::Cuda(index) = device else { return Ok(device) };
+    let probe = Probe::here()?;
+    if index >= probe.devices.len() {
+        return Err(no_device(
+            &hostname(),
+            format!("cuda:{index} asked, {} visible ({})", probe.devices.len(), probe),
+        ));
+    }
+    Ok(device)
 }
 
 /// Where libtorch_cuda should be: beside the libtorch_cpu this process has mapped (found in
@@ -393,6 +415,16 @@ mod tests {
         assert!(text.contains("no CUDA") && text.contains("torch==2.11.0"), "{text}");
         std::fs::write(dir.path().join(TORCH_CUDA), b"").unwrap();
         assert_eq!(beside(dir.path()).unwrap(), dir.path().join(TORCH_CUDA));
+    }
+
+    #[test]
+    fn devices_are_named_as_torch_names_them() {
+        assert_eq!(parse_device("cpu"), Some(tch::Device::Cpu));
+        assert_eq!(parse_device("cuda"), Some(tch::Device::Cuda(0)));
+        assert_eq!(parse_device("cuda:3"), Some(tch::Device::Cuda(3)));
+        assert_eq!(parse_device("gpu"), None);
+        assert_eq!(parse_device("cuda:x"), None);
+        assert_eq!(use_device(tch::Device::Cpu), Ok(tch::Device::Cpu));
     }
 
     #[test]

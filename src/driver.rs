@@ -91,7 +91,13 @@ impl Driver {
         let gpus = scaling.gpus_per_worker();
         if gpus > 0.0 {
             let probe = self.cuda().map_err(|e| {
-                Error::config("ScalingConfig", format!("asks for {gpus} GPU per worker, but {e}"))
+                Error::config(
+                    "ScalingConfig",
+                    format!(
+                        "asks for {gpus} GPU per worker, but {e}; or train on the CPU \
+                         (use_gpu = false)"
+                    ),
+                )
             })?;
             // Said once a process: the probe runs once.
             static SAID: std::sync::Once = std::sync::Once::new();

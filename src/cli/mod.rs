@@ -170,6 +170,9 @@ enum Command {
         /// Copy columns the model does not take to the output (by default they are an error).
         #[arg(long)]
         allow_extra: bool,
+        /// Where the model runs: cpu, cuda (the first visible GPU) or cuda:N.
+        #[arg(long, default_value = "cpu", value_parser = predict::device)]
+        device: tch::Device,
     },
     /// Serve a cluster: the resource pool that drivers reserve worker groups from.
     #[command(after_help = "Example:\n  rtune head --port 6380")]
@@ -415,13 +418,14 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             println!("{}", export::export(&args)?);
             Ok(0)
         }
-        Command::Predict { model, input, output, batch_rows, allow_extra } => {
+        Command::Predict { model, input, output, batch_rows, allow_extra, device } => {
             let args = predict::PredictArgs {
                 model: &model,
                 input: &input,
                 output: &output,
                 batch_rows,
                 allow_extra,
+                device,
             };
             println!("{}", predict::predict(&args)?);
             Ok(0)

@@ -27,11 +27,21 @@ pub(super) struct PredictArgs<'a> {
     pub batch_rows: usize,
     /// Copy columns the model does not use to the output instead of refusing the file.
     pub allow_extra: bool,
+    /// Where the model runs.
+    pub device: tch::Device,
+}
+
+/// A `--device` flag: cpu, cuda or cuda:N (clap names the flag in its error).
+pub(super) fn device(text: &str) -> Result<tch::Device, String> {
+    crate::cuda::parse_device(text)
+        .ok_or_else(|| format!("{text:?} is not a device; use cpu, cuda or cuda:N (e.g. cuda:1)"))
 }
 
 /// Predicts every row of the input; returns a line about what was written.
 pub(super) fn predict(args: &PredictArgs<'_>) -> Result<String> {
-    let (schema, module) = load(args.model)?;
+    let device = crate::cuda::use_device(args.device)
+        .map_err(|e| anyhow!("--device: {e}; or predict on the CPU (--device cpu)"))?;
+    let (schema, module) = load(args.model, device)?;
     if args.output.exists() {
         bail!("{} already exists; write the predictions to a new file", args.output.display());
     }
@@ -49,7 +59,7 @@ pub(super) fn predict(args: &PredictArgs<'_>) -> Result<String> {
                 args.input.display(),
                 first_row + frame.height()
             );
-            let predicted = predict_batch(&schema, &module, frame, &what)?;
+            let predicted = predict_batch(&schema, &module, device, frame, &what)?;
             first_row += predicted.height();
             rows += predicted.height();
             match &mut writer {
@@ -72,7 +82,7 @@ pub(super) fn predict(args: &PredictArgs<'_>) -> Result<String> {
 }
 
 /// The export's input schema and TorchScript module; errors say what is missing or wrong.
-fn load(dir: &Path) -> Result<(DataSchema, tch::CModule)> {
+fn load(dir: &Path, device: tch::Device) -> Result<(DataSchema, tch::CModule)> {
     if !dir.is_dir() {
         bail!("{} is not a folder; give the folder `rtune export` wrote", dir.display());
     }
@@ -91,7 +101,7 @@ fn load(dir: &Path) -> Result<(DataSchema, tch::CModule)> {
             dir.display()
         )
     })?;
-    let mut module = tch::CModule::load(&script).map_err(|e| {
+    let mut module = tch::CModule::load_on_device(&script, device).map_err(|e| {
         anyhow!("{}: not a TorchScript module rtune can load: {e}", script.display())
     })?;
     module.set_eval();
@@ -140,12 +150,15 @@ fn quoted(names: Vec<&String>) -> String {
 fn predict_batch(
     schema: &DataSchema,
     module: &tch::CModule,
+    device: tch::Device,
     mut frame: DataFrame,
     what: &str,
 ) -> Result<DataFrame> {
     let table = schema.table(&frame, false, what)?;
-    let x = schema.inputs(&table, what)?;
-    let outputs = tch::no_grad(|| module.forward_ts(&[x]))?.f_to_kind(Kind::Float)?;
+    let x = schema.inputs(&table, what)?.f_to_device(device)?;
+    let outputs = tch::no_grad(|| module.forward_ts(&[x]))?
+        .f_to_device(tch::Device::Cpu)?
+        .f_to_kind(Kind::Float)?;
     let mut columns = Vec::new();
     match schema.label_kind {
         Some(LabelKind::Class) => {

@@ -18,10 +18,17 @@
 //! starts at the epoch `ctx.iteration()` (so a loop that reports once per epoch, resumed from a
 //! checkpoint, goes on with the orders it would have had) and each `iter_batches` moves to the
 //! next epoch; `set_epoch` sets it.
+//!
+//! Device: batches land on the worker's device (`ctx.device()`), as Ray's
+//! `prepare_data_loader` moves them. On a GPU a shard of up to [`RESIDENT_BYTES`] is moved to
+//! the device once, when it is loaded, and its batches are slices and gathers there, with no
+//! copy per batch (the digits' shards are 0.1 MB). A larger shard stays in pinned host memory
+//! and each batch is copied to the device without blocking (PyTorch's `DataLoader` with
+//! `pin_memory=True` and `.to(device, non_blocking=True)`), so the copy overlaps the GPU's work.
 
 use std::ops::Range;
 
-use tch::Tensor;
+use tch::{Device, Tensor};
 
 use crate::data::dataset::{DataPlan, read_rows};
 use crate::error::{Error, Result};
@@ -81,11 +88,17 @@ pub fn shard_range(n: usize, rank: usize, world: usize) -> Range<usize> {
     rank * n / world..(rank + 1) * n / world
 }
 
+/// A GPU worker's shard of up to this many bytes (features and labels) lives on the device
+/// (module docs); a larger one in pinned host memory.
+pub const RESIDENT_BYTES: usize = 1 << 30;
+
 /// This worker's rows of a dataset, preprocessed, as tensors.
 pub struct DatasetShard {
     name: String,
     features: Tensor,
     labels: Option<Tensor>,
+    /// Where batches are copied to, when the shard's tensors are in pinned host memory.
+    copy_to: Option<Device>,
     rows: usize,
     total_rows: usize,
     rank: usize,
@@ -106,13 +119,15 @@ impl std::fmt::Debug for DatasetShard {
 }
 
 impl DatasetShard {
-    /// Reads rank `rank`'s part of dataset `name` (see the module docs).
+    /// Reads rank `rank`'s part of dataset `name` for a worker on `device` (see the module
+    /// docs).
     pub(crate) fn load(
         plan: &DataPlan,
         name: &str,
         rank: usize,
         world: usize,
         epoch: u64,
+        device: Device,
     ) -> Result<DatasetShard> {
         let Some(dataset) = plan.datasets.get(name) else {
             let names: Vec<&str> = plan.datasets.keys().map(String::as_str).collect();
@@ -149,10 +164,14 @@ impl DatasetShard {
             Some(_) => Some(schema.labels(&table, &what)?),
             None => None,
         };
+        let (features, labels, copy_to) = place(features, labels, device).map_err(|e| {
+            Error::Data(format!("{what}: cannot place the shard on {device:?}: {e}"))
+        })?;
         Ok(DatasetShard {
             name: name.to_owned(),
             features,
             labels,
+            copy_to,
             rows: range.len(),
             total_rows: dataset.rows,
             rank,
@@ -175,14 +194,22 @@ impl DatasetShard {
         self.total_rows
     }
 
-    /// The whole shard's model inputs, `[rows, inputs]` float (after preprocessing).
+    /// The whole shard's model inputs, `[rows, inputs]` float (after preprocessing): on the
+    /// worker's device, except a GPU worker's shard larger than [`RESIDENT_BYTES`], which stays
+    /// in pinned host memory (its batches are on the device).
     pub fn features(&self) -> &Tensor {
         &self.features
     }
 
     /// The whole shard's labels: int64 class indices or float values; None without a label.
+    /// Where they are: as [`features`](Self::features).
     pub fn labels(&self) -> Option<&Tensor> {
         self.labels.as_ref()
+    }
+
+    /// The device this shard's batches are on (the worker's).
+    pub fn device(&self) -> Device {
+        self.copy_to.unwrap_or_else(|| self.features.device())
     }
 
     /// The epoch the next `iter_batches` orders rows for.
@@ -225,12 +252,33 @@ impl DatasetShard {
         Ok(Batches {
             features: &self.features,
             labels,
+            copy_to: self.copy_to,
             order,
             batch_size: spec.batch_size,
             next: 0,
             count,
         })
     }
+}
+
+/// The shard's tensors where a worker on `device` keeps them (module docs), and the device its
+/// batches are copied to when they stay on the host.
+fn place(
+    features: Tensor,
+    labels: Option<Tensor>,
+    device: Device,
+) -> std::result::Result<(Tensor, Option<Tensor>, Option<Device>), tch::TchError> {
+    if !device.is_cuda() {
+        return Ok((features, labels, None));
+    }
+    let bytes = |t: &Tensor| t.numel() * t.kind().elt_size_in_bytes();
+    let total = bytes(&features) + labels.as_ref().map_or(0, bytes);
+    if total <= RESIDENT_BYTES {
+        let labels = labels.map(|l| l.f_to_device(device)).transpose()?;
+        return Ok((features.f_to_device(device)?, labels, None));
+    }
+    let labels = labels.map(|l| l.f_pin_memory(device)).transpose()?;
+    Ok((features.f_pin_memory(device)?, labels, Some(device)))
 }
 
 fn batch_count(rows: usize, spec: &BatchSpec) -> usize {
@@ -268,10 +316,13 @@ fn epoch_order(
     order
 }
 
-/// One epoch's batches of a shard: `(features [b, inputs], labels [b])`.
+/// One epoch's batches of a shard: `(features [b, inputs], labels [b])`, on the worker's
+/// device.
 pub struct Batches<'a> {
     features: &'a Tensor,
     labels: &'a Tensor,
+    /// Set when the shard is in pinned host memory: each batch is copied there.
+    copy_to: Option<Device>,
     order: Vec<usize>,
     batch_size: usize,
     next: usize,
@@ -297,13 +348,18 @@ impl Iterator for Batches<'_> {
         self.next += 1;
         // Consecutive rows (an unshuffled epoch) are a view; others are gathered.
         let first = rows[0];
-        if rows.iter().enumerate().all(|(i, &r)| r == first + i) {
+        let (features, labels) = if rows.iter().enumerate().all(|(i, &r)| r == first + i) {
             let (at, len) = (first as i64, rows.len() as i64);
-            return Some((self.features.narrow(0, at, len), self.labels.narrow(0, at, len)));
-        }
-        let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
-        let index = Tensor::from_slice(&index);
-        Some((self.features.index_select(0, &index), self.labels.index_select(0, &index)))
+            (self.features.narrow(0, at, len), self.labels.narrow(0, at, len))
+        } else {
+            let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+            let index = Tensor::from_slice(&index).to_device(self.features.device());
+            (self.features.index_select(0, &index), self.labels.index_select(0, &index))
+        };
+        Some(match self.copy_to {
+            None => (features, labels),
+            Some(device) => (to_device_async(&features, device), to_device_async(&labels, device)),
+        })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -313,6 +369,14 @@ impl Iterator for Batches<'_> {
 }
 
 impl ExactSizeIterator for Batches<'_> {}
+
+/// A copy of a host batch on `device` that does not block the host: from pinned memory (a
+/// gathered batch is pinned first; a slice of the pinned shard already is).
+fn to_device_async(batch: &Tensor, device: Device) -> Tensor {
+    let pinned =
+        if batch.is_pinned(device) { batch.shallow_clone() } else { batch.pin_memory(device) };
+    pinned.to_device_(device, pinned.kind(), true, false)
+}
 
 #[cfg(test)]
 mod tests {

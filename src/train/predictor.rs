@@ -20,8 +20,8 @@ pub struct TorchPredictor {
     device: Device,
     /// Input columns and the fitted preprocessor, when trained on datasets.
     schema: Option<DataSchema>,
-    /// Keeps the weights alive (the model's tensors live in it).
-    _vs: nn::VarStore,
+    /// The weights (the model's tensors live in it).
+    vs: nn::VarStore,
 }
 
 impl std::fmt::Debug for TorchPredictor {
@@ -56,7 +56,7 @@ impl TorchPredictor {
         // Weights that need no gradients: cheaper, and TorchScript tracing takes them as
         // constants only so.
         vs.freeze();
-        Ok(TorchPredictor { model, device, schema, _vs: vs })
+        Ok(TorchPredictor { model, device, schema, vs })
     }
 
     /// The same from a folder `rtune export` wrote (or any committed checkpoint folder).
@@ -65,6 +65,22 @@ impl TorchPredictor {
         build_model: impl FnOnce(&nn::Path) -> M,
     ) -> Result<TorchPredictor> {
         Self::from_checkpoint(&Checkpoint::from_directory(dir.as_ref())?, build_model)
+    }
+
+    /// The same predictor on `device` (`Device::Cuda(n)` opens CUDA in this process first:
+    /// see [`crate::cuda::use_device`]); a model trained on a GPU predicts on the CPU, and the
+    /// other way round. Its inputs are moved there by `predict`.
+    pub fn on_device(mut self, device: Device) -> Result<TorchPredictor> {
+        let device = crate::cuda::use_device(device)
+            .map_err(|e| Error::config("TorchPredictor device", e.to_string()))?;
+        self.vs.set_device(device);
+        self.device = device;
+        Ok(self)
+    }
+
+    /// The device it predicts on (the CPU unless [`on_device`](Self::on_device) said otherwise).
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// The input columns, label and fitted preprocessor it was trained with (None for a model
@@ -87,7 +103,8 @@ impl TorchPredictor {
         schema.inputs(&table, "the input")
     }
 
-    /// The model's output for a batch of `inputs` (first dimension: the rows).
+    /// The model's output for a batch of `inputs` (first dimension: the rows), on the
+    /// predictor's device.
     pub fn predict(&self, inputs: &Tensor) -> Result<Tensor> {
         let _no_grad = tch::no_grad_guard();
         let inputs = inputs.f_to_device(self.device).map_err(Error::Torch)?;
@@ -95,7 +112,9 @@ impl TorchPredictor {
     }
 
     /// Writes the model as TorchScript (`torch.jit.load(path)` in PyTorch), traced on
-    /// `example`, a batch of inputs of the shape it will be called with.
+    /// `example`, a batch of inputs of the shape it will be called with, on the predictor's
+    /// device (trace on the CPU for a file that loads anywhere: `torch.jit.load(path,
+    /// map_location=...)` moves it).
     pub fn save_torchscript(&self, path: impl AsRef<Path>, example: &Tensor) -> Result<()> {
         let _no_grad = tch::no_grad_guard();
         let example = example.f_to_device(self.device).map_err(Error::Torch)?;

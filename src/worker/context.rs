@@ -160,7 +160,8 @@ impl<'a> TrainContext<'a> {
     }
 
     /// This worker's part of dataset `name` (Ray's `get_dataset_shard`), read, preprocessed
-    /// with the preprocessor fitted on the training data, as tensors: see
+    /// with the preprocessor fitted on the training data, as tensors whose batches are on this
+    /// worker's device: see
     /// [`DatasetShard`] for how rows are split between ranks, balanced and shuffled. Its epoch
     /// starts at `iteration()`, so a loop that reports once per epoch goes on, after a resume,
     /// with the batch orders it would have had.
@@ -171,7 +172,7 @@ impl<'a> TrainContext<'a> {
                  TorchTrainer::datasets)"
             ))
         })?;
-        DatasetShard::load(plan, name, self.rank, self.world_size, self.iteration())
+        DatasetShard::load(plan, name, self.rank, self.world_size, self.iteration(), self.device)
     }
 
     /// Whether the driver has asked the run to stop (also signalled by `report`'s error).

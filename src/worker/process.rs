@@ -161,14 +161,8 @@ fn is_stop(e: &anyhow::Error) -> bool {
 }
 
 fn parse_device(text: &str) -> Result<tch::Device> {
-    match text {
-        "" | "cpu" => Ok(tch::Device::Cpu),
-        _ => text
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(tch::Device::Cuda)
-            .ok_or_else(|| Error::Protocol(format!("unknown device {text:?}"))),
-    }
+    crate::cuda::parse_device(text)
+        .ok_or_else(|| Error::Protocol(format!("unknown device {text:?}")))
 }
 
 /// The last panic's message and location, for the finish message.
