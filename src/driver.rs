@@ -19,9 +19,9 @@ use tokio::sync::Notify;
 use crate::cluster::pool::{PgId, Pool, Reservation};
 use crate::cluster::{local_fit_error, local_node, local_pool, worker_request};
 use crate::config::ScalingConfig;
-use crate::cuda::{CudaError, Probe};
 use crate::error::{Error, Result};
 use crate::group::hub::Hub;
+use crate::sys::cuda::{CudaError, Probe};
 
 /// See the module docs.
 pub(crate) struct Driver {
@@ -106,7 +106,7 @@ impl Driver {
         Ok(())
     }
 
-    /// What CUDA looks like to this binary's workers on this machine: the probe (`crate::cuda`),
+    /// What CUDA looks like to this binary's workers on this machine: the probe (`sys::cuda`),
     /// run once in a child process the first time a run asks for GPUs.
     pub(crate) fn cuda(&self) -> std::result::Result<&Probe, &CudaError> {
         self.cuda

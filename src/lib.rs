@@ -35,8 +35,8 @@
 //! 2  callback    hooks into a sweep, the TensorBoard logger
 //! 1  error       the one error type
 //! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
-//!    sys         supervised processes, build id │ proto  generated wire types │ log  tracing
-//!    cuda        libtorch's CUDA opened at run time, the CUDA probe
+//!    sys         supervised processes, build id, CUDA opened at run time │ proto  wire types
+//!    log         tracing
 //! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
 //! ```
 //!
@@ -48,7 +48,6 @@ pub mod cli;
 pub mod cluster;
 pub mod collective;
 pub mod config;
-pub mod cuda;
 pub mod data;
 mod driver;
 pub mod error;
@@ -75,6 +74,9 @@ pub use error::{Error, Result};
 /// The polars rtune's tables are built with (`ResultGrid::dataframe`), for matching versions.
 pub use polars;
 pub use rtune_searchers::{Mode, Params};
+/// CUDA opened at run time (see its docs): `rtune::cuda::load()` before any `tch::Cuda` call in
+/// a program that wants a GPU outside a worker.
+pub use sys::cuda;
 pub use train::{
     Checkpoint, CheckpointConfig, CheckpointWriter, FailureConfig, PlacementStrategy, RunConfig,
     ScalingConfig, TorchTrainer, TrainContext, TrainResult,

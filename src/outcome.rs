@@ -24,6 +24,9 @@ pub struct TrainResult {
     pub path: PathBuf,
     /// Every kept report, in order.
     pub metrics_history: Vec<Metrics>,
+    /// Where the last attempt's ranks ran, rank by rank: `node/gpu:<CUDA_VISIBLE_DEVICES>` or
+    /// `node/cpu` (each result row's `placement`).
+    pub placement: Option<String>,
     /// Every failed attempt, in order.
     pub failures: Vec<WorkerFailure>,
     /// Wall time of `fit`, and rank 0's time inside the train function (last attempt).

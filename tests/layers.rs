@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// rtune's modules, lowest layer first. Edit with the crate's top-level doc (`src/lib.rs`).
 const LAYERS: &[&[&str]] = &[
     // Leaves: no rtune imports at all.
-    &["collective", "outcome", "sys", "proto", "log", "cuda"],
+    &["collective", "outcome", "sys", "proto", "log"],
     // One error type for everything above (it carries a failed run's `outcome`).
     &["error"],
     // Hooks into a sweep: the callback trait and the built-in loggers.

@@ -33,13 +33,13 @@ pub(super) struct PredictArgs<'a> {
 
 /// A `--device` flag: cpu, cuda or cuda:N (clap names the flag in its error).
 pub(super) fn device(text: &str) -> Result<tch::Device, String> {
-    crate::cuda::parse_device(text)
+    crate::sys::cuda::parse_device(text)
         .ok_or_else(|| format!("{text:?} is not a device; use cpu, cuda or cuda:N (e.g. cuda:1)"))
 }
 
 /// Predicts every row of the input; returns a line about what was written.
 pub(super) fn predict(args: &PredictArgs<'_>) -> Result<String> {
-    let device = crate::cuda::use_device(args.device)
+    let device = crate::sys::cuda::use_device(args.device)
         .map_err(|e| anyhow!("--device: {e}; or predict on the CPU (--device cpu)"))?;
     let (schema, module) = load(args.model, device)?;
     if args.output.exists() {

@@ -28,9 +28,13 @@ impl From<PlacementStrategy> for Strategy {
 pub use crate::config::{ADDRESS_ENV, TOKEN_ENV};
 
 /// The local machine as a one-node cluster: CPUs and GPUs detected, overridable with
-/// `RTUNE_NUM_CPUS` and `RTUNE_NUM_GPUS` (like `ray.init(num_cpus=..., num_gpus=...)`).
+/// `RTUNE_NUM_CPUS` and `RTUNE_NUM_GPUS` (like `ray.init(num_cpus=..., num_gpus=...)`). A driver
+/// run under `CUDA_VISIBLE_DEVICES` offers the devices it lists (see [`local_devices`]).
 pub fn local_node() -> Result<NodeSpec> {
     let mut node = NodeSpec::detect_local();
+    if let Some(devices) = local_devices() {
+        node = node.gpus(devices.len() as u32);
+    }
     for (var, is_gpu) in [("RTUNE_NUM_CPUS", false), ("RTUNE_NUM_GPUS", true)] {
         let Ok(text) = std::env::var(var) else { continue };
         let n: f64 =
@@ -45,6 +49,35 @@ pub fn local_node() -> Result<NodeSpec> {
         node = if is_gpu { node.gpus(n as u32) } else { node.cpus(n) };
     }
     Ok(node)
+}
+
+/// The devices a driver run under `CUDA_VISIBLE_DEVICES` may give its local workers, by name;
+/// None when it is not set (every device of the machine). The pool's device indices `0..n` map
+/// to these names (as a node agent maps them: [`map_devices`]), so a worker gets the physical
+/// device the user meant and never one outside the list.
+pub fn local_devices() -> Option<Vec<String>> {
+    std::env::var("CUDA_VISIBLE_DEVICES").ok().map(|list| device_list(&list))
+}
+
+/// A `CUDA_VISIBLE_DEVICES`-style list as device names (`0,2`, or `GPU-<uuid>`s); CUDA stops
+/// at the first invalid entry (`-1`), and Slurm writes `NoDevFiles` for none.
+pub(crate) fn device_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .take_while(|d| !d.starts_with('-'))
+        .filter(|d| !d.is_empty() && *d != "NoDevFiles")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The pool's device indices (`0,1`) as the names of the node's own devices (`2,3`). An index
+/// beyond the list is kept as it is (the pool never hands one out).
+pub(crate) fn map_devices(indices: &str, devices: &[String]) -> String {
+    let name = |index: &str| -> String {
+        let i: Option<usize> = index.trim().parse().ok();
+        i.and_then(|i| devices.get(i)).cloned().unwrap_or_else(|| index.to_owned())
+    };
+    indices.split(',').map(name).collect::<Vec<_>>().join(",")
 }
 
 /// The bundle one worker of `scaling` holds.
@@ -106,6 +139,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("CPU") && err.contains("RTUNE_NUM_CPUS"), "{err}");
+    }
+
+    #[test]
+    fn pool_device_indices_map_to_the_nodes_devices() {
+        let devices = ["2".to_owned(), "5".to_owned()];
+        assert_eq!(map_devices("0", &devices), "2");
+        assert_eq!(map_devices("1,0", &devices), "5,2");
+        assert_eq!(device_list("2, 5,"), devices);
+        assert_eq!(device_list("1,-1,3"), ["1"]);
+        assert!(device_list("NoDevFiles").is_empty() && device_list("").is_empty());
     }
 
     #[test]

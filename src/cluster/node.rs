@@ -257,7 +257,7 @@ fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let (Some(devices), Some(indices)) = (&config.devices, start.env.get(CUDA_VISIBLE_DEVICES)) {
-        command.env(CUDA_VISIBLE_DEVICES, map_devices(indices, devices));
+        command.env(CUDA_VISIBLE_DEVICES, super::map_devices(indices, devices));
     }
     if config.workers_ignore_sigterm {
         use std::os::unix::process::CommandExt;
@@ -319,16 +319,6 @@ fn spawn(
 
 const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 
-/// The pool's device indices (`0,1`) as the names of the agent's own devices (`2,3`). An index
-/// beyond the list is kept as it is (the pool never hands one out).
-fn map_devices(indices: &str, devices: &[String]) -> String {
-    let name = |index: &str| -> String {
-        let i: Option<usize> = index.trim().parse().ok();
-        i.and_then(|i| devices.get(i)).cloned().unwrap_or_else(|| index.to_owned())
-    };
-    indices.split(',').map(name).collect::<Vec<_>>().join(",")
-}
-
 /// Sends a worker's output up the session in chunks of at most 64 KiB, until it closes.
 fn stream_output(
     mut output: impl tokio::io::AsyncRead + Unpin + Send + 'static,
@@ -351,16 +341,4 @@ fn stream_output(
             }
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::map_devices;
-
-    #[test]
-    fn pool_device_indices_map_to_the_agents_devices() {
-        let devices = ["2".to_owned(), "5".to_owned()];
-        assert_eq!(map_devices("0", &devices), "2");
-        assert_eq!(map_devices("1,0", &devices), "5,2");
-    }
 }

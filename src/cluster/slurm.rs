@@ -4,6 +4,7 @@
 //! of the environment, so the rules are tested without Slurm; `cli::slurm` starts the agents
 //! with `srun` and runs the sweep.
 
+use crate::cluster::device_list;
 use crate::cluster::pool::{NodeSpec, Resources};
 use crate::error::{Error, Result};
 
@@ -198,15 +199,6 @@ impl NodeAllocation {
         resources.custom.insert(node_resource(&self.name), 1.0);
         NodeSpec::new(address, resources)
     }
-}
-
-/// `0,1,3` → ["0", "1", "3"] (`NoDevFiles` and empty entries dropped).
-fn device_list(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty() && *d != "NoDevFiles")
-        .map(str::to_owned)
-        .collect()
 }
 
 /// The number of CPUs this process may run on.

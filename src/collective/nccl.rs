@@ -3,7 +3,7 @@
 //! through the CPU ring instead: NCCL refuses two ranks on one device).
 //!
 //! NCCL is not linked at build time: `libnccl.so.2` is opened at run time. A GPU worker has
-//! opened `libtorch_cuda` (`crate::cuda`), which itself needs `libnccl.so.2` (the PyPI torch
+//! opened `libtorch_cuda` (`crate::sys::cuda`), which itself needs `libnccl.so.2` (the PyPI torch
 //! wheel ships it, found through libtorch_cuda's rpath), so opening it by that name finds the
 //! copy already loaded; a system NCCL works too. A CPU worker never touches it.
 //!

@@ -11,7 +11,9 @@ use tonic::Status;
 use super::hub::{Hub, HubCall, Reply};
 use super::launch::{spawn_local, spawn_remote};
 use super::logs::forward_cluster_events;
-use super::{AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport};
+use super::{
+    AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport, Seat, shared_gpus,
+};
 use crate::error::Result;
 use crate::outcome::WorkerFailure;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
@@ -187,7 +189,7 @@ impl Attempt<'_> {
     fn on_call(&mut self, call: HubCall, on_report: &mut dyn OnReport) {
         match call {
             HubCall::Join(request, reply) => match self.rank_of(request.key.as_ref()) {
-                Ok(rank) => self.on_join(rank, request, reply),
+                Ok(rank) => self.on_join(rank, request, reply, on_report),
                 Err(status) => drop(reply.send(Err(status))),
             },
             HubCall::Report(request, reply) => match self.rank_of(request.key.as_ref()) {
@@ -206,7 +208,13 @@ impl Attempt<'_> {
         }
     }
 
-    fn on_join(&mut self, rank: usize, request: JoinRequest, reply: Reply<JoinReply>) {
+    fn on_join(
+        &mut self,
+        rank: usize,
+        request: JoinRequest,
+        reply: Reply<JoinReply>,
+        on_report: &mut dyn OnReport,
+    ) {
         if request.build_id != build_id::build_id() {
             let message = format!(
                 "worker binary differs from the driver's (build id {} vs driver {}); \
@@ -222,14 +230,38 @@ impl Attempt<'_> {
         if self.workers.iter().any(|w| matches!(w.join, Join::NotYet)) {
             return;
         }
-        let peers: Vec<String> = self
+        let joined: Vec<&JoinRequest> = self
             .workers
             .iter()
-            .map(|w| match &w.join {
-                Join::Waiting(request, _) => request.collective_address.clone(),
-                _ => String::new(),
+            .filter_map(|w| match &w.join {
+                Join::Waiting(request, _) => Some(request),
+                _ => None,
             })
             .collect();
+        let peers: Vec<String> = joined.iter().map(|r| r.collective_address.clone()).collect();
+        let seats: Vec<Seat> = joined
+            .iter()
+            .zip(&self.spec.ranks)
+            .map(|(request, placed)| Seat {
+                node: Some(request.hostname.clone())
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| placed.bind_host.clone()),
+                gpus: placed.cuda_visible_devices.as_ref().map(|given| {
+                    Some(request.cuda_visible_devices.clone())
+                        .filter(|d| !d.is_empty())
+                        .unwrap_or_else(|| given.clone())
+                }),
+            })
+            .collect();
+        let shared = shared_gpus(&seats);
+        for (node, device, ranks) in &shared {
+            tracing::info!(
+                group = %self.spec.group,
+                "ranks {ranks:?} share GPU {device} on {node}: the group averages its gradients \
+                 through the CPU ring (NCCL refuses two ranks on one device)"
+            );
+        }
+        on_report.placed(&seats);
         let group_id = rand::random::<u64>();
         let world = self.workers.len() as u32;
         for (rank, w) in self.workers.iter_mut().enumerate() {
@@ -261,6 +293,7 @@ impl Attempt<'_> {
                 trial_name: self.spec.trial.trial_name.clone(),
                 experiment_name: self.spec.trial.experiment_name.clone(),
                 data_json: self.spec.data_json.to_string(),
+                gpus_shared: !shared.is_empty(),
             }));
         }
     }
@@ -509,6 +542,7 @@ mod tests {
             pid: 1,
             collective_address: format!("127.0.0.1:{}", 1000 + rank),
             hostname: String::new(),
+            cuda_visible_devices: String::new(),
         };
         (request, rx, tx)
     }
@@ -550,7 +584,7 @@ mod tests {
         let spec = spec(2);
         let mut attempt = two_workers(&spec);
         let (request, mut answer, reply) = join(1, vec![0xde, 0xad]);
-        attempt.on_join(1, request, reply);
+        attempt.on_join(1, request, reply, &mut Placed::default());
         let status = answer.try_recv().expect("answered").expect_err("refused");
         assert!(status.message().contains("differs from the driver's"), "{}", status.message());
         let failure = attempt.failure.expect("the attempt fails");
@@ -562,16 +596,70 @@ mod tests {
     fn joins_are_answered_together_with_every_peer() {
         let spec = spec(2);
         let mut attempt = two_workers(&spec);
+        let mut placed = Placed::default();
         let (r0, mut a0, t0) = join(0, build_id::build_id().to_vec());
-        attempt.on_join(0, r0, t0);
+        attempt.on_join(0, r0, t0, &mut placed);
         assert!(a0.try_recv().is_err(), "rank 0 waits for rank 1");
         let (r1, mut a1, t1) = join(1, build_id::build_id().to_vec());
-        attempt.on_join(1, r1, t1);
+        attempt.on_join(1, r1, t1, &mut placed);
         let (x, y) = (a0.try_recv().unwrap().unwrap(), a1.try_recv().unwrap().unwrap());
         assert_eq!(x.peers, vec!["127.0.0.1:1000", "127.0.0.1:1001"]);
         assert_eq!(x.peers, y.peers);
         assert_eq!(x.collective_group_id, y.collective_group_id);
         assert_eq!((y.local_rank, y.local_world_size, y.node_rank), (1, 2, 0));
+        assert!(!x.gpus_shared && !y.gpus_shared);
+        assert_eq!(placed.0, vec![Seat { node: "127.0.0.1".into(), gpus: None }; 2]);
         assert!(attempt.failure.is_none());
+    }
+
+    /// Two ranks given the same GPU (half of it each) are told to average through the CPU
+    /// ring; given two GPUs, NCCL. The device each rank reports (after a node agent's mapping)
+    /// is what counts, and what the run records.
+    #[test]
+    fn ranks_sharing_a_physical_gpu_are_told_so_at_join() {
+        for (devices, shared) in [(["0", "0"], true), (["0", "1"], false), (["3", "3"], true)] {
+            let mut spec = spec(2);
+            let given = [Some("0".to_owned()), Some("0".to_owned())];
+            spec.ranks = RankPlacement::from_nodes(&[0u64, 0], &[], &given);
+            let mut attempt = two_workers(&spec);
+            let mut placed = Placed::default();
+            let mut answers = Vec::new();
+            for (rank, device) in devices.iter().enumerate() {
+                let (mut request, answer, reply) = join(rank as u32, build_id::build_id().to_vec());
+                request.hostname = "gpu-node".into();
+                request.cuda_visible_devices = (*device).into();
+                attempt.on_join(rank, request, reply, &mut placed);
+                answers.push(answer);
+            }
+            for mut answer in answers {
+                let reply = answer.try_recv().unwrap().unwrap();
+                assert_eq!(reply.gpus_shared, shared, "{devices:?}");
+                assert_eq!(reply.device, "cuda:0");
+            }
+            let recorded: Vec<Option<String>> = placed.0.iter().map(|s| s.gpus.clone()).collect();
+            assert_eq!(recorded, devices.map(|d| Some(d.to_owned())));
+        }
+    }
+
+    /// What a run records of an attempt, for the tests: its seats.
+    #[derive(Default)]
+    struct Placed(Vec<Seat>);
+
+    impl OnReport for Placed {
+        fn report(&mut self, _: GroupReport) -> Result<bool> {
+            Ok(false)
+        }
+
+        fn flush_due(&self) -> Option<std::time::Instant> {
+            None
+        }
+
+        fn flush(&mut self) -> Result<()> {
+            Ok(())
+        }
+
+        fn placed(&mut self, seats: &[Seat]) {
+            self.0 = seats.to_vec();
+        }
     }
 }

@@ -72,6 +72,53 @@ impl RankPlacement {
     }
 }
 
+/// Where one rank of an attempt runs, as the rank itself told the driver when it joined: its
+/// node's host name and, for a GPU worker, its `CUDA_VISIBLE_DEVICES` after any node agent
+/// mapped it to the node's own device names (so, its physical devices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seat {
+    pub node: String,
+    pub gpus: Option<String>,
+}
+
+impl Seat {
+    /// The physical device a GPU rank's CUDA work goes to (its first visible one, `cuda:0`), on
+    /// its node.
+    fn device(&self) -> Option<(&str, &str)> {
+        let first = self.gpus.as_deref()?.split(',').next()?.trim();
+        (!first.is_empty()).then_some((self.node.as_str(), first))
+    }
+}
+
+/// The physical GPUs that two or more ranks share: (node, device, ranks), in rank order.
+/// NCCL refuses two ranks on one device, so a group with any of them averages its GPU
+/// gradients through the CPU ring instead (decided here, from where the ranks are, before any
+/// collective is tried).
+pub(crate) fn shared_gpus(seats: &[Seat]) -> Vec<(String, String, Vec<usize>)> {
+    let mut by_device: Vec<((&str, &str), Vec<usize>)> = Vec::new();
+    for (rank, seat) in seats.iter().enumerate() {
+        let Some(device) = seat.device() else { continue };
+        match by_device.iter_mut().find(|(d, _)| *d == device) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => by_device.push((device, vec![rank])),
+        }
+    }
+    by_device
+        .into_iter()
+        .filter(|(_, ranks)| ranks.len() > 1)
+        .map(|((node, device), ranks)| (node.to_owned(), device.to_owned(), ranks))
+        .collect()
+}
+
+/// The seats in one line, rank by rank, as result rows record it: `node/gpu:0 node/cpu`.
+pub(crate) fn describe_seats(seats: &[Seat]) -> String {
+    let seat = |s: &Seat| match &s.gpus {
+        Some(gpus) => format!("{}/gpu:{gpus}", s.node),
+        None => format!("{}/cpu", s.node),
+    };
+    seats.iter().map(seat).collect::<Vec<_>>().join(" ")
+}
+
 /// How an attempt starts its processes.
 #[derive(Clone)]
 pub(crate) enum Launcher {
@@ -154,11 +201,39 @@ pub(crate) trait OnReport: Send {
 
     /// Writes what recording held back; Err fails the attempt.
     fn flush(&mut self) -> Result<()>;
+
+    /// Every rank has joined, here: recorded with the attempt's reports.
+    fn placed(&mut self, seats: &[Seat]);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seat(node: &str, gpus: Option<&str>) -> Seat {
+        Seat { node: node.into(), gpus: gpus.map(Into::into) }
+    }
+
+    #[test]
+    fn ranks_on_one_physical_gpu_are_found_from_their_seats() {
+        // Two halves of GPU 0 on one node: shared. The same device name on another node, a
+        // rank whose first GPU differs, and CPU ranks: not.
+        let seats = [
+            seat("a", Some("0")),
+            seat("a", Some("0")),
+            seat("b", Some("0")),
+            seat("a", Some("1,0")),
+            seat("a", None),
+            seat("a", None),
+        ];
+        assert_eq!(shared_gpus(&seats), vec![("a".into(), "0".into(), vec![0, 1])]);
+        assert!(shared_gpus(&seats[1..]).is_empty());
+        // Devices named by a node agent's mapping (Slurm gives `2,5`) or by UUID compare as
+        // named.
+        let uuids = [seat("a", Some("GPU-1f2e")), seat("a", Some("GPU-1f2e"))];
+        assert_eq!(shared_gpus(&uuids)[0].2, vec![0, 1]);
+        assert_eq!(describe_seats(&seats[2..5]), "b/gpu:0 a/gpu:1,0 a/cpu");
+    }
 
     #[test]
     fn ranks_on_nodes_get_node_and_local_ranks() {

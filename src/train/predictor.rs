@@ -68,10 +68,10 @@ impl TorchPredictor {
     }
 
     /// The same predictor on `device` (`Device::Cuda(n)` opens CUDA in this process first:
-    /// see [`crate::cuda::use_device`]); a model trained on a GPU predicts on the CPU, and the
+    /// see [`crate::sys::cuda::use_device`]); a model trained on a GPU predicts on the CPU, and the
     /// other way round. Its inputs are moved there by `predict`.
     pub fn on_device(mut self, device: Device) -> Result<TorchPredictor> {
-        let device = crate::cuda::use_device(device)
+        let device = crate::sys::cuda::use_device(device)
             .map_err(|e| Error::config("TorchPredictor device", e.to_string()))?;
         self.vs.set_device(device);
         self.device = device;

@@ -26,7 +26,7 @@ pub(super) struct RunIdentity {
 }
 
 /// What a result row holds besides metrics (Ray's auto-filled fields).
-const ROW_FIELDS: [&str; 9] = [
+const ROW_FIELDS: [&str; 10] = [
     "done",
     "trial_id",
     "config",
@@ -36,6 +36,7 @@ const ROW_FIELDS: [&str; 9] = [
     "node_ip",
     "iterations_since_restore",
     "checkpoint_dir_name",
+    "placement",
 ];
 
 /// A result.json row as the record reads it back: its metrics (the numbers, and the tags
@@ -45,6 +46,7 @@ const ROW_FIELDS: [&str; 9] = [
 struct StoredRow {
     metrics: Metrics,
     checkpoint: Option<String>,
+    placement: Option<String>,
 }
 
 impl<'de> serde::Deserialize<'de> for StoredRow {
@@ -61,10 +63,13 @@ impl<'de> serde::Deserialize<'de> for StoredRow {
                 self,
                 mut map: A,
             ) -> std::result::Result<StoredRow, A::Error> {
-                let mut row = StoredRow { metrics: Metrics::new(), checkpoint: None };
+                let mut row =
+                    StoredRow { metrics: Metrics::new(), checkpoint: None, placement: None };
                 while let Some(key) = map.next_key::<String>()? {
                     if key == "checkpoint_dir_name" {
                         row.checkpoint = map.next_value()?;
+                    } else if key == "placement" {
+                        row.placement = map.next_value()?;
                     } else if ROW_FIELDS.contains(&key.as_str()) {
                         map.next_value::<serde::de::IgnoredAny>()?;
                     } else if let MetricValue(Some(v)) = map.next_value()? {
@@ -147,6 +152,8 @@ pub(super) struct RunState {
     last_report: Instant,
     verbose: bool,
     stop: std::collections::BTreeMap<String, f64>,
+    /// Where the current attempt's ranks run (`group::describe_seats`), written into its rows.
+    placement: Option<String>,
 }
 
 impl RunState {
@@ -165,6 +172,7 @@ impl RunState {
             last_report: Instant::now(),
             verbose: run.verbose,
             stop: run.stop.clone(),
+            placement: None,
         }
     }
 
@@ -230,7 +238,7 @@ impl RunState {
             Fence::Open(n) => Some(n),
             Fence::Unset | Fence::Closed => None,
         };
-        for StoredRow { metrics, checkpoint } in read_stored_rows(run_dir)? {
+        for StoredRow { metrics, checkpoint, placement } in read_stored_rows(run_dir)? {
             if let Some(name) = checkpoint
                 && let Ok(ck) = Checkpoint::from_directory(run_dir.join(name))
             {
@@ -239,6 +247,7 @@ impl RunState {
                 state.checkpoints.push((ck, metrics.clone()));
             }
             state.history.push(metrics);
+            state.placement = placement;
         }
         state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
         Ok((state, last_attempt))
@@ -303,6 +312,9 @@ impl RunState {
         row.insert("hostname".into(), identity.hostname.clone().into());
         row.insert("node_ip".into(), identity.node_ip.clone().into());
         row.insert("iterations_since_restore".into(), (iteration - self.restored_at).into());
+        if let Some(placement) = &self.placement {
+            row.insert("placement".into(), placement.clone().into());
+        }
         // Ray's `done`: true on a run's last row only (set when the run ends).
         row.insert("done".into(), false.into());
         self.files.append(row)?;
@@ -329,6 +341,11 @@ impl RunState {
     /// reports come fast: `storage::FLUSH_EVERY`).
     pub(super) fn flush(&mut self) -> Result<()> {
         self.files.flush()
+    }
+
+    /// Where the current attempt's ranks run, as its rows will say.
+    pub(super) fn placed(&mut self, placement: String) {
+        self.placement = Some(placement);
     }
 
     /// The metrics of the latest recorded report (empty before the first).
@@ -433,6 +450,7 @@ impl RunState {
             error,
             path,
             metrics_history: self.history,
+            placement: self.placement,
             failures,
             fit_seconds: 0.0,
             train_loop_seconds,

@@ -15,8 +15,8 @@ use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::driver::{Driver, LocalReservation};
 use crate::error::{Error, Result};
 use crate::group::{
-    AttemptOutcome, AttemptSpec, GroupReport, Launcher, OnReport, RankPlacement, TrialNames,
-    run_attempt,
+    AttemptOutcome, AttemptSpec, GroupReport, Launcher, OnReport, RankPlacement, Seat, TrialNames,
+    describe_seats, run_attempt,
 };
 use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
@@ -310,7 +310,8 @@ impl TorchTrainer {
         let reservation = held.reservation();
         let nodes: Vec<u64> = reservation.bundles.iter().map(|b| b.node.0).collect();
         let hosts = vec!["127.0.0.1".to_owned(); nodes.len()];
-        let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices_of(reservation));
+        let devices = devices_of(reservation, crate::cluster::local_devices().as_deref());
+        let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
         Ok(Target::Local(ranks, held))
     }
 
@@ -454,6 +455,10 @@ impl OnReport for Recording<'_, '_> {
     fn flush(&mut self) -> Result<()> {
         self.run.flush()
     }
+
+    fn placed(&mut self, seats: &[Seat]) {
+        self.run.placed(describe_seats(seats));
+    }
 }
 
 /// Params travel to workers and into `params.json` as JSON, which has no NaN or infinity
@@ -480,12 +485,20 @@ fn check_finite_params(params: &Params) -> Result<()> {
     }
 }
 
-/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids.
-fn devices_of(reservation: &crate::cluster::pool::Reservation) -> Vec<Option<String>> {
+/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids, named through `names` (the
+/// local driver's own `CUDA_VISIBLE_DEVICES`, see `cluster::local_devices`) when given.
+fn devices_of(
+    reservation: &crate::cluster::pool::Reservation,
+    names: Option<&[String]>,
+) -> Vec<Option<String>> {
+    let name = |ids: String| match names {
+        Some(names) => crate::cluster::map_devices(&ids, names),
+        None => ids,
+    };
     reservation
         .bundles
         .iter()
-        .map(|b| (!b.gpu_ids.is_empty()).then(|| b.cuda_visible_devices()))
+        .map(|b| (!b.gpu_ids.is_empty()).then(|| name(b.cuda_visible_devices())))
         .collect()
 }
 
@@ -546,8 +559,9 @@ impl Placement {
                         .iter()
                         .map(|n| r.node_addresses.get(n).cloned().unwrap_or_default())
                         .collect();
-                    let ranks =
-                        RankPlacement::from_nodes(&nodes, &hosts, &devices_of(&r.reservation));
+                    // Each node agent maps the pool's device indices to its own devices.
+                    let devices = devices_of(&r.reservation, None);
+                    let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
                     *held = Some((r.pg(), ranks));
                 }
                 let (pg, ranks) = held.as_ref().expect("reserved above");

@@ -174,7 +174,8 @@ impl ResultGrid {
 
     /// One row per trial: `trial_id`, `status`, every param as `config/<name>`, the last
     /// reported metrics, `best/<metric>` (the best value of the sweep's metric over the trial's
-    /// reports, when the sweep had one), `checkpoint_path`, `error` and `path`.
+    /// reports, when the sweep had one), `checkpoint_path`, `placement` (where its ranks ran:
+    /// `node/gpu:0 node/cpu`, rank by rank), `error` and `path`.
     pub fn dataframe(&self) -> Result<DataFrame> {
         self.table(None)
     }
@@ -226,6 +227,8 @@ impl ResultGrid {
             Some(ck.path().display().to_string())
         };
         columns.push(text("checkpoint_path", self.trials.iter().map(checkpoint)));
+        let placement = |t: &TrialResult| t.result.as_ref()?.placement.clone();
+        columns.push(text("placement", self.trials.iter().map(placement)));
         columns.push(text("error", self.trials.iter().map(|t| t.error.clone())));
         columns.push(text("path", self.trials.iter().map(|t| Some(t.path.display().to_string()))));
         Ok(DataFrame::new(self.trials.len(), columns)?)
@@ -377,6 +380,7 @@ mod tests {
                 error: None,
                 path: PathBuf::from(id),
                 metrics_history: history,
+                placement: None,
                 failures: Vec::new(),
                 fit_seconds: 0.0,
                 train_loop_seconds: 0.0,
@@ -447,6 +451,7 @@ mod tests {
                 "loss",
                 "best/acc",
                 "checkpoint_path",
+                "placement",
                 "error",
                 "path"
             ]

@@ -37,6 +37,8 @@ pub(crate) struct ContextParts<'a> {
     pub experiment_name: String,
     pub data: Option<Rc<DataPlan>>,
     pub group: Box<dyn ProcessGroup>,
+    /// Ranks of the group share a GPU: GPU models average through `group` (see `prepare_model`).
+    pub gpus_shared: bool,
     pub link: &'a mut DriverLink,
 }
 
@@ -61,6 +63,8 @@ pub struct TrainContext<'a> {
     reports: u64,
     stop_requested: bool,
     group: SharedGroup,
+    /// Two or more ranks share a physical GPU, so NCCL cannot be used (see `prepare_model`).
+    gpus_shared: bool,
     /// Made on first use by a model on a GPU, bootstrapped over `group`.
     nccl: Option<SharedNccl>,
     link: &'a mut DriverLink,
@@ -87,6 +91,7 @@ impl<'a> TrainContext<'a> {
             reports: 0,
             stop_requested: false,
             group: Rc::new(RefCell::new(parts.group)),
+            gpus_shared: parts.gpus_shared,
             nccl: None,
             link: parts.link,
         }
@@ -231,21 +236,33 @@ impl<'a> TrainContext<'a> {
     /// Makes `vs` data-parallel: copies rank 0's weights to every rank now, and returns the
     /// handle whose `sync_gradients` averages gradients across ranks after each backward pass.
     ///
-    /// A model on the CPU averages through rtune's ring all-reduce; with the `cuda` feature, a
-    /// model on a GPU averages through NCCL on the device.
+    /// A model on the CPU averages through rtune's ring all-reduce; a model on a GPU through
+    /// NCCL on the device, unless two or more ranks of the group share a physical GPU (fractional
+    /// `GPU` per worker), which NCCL refuses: then through the CPU ring as well, each bucket
+    /// copied to the host and back (the driver decides that from where the ranks are).
     pub fn prepare_model(&mut self, vs: &VarStore) -> Result<DistributedModel> {
         DistributedModel::new(self.backend_for(vs.device())?, vs)
     }
 
     fn backend_for(&mut self, device: Device) -> Result<Backend> {
-        if device.is_cuda() && self.world_size > 1 {
-            if self.nccl.is_none() {
-                let nccl = crate::collective::NcclGroup::new(&mut **self.group.borrow_mut())?;
-                self.nccl = Some(Rc::new(RefCell::new(nccl)));
-            }
-            return Ok(Backend::Nccl(self.nccl.clone().expect("made above"), device));
+        if !device.is_cuda() || self.world_size == 1 {
+            return Ok(Backend::Ring(self.group.clone()));
         }
-        Ok(Backend::Ring(self.group.clone()))
+        if self.gpus_shared {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::info!(
+                    "ranks of this group share a GPU: gradients are averaged through the CPU \
+                     ring (NCCL refuses two ranks on one device)"
+                )
+            });
+            return Ok(Backend::Ring(self.group.clone()));
+        }
+        if self.nccl.is_none() {
+            let nccl = crate::collective::NcclGroup::new(&mut **self.group.borrow_mut())?;
+            self.nccl = Some(Rc::new(RefCell::new(nccl)));
+        }
+        Ok(Backend::Nccl(self.nccl.clone().expect("made above"), device))
     }
 
     /// Averages (or sums) `values` across ranks in place, e.g. validation counts.

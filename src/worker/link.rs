@@ -100,7 +100,8 @@ impl DriverLink {
             build_id: build_id::build_id().to_vec(),
             pid: std::process::id(),
             collective_address,
-            hostname: String::new(),
+            hostname: crate::sys::hostname(),
+            cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default(),
         };
         self.call("join", async |c| Ok(c.join(request).await?.into_inner()))
     }

@@ -51,7 +51,7 @@ pub(crate) struct WorkerSpec {
 pub fn init() {
     crate::log::install();
     // A process started to probe CUDA for its driver answers and exits (see `cuda`).
-    crate::cuda::probe_if_asked();
+    crate::sys::cuda::probe_if_asked();
     // The driver's fork server (`sys::zygote`) forks workers that go on below, in `run_worker`.
     crate::sys::zygote::serve_if_asked(|| exit_now(run_worker()));
     if std::env::var_os(WORKER_ENV).is_none() {

@@ -113,8 +113,8 @@ fn train(
         .map_err(|e| failed(&format!("train loop config: {e}")))?;
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
     if device.is_cuda() {
-        // Before anything asks libtorch about CUDA (see `crate::cuda`).
-        crate::cuda::load().map_err(|e| failed(&e))?;
+        // Before anything asks libtorch about CUDA (see `crate::sys::cuda`).
+        crate::sys::cuda::load().map_err(|e| failed(&e))?;
     }
     let data = match reply.data_json.as_str() {
         "" => None,
@@ -140,6 +140,7 @@ fn train(
         experiment_name: reply.experiment_name.clone(),
         data,
         group,
+        gpus_shared: reply.gpus_shared,
         link,
     });
     // SAFETY: the offset came from the driver, whose build id equals ours (checked above and by
@@ -161,7 +162,7 @@ fn is_stop(e: &anyhow::Error) -> bool {
 }
 
 fn parse_device(text: &str) -> Result<tch::Device> {
-    crate::cuda::parse_device(text)
+    crate::sys::cuda::parse_device(text)
         .ok_or_else(|| Error::Protocol(format!("unknown device {text:?}")))
 }
 

@@ -73,10 +73,23 @@ pub fn two_workers_converge_on_digits() -> Result<()> {
     ensure!(acc > 0.9, "validation accuracy {acc} should pass 0.9 after 8 epochs");
     let ck = result.checkpoint.as_ref().context("a checkpoint")?;
     ensure!(ck.name() == "checkpoint_000008", "latest checkpoint is {}", ck.name());
-    let lines = std::fs::read_to_string(result.path.join("result.json"))?.lines().count();
-    ensure!(lines == 8, "result.json has {lines} lines");
+    let rows = std::fs::read_to_string(result.path.join("result.json"))?;
+    ensure!(rows.lines().count() == 8, "result.json has {} lines", rows.lines().count());
     ensure!(result.path.join("logs/rank_1.stderr").is_file(), "rank 1 has a log file");
+    // Where each rank ran, as the ranks said at their join: this host, no GPU.
+    let host = this_host()?;
+    let placement = format!("{host}/cpu {host}/cpu");
+    ensure!(result.placement.as_deref() == Some(placement.as_str()), "{:?}", result.placement);
+    for row in rows.lines() {
+        let row: serde_json::Value = serde_json::from_str(row)?;
+        ensure!(row["placement"] == placement.as_str(), "row placement {}", row["placement"]);
+    }
     Ok(())
+}
+
+/// This machine's host name.
+fn this_host() -> Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")?.trim().to_owned())
 }
 
 // ---------------------------------------------------------------- DDP equivalence

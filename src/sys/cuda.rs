@@ -137,7 +137,7 @@ pub fn use_device(device: tch::Device) -> Result<tch::Device, CudaError> {
     let probe = Probe::here()?;
     if index >= probe.devices.len() {
         return Err(no_device(
-            &hostname(),
+            &super::hostname(),
             format!("cuda:{index} asked, {} visible ({})", probe.devices.len(), probe),
         ));
     }
@@ -287,7 +287,7 @@ impl Probe {
     /// initialises it and counts the devices. Initialises CUDA, so call it in a process that
     /// forks no CUDA children (the probe process; see the module docs).
     pub fn here() -> Result<Probe, CudaError> {
-        let host = hostname();
+        let host = super::hostname();
         load()?;
         let driver = Driver::open(&host)?;
         let runtime = runtime_version();
@@ -364,14 +364,6 @@ fn no_device(host: &str, why: String) -> CudaError {
         Err(_) => "unset".into(),
     };
     CudaError::NoDevice { host: host.into(), why, visible }
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    if ok { String::from_utf8_lossy(&buf[..end]).into_owned() } else { "this host".into() }
 }
 
 /// In a probe process (its environment says so): probes, prints the answer as one JSON line on
