@@ -63,6 +63,26 @@ impl std::fmt::Display for WorkerFailure {
     }
 }
 
+/// What progress lines and the terminal UI show of an error: its first line, at most
+/// [`SUMMARY_CHARS`] characters. libtorch's errors carry a C++ backtrace after their message
+/// (`Exception raised from ...`), which a panic on a tch `Result` shows with escaped line breaks
+/// (`\n`); the whole text is in the trial's `error.txt` and the logs.
+pub fn error_summary(text: &str) -> String {
+    let end = [text.find('\n'), text.find("\\n"), text.find("Exception raised from")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(text.len());
+    let line = text[..end].trim_end();
+    match line.char_indices().nth(SUMMARY_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    }
+}
+
+/// How much of an error's first line [`error_summary`] keeps.
+pub const SUMMARY_CHARS: usize = 300;
+
 /// A committed checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -77,5 +97,26 @@ impl Checkpoint {
     /// The folder name, e.g. `checkpoint_000012`.
     pub fn name(&self) -> String {
         self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_summed_up_by_its_first_line() {
+        // A panic on a tch error: the message, then libtorch's backtrace with escaped breaks.
+        let panic = "panicked at src/main.rs:9:5: called `Result::unwrap()` on an `Err` value: \
+                     Torch(\"Expected all tensors to be on the same device, but got mat1 is on \
+                     cpu\\nException raised from compute_types at aten/src/ATen/TensorIterator\
+                     .cpp:254 (most recent call first):\\nframe #0: c10::Error::Error(..)\")";
+        let summary = error_summary(panic);
+        assert!(summary.ends_with("but got mat1 is on cpu"), "{summary}");
+        let torch = "Internal torch error: boom\nException raised from f at a.cpp:1\nframe #0";
+        assert_eq!(error_summary(torch), "Internal torch error: boom");
+        assert_eq!(error_summary("one line"), "one line");
+        let long = "x".repeat(SUMMARY_CHARS + 10);
+        assert_eq!(error_summary(&long).chars().count(), SUMMARY_CHARS + 1);
     }
 }

@@ -11,6 +11,7 @@ use serde_json::json;
 use super::Format;
 use super::tui::model::status_name;
 pub(super) use crate::metrics::{number_text as number, param_text};
+use crate::outcome::error_summary;
 use crate::tune::{ResultGrid, Scope, TrialResult, Tuner};
 
 /// Right-aligned numbers, left-aligned text, columns as wide as their widest cell.
@@ -257,7 +258,8 @@ pub(super) fn show(dir: &Path, trial: Option<&str>, format: Format) -> Result<()
             println!("trial {} ({}) in {}", t.trial_id, status_name(t.status), t.path.display());
             println!("params: {}", serde_json::to_string(&t.params)?);
             if let Some(e) = &t.error {
-                println!("error: {e}");
+                let whole = t.path.join(crate::tune::ERROR_FILE);
+                println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
             let mut names: Vec<String> = Vec::new();
             for m in t.history() {

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use rtune_searchers::{Metrics, Mode};
 
+use crate::outcome::error_summary;
+
 use super::tui::Follow;
 use super::tui::model::{Event, Model, TrialRow};
 
@@ -105,9 +107,7 @@ impl<W: Write + Send> Follow for Progress<W> {
             board.model.apply(&event);
             let ended = match &event {
                 Event::Complete(t) => Some((t, "TERMINATED".to_owned())),
-                Event::Error(t, e) => {
-                    Some((t, format!("ERROR ({})", e.lines().next().unwrap_or_default())))
-                }
+                Event::Error(t, e) => Some((t, format!("ERROR ({})", error_summary(e)))),
                 _ => None,
             };
             if let Some((trial, how)) = ended {

@@ -31,6 +31,10 @@ pub(crate) const DATASETS_DIR: &str = ".datasets";
 /// whether the run should stop.
 pub(crate) type Decide<'a> = dyn FnMut(&Metrics) -> Result<bool> + Send + 'a;
 
+/// Told when the run's resources are reserved and its workers start (before every attempt):
+/// until then a trial is waiting (PENDING), not running.
+pub(crate) type Started<'a> = dyn FnMut() + Send + 'a;
+
 /// A distributed training run of `train_fn` on a group of worker processes (Ray's
 /// `TorchTrainer`).
 #[derive(Debug, Clone)]
@@ -204,14 +208,16 @@ impl TorchTrainer {
 
     /// One trial of a sweep: like `fit`, on the process's shared driver, in `run_dir` (made
     /// here), asking `decide` after every recorded report whether the run should stop (a
-    /// scheduler's decision, answered to the workers with that report).
+    /// scheduler's decision, answered to the workers with that report), and telling `started`
+    /// when its workers start.
     pub(crate) async fn run_trial(
         &self,
         driver: &'static Driver,
         run_dir: PathBuf,
         decide: &mut Decide<'_>,
+        started: &mut Started<'_>,
     ) -> Result<TrainResult> {
-        let started = Instant::now();
+        let started_at = Instant::now();
         self.validate()?;
         if self.data_unprepared() {
             return Err(Error::Data("the sweep's datasets were not prepared".into()));
@@ -223,7 +229,7 @@ impl TorchTrainer {
         // The experiment folder was proven writable when the sweep began: a trial's folder in it
         // needs no probe file (a file made and removed per trial is one more inode to allocate).
         std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
-        self.run_placed(driver, run_dir, target, decide, started).await
+        self.run_placed(driver, run_dir, target, decide, started_at, started).await
     }
 
     /// The common end of `fit` and `run_trial`, once placed and with a run directory:
@@ -234,12 +240,14 @@ impl TorchTrainer {
         run_dir: PathBuf,
         target: Target,
         decide: &mut Decide<'_>,
-        started: Instant,
+        started_at: Instant,
+        started: &mut Started<'_>,
     ) -> Result<TrainResult> {
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
-        let mut result = self.run_attempts(driver, run_dir, params_json, target, decide).await?;
-        result.fit_seconds = started.elapsed().as_secs_f64();
+        let mut result =
+            self.run_attempts(driver, run_dir, params_json, target, decide, started).await?;
+        result.fit_seconds = started_at.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
             None => Ok(result),
@@ -278,7 +286,14 @@ impl TorchTrainer {
             self
         };
         let mut no_decisions = |_: &Metrics| Ok(false);
-        driver.block_on(this.run_placed(driver, run_dir, target, &mut no_decisions, started))
+        driver.block_on(this.run_placed(
+            driver,
+            run_dir,
+            target,
+            &mut no_decisions,
+            started,
+            &mut || {},
+        ))
     }
 
     fn make_run_dir(&self) -> Result<PathBuf> {
@@ -322,6 +337,7 @@ impl TorchTrainer {
         params_json: String,
         target: Target,
         decide: &mut Decide<'_>,
+        started: &mut Started<'_>,
     ) -> Result<TrainResult> {
         // On a cluster the hub is reachable from other hosts: only this run's workers may call
         // it, with the cluster token (or a token of its own when the cluster has none).
@@ -399,6 +415,7 @@ impl TorchTrainer {
                 data_json: self.data_json.clone(),
             };
             run.begin_attempt(attempt, start_iteration)?;
+            started();
             let outcome =
                 run_attempt(&hub, &spec, &mut Recording { run: &mut run, decide }).await?;
             match outcome {

@@ -58,6 +58,10 @@ impl Settings {
 /// The experiment state snapshot in the experiment directory.
 pub const STATE_FILE: &str = "experiment_state.json";
 
+/// A failed trial's whole error, in its directory (progress lines and the terminal UI show
+/// its first line: `outcome::error_summary`).
+pub const ERROR_FILE: &str = "error.txt";
+
 /// Whether `path` already holds an experiment (its settings or its state), which a new sweep
 /// must not write over. Other files may be there (`rtune run` puts its sweep file first).
 pub fn holds_experiment(path: &Path) -> bool {

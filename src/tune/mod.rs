@@ -48,6 +48,6 @@ mod tuner;
 pub use controller::{
     Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
 };
-pub use experiment::{SETTINGS_FILE, STATE_FILE, holds_experiment};
+pub use experiment::{ERROR_FILE, SETTINGS_FILE, STATE_FILE, holds_experiment};
 pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope, TrialResult};
 pub use tuner::{Control, DRIVER_LOG, TuneConfig, Tuner};

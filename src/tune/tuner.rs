@@ -676,6 +676,9 @@ enum Heard {
         trial: TrialId,
         metrics: Metrics,
     },
+    /// The trial's resources are reserved and its workers start: it is running, no longer
+    /// waiting (sent before each of its attempts).
+    Started(TrialId),
     Ended {
         trial: TrialId,
         /// The request the run ended on (`Halt::GO`: it ended on its own).
@@ -833,8 +836,16 @@ impl Sweep {
                     }
                     self.start(driver, trial, params, resume, halt.clone(), heard_tx.clone());
                     running.insert(trial, halt);
-                    let info = self.info(trial);
-                    self.call_back(&running, &mut fatal, |c| c.on_trial_start(&info));
+                }
+                Heard::Started(trial) => {
+                    // PENDING until now: started by the controller, waiting for its resources.
+                    if let Some(t) = self.trials.get_mut(&trial)
+                        && t.status == TrialStatus::Pending
+                    {
+                        t.status = TrialStatus::Running;
+                        let info = self.info(trial);
+                        self.call_back(&running, &mut fatal, |c| c.on_trial_start(&info));
+                    }
                 }
                 Heard::Command(Command::StopTrial(trial)) => {
                     running.get(&trial).inspect(|h| h.ask(Halt::STOP));
@@ -1129,7 +1140,8 @@ impl Sweep {
             trial,
             TrialResult {
                 trial_id,
-                status: TrialStatus::Running,
+                // Running once its workers start (`Heard::Started`): it may wait for them.
+                status: TrialStatus::Pending,
                 params: sampled,
                 result: None,
                 error: None,
@@ -1178,7 +1190,9 @@ impl Sweep {
                     halted.store(halt.get(), Ordering::SeqCst);
                     Ok(halt.get() != Halt::GO)
                 };
-                let outcome = trainer.run_trial(driver, path, &mut decide).await;
+                let heard_start = heard.clone();
+                let mut started = move || drop(heard_start.send(Heard::Started(trial)));
+                let outcome = trainer.run_trial(driver, path, &mut decide, &mut started).await;
                 let halted = halted.load(Ordering::SeqCst);
                 match &outcome {
                     Ok(_) if halted == Halt::PAUSE => tracing::info!("paused"),
@@ -1238,7 +1252,7 @@ impl Sweep {
         let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
         entry.status = TrialStatus::Error;
         entry.error = Some(error.clone());
-        let _ = std::fs::write(entry.path.join("error.txt"), &error);
+        let _ = std::fs::write(entry.path.join(super::experiment::ERROR_FILE), &error);
         Event::TrialFailed { trial, error }
     }
 

@@ -166,14 +166,15 @@ fn parse_device(text: &str) -> Result<tch::Device> {
         .ok_or_else(|| Error::Protocol(format!("unknown device {text:?}")))
 }
 
-/// The last panic's message and location, for the finish message.
+/// The last panic's location and message (`panicked at <where>: <message>`, the message's own
+/// lines kept), for the finish message.
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
 fn install_panic_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if let Ok(mut slot) = PANIC.lock() {
-            *slot = Some(info.to_string().replace('\n', " "));
+            *slot = Some(info.to_string().replacen('\n', " ", 1));
         }
         default(info);
     }));

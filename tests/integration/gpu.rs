@@ -109,3 +109,62 @@ pub fn a_cpu_only_libtorch_is_refused_by_name() -> Result<()> {
     let folder = cpu_only.path().display().to_string();
     check_refused(&out, dir.path(), &["this libtorch has no CUDA", &folder, "torch==2.11.0"])
 }
+
+/// A trial that waits for its resources is PENDING, not RUNNING, until its workers start: two
+/// trials allowed at once on a machine with room for one (`RTUNE_NUM_CPUS=1`), as two 0.5-GPU
+/// trials of a 1-GPU machine would wait for each other. Read from the state file while the
+/// sweep runs: never two RUNNING, and one PENDING beside the RUNNING one.
+pub fn a_trial_waiting_for_resources_is_pending() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep = dir.path().join("wait.toml");
+    let state = dir.path().join("results/waiting/experiment_state.json");
+    std::fs::write(
+        &sweep,
+        format!(
+            r#"
+name = "waiting"
+storage_path = "{}"
+[trainable]
+builtin = "synthetic-curve"
+[scaling]
+num_workers = 1
+[param_space]
+rate = {{ grid_search = [0.1, 0.2] }}
+iterations = 6
+sleep_s = 0.3
+[tune]
+max_concurrent_trials = 2
+"#,
+            dir.path().join("results").display()
+        ),
+    )?;
+    let mut child = Command::new(RTUNE)
+        .arg("run")
+        .arg(&sweep)
+        .env("RTUNE_NUM_CPUS", "1")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut seen_waiting = false;
+    let statuses = || -> Option<Vec<String>> {
+        let state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).ok()?).ok()?;
+        let trials = state["trials"].as_array()?;
+        Some(trials.iter().map(|t| t["status"].as_str().unwrap_or("").to_owned()).collect())
+    };
+    while child.try_wait()?.is_none() {
+        if let Some(statuses) = statuses() {
+            let running = statuses.iter().filter(|s| *s == "Running").count();
+            if running > 1 {
+                let _ = child.kill();
+                anyhow::bail!("two trials RUNNING on room for one: {statuses:?}");
+            }
+            seen_waiting |= running == 1 && statuses.iter().any(|s| s == "Pending");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    ensure!(child.wait()?.success(), "the sweep failed");
+    ensure!(seen_waiting, "no snapshot showed a trial PENDING beside the running one");
+    ensure!(statuses() == Some(vec!["Terminated".into(), "Terminated".into()]), "{:?}", statuses());
+    Ok(())
+}

@@ -63,6 +63,10 @@ fn main() {
             gpu::a_cpu_only_libtorch_is_refused_by_name,
         ),
         test(
+            "gpu::a_trial_waiting_for_resources_is_pending",
+            gpu::a_trial_waiting_for_resources_is_pending,
+        ),
+        test(
             "data::shards_partition_rows_and_batch_evenly_across_runs_and_resumes",
             data::shards_partition_rows_and_batch_evenly_across_runs_and_resumes,
         ),

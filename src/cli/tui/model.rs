@@ -8,6 +8,7 @@ use rtune_searchers::{Metrics, Mode, SchedulerStatus, TrialStatus};
 
 use crate::callback::TrialInfo;
 use crate::cli::inspect::param_text;
+use crate::outcome::error_summary;
 use crate::tune::ResultGrid;
 
 /// One trial as the table and the chart show it.
@@ -275,26 +276,21 @@ impl Model {
         rows
     }
 
-    /// The last `n` lines of a trial's log: its error, else rank 0's stderr and stdout.
+    /// The last `n` lines of a trial's log: rank 0's stderr and stdout, after its error's first
+    /// line when it failed (the whole text is in its `error.txt`).
     pub fn log_tail(&self, trial: usize, n: usize) -> Vec<String> {
         let Some(t) = self.trials.get(trial) else { return Vec::new() };
-        if let Some(e) = &t.error {
-            return e
-                .lines()
-                .rev()
-                .take(n)
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-        }
+        let mut head: Vec<String> =
+            t.error.iter().map(|e| format!("error: {}", error_summary(e))).collect();
+        head.truncate(n);
+        let room = n - head.len();
         let mut lines = Vec::new();
         for file in ["logs/rank_0.stderr", "logs/rank_0.stdout"] {
-            lines.extend(tail(&t.path.join(file), n));
+            lines.extend(tail(&t.path.join(file), room));
         }
-        let skip = lines.len().saturating_sub(n);
-        lines.split_off(skip)
+        let skip = lines.len().saturating_sub(room);
+        head.extend(lines.split_off(skip));
+        head
     }
 }
 

@@ -170,3 +170,25 @@ fn the_scheduler_panel_shows_asha_rungs_and_pbt_exploits() {
     assert!(text.contains("PBT exploits · 5 so far"), "{text}");
     assert!(text.contains("training_iteration=8  _00002 ← _00000"), "{text}");
 }
+
+/// A failed trial's log pane: its error's first line (not libtorch's backtrace after it), then
+/// the end of rank 0's stderr.
+#[test]
+fn a_failed_trials_log_shows_the_errors_first_line_then_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    std::fs::write(dir.path().join("logs/rank_0.stderr"), "one\ntwo\nthree\n").unwrap();
+    let mut m = Model::new("demo".into(), "/tmp/demo".into(), None);
+    let mut failed = info(0, 0.1);
+    failed.path = dir.path().to_owned();
+    let torch = "rank 0 (attempt 0): Internal torch error: CUDA out of memory.\nException raised \
+                 from malloc at c10/cuda/CUDACachingAllocator.cpp:1 (most recent call first):\n\
+                 frame #0: c10::Error::Error()";
+    m.apply(&Event::Start(failed.clone()));
+    m.apply(&Event::Error(failed, torch.into()));
+    assert_eq!(
+        m.log_tail(0, 3),
+        ["error: rank 0 (attempt 0): Internal torch error: CUDA out of memory.", "two", "three"]
+    );
+    assert_eq!(m.log_tail(0, 1).len(), 1);
+}
