@@ -126,6 +126,14 @@ fn print_table(status: &pool::PoolStatus) {
             n.free.gpu
         );
     }
+    for n in &status.nodes {
+        if let Some(error) = &n.gpu_error {
+            println!("  node {}: GPUs not offered, its workers cannot use them: {error}", n.id);
+        }
+        for gpu in &n.gpus {
+            println!("  node {}: {} ({})", n.id, gpu.short(), gpu.name);
+        }
+    }
     println!("{} placement group(s)", status.groups.len());
     for g in &status.groups {
         println!("  {}", serde_json::to_string(g).unwrap_or_default());

@@ -36,6 +36,7 @@ use crate::proto::{
     StartWorkerReply, StartWorkerRequest, StatusReply, StatusRequest, WatchWorkersRequest,
     WorkerEvent, WorkerExit, WorkerLog, driver_event, head_command, node_message, worker_event,
 };
+use crate::sys::nvml::GpuUsage;
 
 /// How a head serves.
 #[derive(Debug, Clone)]
@@ -118,12 +119,15 @@ enum Msg {
     Register {
         spec: NodeSpec,
         previous: Option<NodeId>,
+        /// Why its GPUs are not offered (the agent's CUDA probe), if so.
+        gpu_error: Option<String>,
         commands: CommandTx,
         reply: Reply<(NodeId, u64)>,
     },
     Heartbeat {
         node: NodeId,
         session: u64,
+        gpus: Vec<GpuUsage>,
     },
     Exited {
         node: NodeId,
@@ -194,6 +198,15 @@ struct HeadState {
     next_lease: u64,
     /// Requests waiting for the cluster to grow.
     parked: Vec<Parked>,
+    /// What each node said of its GPUs: why they are unusable (at registration), what they
+    /// are doing (with each heartbeat). For `Status`, and for refusals of GPU requests.
+    gpus: HashMap<NodeId, NodeGpus>,
+}
+
+#[derive(Default)]
+struct NodeGpus {
+    error: Option<String>,
+    usage: Vec<GpuUsage>,
 }
 
 struct Parked {
@@ -222,20 +235,25 @@ impl HeadState {
             leases: HashMap::new(),
             next_lease: 1,
             parked: Vec::new(),
+            gpus: HashMap::new(),
         }
     }
 
     fn handle(&mut self, msg: Msg) {
         match msg {
-            Msg::Register { spec, previous, commands, reply } => {
+            Msg::Register { spec, previous, gpu_error, commands, reply } => {
                 let result = self.register(spec, previous, commands);
+                if let Ok((node, _)) = &result {
+                    self.gpus.insert(*node, NodeGpus { error: gpu_error, usage: Vec::new() });
+                }
                 let _ = reply.send(result);
                 self.unpark();
                 self.schedule();
             }
-            Msg::Heartbeat { node, session } => {
+            Msg::Heartbeat { node, session, gpus } => {
                 if let Some(s) = self.sessions.get_mut(&node).filter(|s| s.session == session) {
                     s.last_seen = Instant::now();
+                    self.gpus.entry(node).or_default().usage = gpus;
                 }
             }
             Msg::Exited { node, session, exit } => {
@@ -287,7 +305,7 @@ impl HeadState {
             Msg::Kill { worker } => self.kill(worker),
             Msg::Watch { pg, events } => self.watchers.entry(pg).or_default().push(events),
             Msg::Status { reply } => {
-                let json = serde_json::to_string(&self.pool.status()).expect("status serialises");
+                let json = serde_json::to_string(&self.status()).expect("status serialises");
                 let _ = reply.send(Ok(StatusReply { status_json: json }));
             }
             Msg::Tick => {
@@ -442,8 +460,27 @@ impl HeadState {
                 tracing::info!("{} waits for the cluster to grow: {e}", request.label);
                 self.parked.push(Parked { request, lease, reply });
             }
-            Err(e) => drop(reply.send(Err(Status::invalid_argument(e.to_string())))),
+            Err(e) => {
+                let note = match e.is_capacity() {
+                    true => super::unusable_gpus_note(&self.status(), &request),
+                    false => String::new(),
+                };
+                drop(reply.send(Err(Status::invalid_argument(format!("{e}{note}")))))
+            }
         }
+    }
+
+    /// The pool's status with what the nodes said of their GPUs.
+    fn status(&self) -> crate::cluster::pool::PoolStatus {
+        let mut status = self.pool.status();
+        for n in &mut status.nodes {
+            if let Some(gpus) = self.gpus.get(&n.id) {
+                n.gpu_error = gpus.error.clone();
+                // A dead node's last figures are not what its GPUs do now.
+                n.gpus = if n.alive { gpus.usage.clone() } else { Vec::new() };
+            }
+        }
+        status
     }
 
     /// The cluster grew: parked requests try again (and park again if still too large).
@@ -570,9 +607,16 @@ impl Head for HeadService {
             .map_err(|e| Status::invalid_argument(format!("resources: {e}")))?;
         let spec = NodeSpec::new(register.address.clone(), resources);
         let previous = register.previous_node_id.map(NodeId);
+        let gpu_error = Some(register.gpu_error).filter(|e| !e.is_empty());
         let (commands, outbound) = mpsc::channel(256);
         let (node, session) = self
-            .ask(|reply| Msg::Register { spec, previous, commands: commands.clone(), reply })
+            .ask(|reply| Msg::Register {
+                spec,
+                previous,
+                gpu_error,
+                commands: commands.clone(),
+                reply,
+            })
             .await?;
         let interval = self.heartbeat_interval.as_millis() as u64;
         let registered = Registered { node_id: node.0, heartbeat_interval_ms: interval };
@@ -584,7 +628,11 @@ impl Head for HeadService {
         tokio::spawn(async move {
             while let Some(Ok(message)) = inbound.next().await {
                 let msg = match message.kind {
-                    Some(node_message::Kind::Heartbeat(_)) => Msg::Heartbeat { node, session },
+                    Some(node_message::Kind::Heartbeat(beat)) => {
+                        // What an agent sends is only shown: a malformed list shows nothing.
+                        let gpus = serde_json::from_str(&beat.gpus_json).unwrap_or_default();
+                        Msg::Heartbeat { node, session, gpus }
+                    }
                     Some(node_message::Kind::Exited(exit)) => Msg::Exited { node, session, exit },
                     Some(node_message::Kind::Log(log)) => Msg::Log { node, session, log },
                     _ => continue,
@@ -665,12 +713,63 @@ mod tests {
     type Commands = mpsc::Receiver<std::result::Result<HeadCommand, Status>>;
 
     fn register(head: &mut HeadState, cpus: f64) -> (NodeId, u64, Commands) {
+        register_with(head, Resources::new().cpu(cpus), None)
+    }
+
+    fn register_with(
+        head: &mut HeadState,
+        resources: Resources,
+        gpu_error: Option<&str>,
+    ) -> (NodeId, u64, Commands) {
         let (commands, inbox) = mpsc::channel(16);
         let (reply, answer) = oneshot::channel();
-        let spec = NodeSpec::new("127.0.0.1", Resources::new().cpu(cpus));
-        head.handle(Msg::Register { spec, previous: None, commands, reply });
+        let spec = NodeSpec::new("127.0.0.1", resources);
+        let gpu_error = gpu_error.map(str::to_owned);
+        head.handle(Msg::Register { spec, previous: None, gpu_error, commands, reply });
         let (node, session) = answer.blocking_recv().unwrap().unwrap();
         (node, session, inbox)
+    }
+
+    fn reserve(head: &mut HeadState, bundle: Resources) -> std::result::Result<u64, Status> {
+        let (reply, answer) = oneshot::channel();
+        let request = PlacementRequest::uniform(Strategy::Pack, 1, bundle);
+        head.handle(Msg::Reserve { request, lease: 0, wait: false, reply });
+        answer.blocking_recv().unwrap().map(|r| r.pg_id)
+    }
+
+    /// A node whose workers could not use its GPUs offers none; a group asking for a GPU is
+    /// refused with that node and the cause, and the status shows both it and the GPUs a node
+    /// reported in its heartbeat.
+    #[test]
+    fn gpus_a_node_cannot_use_are_named_when_a_group_asks_for_them() {
+        let mut head = HeadState::new(HeadConfig::default());
+        let cause = "no NVIDIA driver on n1 (libcuda.so.1: not found); install the driver";
+        let (bad, _, _inbox) = register_with(&mut head, Resources::new().cpu(4.0), Some(cause));
+        let (good, session, _inbox2) = register_with(&mut head, Resources::new().cpu(4.0), None);
+        let refused = reserve(&mut head, Resources::new().cpu(1.0).gpu(1.0)).unwrap_err();
+        let text = refused.message();
+        assert!(text.contains(&format!("node {bad} (127.0.0.1) has GPUs")), "{text}");
+        assert!(text.contains(cause), "{text}");
+        // A CPU group is not told about GPUs.
+        assert!(reserve(&mut head, Resources::new().cpu(1.0)).is_ok());
+        let gpu = GpuUsage {
+            index: 0,
+            name: "NVIDIA H100".into(),
+            uuid: "GPU-1".into(),
+            memory_used: 1,
+            memory_total: 2,
+            utilization: 50,
+        };
+        head.handle(Msg::Heartbeat { node: good, session, gpus: vec![gpu.clone()] });
+        let status = head.pool.status();
+        assert!(status.nodes.iter().all(|n| n.gpu_error.is_none()), "the pool knows nothing");
+        let (reply, answer) = oneshot::channel();
+        head.handle(Msg::Status { reply });
+        let json = answer.blocking_recv().unwrap().unwrap().status_json;
+        let status: crate::cluster::pool::PoolStatus = serde_json::from_str(&json).unwrap();
+        let node = |id: NodeId| status.nodes.iter().find(|n| n.id == id).unwrap();
+        assert_eq!(node(bad).gpu_error.as_deref(), Some(cause));
+        assert_eq!(node(good).gpus, vec![gpu]);
     }
 
     fn free_cpu(head: &HeadState, node: NodeId) -> f64 {

@@ -8,7 +8,7 @@ pub mod node;
 pub mod pool;
 pub mod slurm;
 
-use pool::{NodeSpec, PlacementRequest, Pool, Reservation, Resources, Strategy};
+use pool::{NodeSpec, PlacementRequest, Pool, PoolStatus, Reservation, Resources, Strategy};
 
 use crate::config::{PlacementStrategy, ScalingConfig};
 use crate::error::{Error, Result};
@@ -78,6 +78,47 @@ pub(crate) fn map_devices(indices: &str, devices: &[String]) -> String {
         i.and_then(|i| devices.get(i)).cloned().unwrap_or_else(|| index.to_owned())
     };
     indices.split(',').map(name).collect::<Vec<_>>().join(",")
+}
+
+/// For a request that asks for GPUs: the alive nodes of `status` whose GPUs are not offered
+/// because their workers could not use them, and why (`; node 3 (10.0.0.7:0) has GPUs its
+/// workers cannot use: <cause>`); empty otherwise. Added to a refusal that would else only say
+/// the cluster has too few GPUs.
+pub(crate) fn unusable_gpus_note(status: &PoolStatus, request: &PlacementRequest) -> String {
+    if !request.bundles.iter().any(|b| b.gpu > 0.0) {
+        return String::new();
+    }
+    status
+        .nodes
+        .iter()
+        .filter(|n| n.alive)
+        .filter_map(|n| {
+            let error = n.gpu_error.as_ref()?;
+            Some(format!(
+                "; node {} ({}) has GPUs its workers cannot use: {error}",
+                n.id, n.address
+            ))
+        })
+        .collect()
+}
+
+/// Fails, with a config error naming the cause, when a group of `scaling` could never be
+/// placed on the alive nodes of a cluster whose status is `status`: what the head would refuse
+/// its first reservation for, said before any trial starts.
+pub fn check_fits_cluster(status: &PoolStatus, scaling: &ScalingConfig) -> Result<()> {
+    let request = worker_request(scaling, "fit check");
+    let mut pool = Pool::new();
+    for n in status.nodes.iter().filter(|n| n.alive) {
+        // The head accepted these nodes, so this pool does too.
+        let _ = pool.add_node(NodeSpec::new(n.address.clone(), n.total.clone()));
+    }
+    match pool.request(request.clone()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::config(
+            "ScalingConfig",
+            format!("{e}{}", unusable_gpus_note(status, &request)),
+        )),
+    }
 }
 
 /// The bundle one worker of `scaling` holds.

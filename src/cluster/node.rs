@@ -68,14 +68,23 @@ impl NodeConfig {
 
 /// Runs the agent until the process is killed (or, with `once`, its session ends, and with
 /// `drain`, it has drained).
-pub async fn run(config: NodeConfig) -> Result<()> {
+///
+/// A node that offers GPUs first checks that its workers could use them (the CUDA probe, see
+/// `sys::cuda`, run as this binary with this agent's environment, as its workers will be):
+/// if not, it offers none and tells the head why, so that a driver asking for GPUs is refused
+/// with this node's name and the cause instead of trials failing on it.
+pub async fn run(mut config: NodeConfig) -> Result<()> {
+    let gpu_error = match config.spec.resources.gpu > 0.0 {
+        true => check_gpus(&mut config.spec).await,
+        false => None,
+    };
     let mut previous: Option<u64> = None;
     let mut announced = false;
     loop {
         if draining(&config.drain) {
             return Ok(());
         }
-        match session(&config, previous, &mut announced).await {
+        match session(&config, gpu_error.as_deref(), previous, &mut announced).await {
             Ok(id) if config.once || draining(&config.drain) => {
                 tracing::info!("session {id} with the head {} ended", config.head);
                 return Ok(());
@@ -98,12 +107,49 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     }
 }
 
+/// Whether this node's workers could use its GPUs: None if so; else why, and `spec` offers
+/// none.
+async fn check_gpus(spec: &mut NodeSpec) -> Option<String> {
+    let gpus = spec.resources.gpu;
+    let probe = tokio::task::spawn_blocking(|| match std::env::current_exe() {
+        Ok(exe) => crate::sys::cuda::Probe::run(&exe),
+        Err(e) => Err(crate::sys::cuda::CudaError::Probe(format!("the current executable: {e}"))),
+    });
+    let answer = probe.await.unwrap_or_else(|e| {
+        Err(crate::sys::cuda::CudaError::Probe(format!("the probe's task failed: {e}")))
+    });
+    match answer {
+        Ok(probe) => {
+            tracing::info!("workers on this node get CUDA: {probe}");
+            if (probe.devices.len() as f64) < gpus {
+                tracing::warn!(
+                    "this node offers {gpus} GPU(s) but its workers see {} device(s)",
+                    probe.devices.len()
+                );
+            }
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                "this node's {gpus} GPU(s) are not offered: its workers cannot use them: {e}"
+            );
+            *spec = spec.clone().gpus(0);
+            Some(e.to_string())
+        }
+    }
+}
+
 /// One session: register, then serve commands until the stream ends. Returns the node id.
-async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut bool) -> Result<u64> {
+async fn session(
+    config: &NodeConfig,
+    gpu_error: Option<&str>,
+    previous: Option<u64>,
+    announced: &mut bool,
+) -> Result<u64> {
     // Asked to end before it joined: nothing runs here yet, so it ends at once.
     let mut drain = config.drain.clone();
     let (up, mut down, registered) = tokio::select! {
-        joined = join(config, previous) => joined?,
+        joined = join(config, gpu_error, previous) => joined?,
         _ = changed(&mut drain) => {
             return Err(Error::Protocol("asked to end before joining the head".into()));
         }
@@ -171,7 +217,10 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
                 }
             }
             _ = heartbeat.tick() => {
-                let beat = Heartbeat { running_workers: running.len() as u32 };
+                let beat = Heartbeat {
+                    running_workers: running.len() as u32,
+                    gpus_json: gpu_usage_json(config.devices.as_deref()),
+                };
                 if up.send(NodeMessage { kind: Some(node_message::Kind::Heartbeat(beat)) }).await.is_err() {
                     break;
                 }
@@ -188,6 +237,7 @@ async fn session(config: &NodeConfig, previous: Option<u64>, announced: &mut boo
 /// Registers with the head: the session's way up, its commands, and the acknowledgement.
 async fn join(
     config: &NodeConfig,
+    gpu_error: Option<&str>,
     previous: Option<u64>,
 ) -> Result<(mpsc::Sender<NodeMessage>, tonic::Streaming<HeadCommand>, Registered)> {
     let mut client = super::client::connect_head(&config.head, config.token.as_deref()).await?;
@@ -199,6 +249,7 @@ async fn join(
         resources_json,
         previous_node_id: previous,
         version: crate::sys::build_id::hex(crate::sys::build_id::build_id()),
+        gpu_error: gpu_error.unwrap_or_default().to_owned(),
     };
     up.send(NodeMessage { kind: Some(node_message::Kind::Register(register)) })
         .await
@@ -318,6 +369,16 @@ fn spawn(
 }
 
 const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// What this node's GPUs are doing (those of `devices`, when the agent has a list), for a
+/// heartbeat: NVML's figures as JSON, empty where there is no NVML.
+fn gpu_usage_json(devices: Option<&[String]>) -> String {
+    let Some(mut gpus) = crate::sys::nvml::usage() else { return String::new() };
+    if let Some(devices) = devices {
+        gpus.retain(|g| g.named_in(devices));
+    }
+    if gpus.is_empty() { String::new() } else { serde_json::to_string(&gpus).unwrap_or_default() }
+}
 
 /// Sends a worker's output up the session in chunks of at most 64 KiB, until it closes.
 fn stream_output(

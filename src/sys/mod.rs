@@ -1,11 +1,12 @@
 //! Process-level helpers shared by the driver and the node agent: starting supervised worker
 //! processes, the build id that proves a worker runs the driver's very binary, CUDA opened at
-//! run time (`cuda`, public as `rtune::cuda`), and a sleep for
+//! run time (`cuda`, public as `rtune::cuda`), the GPUs' use from NVML (`nvml`), and a sleep for
 //! `select!` loops whose deadline may be none. A leaf: it knows nothing of trials, groups or the
 //! cluster.
 
 pub(crate) mod build_id;
 pub mod cuda;
+pub(crate) mod nvml;
 pub(crate) mod zygote;
 
 use std::os::unix::process::CommandExt;

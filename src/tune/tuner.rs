@@ -35,6 +35,7 @@ use super::experiment::{
 };
 use super::result_grid::{RESULTS_PARQUET, ResultGrid, TrialResult};
 use crate::callback::{Callback, TrialInfo};
+use crate::cluster::pool::PoolStatus;
 use crate::config::RunConfig;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
@@ -318,11 +319,21 @@ impl Tuner {
         }
         run.validate()?;
         trainer.validate()?;
-        if run.resolved_cluster().is_none() {
-            // A trial bigger than the machine, or asking for GPUs its workers could not use,
-            // could never start: say so before any does.
-            driver.check_local(trainer.scaling_config())?;
-        }
+        // A trial bigger than the machine or the cluster, or asking for GPUs its workers could
+        // not use, could never start: say so before any does.
+        let cluster = match run.resolved_cluster() {
+            None => {
+                driver.check_local(trainer.scaling_config())?;
+                None
+            }
+            Some((address, token)) => {
+                let status = cluster_status(driver, &address, token.as_deref());
+                if let Some(status) = &status {
+                    crate::cluster::check_fits_cluster(status, trainer.scaling_config())?;
+                }
+                Some(status)
+            }
+        };
         let tune = match (&restoring, tune) {
             (None, tune) => tune.unwrap_or_else(TuneConfig::new),
             (Some((_, saved)), Some(tune)) => {
@@ -374,7 +385,7 @@ impl Tuner {
         }
         let max_concurrent_trials = match tune.max_concurrent_trials {
             Some(n) => n,
-            None => side_by_side(&trainer, driver, &run),
+            None => side_by_side(&trainer, cluster.as_ref()),
         };
         let config = ControllerConfig {
             metric: metric.clone(),
@@ -575,29 +586,32 @@ impl Settings {
     }
 }
 
+/// The status of the cluster at `address`; None (said in the log) when the head does not
+/// answer: the sweep then finds out with its first trial.
+fn cluster_status(driver: &Driver, address: &str, token: Option<&str>) -> Option<PoolStatus> {
+    let status = driver.block_on(async {
+        let mut client = crate::cluster::client::connect_head(address, token).await?;
+        crate::cluster::client::status(&mut client).await
+    });
+    status
+        .inspect_err(|e| {
+            tracing::warn!(
+                "cannot ask the head at {address} for its size ({e}): one trial at a time (set \
+                 max_concurrent_trials)"
+            )
+        })
+        .ok()
+}
+
 /// How many trials of `trainer` fit side by side (at least 1): in the CPUs of this machine, or
-/// of the cluster's live nodes when the run has one.
-fn side_by_side(trainer: &TorchTrainer, driver: &Driver, run: &RunConfig) -> usize {
+/// of the cluster's live nodes when the run has one (`cluster`: its status, None when the head
+/// did not answer: one trial at a time).
+fn side_by_side(trainer: &TorchTrainer, cluster: Option<&Option<PoolStatus>>) -> usize {
     let scaling = trainer.scaling_config();
     let per_trial = scaling.cpus_per_worker() * scaling.num_workers as f64;
-    let cpus = match run.resolved_cluster() {
-        Some((address, token)) => {
-            let status = driver.block_on(async {
-                let mut client =
-                    crate::cluster::client::connect_head(&address, token.as_deref()).await?;
-                crate::cluster::client::status(&mut client).await
-            });
-            match status {
-                Ok(status) => status.nodes.iter().filter(|n| n.alive).map(|n| n.total.cpu).sum(),
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot ask the head at {address} for its size ({e}): one trial at a \
-                         time (set max_concurrent_trials)"
-                    );
-                    1.0
-                }
-            }
-        }
+    let cpus = match cluster {
+        Some(Some(status)) => status.nodes.iter().filter(|n| n.alive).map(|n| n.total.cpu).sum(),
+        Some(None) => 1.0,
         None => crate::cluster::local_node().map_or(1.0, |n| n.resources.cpu),
     };
     if per_trial > 0.0 { ((cpus / per_trial).floor() as usize).max(1) } else { 1 }

@@ -136,6 +136,53 @@ pub fn status_json_matches_the_pool() -> Result<()> {
     Ok(())
 }
 
+/// A node offering a GPU its workers could not use (no NVIDIA driver here; on a GPU machine,
+/// no device visible to it) offers none and says why: `rtune status` shows the cause, and a
+/// sweep asking for a GPU is refused before any trial with the node's name; `fit` is refused
+/// by the head at its reservation with the same.
+pub fn gpus_a_node_cannot_use_are_refused_with_its_name() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    let node = cluster
+        .node_command(&["--num-cpus", "2", "--num-gpus", "1"], None)
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    cluster.nodes.push(node);
+    wait_for(Duration::from_secs(20), || Ok(cluster.alive_nodes()? == 1))?;
+    let status = cluster.status()?;
+    let node = &status["nodes"][0];
+    ensure!(node["total"]["GPU"] == 0, "the unusable GPU is not offered: {node}");
+    let cause = node["gpu_error"].as_str().context("the node says why")?.to_owned();
+    ensure!(cause.contains("NVIDIA driver") || cause.contains("no CUDA device"), "{cause}");
+    let table = Command::new(RTUNE).args(["status", "--address", &cluster.address]).output()?;
+    let table = String::from_utf8_lossy(&table.stdout);
+    ensure!(table.contains("GPUs not offered") && table.contains(&cause), "{table}");
+
+    let dir = tempfile::tempdir()?;
+    let named = format!("node {} (", node["id"]);
+    let trainer = TorchTrainer::new(record_node)
+        .train_loop_config(Params::new().with("iterations", 1).with("pause_ms", 0))
+        .scaling(ScalingConfig::workers(1).use_gpu(true));
+    let space = rtune::search::SearchSpace::new().add("x", rtune::search::choice([1, 2]));
+    let refused = rtune::Tuner::new(trainer.clone(), space)
+        .run_config(cluster.run_config(dir.path(), "sweep"))
+        .fit()
+        .err()
+        .context("the sweep is refused")?
+        .to_string();
+    ensure!(refused.contains(&named) && refused.contains(&cause), "{refused}");
+    ensure!(!dir.path().join("sweep").exists(), "nothing of the refused sweep is left");
+    let refused = trainer
+        .run_config(cluster.run_config(dir.path(), "fit"))
+        .fit()
+        .err()
+        .context("the run is refused")?
+        .to_string();
+    ensure!(refused.contains(&named) && refused.contains(&cause), "{refused}");
+    Ok(())
+}
+
 pub fn wrong_token_is_refused() -> Result<()> {
     let cluster = Cluster::start(Some("right-token"))?;
     let out = cluster.status_command(Some("wrong-token")).output()?;

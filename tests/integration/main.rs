@@ -63,6 +63,10 @@ fn main() {
             gpu::a_cpu_only_libtorch_is_refused_by_name,
         ),
         test(
+            "cluster::gpus_a_node_cannot_use_are_refused_with_its_name",
+            cluster::gpus_a_node_cannot_use_are_refused_with_its_name,
+        ),
+        test(
             "gpu::a_trial_waiting_for_resources_is_pending",
             gpu::a_trial_waiting_for_resources_is_pending,
         ),

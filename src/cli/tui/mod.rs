@@ -24,6 +24,8 @@ pub use model::{Event, Model, View};
 
 /// At most 10 redraws a second.
 const FRAME: Duration = Duration::from_millis(100);
+/// How often the header's GPU line is sampled (NVML) while a sweep runs.
+const GPU_SAMPLE: Duration = Duration::from_secs(1);
 
 /// Something that follows a sweep by its events: the terminal UI's feed, the progress lines.
 pub trait Follow: Send + Sync {
@@ -219,6 +221,7 @@ pub fn live(
         };
         let mut ctrl_c = 0;
         let mut last_draw = Instant::now() - FRAME;
+        let mut gpus_at = Instant::now() - GPU_SAMPLE;
         loop {
             // Events first, all that came: the screen shows the newest state.
             let mut ended = false;
@@ -246,6 +249,10 @@ pub fn live(
                 return;
             }
             model.elapsed_s = base + began.elapsed().as_secs_f64();
+            if screen.is_some() && gpus_at.elapsed() >= GPU_SAMPLE {
+                model.sample_gpus();
+                gpus_at = Instant::now();
+            }
             let Some(s) = screen.as_mut() else {
                 std::thread::sleep(FRAME);
                 continue;
@@ -305,12 +312,15 @@ pub fn watch(dir: &Path) -> anyhow::Result<()> {
     let mut read_at = Instant::now();
     // The driver's clock at its last snapshot, and ours then.
     let mut clock = (model.elapsed_s, Instant::now());
+    let mut gpus_at = Instant::now() - GPU_SAMPLE;
     loop {
         if let Some(live) = &remote {
             loop {
                 match live.updates.try_recv() {
                     Ok(super::stream::Update::Snapshot(m)) => {
+                        let gpus = std::mem::take(&mut model.gpus);
                         model = *m;
+                        model.gpus = gpus;
                         clock = (model.elapsed_s, Instant::now());
                     }
                     Ok(super::stream::Update::Event(event)) => model.apply(&event),
@@ -332,6 +342,10 @@ pub fn watch(dir: &Path) -> anyhow::Result<()> {
                 model = Model::read(dir).unwrap_or(model);
             } else {
                 model.elapsed_s = clock.0 + clock.1.elapsed().as_secs_f64();
+                if gpus_at.elapsed() >= GPU_SAMPLE {
+                    model.sample_gpus();
+                    gpus_at = Instant::now();
+                }
             }
         } else if read_at.elapsed() >= Duration::from_secs(1) {
             if let Ok(m) = Model::read(dir) {

@@ -8,6 +8,7 @@ use rtune_searchers::{Metrics, Mode, SchedulerStatus, TrialStatus};
 
 use crate::callback::TrialInfo;
 use crate::cli::inspect::param_text;
+use crate::cluster::pool::GpuUsage;
 use crate::outcome::error_summary;
 use crate::tune::ResultGrid;
 
@@ -48,6 +49,9 @@ pub struct Model {
     pub over: bool,
     /// The scheduler's decisions so far (ASHA's rungs, PBT's exploits), when it shows any.
     pub scheduler: Option<SchedulerStatus>,
+    /// What this machine's GPUs are doing (NVML), for a sweep that uses them here; sampled by
+    /// the screen's own loop (`sample_gpus`), not sent by the sweep.
+    pub gpus: Vec<GpuUsage>,
 }
 
 /// What the viewer chose.
@@ -92,7 +96,21 @@ impl Model {
             capacity: (0.0, 0.0),
             over: false,
             scheduler: None,
+            gpus: Vec::new(),
         }
+    }
+
+    /// Samples this machine's GPUs into `gpus` (NVML; the devices of a `CUDA_VISIBLE_DEVICES`
+    /// list only), when the sweep runs here with GPUs; nothing otherwise, or without NVML.
+    pub fn sample_gpus(&mut self) {
+        if self.capacity.1 <= 0.0 {
+            return;
+        }
+        let mut gpus = crate::sys::nvml::usage().unwrap_or_default();
+        if let Some(names) = crate::cluster::local_devices() {
+            gpus.retain(|g| g.named_in(&names));
+        }
+        self.gpus = gpus;
     }
 
     pub fn trials(&self) -> &[TrialRow] {

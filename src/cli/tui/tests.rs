@@ -192,3 +192,25 @@ fn a_failed_trials_log_shows_the_errors_first_line_then_the_log() {
     );
     assert_eq!(m.log_tail(0, 1).len(), 1);
 }
+
+/// The header's GPU line: each GPU's use where this machine's GPUs are in the sweep, and no
+/// line at all where there are none (as on a machine without NVML).
+#[test]
+fn the_header_shows_each_gpus_use_only_where_there_are_gpus() {
+    let mut m = model();
+    let without = screen(&m, &View::default(), 120, 30);
+    assert!(!without.contains("GPU0"), "{without}");
+    m.gpus = vec![crate::cluster::pool::GpuUsage {
+        index: 0,
+        name: "NVIDIA H100 80GB HBM3".into(),
+        uuid: "GPU-1".into(),
+        memory_used: 12_300_000_000,
+        memory_total: 79_600_000_000,
+        utilization: 31,
+    }];
+    let with = screen(&m, &View::default(), 120, 30);
+    let lines: Vec<&str> = with.lines().collect();
+    assert!(lines[3].contains("GPU0 31% 12.3/79.6 GB"), "{with}");
+    // The table moved down a line, whole.
+    assert!(with.contains("abcde_00001"), "{with}");
+}

@@ -15,6 +15,7 @@ use rtune_searchers::{SchedulerStatus, TrialId, TrialStatus};
 
 use super::model::{Model, View, status_name};
 use crate::cli::inspect::{clock, number};
+use crate::cluster::pool::GpuUsage;
 
 /// Below this the screen says so instead of drawing garbage.
 pub const MIN_WIDTH: u16 = 60;
@@ -63,7 +64,8 @@ pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
     let [header, middle, log, keys] = Layout::default()
         .direction(Direction::Vertical)
         .constraints([
-            Constraint::Length(3),
+            // A line more for the GPUs' use, where this machine's are in the sweep.
+            Constraint::Length(if model.gpus.is_empty() { 3 } else { 4 }),
             Constraint::Min(6),
             Constraint::Length(7),
             Constraint::Length(1),
@@ -151,7 +153,11 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
         bar("CPU", running * model.per_trial.0, model.capacity.0, 20),
         bar("GPU", running * model.per_trial.1, model.capacity.1, 10)
     );
-    let text = vec![title, Line::from(counts), Line::from(pool)];
+    let mut text = vec![title, Line::from(counts), Line::from(pool)];
+    if !model.gpus.is_empty() {
+        let gpus: Vec<String> = model.gpus.iter().map(GpuUsage::short).collect();
+        text.push(Line::from(gpus.join("   ")));
+    }
     frame.render_widget(Paragraph::new(text), area);
 }
 

@@ -98,7 +98,7 @@ pub use error::{PoolError, Result};
 pub use node::{NodeId, NodeSpec};
 pub use request::{BundlePlacement, PgId, PlacementRequest, Reservation, Strategy};
 pub use resources::Resources;
-pub use status::{BundleStatus, GroupState, GroupStatus, NodeStatus, PoolStatus};
+pub use status::{BundleStatus, GpuUsage, GroupState, GroupStatus, NodeStatus, PoolStatus};
 
 use place::{Fence, Plan, View};
 use resources::{CPU, Demand, Free, GPU, Grant, MEMORY, Names, UNIT, from_units};
@@ -800,6 +800,8 @@ impl Pool {
                     .iter()
                     .map(|&u| if n.alive { from_units(u) } else { 0.0 })
                     .collect(),
+                gpu_error: None,
+                gpus: Vec::new(),
             })
             .collect();
         nodes.sort_by_key(|n| n.id);

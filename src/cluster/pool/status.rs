@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::node::NodeId;
 use super::request::{BundlePlacement, PgId, Strategy};
 use super::resources::Resources;
+pub use crate::sys::nvml::GpuUsage;
 
 /// Everything the pool holds, ordered by id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +33,14 @@ pub struct NodeStatus {
     pub free: Resources,
     /// Free share of each GPU device, by device id.
     pub gpu_free: Vec<f64>,
+    /// Why the node's GPUs are not offered: its workers could not use them (the node agent's
+    /// CUDA probe said so when it joined). Filled in by the head; the pool does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_error: Option<String>,
+    /// What its GPUs are doing, as its agent last reported (NVML; none where it has none).
+    /// Filled in by the head.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuUsage>,
 }
 
 /// One placement group.
