@@ -13,7 +13,7 @@ VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 
-.PHONY: all libtorch tmux slurm build demo test test-slurm bench bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux slurm build demo test test-gpu test-slurm bench bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -67,6 +67,13 @@ demo: libtorch
 
 test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
 	cargo test --workspace
+
+# The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a
+# GPU, a GPU checkpoint on the CPU and in PyTorch, refusals. Not part of `make test`: without a
+# CUDA device it prints "GPU tests: not run (no CUDA device)". On a GPU machine without Rust:
+# tests/gpu/pack.sh here, then tests/gpu/device.sh there.
+test-gpu: libtorch $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
+	cargo test --test gpu -- --test-threads 1
 
 # A sweep submitted with sbatch to a two-node Slurm cluster (munged, slurmctld and two slurmd
 # started here, as root, and stopped at the end), scancelled and resumed in a new job.

@@ -179,8 +179,10 @@ pub fn predictor_accuracy(predictor: &TorchPredictor, data: &Digits) -> Result<f
     Ok(share_right(&predictor.predict_classes(&inputs)?, &Tensor::from_slice(&data.labels)))
 }
 
-/// The share of `predicted` classes equal to `labels`.
+/// The share of `predicted` classes equal to `labels` (compared where the labels are: a
+/// predictor on a GPU is checked against labels on the host).
 fn share_right(predicted: &tch::Tensor, labels: &tch::Tensor) -> f64 {
+    let predicted = predicted.to_device(labels.device());
     predicted.eq_tensor(labels).to_kind(Kind::Float).mean(Kind::Float).double_value(&[])
 }
 

@@ -1,0 +1,447 @@
+//! Each check of the GPU group (see main.rs): sweeps run through this binary as `rtune`, runs
+//! through the library, and PyTorch reading what rtune wrote.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail, ensure};
+use rtune::cli::builtins::{
+    DIGITS_SPLIT_SEED, digits_data, digits_mlp, predictor_accuracy, train_digits_mlp,
+};
+use rtune::data::Digits;
+use rtune::train::TorchPredictor;
+use rtune::{Checkpoint, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Tensor};
+
+use crate::AS_CLI;
+
+/// The repository (sweep files, data): `RTUNE_REPO`, else the working directory.
+fn repo() -> PathBuf {
+    std::env::var_os("RTUNE_REPO").map_or_else(|| PathBuf::from("."), PathBuf::from)
+}
+
+/// PyTorch's Python: `RTUNE_PYTHON`, else the project's `.venv`, else `python3`.
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("RTUNE_PYTHON") {
+        return p.into();
+    }
+    let venv = repo().join(".venv/bin/python");
+    if venv.is_file() { venv } else { PathBuf::from("python3") }
+}
+
+/// This binary as the `rtune` command.
+fn rtune(args: &[&str]) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("own path"));
+    command.env(AS_CLI, "1").env_remove("RUST_LOG").args(args);
+    command
+}
+
+fn succeeded(mut command: Command) -> Result<Output> {
+    let out = command.output()?;
+    ensure!(
+        out.status.success(),
+        "{command:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out)
+}
+
+fn toml_string(path: &Path) -> String {
+    format!("\"{}\"", path.display())
+}
+
+/// The trial directories of an experiment, in name order.
+fn trial_dirs(experiment: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(experiment)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("TorchTrainer_"))
+        })
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// The `placement` of a run's last result row.
+fn placement(run_dir: &Path) -> Result<String> {
+    let rows = std::fs::read_to_string(run_dir.join("result.json"))?;
+    let last: serde_json::Value = serde_json::from_str(rows.lines().last().context("no rows")?)?;
+    Ok(last["placement"].as_str().context("no placement")?.to_owned())
+}
+
+/// The demo sweep (examples/sweeps/digits_tpe_asha.toml) with `use_gpu`, its two workers at
+/// half a GPU each (so they share one: the host ring); its best model predicts the held-out
+/// test set at 95% or better, on the CPU and on the GPU alike.
+pub fn demo_sweep_on_the_gpu() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep = repo().join("examples/sweeps/digits_tpe_asha.toml");
+    let storage = format!("storage_path={}", toml_string(dir.path()));
+    let mut run = rtune(&["run"]);
+    run.arg(&sweep).args(["--set", &storage, "--set", "name=\"demo-gpu\""]);
+    run.args([
+        "--set",
+        "scaling.use_gpu=true",
+        "--set",
+        "scaling.resources_per_worker={ GPU = 0.5 }",
+    ]);
+    succeeded(run)?;
+    let experiment = dir.path().join("demo-gpu");
+    let best = experiment.join("best-model");
+    let mut export = rtune(&["export"]);
+    export.arg(&experiment).args(["--best", "--to"]).arg(&best);
+    succeeded(export)?;
+    let params: Params = serde_json::from_slice(&std::fs::read(best.join("params.json"))?)?;
+    let hidden = params.get::<i64>("hidden")?;
+    let test = Digits::split(DIGITS_SPLIT_SEED)?.test;
+    let on_cpu = TorchPredictor::from_export(&best, |p| digits_mlp(p, hidden))?;
+    let on_gpu = TorchPredictor::from_export(&best, |p| digits_mlp(p, hidden))?
+        .on_device(Device::Cuda(0))?;
+    let (cpu, gpu) = (predictor_accuracy(&on_cpu, &test)?, predictor_accuracy(&on_gpu, &test)?);
+    println!(
+        "demo sweep on the GPU: test accuracy {:.2}% (on the CPU {:.2}%)",
+        gpu * 100.0,
+        cpu * 100.0
+    );
+    ensure!(gpu >= 0.95 && cpu >= 0.95, "test accuracy: GPU {gpu:.4}, CPU {cpu:.4}");
+    ensure!((gpu - cpu).abs() < 1e-9, "the same model predicts alike: GPU {gpu}, CPU {cpu}");
+    // Every trial ran both ranks on the one GPU, averaging through the host ring.
+    for trial in trial_dirs(&experiment)? {
+        let seats = placement(&trial)?;
+        ensure!(seats.matches("/gpu:").count() == 2, "{}: placement {seats}", trial.display());
+        let log = std::fs::read_to_string(trial.join("logs/rank_0.stderr")).unwrap_or_default();
+        ensure!(log.contains("share a GPU"), "{}: rank 0 did not say so: {log}", trial.display());
+    }
+    Ok(())
+}
+
+/// Four one-worker trials at `GPU = 0.5` on a one-GPU machine run two at a time: read from
+/// each trial's start (its params.json, written once placed) and end (its last checkpoint).
+pub fn fractional_trials_two_at_a_time() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep = dir.path().join("halves.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            r#"
+name = "halves"
+storage_path = {}
+[trainable]
+builtin = "digits-mlp"
+[scaling]
+num_workers = 1
+resources_per_worker = {{ GPU = 0.5 }}
+[param_space]
+lr = {{ grid_search = [1e-3, 2e-3, 3e-3, 4e-3] }}
+epochs = 12
+[tune]
+metric = "val_loss"
+mode = "min"
+max_concurrent_trials = 4
+"#,
+            toml_string(dir.path())
+        ),
+    )?;
+    let mut run = rtune(&["run"]);
+    run.arg(&sweep);
+    succeeded(run)?;
+    let mut spans: Vec<(SystemTime, SystemTime)> = Vec::new();
+    for trial in trial_dirs(&dir.path().join("halves"))? {
+        let start = std::fs::metadata(trial.join("params.json"))?.modified()?;
+        let last = std::fs::read_dir(&trial)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
+            })
+            .max()
+            .context("a checkpoint")?;
+        spans.push((start, std::fs::metadata(last.join("metadata.json"))?.modified()?));
+    }
+    ensure!(spans.len() == 4, "4 trials, found {}", spans.len());
+    let most = spans
+        .iter()
+        .map(|&(start, _)| spans.iter().filter(|&&(s, e)| s <= start && start < e).count())
+        .max()
+        .unwrap_or(0);
+    println!("fractional trials: at most {most} at once");
+    ensure!(most == 2, "at most {most} trials ran at once; two halves of the GPU make 2");
+    Ok(())
+}
+
+fn mlp(vs: &nn::Path) -> impl Module + use<> {
+    nn::seq()
+        .add(nn::linear(vs / "fc1", 64, 32, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(vs / "fc2", 32, 10, Default::default()))
+}
+
+/// SGD on a fixed sequence of 64-image batches, each rank taking half of every batch; the
+/// weights start from the same CPU draw wherever the run goes, then move to its device.
+fn train_fixed_batches(ctx: &mut TrainContext) -> anyhow::Result<()> {
+    tch::manual_seed(42);
+    let data = Digits::split(0)?.train;
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let net = mlp(&vs.root());
+    vs.set_device(ctx.device());
+    let ddp = ctx.prepare_model(&vs)?;
+    let mut opt = nn::Sgd::default().build(&vs, 0.1)?;
+    let (rank, world) = (ctx.world_rank(), ctx.world_size());
+    let per_rank = 64 / world;
+    for step in 0..20 {
+        let start = step * 64 + rank * per_rank;
+        let indices: Vec<usize> = (start..start + per_rank).collect();
+        let (x, y) = data.select(&indices).tensors();
+        let (x, y) = (x.to_device(ctx.device()), y.to_device(ctx.device()));
+        ddp.backward_step(&mut opt, &net.forward(&x).cross_entropy_for_logits(&y))?;
+    }
+    let mut ck = ctx.new_checkpoint()?;
+    ck.save_var_store(&vs)?;
+    ctx.report([("done", 1.0)], Some(ck)).map_err(Into::into)
+}
+
+fn weights(checkpoint: &Checkpoint) -> Result<Vec<(String, Tensor)>> {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let _net = mlp(&vs.root());
+    checkpoint.load_var_store(&mut vs)?;
+    let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(vars)
+}
+
+/// Two ranks on one GPU (half of it each: NCCL would refuse them) average through the host
+/// ring and end with the weights two CPU ranks end with, within 1e-5.
+pub fn two_ranks_on_one_gpu() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fit = |name: &str, scaling: ScalingConfig| {
+        TorchTrainer::new(train_fixed_batches)
+            .scaling(scaling)
+            .run_config(RunConfig::new(name).storage_path(dir.path()))
+            .fit()
+    };
+    let half: std::collections::BTreeMap<String, f64> = [("GPU".to_owned(), 0.5)].into();
+    let gpu = fit("gpu", ScalingConfig::workers(2).use_gpu(true).resources_per_worker(half))?;
+    let cpu = fit("cpu", ScalingConfig::workers(2))?;
+    let seats = gpu.placement.clone().unwrap_or_default();
+    ensure!(seats.matches("/gpu:").count() == 2, "both ranks on a GPU: {seats}");
+    let mut worst = 0.0f64;
+    for ((name, g), (_, c)) in weights(gpu.checkpoint.as_ref().context("gpu checkpoint")?)?
+        .into_iter()
+        .zip(weights(cpu.checkpoint.as_ref().context("cpu checkpoint")?)?)
+    {
+        let diff = (&g - &c).abs().max().double_value(&[]);
+        let scale = c.abs().max().double_value(&[]).max(1.0);
+        worst = worst.max(diff / scale);
+        ensure!(diff <= 1e-5 * scale, "{name}: the GPU run's weights differ by {diff}");
+    }
+    println!("2 ranks on one GPU against 2 on the CPU: largest weight difference {worst:.2e}");
+    Ok(())
+}
+
+/// A model trained on the GPU: its checkpoint resumes training on the CPU (iteration 4 after
+/// 3), and its export's TorchScript, loaded by PyTorch on the CPU and on the GPU, predicts
+/// what rtune predicts (`TorchPredictor`, and `rtune predict --device cuda`).
+pub fn gpu_to_cpu() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep = dir.path().join("one.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            r#"
+name = "one"
+storage_path = {}
+[trainable]
+builtin = "digits-mlp"
+[scaling]
+num_workers = 1
+use_gpu = true
+[param_space]
+lr = 3e-3
+hidden = 64
+epochs = 3
+[tune]
+metric = "val_loss"
+mode = "min"
+num_samples = 1
+"#,
+            toml_string(dir.path())
+        ),
+    )?;
+    let mut run = rtune(&["run"]);
+    run.arg(&sweep);
+    succeeded(run)?;
+    let experiment = dir.path().join("one");
+    let export = dir.path().join("export");
+    let mut write = rtune(&["export"]);
+    write.arg(&experiment).args(["--best", "--to"]).arg(&export);
+    succeeded(write)?;
+
+    // Training goes on from the GPU's checkpoint on the CPU.
+    let checkpoint = Checkpoint::from_directory(&export)?;
+    ensure!(checkpoint.iteration()? == 3, "the export holds epoch {}", checkpoint.iteration()?);
+    let params =
+        Params::new().with("lr", 3e-3).with("hidden", 64).with("batch_size", 32).with("epochs", 4);
+    let resumed = digits_data(TorchTrainer::new(train_digits_mlp))?
+        .train_loop_config(params)
+        .resume_from_checkpoint(checkpoint)
+        .run_config(RunConfig::new("on-cpu").storage_path(dir.path()))
+        .fit()?;
+    let last = resumed.metrics.as_ref().context("metrics")?;
+    ensure!(last["training_iteration"] == 4.0, "resumed at {}", last["training_iteration"]);
+    ensure!(last["val_acc"] > 0.9, "the resumed model lost what it learned: {last:?}");
+    ensure!(
+        resumed.placement.as_deref().is_some_and(|p| p.ends_with("/cpu")),
+        "{:?}",
+        resumed.placement
+    );
+
+    // PyTorch reads the export and predicts what rtune predicts.
+    let test = Digits::split(DIGITS_SPLIT_SEED)?.test;
+    let predictor = TorchPredictor::from_export(&export, |p| digits_mlp(p, 64))?;
+    let inputs = predictor.inputs(&test.frame()?)?;
+    let ours: Vec<i64> = Vec::try_from(predictor.predict_classes(&inputs)?)?;
+    let rows: Vec<Vec<f32>> = Vec::try_from(&inputs)?;
+    let csv = dir.path().join("inputs.csv");
+    let text: Vec<String> = rows
+        .iter()
+        .map(|r| r.iter().map(|v| format!("{v:e}")).collect::<Vec<_>>().join(","))
+        .collect();
+    std::fs::write(&csv, text.join("\n"))?;
+    let script = "import json, sys, torch\n\
+        m = torch.jit.load(sys.argv[1], map_location=sys.argv[3])\n\
+        rows = [[float(v) for v in l.split(',')] for l in open(sys.argv[2]) if l.strip()]\n\
+        with torch.no_grad():\n    y = m(torch.tensor(rows, device=sys.argv[3]))\n\
+        print(json.dumps(y.argmax(-1).tolist()))\n";
+    for device in ["cpu", "cuda"] {
+        let mut py = Command::new(python());
+        py.args(["-c", script]).arg(export.join("model.pt")).arg(&csv).arg(device);
+        let out = succeeded(py)?;
+        let stdout = String::from_utf8(out.stdout)?;
+        let theirs: Vec<i64> = serde_json::from_str(stdout.lines().last().context("no output")?)?;
+        ensure!(theirs == ours, "PyTorch on {device} predicts otherwise than rtune");
+    }
+
+    // `rtune predict` on the GPU: the classes PyTorch and rtune's predictor gave.
+    let features = dir.path().join("test.csv");
+    let mut frame = test.frame()?;
+    let mut file = std::fs::File::create(&features)?;
+    use rtune::polars::prelude::{CsvWriter, SerWriter};
+    CsvWriter::new(&mut file).finish(&mut frame)?;
+    let predicted = dir.path().join("predicted.csv");
+    let mut predict = rtune(&["predict", "--device", "cuda", "--model"]);
+    predict.arg(&export).arg("--input").arg(&features).arg("--output").arg(&predicted);
+    succeeded(predict)?;
+    let text = std::fs::read_to_string(&predicted)?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().context("header")?.split(',').collect();
+    let at = header.iter().position(|h| *h == "prediction").context("prediction column")?;
+    let theirs: Vec<i64> =
+        lines.map(|l| l.split(',').nth(at).unwrap_or("").parse()).collect::<Result<_, _>>()?;
+    ensure!(theirs == ours, "rtune predict --device cuda predicts otherwise than on the CPU");
+    println!(
+        "a GPU-trained model: resumed on the CPU, and PyTorch (CPU, CUDA) and rtune predict alike"
+    );
+    Ok(())
+}
+
+/// GPUs asked of what cannot use them are refused before any trial, in one line: no device
+/// visible (`CUDA_VISIBLE_DEVICES=""` on this GPU machine), and a CPU-only libtorch (this
+/// libtorch's folder hard-linked without libtorch_cuda.so, first on `LD_LIBRARY_PATH`).
+pub fn unusable_gpus_are_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep = dir.path().join("gpu.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            "name = \"refused\"\nstorage_path = {}\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [scaling]\nnum_workers = 1\nuse_gpu = true\n[tune]\nnum_samples = 1\n",
+            toml_string(dir.path())
+        ),
+    )?;
+    let refused = |command: &mut Command, expected: &str| -> Result<()> {
+        let out = command.output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        ensure!(out.status.code() == Some(2), "{command:?}: {:?}\n{stderr}", out.status);
+        ensure!(lines.len() == 1 && lines[0].contains(expected), "{command:?}:\n{stderr}");
+        ensure!(!dir.path().join("refused").exists(), "a refused sweep left its experiment");
+        println!("refused: {}", lines[0]);
+        Ok(())
+    };
+    let mut none_visible = rtune(&["run"]);
+    none_visible.arg(&sweep).env("CUDA_VISIBLE_DEVICES", "").env("RTUNE_NUM_GPUS", "1");
+    refused(&mut none_visible, "no CUDA device visible")?;
+
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let cpu_lib = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libtorch_cpu.so"))
+        .context("libtorch_cpu.so is not mapped")?;
+    let lib = Path::new(cpu_lib).parent().context("its folder")?;
+    // Hard links need the same file system: beside the torch folder.
+    let cpu_only = tempfile::tempdir_in(lib.parent().context("torch folder")?)?;
+    for entry in std::fs::read_dir(lib)? {
+        let entry = entry?;
+        if entry.file_name() != "libtorch_cuda.so" && entry.file_type()?.is_file() {
+            std::fs::hard_link(entry.path(), cpu_only.path().join(entry.file_name()))?;
+        }
+    }
+    let mut path = vec![cpu_only.path().to_owned()];
+    if let Ok(nvidia) = std::fs::read_dir(lib.join("../../nvidia")) {
+        path.extend(nvidia.filter_map(|e| e.ok()).map(|e| e.path().join("lib")));
+    }
+    if let Some(rest) = std::env::var_os("LD_LIBRARY_PATH") {
+        path.extend(std::env::split_paths(&rest));
+    }
+    let mut cpu_only_libtorch = rtune(&["run"]);
+    cpu_only_libtorch.arg(&sweep).env("LD_LIBRARY_PATH", std::env::join_paths(path)?);
+    refused(&mut cpu_only_libtorch, "this libtorch has no CUDA")
+}
+
+/// A head and a node agent offering this machine's GPU: `rtune status` shows the node's GPU
+/// with its use and memory (NVML, through the heartbeats), and no GPU error.
+pub fn status_shows_the_gpus() -> Result<()> {
+    let mut head =
+        rtune(&["head", "--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let mut line = String::new();
+    BufReader::new(head.stdout.take().context("head stdout")?).read_line(&mut line)?;
+    let address =
+        line.trim().strip_prefix("rtune head listening on ").context("head address")?.to_owned();
+    let node = rtune(&["node", "--address", &address, "--num-gpus", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut children = [head, node];
+    let result = (|| -> Result<()> {
+        let began = Instant::now();
+        loop {
+            let out = succeeded(rtune(&["status", "--address", &address, "--format", "json"]))?;
+            let status: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            let node = &status["nodes"][0];
+            if node["gpus"].as_array().is_some_and(|g| !g.is_empty()) {
+                ensure!(node["total"]["GPU"] == 1, "{node}");
+                ensure!(node.get("gpu_error").is_none(), "{node}");
+                break;
+            }
+            if began.elapsed() > Duration::from_secs(30) {
+                bail!("no GPU use reported by the node in 30 s: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let table = succeeded(rtune(&["status", "--address", &address]))?;
+        let table = String::from_utf8(table.stdout)?;
+        ensure!(table.contains("GPU0 ") && table.contains(" GB"), "{table}");
+        print!("{table}");
+        Ok(())
+    })();
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    result
+}
