@@ -87,7 +87,7 @@ test-slurm: libtorch slurm
 bench-build: libtorch
 	cargo bench --no-run -p rtune --benches
 	cargo bench --no-run -p rtune-searchers --benches
-	cargo build --release --example bench_ddp --example bench_allreduce
+	cargo build --release --bin rtune --example bench_ddp --example bench_allreduce
 
 bench: bench-build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)

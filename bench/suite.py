@@ -27,7 +27,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+# The Python with torch 2.11.0: the project's .venv, or RTUNE_PYTHON (a GPU machine's own).
+PYTHON = os.environ.get("RTUNE_PYTHON") or os.path.join(ROOT, ".venv", "bin", "python")
 TARGET = os.path.join(ROOT, "target")
 
 
@@ -247,6 +248,84 @@ def time_to_good_model(figs, quick):
              "the same sweep to its end")
 
 
+def cuda_devices():
+    """The CUDA devices PyTorch sees here (their names), asked once; [] without a GPU."""
+    if not hasattr(cuda_devices, "names"):
+        cuda_devices.names = []
+        if shutil.which("nvidia-smi") is not None:
+            check = ("import torch; [print(torch.cuda.get_device_name(i)) "
+                     "for i in range(torch.cuda.device_count())]")
+            try:
+                out = subprocess.run([PYTHON, "-c", check], capture_output=True, text=True,
+                                     timeout=120).stdout
+                cuda_devices.names = [line for line in out.splitlines() if line.strip()]
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+    return cuda_devices.names
+
+
+GPU_SWEEP = """
+name = "{name}"
+storage_path = "{storage}"
+[trainable]
+builtin = "digits-mlp"
+[scaling]
+num_workers = 1
+resources_per_worker = {{ GPU = {gpu} }}
+[param_space]
+lr = {{ grid_search = [1e-3, 2e-3, 3e-3, 4e-3] }}
+epochs = {epochs}
+[tune]
+max_concurrent_trials = 4
+"""
+
+
+def gpu(figs, quick):
+    """9. On one GPU: step time against PyTorch's own loop (one worker), two ranks sharing the
+    GPU through the host ring against one rank, two trials at 0.5 GPU against one at a time.
+    Nothing where there is no CUDA device (the report's GPU section says so)."""
+    names = cuda_devices()
+    if not names:
+        return
+    card = names[0]
+    exe = os.path.join(TARGET, "release", "examples", "bench_ddp")
+    small = ["--steps", "30" if quick else "300"]
+    big = ["--hidden", "2236", "--layers", "3", "--warmup", "2" if quick else "5",
+           "--steps", "10" if quick else "100"]
+    group = f"9. One GPU ({card})"
+    for label, shape in [("MLP 64-256-256-10", small), ("MLP 10M", big)]:
+        ours = ddp_lines([exe, "--workers", "1", "--gpus", "1"] + shape)[0]
+        theirs = ddp_lines([PYTHON, "bench/gpu_torch.py"] + shape)[0]
+        figs.add(group, f"GPU step {label} rtune", ours[0], "ms", "lower",
+                 f"1 worker on the GPU, batch 128, {int(ours[2]):,} parameters")
+        figs.add(group, f"GPU step {label} torch", theirs[0], "ms", "lower",
+                 "PyTorch's own loop in one process on the same GPU")
+        figs.add(group, f"GPU step {label} rtune / torch", ours[0] / theirs[0], "x", "lower",
+                 "at most 1: rtune's step is as fast as PyTorch's")
+    one = ddp_lines([exe, "--workers", "1", "--gpus", "1"] + small)[0]
+    two = ddp_lines([exe, "--workers", "2", "--gpus", "0.5"] + small)[0]
+    figs.add(group, "2 ranks on one GPU, samples/s", 2 * 128 / (two[0] / 1e3), "samples/s",
+             "higher", "2 workers at 0.5 GPU each, gradients through the host ring")
+    figs.add(group, "1 rank on the GPU, samples/s", 128 / (one[0] / 1e3), "samples/s",
+             "higher", "the same model and batch per rank, 1 worker")
+    rtune = os.path.join(TARGET, "release", "rtune")
+    epochs = 4 if quick else 12
+    for share in ["0.5", "1"]:
+        storage = os.path.join(TARGET, "bench-gpu-sweeps")
+        shutil.rmtree(storage, ignore_errors=True)
+        os.makedirs(storage)
+        sweep = os.path.join(storage, "sweep.toml")
+        with open(sweep, "w") as f:
+            f.write(GPU_SWEEP.format(name="gpu" + share, storage=storage, gpu=share,
+                                     epochs=epochs))
+        began = time.time()
+        run([rtune, "run", sweep])
+        hours = (time.time() - began) / 3600
+        figs.add(group, f"4 digits trials at GPU = {share}, trials/hour", 4 / hours, "trials/h",
+                 "higher", f"rtune run of 4 digits-mlp trials ({epochs} epochs), "
+                 f"{'two at a time' if share == '0.5' else 'one at a time'}")
+
+
 WORKLOADS = {
     "bookkeeping": sweep_bookkeeping,
     "results": result_throughput,
@@ -255,23 +334,18 @@ WORKLOADS = {
     "decisions": decisions,
     "tui": tui_and_memory,
     "digits": time_to_good_model,
+    "gpu": gpu,
 }
 
 
 def gpu_section():
-    """Whether CUDA is here; the GPU workloads run only then."""
+    """Whether the GPU group (9) ran, and on what."""
     if shutil.which("nvidia-smi") is None:
         return "not run: no NVIDIA GPU on this machine (no nvidia-smi)"
-    try:
-        check = "import torch; print(torch.cuda.device_count())"
-        count = int(subprocess.run([PYTHON, "-c", check], capture_output=True, text=True,
-                                   timeout=120).stdout.strip() or 0)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        count = 0
-    if count == 0:
+    names = cuda_devices()
+    if not names:
         return "not run: PyTorch sees no CUDA device"
-    return (f"{count} CUDA device(s) found, but the suite's GPU workloads (step time against "
-            "PyTorch on one GPU, two trials at 0.5 GPU each) are not written yet")
+    return f"{len(names)} CUDA device(s): {', '.join(names)}; group 9 ran on the first."
 
 
 def machine():

@@ -6,6 +6,12 @@
 //!
 //! `-- --hidden 2236 --steps 20` runs a larger MLP (64-H-H-10; H = 2236 is 5.1M parameters,
 //! `--layers 3` adds a third H x H layer: 10.1M), where the all-reduce dominates; `--warmup N`.
+//!
+//! On a GPU machine: `--gpus 1` gives each worker a GPU (`--gpus 0.5`: half of one, so two
+//! workers share it and average through the host ring), `--workers N` sets the group's size
+//! (default 2); `bench/gpu_torch.py` is PyTorch's single-GPU loop with the same model and
+//! batch. The model and the batch live on the worker's device; the timed steps end with a
+//! device synchronisation.
 
 use std::time::Instant;
 
@@ -20,7 +26,8 @@ fn train(ctx: &mut TrainContext) -> Result<()> {
     let (hidden, layers) =
         (ctx.params().get::<i64>("hidden")?, ctx.params().get::<usize>("layers")?);
     tch::manual_seed(ctx.world_rank() as i64);
-    let vs = nn::VarStore::new(Device::Cpu);
+    let device = ctx.device();
+    let vs = nn::VarStore::new(device);
     let root = vs.root();
     let mut net = nn::seq().add(nn::linear(&root / "fc1", 64, hidden, Default::default()));
     for layer in 2..=layers {
@@ -39,16 +46,24 @@ fn train(ctx: &mut TrainContext) -> Result<()> {
     ));
     let ddp = ctx.prepare_model(&vs)?;
     let mut opt = nn::Sgd::default().build(&vs, 0.01)?;
-    let x = Tensor::randn([128, 64], (Kind::Float, Device::Cpu));
-    let y = Tensor::randint(10, [128], (Kind::Int64, Device::Cpu));
+    let batch = ctx.params().get::<i64>("batch")?;
+    let x = Tensor::randn([batch, 64], (Kind::Float, device));
+    let y = Tensor::randint(10, [batch], (Kind::Int64, device));
+    let synchronize = || {
+        if let Device::Cuda(index) = device {
+            tch::Cuda::synchronize(index as i64);
+        }
+    };
     let mut started = Instant::now();
     for step in 0..warmup + steps {
         if step == warmup {
+            synchronize();
             started = Instant::now();
         }
         let loss = net.forward(&x).cross_entropy_for_logits(&y);
         ddp.backward_step(&mut opt, &loss)?;
     }
+    synchronize();
     let per_step_ms = started.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let parameters: i64 = vs.trainable_variables().iter().map(|t| t.numel() as i64).sum();
     ctx.report([("per_step_ms", per_step_ms), ("parameters", parameters as f64)], None)?;
@@ -59,20 +74,26 @@ fn main() -> Result<()> {
     rtune::init();
     let storage = tempfile_dir()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |name: &str, default: i64| -> Result<i64> {
+    let arg = |name: &str, default: f64| -> Result<f64> {
         match args.iter().position(|a| a == name) {
             Some(i) => Ok(args.get(i + 1).map(|v| v.parse()).transpose()?.unwrap_or(default)),
             None => Ok(default),
         }
     };
     let params = Params::new()
-        .with("warmup", arg("--warmup", 20)?)
-        .with("steps", arg("--steps", 300)?)
-        .with("hidden", arg("--hidden", 256)?)
-        .with("layers", arg("--layers", 2)?);
+        .with("warmup", arg("--warmup", 20.0)? as i64)
+        .with("steps", arg("--steps", 300.0)? as i64)
+        .with("hidden", arg("--hidden", 256.0)? as i64)
+        .with("layers", arg("--layers", 2.0)? as i64)
+        .with("batch", arg("--batch", 128.0)? as i64);
+    let mut scaling = ScalingConfig::workers(arg("--workers", 2.0)? as usize);
+    let gpus = arg("--gpus", 0.0)?;
+    if gpus > 0.0 {
+        scaling = scaling.use_gpu(true).resources_per_worker([("GPU".to_owned(), gpus)].into());
+    }
     let result = TorchTrainer::new(train)
         .train_loop_config(params)
-        .scaling(ScalingConfig::workers(2))
+        .scaling(scaling)
         .run_config(RunConfig::default().storage_path(&storage))
         .fit()?;
     let per_step = result.metrics.as_ref().map_or(f64::NAN, |m| m["per_step_ms"]);
