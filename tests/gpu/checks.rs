@@ -55,6 +55,15 @@ fn toml_string(path: &Path) -> String {
     format!("\"{}\"", path.display())
 }
 
+/// Writes the sweep file `<dir>/<name>.toml`: its `name`, `storage_path = dir` (so its
+/// experiment is `<dir>/<name>`), then `body`.
+fn sweep_file(dir: &Path, name: &str, body: &str) -> Result<PathBuf> {
+    let path = dir.join(format!("{name}.toml"));
+    let head = format!("name = \"{name}\"\nstorage_path = {}\n", toml_string(dir));
+    std::fs::write(&path, head + body)?;
+    Ok(path)
+}
+
 /// The trial directories of an experiment, in name order.
 fn trial_dirs(experiment: &Path) -> Result<Vec<PathBuf>> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(experiment)?
@@ -124,29 +133,21 @@ pub fn demo_sweep_on_the_gpu() -> Result<()> {
 /// each trial's start (its params.json, written once placed) and end (its last checkpoint).
 pub fn fractional_trials_two_at_a_time() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let sweep = dir.path().join("halves.toml");
-    std::fs::write(
-        &sweep,
-        format!(
-            r#"
-name = "halves"
-storage_path = {}
+    let body = r#"
 [trainable]
 builtin = "digits-mlp"
 [scaling]
 num_workers = 1
-resources_per_worker = {{ GPU = 0.5 }}
+resources_per_worker = { GPU = 0.5 }
 [param_space]
-lr = {{ grid_search = [1e-3, 2e-3, 3e-3, 4e-3] }}
+lr = { grid_search = [1e-3, 2e-3, 3e-3, 4e-3] }
 epochs = 12
 [tune]
 metric = "val_loss"
 mode = "min"
 max_concurrent_trials = 4
-"#,
-            toml_string(dir.path())
-        ),
-    )?;
+"#;
+    let sweep = sweep_file(dir.path(), "halves", body)?;
     let mut run = rtune(&["run"]);
     run.arg(&sweep);
     succeeded(run)?;
@@ -247,13 +248,7 @@ pub fn two_ranks_on_one_gpu() -> Result<()> {
 /// what rtune predicts (`TorchPredictor`, and `rtune predict --device cuda`).
 pub fn gpu_to_cpu() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let sweep = dir.path().join("one.toml");
-    std::fs::write(
-        &sweep,
-        format!(
-            r#"
-name = "one"
-storage_path = {}
+    let body = r#"
 [trainable]
 builtin = "digits-mlp"
 [scaling]
@@ -267,10 +262,8 @@ epochs = 3
 metric = "val_loss"
 mode = "min"
 num_samples = 1
-"#,
-            toml_string(dir.path())
-        ),
-    )?;
+"#;
+    let sweep = sweep_file(dir.path(), "one", body)?;
     let mut run = rtune(&["run"]);
     run.arg(&sweep);
     succeeded(run)?;
@@ -353,15 +346,9 @@ num_samples = 1
 /// libtorch's folder hard-linked without libtorch_cuda.so, first on `LD_LIBRARY_PATH`).
 pub fn unusable_gpus_are_refused() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let sweep = dir.path().join("gpu.toml");
-    std::fs::write(
-        &sweep,
-        format!(
-            "name = \"refused\"\nstorage_path = {}\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
-             [scaling]\nnum_workers = 1\nuse_gpu = true\n[tune]\nnum_samples = 1\n",
-            toml_string(dir.path())
-        ),
-    )?;
+    let body = "[trainable]\nbuiltin = \"synthetic-curve\"\n[scaling]\nnum_workers = 1\n\
+                use_gpu = true\n[tune]\nnum_samples = 1\n";
+    let sweep = sweep_file(dir.path(), "refused", body)?;
     let refused = |command: &mut Command, expected: &str| -> Result<()> {
         let out = command.output()?;
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -376,30 +363,9 @@ pub fn unusable_gpus_are_refused() -> Result<()> {
     none_visible.arg(&sweep).env("CUDA_VISIBLE_DEVICES", "").env("RTUNE_NUM_GPUS", "1");
     refused(&mut none_visible, "no CUDA device visible")?;
 
-    let maps = std::fs::read_to_string("/proc/self/maps")?;
-    let cpu_lib = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.ends_with("/libtorch_cpu.so"))
-        .context("libtorch_cpu.so is not mapped")?;
-    let lib = Path::new(cpu_lib).parent().context("its folder")?;
-    // Hard links need the same file system: beside the torch folder.
-    let cpu_only = tempfile::tempdir_in(lib.parent().context("torch folder")?)?;
-    for entry in std::fs::read_dir(lib)? {
-        let entry = entry?;
-        if entry.file_name() != "libtorch_cuda.so" && entry.file_type()?.is_file() {
-            std::fs::hard_link(entry.path(), cpu_only.path().join(entry.file_name()))?;
-        }
-    }
-    let mut path = vec![cpu_only.path().to_owned()];
-    if let Ok(nvidia) = std::fs::read_dir(lib.join("../../nvidia")) {
-        path.extend(nvidia.filter_map(|e| e.ok()).map(|e| e.path().join("lib")));
-    }
-    if let Some(rest) = std::env::var_os("LD_LIBRARY_PATH") {
-        path.extend(std::env::split_paths(&rest));
-    }
+    let (_cpu_only, path) = crate::libtorch::cpu_only_libtorch()?;
     let mut cpu_only_libtorch = rtune(&["run"]);
-    cpu_only_libtorch.arg(&sweep).env("LD_LIBRARY_PATH", std::env::join_paths(path)?);
+    cpu_only_libtorch.arg(&sweep).env("LD_LIBRARY_PATH", path);
     refused(&mut cpu_only_libtorch, "this libtorch has no CUDA")
 }
 

@@ -9,6 +9,8 @@
 //! `RTUNE_PYTHON` (else the project's `.venv`, else `python3`).
 
 mod checks;
+#[path = "../shared/libtorch.rs"]
+mod libtorch;
 
 use libtest_mimic::{Arguments, Trial};
 

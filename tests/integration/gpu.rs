@@ -2,10 +2,13 @@
 //! are refused before any trial, in one line that names the cause and the fix. (What needs a
 //! device is `make test-gpu`, tests/gpu/.)
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use anyhow::{Result, ensure};
+
+use crate::libtorch::cpu_only_libtorch;
 
 const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
 
@@ -32,9 +35,14 @@ num_samples = 1
     Ok(path)
 }
 
-/// The refusal: exit code 2, one line on stderr that says what was asked and `expected`, and
-/// not a trial (nor an experiment) left behind.
-fn check_refused(out: &Output, dir: &Path, expected: &[&str]) -> Result<()> {
+/// `rtune run` of the GPU sweep in `dir` with `env`, which must be refused: exit code 2, one
+/// line on stderr that says what was asked and `expected`, and not a trial (nor an experiment)
+/// left behind. Returns the line.
+fn refused(dir: &Path, env: &[(&str, &OsStr)], expected: &[&str]) -> Result<String> {
+    let sweep = gpu_sweep(dir)?;
+    let mut run = Command::new(RTUNE);
+    run.arg("run").arg(&sweep).env("RTUNE_NUM_GPUS", "1").env_remove("RUST_LOG");
+    let out = run.envs(env.iter().copied()).output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     ensure!(out.status.code() == Some(2), "exit {:?}, stderr:\n{stderr}", out.status);
@@ -50,7 +58,7 @@ fn check_refused(out: &Output, dir: &Path, expected: &[&str]) -> Result<()> {
         Err(_) => Vec::new(),
     };
     ensure!(left.is_empty(), "the refused sweep left {left:?}");
-    Ok(())
+    Ok(line.to_owned())
 }
 
 /// No device visible (`CUDA_VISIBLE_DEVICES=""`, the pool told there is one GPU): refused by
@@ -58,56 +66,20 @@ fn check_refused(out: &Output, dir: &Path, expected: &[&str]) -> Result<()> {
 /// with one, the empty device list.
 pub fn gpus_workers_cannot_use_are_refused_before_any_trial() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let sweep = gpu_sweep(dir.path())?;
-    let out = Command::new(RTUNE)
-        .arg("run")
-        .arg(&sweep)
-        .env("RTUNE_NUM_GPUS", "1")
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env_remove("RUST_LOG")
-        .output()?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let cause = if stderr.contains("no NVIDIA driver") {
-        "install the driver"
-    } else {
-        "CUDA_VISIBLE_DEVICES=\"\""
-    };
-    check_refused(&out, dir.path(), &[cause, "use_gpu = false"])
+    let line =
+        refused(dir.path(), &[("CUDA_VISIBLE_DEVICES", OsStr::new(""))], &["use_gpu = false"])?;
+    let cause = ["install the driver", "CUDA_VISIBLE_DEVICES=\"\""];
+    ensure!(cause.iter().any(|c| line.contains(c)), "neither cause named: {line}");
+    Ok(())
 }
 
-/// A CPU-only libtorch: this libtorch's folder, hard-linked without `libtorch_cuda.so` and put
-/// first on `LD_LIBRARY_PATH` (the binaries' rpath is a RUNPATH, which that overrides).
+/// A CPU-only libtorch (this libtorch without libtorch_cuda.so, first on the library path).
 pub fn a_cpu_only_libtorch_is_refused_by_name() -> Result<()> {
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".libtorch/lib").canonicalize()?;
-    // Hard links need the same file system: a folder beside the build's.
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(scratch)?;
-    let cpu_only = tempfile::tempdir_in(scratch)?;
-    for entry in std::fs::read_dir(&lib)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name == "libtorch_cuda.so" || !entry.file_type()?.is_file() {
-            continue;
-        }
-        std::fs::hard_link(entry.path(), cpu_only.path().join(&name))?;
-    }
-    // libtorch_cpu finds the CUDA wheels' libraries (it needs libcupti) relative to its own
-    // folder, which the copy is not in: they go on the path after it.
-    let mut path = vec![cpu_only.path().to_owned()];
-    for entry in std::fs::read_dir(lib.join("../../nvidia"))? {
-        path.push(entry?.path().join("lib"));
-    }
+    let (cpu_only, path) = cpu_only_libtorch()?;
     let dir = tempfile::tempdir()?;
-    let sweep = gpu_sweep(dir.path())?;
-    let out = Command::new(RTUNE)
-        .arg("run")
-        .arg(&sweep)
-        .env("RTUNE_NUM_GPUS", "1")
-        .env("LD_LIBRARY_PATH", std::env::join_paths(path)?)
-        .env_remove("RUST_LOG")
-        .output()?;
     let folder = cpu_only.path().display().to_string();
-    check_refused(&out, dir.path(), &["this libtorch has no CUDA", &folder, "torch==2.11.0"])
+    let expected = ["this libtorch has no CUDA", &folder, "torch==2.11.0"];
+    refused(dir.path(), &[("LD_LIBRARY_PATH", &path)], &expected).map(drop)
 }
 
 /// A trial that waits for its resources is PENDING, not RUNNING, until its workers start: two

@@ -10,6 +10,8 @@ mod common;
 mod data;
 mod examples;
 mod gpu;
+#[path = "../shared/libtorch.rs"]
+mod libtorch;
 mod tch_basics;
 mod trainer;
 mod tune;
