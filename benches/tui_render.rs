@@ -16,7 +16,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rtune::callback::TrialInfo;
-use rtune::cli::tui::{Event, Model, View, view};
+use rtune::cli::ui::model::{Event, Model, View};
+use rtune::cli::ui::tui::view;
 use rtune::search::{Metrics, Mode, Params, RungStatus, SchedulerStatus, TrialStatus};
 
 const TRIALS: usize = 10_000;

@@ -55,16 +55,13 @@ mod group;
 pub mod log;
 pub mod metrics;
 pub mod outcome;
+mod proto;
 mod rpc;
 pub mod storage;
 mod sys;
 pub mod train;
 pub mod tune;
 mod worker;
-
-pub(crate) mod proto {
-    tonic::include_proto!("rtune.v1");
-}
 
 /// Search spaces, searchers and schedulers (the `rtune-searchers` crate), for sweeps:
 /// `rtune::search::{SearchSpace, loguniform, choice, Asha, Tpe, ..}`.

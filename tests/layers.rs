@@ -276,3 +276,112 @@ fn the_checks_can_fail() {
     assert_eq!(refs, ["error", "group", "train"]);
     assert!(layer_of("train") > layer_of("storage"));
 }
+
+/// The file-level reader resolves a path to the file it lands in, groups included.
+#[test]
+fn file_references_land_in_their_files() {
+    let dir = std::env::temp_dir().join(format!("rtune_files_{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("cli/ui")).unwrap();
+    for file in ["cli/mod.rs", "cli/ui/mod.rs", "cli/ui/model.rs", "cli/inspect.rs"] {
+        std::fs::write(dir.join(file), "").unwrap();
+    }
+    let file = dir.join("cli/inspect.rs");
+    let text =
+        "use super::ui::{model::{Model, Event}, format};\nfn f() { crate::cli::ui::model::x(); }\n";
+    std::fs::write(&file, text).unwrap();
+    let refs: BTreeSet<String> = full_references(&dir, &file)
+        .iter()
+        .filter_map(|p| module_of(&dir, p))
+        .map(|m| m.join("::"))
+        .collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    // `format` is no file here: it lands in `cli::ui`, where it would be declared.
+    assert_eq!(refs, BTreeSet::from(["cli::ui".to_owned(), "cli::ui::model".to_owned()]));
+}
+
+/// The module a path `crate::a::b::C` lands in: the longest prefix of it that is a module of
+/// `src` (a file `a/b.rs` or `a/b/mod.rs`).
+fn module_of(src: &Path, path: &[String]) -> Option<Vec<String>> {
+    (1..=path.len()).rev().map(|n| path[..n].to_vec()).find(|m| {
+        let rel: PathBuf = m.iter().collect();
+        src.join(&rel).with_extension("rs").is_file() || src.join(&rel).join("mod.rs").is_file()
+    })
+}
+
+/// Every module path (all its segments, not only the first) this file's code names through
+/// `crate::` or `super::`, groups (`{a, b::c}`) spelled out.
+fn full_references(src: &Path, file: &Path) -> BTreeSet<Vec<String>> {
+    let module = module_path(src, file);
+    let mut refs = BTreeSet::new();
+    let text = std::fs::read_to_string(file).unwrap();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::").or_else(|| rest.find("super::")) {
+            let standalone =
+                at == 0 || !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+            let (mut base, mut after) = if rest[at..].starts_with("crate::") {
+                (Vec::new(), &rest[at + "crate::".len()..])
+            } else {
+                let mut base = module.clone();
+                let mut after = &rest[at..];
+                while let Some(next) = after.strip_prefix("super::") {
+                    base.pop();
+                    after = next;
+                }
+                (base, after)
+            };
+            if standalone {
+                // Segments up to a group or the end of the path.
+                loop {
+                    let head = ident_at(after);
+                    if head.is_empty() || head == "self" {
+                        break;
+                    }
+                    base.push(head.clone());
+                    after = &after[head.len()..];
+                    match after.strip_prefix("::") {
+                        Some(next) => after = next,
+                        None => break,
+                    }
+                }
+                if after.starts_with('{') {
+                    for head in group_heads(after) {
+                        let mut path = base.clone();
+                        path.push(head);
+                        refs.insert(path);
+                    }
+                } else {
+                    refs.insert(base);
+                }
+            }
+            rest = &rest[at + 6..];
+        }
+    }
+    refs
+}
+
+/// No two files of rtune's `src` import each other, directly or around a circle: each concern
+/// sits below the ones built on it. (A module's own submodules are not its imports.)
+#[test]
+fn rtune_files_import_no_circle() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let me = module_path(&src, file);
+        let edges = graph.entry(me.join("::")).or_default();
+        for target in full_references(&src, file) {
+            let Some(to) = module_of(&src, &target) else { continue };
+            // Naming an ancestor module's item (`super::X`) or a descendant's is within one
+            // module's own tree.
+            if to.is_empty() || me.starts_with(&to) || to.starts_with(&me) {
+                continue;
+            }
+            edges.insert(to.join("::"));
+        }
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("rtune's files import each other in a circle: {}", cycle.join(" → "));
+    }
+}

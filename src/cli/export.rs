@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use rtune_searchers::{Mode, Params};
 
 use super::builtins::Model;
-use super::inspect::{find_trial, number};
+use super::inspect::find_trial;
+use super::ui::format::number;
 use crate::outcome::Checkpoint;
 use crate::train::{Export, PARAMS_FILE};
 use crate::tune::{ResultGrid, Scope, TrialResult};

@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use rtune_searchers::{Metrics, TrialStatus};
+use rtune_searchers::Metrics;
 use serde_json::json;
 
 use super::Format;
-use super::tui::model::status_name;
-pub(super) use crate::metrics::{number_text as number, param_text};
+use super::ui::format::{counts, number, param_text, status_name};
 use crate::outcome::error_summary;
 use crate::tune::{ResultGrid, Scope, TrialResult, Tuner};
 
@@ -39,12 +38,6 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
     let mut out = vec![line(headers)];
     out.extend(rows.iter().map(|r| line(r)));
     out.join("\n")
-}
-
-/// `hh:mm:ss`.
-pub(super) fn clock(seconds: f64) -> String {
-    let s = seconds.max(0.0) as u64;
-    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
 /// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all).
@@ -113,15 +106,6 @@ pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     text
 }
 
-/// How many trials have each status, by status name.
-pub(super) fn counts(statuses: impl Iterator<Item = TrialStatus>) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    for status in statuses {
-        *counts.entry(status_name(status)).or_default() += 1;
-    }
-    counts
-}
-
 fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
     m.map_or(serde_json::Value::Null, |m| serde_json::Value::Object(crate::metrics::to_json(m)))
 }
@@ -169,7 +153,7 @@ pub(super) fn newest_experiment() -> Result<std::path::PathBuf> {
             if !Tuner::can_restore(&path) {
                 continue;
             }
-            let running = path.join(super::stream::DRIVER_FILE).exists();
+            let running = path.join(crate::tune::DRIVER_FILE).exists();
             let state = path.join(crate::tune::STATE_FILE);
             let changed = std::fs::metadata(&state).and_then(|m| m.modified()).ok();
             found.push((running, changed, path));

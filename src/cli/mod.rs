@@ -28,11 +28,9 @@ mod doc;
 mod export;
 mod inspect;
 mod predict;
-mod progress;
 mod slurm;
-pub mod stream;
 pub mod sweep;
-pub mod tui;
+pub mod ui;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -390,7 +388,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 Some(dir) => dir,
                 None => inspect::newest_experiment().map_err(|e| Exit(EXIT_INVALID, e))?,
             };
-            tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;
+            ui::tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;
             Ok(0)
         }
         Command::Ls { dir } => {
@@ -544,8 +542,8 @@ fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Ex
 
 fn resume(dir: &Path, output: &Output, registry: &Registry, target: &Target) -> Result<i32, Exit> {
     let (file, spec) = read_sweep(dir, registry)?;
-    let ended: Vec<tui::model::TrialRow> = tui::Model::read(dir)
-        .map(tui::Model::into_trials)
+    let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
+        .map(ui::model::Model::into_trials)
         .unwrap_or_default()
         .into_iter()
         .filter(|t| t.status.is_finished())
@@ -587,11 +585,11 @@ fn reporting(
     name: &str,
     path: &Path,
     control: &Control,
-    ended: Vec<tui::model::TrialRow>,
+    ended: Vec<ui::model::TrialRow>,
 ) -> (RunConfig, Screen) {
     let metric = spec.metric.clone().zip(spec.mode);
     let total = u64::try_from(spec.num_samples).ok();
-    let mut model = tui::Model::new(name.to_owned(), path.to_owned(), metric.clone());
+    let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), metric.clone());
     model.total = total;
     model.time_budget_s = spec.time_budget_s;
     let scaling = &spec.scaling;
@@ -605,9 +603,9 @@ fn reporting(
     model.set_trials(ended);
     let mut run = run;
     // Watching is a convenience: a sweep runs on without it.
-    let server = match stream::serve(path, model.clone(), control.clone()) {
+    let server = match ui::stream::serve(path, model.clone(), control.clone()) {
         Ok((server, broadcast)) => {
-            run = run.callback(tui::Following(broadcast));
+            run = run.callback(ui::model::Following(broadcast));
             Some(server)
         }
         Err(e) => {
@@ -616,20 +614,20 @@ fn reporting(
         }
     };
     let progress =
-        progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric, total);
+        ui::progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric, total);
     if output.no_tui || !std::io::stdout().is_terminal() {
         progress.know(model.into_trials());
-        return (run.callback(tui::Following(progress)), Screen { ui: None, server });
+        return (run.callback(ui::model::Following(progress)), Screen { ui: None, server });
     }
-    let (feed, events) = tui::Feed::new();
-    let thread = tui::live(model, events, control.clone(), progress);
-    (run.callback(tui::Following(feed.clone())), Screen { ui: Some((feed, thread)), server })
+    let (feed, events) = ui::tui::Feed::new();
+    let thread = ui::tui::live(model, events, control.clone(), progress);
+    (run.callback(ui::model::Following(feed.clone())), Screen { ui: Some((feed, thread)), server })
 }
 
 /// The live terminal UI, if one is shown, and the stream to `rtune watch`.
 struct Screen {
-    ui: Option<(tui::Feed, std::thread::JoinHandle<()>)>,
-    server: Option<stream::Server>,
+    ui: Option<(ui::tui::Feed, std::thread::JoinHandle<()>)>,
+    server: Option<ui::stream::Server>,
 }
 
 impl Screen {

@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 
 use super::hub::Hub;
 use super::logs::{Stream, log_path, open_log};
-use super::{AttemptSpec, Exit, ExitTx};
+use super::{AttemptSpec, Exit, ExitTx, remote_worker_id};
 use crate::error::{Error, Result};
 use crate::sys::{build_id, zygote};
 use crate::worker::{HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec};
@@ -70,10 +70,6 @@ pub(super) async fn spawn_local(
     crate::sys::spawn_supervised(command, on_exit)
         .map(|supervised| supervised.kill)
         .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
-}
-
-pub(super) fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
-    format!("{}/{}/{rank}", spec.group, spec.attempt)
 }
 
 /// Starts rank `rank` on the node its bundle was placed on, through the head.

@@ -7,8 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-use super::launch::remote_worker_id;
-use super::{AttemptSpec, Exit, ExitTx};
+use super::{AttemptSpec, Exit, ExitTx, remote_worker_id};
 use crate::error::{IoContext, Result};
 
 /// Which output of a worker.

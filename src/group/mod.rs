@@ -119,6 +119,12 @@ pub(crate) fn describe_seats(seats: &[Seat]) -> String {
     seats.iter().map(seat).collect::<Vec<_>>().join(" ")
 }
 
+/// The name a worker started through the head goes by (in its start request, and in the
+/// exits and logs its node reports).
+fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
+    format!("{}/{}/{rank}", spec.group, spec.attempt)
+}
+
 /// How an attempt starts its processes.
 #[derive(Clone)]
 pub(crate) enum Launcher {

@@ -10,7 +10,7 @@ use rtune_searchers::{Mode, Params, SearchSpace, TrialId, TrialStatus};
 use serde::{Deserialize, Serialize};
 
 use super::controller::ControllerState;
-use super::result_grid::TrialResult;
+use super::trial::TrialResult;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
 use crate::outcome::WorkerFailure;
@@ -57,6 +57,10 @@ impl Settings {
 
 /// The experiment state snapshot in the experiment directory.
 pub const STATE_FILE: &str = "experiment_state.json";
+
+/// Where a live sweep's driver says how to reach it (`rtune watch`): its stream's address and
+/// token, while it runs.
+pub const DRIVER_FILE: &str = "driver.json";
 
 /// A failed trial's whole error, in its directory (progress lines and the terminal UI show
 /// its first line: `outcome::error_summary`).

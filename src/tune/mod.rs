@@ -43,11 +43,13 @@
 pub mod controller;
 mod experiment;
 mod result_grid;
+mod trial;
 mod tuner;
 
 pub use controller::{
     Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
 };
-pub use experiment::{ERROR_FILE, SETTINGS_FILE, STATE_FILE, holds_experiment};
-pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope, TrialResult};
+pub use experiment::{DRIVER_FILE, ERROR_FILE, SETTINGS_FILE, STATE_FILE, holds_experiment};
+pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope};
+pub use trial::TrialResult;
 pub use tuner::{Control, DRIVER_LOG, TuneConfig, Tuner};

@@ -33,7 +33,8 @@ use super::experiment::{
     EndedRows, FORMAT, SETTINGS_FILE, SavedExperiment, SavedTrialRow, Settings, holds_experiment,
     read_experiment, read_trial,
 };
-use super::result_grid::{RESULTS_PARQUET, ResultGrid, TrialResult};
+use super::result_grid::{RESULTS_PARQUET, ResultGrid};
+use super::trial::TrialResult;
 use crate::callback::{Callback, TrialInfo};
 use crate::cluster::pool::PoolStatus;
 use crate::config::RunConfig;

@@ -553,7 +553,7 @@ pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let driver_file = experiment.join(rtune::cli::stream::DRIVER_FILE);
+    let driver_file = experiment.join(rtune::tune::DRIVER_FILE);
     wait_for(Duration::from_secs(60), || Ok(driver_file.exists()))?;
     let mode = std::fs::metadata(&driver_file)?.permissions().mode() & 0o777;
     ensure!(mode == 0o600, "driver.json is readable by others: {mode:o}");

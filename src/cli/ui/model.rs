@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use rtune_searchers::{Metrics, Mode, SchedulerStatus, TrialStatus};
 
-use crate::callback::TrialInfo;
-use crate::cli::inspect::param_text;
+use super::format::{param_text, status_name};
+use crate::callback::{Callback, TrialInfo};
 use crate::cluster::pool::GpuUsage;
+use crate::error::Result;
 use crate::outcome::error_summary;
 use crate::tune::ResultGrid;
 
@@ -76,10 +77,6 @@ pub const FILTERS: [Option<TrialStatus>; 5] = [
     Some(TrialStatus::Error),
     Some(TrialStatus::Paused),
 ];
-
-pub fn status_name(status: TrialStatus) -> String {
-    format!("{status:?}").to_uppercase()
-}
 
 impl Model {
     pub fn new(name: String, path: PathBuf, metric: Option<(String, Mode)>) -> Self {
@@ -337,4 +334,57 @@ pub enum Event {
     Pause(TrialInfo),
     Scheduler(SchedulerStatus),
     End,
+}
+
+/// Something that follows a sweep by its events: the terminal UI's feed, the progress lines.
+pub trait Follow: Send + Sync {
+    /// Its name in error messages.
+    fn name(&self) -> &'static str;
+    fn follow(&self, event: Event);
+}
+
+impl<F: Follow + ?Sized> Follow for std::sync::Arc<F> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn follow(&self, event: Event) {
+        (**self).follow(event)
+    }
+}
+
+/// The callback that turns a sweep's callbacks into events for a `Follow`.
+pub struct Following<F>(pub F);
+
+impl<F: Follow> Callback for Following<F> {
+    fn name(&self) -> String {
+        self.0.name().into()
+    }
+    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
+        self.0.follow(Event::Start(trial.clone()));
+        Ok(())
+    }
+    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
+        self.0.follow(Event::Result(trial.clone(), result.clone()));
+        Ok(())
+    }
+    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
+        self.0.follow(Event::Complete(trial.clone()));
+        Ok(())
+    }
+    fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
+        self.0.follow(Event::Error(trial.clone(), error.to_owned()));
+        Ok(())
+    }
+    fn on_trial_pause(&self, trial: &TrialInfo) -> Result<()> {
+        self.0.follow(Event::Pause(trial.clone()));
+        Ok(())
+    }
+    fn on_scheduler_status(&self, status: &rtune_searchers::SchedulerStatus) -> Result<()> {
+        self.0.follow(Event::Scheduler(status.clone()));
+        Ok(())
+    }
+    fn on_experiment_end(&self, _: &[TrialInfo]) -> Result<()> {
+        self.0.follow(Event::End);
+        Ok(())
+    }
 }

@@ -11,8 +11,8 @@ use rtune_searchers::{Metrics, Mode};
 
 use crate::outcome::error_summary;
 
-use super::tui::Follow;
-use super::tui::model::{Event, Model, TrialRow};
+use super::format::{clock, counts};
+use super::model::{Event, Follow, Model, TrialRow};
 
 struct Board<W> {
     model: Model,
@@ -51,7 +51,7 @@ impl<W: Write + Send> Progress<W> {
     }
 
     fn stamp(&self) -> String {
-        format!("[{}]", super::inspect::clock(self.began.elapsed().as_secs_f64()))
+        format!("[{}]", clock(self.began.elapsed().as_secs_f64()))
     }
 
     fn metric_text(&self, model: &Model, metrics: &Metrics) -> String {
@@ -77,7 +77,7 @@ impl<W: Write + Send> Progress<W> {
     /// The status block: elapsed, trials by status, the best so far.
     fn block(&self, board: &mut Board<W>) -> std::io::Result<()> {
         let model = &board.model;
-        let counts = super::inspect::counts(model.trials().iter().map(|t| t.status));
+        let counts = counts(model.trials().iter().map(|t| t.status));
         let seen = model.trials().len() as u64;
         let mut parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
         if let Some(total) = model.total.filter(|&t| t > seen) {

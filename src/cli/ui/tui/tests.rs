@@ -7,9 +7,9 @@ use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 use rtune_searchers::{Metrics, Mode, Params, TrialStatus};
 
-use super::model::{Event, Model, View};
 use super::{Action, on_key, view};
 use crate::callback::TrialInfo;
+use crate::cli::ui::model::{Event, Model, View};
 
 fn info(i: usize, lr: f64) -> TrialInfo {
     TrialInfo {

@@ -3,7 +3,6 @@
 //! sweep live through its driver's stream (`stream`) and any other experiment from its files
 //! (re-read every second). Drawn on its own thread, at most 10 times a second.
 
-pub mod model;
 pub mod view;
 
 use std::io::Stdout;
@@ -13,72 +12,16 @@ use std::time::{Duration, Instant};
 
 use ratatui::DefaultTerminal;
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
-use rtune_searchers::{Metrics, TrialStatus};
+use rtune_searchers::TrialStatus;
 
+use super::model::{Event, Follow, Model, View};
 use super::progress::Progress;
-use crate::callback::{Callback, TrialInfo};
-use crate::error::Result;
 use crate::tune::Control;
-pub use model::TrialRow;
-pub use model::{Event, Model, View};
 
 /// At most 10 redraws a second.
 const FRAME: Duration = Duration::from_millis(100);
 /// How often the header's GPU line is sampled (NVML) while a sweep runs.
 const GPU_SAMPLE: Duration = Duration::from_secs(1);
-
-/// Something that follows a sweep by its events: the terminal UI's feed, the progress lines.
-pub trait Follow: Send + Sync {
-    /// Its name in error messages.
-    fn name(&self) -> &'static str;
-    fn follow(&self, event: Event);
-}
-
-impl<F: Follow + ?Sized> Follow for std::sync::Arc<F> {
-    fn name(&self) -> &'static str {
-        (**self).name()
-    }
-    fn follow(&self, event: Event) {
-        (**self).follow(event)
-    }
-}
-
-/// The callback that turns a sweep's callbacks into events for a `Follow`.
-pub struct Following<F>(pub F);
-
-impl<F: Follow> Callback for Following<F> {
-    fn name(&self) -> String {
-        self.0.name().into()
-    }
-    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
-        self.0.follow(Event::Start(trial.clone()));
-        Ok(())
-    }
-    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
-        self.0.follow(Event::Result(trial.clone(), result.clone()));
-        Ok(())
-    }
-    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
-        self.0.follow(Event::Complete(trial.clone()));
-        Ok(())
-    }
-    fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
-        self.0.follow(Event::Error(trial.clone(), error.to_owned()));
-        Ok(())
-    }
-    fn on_trial_pause(&self, trial: &TrialInfo) -> Result<()> {
-        self.0.follow(Event::Pause(trial.clone()));
-        Ok(())
-    }
-    fn on_scheduler_status(&self, status: &rtune_searchers::SchedulerStatus) -> Result<()> {
-        self.0.follow(Event::Scheduler(status.clone()));
-        Ok(())
-    }
-    fn on_experiment_end(&self, _: &[TrialInfo]) -> Result<()> {
-        self.0.follow(Event::End);
-        Ok(())
-    }
-}
 
 /// Feeds a live TUI: it only sends events (the controller never waits for the screen).
 #[derive(Clone)]
@@ -155,8 +98,8 @@ fn on_key(code: KeyCode, modifiers: KeyModifiers, view: &mut View, model: &Model
         }
         KeyCode::Char('r') => view.descending = !view.descending,
         KeyCode::Char('f') => {
-            let at = model::FILTERS.iter().position(|f| *f == view.filter).unwrap_or(0);
-            view.filter = model::FILTERS[(at + 1) % model::FILTERS.len()];
+            let at = super::model::FILTERS.iter().position(|f| *f == view.filter).unwrap_or(0);
+            view.filter = super::model::FILTERS[(at + 1) % super::model::FILTERS.len()];
             view.selected = 0;
         }
         KeyCode::Char('?') | KeyCode::Char('h') => view.help = !view.help,
@@ -280,7 +223,7 @@ pub fn live(
                         } else {
                             drop(screen.take());
                             eprintln!("rtune: stopped at once");
-                            std::process::exit(super::EXIT_INTERRUPTED);
+                            std::process::exit(crate::cli::EXIT_INTERRUPTED);
                         }
                     }
                 }

@@ -13,8 +13,8 @@ use ratatui::widgets::{
 };
 use rtune_searchers::{SchedulerStatus, TrialId, TrialStatus};
 
-use super::model::{Model, View, status_name};
-use crate::cli::inspect::{clock, number};
+use crate::cli::ui::format::{clock, number, status_name};
+use crate::cli::ui::model::{Model, View};
 use crate::cluster::pool::GpuUsage;
 
 /// Below this the screen says so instead of drawing garbage.

@@ -18,15 +18,13 @@ use rtune_searchers::{Mode, Params, TrialStatus};
 use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 
-use super::tui::{Event, Follow, Model, TrialRow};
+use super::model::{Event, Follow, Model, TrialRow};
 use crate::callback::TrialInfo;
 use crate::proto::sweep_watch_client::SweepWatchClient;
 use crate::proto::sweep_watch_server::{SweepWatch, SweepWatchServer};
 use crate::proto::{self, control_request, sweep_update, trial_event};
-use crate::tune::Control;
+use crate::tune::{Control, DRIVER_FILE};
 
-/// The file in the experiment directory that says where its driver serves the stream.
-pub const DRIVER_FILE: &str = "driver.json";
 /// Events a follower may fall behind by before it gets a fresh snapshot instead.
 const BACKLOG: usize = 4096;
 

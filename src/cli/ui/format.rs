@@ -1,0 +1,29 @@
+//! How the command line writes what it shows: durations, numbers, params, statuses, counts.
+//! The bottom of `cli`'s views: the model, the terminal UI, progress lines and `rtune show`
+//! all write through it, and it imports none of them.
+
+use std::collections::BTreeMap;
+
+use rtune_searchers::TrialStatus;
+
+pub(crate) use crate::metrics::{number_text as number, param_text};
+
+/// `hh:mm:ss`.
+pub fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// `RUNNING`, `TERMINATED`, ..: a status as the views name it.
+pub fn status_name(status: TrialStatus) -> String {
+    format!("{status:?}").to_uppercase()
+}
+
+/// How many trials have each status, by status name.
+pub fn counts(statuses: impl Iterator<Item = TrialStatus>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for status in statuses {
+        *counts.entry(status_name(status)).or_default() += 1;
+    }
+    counts
+}

@@ -1,0 +1,72 @@
+//! One trial of a sweep as its results show it: `TrialResult`, what the `ResultGrid` holds per
+//! trial and the experiment's state file keeps of it. Below both: the grid ranks and tables
+//! trials, the experiment directory reads and writes them.
+
+use std::path::PathBuf;
+
+use rtune_searchers::{Metrics, Mode, Params, TrialStatus};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::outcome::{Checkpoint, TrainResult};
+
+/// One trial as the sweep ended it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialResult {
+    /// `<experiment id>_<index>`, as in Ray.
+    pub trial_id: String,
+    pub status: TrialStatus,
+    /// The params sampled for it (merged into the trainer's `train_loop_config`).
+    pub params: Params,
+    /// What its `TorchTrainer` run returned (also for a failed one, when it got that far).
+    #[serde(skip)]
+    pub result: Option<TrainResult>,
+    pub error: Option<String>,
+    /// Its directory in the experiment.
+    pub path: PathBuf,
+    /// The bracket its scheduler put it in (ASHA and HyperBand; None for the others).
+    #[serde(default)]
+    pub bracket: Option<usize>,
+}
+
+impl TrialResult {
+    /// The last reported value of `metric`.
+    pub fn last(&self, metric: &str) -> Option<f64> {
+        self.result.as_ref()?.metrics.as_ref()?.get(metric).copied()
+    }
+
+    /// The checkpoint it keeps first (by its `CheckpointConfig` score, else its newest), as
+    /// Ray's `Result.checkpoint`: `grid.best_result(..)?.checkpoint()?.export("best")`.
+    pub fn checkpoint(&self) -> Result<&Checkpoint> {
+        let result = self.result.as_ref();
+        result.and_then(|r| r.best_checkpoint().or(r.checkpoint.as_ref())).ok_or_else(|| {
+            Error::Checkpoint {
+                path: self.path.clone(),
+                message: format!(
+                    "trial {} kept no checkpoint (its train function reported none, or none \
+                     was kept)",
+                    self.trial_id
+                ),
+            }
+        })
+    }
+
+    /// Every reported result, in order.
+    pub fn history(&self) -> &[Metrics] {
+        self.result.as_ref().map_or(&[], |r| &r.metrics_history)
+    }
+
+    /// The best value of `metric` over all its reports in `mode` (NaN and infinities left out).
+    pub fn best(&self, metric: &str, mode: Mode) -> Option<f64> {
+        self.best_report(metric, mode).and_then(|m| m.get(metric).copied())
+    }
+
+    /// The report with the best finite value of `metric`.
+    pub(super) fn best_report(&self, metric: &str, mode: Mode) -> Option<&Metrics> {
+        self.history()
+            .iter()
+            .filter_map(|m| m.get(metric).filter(|v| v.is_finite()).map(|&v| (m, mode.sign() * v)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(m, _)| m)
+    }
+}
