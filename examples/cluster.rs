@@ -15,7 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use rtune::cli::builtins::{Registry, synthetic_score};
+use rtune::builtins::synthetic_score;
+use rtune::cli::Registry;
 use rtune::collective::ReduceOp;
 use rtune::search::{SearchSpace, loguniform, uniform};
 use rtune::{Mode, PlacementStrategy, RunConfig, ScalingConfig, Scope, TorchTrainer};

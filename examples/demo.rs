@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use rtune::Params;
-use rtune::cli::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy};
+use rtune::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy};
 use rtune::data::Digits;
 use rtune::train::TorchPredictor;
 

@@ -13,8 +13,8 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
+use rtune::builtins::{digits_data, train_digits_mlp};
 use rtune::callback::Callback;
-use rtune::cli::builtins::{digits_data, train_digits_mlp};
 use rtune::search::{Pbt, SchedulerStatus, SearchSpace, TrialId, grid_search, loguniform};
 use rtune::{Mode, Params, RunConfig, Scope, TorchTrainer, TuneConfig, Tuner};
 

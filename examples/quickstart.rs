@@ -8,7 +8,7 @@
 //! the tests run it) 4 trials of 4 epochs, about 90%.
 
 use anyhow::{Context, Result};
-use rtune::cli::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy, train_digits_mlp};
+use rtune::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy, train_digits_mlp};
 use rtune::data::{Columns, DIGIT_LABEL, Dataset, Digits, StandardScaler};
 use rtune::search::{Asha, SearchSpace, Tpe, choice, loguniform};
 use rtune::train::TorchPredictor;

@@ -23,6 +23,7 @@
 //! ```text
 //! 11 cli         the `rtune` command: sweep files, progress, experiments on disk, cluster
 //! 10 tune        Tuner: the controller core, the shell, the experiment files, the ResultGrid
+//!    builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
 //! 9  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
 //! 8  driver      what every run of the process shares: one runtime, hubs, the local pool
 //! 7  group       driver side of a worker group: attempt state machine, launching, logs, hub
@@ -43,6 +44,7 @@
 //! `init()` must be the first line of `main` in any binary that trains: worker processes are
 //! that binary started again.
 
+pub mod builtins;
 pub mod callback;
 pub mod cli;
 pub mod cluster;

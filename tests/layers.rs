@@ -33,8 +33,9 @@ const LAYERS: &[&[&str]] = &[
     &["driver"],
     // Ray Train: TorchTrainer and its run loop.
     &["train"],
-    // Ray Tune: sweeps of trainers.
-    &["tune"],
+    // Ray Tune: sweeps of trainers; the builtin train functions (users of `train`, like a
+    // user's own).
+    &["tune", "builtins"],
     // The `rtune` command line: sweep files, progress, experiments on disk, cluster commands.
     &["cli"],
 ];

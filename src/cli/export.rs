@@ -9,8 +9,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use rtune_searchers::{Mode, Params};
 
-use super::builtins::Model;
 use super::inspect::find_trial;
+use super::registry::Model;
 use super::ui::format::number;
 use crate::outcome::Checkpoint;
 use crate::train::{Export, PARAMS_FILE};

@@ -22,12 +22,12 @@
 //! Exit codes: 0 success; 1 some trials failed (or the sweep did); 2 invalid input; 3
 //! interrupted (Ctrl-C or SIGTERM: the experiment is left resumable).
 
-pub mod builtins;
 mod cluster;
 mod doc;
 mod export;
 mod inspect;
 mod predict;
+pub mod registry;
 mod slurm;
 pub mod sweep;
 pub mod ui;
@@ -40,8 +40,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use rtune_searchers::TrialStatus;
 
-pub use builtins::{Registry, Trainable};
 pub use doc::{Problem, Problems, Source};
+pub use registry::{Registry, Trainable};
 pub use sweep::SweepSpec;
 
 use crate::config::RunConfig;
@@ -563,7 +563,7 @@ fn resume(dir: &Path, output: &Output, registry: &Registry, target: &Target) -> 
 }
 
 /// The model of the registered trainable that `rtune run` swept in `dir`, if it has one.
-fn trainable_model(dir: &Path, registry: &Registry) -> Option<builtins::Model> {
+fn trainable_model(dir: &Path, registry: &Registry) -> Option<registry::Model> {
     let (_, spec) = read_sweep(dir, registry).ok()?;
     registry.get(spec.builtin.as_deref()?)?.model.clone()
 }

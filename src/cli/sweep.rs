@@ -46,8 +46,8 @@ use rtune_searchers::{
     TrialScheduler, Value,
 };
 
-use super::builtins::Registry;
 use super::doc::{self, Fields, Item, Kind, Origin, Problems, Report, Source};
+use super::registry::Registry;
 use crate::config::{CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig};
 use crate::train::{CommandTrainable, TorchTrainer};
 use crate::tune::{Control, TuneConfig, Tuner};

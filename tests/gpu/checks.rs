@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail, ensure};
-use rtune::cli::builtins::{
+use rtune::builtins::{
     DIGITS_SPLIT_SEED, digits_data, digits_mlp, predictor_accuracy, train_digits_mlp,
 };
 use rtune::data::Digits;

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use rtune::cli::builtins::synthetic_score;
+use rtune::builtins::synthetic_score;
 use rtune::search::TrialStatus;
 use rtune::{ResultGrid, Tuner};
 
@@ -602,11 +602,10 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
     ensure!(out.status.success(), "{}", text(&out));
     let params: rtune::Params = serde_json::from_slice(&std::fs::read(to.join("params.json"))?)?;
     let hidden = params.get::<i64>("hidden")?;
-    let predictor = rtune::train::TorchPredictor::from_export(&to, |p| {
-        rtune::cli::builtins::digits_mlp(p, hidden)
-    })?;
-    let test = rtune::data::Digits::split(rtune::cli::builtins::DIGITS_SPLIT_SEED)?.test;
-    let accuracy = rtune::cli::builtins::predictor_accuracy(&predictor, &test)?;
+    let predictor =
+        rtune::train::TorchPredictor::from_export(&to, |p| rtune::builtins::digits_mlp(p, hidden))?;
+    let test = rtune::data::Digits::split(rtune::builtins::DIGITS_SPLIT_SEED)?.test;
+    let accuracy = rtune::builtins::predictor_accuracy(&predictor, &test)?;
     ensure!(accuracy >= 0.95, "the exported best model is {accuracy:.4} right on the test set");
     batch_prediction_matches(&to, &test, accuracy, dir.path())?;
     // PyTorch alone gets the same outputs from the export's TorchScript module and from its

@@ -1,5 +1,5 @@
-//! The train functions built into the `rtune` binary, and the registry a user's own binary
-//! adds its functions to (`rtune::cli::main(Registry::builtin().with(..))`).
+//! The train functions built into the `rtune` binary (the CLI registers them by name:
+//! `cli::Registry::builtin()`), for sweeps, examples and tests alike.
 //!
 //! * `digits-mlp`: the demo model, a data-parallel MLP (64-hidden-hidden-10) on the 8x8 digits
 //!   shipped in `data/`, read as datasets `train` and `valid` (the fixed split) with a
@@ -12,6 +12,9 @@
 //!   `seed` (0), `sleep_s` (0), `fail_at` (0: never). Reports `score` (rising to `plateau`)
 //!   and `loss` = 1 - score, one result and one checkpoint per iteration; the curve is a
 //!   function of the params and the iteration, so a resumed trial continues it exactly.
+//!
+//! Place in the pipeline: beside `tune`, above `train` (trainers, predictors), `data` and
+//! `worker`: these are train functions like a user's, written on the public API.
 
 use anyhow::{Context as _, Result};
 use rand::RngExt;
@@ -25,121 +28,7 @@ use crate::data::{
     StandardScaler,
 };
 use crate::train::{TorchPredictor, TorchTrainer};
-use crate::worker::{TrainContext, TrainFn};
-
-/// A train function the CLI can run by name (`[trainable] builtin = "NAME"`).
-#[derive(Debug, Clone)]
-pub struct Trainable {
-    pub name: String,
-    /// One line for `--help` and error messages.
-    pub about: String,
-    pub train: TrainFn,
-    /// Its `train_loop_config` before the param space is merged in (the param space wins).
-    pub defaults: Params,
-    /// How to rebuild its model from a trial's params, for `rtune export`'s TorchScript.
-    pub model: Option<Model>,
-    /// Gives its trainer the datasets (and preprocessor) it trains on.
-    pub data: Option<AddData>,
-}
-
-/// Adds datasets, columns and a preprocessor to a trainer (`TorchTrainer::datasets`..).
-pub type AddData = fn(TorchTrainer) -> crate::error::Result<TorchTrainer>;
-
-/// A trainable's model, rebuilt from a trial's params, for `rtune export`'s TorchScript.
-pub use crate::train::Model;
-
-/// The train functions a CLI binary offers.
-#[derive(Debug, Clone, Default)]
-pub struct Registry {
-    entries: Vec<Trainable>,
-}
-
-impl Registry {
-    /// No train functions.
-    pub fn empty() -> Self {
-        Registry::default()
-    }
-
-    /// `digits-mlp` and `synthetic-curve` (see the module docs).
-    pub fn builtin() -> Self {
-        Registry::empty()
-            .with(
-                "digits-mlp",
-                "data-parallel MLP on the shipped 8x8 digits (lr, hidden, batch_size, epochs)",
-                train_digits_mlp,
-                Params::new()
-                    .with("lr", 1e-3)
-                    .with("hidden", 256)
-                    .with("batch_size", 32)
-                    .with("epochs", 20),
-            )
-            .with(
-                "synthetic-curve",
-                "learning-curve simulator for schedulers (rate, plateau, noise, iterations)",
-                train_synthetic_curve,
-                Params::new()
-                    .with("rate", 0.3)
-                    .with("plateau", 1.0)
-                    .with("noise", 0.02)
-                    .with("iterations", 20)
-                    .with("seed", 0)
-                    .with("sleep_s", 0.0)
-                    .with("fail_at", 0),
-            )
-            .model("digits-mlp", digits_model, vec![DIGIT_FEATURES as i64])
-            .data("digits-mlp", digits_data)
-    }
-
-    /// Adds (or replaces) a train function under `name`.
-    pub fn with(
-        mut self,
-        name: impl Into<String>,
-        about: impl Into<String>,
-        train: TrainFn,
-        defaults: Params,
-    ) -> Self {
-        let name = name.into();
-        self.entries.retain(|t| t.name != name);
-        self.entries.push(Trainable {
-            name,
-            about: about.into(),
-            train,
-            defaults,
-            model: None,
-            data: None,
-        });
-        self
-    }
-
-    /// Tells the CLI which datasets `name` trains on (`add` gives them to its trainer).
-    pub fn data(mut self, name: &str, add: AddData) -> Self {
-        if let Some(t) = self.entries.iter_mut().find(|t| t.name == name) {
-            t.data = Some(add);
-        }
-        self
-    }
-
-    /// Tells `rtune export` how to rebuild `name`'s model (for TorchScript in the export).
-    pub fn model(
-        mut self,
-        name: &str,
-        build: fn(&nn::Path, &Params) -> crate::error::Result<Box<dyn nn::ModuleT>>,
-        input_shape: Vec<i64>,
-    ) -> Self {
-        if let Some(t) = self.entries.iter_mut().find(|t| t.name == name) {
-            t.model = Some(Model { build, input_shape });
-        }
-        self
-    }
-
-    pub fn get(&self, name: &str) -> Option<&Trainable> {
-        self.entries.iter().find(|t| t.name == name)
-    }
-
-    pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|t| t.name.as_str()).collect()
-    }
-}
+use crate::worker::TrainContext;
 
 /// Fixes the train/validation/test split of the digits.
 pub const DIGITS_SPLIT_SEED: u64 = 0;
@@ -155,7 +44,7 @@ pub fn digits_mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
 }
 
 /// `digits-mlp`'s model for a trial's params (its `hidden`).
-fn digits_model(vs: &nn::Path, params: &Params) -> crate::error::Result<Box<dyn nn::ModuleT>> {
+pub fn digits_model(vs: &nn::Path, params: &Params) -> crate::error::Result<Box<dyn nn::ModuleT>> {
     Ok(Box::new(digits_mlp(vs, params.get::<i64>("hidden")?)))
 }
 
@@ -296,13 +185,5 @@ mod tests {
         assert_ne!(a, synthetic_score(0.3, 1.0, 0.02, 8, 5));
         assert!((synthetic_score(0.3, 1.0, 0.0, 0, 50) - 1.0).abs() < 1e-6);
         assert!(synthetic_score(0.9, 1.0, 0.0, 0, 3) > synthetic_score(0.1, 1.0, 0.0, 0, 3));
-    }
-
-    #[test]
-    fn registering_replaces_by_name() {
-        let r =
-            Registry::builtin().with("synthetic-curve", "mine", train_digits_mlp, Params::new());
-        assert_eq!(r.names(), ["digits-mlp", "synthetic-curve"]);
-        assert_eq!(r.get("synthetic-curve").unwrap().about, "mine");
     }
 }
