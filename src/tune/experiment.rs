@@ -1,12 +1,14 @@
-//! The experiment directory's own files: `tuner.json` (the sweep's settings, written once) and
-//! `experiment_state.json` (the sweep as it is now: every trial and the controller's snapshot),
-//! and reading an experiment back from them and from its trials' files.
+//! The experiment directory: every file name and path in it, making a new one, picking an
+//! interrupted one up, and reading one back. Its own files are `tuner.json` (the sweep's
+//! settings, written once), `experiment_state.json` (the sweep as it is now: every trial and the
+//! controller's snapshot), `driver.log` and `driver.json`; each trial has a directory of its own
+//! (`TorchTrainer_<id>_<index>_<params>_<date>`, with `error.txt` when it failed).
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use rtune_searchers::{Mode, Params, SearchSpace, TrialId, TrialStatus};
+use rtune_searchers::{Metrics, Mode, Params, SearchSpace, TrialId, TrialStatus, Value};
 use serde::{Deserialize, Serialize};
 
 use super::controller::ControllerState;
@@ -14,6 +16,7 @@ use super::trial::TrialResult;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
 use crate::outcome::WorkerFailure;
+use crate::storage::unix_time;
 use crate::train::{read_run, read_run_to_resume};
 
 /// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
@@ -307,6 +310,143 @@ pub(super) fn read_trial(
     })
 }
 
+/// How every trial directory's name begins (Ray's `<trainable>_`).
+pub(super) const TRIAL_DIR_PREFIX: &str = "TorchTrainer_";
+
+/// The driver's log in the experiment directory (the same lines as on stderr).
+pub const DRIVER_LOG: &str = "driver.log";
+
+/// Where `run`'s new experiment goes: an error when that already holds one.
+pub(super) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
+    let storage = run.resolved_storage_path();
+    let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
+    let path = storage.join(&name);
+    if holds_experiment(&path) {
+        return Err(Error::config(
+            "RunConfig.name",
+            format!(
+                "{} already holds an experiment; pick another name, or go on with it with \
+                 Tuner::restore",
+                path.display()
+            ),
+        ));
+    }
+    Ok(path)
+}
+
+/// The new experiment directory `path`, with the sweep's settings in `tuner.json`; its
+/// experiment id.
+pub(super) fn make_experiment(path: &Path, mut settings: Settings) -> Result<String> {
+    crate::storage::ensure_writable_dir(path).map_err(|e| {
+        Error::config("RunConfig.storage_path", format!("cannot write the experiment: {e}"))
+    })?;
+    let experiment = format!("{:05x}", rand::random::<u32>() & 0xfffff);
+    settings.experiment_id = experiment.clone();
+    let text = serde_json::to_vec_pretty(&settings).expect("the settings serialise");
+    crate::storage::atomic_write(&path.join(SETTINGS_FILE), &text)?;
+    Ok(experiment)
+}
+
+/// An interrupted experiment as its files hold it.
+pub(super) struct PickedUp {
+    /// Its state, without its trials (they are in `trials` and `ended`).
+    pub(super) saved: SavedExperiment,
+    /// The trials not ended.
+    pub(super) trials: BTreeMap<TrialId, TrialResult>,
+    /// Each of those trials' results, up to where it goes on from.
+    pub(super) histories: BTreeMap<TrialId, Vec<Metrics>>,
+    pub(super) ended: EndedRows,
+}
+
+/// Reads the experiment in `path` back to go on with it: finished trials as their rows (their
+/// files are read when the sweep's `ResultGrid` is), the others paused at their latest
+/// checkpoints (the results after it are redone). Directories of trials started after the
+/// state snapshot (the controller does not know them; they are created again) are removed, so
+/// that every trial is in the experiment once.
+pub(super) fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
+    let mut saved = SavedExperiment::read(path)?;
+    let known: Vec<&str> = saved.trials.iter().map(|t| t.dir.as_str()).collect();
+    for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
+        let entry = entry.map_err(|e| Error::io(path, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let trial_dir = entry.path().is_dir() && name.starts_with(TRIAL_DIR_PREFIX);
+        if trial_dir && !known.contains(&name.as_str()) {
+            tracing::info!("{name} started after the last state snapshot; it runs again");
+            std::fs::remove_dir_all(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+        }
+    }
+    let mut ended = EndedRows::new(path)?;
+    let (mut trials, mut histories) = (BTreeMap::new(), BTreeMap::new());
+    for row in std::mem::take(&mut saved.trials) {
+        if row.status.is_finished() {
+            ended.push(&row).map_err(|e| Error::io(path, e))?;
+            continue;
+        }
+        let mut trial = read_trial(path, &row, run, true)?;
+        trial.status = TrialStatus::Paused;
+        histories.insert(row.index, trial.history().to_vec());
+        trials.insert(row.index, trial);
+    }
+    Ok(PickedUp { saved, trials, histories, ended })
+}
+
+/// How trial `trial`'s directory name begins (Ray's `<trainable>_<trial_id>_<index>_`), which
+/// no other trial's does.
+pub(super) fn trial_dir_prefix(experiment_id: &str, trial: TrialId) -> String {
+    format!("{TRIAL_DIR_PREFIX}{experiment_id}_{:05}_{}_", trial.0, trial.0)
+}
+
+/// A new trial's directory name: its prefix, its params in short, and the date.
+pub(super) fn trial_dir_name(experiment_id: &str, trial: TrialId, sampled: &Params) -> String {
+    format!("{}{}_{}", trial_dir_prefix(experiment_id, trial), short_params(sampled), date())
+}
+
+/// The directory of trial `trial` in the experiment `path` (whose id is `experiment_id`), found
+/// by its name's prefix; None when it has none (it never started).
+pub(super) fn find_trial_dir(
+    path: &Path,
+    experiment_id: &str,
+    trial: TrialId,
+) -> Result<Option<PathBuf>> {
+    let prefix = trial_dir_prefix(experiment_id, trial);
+    for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
+        let entry = entry.map_err(|e| Error::io(path, e))?;
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            return Ok(Some(entry.path()));
+        }
+    }
+    Ok(None)
+}
+
+/// Now, as trial directory names and experiment names write it.
+pub(super) fn date() -> String {
+    crate::storage::date_string(unix_time())
+}
+
+/// `lr=0.001,hidden=64`: a trial directory's short form of its params (Ray's naming).
+pub(super) fn short_params(params: &Params) -> String {
+    let mut text: String = params
+        .flatten()
+        .iter()
+        .map(|(k, v)| match v.as_f64() {
+            Some(x) if v.as_i64().is_none() => {
+                let tiny_or_huge = x != 0.0 && !(1e-3..1e5).contains(&x.abs());
+                if tiny_or_huge { format!("{k}={x:.3e}") } else { format!("{k}={x:.4}") }
+            }
+            _ => match v {
+                Value::Str(text) => format!("{k}={text}"),
+                other => format!("{k}={other}"),
+            },
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+        .chars()
+        .map(|c| if c.is_alphanumeric() || "=,._-".contains(c) { c } else { '_' })
+        .collect();
+    text.truncate(80);
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use rtune_searchers::{BasicVariant, Fifo, SearchSpace, Searcher, TrialScheduler, grid_search};
@@ -406,5 +546,13 @@ mod tests {
         assert_eq!(back.params, errored.params);
         assert_eq!(back.failures, errored.failures);
         assert_eq!((back.error.as_deref(), back.fit_seconds), (Some("it broke"), Some(2.0)));
+    }
+
+    #[test]
+    fn trial_directory_names_show_the_params() {
+        let params =
+            Params::new().with("lr", 1e-6).with("hidden", 64).with("opt", "adam/w").with("m", 0.9);
+        assert_eq!(short_params(&params), "lr=1.000e-6,hidden=64,opt=adam_w,m=0.9000");
+        assert_eq!(date().len(), "2026-11-23_11-58-10".len());
     }
 }

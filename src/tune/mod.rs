@@ -1,6 +1,13 @@
 //! Ray Tune's half: sweeps whose trials are full `TorchTrainer` runs on the process's shared
-//! driver. The controller (`controller`) is a synchronous core that decides what runs, stops
-//! and ends; the `Tuner` (`tuner`) is the thin async shell that carries its commands out.
+//! driver. One owner each:
+//!
+//! * `controller`: the synchronous core that decides what runs, stops and ends;
+//! * `sweep`: the thin async shell that feeds it events and carries its commands out, one trial
+//!   at a time a task (`trial_task`, where every command about a running trial is dispatched);
+//! * `tuner`: the `Tuner` builder, and `prepare`, which checks every setting before anything
+//!   runs; `config` (`TuneConfig`) and `control` (`Control`) are what a user hands it;
+//! * `experiment`: the experiment directory, every file name and path in it; `trial` and
+//!   `result_grid`: what a sweep returns.
 //!
 //! ```no_run
 //! use rtune::search::{Asha, SearchSpace, choice, loguniform};
@@ -40,16 +47,24 @@
 //! }
 //! ```
 
+mod config;
+mod control;
 pub mod controller;
 mod experiment;
 mod result_grid;
+mod sweep;
 mod trial;
+mod trial_task;
 mod tuner;
 
+pub use config::TuneConfig;
+pub use control::Control;
 pub use controller::{
     Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
 };
-pub use experiment::{DRIVER_FILE, ERROR_FILE, SETTINGS_FILE, STATE_FILE, holds_experiment};
+pub use experiment::{
+    DRIVER_FILE, DRIVER_LOG, ERROR_FILE, SETTINGS_FILE, STATE_FILE, holds_experiment,
+};
 pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope};
 pub use trial::TrialResult;
-pub use tuner::{Control, DRIVER_LOG, TuneConfig, Tuner};
+pub use tuner::Tuner;
