@@ -386,3 +386,23 @@ fn rtune_files_import_no_circle() {
         panic!("rtune's files import each other in a circle: {}", cycle.join(" → "));
     }
 }
+
+/// The most lines a file of `src` or `searchers/src` may have before its `#[cfg(test)]` module:
+/// past it, a file holds more than one concern (split it).
+const MAX_LINES: usize = 800;
+
+#[test]
+fn no_file_is_too_long() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    rust_files(&root().join("searchers/src"), &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let lines = text.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).count();
+            (lines > MAX_LINES).then(|| format!("{}: {lines} lines", file.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "over {MAX_LINES} lines before the tests:\n{}", long.join("\n"));
+}

@@ -41,16 +41,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rtune_searchers::{
-    Asha, BasicVariant, HyperBand, MedianStopping, Mode, Params, Pbt, SearchSpace, Searcher, Tpe,
-    TrialScheduler, Value,
-};
+mod components;
 
-use super::doc::{self, Fields, Item, Kind, Origin, Problems, Report, Source};
+use rtune_searchers::{Mode, SearchSpace};
+
+use super::doc::{self, Fields, Item, Kind, Problems, Report, Source};
 use super::registry::Registry;
 use crate::config::{CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig};
 use crate::train::{CommandTrainable, TorchTrainer};
 use crate::tune::{Control, TuneConfig, Tuner};
+pub use components::Component;
+use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
 
 /// A valid sweep file.
 #[derive(Debug, Clone)]
@@ -80,103 +81,6 @@ pub struct SweepSpec {
     pub cluster: Option<String>,
 }
 
-/// A searcher or scheduler by kind, with its options as written.
-#[derive(Debug, Clone)]
-pub struct Component {
-    pub kind: String,
-    options: Vec<(String, Opt)>,
-}
-
-#[derive(Debug, Clone)]
-enum Opt {
-    Num(f64),
-    Int(i64),
-    Bool(bool),
-    Str(String),
-    Pair(f64, f64),
-    Space(Box<SearchSpace>),
-    Points(Vec<Params>),
-    Nums(Vec<f64>),
-}
-
-/// An option's type, as the sweep file must write it.
-#[derive(Clone, Copy)]
-enum Ty {
-    Num,
-    Int,
-    Bool,
-    Str,
-    Pair,
-    Space,
-    /// An array of tables of params.
-    Points,
-    /// An array of numbers.
-    Nums,
-}
-
-const SEARCHERS: &[(&str, &[(&str, Ty)])] = &[
-    ("random", &[("points_to_evaluate", Ty::Points), ("evaluated_rewards", Ty::Nums)]),
-    (
-        "tpe",
-        &[
-            ("points_to_evaluate", Ty::Points),
-            ("evaluated_rewards", Ty::Nums),
-            ("n_startup_trials", Ty::Int),
-            ("n_ei_candidates", Ty::Int),
-            ("prior_weight", Ty::Num),
-            ("consider_magic_clip", Ty::Bool),
-            ("consider_endpoints", Ty::Bool),
-            ("constant_liar", Ty::Bool),
-        ],
-    ),
-];
-
-const SCHEDULERS: &[(&str, &[(&str, Ty)])] = &[
-    ("fifo", &[]),
-    (
-        "asha",
-        &[
-            ("time_attr", Ty::Str),
-            ("max_t", Ty::Num),
-            ("grace_period", Ty::Num),
-            ("reduction_factor", Ty::Num),
-            ("brackets", Ty::Int),
-            ("stop_last_trials", Ty::Bool),
-        ],
-    ),
-    (
-        "hyperband",
-        &[
-            ("time_attr", Ty::Str),
-            ("max_t", Ty::Num),
-            ("reduction_factor", Ty::Num),
-            ("stop_last_trials", Ty::Bool),
-        ],
-    ),
-    (
-        "median_stopping",
-        &[
-            ("time_attr", Ty::Str),
-            ("grace_period", Ty::Num),
-            ("min_samples_required", Ty::Int),
-            ("min_time_slice", Ty::Num),
-            ("hard_stop", Ty::Bool),
-        ],
-    ),
-    (
-        "pbt",
-        &[
-            ("time_attr", Ty::Str),
-            ("perturbation_interval", Ty::Num),
-            ("burn_in_period", Ty::Num),
-            ("hyperparam_mutations", Ty::Space),
-            ("quantile_fraction", Ty::Num),
-            ("resample_probability", Ty::Num),
-            ("perturbation_factors", Ty::Pair),
-        ],
-    ),
-];
-
 impl SweepSpec {
     /// Reads and checks the whole file, `sets` (`key.path=value`) applied on top.
     pub fn read(source: &Source, sets: &[String], registry: &Registry) -> Result<Self, Problems> {
@@ -204,7 +108,7 @@ impl SweepSpec {
         tune.mode = self.mode;
         tune.num_samples = self.num_samples;
         tune.search_alg = self.searcher();
-        tune.scheduler = self.scheduler_box();
+        tune.scheduler = self.scheduler();
         tune.max_concurrent_trials = self.max_concurrent_trials;
         tune.seed = self.seed;
         tune.time_budget_s = self.time_budget_s;
@@ -240,129 +144,6 @@ impl SweepSpec {
             .tune_config(self.tune_config())
             .run_config(run)
             .control(control)
-    }
-
-    /// The searcher the file asks for: TPE, or random search with known points (None: the
-    /// Tuner's own random search).
-    fn searcher(&self) -> Option<Box<dyn Searcher>> {
-        let options = &self.search.options;
-        let points = options.iter().find_map(|(n, o)| match (n.as_str(), o) {
-            ("points_to_evaluate", Opt::Points(p)) => Some(p.clone()),
-            _ => None,
-        });
-        let rewards = options.iter().find_map(|(n, o)| match (n.as_str(), o) {
-            ("evaluated_rewards", Opt::Nums(r)) => Some(r.clone()),
-            _ => None,
-        });
-        if self.search.kind == "random" {
-            let points = points?;
-            let samples = u64::try_from(self.num_samples).unwrap_or(u64::MAX);
-            let mut basic = BasicVariant::new(self.space.clone())
-                .expect("checked when read")
-                .num_samples(samples)
-                .seed(self.seed)
-                .points_to_evaluate(points);
-            if let Some(rewards) = rewards {
-                basic = basic.evaluated_rewards(rewards);
-            }
-            return Some(Box::new(basic));
-        }
-        self.tpe(points, rewards).map(|t| Box::new(t) as Box<dyn Searcher>)
-    }
-
-    fn tpe(&self, points: Option<Vec<Params>>, rewards: Option<Vec<f64>>) -> Option<Tpe> {
-        (self.search.kind == "tpe").then(|| {
-            let mut tpe = Tpe::new(self.space.clone()).expect("checked when read").seed(self.seed);
-            if let Some(points) = points {
-                tpe = tpe.points_to_evaluate(points);
-            }
-            if let Some(rewards) = rewards {
-                tpe = tpe.evaluated_rewards(rewards);
-            }
-            for (name, opt) in &self.search.options {
-                tpe = match (name.as_str(), opt) {
-                    ("n_startup_trials", Opt::Int(n)) => tpe.n_startup_trials(*n as usize),
-                    ("n_ei_candidates", Opt::Int(n)) => tpe.n_ei_candidates(*n as usize),
-                    ("prior_weight", Opt::Num(w)) => tpe.prior_weight(*w),
-                    ("consider_magic_clip", Opt::Bool(on)) => tpe.consider_magic_clip(*on),
-                    ("consider_endpoints", Opt::Bool(on)) => tpe.consider_endpoints(*on),
-                    ("constant_liar", Opt::Bool(on)) => tpe.constant_liar(*on),
-                    _ => tpe,
-                };
-            }
-            tpe
-        })
-    }
-
-    fn scheduler_box(&self) -> Option<Box<dyn TrialScheduler>> {
-        let options = &self.scheduler.options;
-        Some(match self.scheduler.kind.as_str() {
-            "asha" => {
-                let mut s = Asha::new().seed(self.seed);
-                for (name, opt) in options {
-                    s = match (name.as_str(), opt) {
-                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
-                        ("max_t", Opt::Num(x)) => s.max_t(*x),
-                        ("grace_period", Opt::Num(x)) => s.grace_period(*x),
-                        ("reduction_factor", Opt::Num(x)) => s.reduction_factor(*x),
-                        ("brackets", Opt::Int(n)) => s.brackets((*n).max(0) as usize),
-                        ("stop_last_trials", Opt::Bool(b)) => s.stop_last_trials(*b),
-                        _ => s,
-                    };
-                }
-                Box::new(s)
-            }
-            "hyperband" => {
-                let mut s = HyperBand::new();
-                for (name, opt) in options {
-                    s = match (name.as_str(), opt) {
-                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
-                        ("max_t", Opt::Num(x)) => s.max_t(*x),
-                        ("reduction_factor", Opt::Num(x)) => s.reduction_factor(*x),
-                        ("stop_last_trials", Opt::Bool(b)) => s.stop_last_trials(*b),
-                        _ => s,
-                    };
-                }
-                Box::new(s)
-            }
-            "median_stopping" => {
-                let mut s = MedianStopping::new();
-                for (name, opt) in options {
-                    s = match (name.as_str(), opt) {
-                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
-                        ("grace_period", Opt::Num(x)) => s.grace_period(*x),
-                        ("min_samples_required", Opt::Int(n)) => {
-                            s.min_samples_required((*n).max(0) as usize)
-                        }
-                        ("min_time_slice", Opt::Num(x)) => s.min_time_slice(*x),
-                        ("hard_stop", Opt::Bool(b)) => s.hard_stop(*b),
-                        _ => s,
-                    };
-                }
-                Box::new(s)
-            }
-            "pbt" => {
-                let mut s = Pbt::new().seed(self.seed);
-                for (name, opt) in options {
-                    s = match (name.as_str(), opt) {
-                        ("time_attr", Opt::Str(a)) => s.time_attr(a.clone()),
-                        ("perturbation_interval", Opt::Num(x)) => s.perturbation_interval(*x),
-                        ("burn_in_period", Opt::Num(x)) => s.burn_in_period(*x),
-                        ("hyperparam_mutations", Opt::Space(space)) => {
-                            s.hyperparam_mutations((**space).clone())
-                        }
-                        ("quantile_fraction", Opt::Num(x)) => s.quantile_fraction(*x),
-                        ("resample_probability", Opt::Num(x)) => s.resample_probability(*x),
-                        ("perturbation_factors", Opt::Pair(up, down)) => {
-                            s.perturbation_factors(*up, *down)
-                        }
-                        _ => s,
-                    };
-                }
-                Box::new(s)
-            }
-            _ => return None,
-        })
     }
 }
 
@@ -695,135 +476,7 @@ fn add_space_error(item: &Item, prefix: &str, e: &rtune_searchers::Error, report
 }
 
 /// `search = "tpe"` or `search = { type = "tpe", option = .. }`.
-fn read_component(
-    tune: &mut Fields<'_>,
-    key: &'static str,
-    kinds: &[(&str, &[(&str, Ty)])],
-    default: &str,
-    report: &mut Report<'_>,
-) -> Option<Component> {
-    let path = tune.path(key);
-    let names: Vec<&str> = kinds.iter().map(|(n, _)| *n).collect();
-    let Some(item) = tune.get(key) else {
-        return Some(Component { kind: default.to_owned(), options: Vec::new() });
-    };
-    let check_kind = |kind: &str, origin: &Origin, at: &str, report: &mut Report<'_>| {
-        let found = kinds.iter().find(|(n, _)| *n == kind).map(|(_, opts)| *opts);
-        if found.is_none() {
-            let message = format!(
-                "is {kind:?}; allowed: {}{}",
-                doc::list(&names),
-                doc::did_you_mean(kind, &names)
-            );
-            report.add(at, origin, message);
-        }
-        found
-    };
-    match &item.kind {
-        Kind::Str(kind) => {
-            check_kind(kind, &item.origin, &path, report)?;
-            Some(Component { kind: kind.clone(), options: Vec::new() })
-        }
-        Kind::Table(entries) => {
-            let Some((_, type_origin, type_item)) = entries.iter().find(|(k, _, _)| k == "type")
-            else {
-                let message = format!(
-                    "needs type = one of {} (e.g. {{ type = \"{}\" }})",
-                    doc::list(&names),
-                    names[1]
-                );
-                report.add(&path, &item.origin, message);
-                return None;
-            };
-            let Kind::Str(kind) = &type_item.kind else {
-                report.add(&format!("{path}.type"), type_origin, "must be a string");
-                return None;
-            };
-            let allowed = check_kind(kind, &type_item.origin, &format!("{path}.type"), report)?;
-            let mut options = Vec::new();
-            let mut bad = false;
-            for (name, origin, value) in entries.iter().filter(|(k, _, _)| k != "type") {
-                let option_path = format!("{path}.{name}");
-                let Some(&(_, ty)) = allowed.iter().find(|(n, _)| n == name) else {
-                    let option_names: Vec<&str> = allowed.iter().map(|(n, _)| *n).collect();
-                    let message = if option_names.is_empty() {
-                        format!("is not an option of {key} `{kind}`, which takes none")
-                    } else {
-                        format!(
-                            "is not an option of {key} `{kind}`; its options: {}{}",
-                            doc::list(&option_names),
-                            doc::did_you_mean(name, &option_names)
-                        )
-                    };
-                    report.add(&option_path, origin, message);
-                    bad = true;
-                    continue;
-                };
-                match read_opt(value, ty, &option_path, report) {
-                    Some(opt) => options.push((name.clone(), opt)),
-                    None => bad = true,
-                }
-            }
-            (!bad).then(|| Component { kind: kind.clone(), options })
-        }
-        other => {
-            let message = format!(
-                "must be a name ({}) or a table with type = NAME and options, not {}",
-                doc::list(&names),
-                other.describe()
-            );
-            report.add(&path, &item.origin, message);
-            None
-        }
-    }
-}
-
-fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option<Opt> {
-    let opt = match (ty, &value.kind) {
-        (Ty::Num, Kind::Int(i)) => Some(Opt::Num(*i as f64)),
-        (Ty::Num, Kind::Float(x)) => Some(Opt::Num(*x)),
-        (Ty::Int, Kind::Int(i)) => Some(Opt::Int(*i)),
-        (Ty::Bool, Kind::Bool(b)) => Some(Opt::Bool(*b)),
-        (Ty::Str, Kind::Str(s)) => Some(Opt::Str(s.clone())),
-        (Ty::Pair, Kind::Array(items)) => match items.as_slice() {
-            [a, b] => match (num_of(&a.kind), num_of(&b.kind)) {
-                (Some(a), Some(b)) => Some(Opt::Pair(a, b)),
-                _ => None,
-            },
-            _ => None,
-        },
-        (Ty::Space, Kind::Table(_)) => {
-            return read_space(value, path, report).map(|s| Opt::Space(Box::new(s)));
-        }
-        (Ty::Points, Kind::Array(items)) => items
-            .iter()
-            .map(|item| match doc::to_value(item) {
-                Value::Map(m) if matches!(item.kind, Kind::Table(_)) => Some(Params::from(m)),
-                _ => None,
-            })
-            .collect::<Option<Vec<Params>>>()
-            .map(Opt::Points),
-        (Ty::Nums, Kind::Array(items)) => {
-            items.iter().map(|i| num_of(&i.kind)).collect::<Option<Vec<f64>>>().map(Opt::Nums)
-        }
-        _ => None,
-    };
-    if opt.is_none() {
-        let want = match ty {
-            Ty::Num => "a number",
-            Ty::Int => "an integer",
-            Ty::Bool => "true or false",
-            Ty::Str => "a string",
-            Ty::Pair => "two numbers, e.g. [1.2, 0.8]",
-            Ty::Space => "a table of params (a search space)",
-            Ty::Points => "a list of tables of params, e.g. [{ lr = 0.01, hidden = 64 }]",
-            Ty::Nums => "a list of numbers, e.g. [0.91, 0.87]",
-        };
-        report.add(path, &value.origin, format!("must be {want}, not {}", value.kind.describe()));
-    }
-    opt
-}
-
+/// A number written as an integer or a float.
 fn num_of(kind: &Kind) -> Option<f64> {
     match kind {
         Kind::Int(i) => Some(*i as f64),
@@ -883,46 +536,4 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
     let cluster = fields.value::<String>("cluster", report);
     fields.done(report);
     (stop, failure, checkpoint, cluster)
-}
-
-/// Builds the searcher and scheduler once, with the metric, so that settings they refuse are
-/// reported at their keys before anything starts.
-fn check_components(spec: &SweepSpec, root: &Item, report: &mut Report<'_>) {
-    let place = |section: &str, setting: &str| -> Origin {
-        doc::find(root, &format!("tune.{section}.{setting}"))
-            .or_else(|| doc::find(root, &format!("tune.{section}")))
-            .map_or(root.origin.clone(), |(o, _)| o.clone())
-    };
-    let mut searcher_ok = true;
-    if spec.search.kind == "tpe"
-        && let Err(e) = Tpe::new(spec.space.clone())
-    {
-        let param_space = find_key(root, "param_space").unwrap_or(root);
-        add_space_error(param_space, "param_space", &e, report);
-        searcher_ok = false;
-    }
-    let target = spec.metric.as_deref().zip(spec.mode);
-    let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();
-    if searcher_ok && let Some(mut searcher) = spec.searcher() {
-        let metric = target.map_or(Ok(()), |(metric, mode)| searcher.set_metric(metric, mode));
-        checks.push(("search", searcher.validate().and(metric)));
-    }
-    if let Some(mut scheduler) = spec.scheduler_box() {
-        let metric = target.map_or(Ok(()), |(metric, mode)| scheduler.set_metric(metric, mode));
-        checks.push(("scheduler", scheduler.validate().and(metric)));
-    }
-    for (section, result) in checks {
-        if let Err(e) = result {
-            let setting = match &e {
-                rtune_searchers::Error::InvalidConfig { setting, .. } => *setting,
-                _ => "",
-            };
-            let key = if setting.is_empty() {
-                format!("tune.{section}")
-            } else {
-                format!("tune.{section}.{setting}")
-            };
-            report.add(&key, &place(section, setting), e.to_string());
-        }
-    }
 }
