@@ -33,7 +33,7 @@ fn best_so_far(searcher: impl Searcher + 'static, trials: usize, name: &str) -> 
             TuneConfig::new()
                 .metric("value")
                 .mode(Mode::Min)
-                .num_samples(trials as i64)
+                .num_samples(trials as u64)
                 .search_alg(searcher)
                 .max_concurrent_trials(1),
         )

@@ -46,7 +46,7 @@ pub use sweep::SweepSpec;
 
 use crate::config::RunConfig;
 use crate::error::Error;
-use crate::tune::{Control, ResultGrid, Tuner};
+use crate::tune::{Control, ResultGrid, Samples, Tuner};
 
 /// Where `rtune run` keeps the sweep file it ran (and its `--set`s), for `rtune resume`.
 pub const SWEEP_COPY: &str = "sweep.json";
@@ -569,9 +569,9 @@ fn trainable_model(dir: &Path, registry: &Registry) -> Option<registry::Model> {
 }
 
 fn samples(spec: &SweepSpec) -> String {
-    match spec.num_samples {
-        -1 => "until the time budget is spent".into(),
-        n => n.to_string(),
+    match spec.tune.num_samples {
+        Samples::UntilStopped => "until the time budget is spent".into(),
+        Samples::Count(n) => n.to_string(),
     }
 }
 
@@ -587,11 +587,14 @@ fn reporting(
     control: &Control,
     ended: Vec<ui::model::TrialRow>,
 ) -> (RunConfig, Screen) {
-    let metric = spec.metric.clone().zip(spec.mode);
-    let total = u64::try_from(spec.num_samples).ok();
+    let metric = spec.tune.metric.clone().zip(spec.tune.mode);
+    let total = match spec.tune.num_samples {
+        Samples::Count(n) => Some(n),
+        Samples::UntilStopped => None,
+    };
     let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), metric.clone());
     model.total = total;
-    model.time_budget_s = spec.time_budget_s;
+    model.time_budget_s = spec.tune.time_budget_s;
     let scaling = &spec.scaling;
     let workers = scaling.num_workers as f64;
     model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);

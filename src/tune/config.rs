@@ -1,22 +1,61 @@
-//! How a sweep searches (`TuneConfig`, Ray's), and how it relates to the settings an experiment
-//! keeps in `tuner.json`: a restored sweep rebuilds its `TuneConfig` from them, or checks the one
-//! given again against them.
+//! How a sweep searches: `TuneSettings`, the settings as data (one struct for `TuneConfig`, the
+//! sweep file's `[tune]` and the experiment's `tuner.json`), and `TuneConfig` (Ray's), which adds
+//! the searcher and scheduler. A restored sweep rebuilds its `TuneConfig` from `tuner.json`, or
+//! checks the one given again against it.
 
 use rtune_searchers::{Mode, Searcher, TrialScheduler};
+use serde::{Deserialize, Serialize};
 
 use super::experiment::Settings;
 use crate::error::{Error, Result};
 
-/// How a sweep searches (Ray's `TuneConfig`).
-#[derive(Default)]
-pub struct TuneConfig {
+/// How many trials a sweep runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Samples {
+    /// This many (with the default searcher, Ray's meaning: the grid is walked this many times).
+    Count(u64),
+    /// Until the searcher has nothing more or the time budget ends (Ray's `num_samples = -1`).
+    UntilStopped,
+}
+
+/// `tuner.json` and sweep files write `Samples` as Ray does: a count, or -1.
+impl Serialize for Samples {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Samples::Count(n) => s.serialize_u64(*n),
+            Samples::UntilStopped => s.serialize_i64(-1),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Samples {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        match i64::deserialize(d)? {
+            -1 => Ok(Samples::UntilStopped),
+            n => u64::try_from(n).map(Samples::Count).map_err(|_| {
+                serde::de::Error::custom(format!("num_samples {n}: use a count, or -1"))
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Samples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Samples::Count(n) => write!(f, "{n}"),
+            Samples::UntilStopped => f.write_str("-1 (until stopped)"),
+        }
+    }
+}
+
+/// A sweep's settings as data: `TuneConfig`'s besides its searcher and scheduler, the
+/// `[tune]` table of a sweep file, and what an experiment's `tuner.json` keeps. One struct: a
+/// new setting is one field here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TuneSettings {
     pub metric: Option<String>,
     pub mode: Option<Mode>,
-    /// Trials to run; -1 runs until the searcher has nothing more or the time budget ends.
-    /// With the default searcher it is Ray's: the grid is walked this many times.
-    pub num_samples: i64,
-    pub search_alg: Option<Box<dyn Searcher>>,
-    pub scheduler: Option<Box<dyn TrialScheduler>>,
+    pub num_samples: Samples,
     /// Trials started at once; default: as many as the local machine holds side by side.
     pub max_concurrent_trials: Option<usize>,
     pub time_budget_s: Option<f64>,
@@ -29,38 +68,68 @@ pub struct TuneConfig {
     /// driver's fork server, which has the binary and libtorch loaded, instead of a fresh exec
     /// each. Every trial still gets new processes, so nothing of one trial (params, seeds,
     /// libtorch threads, working directory, environment) reaches the next.
+    #[serde(default = "yes")]
     pub reuse_actors: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for TuneSettings {
+    fn default() -> Self {
+        TuneSettings {
+            metric: None,
+            mode: None,
+            num_samples: Samples::Count(1),
+            max_concurrent_trials: None,
+            time_budget_s: None,
+            seed: 0,
+            fail_fast: false,
+            reuse_actors: true,
+        }
+    }
+}
+
+/// How a sweep searches (Ray's `TuneConfig`): its settings, and the searcher and scheduler.
+#[derive(Default)]
+pub struct TuneConfig {
+    pub settings: TuneSettings,
+    pub search_alg: Option<Box<dyn Searcher>>,
+    pub scheduler: Option<Box<dyn TrialScheduler>>,
 }
 
 impl std::fmt::Debug for TuneConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TuneConfig")
-            .field("metric", &self.metric)
-            .field("mode", &self.mode)
-            .field("num_samples", &self.num_samples)
-            .field("max_concurrent_trials", &self.max_concurrent_trials)
-            .field("time_budget_s", &self.time_budget_s)
-            .finish_non_exhaustive()
+        f.debug_struct("TuneConfig").field("settings", &self.settings).finish_non_exhaustive()
     }
 }
 
 impl TuneConfig {
     pub fn new() -> Self {
-        TuneConfig { num_samples: 1, reuse_actors: true, ..TuneConfig::default() }
+        TuneConfig::default()
     }
 
     pub fn metric(mut self, metric: impl Into<String>) -> Self {
-        self.metric = Some(metric.into());
+        self.settings.metric = Some(metric.into());
         self
     }
 
     pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = Some(mode);
+        self.settings.mode = Some(mode);
         self
     }
 
-    pub fn num_samples(mut self, n: i64) -> Self {
-        self.num_samples = n;
+    /// Trials to run (see [`Samples`]).
+    pub fn num_samples(mut self, n: u64) -> Self {
+        self.settings.num_samples = Samples::Count(n);
+        self
+    }
+
+    /// Runs trials until the searcher has nothing more or the time budget ends (Ray's
+    /// `num_samples = -1`).
+    pub fn until_stopped(mut self) -> Self {
+        self.settings.num_samples = Samples::UntilStopped;
         self
     }
 
@@ -75,28 +144,28 @@ impl TuneConfig {
     }
 
     pub fn max_concurrent_trials(mut self, n: usize) -> Self {
-        self.max_concurrent_trials = Some(n);
+        self.settings.max_concurrent_trials = Some(n);
         self
     }
 
     pub fn time_budget_s(mut self, seconds: f64) -> Self {
-        self.time_budget_s = Some(seconds);
+        self.settings.time_budget_s = Some(seconds);
         self
     }
 
-    /// See [`TuneConfig::seed`](#structfield.seed): the default searcher's seed.
+    /// See [`TuneSettings::seed`]: the default searcher's seed.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
+        self.settings.seed = seed;
         self
     }
 
     pub fn fail_fast(mut self, on: bool) -> Self {
-        self.fail_fast = on;
+        self.settings.fail_fast = on;
         self
     }
 
     pub fn reuse_actors(mut self, on: bool) -> Self {
-        self.reuse_actors = on;
+        self.settings.reuse_actors = on;
         self
     }
 }
@@ -114,18 +183,7 @@ impl Settings {
                 ),
             ));
         }
-        Ok(TuneConfig {
-            metric: self.metric.clone(),
-            mode: self.mode,
-            num_samples: self.num_samples,
-            search_alg: None,
-            scheduler: None,
-            max_concurrent_trials: self.max_concurrent_trials,
-            time_budget_s: self.time_budget_s,
-            seed: self.seed,
-            fail_fast: self.fail_fast,
-            reuse_actors: self.reuse_actors,
-        })
+        Ok(TuneConfig { settings: self.tune.clone(), search_alg: None, scheduler: None })
     }
 
     /// A `TuneConfig` given again on restore must be the sweep's.
@@ -136,11 +194,16 @@ impl Settings {
             .map_or("basic_variant".into(), |s| s.save_state().kind().into());
         let scheduler =
             tune.scheduler.as_ref().map_or("fifo".into(), |s| s.save_state().kind().into());
+        let (saved, given) = (&self.tune, &tune.settings);
         let differences = [
-            ("TuneConfig.metric", format!("{:?}", self.metric), format!("{:?}", tune.metric)),
-            ("TuneConfig.mode", format!("{:?}", self.mode), format!("{:?}", tune.mode)),
-            ("TuneConfig.num_samples", self.num_samples.to_string(), tune.num_samples.to_string()),
-            ("TuneConfig.seed", self.seed.to_string(), tune.seed.to_string()),
+            ("TuneConfig.metric", format!("{:?}", saved.metric), format!("{:?}", given.metric)),
+            ("TuneConfig.mode", format!("{:?}", saved.mode), format!("{:?}", given.mode)),
+            (
+                "TuneConfig.num_samples",
+                saved.num_samples.to_string(),
+                given.num_samples.to_string(),
+            ),
+            ("TuneConfig.seed", saved.seed.to_string(), given.seed.to_string()),
             ("TuneConfig.scheduler", self.scheduler.clone(), scheduler),
             ("TuneConfig.search_alg", self.search_alg.clone(), searcher),
         ];

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use rtune_searchers::{Metrics, Mode, Params, SearchSpace, TrialId, TrialStatus, Value};
 use serde::{Deserialize, Serialize};
 
+use super::config::TuneSettings;
 use super::controller::ControllerState;
 use super::trial::TrialResult;
 use crate::config::RunConfig;
@@ -33,22 +34,11 @@ pub(super) struct Settings {
     pub(super) rtune_version: String,
     pub(super) experiment_id: String,
     pub(super) param_space: SearchSpace,
-    pub(super) metric: Option<String>,
-    pub(super) mode: Option<Mode>,
-    pub(super) num_samples: i64,
-    pub(super) max_concurrent_trials: Option<usize>,
-    pub(super) time_budget_s: Option<f64>,
-    pub(super) seed: u64,
-    pub(super) fail_fast: bool,
-    #[serde(default = "yes")]
-    pub(super) reuse_actors: bool,
+    #[serde(flatten)]
+    pub(super) tune: TuneSettings,
     /// The searcher's and the scheduler's kinds (`basic_variant`, `asha`, …).
     pub(super) search_alg: String,
     pub(super) scheduler: String,
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl Settings {

@@ -57,7 +57,7 @@ mod trial;
 mod trial_task;
 mod tuner;
 
-pub use config::TuneConfig;
+pub use config::{Samples, TuneConfig, TuneSettings};
 pub use control::Control;
 pub use controller::{
     Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rtune_searchers::{BasicVariant, Fifo, SearchSpace, Searcher};
 
-use super::config::TuneConfig;
+use super::config::{Samples, TuneConfig};
 use super::control::Control;
 use super::controller::{Controller, ControllerConfig, Reported};
 use super::experiment::{
@@ -136,7 +136,8 @@ impl Tuner {
             }
             (Some((_, saved)), None) => saved.tune_config()?,
         };
-        let metric = match (&tune.metric, tune.mode) {
+        let TuneConfig { settings, search_alg, scheduler } = tune;
+        let metric = match (&settings.metric, settings.mode) {
             (Some(m), Some(mode)) => Some((m.clone(), mode)),
             (None, None) => None,
             (Some(m), None) => {
@@ -149,27 +150,28 @@ impl Tuner {
                 return Err(Error::config("TuneConfig.metric", "is missing for the mode given"));
             }
         };
-        let num_samples = match tune.num_samples {
-            -1 => None,
-            n if n >= 1 => Some(n as u64),
-            n => {
+        let num_samples = match settings.num_samples {
+            Samples::UntilStopped => None,
+            Samples::Count(0) => {
                 return Err(Error::config(
                     "TuneConfig.num_samples",
-                    format!("is {n}; use at least 1, or -1 to run until the searcher is done"),
+                    "is 0; use at least 1, or Samples::UntilStopped to run until the searcher \
+                     is done",
                 ));
             }
+            Samples::Count(n) => Some(n),
         };
-        let (searcher, trial_limit): (Box<dyn Searcher>, Option<usize>) = match tune.search_alg {
+        let (searcher, trial_limit): (Box<dyn Searcher>, Option<usize>) = match search_alg {
             Some(searcher) => (searcher, num_samples.map(|n| n as usize)),
             None => {
                 let basic = BasicVariant::new(space.clone())?
                     .num_samples(num_samples.unwrap_or(u64::MAX))
-                    .seed(tune.seed);
+                    .seed(settings.seed);
                 (Box::new(basic), None)
             }
         };
-        let scheduler = tune.scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
-        if let Some(budget) = tune.time_budget_s
+        let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
+        if let Some(budget) = settings.time_budget_s
             && !(budget.is_finite() && budget > 0.0)
         {
             return Err(Error::config(
@@ -177,7 +179,7 @@ impl Tuner {
                 format!("is {budget}; use a positive number of seconds"),
             ));
         }
-        let max_concurrent_trials = match tune.max_concurrent_trials {
+        let max_concurrent_trials = match settings.max_concurrent_trials {
             Some(n) => n,
             None => side_by_side(&trainer, cluster.as_ref()),
         };
@@ -185,21 +187,15 @@ impl Tuner {
             metric: metric.clone(),
             num_samples: trial_limit,
             max_concurrent_trials,
-            fail_fast: tune.fail_fast,
+            fail_fast: settings.fail_fast,
         };
-        let settings = Settings {
+        let (reuse_actors, time_budget_s) = (settings.reuse_actors, settings.time_budget_s);
+        let saved = Settings {
             format: FORMAT,
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
             experiment_id: String::new(),
             param_space: space,
-            metric: tune.metric.clone(),
-            mode: tune.mode,
-            num_samples: tune.num_samples,
-            max_concurrent_trials: tune.max_concurrent_trials,
-            time_budget_s: tune.time_budget_s,
-            seed: tune.seed,
-            fail_fast: tune.fail_fast,
-            reuse_actors: tune.reuse_actors,
+            tune: settings,
             search_alg: searcher.save_state().kind().to_owned(),
             scheduler: scheduler.save_state().kind().to_owned(),
         };
@@ -212,7 +208,7 @@ impl Tuner {
         let (path, experiment, spent_before, trials, ended, controller) = match restoring {
             None => {
                 let controller = Controller::new(config, searcher, scheduler)?;
-                let experiment = make_experiment(&path, settings)?;
+                let experiment = make_experiment(&path, saved)?;
                 let ended = EndedRows::new(&path)?;
                 (path, experiment, Duration::ZERO, BTreeMap::new(), ended, controller)
             }
@@ -229,12 +225,12 @@ impl Tuner {
             }
         };
         Ok(Sweep {
-            trainer: trainer.warm_start(tune.reuse_actors),
+            trainer: trainer.warm_start(reuse_actors),
             run,
             path,
             experiment,
             metric,
-            time_budget: tune.time_budget_s.map(Duration::from_secs_f64),
+            time_budget: time_budget_s.map(Duration::from_secs_f64),
             spent_before,
             began: Instant::now(),
             controller: Arc::new(Mutex::new(controller)),

@@ -10,6 +10,7 @@ use rtune_searchers::{
 
 use super::super::doc::{self, Fields, Item, Kind, Origin, Report};
 use super::{SweepSpec, add_space_error, find_key, num_of, read_space};
+use crate::tune::Samples;
 
 /// A searcher or scheduler by kind, with its options as written.
 #[derive(Debug, Clone)]
@@ -98,7 +99,7 @@ impl<B> Setter<B> {
 pub(super) struct Context<'s> {
     pub space: &'s SearchSpace,
     pub seed: u64,
-    pub num_samples: i64,
+    pub num_samples: Samples,
 }
 
 /// One kind of searcher (`T = dyn Searcher`) or scheduler (`T = dyn TrialScheduler`): its name
@@ -140,9 +141,12 @@ impl<B: 'static, T: ?Sized + 'static> Blueprint<T> for Table<B, T> {
     }
 }
 
-/// `num_samples` for a searcher: -1 (until stopped) is every sample there is.
+/// `num_samples` for a searcher: until stopped is every sample there is.
 fn samples(context: &Context<'_>) -> u64 {
-    u64::try_from(context.num_samples).unwrap_or(u64::MAX)
+    match context.num_samples {
+        Samples::Count(n) => n,
+        Samples::UntilStopped => u64::MAX,
+    }
 }
 
 static RANDOM: Table<BasicVariant, dyn Searcher> = Table {
@@ -247,7 +251,7 @@ fn blueprint<'k, T: ?Sized>(kinds: &'k [&'k dyn Blueprint<T>], name: &str) -> &'
 
 impl SweepSpec {
     fn context(&self) -> Context<'_> {
-        Context { space: &self.space, seed: self.seed, num_samples: self.num_samples }
+        Context { space: &self.space, seed: self.tune.seed, num_samples: self.tune.num_samples }
     }
 
     /// The searcher the file asks for, built anew (it holds state, one per sweep); None for
@@ -414,7 +418,7 @@ pub(super) fn check_components(spec: &SweepSpec, root: &Item, report: &mut Repor
         add_space_error(param_space, "param_space", &e, report);
         searcher_ok = false;
     }
-    let target = spec.metric.as_deref().zip(spec.mode);
+    let target = spec.tune.metric.as_deref().zip(spec.tune.mode);
     let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();
     if searcher_ok && let Some(mut searcher) = spec.searcher() {
         let metric = target.map_or(Ok(()), |(metric, mode)| searcher.set_metric(metric, mode));
@@ -463,7 +467,7 @@ mod tests {
     #[test]
     fn every_option_read_is_an_option_built() {
         let space = SearchSpace::new().add("x", 1.0);
-        let context = Context { space: &space, seed: 3, num_samples: 4 };
+        let context = Context { space: &space, seed: 3, num_samples: Samples::Count(4) };
         fn check<T: ?Sized>(kinds: &[&dyn Blueprint<T>], context: &Context<'_>) {
             for kind in kinds {
                 let options = kind.options();

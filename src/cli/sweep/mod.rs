@@ -49,7 +49,7 @@ use super::doc::{self, Fields, Item, Kind, Problems, Report, Source};
 use super::registry::Registry;
 use crate::config::{CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig};
 use crate::train::{CommandTrainable, TorchTrainer};
-use crate::tune::{Control, TuneConfig, Tuner};
+use crate::tune::{Control, Samples, TuneConfig, TuneSettings, Tuner};
 pub use components::Component;
 use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
 
@@ -65,16 +65,11 @@ pub struct SweepSpec {
     pub builtin: Option<String>,
     pub scaling: ScalingConfig,
     pub space: SearchSpace,
-    pub metric: Option<String>,
-    pub mode: Option<Mode>,
-    pub num_samples: i64,
+    /// `[tune]`: the sweep's settings, as `TuneConfig` and the experiment's `tuner.json` hold
+    /// them, then its searcher and scheduler.
+    pub tune: TuneSettings,
     pub search: Component,
     pub scheduler: Component,
-    pub max_concurrent_trials: Option<usize>,
-    pub seed: u64,
-    pub time_budget_s: Option<f64>,
-    pub reuse_actors: bool,
-    pub fail_fast: bool,
     pub stop: BTreeMap<String, f64>,
     pub failure: FailureConfig,
     pub checkpoint: CheckpointConfig,
@@ -103,18 +98,11 @@ impl SweepSpec {
 
     /// The searcher and scheduler, built anew (they hold state, one per sweep).
     pub fn tune_config(&self) -> TuneConfig {
-        let mut tune = TuneConfig::new();
-        tune.metric = self.metric.clone();
-        tune.mode = self.mode;
-        tune.num_samples = self.num_samples;
-        tune.search_alg = self.searcher();
-        tune.scheduler = self.scheduler();
-        tune.max_concurrent_trials = self.max_concurrent_trials;
-        tune.seed = self.seed;
-        tune.time_budget_s = self.time_budget_s;
-        tune.reuse_actors = self.reuse_actors;
-        tune.fail_fast = self.fail_fast;
-        tune
+        TuneConfig {
+            settings: self.tune.clone(),
+            search_alg: self.searcher(),
+            scheduler: self.scheduler(),
+        }
     }
 
     /// The trainer: the registered function, its defaults as `train_loop_config`, the scaling,
@@ -240,16 +228,22 @@ fn read_root(
         builtin,
         scaling: scaling?,
         space,
-        metric,
-        mode,
-        num_samples,
+        tune: TuneSettings {
+            metric,
+            mode,
+            num_samples: if num_samples == -1 {
+                Samples::UntilStopped
+            } else {
+                Samples::Count(num_samples.max(1) as u64)
+            },
+            max_concurrent_trials,
+            time_budget_s,
+            seed: seed as u64,
+            fail_fast,
+            reuse_actors,
+        },
         search,
         scheduler,
-        max_concurrent_trials,
-        seed: seed as u64,
-        time_budget_s,
-        reuse_actors,
-        fail_fast,
         stop,
         failure,
         checkpoint,
