@@ -9,7 +9,7 @@
 
 mod tensorboard;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rtune_searchers::{Metrics, Params, SchedulerStatus, TrialStatus};
@@ -35,6 +35,13 @@ pub trait Callback: Send + Sync {
     /// Its name in error messages.
     fn name(&self) -> String {
         "callback".into()
+    }
+
+    /// The sweep begins (or goes on, restored) in its experiment directory `path`, which exists
+    /// now (Ray's `Callback.setup`).
+    fn on_experiment_begin(&self, path: &Path) -> Result<()> {
+        let _ = path;
+        Ok(())
     }
 
     /// The trial starts, or goes on after a pause or a restore.
@@ -86,6 +93,9 @@ pub trait Callback: Send + Sync {
 impl<C: Callback + ?Sized> Callback for Arc<C> {
     fn name(&self) -> String {
         (**self).name()
+    }
+    fn on_experiment_begin(&self, path: &Path) -> Result<()> {
+        (**self).on_experiment_begin(path)
     }
     fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
         (**self).on_trial_start(trial)

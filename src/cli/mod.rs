@@ -46,10 +46,7 @@ pub use sweep::SweepSpec;
 
 use crate::config::RunConfig;
 use crate::error::Error;
-use crate::tune::{Control, ResultGrid, Samples, Tuner};
-
-/// Where `rtune run` keeps the sweep file it ran (and its `--set`s), for `rtune resume`.
-pub const SWEEP_COPY: &str = "sweep.json";
+use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, Tuner};
 
 /// Exit codes.
 pub const EXIT_TRIALS_FAILED: i32 = 1;
@@ -488,9 +485,6 @@ fn run(
             ),
         ));
     }
-    std::fs::create_dir_all(&path)
-        .with_context(|| format!("cannot create the experiment directory {}", path.display()))
-        .map_err(|e| Exit(EXIT_INVALID, e))?;
     // Absolute: `rtune resume` from another folder finds what the file's paths are relative to.
     let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
     let copy = SweepCopy {
@@ -498,27 +492,23 @@ fn run(
         text: source.text.clone(),
         set: sets.to_vec(),
     };
-    let copy_path = path.join(SWEEP_COPY);
-    crate::storage::atomic_write(&copy_path, &serde_json::to_vec_pretty(&copy)?)?;
+    let copy = serde_json::to_vec_pretty(&copy)?;
     run.name = Some(name.clone());
     let control = Control::new();
     println!("sweep {} ({} trials) in {}", source.name, samples(&spec), path.display());
     let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new());
     let began = Instant::now();
-    let outcome = watch_signals(control.clone(), || spec.tuner(run, control.clone()).fit());
+    let outcome = watch_signals(control.clone(), || {
+        spec.tuner(run, control.clone()).experiment_file(SWEEP_FILE, copy).fit()
+    });
     screen.close();
-    if outcome.is_err() && !crate::tune::holds_experiment(&path) {
-        // Refused before the experiment began: leave no half-made directory behind.
-        let _ = std::fs::remove_file(&copy_path);
-        let _ = std::fs::remove_dir(&path);
-    }
     finish(outcome, &path, output, began)
 }
 
 /// The sweep `rtune run` ran in `dir`, from the copy of its file kept there: the file's path
 /// and the sweep.
 fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Exit> {
-    let copy_path = dir.join(SWEEP_COPY);
+    let copy_path = dir.join(SWEEP_FILE);
     let copy: SweepCopy = match std::fs::read(&copy_path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not rtune's sweep copy", copy_path.display()))

@@ -55,6 +55,10 @@ pub const STATE_FILE: &str = "experiment_state.json";
 /// token, while it runs.
 pub const DRIVER_FILE: &str = "driver.json";
 
+/// The sweep file `rtune run` ran (its text, path and `--set`s), kept for `rtune resume`:
+/// written with the new experiment, as a `Tuner::experiment_file`.
+pub const SWEEP_FILE: &str = "sweep.json";
+
 /// A failed trial's whole error, in its directory (progress lines and the terminal UI show
 /// its first line: `outcome::error_summary`).
 pub const ERROR_FILE: &str = "error.txt";
@@ -324,17 +328,39 @@ pub(super) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The new experiment directory `path`, with the sweep's settings in `tuner.json`; its
+/// The new experiment directory `path`, with `files` (name, contents) and the sweep's settings
+/// in `tuner.json`, written last: a directory without it holds no experiment yet. Its
 /// experiment id.
-pub(super) fn make_experiment(path: &Path, mut settings: Settings) -> Result<String> {
+pub(super) fn make_experiment(
+    path: &Path,
+    mut settings: Settings,
+    files: &[(String, Vec<u8>)],
+) -> Result<String> {
     crate::storage::ensure_writable_dir(path).map_err(|e| {
         Error::config("RunConfig.storage_path", format!("cannot write the experiment: {e}"))
     })?;
+    for (name, contents) in files {
+        crate::storage::atomic_write(&path.join(name), contents)?;
+    }
     let experiment = format!("{:05x}", rand::random::<u32>() & 0xfffff);
     settings.experiment_id = experiment.clone();
     let text = serde_json::to_vec_pretty(&settings).expect("the settings serialise");
     crate::storage::atomic_write(&path.join(SETTINGS_FILE), &text)?;
     Ok(experiment)
+}
+
+/// Whether `name` may be given as an experiment file (`Tuner::experiment_file`): a plain file
+/// name that is none of rtune's own.
+pub(super) fn check_experiment_file(name: &str) -> Result<()> {
+    let own = [SETTINGS_FILE, STATE_FILE, DRIVER_LOG, DRIVER_FILE, ERROR_FILE];
+    let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
+    if !plain || own.contains(&name) || name.starts_with(TRIAL_DIR_PREFIX) {
+        return Err(Error::config(
+            "Tuner::experiment_file",
+            format!("`{name}` is not a file name of its own: use a plain name none of rtune's"),
+        ));
+    }
+    Ok(())
 }
 
 /// An interrupted experiment as its files hold it.

@@ -122,6 +122,8 @@ impl Sweep {
         let log = self.path.join(DRIVER_LOG);
         let _log = crate::log::tee_to(&log).map_err(|e| Error::io(&log, e))?;
         tracing::info!("sweep {} in {}", self.experiment, self.path.display());
+        let path = self.path.clone();
+        self.call_back(&mut fatal, |c| c.on_experiment_begin(&path));
         let begun = self.step(Event::Begin);
         self.carry_out(driver, begun, &heard_tx, &mut fatal);
         let budget = self

@@ -19,7 +19,8 @@ use super::config::{Samples, TuneConfig};
 use super::control::Control;
 use super::controller::{Controller, ControllerConfig, Reported};
 use super::experiment::{
-    EndedRows, FORMAT, SavedExperiment, Settings, make_experiment, new_experiment_path, pick_up,
+    EndedRows, FORMAT, SavedExperiment, Settings, check_experiment_file, make_experiment,
+    new_experiment_path, pick_up,
 };
 use super::result_grid::ResultGrid;
 use super::sweep::{Snapshots, Sweep};
@@ -40,13 +41,23 @@ pub struct Tuner {
     /// Set by `Tuner::restore`: the experiment to go on with, and its settings.
     restoring: Option<(PathBuf, Settings)>,
     control: Control,
+    /// Written into a new experiment's directory with its settings.
+    files: Vec<(String, Vec<u8>)>,
 }
 
 impl Tuner {
     /// A sweep of `trainer` over `space`. Each trial's sampled params are merged into the
     /// trainer's `train_loop_config`, top-level key by key; sampled values win.
     pub fn new(trainer: TorchTrainer, space: SearchSpace) -> Self {
-        Tuner { trainer, space, tune: None, run: None, restoring: None, control: Control::new() }
+        Tuner {
+            trainer,
+            space,
+            tune: None,
+            run: None,
+            restoring: None,
+            control: Control::new(),
+            files: Vec::new(),
+        }
     }
 
     /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
@@ -75,6 +86,7 @@ impl Tuner {
             run: None,
             restoring: Some((path, settings)),
             control: Control::new(),
+            files: Vec::new(),
         })
     }
 
@@ -87,6 +99,19 @@ impl Tuner {
     /// are the experiment's; failure, checkpoint and stop settings apply to every trial.
     pub fn run_config(mut self, run: RunConfig) -> Self {
         self.run = Some(run);
+        self
+    }
+
+    /// A file to write into the experiment's directory when the sweep makes it (beside its
+    /// `tuner.json`; a restored sweep's is there already): what the sweep was made from, say
+    /// (`rtune run` keeps its sweep file so). `name` must be a plain file name, none of rtune's
+    /// own.
+    pub fn experiment_file(
+        mut self,
+        name: impl Into<String>,
+        contents: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.files.push((name.into(), contents.into()));
         self
     }
 
@@ -105,7 +130,10 @@ impl Tuner {
     }
 
     fn prepare(self, driver: &'static Driver) -> Result<Sweep> {
-        let Tuner { trainer, space, tune, run, restoring, control } = self;
+        let Tuner { trainer, space, tune, run, restoring, control, files } = self;
+        for (name, _) in &files {
+            check_experiment_file(name)?;
+        }
         let mut run = run.unwrap_or_else(|| trainer.run().clone());
         if let Some((path, _)) = &restoring {
             run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -208,7 +236,7 @@ impl Tuner {
         let (path, experiment, spent_before, trials, ended, controller) = match restoring {
             None => {
                 let controller = Controller::new(config, searcher, scheduler)?;
-                let experiment = make_experiment(&path, saved)?;
+                let experiment = make_experiment(&path, saved, &files)?;
                 let ended = EndedRows::new(&path)?;
                 (path, experiment, Duration::ZERO, BTreeMap::new(), ended, controller)
             }

@@ -197,6 +197,14 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
     ensure!(!dir.path().join("huge").exists(), "an experiment was made for a trial too big");
     let err = fit(TuneConfig::new().metric("accuracy").mode(Mode::Max).num_samples(1));
     ensure!(err.contains("`accuracy`") && err.contains("val_acc"), "{err}");
+    // A file of its own in the experiment may not be one of rtune's.
+    let own = Tuner::new(sweep_trainer(), space())
+        .run_config(RunConfig::new("own").storage_path(dir.path()))
+        .experiment_file(rtune::tune::SETTINGS_FILE, "{}")
+        .fit();
+    let err = own.err().map(|e| e.to_string()).unwrap_or_default();
+    ensure!(err.contains("Tuner::experiment_file") && err.contains("tuner.json"), "{err}");
+    ensure!(!dir.path().join("own").exists(), "an experiment was made with a file of rtune's");
     Ok(())
 }
 

@@ -340,12 +340,20 @@ pub enum Event {
 pub trait Follow: Send + Sync {
     /// Its name in error messages.
     fn name(&self) -> &'static str;
+    /// The sweep begins in its experiment directory `path` (which exists now).
+    fn begin(&self, path: &Path) -> Result<()> {
+        let _ = path;
+        Ok(())
+    }
     fn follow(&self, event: Event);
 }
 
 impl<F: Follow + ?Sized> Follow for std::sync::Arc<F> {
     fn name(&self) -> &'static str {
         (**self).name()
+    }
+    fn begin(&self, path: &Path) -> Result<()> {
+        (**self).begin(path)
     }
     fn follow(&self, event: Event) {
         (**self).follow(event)
@@ -358,6 +366,9 @@ pub struct Following<F>(pub F);
 impl<F: Follow> Callback for Following<F> {
     fn name(&self) -> String {
         self.0.name().into()
+    }
+    fn on_experiment_begin(&self, path: &Path) -> Result<()> {
+        self.0.begin(path)
     }
     fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
         self.0.follow(Event::Start(trial.clone()));

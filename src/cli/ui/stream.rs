@@ -42,13 +42,16 @@ pub struct Broadcast {
     /// lock, so a snapshot and the events after it never overlap or leave a gap.
     state: Mutex<(Model, Instant)>,
     events: broadcast::Sender<Arc<proto::TrialEvent>>,
+    /// Where the stream is, for `driver.json` once the experiment directory exists.
+    record: DriverFile,
 }
 
 impl Broadcast {
-    fn new(model: Model) -> Self {
+    fn new(model: Model, record: DriverFile) -> Self {
         Broadcast {
             state: Mutex::new((model, Instant::now())),
             events: broadcast::channel(BACKLOG).0,
+            record,
         }
     }
 
@@ -65,6 +68,13 @@ impl Broadcast {
 impl Follow for Broadcast {
     fn name(&self) -> &'static str {
         "watch stream"
+    }
+
+    /// The experiment directory exists: `driver.json` tells `rtune watch` where to follow.
+    fn begin(&self, path: &Path) -> crate::error::Result<()> {
+        let file = path.join(DRIVER_FILE);
+        let json = serde_json::to_vec_pretty(&self.record).expect("the record serialises");
+        crate::storage::atomic_write_private(&file, &json)
     }
 
     fn follow(&self, event: Event) {
@@ -96,7 +106,8 @@ impl Drop for Server {
 }
 
 /// Serves the sweep in `dir` (shown as `model`; `control` takes the watchers' requests) on
-/// loopback; returns the server and the follower to add to the sweep's callbacks.
+/// loopback; returns the server and the follower to add to the sweep's callbacks, which writes
+/// `driver.json` into `dir` when the sweep begins there.
 pub fn serve(
     dir: &Path,
     model: Model,
@@ -109,7 +120,9 @@ pub fn serve(
     let address = listener.local_addr()?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let token = format!("{:032x}", rand::random::<u128>());
-    let broadcast = Arc::new(Broadcast::new(model));
+    let record =
+        DriverFile { address: address.to_string(), token: token.clone(), pid: std::process::id() };
+    let broadcast = Arc::new(Broadcast::new(model, record));
     let required = token.clone();
     let service = SweepWatchServer::with_interceptor(
         WatchService { broadcast: broadcast.clone(), control },
@@ -122,8 +135,6 @@ pub fn serve(
         None,
     );
     let file = dir.join(DRIVER_FILE);
-    let record = DriverFile { address: address.to_string(), token, pid: std::process::id() };
-    crate::storage::atomic_write_private(&file, &serde_json::to_vec_pretty(&record)?)?;
     Ok((Server { _shutdown: shutdown, file, broadcast: broadcast.clone() }, broadcast))
 }
 
@@ -451,7 +462,9 @@ mod tests {
     #[test]
     fn a_snapshot_and_the_events_after_it_rebuild_the_drivers_model() {
         let metric = Some(("acc".to_owned(), Mode::Max));
-        let broadcast = Broadcast::new(Model::new("s".into(), "/tmp/x".into(), metric.clone()));
+        let record = DriverFile { address: "127.0.0.1:1".into(), token: "t".into(), pid: 1 };
+        let broadcast =
+            Broadcast::new(Model::new("s".into(), "/tmp/x".into(), metric.clone()), record);
         broadcast.follow(Event::Result(info(0), result(1.0, 0.5)));
         broadcast.follow(Event::Result(info(1), result(1.0, f64::NAN)));
         let (first, mut events) = broadcast.subscribe();
