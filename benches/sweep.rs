@@ -35,7 +35,7 @@ use rtune::{Mode, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConf
 fn report_n(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let n = ctx.params().get::<u64>("reports")?;
     for i in 0..n {
-        ctx.report([("score", i as f64)], None)?;
+        ctx.report([("score", i as f64)])?;
     }
     Ok(())
 }

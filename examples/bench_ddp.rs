@@ -66,7 +66,7 @@ fn train(ctx: &mut TrainContext) -> Result<()> {
     synchronize();
     let per_step_ms = started.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let parameters: i64 = vs.trainable_variables().iter().map(|t| t.numel() as i64).sum();
-    ctx.report([("per_step_ms", per_step_ms), ("parameters", parameters as f64)], None)?;
+    ctx.report([("per_step_ms", per_step_ms), ("parameters", parameters as f64)])?;
     Ok(())
 }
 

@@ -83,7 +83,7 @@ fn ingest(ctx: &mut TrainContext) -> anyhow::Result<()> {
         }
         let epoch_s = started.elapsed().as_secs_f64();
         anyhow::ensure!(rows as usize == shard.len(), "{rows} rows of {}", shard.len());
-        ctx.report([("read_s", read_s), ("epoch_s", epoch_s), ("rows", rows as f64)], None)?;
+        ctx.report([("read_s", read_s), ("epoch_s", epoch_s), ("rows", rows as f64)])?;
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use rtune::builtins::synthetic_score;
 use rtune::cli::Registry;
 use rtune::collective::ReduceOp;
 use rtune::search::{SearchSpace, loguniform, uniform};
-use rtune::{Mode, PlacementStrategy, RunConfig, ScalingConfig, Scope, TorchTrainer};
+use rtune::{Mode, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer};
 use rtune::{TrainContext, TuneConfig, Tuner};
 
 /// The head and the node agents, killed when dropped.
@@ -50,10 +50,7 @@ fn train(ctx: &mut TrainContext) -> Result<()> {
     let (rate, plateau) = (ctx.params().get::<f64>("rate")?, ctx.params().get::<f64>("plateau")?);
     for t in ctx.iteration() + 1..=4 {
         let score = synthetic_score(rate, plateau, 0.01, 0, t);
-        ctx.report(
-            [("score", score), ("node_of_rank_0", node_0), ("node_of_rank_1", node_1)],
-            None,
-        )?;
+        ctx.report([("score", score), ("node_of_rank_0", node_0), ("node_of_rank_1", node_1)])?;
     }
     Ok(())
 }
@@ -115,7 +112,7 @@ fn main() -> Result<()> {
         let id = &t.trial_id;
         println!("{id}  {status}  score {score:.4}  rank 0 on node {a}, rank 1 on node {b}");
     }
-    let best = grid.best_result(None, None, Scope::Last)?;
+    let best = grid.best_result()?;
     println!("best trial {}: score {:.4}", best.trial_id, best.last("score").unwrap_or(f64::NAN));
     drop(cluster); // the agents, then the head
     Ok(())

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Result, ensure};
 use rtune::search::{Asha, SearchSpace, choice, loguniform};
 use rtune::train::CommandTrainable;
-use rtune::{Mode, Params, RunConfig, ScalingConfig, Scope, TuneConfig, Tuner};
+use rtune::{Mode, Params, RunConfig, ScalingConfig, TuneConfig, Tuner};
 
 fn main() -> Result<()> {
     rtune::init(); // first: worker processes are this binary started again
@@ -56,7 +56,7 @@ fn main() -> Result<()> {
         let acc = t.last("val_acc").unwrap_or(f64::NAN);
         println!("{id}  {status}  {n} epochs  val_acc {acc:.4}  {params}");
     }
-    let best = grid.best_result(None, None, Scope::Last)?;
+    let best = grid.best_result()?;
     let acc = best.last("val_acc").unwrap_or(f64::NAN);
     println!("best trial {}: val_acc {acc:.4}", best.trial_id);
     Ok(())

@@ -16,7 +16,7 @@ use anyhow::Result;
 use rtune::builtins::{digits_data, train_digits_mlp};
 use rtune::callback::Callback;
 use rtune::search::{Pbt, SchedulerStatus, SearchSpace, TrialId, grid_search, loguniform};
-use rtune::{Mode, Params, RunConfig, Scope, TorchTrainer, TuneConfig, Tuner};
+use rtune::{Mode, Params, RunConfig, TorchTrainer, TuneConfig, Tuner};
 
 /// Keeps the scheduler's latest status (PBT's exploits).
 #[derive(Default)]
@@ -73,7 +73,7 @@ fn main() -> Result<()> {
             "{id}  {status}  {epochs:>2} epochs  lr {lr:.1e}  val_loss {loss:.4}  val_acc {acc:.4}"
         );
     }
-    let best = grid.best_result(None, None, Scope::Last)?;
+    let best = grid.best_result()?;
     let acc = best.last("val_acc").unwrap_or(0.0);
     println!("best trial {}: val_acc {acc:.4}", best.trial_id);
     Ok(())

@@ -7,12 +7,12 @@
 //! val_loss about 0.03-0.04, and about 95-96% of the 271 test images right. With `RTUNE_QUICK=1` (as
 //! the tests run it) 4 trials of 4 epochs, about 90%.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use rtune::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy, train_digits_mlp};
 use rtune::data::{Columns, DIGIT_LABEL, Dataset, Digits, StandardScaler};
 use rtune::search::{Asha, SearchSpace, Tpe, choice, loguniform};
 use rtune::train::TorchPredictor;
-use rtune::{Mode, Params, RunConfig, ScalingConfig, Scope, TorchTrainer, TuneConfig, Tuner};
+use rtune::{Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TuneConfig, Tuner};
 
 fn main() -> Result<()> {
     rtune::init(); // first: worker processes are this binary started again
@@ -48,9 +48,8 @@ fn main() -> Result<()> {
         let loss = t.last("val_loss").unwrap_or(f64::NAN);
         println!("{id}  {n:>2} epochs  val_loss {loss:.4}  {params}");
     }
-    let best = grid.best_result(None, None, Scope::Last)?;
-    let checkpoint =
-        best.result.as_ref().and_then(|r| r.best_checkpoint()).context("no checkpoint")?;
+    let best = grid.best_result()?;
+    let checkpoint = best.checkpoint()?;
     let hidden = best.params.get::<i64>("hidden")?;
     let predictor = TorchPredictor::from_checkpoint(checkpoint, |p| digits_mlp(p, hidden))?;
     let accuracy = predictor_accuracy(&predictor, &split.test)?;

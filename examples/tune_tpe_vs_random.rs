@@ -21,7 +21,7 @@ use rtune::{Mode, RunConfig, TorchTrainer, TrainContext, TuneConfig, Tuner};
 /// One trial: the function's value at the trial's params, reported once.
 fn hartmann(ctx: &mut TrainContext) -> Result<()> {
     let value = hartmann6(ctx.params());
-    ctx.report([("value", value)], None)?;
+    ctx.report([("value", value)])?;
     Ok(())
 }
 

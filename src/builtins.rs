@@ -134,7 +134,7 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
             ("val_loss", f64::from(val_loss)),
             ("val_acc", f64::from(val_acc)),
         ];
-        ctx.report(metrics, Some(checkpoint))?;
+        ctx.report_with_checkpoint(metrics, checkpoint)?;
     }
     Ok(())
 }
@@ -169,7 +169,7 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
         anyhow::ensure!(t != fail_at, "synthetic failure at iteration {t} (param `fail_at`)");
         let score = synthetic_score(rate, plateau, noise, seed, t);
         let checkpoint = ctx.new_checkpoint()?.metadata(serde_json::json!({ "score": score }));
-        ctx.report([("score", score), ("loss", 1.0 - score)], Some(checkpoint))?;
+        ctx.report_with_checkpoint([("score", score), ("loss", 1.0 - score)], checkpoint)?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@
 //!      worker group: N worker processes (same binary, rtune::init())            ◀── group
 //!         rendezvous ─▶ process group (ring all-reduce over TCP)                ◀── collective
 //!                                        │
-//!      user train fn (own thread) ─▶ ctx.report(metrics, checkpoint)            ◀── worker
+//!      user train fn (own thread) ─▶ ctx.report(metrics), with a checkpoint       ◀── worker
 //!                                        │ worker protocol (gRPC; local reports: frames)
 //!      run directory: params.json, result.json, progress.csv, checkpoints       ◀── storage
 //! ```

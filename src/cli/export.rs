@@ -38,7 +38,7 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
     let trial = match args.trial {
         Some(which) => find_trial(&grid, which)?,
         None => grid
-            .best_result(args.metric, args.mode, Scope::Last)
+            .best_result_by(args.metric, args.mode, Scope::Last)
             .with_context(|| format!("cannot choose the best trial of {}", args.dir.display()))?,
     };
     let (metric, mode) = match (args.metric.or(grid.metric.as_deref()), args.mode.or(grid.mode)) {

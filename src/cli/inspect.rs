@@ -11,7 +11,7 @@ use serde_json::json;
 use super::Format;
 use super::ui::format::{counts, number, param_text, status_name};
 use crate::outcome::error_summary;
-use crate::tune::{ResultGrid, Scope, TrialResult, Tuner};
+use crate::tune::{ResultGrid, TrialResult, Tuner};
 
 /// Right-aligned numbers, left-aligned text, columns as wide as their widest cell.
 fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
@@ -119,7 +119,7 @@ fn checkpoint_of(t: &TrialResult) -> Option<String> {
 
 /// `rtune run --json`: name, path, metric, mode, best trial, trials by status, time.
 pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
-    let best = grid.best_result(None, None, Scope::Last).ok().map(|t| {
+    let best = grid.best_result().ok().map(|t| {
         json!({
             "trial_id": t.trial_id,
             "params": t.params,
@@ -182,7 +182,7 @@ pub(super) fn ls(dir: &Path) -> Result<()> {
                     .iter()
                     .map(|(s, n)| format!("{n} {s}"))
                     .collect::<Vec<_>>();
-                let best = grid.best_result(None, None, Scope::Last).ok().and_then(|t| {
+                let best = grid.best_result().ok().and_then(|t| {
                     let metric = grid.metric.as_deref()?;
                     Some(format!("{metric}={}", number(t.last(metric)?)))
                 });

@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! fn my_train(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
-//!     ctx.report([("score", 1.0)], None)?;
+//!     ctx.report([("score", 1.0)])?;
 //!     Ok(())
 //! }
 //!

@@ -21,7 +21,7 @@
 //!             // forward, backward, step...
 //!             # let _ = (x, y);
 //!         }
-//!         ctx.report([("epoch_done", 1.0)], None)?;
+//!         ctx.report([("epoch_done", 1.0)])?;
 //!     }
 //!     Ok(())
 //! }

@@ -12,14 +12,14 @@
 //! ```no_run
 //! use rtune::search::{Asha, SearchSpace, choice, loguniform};
 //! use rtune::{
-//!     Mode, RunConfig, ScalingConfig, Scope, TorchTrainer, TrainContext, TuneConfig, Tuner,
+//!     Mode, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner,
 //! };
 //!
 //! fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
 //!     let (lr, hidden) = (ctx.params().get::<f64>("lr")?, ctx.params().get::<i64>("hidden")?);
 //!     for _epoch in ctx.iteration()..20 {
 //!         // ... train a model of width `hidden` with learning rate `lr` ...
-//!         ctx.report([("val_acc", lr * hidden as f64)], None)?;
+//!         ctx.report([("val_acc", lr * hidden as f64)])?;
 //!     }
 //!     Ok(())
 //! }
@@ -40,7 +40,7 @@
 //!         )
 //!         .run_config(RunConfig::new("digits_sweep"))
 //!         .fit()?;
-//!     let best = grid.best_result(None, None, Scope::Last)?;
+//!     let best = grid.best_result()?;
 //!     println!("{:?} {:?}", best.params, best.last("val_acc"));
 //!     println!("{}", grid.dataframe()?);
 //!     Ok(())

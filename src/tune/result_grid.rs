@@ -15,7 +15,7 @@ use super::trial::TrialResult;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
 
-/// Which of a trial's results `ResultGrid::best_result` compares (Ray's `scope`).
+/// Which of a trial's results `ResultGrid::best_result_by` compares (Ray's `scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scope {
     /// Its last result.
@@ -59,11 +59,17 @@ impl ResultGrid {
         Ok((grid, saved.time_spent_s))
     }
 
+    /// The best trial by the sweep's own metric and mode, comparing each trial's last result
+    /// (Ray's `get_best_result()`); see [`best_result_by`](Self::best_result_by).
+    pub fn best_result(&self) -> Result<&TrialResult> {
+        self.best_result_by(None, None, Scope::Last)
+    }
+
     /// The trial whose `metric` is best in `mode` (the sweep's own metric and mode when `None`),
     /// comparing each trial's last result (`Scope::Last`) or its best one (`Scope::All`). NaN
     /// and infinities are left out, and so are trials that never reported the metric; of
     /// equally good trials the first wins (as in Ray).
-    pub fn best_result(
+    pub fn best_result_by(
         &self,
         metric: Option<&str>,
         mode: Option<Mode>,
@@ -356,13 +362,13 @@ mod tests {
     #[test]
     fn best_result_by_last_or_all_leaves_out_nan_and_infinity() {
         let g = grid();
-        assert_eq!(g.best_result(None, None, Scope::Last).unwrap().trial_id, "b");
-        assert_eq!(g.best_result(None, None, Scope::All).unwrap().trial_id, "a");
-        assert_eq!(g.best_result(None, Some(Mode::Min), Scope::Last).unwrap().trial_id, "a");
-        let e = g.best_result(Some("f1"), None, Scope::Last).unwrap_err().to_string();
+        assert_eq!(g.best_result().unwrap().trial_id, "b");
+        assert_eq!(g.best_result_by(None, None, Scope::All).unwrap().trial_id, "a");
+        assert_eq!(g.best_result_by(None, Some(Mode::Min), Scope::Last).unwrap().trial_id, "a");
+        let e = g.best_result_by(Some("f1"), None, Scope::Last).unwrap_err().to_string();
         assert!(e.contains("`f1`") && e.contains("acc, loss"), "{e}");
         let no_metric = ResultGrid { metric: None, ..g };
-        let e = no_metric.best_result(None, None, Scope::Last).unwrap_err().to_string();
+        let e = no_metric.best_result().unwrap_err().to_string();
         assert!(e.contains("no metric"), "{e}");
     }
 
@@ -370,8 +376,8 @@ mod tests {
     fn of_equally_good_trials_the_first_is_best() {
         let same = |id: &str| trial(id, Params::new(), &[&[("acc", 0.5)]]);
         let g = ResultGrid { trials: vec![same("x"), same("y"), same("z")], ..grid() };
-        assert_eq!(g.best_result(None, None, Scope::Last).unwrap().trial_id, "x");
-        assert_eq!(g.best_result(None, Some(Mode::Min), Scope::All).unwrap().trial_id, "x");
+        assert_eq!(g.best_result().unwrap().trial_id, "x");
+        assert_eq!(g.best_result_by(None, Some(Mode::Min), Scope::All).unwrap().trial_id, "x");
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub fn run_command(ctx: &mut TrainContext) -> anyhow::Result<()> {
                 Err(e) => return failed(&mut child, e),
             },
         };
-        match ctx.report(metrics, checkpoint) {
+        match ctx.report_maybe_with(metrics, checkpoint) {
             Ok(()) => {
                 let _ = answers.send("continue");
             }

@@ -186,24 +186,41 @@ impl<'a> TrainContext<'a> {
     }
 
     /// Starts a checkpoint for the next report: save the model into it, add files under its
-    /// `path()`, then pass it to `report`. Only rank 0's checkpoint is kept; on other ranks the
-    /// writer saves no model (see [`CheckpointWriter::is_kept`]), so every rank can run the same
-    /// code without writing N copies.
+    /// `path()`, then pass it to `report_with_checkpoint`. Only rank 0's checkpoint is kept; on
+    /// other ranks the writer saves no model (see [`CheckpointWriter::is_kept`]), so every rank
+    /// can run the same code without writing N copies.
     pub fn new_checkpoint(&self) -> Result<CheckpointWriter> {
         CheckpointWriter::create(&self.run_dir, self.rank, self.reports + 1)
     }
 
-    /// Reports this iteration's metrics, and optionally a checkpoint, and waits until every rank
-    /// has reported the same iteration.
+    /// Reports this iteration's metrics (Ray's `train.report(metrics)`) and waits until every
+    /// rank has reported the same iteration.
     ///
-    /// Every rank must call `report` the same number of times. Rank 0's metrics and checkpoint
-    /// are the run's; other ranks' metrics are checked and dropped, their (empty) checkpoints
-    /// discarded (to combine values across ranks, all-reduce them first). rtune adds
-    /// `training_iteration`, `time_total_s`, `time_this_iter_s` and `timestamp`.
+    /// Every rank must report the same number of times. Rank 0's metrics are the run's; other
+    /// ranks' metrics are checked and dropped (to combine values across ranks, all-reduce them
+    /// first). rtune adds `training_iteration`, `time_total_s`, `time_this_iter_s` and
+    /// `timestamp`.
     ///
     /// Returns `Err(Error::StopRequested)` when the driver wants the run to end (a scheduler's
-    /// decision): return it with `?` and the run ends cleanly, its checkpoint already committed.
-    pub fn report(
+    /// decision): return it with `?` and the run ends cleanly.
+    pub fn report(&mut self, metrics: impl IntoMetrics) -> Result<()> {
+        self.report_maybe_with(metrics, None)
+    }
+
+    /// Reports this iteration's metrics with a checkpoint (`new_checkpoint`, the model saved
+    /// into it), as [`report`](Self::report) does; rank 0's checkpoint is the run's (committed
+    /// before the reply, so a stop asked in it finds the checkpoint kept), other ranks' empty
+    /// ones are discarded.
+    pub fn report_with_checkpoint(
+        &mut self,
+        metrics: impl IntoMetrics,
+        checkpoint: CheckpointWriter,
+    ) -> Result<()> {
+        self.report_maybe_with(metrics, Some(checkpoint))
+    }
+
+    /// `report`, with a checkpoint or without one.
+    pub(crate) fn report_maybe_with(
         &mut self,
         metrics: impl IntoMetrics,
         checkpoint: Option<CheckpointWriter>,

@@ -202,7 +202,7 @@ fn train_fixed_batches(ctx: &mut TrainContext) -> anyhow::Result<()> {
     }
     let mut ck = ctx.new_checkpoint()?;
     ck.save_var_store(&vs)?;
-    ctx.report([("done", 1.0)], Some(ck)).map_err(Into::into)
+    ctx.report_with_checkpoint([("done", 1.0)], ck).map_err(Into::into)
 }
 
 fn weights(checkpoint: &Checkpoint) -> Result<Vec<(String, Tensor)>> {

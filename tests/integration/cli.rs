@@ -98,7 +98,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(grid.trials.iter().any(|t| t.history().len() < 8), "ASHA stopped nothing");
 
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
-    let best = grid.best_result(None, None, rtune::Scope::Last)?;
+    let best = grid.best_result()?;
     ensure!(json["name"] == "curves" && json["metric"] == "score" && json["mode"] == "max");
     ensure!(json["trials"]["TERMINATED"] == 6, "{json}");
     ensure!(json["best"]["trial_id"] == best.trial_id.as_str(), "{json}");

@@ -213,7 +213,7 @@ fn record_node(ctx: &mut TrainContext) -> Result<()> {
         ctx.barrier()?;
         std::thread::sleep(pause);
         let ck = ctx.new_checkpoint()?;
-        ctx.report([("value", i as f64)], Some(ck))?;
+        ctx.report_with_checkpoint([("value", i as f64)], ck)?;
     }
     Ok(())
 }
@@ -336,7 +336,7 @@ fn hang_on_request(ctx: &mut TrainContext) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(100));
         let ck = ctx.new_checkpoint()?;
-        ctx.report([("value", i as f64)], Some(ck))?;
+        ctx.report_with_checkpoint([("value", i as f64)], ck)?;
     }
     Ok(())
 }

@@ -60,7 +60,7 @@ fn record_batches(ctx: &mut TrainContext) -> Result<()> {
         let file = ctx.run_dir().join(format!("ids_r{}_e{epoch}.json", ctx.world_rank()));
         std::fs::write(file, record.to_string())?;
         let checkpoint = ctx.new_checkpoint()?;
-        ctx.report([("epoch", epoch as f64)], Some(checkpoint))?;
+        ctx.report_with_checkpoint([("epoch", epoch as f64)], checkpoint)?;
     }
     Ok(())
 }
@@ -176,7 +176,7 @@ fn record_inputs(ctx: &mut TrainContext) -> Result<()> {
         let record = json!({ "train": rows(train.features())?, "valid": rows(valid.features())? });
         std::fs::write(ctx.run_dir().join("inputs.json"), record.to_string())?;
     }
-    ctx.report([("done", 1.0)], Some(checkpoint))?;
+    ctx.report_with_checkpoint([("done", 1.0)], checkpoint)?;
     Ok(())
 }
 
@@ -266,7 +266,7 @@ fn report_rows(ctx: &mut TrainContext) -> Result<()> {
     let name = ctx.params().get::<String>("data")?;
     let shard = ctx.dataset_shard(&name)?;
     let report = [("rows", shard.total_rows() as f64), ("shard_rows", shard.len() as f64)];
-    ctx.report(report, None)?;
+    ctx.report(report)?;
     Ok(())
 }
 

@@ -56,7 +56,7 @@ pub fn train_digits_mlp(ctx: &mut TrainContext, lr: f64, hidden: i64, epochs: u6
         .double_value(&[]);
         let mut ck = ctx.new_checkpoint()?;
         ck.save_var_store(&vs)?;
-        ctx.report([("val_acc", acc)], Some(ck))?;
+        ctx.report_with_checkpoint([("val_acc", acc)], ck)?;
     }
     Ok(())
 }
@@ -113,7 +113,7 @@ fn train_fixed_batches(ctx: &mut TrainContext) -> Result<()> {
     }
     let mut ck = ctx.new_checkpoint()?;
     ck.save_var_store(&vs)?;
-    ctx.report([("done", 1.0)], Some(ck)).map_err(Into::into)
+    ctx.report_with_checkpoint([("done", 1.0)], ck).map_err(Into::into)
 }
 
 fn final_weights(result: &TrainResult) -> Result<Vec<(String, Tensor)>> {
@@ -186,7 +186,7 @@ fn train_then_get_killed(ctx: &mut TrainContext) -> Result<()> {
         let _ = tch::no_grad(|| total.shallow_clone().f_add_scalar_(i as f64))?;
         let mut ck = ctx.new_checkpoint()?;
         ck.save_var_store(&vs)?;
-        ctx.report([("value", total.double_value(&[0]))], Some(ck))?;
+        ctx.report_with_checkpoint([("value", total.double_value(&[0]))], ck)?;
     }
     Ok(())
 }
@@ -255,7 +255,7 @@ fn fail_after_rank_zero_committed(ctx: &mut TrainContext) -> Result<()> {
         }
         let mut ck = ctx.new_checkpoint()?;
         ck.save_var_store(&vs)?;
-        ctx.report([("value", i as f64)], Some(ck))?;
+        ctx.report_with_checkpoint([("value", i as f64)], ck)?;
     }
     Ok(())
 }
@@ -294,7 +294,7 @@ fn mark_start_and_end(ctx: &mut TrainContext) -> Result<()> {
     crate::common::between_events(&events, &name, || {
         std::thread::sleep(std::time::Duration::from_millis(500))
     })?;
-    ctx.report([("done", 1.0)], None).map_err(Into::into)
+    ctx.report([("done", 1.0)]).map_err(Into::into)
 }
 
 /// Two fits at once in one process, each asking for the whole machine, share one pool: the
@@ -343,7 +343,7 @@ fn train_and_panic(ctx: &mut TrainContext) -> Result<()> {
         if ctx.world_rank() == 1 && i == 3 {
             panic!("boom at step {i}");
         }
-        ctx.report([("i", f64::from(i))], None)?;
+        ctx.report([("i", f64::from(i))])?;
     }
     Ok(())
 }
@@ -368,7 +368,7 @@ pub fn panicking_worker_fails_the_run_with_rank_and_message() -> Result<()> {
 }
 
 fn report_a_string(ctx: &mut TrainContext) -> Result<()> {
-    ctx.report(serde_json::json!({"loss": 0.5, "acc": "high"}), None)?;
+    ctx.report(serde_json::json!({"loss": 0.5, "acc": "high"}))?;
     Ok(())
 }
 
@@ -442,7 +442,7 @@ fn report_until_stopped(ctx: &mut TrainContext) -> Result<()> {
         let mut ck = ctx.new_checkpoint()?;
         std::fs::write(ck.path().join("note.txt"), b"x")?;
         ck = ck.metadata(serde_json::json!({"rank": ctx.world_rank()}));
-        ctx.report([("score", ctx.iteration() as f64)], Some(ck))?;
+        ctx.report_with_checkpoint([("score", ctx.iteration() as f64)], ck)?;
     }
 }
 
@@ -473,14 +473,14 @@ pub fn stop_criterion_ends_the_run_cleanly() -> Result<()> {
 pub fn report_a_burst_then_wait(ctx: &mut TrainContext) -> Result<()> {
     let go = std::path::PathBuf::from(ctx.params().get::<String>("go")?);
     for i in 0..5 {
-        ctx.report([("step", i as f64)], None)?;
+        ctx.report([("step", i as f64)])?;
     }
     let waited = std::time::Instant::now();
     while !go.exists() {
         ensure!(waited.elapsed().as_secs() < 60, "nobody said go");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    ctx.report([("step", 5.0)], None).map_err(Into::into)
+    ctx.report([("step", 5.0)]).map_err(Into::into)
 }
 
 /// Rows that come faster than the driver writes them are held back only briefly: a burst of

@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail, ensure};
 use rtune::data::Digits;
 use rtune::polars::prelude::{DataType, ParquetReader, SerReader};
 use rtune::{
-    Mode, Params, ResultGrid, RunConfig, ScalingConfig, Scope, TorchTrainer, TrainContext,
-    TuneConfig, Tuner,
+    Mode, Params, ResultGrid, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig,
+    Tuner,
 };
 use rtune_searchers::{
     Asha, HyperBand, Metrics, Pbt, SearchSpace, TrialStatus, choice, grid_search,
@@ -108,7 +108,7 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
 
     check_tables(&grid, &lengths)?;
 
-    let best = grid.best_result(None, None, Scope::Last)?;
+    let best = grid.best_result()?;
     ensure!(best.params.get::<f64>("lr")? == 3e-3, "best: {:?}", best.params);
     let result = best.result.as_ref().context("the best trial's result")?;
     let checkpoint = result.best_checkpoint().context("the best trial's checkpoint")?;
@@ -216,7 +216,7 @@ fn cheap_trial(ctx: &mut TrainContext) -> Result<()> {
     crate::common::between_events(&events, &index.to_string(), || {
         std::thread::sleep(std::time::Duration::from_millis(20))
     })?;
-    ctx.report([("score", index as f64)], None).map_err(Into::into)
+    ctx.report([("score", index as f64)]).map_err(Into::into)
 }
 
 /// 50 cheap trials, 4 started at a time, each asking for half of the machine's CPUs: never
@@ -250,7 +250,7 @@ pub fn trials_never_run_beyond_the_pool() -> Result<()> {
     }
     ensure!(started == 50, "{started} trials started");
     ensure!(most <= 2, "{most} trials ran at once on a pool that holds 2");
-    ensure!(grid.best_result(None, None, Scope::Last)?.params.get::<i64>("index")? == 49);
+    ensure!(grid.best_result()?.params.get::<i64>("index")? == 49);
     Ok(())
 }
 
@@ -281,7 +281,10 @@ fn count_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
         let _ = tch::no_grad(|| total.shallow_clone().f_add_scalar_(i as f64))?;
         let mut ck = ctx.new_checkpoint()?;
         ck.save_var_store(&vs)?;
-        ctx.report([("score", index as f64), ("total", total.double_value(&[0]))], Some(ck))?;
+        ctx.report_with_checkpoint(
+            [("score", index as f64), ("total", total.double_value(&[0]))],
+            ck,
+        )?;
         if index == hold && i == 3 {
             std::fs::write(dir.join("held"), b"")?;
             while !dir.join("go").exists() {
@@ -424,7 +427,7 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
         .map(|r| r["iterations_since_restore"].as_u64().unwrap_or(0))
         .collect();
     ensure!(since == [1, 2, 3, 1, 2, 3], "the held trial went on from iteration 3: {since:?}");
-    ensure!(grid.best_result(None, None, Scope::Last)?.params.get::<i64>("index")? == 7);
+    ensure!(grid.best_result()?.params.get::<i64>("index")? == 7);
     Ok(())
 }
 
@@ -507,7 +510,7 @@ fn grow(ctx: &mut TrainContext) -> Result<()> {
         let mut ck = ctx.new_checkpoint()?.metadata(serde_json::json!({ "trial": me }));
         ck.save_var_store(&vs)?;
         append(format!("report {me} {i} {}", w.double_value(&[0])))?;
-        ctx.report([("w", w.double_value(&[0]))], Some(ck))?;
+        ctx.report_with_checkpoint([("w", w.double_value(&[0]))], ck)?;
     }
     Ok(())
 }
@@ -566,7 +569,7 @@ fn report_losses(ctx: &mut TrainContext) -> Result<()> {
     let index = ctx.params().get::<i64>("index")?;
     for i in ctx.iteration() + 1..=4 {
         ensure!(!(index == 2 && i == 3), "trial 2 breaks at iteration 3");
-        ctx.report([("loss", 1.0 / i as f64), ("index", index as f64)], None)?;
+        ctx.report([("loss", 1.0 / i as f64), ("index", index as f64)])?;
     }
     Ok(())
 }
@@ -751,7 +754,7 @@ fn mutate_global_state(ctx: &mut TrainContext) -> Result<()> {
     std::env::set_current_dir(&dir)?;
     tch::manual_seed(1234 + index);
     tch::set_num_threads(3);
-    ctx.report([("index", index as f64)], None)?;
+    ctx.report([("index", index as f64)])?;
     Ok(())
 }
 
@@ -807,7 +810,7 @@ fn count_up(ctx: &mut TrainContext) -> Result<()> {
     for i in ctx.iteration() + 1..=iterations {
         std::thread::sleep(Duration::from_millis(20));
         let checkpoint = ctx.new_checkpoint()?;
-        ctx.report([("score", i as f64)], Some(checkpoint))?;
+        ctx.report_with_checkpoint([("score", i as f64)], checkpoint)?;
     }
     Ok(())
 }
