@@ -106,14 +106,14 @@ fn main() -> Result<()> {
         )
         .fit()?;
     for t in &grid.trials {
-        let status = format!("{:?}", t.status).to_uppercase();
+        let status = format!("{:?}", t.status()).to_uppercase();
         let last = |metric: &str| t.last(metric).unwrap_or(f64::NAN);
         let (score, a, b) = (last("score"), last("node_of_rank_0"), last("node_of_rank_1"));
-        let id = &t.trial_id;
+        let id = &t.trial_id();
         println!("{id}  {status}  score {score:.4}  rank 0 on node {a}, rank 1 on node {b}");
     }
     let best = grid.best_result()?;
-    println!("best trial {}: score {:.4}", best.trial_id, best.last("score").unwrap_or(f64::NAN));
+    println!("best trial {}: score {:.4}", best.trial_id(), best.last("score").unwrap_or(f64::NAN));
     drop(cluster); // the agents, then the head
     Ok(())
 }

@@ -51,13 +51,14 @@ fn main() -> Result<()> {
         .run_config(RunConfig::default().storage_path(std::env::temp_dir().join("rtune-command")))
         .fit()?;
     for t in &grid.trials {
-        let (id, n, params) = (&t.trial_id, t.history().len(), serde_json::to_string(&t.params)?);
-        let status = format!("{:?}", t.status).to_uppercase();
+        let (id, n, params) =
+            (&t.trial_id(), t.history().len(), serde_json::to_string(&t.params())?);
+        let status = format!("{:?}", t.status()).to_uppercase();
         let acc = t.last("val_acc").unwrap_or(f64::NAN);
         println!("{id}  {status}  {n} epochs  val_acc {acc:.4}  {params}");
     }
     let best = grid.best_result()?;
     let acc = best.last("val_acc").unwrap_or(f64::NAN);
-    println!("best trial {}: val_acc {acc:.4}", best.trial_id);
+    println!("best trial {}: val_acc {acc:.4}", best.trial_id());
     Ok(())
 }

@@ -61,20 +61,20 @@ fn main() -> Result<()> {
     let status = status.0.lock().expect("not poisoned").clone();
     println!("exploits: {} (the latest below, oldest first)", status.perturbations);
     for e in status.exploits.iter().rev() {
-        let id = |t: TrialId| &grid.trials[t.0 as usize].trial_id;
+        let id = |t: TrialId| grid.trials[t.0 as usize].trial_id();
         println!("  epoch {:>2}: {} took over {}'s checkpoint", e.time, id(e.trial), id(e.source));
     }
     for t in &grid.trials {
-        let status = format!("{:?}", t.status).to_uppercase();
+        let status = format!("{:?}", t.status()).to_uppercase();
         let last = |metric: &str| t.last(metric).unwrap_or(f64::NAN);
         let (epochs, loss, acc) = (last("training_iteration"), last("val_loss"), last("val_acc"));
-        let (id, lr) = (&t.trial_id, t.params.get::<f64>("lr")?);
+        let (id, lr) = (&t.trial_id(), t.params().get::<f64>("lr")?);
         println!(
             "{id}  {status}  {epochs:>2} epochs  lr {lr:.1e}  val_loss {loss:.4}  val_acc {acc:.4}"
         );
     }
     let best = grid.best_result()?;
     let acc = best.last("val_acc").unwrap_or(0.0);
-    println!("best trial {}: val_acc {acc:.4}", best.trial_id);
+    println!("best trial {}: val_acc {acc:.4}", best.trial_id());
     Ok(())
 }

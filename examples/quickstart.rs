@@ -44,15 +44,16 @@ fn main() -> Result<()> {
         .run_config(RunConfig::default().storage_path(&storage))
         .fit()?;
     for t in &grid.trials {
-        let (id, n, params) = (&t.trial_id, t.history().len(), serde_json::to_string(&t.params)?);
+        let (id, n, params) =
+            (&t.trial_id(), t.history().len(), serde_json::to_string(&t.params())?);
         let loss = t.last("val_loss").unwrap_or(f64::NAN);
         println!("{id}  {n:>2} epochs  val_loss {loss:.4}  {params}");
     }
     let best = grid.best_result()?;
     let checkpoint = best.checkpoint()?;
-    let hidden = best.params.get::<i64>("hidden")?;
+    let hidden = best.params().get::<i64>("hidden")?;
     let predictor = TorchPredictor::from_checkpoint(checkpoint, |p| digits_mlp(p, hidden))?;
     let accuracy = predictor_accuracy(&predictor, &split.test)?;
-    println!("best trial {}: {:.2}% of the test set right", best.trial_id, 100.0 * accuracy);
+    println!("best trial {}: {:.2}% of the test set right", best.trial_id(), 100.0 * accuracy);
     Ok(())
 }

@@ -41,7 +41,7 @@
 //!         .run_config(RunConfig::new("digits_sweep"))
 //!         .fit()?;
 //!     let best = grid.best_result()?;
-//!     println!("{:?} {:?}", best.params, best.last("val_acc"));
+//!     println!("{:?} {:?}", best.params(), best.last("val_acc"));
 //!     println!("{}", grid.dataframe()?);
 //!     Ok(())
 //! }

@@ -10,26 +10,62 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::outcome::{Checkpoint, TrainResult};
 
-/// One trial as the sweep ended it.
+/// One trial as the sweep ended it (read it through its methods: a sweep fills it as the
+/// trial goes).
 #[derive(Debug, Clone, Serialize)]
 pub struct TrialResult {
     /// `<experiment id>_<index>`, as in Ray.
-    pub trial_id: String,
-    pub status: TrialStatus,
+    pub(crate) trial_id: String,
+    pub(crate) status: TrialStatus,
     /// The params sampled for it (merged into the trainer's `train_loop_config`).
-    pub params: Params,
+    pub(crate) params: Params,
     /// What its `TorchTrainer` run returned (also for a failed one, when it got that far).
     #[serde(skip)]
-    pub result: Option<TrainResult>,
-    pub error: Option<String>,
+    pub(crate) result: Option<TrainResult>,
+    pub(crate) error: Option<String>,
     /// Its directory in the experiment.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The bracket its scheduler put it in (ASHA and HyperBand; None for the others).
     #[serde(default)]
-    pub bracket: Option<usize>,
+    pub(crate) bracket: Option<usize>,
 }
 
 impl TrialResult {
+    /// `<experiment id>_<index>`, as in Ray.
+    pub fn trial_id(&self) -> &str {
+        &self.trial_id
+    }
+
+    pub fn status(&self) -> TrialStatus {
+        self.status
+    }
+
+    /// The params sampled for it (merged into the trainer's `train_loop_config`).
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Why it failed, when it did (the whole text; its `error.txt` holds the same).
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Its directory in the experiment.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The bracket its scheduler put it in (ASHA and HyperBand; None for the others).
+    pub fn bracket(&self) -> Option<usize> {
+        self.bracket
+    }
+
+    /// What its `TorchTrainer` run returned (also for a failed one, when it got that far):
+    /// every kept report, the checkpoints, the failed attempts, where its ranks ran.
+    pub fn result(&self) -> Option<&TrainResult> {
+        self.result.as_ref()
+    }
+
     /// The last reported value of `metric`.
     pub fn last(&self, metric: &str) -> Option<f64> {
         self.result.as_ref()?.metrics.as_ref()?.get(metric).copied()

@@ -60,24 +60,24 @@ fn rtune(args: &[&str]) -> Result<Output> {
 /// simulator's value for its params and iteration: nothing lost, nothing redone twice.
 fn check_histories(grid: &ResultGrid) -> Result<()> {
     for t in &grid.trials {
-        let p = &t.params;
+        let p = &t.params();
         let (rate, plateau) = (p.get::<f64>("rate")?, p.get::<f64>("plateau")?);
         for (i, row) in t.history().iter().enumerate() {
             let iteration = row["training_iteration"];
             ensure!(
                 iteration == (i + 1) as f64,
                 "{}: row {i} is iteration {iteration}",
-                t.trial_id
+                t.trial_id()
             );
             let want = synthetic_score(rate, plateau, 0.01, 3, i as u64 + 1);
             ensure!(
                 row["score"] == want,
                 "{}: iteration {iteration}: score {} != {want}",
-                t.trial_id,
+                t.trial_id(),
                 row["score"]
             );
         }
-        ensure!(!t.history().is_empty(), "{} has no results", t.trial_id);
+        ensure!(!t.history().is_empty(), "{} has no results", t.trial_id());
     }
     Ok(())
 }
@@ -92,7 +92,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let experiment = dir.path().join("results/curves");
     let grid = ResultGrid::from_path(&experiment)?;
     ensure!(grid.trials.len() == 6, "{} trials", grid.trials.len());
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated));
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated));
     check_histories(&grid)?;
     // ASHA stopped some trials at a rung before max_t.
     ensure!(grid.trials.iter().any(|t| t.history().len() < 8), "ASHA stopped nothing");
@@ -101,7 +101,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let best = grid.best_result()?;
     ensure!(json["name"] == "curves" && json["metric"] == "score" && json["mode"] == "max");
     ensure!(json["trials"]["TERMINATED"] == 6, "{json}");
-    ensure!(json["best"]["trial_id"] == best.trial_id.as_str(), "{json}");
+    ensure!(json["best"]["trial_id"] == best.trial_id(), "{json}");
     ensure!(json["best"]["metrics"]["score"].as_f64() == best.last("score"), "{json}");
     let checkpoint = json["best"]["checkpoint"].as_str().context("no best checkpoint")?;
     ensure!(Path::new(checkpoint).join("metadata.json").exists(), "{checkpoint}");
@@ -110,7 +110,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let first_row =
         stdout.lines().skip_while(|l| !l.starts_with("trial ")).nth(1).unwrap_or_default();
-    ensure!(first_row.starts_with(&best.trial_id), "{stdout}");
+    ensure!(first_row.starts_with(best.trial_id()), "{stdout}");
 
     let exp = experiment.to_str().unwrap();
     let out = rtune(&["show", exp, "--format", "json"])?;
@@ -135,7 +135,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let to = dir.path().join("best-model");
     let out = rtune(&["export", exp, "--best", "--to", to.to_str().unwrap()])?;
     ensure!(out.status.success(), "{}", text(&out));
-    let kept = &best.result.as_ref().context("no result")?.best_checkpoints;
+    let kept = &best.result().context("no result")?.best_checkpoints;
     let (want, want_metrics) = kept
         .iter()
         .max_by(|a, b| a.1["score"].total_cmp(&b.1["score"]))
@@ -148,7 +148,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let params: serde_json::Value =
         serde_json::from_slice(&std::fs::read(to.join("params.json"))?)?;
     // What the model trained with: the trainable's defaults and the trial's sampled params.
-    let sampled = serde_json::to_value(&best.params)?;
+    let sampled = serde_json::to_value(best.params())?;
     let sampled = sampled.as_object().context("params are an object")?;
     ensure!(sampled.iter().all(|(k, v)| params[k] == *v), "{params} lacks {sampled:?}");
     ensure!(params["fail_at"] == 0, "no defaults in {params}");
@@ -156,7 +156,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
         serde_json::from_slice(&std::fs::read(to.join("metrics.json"))?)?;
     ensure!(metrics["score"].as_f64() == Some(want_metrics["score"]), "{metrics}");
     let card = std::fs::read_to_string(to.join("README.md"))?;
-    ensure!(card.contains(&best.trial_id) && card.contains("**score = "), "{card}");
+    ensure!(card.contains(best.trial_id()) && card.contains("**score = "), "{card}");
     let out = rtune(&["export", exp, "--best", "--to", to.to_str().unwrap()])?;
     ensure!(!out.status.success(), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("already exists"), "{}", text(&out));
@@ -233,9 +233,9 @@ fn interrupt_then_resume(times: usize) -> Result<()> {
     let grid = ResultGrid::from_path(&experiment)?;
     ensure!(grid.trials.len() == 6, "{} trials", grid.trials.len());
     ensure!(
-        grid.trials.iter().all(|t| t.status == TrialStatus::Terminated),
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
         "{:?}",
-        grid.trials.iter().map(|t| t.status).collect::<Vec<_>>()
+        grid.trials.iter().map(|t| t.status()).collect::<Vec<_>>()
     );
     check_histories(&grid)?;
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
@@ -467,10 +467,10 @@ pub fn known_points_run_first_and_brackets_are_shown() -> Result<()> {
     ensure!(out.status.success(), "{}", text(&out));
     let grid = ResultGrid::from_path(dir.path().join("points"))?;
     let rates: Vec<f64> =
-        grid.trials.iter().map(|t| t.params.get::<f64>("rate")).collect::<Result<_, _>>()?;
+        grid.trials.iter().map(|t| t.params().get::<f64>("rate")).collect::<Result<_, _>>()?;
     ensure!(rates.len() == 4 && rates[..2] == [0.123, 0.456], "{rates:?}");
     ensure!(rates[2..].iter().all(|r| (0.1..0.5).contains(r) && ![0.123, 0.456].contains(r)));
-    let brackets: Vec<Option<usize>> = grid.trials.iter().map(|t| t.bracket).collect();
+    let brackets: Vec<Option<usize>> = grid.trials.iter().map(|t| t.bracket()).collect();
     ensure!(brackets.iter().all(|b| matches!(b, Some(0 | 1))), "{brackets:?}");
     let frame = grid.dataframe()?;
     let column: Vec<Option<u32>> = frame.column("bracket")?.u32()?.iter().collect();
@@ -535,7 +535,7 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     let code = exit_code(&quit_exit, Duration::from_secs(120))?;
     ensure!(code == "0", "rtune run exited {code} after q");
     let grid = ResultGrid::from_path(dir.path().join("results/quit"))?;
-    ensure!(grid.trials.len() == 6 && grid.trials.iter().all(|t| t.status.is_finished()));
+    ensure!(grid.trials.len() == 6 && grid.trials.iter().all(|t| t.status().is_finished()));
     Ok(())
 }
 
@@ -574,8 +574,9 @@ pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
     tmux.run(&["send-keys", "-t", "watch", "q"])?;
     ensure!(exit_code(&watch_exit, Duration::from_secs(30))? == "0");
     let grid = ResultGrid::from_path(&experiment)?;
-    let first = grid.trials.iter().find(|t| t.trial_id.ends_with("_00000")).context("no 00000")?;
-    ensure!(first.status == TrialStatus::Terminated, "{:?}", first.status);
+    let first =
+        grid.trials.iter().find(|t| t.trial_id().ends_with("_00000")).context("no 00000")?;
+    ensure!(first.status() == TrialStatus::Terminated, "{:?}", first.status());
     let n = first.history().len();
     ensure!((1..40).contains(&n), "the stopped trial ran {n} of 40 iterations");
     Ok(())
@@ -593,7 +594,8 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
     let experiment = dir.path().join("digits-tpe-asha");
     let grid = ResultGrid::from_path(&experiment)?;
     ensure!(
-        grid.trials.len() == 16 && grid.trials.iter().all(|t| t.status == TrialStatus::Terminated)
+        grid.trials.len() == 16
+            && grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated)
     );
     ensure!(grid.trials.iter().any(|t| t.history().len() < 12), "ASHA stopped no trial");
     let to = dir.path().join("best-model");

@@ -116,10 +116,10 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
 /// Both ranks got torchrun's variables for one group (the same master port), the trial's
 /// params, no rtune-internal variables, and the sweep file's folder as working directory.
 fn check_env(trial: &rtune::TrialResult, start: u64, dir: &Path) -> Result<()> {
-    let params = std::fs::read_to_string(trial.path.join("params.json"))?;
+    let params = std::fs::read_to_string(trial.path().join("params.json"))?;
     let mut ports = Vec::new();
     for rank in 0..2 {
-        let env = read_json(&trial.path.join(format!("env_{rank}_{start}.json")))?;
+        let env = read_json(&trial.path().join(format!("env_{rank}_{start}.json")))?;
         let want = [
             ("RANK", rank.to_string()),
             ("LOCAL_RANK", rank.to_string()),
@@ -128,7 +128,7 @@ fn check_env(trial: &rtune::TrialResult, start: u64, dir: &Path) -> Result<()> {
             ("GROUP_RANK", "0".into()),
             ("MASTER_ADDR", "127.0.0.1".into()),
             ("RTUNE_ITERATION", start.to_string()),
-            ("RTUNE_TRIAL_ID", trial.trial_id.clone()),
+            ("RTUNE_TRIAL_ID", trial.trial_id().to_owned()),
             ("RTUNE_EXPERIMENT_NAME", "probe".into()),
         ];
         for (name, value) in want {
@@ -157,9 +157,9 @@ pub fn command_trainable_speaks_the_protocol_and_stops_cleanly() -> Result<()> {
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let grid = ResultGrid::from_path(dir.path().join("results/probe"))?;
     ensure!(grid.trials.len() == 2, "{} trials", grid.trials.len());
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated));
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated));
     let by_rate = |rate: f64| {
-        grid.trials.iter().find(|t| t.params.get::<f64>("rate").ok() == Some(rate)).context(rate)
+        grid.trials.iter().find(|t| t.params().get::<f64>("rate").ok() == Some(rate)).context(rate)
     };
     let (good, poor) = (by_rate(4.0)?, by_rate(1.0)?);
     let scores =
@@ -167,17 +167,17 @@ pub fn command_trainable_speaks_the_protocol_and_stops_cleanly() -> Result<()> {
     ensure!(scores(good) == [4.0, 8.0, 12.0, 16.0, 20.0, 24.0], "{:?}", scores(good));
     ensure!(scores(poor) == [1.0], "ASHA did not stop the poor trial: {:?}", scores(poor));
     for rank in 0..2 {
-        let stopped = std::fs::read_to_string(poor.path.join(format!("stopped_{rank}.txt")))
+        let stopped = std::fs::read_to_string(poor.path().join(format!("stopped_{rank}.txt")))
             .with_context(|| format!("rank {rank} of the stopped trial never read `stop`"))?;
         ensure!(stopped == "1", "rank {rank} stopped at {stopped}");
     }
     check_env(good, 0, dir.path())?;
     check_env(poor, 0, dir.path())?;
     // The kept checkpoint is a copy of the folder rank 0 reported with its last result.
-    let last = good.path.join("checkpoint_000006/state.json");
+    let last = good.path().join("checkpoint_000006/state.json");
     ensure!(read_json(&last)?["i"] == 6, "{}", last.display());
     // Lines that are not reports reach the worker's log.
-    let log = std::fs::read_to_string(good.path.join("logs/rank_0.stdout"))?;
+    let log = std::fs::read_to_string(good.path().join("logs/rank_0.stdout"))?;
     ensure!(log.contains("plain output 6"), "{log}");
     Ok(())
 }
@@ -204,7 +204,7 @@ pub fn failed_command_resumes_from_its_checkpoint() -> Result<()> {
     ensure!(scores == [3.0, 6.0, 9.0, 12.0, 15.0, 18.0], "{scores:?}");
     check_env(trial, 0, dir.path())?;
     check_env(trial, 3, dir.path())?;
-    let resumed = read_json(&trial.path.join("env_0_3.json"))?;
+    let resumed = read_json(&trial.path().join("env_0_3.json"))?;
     let from = resumed["RTUNE_CHECKPOINT"].as_str().unwrap_or_default();
     ensure!(from.ends_with("checkpoint_000003"), "resumed from {from:?}");
     // The first attempt's failure names the command and the last line of its stderr.
@@ -292,7 +292,7 @@ pub fn ddp_script_sweeps_with_asha() -> Result<()> {
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let grid = ResultGrid::from_path(storage.join("ddp-digits-asha"))?;
     let by_lr = |lr: f64| {
-        grid.trials.iter().find(|t| t.params.get::<f64>("lr").ok() == Some(lr)).context(lr)
+        grid.trials.iter().find(|t| t.params().get::<f64>("lr").ok() == Some(lr)).context(lr)
     };
     let (good, poor) = (by_lr(0.1)?, by_lr(0.0005)?);
     ensure!(good.history().len() == 4, "{} epochs", good.history().len());
@@ -300,11 +300,11 @@ pub fn ddp_script_sweeps_with_asha() -> Result<()> {
     ensure!(acc > 0.9, "the DDP script learned nothing: val_acc {acc}");
     ensure!(poor.history().len() == 2, "ASHA did not stop lr 0.0005: {:?}", poor.history());
     for rank in 0..2 {
-        let log = std::fs::read_to_string(poor.path.join(format!("logs/rank_{rank}.stdout")))?;
+        let log = std::fs::read_to_string(poor.path().join(format!("logs/rank_{rank}.stdout")))?;
         let wanted = format!("rank {rank}: stopped by the scheduler after epoch 2");
         ensure!(log.contains(&wanted), "rank {rank} did not see a clean stop:\n{log}");
     }
-    let state = good.path.join("checkpoint_000004/state.pt");
+    let state = good.path().join("checkpoint_000004/state.pt");
     ensure!(state.exists(), "no PyTorch checkpoint at {}", state.display());
     Ok(())
 }

@@ -287,8 +287,8 @@ pub fn a_sweep_prepares_its_datasets_once_and_a_param_picks_one() -> Result<()> 
         .fit()?;
     ensure!(grid.errors().is_empty(), "{:?}", grid.errors());
     for t in &grid.trials {
-        let want = if t.params.get::<String>("data")? == "small" { 3.0 } else { ROWS as f64 };
-        ensure!(t.last("rows") == Some(want), "{}: {:?} rows", t.trial_id, t.last("rows"));
+        let want = if t.params().get::<String>("data")? == "small" { 3.0 } else { ROWS as f64 };
+        ensure!(t.last("rows") == Some(want), "{}: {:?} rows", t.trial_id(), t.last("rows"));
         let shard = t.last("shard_rows").context("shard_rows")?;
         ensure!(shard == (want / 2.0).floor(), "rank 0's shard of {want} rows is {shard}");
     }
@@ -300,7 +300,7 @@ pub fn a_sweep_prepares_its_datasets_once_and_a_param_picks_one() -> Result<()> 
     cached.sort();
     ensure!(cached == ["large.parquet", "small.parquet"], "{cached:?}");
     for t in &grid.trials {
-        ensure!(!t.path.join(".datasets").exists(), "trial {} prepared its own", t.trial_id);
+        ensure!(!t.path().join(".datasets").exists(), "trial {} prepared its own", t.trial_id());
     }
     Ok(())
 }

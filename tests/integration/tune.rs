@@ -62,36 +62,37 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
         .run_config(RunConfig::new("sweep").storage_path(dir.path()))
         .fit()?;
     ensure!(grid.trials.len() == 6, "6 trials, got {}", grid.trials.len());
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
-    let lengths: Vec<usize> = grid
-        .trials
-        .iter()
-        .map(|t| t.result.as_ref().map_or(0, |r| r.metrics_history.len()))
-        .collect();
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.errors()
+    );
+    let lengths: Vec<usize> =
+        grid.trials.iter().map(|t| t.result().map_or(0, |r| r.metrics_history.len())).collect();
     ensure!(lengths.iter().any(|&n| n < 6), "ASHA stopped no trial early: {lengths:?}");
     ensure!(lengths.contains(&6), "no trial reached max_t: {lengths:?}");
     for t in &grid.trials {
-        let name = t.path.file_name().context("trial dir")?.to_string_lossy().into_owned();
-        ensure!(name.starts_with(&format!("TorchTrainer_{}_", t.trial_id)), "{name}");
-        ensure!(t.path.join("result.json").is_file() && t.path.join("params.json").is_file());
+        let name = t.path().file_name().context("trial dir")?.to_string_lossy().into_owned();
+        ensure!(name.starts_with(&format!("TorchTrainer_{}_", t.trial_id())), "{name}");
+        ensure!(t.path().join("result.json").is_file() && t.path().join("params.json").is_file());
     }
 
     // Every result row carries Ray's fields: the trial, its config (sampled params merged into
     // the trainer's), where it ran.
     for t in &grid.trials {
-        let text = std::fs::read_to_string(t.path.join("result.json"))?;
+        let text = std::fs::read_to_string(t.path().join("result.json"))?;
         let first: serde_json::Value = serde_json::from_str(text.lines().next().context("a row")?)?;
-        ensure!(first["trial_id"] == t.trial_id.as_str(), "{first}");
-        ensure!(first["config"]["lr"].as_f64() == Some(t.params.get::<f64>("lr")?), "{first}");
+        ensure!(first["trial_id"] == t.trial_id(), "{first}");
+        ensure!(first["config"]["lr"].as_f64() == Some(t.params().get::<f64>("lr")?), "{first}");
         ensure!(first["config"]["epochs"] == 6, "{first}");
         ensure!(first["iterations_since_restore"] == 1 && first["training_iteration"] == 1);
         ensure!(first["pid"] == std::process::id() && first["node_ip"] == "127.0.0.1");
         ensure!(first["date"].as_str().is_some_and(|d| d.len() == 19), "{first}");
         // The train function saw the trial's names (Ray's get_context()).
-        let names = std::fs::read_to_string(t.path.join("names.txt"))?;
-        let dir_name = t.path.file_name().context("dir")?.to_string_lossy().into_owned();
-        ensure!(names == format!("{}\n{dir_name}\nsweep", t.trial_id), "{names:?}");
-        let csv = std::fs::read_to_string(t.path.join("progress.csv"))?;
+        let names = std::fs::read_to_string(t.path().join("names.txt"))?;
+        let dir_name = t.path().file_name().context("dir")?.to_string_lossy().into_owned();
+        ensure!(names == format!("{}\n{dir_name}\nsweep", t.trial_id()), "{names:?}");
+        let csv = std::fs::read_to_string(t.path().join("progress.csv"))?;
         ensure!(csv.lines().next().is_some_and(|h| h.contains("config/lr")), "{csv}");
     }
 
@@ -101,19 +102,19 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
     let trials = state["trials"].as_array().context("trials in the state")?;
     ensure!(trials.len() == 6 && state["metric"] == "val_acc", "{state}");
     for (row, t) in trials.iter().zip(&grid.trials) {
-        ensure!(row["trial_id"] == t.trial_id.as_str() && row["status"] == "Terminated", "{row}");
+        ensure!(row["trial_id"] == t.trial_id() && row["status"] == "Terminated", "{row}");
         ensure!(row["last_result"]["val_acc"].as_f64() == t.last("val_acc"), "{row}");
-        ensure!(t.path.ends_with(row["dir"].as_str().context("dir")?), "{row}");
+        ensure!(t.path().ends_with(row["dir"].as_str().context("dir")?), "{row}");
     }
 
     check_tables(&grid, &lengths)?;
 
     let best = grid.best_result()?;
-    ensure!(best.params.get::<f64>("lr")? == 3e-3, "best: {:?}", best.params);
-    let result = best.result.as_ref().context("the best trial's result")?;
+    ensure!(best.params().get::<f64>("lr")? == 3e-3, "best: {:?}", best.params());
+    let result = best.result().context("the best trial's result")?;
     let checkpoint = result.best_checkpoint().context("the best trial's checkpoint")?;
     let mut vs = nn::VarStore::new(Device::Cpu);
-    let net = mlp(&vs.root(), best.params.get::<i64>("hidden")?);
+    let net = mlp(&vs.root(), best.params().get::<i64>("hidden")?);
     checkpoint.load_var_store(&mut vs)?;
     let (x, y) = Digits::split(0)?.test.tensors();
     let acc = tch::no_grad(|| {
@@ -237,7 +238,11 @@ pub fn trials_never_run_beyond_the_pool() -> Result<()> {
         .run_config(RunConfig::new("cheap").storage_path(dir.path()))
         .fit()?;
     ensure!(grid.trials.len() == 50, "{} trials", grid.trials.len());
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.errors()
+    );
     let (mut now, mut most, mut started) = (0i32, 0i32, 0);
     for line in std::fs::read_to_string(&events)?.lines() {
         if line.starts_with("start") {
@@ -250,7 +255,7 @@ pub fn trials_never_run_beyond_the_pool() -> Result<()> {
     }
     ensure!(started == 50, "{started} trials started");
     ensure!(most <= 2, "{most} trials ran at once on a pool that holds 2");
-    ensure!(grid.best_result()?.params.get::<i64>("index")? == 49);
+    ensure!(grid.best_result()?.params().get::<i64>("index")? == 49);
     Ok(())
 }
 
@@ -368,7 +373,7 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
 
     // The interrupted experiment reads back as it was: the finished trials and the held one.
     let interrupted = ResultGrid::from_path(&experiment)?;
-    let done = interrupted.trials.iter().filter(|t| t.status == TrialStatus::Terminated).count();
+    let done = interrupted.trials.iter().filter(|t| t.status() == TrialStatus::Terminated).count();
     ensure!(done == 4 && interrupted.trials.len() == 6, "{:?}", interrupted.dataframe()?);
     ensure!(ResultGrid::from_path(dir.path()).is_err(), "not an experiment, read anyway");
 
@@ -392,9 +397,13 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
     std::fs::write(dir.path().join("go"), b"")?;
     let grid = Tuner::restore(&experiment, counting_trainer(dir.path()))?.fit()?;
     ensure!(grid.trials.len() == 8, "{} trials", grid.trials.len());
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.errors()
+    );
     let mut indices: Vec<i64> =
-        grid.trials.iter().map(|t| t.params.get::<i64>("index")).collect::<Result<_, _>>()?;
+        grid.trials.iter().map(|t| t.params().get::<i64>("index")).collect::<Result<_, _>>()?;
     indices.sort();
     ensure!(indices == (0..8).collect::<Vec<_>>(), "indices {indices:?}");
     let dirs = std::fs::read_dir(&experiment)?
@@ -404,30 +413,30 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
         .count();
     ensure!(dirs == 8, "{dirs} trial directories");
     for t in &grid.trials {
-        let rows = rows(&t.path)?;
+        let rows = rows(t.path())?;
         let iterations: Vec<u64> =
             rows.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
-        ensure!(iterations == [1, 2, 3, 4, 5, 6], "{}: iterations {iterations:?}", t.trial_id);
+        ensure!(iterations == [1, 2, 3, 4, 5, 6], "{}: iterations {iterations:?}", t.trial_id());
         // Ray's `done`: the last row only, also for the trials that went on after the kill.
         let done: Vec<bool> = rows.iter().map(|r| r["done"] == true).collect();
-        ensure!(done == [false, false, false, false, false, true], "{}: {done:?}", t.trial_id);
+        ensure!(done == [false, false, false, false, false, true], "{}: {done:?}", t.trial_id());
         for r in &rows {
             let it = r["training_iteration"].as_u64().unwrap_or(0);
-            ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id);
+            ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id());
         }
-        let csv = std::fs::read_to_string(t.path.join("progress.csv"))?;
-        ensure!(csv.lines().count() == 7, "{}: progress.csv\n{csv}", t.trial_id);
-        let history = &t.result.as_ref().context("a result")?.metrics_history;
+        let csv = std::fs::read_to_string(t.path().join("progress.csv"))?;
+        ensure!(csv.lines().count() == 7, "{}: progress.csv\n{csv}", t.trial_id());
+        let history = &t.result().context("a result")?.metrics_history;
         let seen: Vec<f64> = history.iter().map(|m| m["training_iteration"]).collect();
-        ensure!(seen == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{}: history {seen:?}", t.trial_id);
+        ensure!(seen == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{}: history {seen:?}", t.trial_id());
     }
-    let held = grid.trials.iter().find(|t| t.params.get::<i64>("index").ok() == Some(1));
-    let since: Vec<u64> = rows(&held.context("trial 1")?.path)?
+    let held = grid.trials.iter().find(|t| t.params().get::<i64>("index").ok() == Some(1));
+    let since: Vec<u64> = rows(held.context("trial 1")?.path())?
         .iter()
         .map(|r| r["iterations_since_restore"].as_u64().unwrap_or(0))
         .collect();
     ensure!(since == [1, 2, 3, 1, 2, 3], "the held trial went on from iteration 3: {since:?}");
-    ensure!(grid.best_result()?.params.get::<i64>("index")? == 7);
+    ensure!(grid.best_result()?.params().get::<i64>("index")? == 7);
     Ok(())
 }
 
@@ -453,29 +462,33 @@ pub fn hyperband_pauses_and_resumes_trials_from_their_checkpoints() -> Result<()
         .run_config(RunConfig::new("hb").storage_path(dir.path()))
         .fit()?;
     ensure!(grid.trials.len() == 6, "{} trials", grid.trials.len());
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.errors()
+    );
     let mut resumed = 0;
     let mut longest = 0;
     for t in &grid.trials {
-        let rows = rows(&t.path)?;
+        let rows = rows(t.path())?;
         let iterations: Vec<u64> =
             rows.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
         ensure!(
             iterations == (1..=iterations.len() as u64).collect::<Vec<_>>(),
             "{}: iterations {iterations:?}",
-            t.trial_id
+            t.trial_id()
         );
         for (i, r) in rows.iter().enumerate() {
             let it = r["training_iteration"].as_u64().unwrap_or(0);
-            ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id);
+            ensure!(r["total"].as_f64() == Some(triangle(it)), "{}: {r}", t.trial_id());
             resumed += usize::from(r["iterations_since_restore"].as_u64() != Some(it));
             // A paused trial's row stops being its last when it goes on.
-            ensure!((r["done"] == true) == (i + 1 == rows.len()), "{}: {r}", t.trial_id);
+            ensure!((r["done"] == true) == (i + 1 == rows.len()), "{}: {r}", t.trial_id());
         }
         longest = longest.max(iterations.len());
     }
     let lengths: Vec<usize> =
-        grid.trials.iter().map(|t| rows(&t.path).map_or(0, |r| r.len())).collect();
+        grid.trials.iter().map(|t| rows(t.path()).map_or(0, |r| r.len())).collect();
     ensure!(resumed > 0, "no trial went on after a pause: {lengths:?}");
     ensure!(longest == 4, "no trial reached max_t: {lengths:?}");
     // The second bracket (3 trials, first milestone 2) stops its worst trial there.
@@ -539,7 +552,11 @@ pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
         .run_config(RunConfig::new("pbt").storage_path(dir.path()))
         .fit()?;
     ensure!(grid.trials.len() == 4, "{} trials", grid.trials.len());
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{:?}", grid.errors());
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.errors()
+    );
     let events = std::fs::read_to_string(dir.path().join("events"))?;
     let mut exploits = 0;
     for line in events.lines().filter(|l| l.starts_with("restored")) {
@@ -557,9 +574,9 @@ pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
     // checkpoint goes on after that checkpoint's iteration; it may have none left to run).
     for t in &grid.trials {
         let iterations: Vec<u64> =
-            rows(&t.path)?.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
-        ensure!(iterations.windows(2).all(|p| p[0] < p[1]), "{}: {iterations:?}", t.trial_id);
-        ensure!(iterations.last() <= Some(&8), "{}: {iterations:?}", t.trial_id);
+            rows(t.path())?.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
+        ensure!(iterations.windows(2).all(|p| p[0] < p[1]), "{}: {iterations:?}", t.trial_id());
+        ensure!(iterations.last() <= Some(&8), "{}: {iterations:?}", t.trial_id());
     }
     Ok(())
 }
@@ -663,11 +680,11 @@ pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()>
     for t in &grid.trials {
         let mine: Vec<&str> = heard
             .iter()
-            .filter(|l| l.split(' ').nth(1) == Some(t.trial_id.as_str()))
+            .filter(|l| l.split(' ').nth(1) == Some(t.trial_id()))
             .map(String::as_str)
             .collect();
-        let id = &t.trial_id;
-        let expected: Vec<String> = if t.params.get::<i64>("index")? == 2 {
+        let id = &t.trial_id();
+        let expected: Vec<String> = if t.params().get::<i64>("index")? == 2 {
             vec![format!("start {id}"), format!("result {id} 1"), format!("result {id} 2")]
                 .into_iter()
                 .chain([format!("error {id}")])
@@ -684,28 +701,28 @@ pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()>
     // The grid is read back from the experiment's files: the failed trial keeps its attempt's
     // failure, and every trial the times of its run.
     for t in &grid.trials {
-        let result = t.result.as_ref().context("a trial without its result")?;
-        let broke = t.params.get::<i64>("index")? == 2;
+        let result = t.result().context("a trial without its result")?;
+        let broke = t.params().get::<i64>("index")? == 2;
         ensure!(
             result.failures.len() == usize::from(broke),
             "{}: {:?}",
-            t.trial_id,
+            t.trial_id(),
             result.failures
         );
-        ensure!(result.fit_seconds > 0.0, "{}: fit took {} s", t.trial_id, result.fit_seconds);
+        ensure!(result.fit_seconds > 0.0, "{}: fit took {} s", t.trial_id(), result.fit_seconds);
     }
     // The driver's log in the experiment directory tells each trial's end, in its span.
     let log = std::fs::read_to_string(grid.path.join(rtune::tune::DRIVER_LOG))?;
     for t in &grid.trials {
-        let end = if t.params.get::<i64>("index")? == 2 { "failed" } else { "completed" };
+        let end = if t.params().get::<i64>("index")? == 2 { "failed" } else { "completed" };
         let line = log
             .lines()
-            .find(|l| l.contains(&format!("trial{{id={}}}", t.trial_id)) && l.contains(end));
-        ensure!(line.is_some(), "no `{end}` line for {} in driver.log:\n{log}", t.trial_id);
+            .find(|l| l.contains(&format!("trial{{id={}}}", t.trial_id())) && l.contains(end));
+        ensure!(line.is_some(), "no `{end}` line for {} in driver.log:\n{log}", t.trial_id());
     }
 
     for t in &grid.trials {
-        let scalars = tensorboard_scalars(&t.path)?;
+        let scalars = tensorboard_scalars(t.path())?;
         let loss: Vec<(u64, f64)> = scalars["loss"]
             .as_array()
             .context("a loss scalar")?
@@ -720,7 +737,7 @@ pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()>
         ensure!(
             loss == expected,
             "{}: TensorBoard read {loss:?}, reported {expected:?}",
-            t.trial_id
+            t.trial_id()
         );
         ensure!(scalars["index"][0][1].as_f64().is_some(), "{scalars}");
     }
@@ -848,16 +865,16 @@ pub fn a_trial_stopped_by_the_user_ends_and_the_sweep_goes_on() -> Result<()> {
         .control(control)
         .fit()?;
     let stopped = stopper.1.lock().unwrap().clone().context("no trial reached 3")?;
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated));
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated));
     for t in &grid.trials {
         let n = t.history().len();
-        if t.trial_id == stopped {
+        if t.trial_id() == stopped {
             // The stop is answered at the report after it was asked for.
             ensure!((3..40).contains(&n), "the stopped trial ran {n} iterations");
-            let last = t.result.as_ref().and_then(|r| r.checkpoint.clone()).context("no ckpt")?;
+            let last = t.result().and_then(|r| r.checkpoint.clone()).context("no ckpt")?;
             ensure!(last.iteration()? == n as u64, "its last checkpoint is not its last report");
         } else {
-            ensure!(n == 40, "trial {} ran {n} iterations, not 40", t.trial_id);
+            ensure!(n == 40, "trial {} ran {n} iterations, not 40", t.trial_id());
         }
     }
     Ok(())
@@ -911,11 +928,11 @@ pub fn a_held_trial_waits_and_goes_on_from_its_checkpoint() -> Result<()> {
         .control(control)
         .fit()?;
     let heard = holder.1.lock().unwrap().clone();
-    ensure!(grid.trials.iter().all(|t| t.status == TrialStatus::Terminated), "{heard:?}");
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated), "{heard:?}");
     for t in &grid.trials {
         let scores: Vec<f64> = t.history().iter().map(|m| m["score"]).collect();
         let want: Vec<f64> = (1..=12).map(f64::from).collect();
-        ensure!(scores == want, "trial {}: {scores:?}", t.trial_id);
+        ensure!(scores == want, "trial {}: {scores:?}", t.trial_id());
     }
     // Held after its third result (answered at a later report), it let trial 1 run whole
     // before it went on.
