@@ -17,12 +17,17 @@
 //!
 //! # Layers
 //!
-//! Imports point down only (checked by `tests/layers.rs`); a lower layer tells a higher one what
-//! happened through a return value, a callback or a channel it defines itself.
+//! Imports point down only, and no two files import each other around a circle (both checked
+//! by `tests/layers.rs`, which also keeps every file under 800 lines before its tests); a lower
+//! layer tells a higher one what happened through a return value, a callback or a channel it
+//! defines itself.
 //!
 //! ```text
-//! 11 cli         the `rtune` command: sweep files, progress, experiments on disk, cluster
-//! 10 tune        Tuner: the controller core, the shell, the experiment files, the ResultGrid
+//! 11 cli         the `rtune` command: sweep files (sweep/), the views of a sweep (ui/: format,
+//!                model, then progress lines, the watch stream, the terminal UI), experiments
+//!                on disk, cluster commands
+//! 10 tune        Tuner (config, control, tuner), the controller core, the shell (sweep,
+//!                trial_task), the experiment directory, the ResultGrid
 //!    builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
 //! 9  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
 //! 8  driver      what every run of the process shares: one runtime, hubs, the local pool

@@ -53,7 +53,7 @@ pub fn local_node() -> Result<NodeSpec> {
 
 /// The devices a driver run under `CUDA_VISIBLE_DEVICES` may give its local workers, by name;
 /// None when it is not set (every device of the machine). The pool's device indices `0..n` map
-/// to these names (as a node agent maps them: [`map_devices`]), so a worker gets the physical
+/// to these names (as a node agent maps them: `map_devices`), so a worker gets the physical
 /// device the user meant and never one outside the list.
 pub fn local_devices() -> Option<Vec<String>> {
     std::env::var("CUDA_VISIBLE_DEVICES").ok().map(|list| device_list(&list))

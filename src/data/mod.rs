@@ -50,7 +50,7 @@ pub use preprocess::{
     Chain, Fill, MinMaxScaler, OneHotEncoder, OrdinalEncoder, Preprocessor, SimpleImputer,
     StandardScaler, Strategy, UNKNOWN_CATEGORY, Unknown,
 };
-pub use shard::{Balance, BatchSpec, Batches, DatasetShard, shard_range};
+pub use shard::{Balance, BatchSpec, Batches, DatasetShard, RESIDENT_BYTES, shard_range};
 
 /// This rank's share of `n` items for `epoch`: all items are shuffled by `(seed, epoch)` (the same
 /// order on every rank), padded by wrapping around to a multiple of `world_size` so every rank
