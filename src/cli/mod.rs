@@ -466,7 +466,8 @@ fn run(
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
         format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
     });
-    let path = run.resolved_storage_path().join(&name);
+    run.name = Some(name.clone());
+    let path = crate::tune::experiment_path(&run);
     if crate::tune::holds_experiment(&path) {
         if target.resume_existing {
             println!(
@@ -493,7 +494,6 @@ fn run(
         set: sets.to_vec(),
     };
     let copy = serde_json::to_vec_pretty(&copy)?;
-    run.name = Some(name.clone());
     let control = Control::new();
     println!("sweep {} ({} trials) in {}", source.name, samples(&spec), path.display());
     let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new());

@@ -59,6 +59,9 @@ pub const DRIVER_FILE: &str = "driver.json";
 /// written with the new experiment, as a `Tuner::experiment_file`.
 pub const SWEEP_FILE: &str = "sweep.json";
 
+/// The file a finished sweep leaves its table in (`ResultGrid::dataframe`).
+pub const RESULTS_PARQUET: &str = "results.parquet";
+
 /// A failed trial's whole error, in its directory (progress lines and the terminal UI show
 /// its first line: `outcome::error_summary`).
 pub const ERROR_FILE: &str = "error.txt";
@@ -310,11 +313,16 @@ pub(super) const TRIAL_DIR_PREFIX: &str = "TorchTrainer_";
 /// The driver's log in the experiment directory (the same lines as on stderr).
 pub const DRIVER_LOG: &str = "driver.log";
 
+/// The experiment directory of a sweep run with `run`: its storage path and name (a name made
+/// from the date when it has none).
+pub fn experiment_path(run: &RunConfig) -> PathBuf {
+    let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
+    run.resolved_storage_path().join(name)
+}
+
 /// Where `run`'s new experiment goes: an error when that already holds one.
 pub(super) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
-    let storage = run.resolved_storage_path();
-    let name = run.name.clone().unwrap_or_else(|| format!("TorchTrainer_{}", date()));
-    let path = storage.join(&name);
+    let path = experiment_path(run);
     if holds_experiment(&path) {
         return Err(Error::config(
             "RunConfig.name",

@@ -63,8 +63,9 @@ pub use controller::{
     Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
 };
 pub use experiment::{
-    DRIVER_FILE, DRIVER_LOG, ERROR_FILE, SETTINGS_FILE, STATE_FILE, SWEEP_FILE, holds_experiment,
+    DRIVER_FILE, DRIVER_LOG, ERROR_FILE, RESULTS_PARQUET, SETTINGS_FILE, STATE_FILE, SWEEP_FILE,
+    experiment_path, holds_experiment,
 };
-pub use result_grid::{RESULTS_PARQUET, ResultGrid, Scope};
+pub use result_grid::{ResultGrid, Scope};
 pub use trial::TrialResult;
 pub use tuner::Tuner;

@@ -36,9 +36,6 @@ pub struct ResultGrid {
     pub trials: Vec<TrialResult>,
 }
 
-/// The file a finished sweep leaves its table in (`dataframe()`), in the experiment directory.
-pub const RESULTS_PARQUET: &str = "results.parquet";
-
 impl ResultGrid {
     /// Reads the experiment in `path` back, finished or interrupted (a trial that was running
     /// when its driver died keeps that status and the rows it had written).

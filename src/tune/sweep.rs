@@ -21,10 +21,10 @@ use tokio::sync::mpsc;
 use super::control::{Control, TrialRequest};
 use super::controller::{Command, Controller, Event};
 use super::experiment::{
-    DRIVER_LOG, ERROR_FILE, EndedRows, FORMAT, SavedExperiment, SavedTrialRow, find_trial_dir,
-    read_experiment, short_params, trial_dir_name,
+    DRIVER_LOG, ERROR_FILE, EndedRows, FORMAT, RESULTS_PARQUET, SavedExperiment, SavedTrialRow,
+    find_trial_dir, read_experiment, short_params, trial_dir_name,
 };
-use super::result_grid::{RESULTS_PARQUET, ResultGrid};
+use super::result_grid::ResultGrid;
 use super::trial::TrialResult;
 use super::trial_task::{Halt, Heard, Running, TrialTask};
 use crate::callback::{Callback, TrialInfo};
