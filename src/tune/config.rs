@@ -1,13 +1,10 @@
 //! How a sweep searches: `TuneSettings`, the settings as data (one struct for `TuneConfig`, the
 //! sweep file's `[tune]` and the experiment's `tuner.json`), and `TuneConfig` (Ray's), which adds
-//! the searcher and scheduler. A restored sweep rebuilds its `TuneConfig` from `tuner.json`, or
-//! checks the one given again against it.
+//! the searcher and scheduler. (A restored sweep's `TuneConfig` comes from its `tuner.json`:
+//! `experiment::Settings`.)
 
 use rtune_searchers::{Mode, Searcher, TrialScheduler};
 use serde::{Deserialize, Serialize};
-
-use super::experiment::Settings;
-use crate::error::{Error, Result};
 
 /// How many trials a sweep runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,55 +164,5 @@ impl TuneConfig {
     pub fn reuse_actors(mut self, on: bool) -> Self {
         self.settings.reuse_actors = on;
         self
-    }
-}
-
-impl Settings {
-    /// The `TuneConfig` the sweep ran with, where it can be rebuilt from the settings alone.
-    pub(super) fn tune_config(&self) -> Result<TuneConfig> {
-        if self.search_alg != "basic_variant" || self.scheduler != "fifo" {
-            return Err(Error::config(
-                "Tuner::restore",
-                format!(
-                    "the experiment ran with search_alg `{}` and scheduler `{}`, whose settings \
-                     are code, not data: pass the same TuneConfig again with .tune_config(..)",
-                    self.search_alg, self.scheduler
-                ),
-            ));
-        }
-        Ok(TuneConfig { settings: self.tune.clone(), search_alg: None, scheduler: None })
-    }
-
-    /// A `TuneConfig` given again on restore must be the sweep's.
-    pub(super) fn check_same(&self, tune: &TuneConfig) -> Result<()> {
-        let searcher = tune
-            .search_alg
-            .as_ref()
-            .map_or("basic_variant".into(), |s| s.save_state().kind().into());
-        let scheduler =
-            tune.scheduler.as_ref().map_or("fifo".into(), |s| s.save_state().kind().into());
-        let (saved, given) = (&self.tune, &tune.settings);
-        let differences = [
-            ("TuneConfig.metric", format!("{:?}", saved.metric), format!("{:?}", given.metric)),
-            ("TuneConfig.mode", format!("{:?}", saved.mode), format!("{:?}", given.mode)),
-            (
-                "TuneConfig.num_samples",
-                saved.num_samples.to_string(),
-                given.num_samples.to_string(),
-            ),
-            ("TuneConfig.seed", saved.seed.to_string(), given.seed.to_string()),
-            ("TuneConfig.scheduler", self.scheduler.clone(), scheduler),
-            ("TuneConfig.search_alg", self.search_alg.clone(), searcher),
-        ];
-        match differences.into_iter().find(|(_, saved, given)| saved != given) {
-            None => Ok(()),
-            Some((field, saved, given)) => Err(Error::config(
-                field,
-                format!(
-                    "is {given}, but the experiment being restored ran with {saved}; a \
-                     restored sweep goes on with its own settings"
-                ),
-            )),
-        }
     }
 }

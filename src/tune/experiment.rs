@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use rtune_searchers::{Metrics, Mode, Params, SearchSpace, TrialId, TrialStatus, Value};
 use serde::{Deserialize, Serialize};
 
-use super::config::TuneSettings;
+use super::config::{TuneConfig, TuneSettings};
 use super::controller::ControllerState;
 use super::trial::TrialResult;
 use crate::config::RunConfig;
@@ -45,6 +45,54 @@ impl Settings {
     /// Reads `tuner.json`, refusing other formats.
     pub(super) fn read(experiment: &Path) -> Result<Settings> {
         read_experiment_file(experiment, SETTINGS_FILE)
+    }
+
+    /// The `TuneConfig` the sweep ran with, where it can be rebuilt from the settings alone.
+    pub(super) fn tune_config(&self) -> Result<TuneConfig> {
+        if self.search_alg != "basic_variant" || self.scheduler != "fifo" {
+            return Err(Error::config(
+                "Tuner::restore",
+                format!(
+                    "the experiment ran with search_alg `{}` and scheduler `{}`, whose settings \
+                     are code, not data: pass the same TuneConfig again with .tune_config(..)",
+                    self.search_alg, self.scheduler
+                ),
+            ));
+        }
+        Ok(TuneConfig { settings: self.tune.clone(), search_alg: None, scheduler: None })
+    }
+
+    /// A `TuneConfig` given again on restore must be the sweep's.
+    pub(super) fn check_same(&self, tune: &TuneConfig) -> Result<()> {
+        let searcher = tune
+            .search_alg
+            .as_ref()
+            .map_or("basic_variant".into(), |s| s.save_state().kind().into());
+        let scheduler =
+            tune.scheduler.as_ref().map_or("fifo".into(), |s| s.save_state().kind().into());
+        let (saved, given) = (&self.tune, &tune.settings);
+        let differences = [
+            ("TuneConfig.metric", format!("{:?}", saved.metric), format!("{:?}", given.metric)),
+            ("TuneConfig.mode", format!("{:?}", saved.mode), format!("{:?}", given.mode)),
+            (
+                "TuneConfig.num_samples",
+                saved.num_samples.to_string(),
+                given.num_samples.to_string(),
+            ),
+            ("TuneConfig.seed", saved.seed.to_string(), given.seed.to_string()),
+            ("TuneConfig.scheduler", self.scheduler.clone(), scheduler),
+            ("TuneConfig.search_alg", self.search_alg.clone(), searcher),
+        ];
+        match differences.into_iter().find(|(_, saved, given)| saved != given) {
+            None => Ok(()),
+            Some((field, saved, given)) => Err(Error::config(
+                field,
+                format!(
+                    "is {given}, but the experiment being restored ran with {saved}; a \
+                     restored sweep goes on with its own settings"
+                ),
+            )),
+        }
     }
 }
 
