@@ -98,44 +98,6 @@ fn group_heads(text: &str) -> Vec<String> {
     heads
 }
 
-/// Absolute module paths this file's code refers to, cut to `depth` segments below the crate.
-fn references(src: &Path, file: &Path) -> BTreeSet<Vec<String>> {
-    let module = module_path(src, file);
-    let mut refs = BTreeSet::new();
-    let text = std::fs::read_to_string(file).unwrap();
-    for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-        let mut rest = line;
-        while let Some(at) = rest.find("crate::").or_else(|| rest.find("super::")) {
-            let (base, after) = if rest[at..].starts_with("crate::") {
-                (Vec::new(), &rest[at + "crate::".len()..])
-            } else {
-                // `super::super::x` climbs one module per `super` (from a file's module).
-                let mut base = module.clone();
-                let mut after = &rest[at..];
-                while let Some(next) = after.strip_prefix("super::") {
-                    base.pop();
-                    after = next;
-                }
-                (base, after)
-            };
-            // Skip `crate::` inside longer identifiers (e.g. `rtune_crate::`).
-            let standalone =
-                at == 0 || !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
-            if standalone {
-                let heads =
-                    if after.starts_with('{') { group_heads(after) } else { vec![ident_at(after)] };
-                for head in heads.into_iter().filter(|h| !h.is_empty() && h != "self") {
-                    let mut path = base.clone();
-                    path.push(head);
-                    refs.insert(path);
-                }
-            }
-            rest = &rest[at + 6..];
-        }
-    }
-    refs
-}
-
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
@@ -274,7 +236,7 @@ fn the_checks_can_fail() {
     std::fs::write(&file, "use crate::{error::Result, train::TorchTrainer};\nfn f() { super::group::x(); }\n// crate::cluster\n").unwrap();
     let refs: Vec<String> = references(&dir, &file).into_iter().map(|p| p.join("::")).collect();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(refs, ["error", "group", "train"]);
+    assert_eq!(refs, ["error", "group::x", "train"]);
     assert!(layer_of("train") > layer_of("storage"));
 }
 
@@ -290,7 +252,7 @@ fn file_references_land_in_their_files() {
     let text =
         "use super::ui::{model::{Model, Event}, format};\nfn f() { crate::cli::ui::model::x(); }\n";
     std::fs::write(&file, text).unwrap();
-    let refs: BTreeSet<String> = full_references(&dir, &file)
+    let refs: BTreeSet<String> = references(&dir, &file)
         .iter()
         .filter_map(|p| module_of(&dir, p))
         .map(|m| m.join("::"))
@@ -311,7 +273,7 @@ fn module_of(src: &Path, path: &[String]) -> Option<Vec<String>> {
 
 /// Every module path (all its segments, not only the first) this file's code names through
 /// `crate::` or `super::`, groups (`{a, b::c}`) spelled out.
-fn full_references(src: &Path, file: &Path) -> BTreeSet<Vec<String>> {
+fn references(src: &Path, file: &Path) -> BTreeSet<Vec<String>> {
     let module = module_path(src, file);
     let mut refs = BTreeSet::new();
     let text = std::fs::read_to_string(file).unwrap();
@@ -372,7 +334,7 @@ fn rtune_files_import_no_circle() {
     for file in &files {
         let me = module_path(&src, file);
         let edges = graph.entry(me.join("::")).or_default();
-        for target in full_references(&src, file) {
+        for target in references(&src, file) {
             let Some(to) = module_of(&src, &target) else { continue };
             // Naming an ancestor module's item (`super::X`) or a descendant's is within one
             // module's own tree.
