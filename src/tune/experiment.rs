@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{TuneConfig, TuneSettings};
 use super::controller::ControllerState;
-use super::trial::TrialResult;
+use super::trial::{LiveTrial, TrialResult};
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
 use crate::outcome::WorkerFailure;
@@ -165,12 +165,12 @@ pub(super) struct SavedTrialRow {
 
 impl SavedTrialRow {
     /// The row of `trial`, the controller's trial `index`.
-    pub(super) fn of(index: TrialId, trial: &TrialResult) -> SavedTrialRow {
+    pub(super) fn of(index: TrialId, status: TrialStatus, trial: &LiveTrial) -> SavedTrialRow {
         let result = trial.result.as_ref();
         SavedTrialRow {
             trial_id: trial.trial_id.clone(),
             index,
-            status: trial.status,
+            status,
             params: trial.params.clone(),
             error: trial.error.clone(),
             dir: trial
@@ -424,7 +424,7 @@ pub(super) struct PickedUp {
     /// Its state, without its trials (they are in `trials` and `ended`).
     pub(super) saved: SavedExperiment,
     /// The trials not ended.
-    pub(super) trials: BTreeMap<TrialId, TrialResult>,
+    pub(super) trials: BTreeMap<TrialId, LiveTrial>,
     /// Each of those trials' results, up to where it goes on from.
     pub(super) histories: BTreeMap<TrialId, Vec<Metrics>>,
     pub(super) ended: EndedRows,
@@ -454,10 +454,9 @@ pub(super) fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
             ended.push(&row).map_err(|e| Error::io(path, e))?;
             continue;
         }
-        let mut trial = read_trial(path, &row, run, true)?;
-        trial.status = TrialStatus::Paused;
+        let trial = read_trial(path, &row, run, true)?;
         histories.insert(row.index, trial.history().to_vec());
-        trials.insert(row.index, trial);
+        trials.insert(row.index, LiveTrial::from_result(trial));
     }
     Ok(PickedUp { saved, trials, histories, ended })
 }

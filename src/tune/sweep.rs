@@ -25,7 +25,7 @@ use super::experiment::{
     find_trial_dir, read_experiment, short_params, trial_dir_name,
 };
 use super::result_grid::ResultGrid;
-use super::trial::TrialResult;
+use super::trial::{LiveTrial, TrialResult};
 use super::trial_task::{Halt, Heard, Running, TrialTask};
 use crate::callback::{Callback, TrialInfo};
 use crate::config::RunConfig;
@@ -89,8 +89,8 @@ pub(super) struct Sweep {
     pub(super) spent_before: Duration,
     pub(super) began: Instant,
     pub(super) controller: Arc<Mutex<Controller>>,
-    /// The trials started and not ended (see `retire`).
-    pub(super) trials: BTreeMap<TrialId, TrialResult>,
+    /// The trials started and not ended (see `retire`); their statuses are the controller's.
+    pub(super) trials: BTreeMap<TrialId, LiveTrial>,
     /// The same trials as their tasks share them: where commands about them are carried out.
     pub(super) running: Running,
     /// The controller said the sweep is over.
@@ -186,9 +186,9 @@ impl Sweep {
                 Heard::Started(trial) => {
                     // PENDING until now: started by the controller, waiting for its resources.
                     if let Some(t) = self.trials.get_mut(&trial)
-                        && t.status == TrialStatus::Pending
+                        && !t.placed
                     {
-                        t.status = TrialStatus::Running;
+                        t.placed = true;
                         let info = self.info(trial);
                         self.call_back(&mut fatal, |c| c.on_trial_start(&info));
                     }
@@ -206,7 +206,13 @@ impl Sweep {
                     {
                         event = self.record_failure(trial, format!("PBT's exploit: {e}"));
                     }
-                    let info = self.info(trial);
+                    // As the trial ended, before the controller hears of it.
+                    let ended_as = match &event {
+                        Event::TrialFailed { .. } => TrialStatus::Error,
+                        Event::TrialPaused(_) => TrialStatus::Paused,
+                        _ => TrialStatus::Terminated,
+                    };
+                    let info = TrialInfo { status: ended_as, ..self.info(trial) };
                     match &event {
                         Event::TrialCompleted(_) | Event::TrialStopped(_) => {
                             self.call_back(&mut fatal, |c| c.on_trial_complete(&info));
@@ -221,12 +227,7 @@ impl Sweep {
                     }
                     let after = self.step(event);
                     self.carry_out(driver, after, &heard_tx, &mut fatal);
-                    let status =
-                        self.controller.lock().unwrap_or_else(|p| p.into_inner()).status(trial);
-                    if let Some(status) = status.filter(|s| s.is_finished())
-                        && let Some(t) = self.trials.get_mut(&trial)
-                    {
-                        t.status = status;
+                    if self.status(trial).is_finished() {
                         self.retire(trial, &mut fatal);
                     }
                 }
@@ -244,13 +245,6 @@ impl Sweep {
         if self.frozen {
             tracing::info!("sweep {} interrupted; it goes on with rtune resume", self.experiment);
             return Err(fatal.unwrap_or_else(|| Error::Interrupted { path: self.path.clone() }));
-        }
-        // Trials the controller ended without running them again (a spent budget, fail-fast).
-        {
-            let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner());
-            for (&id, t) in self.trials.iter_mut() {
-                t.status = controller.status(id).unwrap_or(t.status);
-            }
         }
         self.save_state(&mut fatal);
         // Every trial as the experiment's files hold it (the ended ones are in memory no more).
@@ -290,10 +284,16 @@ impl Sweep {
         let began = Instant::now();
         // What it saves holds every report made until now.
         self.reports_unsaved.store(false, Ordering::SeqCst);
-        let trials: Vec<SavedTrialRow> =
-            self.trials.iter().map(|(&index, t)| SavedTrialRow::of(index, t)).collect();
+        let (trials, controller) = {
+            let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner());
+            let trials: Vec<SavedTrialRow> = self
+                .trials
+                .iter()
+                .map(|(&index, t)| SavedTrialRow::of(index, status_of(&controller, index, t), t))
+                .collect();
+            (trials, controller.snapshot())
+        };
         let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
-        let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
         let state = SavedExperiment {
             format: FORMAT,
             name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
@@ -364,7 +364,22 @@ impl Sweep {
 
     /// A trial not ended as callbacks see it.
     fn info(&self, trial: TrialId) -> TrialInfo {
-        trial_info(&self.trials[&trial])
+        let t = &self.trials[&trial];
+        TrialInfo {
+            trial_id: t.trial_id.clone(),
+            status: self.status(trial),
+            params: t.params.clone(),
+            path: t.path.clone(),
+        }
+    }
+
+    /// A started trial's status as the sweep shows it (see `status_of`).
+    fn status(&self, trial: TrialId) -> TrialStatus {
+        let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner());
+        match self.trials.get(&trial) {
+            Some(t) => status_of(&controller, trial, t),
+            None => controller.status(trial).unwrap_or(TrialStatus::Pending),
+        }
     }
 
     /// An ended trial leaves memory: its row goes to the ones every snapshot copies from disk
@@ -374,8 +389,9 @@ impl Sweep {
     /// A row that cannot be written (a full disk) keeps the trial in memory, and in the
     /// snapshots, and ends the sweep.
     fn retire(&mut self, trial: TrialId, fatal: &mut Option<Error>) {
+        let status = self.status(trial);
         let Some(t) = self.trials.get(&trial) else { return };
-        match self.ended.push(&SavedTrialRow::of(trial, t)) {
+        match self.ended.push(&SavedTrialRow::of(trial, status, t)) {
             Ok(()) => drop(self.trials.remove(&trial)),
             Err(e) => drop(fatal.get_or_insert(Error::io(&self.path, e))),
         }
@@ -470,15 +486,15 @@ impl Sweep {
         let bracket = self.controller.lock().unwrap_or_else(|p| p.into_inner()).bracket(trial);
         self.trials.insert(
             trial,
-            TrialResult {
+            LiveTrial {
                 trial_id,
-                // Running once its workers start (`Heard::Started`): it may wait for them.
-                status: TrialStatus::Pending,
                 params: sampled,
-                result: None,
-                error: None,
                 path: path.clone(),
                 bracket,
+                // Running once its workers start (`Heard::Started`): it may wait for them.
+                placed: false,
+                result: None,
+                error: None,
             },
         );
         let halt = self.running.insert(trial);
@@ -516,12 +532,8 @@ impl Sweep {
         match outcome {
             Ok(result) => {
                 entry.result = Some(result);
-                entry.status = TrialStatus::Terminated;
                 match halted {
-                    Halt::Pause => {
-                        entry.status = TrialStatus::Paused;
-                        Event::TrialPaused(trial)
-                    }
+                    Halt::Pause => Event::TrialPaused(trial),
                     Halt::Stop => Event::TrialStopped(trial),
                     Halt::Go => Event::TrialCompleted(trial),
                 }
@@ -543,7 +555,6 @@ impl Sweep {
     /// The trial failed for good with `error` (also written to its `error.txt`).
     fn record_failure(&mut self, trial: TrialId, error: String) -> Event {
         let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
-        entry.status = TrialStatus::Error;
         entry.error = Some(error.clone());
         let _ = std::fs::write(entry.path.join(ERROR_FILE), &error);
         Event::TrialFailed { trial, error }
@@ -578,7 +589,17 @@ impl Sweep {
     }
 }
 
-/// A trial as callbacks see it.
+/// A started trial's status as the sweep shows it: the controller's, except that a trial the
+/// controller runs is PENDING until its workers start (it waits for its resources).
+fn status_of(controller: &Controller, trial: TrialId, t: &LiveTrial) -> TrialStatus {
+    match controller.status(trial) {
+        Some(TrialStatus::Running) if !t.placed => TrialStatus::Pending,
+        Some(status) => status,
+        None => TrialStatus::Pending,
+    }
+}
+
+/// An ended trial, as the experiment's files hold it, as callbacks see it.
 fn trial_info(t: &TrialResult) -> TrialInfo {
     TrialInfo {
         trial_id: t.trial_id.clone(),

@@ -106,3 +106,35 @@ impl TrialResult {
             .map(|(m, _)| m)
     }
 }
+
+/// A trial started and not ended, as the sweep's shell keeps it. Its status is not kept here:
+/// it is the controller's (`Sweep::status`), and the shell knows only whether the trial's
+/// workers have started (until then a started trial is PENDING: it waits for its resources).
+#[derive(Debug, Clone)]
+pub(super) struct LiveTrial {
+    pub trial_id: String,
+    pub params: Params,
+    /// Its directory in the experiment.
+    pub path: PathBuf,
+    pub bracket: Option<usize>,
+    /// Its resources are reserved and its workers started.
+    pub placed: bool,
+    /// What its run returned, once it ended (its history left out: it is in its files).
+    pub result: Option<TrainResult>,
+    pub error: Option<String>,
+}
+
+impl LiveTrial {
+    /// A trial picked up from an interrupted experiment (its workers not started again yet).
+    pub(super) fn from_result(trial: TrialResult) -> LiveTrial {
+        LiveTrial {
+            trial_id: trial.trial_id,
+            params: trial.params,
+            path: trial.path,
+            bracket: trial.bracket,
+            placed: false,
+            result: trial.result,
+            error: trial.error,
+        }
+    }
+}
