@@ -58,8 +58,11 @@ pub struct Model {
 /// What the viewer chose.
 #[derive(Debug, Clone, Default)]
 pub struct View {
-    /// Index into the filtered, sorted rows.
+    /// Index into the filtered, sorted rows, where `trial` was when last found (the selection
+    /// falls back to it when that trial is no longer shown).
     pub selected: usize,
+    /// The selected trial, by id: the selection follows it as the rows re-sort.
+    pub trial: Option<String>,
     /// Sort column (0 = trial id), and whether best or largest first.
     pub sort: usize,
     pub descending: bool,
@@ -67,6 +70,24 @@ pub struct View {
     pub help: bool,
     /// Showing a live sweep (`x` stops it), not files.
     pub live: bool,
+}
+
+impl View {
+    /// The selected row of `rows` (indices into `model`'s trials, as `Model::rows` gives them):
+    /// the selected trial's, wherever it is now; else the row it was in.
+    pub fn selected_row(&self, model: &Model, rows: &[usize]) -> Option<usize> {
+        let found = self.trial.as_ref().and_then(|id| {
+            rows.iter().position(|&i| model.trials().get(i).is_some_and(|t| t.id == *id))
+        });
+        let fallback = (!rows.is_empty()).then(|| self.selected.min(rows.len() - 1));
+        found.or(fallback)
+    }
+
+    /// Selects row `at` of `rows` (clamped), and the trial in it.
+    pub fn select(&mut self, model: &Model, rows: &[usize], at: usize) {
+        self.selected = at.min(rows.len().saturating_sub(1));
+        self.trial = rows.get(self.selected).map(|&i| model.trials()[i].id.clone());
+    }
 }
 
 /// The filters `f` steps through.

@@ -68,16 +68,19 @@ enum Action {
 }
 
 fn on_key(code: KeyCode, modifiers: KeyModifiers, view: &mut View, model: &Model) -> Action {
-    let rows = model.rows(view).len();
+    let rows = model.rows(view);
+    let at = view.selected_row(model, &rows);
     let columns = 4 + model.param_names().len();
     match code {
         KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => return Action::CtrlC,
+        // Esc closes the help first, as it does in other terminal programs.
+        KeyCode::Esc if view.help => view.help = false,
         KeyCode::Char('q') | KeyCode::Esc => return Action::Quit,
         KeyCode::Char('x') => return Action::Stop,
         KeyCode::Char('t') | KeyCode::Char('p') => {
-            let rows = model.rows(view);
-            if let Some(&i) = rows.get(view.selected.min(rows.len().saturating_sub(1))) {
-                let trial = &model.trials()[i];
+            // The trial the viewer sees highlighted, however the rows moved since.
+            if let Some(row) = at {
+                let trial = &model.trials()[rows[row]];
                 let id = trial.id.clone();
                 return match code {
                     KeyCode::Char('t') => Action::StopTrial(id),
@@ -85,12 +88,12 @@ fn on_key(code: KeyCode, modifiers: KeyModifiers, view: &mut View, model: &Model
                 };
             }
         }
-        KeyCode::Up | KeyCode::Char('k') => view.selected = view.selected.saturating_sub(1),
-        KeyCode::Down | KeyCode::Char('j') => {
-            view.selected = (view.selected + 1).min(rows.saturating_sub(1))
+        KeyCode::Up | KeyCode::Char('k') => {
+            view.select(model, &rows, at.unwrap_or(0).saturating_sub(1))
         }
-        KeyCode::PageUp => view.selected = view.selected.saturating_sub(10),
-        KeyCode::PageDown => view.selected = (view.selected + 10).min(rows.saturating_sub(1)),
+        KeyCode::Down | KeyCode::Char('j') => view.select(model, &rows, at.map_or(0, |a| a + 1)),
+        KeyCode::PageUp => view.select(model, &rows, at.unwrap_or(0).saturating_sub(10)),
+        KeyCode::PageDown => view.select(model, &rows, at.map_or(0, |a| a + 10)),
         KeyCode::Char('s') => {
             view.sort = (view.sort + 1) % columns;
             // The metric sorts best first; other columns smallest first.
@@ -100,7 +103,7 @@ fn on_key(code: KeyCode, modifiers: KeyModifiers, view: &mut View, model: &Model
         KeyCode::Char('f') => {
             let at = super::model::FILTERS.iter().position(|f| *f == view.filter).unwrap_or(0);
             view.filter = super::model::FILTERS[(at + 1) % super::model::FILTERS.len()];
-            view.selected = 0;
+            (view.selected, view.trial) = (0, None);
         }
         KeyCode::Char('?') | KeyCode::Char('h') => view.help = !view.help,
         _ => {}

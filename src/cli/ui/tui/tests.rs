@@ -214,3 +214,31 @@ fn the_header_shows_each_gpus_use_only_where_there_are_gpus() {
     // The table moved down a line, whole.
     assert!(with.contains("abcde_00001"), "{with}");
 }
+
+/// The selection is a trial, not a row number: when a result re-sorts the table, the
+/// highlighted trial stays highlighted, and `t`/`p` act on it, not on whatever moved into its
+/// row.
+#[test]
+fn the_selection_follows_its_trial_when_the_rows_re_sort() {
+    let mut m = model();
+    // Best first by acc: trial 1 (0.9), then 0 (0.5), then 2 (failed, no acc).
+    let mut v = View { sort: 3, descending: true, ..View::default() };
+    assert_eq!(m.rows(&v), [1, 0, 2]);
+    on_key(KeyCode::Down, KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(v.trial.as_deref(), Some("abcde_00000"), "the second row is trial 0");
+    // Trial 0 becomes the best: it moves to the first row, and stays selected.
+    m.apply(&Event::Result(info(0, 0.1), result(3.0, 0.95)));
+    assert_eq!(m.rows(&v), [0, 1, 2]);
+    let text = screen(&m, &v, 120, 30);
+    assert!(text.contains("log of abcde_00000"), "{text}");
+    let stop = on_key(KeyCode::Char('t'), KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(stop, Action::StopTrial("abcde_00000".into()));
+    // Moving goes on from where the trial is now.
+    on_key(KeyCode::Down, KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(v.trial.as_deref(), Some("abcde_00001"));
+    // Esc closes the help before it leaves the view.
+    on_key(KeyCode::Char('?'), KeyModifiers::NONE, &mut v, &m);
+    assert_eq!(on_key(KeyCode::Esc, KeyModifiers::NONE, &mut v, &m), Action::Nothing);
+    assert!(!v.help);
+    assert_eq!(on_key(KeyCode::Esc, KeyModifiers::NONE, &mut v, &m), Action::Quit);
+}

@@ -73,7 +73,7 @@ pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
         .areas(area);
     render_header(frame, header, model);
     let rows = model.rows(view);
-    let selected = rows.get(view.selected.min(rows.len().saturating_sub(1))).copied();
+    let selected = view.selected_row(model, &rows).map(|row| rows[row]);
     let [table, chart] = Layout::default()
         .direction(Direction::Horizontal)
         .constraints([Constraint::Percentage(62), Constraint::Percentage(38)])
@@ -173,7 +173,7 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     .style(Style::default().add_modifier(Modifier::BOLD));
     // Only the rows on screen are built: a sweep of 10,000 trials draws as fast as one of 10.
     let visible = area.height.saturating_sub(3) as usize;
-    let selected = view.selected.min(rows.len().saturating_sub(1));
+    let selected = view.selected_row(model, rows).unwrap_or(0);
     let first = selected.saturating_sub(visible.saturating_sub(1));
     let best = model.best();
     let body = rows.iter().skip(first).take(visible).map(|&i| {
