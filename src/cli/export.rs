@@ -35,6 +35,20 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
         bail!("{} already exists; export to a new folder", args.to.display());
     }
     let grid = ResultGrid::from_path(args.dir)?;
+    // Another metric than the sweep's says nothing of which way is better.
+    if let (Some(metric), None) = (args.metric, args.mode)
+        && grid.metric.as_deref() != Some(metric)
+    {
+        let sweeps = grid.metric.as_deref().map_or("none".into(), |m| format!("`{m}`"));
+        return Err(crate::error::Error::config(
+            "--mode",
+            format!(
+                "is needed with --metric `{metric}`, which is not the sweep's metric ({sweeps}): \
+                 give --mode min or --mode max"
+            ),
+        )
+        .into());
+    }
     let trial = match args.trial {
         Some(which) => find_trial(&grid, which)?,
         None => grid

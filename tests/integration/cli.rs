@@ -161,9 +161,28 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(!out.status.success(), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("already exists"), "{}", text(&out));
     let nowhere = dir.path().join("nowhere");
-    let out = rtune(&["export", exp, "--metric", "nope", "--to", nowhere.to_str().unwrap()])?;
+    let nowhere_arg = nowhere.to_str().unwrap();
+    let out = rtune(&["export", exp, "--metric", "nope", "--mode", "min", "--to", nowhere_arg])?;
     ensure!(String::from_utf8_lossy(&out.stderr).contains("metric `nope`"), "{}", text(&out));
     ensure!(!nowhere.exists(), "a failed export left {}", nowhere.display());
+    // Another metric than the sweep's needs its mode: the sweep's (max) would pick the highest
+    // loss.
+    let out = rtune(&["export", exp, "--metric", "loss", "--to", nowhere_arg])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(
+        String::from_utf8_lossy(&out.stderr).contains("--mode min or --mode max"),
+        "{}",
+        text(&out)
+    );
+    ensure!(!nowhere.exists(), "a refused export left {}", nowhere.display());
+    let out = rtune(&["export", exp, "--metric", "loss", "--mode", "min", "--to", nowhere_arg])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let exported: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(nowhere.join("metadata.json"))?)?;
+    ensure!(
+        exported["metrics"]["loss"].as_f64() == Some(1.0 - want_metrics["score"]),
+        "{exported}"
+    );
 
     // `rtune watch` without a directory picks the newest experiment (here the only one).
     let watch = |storage: &Path| {
