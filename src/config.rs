@@ -6,7 +6,7 @@
 //! below all three and import none of them.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -307,32 +307,76 @@ impl RunConfig {
     /// Where experiments go: `storage_path`, else `$RTUNE_STORAGE_PATH`, else `~/rtune_results`.
     pub fn resolved_storage_path(&self) -> PathBuf {
         if let Some(path) = &self.storage_path {
-            return path.clone();
+            return expand_home(path);
         }
         if let Some(path) = std::env::var_os("RTUNE_STORAGE_PATH") {
-            return path.into();
+            return expand_home(Path::new(&path));
         }
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| ".".into());
-        home.join("rtune_results")
+        home().join("rtune_results")
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(name) = &self.name
-            && (name.is_empty() || name.contains('/') || name == "." || name == "..")
+            && let Err(why) = check_folder_name(name)
         {
-            return Err(Error::config(
-                "RunConfig.name",
-                format!("{name:?} is not a folder name; use letters, digits, '-', '_' (no '/')"),
-            ));
+            return Err(Error::config("RunConfig.name", why));
         }
         self.failure_config.validate()?;
         self.checkpoint_config.validate()
     }
 }
 
+/// The home directory (`HOME`), or the current one without it.
+fn home() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| ".".into())
+}
+
+/// `~` and `~/x` as the shell reads them (the home directory), as Ray does with its
+/// `storage_path`; any other path as it is.
+pub fn expand_home(path: &Path) -> PathBuf {
+    match path.strip_prefix("~") {
+        Ok(rest) => home().join(rest),
+        Err(_) => path.to_owned(),
+    }
+}
+
+/// Whether `name` can be a run's or an experiment's folder under its storage path: not empty or
+/// blank, no `/` nor control character (a newline), not `.` or `..`, not starting with `-` (a
+/// folder a command line would take for an option). Why not, when not.
+pub fn check_folder_name(name: &str) -> std::result::Result<(), String> {
+    let bad = name.trim().is_empty()
+        || name.contains('/')
+        || name.chars().any(char::is_control)
+        || name == "."
+        || name == ".."
+        || name.starts_with('-');
+    if bad {
+        return Err(format!(
+            "{name:?} is not a folder name; use letters, digits, '-', '_' and '.' (not first), \
+             no '/'"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn folder_names_and_home_paths() {
+        for bad in ["", "  ", "a/b", "a\nb", ".", "..", "-x"] {
+            assert!(check_folder_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["digits", "run-2", "a.b", "sweep_2026-11-25"] {
+            assert!(check_folder_name(good).is_ok(), "{good:?}");
+        }
+        let home = home();
+        assert_eq!(expand_home(Path::new("~/x")), home.join("x"));
+        assert_eq!(expand_home(Path::new("~")), home);
+        assert_eq!(expand_home(Path::new("/tmp/~x")), Path::new("/tmp/~x"));
+        assert_eq!(expand_home(Path::new("~x")), Path::new("~x"));
+    }
 
     #[test]
     fn zero_workers_is_a_clear_error() {

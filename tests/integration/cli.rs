@@ -380,7 +380,7 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
     ensure!(stderr.contains("`trainable.builtin` is \"digits-mpl\""), "{}", text(&out));
     ensure!(stderr.contains("did you mean `digits-mlp`?"), "{}", text(&out));
     // `--set` mistakes name the argument.
-    std::fs::write(&file, base)?;
+    std::fs::write(&file, &base)?;
     let out = rtune(&["run", file.to_str().unwrap(), "--set", "tune.num_samples=zero"])?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.code() == Some(2), "{}", text(&out));
@@ -393,6 +393,31 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
     let out = rtune(&["run", dir.path().join("nope.toml").to_str().unwrap()])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(!storage.exists(), "something was created in {}", storage.display());
+    // Names that are no folder names.
+    for name in ["-x", "a\\nb", "  ", "a/b"] {
+        std::fs::write(&file, format!("name = \"{name}\"\n{base}"))?;
+        let out = rtune(&["run", file.to_str().unwrap()])?;
+        ensure!(out.status.code() == Some(2), "name {name:?}: {}", text(&out));
+        ensure!(String::from_utf8_lossy(&out.stderr).contains("`name` "), "{}", text(&out));
+        ensure!(!storage.exists(), "name {name:?}: something was created");
+    }
+    // `~` in storage_path is the home directory, as in a shell (not a folder named `~`).
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home)?;
+    std::fs::write(
+        &file,
+        "name = \"tilde\"\nstorage_path = \"~/results\"\n[trainable]\nbuiltin = \
+         \"synthetic-curve\"\n[param_space]\niterations = 1\n",
+    )?;
+    let out = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap()])
+        .current_dir(dir.path())
+        .env("HOME", &home)
+        .env_remove("RUST_LOG")
+        .output()?;
+    ensure!(out.status.success(), "{}", text(&out));
+    ensure!(home.join("results/tilde/tuner.json").is_file(), "not under $HOME: {}", text(&out));
+    ensure!(!dir.path().join("~").exists(), "a folder named `~` was made");
     Ok(())
 }
 

@@ -144,9 +144,9 @@ fn read_root(
     let mut top = Fields::of(root, "", report);
     let name = top.value::<String>("name", report);
     if let (Some(n), Some(item)) = (&name, find_key(root, "name"))
-        && (n.is_empty() || n.contains('/') || n == "." || n == "..")
+        && let Err(why) = crate::config::check_folder_name(n)
     {
-        report.add("name", &item.origin, format!("is {n:?}; use a folder name without `/`"));
+        report.add("name", &item.origin, why);
     }
     let storage_path = top.value::<String>("storage_path", report).map(PathBuf::from);
     let trainable = match top.get("trainable") {
