@@ -95,6 +95,12 @@ impl ScalingConfig {
                 "is 0; a run needs at least 1 worker (e.g. ScalingConfig::workers(2))",
             ));
         }
+        if self.num_workers > MAX_WORKERS {
+            return Err(Error::config(
+                "ScalingConfig.num_workers",
+                format!("is {}; at most {MAX_WORKERS} workers a run", self.num_workers),
+            ));
+        }
         for (name, &amount) in &self.resources_per_worker {
             if !amount.is_finite() || amount < 0.0 {
                 return Err(Error::config(
@@ -325,6 +331,24 @@ impl RunConfig {
         self.checkpoint_config.validate()
     }
 }
+
+/// The most seconds a setting may be (about 31 years): past it, a number of seconds is a
+/// mistake (and no `Duration` holds `1e30` seconds).
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// `seconds` as a `Duration`: finite, at least 0 and at most `MAX_SECONDS`; why not, when not.
+pub fn duration(seconds: f64) -> std::result::Result<Duration, String> {
+    if !(seconds.is_finite() && (0.0..=MAX_SECONDS).contains(&seconds)) {
+        // `1e300`, not three hundred digits.
+        let given =
+            if seconds.abs() >= 1e15 { format!("{seconds:e}") } else { seconds.to_string() };
+        return Err(format!("is {given}; use a number of seconds from 0 to {MAX_SECONDS:e}"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The most workers a run may ask for: more than any cluster runs.
+pub const MAX_WORKERS: usize = 100_000;
 
 /// The home directory (`HOME`), or the current one without it.
 fn home() -> PathBuf {

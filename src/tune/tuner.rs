@@ -199,14 +199,12 @@ impl Tuner {
             }
         };
         let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
-        if let Some(budget) = settings.time_budget_s
-            && !(budget.is_finite() && budget > 0.0)
-        {
-            return Err(Error::config(
-                "TuneConfig.time_budget_s",
-                format!("is {budget}; use a positive number of seconds"),
-            ));
+        let time_budget = match settings.time_budget_s {
+            Some(budget) if budget <= 0.0 => Err(format!("is {budget}; use more than 0 seconds")),
+            Some(budget) => crate::config::duration(budget).map(Some),
+            None => Ok(None),
         }
+        .map_err(|why| Error::config("TuneConfig.time_budget_s", why))?;
         let max_concurrent_trials = match settings.max_concurrent_trials {
             Some(n) => n,
             None => side_by_side(&trainer, cluster.as_ref()),
@@ -217,7 +215,7 @@ impl Tuner {
             max_concurrent_trials,
             fail_fast: settings.fail_fast,
         };
-        let (reuse_actors, time_budget_s) = (settings.reuse_actors, settings.time_budget_s);
+        let reuse_actors = settings.reuse_actors;
         let saved = Settings {
             format: FORMAT,
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -247,7 +245,8 @@ impl Tuner {
                 let controller = Controller::restore(config, searcher, scheduler, state, |id| {
                     Ok(Reported::of(picked.histories.remove(&id).unwrap_or_default()))
                 })?;
-                let spent = Duration::from_secs_f64(picked.saved.time_spent_s.max(0.0));
+                // A state file's figure, whatever it holds, is no reason to fail a restore.
+                let spent = crate::config::duration(picked.saved.time_spent_s).unwrap_or_default();
                 let experiment = picked.saved.experiment_id;
                 (path, experiment, spent, picked.trials, picked.ended, controller)
             }
@@ -258,7 +257,7 @@ impl Tuner {
             path,
             experiment,
             metric,
-            time_budget: time_budget_s.map(Duration::from_secs_f64),
+            time_budget,
             spent_before,
             began: Instant::now(),
             controller: Arc::new(Mutex::new(controller)),

@@ -354,6 +354,22 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             &["`tune.search.points_to_evaluate`", "`rate` = float 0.9", "uniform(0.1, 0.5)"],
         ),
         (
+            "too many workers",
+            "[scaling]\nnum_workers = 9223372036854775807\n",
+            &["sweep.toml:5:15", "`scaling.num_workers` is 9223372036854775807; use 1 to 100000"],
+        ),
+        (
+            "a time budget no clock holds",
+            "[tune]\nnum_samples = -1\ntime_budget_s = 1e300\n",
+            &["`tune.time_budget_s` is 1e300; use a number of seconds from 0 to 1e9"],
+        ),
+        (
+            "a negative count",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nsearch = { type = \"tpe\", \
+             n_startup_trials = -1 }\n",
+            &["`tune.search.n_startup_trials` must be a count (an integer >= 0), not"],
+        ),
+        (
             "rewards that are not numbers",
             "[tune]\nsearch = { type = \"random\", points_to_evaluate = [{ rate = 0.2 }], \
              evaluated_rewards = \"high\" }\n",
@@ -393,6 +409,19 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
     let out = rtune(&["run", dir.path().join("nope.toml").to_str().unwrap()])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(!storage.exists(), "something was created in {}", storage.display());
+    // A command's grace that no clock holds.
+    std::fs::write(
+        &file,
+        format!(
+            "storage_path = \"{}\"\n[trainable]\ncommand = [\"true\"]\nstop_grace_s = inf\n",
+            storage.display()
+        ),
+    )?;
+    let out = rtune(&["run", file.to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(stderr.contains("`trainable.stop_grace_s` is inf"), "{}", text(&out));
+    ensure!(!stderr.contains("panicked"), "{}", text(&out));
     // Names that are no folder names.
     for name in ["-x", "a\\nb", "  ", "a/b"] {
         std::fs::write(&file, format!("name = \"{name}\"\n{base}"))?;

@@ -29,7 +29,7 @@ impl Component {
 #[derive(Debug, Clone)]
 enum Opt {
     Num(f64),
-    Int(i64),
+    Count(usize),
     Bool(bool),
     Str(String),
     Pair(f64, f64),
@@ -42,7 +42,8 @@ enum Opt {
 #[derive(Clone, Copy)]
 pub(super) enum Ty {
     Num,
-    Int,
+    /// An integer >= 0.
+    Count,
     Bool,
     Str,
     Pair,
@@ -56,7 +57,7 @@ pub(super) enum Ty {
 /// How an option is set on the builder `B`, by the type the file must write it as.
 enum Setter<B> {
     Num(fn(B, f64) -> B),
-    Int(fn(B, i64) -> B),
+    Count(fn(B, usize) -> B),
     Bool(fn(B, bool) -> B),
     Str(fn(B, String) -> B),
     Pair(fn(B, f64, f64) -> B),
@@ -69,7 +70,7 @@ impl<B> Setter<B> {
     fn ty(&self) -> Ty {
         match self {
             Setter::Num(_) => Ty::Num,
-            Setter::Int(_) => Ty::Int,
+            Setter::Count(_) => Ty::Count,
             Setter::Bool(_) => Ty::Bool,
             Setter::Str(_) => Ty::Str,
             Setter::Pair(_) => Ty::Pair,
@@ -83,7 +84,7 @@ impl<B> Setter<B> {
     fn set(&self, builder: B, opt: &Opt) -> B {
         match (self, opt) {
             (Setter::Num(f), Opt::Num(x)) => f(builder, *x),
-            (Setter::Int(f), Opt::Int(n)) => f(builder, *n),
+            (Setter::Count(f), Opt::Count(n)) => f(builder, *n),
             (Setter::Bool(f), Opt::Bool(b)) => f(builder, *b),
             (Setter::Str(f), Opt::Str(s)) => f(builder, s.clone()),
             (Setter::Pair(f), Opt::Pair(a, b)) => f(builder, *a, *b),
@@ -170,8 +171,8 @@ static TPE: Table<Tpe, dyn Searcher> = Table {
     options: &[
         ("points_to_evaluate", Setter::Points(|s, p| s.points_to_evaluate(p))),
         ("evaluated_rewards", Setter::Nums(|s, r| s.evaluated_rewards(r))),
-        ("n_startup_trials", Setter::Int(|s, n| s.n_startup_trials(n.max(0) as usize))),
-        ("n_ei_candidates", Setter::Int(|s, n| s.n_ei_candidates(n.max(0) as usize))),
+        ("n_startup_trials", Setter::Count(Tpe::n_startup_trials)),
+        ("n_ei_candidates", Setter::Count(Tpe::n_ei_candidates)),
         ("prior_weight", Setter::Num(Tpe::prior_weight)),
         ("consider_magic_clip", Setter::Bool(Tpe::consider_magic_clip)),
         ("consider_endpoints", Setter::Bool(Tpe::consider_endpoints)),
@@ -194,7 +195,7 @@ static ASHA: Table<Asha, dyn TrialScheduler> = Table {
         ("max_t", Setter::Num(|s, x| s.max_t(x))),
         ("grace_period", Setter::Num(|s, x| s.grace_period(x))),
         ("reduction_factor", Setter::Num(|s, x| s.reduction_factor(x))),
-        ("brackets", Setter::Int(|s, n| s.brackets(n.max(0) as usize))),
+        ("brackets", Setter::Count(Asha::brackets)),
         ("stop_last_trials", Setter::Bool(Asha::stop_last_trials)),
     ],
     finish: |s| Box::new(s),
@@ -218,7 +219,7 @@ static MEDIAN_STOPPING: Table<MedianStopping, dyn TrialScheduler> = Table {
     options: &[
         ("time_attr", Setter::Str(|s, a| s.time_attr(a))),
         ("grace_period", Setter::Num(|s, x| s.grace_period(x))),
-        ("min_samples_required", Setter::Int(|s, n| s.min_samples_required(n.max(0) as usize))),
+        ("min_samples_required", Setter::Count(MedianStopping::min_samples_required)),
         ("min_time_slice", Setter::Num(|s, x| s.min_time_slice(x))),
         ("hard_stop", Setter::Bool(MedianStopping::hard_stop)),
     ],
@@ -360,7 +361,7 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
     let opt = match (ty, &value.kind) {
         (Ty::Num, Kind::Int(i)) => Some(Opt::Num(*i as f64)),
         (Ty::Num, Kind::Float(x)) => Some(Opt::Num(*x)),
-        (Ty::Int, Kind::Int(i)) => Some(Opt::Int(*i)),
+        (Ty::Count, Kind::Int(i)) => usize::try_from(*i).ok().map(Opt::Count),
         (Ty::Bool, Kind::Bool(b)) => Some(Opt::Bool(*b)),
         (Ty::Str, Kind::Str(s)) => Some(Opt::Str(s.clone())),
         (Ty::Pair, Kind::Array(items)) => match items.as_slice() {
@@ -389,7 +390,7 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
     if opt.is_none() {
         let want = match ty {
             Ty::Num => "a number",
-            Ty::Int => "an integer",
+            Ty::Count => "a count (an integer >= 0)",
             Ty::Bool => "true or false",
             Ty::Str => "a string",
             Ty::Pair => "two numbers, e.g. [1.2, 0.8]",
@@ -452,7 +453,7 @@ mod tests {
     fn sample(ty: Ty) -> Opt {
         match ty {
             Ty::Num => Opt::Num(2.0),
-            Ty::Int => Opt::Int(2),
+            Ty::Count => Opt::Count(2),
             Ty::Bool => Opt::Bool(true),
             Ty::Str => Opt::Str("training_iteration".into()),
             Ty::Pair => Opt::Pair(1.2, 0.8),

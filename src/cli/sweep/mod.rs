@@ -39,7 +39,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 mod components;
 
@@ -182,16 +181,22 @@ fn read_root(
     }
     let search = read_component(&mut tune, "search", SEARCHERS, "random", report);
     let scheduler = read_component(&mut tune, "scheduler", SCHEDULERS, "fifo", report);
-    let max_concurrent_trials = positive(&mut tune, "max_concurrent_trials", report);
+    let max_concurrent_trials = positive(&mut tune, "max_concurrent_trials", MAX_COUNT, report);
     let seed = tune.value::<i64>("seed", report).unwrap_or(0);
     if seed < 0 {
         tune.refuse("seed", format!("is {seed}; use an integer >= 0"), report);
     }
     let time_budget_s = tune.value::<f64>("time_budget_s", report);
-    if let Some(budget) = time_budget_s
-        && !(budget.is_finite() && budget > 0.0)
-    {
-        tune.refuse("time_budget_s", "must be a positive number of seconds", report);
+    match time_budget_s {
+        Some(budget) if budget <= 0.0 => {
+            tune.refuse("time_budget_s", "must be a positive number of seconds", report)
+        }
+        Some(budget) => {
+            if let Err(why) = crate::config::duration(budget) {
+                tune.refuse("time_budget_s", why, report);
+            }
+        }
+        None => {}
     }
     // Unbounded: random sampling never runs out, and neither does TPE.
     if num_samples == -1 && time_budget_s.is_none() {
@@ -257,13 +262,21 @@ fn find_key<'i>(root: &'i Item, key: &str) -> Option<&'i Item> {
     doc::find(root, key).map(|(_, item)| item)
 }
 
-fn positive(fields: &mut Fields<'_>, key: &'static str, report: &mut Report<'_>) -> Option<usize> {
+/// A count of at least 1 and at most `max` at `key`: none (refused) outside.
+fn positive(
+    fields: &mut Fields<'_>,
+    key: &'static str,
+    max: usize,
+    report: &mut Report<'_>,
+) -> Option<usize> {
     let n = fields.value::<i64>(key, report)?;
-    if n < 1 {
-        fields.refuse(key, format!("is {n}; use at least 1"), report);
-        return None;
+    match usize::try_from(n) {
+        Ok(n) if (1..=max).contains(&n) => Some(n),
+        _ => {
+            fields.refuse(key, format!("is {n}; use 1 to {max}"), report);
+            None
+        }
     }
-    Some(n as usize)
 }
 
 /// `[trainable]`: a registered train function (`builtin`) with its defaults, or a command
@@ -279,14 +292,16 @@ fn read_trainable(
     let command =
         fields.get("command").map(|c| (c, fields.value::<Vec<String>>("command", report)));
     let working_dir = fields.value::<String>("working_dir", report);
-    let stop_grace_s = fields.value::<f64>("stop_grace_s", report);
-    if let Some(grace) = stop_grace_s
-        && !(grace.is_finite() && grace >= 0.0)
-    {
-        fields.refuse("stop_grace_s", format!("is {grace}; use seconds >= 0"), report);
-    }
+    let stop_grace = fields.value::<f64>("stop_grace_s", report);
+    let stop_grace_s = stop_grace.and_then(|grace| match crate::config::duration(grace) {
+        Ok(d) => Some(d),
+        Err(why) => {
+            fields.refuse("stop_grace_s", why, report);
+            None
+        }
+    });
     let command_only =
-        [("working_dir", working_dir.is_some()), ("stop_grace_s", stop_grace_s.is_some())];
+        [("working_dir", working_dir.is_some()), ("stop_grace_s", stop_grace.is_some())];
     let trainer = match (builtin, command) {
         (Some(_), Some((c, _))) => {
             let message = "and `trainable.builtin` are both set: give one";
@@ -310,7 +325,7 @@ fn read_trainable(
             let mut command = CommandTrainable::new(argv)
                 .working_dir(base_dir.join(working_dir.as_deref().unwrap_or(".")));
             if let Some(grace) = stop_grace_s {
-                command = command.stop_grace(Duration::from_secs_f64(grace.max(0.0)));
+                command = command.stop_grace(grace);
             }
             match command.trainer() {
                 Ok(trainer) => Some(trainer),
@@ -375,7 +390,7 @@ fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingC
     let mut scaling = ScalingConfig::workers(1);
     let Some(item) = item else { return Some(scaling) };
     let mut fields = Fields::of(item, "scaling", report);
-    if let Some(n) = positive(&mut fields, "num_workers", report) {
+    if let Some(n) = positive(&mut fields, "num_workers", crate::config::MAX_WORKERS, report) {
         scaling.num_workers = n;
     }
     scaling.use_gpu = fields.value::<bool>("use_gpu", report).unwrap_or(false);
@@ -470,6 +485,9 @@ fn add_space_error(item: &Item, prefix: &str, e: &rtune_searchers::Error, report
 }
 
 /// `search = "tpe"` or `search = { type = "tpe", option = .. }`.
+/// The largest count a sweep file may give (trials at once, checkpoints kept).
+const MAX_COUNT: usize = 1_000_000_000;
+
 /// A number written as an integer or a float.
 fn num_of(kind: &Kind) -> Option<f64> {
     match kind {
@@ -516,7 +534,7 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
     let mut checkpoint = CheckpointConfig::new();
     if let Some(table) = fields.get("checkpoint") {
         let mut c = Fields::of(table, "run.checkpoint", report);
-        if let Some(n) = positive(&mut c, "num_to_keep", report) {
+        if let Some(n) = positive(&mut c, "num_to_keep", MAX_COUNT, report) {
             checkpoint = checkpoint.num_to_keep(n);
         }
         let attribute = c.value::<String>("score_attribute", report);
