@@ -354,6 +354,15 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             &["`tune.search.points_to_evaluate`", "`rate` = float 0.9", "uniform(0.1, 0.5)"],
         ),
         (
+            "a constant that is not a number",
+            "[param_space]\nnoise = nan\nrate = { uniform = [0.1, inf] }\n",
+            &[
+                "sweep.toml:5:9: `param_space.noise` is NaN: params need finite numbers",
+                "sweep.toml:6:",
+                "`param_space.rate.uniform` is inf",
+            ],
+        ),
+        (
             "too many workers",
             "[scaling]\nnum_workers = 9223372036854775807\n",
             &["sweep.toml:5:15", "`scaling.num_workers` is 9223372036854775807; use 1 to 100000"],

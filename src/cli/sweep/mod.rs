@@ -434,12 +434,36 @@ fn read_space(item: &Item, path: &str, report: &mut Report<'_>) -> Option<Search
         return None;
     }
     typo_domains(item, path, report);
+    if !all_finite(item, path, report) {
+        return None;
+    }
     match SearchSpace::from_value(&doc::to_value(item)) {
         Ok(space) => Some(space),
         Err(e) => {
             add_space_error(item, path, &e, report);
             None
         }
+    }
+}
+
+/// Whether every number under `item` is finite; each one that is not is refused at its key:
+/// params travel as JSON, which has none, and a bound of `inf` samples nothing a trial can use.
+fn all_finite(item: &Item, path: &str, report: &mut Report<'_>) -> bool {
+    match &item.kind {
+        Kind::Float(x) if !x.is_finite() => {
+            let message = format!("is {x}: params need finite numbers (JSON has no NaN or inf)");
+            report.add(path, &item.origin, message);
+            false
+        }
+        Kind::Table(entries) => entries
+            .iter()
+            .map(|(key, _, value)| all_finite(value, &format!("{path}.{key}"), report))
+            .fold(true, |all, ok| all && ok),
+        Kind::Array(items) => items
+            .iter()
+            .map(|value| all_finite(value, path, report))
+            .fold(true, |all, ok| all && ok),
+        _ => true,
     }
 }
 
