@@ -171,9 +171,19 @@ pub(crate) fn apply_set(root: &mut Item, arg: &str) -> Result<(), Problem> {
     if keys.iter().any(|k| k.is_empty()) {
         return Err(bad(format!("`{path}` is not a dotted key path (e.g. tune.num_samples)")));
     }
-    let value = match DeValue::parse(text.trim()) {
+    // A bare word is a string (`--set name=demo`); what starts as a TOML table, array or
+    // quoted string must parse as one, else it would become a string of its broken text.
+    let text = text.trim();
+    let value = match DeValue::parse(text) {
         Ok(v) => item(v, &|_| origin.clone()),
-        Err(_) => Item { origin: origin.clone(), kind: Kind::Str(text.trim().to_owned()) },
+        Err(e) if text.starts_with(['{', '[', '"', '\'']) => {
+            let at = e.span().map_or(String::new(), |s| format!(" at character {}", s.start + 1));
+            return Err(bad(format!(
+                "`{text}` is not a TOML value: {}{at}",
+                e.message().trim_end_matches('\n')
+            )));
+        }
+        Err(_) => Item { origin: origin.clone(), kind: Kind::Str(text.to_owned()) },
     };
     let mut node = root;
     for (depth, key) in keys.iter().enumerate() {
@@ -518,6 +528,14 @@ mod tests {
         let err = apply_set(&mut root, "tune.num_samples.x=1").unwrap_err();
         assert!(err.message.contains("`tune.num_samples` is the integer 8"), "{err}");
         assert!(apply_set(&mut root, "nothing").is_err());
+        // A broken table, array or string is refused where it broke, never kept as a string.
+        let err = apply_set(&mut root, "param_space.rate={ loguniform = [0.1").unwrap_err();
+        assert!(
+            err.message.contains("is not a TOML value") && err.message.contains("`]`"),
+            "{err}"
+        );
+        assert!(apply_set(&mut root, "name=\"demo").is_err());
+        assert!(find(&root, "param_space").is_none(), "nothing was set");
     }
 
     #[test]

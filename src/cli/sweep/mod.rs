@@ -455,14 +455,17 @@ fn all_finite(item: &Item, path: &str, report: &mut Report<'_>) -> bool {
             report.add(path, &item.origin, message);
             false
         }
-        Kind::Table(entries) => entries
-            .iter()
-            .map(|(key, _, value)| all_finite(value, &format!("{path}.{key}"), report))
-            .fold(true, |all, ok| all && ok),
-        Kind::Array(items) => items
-            .iter()
-            .map(|value| all_finite(value, path, report))
-            .fold(true, |all, ok| all && ok),
+        // Every one is looked at (and each bad one reported), not only up to the first.
+        Kind::Table(entries) => {
+            entries
+                .iter()
+                .filter(|(key, _, value)| !all_finite(value, &format!("{path}.{key}"), report))
+                .count()
+                == 0
+        }
+        Kind::Array(items) => {
+            items.iter().filter(|value| !all_finite(value, path, report)).count() == 0
+        }
         _ => true,
     }
 }
