@@ -363,6 +363,11 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             ],
         ),
         (
+            "two domains for one param",
+            "[param_space]\nrate = { uniform = [0.1, 0.5], choice = [1, 2] }\n",
+            &["sweep.toml:5:1", "`param_space.rate` holds the domains `uniform`, `choice`"],
+        ),
+        (
             "too many workers",
             "[scaling]\nnum_workers = 9223372036854775807\n",
             &["sweep.toml:5:15", "`scaling.num_workers` is 9223372036854775807; use 1 to 100000"],

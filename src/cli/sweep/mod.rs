@@ -478,6 +478,20 @@ fn typo_domains(item: &Item, path: &str, report: &mut Report<'_>) {
     for (key, origin, value) in entries {
         let here = format!("{path}.{key}");
         if let Kind::Table(inner) = &value.kind {
+            // A domain beside other keys would read as a constant table of params.
+            let named: Vec<&str> =
+                inner.iter().map(|(k, _, _)| k.as_str()).filter(|k| DOMAINS.contains(k)).collect();
+            if !named.is_empty() && inner.len() > 1 {
+                let message = format!(
+                    "holds the domain{} {} beside other keys; a param is one domain (e.g. \
+                     {{ {} = [..] }}), or a table of params without domain names",
+                    if named.len() > 1 { "s" } else { "" },
+                    doc::list(&named),
+                    named[0]
+                );
+                report.add(&here, origin, message);
+                continue;
+            }
             if let [(name, name_origin, _)] = inner.as_slice()
                 && !DOMAINS.contains(&name.as_str())
             {
@@ -489,7 +503,6 @@ fn typo_domains(item: &Item, path: &str, report: &mut Report<'_>) {
                     continue;
                 }
             }
-            let _ = origin;
             typo_domains(value, &here, report);
         }
     }
