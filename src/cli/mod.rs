@@ -328,6 +328,31 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     e.downcast_ref::<Error>().map_or(EXIT_TRIALS_FAILED, code_of)
 }
 
+/// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
+/// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
+fn in_sweep_terms(e: Error) -> Exit {
+    const KEYS: &[(&str, &str)] = &[
+        ("TuneConfig.", "tune."),
+        ("ScalingConfig.", "scaling."),
+        ("ScalingConfig", "scaling"),
+        ("RunConfig.name", "name"),
+        ("RunConfig.storage_path", "storage_path"),
+        ("CheckpointConfig.", "run.checkpoint."),
+        ("FailureConfig.", "run.failure."),
+        ("train_loop_config", "param_space"),
+    ];
+    let code = code_of(&e);
+    if let Error::Config { field, message } = &e
+        && let Some(key) = KEYS
+            .iter()
+            .find_map(|(api, key)| field.strip_prefix(api).map(|rest| format!("{key}{rest}")))
+    {
+        // The key the file gives, as the file's own mistakes are named.
+        return Exit(code, anyhow::anyhow!("invalid `{key}`: {message}"));
+    }
+    Exit(code, e.into())
+}
+
 fn code_of(e: &Error) -> i32 {
     match e {
         Error::Config { .. } | Error::Params(_) | Error::Data(_) => EXIT_INVALID,
@@ -692,7 +717,7 @@ fn finish(
         Ok(grid) => (grid, None),
         Err(e) => match ResultGrid::from_path(path) {
             Ok(grid) => (grid, Some(e)),
-            Err(_) => return Err(Exit(code_of(&e), e.into())),
+            Err(_) => return Err(in_sweep_terms(e)),
         },
     };
     println!("{}", inspect::trials_table(&grid, 10));
@@ -703,7 +728,7 @@ fn finish(
         std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
     }
     if let Some(e) = error {
-        return Err(Exit(code_of(&e), e.into()));
+        return Err(in_sweep_terms(e));
     }
     if failed > 0 && !output.allow_failures {
         eprintln!(
