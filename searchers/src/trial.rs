@@ -30,6 +30,18 @@ impl TrialStatus {
     pub fn is_finished(self) -> bool {
         matches!(self, TrialStatus::Terminated | TrialStatus::Error)
     }
+
+    /// Its name as Ray writes it (`PENDING`, `RUNNING`, `PAUSED`, `TERMINATED`, `ERROR`), for
+    /// what people read: tables, progress lines, result tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrialStatus::Pending => "PENDING",
+            TrialStatus::Running => "RUNNING",
+            TrialStatus::Paused => "PAUSED",
+            TrialStatus::Terminated => "TERMINATED",
+            TrialStatus::Error => "ERROR",
+        }
+    }
 }
 
 /// A read-only look at one trial.

@@ -150,7 +150,7 @@ impl ResultGrid {
             .collect();
         let mut columns = vec![
             text("trial_id", self.trials.iter().map(|t| Some(t.trial_id.clone()))),
-            text("status", self.trials.iter().map(|t| Some(format!("{:?}", t.status)))),
+            text("status", self.trials.iter().map(|t| Some(t.status.name().to_owned()))),
         ];
         columns.extend(param_columns(self.trials.iter().map(|t| &t.params)));
         columns.extend(metric_columns(&rows));

@@ -120,6 +120,8 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let out = rtune(&["show", exp, "--format", "csv"])?;
     let csv = String::from_utf8(out.stdout)?;
     ensure!(csv.starts_with("trial_id,status,") && csv.lines().count() == 7, "{csv}");
+    // Statuses as the table and the JSON write them (Ray's names).
+    ensure!(csv.lines().skip(1).all(|l| l.split(',').nth(1) == Some("TERMINATED")), "{csv}");
     let out = rtune(&["show", exp, "0"])?;
     let shown = String::from_utf8(out.stdout)?;
     ensure!(shown.contains("training_iteration") && shown.contains("score"), "{shown}");

@@ -14,9 +14,9 @@ pub fn clock(seconds: f64) -> String {
     format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// `RUNNING`, `TERMINATED`, ..: a status as the views name it.
+/// `RUNNING`, `TERMINATED`, ..: a status as the views name it (Ray's name).
 pub fn status_name(status: TrialStatus) -> String {
-    format!("{status:?}").to_uppercase()
+    status.name().to_owned()
 }
 
 /// How many trials have each status, by status name.
