@@ -296,6 +296,26 @@ struct Output {
     allow_failures: bool,
 }
 
+impl Output {
+    /// Refuses a `--json` file that could not be written, before the sweep runs rather than
+    /// after: its folder must exist.
+    fn check(&self) -> Result<(), Exit> {
+        let Some(json) = &self.json else { return Ok(()) };
+        let folder = json.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !folder.is_dir() {
+            return Err(Exit(
+                EXIT_INVALID,
+                anyhow::anyhow!(
+                    "--json {}: {} is not a folder; give a file in an existing folder",
+                    json.display(),
+                    folder.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `--mode`: which way the metric is better.
 #[derive(Debug, Clone, Copy, PartialEq, ValueEnum)]
 enum ModeArg {
@@ -481,6 +501,7 @@ fn run(
     registry: &Registry,
     target: &Target,
 ) -> Result<i32, Exit> {
+    output.check()?;
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read the sweep file {}", file.display()))
         .map_err(|e| Exit(EXIT_INVALID, e))?;
@@ -556,6 +577,7 @@ fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Ex
 }
 
 fn resume(dir: &Path, output: &Output, registry: &Registry, target: &Target) -> Result<i32, Exit> {
+    output.check()?;
     let (file, spec) = read_sweep(dir, registry)?;
     let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
         .map(ui::model::Model::into_trials)

@@ -421,6 +421,16 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
         "{}",
         text(&out)
     );
+    // A summary that could not be written is refused before the sweep runs, not after.
+    std::fs::write(&file, &base)?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--json", "/nonexistent/summary.json"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent is not a folder"),
+        "{}",
+        text(&out)
+    );
+    ensure!(!storage.exists(), "the sweep ran anyway");
     // A missing file.
     let out = rtune(&["run", dir.path().join("nope.toml").to_str().unwrap()])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
