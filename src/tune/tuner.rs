@@ -62,8 +62,8 @@ impl Tuner {
 
     /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
     pub fn can_restore(path: impl AsRef<Path>) -> bool {
-        let path = path.as_ref();
-        Settings::read(path).is_ok() && SavedExperiment::read(path).is_ok()
+        let path = crate::config::expand_home(path.as_ref());
+        Settings::read(&path).is_ok() && SavedExperiment::read(&path).is_ok()
     }
 
     /// Goes on with the experiment in `path`, interrupted (its driver killed, the machine
@@ -75,7 +75,7 @@ impl Tuner {
     /// `run_config` may be given again (failure and checkpoint settings); its name and storage
     /// path are the experiment's.
     pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
-        let path = path.as_ref().to_owned();
+        let path = crate::config::expand_home(path.as_ref());
         let settings = Settings::read(&path)?;
         SavedExperiment::read(&path)?;
         let space = settings.param_space.clone();
