@@ -32,6 +32,9 @@ use serde::{Deserialize, Serialize};
 /// then runs [`Probe::here`], prints it as one JSON line and exits.
 pub const PROBE_ENV: &str = "RTUNE_CUDA_PROBE";
 
+/// How long the probe may take before it counts as hung.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// libtorch's CUDA library, opened beside its CPU one.
 const TORCH_CUDA: &str = "libtorch_cuda.so";
 const TORCH_CPU: &str = "libtorch_cpu.so";
@@ -325,11 +328,30 @@ impl Probe {
     /// `rtune::init()`), with this process's environment: what a worker started from here
     /// would find.
     pub fn run(exe: &Path) -> Result<Probe, CudaError> {
-        let output = std::process::Command::new(exe)
+        use std::process::Stdio;
+        let failed = |e: std::io::Error| CudaError::Probe(format!("{}: {e}", exe.display()));
+        let mut child = std::process::Command::new(exe)
             .env(PROBE_ENV, "1")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| CudaError::Probe(format!("cannot start {}: {e}", exe.display())))?;
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(failed)?;
+        // A driver that hangs must not hang the sweep: the probe answers in a second or two.
+        let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
+        while child.try_wait().map_err(failed)?.is_none() {
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CudaError::Probe(format!(
+                    "{} did not answer within {PROBE_TIMEOUT:?} (is the NVIDIA driver hanging? \
+                     `nvidia-smi` tells)",
+                    exe.display()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let output = child.wait_with_output().map_err(failed)?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         let answer = stdout.lines().rev().find_map(|line| serde_json::from_str(line).ok());
         match answer {
