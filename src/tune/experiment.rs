@@ -408,7 +408,7 @@ pub(super) fn make_experiment(
 /// Whether `name` may be given as an experiment file (`Tuner::experiment_file`): a plain file
 /// name that is none of rtune's own.
 pub(super) fn check_experiment_file(name: &str) -> Result<()> {
-    let own = [SETTINGS_FILE, STATE_FILE, DRIVER_LOG, DRIVER_FILE, ERROR_FILE];
+    let own = [SETTINGS_FILE, STATE_FILE, DRIVER_LOG, DRIVER_FILE, ERROR_FILE, RESULTS_PARQUET];
     let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
     if !plain || own.contains(&name) || name.starts_with(TRIAL_DIR_PREFIX) {
         return Err(Error::config(

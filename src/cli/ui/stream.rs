@@ -71,10 +71,15 @@ impl Follow for Broadcast {
     }
 
     /// The experiment directory exists: `driver.json` tells `rtune watch` where to follow.
+    /// Watching is a convenience: a `driver.json` that cannot be written is said in the log,
+    /// and the sweep runs on without it.
     fn begin(&self, path: &Path) -> crate::error::Result<()> {
         let file = path.join(DRIVER_FILE);
         let json = serde_json::to_vec_pretty(&self.record).expect("the record serialises");
-        crate::storage::atomic_write_private(&file, &json)
+        if let Err(e) = crate::storage::atomic_write_private(&file, &json) {
+            tracing::warn!("rtune watch cannot follow this sweep: {e}");
+        }
+        Ok(())
     }
 
     fn follow(&self, event: Event) {
