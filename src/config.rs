@@ -226,6 +226,9 @@ pub struct RunConfig {
     pub cluster: Option<String>,
     /// The cluster token; default `$RTUNE_TOKEN`.
     pub cluster_token: Option<String>,
+    /// A param the train function never reads fails the run (a search over it would change
+    /// nothing); by default it is a warning (in the log, and a sweep's summary).
+    pub strict_params: bool,
     /// A sweep's callbacks (see `callback`); a single `fit` calls none.
     #[serde(skip)]
     pub callbacks: Callbacks,
@@ -245,6 +248,7 @@ impl Default for RunConfig {
             stop: BTreeMap::new(),
             cluster: None,
             cluster_token: None,
+            strict_params: false,
             callbacks: Callbacks::default(),
         }
     }
@@ -381,6 +385,37 @@ pub fn check_folder_name(name: &str) -> std::result::Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The name in `names` nearest to `word` (case aside) within a few edits, for "did you mean"
+/// hints: a name the word starts with, or that starts with it, is near (`max` for `maximum`).
+pub(crate) fn nearest<'n>(word: &str, names: &[&'n str]) -> Option<&'n str> {
+    let word = word.to_lowercase();
+    let (distance, name) = names
+        .iter()
+        .map(|n| {
+            let name = n.to_lowercase();
+            let prefix = name.len() >= 3 && (word.starts_with(&name) || name.starts_with(&word));
+            (if prefix { 1 } else { edit_distance(&word, &name) }, *n)
+        })
+        .min_by_key(|(d, _)| *d)?;
+    (distance <= 2.max(word.chars().count() / 3)).then_some(name)
+}
+
+/// Levenshtein distance in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub struct TrainResult {
     /// Wall time of `fit`, and rank 0's time inside the train function (last attempt).
     pub fit_seconds: f64,
     pub train_loop_seconds: f64,
+    /// Params the train function never read (rank 0, last attempt): a search over them
+    /// changes nothing. A warning, or the run's error with `RunConfig::strict_params`.
+    pub unread_params: Vec<String>,
 }
 
 impl TrainResult {

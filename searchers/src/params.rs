@@ -1,6 +1,12 @@
 //! `Params`: one sampled set of hyperparameters, the output of a searcher and the input of a
 //! trial. Ordered as the search space was written, JSON-like, with typed getters whose errors
 //! name the key and the type found. Nested maps are reached with dotted paths (`"model.lr"`).
+//!
+//! A copy can record which top-level keys were read (`track_reads`, then `unread`): a trial's
+//! params that its train function never looked at are a search that changes nothing.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -8,9 +14,19 @@ use crate::error::{Error, Result};
 use crate::value::{FromValue, Map, Value};
 
 /// A sampled set of hyperparameters.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Params(Map);
+pub struct Params(Map, #[serde(skip)] Option<Reads>);
+
+/// The top-level keys read so far, shared by a tracked `Params` and its clones.
+type Reads = Arc<Mutex<BTreeSet<String>>>;
+
+/// Equal when the entries are (what was read does not count).
+impl PartialEq for Params {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
 
 impl Params {
     /// Empty params.
@@ -55,6 +71,7 @@ impl Params {
     /// The raw value at a key or dotted path.
     pub fn value(&self, path: &str) -> Option<&Value> {
         if let Some(v) = self.0.get(path) {
+            self.read(path);
             return Some(v);
         }
         let segments: Vec<&str> = path.split('.').collect();
@@ -64,6 +81,7 @@ impl Params {
     /// The raw value at a path given as segments.
     pub fn value_at(&self, path: &[&str]) -> Option<&Value> {
         let (first, rest) = path.split_first()?;
+        self.read(first);
         let mut v = self.0.get(first)?;
         for seg in rest {
             v = v.as_map()?.get(seg)?;
@@ -104,11 +122,13 @@ impl Params {
 
     /// Top-level entries in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.read_all();
         self.0.iter()
     }
 
     /// Top-level keys in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.read_all();
         self.0.keys()
     }
 
@@ -134,6 +154,7 @@ impl Params {
                 }
             }
         }
+        self.read_all();
         let mut out = Vec::new();
         walk("", &self.0, &mut out);
         out
@@ -141,12 +162,41 @@ impl Params {
 
     /// The underlying map.
     pub fn as_map(&self) -> &Map {
+        self.read_all();
         &self.0
     }
 
     /// Into a [`Value::Map`].
     pub fn into_value(self) -> Value {
+        self.read_all();
         Value::Map(self.0)
+    }
+
+    /// From now on, records the top-level keys read, in this copy and its clones (a worker
+    /// tracks the params its train function is given).
+    pub fn track_reads(&mut self) {
+        self.1 = Some(Reads::default());
+    }
+
+    /// The top-level keys never read since `track_reads` (none when not tracking). Iterating,
+    /// flattening or taking the whole map counts as reading every key.
+    pub fn unread(&self) -> Vec<String> {
+        let Some(reads) = &self.1 else { return Vec::new() };
+        let reads = reads.lock().unwrap_or_else(|e| e.into_inner());
+        self.0.keys().filter(|k| !reads.contains(*k)).map(String::from).collect()
+    }
+
+    fn read(&self, key: &str) {
+        if let Some(reads) = &self.1 {
+            reads.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_owned());
+        }
+    }
+
+    /// Counts every key as read (for a train function that hands the params on whole).
+    pub fn read_all(&self) {
+        if let Some(reads) = &self.1 {
+            reads.lock().unwrap_or_else(|e| e.into_inner()).extend(self.0.keys().map(String::from));
+        }
     }
 
     fn missing(&self, path: &str) -> Error {
@@ -168,13 +218,13 @@ impl Params {
 
 impl From<Map> for Params {
     fn from(m: Map) -> Self {
-        Params(m)
+        Params(m, None)
     }
 }
 
 impl<K: Into<String>, V: Into<Value>> FromIterator<(K, V)> for Params {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        Params(iter.into_iter().collect())
+        Params(iter.into_iter().collect(), None)
     }
 }
 
@@ -187,6 +237,21 @@ mod tests {
         model.insert("lr", 0.01);
         model.insert("hidden", 128);
         Params::new().with("model", model).with("name", "mlp").with("flag", true)
+    }
+
+    #[test]
+    fn a_tracked_copy_names_the_keys_never_read() {
+        let mut p = sample().with("unused", 1);
+        assert!(p.unread().is_empty(), "not tracking");
+        p.track_reads();
+        let copy = p.clone();
+        assert_eq!(copy.get::<f64>("model.lr").unwrap(), 0.01);
+        assert!(p.contains("flag"));
+        assert!(p.get::<i64>("missing").is_err());
+        assert_eq!(p.unread(), ["name", "unused"]);
+        assert_eq!(p, sample().with("unused", 1), "reads do not change equality");
+        let _ = p.flatten();
+        assert!(p.unread().is_empty(), "flattening reads every key");
     }
 
     #[test]

@@ -432,38 +432,8 @@ pub(crate) fn list(names: &[&str]) -> String {
 
 /// `; did you mean `x`?` for the nearest name within a few edits, or nothing.
 pub(crate) fn did_you_mean(word: &str, names: &[&str]) -> String {
-    let word = word.to_lowercase();
-    let best = names
-        .iter()
-        .map(|n| {
-            let name = n.to_lowercase();
-            // `maximum` for `max`: a name the word starts with (or the other way) is near.
-            let prefix = name.len() >= 3 && (word.starts_with(&name) || name.starts_with(&word));
-            (if prefix { 1 } else { edit_distance(&word, &name) }, n)
-        })
-        .min_by_key(|(d, _)| *d);
-    match best {
-        Some((d, name)) if d <= 2.max(word.chars().count() / 3) => {
-            format!("; did you mean `{name}`?")
-        }
-        _ => String::new(),
-    }
-}
-
-/// Levenshtein distance in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
+    crate::config::nearest(word, names)
+        .map_or_else(String::new, |n| format!("; did you mean `{n}`?"))
 }
 
 #[cfg(test)]
@@ -540,7 +510,6 @@ mod tests {
 
     #[test]
     fn nearest_names() {
-        assert_eq!(edit_distance("grace_perod", "grace_period"), 1);
         assert_eq!(did_you_mean("asah", &["asha", "pbt"]), "; did you mean `asha`?");
         assert_eq!(did_you_mean("zzzzzz", &["asha", "pbt"]), "");
         assert_eq!(did_you_mean("maximum", &["max", "min"]), "; did you mean `max`?");

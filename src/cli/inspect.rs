@@ -2,7 +2,7 @@
 //! experiment's trials or one trial's results), and the end-of-sweep table and JSON summary.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use rtune_searchers::Metrics;
@@ -134,6 +134,7 @@ pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
         "mode": grid.mode.map(|m| format!("{m:?}").to_lowercase()),
         "best": best,
         "trials": counts(grid.trials.iter().map(|t| t.status)),
+        "unread_params": grid.unread_params().into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
         "time_s": time_s,
     })
 }
@@ -141,11 +142,7 @@ pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
 /// `rtune watch` without a directory: the newest experiment in `./rtune_results` or the default
 /// storage path, one whose driver is running (it has `driver.json`) before any other.
 pub(super) fn newest_experiment() -> Result<std::path::PathBuf> {
-    let mut roots = vec![std::path::PathBuf::from("rtune_results")];
-    let default = crate::config::RunConfig::default().resolved_storage_path();
-    if !roots.contains(&default) {
-        roots.push(default);
-    }
+    let roots = storage_roots();
     let mut found = Vec::new();
     for root in &roots {
         let Ok(entries) = std::fs::read_dir(root) else { continue };
@@ -167,42 +164,105 @@ pub(super) fn newest_experiment() -> Result<std::path::PathBuf> {
     )
 }
 
-/// `rtune ls DIR`: one line per experiment under `dir`.
-pub(super) fn ls(dir: &Path) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    let mut rows = Vec::new();
-    let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-    paths.sort();
-    for path in paths.into_iter().filter(|p| Tuner::can_restore(p)) {
-        let name = path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-        match ResultGrid::from_path(&path) {
-            Ok(grid) => {
-                let status = counts(grid.trials.iter().map(|t| t.status))
-                    .iter()
-                    .map(|(s, n)| format!("{n} {s}"))
-                    .collect::<Vec<_>>();
-                let best = grid.best_result().ok().and_then(|t| {
-                    let metric = grid.metric.as_deref()?;
-                    Some(format!("{metric}={}", number(t.last(metric)?)))
-                });
-                rows.push(vec![
-                    name,
-                    grid.trials.len().to_string(),
-                    status.join(", "),
-                    best.unwrap_or_else(|| "-".into()),
-                ]);
+/// Where `rtune ls` and `rtune watch` look when given no folder: `./rtune_results` (where the
+/// examples write), then the default storage path (`$RTUNE_STORAGE_PATH`, else
+/// `~/rtune_results`).
+pub(super) fn storage_roots() -> Vec<PathBuf> {
+    let mut roots = vec![PathBuf::from("rtune_results")];
+    let default = crate::config::RunConfig::default().resolved_storage_path();
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    if !same(&roots[0], &default) {
+        roots.push(default);
+    }
+    roots
+}
+
+/// `rtune ls [DIR]`: one line per experiment under `dir` (or under each storage root that
+/// exists), as a table or JSON.
+pub(super) fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
+    let roots = match dir {
+        Some(dir) => {
+            if !dir.is_dir() {
+                bail!(
+                    "{} is not a folder (give a storage path, e.g. rtune_results)",
+                    dir.display()
+                );
             }
-            Err(e) => rows.push(vec![name, "?".into(), format!("unreadable: {e}"), "-".into()]),
+            vec![dir.to_owned()]
+        }
+        None => storage_roots().into_iter().filter(|r| r.is_dir()).collect(),
+    };
+    let mut rows = Vec::new();
+    for root in &roots {
+        let entries =
+            std::fs::read_dir(root).with_context(|| format!("cannot list {}", root.display()))?;
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        paths.sort();
+        rows.extend(paths.into_iter().filter(|p| Tuner::can_restore(p)).map(|p| listed(&p)));
+    }
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Csv => bail!("ls writes a table or JSON (--format table|json)"),
+        Format::Table if rows.is_empty() => {
+            let shown: Vec<String> = if roots.is_empty() {
+                storage_roots().iter().map(|r| r.display().to_string()).collect()
+            } else {
+                roots.iter().map(|r| r.display().to_string()).collect()
+            };
+            println!("no experiments in {}", shown.join(" or "));
+        }
+        Format::Table => {
+            let cell = |row: &serde_json::Value, key: &str| match &row[key] {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Null => "-".into(),
+                other => other.to_string(),
+            };
+            let table: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    let status = r["status"].as_object().map_or_else(String::new, |counts| {
+                        let parts: Vec<String> =
+                            counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+                        parts.join(", ")
+                    });
+                    let status = r["error"].as_str().map_or(status, |e| format!("unreadable: {e}"));
+                    let best = match (r["metric"].as_str(), r["best"].as_f64()) {
+                        (Some(metric), Some(best)) => format!("{metric}={}", number(best)),
+                        _ => "-".into(),
+                    };
+                    vec![cell(r, "path"), cell(r, "trials"), status, best]
+                })
+                .collect();
+            let headers = ["experiment", "trials", "status", "best"].map(String::from);
+            println!("{}", text_table(&headers, &table));
         }
     }
-    if rows.is_empty() {
-        println!("no experiments in {}", dir.display());
-        return Ok(());
-    }
-    let headers = ["experiment", "trials", "status", "best"].map(String::from);
-    println!("{}", text_table(&headers, &rows));
     Ok(())
+}
+
+/// One experiment as `ls` lists it: its path, trials, trials by status and best result.
+fn listed(path: &Path) -> serde_json::Value {
+    match ResultGrid::from_path(path) {
+        Ok(grid) => {
+            let best = grid.metric.as_deref().and_then(|m| grid.best_result().ok()?.last(m));
+            let status: serde_json::Map<String, serde_json::Value> =
+                counts(grid.trials.iter().map(|t| t.status))
+                    .into_iter()
+                    .map(|(s, n)| (s.to_string(), n.into()))
+                    .collect();
+            json!({
+                "path": path.display().to_string(),
+                "trials": grid.trials.len(),
+                "status": status,
+                "metric": grid.metric,
+                "best": best,
+            })
+        }
+        Err(e) => json!({ "path": path.display().to_string(), "error": e.to_string() }),
+    }
 }
 
 /// `rtune show DIR [TRIAL]`.

@@ -19,11 +19,12 @@
 //! }
 //! ```
 //!
-//! Exit codes: 0 success; 1 some trials failed (or the sweep did); 2 invalid input; 3
-//! interrupted (Ctrl-C or SIGTERM: the experiment is left resumable).
+//! Exit codes: see `EXIT_CODES` (0 success; 1 some trials failed; 2 invalid input, nothing run;
+//! 3 interrupted, resumable; 4 anything else failed).
 
 mod cluster;
 mod doc;
+mod exit;
 mod export;
 mod inspect;
 mod predict;
@@ -41,21 +42,17 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rtune_searchers::TrialStatus;
 
 pub use doc::{Problem, Problems, Source};
+pub use exit::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
+use exit::{Exit, in_sweep_terms, input_error};
 pub use registry::{Registry, Trainable};
 pub use sweep::SweepSpec;
 
 use crate::config::RunConfig;
-use crate::error::Error;
 use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, Tuner};
-
-/// Exit codes.
-pub const EXIT_TRIALS_FAILED: i32 = 1;
-pub const EXIT_INVALID: i32 = 2;
-pub const EXIT_INTERRUPTED: i32 = 3;
 
 /// rtune: hyperparameter sweeps of distributed libtorch training (Ray Tune + Ray Train in Rust).
 #[derive(Debug, Parser)]
-#[command(name = "rtune", version, about)]
+#[command(name = "rtune", version, about, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -66,7 +63,8 @@ enum Command {
     /// Run the sweep a sweep file describes.
     #[command(
         after_help = "Example:\n  rtune run examples/sweeps/synthetic_asha.toml --set tune.num_samples=8 --json out.json\n\n\
-        Exit codes: 0 success, 1 some trials failed, 2 invalid input, 3 interrupted (resumable).\n\
+        Exit codes: 0 success, 1 some trials failed, 2 invalid input, 3 interrupted (resumable), \
+        4 anything else failed.\n\
         Ctrl-C stops the sweep and leaves it resumable (rtune resume DIR); a second Ctrl-C stops at once."
     )]
     Run {
@@ -99,10 +97,14 @@ enum Command {
         dir: Option<PathBuf>,
     },
     /// List the experiments under a storage path.
-    #[command(after_help = "Example:\n  rtune ls rtune_results")]
+    #[command(after_help = "Examples:\n  rtune ls\n  rtune ls rtune_results --format json")]
     Ls {
-        /// Default: $RTUNE_STORAGE_PATH, else ~/rtune_results.
+        /// Default: ./rtune_results and the default storage path ($RTUNE_STORAGE_PATH, else
+        /// ~/rtune_results), as `rtune watch` looks.
         dir: Option<PathBuf>,
+        /// table or json.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
     },
     /// Show an experiment's trials, or one trial's results.
     #[command(after_help = "Examples:\n  rtune show rtune_results/digits-asha\n  \
@@ -330,57 +332,6 @@ enum Format {
     Csv,
 }
 
-/// An error with the exit code it ends the command with.
-#[derive(Debug)]
-struct Exit(i32, anyhow::Error);
-
-impl<E: Into<anyhow::Error>> From<E> for Exit {
-    fn from(e: E) -> Self {
-        let e = e.into();
-        Exit(exit_code(&e), e)
-    }
-}
-
-fn exit_code(e: &anyhow::Error) -> i32 {
-    if e.downcast_ref::<Problems>().is_some() {
-        return EXIT_INVALID;
-    }
-    e.downcast_ref::<Error>().map_or(EXIT_TRIALS_FAILED, code_of)
-}
-
-/// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
-/// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
-fn in_sweep_terms(e: Error) -> Exit {
-    const KEYS: &[(&str, &str)] = &[
-        ("TuneConfig.", "tune."),
-        ("ScalingConfig.", "scaling."),
-        ("ScalingConfig", "scaling"),
-        ("RunConfig.name", "name"),
-        ("RunConfig.storage_path", "storage_path"),
-        ("CheckpointConfig.", "run.checkpoint."),
-        ("FailureConfig.", "run.failure."),
-        ("train_loop_config", "param_space"),
-    ];
-    let code = code_of(&e);
-    if let Error::Config { field, message } = &e
-        && let Some(key) = KEYS
-            .iter()
-            .find_map(|(api, key)| field.strip_prefix(api).map(|rest| format!("{key}{rest}")))
-    {
-        // The key the file gives, as the file's own mistakes are named.
-        return Exit(code, anyhow::anyhow!("invalid `{key}`: {message}"));
-    }
-    Exit(code, e.into())
-}
-
-fn code_of(e: &Error) -> i32 {
-    match e {
-        Error::Config { .. } | Error::Params(_) | Error::Data(_) => EXIT_INVALID,
-        Error::Interrupted { .. } => EXIT_INTERRUPTED,
-        _ => EXIT_TRIALS_FAILED,
-    }
-}
-
 /// Runs the `rtune` command line with `registry`'s train functions and exits. Call it first
 /// in `main`: it also makes the binary's worker processes work (`rtune::init`).
 pub fn main(registry: Registry) -> ! {
@@ -433,13 +384,12 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             ui::tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;
             Ok(0)
         }
-        Command::Ls { dir } => {
-            let dir = dir.unwrap_or_else(|| RunConfig::default().resolved_storage_path());
-            inspect::ls(&dir)?;
+        Command::Ls { dir, format } => {
+            inspect::ls(dir.as_deref(), format).map_err(input_error)?;
             Ok(0)
         }
         Command::Show { dir, trial, format } => {
-            inspect::show(&dir, trial.as_deref(), format)?;
+            inspect::show(&dir, trial.as_deref(), format).map_err(input_error)?;
             Ok(0)
         }
         Command::Export { dir, best: _, trial, metric, mode, to } => {
@@ -455,7 +405,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 to: &to,
                 model: model.as_ref(),
             };
-            println!("{}", export::export(&args)?);
+            println!("{}", export::export(&args).map_err(input_error)?);
             Ok(0)
         }
         Command::Predict { model, input, output, batch_rows, allow_extra, device } => {
@@ -467,7 +417,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 allow_extra,
                 device,
             };
-            println!("{}", predict::predict(&args)?);
+            println!("{}", predict::predict(&args).map_err(input_error)?);
             Ok(0)
         }
         Command::Head { port, bind, token, heartbeat_timeout } => {
@@ -522,15 +472,23 @@ fn run(
             );
             return resume(&path, output, registry, target);
         }
-        return Err(Exit(
-            EXIT_INVALID,
-            anyhow::anyhow!(
-                "{} already holds an experiment: go on with it with `rtune resume {}`, or run \
+        if recorded_nothing(&path) {
+            // A sweep that stopped before its first result (a mistake found when it began):
+            // its fix runs under the same name.
+            println!("replacing {}: its sweep recorded no result", path.display());
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("cannot replace {}", path.display()))?;
+        } else {
+            return Err(Exit(
+                EXIT_INVALID,
+                anyhow::anyhow!(
+                    "{} already holds an experiment: go on with it with `rtune resume {}`, or run \
                  this one under another name (--set name=NEW)",
-                path.display(),
-                path.display()
-            ),
-        ));
+                    path.display(),
+                    path.display()
+                ),
+            ));
+        }
     }
     // Absolute: `rtune resume` from another folder finds what the file's paths are relative to.
     let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
@@ -549,6 +507,18 @@ fn run(
     });
     screen.close();
     finish(outcome, &path, output, began)
+}
+
+/// Whether the experiment in `path` holds nothing to lose: no driver runs it, and none of its
+/// trials recorded a result (or a checkpoint, which comes with one).
+fn recorded_nothing(path: &Path) -> bool {
+    if ui::stream::driver_alive(path) {
+        return false;
+    }
+    match ResultGrid::from_path(path) {
+        Ok(grid) => grid.trials.iter().all(|t| t.history().is_empty()),
+        Err(_) => false,
+    }
 }
 
 /// The sweep `rtune run` ran in `dir`, from the copy of its file kept there: the file's path
@@ -743,6 +713,14 @@ fn finish(
         },
     };
     println!("{}", inspect::trials_table(&grid, 10));
+    for (key, trials) in grid.unread_params() {
+        eprintln!(
+            "rtune: warning: param `{key}` was never read by the train function ({trials} of {} \
+             trials): a search over it changes nothing (check its name; [run] strict_params = \
+             true makes this an error)",
+            grid.trials.len()
+        );
+    }
     let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count();
     if let Some(out) = &output.json {
         let summary = inspect::summary(&grid, began.elapsed().as_secs_f64());

@@ -109,14 +109,15 @@ pub(crate) async fn run_attempt(
     while let Ok(call) = calls.try_recv() {
         refuse(call, Status::aborted("the attempt has ended"));
     }
-    let train_seconds =
-        state.workers.first().and_then(|w| w.finish.as_ref()).map_or(0.0, |f| f.train_seconds);
+    let rank0 = state.workers.first().and_then(|w| w.finish.as_ref());
+    let train_seconds = rank0.map_or(0.0, |f| f.train_seconds);
+    let unread_params = rank0.map(|f| f.unread_params.clone()).unwrap_or_default();
     if !state.all_exited() {
         reap_in_background(spec.group.clone(), std::mem::take(&mut state.workers), exits);
     }
     Ok(match state.failure {
         Some(failure) => AttemptOutcome::Failed(failure),
-        None => AttemptOutcome::Completed { train_seconds },
+        None => AttemptOutcome::Completed { train_seconds, unread_params },
     })
 }
 
@@ -554,6 +555,7 @@ mod tests {
             error: if ok { String::new() } else { "boom".into() },
             stopped: false,
             train_seconds: 0.1,
+            ..FinishRequest::default()
         }
     }
 

@@ -191,6 +191,8 @@ pub(crate) enum AttemptOutcome {
     /// Every worker finished (perhaps because a report asked them to stop).
     Completed {
         train_seconds: f64,
+        /// Params rank 0's train function never read.
+        unread_params: Vec<String>,
     },
     Failed(WorkerFailure),
 }

@@ -327,9 +327,35 @@ impl RunState {
             self.checkpoints.push((ck, metrics.clone()));
             self.prune_checkpoints()?;
         }
+        if self.history.is_empty() {
+            self.warn_unreported_stops(&metrics);
+        }
         let stop = self.stop.iter().any(|(name, &at)| metrics.get(name).is_some_and(|&v| v >= at));
         self.history.push(metrics);
         Ok(stop)
+    }
+
+    /// A stop criterion on a metric the first report lacks never stops anything (a typo:
+    /// `scroe`): said once per experiment (a sweep's runs share its folder) and metric.
+    fn warn_unreported_stops(&self, metrics: &Metrics) {
+        static WARNED: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+        let place = self.run_dir.parent().unwrap_or(&self.run_dir).to_owned();
+        for name in self.stop.keys().filter(|name| !metrics.contains_key(*name)) {
+            let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+            if warned.iter().any(|(p, n)| *p == place && n == name) {
+                continue;
+            }
+            warned.push((place.clone(), name.clone()));
+            let reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
+            let hint = crate::config::nearest(name, &reported)
+                .map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_default();
+            tracing::warn!(
+                "stop criterion `{name}` names a metric the first report does not have: it \
+                 stops nothing (reported: {}){hint}",
+                reported.join(", ")
+            );
+        }
     }
 
     /// When rows held back from the result files are due to be written (see `flush`).
@@ -454,6 +480,7 @@ impl RunState {
             failures,
             fit_seconds: 0.0,
             train_loop_seconds,
+            unread_params: Vec::new(),
         }
     }
 }

@@ -286,14 +286,19 @@ impl TorchTrainer {
             self
         };
         let mut no_decisions = |_: &Metrics| Ok(false);
-        driver.block_on(this.run_placed(
+        let params = this.params.clone();
+        let result = driver.block_on(this.run_placed(
             driver,
             run_dir,
             target,
             &mut no_decisions,
             started,
             &mut || {},
-        ))
+        ))?;
+        if !result.unread_params.is_empty() {
+            tracing::warn!("{}", unread_note(&result.unread_params, &params));
+        }
+        Ok(result)
     }
 
     fn make_run_dir(&self) -> Result<PathBuf> {
@@ -394,6 +399,7 @@ impl TorchTrainer {
         );
         let mut failures = Vec::new();
         let mut train_loop_seconds = 0.0;
+        let mut unread_params = Vec::new();
         for attempt in first_attempt.. {
             let (ranks, launcher) = placement.for_attempt(attempt).await?;
             let spec = AttemptSpec {
@@ -419,8 +425,9 @@ impl TorchTrainer {
             let outcome =
                 run_attempt(&hub, &spec, &mut Recording { run: &mut run, decide }).await?;
             match outcome {
-                AttemptOutcome::Completed { train_seconds, .. } => {
+                AttemptOutcome::Completed { train_seconds, unread_params: unread } => {
                     train_loop_seconds = train_seconds;
+                    unread_params = unread;
                     break;
                 }
                 AttemptOutcome::Failed(failure) => {
@@ -445,11 +452,21 @@ impl TorchTrainer {
         // trial waiting for them need not wait for those.
         drop(placement);
         run.end()?;
-        let error = (!self.run.failure_config.allows(failures.len())).then(|| {
+        let error = if !self.run.failure_config.allows(failures.len()) {
             let last = failures.last().expect("a failure was recorded");
-            format!("training failed after {} attempt(s); {last}", failures.len())
-        });
-        Ok(run.into_result(run_dir, error, failures, train_loop_seconds))
+            Some(format!("training failed after {} attempt(s); {last}", failures.len()))
+        } else if self.run.strict_params && !unread_params.is_empty() {
+            Some(format!(
+                "{} (strict_params: read it in the train function, or take it out of the \
+                 params)",
+                unread_note(&unread_params, &self.params)
+            ))
+        } else {
+            None
+        };
+        let mut result = run.into_result(run_dir, error, failures, train_loop_seconds);
+        result.unread_params = unread_params;
+        Ok(result)
     }
 }
 
@@ -598,4 +615,23 @@ impl Placement {
             tracing::warn!("releasing placement group {pg}: {e}");
         }
     }
+}
+
+/// One line on params a train function never read: a search over them changes nothing. The
+/// nearest key it did read is named (a renamed param: `LR` beside `lr`).
+pub(crate) fn unread_note(unread: &[String], params: &Params) -> String {
+    let read: Vec<&str> = params.keys().filter(|k| !unread.iter().any(|u| u == k)).collect();
+    let names: Vec<String> = unread.iter().map(|k| format!("`{k}`")).collect();
+    let hint = unread
+        .iter()
+        .find_map(|k| {
+            crate::config::nearest(k, &read).map(|near| format!(" (did you mean `{near}`?)"))
+        })
+        .unwrap_or_default();
+    format!(
+        "param{} {} never read by the train function: {} nothing{hint}",
+        if unread.len() > 1 { "s" } else { "" },
+        names.join(", "),
+        if unread.len() > 1 { "they change" } else { "it changes" },
+    )
 }

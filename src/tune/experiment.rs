@@ -161,6 +161,9 @@ pub(super) struct SavedTrialRow {
     pub(super) fit_seconds: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) train_loop_seconds: Option<f64>,
+    /// Params its train function never read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) unread_params: Vec<String>,
 }
 
 impl SavedTrialRow {
@@ -183,6 +186,7 @@ impl SavedTrialRow {
             failures: result.map(|r| r.failures.clone()).unwrap_or_default(),
             fit_seconds: result.map(|r| r.fit_seconds),
             train_loop_seconds: result.map(|r| r.train_loop_seconds),
+            unread_params: result.map(|r| r.unread_params.clone()).unwrap_or_default(),
         }
     }
 }
@@ -344,6 +348,7 @@ pub(super) fn read_trial(
     result.failures = row.failures.clone();
     result.fit_seconds = row.fit_seconds.unwrap_or_default();
     result.train_loop_seconds = row.train_loop_seconds.unwrap_or_default();
+    result.unread_params = row.unread_params.clone();
     Ok(TrialResult {
         trial_id: row.trial_id.clone(),
         status: row.status,
@@ -537,6 +542,7 @@ mod tests {
             failures: Vec::new(),
             fit_seconds: Some(index as f64),
             train_loop_seconds: None,
+            unread_params: Vec::new(),
         }
     }
 

@@ -109,6 +109,21 @@ impl ResultGrid {
     }
 
     /// The trials that failed.
+    /// Params some trial's train function never read, each with the number of such trials:
+    /// a search over them changed nothing.
+    pub fn unread_params(&self) -> Vec<(String, usize)> {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for key in
+            self.trials.iter().filter_map(|t| t.result.as_ref()).flat_map(|r| &r.unread_params)
+        {
+            match counts.iter_mut().find(|(k, _)| k == key) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((key.clone(), 1)),
+            }
+        }
+        counts
+    }
+
     pub fn errors(&self) -> Vec<&TrialResult> {
         self.trials.iter().filter(|t| t.status == TrialStatus::Error).collect()
     }
@@ -326,6 +341,7 @@ mod tests {
                 failures: Vec::new(),
                 fit_seconds: 0.0,
                 train_loop_seconds: 0.0,
+                unread_params: Vec::new(),
             }),
             error: None,
             path: PathBuf::from(id),

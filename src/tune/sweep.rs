@@ -108,6 +108,8 @@ pub(super) struct Sweep {
     /// When the scheduler's status was last looked at: at most once a second (it is asked for
     /// after every message the loop handles, reports included).
     pub(super) status_checked: Option<Instant>,
+    /// The params never read that the log has warned of.
+    pub(super) unread_warned: std::collections::BTreeSet<String>,
 }
 
 impl Sweep {
@@ -522,6 +524,22 @@ impl Sweep {
         let entry = self.trials.get_mut(&trial).expect("started trials are recorded");
         if let Some(result) = entry.result.as_mut() {
             result.metrics_history = Vec::new();
+            // Said once per param: every trial would say the same (with strict_params, each
+            // trial's error says it).
+            let new: Vec<String> = result
+                .unread_params
+                .iter()
+                .filter(|k| result.error.is_none() && !self.unread_warned.contains(*k))
+                .cloned()
+                .collect();
+            if !new.is_empty() {
+                let mut params = self.trainer.params().clone();
+                for (key, value) in entry.params.iter() {
+                    params.insert(key, value.clone());
+                }
+                tracing::warn!("{}", crate::train::unread_note(&new, &params));
+                self.unread_warned.extend(new);
+            }
         }
         event
     }

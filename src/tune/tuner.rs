@@ -270,6 +270,7 @@ impl Tuner {
             control,
             frozen: false,
             status_checked: None,
+            unread_warned: Default::default(),
             shown_status: None,
         })
     }

@@ -172,6 +172,8 @@ fn master_port(ctx: &mut TrainContext) -> anyhow::Result<u16> {
 /// Starts the command with torchrun's and rtune's environment, its stdio piped.
 fn start(spec: &CommandSpec, ctx: &TrainContext, port: u16) -> anyhow::Result<Child> {
     let (program, args) = spec.argv.split_first().context("the command is empty")?;
+    // The command gets every param; what it reads is its own affair.
+    ctx.params().read_all();
     let params = serde_json::to_string(ctx.params()).context("params as JSON")?;
     let params_file = ctx.run_dir().join("params.json");
     if !params_file.exists() {

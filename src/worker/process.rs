@@ -31,7 +31,8 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         }
     };
     let started = Instant::now();
-    let outcome = train(&spec, &mut link, listener, reply);
+    let mut unread_params = Vec::new();
+    let outcome = train(&spec, &mut link, listener, reply, &mut unread_params);
     let train_seconds = started.elapsed().as_secs_f64();
     let finish = |ok, stopped, error| FinishRequest {
         key: Some(link.key().clone()),
@@ -39,6 +40,7 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         error,
         stopped,
         train_seconds,
+        unread_params: unread_params.clone(),
     };
     let (request, code) = match outcome {
         Ok(()) => (finish(true, false, String::new()), 0),
@@ -80,6 +82,7 @@ fn train(
     link: &mut DriverLink,
     listener: TcpListener,
     reply: JoinReply,
+    unread_params: &mut Vec<String>,
 ) -> std::result::Result<(), TrainEnd> {
     let failed = |e: &dyn std::fmt::Display| TrainEnd::Failed(e.to_string());
     if build_id::hex(build_id::build_id()) != spec.build_id {
@@ -109,8 +112,11 @@ fn train(
         "" => None,
         path => Some(Checkpoint::from_directory(path).map_err(|e| failed(&e))?),
     };
-    let params = serde_json::from_str(&reply.params_json)
+    let mut params: rtune_searchers::Params = serde_json::from_str(&reply.params_json)
         .map_err(|e| failed(&format!("train loop config: {e}")))?;
+    // A clone shares what is read: after the train function, it names the params never read.
+    params.track_reads();
+    let tracked = params.clone();
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
     if device.is_cuda() {
         // Before anything asks libtorch about CUDA (see `crate::sys::cuda`).
@@ -147,6 +153,7 @@ fn train(
     // the driver at join).
     let train_fn = unsafe { crate::worker::train_fn_at(spec.train_fn) };
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| train_fn(&mut ctx)));
+    *unread_params = tracked.unread();
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) if is_stop(&e) => Err(TrainEnd::Stopped),

@@ -126,7 +126,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
     let shown = String::from_utf8(out.stdout)?;
     ensure!(shown.contains("training_iteration") && shown.contains("score"), "{shown}");
     let out = rtune(&["show", exp, "99"])?;
-    ensure!(out.status.code() == Some(1), "{}", text(&out));
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("no trial \"99\""), "{}", text(&out));
     let out = rtune(&["ls", dir.path().join("results").to_str().unwrap()])?;
     let listed = String::from_utf8(out.stdout)?;
@@ -297,6 +297,46 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
         storage.display()
     );
     let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "a param the trainable does not read",
+            "[param_space]\nRate = { loguniform = [0.02, 1.0] }\n",
+            &[
+                "sweep.toml:5:1",
+                "`param_space.Rate` is not a param of `synthetic-curve`",
+                "did you mean `rate`?",
+            ],
+        ),
+        (
+            "a float for an integer param",
+            "[param_space]\niterations = { uniform = [4, 8] }\n",
+            &["`param_space.iterations` gives 4.0 (float)", "is an integer"],
+        ),
+        (
+            "a value outside the trainable's range",
+            "[param_space]\nsleep_s = 1e30\n",
+            &["`param_space.sleep_s` gives 1e30", "must lie in [0, 86400]"],
+        ),
+        (
+            "a domain bound outside the trainable's range",
+            "[param_space]\nnoise = { choice = [0.1, -1] }\n",
+            &["`param_space.noise` gives -1", "must lie in [0, 1000000000]"],
+        ),
+        (
+            "a metric the trainable does not report",
+            "[tune]\nmetric = \"scroe\"\nmode = \"max\"\n",
+            &["`tune.metric` names `scroe`", "did you mean `score`?"],
+        ),
+        (
+            "a time_attr the trainable does not report",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nscheduler = { type = \"asha\", \
+             time_attr = \"training_iter\" }\n",
+            &["`tune.scheduler.time_attr` names `training_iter`", "`training_iteration`?"],
+        ),
+        (
+            "a stop criterion on a metric the trainable does not report",
+            "[run]\nstop = { scroe = 0.5 }\n",
+            &["`run.stop.scroe` names `scroe`", "did you mean `score`?"],
+        ),
         (
             "typo key",
             "[tune]\nmetric = \"score\"\nmode = \"max\"\nnum_smaples = 4\n",
@@ -886,5 +926,76 @@ pub fn quickstart_example_runs() -> Result<()> {
         .with_context(|| format!("no accuracy in:\n{stdout}"))?;
     ensure!(percent >= 80.0, "quickstart's best model: {percent}% of the test set");
     ensure!(tmp.path().join("rtune-quickstart").is_dir(), "the sweep went elsewhere");
+    Ok(())
+}
+
+/// Every exit code of the table in `--help` (and the README), each from a command that ends
+/// with it; 1 (trials failed) and 3 (interrupted) have tests of their own
+/// (`failed_trials_exit_1_unless_allowed`, `ctrl_c_leaves_a_resumable_sweep`).
+pub fn exit_codes_follow_the_table() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let help = rtune(&["--help"])?;
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    for line in [
+        "0  success",
+        "1  the sweep ran and some trials failed",
+        "2  invalid input",
+        "3  interrupted",
+        "4  anything else failed",
+    ] {
+        ensure!(help.contains(line), "--help lacks {line:?}:\n{help}");
+    }
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))?;
+    ensure!(readme.contains(rtune::cli::EXIT_CODES), "the README's table differs from --help's");
+    let d = dir.path().to_str().unwrap();
+    let missing = dir.path().join("missing");
+    let m = missing.to_str().unwrap();
+    // 0: an empty storage folder lists nothing, in both formats.
+    let out = rtune(&["ls", d])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let out = rtune(&["ls", d, "--format", "json"])?;
+    ensure!(out.status.code() == Some(0) && out.stdout.starts_with(b"[]"), "{}", text(&out));
+    // 2: user mistakes in every command that reads what it is given.
+    let mistakes: &[(&[&str], &str)] = &[
+        (&["ls", m], "is not a folder"),
+        (&["show", m], "is not an experiment directory"),
+        (&["show", d, "3"], "is not an experiment directory"),
+        (&["export", m, "--to", &format!("{d}/out")], ""),
+        (&["predict", m, &format!("{d}/in.csv"), &format!("{d}/out.csv")], ""),
+        (&["run", &format!("{d}/nope.toml")], "cannot read the sweep file"),
+        (&["resume", m], ""),
+        (&["watch", m], ""),
+    ];
+    for (args, wanted) in mistakes {
+        let out = rtune(args)?;
+        ensure!(out.status.code() == Some(2), "{args:?}: {}", text(&out));
+        ensure!(String::from_utf8_lossy(&out.stderr).contains(wanted), "{args:?}: {}", text(&out));
+        ensure!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{}", text(&out));
+    }
+    // 4: the system failed it (no cluster head listens there).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let out = rtune(&["status", "--address", &format!("127.0.0.1:{port}")])?;
+    ensure!(out.status.code() == Some(4), "{}", text(&out));
+    Ok(())
+}
+
+/// A sweep that recorded no result (every trial failed at once) is replaced by the rerun of its
+/// fixed file under the same name; one that recorded results is not.
+pub fn a_sweep_that_recorded_nothing_is_replaced() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.0)?;
+    let f = file.to_str().unwrap();
+    let out = rtune(&["run", f, "--no-tui", "--set", "param_space.fail_at=1"])?;
+    ensure!(out.status.code() == Some(1), "{}", text(&out));
+    let out = rtune(&["run", f, "--no-tui", "--set", "tune.num_samples=2"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stdout).contains("replacing "), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("results/curves"))?;
+    ensure!(grid.trials.len() == 2, "{} trials: the old ones were kept", grid.trials.len());
+    check_histories(&grid)?;
+    let out = rtune(&["run", f, "--no-tui"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("already holds an experiment"));
+    ensure!(ResultGrid::from_path(dir.path().join("results/curves"))?.trials.len() == 2);
     Ok(())
 }

@@ -142,6 +142,7 @@ fn main() {
             tune::asha_stops_poor_trials_and_the_best_checkpoint_loads,
         ),
         test("tune::tuner_mistakes_are_named", tune::tuner_mistakes_are_named),
+        test("tune::a_param_never_read_is_named", tune::a_param_never_read_is_named),
         test("tune::trials_never_run_beyond_the_pool", tune::trials_never_run_beyond_the_pool),
         test("tune::killed_driver_is_restored_exactly", tune::killed_driver_is_restored_exactly),
         test(
@@ -173,6 +174,11 @@ fn main() {
             tune::a_held_trial_waits_and_goes_on_from_its_checkpoint,
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
+        test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test(
+            "cli::a_sweep_that_recorded_nothing_is_replaced",
+            cli::a_sweep_that_recorded_nothing_is_replaced,
+        ),
         test("cli::ctrl_c_leaves_a_resumable_sweep", cli::ctrl_c_leaves_a_resumable_sweep),
         test(
             "cli::second_ctrl_c_stops_at_once_and_loses_nothing",

@@ -979,3 +979,59 @@ pub fn the_saved_state_keeps_up_with_reports() -> Result<()> {
     ensure!(grid.trials.len() == 1 && grid.errors().is_empty(), "{:?}", grid.errors());
     Ok(())
 }
+
+/// Reads `lr` only, and reports it: a sweep over anything else changes nothing.
+fn reads_lr_only(ctx: &mut TrainContext) -> Result<()> {
+    let lr = ctx.params().get::<f64>("lr")?;
+    ctx.report([("score", lr)]).map_err(Into::into)
+}
+
+/// A param the train function never reads (`LR` for `lr`) is named: in each trial's result,
+/// in the grid (kept in the experiment's files, so a restored grid says it too), and with
+/// `strict_params` as each trial's error.
+pub fn a_param_never_read_is_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let trainer = || {
+        TorchTrainer::new(reads_lr_only)
+            .train_loop_config(Params::new().with("lr", 0.1))
+            .scaling(ScalingConfig::workers(1))
+    };
+    let space = || SearchSpace::new().add("LR", grid_search([0.01, 0.02]));
+    let grid = Tuner::new(trainer(), space())
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+        .run_config(RunConfig::new("lenient").storage_path(dir.path()))
+        .fit()?;
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.errors()
+    );
+    ensure!(grid.unread_params() == [("LR".to_string(), 2)], "{:?}", grid.unread_params());
+    // Every trial trained with the default: the search changed nothing.
+    ensure!(grid.trials.iter().all(|t| t.last("score") == Some(0.1)));
+    let again = ResultGrid::from_path(dir.path().join("lenient"))?;
+    ensure!(again.unread_params() == grid.unread_params(), "{:?}", again.unread_params());
+    let log = std::fs::read_to_string(dir.path().join("lenient").join(rtune::tune::DRIVER_LOG))?;
+    ensure!(
+        log.matches("param `LR` never read by the train function").count() == 1
+            && log.contains("did you mean `lr`?"),
+        "{log}"
+    );
+
+    let strict =
+        RunConfig { strict_params: true, ..RunConfig::new("strict").storage_path(dir.path()) };
+    let grid = Tuner::new(trainer(), space())
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+        .run_config(strict)
+        .fit()?;
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Error));
+    for t in &grid.trials {
+        let error = t.error().unwrap_or_default();
+        ensure!(error.contains("`LR` never read") && error.contains("strict_params"), "{error}");
+    }
+    // Read through a dotted path or whole (a train function handing them on) counts as read.
+    let mut p = Params::new().with("model", Params::new().with("lr", 1.0).into_value());
+    p.track_reads();
+    ensure!(p.get::<f64>("model.lr")? == 1.0 && p.unread().is_empty());
+    Ok(())
+}

@@ -495,6 +495,32 @@ impl Domain {
         }
     }
 
+    /// The values that bound what this domain samples: the lowest and highest it can give (every
+    /// value of a choice; a normal domain's mean, as it has no bounds). For checking a domain
+    /// against the range a train function accepts before anything is sampled.
+    pub fn extremes(&self) -> Vec<Value> {
+        let (f, i) = (Value::Float, Value::Int);
+        match *self {
+            Domain::Uniform { low, high }
+            | Domain::LogUniform { low, high, .. }
+            | Domain::QUniform { low, high, .. }
+            | Domain::QLogUniform { low, high, .. } => vec![f(low), f(high)],
+            Domain::Randn { mean, .. } | Domain::QRandn { mean, .. } => vec![f(mean)],
+            Domain::RandInt { low, high } | Domain::LogRandInt { low, high, .. } => {
+                vec![i(low), i(high.saturating_sub(1).max(low))]
+            }
+            Domain::QRandInt { low, high, q } | Domain::QLogRandInt { low, high, q, .. } => {
+                if q <= 1 {
+                    vec![i(low), i(high.saturating_sub(1).max(low))]
+                } else {
+                    let (lo, hi) = int_q_bounds(low, high, q);
+                    vec![i(clamp_i128(lo)), i(clamp_i128(hi))]
+                }
+            }
+            Domain::Choice(ref values) => values.clone(),
+        }
+    }
+
     /// Whether `v` is a value this domain can produce (bounds, type, and the q grid up to float
     /// rounding). Normal domains accept any finite number of the right kind.
     pub fn contains(&self, v: &Value) -> bool {
@@ -757,6 +783,37 @@ fn log_int_in<R: Rng + ?Sized>(rng: &mut R, low: i128, high: i128) -> i128 {
 mod tests {
     use super::*;
     use crate::rng::SearchRng;
+
+    /// Every sample lies between a domain's extremes, and the extremes can be sampled.
+    #[test]
+    fn samples_lie_within_the_extremes() {
+        let domains = [
+            uniform(-1.0, 2.0).unwrap(),
+            loguniform(1e-4, 1e-1).unwrap(),
+            quniform(0.0, 1.0, 0.25).unwrap(),
+            randint(3, 9).unwrap(),
+            qrandint(0, 10, 3).unwrap(),
+            lograndint(1, 100).unwrap(),
+            choice([4, 1, 9]),
+        ];
+        let mut rng = SearchRng::seed_from_u64(1);
+        for d in domains {
+            let ends = d.extremes();
+            let (lo, hi) = ends
+                .iter()
+                .filter_map(Value::as_f64)
+                .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+            for end in &ends {
+                assert!(d.contains(end), "{}: extreme {end} cannot be sampled", d.describe());
+            }
+            for _ in 0..500 {
+                let x = d.sample(&mut rng).as_f64().unwrap();
+                assert!(lo <= x && x <= hi, "{}: {x} outside {lo}..={hi}", d.describe());
+            }
+        }
+        assert_eq!(randint(3, 9).unwrap().extremes(), [Value::Int(3), Value::Int(8)]);
+        assert_eq!(qrandint(0, 10, 3).unwrap().extremes(), [Value::Int(0), Value::Int(9)]);
+    }
 
     #[test]
     fn constructors_reject_bad_arguments() {

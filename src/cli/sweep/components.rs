@@ -23,6 +23,14 @@ impl Component {
     fn has(&self, option: &str) -> bool {
         self.options.iter().any(|(name, _)| name == option)
     }
+
+    /// A string option's value (`time_attr`).
+    pub fn text(&self, option: &str) -> Option<&str> {
+        self.options.iter().find_map(|(name, value)| match value {
+            Opt::Str(s) if name == option => Some(s.as_str()),
+            _ => None,
+        })
+    }
 }
 
 /// An option's value, read as its type.

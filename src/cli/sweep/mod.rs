@@ -34,6 +34,7 @@
 //! [run]
 //! stop = { val_acc = 0.99 }                          # stop a trial at the first report >=
 //! failure = { max_failures = 1 }
+//! # strict_params = true                            # a param never read fails its trial
 //! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
 //! ```
 
@@ -73,6 +74,8 @@ pub struct SweepSpec {
     pub failure: FailureConfig,
     pub checkpoint: CheckpointConfig,
     pub cluster: Option<String>,
+    /// `[run] strict_params`: a param the train function never reads fails its trial.
+    pub strict_params: bool,
 }
 
 impl SweepSpec {
@@ -117,6 +120,7 @@ impl SweepSpec {
             failure_config: self.failure,
             checkpoint_config: self.checkpoint.clone(),
             stop: self.stop.clone(),
+            strict_params: self.strict_params,
             ..RunConfig::default()
         };
         if let Some(address) = &self.cluster {
@@ -160,7 +164,8 @@ fn read_root(
         }
     };
     let scaling = read_scaling(top.get("scaling"), report);
-    let space = match top.get("param_space") {
+    let space_item = top.get("param_space");
+    let space = match space_item {
         Some(item) => read_space(item, "param_space", report),
         None => Some(SearchSpace::new()),
     };
@@ -220,12 +225,15 @@ fn read_root(
         );
         report.add("tune", &tune_origin, message);
     }
-    let (stop, failure, checkpoint, cluster) = read_run(run_item, report);
+    let run = read_run(run_item, report);
     let (trainable, space, search, scheduler) = (trainable?, space?, search?, scheduler?);
     let builtin = match find_key(root, "trainable.builtin").map(|item| &item.kind) {
         Some(Kind::Str(name)) => Some(name.clone()),
         _ => None,
     };
+    if let Some(t) = builtin.as_deref().and_then(|b| registry.get(b)) {
+        check_declared(t, root, space_item.zip(Some(&space)), &scheduler, &run, report);
+    }
     let spec = SweepSpec {
         name,
         storage_path,
@@ -249,13 +257,55 @@ fn read_root(
         },
         search,
         scheduler,
-        stop,
-        failure,
-        checkpoint,
-        cluster,
+        stop: run.stop,
+        failure: run.failure,
+        checkpoint: run.checkpoint,
+        cluster: run.cluster,
+        strict_params: run.strict_params,
     };
     check_components(&spec, root, report);
     Some(spec)
+}
+
+/// What a registered train function declares, against the file: its params (names, types,
+/// ranges) and the metrics it reports (every metric name the sweep relies on).
+fn check_declared(
+    t: &super::Trainable,
+    root: &Item,
+    space: Option<(&Item, &SearchSpace)>,
+    scheduler: &Component,
+    run: &RunParts,
+    report: &mut Report<'_>,
+) {
+    if let Some((item, space)) = space {
+        for (key, param) in space.iter() {
+            if let Some(why) = t.check_param(key, param) {
+                let origin = doc::find(item, key).map_or(&item.origin, |(origin, _)| origin);
+                report.add(&format!("param_space.{key}"), origin, why);
+            }
+        }
+    }
+    let mut named: Vec<(String, &str)> = Vec::new();
+    if let Some(Kind::Str(metric)) = find_key(root, "tune.metric").map(|i| &i.kind) {
+        named.push(("tune.metric".into(), metric));
+    }
+    if let Some(attr) = scheduler.text("time_attr") {
+        named.push(("tune.scheduler.time_attr".into(), attr));
+    }
+    for metric in run.stop.keys() {
+        named.push((format!("run.stop.{metric}"), metric));
+    }
+    if let Some(attribute) = &run.checkpoint.score_attribute {
+        named.push(("run.checkpoint.score_attribute".into(), attribute));
+    }
+    for (key, metric) in named {
+        if let Some(why) = t.check_metric(metric) {
+            let origin = doc::find(root, &key)
+                .or_else(|| doc::find(root, key.rsplit_once('.').map_or("", |(up, _)| up)))
+                .map_or(root.origin.clone(), |(o, _)| o.clone());
+            report.add(&key, &origin, why);
+        }
+    }
 }
 
 fn find_key<'i>(root: &'i Item, key: &str) -> Option<&'i Item> {
@@ -537,7 +587,14 @@ fn num_of(kind: &Kind) -> Option<f64> {
     }
 }
 
-type RunParts = (BTreeMap<String, f64>, FailureConfig, CheckpointConfig, Option<String>);
+/// `[run]`: what `read_run` gives.
+struct RunParts {
+    stop: BTreeMap<String, f64>,
+    failure: FailureConfig,
+    checkpoint: CheckpointConfig,
+    cluster: Option<String>,
+    strict_params: bool,
+}
 
 fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
     let mut fields = Fields::of(item, "run", report);
@@ -586,6 +643,7 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
         c.done(report);
     }
     let cluster = fields.value::<String>("cluster", report);
+    let strict_params = fields.value::<bool>("strict_params", report).unwrap_or(false);
     fields.done(report);
-    (stop, failure, checkpoint, cluster)
+    RunParts { stop, failure, checkpoint, cluster, strict_params }
 }

@@ -256,6 +256,16 @@ impl Remote {
     }
 }
 
+/// Whether a driver process still runs the sweep in `dir` (its `driver.json` names a live pid).
+pub fn driver_alive(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read(dir.join(DRIVER_FILE)) else { return false };
+    match serde_json::from_slice::<DriverFile>(&text) {
+        Ok(record) => Path::new(&format!("/proc/{}", record.pid)).exists(),
+        // Unreadable (being written): assume it runs.
+        Err(_) => true,
+    }
+}
+
 /// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a
 /// stream that answers); None when it is not (a finished or interrupted sweep, a dead driver).
 pub fn attach(dir: &Path) -> Option<Remote> {

@@ -1,0 +1,95 @@
+//! How every `rtune` command ends: the exit codes (one table, `EXIT_CODES`, for `--help` and
+//! the README) and the error each command ends with, in the words of the sweep file.
+
+use super::Problems;
+use crate::error::Error;
+
+/// Exit codes: the sweep ran and some trials failed (`--allow-failures` exits 0 instead).
+pub const EXIT_TRIALS_FAILED: i32 = 1;
+/// A mistake in what was given (a sweep file, an argument, a path, a trial that does not
+/// exist): said before anything ran or was written.
+pub const EXIT_INVALID: i32 = 2;
+/// Ctrl-C or SIGTERM: the sweep stopped resumably (`rtune resume DIR`).
+pub const EXIT_INTERRUPTED: i32 = 3;
+/// Anything else failed (a disk, the cluster, a bug): the message says what.
+pub const EXIT_FAILED: i32 = 4;
+
+/// The exit codes of every command, as `--help` and the README show them.
+pub const EXIT_CODES: &str = "Exit codes:\n  \
+    0  success\n  \
+    1  the sweep ran and some trials failed (--allow-failures exits 0)\n  \
+    2  invalid input (a sweep file, an argument, a path, a trial): nothing ran\n  \
+    3  interrupted by Ctrl-C or SIGTERM: the sweep is resumable (rtune resume DIR)\n  \
+    4  anything else failed (a disk, the cluster, a bug): the message says what";
+
+/// An error with the exit code it ends the command with.
+#[derive(Debug)]
+pub(super) struct Exit(pub(super) i32, pub(super) anyhow::Error);
+
+impl<E: Into<anyhow::Error>> From<E> for Exit {
+    fn from(e: E) -> Self {
+        let e = e.into();
+        Exit(exit_code(&e), e)
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<Problems>().is_some() {
+        return EXIT_INVALID;
+    }
+    e.downcast_ref::<Error>().map_or(EXIT_FAILED, code_of)
+}
+
+/// An error of a command that reads what it is given (`ls`, `show`, `export`, `predict`): a
+/// mistake in its arguments (exit 2) unless the system failed it (a disk error: exit 4).
+pub(super) fn input_error(e: anyhow::Error) -> Exit {
+    use std::io::ErrorKind as K;
+    let system = e.chain().filter_map(|c| c.downcast_ref::<std::io::Error>()).any(|io| {
+        !matches!(
+            io.kind(),
+            K::NotFound
+                | K::PermissionDenied
+                | K::AlreadyExists
+                | K::NotADirectory
+                | K::IsADirectory
+                | K::InvalidInput
+                | K::InvalidData
+                | K::UnexpectedEof
+                | K::ReadOnlyFilesystem
+        )
+    });
+    Exit(if system { EXIT_FAILED } else { EXIT_INVALID }, e)
+}
+
+/// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
+/// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
+pub(super) fn in_sweep_terms(e: Error) -> Exit {
+    const KEYS: &[(&str, &str)] = &[
+        ("TuneConfig.", "tune."),
+        ("ScalingConfig.", "scaling."),
+        ("ScalingConfig", "scaling"),
+        ("RunConfig.name", "name"),
+        ("RunConfig.storage_path", "storage_path"),
+        ("CheckpointConfig.", "run.checkpoint."),
+        ("FailureConfig.", "run.failure."),
+        ("train_loop_config", "param_space"),
+    ];
+    let code = code_of(&e);
+    if let Error::Config { field, message } = &e
+        && let Some(key) = KEYS
+            .iter()
+            .find_map(|(api, key)| field.strip_prefix(api).map(|rest| format!("{key}{rest}")))
+    {
+        // The key the file gives, as the file's own mistakes are named.
+        return Exit(code, anyhow::anyhow!("invalid `{key}`: {message}"));
+    }
+    Exit(code, e.into())
+}
+
+fn code_of(e: &Error) -> i32 {
+    match e {
+        Error::Config { .. } | Error::Params(_) | Error::Data(_) => EXIT_INVALID,
+        Error::Interrupted { .. } => EXIT_INTERRUPTED,
+        _ => EXIT_FAILED,
+    }
+}
