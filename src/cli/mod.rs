@@ -155,9 +155,13 @@ enum Command {
         /// A folder `rtune export` wrote.
         #[arg(long, alias = "checkpoint")]
         model: PathBuf,
-        /// A .parquet or .csv file with the model's input columns.
+        /// A .parquet, .csv or .csv.gz file with the model's input columns.
         #[arg(long)]
         input: PathBuf,
+        /// The CSV input has no header row: its columns are the model's inputs in order (then
+        /// the label, when there is one column more, as in data/digits.csv.gz).
+        #[arg(long)]
+        no_header: bool,
         /// The .parquet or .csv file to create.
         #[arg(long)]
         output: PathBuf,
@@ -408,10 +412,11 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             println!("{}", export::export(&args).map_err(input_error)?);
             Ok(0)
         }
-        Command::Predict { model, input, output, batch_rows, allow_extra, device } => {
+        Command::Predict { model, input, no_header, output, batch_rows, allow_extra, device } => {
             let args = predict::PredictArgs {
                 model: &model,
                 input: &input,
+                no_header,
                 output: &output,
                 batch_rows,
                 allow_extra,

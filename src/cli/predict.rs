@@ -1,4 +1,5 @@
-//! `rtune predict`: batch prediction over a parquet or CSV file with an exported model (its
+//! `rtune predict`: batch prediction over a parquet or CSV file (gzipped or not, with a header
+//! row or, given `--no-header`, the model's columns in order) with an exported model (its
 //! TorchScript `model.pt` and `preprocessor.json`), in batches of bounded memory: the input's
 //! rows with a `prediction` column appended (and `prob_<class>` columns for a classifier).
 
@@ -22,6 +23,8 @@ pub(super) struct PredictArgs<'a> {
     /// An export folder (`rtune export`).
     pub model: &'a Path,
     pub input: &'a Path,
+    /// The CSV input has no header row (its columns are the model's, in order).
+    pub no_header: bool,
     pub output: &'a Path,
     /// Rows per batch (what is in memory at once, with the model's outputs).
     pub batch_rows: usize,
@@ -42,10 +45,14 @@ pub(super) fn predict(args: &PredictArgs<'_>) -> Result<String> {
     let device = crate::sys::cuda::use_device(args.device)
         .map_err(|e| anyhow!("--device: {e}; or predict on the CPU (--device cpu)"))?;
     let (schema, module) = load(args.model, device)?;
+    if format_of(args.output)? == FileFormat::CsvGz {
+        bail!("{}: write the predictions to a .parquet or .csv file", args.output.display());
+    }
     if args.output.exists() {
         bail!("{} already exists; write the predictions to a new file", args.output.display());
     }
-    let mut reader = Reader::open(args.input, args.batch_rows.max(1))?;
+    let header = args.no_header.then_some(&schema);
+    let mut reader = Reader::open(args.input, args.batch_rows.max(1), header)?;
     let tmp = temp_path(args.output)?;
     let mut writer: Option<Writer> = None;
     let (mut rows, mut first_row) = (0usize, 0usize);
@@ -206,14 +213,37 @@ fn temp_path(output: &Path) -> Result<PathBuf> {
 enum FileFormat {
     Parquet,
     Csv,
+    /// Gzipped CSV (read only).
+    CsvGz,
 }
 
 fn format_of(path: &Path) -> Result<FileFormat> {
-    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-        Some("parquet") => Ok(FileFormat::Parquet),
-        Some("csv") => Ok(FileFormat::Csv),
-        _ => bail!("{}: use a .parquet or .csv file", path.display()),
+    let name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase());
+    match name.as_deref() {
+        Some(n) if n.ends_with(".parquet") => Ok(FileFormat::Parquet),
+        Some(n) if n.ends_with(".csv") => Ok(FileFormat::Csv),
+        Some(n) if n.ends_with(".csv.gz") => Ok(FileFormat::CsvGz),
+        _ => bail!("{}: use a .parquet, .csv or .csv.gz file", path.display()),
     }
+}
+
+/// The header of a CSV file without one: the model's input columns in order, then its label
+/// when the rows have one column more.
+fn header_for(schema: &DataSchema, first_line: &str, path: &Path) -> Result<String> {
+    let columns = first_line.split(',').count();
+    let mut names = schema.features.clone();
+    match &schema.label {
+        _ if columns == names.len() => {}
+        Some(label) if columns == names.len() + 1 => names.push(label.clone()),
+        label => bail!(
+            "{}: --no-header reads the model's {} input columns in order{}, but the first row \
+             has {columns} values",
+            path.display(),
+            names.len(),
+            label.as_ref().map_or(String::new(), |l| format!(" (then `{l}`)"))
+        ),
+    }
+    Ok(names.join(","))
 }
 
 /// The input, a batch of rows at a time.
@@ -224,31 +254,48 @@ enum Reader {
     /// (A quoted value spanning lines is not supported.)
     Csv {
         path: PathBuf,
-        lines: std::io::Lines<BufReader<File>>,
+        lines: std::io::Lines<Box<dyn BufRead>>,
+        /// The header row, and a first row read to make a header from (`--no-header`).
         header: String,
+        pending: Option<String>,
         types: Option<Arc<Schema>>,
         batch: usize,
     },
 }
 
 impl Reader {
-    fn open(path: &Path, batch: usize) -> Result<Reader> {
+    /// Opens the input; `no_header` gives the columns of a CSV file without a header row.
+    fn open(path: &Path, batch: usize, no_header: Option<&DataSchema>) -> Result<Reader> {
+        let format = format_of(path)?;
+        if format == FileFormat::Parquet && no_header.is_some() {
+            bail!("--no-header is for CSV files; {} is parquet", path.display());
+        }
         let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        Ok(match format_of(path)? {
+        Ok(match format {
             FileFormat::Parquet => {
                 let rows = ParquetReader::new(file)
                     .num_rows()
                     .with_context(|| format!("{} is not a parquet file", path.display()))?;
                 Reader::Parquet { path: path.to_owned(), rows, next: 0, batch }
             }
-            FileFormat::Csv => {
-                let mut lines = BufReader::new(file).lines();
-                let header = lines
+            FileFormat::Csv | FileFormat::CsvGz => {
+                let read: Box<dyn BufRead> = match format {
+                    FileFormat::CsvGz => {
+                        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(file)))
+                    }
+                    _ => Box::new(BufReader::new(file)),
+                };
+                let mut lines = read.lines();
+                let first = lines
                     .next()
                     .transpose()
                     .with_context(|| format!("cannot read {}", path.display()))?
                     .with_context(|| format!("{} is empty (no header row)", path.display()))?;
-                Reader::Csv { path: path.to_owned(), lines, header, types: None, batch }
+                let (header, pending) = match no_header {
+                    Some(schema) => (header_for(schema, &first, path)?, Some(first)),
+                    None => (first, None),
+                };
+                Reader::Csv { path: path.to_owned(), lines, header, pending, types: None, batch }
             }
         })
     }
@@ -264,10 +311,10 @@ impl Reader {
                 *next += len;
                 Ok(Some(frame))
             }
-            Reader::Csv { path, lines, header, types, batch } => {
+            Reader::Csv { path, lines, header, pending, types, batch } => {
                 let mut text = format!("{header}\n");
                 let mut n = 0;
-                for line in lines.by_ref() {
+                for line in pending.take().map(Ok).into_iter().chain(lines.by_ref()) {
                     let line = line.with_context(|| format!("reading {}", path.display()))?;
                     if line.trim().is_empty() {
                         continue;
@@ -310,6 +357,7 @@ impl Writer {
             FileFormat::Parquet => {
                 Writer::Parquet(Box::new(ParquetWriter::new(file).batched(first.schema())?))
             }
+            FileFormat::CsvGz => bail!("{}: write a .parquet or .csv file", output.display()),
             FileFormat::Csv => {
                 let mut file = file;
                 CsvWriter::new(&mut file).include_header(true).finish(&mut first.clone())?;

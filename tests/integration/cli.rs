@@ -771,7 +771,7 @@ fn batch_prediction_matches(
     accuracy: f64,
     dir: &Path,
 ) -> Result<()> {
-    use rtune::polars::prelude::{CsvWriter, ParquetReader, SerReader, SerWriter};
+    use rtune::polars::prelude::{CsvWriter, DataType, ParquetReader, SerReader, SerWriter};
     let input = dir.join("test.csv");
     CsvWriter::new(std::fs::File::create(&input)?).finish(&mut test.frame()?)?;
     let output = dir.join("predicted.parquet");
@@ -838,6 +838,30 @@ fn batch_prediction_matches(
         written.lines().count() == test.len() + 1 && written.starts_with("id,pixel_0"),
         "{}",
         &written[..200.min(written.len())]
+    );
+    // The shipped data as it is: gzipped, no header, the label last (as the README shows).
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/digits.csv.gz");
+    let out = predict(&shipped, &dir.join("all.csv"), &[])?;
+    ensure!(out.status.code() == Some(2), "a headerless file read as headed: {}", text(&out));
+    let all = dir.join("all.parquet");
+    let out = predict(&shipped, &all, &["--no-header", "--batch-rows", "500"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let frame = ParquetReader::new(std::fs::File::open(&all)?).finish()?;
+    let labels: Vec<i64> =
+        frame.column("digit")?.cast(&DataType::Int64)?.i64()?.into_no_null_iter().collect();
+    let predicted: Vec<i64> = frame.column("prediction")?.i64()?.into_no_null_iter().collect();
+    let right = predicted.iter().zip(&labels).filter(|(p, l)| p == l).count();
+    ensure!(labels.len() == 1797, "{} rows of the 1797 digits", labels.len());
+    // Most of the rows are the model's training data: it is right on nearly all of them.
+    ensure!(right as f64 / labels.len() as f64 > 0.95, "{right} of {} right", labels.len());
+    let narrow = dir.join("narrow.csv");
+    std::fs::write(&narrow, "1,2,3\n")?;
+    let out = predict(&narrow, &dir.join("n.csv"), &["--no-header"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(
+        text(&out).contains("reads the model's 64 input columns in order (then `digit`), but the first row has 3 values"),
+        "{}",
+        text(&out)
     );
     Ok(())
 }
