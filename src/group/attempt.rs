@@ -252,6 +252,7 @@ impl Attempt<'_> {
                         .filter(|d| !d.is_empty())
                         .unwrap_or_else(|| given.clone())
                 }),
+                pid: request.pid,
             })
             .collect();
         let shared = shared_gpus(&seats);
@@ -610,7 +611,9 @@ mod tests {
         assert_eq!(x.collective_group_id, y.collective_group_id);
         assert_eq!((y.local_rank, y.local_world_size, y.node_rank), (1, 2, 0));
         assert!(!x.gpus_shared && !y.gpus_shared);
-        assert_eq!(placed.0, vec![Seat { node: "127.0.0.1".into(), gpus: None }; 2]);
+        let nodes: Vec<(&str, Option<&str>)> =
+            placed.0.iter().map(|s| (s.node.as_str(), s.gpus.as_deref())).collect();
+        assert_eq!(nodes, [("127.0.0.1", None); 2]);
         assert!(attempt.failure.is_none());
     }
 

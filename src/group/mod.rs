@@ -79,6 +79,8 @@ impl RankPlacement {
 pub(crate) struct Seat {
     pub node: String,
     pub gpus: Option<String>,
+    /// The worker's process id.
+    pub pid: u32,
 }
 
 impl Seat {
@@ -219,7 +221,7 @@ mod tests {
     use super::*;
 
     fn seat(node: &str, gpus: Option<&str>) -> Seat {
-        Seat { node: node.into(), gpus: gpus.map(Into::into) }
+        Seat { node: node.into(), gpus: gpus.map(Into::into), pid: 1 }
     }
 
     #[test]

@@ -19,7 +19,8 @@ pub(super) struct RunIdentity {
     pub trial_id: Option<String>,
     /// The train loop config (Ray's `config`).
     pub config: serde_json::Value,
-    /// The driver process, which runs the trial (Ray: the trainable's process and node).
+    /// Rank 0's worker process once the ranks joined (Ray: the trainable's process), the
+    /// driver's until then.
     pub pid: u32,
     pub hostname: String,
     pub node_ip: String,
@@ -369,9 +370,13 @@ impl RunState {
         self.files.flush()
     }
 
-    /// Where the current attempt's ranks run, as its rows will say.
-    pub(super) fn placed(&mut self, placement: String) {
+    /// Where the current attempt's ranks run, and rank 0's process (each row's `pid`, as in
+    /// Ray: the worker's), as its rows will say.
+    pub(super) fn placed(&mut self, placement: String, rank0_pid: Option<u32>) {
         self.placement = Some(placement);
+        if let Some(pid) = rank0_pid {
+            self.identity.pid = pid;
+        }
     }
 
     /// The metrics of the latest recorded report (empty before the first).

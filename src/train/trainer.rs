@@ -491,7 +491,7 @@ impl OnReport for Recording<'_, '_> {
     }
 
     fn placed(&mut self, seats: &[Seat]) {
-        self.run.placed(describe_seats(seats));
+        self.run.placed(describe_seats(seats), seats.first().map(|s| s.pid));
     }
 }
 

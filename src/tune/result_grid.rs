@@ -293,9 +293,12 @@ fn typed(name: PlSmallStr, cells: &[Option<&Value>]) -> Column {
     series.into()
 }
 
-/// One Float64 column per metric name any row has (rtune's automatic ones first, in Ray's
-/// order; then the reported ones by name); a row without it is null.
+/// One column per metric name any row has (rtune's automatic ones first, in Ray's order; then
+/// the reported ones by name); a row without it is null. Metrics are Float64, but for the
+/// counts and the seconds since the epoch that rtune adds (Int64, as in Ray's tables: a CSV
+/// says `16`, not `16.0`).
 fn metric_columns(rows: &[Option<&Metrics>]) -> Vec<Column> {
+    const WHOLE: [&str; 3] = ["training_iteration", "timestamp", "iterations_since_restore"];
     let mut names: Vec<&str> = Vec::new();
     for m in rows.iter().flatten() {
         for name in m.keys() {
@@ -311,6 +314,11 @@ fn metric_columns(rows: &[Option<&Metrics>]) -> Vec<Column> {
         .map(|name| {
             let values: Vec<Option<f64>> =
                 rows.iter().map(|m| m.and_then(|m| m.get(name).copied())).collect();
+            let whole = |v: &Option<f64>| v.is_none_or(|x| x.fract() == 0.0 && x.abs() < 9e15);
+            if WHOLE.contains(&name) && values.iter().all(whole) {
+                let ints: Vec<Option<i64>> = values.iter().map(|v| v.map(|x| x as i64)).collect();
+                return Column::new(name.into(), ints);
+            }
             Column::new(name.into(), values)
         })
         .collect()

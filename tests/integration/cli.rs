@@ -122,6 +122,13 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(csv.starts_with("trial_id,status,") && csv.lines().count() == 7, "{csv}");
     // Statuses as the table and the JSON write them (Ray's names).
     ensure!(csv.lines().skip(1).all(|l| l.split(',').nth(1) == Some("TERMINATED")), "{csv}");
+    // Iterations as the table and the JSON write them: `8`, not `8.0`.
+    let column = csv.lines().next().unwrap().split(',').position(|c| c == "training_iteration");
+    let column = column.context("no training_iteration column")?;
+    for line in csv.lines().skip(1) {
+        let iteration = line.split(',').nth(column).unwrap_or_default();
+        ensure!(iteration.parse::<u64>().is_ok(), "training_iteration {iteration:?} in {line}");
+    }
     let out = rtune(&["show", exp, "0"])?;
     let shown = String::from_utf8(out.stdout)?;
     ensure!(shown.contains("training_iteration") && shown.contains("score"), "{shown}");

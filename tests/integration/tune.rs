@@ -30,6 +30,9 @@ fn train_sweep(ctx: &mut TrainContext) -> Result<()> {
     let names =
         [ctx.trial_id(), ctx.trial_name(), ctx.experiment_name()].map(Option::unwrap_or_default);
     std::fs::write(ctx.run_dir().join("names.txt"), names.join("\n"))?;
+    if ctx.world_rank() == 0 {
+        std::fs::write(ctx.run_dir().join("pid.txt"), std::process::id().to_string())?;
+    }
     tch::manual_seed(0);
     train_digits_mlp(ctx, lr, hidden, epochs)
 }
@@ -86,7 +89,10 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
         ensure!(first["config"]["lr"].as_f64() == Some(t.params().get::<f64>("lr")?), "{first}");
         ensure!(first["config"]["epochs"] == 6, "{first}");
         ensure!(first["iterations_since_restore"] == 1 && first["training_iteration"] == 1);
-        ensure!(first["pid"] == std::process::id() && first["node_ip"] == "127.0.0.1");
+        // Its pid is rank 0's worker process, as in Ray (the trainable's process).
+        let rank0: u32 = std::fs::read_to_string(t.path().join("pid.txt"))?.parse()?;
+        ensure!(first["pid"] == rank0 && rank0 != std::process::id(), "{first}, rank 0: {rank0}");
+        ensure!(first["node_ip"] == "127.0.0.1", "{first}");
         ensure!(first["date"].as_str().is_some_and(|d| d.len() == 19), "{first}");
         // The train function saw the trial's names (Ray's get_context()).
         let names = std::fs::read_to_string(t.path().join("names.txt"))?;
@@ -137,11 +143,11 @@ fn check_tables(grid: &ResultGrid, lengths: &[usize]) -> Result<()> {
     ensure!(df.column("config/hidden")?.dtype() == &DataType::Int64, "{df}");
     let last = df.column("val_acc")?.f64()?;
     let best = df.column("best/val_acc")?.f64()?;
-    let iterations = df.column("training_iteration")?.f64()?;
+    let iterations = df.column("training_iteration")?.i64()?;
     for (i, t) in grid.trials.iter().enumerate() {
         ensure!(last.get(i) == t.last("val_acc"), "row {i}: {df}");
         ensure!(best.get(i) == t.best("val_acc", Mode::Max), "row {i}: {df}");
-        ensure!(iterations.get(i) == Some(lengths[i] as f64), "row {i}: {df}");
+        ensure!(iterations.get(i) == Some(lengths[i] as i64), "row {i}: {df}");
     }
     // Filtered by the best val_acc, each trial's row shows its best report.
     let by_best = grid.get_dataframe(Some("val_acc"), Some(Mode::Max))?;
