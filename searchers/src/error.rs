@@ -168,12 +168,13 @@ impl Error {
         value: impl std::fmt::Display,
         expected: impl Into<String>,
     ) -> Self {
-        Error::InvalidConfig {
-            component,
-            setting,
-            value: value.to_string(),
-            expected: expected.into(),
-        }
+        // A number of many digits (`-1e308` written out in full) is shown in exponent form.
+        let value = value.to_string();
+        let value = match value.parse::<f64>() {
+            Ok(x) if value.len() > 20 => format!("{x:e}"),
+            _ => value,
+        };
+        Error::InvalidConfig { component, setting, value, expected: expected.into() }
     }
 }
 

@@ -202,6 +202,8 @@ pub(crate) fn apply_set(root: &mut Item, arg: &str) -> Result<(), Problem> {
             }
         };
         if last {
+            // The key's place is the argument now: a mistake in its value is the argument's.
+            entries[index].1 = origin.clone();
             entries[index].2 = value;
             return Ok(());
         }
@@ -493,7 +495,8 @@ mod tests {
         let (origin, value) = find(&root, "tune.num_samples").unwrap();
         assert_eq!(value.kind, Kind::Int(8));
         assert_eq!(s.at(&value.origin), "--set tune.num_samples=8");
-        assert_eq!(s.at(origin), "sweep.toml:2:1");
+        // The key is the argument's now: a mistake in its value is said of the argument.
+        assert_eq!(s.at(origin), "--set tune.num_samples=8");
         assert_eq!(find(&root, "tune.scheduler.type").unwrap().1.kind, Kind::Str("asha".into()));
         let err = apply_set(&mut root, "tune.num_samples.x=1").unwrap_err();
         assert!(err.message.contains("`tune.num_samples` is the integer 8"), "{err}");

@@ -76,6 +76,19 @@ enum Command {
         #[command(flatten)]
         output: Output,
     },
+    /// Check a sweep file as `rtune run` would, and run nothing: every key, the trainable's
+    /// params and metrics, whether a trial fits this machine (or the cluster), the searcher
+    /// and scheduler.
+    #[command(
+        after_help = "Example:\n  rtune validate examples/sweeps/digits_tpe_asha.toml --set tune.num_samples=4"
+    )]
+    Validate {
+        /// The sweep file (TOML).
+        file: PathBuf,
+        /// Override a key of the file, as `rtune run --set`.
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+    },
     /// Go on with an interrupted sweep started by `rtune run`.
     #[command(after_help = "Example:\n  rtune resume rtune_results/digits-asha")]
     Resume {
@@ -366,6 +379,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             run(&file, &sets, &output, registry, &Target::default())
         }
         Command::Resume { dir, output } => resume(&dir, &output, registry, &Target::default()),
+        Command::Validate { file, sets } => validate(&file, &sets, registry),
         Command::Slurm { command } => match command {
             SlurmCommand::Run { file, sets, cluster, output } => {
                 let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
@@ -457,11 +471,7 @@ fn run(
     target: &Target,
 ) -> Result<i32, Exit> {
     output.check()?;
-    let text = std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read the sweep file {}", file.display()))
-        .map_err(|e| Exit(EXIT_INVALID, e))?;
-    let source = doc::Source { name: file.display().to_string(), text };
-    let spec = SweepSpec::read(&source, sets, registry)?;
+    let (source, spec) = read_spec(file, sets, registry)?;
     let mut run = target.run_config(&spec);
     let name = spec.name.clone().unwrap_or_else(|| {
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
@@ -512,6 +522,50 @@ fn run(
     });
     screen.close();
     finish(outcome, &path, output, began)
+}
+
+/// `rtune validate`: what `run` checks before it starts, and a line on what it would run.
+fn validate(file: &Path, sets: &[String], registry: &Registry) -> Result<i32, Exit> {
+    let (source, spec) = read_spec(file, sets, registry)?;
+    let mut run = spec.run_config();
+    run.name = Some(spec.name.clone().unwrap_or_else(|| "validate".into()));
+    spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
+    let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
+    println!(
+        "{}: valid; it runs {} trials of {trainable} ({} worker{} each) with search `{}` and \
+         scheduler `{}`",
+        source.name,
+        samples(&spec),
+        spec.scaling.num_workers,
+        if spec.scaling.num_workers == 1 { "" } else { "s" },
+        spec.search.kind,
+        spec.scheduler.kind
+    );
+    if let Some(name) = &spec.name {
+        let path = crate::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
+        if crate::tune::holds_experiment(&path) && !recorded_nothing(&path) {
+            println!(
+                "note: {} holds an experiment already: `rtune run` would refuse it (rtune \
+                 resume it, or --set name=NEW)",
+                path.display()
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// Reads and checks the sweep file (exit 2 on any mistake).
+fn read_spec(
+    file: &Path,
+    sets: &[String],
+    registry: &Registry,
+) -> Result<(doc::Source, SweepSpec), Exit> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the sweep file {}", file.display()))
+        .map_err(|e| Exit(EXIT_INVALID, e))?;
+    let source = doc::Source { name: file.display().to_string(), text };
+    let spec = SweepSpec::read(&source, sets, registry)?;
+    Ok((source, spec))
 }
 
 /// Whether the experiment in `path` holds nothing to lose: no driver runs it, and none of its

@@ -129,7 +129,20 @@ impl Tuner {
         driver.block_on(sweep.run(driver))
     }
 
-    fn prepare(self, driver: &'static Driver) -> Result<Sweep> {
+    /// Checks everything `fit` checks before it makes the experiment's directory or starts a
+    /// trial (the settings, the trainer, whether a trial fits the machine or the cluster, the
+    /// searcher and scheduler), and does nothing else: `rtune validate`.
+    pub fn validate(self) -> Result<()> {
+        let driver = Driver::get()?;
+        let plan = self.plan(driver)?;
+        if plan.restoring.is_none() {
+            Controller::new(plan.config, plan.searcher, plan.scheduler)?;
+        }
+        Ok(())
+    }
+
+    /// The checked settings of the sweep (see `validate`).
+    fn plan(self, driver: &'static Driver) -> Result<Plan> {
         let Tuner { trainer, space, tune, run, restoring, control, files } = self;
         for (name, _) in &files {
             check_experiment_file(name)?;
@@ -225,6 +238,37 @@ impl Tuner {
             search_alg: searcher.save_state().kind().to_owned(),
             scheduler: scheduler.save_state().kind().to_owned(),
         };
+        Ok(Plan {
+            trainer,
+            run,
+            restoring,
+            control,
+            files,
+            saved,
+            config,
+            searcher,
+            scheduler,
+            metric,
+            time_budget,
+            reuse_actors,
+        })
+    }
+
+    fn prepare(self, driver: &'static Driver) -> Result<Sweep> {
+        let Plan {
+            trainer,
+            run,
+            restoring,
+            control,
+            files,
+            saved,
+            config,
+            searcher,
+            scheduler,
+            metric,
+            time_budget,
+            reuse_actors,
+        } = self.plan(driver)?;
         // The datasets are read and the preprocessor fitted once, for every trial.
         let path = match &restoring {
             Some((path, _)) => path.clone(),
@@ -274,6 +318,22 @@ impl Tuner {
             shown_status: None,
         })
     }
+}
+
+/// A sweep whose settings were checked, before anything is made.
+struct Plan {
+    trainer: TorchTrainer,
+    run: RunConfig,
+    restoring: Option<(PathBuf, Settings)>,
+    control: Control,
+    files: Vec<(String, Vec<u8>)>,
+    saved: Settings,
+    config: ControllerConfig,
+    searcher: Box<dyn Searcher>,
+    scheduler: Box<dyn rtune_searchers::TrialScheduler>,
+    metric: Option<(String, rtune_searchers::Mode)>,
+    time_budget: Option<Duration>,
+    reuse_actors: bool,
 }
 
 /// The status of the cluster at `address`; None (said in the log) when the head does not

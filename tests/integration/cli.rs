@@ -986,6 +986,16 @@ pub fn exit_codes_follow_the_table() -> Result<()> {
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let out = rtune(&["ls", d, "--format", "json"])?;
     ensure!(out.status.code() == Some(0) && out.stdout.starts_with(b"[]"), "{}", text(&out));
+    // 0: a shipped sweep file is valid, and checking it runs nothing and makes nothing.
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/synthetic_asha.toml");
+    let out = Command::new(RTUNE).args(["validate", shipped]).current_dir(d).output()?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        said.contains("valid; it runs 12 trials of `synthetic-curve` (1 worker each)"),
+        "{said}"
+    );
+    ensure!(std::fs::read_dir(d)?.next().is_none(), "validate made something in {d}");
     // 2: user mistakes in every command that reads what it is given.
     let mistakes: &[(&[&str], &str)] = &[
         (&["ls", m], "is not a folder"),
@@ -994,6 +1004,7 @@ pub fn exit_codes_follow_the_table() -> Result<()> {
         (&["export", m, "--to", &format!("{d}/out")], ""),
         (&["predict", m, &format!("{d}/in.csv"), &format!("{d}/out.csv")], ""),
         (&["run", &format!("{d}/nope.toml")], "cannot read the sweep file"),
+        (&["validate", shipped, "--set", "scaling.num_workers=0"], "`scaling.num_workers` is 0"),
         (&["resume", m], ""),
         (&["watch", m], ""),
     ];

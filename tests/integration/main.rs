@@ -12,6 +12,7 @@ mod examples;
 mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
+mod mutations;
 mod tch_basics;
 mod trainer;
 mod tune;
@@ -175,6 +176,10 @@ fn main() {
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test(
+            "mutations::mutated_sweep_files_are_refused_before_anything_runs",
+            mutations::mutated_sweep_files_are_refused_before_anything_runs,
+        ),
         test(
             "cli::a_sweep_that_recorded_nothing_is_replaced",
             cli::a_sweep_that_recorded_nothing_is_replaced,

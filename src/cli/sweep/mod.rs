@@ -280,8 +280,7 @@ fn check_declared(
     if let Some((item, space)) = space {
         for (key, param) in space.iter() {
             if let Some(why) = t.check_param(key, param) {
-                let origin = doc::find(item, key).map_or(&item.origin, |(origin, _)| origin);
-                report.add(&format!("param_space.{key}"), origin, why);
+                report.add(&format!("param_space.{key}"), param_origin(item, key), why);
             }
         }
     }
@@ -558,6 +557,16 @@ fn typo_domains(item: &Item, path: &str, report: &mut Report<'_>) {
     }
 }
 
+/// Where the param at `key` of a search space is written: its domain's key for a domain (in a
+/// `--set` that replaced the domain's arguments, the argument), else its own.
+fn param_origin<'i>(space: &'i Item, key: &str) -> &'i doc::Origin {
+    match doc::find(space, key) {
+        Some((_, Item { kind: Kind::Table(entries), .. })) if entries.len() == 1 => &entries[0].1,
+        Some((origin, _)) => origin,
+        None => &space.origin,
+    }
+}
+
 fn add_space_error(item: &Item, prefix: &str, e: &rtune_searchers::Error, report: &mut Report<'_>) {
     use rtune_searchers::Error as E;
     let key = match e {
@@ -566,7 +575,7 @@ fn add_space_error(item: &Item, prefix: &str, e: &rtune_searchers::Error, report
         | E::Unsupported { path, .. } => path.clone(),
         _ => String::new(),
     };
-    let origin = doc::find(item, &key).map_or(&item.origin, |(origin, _)| origin);
+    let origin = param_origin(item, &key);
     let full = if key.is_empty() { prefix.to_owned() } else { format!("{prefix}.{key}") };
     // The error's own text starts with the path; the report names it already.
     let text = e.to_string();
