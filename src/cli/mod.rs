@@ -76,6 +76,25 @@ enum Command {
         #[command(flatten)]
         output: Output,
     },
+    /// Print a shell's completion script for rtune.
+    #[command(
+        after_help = "Examples:\n  rtune completions bash > ~/.local/share/bash-completion/completions/rtune\n  \
+        rtune completions zsh > ~/.zfunc/_rtune\n  rtune completions fish > ~/.config/fish/completions/rtune.fish"
+    )]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Ask a running sweep to stop, resumably (as Ctrl-C in its terminal or `x` in its view):
+    /// its trials stop and keep their checkpoints; `rtune resume DIR` goes on.
+    #[command(after_help = "Example:\n  rtune stop rtune_results/digits-asha")]
+    Stop {
+        /// The experiment directory of the running sweep.
+        dir: PathBuf,
+        /// Return once the driver has the request, without waiting for the sweep to stop.
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Check a sweep file as `rtune run` would, and run nothing: every key, the trainable's
     /// params and metrics, whether a trial fits this machine (or the cluster), the searcher
     /// and scheduler.
@@ -380,6 +399,14 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
         }
         Command::Resume { dir, output } => resume(&dir, &output, registry, &Target::default()),
         Command::Validate { file, sets } => validate(&file, &sets, registry),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "rtune", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Stop { dir, no_wait } => {
+            stop(&crate::config::expand_home(&dir), no_wait).map_err(|e| Exit(EXIT_INVALID, e))
+        }
         Command::Slurm { command } => match command {
             SlurmCommand::Run { file, sets, cluster, output } => {
                 let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
@@ -522,6 +549,29 @@ fn run(
     });
     screen.close();
     finish(outcome, &path, output, began)
+}
+
+/// `rtune stop DIR`: asks the sweep's driver to stop it resumably; waits for it to stop.
+fn stop(dir: &Path, no_wait: bool) -> anyhow::Result<i32> {
+    if !Tuner::can_restore(dir) {
+        anyhow::bail!("{} is not an experiment directory (see `rtune ls`)", dir.display());
+    }
+    let remote = ui::stream::attach(dir).with_context(|| {
+        format!(
+            "no sweep is running in {} (it ended, or was interrupted: `rtune resume {}` goes on)",
+            dir.display(),
+            dir.display()
+        )
+    })?;
+    remote.interrupt_now()?;
+    println!("asked the sweep in {} to stop; its trials keep their checkpoints", dir.display());
+    if !no_wait {
+        while ui::stream::driver_alive(dir) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        println!("stopped: `rtune resume {}` goes on with it", dir.display());
+    }
+    Ok(0)
 }
 
 /// `rtune validate`: what `run` checks before it starts, and a line on what it would run.

@@ -218,6 +218,7 @@ pub fn run_show_ls_and_json() -> Result<()> {
 
 /// Starts `rtune run`, waits until trials have reported, sends SIGINT `times` times, and
 /// checks the exit code and the state left behind; then `rtune resume` finishes the sweep.
+/// `times` Ctrl-C's (0: `rtune stop DIR` from another process), then `rtune resume`.
 fn interrupt_then_resume(times: usize) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = sweep_file(dir.path(), 0.15)?;
@@ -241,6 +242,17 @@ fn interrupt_then_resume(times: usize) -> Result<()> {
         // SAFETY: signalling our own child's process group.
         unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
         std::thread::sleep(Duration::from_millis(50));
+    }
+    if times == 0 {
+        let exp = experiment.to_str().unwrap();
+        wait_for(Duration::from_secs(30), || Ok(experiment.join("driver.json").exists()))?;
+        let out = rtune(&["stop", exp])?;
+        ensure!(out.status.code() == Some(0), "{}", text(&out));
+        ensure!(String::from_utf8_lossy(&out.stdout).contains("stopped: `rtune resume"));
+        // Nothing runs there now: a second stop says so.
+        let out = rtune(&["stop", exp])?;
+        ensure!(out.status.code() == Some(2), "{}", text(&out));
+        ensure!(String::from_utf8_lossy(&out.stderr).contains("no sweep is running in"));
     }
     let out = child.wait_with_output()?;
     ensure!(out.status.code() == Some(3), "{}", text(&out));
@@ -277,6 +289,10 @@ pub fn ctrl_c_leaves_a_resumable_sweep() -> Result<()> {
 
 pub fn second_ctrl_c_stops_at_once_and_loses_nothing() -> Result<()> {
     interrupt_then_resume(2)
+}
+
+pub fn rtune_stop_leaves_a_resumable_sweep() -> Result<()> {
+    interrupt_then_resume(0)
 }
 
 pub fn failed_trials_exit_1_unless_allowed() -> Result<()> {
@@ -1039,5 +1055,36 @@ pub fn a_sweep_that_recorded_nothing_is_replaced() -> Result<()> {
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("already holds an experiment"));
     ensure!(ResultGrid::from_path(dir.path().join("results/curves"))?.trials.len() == 2);
+    Ok(())
+}
+
+/// `rtune completions bash` is a script a real bash completes rtune's commands and flags with;
+/// zsh's and fish's are written too.
+pub fn shell_completions_complete_commands() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = rtune(&["completions", "bash"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let script = dir.path().join("rtune.bash");
+    std::fs::write(&script, &out.stdout)?;
+    let complete = |words: &str, cword: usize| -> Result<String> {
+        let line = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD={cword}; \
+             _rtune rtune \"${{COMP_WORDS[$COMP_CWORD]}}\" \"${{COMP_WORDS[$COMP_CWORD-1]}}\"; \
+             echo \"${{COMPREPLY[@]}}\"",
+            script.display()
+        );
+        let out = Command::new("bash").args(["-c", &line]).output()?;
+        ensure!(out.status.success(), "{}", text(&out));
+        Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+    };
+    ensure!(complete("rtune va", 1)? == "validate", "{}", complete("rtune va", 1)?);
+    ensure!(complete("rtune show --for", 2)? == "--format");
+    ensure!(complete("rtune ls --format ''", 3)?.split(' ').any(|w| w == "json"));
+    for shell in ["zsh", "fish"] {
+        let out = rtune(&["completions", shell])?;
+        ensure!(out.status.success() && out.stdout.len() > 1000, "{shell}: {}", text(&out));
+    }
+    let out = rtune(&["completions", "tcsh"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
     Ok(())
 }

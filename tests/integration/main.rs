@@ -176,6 +176,8 @@ fn main() {
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test("cli::rtune_stop_leaves_a_resumable_sweep", cli::rtune_stop_leaves_a_resumable_sweep),
+        test("cli::shell_completions_complete_commands", cli::shell_completions_complete_commands),
         test(
             "mutations::mutated_sweep_files_are_refused_before_anything_runs",
             mutations::mutated_sweep_files_are_refused_before_anything_runs,

@@ -245,6 +245,16 @@ impl Remote {
         });
     }
 
+    /// Asks the driver to stop the sweep, resumable, and waits for its answer.
+    pub fn interrupt_now(&self) -> anyhow::Result<()> {
+        let mut client = self.client.clone();
+        let request =
+            proto::ControlRequest { action: Some(control_request::Action::Interrupt(true)) };
+        self.runtime.block_on(client.control(request)).map(drop).map_err(|e| {
+            anyhow::anyhow!("the sweep's driver did not take the request: {}", e.message())
+        })
+    }
+
     fn send(&self, action: control_request::Action) {
         let mut client = self.client.clone();
         self.runtime.spawn(async move {
