@@ -44,6 +44,12 @@ pub trait Callback: Send + Sync {
         Ok(())
     }
 
+    /// A new trial was made (PENDING): it starts when its workers do (`on_trial_start`).
+    fn on_trial_add(&self, trial: &TrialInfo) -> Result<()> {
+        let _ = trial;
+        Ok(())
+    }
+
     /// The trial starts, or goes on after a pause or a restore.
     fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
         let _ = trial;
@@ -96,6 +102,9 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
     }
     fn on_experiment_begin(&self, path: &Path) -> Result<()> {
         (**self).on_experiment_begin(path)
+    }
+    fn on_trial_add(&self, trial: &TrialInfo) -> Result<()> {
+        (**self).on_trial_add(trial)
     }
     fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
         (**self).on_trial_start(trial)

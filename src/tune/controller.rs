@@ -411,6 +411,14 @@ impl Controller {
         self.trials.values().filter(|t| t.status == TrialStatus::Running).count()
     }
 
+    /// The held trials, when nothing else runs: the sweep waits for one to be let go.
+    pub(super) fn waiting_on_held(&self) -> Vec<TrialId> {
+        if self.finished || self.started() > 0 {
+            return Vec::new();
+        }
+        self.trials.iter().filter(|(_, t)| t.held).map(|(id, _)| *id).collect()
+    }
+
     /// Starts trials while there is room: the scheduler's choice among pending and paused
     /// trials first, else a new one from the searcher.
     fn fill(&mut self, commands: &mut Vec<Command>) -> Result<()> {

@@ -108,6 +108,8 @@ pub(super) struct Sweep {
     /// When the scheduler's status was last looked at: at most once a second (it is asked for
     /// after every message the loop handles, reports included).
     pub(super) status_checked: Option<Instant>,
+    /// The log said that only held trials are left (and nothing ran since).
+    pub(super) held_hinted: bool,
     /// The params never read that the log has warned of.
     pub(super) unread_warned: std::collections::BTreeSet<String>,
 }
@@ -240,6 +242,7 @@ impl Sweep {
                 self.save_state(&mut fatal);
             }
             self.show_scheduler(&mut fatal, false);
+            self.hint_if_only_held();
             if fatal.is_some() && self.running.is_empty() {
                 break;
             }
@@ -278,6 +281,31 @@ impl Sweep {
         };
         grid.write_parquet(self.path.join(RESULTS_PARQUET))?;
         Ok(grid)
+    }
+
+    /// Says once (until something runs again) when only held trials are left: the sweep waits
+    /// for someone to let one go, which a sweep without its view would never show.
+    fn hint_if_only_held(&mut self) {
+        let held = self.controller.lock().unwrap_or_else(|p| p.into_inner()).waiting_on_held();
+        if held.is_empty() || self.frozen {
+            self.held_hinted = false;
+            return;
+        }
+        if !self.held_hinted {
+            self.held_hinted = true;
+            let ids: Vec<String> = held
+                .iter()
+                .map(|t| self.trials.get(t).map_or_else(|| t.0.to_string(), |t| t.trial_id.clone()))
+                .collect();
+            tracing::warn!(
+                "only held trials are left ({}): the sweep waits until one is let go (p in \
+                 `rtune watch {}`, or Control::resume_trial), or the sweep is stopped (Ctrl-C, \
+                 or `rtune stop {}`)",
+                ids.join(", "),
+                self.path.display(),
+                self.path.display()
+            );
+        }
     }
 
     /// Replaces `experiment_state.json` (atomically): every trial's status, params, directory,
@@ -427,7 +455,12 @@ impl Sweep {
             match self.running.dispatch(command) {
                 None => {}
                 Some(Command::StartTrial { trial, params, resume }) => {
-                    self.start(driver, trial, params, resume, heard.clone(), fatal.is_some())
+                    let new = !self.trials.contains_key(&trial);
+                    self.start(driver, trial, params, resume, heard.clone(), fatal.is_some());
+                    if new && self.trials.contains_key(&trial) {
+                        let info = self.info(trial);
+                        self.call_back(fatal, |c| c.on_trial_add(&info));
+                    }
                 }
                 Some(Command::Finish) => self.finished = true,
                 Some(other) => unreachable!("dispatch carries out {other:?}"),

@@ -315,6 +315,7 @@ impl Tuner {
             frozen: false,
             status_checked: None,
             unread_warned: Default::default(),
+            held_hinted: false,
             shown_status: None,
         })
     }

@@ -953,6 +953,15 @@ pub fn a_held_trial_waits_and_goes_on_from_its_checkpoint() -> Result<()> {
         .position(|h| h.starts_with("result 0 "))
         .context("0 never went on")?;
     ensure!(at("result 1 12")? < paused + resumed_first, "trial 0 ran while held: {heard:?}");
+    // While only the held trial was left, the log said what the sweep waited for (once).
+    let log = std::fs::read_to_string(dir.path().join("hold").join(rtune::tune::DRIVER_LOG))?;
+    let held = &grid.trials[0];
+    ensure!(
+        log.matches("only held trials are left").count() == 1
+            && log.contains(&format!("left ({}): the sweep waits", held.trial_id()))
+            && log.contains("rtune stop"),
+        "{log}"
+    );
     Ok(())
 }
 

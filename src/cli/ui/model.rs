@@ -91,8 +91,9 @@ impl View {
 }
 
 /// The filters `f` steps through.
-pub const FILTERS: [Option<TrialStatus>; 5] = [
+pub const FILTERS: [Option<TrialStatus>; 6] = [
     None,
+    Some(TrialStatus::Pending),
     Some(TrialStatus::Running),
     Some(TrialStatus::Terminated),
     Some(TrialStatus::Error),
@@ -197,9 +198,19 @@ impl Model {
                 row.status = TrialStatus::Error;
                 row.error = Some(e.clone());
             }
+            Event::Add(t) => self.row(t).status = TrialStatus::Pending,
             Event::Pause(t) => self.row(t).status = TrialStatus::Paused,
             Event::Scheduler(status) => self.scheduler = Some(status.clone()),
-            Event::End => self.over = true,
+            Event::End => {
+                self.over = true;
+                // A sweep stopped before its end (`x`, Ctrl-C) stopped its trials resumably:
+                // none runs or waits now.
+                for row in &mut self.trials {
+                    if matches!(row.status, TrialStatus::Running | TrialStatus::Pending) {
+                        row.status = TrialStatus::Paused;
+                    }
+                }
+            }
         }
     }
 
@@ -275,6 +286,26 @@ impl Model {
         self.trials.iter().filter(|t| t.status == status).count()
     }
 
+    /// Trials not started yet: those made and waiting for their resources, and those the
+    /// searcher has yet to make (of a known number), while the sweep goes on.
+    pub fn pending(&self) -> u64 {
+        let seen = self.trials.len() as u64;
+        let unmade = if self.over { 0 } else { self.total.map_or(0, |t| t.saturating_sub(seen)) };
+        self.count(TrialStatus::Pending) as u64 + unmade
+    }
+
+    /// How far a sweep of a known number of trials is after `elapsed_s`: the share of its
+    /// trials that ended, and the time left at the pace so far (none before the first end,
+    /// and none once it is over).
+    pub fn progress(&self, elapsed_s: f64) -> Option<(f64, Option<f64>)> {
+        let total = self.total.filter(|&t| t > 0)?;
+        let done = (self.count(TrialStatus::Terminated) + self.count(TrialStatus::Error)) as u64;
+        let share = (done as f64 / total as f64).min(1.0);
+        let left = (done > 0 && done < total && !self.over)
+            .then(|| elapsed_s / done as f64 * (total - done) as f64);
+        Some((share, left))
+    }
+
     /// The rows the table shows, in order: indices into `trials`.
     pub fn rows(&self, view: &View) -> Vec<usize> {
         let mut rows: Vec<usize> = (0..self.trials.len())
@@ -348,6 +379,8 @@ fn tail(path: &Path, n: usize) -> Vec<String> {
 /// A live sweep's events, as its callbacks hear them.
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// Made, waiting for its resources (PENDING).
+    Add(TrialInfo),
     Start(TrialInfo),
     Result(TrialInfo, Metrics),
     Complete(TrialInfo),
@@ -390,6 +423,10 @@ impl<F: Follow> Callback for Following<F> {
     }
     fn on_experiment_begin(&self, path: &Path) -> Result<()> {
         self.0.begin(path)
+    }
+    fn on_trial_add(&self, trial: &TrialInfo) -> Result<()> {
+        self.0.follow(Event::Add(trial.clone()));
+        Ok(())
     }
     fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
         self.0.follow(Event::Start(trial.clone()));

@@ -77,18 +77,25 @@ impl<W: Write + Send> Progress<W> {
     /// The status block: elapsed, trials by status, the best so far.
     fn block(&self, board: &mut Board<W>) -> std::io::Result<()> {
         let model = &board.model;
-        let counts = counts(model.trials().iter().map(|t| t.status));
+        let started =
+            model.trials().iter().filter(|t| t.status != rtune_searchers::TrialStatus::Pending);
+        let counts = counts(started.map(|t| t.status));
         let seen = model.trials().len() as u64;
         let mut parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-        if let Some(total) = model.total.filter(|&t| t > seen) {
-            parts.push(format!("{} PENDING", total - seen));
+        if model.pending() > 0 {
+            parts.push(format!("{} PENDING", model.pending()));
         }
         let best = model.best().zip(model.metric.as_ref()).map(|(i, (name, _))| {
             let t = &model.trials()[i];
             format!("; best {name}={:.4} ({})", t.last[name], t.id)
         });
         let all = model.total.map_or(seen, |t| t.max(seen));
-        let line = format!("{} == {all} trials: {}", self.stamp(), parts.join(", "));
+        let pace = match model.progress(self.began.elapsed().as_secs_f64()) {
+            Some((share, Some(left))) => format!(" ({:.0}%, ETA {})", share * 100.0, clock(left)),
+            Some((share, None)) => format!(" ({:.0}%)", share * 100.0),
+            None => String::new(),
+        };
+        let line = format!("{} == {all} trials{pace}: {}", self.stamp(), parts.join(", "));
         writeln!(board.out, "{line}{}", best.unwrap_or_default())
     }
 }

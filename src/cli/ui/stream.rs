@@ -356,6 +356,7 @@ fn event_to_proto(event: &Event) -> proto::TrialEvent {
         scheduler_json: String::new(),
     };
     match event {
+        Event::Add(t) => make(Kind::Add, Some(t)),
         Event::Start(t) => make(Kind::Start, Some(t)),
         Event::Result(t, metrics) => proto::TrialEvent {
             metrics: metrics.iter().map(|(k, &v)| (k.clone(), v)).collect(),
@@ -382,6 +383,7 @@ fn event_from(e: &proto::TrialEvent) -> Option<Event> {
         }
         Kind::Complete => Event::Complete(trial()?),
         Kind::Pause => Event::Pause(trial()?),
+        Kind::Add => Event::Add(trial()?),
         Kind::Error => Event::Error(trial()?, e.error.clone()),
         Kind::Scheduler => Event::Scheduler(serde_json::from_str(&e.scheduler_json).ok()?),
         Kind::End => Event::End,

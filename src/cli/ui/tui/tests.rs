@@ -91,8 +91,9 @@ fn the_screen_shows_status_best_trial_curve_and_error() {
 fn keys_sort_filter_and_select() {
     let m = model();
     let mut v = best_first();
-    // Filter to errors: the failed trial alone, its error as the log.
-    for _ in 0..3 {
+    // Filter to errors (after PENDING, RUNNING, TERMINATED): the failed trial alone, its error
+    // as the log.
+    for _ in 0..4 {
         assert_eq!(on_key(KeyCode::Char('f'), KeyModifiers::NONE, &mut v, &m), Action::Nothing);
     }
     assert_eq!(v.filter, Some(TrialStatus::Error));
@@ -122,6 +123,25 @@ fn keys_sort_filter_and_select() {
     assert_eq!(on_key(KeyCode::Char('q'), KeyModifiers::NONE, &mut v, &m), Action::Quit);
     assert_eq!(on_key(KeyCode::Char('x'), KeyModifiers::NONE, &mut v, &m), Action::Stop);
     assert_eq!(on_key(KeyCode::Char('c'), KeyModifiers::CONTROL, &mut v, &m), Action::CtrlC);
+}
+
+/// A trial made and waiting for its workers is listed as PENDING (and filtered as such); once
+/// a sweep stopped before its end, nothing shows as running or waiting, and there is no ETA.
+#[test]
+fn pending_trials_are_listed_and_an_interrupted_sweep_shows_none_running() {
+    let mut m = model();
+    m.apply(&Event::Add(info(3, 0.5)));
+    let text = screen(&m, &best_first(), 120, 30);
+    // Trial 3 waits for its workers, and one is still to be made: 2 pending of 5.
+    assert!(text.contains("abcde_00003") && text.contains("2 PENDING"), "{text}");
+    let pending = View { filter: Some(TrialStatus::Pending), ..best_first() };
+    assert_eq!(m.rows(&pending), [3]);
+    assert!(text.contains("ETA"), "{text}");
+    m.apply(&Event::End);
+    let text = screen(&m, &best_first(), 120, 30);
+    assert!(!text.contains("RUNNING") && !text.contains("PENDING"), "{text}");
+    assert!(!text.contains("ETA") && text.contains("ended"), "{text}");
+    assert_eq!(m.count(TrialStatus::Paused), 2, "the running and the waiting trial");
 }
 
 #[test]

@@ -109,11 +109,10 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     let mut time = format!("elapsed {}", clock(model.elapsed_s));
     if let Some(budget) = model.time_budget_s {
         time.push_str(&format!(" of {} budget", clock(budget)));
-    } else if let Some(total) = model.total {
-        let done = model.count(TrialStatus::Terminated) + model.count(TrialStatus::Error);
-        if done > 0 && !model.over && (done as u64) < total {
-            let eta = model.elapsed_s / done as f64 * (total - done as u64) as f64;
-            time.push_str(&format!(", ETA {}", clock(eta)));
+    } else if let Some((share, left)) = model.progress(model.elapsed_s) {
+        time.push_str(&format!(", {:.0}% done", share * 100.0));
+        if let Some(left) = left {
+            time.push_str(&format!(", ETA {}", clock(left)));
         }
     }
     let state = if model.over { " · ended" } else { "" };
@@ -136,8 +135,8 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             ));
         }
     }
-    if let Some(total) = model.total.filter(|&t| t > model.trials().len() as u64) {
-        counts.push(Span::raw(format!("{} PENDING ", total - model.trials().len() as u64)));
+    if model.pending() > 0 {
+        counts.push(Span::raw(format!("{} PENDING ", model.pending())));
     }
     if let (Some(best), Some((metric, _))) = (model.best(), &model.metric) {
         let t = &model.trials()[best];
