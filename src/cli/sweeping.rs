@@ -1,0 +1,389 @@
+//! The commands that run sweeps (`run`, `resume`, `validate`, `stop`): reading the sweep file,
+//! the experiment it makes or goes on with, how it is shown while it runs (the terminal UI, the
+//! progress lines, the stream `rtune watch` follows), signals, and the exit code at the end.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rtune_searchers::TrialStatus;
+
+use super::exit::{EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED, Exit, in_sweep_terms};
+use super::{Output, Registry, SweepSpec, Target, doc, inspect, registry, ui};
+use crate::config::RunConfig;
+use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, Tuner};
+
+/// The sweep file `rtune run` ran, kept in the experiment for `rtune resume`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SweepCopy {
+    /// The file's absolute path.
+    file: String,
+    text: String,
+    set: Vec<String>,
+}
+
+pub(super) fn run(
+    file: &Path,
+    sets: &[String],
+    output: &Output,
+    registry: &Registry,
+    target: &Target,
+) -> Result<i32, Exit> {
+    output.check()?;
+    let (source, spec) = read_spec(file, sets, registry)?;
+    let mut run = target.run_config(&spec);
+    let name = spec.name.clone().unwrap_or_else(|| {
+        let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
+        format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
+    });
+    run.name = Some(name.clone());
+    let path = crate::tune::experiment_path(&run);
+    if crate::tune::holds_experiment(&path) {
+        if target.resume_existing {
+            println!(
+                "{} already holds this experiment (a requeued job): resuming it",
+                path.display()
+            );
+            return resume(&path, output, registry, target);
+        }
+        if recorded_nothing(&path) {
+            // A sweep that stopped before its first result (a mistake found when it began):
+            // its fix runs under the same name.
+            println!("replacing {}: its sweep recorded no result", path.display());
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("cannot replace {}", path.display()))?;
+        } else {
+            return Err(Exit(
+                EXIT_INVALID,
+                anyhow::anyhow!(
+                    "{} already holds an experiment: go on with it with `rtune resume {}`, or run \
+                 this one under another name (--set name=NEW)",
+                    path.display(),
+                    path.display()
+                ),
+            ));
+        }
+    }
+    // Absolute: `rtune resume` from another folder finds what the file's paths are relative to.
+    let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
+    let copy = SweepCopy {
+        file: absolute.display().to_string(),
+        text: source.text.clone(),
+        set: sets.to_vec(),
+    };
+    let copy = serde_json::to_vec_pretty(&copy)?;
+    let control = Control::new();
+    println!("sweep {} ({} trials) in {}", source.name, samples(&spec), path.display());
+    let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new());
+    let began = Instant::now();
+    let outcome = watch_signals(control.clone(), || {
+        spec.tuner(run, control.clone()).experiment_file(SWEEP_FILE, copy).fit()
+    });
+    screen.close();
+    finish(outcome, &path, output, began)
+}
+
+/// `rtune stop DIR`: asks the sweep's driver to stop it resumably; waits for it to stop.
+pub(super) fn stop(dir: &Path, no_wait: bool) -> anyhow::Result<i32> {
+    if !Tuner::can_restore(dir) {
+        anyhow::bail!("{} is not an experiment directory (see `rtune ls`)", dir.display());
+    }
+    let remote = ui::stream::attach(dir).with_context(|| {
+        format!(
+            "no sweep is running in {} (it ended, or was interrupted: `rtune resume {}` goes on)",
+            dir.display(),
+            dir.display()
+        )
+    })?;
+    remote.interrupt_now()?;
+    println!("asked the sweep in {} to stop; its trials keep their checkpoints", dir.display());
+    if !no_wait {
+        while ui::stream::driver_alive(dir) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        println!("stopped: `rtune resume {}` goes on with it", dir.display());
+    }
+    Ok(0)
+}
+
+/// `rtune validate`: what `run` checks before it starts, and a line on what it would run.
+pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Result<i32, Exit> {
+    let (source, spec) = read_spec(file, sets, registry)?;
+    let mut run = spec.run_config();
+    run.name = Some(spec.name.clone().unwrap_or_else(|| "validate".into()));
+    spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
+    let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
+    println!(
+        "{}: valid; it runs {} trials of {trainable} ({} worker{} each) with search `{}` and \
+         scheduler `{}`",
+        source.name,
+        samples(&spec),
+        spec.scaling.num_workers,
+        if spec.scaling.num_workers == 1 { "" } else { "s" },
+        spec.search.kind,
+        spec.scheduler.kind
+    );
+    if let Some(name) = &spec.name {
+        let path = crate::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
+        if crate::tune::holds_experiment(&path) && !recorded_nothing(&path) {
+            println!(
+                "note: {} holds an experiment already: `rtune run` would refuse it (rtune \
+                 resume it, or --set name=NEW)",
+                path.display()
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// Reads and checks the sweep file (exit 2 on any mistake).
+fn read_spec(
+    file: &Path,
+    sets: &[String],
+    registry: &Registry,
+) -> Result<(doc::Source, SweepSpec), Exit> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the sweep file {}", file.display()))
+        .map_err(|e| Exit(EXIT_INVALID, e))?;
+    let source = doc::Source { name: file.display().to_string(), text };
+    let spec = SweepSpec::read(&source, sets, registry)?;
+    Ok((source, spec))
+}
+
+/// Whether the experiment in `path` holds nothing to lose: no driver runs it, and none of its
+/// trials recorded a result (or a checkpoint, which comes with one).
+fn recorded_nothing(path: &Path) -> bool {
+    if ui::stream::driver_alive(path) {
+        return false;
+    }
+    match ResultGrid::from_path(path) {
+        Ok(grid) => grid.trials.iter().all(|t| t.history().is_empty()),
+        Err(_) => false,
+    }
+}
+
+/// The sweep `rtune run` ran in `dir`, from the copy of its file kept there: the file's path
+/// and the sweep.
+fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Exit> {
+    let copy_path = dir.join(SWEEP_FILE);
+    let copy: SweepCopy = match std::fs::read(&copy_path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not rtune's sweep copy", copy_path.display()))
+            .map_err(|e| Exit(EXIT_INVALID, e))?,
+        Err(e) => {
+            let hint = if Tuner::can_restore(dir) {
+                "; it was not started by `rtune run`: go on with it from Rust with Tuner::restore"
+            } else {
+                "; is it an experiment directory (see `rtune ls`)?"
+            };
+            return Err(Exit(
+                EXIT_INVALID,
+                anyhow::anyhow!("cannot read {}: {e}{hint}", copy_path.display()),
+            ));
+        }
+    };
+    let source = doc::Source { name: copy.file, text: copy.text };
+    let spec = SweepSpec::read(&source, &copy.set, registry)?;
+    Ok((source.name, spec))
+}
+
+pub(super) fn resume(
+    dir: &Path,
+    output: &Output,
+    registry: &Registry,
+    target: &Target,
+) -> Result<i32, Exit> {
+    output.check()?;
+    let (file, spec) = read_sweep(dir, registry)?;
+    let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
+        .map(ui::model::Model::into_trials)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.status.is_finished())
+        .collect();
+    println!("resuming sweep {file} in {}", dir.display());
+    let control = Control::new();
+    let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let (run, screen) =
+        reporting(target.run_config(&spec), &spec, output, &name, dir, &control, ended);
+    let began = Instant::now();
+    let outcome = watch_signals(control.clone(), || {
+        let tuner = Tuner::restore(dir, spec.trainer())?;
+        tuner.tune_config(spec.tune_config()).run_config(run).control(control.clone()).fit()
+    });
+    screen.close();
+    finish(outcome, dir, output, began)
+}
+
+/// The model of the registered trainable that `rtune run` swept in `dir`, if it has one.
+pub(super) fn trainable_model(dir: &Path, registry: &Registry) -> Option<registry::Model> {
+    let (_, spec) = read_sweep(dir, registry).ok()?;
+    registry.get(spec.builtin.as_deref()?)?.model.clone()
+}
+
+fn samples(spec: &SweepSpec) -> String {
+    match spec.tune.num_samples {
+        Samples::UntilStopped => "until the time budget is spent".into(),
+        Samples::Count(n) => n.to_string(),
+    }
+}
+
+/// How a running sweep is shown: the terminal UI on a terminal (unless `--no-tui`), else plain
+/// progress lines; and to `rtune watch`, through the live stream whatever this terminal shows.
+/// `ended`: trials that ended before this driver began (a resumed sweep).
+fn reporting(
+    run: RunConfig,
+    spec: &SweepSpec,
+    output: &Output,
+    name: &str,
+    path: &Path,
+    control: &Control,
+    ended: Vec<ui::model::TrialRow>,
+) -> (RunConfig, Screen) {
+    let metric = spec.tune.metric.clone().zip(spec.tune.mode);
+    let total = match spec.tune.num_samples {
+        Samples::Count(n) => Some(n),
+        Samples::UntilStopped => None,
+    };
+    let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), metric.clone());
+    model.total = total;
+    model.time_budget_s = spec.tune.time_budget_s;
+    let scaling = &spec.scaling;
+    let workers = scaling.num_workers as f64;
+    model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);
+    if spec.cluster.is_none()
+        && let Ok(node) = crate::cluster::local_node()
+    {
+        model.capacity = (node.resources.cpu, node.resources.gpu);
+    }
+    model.set_trials(ended);
+    let mut run = run;
+    // Watching is a convenience: a sweep runs on without it.
+    let server = match ui::stream::serve(path, model.clone(), control.clone()) {
+        Ok((server, broadcast)) => {
+            run = run.callback(ui::model::Following(broadcast));
+            Some(server)
+        }
+        Err(e) => {
+            tracing::warn!("no live stream for rtune watch ({e:#}); it reads the files instead");
+            None
+        }
+    };
+    let progress =
+        ui::progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric, total);
+    if output.no_tui || !std::io::stdout().is_terminal() {
+        progress.know(model.into_trials());
+        return (run.callback(ui::model::Following(progress)), Screen { ui: None, server });
+    }
+    let (feed, events) = ui::tui::Feed::new();
+    let thread = ui::tui::live(model, events, control.clone(), progress);
+    (run.callback(ui::model::Following(feed.clone())), Screen { ui: Some((feed, thread)), server })
+}
+
+/// The live terminal UI, if one is shown, and the stream to `rtune watch`.
+struct Screen {
+    ui: Option<(ui::tui::Feed, std::thread::JoinHandle<()>)>,
+    server: Option<ui::stream::Server>,
+}
+
+impl Screen {
+    /// The sweep is over: the UI gives the terminal back, the stream ends.
+    fn close(self) {
+        if let Some((feed, thread)) = self.ui {
+            feed.end();
+            let _ = thread.join();
+        }
+        drop(self.server);
+    }
+}
+
+/// Runs `sweep` while SIGINT and SIGTERM interrupt it: the first asks it to stop resumable, a
+/// second ends the process at once (what is recorded stays recorded: every file rtune writes
+/// is appended or replaced atomically).
+fn watch_signals<T>(control: Control, sweep: impl FnOnce() -> T) -> T {
+    use tokio::signal::unix::{SignalKind, signal};
+    // The handlers are in place before the sweep starts; a thread waits on them.
+    let handlers =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|runtime| {
+            let streams = runtime.block_on(async {
+                Ok::<_, std::io::Error>((
+                    signal(SignalKind::interrupt())?,
+                    signal(SignalKind::terminate())?,
+                ))
+            })?;
+            Ok((runtime, streams))
+        });
+    match handlers {
+        Ok((runtime, (mut int, mut term))) => {
+            std::thread::spawn(move || {
+                runtime.block_on(async {
+                    let mut asked = 0;
+                    loop {
+                        tokio::select! {
+                            _ = int.recv() => {}
+                            _ = term.recv() => {}
+                        }
+                        asked += 1;
+                        if asked == 1 {
+                            eprintln!(
+                                "rtune: stopping the sweep, resumable (again to stop at once; \
+                                 what is recorded is kept)"
+                            );
+                            control.interrupt();
+                        } else {
+                            eprintln!("rtune: stopped at once");
+                            std::process::exit(EXIT_INTERRUPTED);
+                        }
+                    }
+                })
+            });
+        }
+        Err(e) => tracing::warn!("cannot watch for Ctrl-C: {e}"),
+    }
+    sweep()
+}
+
+/// Prints the results, writes the JSON summary, and picks the exit code.
+fn finish(
+    outcome: crate::error::Result<ResultGrid>,
+    path: &Path,
+    output: &Output,
+    began: Instant,
+) -> Result<i32, Exit> {
+    // A sweep that ended with an error still shows (and summarises) what its files hold.
+    let (grid, error) = match outcome {
+        Ok(grid) => (grid, None),
+        Err(e) => match ResultGrid::from_path(path) {
+            Ok(grid) => (grid, Some(e)),
+            Err(_) => return Err(in_sweep_terms(e)),
+        },
+    };
+    println!("{}", inspect::trials_table(&grid, 10));
+    for (key, trials) in grid.unread_params() {
+        eprintln!(
+            "rtune: warning: param `{key}` was never read by the train function ({trials} of {} \
+             trials): a search over it changes nothing (check its name; [run] strict_params = \
+             true makes this an error)",
+            grid.trials.len()
+        );
+    }
+    let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count();
+    if let Some(out) = &output.json {
+        let summary = inspect::summary(&grid, began.elapsed().as_secs_f64());
+        let text = serde_json::to_vec_pretty(&summary)?;
+        std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    if let Some(e) = error {
+        return Err(in_sweep_terms(e));
+    }
+    if failed > 0 && !output.allow_failures {
+        eprintln!(
+            "rtune: {failed} trial(s) failed (see `rtune show {} TRIAL` and each trial's \
+             error.txt); --allow-failures exits 0 anyway",
+            path.display()
+        );
+        return Ok(EXIT_TRIALS_FAILED);
+    }
+    Ok(0)
+}
