@@ -12,6 +12,7 @@ use rtune_searchers::TrialStatus;
 use super::exit::{EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED, Exit, in_sweep_terms};
 use super::{Output, Registry, SweepSpec, Target, doc, inspect, registry, ui};
 use crate::config::RunConfig;
+use crate::outcome::error_summary;
 use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, Tuner};
 
 /// The sweep file `rtune run` ran, kept in the experiment for `rtune resume`.
@@ -33,12 +34,12 @@ pub(super) fn run(
     output.check()?;
     let (source, spec) = read_spec(file, sets, registry)?;
     let mut run = target.run_config(&spec);
-    let name = spec.name.clone().unwrap_or_else(|| {
+    let mut name = spec.name.clone().unwrap_or_else(|| {
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
         format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
     });
     run.name = Some(name.clone());
-    let path = crate::tune::experiment_path(&run);
+    let mut path = crate::tune::experiment_path(&run);
     if crate::tune::holds_experiment(&path) {
         if target.resume_existing {
             println!(
@@ -54,15 +55,22 @@ pub(super) fn run(
             std::fs::remove_dir_all(&path)
                 .with_context(|| format!("cannot replace {}", path.display()))?;
         } else {
-            return Err(Exit(
-                EXIT_INVALID,
-                anyhow::anyhow!(
-                    "{} already holds an experiment: go on with it with `rtune resume {}`, or run \
-                 this one under another name (--set name=NEW)",
-                    path.display(),
-                    path.display()
-                ),
-            ));
+            // The name is taken by a sweep with results: this run gets a fresh folder beside it.
+            let taken = path.clone();
+            for n in 2.. {
+                run.name = Some(format!("{name}-{n}"));
+                path = crate::tune::experiment_path(&run);
+                if !path.exists() {
+                    break;
+                }
+            }
+            name = run.name.clone().expect("named above");
+            println!(
+                "{} holds a sweep with results (`rtune resume {}` goes on with it): this run is \
+                 {name}",
+                taken.display(),
+                taken.display()
+            );
         }
     }
     // Absolute: `rtune resume` from another folder finds what the file's paths are relative to.
@@ -128,8 +136,10 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Res
         let path = crate::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
         if crate::tune::holds_experiment(&path) && !recorded_nothing(&path) {
             println!(
-                "note: {} holds an experiment already: `rtune run` would refuse it (rtune \
-                 resume it, or --set name=NEW)",
+                "note: {} holds a sweep with results already: `rtune run` would run this one \
+                 beside it as {name}-2 (or the next free number); `rtune resume {}` goes on \
+                 with that one",
+                path.display(),
                 path.display()
             );
         }
@@ -376,6 +386,14 @@ fn finish(
     }
     if let Some(e) = error {
         return Err(in_sweep_terms(e));
+    }
+    let errors: Vec<String> =
+        grid.errors().iter().filter_map(|t| t.error()).map(error_summary).collect();
+    if errors.len() >= 2
+        && errors.len() == grid.trials.len()
+        && errors.iter().all(|e| *e == errors[0])
+    {
+        eprintln!("rtune: all {} trials failed the same way: {}", errors.len(), errors[0]);
     }
     if failed > 0 && !output.allow_failures {
         eprintln!(

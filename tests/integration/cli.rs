@@ -209,10 +209,12 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("no experiment in"), "{}", text(&out));
 
-    // The same name again is refused, pointing to resume.
+    // The same name again runs beside it (the first keeps its results), pointing to resume.
     let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
-    ensure!(out.status.code() == Some(2), "{}", text(&out));
-    ensure!(String::from_utf8_lossy(&out.stderr).contains("rtune resume"), "{}", text(&out));
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    ensure!(said.contains("rtune resume") && said.contains("this run is curves-2"), "{said}");
+    ensure!(ResultGrid::from_path(&experiment)?.trials.len() == 6);
     Ok(())
 }
 
@@ -304,6 +306,14 @@ pub fn failed_trials_exit_1_unless_allowed() -> Result<()> {
     let out = rtune(&[&["run", f, "--json", summary.to_str().unwrap()], &sets[..]].concat())?;
     ensure!(out.status.code() == Some(1), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("2 trial(s) failed"), "{}", text(&out));
+    // The same failure everywhere is said as such: at the second trial, and at the end.
+    let same = "every trial so far failed the same way (2 of 2): training failed after 1 attempt";
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(same), "{}", text(&out));
+    ensure!(
+        String::from_utf8_lossy(&out.stderr).contains("all 2 trials failed the same way"),
+        "{}",
+        text(&out)
+    );
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
     ensure!(json["trials"]["ERROR"] == 2, "{json}");
     let out = rtune(&[&["run", f, "--allow-failures", "--set", "name=again"], &sets[..]].concat())?;
@@ -1038,7 +1048,8 @@ pub fn exit_codes_follow_the_table() -> Result<()> {
 }
 
 /// A sweep that recorded no result (every trial failed at once) is replaced by the rerun of its
-/// fixed file under the same name; one that recorded results is not.
+/// fixed file under the same name; one that recorded results is kept, and the next run goes to
+/// `NAME-2`.
 pub fn a_sweep_that_recorded_nothing_is_replaced() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = sweep_file(dir.path(), 0.0)?;
@@ -1051,10 +1062,16 @@ pub fn a_sweep_that_recorded_nothing_is_replaced() -> Result<()> {
     let grid = ResultGrid::from_path(dir.path().join("results/curves"))?;
     ensure!(grid.trials.len() == 2, "{} trials: the old ones were kept", grid.trials.len());
     check_histories(&grid)?;
-    let out = rtune(&["run", f, "--no-tui"])?;
-    ensure!(out.status.code() == Some(2), "{}", text(&out));
-    ensure!(String::from_utf8_lossy(&out.stderr).contains("already holds an experiment"));
+    // One with results is kept: the next run of the file gets a fresh folder beside it.
+    let out = rtune(&["run", f, "--no-tui", "--set", "tune.num_samples=1"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    ensure!(
+        String::from_utf8_lossy(&out.stdout).contains("this run is curves-2"),
+        "{}",
+        text(&out)
+    );
     ensure!(ResultGrid::from_path(dir.path().join("results/curves"))?.trials.len() == 2);
+    ensure!(ResultGrid::from_path(dir.path().join("results/curves-2"))?.trials.len() == 1);
     Ok(())
 }
 

@@ -286,6 +286,23 @@ impl Model {
         self.trials.iter().filter(|t| t.status == status).count()
     }
 
+    /// When at least two trials ended and every one that ended failed the same way (the first
+    /// line of their errors is the same: a missing module, a typo in the train function), how
+    /// many and that line: fixing it is what the sweep needs, not more trials.
+    pub fn same_failure(&self) -> Option<(usize, String)> {
+        let ended: Vec<&TrialRow> = self
+            .trials
+            .iter()
+            .filter(|t| matches!(t.status, TrialStatus::Terminated | TrialStatus::Error))
+            .collect();
+        let first = crate::outcome::error_summary(ended.first()?.error.as_deref()?);
+        let same = ended.iter().all(|t| {
+            t.status == TrialStatus::Error
+                && t.error.as_deref().is_some_and(|e| crate::outcome::error_summary(e) == first)
+        });
+        (same && ended.len() >= 2).then_some((ended.len(), first))
+    }
+
     /// Trials not started yet: those made and waiting for their resources, and those the
     /// searcher has yet to make (of a known number), while the sweep goes on.
     pub fn pending(&self) -> u64 {

@@ -18,6 +18,8 @@ struct Board<W> {
     model: Model,
     last_block: Option<Instant>,
     out: W,
+    /// Said that every trial so far failed the same way.
+    same_failure_said: bool,
 }
 
 /// Prints progress to `out` (stdout in `rtune run`).
@@ -37,7 +39,7 @@ impl<W: Write + Send> Progress<W> {
     ) -> Self {
         let mut model = Model::new(String::new(), PathBuf::new(), metric);
         model.total = total;
-        let board = Board { model, last_block: None, out };
+        let board = Board { model, last_block: None, out, same_failure_said: false };
         Progress { began: Instant::now(), every, board: Mutex::new(board) }
     }
 
@@ -123,6 +125,17 @@ impl<W: Write + Send> Follow for Progress<W> {
                     .get(&trial.trial_id)
                     .map_or("no results".into(), |r| self.metric_text(&board.model, &r.last));
                 writeln!(board.out, "{} trial {} {how}: {text}", self.stamp(), trial.trial_id)?;
+            }
+            if let Some((n, error)) = board.model.same_failure()
+                && !board.same_failure_said
+            {
+                board.same_failure_said = true;
+                writeln!(
+                    board.out,
+                    "{} every trial so far failed the same way ({n} of {n}): {error}\n  the \
+                     sweep goes on; fix the cause and rerun (Ctrl-C stops it resumably)",
+                    self.stamp()
+                )?;
             }
             if board.last_block.is_none_or(|t| t.elapsed() >= self.every) {
                 board.last_block = Some(Instant::now());
