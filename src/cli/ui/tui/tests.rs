@@ -262,3 +262,31 @@ fn the_selection_follows_its_trial_when_the_rows_re_sort() {
     assert!(!v.help);
     assert_eq!(on_key(KeyCode::Esc, KeyModifiers::NONE, &mut v, &m), Action::Quit);
 }
+
+/// At 80x24 every trial id and status is read whole (the chart gives way), the keys line is
+/// not cut, and `?` lists every key whole, at 80 columns as at 200.
+#[test]
+fn a_narrow_terminal_shows_ids_statuses_and_keys_whole() {
+    let m = model();
+    let text = screen(&m, &best_first(), 80, 24);
+    for whole in ["abcde_00000", "abcde_00001", "abcde_00002", "TERMINATED", "RUNNING", "ERROR"] {
+        assert!(text.contains(whole), "{whole} cut at 80x24:\n{text}");
+    }
+    let last = text.lines().last().unwrap().trim_end();
+    assert!(last.ends_with("q quit"), "the keys line is cut: {last:?}");
+    for width in [80, 200] {
+        let help = View { help: true, ..best_first() };
+        let text = screen(&m, &help, width, 24);
+        for key in [
+            "select a trial",
+            "sort by the next column",
+            "filter by status: PENDING",
+            "stop the selected trial (TERMINATED, its results kept)",
+            "stop the sweep, resumable",
+            "leave the view (the sweep goes on)",
+            "? or Esc   close this help",
+        ] {
+            assert!(text.contains(key), "{key:?} not whole at {width} columns:\n{text}");
+        }
+    }
+}

@@ -26,6 +26,10 @@ const LIVE_KEYS: &str = concat!(
     "q quit view  ? help"
 );
 const WATCH_KEYS: &str = "↑↓ select  s sort  r reverse  f filter  q quit  ? help";
+/// The keys line where the whole one does not fit (`?` lists them all).
+const SHORT_KEYS: &str = "↑↓ select  ? all keys  q quit";
+/// The width from which the chart is drawn beside the table.
+const WIDE: u16 = 110;
 
 fn bar(label: &str, used: f64, total: f64, width: usize) -> String {
     if total <= 0.0 {
@@ -74,12 +78,17 @@ pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
     render_header(frame, header, model);
     let rows = model.rows(view);
     let selected = view.selected_row(model, &rows).map(|row| rows[row]);
-    let [table, chart] = Layout::default()
-        .direction(Direction::Horizontal)
-        .constraints([Constraint::Percentage(62), Constraint::Percentage(38)])
-        .areas(middle);
-    render_table(frame, table, model, view, &rows);
-    render_chart(frame, chart, model, selected);
+    // A narrow terminal gives the table the whole width: ids and statuses are read whole.
+    if middle.width >= WIDE {
+        let [table, chart] = Layout::default()
+            .direction(Direction::Horizontal)
+            .constraints([Constraint::Percentage(62), Constraint::Percentage(38)])
+            .areas(middle);
+        render_table(frame, table, model, view, &rows);
+        render_chart(frame, chart, model, selected);
+    } else {
+        render_table(frame, middle, model, view, &rows);
+    }
     match &model.scheduler {
         Some(status) => {
             let [log, scheduler] = Layout::default()
@@ -91,18 +100,50 @@ pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
         }
         None => render_log(frame, log, model, selected),
     }
-    let keys_text = match (view.help, view.live) {
-        (true, true) => {
-            "s: next sort column · r: reverse · f: filter by status · t: stop the selected \
-             trial (TERMINATED, kept) · p: pause the selected trial until p again · x: stop the \
-             sweep (resumable) · q: leave the view (the sweep goes on)"
-        }
-        (true, false) => "s: next sort column · r: reverse · f: filter by status · q: quit",
-        (false, true) => LIVE_KEYS,
-        (false, false) => WATCH_KEYS,
+    if view.help {
+        render_help(frame, middle, view.live);
+    }
+    let keys_text = match (view.live, keys.width as usize) {
+        (true, w) if w >= LIVE_KEYS.chars().count() => LIVE_KEYS,
+        (false, w) if w >= WATCH_KEYS.chars().count() => WATCH_KEYS,
+        _ => SHORT_KEYS,
     };
     frame
         .render_widget(Paragraph::new(keys_text).style(Style::default().fg(Color::DarkGray)), keys);
+}
+
+/// The keys, one a line, over the table (`?`; `?` or Esc closes it).
+fn render_help(frame: &mut Frame<'_>, area: Rect, live: bool) {
+    let mut lines = vec![
+        "↑ ↓        select a trial (the selection follows it as the table re-sorts)",
+        "s          sort by the next column",
+        "r          reverse the order",
+        "f          filter by status: PENDING, RUNNING, TERMINATED, ERROR, PAUSED, all",
+    ];
+    if live {
+        lines.extend([
+            "t          stop the selected trial (TERMINATED, its results kept)",
+            "p          pause the selected trial until p again (from its checkpoint)",
+            "x          stop the sweep, resumable (rtune resume DIR)",
+            "q          leave the view (the sweep goes on)",
+        ]);
+    } else {
+        lines.push("q          quit");
+    }
+    lines.push("? or Esc   close this help");
+    let width =
+        (lines.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u16 + 4).min(area.width);
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    frame.render_widget(ratatui::widgets::Clear, popup);
+    let text: Vec<Line<'_>> = lines.into_iter().map(Line::from).collect();
+    let block = Block::default().borders(Borders::ALL).title(" keys ");
+    frame.render_widget(Paragraph::new(text).block(block), popup);
 }
 
 fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
@@ -202,7 +243,17 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
         Constraint::Length(5),
         Constraint::Length(9),
     ];
-    widths.extend(params.iter().map(|p| Constraint::Length(p.len().max(7) as u16)));
+    // Params while they fit whole (the table's spacing is a column each): the id and status
+    // columns are never cut to fit more.
+    let mut room = area.width.saturating_sub(2 + 13 + 10 + 5 + 9 + 4) as usize;
+    for p in &params {
+        let width = p.len().max(7);
+        if width + 1 > room {
+            break;
+        }
+        room -= width + 1;
+        widths.push(Constraint::Length(width as u16));
+    }
     let filter = view.filter.map_or("all".into(), status_name);
     let title = format!(" trials ({} shown, filter: {filter}) ", rows.len());
     let table = Table::new(body, widths)
