@@ -10,6 +10,8 @@ ends cleanly after that epoch. A restarted trial resumes from its checkpoint.
 
 Expect val_acc around 0.95 after 8 epochs with lr = 0.05 and hidden = 64. Alone:
     torchrun --nproc-per-node 2 examples/command/ddp_digits.py
+Copied elsewhere (with rtune_report.py beside it), it finds the data from the working directory
+or above, or in $DIGITS_CSV.
 """
 
 import gzip
@@ -26,11 +28,24 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rtune_report import checkpoint, params, report  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "digits.csv.gz"
+def find_data():
+    """The digits: $DIGITS_CSV, else data/digits.csv.gz in the working directory or above the
+    script (so a copy of the script elsewhere works from the repository, or given the file)."""
+    if os.environ.get("DIGITS_CSV"):
+        return Path(os.environ["DIGITS_CSV"])
+    here = Path(__file__).resolve().parent
+    for folder in [Path.cwd(), *Path.cwd().parents, here, *here.parents]:
+        candidate = folder / "data" / "digits.csv.gz"
+        if candidate.is_file():
+            return candidate
+    sys.exit(
+        "ddp_digits.py: cannot find data/digits.csv.gz in the working directory or above this "
+        "script; set DIGITS_CSV to the file (rtune's repository ships it in data/)"
+    )
 
 
 def load_digits():
-    with gzip.open(DATA, "rt") as f:
+    with gzip.open(find_data(), "rt") as f:
         rows = torch.tensor([[float(v) for v in line.split(",")] for line in f])
     return rows[:, :64] / 16.0, rows[:, 64].long()
 

@@ -1105,3 +1105,24 @@ pub fn shell_completions_complete_commands() -> Result<()> {
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     Ok(())
 }
+
+/// The shipped ASHA example does what its comment says: 12 trials, the slow curves stopped at
+/// iterations 2, 4 or 8, the best at score 0.773 after 16.
+pub fn the_synthetic_example_keeps_its_promise() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/synthetic_asha.toml");
+    let comment = std::fs::read_to_string(shipped)?;
+    ensure!(comment.contains("reaches score 0.773 at iteration 16"), "the comment changed");
+    let storage = format!("storage_path={:?}", dir.path().display().to_string());
+    let out = rtune(&["run", shipped, "--no-tui", "--set", &storage])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("synthetic-asha"))?;
+    ensure!(grid.trials.len() == 12, "{} trials", grid.trials.len());
+    let best = grid.best_result()?;
+    let score = best.last("score").context("no score")?;
+    ensure!((score - 0.773).abs() < 5e-4 && best.history().len() == 16, "best {score}");
+    let stopped: Vec<usize> = grid.trials.iter().map(|t| t.history().len()).collect();
+    ensure!(stopped.iter().all(|n| [2, 4, 8, 16].contains(n)), "{stopped:?}");
+    ensure!(stopped.iter().filter(|&&n| n < 16).count() >= 6, "ASHA stopped few: {stopped:?}");
+    Ok(())
+}

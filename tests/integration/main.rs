@@ -176,6 +176,10 @@ fn main() {
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test(
+            "cli::the_synthetic_example_keeps_its_promise",
+            cli::the_synthetic_example_keeps_its_promise,
+        ),
         test("cli::rtune_stop_leaves_a_resumable_sweep", cli::rtune_stop_leaves_a_resumable_sweep),
         test("cli::shell_completions_complete_commands", cli::shell_completions_complete_commands),
         test(
