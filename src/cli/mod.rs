@@ -109,10 +109,21 @@ enum Command {
         sets: Vec<String>,
     },
     /// Go on with an interrupted sweep started by `rtune run`.
-    #[command(after_help = "Example:\n  rtune resume rtune_results/digits-asha")]
+    #[command(after_help = "Examples:\n  rtune resume rtune_results/digits-asha\n  \
+        rtune resume rtune_results/digits-asha --sweep fixed.toml   # a corrected sweep file\n\n\
+        --sweep takes a corrected file for the settings that do not change what was recorded \
+        (a scheduler's options, run.stop, failure and checkpoint settings, the scaling, \
+        max_concurrent_trials, time_budget_s); the trainable, param_space, metric, mode, \
+        num_samples, seed and the kinds of searcher and scheduler stay the sweep's own.")]
     Resume {
         /// The experiment directory.
         dir: PathBuf,
+        /// A corrected sweep file to go on with (kept for later resumes).
+        #[arg(long, value_name = "FILE")]
+        sweep: Option<PathBuf>,
+        /// Override a key of the --sweep file, as `rtune run --set`.
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE", requires = "sweep")]
+        sets: Vec<String>,
         #[command(flatten)]
         output: Output,
     },
@@ -397,7 +408,12 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
         Command::Run { file, sets, output } => {
             run(&file, &sets, &output, registry, &Target::default())
         }
-        Command::Resume { dir, output } => resume(&dir, &output, registry, &Target::default()),
+        Command::Resume { dir, sweep, sets, output } => {
+            if let Some(file) = sweep {
+                sweeping::replace_sweep(&dir, &file, &sets, registry)?;
+            }
+            resume(&dir, &output, registry, &Target::default())
+        }
         Command::Validate { file, sets } => validate(&file, &sets, registry),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -173,6 +173,54 @@ fn recorded_nothing(path: &Path) -> bool {
     }
 }
 
+/// `rtune resume DIR --sweep FILE`: the corrected sweep file replaces the copy kept in `dir`
+/// when it changes nothing that decided what was recorded (see `Command::Resume`).
+pub(super) fn replace_sweep(
+    dir: &Path,
+    file: &Path,
+    sets: &[String],
+    registry: &Registry,
+) -> Result<(), Exit> {
+    let (_, old) = read_sweep(dir, registry)?;
+    let (source, new) = read_spec(file, sets, registry)?;
+    let kind = |c: &super::sweep::Component| c.kind.clone();
+    let same: [(&str, String, String); 10] = [
+        ("trainable.builtin", format!("{:?}", old.builtin), format!("{:?}", new.builtin)),
+        ("trainable.command", format!("{:?}", old.command), format!("{:?}", new.command)),
+        ("param_space", format!("{:?}", old.space), format!("{:?}", new.space)),
+        ("tune.metric", format!("{:?}", old.tune.metric), format!("{:?}", new.tune.metric)),
+        ("tune.mode", format!("{:?}", old.tune.mode), format!("{:?}", new.tune.mode)),
+        ("tune.num_samples", old.tune.num_samples.to_string(), new.tune.num_samples.to_string()),
+        ("tune.seed", old.tune.seed.to_string(), new.tune.seed.to_string()),
+        ("tune.search", kind(&old.search), kind(&new.search)),
+        ("tune.scheduler", kind(&old.scheduler), kind(&new.scheduler)),
+        ("name", format!("{:?}", old.name), format!("{:?}", new.name)),
+    ];
+    if let Some((key, was, is)) = same.iter().find(|(_, was, is)| was != is) {
+        return Err(Exit(
+            EXIT_INVALID,
+            anyhow::anyhow!(
+                "{}: `{key}` is {is} where the sweep in {} has {was}: what was recorded came from \
+                 it, so a resume keeps it (run the file as a new sweep instead)",
+                source.name,
+                dir.display()
+            ),
+        ));
+    }
+    let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
+    let copy =
+        SweepCopy { file: absolute.display().to_string(), text: source.text, set: sets.to_vec() };
+    let json = serde_json::to_vec_pretty(&copy)?;
+    crate::storage::atomic_write(&dir.join(SWEEP_FILE), &json)
+        .map_err(|e| Exit(super::exit::EXIT_FAILED, e.into()))?;
+    println!(
+        "going on with {} (it replaces the sweep file kept in {})",
+        source.name,
+        dir.display()
+    );
+    Ok(())
+}
+
 /// The sweep `rtune run` ran in `dir`, from the copy of its file kept there: the file's path
 /// and the sweep.
 fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Exit> {

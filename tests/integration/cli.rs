@@ -1126,3 +1126,55 @@ pub fn the_synthetic_example_keeps_its_promise() -> Result<()> {
     ensure!(stopped.iter().filter(|&&n| n < 16).count() >= 6, "ASHA stopped few: {stopped:?}");
     Ok(())
 }
+
+/// `rtune resume DIR --sweep FIXED.toml`: a corrected file goes on with the sweep (and is kept
+/// for the next resume) when it changes only what did not decide the recorded results; one
+/// that changes those is refused, exit 2, and the kept file stays as it was.
+pub fn resume_takes_a_corrected_sweep_file() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.0)?;
+    let f = file.to_str().unwrap();
+    let out = rtune(&["run", f, "--no-tui", "--set", "tune.num_samples=2"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let experiment = dir.path().join("results/curves");
+    let exp = experiment.to_str().unwrap();
+    let kept = || -> Result<serde_json::Value> {
+        Ok(serde_json::from_slice(&std::fs::read(experiment.join(rtune::tune::SWEEP_FILE))?)?)
+    };
+    let before = kept()?;
+    // Another param space: what was recorded was sampled from the old one.
+    let changed = dir.path().join("changed.toml");
+    let original = std::fs::read_to_string(&file)?;
+    std::fs::write(&changed, original.replace("noise = 0.01", "noise = 0.02"))?;
+    let out = rtune(&[
+        "resume",
+        exp,
+        "--sweep",
+        changed.to_str().unwrap(),
+        "--set",
+        "tune.num_samples=2",
+    ])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("`param_space` is"), "{}", text(&out));
+    ensure!(kept()? == before, "a refused file replaced the kept one");
+    // A stop criterion and the checkpoints kept: nothing recorded came from them.
+    let fixed = dir.path().join("fixed.toml");
+    std::fs::write(
+        &fixed,
+        format!(
+            "{original}\n[run]\nstop = {{ score = 0.99 }}\ncheckpoint = {{ num_to_keep = 3 }}\n"
+        ),
+    )?;
+    let out =
+        rtune(&["resume", exp, "--sweep", fixed.to_str().unwrap(), "--set", "tune.num_samples=2"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stdout).contains("going on with"), "{}", text(&out));
+    let now = kept()?;
+    ensure!(now["text"].as_str().is_some_and(|t| t.contains("score = 0.99")), "{now}");
+    ensure!(now["set"] == serde_json::json!(["tune.num_samples=2"]), "{now}");
+    ensure!(ResultGrid::from_path(&experiment)?.trials.len() == 2);
+    // --set belongs to --sweep.
+    let out = rtune(&["resume", exp, "--set", "tune.num_samples=3"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    Ok(())
+}

@@ -176,6 +176,7 @@ fn main() {
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test("cli::resume_takes_a_corrected_sweep_file", cli::resume_takes_a_corrected_sweep_file),
         test(
             "cli::the_synthetic_example_keeps_its_promise",
             cli::the_synthetic_example_keeps_its_promise,

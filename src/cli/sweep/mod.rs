@@ -63,6 +63,8 @@ pub struct SweepSpec {
     pub trainable: TorchTrainer,
     /// The registered train function's name, for a builtin trainable.
     pub builtin: Option<String>,
+    /// A command trainable's command line, and where it runs, as the file gives them.
+    pub command: Option<String>,
     pub scaling: ScalingConfig,
     pub space: SearchSpace,
     /// `[tune]`: the sweep's settings, as `TuneConfig` and the experiment's `tuner.json` hold
@@ -234,11 +236,16 @@ fn read_root(
     if let Some(t) = builtin.as_deref().and_then(|b| registry.get(b)) {
         check_declared(t, root, space_item.zip(Some(&space)), &scheduler, &run, report);
     }
+    let command = find_key(root, "trainable.command").map(|c| {
+        let dir = find_key(root, "trainable.working_dir").map(doc::to_value);
+        format!("{} in {}", doc::to_value(c), dir.map_or(".".into(), |d| d.to_string()))
+    });
     let spec = SweepSpec {
         name,
         storage_path,
         trainable,
         builtin,
+        command,
         scaling: scaling?,
         space,
         tune: TuneSettings {
