@@ -209,7 +209,9 @@ impl Registry {
             .range("synthetic-curve", "fail_at", 0.0..=1e9)
     }
 
-    /// Adds (or replaces) a train function under `name`.
+    /// Adds (or replaces) a train function under `name`. Its `defaults` declare the params it
+    /// reads: a sweep file may give those (of the same types) and no others. With no defaults
+    /// it declares nothing, and a param it never reads is said as the sweep runs.
     pub fn with(
         mut self,
         name: impl Into<String>,
