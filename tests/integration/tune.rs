@@ -1012,9 +1012,11 @@ pub fn a_param_never_read_is_named() -> Result<()> {
             .scaling(ScalingConfig::workers(1))
     };
     let space = || SearchSpace::new().add("LR", grid_search([0.01, 0.02]));
+    // A stop criterion on a metric no report has (`scroe`) stops nothing: said at the first.
+    let lenient = RunConfig::new("lenient").storage_path(dir.path()).stop("scroe", 0.5);
     let grid = Tuner::new(trainer(), space())
         .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
-        .run_config(RunConfig::new("lenient").storage_path(dir.path()))
+        .run_config(lenient)
         .fit()?;
     ensure!(
         grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
@@ -1030,6 +1032,12 @@ pub fn a_param_never_read_is_named() -> Result<()> {
     ensure!(
         log.matches("param `LR` never read by the train function").count() == 1
             && log.contains("did you mean `lr`?"),
+        "{log}"
+    );
+    ensure!(
+        log.matches("stop criterion `scroe` names a metric the first report does not have").count()
+            == 1
+            && log.contains("did you mean `score`?"),
         "{log}"
     );
 
