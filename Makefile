@@ -9,6 +9,9 @@ TORCH_VERSION := 2.11.0
 TENSORBOARD_VERSION := 2.21.0
 # The tests check that PyTorch reads an export's weights (safetensors) as rtune wrote them.
 SAFETENSORS_VERSION := 0.6.2
+# The object-storage tests run a real S3-compatible server (moto's) on 127.0.0.1 and read what
+# rtune wrote with boto3.
+MOTO_VERSION := 5.1.22
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
@@ -35,6 +38,10 @@ $(VENV)/.tensorboard-$(TENSORBOARD_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 
 $(VENV)/.safetensors-$(SAFETENSORS_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet safetensors==$(SAFETENSORS_VERSION)
+	@touch $@
+
+$(VENV)/.moto-$(MOTO_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet "moto[server]==$(MOTO_VERSION)"
 	@touch $@
 
 # The terminal UI test runs rtune in a real terminal (tmux); installed from Debian if missing.
@@ -65,7 +72,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
+test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION)
 	cargo test --workspace
 
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a

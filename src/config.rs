@@ -203,8 +203,13 @@ impl CheckpointConfig {
 pub struct RunConfig {
     /// The run's folder name under `storage_path`; default `TorchTrainer_<timestamp>`.
     pub name: Option<String>,
-    /// Default `$RTUNE_STORAGE_PATH`, else `~/rtune_results` (Ray's `~/ray_results`).
+    /// Default `$RTUNE_STORAGE_PATH`, else `~/rtune_results` (Ray's `~/ray_results`). An
+    /// `s3://bucket/prefix` URL puts a sweep's experiment on S3 or an S3-compatible store
+    /// (`storage::remote`): the driver works in a local staging copy mirrored there.
     pub storage_path: Option<PathBuf>,
+    /// How often a sweep on an object store mirrors its staging copy there (Ray's
+    /// `SyncConfig.sync_period`); it also does when the sweep ends or is interrupted.
+    pub sync_period: Duration,
     pub failure_config: FailureConfig,
     pub checkpoint_config: CheckpointConfig,
     /// How long a collective (all-reduce, broadcast) may wait for a slow rank before the group
@@ -239,6 +244,7 @@ impl Default for RunConfig {
         RunConfig {
             name: None,
             storage_path: None,
+            sync_period: Duration::from_secs(10),
             failure_config: FailureConfig::default(),
             checkpoint_config: CheckpointConfig::default(),
             collective_timeout: Duration::from_secs(600),
@@ -316,6 +322,9 @@ impl RunConfig {
 
     /// Where experiments go: `storage_path`, else `$RTUNE_STORAGE_PATH`, else `~/rtune_results`.
     pub fn resolved_storage_path(&self) -> PathBuf {
+        if let Some(Ok((bucket, prefix))) = self.store_url().map(split_store_url) {
+            return staging_for(bucket, prefix);
+        }
         if let Some(path) = &self.storage_path {
             return expand_home(path);
         }
@@ -325,15 +334,53 @@ impl RunConfig {
         home().join("rtune_results")
     }
 
+    /// The object store URL the storage path is (`s3://bucket/prefix`), if it is one.
+    pub fn store_url(&self) -> Option<&str> {
+        self.storage_path.as_deref()?.to_str().filter(|p| p.starts_with(STORE_SCHEME))
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(name) = &self.name
             && let Err(why) = check_folder_name(name)
         {
             return Err(Error::config("RunConfig.name", why));
         }
+        if let Some(url) = self.store_url() {
+            split_store_url(url).map_err(|why| Error::config("RunConfig.storage_path", why))?;
+        }
         self.failure_config.validate()?;
         self.checkpoint_config.validate()
     }
+}
+
+/// The URL scheme of an experiment on S3 or an S3-compatible store (`storage::remote`).
+pub const STORE_SCHEME: &str = "s3://";
+
+/// `s3://bucket/prefix` as its bucket and prefix (without slashes at its ends); why not, when
+/// it names no bucket.
+pub fn split_store_url(url: &str) -> std::result::Result<(&str, &str), String> {
+    let bad = |why: &str| format!("{url:?} {why} (e.g. s3://bucket/prefix)");
+    let rest = url.strip_prefix(STORE_SCHEME).ok_or_else(|| bad("is not an s3:// URL"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c);
+    if bucket.len() < 3 || bucket.len() > 63 || !bucket.chars().all(allowed) {
+        return Err(bad("does not name a bucket (3 to 63 of a-z, 0-9, `.` and `-`)"));
+    }
+    let prefix = prefix.trim_matches('/');
+    if prefix.split('/').any(|s| s == "." || s == "..") {
+        return Err(bad("has `.` or `..` in its prefix"));
+    }
+    Ok((bucket, prefix))
+}
+
+/// Where an experiment folder on a store is staged on this machine: `$RTUNE_STAGING`, else
+/// `~/.cache/rtune/staging`, then the bucket and the prefix.
+pub fn staging_for(bucket: &str, prefix: &str) -> PathBuf {
+    let root = std::env::var_os("RTUNE_STAGING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home().join(".cache/rtune/staging"));
+    let path = root.join(bucket);
+    if prefix.is_empty() { path } else { path.join(prefix) }
 }
 
 /// The most seconds a setting may be (about 31 years): past it, a number of seconds is a
@@ -421,6 +468,19 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_urls_name_a_bucket_and_a_prefix() {
+        assert_eq!(split_store_url("s3://exp/a/b/"), Ok(("exp", "a/b")));
+        assert_eq!(split_store_url("s3://exp"), Ok(("exp", "")));
+        for bad in ["s3:///x", "s3://Caps/x", "s3://ab", "s3://exp/../x", "gs://exp/x"] {
+            assert!(split_store_url(bad).is_err(), "{bad}");
+        }
+        let run = RunConfig::new("n").storage_path("s3://exp/a");
+        assert_eq!(run.store_url(), Some("s3://exp/a"));
+        assert!(run.resolved_storage_path().ends_with("exp/a"));
+        assert!(RunConfig::new("n").storage_path("s3://E/a").validate().is_err());
+    }
 
     #[test]
     fn folder_names_and_home_paths() {

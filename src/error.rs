@@ -55,6 +55,10 @@ pub enum Error {
     #[error(transparent)]
     Params(#[from] rtune_searchers::Error),
 
+    /// The object store the experiment is on failed an upload, a download or a listing.
+    #[error("storage: {0}")]
+    Storage(String),
+
     /// A sweep's callback failed (the sweep ends).
     #[error("callback {name}: {message}")]
     Callback { name: String, message: String },

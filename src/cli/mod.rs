@@ -409,6 +409,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             run(&file, &sets, &output, registry, &Target::default())
         }
         Command::Resume { dir, sweep, sets, output } => {
+            let dir = local(&dir)?;
             if let Some(file) = sweep {
                 sweeping::replace_sweep(&dir, &file, &sets, registry)?;
             }
@@ -446,14 +447,16 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             Ok(0)
         }
         Command::Ls { dir, format } => {
+            let dir = dir.map(|d| local(&d)).transpose()?;
             inspect::ls(dir.as_deref(), format).map_err(input_error)?;
             Ok(0)
         }
         Command::Show { dir, trial, format } => {
-            inspect::show(&dir, trial.as_deref(), format).map_err(input_error)?;
+            inspect::show(&local(&dir)?, trial.as_deref(), format).map_err(input_error)?;
             Ok(0)
         }
         Command::Export { dir, best: _, trial, metric, mode, to } => {
+            let dir = local(&dir)?;
             let model = trainable_model(&dir, registry);
             let args = export::ExportArgs {
                 dir: &dir,
@@ -495,4 +498,10 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             Ok(0)
         }
     }
+}
+
+/// A folder argument as a local folder: itself, or, for an `s3://` URL, its staging copy
+/// brought up to date from the store (a store that cannot be read: exit 2).
+fn local(dir: &Path) -> Result<PathBuf, Exit> {
+    crate::storage::remote::local_copy(dir).map_err(|e| Exit(EXIT_INVALID, e.into()))
 }

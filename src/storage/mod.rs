@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::error::{IoContext, Result};
 
 pub mod checkpoint;
+pub mod remote;
 
 /// `2026-11-23_11-58-10` (UTC) for seconds since the Unix epoch: Ray's `date` field and the
 /// date in trial directory names.

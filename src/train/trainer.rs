@@ -260,6 +260,13 @@ impl TorchTrainer {
     pub fn fit(self) -> Result<TrainResult> {
         let started = Instant::now();
         self.validate()?;
+        if self.run.store_url().is_some() {
+            return Err(Error::config(
+                "RunConfig.storage_path",
+                "an s3:// storage path is for sweeps so far (Tuner, rtune run): a single fit \
+                 writes to a local folder",
+            ));
+        }
         let driver = Driver::get()?;
         // Placement first: a group that can never run on the local machine (too big, or GPUs its
         // workers cannot use) is a config error, before any file exists (a cluster answers that

@@ -40,7 +40,8 @@ impl ResultGrid {
     /// Reads the experiment in `path` back, finished or interrupted (a trial that was running
     /// when its driver died keeps that status and the rows it had written).
     pub fn from_path(path: impl AsRef<Path>) -> Result<ResultGrid> {
-        Ok(Self::read_with_time_spent(&crate::config::expand_home(path.as_ref()))?.0)
+        let path = crate::storage::remote::local_copy(path.as_ref())?;
+        Ok(Self::read_with_time_spent(&path)?.0)
     }
 
     /// The grid and the seconds the sweep has run so far (all its drivers together), from one

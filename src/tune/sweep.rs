@@ -32,6 +32,7 @@ use crate::config::RunConfig;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
+use crate::storage::remote::{Remote, Syncer};
 use crate::storage::unix_time;
 use crate::train::{TorchTrainer, read_run};
 
@@ -119,7 +120,39 @@ impl Sweep {
         self.controller.lock().unwrap_or_else(|p| p.into_inner()).step(event)
     }
 
+    /// Runs the sweep; one on an object store is mirrored there every `sync_period`, and once
+    /// more at its end, whatever the end.
     pub(super) async fn run(&mut self, driver: &'static Driver) -> Result<ResultGrid> {
+        let Some(remote) = Remote::of_run(&self.run) else { return self.run_here(driver).await };
+        let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let remote = remote?.join(&name.unwrap_or_default());
+        crate::storage::remote::mark(&self.path, &remote)?;
+        let syncer = Arc::new(tokio::sync::Mutex::new(Syncer::new(remote, self.path.clone())));
+        let period = self.run.sync_period.max(Duration::from_millis(100));
+        let every = syncer.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let mut syncer = every.lock().await;
+                if let Err(e) = syncer.sync().await {
+                    tracing::warn!("{e}; the next sync tries again");
+                }
+            }
+        });
+        let outcome = self.run_here(driver).await;
+        task.abort();
+        let mut syncer = syncer.lock().await;
+        match syncer.sync().await {
+            Ok(_) => outcome,
+            Err(e) => {
+                let staged = self.path.display();
+                tracing::error!("{e}; everything is in {staged}, which `rtune resume` takes");
+                outcome.and(Err(e))
+            }
+        }
+    }
+
+    async fn run_here(&mut self, driver: &'static Driver) -> Result<ResultGrid> {
         let (heard_tx, mut heard) = mpsc::unbounded_channel::<Heard>();
         let mut fatal: Option<Error> = None;
         self.began = Instant::now();

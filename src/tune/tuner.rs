@@ -62,7 +62,7 @@ impl Tuner {
 
     /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
     pub fn can_restore(path: impl AsRef<Path>) -> bool {
-        let path = crate::config::expand_home(path.as_ref());
+        let Ok(path) = crate::storage::remote::local_copy(path.as_ref()) else { return false };
         Settings::read(&path).is_ok() && SavedExperiment::read(&path).is_ok()
     }
 
@@ -75,7 +75,8 @@ impl Tuner {
     /// `run_config` may be given again (failure and checkpoint settings); its name and storage
     /// path are the experiment's.
     pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
-        let path = crate::config::expand_home(path.as_ref());
+        // An experiment on an object store goes on from its staging copy (brought up to date).
+        let path = crate::storage::remote::local_copy(path.as_ref())?;
         let settings = Settings::read(&path)?;
         SavedExperiment::read(&path)?;
         let space = settings.param_space.clone();
@@ -150,9 +151,20 @@ impl Tuner {
         let mut run = run.unwrap_or_else(|| trainer.run().clone());
         if let Some((path, _)) = &restoring {
             run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-            run.storage_path = path.parent().map(Path::to_owned);
+            run.storage_path = match crate::storage::remote::marked(path) {
+                // A staging copy goes on mirroring to its store.
+                Some(remote) => {
+                    let url = remote?.url().to_owned();
+                    url.rsplit_once('/').map(|(parent, _)| PathBuf::from(parent))
+                }
+                None => path.parent().map(Path::to_owned),
+            };
         }
         run.validate()?;
+        // A store that cannot be reached is said before any trial starts.
+        if let Some(remote) = crate::storage::remote::Remote::of_run(&run) {
+            driver.block_on(remote?.check())?;
+        }
         trainer.validate()?;
         // A trial bigger than the machine or the cluster, or asking for GPUs its workers could
         // not use, could never start: say so before any does.

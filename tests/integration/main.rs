@@ -13,6 +13,7 @@ mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
 mod mutations;
+mod storage;
 mod tch_basics;
 mod trainer;
 mod tune;
@@ -176,6 +177,18 @@ fn main() {
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test(
+            "storage::a_sweep_on_s3_is_read_back_from_the_store",
+            storage::a_sweep_on_s3_is_read_back_from_the_store,
+        ),
+        test(
+            "storage::a_killed_sweep_resumes_from_the_store_alone",
+            storage::a_killed_sweep_resumes_from_the_store_alone,
+        ),
+        test(
+            "storage::bad_store_urls_are_refused_before_anything_runs",
+            storage::bad_store_urls_are_refused_before_anything_runs,
+        ),
         test("cli::resume_takes_a_corrected_sweep_file", cli::resume_takes_a_corrected_sweep_file),
         test(
             "cli::the_synthetic_example_keeps_its_promise",

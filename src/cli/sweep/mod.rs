@@ -35,6 +35,7 @@
 //! stop = { val_acc = 0.99 }                          # stop a trial at the first report >=
 //! failure = { max_failures = 1 }
 //! # strict_params = true                            # a param never read fails its trial
+//! # sync_period_s = 10           # with storage_path = "s3://bucket/prefix": mirror this often
 //! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
 //! ```
 
@@ -78,6 +79,8 @@ pub struct SweepSpec {
     pub cluster: Option<String>,
     /// `[run] strict_params`: a param the train function never reads fails its trial.
     pub strict_params: bool,
+    /// `[run] sync_period_s`: how often an experiment on an object store is mirrored there.
+    pub sync_period: Option<std::time::Duration>,
 }
 
 impl SweepSpec {
@@ -125,6 +128,9 @@ impl SweepSpec {
             strict_params: self.strict_params,
             ..RunConfig::default()
         };
+        if let Some(period) = self.sync_period {
+            run.sync_period = period;
+        }
         if let Some(address) = &self.cluster {
             run = run.cluster(address, std::env::var(crate::config::TOKEN_ENV).ok());
         }
@@ -269,6 +275,7 @@ fn read_root(
         checkpoint: run.checkpoint,
         cluster: run.cluster,
         strict_params: run.strict_params,
+        sync_period: run.sync_period,
     };
     check_components(&spec, root, report);
     Some(spec)
@@ -610,6 +617,7 @@ struct RunParts {
     checkpoint: CheckpointConfig,
     cluster: Option<String>,
     strict_params: bool,
+    sync_period: Option<std::time::Duration>,
 }
 
 fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
@@ -660,6 +668,20 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
     }
     let cluster = fields.value::<String>("cluster", report);
     let strict_params = fields.value::<bool>("strict_params", report).unwrap_or(false);
+    let sync_period = match fields.value::<f64>("sync_period_s", report) {
+        Some(s) if s <= 0.0 => {
+            fields.refuse("sync_period_s", format!("is {s}; use a number of seconds > 0"), report);
+            None
+        }
+        Some(s) => match crate::config::duration(s) {
+            Ok(d) => Some(d),
+            Err(why) => {
+                fields.refuse("sync_period_s", why, report);
+                None
+            }
+        },
+        None => None,
+    };
     fields.done(report);
-    RunParts { stop, failure, checkpoint, cluster, strict_params }
+    RunParts { stop, failure, checkpoint, cluster, strict_params, sync_period }
 }

@@ -1,0 +1,330 @@
+//! Experiments on S3 or an S3-compatible store: `storage_path = "s3://bucket/prefix"` (Ray's
+//! `RunConfig(storage_path="s3://...")`).
+//!
+//! The driver works in a local staging copy of the experiment (`$RTUNE_STAGING`, else
+//! `~/.cache/rtune/staging`, then the bucket and prefix) and [`Syncer`] mirrors it to the store
+//! every `RunConfig::sync_period`, when the sweep ends, and when it is interrupted; a reader
+//! ([`local_copy`]: `rtune resume/show/ls/export s3://..`, `ResultGrid::from_path`,
+//! `Tuner::restore`) mirrors it back first. What is mirrored is what the experiment's files
+//! hold: whole files only (rtune's own temporary names, which start with a dot, never go up),
+//! the experiment's state last, so the state in the store never names a checkpoint that is not
+//! there whole.
+//!
+//! Credentials, region and endpoint come from the standard `AWS_*` environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL` for an
+//! S3-compatible server; plain `http://` endpoints are allowed). Not yet: uploads straight from
+//! the workers' nodes (the driver's staging copy goes up, so workers and driver share a file
+//! system as before), asynchronous checkpoint uploads, and clusters without a shared file
+//! system.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tokio_stream::StreamExt;
+
+use crate::error::{Error, IoContext, Result};
+
+pub use crate::config::STORE_SCHEME as SCHEME;
+
+/// Files larger than this go up in parts, several at once.
+const PART_BYTES: usize = 16 << 20;
+
+/// Whether `path` names a place on an object store (`s3://..`).
+pub fn is_url(path: &Path) -> bool {
+    path.to_str().is_some_and(|p| p.starts_with(SCHEME))
+}
+
+/// A folder on an object store: a bucket and a prefix in it.
+#[derive(Clone)]
+pub struct Remote {
+    url: String,
+    bucket: String,
+    prefix: String,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+impl Remote {
+    /// `s3://bucket/prefix`, with the credentials, region and endpoint of the environment.
+    pub fn parse(url: &str) -> Result<Remote> {
+        let invalid = |why: String| Error::config("RunConfig.storage_path", why);
+        let (bucket, prefix) = crate::config::split_store_url(url).map_err(invalid)?;
+        let prefix = prefix.to_owned();
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+        if let Some(endpoint) = &endpoint {
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"))
+                // An S3-compatible server takes the bucket in the path, not the host name.
+                .with_virtual_hosted_style_request(false);
+        }
+        if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+            builder = builder.with_region("us-east-1");
+        }
+        let store = builder.build().map_err(|e| invalid(format!("{url:?} cannot be used: {e}")))?;
+        Ok(Remote {
+            url: format!(
+                "{SCHEME}{bucket}{}",
+                if prefix.is_empty() { String::new() } else { format!("/{prefix}") }
+            ),
+            bucket: bucket.to_owned(),
+            prefix,
+            store: Arc::new(store),
+        })
+    }
+
+    /// The URL: `s3://bucket/prefix`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The folder `name` in this one.
+    pub fn join(&self, name: &str) -> Remote {
+        let prefix = if self.prefix.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}/{name}", self.prefix)
+        };
+        Remote { url: format!("{}/{name}", self.url), prefix, ..self.clone() }
+    }
+
+    /// Where this folder is staged on this machine.
+    pub fn staging(&self) -> PathBuf {
+        crate::config::staging_for(&self.bucket, &self.prefix)
+    }
+
+    /// The object store `run`'s storage path names, if it names one.
+    pub fn of_run(run: &crate::config::RunConfig) -> Option<Result<Remote>> {
+        run.store_url().map(Remote::parse)
+    }
+
+    fn key(&self, relative: &str) -> Key {
+        Key::from(if self.prefix.is_empty() {
+            relative.to_owned()
+        } else {
+            format!("{}/{relative}", self.prefix)
+        })
+    }
+
+    /// Whether the store answers for this folder with these credentials: one listing. Its
+    /// error names the URL and what to check.
+    pub async fn check(&self) -> Result<()> {
+        let prefix = Key::from(self.prefix.as_str());
+        self.store.list_with_delimiter(Some(&prefix)).await.map(drop).map_err(|e| {
+            Error::config(
+                "RunConfig.storage_path",
+                format!(
+                    "{} cannot be listed: {}; check the bucket's name, the credentials \
+                     (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) and, for an S3-compatible \
+                     server, AWS_ENDPOINT_URL",
+                    self.url,
+                    first_line(&e.to_string())
+                ),
+            )
+        })
+    }
+
+    /// Every object under this folder: its path relative to the folder, its size, and when it
+    /// was written (milliseconds since the epoch).
+    pub async fn list(&self) -> Result<BTreeMap<String, (u64, i64)>> {
+        let prefix = Key::from(self.prefix.as_str());
+        let strip =
+            if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
+        let mut objects = BTreeMap::new();
+        let mut listing = self.store.list(Some(&prefix));
+        while let Some(object) = listing.next().await {
+            let object = object.map_err(|e| self.failed("list", e))?;
+            if let Some(relative) = object.location.as_ref().strip_prefix(&strip) {
+                let modified = object.last_modified.timestamp_millis();
+                objects.insert(relative.to_owned(), (object.size, modified));
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Copies the objects under this folder into `local` that it lacks or holds older copies
+    /// of (a staging copy ahead of the store, a killed driver's on this machine, is kept);
+    /// returns how many were fetched.
+    pub async fn download(&self, local: &Path) -> Result<usize> {
+        let mut fetched = 0;
+        for (relative, (_, written)) in self.list().await? {
+            let target = local.join(&relative);
+            let local_ms = std::fs::metadata(&target)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64);
+            if local_ms.is_some_and(|ms| ms >= written) {
+                continue;
+            }
+            let bytes = self
+                .store
+                .get(&self.key(&relative))
+                .await
+                .map_err(|e| self.failed("download", e))?
+                .bytes()
+                .await
+                .map_err(|e| self.failed("download", e))?;
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).at(parent)?;
+            }
+            crate::storage::atomic_write(&target, &bytes)?;
+            fetched += 1;
+        }
+        Ok(fetched)
+    }
+
+    async fn upload(&self, relative: &str, file: &Path) -> Result<()> {
+        let bytes = std::fs::read(file).at(file)?;
+        let key = self.key(relative);
+        if bytes.len() <= PART_BYTES {
+            self.store
+                .put(&key, PutPayload::from(bytes))
+                .await
+                .map_err(|e| self.failed("upload", e))?;
+            return Ok(());
+        }
+        let upload = self.store.put_multipart(&key).await.map_err(|e| self.failed("upload", e))?;
+        let mut parts = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        for chunk in bytes.chunks(PART_BYTES) {
+            parts.wait_for_capacity(4).await.map_err(|e| self.failed("upload", e))?;
+            parts.write(chunk);
+        }
+        parts.finish().await.map_err(|e| self.failed("upload", e))?;
+        Ok(())
+    }
+
+    fn failed(&self, what: &str, e: object_store::Error) -> Error {
+        Error::Storage(format!("{what} in {}: {}", self.url, first_line(&e.to_string())))
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or(text)
+}
+
+/// Mirrors a local folder to a store's: files that changed since the last sync go up (the
+/// experiment's state files last), files gone here are deleted there.
+pub struct Syncer {
+    remote: Remote,
+    local: PathBuf,
+    /// Each file uploaded: its size and modification time then.
+    sent: HashMap<String, (u64, SystemTime)>,
+}
+
+/// Files that say what the others hold: uploaded after everything they may name.
+const LAST: [&str; 3] = ["tuner.json", "experiment_state.json", "results.parquet"];
+
+impl Syncer {
+    pub fn new(remote: Remote, local: PathBuf) -> Syncer {
+        Syncer { remote, local, sent: HashMap::new() }
+    }
+
+    pub fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    /// One pass; returns the number of files uploaded and deleted.
+    pub async fn sync(&mut self) -> Result<usize> {
+        let mut files = Vec::new();
+        walk(&self.local, "", &mut files)?;
+        files.sort_by_key(|(relative, _, _)| LAST.iter().position(|l| l == relative).unwrap_or(0));
+        let mut changed = 0;
+        let mut here = std::collections::HashSet::new();
+        for (relative, size, modified) in files {
+            here.insert(relative.clone());
+            if self.sent.get(&relative) == Some(&(size, modified)) {
+                continue;
+            }
+            self.remote.upload(&relative, &self.local.join(&relative)).await?;
+            self.sent.insert(relative, (size, modified));
+            changed += 1;
+        }
+        let gone: Vec<String> = self.sent.keys().filter(|k| !here.contains(*k)).cloned().collect();
+        for relative in gone {
+            match self.remote.store.delete(&self.remote.key(&relative)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.remote.failed("delete", e)),
+            }
+            self.sent.remove(&relative);
+            changed += 1;
+        }
+        Ok(changed)
+    }
+}
+
+/// Every file under `dir` but rtune's temporary ones (a name starting with a dot, files or
+/// folders): its path relative to the top, size and modification time.
+fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, u64, SystemTime)>) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let relative = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+        // A file may go (a pruned checkpoint) while the walk runs: what is gone is skipped.
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            walk(&entry.path(), &relative, out)?;
+        } else if meta.is_file() {
+            out.push((relative, meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+        }
+    }
+    Ok(())
+}
+
+/// In a staging copy: the URL of the experiment it mirrors (a dot name: never uploaded).
+const MARK: &str = ".rtune_remote";
+
+/// Notes in the staging copy `local` that it mirrors `remote`.
+pub fn mark(local: &Path, remote: &Remote) -> Result<()> {
+    std::fs::create_dir_all(local).at(local)?;
+    crate::storage::atomic_write(&local.join(MARK), remote.url.as_bytes())
+}
+
+/// The experiment on a store that the staging copy `local` mirrors, if it is one.
+pub fn marked(local: &Path) -> Option<Result<Remote>> {
+    let url = std::fs::read_to_string(local.join(MARK)).ok()?;
+    Some(Remote::parse(url.trim()))
+}
+
+/// The folder to read `path` from: itself, or, for an `s3://` URL, its staging copy brought up
+/// to date from the store first.
+pub fn local_copy(path: &Path) -> Result<PathBuf> {
+    let Some(url) = path.to_str().filter(|_| is_url(path)) else {
+        return Ok(crate::config::expand_home(path));
+    };
+    let remote = Remote::parse(url)?;
+    let local = remote.staging();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Storage(format!("tokio runtime: {e}")))?;
+    let fetched = runtime.block_on(async {
+        remote.check().await?;
+        remote.download(&local).await
+    })?;
+    if fetched == 0 && !local.exists() {
+        return Err(Error::Storage(format!("{url} holds nothing (see `rtune ls` of its parent)")));
+    }
+    mark(&local, &remote)?;
+    Ok(local)
+}

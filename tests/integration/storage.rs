@@ -1,0 +1,243 @@
+//! Experiments on an object store (`storage_path = "s3://bucket/prefix"`) against a real
+//! S3-compatible server (moto's, from the `.venv` that `make test` fills) on 127.0.0.1: a sweep
+//! mirrored there and read back by boto3 and by rtune from the URL, a driver killed and the
+//! sweep resumed from the store alone, and bad URLs refused before anything runs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use rtune::ResultGrid;
+use rtune::search::TrialStatus;
+
+use crate::common::{text, wait_for};
+
+const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
+
+fn python() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
+}
+
+/// moto's S3 server on 127.0.0.1 (a port of its own); stopped when dropped.
+struct S3Server {
+    child: Child,
+    endpoint: String,
+}
+
+impl S3Server {
+    fn start() -> Result<S3Server> {
+        let mut child = Command::new(python())
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("moto's server (make test installs moto[server] into .venv)")?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("Running on http://") {
+                    let _ = tx.send(line[at + "Running on ".len()..].trim().to_owned());
+                }
+            }
+        });
+        let endpoint = rx.recv_timeout(Duration::from_secs(60)).context("moto did not start")?;
+        Ok(S3Server { child, endpoint })
+    }
+
+    /// The environment an S3 client of this server needs.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ]
+    }
+
+    /// Runs boto3 code with a client `s3` of this server; returns what it prints.
+    fn boto3(&self, code: &str) -> Result<String> {
+        let script = format!("import boto3\ns3 = boto3.client('s3')\n{code}");
+        let out = Command::new(python()).args(["-c", &script]).envs(self.env()).output()?;
+        ensure!(out.status.success(), "boto3: {}", text(&out));
+        Ok(String::from_utf8(out.stdout)?)
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The synthetic-curve sweep on `storage`, each trial checkpointed every iteration.
+fn sweep_file(dir: &Path, storage: &str, sleep: f64) -> Result<PathBuf> {
+    let text = format!(
+        r#"
+name = "curves"
+storage_path = "{storage}"
+
+[trainable]
+builtin = "synthetic-curve"
+
+[param_space]
+rate = {{ loguniform = [0.02, 1.0] }}
+plateau = {{ uniform = [0.5, 1.0] }}
+noise = 0.01
+iterations = 6
+sleep_s = {sleep:?}
+seed = 3
+
+[tune]
+metric = "score"
+mode = "max"
+num_samples = 4
+max_concurrent_trials = 1
+seed = 5
+
+[run]
+checkpoint = {{ num_to_keep = 2 }}
+sync_period_s = 0.2
+"#
+    );
+    let path = dir.join("sweep.toml");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+fn rtune(server: &S3Server, staging: &Path, args: &[&str]) -> Result<Output> {
+    Ok(Command::new(RTUNE)
+        .args(args)
+        .envs(server.env())
+        .env("RTUNE_STAGING", staging)
+        .env_remove("RUST_LOG")
+        .output()?)
+}
+
+/// Every trial's rows are iterations 1, 2, .. with no gap, all TERMINATED with 6 each.
+fn check_complete(grid: &ResultGrid) -> Result<()> {
+    ensure!(grid.trials.len() == 4, "{} trials", grid.trials.len());
+    for t in &grid.trials {
+        ensure!(t.status() == TrialStatus::Terminated, "{}: {:?}", t.trial_id(), t.status());
+        let iterations: Vec<f64> = t.history().iter().map(|m| m["training_iteration"]).collect();
+        ensure!(iterations == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{}: {iterations:?}", t.trial_id());
+    }
+    Ok(())
+}
+
+/// A sweep mirrored to the store: boto3 lists and reads what rtune wrote (a trial's rows, its
+/// kept checkpoints and no pruned or temporary ones), and `rtune show` and `ResultGrid` read it
+/// back from the URL on a machine with an empty staging folder.
+pub fn a_sweep_on_s3_is_read_back_from_the_store() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), "s3://exp/team/sweeps", 0.0)?;
+    let staging = dir.path().join("staging");
+    let out = rtune(&server, &staging, &["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let listed = server.boto3(
+        "for o in s3.list_objects_v2(Bucket='exp', Prefix='team/sweeps/curves/')['Contents']:\n    print(o['Key'])",
+    )?;
+    let keys: Vec<&str> = listed.lines().collect();
+    for wanted in ["experiment_state.json", "tuner.json", "sweep.json", "driver.log"] {
+        ensure!(keys.contains(&format!("team/sweeps/curves/{wanted}").as_str()), "{listed}");
+    }
+    ensure!(keys.iter().all(|k| !k.contains("/.")), "a temporary file went up: {listed}");
+    let checkpoints: Vec<&&str> = keys.iter().filter(|k| k.ends_with("/metadata.json")).collect();
+    // Two kept per trial (num_to_keep): the pruned ones are gone from the store too.
+    ensure!(checkpoints.len() == 8, "{} checkpoints in the store: {listed}", checkpoints.len());
+    let rows = server.boto3(
+        "import json\nkeys = [o['Key'] for o in s3.list_objects_v2(Bucket='exp', Prefix='team/sweeps/curves/')['Contents'] if o['Key'].endswith('/result.json')]\nbody = s3.get_object(Bucket='exp', Key=keys[0])['Body'].read().decode()\nprint(len(body.splitlines()), json.loads(body.splitlines()[-1])['training_iteration'])",
+    )?;
+    ensure!(rows.trim() == "6 6", "result.json in the store: {rows}");
+
+    // Another machine: nothing staged; everything comes from the URL.
+    let elsewhere = dir.path().join("elsewhere");
+    let url = "s3://exp/team/sweeps/curves";
+    let out = rtune(&server, &elsewhere, &["show", url, "--format", "json"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(shown.as_array().map(Vec::len) == Some(4), "{shown}");
+    // What `show` fetched is the whole experiment: its staging copy reads as the original.
+    let grid = ResultGrid::from_path(elsewhere.join("exp/team/sweeps/curves"))?;
+    check_complete(&grid)?;
+    let original = ResultGrid::from_path(staging.join("exp/team/sweeps/curves"))?;
+    for (a, b) in grid.trials.iter().zip(&original.trials) {
+        ensure!(a.history() == b.history() && a.params() == b.params(), "{}", a.trial_id());
+    }
+    Ok(())
+}
+
+/// The driver SIGKILLed mid-sweep, its staging folder lost with its machine: `rtune resume
+/// s3://..` on another staging folder goes on from what the store holds, and every trial ends
+/// with its full history, each iteration once.
+pub fn a_killed_sweep_resumes_from_the_store_alone() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), "s3://exp/runs", 0.1)?;
+    let first = dir.path().join("first");
+    let mut child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui"])
+        .envs(server.env())
+        .env("RTUNE_STAGING", &first)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    // Killed once the store holds a checkpoint of the second trial.
+    let began = Instant::now();
+    wait_for(Duration::from_secs(120), || {
+        let keys = server.boto3(
+            "r = s3.list_objects_v2(Bucket='exp', Prefix='runs/curves/')\nfor o in r.get('Contents', []):\n    print(o['Key'])",
+        )?;
+        Ok(keys.lines().any(|k| k.contains("_00001_") && k.ends_with("metadata.json")))
+    })?;
+    child.kill()?;
+    child.wait()?;
+    std::fs::remove_dir_all(&first)?;
+    let second = dir.path().join("second");
+    let out = rtune(&server, &second, &["resume", "s3://exp/runs/curves", "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    // Read back on a third machine, from the store.
+    let third = dir.path().join("third");
+    let out = rtune(&server, &third, &["show", "s3://exp/runs/curves", "--format", "json"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    check_complete(&ResultGrid::from_path(third.join("exp/runs/curves"))?)?;
+    if began.elapsed() > Duration::from_secs(600) {
+        bail!("took {:?}", began.elapsed());
+    }
+    Ok(())
+}
+
+/// A bucket that does not exist, an endpoint nothing answers, and a URL that names no bucket:
+/// each refused with exit 2 before anything runs, naming the URL.
+pub fn bad_store_urls_are_refused_before_anything_runs() -> Result<()> {
+    let server = S3Server::start()?;
+    let dir = tempfile::tempdir()?;
+    let staging = dir.path().join("staging");
+    let cases = [
+        ("s3://missing/x", server.endpoint.clone(), "s3://missing/x cannot be listed"),
+        ("s3://exp/x", "http://127.0.0.1:9".to_string(), "s3://exp/x cannot be listed"),
+        ("s3:///x", server.endpoint.clone(), "does not name a bucket"),
+    ];
+    for (url, endpoint, wanted) in cases {
+        let file = sweep_file(dir.path(), url, 0.0)?;
+        let out = Command::new(RTUNE)
+            .args(["run", file.to_str().unwrap(), "--no-tui"])
+            .envs(server.env())
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .env("RTUNE_STAGING", &staging)
+            .output()?;
+        ensure!(out.status.code() == Some(2), "{url}: {}", text(&out));
+        ensure!(String::from_utf8_lossy(&out.stderr).contains(wanted), "{url}: {}", text(&out));
+        ensure!(
+            !staging.join("missing").exists() && !staging.join("exp").exists(),
+            "{url}: staged"
+        );
+    }
+    Ok(())
+}
