@@ -228,6 +228,19 @@ pub struct Syncer {
 /// Files that say what the others hold: uploaded after everything they may name.
 const LAST: [&str; 3] = ["tuner.json", "experiment_state.json", "results.parquet"];
 
+/// When a file goes up in a pass: a checkpoint's files first (its `metadata.json`, which
+/// makes it whole, after the rest), then the rows that name checkpoints, then the experiment's
+/// state: the store never names a checkpoint it does not hold whole.
+fn upload_order(relative: &str) -> u8 {
+    let in_checkpoint = relative.split('/').any(|s| s.starts_with("checkpoint_"));
+    match relative.rsplit('/').next() {
+        _ if LAST.contains(&relative) => 3,
+        Some("metadata.json") if in_checkpoint => 1,
+        _ if in_checkpoint => 0,
+        _ => 2,
+    }
+}
+
 impl Syncer {
     pub fn new(remote: Remote, local: PathBuf) -> Syncer {
         Syncer { remote, local, sent: HashMap::new() }
@@ -241,7 +254,7 @@ impl Syncer {
     pub async fn sync(&mut self) -> Result<usize> {
         let mut files = Vec::new();
         walk(&self.local, "", &mut files)?;
-        files.sort_by_key(|(relative, _, _)| LAST.iter().position(|l| l == relative).unwrap_or(0));
+        files.sort_by_key(|(relative, _, _)| upload_order(relative));
         let mut changed = 0;
         let mut here = std::collections::HashSet::new();
         for (relative, size, modified) in files {
@@ -327,4 +340,25 @@ pub fn local_copy(path: &Path) -> Result<PathBuf> {
     }
     mark(&local, &remote)?;
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_go_up_before_what_names_them() {
+        let mut files = [
+            "experiment_state.json",
+            "T_1/result.json",
+            "T_1/checkpoint_000002/metadata.json",
+            "tuner.json",
+            "T_1/checkpoint_000002/model.safetensors",
+            "driver.log",
+        ];
+        files.sort_by_key(|f| upload_order(f));
+        assert_eq!(files[0], "T_1/checkpoint_000002/model.safetensors");
+        assert_eq!(files[1], "T_1/checkpoint_000002/metadata.json");
+        assert_eq!(&files[4..], ["experiment_state.json", "tuner.json"]);
+    }
 }
