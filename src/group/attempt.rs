@@ -296,6 +296,7 @@ impl Attempt<'_> {
                 experiment_name: self.spec.trial.experiment_name.clone(),
                 data_json: self.spec.data_json.to_string(),
                 gpus_shared: !shared.is_empty(),
+                store_url: self.spec.store_url.clone().unwrap_or_default(),
             }));
         }
     }
@@ -517,6 +518,7 @@ mod tests {
             warm_start: false,
             env: Vec::new(),
             data_json: "".into(),
+            store_url: None,
         }
     }
 

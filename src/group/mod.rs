@@ -169,6 +169,8 @@ pub(crate) struct AttemptSpec {
     pub env: Vec<(String, String)>,
     /// The prepared datasets (`TorchTrainer::datasets`) as JSON; empty for none.
     pub data_json: std::sync::Arc<str>,
+    /// The run's folder on an object store, where checkpoints go up from their rank.
+    pub store_url: Option<String>,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).

@@ -12,10 +12,12 @@
 //!
 //! Credentials, region and endpoint come from the standard `AWS_*` environment
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL` for an
-//! S3-compatible server; plain `http://` endpoints are allowed). Not yet: uploads straight from
-//! the workers' nodes (the driver's staging copy goes up, so workers and driver share a file
-//! system as before), asynchronous checkpoint uploads, and clusters without a shared file
-//! system.
+//! S3-compatible server; plain `http://` endpoints are allowed).
+//!
+//! A checkpoint goes up from the rank that commits it ([`Remote::upload_folder`], before its
+//! report), and the mirror leaves it be. Not yet: asynchronous checkpoint uploads, and clusters
+//! without a shared file system (datasets, the binary and resumed checkpoints are still read by
+//! path).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -207,6 +209,28 @@ impl Remote {
         Ok(())
     }
 
+    /// Uploads the folder `dir` (a committed checkpoint) as `name` in this one, its files in
+    /// `upload_order` (`metadata.json` last), and marks it uploaded (`Syncer` leaves it be).
+    /// Blocks: the rank that wrote the checkpoint calls it before reporting it.
+    pub fn upload_folder(&self, dir: &Path, name: &str) -> Result<()> {
+        let mut files = Vec::new();
+        walk(dir, name, &mut files)?;
+        files.sort_by_key(|(relative, ..)| upload_order(relative));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Storage(format!("tokio runtime: {e}")))?;
+        runtime.block_on(async {
+            for (relative, ..) in &files {
+                let inside =
+                    relative.strip_prefix(name).unwrap_or(relative).trim_start_matches('/');
+                self.upload(relative, &dir.join(inside)).await?;
+            }
+            Ok::<_, Error>(())
+        })?;
+        crate::storage::atomic_write(&dir.join(UPLOADED), self.url.as_bytes())
+    }
+
     fn failed(&self, what: &str, e: object_store::Error) -> Error {
         Error::Storage(format!("{what} in {}: {}", self.url, first_line(&e.to_string())))
     }
@@ -254,20 +278,34 @@ impl Syncer {
     pub async fn sync(&mut self) -> Result<usize> {
         let mut files = Vec::new();
         walk(&self.local, "", &mut files)?;
-        files.sort_by_key(|(relative, _, _)| upload_order(relative));
+        files.sort_by_key(|(relative, ..)| upload_order(relative));
         let mut changed = 0;
         let mut here = std::collections::HashSet::new();
-        for (relative, size, modified) in files {
+        for (relative, size, modified, uploaded) in files {
             here.insert(relative.clone());
             if self.sent.get(&relative) == Some(&(size, modified)) {
                 continue;
             }
-            self.remote.upload(&relative, &self.local.join(&relative)).await?;
+            if !uploaded {
+                self.remote.upload(&relative, &self.local.join(&relative)).await?;
+            }
             self.sent.insert(relative, (size, modified));
             changed += 1;
         }
-        let gone: Vec<String> = self.sent.keys().filter(|k| !here.contains(*k)).cloned().collect();
+        let mut gone: Vec<String> =
+            self.sent.keys().filter(|k| !here.contains(*k)).cloned().collect();
+        // Checkpoints their ranks uploaded and the run pruned before a pass saw them (looked
+        // for here again now: one committed since the walk is not gone).
+        for relative in self.remote.list().await?.into_keys() {
+            let in_checkpoint = relative.split('/').any(|s| s.starts_with("checkpoint_"));
+            if in_checkpoint && !self.local.join(&relative).exists() && !gone.contains(&relative) {
+                gone.push(relative);
+            }
+        }
         for relative in gone {
+            if self.local.join(&relative).exists() {
+                continue;
+            }
             match self.remote.store.delete(&self.remote.key(&relative)).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(self.remote.failed("delete", e)),
@@ -279,9 +317,13 @@ impl Syncer {
     }
 }
 
-/// Every file under `dir` but rtune's temporary ones (a name starting with a dot, files or
-/// folders): its path relative to the top, size and modification time.
-fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, u64, SystemTime)>) -> Result<()> {
+/// A file to mirror: its path relative to the top, size, modification time, and whether its
+/// folder was uploaded whole by the rank that wrote it.
+type Found = (String, u64, SystemTime, bool);
+
+/// Every file under `dir` but rtune's own (a name starting with a dot, files or folders).
+fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> Result<()> {
+    let uploaded = dir.join(UPLOADED).exists();
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -298,11 +340,15 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, u64, SystemTime)>) -> R
         if meta.is_dir() {
             walk(&entry.path(), &relative, out)?;
         } else if meta.is_file() {
-            out.push((relative, meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            out.push((relative, meta.len(), modified, uploaded));
         }
     }
     Ok(())
 }
+
+/// In a checkpoint folder: its rank uploaded it whole (a dot name: never uploaded).
+const UPLOADED: &str = ".uploaded";
 
 /// In a staging copy: the URL of the experiment it mirrors (a dot name: never uploaded).
 const MARK: &str = ".rtune_remote";

@@ -46,6 +46,9 @@ pub struct TorchTrainer {
     resume: Option<Checkpoint>,
     /// Set by the Tuner: the trial this run is (written into every result row).
     trial_id: Option<String>,
+    /// Set by the Tuner of a sweep on an object store: the run's folder there, where the rank
+    /// that commits a checkpoint uploads it.
+    store_url: Option<String>,
     /// Set by the Tuner: go on with the run already in the run directory (see `picking_up`).
     pick_up: bool,
     /// Start local workers from the driver's fork server (TuneConfig's `reuse_actors`).
@@ -67,6 +70,7 @@ impl TorchTrainer {
             run: RunConfig::default(),
             resume: None,
             trial_id: None,
+            store_url: None,
             pick_up: false,
             warm_start: true,
             env: Vec::new(),
@@ -94,6 +98,12 @@ impl TorchTrainer {
     /// Marks this run as trial `id` of a sweep.
     pub(crate) fn for_trial(mut self, id: String) -> Self {
         self.trial_id = Some(id);
+        self
+    }
+
+    /// Checkpoints go up to the run's folder `url` on an object store from their rank.
+    pub(crate) fn store_url(mut self, url: Option<String>) -> Self {
+        self.store_url = url;
         self
     }
 
@@ -426,6 +436,7 @@ impl TorchTrainer {
                 warm_start: self.warm_start,
                 env: self.env.clone(),
                 data_json: self.data_json.clone(),
+                store_url: self.store_url.clone(),
             };
             run.begin_attempt(attempt, start_iteration)?;
             started();

@@ -537,12 +537,19 @@ impl Sweep {
         let mut run = self.run.clone();
         run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         run.storage_path = Some(self.path.clone());
+        // On an object store: the trial's folder there, `<storage>/<experiment>/<trial>`.
+        let store_url = self.run.store_url().zip(self.path.file_name()).zip(run.name.as_ref()).map(
+            |((url, experiment), trial)| {
+                format!("{}/{}/{trial}", url.trim_end_matches('/'), experiment.to_string_lossy())
+            },
+        );
         let mut trainer = self
             .trainer
             .clone()
             .train_loop_config(params)
             .run_config(run)
-            .for_trial(trial_id.clone());
+            .for_trial(trial_id.clone())
+            .store_url(store_url);
         if resume {
             trainer = trainer.picking_up();
         }

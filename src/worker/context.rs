@@ -39,6 +39,8 @@ pub(crate) struct ContextParts<'a> {
     pub group: Box<dyn ProcessGroup>,
     /// Ranks of the group share a GPU: GPU models average through `group` (see `prepare_model`).
     pub gpus_shared: bool,
+    /// The run's folder on an object store: rank 0 uploads each checkpoint there.
+    pub store: Option<crate::storage::remote::Remote>,
     pub link: &'a mut DriverLink,
 }
 
@@ -67,6 +69,7 @@ pub struct TrainContext<'a> {
     gpus_shared: bool,
     /// Made on first use by a model on a GPU, bootstrapped over `group`.
     nccl: Option<SharedNccl>,
+    store: Option<crate::storage::remote::Remote>,
     link: &'a mut DriverLink,
 }
 
@@ -93,6 +96,7 @@ impl<'a> TrainContext<'a> {
             group: Rc::new(RefCell::new(parts.group)),
             gpus_shared: parts.gpus_shared,
             nccl: None,
+            store: parts.store,
             link: parts.link,
         }
     }
@@ -237,6 +241,11 @@ impl<'a> TrainContext<'a> {
                 }
                 let name = checkpoint_name(iteration);
                 writer.commit(&self.run_dir, &name, iteration, self.link.attempt(), &metrics)?;
+                // On an object store the report waits for the upload: the driver never records
+                // a checkpoint the store does not hold whole.
+                if let Some(store) = &self.store {
+                    store.upload_folder(&self.run_dir.join(&name), &name)?;
+                }
                 name
             }
             _ => String::new(),

@@ -122,6 +122,10 @@ fn train(
         // Before anything asks libtorch about CUDA (see `crate::sys::cuda`).
         crate::sys::cuda::load().map_err(|e| failed(&e))?;
     }
+    let store = match reply.store_url.as_str() {
+        "" => None,
+        url => Some(crate::storage::remote::Remote::parse(url).map_err(|e| failed(&e))?),
+    };
     let data = match reply.data_json.as_str() {
         "" => None,
         json => Some(std::rc::Rc::new(
@@ -147,6 +151,7 @@ fn train(
         data,
         group,
         gpus_shared: reply.gpus_shared,
+        store,
         link,
     });
     // SAFETY: the offset came from the driver, whose build id equals ours (checked above and by

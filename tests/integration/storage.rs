@@ -154,6 +154,14 @@ pub fn a_sweep_on_s3_is_read_back_from_the_store() -> Result<()> {
         "import json\nkeys = [o['Key'] for o in s3.list_objects_v2(Bucket='exp', Prefix='team/sweeps/curves/')['Contents'] if o['Key'].endswith('/result.json')]\nbody = s3.get_object(Bucket='exp', Key=keys[0])['Body'].read().decode()\nprint(len(body.splitlines()), json.loads(body.splitlines()[-1])['training_iteration'])",
     )?;
     ensure!(rows.trim() == "6 6", "result.json in the store: {rows}");
+    // Each kept checkpoint went up from the worker that wrote it, before its report.
+    let original = ResultGrid::from_path(staging.join("exp/team/sweeps/curves"))?;
+    for t in &original.trials {
+        for (checkpoint, _) in &t.result().context("result")?.best_checkpoints {
+            let mark = checkpoint.path().join(".uploaded");
+            ensure!(mark.exists(), "{} was not uploaded by its rank", checkpoint.path().display());
+        }
+    }
 
     // Another machine: nothing staged; everything comes from the URL.
     let elsewhere = dir.path().join("elsewhere");
@@ -165,7 +173,6 @@ pub fn a_sweep_on_s3_is_read_back_from_the_store() -> Result<()> {
     // What `show` fetched is the whole experiment: its staging copy reads as the original.
     let grid = ResultGrid::from_path(elsewhere.join("exp/team/sweeps/curves"))?;
     check_complete(&grid)?;
-    let original = ResultGrid::from_path(staging.join("exp/team/sweeps/curves"))?;
     for (a, b) in grid.trials.iter().zip(&original.trials) {
         ensure!(a.history() == b.history() && a.params() == b.params(), "{}", a.trial_id());
     }
