@@ -163,11 +163,31 @@ pub struct CheckpointConfig {
     pub score_attribute: Option<String>,
     /// Whether a higher (the default) or a lower score is better.
     pub score_order: Mode,
+    /// With an object store: whether a report waits for its checkpoint's upload.
+    #[serde(default)]
+    pub upload: CheckpointUpload,
+}
+
+/// How a checkpoint goes up to an object store from the rank that wrote it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckpointUpload {
+    /// The report returns once the checkpoint is whole in the store (recorded with it).
+    #[default]
+    Sync,
+    /// The report returns at once and training goes on while it uploads; the checkpoint is
+    /// recorded at a later report (or the run's end), once it is whole in the store. One that
+    /// never finishes uploading (the worker died) is never recorded.
+    Async,
 }
 
 impl Default for CheckpointConfig {
     fn default() -> Self {
-        CheckpointConfig { num_to_keep: None, score_attribute: None, score_order: Mode::Max }
+        CheckpointConfig {
+            num_to_keep: None,
+            score_attribute: None,
+            score_order: Mode::Max,
+            upload: CheckpointUpload::Sync,
+        }
     }
 }
 
@@ -178,6 +198,12 @@ impl CheckpointConfig {
 
     pub fn num_to_keep(mut self, n: usize) -> Self {
         self.num_to_keep = Some(n);
+        self
+    }
+
+    /// How checkpoints go up to an object store (see `CheckpointUpload`).
+    pub fn upload(mut self, upload: CheckpointUpload) -> Self {
+        self.upload = upload;
         self
     }
 

@@ -390,6 +390,7 @@ pub(crate) mod frame {
                 seq,
                 metrics_json: r#"{"loss":0.5}"#.into(),
                 checkpoint: String::new(),
+                uploaded: Vec::new(),
             };
             let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
             ours.set_nonblocking(true).unwrap();

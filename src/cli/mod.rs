@@ -440,7 +440,8 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
         },
         Command::Watch { dir } => {
             let dir = match dir {
-                Some(dir) => dir,
+                // On a store: its files, as they were at the last sync.
+                Some(dir) => local(&dir)?,
                 None => inspect::newest_experiment().map_err(|e| Exit(EXIT_INVALID, e))?,
             };
             ui::tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;

@@ -203,6 +203,17 @@ impl Attempt<'_> {
                 if rank < self.workers.len()
                     && request.key.as_ref().is_some_and(|k| k.attempt == self.spec.attempt)
                 {
+                    if rank == 0
+                        && request.ok
+                        && let Err(e) = on_report.uploaded(&request.uploaded)
+                    {
+                        self.fail(
+                            0,
+                            format!("driver could not record an uploaded checkpoint: {e}"),
+                            None,
+                        );
+                        return;
+                    }
                     self.on_finish(rank, request);
                 }
             }
@@ -297,6 +308,7 @@ impl Attempt<'_> {
                 data_json: self.spec.data_json.to_string(),
                 gpus_shared: !shared.is_empty(),
                 store_url: self.spec.store_url.clone().unwrap_or_default(),
+                upload_async: self.spec.upload_async,
             }));
         }
     }
@@ -328,6 +340,7 @@ impl Attempt<'_> {
             iteration: self.spec.start_iteration + expected,
             metrics_json: first.metrics_json.clone(),
             checkpoint: first.checkpoint.clone(),
+            uploaded: first.uploaded.clone(),
         };
         match on_report.report(report) {
             Ok(stop) => {
@@ -519,6 +532,7 @@ mod tests {
             env: Vec::new(),
             data_json: "".into(),
             store_url: None,
+            upload_async: false,
         }
     }
 
@@ -667,6 +681,10 @@ mod tests {
 
         fn placed(&mut self, seats: &[Seat]) {
             self.0 = seats.to_vec();
+        }
+
+        fn uploaded(&mut self, _: &[String]) -> Result<()> {
+            Ok(())
         }
     }
 }

@@ -171,6 +171,8 @@ pub(crate) struct AttemptSpec {
     pub data_json: std::sync::Arc<str>,
     /// The run's folder on an object store, where checkpoints go up from their rank.
     pub store_url: Option<String>,
+    /// Those uploads run in the background (`CheckpointUpload::Async`).
+    pub upload_async: bool,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).
@@ -188,6 +190,8 @@ pub(crate) struct GroupReport {
     pub iteration: u64,
     pub metrics_json: String,
     pub checkpoint: String,
+    /// Checkpoints of earlier reports now whole in the object store (`upload = "async"`).
+    pub uploaded: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -216,6 +220,10 @@ pub(crate) trait OnReport: Send {
 
     /// Every rank has joined, here: recorded with the attempt's reports.
     fn placed(&mut self, seats: &[Seat]);
+
+    /// Checkpoints of earlier reports are whole in the object store now (rank 0 said so as it
+    /// finished, `upload = "async"`): recorded now; Err fails the attempt.
+    fn uploaded(&mut self, names: &[String]) -> Result<()>;
 }
 
 #[cfg(test)]

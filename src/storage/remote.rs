@@ -15,9 +15,9 @@
 //! S3-compatible server; plain `http://` endpoints are allowed).
 //!
 //! A checkpoint goes up from the rank that commits it ([`Remote::upload_folder`], before its
-//! report), and the mirror leaves it be. Not yet: asynchronous checkpoint uploads, and clusters
-//! without a shared file system (datasets, the binary and resumed checkpoints are still read by
-//! path).
+//! report, or in the background with `CheckpointUpload::Async`), and the mirror leaves it be.
+//! Not yet: clusters without a shared file system (datasets, the binary and resumed
+//! checkpoints are still read by path).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

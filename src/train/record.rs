@@ -27,7 +27,7 @@ pub(super) struct RunIdentity {
 }
 
 /// What a result row holds besides metrics (Ray's auto-filled fields).
-const ROW_FIELDS: [&str; 10] = [
+const ROW_FIELDS: [&str; 11] = [
     "done",
     "trial_id",
     "config",
@@ -38,7 +38,12 @@ const ROW_FIELDS: [&str; 10] = [
     "iterations_since_restore",
     "checkpoint_dir_name",
     "placement",
+    UPLOADED_KEY,
 ];
+
+/// A row's list of checkpoints of earlier reports that became whole in the object store by its
+/// time (`upload = "async"`): recorded from then on.
+const UPLOADED_KEY: &str = "checkpoints_uploaded";
 
 /// A result.json row as the record reads it back: its metrics (the numbers, and the tags
 /// [`number_or_tag`] writes, of every field but Ray's auto-filled ones) and its checkpoint.
@@ -48,6 +53,7 @@ struct StoredRow {
     metrics: Metrics,
     checkpoint: Option<String>,
     placement: Option<String>,
+    uploaded: Vec<String>,
 }
 
 impl<'de> serde::Deserialize<'de> for StoredRow {
@@ -64,11 +70,17 @@ impl<'de> serde::Deserialize<'de> for StoredRow {
                 self,
                 mut map: A,
             ) -> std::result::Result<StoredRow, A::Error> {
-                let mut row =
-                    StoredRow { metrics: Metrics::new(), checkpoint: None, placement: None };
+                let mut row = StoredRow {
+                    metrics: Metrics::new(),
+                    checkpoint: None,
+                    placement: None,
+                    uploaded: Vec::new(),
+                };
                 while let Some(key) = map.next_key::<String>()? {
                     if key == "checkpoint_dir_name" {
                         row.checkpoint = map.next_value()?;
+                    } else if key == UPLOADED_KEY {
+                        row.uploaded = map.next_value()?;
                     } else if key == "placement" {
                         row.placement = map.next_value()?;
                     } else if ROW_FIELDS.contains(&key.as_str()) {
@@ -239,7 +251,7 @@ impl RunState {
             Fence::Open(n) => Some(n),
             Fence::Unset | Fence::Closed => None,
         };
-        for StoredRow { metrics, checkpoint, placement } in read_stored_rows(run_dir)? {
+        for StoredRow { metrics, checkpoint, placement, uploaded } in read_stored_rows(run_dir)? {
             if let Some(name) = checkpoint
                 && let Ok(ck) = Checkpoint::from_directory(run_dir.join(name))
             {
@@ -249,6 +261,14 @@ impl RunState {
             }
             state.history.push(metrics);
             state.placement = placement;
+            // Checkpoints of earlier rows that were whole in the store by this one.
+            for name in uploaded {
+                if let Ok(ck) = Checkpoint::from_directory(run_dir.join(&name)) {
+                    let by = ck.metadata()?.attempt;
+                    last_attempt = Some(last_attempt.map_or(by, |a| a.max(by)));
+                    state.keep_uploaded(ck)?;
+                }
+            }
         }
         state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
         Ok((state, last_attempt))
@@ -318,6 +338,9 @@ impl RunState {
         }
         // Ray's `done`: true on a run's last row only (set when the run ends).
         row.insert("done".into(), false.into());
+        if !report.uploaded.is_empty() {
+            row.insert(UPLOADED_KEY.into(), report.uploaded.clone().into());
+        }
         self.files.append(row)?;
         if self.verbose {
             println!("{}", progress_line(&metrics, &report.checkpoint));
@@ -326,6 +349,14 @@ impl RunState {
             // The rows a resume from this checkpoint keeps are durable with it.
             self.files.sync()?;
             self.checkpoints.push((ck, metrics.clone()));
+            self.prune_checkpoints()?;
+        }
+        if !report.uploaded.is_empty() {
+            for name in &report.uploaded {
+                let ck = self.recorded_checkpoint(name)?;
+                self.keep_uploaded(ck)?;
+            }
+            self.files.sync()?;
             self.prune_checkpoints()?;
         }
         if self.history.is_empty() {
@@ -387,6 +418,39 @@ impl RunState {
 
     /// The checkpoint a report names, once it is known to be this attempt's own (the fence
     /// makes that hold; checked so that a broken fence can never get one recorded).
+    /// Records checkpoint `name` of an earlier report, whole in the object store now that its
+    /// rank finished (`upload = "async"`): in the last row's `checkpoints_uploaded`, and kept.
+    pub(super) fn record_uploaded(&mut self, name: &str) -> Result<()> {
+        let ck = self.recorded_checkpoint(name)?;
+        if let Some(mut row) = self.files.last_row().cloned() {
+            let mut names: Vec<String> = row
+                .get(UPLOADED_KEY)
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default();
+            names.push(name.to_owned());
+            row.insert(UPLOADED_KEY.into(), names.into());
+            self.files.replace_last(row)?;
+        }
+        self.keep_uploaded(ck)?;
+        self.files.sync()?;
+        self.prune_checkpoints()
+    }
+
+    /// Keeps `ck` (of an earlier report) with the metrics of the report that made it.
+    fn keep_uploaded(&mut self, ck: Checkpoint) -> Result<()> {
+        let iteration = ck.iteration()? as f64;
+        let metrics = self
+            .history
+            .iter()
+            .rev()
+            .find(|m| iteration_of(m) == iteration)
+            .cloned()
+            .unwrap_or_default();
+        self.checkpoints.push((ck, metrics));
+        self.checkpoints.sort_by(|a, b| iteration_of(&a.1).total_cmp(&iteration_of(&b.1)));
+        Ok(())
+    }
+
     fn recorded_checkpoint(&self, name: &str) -> Result<Checkpoint> {
         let ck = Checkpoint::from_directory(self.run_dir.join(name))?;
         let by = ck.metadata()?.attempt;

@@ -437,6 +437,8 @@ impl TorchTrainer {
                 env: self.env.clone(),
                 data_json: self.data_json.clone(),
                 store_url: self.store_url.clone(),
+                upload_async: self.run.checkpoint_config.upload
+                    == crate::config::CheckpointUpload::Async,
             };
             run.begin_attempt(attempt, start_iteration)?;
             started();
@@ -510,6 +512,10 @@ impl OnReport for Recording<'_, '_> {
 
     fn placed(&mut self, seats: &[Seat]) {
         self.run.placed(describe_seats(seats), seats.first().map(|s| s.pid));
+    }
+
+    fn uploaded(&mut self, names: &[String]) -> Result<()> {
+        names.iter().try_for_each(|name| self.run.record_uploaded(name))
     }
 }
 

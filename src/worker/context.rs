@@ -41,6 +41,8 @@ pub(crate) struct ContextParts<'a> {
     pub gpus_shared: bool,
     /// The run's folder on an object store: rank 0 uploads each checkpoint there.
     pub store: Option<crate::storage::remote::Remote>,
+    /// Those uploads go on in the background (`CheckpointUpload::Async`).
+    pub upload_async: bool,
     pub link: &'a mut DriverLink,
 }
 
@@ -70,6 +72,9 @@ pub struct TrainContext<'a> {
     /// Made on first use by a model on a GPU, bootstrapped over `group`.
     nccl: Option<SharedNccl>,
     store: Option<crate::storage::remote::Remote>,
+    upload_async: bool,
+    /// Background uploads not yet reported done: each checkpoint's name and its upload.
+    uploads: Vec<(String, std::thread::JoinHandle<Result<()>>)>,
     link: &'a mut DriverLink,
 }
 
@@ -97,6 +102,8 @@ impl<'a> TrainContext<'a> {
             gpus_shared: parts.gpus_shared,
             nccl: None,
             store: parts.store,
+            upload_async: parts.upload_async,
+            uploads: Vec::new(),
             link: parts.link,
         }
     }
@@ -241,22 +248,57 @@ impl<'a> TrainContext<'a> {
                 }
                 let name = checkpoint_name(iteration);
                 writer.commit(&self.run_dir, &name, iteration, self.link.attempt(), &metrics)?;
-                // On an object store the report waits for the upload: the driver never records
-                // a checkpoint the store does not hold whole.
-                if let Some(store) = &self.store {
-                    store.upload_folder(&self.run_dir.join(&name), &name)?;
+                // On an object store the driver never records a checkpoint the store does not
+                // hold whole: the report waits for the upload, or, with background uploads,
+                // names it once it is done.
+                match &self.store {
+                    Some(store) if self.upload_async => {
+                        let (store, dir) = (store.clone(), self.run_dir.join(&name));
+                        let upload_name = name.clone();
+                        let upload = std::thread::Builder::new()
+                            .name("rtune-upload".into())
+                            .spawn(move || store.upload_folder(&dir, &upload_name))
+                            .map_err(|e| Error::Worker(format!("upload thread: {e}")))?;
+                        self.uploads.push((name, upload));
+                        String::new()
+                    }
+                    Some(store) => {
+                        store.upload_folder(&self.run_dir.join(&name), &name)?;
+                        name
+                    }
+                    None => name,
                 }
-                name
             }
             _ => String::new(),
         };
-        let reply = self.link.report(self.reports + 1, to_wire(&metrics), committed)?;
+        let uploaded = self.uploads_done(false)?;
+        let reply = self.link.report(self.reports + 1, to_wire(&metrics), committed, uploaded)?;
         self.reports += 1;
         if reply.stop {
             self.stop_requested = true;
             return Err(Error::StopRequested);
         }
         Ok(())
+    }
+
+    /// The checkpoints whose background uploads are done (all of them, waiting, with `wait`),
+    /// in the order they were made; an upload that failed fails the run.
+    fn uploads_done(&mut self, wait: bool) -> Result<Vec<String>> {
+        let mut done = Vec::new();
+        while self.uploads.first().is_some_and(|(_, upload)| wait || upload.is_finished()) {
+            let (name, upload) = self.uploads.remove(0);
+            match upload.join() {
+                Ok(Ok(())) => done.push(name),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::Worker(format!("the upload of {name} panicked"))),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Waits for the background uploads of the run's checkpoints; their names.
+    pub(crate) fn wait_for_uploads(&mut self) -> Result<Vec<String>> {
+        self.uploads_done(true)
     }
 
     /// Makes `vs` data-parallel: copies rank 0's weights to every rank now, and returns the

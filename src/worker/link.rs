@@ -120,8 +120,10 @@ impl DriverLink {
         seq: u64,
         metrics_json: String,
         checkpoint: String,
+        uploaded: Vec<String>,
     ) -> Result<ReportReply> {
-        let request = ReportRequest { key: Some(self.key.clone()), seq, metrics_json, checkpoint };
+        let key = Some(self.key.clone());
+        let request = ReportRequest { key, seq, metrics_json, checkpoint, uploaded };
         let reports = match self.reports.take() {
             Some(reports) => reports,
             None => self.open_reports()?,

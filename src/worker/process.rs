@@ -31,8 +31,8 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         }
     };
     let started = Instant::now();
-    let mut unread_params = Vec::new();
-    let outcome = train(&spec, &mut link, listener, reply, &mut unread_params);
+    let mut ended = Ended::default();
+    let outcome = train(&spec, &mut link, listener, reply, &mut ended);
     let train_seconds = started.elapsed().as_secs_f64();
     let finish = |ok, stopped, error| FinishRequest {
         key: Some(link.key().clone()),
@@ -40,7 +40,8 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         error,
         stopped,
         train_seconds,
-        unread_params: unread_params.clone(),
+        unread_params: ended.unread_params.clone(),
+        uploaded: ended.uploaded.clone(),
     };
     let (request, code) = match outcome {
         Ok(()) => (finish(true, false, String::new()), 0),
@@ -77,12 +78,21 @@ enum TrainEnd {
     Failed(String),
 }
 
+/// What the finish message says besides how the train function ended.
+#[derive(Default)]
+struct Ended {
+    /// Params it never read.
+    unread_params: Vec<String>,
+    /// Checkpoints whose background uploads completed after the last report.
+    uploaded: Vec<String>,
+}
+
 fn train(
     spec: &WorkerSpec,
     link: &mut DriverLink,
     listener: TcpListener,
     reply: JoinReply,
-    unread_params: &mut Vec<String>,
+    ended: &mut Ended,
 ) -> std::result::Result<(), TrainEnd> {
     let failed = |e: &dyn std::fmt::Display| TrainEnd::Failed(e.to_string());
     if build_id::hex(build_id::build_id()) != spec.build_id {
@@ -152,13 +162,21 @@ fn train(
         group,
         gpus_shared: reply.gpus_shared,
         store,
+        upload_async: reply.upload_async,
         link,
     });
     // SAFETY: the offset came from the driver, whose build id equals ours (checked above and by
     // the driver at join).
     let train_fn = unsafe { crate::worker::train_fn_at(spec.train_fn) };
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| train_fn(&mut ctx)));
-    *unread_params = tracked.unread();
+    ended.unread_params = tracked.unread();
+    // A run that ended well waits for its checkpoints' uploads: the finish names them.
+    if matches!(&result, Ok(Ok(()))) || matches!(&result, Ok(Err(e)) if is_stop(e)) {
+        match ctx.wait_for_uploads() {
+            Ok(names) => ended.uploaded = names,
+            Err(e) => return Err(TrainEnd::Failed(format!("{e:#}"))),
+        }
+    }
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) if is_stop(&e) => Err(TrainEnd::Stopped),

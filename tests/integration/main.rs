@@ -186,6 +186,10 @@ fn main() {
             storage::a_killed_sweep_resumes_from_the_store_alone,
         ),
         test(
+            "storage::async_uploads_record_checkpoints_once_they_are_in_the_store",
+            storage::async_uploads_record_checkpoints_once_they_are_in_the_store,
+        ),
+        test(
             "storage::bad_store_urls_are_refused_before_anything_runs",
             storage::bad_store_urls_are_refused_before_anything_runs,
         ),

@@ -75,6 +75,10 @@ impl Drop for S3Server {
 
 /// The synthetic-curve sweep on `storage`, each trial checkpointed every iteration.
 fn sweep_file(dir: &Path, storage: &str, sleep: f64) -> Result<PathBuf> {
+    sweep_file_uploading(dir, storage, sleep, "sync")
+}
+
+fn sweep_file_uploading(dir: &Path, storage: &str, sleep: f64, upload: &str) -> Result<PathBuf> {
     let text = format!(
         r#"
 name = "curves"
@@ -99,7 +103,7 @@ max_concurrent_trials = 1
 seed = 5
 
 [run]
-checkpoint = {{ num_to_keep = 2 }}
+checkpoint = {{ num_to_keep = 2, upload = "{upload}" }}
 sync_period_s = 0.2
 "#
     );
@@ -245,6 +249,56 @@ pub fn bad_store_urls_are_refused_before_anything_runs() -> Result<()> {
             !staging.join("missing").exists() && !staging.join("exp").exists(),
             "{url}: staged"
         );
+    }
+    Ok(())
+}
+
+/// `upload = "async"`: reports go on while checkpoints upload, and each is recorded once it is
+/// whole in the store: every trial ends with its kept checkpoints recorded and in the store,
+/// uploaded by its rank, its rows complete.
+pub fn async_uploads_record_checkpoints_once_they_are_in_the_store() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file_uploading(dir.path(), "s3://exp/async", 0.0, "async")?;
+    let staging = dir.path().join("staging");
+    let out = rtune(&server, &staging, &["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(staging.join("exp/async/curves"))?;
+    check_complete(&grid)?;
+    let listed = server.boto3(
+        "for o in s3.list_objects_v2(Bucket='exp', Prefix='async/curves/')['Contents']:\n    print(o['Key'])",
+    )?;
+    for t in &grid.trials {
+        let kept = &t.result().context("result")?.best_checkpoints;
+        ensure!(kept.len() == 2, "{}: {} checkpoints recorded", t.trial_id(), kept.len());
+        for (checkpoint, metrics) in kept {
+            ensure!(
+                checkpoint.path().join(".uploaded").exists(),
+                "{}",
+                checkpoint.path().display()
+            );
+            let name = checkpoint.path().file_name().context("name")?.to_string_lossy();
+            let wanted = format!("{name}/metadata.json");
+            ensure!(
+                listed.lines().any(|k| k.contains(t.trial_id()) && k.ends_with(&wanted)),
+                "{} {name} is not in the store:\n{listed}",
+                t.trial_id()
+            );
+            // Recorded with the metrics of the report that made it.
+            let iteration = checkpoint.iteration()? as f64;
+            ensure!(metrics["training_iteration"] == iteration, "{metrics:?}");
+        }
+        // The latest, the one a resume starts from, is kept.
+        ensure!(kept.iter().any(|(c, _)| c.iteration().ok() == Some(6)), "{}", t.trial_id());
+        // No report waited for its checkpoint: later rows (or the last, at the end) name them.
+        let rows = std::fs::read_to_string(t.path().join("result.json"))?;
+        let rows: Vec<serde_json::Value> =
+            rows.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+        ensure!(rows.iter().all(|r| r.get("checkpoint_dir_name").is_none()), "{rows:?}");
+        let named: usize =
+            rows.iter().filter_map(|r| r["checkpoints_uploaded"].as_array()).map(Vec::len).sum();
+        ensure!(named == 6, "{} checkpoints named as uploaded: {rows:?}", named);
     }
     Ok(())
 }

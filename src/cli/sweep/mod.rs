@@ -37,6 +37,7 @@
 //! # strict_params = true                            # a param never read fails its trial
 //! # sync_period_s = 10           # with storage_path = "s3://bucket/prefix": mirror this often
 //! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
+//! # checkpoint upload = "async": on an object store, reports go on while checkpoints upload
 //! ```
 
 use std::collections::BTreeMap;
@@ -660,6 +661,9 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
         }
         let attribute = c.value::<String>("score_attribute", report);
         let order = c.one_of("score_order", &["max", "min"], report);
+        if c.one_of("upload", &["sync", "async"], report).as_deref() == Some("async") {
+            checkpoint = checkpoint.upload(crate::config::CheckpointUpload::Async);
+        }
         if let Some(attribute) = attribute {
             let mode = if order.as_deref() == Some("min") { Mode::Min } else { Mode::Max };
             checkpoint = checkpoint.score(attribute, mode);
