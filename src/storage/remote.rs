@@ -33,8 +33,23 @@ use crate::error::{Error, IoContext, Result};
 
 pub use crate::config::STORE_SCHEME as SCHEME;
 
-/// Files larger than this go up in parts, several at once.
+/// Files larger than this go up (and come down) in parts of this size, `PARALLEL` at once.
 const PART_BYTES: usize = 16 << 20;
+const PARALLEL: usize = 8;
+
+type RangeTask = (u64, object_store::Result<prost::bytes::Bytes>);
+
+/// Writes the next fetched range into `file` at its offset.
+async fn join_range(
+    tasks: &mut tokio::task::JoinSet<RangeTask>,
+    file: &std::fs::File,
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let joined = tasks.join_next().await.expect("a task is running");
+    let (offset, bytes) = joined.map_err(|e| Error::Storage(format!("a range task: {e}")))?;
+    let bytes = bytes.map_err(|e| Error::Storage(first_line(&e.to_string()).to_owned()))?;
+    file.write_all_at(&bytes, offset).map_err(|e| Error::Storage(e.to_string()))
+}
 
 /// Whether `path` names a place on an object store (`s3://..`).
 pub fn is_url(path: &Path) -> bool {
@@ -59,13 +74,26 @@ impl std::fmt::Debug for Remote {
 impl Remote {
     /// `s3://bucket/prefix`, with the credentials, region and endpoint of the environment.
     pub fn parse(url: &str) -> Result<Remote> {
+        Remote::parse_with(url, &[])
+    }
+
+    /// `parse`, with settings of object_store's S3 builder by name over the environment's
+    /// (`("aws_endpoint", "http://127.0.0.1:9000")`, `("aws_access_key_id", ..)`).
+    pub fn parse_with(url: &str, settings: &[(&str, &str)]) -> Result<Remote> {
         let invalid = |why: String| Error::config("RunConfig.storage_path", why);
         let (bucket, prefix) = crate::config::split_store_url(url).map_err(invalid)?;
         let prefix = prefix.to_owned();
         let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
-            .iter()
-            .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+        for (key, value) in settings {
+            let key = key.parse().map_err(|e| invalid(format!("storage setting {key}: {e}")))?;
+            builder = builder.with_config(key, *value);
+        }
+        let given = settings.iter().find(|(k, _)| *k == "aws_endpoint").map(|(_, v)| v.to_string());
+        let endpoint = given.or_else(|| {
+            ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+                .iter()
+                .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        });
         if let Some(endpoint) = &endpoint {
             builder = builder
                 .with_endpoint(endpoint)
@@ -162,7 +190,7 @@ impl Remote {
     /// returns how many were fetched.
     pub async fn download(&self, local: &Path) -> Result<usize> {
         let mut fetched = 0;
-        for (relative, (_, written)) in self.list().await? {
+        for (relative, (size, written)) in self.list().await? {
             let target = local.join(&relative);
             let local_ms = std::fs::metadata(&target)
                 .and_then(|m| m.modified())
@@ -172,21 +200,52 @@ impl Remote {
             if local_ms.is_some_and(|ms| ms >= written) {
                 continue;
             }
-            let bytes = self
-                .store
-                .get(&self.key(&relative))
-                .await
-                .map_err(|e| self.failed("download", e))?
-                .bytes()
-                .await
-                .map_err(|e| self.failed("download", e))?;
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent).at(parent)?;
             }
-            crate::storage::atomic_write(&target, &bytes)?;
+            self.fetch(&relative, size, &target).await?;
             fetched += 1;
         }
         Ok(fetched)
+    }
+
+    /// Fetches object `relative` of `size` bytes into `target`, replaced whole at the end: a
+    /// large one in ranges of `PART_BYTES`, `PARALLEL` at once.
+    async fn fetch(&self, relative: &str, size: u64, target: &Path) -> Result<()> {
+        let key = self.key(relative);
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = target.with_file_name(format!(".tmp_fetch_{name}_{}", std::process::id()));
+        let file = std::fs::File::create(&tmp).at(&tmp)?;
+        let fetched = async {
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut start = 0u64;
+            // (An empty object is an empty file: nothing to fetch.)
+            while start < size {
+                while tasks.len() >= PARALLEL {
+                    join_range(&mut tasks, &file).await?;
+                }
+                let end = (start + PART_BYTES as u64).min(size);
+                let (store, key) = (self.store.clone(), key.clone());
+                tasks.spawn(async move { (start, store.get_range(&key, start..end).await) });
+                start = end;
+            }
+            while !tasks.is_empty() {
+                join_range(&mut tasks, &file).await?;
+            }
+            file.sync_all().at(&tmp)
+        }
+        .await
+        .map_err(|e| match e {
+            Error::Storage(why) => {
+                Error::Storage(format!("download of {relative} in {}: {why}", self.url))
+            }
+            other => other,
+        });
+        if let Err(e) = fetched {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        std::fs::rename(&tmp, target).at(target)
     }
 
     async fn upload(&self, relative: &str, file: &Path) -> Result<()> {
@@ -202,7 +261,7 @@ impl Remote {
         let upload = self.store.put_multipart(&key).await.map_err(|e| self.failed("upload", e))?;
         let mut parts = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
         for chunk in bytes.chunks(PART_BYTES) {
-            parts.wait_for_capacity(4).await.map_err(|e| self.failed("upload", e))?;
+            parts.wait_for_capacity(PARALLEL).await.map_err(|e| self.failed("upload", e))?;
             parts.write(chunk);
         }
         parts.finish().await.map_err(|e| self.failed("upload", e))?;

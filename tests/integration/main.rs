@@ -190,6 +190,10 @@ fn main() {
             storage::async_uploads_record_checkpoints_once_they_are_in_the_store,
         ),
         test(
+            "storage::a_large_checkpoint_goes_up_in_parts_and_comes_back_whole",
+            storage::a_large_checkpoint_goes_up_in_parts_and_comes_back_whole,
+        ),
+        test(
             "storage::bad_store_urls_are_refused_before_anything_runs",
             storage::bad_store_urls_are_refused_before_anything_runs,
         ),

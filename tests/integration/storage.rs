@@ -302,3 +302,44 @@ pub fn async_uploads_record_checkpoints_once_they_are_in_the_store() -> Result<(
     }
     Ok(())
 }
+
+/// A checkpoint larger than a part (40 MiB: three parts up, three ranges down, in parallel)
+/// goes up whole with its `metadata.json`, and comes back byte for byte; boto3 reads the same
+/// bytes.
+pub fn a_large_checkpoint_goes_up_in_parts_and_comes_back_whole() -> Result<()> {
+    use rtune::storage::remote::Remote;
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='big')")?;
+    let dir = tempfile::tempdir()?;
+    let checkpoint = dir.path().join("checkpoint_000001");
+    std::fs::create_dir_all(&checkpoint)?;
+    let weights: Vec<u8> =
+        (0..40u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(checkpoint.join("model.safetensors"), &weights)?;
+    std::fs::write(checkpoint.join("metadata.json"), b"{}")?;
+    let settings = [
+        ("aws_endpoint", server.endpoint.as_str()),
+        ("aws_access_key_id", "testing"),
+        ("aws_secret_access_key", "testing"),
+        ("aws_region", "us-east-1"),
+    ];
+    let remote = Remote::parse_with("s3://big/run", &settings)?;
+    remote.upload_folder(&checkpoint, "checkpoint_000001")?;
+    let size = server.boto3(
+        "print(s3.head_object(Bucket='big', Key='run/checkpoint_000001/model.safetensors')['ContentLength'])",
+    )?;
+    ensure!(size.trim() == (40u64 << 20).to_string(), "the store holds {size}");
+    let back = dir.path().join("back");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let fetched = runtime.block_on(remote.download(&back))?;
+    ensure!(fetched == 2, "{fetched} objects fetched");
+    let copy = std::fs::read(back.join("checkpoint_000001/model.safetensors"))?;
+    ensure!(copy == weights, "the weights came back otherwise");
+    ensure!(
+        !std::fs::read_dir(back.join("checkpoint_000001"))?
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(".tmp")),
+        "a partial file was left"
+    );
+    Ok(())
+}
