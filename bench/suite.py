@@ -338,10 +338,22 @@ def store_server():
     import socket
     import tempfile
 
-    def free_port():
+    import random
+
+    def free(port):
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+
+    def free_port():
+        # SeaweedFS serves gRPC on each port + 10000: both must be free (and below 65536).
+        while True:
+            port = random.randrange(20000, 30000)
+            if free(port) and free(port + 10000):
+                return port
 
     ports = {k: free_port() for k in ("s3", "master", "volume", "filer")}
     data = tempfile.mkdtemp(prefix="rtune-bench-s3-")

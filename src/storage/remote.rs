@@ -101,7 +101,11 @@ impl Remote {
                 // An S3-compatible server takes the bucket in the path, not the host name.
                 .with_virtual_hosted_style_request(false);
         }
-        if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+        let region_given = settings.iter().any(|(k, _)| *k == "aws_region");
+        if !region_given
+            && std::env::var("AWS_REGION").is_err()
+            && std::env::var("AWS_DEFAULT_REGION").is_err()
+        {
             builder = builder.with_region("us-east-1");
         }
         let store = builder.build().map_err(|e| invalid(format!("{url:?} cannot be used: {e}")))?;
