@@ -670,6 +670,8 @@ impl Sweep {
         match read_run(&from, &self.run)?.checkpoint {
             Some(checkpoint) => {
                 crate::storage::checkpoint::exploit_into(&checkpoint, &to)?;
+                let name = checkpoint.path().file_name().unwrap_or_default().to_string_lossy();
+                tracing::info!("trial {trial} takes over trial {source}'s {name}");
             }
             None => tracing::warn!(
                 "trial {trial} was to take over trial {source}'s checkpoint, which has \

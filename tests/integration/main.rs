@@ -193,6 +193,7 @@ fn main() {
             "storage::a_large_checkpoint_goes_up_in_parts_and_comes_back_whole",
             storage::a_large_checkpoint_goes_up_in_parts_and_comes_back_whole,
         ),
+        test("storage::pbt_exploits_on_the_store", storage::pbt_exploits_on_the_store),
         test(
             "storage::bad_store_urls_are_refused_before_anything_runs",
             storage::bad_store_urls_are_refused_before_anything_runs,

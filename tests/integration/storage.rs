@@ -174,6 +174,12 @@ pub fn a_sweep_on_s3_is_read_back_from_the_store() -> Result<()> {
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     ensure!(shown.as_array().map(Vec::len) == Some(4), "{shown}");
+    // The best checkpoint exported from the URL, on a machine that staged nothing yet.
+    let exported = dir.path().join("best");
+    let fresh = dir.path().join("fresh");
+    let out = rtune(&server, &fresh, &["export", url, "--to", exported.to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    ensure!(exported.join("metadata.json").exists() && exported.join("params.json").exists());
     // What `show` fetched is the whole experiment: its staging copy reads as the original.
     let grid = ResultGrid::from_path(elsewhere.join("exp/team/sweeps/curves"))?;
     check_complete(&grid)?;
@@ -341,5 +347,63 @@ pub fn a_large_checkpoint_goes_up_in_parts_and_comes_back_whole() -> Result<()> 
             .any(|e| e.file_name().to_string_lossy().starts_with(".tmp")),
         "a partial file was left"
     );
+    Ok(())
+}
+
+/// PBT on the store: trials take over others' checkpoints (said in the driver's log, which the
+/// store holds), every trial ends its 12 iterations, and the store holds what `rtune show` reads.
+pub fn pbt_exploits_on_the_store() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("pbt.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "pbt"
+storage_path = "s3://exp/pbt"
+
+[trainable]
+builtin = "synthetic-curve"
+
+# All four at once on two cores: PBT compares a population that runs side by side.
+[scaling]
+resources_per_worker = { CPU = 0.25 }
+
+[param_space]
+rate = { loguniform = [0.02, 1.0] }
+plateau = { uniform = [0.5, 1.0] }
+noise = 0.0
+iterations = 12
+sleep_s = 0.1
+
+[tune]
+metric = "score"
+mode = "max"
+num_samples = 4
+max_concurrent_trials = 4
+seed = 1
+scheduler = { type = "pbt", time_attr = "training_iteration", perturbation_interval = 2, hyperparam_mutations = { rate = { loguniform = [0.02, 1.0] } } }
+
+[run]
+sync_period_s = 0.2
+"#,
+    )?;
+    let staging = dir.path().join("staging");
+    let out = rtune(&server, &staging, &["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let log = server.boto3(
+        "print(s3.get_object(Bucket='exp', Key='pbt/pbt/driver.log')['Body'].read().decode())",
+    )?;
+    ensure!(log.contains(" takes over trial "), "PBT exploited nothing:\n{log}");
+    let elsewhere = dir.path().join("elsewhere");
+    let out = rtune(&server, &elsewhere, &["show", "s3://exp/pbt/pbt", "--format", "json"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(elsewhere.join("exp/pbt/pbt"))?;
+    ensure!(grid.trials.len() == 4, "{} trials", grid.trials.len());
+    for t in &grid.trials {
+        ensure!(t.status() == TrialStatus::Terminated, "{}: {:?}", t.trial_id(), t.status());
+        ensure!(t.last("training_iteration") == Some(12.0), "{}", t.trial_id());
+    }
     Ok(())
 }
