@@ -20,6 +20,7 @@ use crate::group::{
 };
 use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
+use crate::storage::remote::{Remote, Syncer};
 use crate::storage::{self, ResultFiles, unix_time};
 use crate::train::record::{RunIdentity, RunState};
 use crate::worker::TrainFn;
@@ -270,14 +271,16 @@ impl TorchTrainer {
     pub fn fit(self) -> Result<TrainResult> {
         let started = Instant::now();
         self.validate()?;
-        if self.run.store_url().is_some() {
-            return Err(Error::config(
-                "RunConfig.storage_path",
-                "an s3:// storage path is for sweeps so far (Tuner, rtune run): a single fit \
-                 writes to a local folder",
-            ));
-        }
         let driver = Driver::get()?;
+        // On an object store: one that cannot be listed is refused before anything starts.
+        let store = match Remote::of_run(&self.run) {
+            Some(remote) => {
+                let remote = remote?;
+                driver.block_on(remote.check())?;
+                Some(remote)
+            }
+            None => None,
+        };
         // Placement first: a group that can never run on the local machine (too big, or GPUs its
         // workers cannot use) is a config error, before any file exists (a cluster answers that
         // when asked to reserve). On the local machine this waits while other runs of this process
@@ -290,8 +293,13 @@ impl TorchTrainer {
             Some((address, token)) => Target::Cluster { address, token },
         };
         let run_dir = self.make_run_dir()?;
-        let this = if self.data_unprepared() {
-            match self.prepare_data(&run_dir.join(DATASETS_DIR)) {
+        // The run's folder on the store, where its checkpoints go up from their rank.
+        let store =
+            store.map(|s| s.join(&run_dir.file_name().unwrap_or_default().to_string_lossy()));
+        let mut this = self;
+        this.store_url = store.as_ref().map(|s| s.url().to_owned());
+        let this = if this.data_unprepared() {
+            match this.prepare_data(&run_dir.join(DATASETS_DIR)) {
                 Ok(this) => this,
                 Err(e) => {
                     // Nothing ran: leave no run behind (the folder was made empty above).
@@ -300,18 +308,25 @@ impl TorchTrainer {
                 }
             }
         } else {
-            self
+            this
         };
         let mut no_decisions = |_: &Metrics| Ok(false);
         let params = this.params.clone();
-        let result = driver.block_on(this.run_placed(
+        let outcome = driver.block_on(this.run_placed(
             driver,
-            run_dir,
+            run_dir.clone(),
             target,
             &mut no_decisions,
             started,
             &mut || {},
-        ))?;
+        ));
+        // The run's folder goes to the store as it ended, failed or not (its checkpoints are
+        // there already).
+        if let Some(store) = store {
+            let mut syncer = Syncer::new(store, run_dir);
+            driver.block_on(syncer.sync())?;
+        }
+        let result = outcome?;
         if !result.unread_params.is_empty() {
             tracing::warn!("{}", unread_note(&result.unread_params, &params));
         }

@@ -50,6 +50,7 @@ fn main() {
     collective_process::run_child_if_asked();
     cluster::run_driver_if_asked();
     tune::run_sweep_driver_if_asked();
+    storage::run_fit_if_asked();
     let args = Arguments::from_args();
     let tests = vec![
         test("tch_basics::mlp_loss_falls", tch_basics::mlp_loss_falls),
@@ -194,6 +195,7 @@ fn main() {
             storage::a_large_checkpoint_goes_up_in_parts_and_comes_back_whole,
         ),
         test("storage::pbt_exploits_on_the_store", storage::pbt_exploits_on_the_store),
+        test("storage::a_single_fit_goes_to_the_store", storage::a_single_fit_goes_to_the_store),
         test(
             "storage::bad_store_urls_are_refused_before_anything_runs",
             storage::bad_store_urls_are_refused_before_anything_runs,

@@ -407,3 +407,72 @@ sync_period_s = 0.2
     }
     Ok(())
 }
+
+/// Asks the test binary, run again, for one `TorchTrainer::fit` on the store this names.
+const FIT_ON_ENV: &str = "RTUNE_TEST_FIT_ON";
+
+/// In a child process started by `a_single_fit_goes_to_the_store`: one fit of the synthetic
+/// curve (4 iterations, a checkpoint each, 2 kept) on the store; exits 0 when it succeeded.
+pub fn run_fit_if_asked() {
+    use rtune::train::CheckpointConfig;
+    use rtune::{Params, RunConfig, TorchTrainer};
+    let Ok(url) = std::env::var(FIT_ON_ENV) else { return };
+    let config = Params::new()
+        .with("rate", 0.3)
+        .with("plateau", 1.0)
+        .with("noise", 0.0)
+        .with("iterations", 4)
+        .with("seed", 0)
+        .with("sleep_s", 0.0)
+        .with("fail_at", 0);
+    let run = RunConfig::new("single")
+        .storage_path(url)
+        .checkpoint_config(CheckpointConfig::new().num_to_keep(2));
+    let trainer = TorchTrainer::new(rtune::builtins::train_synthetic_curve)
+        .train_loop_config(config)
+        .run_config(run);
+    match trainer.fit() {
+        Ok(result) => {
+            println!("fit ended in {}", result.path.display());
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("fit failed: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// `TorchTrainer::fit` alone with an `s3://` storage path: its run folder (rows and kept
+/// checkpoints, pruned ones gone) ends up in the store; a bucket that cannot be listed fails
+/// it before anything starts.
+pub fn a_single_fit_goes_to_the_store() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let fit = |url: &str| -> Result<Output> {
+        Ok(Command::new(std::env::current_exe()?)
+            .env(FIT_ON_ENV, url)
+            .envs(server.env())
+            .env("RTUNE_STAGING", dir.path().join("staging"))
+            .output()?)
+    };
+    let out = fit("s3://exp/fits")?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let listed = server.boto3(
+        "import json\nkeys = sorted(o['Key'] for o in s3.list_objects_v2(Bucket='exp', Prefix='fits/single/')['Contents'])\nprint('\\n'.join(keys))\nrows = s3.get_object(Bucket='exp', Key='fits/single/result.json')['Body'].read().decode().splitlines()\nprint('rows', len(rows), json.loads(rows[-1])['training_iteration'])",
+    )?;
+    ensure!(listed.contains("rows 4 4"), "{listed}");
+    for kept in ["checkpoint_000003/metadata.json", "checkpoint_000004/metadata.json"] {
+        ensure!(listed.contains(&format!("fits/single/{kept}")), "{kept} missing:\n{listed}");
+    }
+    ensure!(
+        !listed.contains("checkpoint_000001"),
+        "a pruned checkpoint is in the store:\n{listed}"
+    );
+    let out = fit("s3://missing/fits")?;
+    ensure!(out.status.code() == Some(1), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("s3://missing/fits cannot be listed"));
+    ensure!(!dir.path().join("staging/missing").exists(), "a run folder was made");
+    Ok(())
+}
