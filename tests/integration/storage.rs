@@ -415,16 +415,11 @@ const FIT_ON_ENV: &str = "RTUNE_TEST_FIT_ON";
 /// curve (4 iterations, a checkpoint each, 2 kept) on the store; exits 0 when it succeeded.
 pub fn run_fit_if_asked() {
     use rtune::train::CheckpointConfig;
-    use rtune::{Params, RunConfig, TorchTrainer};
+    use rtune::{RunConfig, TorchTrainer};
     let Ok(url) = std::env::var(FIT_ON_ENV) else { return };
-    let config = Params::new()
-        .with("rate", 0.3)
-        .with("plateau", 1.0)
-        .with("noise", 0.0)
-        .with("iterations", 4)
-        .with("seed", 0)
-        .with("sleep_s", 0.0)
-        .with("fail_at", 0);
+    let builtin = rtune::cli::Registry::builtin();
+    let defaults = &builtin.get("synthetic-curve").expect("a builtin").defaults;
+    let config = defaults.clone().with("iterations", 4).with("noise", 0.0);
     let run = RunConfig::new("single")
         .storage_path(url)
         .checkpoint_config(CheckpointConfig::new().num_to_keep(2));
