@@ -215,25 +215,26 @@ pub(super) fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
             println!("no experiments in {}", shown.join(" or "));
         }
         Format::Table => {
-            let cell = |row: &serde_json::Value, key: &str| match &row[key] {
-                serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Null => "-".into(),
-                other => other.to_string(),
-            };
             let table: Vec<Vec<String>> = rows
                 .iter()
-                .map(|r| {
-                    let status = r["status"].as_object().map_or_else(String::new, |counts| {
-                        let parts: Vec<String> =
-                            counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-                        parts.join(", ")
-                    });
-                    let status = r["error"].as_str().map_or(status, |e| format!("unreadable: {e}"));
-                    let best = match (r["metric"].as_str(), r["best"].as_f64()) {
-                        (Some(metric), Some(best)) => format!("{metric}={}", number(best)),
-                        _ => "-".into(),
-                    };
-                    vec![cell(r, "path"), cell(r, "trials"), status, best]
+                .map(|row| match &row.read {
+                    Read::Grid { trials, status, metric, best } => {
+                        let status: Vec<String> =
+                            status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+                        let best = match (metric, best) {
+                            (Some(metric), Some(best)) => format!("{metric}={}", number(*best)),
+                            _ => "-".into(),
+                        };
+                        vec![row.path.clone(), trials.to_string(), status.join(", "), best]
+                    }
+                    Read::Unreadable { error } => {
+                        vec![
+                            row.path.clone(),
+                            "?".into(),
+                            format!("unreadable: {error}"),
+                            "-".into(),
+                        ]
+                    }
                 })
                 .collect();
             let headers = ["experiment", "trials", "status", "best"].map(String::from);
@@ -243,26 +244,40 @@ pub(super) fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
     Ok(())
 }
 
-/// One experiment as `ls` lists it: its path, trials, trials by status and best result.
-fn listed(path: &Path) -> serde_json::Value {
-    match ResultGrid::from_path(path) {
-        Ok(grid) => {
-            let best = grid.metric.as_deref().and_then(|m| grid.best_result().ok()?.last(m));
-            let status: serde_json::Map<String, serde_json::Value> =
-                counts(grid.trials.iter().map(|t| t.status))
-                    .into_iter()
-                    .map(|(s, n)| (s.to_string(), n.into()))
-                    .collect();
-            json!({
-                "path": path.display().to_string(),
-                "trials": grid.trials.len(),
-                "status": status,
-                "metric": grid.metric,
-                "best": best,
-            })
-        }
-        Err(e) => json!({ "path": path.display().to_string(), "error": e.to_string() }),
-    }
+/// One experiment as `ls` lists it (and its JSON writes it).
+#[derive(serde::Serialize)]
+struct Listed {
+    path: String,
+    #[serde(flatten)]
+    read: Read,
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Read {
+    /// Its trials, their count by status, and the best value of the sweep's metric.
+    Grid {
+        trials: usize,
+        status: BTreeMap<String, usize>,
+        metric: Option<String>,
+        best: Option<f64>,
+    },
+    Unreadable {
+        error: String,
+    },
+}
+
+fn listed(path: &Path) -> Listed {
+    let read = match ResultGrid::from_path(path) {
+        Ok(grid) => Read::Grid {
+            trials: grid.trials.len(),
+            status: counts(grid.trials.iter().map(|t| t.status)),
+            best: grid.metric.as_deref().and_then(|m| grid.best_result().ok()?.last(m)),
+            metric: grid.metric,
+        },
+        Err(e) => Read::Unreadable { error: e.to_string() },
+    };
+    Listed { path: path.display().to_string(), read }
 }
 
 /// `rtune show DIR [TRIAL]`.
