@@ -351,14 +351,7 @@ impl RunState {
             self.checkpoints.push((ck, metrics.clone()));
             self.prune_checkpoints()?;
         }
-        if !report.uploaded.is_empty() {
-            for name in &report.uploaded {
-                let ck = self.recorded_checkpoint(name)?;
-                self.keep_uploaded(ck)?;
-            }
-            self.files.sync()?;
-            self.prune_checkpoints()?;
-        }
+        self.keep_all_uploaded(&report.uploaded)?;
         if self.history.is_empty() {
             self.warn_unreported_stops(&metrics);
         }
@@ -418,20 +411,34 @@ impl RunState {
 
     /// The checkpoint a report names, once it is known to be this attempt's own (the fence
     /// makes that hold; checked so that a broken fence can never get one recorded).
-    /// Records checkpoint `name` of an earlier report, whole in the object store now that its
+    /// Records checkpoints `names` of earlier reports, whole in the object store now that their
     /// rank finished (`upload = "async"`): in the last row's `checkpoints_uploaded`, and kept.
-    pub(super) fn record_uploaded(&mut self, name: &str) -> Result<()> {
-        let ck = self.recorded_checkpoint(name)?;
+    pub(super) fn record_uploaded(&mut self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
         if let Some(mut row) = self.files.last_row().cloned() {
-            let mut names: Vec<String> = row
+            let mut listed: Vec<String> = row
                 .get(UPLOADED_KEY)
                 .and_then(|v| serde_json::from_value(v.clone()).ok())
                 .unwrap_or_default();
-            names.push(name.to_owned());
-            row.insert(UPLOADED_KEY.into(), names.into());
+            listed.extend_from_slice(names);
+            row.insert(UPLOADED_KEY.into(), listed.into());
             self.files.replace_last(row)?;
         }
-        self.keep_uploaded(ck)?;
+        self.keep_all_uploaded(names)
+    }
+
+    /// Keeps checkpoints `names` of earlier reports, now whole in the store, made durable with
+    /// the rows, then drops the old ones.
+    fn keep_all_uploaded(&mut self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        for name in names {
+            let ck = self.recorded_checkpoint(name)?;
+            self.keep_uploaded(ck)?;
+        }
         self.files.sync()?;
         self.prune_checkpoints()
     }

@@ -530,7 +530,7 @@ impl OnReport for Recording<'_, '_> {
     }
 
     fn uploaded(&mut self, names: &[String]) -> Result<()> {
-        names.iter().try_for_each(|name| self.run.record_uploaded(name))
+        self.run.record_uploaded(names)
     }
 }
 

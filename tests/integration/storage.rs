@@ -57,6 +57,26 @@ impl S3Server {
         ]
     }
 
+    /// Every key under `prefix` in `bucket`, as boto3 lists them (sorted; none if none).
+    fn keys(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
+        let listed = self.boto3(&format!(
+            "r = s3.list_objects_v2(Bucket='{bucket}', Prefix='{prefix}')\n\
+             print('\\n'.join(sorted(o['Key'] for o in r.get('Contents', []))))"
+        ))?;
+        Ok(listed.lines().filter(|k| !k.is_empty()).map(String::from).collect())
+    }
+
+    /// A `result.json` in the store as boto3 reads it: its rows, and the last one's
+    /// `training_iteration`.
+    fn rows(&self, bucket: &str, key: &str) -> Result<(usize, f64)> {
+        let read = self.boto3(&format!(
+            "import json\nrows = s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read()\
+             .decode().splitlines()\nprint(len(rows), json.loads(rows[-1])['training_iteration'])"
+        ))?;
+        let (count, last) = read.trim().split_once(' ').context("rows and iteration")?;
+        Ok((count.parse()?, last.parse()?))
+    }
+
     /// Runs boto3 code with a client `s3` of this server; returns what it prints.
     fn boto3(&self, code: &str) -> Result<String> {
         let script = format!("import boto3\ns3 = boto3.client('s3')\n{code}");
@@ -143,21 +163,18 @@ pub fn a_sweep_on_s3_is_read_back_from_the_store() -> Result<()> {
     let staging = dir.path().join("staging");
     let out = rtune(&server, &staging, &["run", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));
-    let listed = server.boto3(
-        "for o in s3.list_objects_v2(Bucket='exp', Prefix='team/sweeps/curves/')['Contents']:\n    print(o['Key'])",
-    )?;
-    let keys: Vec<&str> = listed.lines().collect();
+    let keys = server.keys("exp", "team/sweeps/curves/")?;
+    let listed = keys.join("\n");
     for wanted in ["experiment_state.json", "tuner.json", "sweep.json", "driver.log"] {
-        ensure!(keys.contains(&format!("team/sweeps/curves/{wanted}").as_str()), "{listed}");
+        ensure!(keys.contains(&format!("team/sweeps/curves/{wanted}")), "{listed}");
     }
     ensure!(keys.iter().all(|k| !k.contains("/.")), "a temporary file went up: {listed}");
-    let checkpoints: Vec<&&str> = keys.iter().filter(|k| k.ends_with("/metadata.json")).collect();
+    let checkpoints: Vec<&String> = keys.iter().filter(|k| k.ends_with("/metadata.json")).collect();
     // Two kept per trial (num_to_keep): the pruned ones are gone from the store too.
     ensure!(checkpoints.len() == 8, "{} checkpoints in the store: {listed}", checkpoints.len());
-    let rows = server.boto3(
-        "import json\nkeys = [o['Key'] for o in s3.list_objects_v2(Bucket='exp', Prefix='team/sweeps/curves/')['Contents'] if o['Key'].endswith('/result.json')]\nbody = s3.get_object(Bucket='exp', Key=keys[0])['Body'].read().decode()\nprint(len(body.splitlines()), json.loads(body.splitlines()[-1])['training_iteration'])",
-    )?;
-    ensure!(rows.trim() == "6 6", "result.json in the store: {rows}");
+    let result = keys.iter().find(|k| k.ends_with("/result.json")).context("no result.json")?;
+    let rows = server.rows("exp", result)?;
+    ensure!(rows == (6, 6.0), "result.json in the store: {rows:?}");
     // Each kept checkpoint went up from the worker that wrote it, before its report.
     let original = ResultGrid::from_path(staging.join("exp/team/sweeps/curves"))?;
     for t in &original.trials {
@@ -208,10 +225,8 @@ pub fn a_killed_sweep_resumes_from_the_store_alone() -> Result<()> {
     // Killed once the store holds a checkpoint of the second trial.
     let began = Instant::now();
     wait_for(Duration::from_secs(120), || {
-        let keys = server.boto3(
-            "r = s3.list_objects_v2(Bucket='exp', Prefix='runs/curves/')\nfor o in r.get('Contents', []):\n    print(o['Key'])",
-        )?;
-        Ok(keys.lines().any(|k| k.contains("_00001_") && k.ends_with("metadata.json")))
+        let keys = server.keys("exp", "runs/curves/")?;
+        Ok(keys.iter().any(|k| k.contains("_00001_") && k.ends_with("metadata.json")))
     })?;
     child.kill()?;
     child.wait()?;
@@ -272,9 +287,7 @@ pub fn async_uploads_record_checkpoints_once_they_are_in_the_store() -> Result<(
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let grid = ResultGrid::from_path(staging.join("exp/async/curves"))?;
     check_complete(&grid)?;
-    let listed = server.boto3(
-        "for o in s3.list_objects_v2(Bucket='exp', Prefix='async/curves/')['Contents']:\n    print(o['Key'])",
-    )?;
+    let listed = server.keys("exp", "async/curves/")?.join("\n");
     for t in &grid.trials {
         let kept = &t.result().context("result")?.best_checkpoints;
         ensure!(kept.len() == 2, "{}: {} checkpoints recorded", t.trial_id(), kept.len());
@@ -454,10 +467,9 @@ pub fn a_single_fit_goes_to_the_store() -> Result<()> {
     };
     let out = fit("s3://exp/fits")?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));
-    let listed = server.boto3(
-        "import json\nkeys = sorted(o['Key'] for o in s3.list_objects_v2(Bucket='exp', Prefix='fits/single/')['Contents'])\nprint('\\n'.join(keys))\nrows = s3.get_object(Bucket='exp', Key='fits/single/result.json')['Body'].read().decode().splitlines()\nprint('rows', len(rows), json.loads(rows[-1])['training_iteration'])",
-    )?;
-    ensure!(listed.contains("rows 4 4"), "{listed}");
+    let rows = server.rows("exp", "fits/single/result.json")?;
+    ensure!(rows == (4, 4.0), "result.json in the store: {rows:?}");
+    let listed = server.keys("exp", "fits/single/")?.join("\n");
     for kept in ["checkpoint_000003/metadata.json", "checkpoint_000004/metadata.json"] {
         ensure!(listed.contains(&format!("fits/single/{kept}")), "{kept} missing:\n{listed}");
     }
