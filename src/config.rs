@@ -409,6 +409,18 @@ pub fn staging_for(bucket: &str, prefix: &str) -> PathBuf {
     if prefix.is_empty() { path } else { path.join(prefix) }
 }
 
+/// rtune's cache on this machine: `$RTUNE_CACHE`, else `~/.cache/rtune`. Node agents keep the
+/// drivers' binaries there, and their workers' scratch folders.
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("RTUNE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home().join(".cache/rtune"))
+}
+
+/// The folder a node agent gives each worker it starts to work in when the worker does not see
+/// the driver's files (removed when the worker exits).
+pub const SCRATCH_ENV: &str = "RTUNE_SCRATCH";
+
 /// The most seconds a setting may be (about 31 years): past it, a number of seconds is a
 /// mistake (and no `Duration` holds `1e30` seconds).
 pub const MAX_SECONDS: f64 = 1e9;

@@ -31,10 +31,11 @@ use crate::cluster::pool::{NodeId, NodeSpec, PgId, PlacementRequest, Pool, Resou
 use crate::error::{Error, Result};
 use crate::proto::head_server::{Head, HeadServer};
 use crate::proto::{
-    DriverEvent, DriverHello, HeadCommand, KillWorkerReply, KillWorkerRequest, LeaseGranted,
-    NodeMessage, Registered, ReleaseReply, ReleaseRequest, ReserveReply, ReserveRequest,
-    StartWorkerReply, StartWorkerRequest, StatusReply, StatusRequest, WatchWorkersRequest,
-    WorkerEvent, WorkerExit, WorkerLog, driver_event, head_command, node_message, worker_event,
+    BinaryChunk, BinaryId, DriverEvent, DriverHello, HasBinaryReply, HeadCommand, KillWorkerReply,
+    KillWorkerRequest, LeaseGranted, NodeMessage, PutBinaryReply, Registered, ReleaseReply,
+    ReleaseRequest, ReserveReply, ReserveRequest, StartWorkerReply, StartWorkerRequest,
+    StatusReply, StatusRequest, WatchWorkersRequest, WorkerEvent, WorkerExit, WorkerLog,
+    driver_event, head_command, node_message, worker_event,
 };
 use crate::sys::nvml::GpuUsage;
 
@@ -103,7 +104,11 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
     });
     let token = config.token.clone();
     let service = HeadServer::with_interceptor(
-        HeadService { tx, heartbeat_interval: config.heartbeat_interval },
+        HeadService {
+            tx,
+            heartbeat_interval: config.heartbeat_interval,
+            binaries: super::binary::cache_dir(),
+        },
         move |req: Request<()>| crate::rpc::check_token(req, token.as_deref()),
     );
     let routes = tonic::service::Routes::new(service);
@@ -557,6 +562,8 @@ impl HeadState {
 struct HeadService {
     tx: mpsc::UnboundedSender<Msg>,
     heartbeat_interval: Duration,
+    /// Drivers' binaries by content hash, which agents fetch (see `cluster::binary`).
+    binaries: std::path::PathBuf,
 }
 
 impl HeadService {
@@ -573,6 +580,7 @@ impl Head for HeadService {
     type NodeSessionStream = Stream<HeadCommand>;
     type WatchWorkersStream = Stream<WorkerEvent>;
     type DriverSessionStream = Stream<DriverEvent>;
+    type GetBinaryStream = Stream<BinaryChunk>;
 
     async fn driver_session(
         &self,
@@ -702,6 +710,34 @@ impl Head for HeadService {
         _: Request<StatusRequest>,
     ) -> std::result::Result<Response<StatusReply>, Status> {
         self.ask(|reply| Msg::Status { reply }).await.map(Response::new)
+    }
+
+    async fn has_binary(
+        &self,
+        request: Request<BinaryId>,
+    ) -> std::result::Result<Response<HasBinaryReply>, Status> {
+        let has = super::binary::cached(&self.binaries, &request.into_inner().sha256).is_some();
+        Ok(Response::new(HasBinaryReply { has }))
+    }
+
+    async fn put_binary(
+        &self,
+        request: Request<Streaming<BinaryChunk>>,
+    ) -> std::result::Result<Response<PutBinaryReply>, Status> {
+        let path = super::binary::receive(&self.binaries, request.into_inner())
+            .await
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        tracing::info!("holding a driver's binary as {}", path.display());
+        Ok(Response::new(PutBinaryReply {}))
+    }
+
+    async fn get_binary(
+        &self,
+        request: Request<BinaryId>,
+    ) -> std::result::Result<Response<Self::GetBinaryStream>, Status> {
+        let chunks = super::binary::send(&self.binaries, &request.into_inner().sha256)
+            .map_err(|e| Status::not_found(e.to_string()))?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(chunks))))
     }
 }
 

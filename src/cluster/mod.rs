@@ -2,6 +2,7 @@
 //! (`pool`) is a pure state machine; this module also holds the embedded default, where the
 //! driver's machine is the whole cluster. Head and node agents over gRPC build on the same pool.
 
+pub mod binary;
 pub mod client;
 pub mod head;
 pub mod node;

@@ -162,13 +162,19 @@ async fn session(
     let (event_tx, mut events) = mpsc::unbounded_channel::<NodeMessage>();
     // Worker id → the sender that kills it.
     let mut running: HashMap<String, oneshot::Sender<()>> = HashMap::new();
+    // Workers to start once their binary is here (at once when it is cached), and those whose
+    // binary is still being fetched (a kill meanwhile ends them before they start).
+    type Ready = (StartWorkerRequest, Result<Option<std::path::PathBuf>>);
+    let (ready_tx, mut ready) = mpsc::unbounded_channel::<Ready>();
+    let mut fetching = std::collections::HashSet::<String>::new();
+    let mut killed_while_fetching = std::collections::HashSet::<String>::new();
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     loop {
         if drain_deadline.is_none() && draining(&drain) {
             tracing::info!("draining: {} worker(s) still running", running.len());
             drain_deadline = Some(tokio::time::Instant::now() + config.drain_grace);
         }
-        if drain_deadline.is_some() && running.is_empty() {
+        if drain_deadline.is_some() && running.is_empty() && fetching.is_empty() {
             break;
         }
         let deadline = drain_deadline.unwrap_or_else(far_future);
@@ -189,18 +195,30 @@ async fn session(
                         let _ = up.send(exited(exit)).await;
                     }
                     head_command::Kind::Start(start) => {
-                        let worker = start.worker_id.clone();
-                        match spawn(start, node_id, config, event_tx.clone()) {
-                            Ok(kill) => { running.insert(worker, kill); }
-                            Err((exit, e)) => {
-                                tracing::warn!("{e}");
-                                let _ = up.send(exited(exit)).await;
+                        let sha = start.binary_sha256.clone();
+                        match super::binary::cached(&super::binary::cache_dir(), &sha) {
+                            // Run by its path (an older driver), or the cached copy.
+                            _ if sha.is_empty() => ready_tx.send((start, Ok(None))).ok(),
+                            Some(exe) => ready_tx.send((start, Ok(Some(exe)))).ok(),
+                            None => {
+                                // Fetched in the background: the session goes on meanwhile.
+                                fetching.insert(start.worker_id.clone());
+                                let (ready, head) = (ready_tx.clone(), config.head.clone());
+                                let token = config.token.clone();
+                                tokio::spawn(async move {
+                                    let exe = super::binary::fetch(&head, token.as_deref(), &sha).await;
+                                    let _ = ready.send((start, exe.map(Some)));
+                                });
+                                None
                             }
-                        }
+                        };
                     }
                     head_command::Kind::Kill(kill) => {
                         if let Some(worker) = running.remove(&kill.worker_id) {
                             let _ = worker.send(());
+                        }
+                        if fetching.remove(&kill.worker_id) {
+                            killed_while_fetching.insert(kill.worker_id);
                         }
                     }
                     head_command::Kind::Registered(_) => {}
@@ -208,6 +226,29 @@ async fn session(
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => break,
             },
+            Some((start, exe)) = ready.recv() => {
+                let worker = start.worker_id.clone();
+                fetching.remove(&worker);
+                let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
+                let started = match exe {
+                    _ if killed_while_fetching.remove(&worker) => Err((
+                        WorkerExit { worker_id, pg_id, code: -1, signal: libc::SIGKILL, error: String::new() },
+                        format!("worker {worker} was killed before it started"),
+                    )),
+                    Ok(exe) => spawn(start, exe, node_id, config, event_tx.clone()),
+                    Err(e) => {
+                        let error = format!("cannot fetch the driver's binary from the head: {e}");
+                        Err((WorkerExit { worker_id, pg_id, code: -1, signal: 0, error: error.clone() }, error))
+                    }
+                };
+                match started {
+                    Ok(kill) => { running.insert(worker, kill); }
+                    Err((exit, e)) => {
+                        tracing::warn!("{e}");
+                        let _ = up.send(exited(exit)).await;
+                    }
+                }
+            }
             Some(event) = events.recv() => {
                 if let Some(node_message::Kind::Exited(exit)) = &event.kind {
                     running.remove(&exit.worker_id);
@@ -292,18 +333,24 @@ fn exited(exit: WorkerExit) -> NodeMessage {
     NodeMessage { kind: Some(node_message::Kind::Exited(exit)) }
 }
 
-/// Starts one worker process. Its output and then its exit go up the session through `events`.
+/// Starts one worker process from `exe` (the driver's binary cached here; None: by the path
+/// the driver named). Its output and then its exit go up the session through `events`.
 fn spawn(
     start: StartWorkerRequest,
+    exe: Option<std::path::PathBuf>,
     node_id: u64,
     config: &NodeConfig,
     events: mpsc::UnboundedSender<NodeMessage>,
 ) -> std::result::Result<oneshot::Sender<()>, (WorkerExit, String)> {
     let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
-    let mut command = std::process::Command::new(&start.executable);
+    let exe = exe.unwrap_or_else(|| start.executable.clone().into());
+    // The worker's own folder on this node, gone with it (see `config::SCRATCH_ENV`).
+    let scratch = crate::config::cache_root().join("runs").join(&worker_id);
+    let mut command = std::process::Command::new(&exe);
     command
         .envs(&start.env)
         .env("RTUNE_NODE_ID", node_id.to_string())
+        .env(crate::config::SCRATCH_ENV, &scratch)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -324,6 +371,9 @@ fn spawn(
     let (drained_tx, drained) = oneshot::channel::<Vec<tokio::task::JoinHandle<()>>>();
     let (id, exit_events) = (worker_id.clone(), events.clone());
     let supervised = crate::sys::spawn_supervised(command, move |status| {
+        if scratch.exists() {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
         let exit = match status {
             Ok(s) => WorkerExit {
                 worker_id: id,
@@ -344,7 +394,7 @@ fn spawn(
         });
     })
     .map_err(|e| {
-        let error = format!("cannot start {}: {e}", start.executable);
+        let error = format!("cannot start {}: {e}", exe.display());
         (
             WorkerExit {
                 worker_id: worker_id.clone(),

@@ -21,6 +21,7 @@ use crate::data::preprocess::{Preprocessor, Scope};
 use crate::data::table::{Col, Table, column_list, is_numeric};
 use crate::error::{Error, Result};
 use crate::storage;
+use crate::storage::remote::Remote;
 
 /// The dataset the preprocessor is fitted on.
 pub const TRAIN_DATASET: &str = "train";
@@ -186,13 +187,44 @@ pub struct DataSchema {
 pub(crate) struct PreparedDataset {
     pub path: PathBuf,
     pub rows: usize,
+    /// Its folder on the run's object store, for workers that do not see the driver's files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
+
+/// The file a prepared dataset is in its folder on a store.
+const STORED_FILE: &str = "data.parquet";
 
 /// Everything the workers need to read the datasets (sent to them as JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct DataPlan {
     pub schema: DataSchema,
     pub datasets: BTreeMap<String, PreparedDataset>,
+}
+
+impl DataPlan {
+    /// Puts every dataset's file in `store` (as `<name>/data.parquet`), for workers that read
+    /// nothing of the driver's (see [`DataPlan::bring_down`]).
+    pub(crate) fn upload(&mut self, store: &Remote) -> Result<()> {
+        for (name, dataset) in &mut self.datasets {
+            let folder = store.join(name);
+            let path = dataset.path.clone();
+            crate::storage::remote::blocking(folder.upload(STORED_FILE, &path))?;
+            dataset.url = Some(folder.url().to_owned());
+        }
+        Ok(())
+    }
+
+    /// Fetches every dataset that is on a store into `dir` and reads it from there.
+    pub(crate) fn bring_down(&mut self, dir: &Path) -> Result<()> {
+        for (name, dataset) in &mut self.datasets {
+            let Some(url) = &dataset.url else { continue };
+            let local = dir.join(name);
+            Remote::parse(url)?.download_folder(&local)?;
+            dataset.path = local.join(STORED_FILE);
+        }
+        Ok(())
+    }
 }
 
 impl DataConfig {
@@ -446,7 +478,7 @@ fn prepare_one(name: &str, dataset: &Dataset, cache_dir: &Path) -> Result<Prepar
     if rows == 0 {
         return Err(Error::Data(format!("{what} ({}) has no rows", path.display())));
     }
-    Ok(PreparedDataset { path, rows })
+    Ok(PreparedDataset { path, rows, url: None })
 }
 
 fn open(path: &Path, what: &str) -> Result<File> {

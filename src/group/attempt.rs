@@ -297,6 +297,7 @@ impl Attempt<'_> {
                     .as_ref()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
+                resume_url: self.spec.resume_url.clone().unwrap_or_default(),
                 start_iteration: self.spec.start_iteration,
                 collective_group_id: group_id,
                 collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
@@ -532,6 +533,7 @@ mod tests {
             env: Vec::new(),
             data_json: "".into(),
             store_url: None,
+            resume_url: None,
             upload_async: false,
         }
     }

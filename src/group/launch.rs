@@ -22,6 +22,9 @@ fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(S
         train_fn: spec.train_fn,
         build_id: build_id::hex(build_id::build_id()),
         bind_host: spec.ranks[rank].bind_host.clone(),
+        // A node agent's worker of a run on a store shares nothing with this machine but the
+        // store (see `cluster::binary` for the binary).
+        scratch: !local && spec.store_url.is_some(),
     };
     let mut env = spec.env.clone();
     env.extend([
@@ -80,6 +83,9 @@ pub(super) async fn spawn_remote(
     mut client: crate::cluster::client::Client,
     pg: crate::cluster::pool::PgId,
 ) -> Result<oneshot::Sender<()>> {
+    // The node runs this binary by its hash, fetched from the head (it need not share a file
+    // system with this machine).
+    let binary_sha256 = crate::cluster::binary::ensure_on_head(&mut client).await?;
     let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     let worker_id = remote_worker_id(spec, rank);
     let request = crate::proto::StartWorkerRequest {
@@ -89,6 +95,7 @@ pub(super) async fn spawn_remote(
         executable: exe.display().to_string(),
         build_id: build_id::hex(build_id::build_id()),
         env: worker_env(hub, spec, rank, false).into_iter().collect(),
+        binary_sha256,
     };
     crate::cluster::client::start_worker(&mut client, request).await?;
     let (kill, killed) = oneshot::channel::<()>();

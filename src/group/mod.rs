@@ -155,6 +155,8 @@ pub(crate) struct AttemptSpec {
     pub params_json: String,
     pub run_dir: PathBuf,
     pub resume: Option<PathBuf>,
+    /// `resume`'s URL in the run's store, for ranks that do not see the driver's files.
+    pub resume_url: Option<String>,
     pub start_iteration: u64,
     pub num_threads: u32,
     /// Who the run is in a sweep (all empty outside one).

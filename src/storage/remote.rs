@@ -252,7 +252,8 @@ impl Remote {
         std::fs::rename(&tmp, target).at(target)
     }
 
-    async fn upload(&self, relative: &str, file: &Path) -> Result<()> {
+    /// Uploads the file `file` as `relative` in this folder (in parts when it is large).
+    pub async fn upload(&self, relative: &str, file: &Path) -> Result<()> {
         let bytes = std::fs::read(file).at(file)?;
         let key = self.key(relative);
         if bytes.len() <= PART_BYTES {
@@ -279,11 +280,7 @@ impl Remote {
         let mut files = Vec::new();
         walk(dir, name, &mut files)?;
         files.sort_by_key(|(relative, ..)| upload_order(relative));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Storage(format!("tokio runtime: {e}")))?;
-        runtime.block_on(async {
+        blocking(async {
             for (relative, ..) in &files {
                 let inside =
                     relative.strip_prefix(name).unwrap_or(relative).trim_start_matches('/');
@@ -291,11 +288,76 @@ impl Remote {
             }
             Ok::<_, Error>(())
         })?;
-        crate::storage::atomic_write(&dir.join(UPLOADED), self.url.as_bytes())
+        mark_uploaded(dir, self.join(name).url())
+    }
+
+    /// Brings this folder (a checkpoint) down into `local`, whole: fetched into a temporary
+    /// sibling and renamed into place, replacing what was there. Blocks (see [`blocking`]); the
+    /// folder must hold something.
+    pub fn download_folder(&self, local: &Path) -> Result<()> {
+        let parent = local.parent().unwrap_or(Path::new("."));
+        let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = parent.join(format!(".tmp_folder_{name}_{}", std::process::id()));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).at(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp).at(&tmp)?;
+        let fetched = blocking(self.download(&tmp));
+        let fetched = match fetched {
+            Ok(0) => Err(Error::Storage(format!("{} holds nothing", self.url))),
+            other => other,
+        };
+        if let Err(e) = fetched {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        // Fetched from its place in the store: the mirror need not send it back.
+        mark_uploaded(&tmp, &self.url)?;
+        if local.exists() {
+            std::fs::remove_dir_all(local).at(local)?;
+        }
+        std::fs::rename(&tmp, local).at(local)
+    }
+
+    /// Copies the folder `from` (anywhere in this store) to `name` in this one, object by object
+    /// inside the store (nothing comes down), `metadata.json` last; returns the copy's URL.
+    pub async fn copy_folder(&self, from: &Remote, name: &str) -> Result<Remote> {
+        let to = self.join(name);
+        let mut objects: Vec<String> = from.list().await?.into_keys().collect();
+        objects.sort_by_key(|relative| upload_order(&format!("checkpoint_/{relative}")));
+        for relative in objects {
+            self.store
+                .copy(&from.key(&relative), &to.key(&relative))
+                .await
+                .map_err(|e| self.failed("copy", e))?;
+        }
+        Ok(to)
     }
 
     fn failed(&self, what: &str, e: object_store::Error) -> Error {
         Error::Storage(format!("{what} in {}: {}", self.url, first_line(&e.to_string())))
+    }
+}
+
+/// Runs `work` (store I/O) to its end from sync code, inside an async runtime or not: on a
+/// thread of its own with a runtime of its own (a runtime thread it blocks is let go first).
+pub fn blocking<T: Send>(work: impl Future<Output = Result<T>> + Send) -> Result<T> {
+    let run = || {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Error::Storage(format!("tokio runtime: {e}")))?
+                    .block_on(work)
+            })
+            .join()
+            .map_err(|_| Error::Storage("a store transfer panicked".into()))?
+        })
+    };
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+        _ => run(),
     }
 }
 
@@ -410,8 +472,20 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> Result<()> {
     Ok(())
 }
 
-/// In a checkpoint folder: its rank uploaded it whole (a dot name: never uploaded).
+/// In a checkpoint folder: it is whole in the store, at the URL this file holds (its rank
+/// uploaded it there, or it came down from there); a dot name: never uploaded.
 const UPLOADED: &str = ".uploaded";
+
+/// Where the checkpoint folder `dir` is whole in a store, if it is.
+pub fn uploaded_to(dir: &Path) -> Option<String> {
+    let url = std::fs::read_to_string(dir.join(UPLOADED)).ok()?;
+    Some(url.trim().to_owned()).filter(|u| u.starts_with(SCHEME))
+}
+
+/// Marks the checkpoint folder `dir` as whole in the store at `url` (the mirror leaves it be).
+pub fn mark_uploaded(dir: &Path, url: &str) -> Result<()> {
+    crate::storage::atomic_write(&dir.join(UPLOADED), url.as_bytes())
+}
 
 /// In a staging copy: the URL of the experiment it mirrors (a dot name: never uploaded).
 const MARK: &str = ".rtune_remote";

@@ -11,6 +11,7 @@ use crate::group::GroupReport;
 use crate::metrics::{Metrics, from_wire, number_or_tag};
 use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 use crate::storage::checkpoint::{self, Fence};
+use crate::storage::remote::Remote;
 use crate::storage::{ResultFiles, Row, read_lines_at, unix_time};
 
 /// Who a run is: the fields Ray fills into every result row besides the metrics.
@@ -167,6 +168,9 @@ pub(super) struct RunState {
     stop: std::collections::BTreeMap<String, f64>,
     /// Where the current attempt's ranks run (`group::describe_seats`), written into its rows.
     placement: Option<String>,
+    /// The run's folder on a store: a reported checkpoint missing here (its rank does not see
+    /// this machine's files) comes down from there.
+    store: Option<Remote>,
 }
 
 impl RunState {
@@ -186,6 +190,7 @@ impl RunState {
             verbose: run.verbose,
             stop: run.stop.clone(),
             placement: None,
+            store: None,
         }
     }
 
@@ -458,8 +463,17 @@ impl RunState {
         Ok(())
     }
 
+    /// Reported checkpoints missing in the run's folder come down from `store`.
+    pub(super) fn fetch_from(&mut self, store: Option<Remote>) {
+        self.store = store;
+    }
+
     fn recorded_checkpoint(&self, name: &str) -> Result<Checkpoint> {
-        let ck = Checkpoint::from_directory(self.run_dir.join(name))?;
+        let dir = self.run_dir.join(name);
+        if let Some(store) = self.store.as_ref().filter(|_| !dir.exists()) {
+            store.join(name).download_folder(&dir)?;
+        }
+        let ck = Checkpoint::from_directory(dir)?;
         let by = ck.metadata()?.attempt;
         if by != self.attempt {
             return Err(Error::Checkpoint {

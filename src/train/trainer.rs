@@ -166,8 +166,17 @@ impl TorchTrainer {
     /// Reads and checks the datasets and fits the preprocessor, once: every run of this trainer
     /// (every trial of a sweep) uses the result. CSV files and frames are written as parquet
     /// under `cache_dir`.
-    pub(crate) fn prepare_data(mut self, cache_dir: &std::path::Path) -> Result<Self> {
-        if let Some(plan) = self.data.prepare(cache_dir)? {
+    /// Prepares the datasets into `cache_dir`; on a cluster with a store (`store`, the
+    /// folder they go into there), they are put there too for workers on other machines.
+    pub(crate) fn prepare_data(
+        mut self,
+        cache_dir: &std::path::Path,
+        store: Option<&Remote>,
+    ) -> Result<Self> {
+        if let Some(mut plan) = self.data.prepare(cache_dir)? {
+            if let Some(store) = store.filter(|_| self.run.resolved_cluster().is_some()) {
+                plan.upload(&store.join(DATASETS_DIR))?;
+            }
             self.data_json = serde_json::to_string(&plan).expect("the data plan serialises").into();
         }
         Ok(self)
@@ -299,7 +308,7 @@ impl TorchTrainer {
         let mut this = self;
         this.store_url = store.as_ref().map(|s| s.url().to_owned());
         let this = if this.data_unprepared() {
-            match this.prepare_data(&run_dir.join(DATASETS_DIR)) {
+            match this.prepare_data(&run_dir.join(DATASETS_DIR), store.as_ref()) {
                 Ok(this) => this,
                 Err(e) => {
                     // Nothing ran: leave no run behind (the folder was made empty above).
@@ -424,6 +433,13 @@ impl TorchTrainer {
             Some(c) => c.iteration()?,
             None => 0,
         };
+        // On a store, ranks that do not see this machine's files resume from the store, and
+        // checkpoints they report come down into the run's folder here.
+        let store = match &self.store_url {
+            Some(url) => Some(crate::storage::remote::Remote::parse(url)?),
+            None => None,
+        };
+        run.fetch_from(store.clone());
         let group = format!(
             "{}-{:016x}",
             run_dir.file_name().unwrap_or_default().to_string_lossy(),
@@ -434,6 +450,10 @@ impl TorchTrainer {
         let mut unread_params = Vec::new();
         for attempt in first_attempt.. {
             let (ranks, launcher) = placement.for_attempt(attempt).await?;
+            let resume_url = match (&store, &resume) {
+                (Some(store), Some(checkpoint)) => Some(in_store(store, checkpoint).await?),
+                _ => None,
+            };
             let spec = AttemptSpec {
                 group: group.clone(),
                 attempt,
@@ -441,6 +461,7 @@ impl TorchTrainer {
                 params_json: params_json.clone(),
                 run_dir: run_dir.clone(),
                 resume: resume.as_ref().map(|c| c.path().to_owned()),
+                resume_url,
                 start_iteration,
                 num_threads: self.scaling.cpus_per_worker().max(1.0) as u32,
                 trial: self.trial_names(&run_dir),
@@ -503,6 +524,21 @@ impl TorchTrainer {
         result.unread_params = unread_params;
         Ok(result)
     }
+}
+
+/// Where `checkpoint` is whole in the run's store `store`: where it was uploaded or came down
+/// from, else uploaded now (a checkpoint given to resume from) as the run's `resume_from`.
+async fn in_store(store: &Remote, checkpoint: &Checkpoint) -> Result<String> {
+    if let Some(url) = crate::storage::remote::uploaded_to(checkpoint.path()) {
+        return Ok(url);
+    }
+    let (store, dir) = (store.clone(), checkpoint.path().to_owned());
+    tokio::task::spawn_blocking(move || {
+        store.upload_folder(&dir, "resume_from")?;
+        Ok(store.join("resume_from").url().to_owned())
+    })
+    .await
+    .map_err(|e| Error::Storage(format!("uploading the checkpoint to resume from: {e}")))?
 }
 
 /// An attempt's reports go into the run's record, then to the caller's decision.

@@ -669,9 +669,22 @@ impl Sweep {
         };
         match read_run(&from, &self.run)?.checkpoint {
             Some(checkpoint) => {
-                crate::storage::checkpoint::exploit_into(&checkpoint, &to)?;
+                let taken = crate::storage::checkpoint::exploit_into(&checkpoint, &to)?;
                 let name = checkpoint.path().file_name().unwrap_or_default().to_string_lossy();
                 tracing::info!("trial {trial} takes over trial {source}'s {name}");
+                // On a store, the copy there is made inside the store, from the source's.
+                let source_url = crate::storage::remote::uploaded_to(checkpoint.path());
+                if let (Some(store), Some(source_url)) = (Remote::of_run(&self.run), source_url) {
+                    let trial_dir = to.file_name().unwrap_or_default().to_string_lossy();
+                    let experiment = self.path.file_name().unwrap_or_default().to_string_lossy();
+                    let target = store?.join(&experiment).join(&trial_dir);
+                    let exploited = taken.path().file_name().unwrap_or_default().to_string_lossy();
+                    let copy = crate::storage::remote::blocking(async {
+                        target.copy_folder(&Remote::parse(&source_url)?, &exploited).await
+                    })?;
+                    crate::storage::remote::mark_uploaded(taken.path(), copy.url())?;
+                    tracing::info!("copied {source_url} to {} in the store", copy.url());
+                }
             }
             None => tracing::warn!(
                 "trial {trial} was to take over trial {source}'s checkpoint, which has \

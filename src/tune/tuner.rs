@@ -286,7 +286,14 @@ impl Tuner {
             Some((path, _)) => path.clone(),
             None => new_experiment_path(&run)?,
         };
-        let trainer = trainer.prepare_data(&path.join(DATASETS_DIR))?;
+        // On a store, the experiment's folder there.
+        let store = match crate::storage::remote::Remote::of_run(&run) {
+            Some(remote) => {
+                Some(remote?.join(&path.file_name().unwrap_or_default().to_string_lossy()))
+            }
+            None => None,
+        };
+        let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
         let (path, experiment, spent_before, trials, ended, controller) = match restoring {
             None => {
                 let controller = Controller::new(config, searcher, scheduler)?;

@@ -44,6 +44,11 @@ pub(crate) struct WorkerSpec {
     pub build_id: String,
     /// Host to bind the collective listener on.
     pub bind_host: String,
+    /// The rank works in a folder of its node's (`$RTUNE_SCRATCH`, set by its node agent)
+    /// instead of the driver's run folder, which it need not see: the run lives on an object
+    /// store, where its checkpoints go up and its resumed checkpoint comes down from.
+    #[serde(default)]
+    pub scratch: bool,
 }
 
 /// Turns this process into a worker when the driver started it as one (and never returns then);

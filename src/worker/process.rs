@@ -118,9 +118,24 @@ fn train(
         )
         .map_err(|e| failed(&e))?,
     );
-    let resume = match reply.resume_checkpoint.as_str() {
+    let store = match reply.store_url.as_str() {
         "" => None,
-        path => Some(Checkpoint::from_directory(path).map_err(|e| failed(&e))?),
+        url => Some(crate::storage::remote::Remote::parse(url).map_err(|e| failed(&e))?),
+    };
+    let run_dir = match spec.scratch {
+        true => scratch_dir().map_err(|e| failed(&e))?,
+        false => PathBuf::from(&reply.run_dir),
+    };
+    let resume = match (reply.resume_checkpoint.as_str(), reply.resume_url.as_str()) {
+        ("", _) => None,
+        // Away from the driver's files: the checkpoint comes down from the store.
+        (_, url) if spec.scratch && !url.is_empty() => {
+            let local = run_dir.join("resume_from");
+            let remote = crate::storage::remote::Remote::parse(url).map_err(|e| failed(&e))?;
+            remote.download_folder(&local).map_err(|e| failed(&e))?;
+            Some(Checkpoint::from_directory(local).map_err(|e| failed(&e))?)
+        }
+        (path, _) => Some(Checkpoint::from_directory(path).map_err(|e| failed(&e))?),
     };
     let mut params: rtune_searchers::Params = serde_json::from_str(&reply.params_json)
         .map_err(|e| failed(&format!("train loop config: {e}")))?;
@@ -132,15 +147,16 @@ fn train(
         // Before anything asks libtorch about CUDA (see `crate::sys::cuda`).
         crate::sys::cuda::load().map_err(|e| failed(&e))?;
     }
-    let store = match reply.store_url.as_str() {
-        "" => None,
-        url => Some(crate::storage::remote::Remote::parse(url).map_err(|e| failed(&e))?),
-    };
     let data = match reply.data_json.as_str() {
         "" => None,
-        json => Some(std::rc::Rc::new(
-            serde_json::from_str(json).map_err(|e| failed(&format!("datasets: {e}")))?,
-        )),
+        json => {
+            let mut plan: crate::data::DataPlan =
+                serde_json::from_str(json).map_err(|e| failed(&format!("datasets: {e}")))?;
+            if spec.scratch {
+                plan.bring_down(&run_dir.join("datasets")).map_err(|e| failed(&e))?;
+            }
+            Some(std::rc::Rc::new(plan))
+        }
     };
     let mut ctx = TrainContext::new(ContextParts {
         rank: spec.rank as usize,
@@ -152,7 +168,7 @@ fn train(
         master_host: peers.first().map_or_else(|| spec.bind_host.clone(), |p| p.ip().to_string()),
         device,
         params,
-        run_dir: PathBuf::from(&reply.run_dir),
+        run_dir,
         resume,
         start_iteration: reply.start_iteration,
         trial_id: reply.trial_id.clone(),
@@ -185,6 +201,17 @@ fn train(
             PANIC.lock().ok().and_then(|mut p| p.take()).unwrap_or_else(|| "panicked".into()),
         )),
     }
+}
+
+/// The folder a scratch worker works in: the one its node agent gave it, else a new one in the
+/// system's temporary folder.
+fn scratch_dir() -> Result<PathBuf> {
+    let dir = match std::env::var_os(crate::config::SCRATCH_ENV) {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::temp_dir().join(format!("rtune-worker-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    Ok(dir)
 }
 
 fn is_stop(e: &anyhow::Error) -> bool {

@@ -13,6 +13,7 @@ mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
 mod mutations;
+mod shared_nothing;
 mod storage;
 mod tch_basics;
 mod trainer;
@@ -51,6 +52,7 @@ fn main() {
     cluster::run_driver_if_asked();
     tune::run_sweep_driver_if_asked();
     storage::run_fit_if_asked();
+    shared_nothing::run_driver_if_asked();
     let args = Arguments::from_args();
     let tests = vec![
         test("tch_basics::mlp_loss_falls", tch_basics::mlp_loss_falls),
@@ -196,6 +198,10 @@ fn main() {
         ),
         test("storage::pbt_exploits_on_the_store", storage::pbt_exploits_on_the_store),
         test("storage::a_single_fit_goes_to_the_store", storage::a_single_fit_goes_to_the_store),
+        test(
+            "shared_nothing::a_cluster_that_shares_only_the_store",
+            shared_nothing::a_cluster_that_shares_only_the_store,
+        ),
         test(
             "storage::bad_store_urls_are_refused_before_anything_runs",
             storage::bad_store_urls_are_refused_before_anything_runs,

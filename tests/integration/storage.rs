@@ -21,13 +21,13 @@ fn python() -> PathBuf {
 }
 
 /// moto's S3 server on 127.0.0.1 (a port of its own); stopped when dropped.
-struct S3Server {
+pub(crate) struct S3Server {
     child: Child,
     endpoint: String,
 }
 
 impl S3Server {
-    fn start() -> Result<S3Server> {
+    pub(crate) fn start() -> Result<S3Server> {
         let mut child = Command::new(python())
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
             .stdout(Stdio::null())
@@ -48,7 +48,7 @@ impl S3Server {
     }
 
     /// The environment an S3 client of this server needs.
-    fn env(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("AWS_ENDPOINT_URL", self.endpoint.clone()),
             ("AWS_ACCESS_KEY_ID", "testing".into()),
@@ -58,7 +58,7 @@ impl S3Server {
     }
 
     /// Every key under `prefix` in `bucket`, as boto3 lists them (sorted; none if none).
-    fn keys(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
+    pub(crate) fn keys(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
         let listed = self.boto3(&format!(
             "r = s3.list_objects_v2(Bucket='{bucket}', Prefix='{prefix}')\n\
              print('\\n'.join(sorted(o['Key'] for o in r.get('Contents', []))))"
@@ -78,7 +78,7 @@ impl S3Server {
     }
 
     /// Runs boto3 code with a client `s3` of this server; returns what it prints.
-    fn boto3(&self, code: &str) -> Result<String> {
+    pub(crate) fn boto3(&self, code: &str) -> Result<String> {
         let script = format!("import boto3\ns3 = boto3.client('s3')\n{code}");
         let out = Command::new(python()).args(["-c", &script]).envs(self.env()).output()?;
         ensure!(out.status.success(), "boto3: {}", text(&out));
@@ -409,6 +409,27 @@ sync_period_s = 0.2
         "print(s3.get_object(Bucket='exp', Key='pbt/pbt/driver.log')['Body'].read().decode())",
     )?;
     ensure!(log.contains(" takes over trial "), "PBT exploited nothing:\n{log}");
+    // Each exploit's checkpoint was copied inside the store (the last copy into a trial is
+    // the one there now), whole and of the source's iteration.
+    let mut copies = std::collections::BTreeMap::new();
+    for line in log.lines() {
+        let Some((_, copy)) = line.split_once("copied ") else { continue };
+        let (from, to) = copy.split_once(" to ").context(line.to_owned())?;
+        let to = to.strip_suffix(" in the store").context(line.to_owned())?;
+        copies.insert(to.to_owned(), from.to_owned());
+    }
+    ensure!(!copies.is_empty(), "no exploit was copied in the store:\n{log}");
+    let keys = server.keys("exp", "pbt/pbt/")?;
+    for (to, from) in &copies {
+        let key = format!("{}/metadata.json", to.strip_prefix("s3://exp/").context("bucket")?);
+        ensure!(keys.contains(&key), "{key} is not in the store: {keys:?}");
+        let iteration = server.boto3(&format!(
+            "import json\nprint(json.loads(s3.get_object(Bucket='exp', Key='{key}')['Body']\
+             .read())['training_iteration'])"
+        ))?;
+        let source: u64 = from.rsplit('_').next().context("a checkpoint name")?.parse()?;
+        ensure!(iteration.trim() == source.to_string(), "{to} copies {from}: {iteration}");
+    }
     let elsewhere = dir.path().join("elsewhere");
     let out = rtune(&server, &elsewhere, &["show", "s3://exp/pbt/pbt", "--format", "json"])?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));

@@ -1,0 +1,252 @@
+//! A cluster whose nodes share nothing with the driver but an object store: a head, two node
+//! agents that cannot see the driver's folders (each in a mount namespace of its own, with the
+//! driver's temporary root and the build's target folder hidden under empty tmpfs mounts), a
+//! driver with its storage path on a real S3-compatible server (moto's). The workers run the
+//! driver's binary fetched from the head by hash, read their dataset from the store, upload
+//! their checkpoints, and the retry after a worker's crash resumes from the store.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use rtune::data::Dataset;
+use rtune::polars::prelude::{Column, DataFrame};
+use rtune::train::CheckpointConfig;
+use rtune::{
+    FailureConfig, Params, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
+};
+
+use crate::common::{text, wait_for};
+use crate::storage::S3Server;
+
+const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
+/// In the driver's child process: `HEAD_ADDRESS STORAGE_URL`.
+const DRIVER_ENV: &str = "RTUNE_TEST_SHARED_NOTHING";
+const ROWS: usize = 40;
+const ITERATIONS: u64 = 5;
+
+/// Killed (with their workers) on drop.
+struct Processes(Vec<Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Each rank says where it runs from, sums its rows of the dataset with the others', and
+/// checkpoints every iteration; rank 1 of the first attempt dies at iteration 3, so the second
+/// resumes from the checkpoint of iteration 2 (reported as `restored_from`).
+fn train_sharing_nothing(ctx: &mut TrainContext) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    println!("rank {} exe {} run_dir {}", ctx.world_rank(), exe.display(), ctx.run_dir().display());
+    let shard = ctx.dataset_shard("train")?;
+    let mut sum = [f32::try_from(&shard.features().sum(tch::Kind::Float))?];
+    ctx.all_reduce(&mut sum, rtune::collective::ReduceOp::Sum)?;
+    let restored_from = match ctx.checkpoint() {
+        Some(ck) => std::fs::read_to_string(ck.path().join("state.txt"))?.trim().parse()?,
+        None => 0.0,
+    };
+    for i in ctx.iteration() + 1..=ITERATIONS {
+        if i == 3 && ctx.world_rank() == 1 && ctx.checkpoint().is_none() {
+            std::process::exit(3);
+        }
+        let ck = ctx.new_checkpoint()?;
+        if ctx.world_rank() == 0 {
+            std::fs::write(ck.path().join("state.txt"), i.to_string())?;
+        }
+        let metrics =
+            [("value", i as f64), ("x_sum", f64::from(sum[0])), ("restored_from", restored_from)];
+        ctx.report_with_checkpoint(metrics, ck)?;
+    }
+    Ok(())
+}
+
+/// In the child the test starts as the driver (with the store's credentials): the fit, then
+/// its result's path; never returns there. Elsewhere: returns at once.
+pub fn run_driver_if_asked() {
+    let Ok(spec) = std::env::var(DRIVER_ENV) else { return };
+    let (address, url) = spec.split_once(' ').expect("HEAD_ADDRESS STORAGE_URL");
+    let frame = DataFrame::new(
+        ROWS,
+        vec![
+            Column::new("x".into(), (0..ROWS).map(|i| i as f64).collect::<Vec<_>>()),
+            Column::new("y".into(), (0..ROWS as i64).map(|i| i % 2).collect::<Vec<_>>()),
+        ],
+    )
+    .expect("a frame");
+    let run = RunConfig::new("apart")
+        .storage_path(url)
+        .cluster(address, None)
+        .failure_config(FailureConfig::max_failures(2))
+        .checkpoint_config(CheckpointConfig::new().num_to_keep(2));
+    let trainer = TorchTrainer::new(train_sharing_nothing)
+        .train_loop_config(Params::new())
+        .datasets([("train", Dataset::frame(frame))])
+        .columns(rtune::data::Columns::new().features(["x"]).label("y"))
+        .scaling(ScalingConfig::workers(2).placement_strategy(PlacementStrategy::StrictSpread))
+        .run_config(run);
+    match trainer.fit() {
+        Ok(result) => {
+            let last = result.metrics.unwrap_or_default();
+            println!(
+                "ended {} after {} failure(s): {} reports, x_sum {}, restored_from {}",
+                result.path.display(),
+                result.failures.len(),
+                result.metrics_history.len(),
+                last.get("x_sum").copied().unwrap_or(-1.0),
+                last.get("restored_from").copied().unwrap_or(-1.0)
+            );
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("fit failed: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// A node agent that sees none of `hidden` (each under an empty tmpfs in a mount namespace of
+/// its own), run from its own copy of rtune, its cache in `root`.
+fn hidden_node(head: &str, root: &Path, hidden: &[&Path], s3: &S3Server) -> Result<Child> {
+    let own = root.join("rtune");
+    std::fs::copy(RTUNE, &own)?;
+    let hide: Vec<String> = hidden.iter().map(|p| p.display().to_string()).collect();
+    let script = r#"IFS=:; for d in $HIDE; do mount -t tmpfs tmpfs "$d" || exit 97; done; unset IFS; exec "$@""#;
+    Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+        .arg(&own)
+        .args(["node", "--address", head, "--num-cpus", "1"])
+        .env("HIDE", hide.join(":"))
+        .env("RTUNE_CACHE", root)
+        .envs(s3.env())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("unshare (util-linux) starts the agents in mount namespaces")
+}
+
+fn alive_nodes(head: &str) -> Result<usize> {
+    let out =
+        Command::new(RTUNE).args(["status", "--address", head, "--format", "json"]).output()?;
+    ensure!(out.status.success(), "status: {}", text(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let nodes = status["nodes"].as_array().context("nodes")?;
+    Ok(nodes.iter().filter(|n| n["alive"] == true).count())
+}
+
+fn sha256(path: &Path) -> Result<String> {
+    let out = Command::new("sha256sum").arg(path).output()?;
+    ensure!(out.status.success(), "sha256sum: {}", text(&out));
+    Ok(String::from_utf8(out.stdout)?.split(' ').next().unwrap_or_default().to_owned())
+}
+
+pub fn a_cluster_that_shares_only_the_store() -> Result<()> {
+    let s3 = S3Server::start()?;
+    s3.boto3("s3.create_bucket(Bucket='exp')")?;
+    let (driver_root, head_root) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let node_roots = [tempfile::tempdir()?, tempfile::tempdir()?];
+    let mut processes = Processes(Vec::new());
+    let mut head = Command::new(RTUNE)
+        .args(["head", "--port", "0", "--heartbeat-timeout", "2"])
+        .env("RTUNE_CACHE", head_root.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(head.stdout.take().context("head stdout")?).read_line(&mut line)?;
+    processes.0.push(head);
+    let address = line.trim().strip_prefix("rtune head listening on ").context(line.clone())?;
+    // What the nodes must not see: the driver's files and the build (its binaries).
+    let exe = std::env::current_exe()?;
+    let target = exe.parent().and_then(Path::parent).context("the build's folder")?;
+    for root in &node_roots {
+        let hidden = [driver_root.path(), target];
+        processes.0.push(hidden_node(address, root.path(), &hidden, &s3)?);
+    }
+    wait_for(Duration::from_secs(30), || Ok(alive_nodes(address)? == 2))?;
+
+    let out = Command::new(&exe)
+        .env(DRIVER_ENV, format!("{address} s3://exp/runs"))
+        .envs(s3.env())
+        .env("RTUNE_STAGING", driver_root.path().join("staging"))
+        .env("RTUNE_CACHE", driver_root.path().join("cache"))
+        .output()?;
+    ensure!(out.status.success(), "the driver: {}", text(&out));
+    let said = String::from_utf8(out.stdout.clone())?;
+    let expected_sum = (0..ROWS).sum::<usize>();
+    ensure!(
+        said.contains(&format!(
+            "after 1 failure(s): {ITERATIONS} reports, x_sum {expected_sum}, restored_from 2"
+        )),
+        "each rank read its rows from the store, and the retry resumed from iteration 2's \
+         checkpoint: {}",
+        text(&out)
+    );
+    let run_dir = PathBuf::from(said.split_whitespace().nth(1).context("the run's path")?);
+
+    // Each rank ran the driver's binary from its node's cache, in a folder of its node's.
+    let sha = sha256(&exe)?;
+    for (rank, root) in node_roots.iter().enumerate() {
+        let cached = root.path().join("binaries").join(&sha);
+        ensure!(sha256(&cached)? == sha, "node {rank} caches the driver's binary whole");
+    }
+    for rank in 0..2 {
+        let log = std::fs::read_to_string(run_dir.join(format!("logs/rank_{rank}.stdout")))?;
+        let line = log
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {rank} exe")))
+            .context(log.clone())?;
+        let on_a_node = node_roots.iter().any(|r| {
+            let root = r.path().display().to_string();
+            line.contains(&format!("exe {root}/binaries/{sha} run_dir {root}/runs/"))
+        });
+        ensure!(on_a_node, "rank {rank} ran from a node's cache and scratch: {line}");
+    }
+    // Scratch folders go with their workers.
+    for root in &node_roots {
+        let runs = root.path().join("runs");
+        wait_for(Duration::from_secs(10), || {
+            let mut left = Vec::new();
+            collect_files(&runs, &mut left);
+            Ok(left.is_empty())
+        })?;
+    }
+
+    // The store: the dataset, and the two kept checkpoints (uploaded by rank 0's node).
+    let keys = s3.keys("exp", "runs/apart/")?;
+    ensure!(keys.contains(&"runs/apart/.datasets/train/data.parquet".to_owned()), "{keys:?}");
+    let stored: std::collections::BTreeSet<&str> = keys
+        .iter()
+        .filter_map(|k| k.strip_prefix("runs/apart/"))
+        .filter_map(|k| k.split_once('/').map(|(dir, _)| dir))
+        .filter(|d| d.starts_with("checkpoint_"))
+        .collect();
+    ensure!(
+        stored.into_iter().collect::<Vec<_>>() == ["checkpoint_000004", "checkpoint_000005"],
+        "{keys:?}"
+    );
+    // The driver's folder holds them too, whole: they came down from the store.
+    for (name, state) in [("checkpoint_000004", "4"), ("checkpoint_000005", "5")] {
+        let text = std::fs::read_to_string(run_dir.join(name).join("state.txt"))?;
+        ensure!(text == state, "{name} in the driver's folder: {text:?}");
+    }
+    Ok(())
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
