@@ -215,13 +215,23 @@ impl DataPlan {
         Ok(())
     }
 
-    /// Fetches every dataset that is on a store into `dir` and reads it from there.
-    pub(crate) fn bring_down(&mut self, dir: &Path) -> Result<()> {
+    /// Fetches what rank `rank` of `world` reads of every dataset that is on a store into
+    /// `dir`, and reads it from there: the file's footer and the row groups that hold the
+    /// rank's rows (`shard_range`), by range requests, each written at its offset in a sparse
+    /// local file of the object's size. The reader decodes only those row groups (`read_rows`).
+    pub(crate) fn bring_down(&mut self, dir: &Path, rank: usize, world: usize) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         for (name, dataset) in &mut self.datasets {
             let Some(url) = &dataset.url else { continue };
-            let local = dir.join(name);
-            Remote::parse(url)?.download_folder(&local)?;
-            dataset.path = local.join(STORED_FILE);
+            let local = dir.join(format!("{name}.parquet"));
+            let rows = crate::data::shard_range(dataset.rows, rank, world);
+            let remote = Remote::parse(url)?;
+            let (fetched, size) = storage::remote::blocking(fetch_rows(&remote, &local, rows))?;
+            tracing::info!(
+                "dataset `{name}`: fetched {fetched} of {size} bytes from {url} for rows {:?}",
+                crate::data::shard_range(dataset.rows, rank, world)
+            );
+            dataset.path = local;
         }
         Ok(())
     }
@@ -505,6 +515,67 @@ fn write_cache(mut frame: DataFrame, name: &str, cache_dir: &Path) -> Result<(Pa
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
     storage::fsync_dir(cache_dir)?;
     Ok((path, frame.height()))
+}
+
+/// The most a parquet footer is guessed to take: fetched with the file's last bytes at once
+/// (a larger one takes a second request).
+const FOOTER_GUESS: u64 = 64 << 10;
+
+/// Writes into `local` (a sparse file of the object's size) the parts of the prepared dataset
+/// at `remote` that hold `rows`: its magic, its footer and the row groups of those rows.
+/// Returns the bytes fetched and the object's size.
+async fn fetch_rows(
+    remote: &Remote,
+    local: &Path,
+    rows: std::ops::Range<usize>,
+) -> Result<(u64, u64)> {
+    let size = remote.size(STORED_FILE).await?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(local)
+        .map_err(|e| Error::io(local, e))?;
+    file.set_len(size).map_err(|e| Error::io(local, e))?;
+    let corrupt = |why: &str| Error::Data(format!("{}: {why}", remote.url()));
+    if size < 12 {
+        return Err(corrupt("not a parquet file (too short)"));
+    }
+    let tail = size.saturating_sub(FOOTER_GUESS).max(4);
+    remote.fetch_ranges(STORED_FILE, &[0..4, tail..size], &file).await?;
+    let mut end = [0u8; 8];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut end, size - 8)
+        .map_err(|e| Error::io(local, e))?;
+    if &end[4..] != b"PAR1" {
+        return Err(corrupt("not a parquet file (no footer)"));
+    }
+    let footer = u64::from(u32::from_le_bytes([end[0], end[1], end[2], end[3]])) + 8;
+    let footer_start = size
+        .checked_sub(footer)
+        .filter(|s| *s >= 4)
+        .ok_or_else(|| corrupt("its footer is longer than the file"))?;
+    let mut fetched = 4 + (size - tail);
+    if footer_start < tail {
+        remote.fetch_ranges(STORED_FILE, &[footer_start..tail], &file).await?;
+        fetched += tail - footer_start;
+    }
+    let metadata = ParquetReader::new(File::open(local).map_err(|e| Error::io(local, e))?)
+        .get_metadata()
+        .map_err(|e| corrupt(&format!("its footer: {e}")))?
+        .clone();
+    let mut first = 0;
+    let mut wanted = Vec::new();
+    for group in &metadata.row_groups {
+        let group_rows = first..first + group.num_rows();
+        if group_rows.start < rows.end && rows.start < group_rows.end {
+            wanted.push(group.full_byte_range());
+        }
+        first = group_rows.end;
+    }
+    remote.fetch_ranges(STORED_FILE, &wanted, &file).await?;
+    fetched += wanted.iter().map(|r| r.end - r.start).sum::<u64>();
+    Ok((fetched, size))
 }
 
 /// Rows `range` (clamped to the file) of a prepared parquet file, only `columns` (all when

@@ -213,29 +213,50 @@ impl Remote {
         Ok(fetched)
     }
 
-    /// Fetches object `relative` of `size` bytes into `target`, replaced whole at the end: a
-    /// large one in ranges of `PART_BYTES`, `PARALLEL` at once.
-    async fn fetch(&self, relative: &str, size: u64, target: &Path) -> Result<()> {
+    /// The size of object `relative` in this folder.
+    pub async fn size(&self, relative: &str) -> Result<u64> {
+        let meta =
+            self.store.head(&self.key(relative)).await.map_err(|e| self.failed("head", e))?;
+        Ok(meta.size)
+    }
+
+    /// Writes byte ranges `ranges` of object `relative` into `file` at their own offsets (the
+    /// rest of the file is left as it is), in parts of at most `PART_BYTES`, `PARALLEL` at once.
+    pub async fn fetch_ranges(
+        &self,
+        relative: &str,
+        ranges: &[std::ops::Range<u64>],
+        file: &std::fs::File,
+    ) -> Result<()> {
         let key = self.key(relative);
-        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = target.with_file_name(format!(".tmp_fetch_{name}_{}", std::process::id()));
-        let file = std::fs::File::create(&tmp).at(&tmp)?;
-        let fetched = async {
-            let mut tasks = tokio::task::JoinSet::new();
-            let mut start = 0u64;
-            // (An empty object is an empty file: nothing to fetch.)
-            while start < size {
+        let mut tasks = tokio::task::JoinSet::new();
+        for range in ranges {
+            let mut start = range.start;
+            while start < range.end {
                 while tasks.len() >= PARALLEL {
-                    join_range(&mut tasks, &file).await?;
+                    join_range(&mut tasks, file).await?;
                 }
-                let end = (start + PART_BYTES as u64).min(size);
+                let end = (start + PART_BYTES as u64).min(range.end);
                 let (store, key) = (self.store.clone(), key.clone());
                 tasks.spawn(async move { (start, store.get_range(&key, start..end).await) });
                 start = end;
             }
-            while !tasks.is_empty() {
-                join_range(&mut tasks, &file).await?;
-            }
+        }
+        while !tasks.is_empty() {
+            join_range(&mut tasks, file).await?;
+        }
+        Ok(())
+    }
+
+    /// Fetches object `relative` of `size` bytes into `target`, replaced whole at the end: a
+    /// large one in ranges of `PART_BYTES`, `PARALLEL` at once.
+    async fn fetch(&self, relative: &str, size: u64, target: &Path) -> Result<()> {
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = target.with_file_name(format!(".tmp_fetch_{name}_{}", std::process::id()));
+        let file = std::fs::File::create(&tmp).at(&tmp)?;
+        let fetched = async {
+            // (An empty object is an empty file: nothing to fetch.)
+            self.fetch_ranges(relative, &[0..size], &file).await?;
             file.sync_all().at(&tmp)
         }
         .await

@@ -153,7 +153,8 @@ fn train(
             let mut plan: crate::data::DataPlan =
                 serde_json::from_str(json).map_err(|e| failed(&format!("datasets: {e}")))?;
             if spec.scratch {
-                plan.bring_down(&run_dir.join("datasets")).map_err(|e| failed(&e))?;
+                let (rank, world) = (spec.rank as usize, reply.world_size as usize);
+                plan.bring_down(&run_dir.join("datasets"), rank, world).map_err(|e| failed(&e))?;
             }
             Some(std::rc::Rc::new(plan))
         }
