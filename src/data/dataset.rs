@@ -543,7 +543,7 @@ async fn fetch_rows(
         return Err(corrupt("not a parquet file (too short)"));
     }
     let tail = size.saturating_sub(FOOTER_GUESS).max(4);
-    remote.fetch_ranges(STORED_FILE, &[0..4, tail..size], &file).await?;
+    remote.fetch_ranges(STORED_FILE, [0..4, tail..size], &file).await?;
     let mut end = [0u8; 8];
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut end, size - 8)
         .map_err(|e| Error::io(local, e))?;
@@ -557,7 +557,7 @@ async fn fetch_rows(
         .ok_or_else(|| corrupt("its footer is longer than the file"))?;
     let mut fetched = 4 + (size - tail);
     if footer_start < tail {
-        remote.fetch_ranges(STORED_FILE, &[footer_start..tail], &file).await?;
+        remote.fetch_ranges(STORED_FILE, std::iter::once(footer_start..tail), &file).await?;
         fetched += tail - footer_start;
     }
     let metadata = ParquetReader::new(File::open(local).map_err(|e| Error::io(local, e))?)
@@ -573,7 +573,7 @@ async fn fetch_rows(
         }
         first = group_rows.end;
     }
-    remote.fetch_ranges(STORED_FILE, &wanted, &file).await?;
+    remote.fetch_ranges(STORED_FILE, wanted.iter().cloned(), &file).await?;
     fetched += wanted.iter().map(|r| r.end - r.start).sum::<u64>();
     Ok((fetched, size))
 }

@@ -225,7 +225,7 @@ impl Remote {
     pub async fn fetch_ranges(
         &self,
         relative: &str,
-        ranges: &[std::ops::Range<u64>],
+        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
         file: &std::fs::File,
     ) -> Result<()> {
         let key = self.key(relative);
@@ -256,7 +256,7 @@ impl Remote {
         let file = std::fs::File::create(&tmp).at(&tmp)?;
         let fetched = async {
             // (An empty object is an empty file: nothing to fetch.)
-            self.fetch_ranges(relative, &[0..size], &file).await?;
+            self.fetch_ranges(relative, std::iter::once(0..size), &file).await?;
             file.sync_all().at(&tmp)
         }
         .await
