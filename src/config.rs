@@ -168,6 +168,22 @@ pub struct CheckpointConfig {
     pub upload: CheckpointUpload,
 }
 
+/// How rtune reaches an object store (`[run] store = { .. }` in a sweep file), over the
+/// standard `AWS_*` environment. Credentials are not settings: they come from the environment
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), never from a file
+/// that is copied into the experiment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreSettings {
+    /// An S3-compatible server's URL (`http://` allowed), over `AWS_ENDPOINT_URL`.
+    pub endpoint: Option<String>,
+    /// The bucket's region, over `AWS_REGION` (default `us-east-1`).
+    pub region: Option<String>,
+    /// How long a request to the store is retried, with backoff, before the transfer fails
+    /// (then a rank's upload fails its attempt, which `FailureConfig` retries); default 3
+    /// minutes.
+    pub retry_timeout: Option<Duration>,
+}
+
 /// How a checkpoint goes up to an object store from the rank that wrote it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CheckpointUpload {
@@ -260,6 +276,9 @@ pub struct RunConfig {
     /// A param the train function never reads fails the run (a search over it would change
     /// nothing); by default it is a warning (in the log, and a sweep's summary).
     pub strict_params: bool,
+    /// How the store of an `s3://` storage path is reached (its workers get the same).
+    #[serde(default)]
+    pub store: StoreSettings,
     /// A sweep's callbacks (see `callback`); a single `fit` calls none.
     #[serde(skip)]
     pub callbacks: Callbacks,
@@ -281,6 +300,7 @@ impl Default for RunConfig {
             cluster: None,
             cluster_token: None,
             strict_params: false,
+            store: StoreSettings::default(),
             callbacks: Callbacks::default(),
         }
     }
@@ -299,6 +319,12 @@ impl RunConfig {
 
     pub fn storage_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.storage_path = Some(path.into());
+        self
+    }
+
+    /// How the store of an `s3://` storage path is reached.
+    pub fn store(mut self, settings: StoreSettings) -> Self {
+        self.store = settings;
         self
     }
 

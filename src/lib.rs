@@ -83,7 +83,7 @@ pub use rtune_searchers::{Mode, Params};
 pub use sys::cuda;
 pub use train::{
     Checkpoint, CheckpointConfig, CheckpointWriter, FailureConfig, PlacementStrategy, RunConfig,
-    ScalingConfig, TorchTrainer, TrainContext, TrainResult,
+    ScalingConfig, StoreSettings, TorchTrainer, TrainContext, TrainResult,
 };
 pub use tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
 pub use worker::{TrainFn, init};

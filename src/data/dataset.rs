@@ -219,13 +219,19 @@ impl DataPlan {
     /// `dir`, and reads it from there: the file's footer and the row groups that hold the
     /// rank's rows (`shard_range`), by range requests, each written at its offset in a sparse
     /// local file of the object's size. The reader decodes only those row groups (`read_rows`).
-    pub(crate) fn bring_down(&mut self, dir: &Path, rank: usize, world: usize) -> Result<()> {
+    pub(crate) fn bring_down(
+        &mut self,
+        dir: &Path,
+        rank: usize,
+        world: usize,
+        settings: &crate::config::StoreSettings,
+    ) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         for (name, dataset) in &mut self.datasets {
             let Some(url) = &dataset.url else { continue };
             let local = dir.join(format!("{name}.parquet"));
             let rows = crate::data::shard_range(dataset.rows, rank, world);
-            let remote = Remote::parse(url)?;
+            let remote = Remote::with_settings(url, settings)?;
             let (fetched, size) = storage::remote::blocking(fetch_rows(&remote, &local, rows))?;
             tracing::info!(
                 "dataset `{name}`: fetched {fetched} of {size} bytes from {url} for rows {:?}",

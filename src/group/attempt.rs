@@ -298,6 +298,8 @@ impl Attempt<'_> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
                 resume_url: self.spec.resume_url.clone().unwrap_or_default(),
+                store_settings_json: serde_json::to_string(&self.spec.store_settings)
+                    .expect("settings serialise"),
                 start_iteration: self.spec.start_iteration,
                 collective_group_id: group_id,
                 collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
@@ -534,6 +536,7 @@ mod tests {
             data_json: "".into(),
             store_url: None,
             resume_url: None,
+            store_settings: Default::default(),
             upload_async: false,
         }
     }

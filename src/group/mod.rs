@@ -157,6 +157,8 @@ pub(crate) struct AttemptSpec {
     pub resume: Option<PathBuf>,
     /// `resume`'s URL in the run's store, for ranks that do not see the driver's files.
     pub resume_url: Option<String>,
+    /// How the workers reach the run's store.
+    pub store_settings: crate::config::StoreSettings,
     pub start_iteration: u64,
     pub num_threads: u32,
     /// Who the run is in a sweep (all empty outside one).

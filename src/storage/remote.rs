@@ -29,6 +29,7 @@ use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio_stream::StreamExt;
 
+use crate::config::StoreSettings;
 use crate::error::{Error, IoContext, Result};
 
 pub use crate::config::STORE_SCHEME as SCHEME;
@@ -77,15 +78,58 @@ impl Remote {
         Remote::parse_with(url, &[])
     }
 
+    /// `parse`, with a run's settings over the environment's.
+    pub fn with_settings(url: &str, store: &StoreSettings) -> Result<Remote> {
+        let mut settings = Vec::new();
+        if let Some(endpoint) = &store.endpoint {
+            settings.push(("aws_endpoint", endpoint.as_str()));
+        }
+        if let Some(region) = &store.region {
+            settings.push(("aws_region", region.as_str()));
+        }
+        let retry = store
+            .retry_timeout
+            .map(|retry_timeout| object_store::RetryConfig { retry_timeout, ..Default::default() });
+        Remote::build(url, &settings, retry)
+    }
+
     /// `parse`, with settings of object_store's S3 builder by name over the environment's
     /// (`("aws_endpoint", "http://127.0.0.1:9000")`, `("aws_access_key_id", ..)`).
     pub fn parse_with(url: &str, settings: &[(&str, &str)]) -> Result<Remote> {
+        Remote::build(url, settings, None)
+    }
+
+    fn build(
+        url: &str,
+        settings: &[(&str, &str)],
+        retry: Option<object_store::RetryConfig>,
+    ) -> Result<Remote> {
         let invalid = |why: String| Error::config("RunConfig.storage_path", why);
         let (bucket, prefix) = crate::config::split_store_url(url).map_err(invalid)?;
-        let prefix = prefix.to_owned();
+        let mut builder = Remote::builder_for(bucket, settings).map_err(invalid)?;
+        if let Some(retry) = retry {
+            builder = builder.with_retry(retry);
+        }
+        let store = builder.build().map_err(|e| invalid(format!("{url:?} cannot be used: {e}")))?;
+        Ok(Remote {
+            url: format!(
+                "{SCHEME}{bucket}{}",
+                if prefix.is_empty() { String::new() } else { format!("/{prefix}") }
+            ),
+            bucket: bucket.to_owned(),
+            prefix: prefix.to_owned(),
+            store: Arc::new(store),
+        })
+    }
+
+    /// The S3 client builder for `bucket`: the environment, then `settings` over it.
+    fn builder_for(
+        bucket: &str,
+        settings: &[(&str, &str)],
+    ) -> std::result::Result<AmazonS3Builder, String> {
         let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
         for (key, value) in settings {
-            let key = key.parse().map_err(|e| invalid(format!("storage setting {key}: {e}")))?;
+            let key = key.parse().map_err(|e| format!("storage setting {key}: {e}"))?;
             builder = builder.with_config(key, *value);
         }
         let given = settings.iter().find(|(k, _)| *k == "aws_endpoint").map(|(_, v)| v.to_string());
@@ -108,16 +152,20 @@ impl Remote {
         {
             builder = builder.with_region("us-east-1");
         }
-        let store = builder.build().map_err(|e| invalid(format!("{url:?} cannot be used: {e}")))?;
-        Ok(Remote {
-            url: format!(
-                "{SCHEME}{bucket}{}",
-                if prefix.is_empty() { String::new() } else { format!("/{prefix}") }
-            ),
-            bucket: bucket.to_owned(),
-            prefix,
-            store: Arc::new(store),
-        })
+        Ok(builder)
+    }
+
+    /// The folder at `url` in the same bucket, through this one's client (its settings);
+    /// another bucket is reached with the environment's settings.
+    pub fn at(&self, url: &str) -> Result<Remote> {
+        let (bucket, prefix) =
+            crate::config::split_store_url(url).map_err(|why| Error::config("store URL", why))?;
+        if bucket != self.bucket {
+            return Remote::parse(url);
+        }
+        let root =
+            Remote { url: format!("{SCHEME}{bucket}"), prefix: String::new(), ..self.clone() };
+        Ok(if prefix.is_empty() { root } else { root.join(prefix) })
     }
 
     /// The URL: `s3://bucket/prefix`.
@@ -142,7 +190,7 @@ impl Remote {
 
     /// The object store `run`'s storage path names, if it names one.
     pub fn of_run(run: &crate::config::RunConfig) -> Option<Result<Remote>> {
-        run.store_url().map(Remote::parse)
+        run.store_url().map(|url| Remote::with_settings(url, &run.store))
     }
 
     fn key(&self, relative: &str) -> Key {

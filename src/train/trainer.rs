@@ -436,7 +436,7 @@ impl TorchTrainer {
         // On a store, ranks that do not see this machine's files resume from the store, and
         // checkpoints they report come down into the run's folder here.
         let store = match &self.store_url {
-            Some(url) => Some(crate::storage::remote::Remote::parse(url)?),
+            Some(url) => Some(Remote::with_settings(url, &self.run.store)?),
             None => None,
         };
         run.fetch_from(store.clone());
@@ -462,6 +462,7 @@ impl TorchTrainer {
                 run_dir: run_dir.clone(),
                 resume: resume.as_ref().map(|c| c.path().to_owned()),
                 resume_url,
+                store_settings: self.run.store.clone(),
                 start_iteration,
                 num_threads: self.scaling.cpus_per_worker().max(1.0) as u32,
                 trial: self.trial_names(&run_dir),

@@ -680,7 +680,7 @@ impl Sweep {
                     let target = store?.join(&experiment).join(&trial_dir);
                     let exploited = taken.path().file_name().unwrap_or_default().to_string_lossy();
                     let copy = crate::storage::remote::blocking(async {
-                        target.copy_folder(&Remote::parse(&source_url)?, &exploited).await
+                        target.copy_folder(&target.at(&source_url)?, &exploited).await
                     })?;
                     crate::storage::remote::mark_uploaded(taken.path(), copy.url())?;
                     tracing::info!("copied {source_url} to {} in the store", copy.url());

@@ -12,6 +12,7 @@ use crate::collective::{GroupOptions, ProcessGroup, RingGroup};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 use crate::proto::{FinishRequest, JoinReply, WorkerKey};
+use crate::storage::remote::Remote;
 use crate::sys::build_id;
 use crate::worker::{ContextParts, DriverLink, TrainContext, WorkerSpec};
 
@@ -118,9 +119,13 @@ fn train(
         )
         .map_err(|e| failed(&e))?,
     );
+    let settings: crate::config::StoreSettings = match reply.store_settings_json.as_str() {
+        "" => Default::default(),
+        json => serde_json::from_str(json).map_err(|e| failed(&format!("store settings: {e}")))?,
+    };
     let store = match reply.store_url.as_str() {
         "" => None,
-        url => Some(crate::storage::remote::Remote::parse(url).map_err(|e| failed(&e))?),
+        url => Some(Remote::with_settings(url, &settings).map_err(|e| failed(&e))?),
     };
     let run_dir = match spec.scratch {
         true => scratch_dir().map_err(|e| failed(&e))?,
@@ -131,7 +136,7 @@ fn train(
         // Away from the driver's files: the checkpoint comes down from the store.
         (_, url) if spec.scratch && !url.is_empty() => {
             let local = run_dir.join("resume_from");
-            let remote = crate::storage::remote::Remote::parse(url).map_err(|e| failed(&e))?;
+            let remote = Remote::with_settings(url, &settings).map_err(|e| failed(&e))?;
             remote.download_folder(&local).map_err(|e| failed(&e))?;
             Some(Checkpoint::from_directory(local).map_err(|e| failed(&e))?)
         }
@@ -154,7 +159,8 @@ fn train(
                 serde_json::from_str(json).map_err(|e| failed(&format!("datasets: {e}")))?;
             if spec.scratch {
                 let (rank, world) = (spec.rank as usize, reply.world_size as usize);
-                plan.bring_down(&run_dir.join("datasets"), rank, world).map_err(|e| failed(&e))?;
+                let dir = run_dir.join("datasets");
+                plan.bring_down(&dir, rank, world, &settings).map_err(|e| failed(&e))?;
             }
             Some(std::rc::Rc::new(plan))
         }

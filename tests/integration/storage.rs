@@ -66,6 +66,22 @@ impl S3Server {
         Ok(listed.lines().filter(|k| !k.is_empty()).map(String::from).collect())
     }
 
+    /// Every key under `prefix` in `bucket` with its size.
+    fn sizes(&self, bucket: &str, prefix: &str) -> Result<std::collections::BTreeMap<String, u64>> {
+        let listed = self.boto3(&format!(
+            "p = s3.get_paginator('list_objects_v2')\n\
+             for page in p.paginate(Bucket='{bucket}', Prefix='{prefix}'):\n\
+             \x20   for o in page.get('Contents', []): print(o['Key'], o['Size'])"
+        ))?;
+        listed
+            .lines()
+            .map(|l| {
+                let (key, size) = l.rsplit_once(' ').context("key and size")?;
+                Ok((key.to_owned(), size.parse()?))
+            })
+            .collect()
+    }
+
     /// A `result.json` in the store as boto3 reads it: its rows, and the last one's
     /// `training_iteration`.
     fn rows(&self, bucket: &str, key: &str) -> Result<(usize, f64)> {
@@ -502,5 +518,223 @@ pub fn a_single_fit_goes_to_the_store() -> Result<()> {
     ensure!(out.status.code() == Some(1), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("s3://missing/fits cannot be listed"));
     ensure!(!dir.path().join("staging/missing").exists(), "a run folder was made");
+    Ok(())
+}
+
+/// A TCP proxy in front of the S3 server that stops serving, mid-transfer, when a request
+/// naming `trigger` comes through: it cuts every connection (that one before the request
+/// reaches the server) and refuses new ones until `restart`. The server keeps its objects, as a
+/// real one restarted would.
+struct Outage {
+    endpoint: String,
+    down: Arc<AtomicBool>,
+    tripped: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+impl Outage {
+    fn start(server: &S3Server, trigger: &str) -> Result<Outage> {
+        let upstream = server.endpoint.trim_start_matches("http://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let endpoint = format!("http://{}", listener.local_addr()?);
+        let flag = || Arc::new(AtomicBool::new(false));
+        let (down, tripped, stop) = (flag(), flag(), flag());
+        let open = Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
+        let (d, t, s, trigger) =
+            (Arc::clone(&down), Arc::clone(&tripped), Arc::clone(&stop), trigger.to_owned());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let client = match listener.accept() {
+                    Ok((client, _)) => client,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                };
+                let Ok(server) = TcpStream::connect(&upstream) else { continue };
+                if d.load(Ordering::SeqCst) || client.set_nonblocking(false).is_err() {
+                    continue; // dropped: the client sees its connection closed
+                }
+                let mut list = open.lock().unwrap();
+                list.extend(client.try_clone().ok());
+                list.extend(server.try_clone().ok());
+                drop(list);
+                let (client_r, mut server_w) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (d, t, open, trigger) = (d.clone(), t.clone(), open.clone(), trigger.clone());
+                std::thread::spawn(move || {
+                    pump_until(client_r, &mut server_w, trigger.as_bytes(), || {
+                        if t.swap(true, Ordering::SeqCst) {
+                            return false;
+                        }
+                        d.store(true, Ordering::SeqCst);
+                        for stream in open.lock().unwrap().drain(..) {
+                            let _ = stream.shutdown(std::net::Shutdown::Both);
+                        }
+                        true
+                    })
+                });
+                let (mut server_r, mut client_w) = (server, client);
+                std::thread::spawn(move || std::io::copy(&mut server_r, &mut client_w));
+            }
+        });
+        Ok(Outage { endpoint, down, tripped, stop })
+    }
+
+    /// Serves again.
+    fn restart(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+
+    fn tripped(&self) -> bool {
+        self.tripped.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` into `to` until either closes; when `trigger` shows up in what passes (looked
+/// for across reads), asks `cut` before passing it on, and stops if it says so.
+fn pump_until(mut from: TcpStream, to: &mut TcpStream, trigger: &[u8], cut: impl Fn() -> bool) {
+    use std::io::{Read, Write};
+    let mut buf = vec![0u8; 64 << 10];
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        tail.extend_from_slice(&buf[..n]);
+        if tail.windows(trigger.len()).any(|w| w == trigger) && cut() {
+            return;
+        }
+        tail.drain(..tail.len().saturating_sub(trigger.len()));
+        if to.write_all(&buf[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+/// The store goes away in the middle of a checkpoint's upload (through `[run] store`'s
+/// endpoint, a proxy in front of the server), first for less than the sweep file's
+/// `retry_timeout_s` (the upload is retried and the trial never notices), then for longer (the
+/// upload fails its attempt, which is retried from the last recorded checkpoint once the store
+/// is back). Either way every iteration is recorded once and each kept checkpoint is whole in
+/// the store.
+pub fn a_store_down_mid_upload_is_retried_then_fails_the_attempt() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let staging = dir.path().join("staging");
+    // Credentials from the environment; the endpoint only from the sweep file.
+    let env: Vec<_> = server.env().into_iter().filter(|(k, _)| *k != "AWS_ENDPOINT_URL").collect();
+    for (name, retry_s, outage) in
+        [("brief", 30.0, Some(Duration::from_millis(800))), ("long", 1.0, None)]
+    {
+        // The store goes when the third checkpoint starts going up (its key's first request).
+        let proxy = Outage::start(&server, "/checkpoint_000003/")?;
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                r#"
+name = "{name}"
+storage_path = "s3://exp/outage"
+
+[trainable]
+builtin = "synthetic-curve"
+
+[param_space]
+rate = 0.5
+plateau = 0.9
+noise = 0.0
+iterations = 6
+sleep_s = 0.1
+
+[tune]
+metric = "score"
+mode = "max"
+num_samples = 1
+
+[run]
+failure = {{ max_failures = 2 }}
+checkpoint = {{ num_to_keep = 2 }}
+store = {{ endpoint = "{}", retry_timeout_s = {retry_s:?} }}
+"#,
+                proxy.endpoint
+            ),
+        )?;
+        let child = Command::new(RTUNE)
+            .args(["run", file.to_str().unwrap(), "--no-tui"])
+            .envs(env.iter().cloned())
+            .env("RTUNE_STAGING", &staging)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let log = staging.join(format!("exp/outage/{name}/driver.log"));
+        wait_for(Duration::from_secs(60), || Ok(proxy.tripped()))?;
+        match outage {
+            Some(brief) => std::thread::sleep(brief),
+            // Back once the driver has seen the attempt fail.
+            None => wait_for(Duration::from_secs(60), || {
+                Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("attempt 0 failed"))
+            })?,
+        }
+        proxy.restart();
+        let out = child.wait_with_output()?;
+        ensure!(out.status.code() == Some(0), "{name}: {}", text(&out));
+        let said = std::fs::read_to_string(&log)?;
+        match outage {
+            Some(_) => ensure!(!said.contains("attempt 0 failed"), "{name}: not retried:\n{said}"),
+            None => ensure!(
+                said.contains(
+                    "attempt 0 failed: rank 0 (attempt 0): storage: upload in s3://exp/outage/long"
+                ),
+                "{name}:\n{said}"
+            ),
+        }
+        let grid = ResultGrid::from_path(staging.join(format!("exp/outage/{name}")))?;
+        let trial = grid.trials.first().context("a trial")?;
+        let iterations: Vec<f64> =
+            trial.history().iter().map(|m| m["training_iteration"]).collect();
+        ensure!(iterations == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{name}: {iterations:?}");
+        // The kept checkpoints: whole in the store (every file, at its size), the retry's own.
+        let result = trial.result().context("a result")?;
+        ensure!(result.best_checkpoints.len() == 2, "{name}: {:?}", result.best_checkpoints);
+        let keys = server.sizes("exp", "outage/")?;
+        for (checkpoint, _) in &result.best_checkpoints {
+            let attempt = checkpoint.metadata()?.attempt;
+            ensure!(attempt == u32::from(outage.is_none()), "{name}: written by attempt {attempt}");
+            let trial_dir =
+                checkpoint.path().parent().and_then(|p| p.file_name()).context("trial")?;
+            let ck = checkpoint.path().file_name().context("name")?;
+            for file in std::fs::read_dir(checkpoint.path())? {
+                let file = file?;
+                let file_name = file.file_name().to_string_lossy().into_owned();
+                if file_name.starts_with('.') {
+                    continue;
+                }
+                let key = format!(
+                    "outage/{name}/{}/{}/{file_name}",
+                    trial_dir.to_string_lossy(),
+                    ck.to_string_lossy()
+                );
+                ensure!(
+                    keys.get(&key) == Some(&file.metadata()?.len()),
+                    "{name}: {key} in {keys:?}"
+                );
+            }
+        }
+    }
     Ok(())
 }

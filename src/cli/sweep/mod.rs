@@ -36,6 +36,8 @@
 //! failure = { max_failures = 1 }
 //! # strict_params = true                            # a param never read fails its trial
 //! # sync_period_s = 10           # with storage_path = "s3://bucket/prefix": mirror this often
+//! # store = { endpoint = "http://127.0.0.1:9000", region = "us-east-1", retry_timeout_s = 180 }
+//! #                              # how the store is reached (credentials: the AWS_* environment)
 //! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
 //! # checkpoint upload = "async": on an object store, reports go on while checkpoints upload
 //! ```
@@ -49,7 +51,9 @@ use rtune_searchers::{Mode, SearchSpace};
 
 use super::doc::{self, Fields, Item, Kind, Problems, Report, Source};
 use super::registry::Registry;
-use crate::config::{CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig};
+use crate::config::{
+    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
+};
 use crate::train::{CommandTrainable, TorchTrainer};
 use crate::tune::{Control, Samples, TuneConfig, TuneSettings, Tuner};
 pub use components::Component;
@@ -82,6 +86,8 @@ pub struct SweepSpec {
     pub strict_params: bool,
     /// `[run] sync_period_s`: how often an experiment on an object store is mirrored there.
     pub sync_period: Option<std::time::Duration>,
+    /// `[run] store`: how the object store of an `s3://` storage path is reached.
+    pub store: StoreSettings,
 }
 
 impl SweepSpec {
@@ -127,6 +133,7 @@ impl SweepSpec {
             checkpoint_config: self.checkpoint.clone(),
             stop: self.stop.clone(),
             strict_params: self.strict_params,
+            store: self.store.clone(),
             ..RunConfig::default()
         };
         if let Some(period) = self.sync_period {
@@ -277,6 +284,7 @@ fn read_root(
         cluster: run.cluster,
         strict_params: run.strict_params,
         sync_period: run.sync_period,
+        store: run.store,
     };
     check_components(&spec, root, report);
     Some(spec)
@@ -619,6 +627,7 @@ struct RunParts {
     cluster: Option<String>,
     strict_params: bool,
     sync_period: Option<std::time::Duration>,
+    store: StoreSettings,
 }
 
 fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
@@ -672,20 +681,84 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
     }
     let cluster = fields.value::<String>("cluster", report);
     let strict_params = fields.value::<bool>("strict_params", report).unwrap_or(false);
-    let sync_period = match fields.value::<f64>("sync_period_s", report) {
-        Some(s) if s <= 0.0 => {
-            fields.refuse("sync_period_s", format!("is {s}; use a number of seconds > 0"), report);
+    let sync_period = seconds(&mut fields, "sync_period_s", report);
+    let mut store = StoreSettings::default();
+    if let Some(table) = fields.get("store") {
+        let mut f = Fields::of(table, "run.store", report);
+        for secret in ["access_key_id", "secret_access_key", "session_token"] {
+            if f.get(secret).is_some() {
+                let why = "credentials are not read from a sweep file (it is copied into the \
+                           experiment): set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and \
+                           AWS_SESSION_TOKEN in the environment";
+                f.refuse(secret, why, report);
+            }
+        }
+        store.endpoint = f.value::<String>("endpoint", report);
+        if let Some(endpoint) = &store.endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            let why =
+                format!("is {endpoint:?}; use the server's URL, e.g. \"http://127.0.0.1:9000\"");
+            f.refuse("endpoint", why, report);
+        }
+        store.region = f.value::<String>("region", report);
+        store.retry_timeout = seconds(&mut f, "retry_timeout_s", report);
+        f.done(report);
+    }
+    fields.done(report);
+    RunParts { stop, failure, checkpoint, cluster, strict_params, sync_period, store }
+}
+
+/// A number of seconds > 0 at `key`, as a duration.
+fn seconds(
+    fields: &mut Fields<'_>,
+    key: &'static str,
+    report: &mut Report<'_>,
+) -> Option<std::time::Duration> {
+    match fields.value::<f64>(key, report)? {
+        s if s <= 0.0 => {
+            fields.refuse(key, format!("is {s}; use a number of seconds > 0"), report);
             None
         }
-        Some(s) => match crate::config::duration(s) {
-            Ok(d) => Some(d),
-            Err(why) => {
-                fields.refuse("sync_period_s", why, report);
-                None
-            }
-        },
-        None => None,
-    };
-    fields.done(report);
-    RunParts { stop, failure, checkpoint, cluster, strict_params, sync_period }
+        s => crate::config::duration(s).map_err(|why| fields.refuse(key, why, report)).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(run: &str) -> Result<SweepSpec, String> {
+        let text = format!(
+            "storage_path = \"s3://exp/sweeps\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [tune]\nmetric = \"score\"\nmode = \"max\"\n[run]\n{run}\n"
+        );
+        let source = Source { name: "sweep.toml".into(), text };
+        SweepSpec::read(&source, &[], &Registry::builtin()).map_err(|p| p.to_string())
+    }
+
+    /// `[run] store` reaches the run's settings; credentials and a URL that is no server's are
+    /// refused at their key.
+    #[test]
+    fn store_settings_are_read_and_credentials_refused() {
+        let spec = read(
+            "store = { endpoint = \"http://127.0.0.1:9000\", region = \"eu-west-1\", \
+             retry_timeout_s = 2.5 }",
+        )
+        .unwrap();
+        let store = spec.run_config().store;
+        assert_eq!(store.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(store.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(store.retry_timeout, Some(std::time::Duration::from_millis(2500)));
+        assert_eq!(read("").unwrap().run_config().store, StoreSettings::default());
+
+        let err = read("store = { secret_access_key = \"x\" }").unwrap_err();
+        assert!(err.contains("run.store.secret_access_key") && err.contains("AWS_"), "{err}");
+        let err = read("store = { endpoint = \"127.0.0.1:9000\" }").unwrap_err();
+        assert!(err.contains("run.store.endpoint") && err.contains("http://"), "{err}");
+        let err = read("store = { retry_timeout_s = 0 }").unwrap_err();
+        assert!(err.contains("run.store.retry_timeout_s") && err.contains("> 0"), "{err}");
+        let err = read("store = { endpont = \"http://x\" }").unwrap_err();
+        assert!(err.contains("endpoint"), "the nearest key is named: {err}");
+    }
 }
