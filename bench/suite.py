@@ -406,7 +406,8 @@ print(time.time() - began)
 def object_store(figs, quick):
     """10. A checkpoint (1 GB; 256 MB quick) up to and down from a local S3 server: rtune's
     upload (as a rank uploads it) and download (as a reader fetches it) against pyarrow's S3
-    file system (what Ray uses) and the AWS CLI, one right after the other."""
+    file system (what Ray uses) and the AWS CLI, one right after the other; then the training
+    time that a checkpoint every epoch costs with `upload = "sync"` and `"async"`."""
     endpoint = store_server()
     env = store_env(endpoint)
     size = (256 if quick else 1024) << 20
@@ -459,6 +460,23 @@ def object_store(figs, quick):
     for op, i in (("upload", 0), ("download", 1)):
         figs.add(group, f"store_{op} rtune / pyarrow", results["rtune"][i] / results["pyarrow"][i],
                  "x", "higher", "same round")
+    # The training time a checkpoint every epoch costs: one worker, the same work each epoch,
+    # a checkpoint of `mb` MiB after each, kept on local disk (the baseline), uploaded before
+    # the report returns (sync), or uploaded while training goes on (async).
+    mb, epochs, matmuls = (64, 4, 1500) if quick else (256, 6, 3000)
+    seconds = {}
+    for mode in ("none", "sync", "async"):
+        out = json.loads(run([tool, "train", f"s3://bench/train-{round_}", mode, str(mb),
+                              str(epochs), str(matmuls)],
+                             env=dict(env, RTUNE_STAGING=os.path.join(base, "staging"))))
+        seconds[mode] = out["seconds"]
+        figs.add(group, f"store_train_{mode}", out["seconds"], "s", "lower",
+                 f"{epochs} epochs of one worker, a {mb} MiB checkpoint each, "
+                 f"{'on local disk' if mode == 'none' else f'upload = {mode}'}")
+    for mode in ("sync", "async"):
+        figs.add(group, f"store_train training time lost, {mode}",
+                 100 * (seconds[mode] / seconds["none"] - 1), "%", "lower",
+                 "against the local-disk run of the same round")
 
 
 WORKLOADS = {

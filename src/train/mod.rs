@@ -14,7 +14,8 @@ mod record;
 mod trainer;
 
 pub use crate::config::{
-    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
+    CheckpointConfig, CheckpointUpload, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig,
+    StoreSettings,
 };
 pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
