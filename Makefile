@@ -12,6 +12,9 @@ SAFETENSORS_VERSION := 0.6.2
 # The object-storage tests run a real S3-compatible server (moto's) on 127.0.0.1 and read what
 # rtune wrote with boto3.
 MOTO_VERSION := 5.1.22
+# The storage tests check that Ray Tune's own reader (Result.from_path) reads a trial synced back
+# from the store.
+RAY_VERSION := 2.60.0
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
@@ -44,6 +47,10 @@ $(VENV)/.moto-$(MOTO_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet "moto[server]==$(MOTO_VERSION)"
 	@touch $@
 
+$(VENV)/.ray-$(RAY_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet "ray[tune]==$(RAY_VERSION)"
+	@touch $@
+
 # The terminal UI test runs rtune in a real terminal (tmux); installed from Debian if missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 tmux:
@@ -72,7 +79,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION)
+test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
 	cargo test --workspace
 
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a

@@ -183,7 +183,8 @@ enum Command {
         metric: Option<String>,
         #[arg(long, value_enum)]
         mode: Option<ModeArg>,
-        /// The folder to create.
+        /// The folder to create: a path, or an `s3://bucket/prefix` folder that holds nothing
+        /// yet.
         #[arg(long)]
         to: PathBuf,
     },
@@ -195,7 +196,7 @@ enum Command {
         for a classifier, a `prob_<class>` column per class."
     )]
     Predict {
-        /// A folder `rtune export` wrote.
+        /// A folder `rtune export` wrote (a path or an `s3://` URL).
         #[arg(long, alias = "checkpoint")]
         model: PathBuf,
         /// A .parquet, .csv or .csv.gz file with the model's input columns.
@@ -459,6 +460,10 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
         Command::Export { dir, best: _, trial, metric, mode, to } => {
             let dir = local(&dir)?;
             let model = trainable_model(&dir, registry);
+            // To a store: written into its staging folder, then sent up whole.
+            let store = new_store_folder(&to)?;
+            let to_url = to.clone();
+            let to = store.as_ref().map_or(to, |s| s.staging());
             let args = export::ExportArgs {
                 dir: &dir,
                 trial: trial.as_deref(),
@@ -470,10 +475,19 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 to: &to,
                 model: model.as_ref(),
             };
-            println!("{}", export::export(&args).map_err(input_error)?);
+            let said = export::export(&args).map_err(input_error)?;
+            if let Some(store) = store {
+                store.put_files(&to).map_err(|e| Exit(EXIT_INVALID, e.into()))?;
+                let url = to_url.display().to_string();
+                println!("{}", said.replace(&to.display().to_string(), &url));
+            } else {
+                println!("{said}");
+            }
             Ok(0)
         }
         Command::Predict { model, input, no_header, output, batch_rows, allow_extra, device } => {
+            // An export on a store comes down into its staging folder first.
+            let model = local(&model)?;
             let args = predict::PredictArgs {
                 model: &model,
                 input: &input,
@@ -499,6 +513,29 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             Ok(0)
         }
     }
+}
+
+/// For an `s3://` URL to write a new folder to: the folder, checked to hold nothing yet (with a
+/// fresh staging folder to write into first); None for a local path.
+fn new_store_folder(to: &Path) -> Result<Option<crate::storage::remote::Remote>, Exit> {
+    use crate::storage::remote::{Remote, blocking, is_url};
+    let Some(url) = to.to_str().filter(|_| is_url(to)) else { return Ok(None) };
+    let invalid = |e: crate::error::Error| Exit(EXIT_INVALID, e.into());
+    let remote = Remote::parse(url).map_err(invalid)?;
+    let held = blocking(async {
+        remote.check().await?;
+        remote.list().await
+    })
+    .map_err(invalid)?;
+    if !held.is_empty() {
+        let why = format!("{url} already holds {} object(s); export to a new folder", held.len());
+        return Err(Exit(EXIT_INVALID, anyhow::anyhow!(why)));
+    }
+    let staging = remote.staging();
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| Exit(EXIT_INVALID, e.into()))?;
+    }
+    Ok(Some(remote))
 }
 
 /// A folder argument as a local folder: itself, or, for an `s3://` URL, its staging copy

@@ -346,18 +346,23 @@ impl Remote {
     /// `upload_order` (`metadata.json` last), and marks it uploaded (`Syncer` leaves it be).
     /// Blocks: the rank that wrote the checkpoint calls it before reporting it.
     pub fn upload_folder(&self, dir: &Path, name: &str) -> Result<()> {
+        let folder = self.join(name);
+        folder.put_files(dir)?;
+        mark_uploaded(dir, folder.url())
+    }
+
+    /// Uploads every file of `dir` (rtune's dot names aside) into this folder, whole files,
+    /// `metadata.json` last (it makes a checkpoint or an export whole). Blocks.
+    pub fn put_files(&self, dir: &Path) -> Result<()> {
         let mut files = Vec::new();
-        walk(dir, name, &mut files)?;
-        files.sort_by_key(|(relative, ..)| upload_order(relative));
+        walk(dir, "", &mut files)?;
+        files.sort_by_key(|(relative, ..)| relative == "metadata.json");
         blocking(async {
             for (relative, ..) in &files {
-                let inside =
-                    relative.strip_prefix(name).unwrap_or(relative).trim_start_matches('/');
-                self.upload(relative, &dir.join(inside)).await?;
+                self.upload(relative, &dir.join(relative)).await?;
             }
             Ok::<_, Error>(())
-        })?;
-        mark_uploaded(dir, self.join(name).url())
+        })
     }
 
     /// Brings this folder (a checkpoint) down into `local`, whole: fetched into a temporary
@@ -393,7 +398,7 @@ impl Remote {
     pub async fn copy_folder(&self, from: &Remote, name: &str) -> Result<Remote> {
         let to = self.join(name);
         let mut objects: Vec<String> = from.list().await?.into_keys().collect();
-        objects.sort_by_key(|relative| upload_order(&format!("checkpoint_/{relative}")));
+        objects.sort_by_key(|relative| relative == "metadata.json");
         for relative in objects {
             self.store
                 .copy(&from.key(&relative), &to.key(&relative))

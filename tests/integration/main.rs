@@ -199,6 +199,10 @@ fn main() {
         test("storage::pbt_exploits_on_the_store", storage::pbt_exploits_on_the_store),
         test("storage::a_single_fit_goes_to_the_store", storage::a_single_fit_goes_to_the_store),
         test(
+            "storage::a_model_exported_to_the_store_predicts_from_there",
+            storage::a_model_exported_to_the_store_predicts_from_there,
+        ),
+        test(
             "storage::a_store_down_mid_upload_is_retried_then_fails_the_attempt",
             storage::a_store_down_mid_upload_is_retried_then_fails_the_attempt,
         ),

@@ -219,6 +219,31 @@ pub fn a_sweep_on_s3_is_read_back_from_the_store() -> Result<()> {
     for (a, b) in grid.trials.iter().zip(&original.trials) {
         ensure!(a.history() == b.history() && a.params() == b.params(), "{}", a.trial_id());
     }
+    // Ray's own reader takes a trial synced back from the store as one of its own.
+    for t in &grid.trials {
+        ray_reads_trial(t.path(), t.last("score").context("a score")?)?;
+    }
+    Ok(())
+}
+
+/// Ray Tune's `Result.from_path` (the `.venv`'s ray 2.60, which `make test` installs) reads the
+/// trial folder `path`: its last metrics (`score` as given), its six rows, its config, and its
+/// two kept checkpoints, which are folders here.
+fn ray_reads_trial(path: &Path, score: f64) -> Result<()> {
+    let code = format!(
+        "import os\nfrom ray.tune import Result\nr = Result.from_path({path:?})\n\
+         assert r.metrics['training_iteration'] == 6, r.metrics\n\
+         assert abs(r.metrics['score'] - {score:?}) < 1e-12, r.metrics\n\
+         assert len(r.metrics_dataframe) == 6, r.metrics_dataframe\n\
+         assert r.config['iterations'] == 6, r.config\n\
+         assert len(r.best_checkpoints) == 2, r.best_checkpoints\n\
+         assert all(os.path.isdir(c.path) for c, _ in r.best_checkpoints)\n\
+         assert r.checkpoint.path.endswith('checkpoint_000006'), r.checkpoint\n\
+         print('ray read', r.metrics['trial_id'])",
+        path = path.display().to_string()
+    );
+    let out = Command::new(python()).args(["-c", &code]).output()?;
+    ensure!(out.status.success(), "Ray's Result.from_path: {}", text(&out));
     Ok(())
 }
 
@@ -736,5 +761,81 @@ store = {{ endpoint = "{}", retry_timeout_s = {retry_s:?} }}
             }
         }
     }
+    Ok(())
+}
+
+/// A model trained on the store, exported to the store, and predicted with from the store on
+/// a machine that staged nothing: the same predictions, row for row, as the local export's.
+pub fn a_model_exported_to_the_store_predicts_from_there() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("digits.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "digits"
+storage_path = "s3://exp/sweeps"
+
+[trainable]
+builtin = "digits-mlp"
+
+[param_space]
+epochs = 2
+hidden = 32
+
+[tune]
+metric = "val_loss"
+mode = "min"
+num_samples = 1
+
+[run]
+checkpoint = { num_to_keep = 1 }
+"#,
+    )?;
+    let staging = dir.path().join("staging");
+    let out = rtune(&server, &staging, &["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let (experiment, model) = ("s3://exp/sweeps/digits", "s3://exp/models/best");
+    let out = rtune(&server, &staging, &["export", experiment, "--to", model])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    ensure!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("to {model}")),
+        "{}",
+        text(&out)
+    );
+    let keys = server.keys("exp", "models/best/")?;
+    for file in ["model.pt", "metadata.json", "preprocessor.json"] {
+        ensure!(keys.contains(&format!("models/best/{file}")), "{file} not exported: {keys:?}");
+    }
+    // A folder on the store is written once, as a local one is.
+    let out = rtune(&server, &staging, &["export", experiment, "--to", model])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(text(&out).contains("already holds"), "{}", text(&out));
+
+    let local = dir.path().join("best");
+    let out = rtune(&server, &staging, &["export", experiment, "--to", local.to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let digits = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/digits.csv.gz");
+    let predict = |model: &str, staging: &Path, output: &Path| -> Result<()> {
+        let args = ["predict", "--model", model, "--input", digits.to_str().unwrap()];
+        let out = rtune(
+            &server,
+            staging,
+            &[&args[..], &["--no-header", "--output"], &[output.to_str().unwrap()]].concat(),
+        )?;
+        ensure!(out.status.code() == Some(0), "{}", text(&out));
+        Ok(())
+    };
+    let (from_store, from_disk) = (dir.path().join("store.csv"), dir.path().join("disk.csv"));
+    predict(model, &dir.path().join("elsewhere"), &from_store)?;
+    predict(local.to_str().unwrap(), &staging, &from_disk)?;
+    let (a, b) = (std::fs::read_to_string(&from_store)?, std::fs::read_to_string(&from_disk)?);
+    ensure!(
+        a.lines().count() > 1000 && a == b,
+        "predictions differ ({} and {} lines)",
+        a.lines().count(),
+        b.lines().count()
+    );
     Ok(())
 }
