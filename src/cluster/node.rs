@@ -164,8 +164,7 @@ async fn session(
     let mut running: HashMap<String, oneshot::Sender<()>> = HashMap::new();
     // Workers to start once their binary is here (at once when it is cached), and those whose
     // binary is still being fetched (a kill meanwhile ends them before they start).
-    type Ready = (StartWorkerRequest, Result<Option<std::path::PathBuf>>);
-    let (ready_tx, mut ready) = mpsc::unbounded_channel::<Ready>();
+    let (ready_tx, mut ready) = mpsc::unbounded_channel();
     let mut fetching = std::collections::HashSet::<String>::new();
     let mut killed_while_fetching = std::collections::HashSet::<String>::new();
     let mut drain_deadline: Option<tokio::time::Instant> = None;
@@ -195,23 +194,9 @@ async fn session(
                         let _ = up.send(exited(exit)).await;
                     }
                     head_command::Kind::Start(start) => {
-                        let sha = start.binary_sha256.clone();
-                        match super::binary::cached(&super::binary::cache_dir(), &sha) {
-                            // Run by its path (an older driver), or the cached copy.
-                            _ if sha.is_empty() => ready_tx.send((start, Ok(None))).ok(),
-                            Some(exe) => ready_tx.send((start, Ok(Some(exe)))).ok(),
-                            None => {
-                                // Fetched in the background: the session goes on meanwhile.
-                                fetching.insert(start.worker_id.clone());
-                                let (ready, head) = (ready_tx.clone(), config.head.clone());
-                                let token = config.token.clone();
-                                tokio::spawn(async move {
-                                    let exe = super::binary::fetch(&head, token.as_deref(), &sha).await;
-                                    let _ = ready.send((start, exe.map(Some)));
-                                });
-                                None
-                            }
-                        };
+                        if let Some(fetch) = ready_or_fetch(start, config, &ready_tx) {
+                            fetching.insert(fetch);
+                        }
                     }
                     head_command::Kind::Kill(kill) => {
                         if let Some(worker) = running.remove(&kill.worker_id) {
@@ -229,19 +214,8 @@ async fn session(
             Some((start, exe)) = ready.recv() => {
                 let worker = start.worker_id.clone();
                 fetching.remove(&worker);
-                let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
-                let started = match exe {
-                    _ if killed_while_fetching.remove(&worker) => Err((
-                        WorkerExit { worker_id, pg_id, code: -1, signal: libc::SIGKILL, error: String::new() },
-                        format!("worker {worker} was killed before it started"),
-                    )),
-                    Ok(exe) => spawn(start, exe, node_id, config, event_tx.clone()),
-                    Err(e) => {
-                        let error = format!("cannot fetch the driver's binary from the head: {e}");
-                        Err((WorkerExit { worker_id, pg_id, code: -1, signal: 0, error: error.clone() }, error))
-                    }
-                };
-                match started {
+                let killed = killed_while_fetching.remove(&worker);
+                match start_ready(start, exe, killed, node_id, config, event_tx.clone()) {
                     Ok(kill) => { running.insert(worker, kill); }
                     Err((exit, e)) => {
                         tracing::warn!("{e}");
@@ -331,6 +305,56 @@ fn far_future() -> tokio::time::Instant {
 
 fn exited(exit: WorkerExit) -> NodeMessage {
     NodeMessage { kind: Some(node_message::Kind::Exited(exit)) }
+}
+
+/// Queues `start` on `ready` once its binary is here: at once when it is cached (or named by
+/// path, by an older driver), else after a fetch from the head in the background; returns the
+/// worker's id in that case.
+fn ready_or_fetch(
+    start: StartWorkerRequest,
+    config: &NodeConfig,
+    ready: &mpsc::UnboundedSender<(StartWorkerRequest, Result<Option<std::path::PathBuf>>)>,
+) -> Option<String> {
+    let sha = start.binary_sha256.clone();
+    match super::binary::cached(&super::binary::cache_dir(), &sha) {
+        _ if sha.is_empty() => drop(ready.send((start, Ok(None)))),
+        Some(exe) => drop(ready.send((start, Ok(Some(exe))))),
+        None => {
+            let worker = start.worker_id.clone();
+            let (ready, head, token) = (ready.clone(), config.head.clone(), config.token.clone());
+            tokio::spawn(async move {
+                let exe = super::binary::fetch(&head, token.as_deref(), &sha).await;
+                let _ = ready.send((start, exe.map(Some)));
+            });
+            return Some(worker);
+        }
+    }
+    None
+}
+
+/// Starts a worker whose binary is here (`exe`, or why it could not be fetched), unless it was
+/// `killed` while it was being fetched.
+fn start_ready(
+    start: StartWorkerRequest,
+    exe: Result<Option<std::path::PathBuf>>,
+    killed: bool,
+    node_id: u64,
+    config: &NodeConfig,
+    events: mpsc::UnboundedSender<NodeMessage>,
+) -> std::result::Result<oneshot::Sender<()>, (WorkerExit, String)> {
+    let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
+    let exit = |signal, error: String| WorkerExit { worker_id, pg_id, code: -1, signal, error };
+    match exe {
+        _ if killed => {
+            let why = format!("worker {} was killed before it started", start.worker_id);
+            Err((exit(libc::SIGKILL, String::new()), why))
+        }
+        Ok(exe) => spawn(start, exe, node_id, config, events),
+        Err(e) => {
+            let error = format!("cannot fetch the driver's binary from the head: {e}");
+            Err((exit(0, error.clone()), error))
+        }
+    }
 }
 
 /// Starts one worker process from `exe` (the driver's binary cached here; None: by the path

@@ -550,10 +550,14 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> Result<()> {
 /// uploaded it there, or it came down from there); a dot name: never uploaded.
 const UPLOADED: &str = ".uploaded";
 
-/// Where the checkpoint folder `dir` is whole in a store, if it is.
+/// Where the checkpoint folder `dir` is whole in a store, if it is. (A mark written before
+/// marks named the checkpoint holds its run's URL: not an answer.)
 pub fn uploaded_to(dir: &Path) -> Option<String> {
     let url = std::fs::read_to_string(dir.join(UPLOADED)).ok()?;
-    Some(url.trim().to_owned()).filter(|u| u.starts_with(SCHEME))
+    let run = dir.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned());
+    let url = url.trim();
+    let names_run = run.is_some_and(|run| url.rsplit('/').next() == Some(run.as_str()));
+    (url.starts_with(SCHEME) && !names_run).then(|| url.to_owned())
 }
 
 /// Marks the checkpoint folder `dir` as whole in the store at `url` (the mirror leaves it be).
@@ -602,6 +606,22 @@ pub fn local_copy(path: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mark names where its checkpoint is; one that names its run (written before marks
+    /// named checkpoints) or no store is no answer.
+    #[test]
+    fn upload_marks_name_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("T_1").join("checkpoint_000002");
+        std::fs::create_dir_all(&ck).unwrap();
+        assert_eq!(uploaded_to(&ck), None);
+        mark_uploaded(&ck, "s3://b/exp/T_1/checkpoint_000002").unwrap();
+        assert_eq!(uploaded_to(&ck).as_deref(), Some("s3://b/exp/T_1/checkpoint_000002"));
+        mark_uploaded(&ck, "s3://b/exp/T_1").unwrap();
+        assert_eq!(uploaded_to(&ck), None);
+        mark_uploaded(&ck, "/local/exp/T_1/checkpoint_000002").unwrap();
+        assert_eq!(uploaded_to(&ck), None);
+    }
 
     #[test]
     fn checkpoints_go_up_before_what_names_them() {
