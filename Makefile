@@ -91,7 +91,7 @@ test-gpu: libtorch $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
 
 # A sweep submitted with sbatch to a two-node Slurm cluster (munged, slurmctld and two slurmd
 # started here, as root, and stopped at the end), scancelled and resumed in a new job.
-test-slurm: libtorch slurm
+test-slurm: libtorch slurm $(VENV)/.moto-$(MOTO_VERSION)
 	cargo build --bin rtune
 	tests/slurm/test.sh target/debug/rtune
 

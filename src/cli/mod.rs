@@ -219,7 +219,8 @@ enum Command {
         #[arg(long, default_value = "cpu", value_parser = predict::device)]
         device: tch::Device,
     },
-    /// Serve a cluster: the resource pool that drivers reserve worker groups from.
+    /// Serve a cluster: the resource pool that drivers reserve worker groups from. It also
+    /// holds the drivers' binaries for the nodes (in `$RTUNE_CACHE/binaries`).
     #[command(after_help = "Example:\n  rtune head --port 6380")]
     Head {
         #[arg(long, default_value_t = 6380)]
@@ -234,7 +235,10 @@ enum Command {
         #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = cluster::seconds)]
         heartbeat_timeout: Duration,
     },
-    /// Offer this machine to a head and run worker processes on its command.
+    /// Offer this machine to a head and run worker processes on its command. Workers run the
+    /// driver's binary, fetched from the head once by its SHA-256 and kept in
+    /// `$RTUNE_CACHE/binaries` (default ~/.cache/rtune); those of a run on an object store work
+    /// in `$RTUNE_CACHE/runs/..` and need nothing of the driver's files.
     #[command(after_help = "Example:\n  rtune node --address 127.0.0.1:6380 --num-cpus 4")]
     Node {
         /// The head, HOST:PORT.

@@ -414,19 +414,29 @@ impl Remote {
 }
 
 /// Runs `work` (store I/O) to its end from sync code, inside an async runtime or not: on a
-/// thread of its own with a runtime of its own (a runtime thread it blocks is let go first).
+/// thread of its own (a runtime thread it blocks is let go first), with the process's store
+/// runtime driving its connections. That runtime lives as long as the process: a store
+/// client's pooled connections are driven by the runtime that opened them, so transfers that
+/// overlap (background uploads) must not each bring a runtime that ends under the other's.
 pub fn blocking<T: Send>(work: impl Future<Output = Result<T>> + Send) -> Result<T> {
+    static RUNTIME: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    let runtime = RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("rtune-store")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::Storage(format!("tokio runtime: {e}")))?;
     let run = || {
         std::thread::scope(|s| {
-            s.spawn(|| {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| Error::Storage(format!("tokio runtime: {e}")))?
-                    .block_on(work)
-            })
-            .join()
-            .map_err(|_| Error::Storage("a store transfer panicked".into()))?
+            s.spawn(|| runtime.handle().block_on(work))
+                .join()
+                .map_err(|_| Error::Storage("a store transfer panicked".into()))?
         })
     };
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {

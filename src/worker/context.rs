@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{IntoMetrics, to_wire};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, checkpoint_name};
+use crate::storage::remote::Remote;
 use crate::worker::DriverLink;
 
 type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
@@ -43,6 +44,8 @@ pub(crate) struct ContextParts<'a> {
     pub store: Option<crate::storage::remote::Remote>,
     /// Those uploads go on in the background (`CheckpointUpload::Async`).
     pub upload_async: bool,
+    /// `run_dir` is this rank's scratch folder on its node: a checkpoint goes once it is up.
+    pub scratch: bool,
     pub link: &'a mut DriverLink,
 }
 
@@ -73,6 +76,7 @@ pub struct TrainContext<'a> {
     nccl: Option<SharedNccl>,
     store: Option<crate::storage::remote::Remote>,
     upload_async: bool,
+    scratch: bool,
     /// Background uploads not yet reported done: each checkpoint's name and its upload.
     uploads: Vec<(String, std::thread::JoinHandle<Result<()>>)>,
     link: &'a mut DriverLink,
@@ -103,6 +107,7 @@ impl<'a> TrainContext<'a> {
             nccl: None,
             store: parts.store,
             upload_async: parts.upload_async,
+            scratch: parts.scratch,
             uploads: Vec::new(),
             link: parts.link,
         }
@@ -251,19 +256,28 @@ impl<'a> TrainContext<'a> {
                 // On an object store the driver never records a checkpoint the store does not
                 // hold whole: the report waits for the upload, or, with background uploads,
                 // names it once it is done.
+                // In a scratch folder, the local copy goes once it is up (the store is its home).
+                let scratch = self.scratch;
+                let up = move |store: &Remote, dir: &Path, name: &str| -> Result<()> {
+                    store.upload_folder(dir, name)?;
+                    match scratch {
+                        true => std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e)),
+                        false => Ok(()),
+                    }
+                };
                 match &self.store {
                     Some(store) if self.upload_async => {
                         let (store, dir) = (store.clone(), self.run_dir.join(&name));
                         let upload_name = name.clone();
                         let upload = std::thread::Builder::new()
                             .name("rtune-upload".into())
-                            .spawn(move || store.upload_folder(&dir, &upload_name))
+                            .spawn(move || up(&store, &dir, &upload_name))
                             .map_err(|e| Error::Worker(format!("upload thread: {e}")))?;
                         self.uploads.push((name, upload));
                         String::new()
                     }
                     Some(store) => {
-                        store.upload_folder(&self.run_dir.join(&name), &name)?;
+                        up(store, &self.run_dir.join(&name), &name)?;
                         name
                     }
                     None => name,

@@ -186,6 +186,7 @@ fn train(
         gpus_shared: reply.gpus_shared,
         store,
         upload_async: reply.upload_async,
+        scratch: spec.scratch,
         link,
     });
     // SAFETY: the offset came from the driver, whose build id equals ours (checked above and by

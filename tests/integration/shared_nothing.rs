@@ -67,12 +67,21 @@ fn train_sharing_nothing(ctx: &mut TrainContext) -> Result<()> {
         if i == 3 && ctx.world_rank() == 1 && ctx.checkpoint().is_none() {
             std::process::exit(3);
         }
+        // Checkpoints reported before are gone from the scratch folder: they are in the store.
+        let kept_here = std::fs::read_dir(ctx.run_dir())?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("checkpoint_"))
+            .count();
         let ck = ctx.new_checkpoint()?;
         if ctx.world_rank() == 0 {
             std::fs::write(ck.path().join("state.txt"), i.to_string())?;
         }
-        let metrics =
-            [("value", i as f64), ("x_sum", f64::from(sum[0])), ("restored_from", restored_from)];
+        let metrics = [
+            ("value", i as f64),
+            ("x_sum", f64::from(sum[0])),
+            ("restored_from", restored_from),
+            ("kept_here", kept_here as f64),
+        ];
         ctx.report_with_checkpoint(metrics, ck)?;
     }
     Ok(())
@@ -104,12 +113,16 @@ pub fn run_driver_if_asked() {
         .run_config(run);
     match trainer.fit() {
         Ok(result) => {
-            let last = result.metrics.unwrap_or_default();
+            let last = result.metrics.clone().unwrap_or_default();
+            let kept_here =
+                result.metrics_history.iter().filter_map(|m| m.get("kept_here")).copied();
             println!(
-                "ended {} after {} failure(s): {} reports, x_sum {}, restored_from {}",
+                "ended {} after {} failure(s): {} reports, at most {} checkpoint(s) in a scratch \
+                 folder, x_sum {}, restored_from {}",
                 result.path.display(),
                 result.failures.len(),
                 result.metrics_history.len(),
+                kept_here.fold(0.0, f64::max),
                 last.get("x_sum").copied().unwrap_or(-1.0),
                 last.get("restored_from").copied().unwrap_or(-1.0)
             );
@@ -191,9 +204,12 @@ pub fn a_cluster_that_shares_only_the_store() -> Result<()> {
     ensure!(out.status.success(), "the driver: {}", text(&out));
     let said = String::from_utf8(out.stdout.clone())?;
     ensure!(
-        said.contains(&format!("after 1 failure(s): {ITERATIONS} reports, x_sum "))
-            && said.trim_end().ends_with(", restored_from 2"),
-        "the retry resumed from iteration 2's checkpoint: {}",
+        said.contains(&format!(
+            "after 1 failure(s): {ITERATIONS} reports, at most 0 checkpoint(s) in a scratch \
+             folder, x_sum "
+        )) && said.trim_end().ends_with(", restored_from 2"),
+        "no checkpoint stayed in a scratch folder once up, and the retry resumed from \
+         iteration 2's checkpoint: {}",
         text(&out)
     );
     // Each rank read its own rows from the store, together all of them.

@@ -11,6 +11,8 @@
 #      finished keep their result files byte for byte, and no result row is lost or duplicated;
 #   4. a job submitted with --requeue is requeued while it runs, and its second run resumes the
 #      experiment by itself;
+#   5. a sweep whose storage path is on an object store (moto's S3 server) ends complete there,
+#      read back from its URL;
 # and, first, the mistakes: outside a job, and nodes whose agents never join.
 # Usage: tests/slurm/test.sh PATH/TO/rtune   (`make test-slurm` builds it and runs this)
 set -euo pipefail
@@ -226,4 +228,33 @@ grep -q "already holds this experiment (a requeued job): resuming it" "$out" \
     || fail "the requeued job did not resume its experiment"
 check_results "$results/requeued" 8
 no_rtune_left "after the requeued job"
+# 5. The store as the storage path: the experiment goes to an S3 server (moto's, from the
+# repository's .venv) and is read back from its URL with a staging folder of its own.
+echo "[${SECONDS}s] == 5. a sweep on an object store"
+python=$repo/.venv/bin/python
+"$python" -m moto.server -H 127.0.0.1 -p 0 > /dev/null 2> "$work/moto.log" &
+moto=$!
+trap 'rc=$?; kill $moto 2>/dev/null; (exit $rc); cleanup' EXIT
+endpoint=
+for _ in $(seq 300); do
+    endpoint=$(grep -o 'http://127.0.0.1:[0-9]*' "$work/moto.log" | head -n 1 || true)
+    [ -n "$endpoint" ] && break
+    sleep 0.2
+done
+[ -n "$endpoint" ] || fail "moto's S3 server did not start (make test-slurm installs it)"
+export AWS_ENDPOINT_URL=$endpoint AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing \
+    AWS_REGION=us-east-1
+"$python" -c "import boto3; boto3.client('s3').create_bucket(Bucket='exp')"
+out=$work/job-5.out
+state=$(NAME=stored RTUNE_STAGING=$work/staging run_job "$out" --cpus-per-task=1 --mem=1500 \
+    examples/slurm/sweep.sbatch --set 'storage_path="s3://exp/slurm"' --set tune.num_samples=4)
+[ "$state" = COMPLETED ] || fail "the sweep job on the store ended $state"
+RTUNE_STAGING=$work/elsewhere check_results "s3://exp/slurm/stored" 4
+"$python" -c "
+import boto3
+keys = [o['Key'] for o in boto3.client('s3').list_objects_v2(Bucket='exp', Prefix='slurm/stored/')['Contents']]
+assert any(k.endswith('/metadata.json') for k in keys), keys
+assert 'slurm/stored/experiment_state.json' in keys, keys
+print(len(keys), 'objects in the store')" || fail "the store does not hold the experiment"
+no_rtune_left "after the sweep on the store"
 echo "slurm: all checks passed"
