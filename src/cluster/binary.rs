@@ -44,16 +44,11 @@ fn checked_name(sha256: &str) -> Result<&str> {
 
 /// The SHA-256 (hex) of the file at `path`.
 pub fn sha256_of(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).at(path)?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; CHUNK_BYTES];
-    loop {
-        let n = file.read(&mut buf).at(path)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
+    read_chunks(path, "", |chunk| {
+        hasher.update(&chunk.data);
+        true
+    })?;
     Ok(crate::sys::build_id::hex(&hasher.finalize()))
 }
 
@@ -83,34 +78,39 @@ pub async fn ensure_on_head(client: &mut Client) -> Result<String> {
     if client.has_binary(id).await.map_err(status_error)?.into_inner().has {
         return Ok(sha);
     }
-    let size = std::fs::metadata(&exe).at(&exe)?.len();
     let (chunks, rx) = tokio::sync::mpsc::channel::<BinaryChunk>(4);
     let reader = {
         let (exe, sha) = (exe.clone(), sha.clone());
         tokio::task::spawn_blocking(move || {
-            let mut file = std::fs::File::open(&exe).at(&exe)?;
-            let mut first = true;
-            loop {
-                let mut data = vec![0u8; CHUNK_BYTES];
-                let n = file.read(&mut data).at(&exe)?;
-                if n == 0 && !first {
-                    return Ok::<_, Error>(());
-                }
-                data.truncate(n);
-                let sha256 = if first { sha.clone() } else { String::new() };
-                let chunk = BinaryChunk { sha256, size: if first { size } else { 0 }, data };
-                first = false;
-                if chunks.blocking_send(chunk).is_err() || n == 0 {
-                    return Ok(());
-                }
-            }
+            read_chunks(&exe, &sha, |chunk| chunks.blocking_send(chunk).is_ok())
         })
     };
     let sent = client.put_binary(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
     reader.await.map_err(|e| Error::Protocol(format!("reading the executable: {e}")))??;
     sent.map_err(status_error)?;
-    tracing::info!("sent this binary ({size} bytes, sha256 {sha}) to the head");
+    tracing::info!("sent this binary ({}, sha256 {sha}) to the head", exe.display());
     Ok(sha)
+}
+
+/// Reads the file at `path` as chunks in order, the first naming `sha256` and the file's size
+/// (an empty file is one empty chunk), each handed to `each` until it says stop.
+fn read_chunks(path: &Path, sha256: &str, mut each: impl FnMut(BinaryChunk) -> bool) -> Result<()> {
+    let size = std::fs::metadata(path).at(path)?.len();
+    let mut file = std::fs::File::open(path).at(path)?;
+    let mut first = true;
+    loop {
+        let mut data = vec![0u8; CHUNK_BYTES];
+        let n = file.read(&mut data).at(path)?;
+        if n == 0 && !first {
+            return Ok(());
+        }
+        data.truncate(n);
+        let (sha256, size) = if first { (sha256.to_owned(), size) } else { (String::new(), 0) };
+        first = false;
+        if !each(BinaryChunk { sha256, size, data }) || n == 0 {
+            return Ok(());
+        }
+    }
 }
 
 /// Writes the chunks of one binary into the cache `dir`, checked against the hash the first
@@ -186,29 +186,11 @@ pub fn send(
     let path = cached(dir, sha256).ok_or_else(|| {
         Error::Protocol(format!("this head holds no binary {sha256}: a driver sends it first"))
     })?;
-    let size = std::fs::metadata(&path).at(&path)?.len();
-    let mut file = std::fs::File::open(&path).at(&path)?;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let sha = sha256.to_owned();
     tokio::task::spawn_blocking(move || {
-        let mut first = true;
-        loop {
-            let mut data = vec![0u8; CHUNK_BYTES];
-            let chunk = match file.read(&mut data) {
-                Ok(0) if !first => return,
-                Ok(n) => {
-                    data.truncate(n);
-                    let (sha256, size) =
-                        if first { (sha.clone(), size) } else { (String::new(), 0) };
-                    Ok(BinaryChunk { sha256, size, data })
-                }
-                Err(e) => Err(tonic::Status::internal(format!("reading binary {sha}: {e}"))),
-            };
-            let last = chunk.as_ref().map_or(true, |c| c.data.is_empty());
-            first = false;
-            if tx.blocking_send(chunk).is_err() || last {
-                return;
-            }
+        if let Err(e) = read_chunks(&path, &sha, |chunk| tx.blocking_send(Ok(chunk)).is_ok()) {
+            let _ = tx.blocking_send(Err(tonic::Status::internal(e.to_string())));
         }
     });
     Ok(rx)

@@ -232,10 +232,10 @@ impl DataPlan {
             let local = dir.join(format!("{name}.parquet"));
             let rows = crate::data::shard_range(dataset.rows, rank, world);
             let remote = Remote::with_settings(url, settings)?;
-            let (fetched, size) = storage::remote::blocking(fetch_rows(&remote, &local, rows))?;
+            let fetch = fetch_rows(&remote, &local, rows.clone());
+            let (fetched, size) = storage::remote::blocking(fetch)?;
             tracing::info!(
-                "dataset `{name}`: fetched {fetched} of {size} bytes from {url} for rows {:?}",
-                crate::data::shard_range(dataset.rows, rank, world)
+                "dataset `{name}`: fetched {fetched} of {size} bytes from {url} for rows {rows:?}"
             );
             dataset.path = local;
         }

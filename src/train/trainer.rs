@@ -165,9 +165,8 @@ impl TorchTrainer {
 
     /// Reads and checks the datasets and fits the preprocessor, once: every run of this trainer
     /// (every trial of a sweep) uses the result. CSV files and frames are written as parquet
-    /// under `cache_dir`.
-    /// Prepares the datasets into `cache_dir`; on a cluster with a store (`store`, the
-    /// folder they go into there), they are put there too for workers on other machines.
+    /// under `cache_dir`. On a cluster with a store (`store`: the folder they go into there)
+    /// they go into the store too, for workers that see nothing of this machine's.
     pub(crate) fn prepare_data(
         mut self,
         cache_dir: &std::path::Path,
