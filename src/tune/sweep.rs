@@ -537,12 +537,7 @@ impl Sweep {
         let mut run = self.run.clone();
         run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         run.storage_path = Some(self.path.clone());
-        // On an object store: the trial's folder there, `<storage>/<experiment>/<trial>`.
-        let store_url = self.run.store_url().zip(self.path.file_name()).zip(run.name.as_ref()).map(
-            |((url, experiment), trial)| {
-                format!("{}/{}/{trial}", url.trim_end_matches('/'), experiment.to_string_lossy())
-            },
-        );
+        let store_url = run.name.as_deref().and_then(|trial| self.trial_store_url(trial));
         let mut trainer = self
             .trainer
             .clone()
@@ -660,6 +655,13 @@ impl Sweep {
         }
     }
 
+    /// On an object store: the folder there of the trial whose directory is named `trial`,
+    /// `<storage>/<experiment>/<trial>`.
+    fn trial_store_url(&self, trial: &str) -> Option<String> {
+        let (url, experiment) = self.run.store_url().zip(self.path.file_name())?;
+        Some(format!("{}/{}/{trial}", url.trim_end_matches('/'), experiment.to_string_lossy()))
+    }
+
     /// PBT's exploit of a paused `trial`: it takes over `source`'s latest recorded checkpoint
     /// (read from the source's files: it may still be running). A source without one leaves
     /// the trial its own state; it goes on with the new params either way.
@@ -674,10 +676,12 @@ impl Sweep {
                 tracing::info!("trial {trial} takes over trial {source}'s {name}");
                 // On a store, the copy there is made inside the store, from the source's.
                 let source_url = crate::storage::remote::uploaded_to(checkpoint.path());
-                if let (Some(store), Some(source_url)) = (Remote::of_run(&self.run), source_url) {
-                    let trial_dir = to.file_name().unwrap_or_default().to_string_lossy();
-                    let experiment = self.path.file_name().unwrap_or_default().to_string_lossy();
-                    let target = store?.join(&experiment).join(&trial_dir);
+                let trial_dir = to.file_name().unwrap_or_default().to_string_lossy();
+                let target_url = self.trial_store_url(&trial_dir);
+                if let (Some(store), Some(source_url), Some(target_url)) =
+                    (Remote::of_run(&self.run), source_url, target_url)
+                {
+                    let target = store?.at(&target_url)?;
                     let exploited = taken.path().file_name().unwrap_or_default().to_string_lossy();
                     let copy = crate::storage::remote::blocking(async {
                         target.copy_folder(&target.at(&source_url)?, &exploited).await
