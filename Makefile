@@ -15,11 +15,15 @@ MOTO_VERSION := 5.1.22
 # The storage tests check that Ray Tune's own reader (Result.from_path) reads a trial synced back
 # from the store.
 RAY_VERSION := 2.60.0
+# The tracking tests read a sweep's Optuna journal with Optuna's own load_study, and render it
+# with optuna-dashboard in a headless Chromium (from Debian, see `chromium` below).
+OPTUNA_VERSION := 5.0.0
+OPTUNA_DASHBOARD_VERSION := 0.21.0
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 
-.PHONY: all libtorch tmux slurm build demo test test-gpu test-slurm bench bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -51,12 +55,22 @@ $(VENV)/.ray-$(RAY_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet "ray[tune]==$(RAY_VERSION)"
 	@touch $@
 
+$(VENV)/.optuna-$(OPTUNA_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet optuna==$(OPTUNA_VERSION) optuna-dashboard==$(OPTUNA_DASHBOARD_VERSION)
+	@touch $@
+
 # The terminal UI test runs rtune in a real terminal (tmux); installed from Debian if missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 tmux:
 	@command -v tmux >/dev/null || { echo "installing tmux (the terminal UI test runs in it)"; \
 		$(SUDO) apt-get install -y -qq tmux >/dev/null 2>&1 || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tmux; }; }
+
+# The Optuna dashboard test renders the dashboard's pages in a headless browser.
+chromium:
+	@command -v chromium >/dev/null || { echo "installing chromium (the dashboard test renders pages in it)"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; }
 
 # The Slurm test runs a real two-node cluster on this host: Debian's Slurm and munge.
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
@@ -79,7 +93,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
+test: libtorch tmux chromium $(VENV)/.optuna-$(OPTUNA_VERSION) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
 	cargo test --workspace
 
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a

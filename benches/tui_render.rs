@@ -32,6 +32,7 @@ fn info(i: usize) -> TrialInfo {
             .with("hidden", [64, 128, 256][i % 3])
             .with("batch_size", [16, 32][i % 2]),
         path: PathBuf::from(format!("/nonexistent/trial_{i}")),
+        stopped: false,
     }
 }
 

@@ -5,18 +5,36 @@
 //!
 //! Every run already writes Ray's `result.json` and `progress.csv` (its record, which resume
 //! reads back): those are not callbacks here. Built in: [`TensorBoardLogger`], event files that
-//! TensorBoard reads.
+//! TensorBoard reads, and [`OptunaJournal`], the sweep as an Optuna study that
+//! `optuna-dashboard` shows and `optuna.load_study` reads.
 
+mod optuna;
 mod tensorboard;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use rtune_searchers::{Metrics, Params, SchedulerStatus, TrialStatus};
+use rtune_searchers::{Metrics, Mode, Params, SchedulerStatus, SearchSpace, TrialStatus};
 
 use crate::error::Result;
 
+pub use optuna::OptunaJournal;
 pub use tensorboard::TensorBoardLogger;
+
+/// The sweep as callbacks see it when it begins.
+#[derive(Debug, Clone)]
+pub struct ExperimentInfo {
+    /// Its directory, which exists now.
+    pub path: PathBuf,
+    /// Its name (the directory's).
+    pub name: String,
+    /// The metric trials are compared by and its mode, where the sweep has one.
+    pub metric: Option<(String, Mode)>,
+    /// The space trials' params are drawn from.
+    pub param_space: SearchSpace,
+    /// A restored sweep going on: its trials so far are in its directory.
+    pub restored: bool,
+}
 
 /// A trial as callbacks see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +46,10 @@ pub struct TrialInfo {
     pub params: Params,
     /// Its directory in the experiment.
     pub path: PathBuf,
+    /// In `on_trial_complete`: it ended because the sweep stopped it (its scheduler's
+    /// decision, the time budget, the sweep ending), not by returning or by a stop criterion.
+    /// False elsewhere.
+    pub stopped: bool,
 }
 
 /// See the module docs. Every method does nothing unless overridden.
@@ -37,10 +59,10 @@ pub trait Callback: Send + Sync {
         "callback".into()
     }
 
-    /// The sweep begins (or goes on, restored) in its experiment directory `path`, which exists
-    /// now (Ray's `Callback.setup`).
-    fn on_experiment_begin(&self, path: &Path) -> Result<()> {
-        let _ = path;
+    /// The sweep begins (or goes on, restored) in its experiment directory, which exists now
+    /// (Ray's `Callback.setup`).
+    fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
+        let _ = experiment;
         Ok(())
     }
 
@@ -100,8 +122,8 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
     fn name(&self) -> String {
         (**self).name()
     }
-    fn on_experiment_begin(&self, path: &Path) -> Result<()> {
-        (**self).on_experiment_begin(path)
+    fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
+        (**self).on_experiment_begin(experiment)
     }
     fn on_trial_add(&self, trial: &TrialInfo) -> Result<()> {
         (**self).on_trial_add(trial)
@@ -134,12 +156,16 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
 pub struct Callbacks(pub Vec<Arc<dyn Callback>>);
 
 impl Callbacks {
-    /// Calls `f` on every callback in turn; the first error, naming its callback, stops it.
+    /// Calls `f` on every callback in turn; the first error, naming its callback (unless it is
+    /// a settings mistake, which names the setting), stops it.
     pub fn each(&self, mut f: impl FnMut(&dyn Callback) -> Result<()>) -> Result<()> {
         for callback in &self.0 {
-            f(callback.as_ref()).map_err(|e| crate::error::Error::Callback {
-                name: callback.name(),
-                message: e.to_string(),
+            f(callback.as_ref()).map_err(|e| match e {
+                // A mistake in its settings stays one (nothing runs; exit 2 from `rtune run`).
+                e @ crate::error::Error::Config { .. } => e,
+                e => {
+                    crate::error::Error::Callback { name: callback.name(), message: e.to_string() }
+                }
             })?;
         }
         Ok(())

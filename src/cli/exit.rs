@@ -73,6 +73,7 @@ pub(super) fn in_sweep_terms(e: Error) -> Exit {
         ("CheckpointConfig.", "run.checkpoint."),
         ("FailureConfig.", "run.failure."),
         ("train_loop_config", "param_space"),
+        ("OptunaJournal", "run.optuna"),
     ];
     let code = code_of(&e);
     if let Error::Config { field, message } = &e

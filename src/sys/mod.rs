@@ -115,6 +115,31 @@ pub(crate) struct Supervised {
     pub stderr: Option<tokio::process::ChildStderr>,
 }
 
+/// Year, month, day, hour, minute and second (UTC) of seconds since the Unix epoch.
+pub fn utc_fields(unix_seconds: f64) -> [i64; 6] {
+    let t = unix_seconds.floor() as i64;
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    [year, month, day, secs / 3600, secs % 3600 / 60, secs % 60]
+}
+
+/// `2026-11-26T05:43:53.123456+00:00`: ISO 8601 in UTC with microseconds, as Python's
+/// `datetime.isoformat(timespec="microseconds")` writes an aware UTC time.
+pub fn iso_utc(unix_seconds: f64) -> String {
+    let [year, month, day, hour, minute, second] = utc_fields(unix_seconds);
+    let micros = ((unix_seconds - unix_seconds.floor()) * 1e6).round().min(999_999.0) as u32;
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{micros:06}+00:00")
+}
+
 /// Seconds since the Unix epoch, now.
 pub fn unix_time() -> f64 {
     std::time::SystemTime::now()
@@ -134,6 +159,15 @@ pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Python's `datetime.isoformat(timespec="microseconds")` of an aware UTC time, and the
+    /// civil date across a leap day and before 1970.
+    #[test]
+    fn utc_times_read_as_python_writes_them() {
+        assert_eq!(iso_utc(1_795_672_404.568_855), "2026-11-26T05:53:24.568855+00:00");
+        assert_eq!(iso_utc(951_782_400.0), "2000-02-29T00:00:00.000000+00:00");
+        assert_eq!(utc_fields(-1.5), [1969, 12, 31, 23, 59, 58]);
+    }
 
     fn alive(pid: u32) -> bool {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

@@ -13,7 +13,7 @@
 //! they happen and is the one that waits for the resource pool, so a started trial may still be
 //! waiting for its placement group; `max_concurrent_trials` bounds how many are started at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rtune_searchers::{
     Decision, Metrics, Mode, Params, SchedulerState, Searcher, SearcherState, Suggestion, TrialId,
@@ -187,6 +187,8 @@ pub struct Controller {
     /// The searcher said `Finished`, the samples are all created, or the budget is spent.
     no_more_trials: bool,
     finished: bool,
+    /// See [`cut_short`](Self::cut_short).
+    cut_short: BTreeSet<TrialId>,
 }
 
 impl Controller {
@@ -214,6 +216,7 @@ impl Controller {
             next_id: 0,
             no_more_trials: false,
             finished: false,
+            cut_short: BTreeSet::new(),
         })
     }
 
@@ -296,6 +299,18 @@ impl Controller {
     /// A trial's status, ended or not; `None` for one never created.
     pub fn status(&self, id: TrialId) -> Option<TrialStatus> {
         self.trials.get(&id).map(|t| t.status).or_else(|| self.ended.get(&id).copied())
+    }
+
+    /// Whether the sweep stopped trial `id` before it was done: a scheduler's stop short of
+    /// its budget, a stop asked for, fail-fast or the time budget (not kept in the state: a
+    /// restored sweep decides again).
+    pub fn cut_short(&self, id: TrialId) -> bool {
+        self.cut_short.contains(&id)
+    }
+
+    /// How many trials have ended.
+    pub fn ended_count(&self) -> usize {
+        self.ended.len()
     }
 
     /// How many trials were created.
@@ -515,9 +530,15 @@ impl Controller {
         self.searcher.on_trial_result(id, metrics)?;
         let view = View::of(&self.trials, &self.ended, &self.no_params);
         let decision = self.scheduler.on_trial_result(&view, id, metrics)?;
+        let budget_reached = self.scheduler.budget_reached(metrics);
         match decision {
             Decision::Continue => {}
-            Decision::Stop => self.ask_stop(id, commands),
+            Decision::Stop => {
+                if !budget_reached {
+                    self.cut_short.insert(id);
+                }
+                self.ask_stop(id, commands)
+            }
             Decision::Pause => {
                 self.trial_mut(id)?.stopping = true;
                 commands.push(Command::PauseTrial(id));
@@ -540,6 +561,7 @@ impl Controller {
     /// Ends trial `id` whatever it is doing (a scheduler's request about another trial, the
     /// user's): a waiting one at once, a running one once it has stopped.
     fn stop_one(&mut self, id: TrialId, commands: &mut Vec<Command>) -> Result<()> {
+        self.cut_short.insert(id);
         match self.trials.get(&id).map(|t| t.status) {
             // A paused or pending trial holds nothing: it ends here.
             Some(TrialStatus::Paused | TrialStatus::Pending) => {
@@ -570,6 +592,9 @@ impl Controller {
         let ids: Vec<(TrialId, TrialStatus)> =
             self.trials.iter().map(|(id, t)| (*id, t.status)).collect();
         for (id, status) in ids {
+            if !status.is_finished() {
+                self.cut_short.insert(id);
+            }
             match status {
                 TrialStatus::Running => self.ask_stop(id, commands),
                 TrialStatus::Pending | TrialStatus::Paused => {

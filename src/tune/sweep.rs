@@ -27,7 +27,7 @@ use super::experiment::{
 use super::result_grid::ResultGrid;
 use super::trial::{LiveTrial, TrialResult};
 use super::trial_task::{Halt, Heard, Running, TrialTask};
-use crate::callback::{Callback, TrialInfo};
+use crate::callback::{Callback, ExperimentInfo, TrialInfo};
 use crate::config::RunConfig;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
@@ -85,6 +85,10 @@ pub(super) struct Sweep {
     pub(super) path: PathBuf,
     pub(super) experiment: String,
     pub(super) metric: Option<(String, Mode)>,
+    /// What trials are drawn from (callbacks are told).
+    pub(super) param_space: rtune_searchers::SearchSpace,
+    /// Restored: an earlier driver ran this sweep.
+    pub(super) restored: bool,
     pub(super) time_budget: Option<Duration>,
     /// Time spent by earlier drivers of a restored sweep.
     pub(super) spent_before: Duration,
@@ -113,6 +117,8 @@ pub(super) struct Sweep {
     pub(super) held_hinted: bool,
     /// The params never read that the log has warned of.
     pub(super) unread_warned: std::collections::BTreeSet<String>,
+    /// The controller's count of ended trials when idle ends were last looked for.
+    pub(super) ended_seen: usize,
 }
 
 impl Sweep {
@@ -159,8 +165,22 @@ impl Sweep {
         let log = self.path.join(DRIVER_LOG);
         let _log = crate::log::tee_to(&log).map_err(|e| Error::io(&log, e))?;
         tracing::info!("sweep {} in {}", self.experiment, self.path.display());
-        let path = self.path.clone();
-        self.call_back(&mut fatal, |c| c.on_experiment_begin(&path));
+        let experiment = ExperimentInfo {
+            path: self.path.clone(),
+            name: self
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            metric: self.metric.clone(),
+            param_space: self.param_space.clone(),
+            restored: self.restored,
+        };
+        self.call_back(&mut fatal, |c| c.on_experiment_begin(&experiment));
+        if let Some(e) = fatal {
+            // A callback that cannot begin (a tracker refusing its settings): nothing runs.
+            return Err(e);
+        }
         let begun = self.step(Event::Begin);
         self.carry_out(driver, begun, &heard_tx, &mut fatal);
         let budget = self
@@ -243,26 +263,25 @@ impl Sweep {
                     {
                         event = self.record_failure(trial, format!("PBT's exploit: {e}"));
                     }
-                    // As the trial ended, before the controller hears of it.
-                    let ended_as = match &event {
-                        Event::TrialFailed { .. } => TrialStatus::Error,
-                        Event::TrialPaused(_) => TrialStatus::Paused,
-                        _ => TrialStatus::Terminated,
+                    // As the controller ends it (a pause it asked to stop at is an end), before
+                    // what it does next (starting other trials) is carried out.
+                    let error = match &event {
+                        Event::TrialFailed { error, .. } => Some(error.clone()),
+                        _ => None,
                     };
-                    let info = TrialInfo { status: ended_as, ..self.info(trial) };
-                    match &event {
-                        Event::TrialCompleted(_) | Event::TrialStopped(_) => {
-                            self.call_back(&mut fatal, |c| c.on_trial_complete(&info));
-                        }
-                        Event::TrialFailed { error, .. } => {
-                            self.call_back(&mut fatal, |c| c.on_trial_error(&info, error));
-                        }
-                        Event::TrialPaused(_) => {
+                    let after = self.step(event);
+                    let info = self.info(trial);
+                    let stopped = info.status == TrialStatus::Terminated && self.cut_short(trial);
+                    let info = TrialInfo { stopped, ..info };
+                    match (info.status, error) {
+                        (TrialStatus::Paused, _) => {
                             self.call_back(&mut fatal, |c| c.on_trial_pause(&info));
                         }
-                        _ => {}
+                        (_, Some(error)) => {
+                            self.call_back(&mut fatal, |c| c.on_trial_error(&info, &error));
+                        }
+                        _ => self.call_back(&mut fatal, |c| c.on_trial_complete(&info)),
                     }
-                    let after = self.step(event);
                     self.carry_out(driver, after, &heard_tx, &mut fatal);
                     if self.status(trial).is_finished() {
                         self.retire(trial, &mut fatal);
@@ -270,6 +289,7 @@ impl Sweep {
                 }
                 Heard::Fatal(e) => self.abort(e, &mut fatal),
             }
+            self.settle_idle_ends(&mut fatal);
             self.snapshots.dirty = true;
             if Instant::now() >= self.snapshots.due_at() {
                 self.save_state(&mut fatal);
@@ -433,6 +453,7 @@ impl Sweep {
             status: self.status(trial),
             params: t.params.clone(),
             path: t.path.clone(),
+            stopped: false,
         }
     }
 
@@ -457,6 +478,33 @@ impl Sweep {
         match self.ended.push(&SavedTrialRow::of(trial, status, t)) {
             Ok(()) => drop(self.trials.remove(&trial)),
             Err(e) => drop(fatal.get_or_insert(Error::io(&self.path, e))),
+        }
+    }
+
+    fn cut_short(&self, trial: TrialId) -> bool {
+        self.controller.lock().unwrap_or_else(|p| p.into_inner()).cut_short(trial)
+    }
+
+    /// Trials the controller ended while they held no workers (paused ones a scheduler stops,
+    /// waiting ones at fail-fast or the time budget): no task reports their end, so they are
+    /// told to the callbacks and retired here, once the controller's count of ended trials
+    /// moves.
+    fn settle_idle_ends(&mut self, fatal: &mut Option<Error>) {
+        let ended = self.controller.lock().unwrap_or_else(|p| p.into_inner()).ended_count();
+        if ended == self.ended_seen {
+            return;
+        }
+        self.ended_seen = ended;
+        let idle: Vec<TrialId> = self
+            .trials
+            .keys()
+            .copied()
+            .filter(|&t| !self.running.contains(t) && self.status(t).is_finished())
+            .collect();
+        for trial in idle {
+            let info = TrialInfo { stopped: self.cut_short(trial), ..self.info(trial) };
+            self.call_back(fatal, |c| c.on_trial_complete(&info));
+            self.retire(trial, fatal);
         }
     }
 
@@ -716,5 +764,6 @@ fn trial_info(t: &TrialResult) -> TrialInfo {
         status: t.status,
         params: t.params.clone(),
         path: t.path.clone(),
+        stopped: false,
     }
 }

@@ -83,6 +83,10 @@ impl Running {
         running.exploits.remove(&trial)
     }
 
+    pub(super) fn contains(&self, trial: TrialId) -> bool {
+        self.lock().halts.contains_key(&trial)
+    }
+
     pub(super) fn len(&self) -> usize {
         self.lock().halts.len()
     }

@@ -294,6 +294,7 @@ impl Tuner {
             None => None,
         };
         let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
+        let (param_space, restored) = (saved.param_space.clone(), restoring.is_some());
         let (path, experiment, spent_before, trials, ended, controller) = match restoring {
             None => {
                 let controller = Controller::new(config, searcher, scheduler)?;
@@ -320,6 +321,8 @@ impl Tuner {
             path,
             experiment,
             metric,
+            param_space,
+            restored,
             time_budget,
             spent_before,
             began: Instant::now(),
@@ -334,6 +337,7 @@ impl Tuner {
             frozen: false,
             status_checked: None,
             unread_warned: Default::default(),
+            ended_seen: 0,
             held_hinted: false,
             shown_status: None,
         })

@@ -16,6 +16,7 @@ mod mutations;
 mod shared_nothing;
 mod storage;
 mod tch_basics;
+mod tracking;
 mod trainer;
 mod tune;
 
@@ -180,6 +181,22 @@ fn main() {
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test(
+            "tracking::optuna_reads_the_sweep_as_a_study",
+            tracking::optuna_reads_the_sweep_as_a_study,
+        ),
+        test(
+            "tracking::a_resumed_sweep_goes_on_with_its_study",
+            tracking::a_resumed_sweep_goes_on_with_its_study,
+        ),
+        test(
+            "tracking::bad_optuna_journals_are_refused",
+            tracking::bad_optuna_journals_are_refused,
+        ),
+        test(
+            "tracking::optuna_dashboard_shows_the_sweep",
+            tracking::optuna_dashboard_shows_the_sweep,
+        ),
         test(
             "storage::a_sweep_on_s3_is_read_back_from_the_store",
             storage::a_sweep_on_s3_is_read_back_from_the_store,

@@ -448,9 +448,11 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
 
 /// HyperBand pauses trials at its milestones and the Tuner carries it out: a paused trial
 /// releases its workers and later goes on in its own directory from its checkpoint, with the
-/// state it had (the train function checks it), each iteration once in its rows.
+/// state it had (the train function checks it), each iteration once in its rows; callbacks
+/// hear each trial end once.
 pub fn hyperband_pauses_and_resumes_trials_from_their_checkpoints() -> Result<()> {
     let dir = tempfile::tempdir()?;
+    let recorder = std::sync::Arc::new(Recorder::default());
     std::fs::create_dir(dir.path().join("pids"))?;
     let trainer = counting_trainer(dir.path()).train_loop_config(
         Params::new().with("dir", dir.path().display().to_string()).with("hold", -1),
@@ -465,9 +467,15 @@ pub fn hyperband_pauses_and_resumes_trials_from_their_checkpoints() -> Result<()
                 .max_concurrent_trials(6)
                 .scheduler(HyperBand::new().max_t(4).reduction_factor(2)),
         )
-        .run_config(RunConfig::new("hb").storage_path(dir.path()))
+        .run_config(RunConfig::new("hb").storage_path(dir.path()).callback(recorder.clone()))
         .fit()?;
     ensure!(grid.trials.len() == 6, "{} trials", grid.trials.len());
+    // Callbacks hear every trial end once, the one HyperBand stopped while paused included.
+    let heard = recorder.0.lock().unwrap().clone();
+    for t in &grid.trials {
+        let ends = heard.iter().filter(|l| *l == &format!("complete {}", t.trial_id())).count();
+        ensure!(ends == 1, "{}: {ends} ends heard: {heard:?}", t.trial_id());
+    }
     ensure!(
         grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
         "{:?}",

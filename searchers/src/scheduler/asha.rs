@@ -40,7 +40,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::math::nanpercentile_sorted;
-use crate::metrics::{Metrics, Mode, same_score, score_serde};
+use crate::metrics::{Metrics, Mode, get_metric, same_score, score_serde};
 use crate::rng::SearchRng;
 use crate::trial::{TrialId, TrialsView};
 
@@ -466,6 +466,10 @@ impl TrialScheduler for Asha {
         }
     }
 
+    fn budget_reached(&self, result: &Metrics) -> bool {
+        get_metric(result, &self.target.time_attr).is_ok_and(|t| t >= self.max_t)
+    }
+
     fn bracket(&self, trial: TrialId) -> Option<usize> {
         self.core.as_ref()?.trial_bracket.get(&trial).copied()
     }
@@ -682,6 +686,16 @@ mod tests {
 
     fn brackets_of(a: &Asha, n: u64) -> Vec<usize> {
         (0..n).map(|i| a.bracket(TrialId(i)).unwrap()).collect()
+    }
+
+    /// A trial has had its whole budget at `max_t` (a stop then ends it finished), not before;
+    /// a result without the time attribute has not.
+    #[test]
+    fn the_budget_is_reached_at_max_t() {
+        let a = Asha::new().metric("acc").mode(Mode::Max).max_t(8);
+        let at = |t: f64| a.budget_reached(&result(t, 0.5));
+        assert_eq!((at(4.0), at(8.0), at(9.0)), (false, true, true));
+        assert!(!a.budget_reached(&Metrics::new()));
     }
 
     /// Brackets come from the scheduler's seeded generator: the same seed, the same brackets,

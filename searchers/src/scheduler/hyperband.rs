@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Decision, SchedulerState, Target, TrialScheduler, best_first, wrong_state};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Mode, opt_score_serde, same_opt_score};
+use crate::metrics::{Metrics, Mode, get_metric, opt_score_serde, same_opt_score};
 use crate::trial::{TrialId, TrialStatus, TrialsView};
 
 const NAME: &str = "HyperBand";
@@ -429,6 +429,10 @@ impl TrialScheduler for HyperBand {
 
     fn take_stop_requests(&mut self) -> Vec<TrialId> {
         std::mem::take(&mut self.state.stop_requests)
+    }
+
+    fn budget_reached(&self, result: &Metrics) -> bool {
+        get_metric(result, &self.target.time_attr).is_ok_and(|t| t >= self.max_t)
     }
 
     fn bracket(&self, trial: TrialId) -> Option<usize> {

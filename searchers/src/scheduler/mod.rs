@@ -129,6 +129,15 @@ pub trait TrialScheduler: Send {
         let _ = trial;
         None
     }
+
+    /// Whether a trial that reported `result` has had the whole budget this scheduler gives a
+    /// trial (ASHA's and HyperBand's `max_t`): a `Stop` then ends a finished trial rather than
+    /// cutting one short (trackers tell the two apart: Optuna's COMPLETE and PRUNED). False by
+    /// default: a scheduler without a budget only stops trials early.
+    fn budget_reached(&self, result: &Metrics) -> bool {
+        let _ = result;
+        false
+    }
 }
 
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
@@ -175,6 +184,9 @@ impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     }
     fn bracket(&self, trial: TrialId) -> Option<usize> {
         (**self).bracket(trial)
+    }
+    fn budget_reached(&self, result: &Metrics) -> bool {
+        (**self).budget_reached(result)
     }
 }
 

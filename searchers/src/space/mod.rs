@@ -312,6 +312,16 @@ impl SearchSpace {
         Ok(())
     }
 
+    /// The sampled entries (domains and grids, nested ones included) by dotted key
+    /// (`model.lr`), depth-first: what a tracker lists as a trial's searched params.
+    pub fn sampled(&self) -> Vec<(String, &Param)> {
+        let leaves = self.leaves().into_iter();
+        leaves
+            .filter(|l| matches!(l.param, Param::Sample(_) | Param::Grid(_)))
+            .map(|l| (l.dotted(), l.param))
+            .collect()
+    }
+
     /// Sampled leaves (domains, grids, dependents) in depth-first order.
     pub(crate) fn leaves(&self) -> Vec<Leaf<'_>> {
         fn walk<'a>(s: &'a SearchSpace, prefix: &mut Vec<&'a str>, out: &mut Vec<Leaf<'a>>) {
@@ -673,6 +683,9 @@ mod tests {
         assert_eq!(p.get::<i64>("model.layers").unwrap(), 1);
         assert_eq!(p.get::<String>("model.act").unwrap(), "relu");
         assert_eq!(s.leaves().len(), 4);
+        // What a tracker lists: domains and grids by dotted key, no constants or dependents.
+        let sampled: Vec<String> = s.sampled().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(sampled, ["lr", "hidden", "model.layers"]);
     }
 
     #[test]

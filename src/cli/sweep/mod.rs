@@ -38,6 +38,7 @@
 //! # sync_period_s = 10           # with storage_path = "s3://bucket/prefix": mirror this often
 //! # store = { endpoint = "http://127.0.0.1:9000", region = "us-east-1", retry_timeout_s = 180 }
 //! #                              # how the store is reached (credentials: the AWS_* environment)
+//! # optuna = "optuna.log"        # also an Optuna study there: optuna-dashboard optuna.log
 //! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
 //! # checkpoint upload = "async": on an object store, reports go on while checkpoints upload
 //! ```
@@ -88,6 +89,8 @@ pub struct SweepSpec {
     pub sync_period: Option<std::time::Duration>,
     /// `[run] store`: how the object store of an `s3://` storage path is reached.
     pub store: StoreSettings,
+    /// `[run] optuna`: the Optuna journal file the sweep is also written to, as a study.
+    pub optuna: Option<PathBuf>,
 }
 
 impl SweepSpec {
@@ -136,6 +139,9 @@ impl SweepSpec {
             store: self.store.clone(),
             ..RunConfig::default()
         };
+        if let Some(journal) = &self.optuna {
+            run = run.callback(crate::callback::OptunaJournal::new(journal));
+        }
         if let Some(period) = self.sync_period {
             run.sync_period = period;
         }
@@ -242,6 +248,13 @@ fn read_root(
         report.add("tune", &tune_origin, message);
     }
     let run = read_run(run_item, report);
+    if let Some((origin, _)) = doc::find(root, "run.optuna").filter(|_| run.optuna.is_some())
+        && (metric.is_none() || mode.is_none())
+    {
+        let why = "needs tune.metric and tune.mode: an Optuna study has one objective (e.g. \
+                   metric = \"val_acc\", mode = \"max\")";
+        report.add("run.optuna", origin, why);
+    }
     let (trainable, space, search, scheduler) = (trainable?, space?, search?, scheduler?);
     let builtin = match find_key(root, "trainable.builtin").map(|item| &item.kind) {
         Some(Kind::Str(name)) => Some(name.clone()),
@@ -285,6 +298,7 @@ fn read_root(
         strict_params: run.strict_params,
         sync_period: run.sync_period,
         store: run.store,
+        optuna: run.optuna,
     };
     check_components(&spec, root, report);
     Some(spec)
@@ -628,6 +642,7 @@ struct RunParts {
     strict_params: bool,
     sync_period: Option<std::time::Duration>,
     store: StoreSettings,
+    optuna: Option<PathBuf>,
 }
 
 fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
@@ -705,8 +720,14 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
         store.retry_timeout = seconds(&mut f, "retry_timeout_s", report);
         f.done(report);
     }
+    let optuna = fields.value::<String>("optuna", report).map(PathBuf::from);
+    if let Some(journal) = &optuna
+        && let Err(why) = crate::callback::OptunaJournal::new(journal).check()
+    {
+        fields.refuse("optuna", format!("is {journal:?}: {why}"), report);
+    }
     fields.done(report);
-    RunParts { stop, failure, checkpoint, cluster, strict_params, sync_period, store }
+    RunParts { stop, failure, checkpoint, cluster, strict_params, sync_period, store, optuna }
 }
 
 /// A number of seconds > 0 at `key`, as a duration.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use rtune_searchers::{Metrics, Mode, SchedulerStatus, TrialStatus};
 
 use super::format::{param_text, status_name};
-use crate::callback::{Callback, TrialInfo};
+use crate::callback::{Callback, ExperimentInfo, TrialInfo};
 use crate::cluster::pool::GpuUsage;
 use crate::error::Result;
 use crate::outcome::error_summary;
@@ -438,8 +438,8 @@ impl<F: Follow> Callback for Following<F> {
     fn name(&self) -> String {
         self.0.name().into()
     }
-    fn on_experiment_begin(&self, path: &Path) -> Result<()> {
-        self.0.begin(path)
+    fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
+        self.0.begin(&experiment.path)
     }
     fn on_trial_add(&self, trial: &TrialInfo) -> Result<()> {
         self.0.follow(Event::Add(trial.clone()));

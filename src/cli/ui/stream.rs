@@ -343,6 +343,7 @@ fn info_from(t: &proto::TrialInfo) -> TrialInfo {
         status: status_from(&t.status),
         params: serde_json::from_str::<Params>(&t.params_json).unwrap_or_default(),
         path: PathBuf::from(&t.path),
+        stopped: false,
     }
 }
 
@@ -479,6 +480,7 @@ mod tests {
             status: TrialStatus::Running,
             params: Params::new().with("lr", 0.01 * i as f64),
             path: PathBuf::from(format!("/tmp/x/trial_{i}")),
+            stopped: false,
         }
     }
 

@@ -17,6 +17,7 @@ fn info(i: usize, lr: f64) -> TrialInfo {
         status: TrialStatus::Running,
         params: Params::new().with("lr", lr).with("hidden", 64),
         path: PathBuf::from(format!("/nonexistent/trial_{i}")),
+        stopped: false,
     }
 }
 

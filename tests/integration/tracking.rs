@@ -1,0 +1,392 @@
+//! Trackers reading what a sweep wrote, with their own code: Optuna's `load_study` on the
+//! journal of a sweep (`[run] optuna`), after a driver SIGKILLed and resumed, and
+//! `optuna-dashboard` serving it (both installed into .venv by `make test`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use rtune::ResultGrid;
+use rtune::search::TrialStatus;
+use serde_json::Value as Json;
+
+use crate::common::{text, wait_for};
+
+const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
+
+/// Ten synthetic-curve trials one at a time under ASHA (so its decisions follow from the seeds):
+/// some complete, some are stopped early, and those drawn with `fail_at = 5` that get that far
+/// fail. Every kind of Optuna distribution is among the params.
+const SWEEP: &str = r#"
+name = "study"
+storage_path = "{storage}"
+
+[trainable]
+builtin = "synthetic-curve"
+
+[param_space]
+rate = { loguniform = [0.02, 1.0] }
+plateau = { uniform = [0.5, 1.0] }
+iterations = { randint = [6, 9] }
+fail_at = { choice = [0, 5] }
+noise = 0.01
+seed = 3
+sleep_s = {sleep}
+
+[tune]
+metric = "score"
+mode = "max"
+num_samples = 10
+max_concurrent_trials = 1
+scheduler = { type = "asha", grace_period = 2, max_t = 8, reduction_factor = 2 }
+seed = 7
+
+[run]
+optuna = "{journal}"
+"#;
+
+fn sweep_file(dir: &Path, sleep: f64) -> Result<(PathBuf, PathBuf)> {
+    let journal = dir.join("optuna.log");
+    let text = SWEEP
+        .replace("{storage}", &dir.join("results").display().to_string())
+        .replace("{sleep}", &format!("{sleep:?}"))
+        .replace("{journal}", &journal.display().to_string());
+    let path = dir.join("sweep.toml");
+    std::fs::write(&path, text)?;
+    Ok((path, journal))
+}
+
+fn python() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
+}
+
+/// The study as Optuna's own reader loads it from `journal`.
+fn load_study(journal: &Path, name: &str) -> Result<Json> {
+    let script = r#"
+import json, sys, optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+storage = JournalStorage(JournalFileBackend(sys.argv[1]))
+study = optuna.load_study(study_name=sys.argv[2], storage=storage)
+trials = [{
+    "number": t.number, "state": t.state.name, "params": t.params, "value": t.value,
+    "intermediate": {str(k): v for k, v in t.intermediate_values.items()},
+    "rtune_trial_id": t.user_attrs.get("rtune_trial_id"),
+    "distributions": {k: type(d).__name__ for k, d in t.distributions.items()},
+    "started": t.datetime_start is not None, "ended": t.datetime_complete is not None,
+} for t in study.trials]
+try:
+    best = study.best_trial.user_attrs.get("rtune_trial_id")
+except ValueError:
+    best = None
+print(json.dumps({"direction": study.direction.name, "user_attrs": study.user_attrs,
+                  "trials": trials, "best": best,
+                  "studies": [s.study_name for s in optuna.get_all_study_summaries(storage)]}))
+"#;
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(journal)
+        .arg(name)
+        .output()
+        .context("python from .venv (make test installs it, with optuna)")?;
+    ensure!(
+        out.status.success(),
+        "Optuna could not load the study (make test installs optuna into .venv): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// What Optuna read equals what rtune recorded: one Optuna trial per rtune trial, made in
+/// order, with its params, every reported score at its iteration, its end, and the same best.
+fn check_study(study: &Json, grid: &ResultGrid) -> Result<()> {
+    ensure!(study["direction"] == "MAXIMIZE", "{}", study["direction"]);
+    ensure!(study["user_attrs"]["rtune_metric"] == "score", "{}", study["user_attrs"]);
+    let trials = study["trials"].as_array().context("trials")?;
+    ensure!(
+        trials.len() == grid.trials.len(),
+        "{} Optuna trials, {}",
+        trials.len(),
+        grid.trials.len()
+    );
+    let mut by_id = BTreeMap::new();
+    for t in trials {
+        let id = t["rtune_trial_id"].as_str().context("a trial without its rtune id")?;
+        ensure!(by_id.insert(id.to_owned(), t).is_none(), "{id} twice in the study");
+    }
+    let mut complete = Vec::new();
+    for t in &grid.trials {
+        let o = by_id
+            .get(t.trial_id())
+            .with_context(|| format!("{} not in the study", t.trial_id()))?;
+        let p = t.params();
+        ensure!(o["params"]["rate"].as_f64() == Some(p.get::<f64>("rate")?), "{o}");
+        ensure!(o["params"]["plateau"].as_f64() == Some(p.get::<f64>("plateau")?), "{o}");
+        ensure!(o["params"]["iterations"].as_i64() == Some(p.get::<i64>("iterations")?), "{o}");
+        ensure!(o["params"]["fail_at"].as_i64() == Some(p.get::<i64>("fail_at")?), "{o}");
+        let kinds = &o["distributions"];
+        ensure!(
+            kinds["rate"] == "FloatDistribution"
+                && kinds["iterations"] == "IntDistribution"
+                && kinds["fail_at"] == "CategoricalDistribution",
+            "{kinds}"
+        );
+        ensure!(kinds.get("noise").is_none(), "a constant is no searched param: {kinds}");
+        let reported: BTreeMap<String, f64> = t
+            .history()
+            .iter()
+            .map(|m| ((m["training_iteration"] as i64).to_string(), m["score"]))
+            .collect();
+        let read: BTreeMap<String, f64> =
+            serde_json::from_value(o["intermediate"].clone()).context("intermediate values")?;
+        ensure!(
+            read == reported,
+            "{}: Optuna read {read:?}, rtune reported {reported:?}",
+            t.trial_id()
+        );
+        let last = t.history().last().map(|m| m["score"]);
+        let ran = t.history().len() as i64;
+        let wanted = match t.status() {
+            TrialStatus::Error => "FAIL",
+            TrialStatus::Terminated if ran < p.get::<i64>("iterations")? => "PRUNED",
+            TrialStatus::Terminated => "COMPLETE",
+            other => bail!("{} ended {other:?}", t.trial_id()),
+        };
+        ensure!(
+            o["state"] == wanted,
+            "{}: {} in Optuna, {wanted} wanted",
+            t.trial_id(),
+            o["state"]
+        );
+        ensure!(o["started"] == true && o["ended"] == true, "{o}");
+        if wanted != "FAIL" {
+            ensure!(
+                o["value"].as_f64() == last,
+                "{}: value {} != {last:?}",
+                t.trial_id(),
+                o["value"]
+            );
+        }
+        if wanted == "COMPLETE" {
+            complete.push(t);
+        }
+    }
+    ensure!(!complete.is_empty() && complete.len() < grid.trials.len(), "states: {trials:?}");
+    // Optuna's best is among its complete trials; so is rtune's here (ASHA stops the worse).
+    let best = grid.best_result()?;
+    ensure!(
+        study["best"].as_str() == Some(best.trial_id()),
+        "Optuna's best {} != rtune's {}",
+        study["best"],
+        best.trial_id()
+    );
+    Ok(())
+}
+
+fn rtune(args: &[&str]) -> Result<Output> {
+    Ok(Command::new(RTUNE).args(args).env_remove("RUST_LOG").output()?)
+}
+
+/// A sweep written to an Optuna journal that already holds another study: Optuna's own reader
+/// loads both, and the sweep's study is what rtune recorded. A second sweep of the same name
+/// into that journal is refused before anything runs.
+pub fn optuna_reads_the_sweep_as_a_study() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (file, journal) = sweep_file(dir.path(), 0.0)?;
+    // Someone else's study first: ids in the journal are positions, so rtune's must follow it.
+    let other = r#"
+import optuna, sys
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+s = optuna.create_study(study_name="other", storage=JournalStorage(JournalFileBackend(sys.argv[1])))
+s.optimize(lambda t: t.suggest_float("x", 0, 1) ** 2, n_trials=3)
+"#;
+    let out = Command::new(python()).arg("-c").arg(other).arg(&journal).output()?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("results/study"))?;
+    let study = load_study(&journal, "study")?;
+    ensure!(study["studies"] == serde_json::json!(["other", "study"]), "{}", study["studies"]);
+    check_study(&study, &grid)?;
+    let theirs = load_study(&journal, "other")?;
+    ensure!(theirs["trials"].as_array().map(Vec::len) == Some(3), "{theirs}");
+
+    // The same study name again (another storage path): exit 2, nothing run, journal unchanged.
+    let before = std::fs::read(&journal)?;
+    let storage = format!("storage_path={:?}", dir.path().join("elsewhere").display().to_string());
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui", "--set", &storage])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(text(&out).contains("already holds a study named \"study\""), "{}", text(&out));
+    ensure!(std::fs::read(&journal)? == before, "the refused sweep wrote to the journal");
+    Ok(())
+}
+
+/// The driver SIGKILLed mid-sweep and resumed: the study goes on, each trial once, each
+/// iteration's value once, and ends as the sweep did.
+pub fn a_resumed_sweep_goes_on_with_its_study() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (file, journal) = sweep_file(dir.path(), 0.05)?;
+    let mut child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    // Killed once three trials have ended in the journal (and the fourth may be running).
+    wait_for(Duration::from_secs(120), || {
+        let text = std::fs::read_to_string(&journal).unwrap_or_default();
+        let ended = text.lines().filter(|l| l.contains("\"datetime_complete\"")).count();
+        Ok(ended >= 3)
+    })?;
+    child.kill()?;
+    child.wait()?;
+    let experiment = dir.path().join("results/study");
+    let out = rtune(&["resume", experiment.to_str().unwrap(), "--no-tui", "--allow-failures"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(&experiment)?;
+    ensure!(grid.trials.len() == 10, "{} trials", grid.trials.len());
+    check_study(&load_study(&journal, "study")?, &grid)
+}
+
+/// Bad journal paths are refused before anything runs, naming the key and the fix; a sweep
+/// without a metric cannot be a study.
+pub fn bad_optuna_journals_are_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (file, _) = sweep_file(dir.path(), 0.0)?;
+    let not_a_journal = dir.path().join("notes.txt");
+    std::fs::write(&not_a_journal, "hello\n")?;
+    let cases = [
+        (format!("run.optuna={:?}", dir.path().join("missing/optuna.log")), "does not exist"),
+        (format!("run.optuna={:?}", dir.path()), "it is a folder"),
+        (format!("run.optuna={:?}", not_a_journal), "is it an Optuna journal?"),
+    ];
+    for (set, wanted) in cases {
+        let out = rtune(&["run", file.to_str().unwrap(), "--no-tui", "--set", &set])?;
+        ensure!(out.status.code() == Some(2), "{set}: {}", text(&out));
+        ensure!(
+            text(&out).contains("run.optuna") && text(&out).contains(wanted),
+            "{set}: {}",
+            text(&out)
+        );
+    }
+    let no_metric = std::fs::read_to_string(&file)?.replace("metric = \"score\"\n", "").replace(
+        "scheduler = { type = \"asha\", grace_period = 2, max_t = 8, reduction_factor = 2 }\n",
+        "",
+    );
+    std::fs::write(&file, no_metric)?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(
+        text(&out).contains("run.optuna") && text(&out).contains("tune.metric"),
+        "{}",
+        text(&out)
+    );
+    ensure!(!dir.path().join("results").exists(), "a refused sweep left its folder");
+    Ok(())
+}
+
+/// A process killed when dropped.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The body of `GET http://127.0.0.1:{port}{path}` (HTTP/1.0, so the server closes).
+fn http_get(port: u16, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP response")?;
+    ensure!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
+    Ok(body.to_owned())
+}
+
+/// `optuna-dashboard` serves the sweep's journal: its API lists the study with every trial in
+/// the state rtune ended it in, and a headless Chromium renders the trials page with them (its
+/// screenshot of the study page is kept in target/test-artifacts/).
+pub fn optuna_dashboard_shows_the_sweep() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (file, journal) = sweep_file(dir.path(), 0.0)?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("results/study"))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let dashboard = python().with_file_name("optuna-dashboard");
+    let _server = Server(
+        Command::new(&dashboard)
+            .arg(&journal)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("{} (make test installs it)", dashboard.display()))?,
+    );
+    let mut studies = String::new();
+    wait_for(Duration::from_secs(60), || {
+        studies = http_get(port, "/api/studies").unwrap_or_default();
+        Ok(!studies.is_empty())
+    })?;
+    let studies: Json = serde_json::from_str(&studies)?;
+    let summary = &studies["study_summaries"][0];
+    ensure!(summary["study_name"] == "study", "{studies}");
+    let id = summary["study_id"].as_u64().context("a study id")?;
+    let study: Json =
+        serde_json::from_str(&http_get(port, &format!("/api/studies/{id}?after=0"))?)?;
+    let shown: Vec<&str> = study["trials"]
+        .as_array()
+        .context("trials")?
+        .iter()
+        .filter_map(|t| t["state"].as_str())
+        .collect();
+    let mut wanted = Vec::new();
+    for t in &grid.trials {
+        let short = t.history().len() < t.params().get::<i64>("iterations")? as usize;
+        wanted.push(match t.status() {
+            TrialStatus::Error => "Fail",
+            _ if short => "Pruned",
+            _ => "Complete",
+        });
+    }
+    ensure!(shown == wanted, "the dashboard shows {shown:?}, rtune ended {wanted:?}");
+
+    // What a person sees: the trials page rendered by a browser, and the study page kept.
+    let page = format!("http://127.0.0.1:{port}/dashboard/studies/{id}");
+    let chromium = |args: &[&str], url: &str| -> Result<Output> {
+        let out = Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"])
+            .arg("--virtual-time-budget=10000")
+            .args(args)
+            .arg(url)
+            .output()
+            .context("chromium (make test installs it from Debian)")?;
+        ensure!(out.status.success(), "chromium: {}", text(&out));
+        Ok(out)
+    };
+    let dom = chromium(&["--dump-dom"], &format!("{page}/trials"))?;
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let first = grid.trials.first().context("no trial")?.trial_id();
+    ensure!(
+        dom.contains("Trial 0 (trial_id=") && dom.contains(first) && dom.contains("Pruned"),
+        "the rendered trials page does not show the trials ({} bytes)",
+        dom.len()
+    );
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts)?;
+    let shot = artifacts.join("optuna-dashboard.png");
+    chromium(&[&format!("--screenshot={}", shot.display())], &page)?;
+    let png = std::fs::read(&shot)?;
+    ensure!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "{} bytes", png.len());
+    Ok(())
+}
