@@ -15,10 +15,13 @@ MOTO_VERSION := 5.1.22
 # The storage tests check that Ray Tune's own reader (Result.from_path) reads a trial synced back
 # from the store.
 RAY_VERSION := 2.60.0
-# The tracking tests read a sweep's Optuna journal with Optuna's own load_study, and render it
-# with optuna-dashboard in a headless Chromium (from Debian, see `chromium` below).
+# The tracking tests read a sweep's Optuna journal with Optuna's own load_study and render it
+# with optuna-dashboard in a headless Chromium (from Debian, see `chromium` below), and run a
+# real `mlflow server` whose runs MLflow's own client reads.
 OPTUNA_VERSION := 5.0.0
 OPTUNA_DASHBOARD_VERSION := 0.21.0
+MLFLOW_VERSION := 3.17.2
+TRACKING := $(VENV)/.tracking-$(OPTUNA_VERSION)-$(MLFLOW_VERSION)
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
@@ -55,8 +58,8 @@ $(VENV)/.ray-$(RAY_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet "ray[tune]==$(RAY_VERSION)"
 	@touch $@
 
-$(VENV)/.optuna-$(OPTUNA_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet optuna==$(OPTUNA_VERSION) optuna-dashboard==$(OPTUNA_DASHBOARD_VERSION)
+$(TRACKING): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet optuna==$(OPTUNA_VERSION) optuna-dashboard==$(OPTUNA_DASHBOARD_VERSION) mlflow==$(MLFLOW_VERSION)
 	@touch $@
 
 # The terminal UI test runs rtune in a real terminal (tmux); installed from Debian if missing.
@@ -93,7 +96,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux chromium $(VENV)/.optuna-$(OPTUNA_VERSION) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
+test: libtorch tmux chromium $(TRACKING) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
 	cargo test --workspace
 
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a

@@ -5,9 +5,10 @@
 //!
 //! Every run already writes Ray's `result.json` and `progress.csv` (its record, which resume
 //! reads back): those are not callbacks here. Built in: [`TensorBoardLogger`], event files that
-//! TensorBoard reads, and [`OptunaJournal`], the sweep as an Optuna study that
-//! `optuna-dashboard` shows and `optuna.load_study` reads.
+//! TensorBoard reads; [`MlflowLogger`], the sweep as MLflow runs; and [`OptunaJournal`], the
+//! sweep as an Optuna study that `optuna-dashboard` shows and `optuna.load_study` reads.
 
+mod mlflow;
 mod optuna;
 mod tensorboard;
 
@@ -18,6 +19,7 @@ use rtune_searchers::{Metrics, Mode, Params, SchedulerStatus, SearchSpace, Trial
 
 use crate::error::Result;
 
+pub use mlflow::{MlflowLogger, TRACKING_URI_ENV};
 pub use optuna::OptunaJournal;
 pub use tensorboard::TensorBoardLogger;
 
@@ -32,6 +34,9 @@ pub struct ExperimentInfo {
     pub metric: Option<(String, Mode)>,
     /// The space trials' params are drawn from.
     pub param_space: SearchSpace,
+    /// The sweep's settings (`tuner.json`'s, the space included) as flat keys and text values:
+    /// `metric` = `val_acc`, `param_space.lr.loguniform` = `[0.0001,0.1]`.
+    pub settings: std::collections::BTreeMap<String, String>,
     /// A restored sweep going on: its trials so far are in its directory.
     pub restored: bool,
 }

@@ -74,6 +74,7 @@ pub(super) fn in_sweep_terms(e: Error) -> Exit {
         ("FailureConfig.", "run.failure."),
         ("train_loop_config", "param_space"),
         ("OptunaJournal", "run.optuna"),
+        ("MlflowLogger", "run.mlflow"),
     ];
     let code = code_of(&e);
     if let Error::Config { field, message } = &e

@@ -85,8 +85,9 @@ pub(super) struct Sweep {
     pub(super) path: PathBuf,
     pub(super) experiment: String,
     pub(super) metric: Option<(String, Mode)>,
-    /// What trials are drawn from (callbacks are told).
+    /// What trials are drawn from, and the sweep's settings (callbacks are told).
     pub(super) param_space: rtune_searchers::SearchSpace,
+    pub(super) settings: BTreeMap<String, String>,
     /// Restored: an earlier driver ran this sweep.
     pub(super) restored: bool,
     pub(super) time_budget: Option<Duration>,
@@ -174,6 +175,7 @@ impl Sweep {
                 .unwrap_or_default(),
             metric: self.metric.clone(),
             param_space: self.param_space.clone(),
+            settings: self.settings.clone(),
             restored: self.restored,
         };
         self.call_back(&mut fatal, |c| c.on_experiment_begin(&experiment));

@@ -295,6 +295,7 @@ impl Tuner {
         };
         let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
         let (param_space, restored) = (saved.param_space.clone(), restoring.is_some());
+        let settings = saved.flat();
         let (path, experiment, spent_before, trials, ended, controller) = match restoring {
             None => {
                 let controller = Controller::new(config, searcher, scheduler)?;
@@ -322,6 +323,7 @@ impl Tuner {
             experiment,
             metric,
             param_space,
+            settings,
             restored,
             time_budget,
             spent_before,

@@ -197,6 +197,15 @@ fn main() {
             "tracking::optuna_dashboard_shows_the_sweep",
             tracking::optuna_dashboard_shows_the_sweep,
         ),
+        test("tracking::mlflow_reads_the_sweep_as_runs", tracking::mlflow_reads_the_sweep_as_runs),
+        test(
+            "tracking::a_tracking_server_down_for_a_while_loses_nothing",
+            tracking::a_tracking_server_down_for_a_while_loses_nothing,
+        ),
+        test(
+            "tracking::bad_mlflow_settings_are_refused",
+            tracking::bad_mlflow_settings_are_refused,
+        ),
         test(
             "storage::a_sweep_on_s3_is_read_back_from_the_store",
             storage::a_sweep_on_s3_is_read_back_from_the_store,

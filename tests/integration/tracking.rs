@@ -390,3 +390,256 @@ pub fn optuna_dashboard_shows_the_sweep() -> Result<()> {
     ensure!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "{} bytes", png.len());
     Ok(())
 }
+
+/// An `mlflow server` on 127.0.0.1 with its SQLite store and artifacts in `dir`, in a process
+/// group of its own (it starts workers), stopped when dropped.
+struct MlflowServer {
+    child: Option<std::process::Child>,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl MlflowServer {
+    /// Starts one on a free port (or `port`), answering once `/health` does.
+    fn start(dir: &Path, port: Option<u16>) -> Result<MlflowServer> {
+        use std::os::unix::process::CommandExt;
+        let port = match port {
+            Some(port) => port,
+            None => std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(),
+        };
+        let mlflow = python().with_file_name("mlflow");
+        let child = Command::new(&mlflow)
+            .args(["server", "--host", "127.0.0.1", "--port", &port.to_string(), "--workers", "1"])
+            .arg("--backend-store-uri")
+            .arg(format!("sqlite:///{}", dir.join("mlflow.db").display()))
+            .arg("--artifacts-destination")
+            .arg(dir.join("artifacts"))
+            .current_dir(dir)
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("{} (make test installs mlflow)", mlflow.display()))?;
+        let server = MlflowServer { child: Some(child), dir: dir.to_path_buf(), port };
+        wait_for(Duration::from_secs(120), || Ok(http_get(port, "/health").is_ok()))?;
+        Ok(server)
+    }
+
+    fn uri(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on the process group of a child we started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+
+    /// Every run of `experiment` as MLflow's own Python client reads it: name, status, tags,
+    /// params, and each metric's whole history.
+    fn runs(&self, experiment: &str) -> Result<Vec<Json>> {
+        let script = r#"
+import json, sys
+from mlflow.tracking import MlflowClient
+c = MlflowClient(sys.argv[1])
+e = c.get_experiment_by_name(sys.argv[2])
+out = []
+for r in c.search_runs([e.experiment_id], max_results=1000):
+    history = {k: [[m.step, m.value] for m in c.get_metric_history(r.info.run_id, k)]
+               for k in r.data.metrics}
+    out.append({"id": r.info.run_id, "name": r.info.run_name, "status": r.info.status,
+                "tags": r.data.tags, "params": r.data.params, "metrics": r.data.metrics,
+                "history": history})
+print(json.dumps(out))
+"#;
+        let out = Command::new(python())
+            .arg("-c")
+            .arg(script)
+            .arg(self.uri())
+            .arg(experiment)
+            .env_remove("MLFLOW_TRACKING_URI")
+            .current_dir(&self.dir)
+            .output()?;
+        ensure!(out.status.success(), "MLflow's client: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+}
+
+impl Drop for MlflowServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The sweep file of the Optuna tests, logging to `uri` instead.
+fn mlflow_sweep(dir: &Path, uri: &str, sleep: f64) -> Result<PathBuf> {
+    let (file, _) = sweep_file(dir, sleep)?;
+    let text = std::fs::read_to_string(&file)?;
+    let text = text.replace(
+        &format!("optuna = \"{}\"", dir.join("optuna.log").display()),
+        &format!("mlflow = {{ tracking_uri = \"{uri}\" }}"),
+    );
+    std::fs::write(&file, text)?;
+    Ok(file)
+}
+
+/// What MLflow's client read equals what rtune recorded: a parent run with the sweep's
+/// settings and the best trial's metrics, and one nested run per trial with its params, its
+/// end, and every reported score at its iteration, each once.
+fn check_runs(runs: &[Json], grid: &ResultGrid) -> Result<()> {
+    let (parents, nested): (Vec<&Json>, Vec<&Json>) =
+        runs.iter().partition(|r| r["tags"].get("mlflow.parentRunId").is_none());
+    ensure!(parents.len() == 1, "{} parent runs", parents.len());
+    let parent = parents[0];
+    ensure!(parent["name"] == "study" && parent["status"] == "FINISHED", "{parent}");
+    ensure!(parent["params"]["metric"] == "score" && parent["params"]["mode"] == "max", "{parent}");
+    ensure!(
+        parent["params"]["param_space.rate.loguniform"] == "[0.02,1.0]",
+        "{}",
+        parent["params"]
+    );
+    let best = grid.best_result()?;
+    ensure!(parent["tags"]["rtune.best_trial"] == best.trial_id(), "{}", parent["tags"]);
+    ensure!(parent["metrics"]["score"].as_f64() == best.last("score"), "{}", parent["metrics"]);
+    ensure!(
+        nested.len() == grid.trials.len(),
+        "{} runs, {} trials",
+        nested.len(),
+        grid.trials.len()
+    );
+    for t in &grid.trials {
+        let id = t.trial_id();
+        let mine: Vec<&&Json> =
+            nested.iter().filter(|r| r["tags"]["rtune.trial_id"] == id).collect();
+        ensure!(mine.len() == 1, "{id}: {} runs", mine.len());
+        let run = mine[0];
+        ensure!(run["tags"]["mlflow.parentRunId"] == parent["id"] && run["name"] == id, "{run}");
+        let p = t.params();
+        let rate: f64 = run["params"]["rate"].as_str().context("rate")?.parse()?;
+        ensure!(rate == p.get::<f64>("rate")?, "{id}: rate {rate}");
+        let iterations = p.get::<i64>("iterations")?.to_string();
+        ensure!(run["params"]["iterations"].as_str() == Some(iterations.as_str()), "{run}");
+        let (status, rtune_status) = match t.status() {
+            TrialStatus::Error => ("FAILED", "ERROR"),
+            _ => ("FINISHED", "TERMINATED"),
+        };
+        ensure!(run["status"] == status && run["tags"]["rtune.status"] == rtune_status, "{run}");
+        let history: Vec<(i64, f64)> = serde_json::from_value(run["history"]["score"].clone())?;
+        let reported: Vec<(i64, f64)> =
+            t.history().iter().map(|m| (m["training_iteration"] as i64, m["score"])).collect();
+        ensure!(history == reported, "{id}: MLflow holds {history:?}, rtune {reported:?}");
+    }
+    Ok(())
+}
+
+/// A sweep with failing trials, its driver SIGKILLed and resumed, logged to a real MLflow
+/// server: MLflow's client reads the parent run, every nested run and every metric history
+/// exactly, each step once.
+pub fn mlflow_reads_the_sweep_as_runs() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = MlflowServer::start(dir.path(), None)?;
+    let file = mlflow_sweep(dir.path(), &server.uri(), 0.05)?;
+    let mut child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let experiment = dir.path().join("results/study");
+    // Killed once three trials have ended (their runs are in MLflow by then, or not yet).
+    wait_for(Duration::from_secs(120), || {
+        let grid = ResultGrid::from_path(&experiment);
+        Ok(grid.is_ok_and(|g| g.trials.iter().filter(|t| t.status().is_finished()).count() >= 3))
+    })?;
+    child.kill()?;
+    child.wait()?;
+    let out = rtune(&["resume", experiment.to_str().unwrap(), "--no-tui", "--allow-failures"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(&experiment)?;
+    ensure!(grid.trials.len() == 10, "{} trials", grid.trials.len());
+    check_runs(&server.runs("study")?, &grid)
+}
+
+/// The tracking server killed for part of the sweep and started again on the same store: the
+/// sweep goes on meanwhile, and MLflow ends up with every row once.
+pub fn a_tracking_server_down_for_a_while_loses_nothing() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut server = MlflowServer::start(dir.path(), None)?;
+    let (uri, port) = (server.uri(), server.port);
+    let file = mlflow_sweep(dir.path(), &uri, 0.1)?;
+    let child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let experiment = dir.path().join("results/study");
+    wait_for(Duration::from_secs(120), || {
+        let grid = ResultGrid::from_path(&experiment);
+        Ok(grid.is_ok_and(|g| g.trials.iter().any(|t| t.status().is_finished())))
+    })?;
+    server.stop();
+    // The sweep goes on without the server: two more trials end meanwhile.
+    wait_for(Duration::from_secs(120), || {
+        let grid = ResultGrid::from_path(&experiment);
+        Ok(grid.is_ok_and(|g| g.trials.iter().filter(|t| t.status().is_finished()).count() >= 3))
+    })?;
+    let _again = MlflowServer::start(dir.path(), Some(port))?;
+    let out = child.wait_with_output()?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let log = std::fs::read_to_string(experiment.join("driver.log"))?;
+    ensure!(log.contains("retrying while the sweep goes on"), "no outage in the log");
+    check_runs(&_again.runs("study")?, &ResultGrid::from_path(&experiment)?)
+}
+
+/// Tracking mistakes are refused before anything runs, naming `run.mlflow` and the fix: no
+/// server named, a URL that is no server's, a server that does not answer, a request it
+/// refuses (an experiment that was deleted).
+pub fn bad_mlflow_settings_are_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = MlflowServer::start(dir.path(), None)?;
+    let delete = r#"
+import sys
+from mlflow.tracking import MlflowClient
+c = MlflowClient(sys.argv[1])
+c.delete_experiment(c.create_experiment("gone"))
+"#;
+    let out = Command::new(python()).arg("-c").arg(delete).arg(server.uri()).output()?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let dead = format!(
+        "http://127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
+    );
+    let file = mlflow_sweep(dir.path(), &server.uri(), 0.0)?;
+    let sweep = std::fs::read_to_string(&file)?;
+    let line = format!("mlflow = {{ tracking_uri = \"{}\" }}", server.uri());
+    let cases = [
+        ("mlflow = {}".to_owned(), "MLFLOW_TRACKING_URI"),
+        ("mlflow = { tracking_uri = \"127.0.0.1:5000\" }".to_owned(), "http://"),
+        (format!("mlflow = {{ tracking_uri = \"{dead}\" }}"), dead.as_str()),
+        (
+            format!("mlflow = {{ tracking_uri = \"{}\", experiment = \"gone\" }}", server.uri()),
+            "active",
+        ),
+    ];
+    for (i, (set, wanted)) in cases.iter().enumerate() {
+        std::fs::write(&file, sweep.replace(&line, set))?;
+        let name = format!("name=\"bad{i}\"");
+        let out = Command::new(RTUNE)
+            .args(["run", file.to_str().unwrap(), "--no-tui", "--set", &name])
+            .env_remove("MLFLOW_TRACKING_URI")
+            .output()?;
+        ensure!(out.status.code() == Some(2), "{set}: {}", text(&out));
+        ensure!(
+            text(&out).contains("run.mlflow") && text(&out).contains(wanted),
+            "{set}: {}",
+            text(&out)
+        );
+        let trials = dir.path().join(format!("results/bad{i}"));
+        let ran = std::fs::read_dir(&trials).map_or(0, |d| {
+            d.filter(|e| e.as_ref().is_ok_and(|e| e.path().join("result.json").exists())).count()
+        });
+        ensure!(ran == 0, "{set}: {ran} trial(s) ran");
+    }
+    Ok(())
+}

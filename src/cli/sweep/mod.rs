@@ -39,6 +39,8 @@
 //! # store = { endpoint = "http://127.0.0.1:9000", region = "us-east-1", retry_timeout_s = 180 }
 //! #                              # how the store is reached (credentials: the AWS_* environment)
 //! # optuna = "optuna.log"        # also an Optuna study there: optuna-dashboard optuna.log
+//! # mlflow = { tracking_uri = "http://127.0.0.1:5000", experiment = "digits" }
+//! #                              # also MLflow runs (default: MLFLOW_TRACKING_URI, the sweep's name)
 //! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
 //! # checkpoint upload = "async": on an object store, reports go on while checkpoints upload
 //! ```
@@ -89,6 +91,8 @@ pub struct SweepSpec {
     pub sync_period: Option<std::time::Duration>,
     /// `[run] store`: how the object store of an `s3://` storage path is reached.
     pub store: StoreSettings,
+    /// `[run.mlflow]`: the MLflow tracking server the sweep is also logged to.
+    pub mlflow: Option<MlflowSettings>,
     /// `[run] optuna`: the Optuna journal file the sweep is also written to, as a study.
     pub optuna: Option<PathBuf>,
 }
@@ -139,6 +143,9 @@ impl SweepSpec {
             store: self.store.clone(),
             ..RunConfig::default()
         };
+        if let Some(mlflow) = &self.mlflow {
+            run = run.callback(mlflow.logger());
+        }
         if let Some(journal) = &self.optuna {
             run = run.callback(crate::callback::OptunaJournal::new(journal));
         }
@@ -298,6 +305,7 @@ fn read_root(
         strict_params: run.strict_params,
         sync_period: run.sync_period,
         store: run.store,
+        mlflow: run.mlflow,
         optuna: run.optuna,
     };
     check_components(&spec, root, report);
@@ -642,7 +650,29 @@ struct RunParts {
     strict_params: bool,
     sync_period: Option<std::time::Duration>,
     store: StoreSettings,
+    mlflow: Option<MlflowSettings>,
     optuna: Option<PathBuf>,
+}
+
+/// `[run.mlflow]`: the MLflow tracking server (else `MLFLOW_TRACKING_URI`) and experiment (else
+/// one named as the sweep).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MlflowSettings {
+    pub tracking_uri: Option<String>,
+    pub experiment: Option<String>,
+}
+
+impl MlflowSettings {
+    fn logger(&self) -> crate::callback::MlflowLogger {
+        let logger = match &self.tracking_uri {
+            Some(uri) => crate::callback::MlflowLogger::new(uri),
+            None => crate::callback::MlflowLogger::from_env(),
+        };
+        match &self.experiment {
+            Some(name) => logger.experiment(name),
+            None => logger,
+        }
+    }
 }
 
 fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
@@ -720,6 +750,18 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
         store.retry_timeout = seconds(&mut f, "retry_timeout_s", report);
         f.done(report);
     }
+    let mlflow = fields.get("mlflow").map(|table| {
+        let mut f = Fields::of(table, "run.mlflow", report);
+        let settings = MlflowSettings {
+            tracking_uri: f.value::<String>("tracking_uri", report),
+            experiment: f.value::<String>("experiment", report),
+        };
+        if let Err(why) = settings.logger().tracking_uri() {
+            f.refuse("tracking_uri", why, report);
+        }
+        f.done(report);
+        settings
+    });
     let optuna = fields.value::<String>("optuna", report).map(PathBuf::from);
     if let Some(journal) = &optuna
         && let Err(why) = crate::callback::OptunaJournal::new(journal).check()
@@ -727,7 +769,17 @@ fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
         fields.refuse("optuna", format!("is {journal:?}: {why}"), report);
     }
     fields.done(report);
-    RunParts { stop, failure, checkpoint, cluster, strict_params, sync_period, store, optuna }
+    RunParts {
+        stop,
+        failure,
+        checkpoint,
+        cluster,
+        strict_params,
+        sync_period,
+        store,
+        mlflow,
+        optuna,
+    }
 }
 
 /// A number of seconds > 0 at `key`, as a duration.
