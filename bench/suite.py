@@ -103,11 +103,23 @@ def sweep_bookkeeping(figs, quick):
 
 
 def result_throughput(figs, quick):
-    """2. 8 trials x 500 reports, persistence on (and x 5000, start-up amortised)."""
-    out = bench_lines(cargo_bench("sweep", ["results_8x500"]))
+    """2. 8 trials x 500 reports, persistence on (and x 5000, start-up amortised); the same
+    8 x 500 with every report also sent to a local MLflow server, right after."""
+    env = {"RTUNE_BENCH_MLFLOW": mlflow_server()}
+    out = bench_lines(cargo_bench("sweep", ["results_8x500"], env=env))
     group = "2. Result throughput"
     figs.add(group, "results_8x500", out["results_8x500"][0], "results/s", "higher",
              "8 trials x 500 reports, every row written to result.json and progress.csv")
+    figs.add(group, "results_8x500_mlflow", out["results_8x500_mlflow"][0], "results/s",
+             "higher", "the same with MlflowLogger on (a local mlflow server, SQLite), until "
+             "the sweep's end")
+    figs.add(group, "results_8x500_mlflow_sent", out["results_8x500_mlflow_sent"][0],
+             "results/s", "higher", "the same until the logger has sent every report")
+    figs.add(group, "results_8x500 MLflow / off", out["results_8x500_mlflow"][0]
+             / out["results_8x500"][0], "x", "higher", "the logger's cost to the sweep, same "
+             "round (goal: at least 0.9)")
+    figs.add(group, "results_8x500 MLflow sent / off", out["results_8x500_mlflow_sent"][0]
+             / out["results_8x500"][0], "x", "higher", "the same, waiting for the server")
     figs.add(group, "results_8x5000", out["results_8x5000"][0], "results/s", "higher",
              "8 trials x 5,000 reports (start-up amortised)")
 
@@ -324,6 +336,43 @@ def gpu(figs, quick):
         figs.add(group, f"4 digits trials at GPU = {share}, trials/hour", 4 / hours, "trials/h",
                  "higher", f"rtune run of 4 digits-mlp trials ({epochs} epochs), "
                  f"{'two at a time' if share == '0.5' else 'one at a time'}")
+
+
+MLFLOW = {}
+
+
+def mlflow_server():
+    """An `mlflow server` (the .venv's, SQLite store) on a free port of 127.0.0.1, started once,
+    stopped when the suite ends; its URL."""
+    if "uri" in MLFLOW:
+        return MLFLOW["uri"]
+    import atexit
+    import socket
+    import tempfile
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tempfile.mkdtemp(prefix="rtune-bench-mlflow-")
+    proc = subprocess.Popen(
+        [os.path.join(ROOT, ".venv", "bin", "mlflow"), "server", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{data}/mlflow.db",
+         "--artifacts-destination", os.path.join(data, "artifacts")],
+        cwd=data, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    atexit.register(lambda: (os.killpg(proc.pid, 9), shutil.rmtree(data, ignore_errors=True)))
+    uri = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(uri + "/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        raise RuntimeError("the mlflow server did not answer")
+    MLFLOW["uri"] = uri
+    return uri
 
 
 STORE = {}

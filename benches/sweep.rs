@@ -8,6 +8,10 @@
 //!   `RTUNE_BENCH_NOREUSE_TRIALS` sets another count);
 //! * `results_8x500`: 8 trials of 1 worker reporting 500 times each, persistence on (every row
 //!   written to result.json and progress.csv): results per second;
+//! * `results_8x500_mlflow`: `results_8x500` with an `MlflowLogger` sending every report to the
+//!   MLflow server that `RTUNE_BENCH_MLFLOW` names (`bench/suite.py` starts one), run right
+//!   after `results_8x500`: until the sweep's end, and (`results_8x500_mlflow_sent`) until the
+//!   logger has sent everything;
 //! * `results_8x5000`: the same with 5,000 reports each, where start-up no longer counts;
 //! * `rss_10000`: 10,000 one-report trials through one Tuner; the driver's resident memory
 //!   after 10%, 50% and 100% of them finished (read by a callback; `RTUNE_BENCH_RSS_TRIALS`
@@ -52,21 +56,21 @@ fn figure(name: &str, value: f64, unit: &str) {
 }
 
 fn sweep(dir: &std::path::Path, name: &str, trials: i64, reports: u64) -> anyhow::Result<f64> {
-    sweep_with(dir, name, trials, reports, true)
+    sweep_with(dir, trials, reports, true, RunConfig::new(name))
 }
 
 fn sweep_with(
     dir: &std::path::Path,
-    name: &str,
     trials: i64,
     reports: u64,
     reuse_actors: bool,
+    run: RunConfig,
 ) -> anyhow::Result<f64> {
     let space = SearchSpace::new().add("i", grid_search(0..trials));
     let started = Instant::now();
     let grid = Tuner::new(trainer(reports), space)
         .tune_config(TuneConfig::new().metric("score").mode(Mode::Max).reuse_actors(reuse_actors))
-        .run_config(RunConfig::new(name).storage_path(dir))
+        .run_config(run.storage_path(dir))
         .fit()?;
     anyhow::ensure!(grid.trials.len() == trials as usize && grid.errors().is_empty());
     Ok(started.elapsed().as_secs_f64())
@@ -81,6 +85,17 @@ fn rss_mb() -> f64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .unwrap_or(0.0);
     kb / 1024.0
+}
+
+/// When the sweep's end was heard.
+#[derive(Default)]
+struct EndClock(Mutex<Option<Instant>>);
+
+impl rtune::callback::Callback for EndClock {
+    fn on_experiment_end(&self, _: &[rtune::callback::TrialInfo]) -> rtune::Result<()> {
+        *self.0.lock().unwrap() = Some(Instant::now());
+        Ok(())
+    }
 }
 
 /// Notes the driver's RSS when the trial counts in `.1` have completed.
@@ -120,7 +135,8 @@ fn main() -> anyhow::Result<()> {
         // `RTUNE_BENCH_NOREUSE_TRIALS`: fewer trials (each costs an exec with libtorch loaded).
         let trials: i64 =
             std::env::var("RTUNE_BENCH_NOREUSE_TRIALS").map_or(Ok(200), |n| n.parse())?;
-        let seconds = sweep_with(dir.path(), "tuner_200_noreuse", trials, 1, false)?;
+        let run = RunConfig::new("tuner_200_noreuse");
+        let seconds = sweep_with(dir.path(), trials, 1, false, run)?;
         println!(
             "tuner_200_noreuse {trials} trials in {seconds:.2} s: {:.1} trials/s",
             trials as f64 / seconds
@@ -137,6 +153,24 @@ fn main() -> anyhow::Result<()> {
             4000.0 / seconds
         );
         figure("results_8x500", 4000.0 / seconds, "results/s");
+    }
+    if wanted("results_8x500_mlflow")
+        && let Ok(uri) = std::env::var("RTUNE_BENCH_MLFLOW")
+    {
+        // The sweep's end is heard first by the clock, then by the logger, which sends what
+        // is left before the sweep returns: the first figure is the sweep with the logger
+        // working beside it, the second includes the wait for the server.
+        let name = "results_8x500_mlflow";
+        let clock = std::sync::Arc::new(EndClock::default());
+        let run = RunConfig::new(name)
+            .callback(clock.clone())
+            .callback(rtune::callback::MlflowLogger::new(uri));
+        let began = Instant::now();
+        let seconds = sweep_with(dir.path(), 8, 500, true, run)?;
+        let ended = clock.0.lock().unwrap().map_or(seconds, |at| (at - began).as_secs_f64());
+        println!("{name} 4000 results in {ended:.2} s ({seconds:.2} s with the last sends)");
+        figure(name, 4000.0 / ended, "results/s");
+        figure("results_8x500_mlflow_sent", 4000.0 / seconds, "results/s");
     }
     // The same at 10x the reports: the report path alone, start-up amortised.
     if wanted("results_8x5000") {

@@ -51,8 +51,10 @@ const STATE_FILE: &str = "mlflow.json";
 const MAX_METRICS: usize = 1000;
 const MAX_PARAMS: usize = 100;
 const MAX_TAGS: usize = 100;
-/// Numbers in a result row that are not reported metrics.
-const NOT_METRICS: &[&str] = &["pid", "iterations_since_restore"];
+/// Numbers in a result that are no metrics for MLflow: bookkeeping, and the step and time every
+/// MLflow metric has anyway.
+const NOT_METRICS: &[&str] =
+    &["pid", "iterations_since_restore", "training_iteration", "timestamp"];
 /// MLflow's longest param value.
 const MAX_PARAM_CHARS: usize = 6000;
 
@@ -174,8 +176,11 @@ impl Callback for MlflowLogger {
     fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
         let step = result.get("training_iteration").map_or(0, |&s| s as i64);
         let time = result.get("timestamp").copied().unwrap_or_else(crate::sys::unix_time);
-        let values =
-            result.iter().filter(|(_, v)| v.is_finite()).map(|(k, &v)| (k.clone(), v)).collect();
+        let values = result
+            .iter()
+            .filter(|(k, v)| v.is_finite() && !NOT_METRICS.contains(&k.as_str()))
+            .map(|(k, &v)| (k.clone(), v))
+            .collect();
         let (trial, time_ms) = (trial.trial_id.clone(), (time * 1000.0) as i64);
         self.send(Event::Result { trial, step, time_ms, values });
         Ok(())
@@ -690,5 +695,75 @@ fn flatten(prefix: &str, value: &Json, out: &mut Vec<(String, String)>) {
         other => {
             out.push((prefix.to_owned(), other.to_string().chars().take(MAX_PARAM_CHARS).collect()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sender(dir: &Path) -> Sender {
+        Sender {
+            client: Client::new("http://127.0.0.1:9"),
+            saved: Saved::default(),
+            state_path: dir.join(STATE_FILE),
+            pending: BTreeMap::new(),
+            finish: None,
+            refused: 0,
+        }
+    }
+
+    /// Params as MLflow keeps them: nested keys dotted, strings bare, the rest as JSON, cut to
+    /// MLflow's longest value.
+    #[test]
+    fn params_are_flat_text() {
+        let nested = rtune_searchers::Map::from_iter([(
+            "kind".to_owned(),
+            rtune_searchers::Value::from("adam"),
+        )]);
+        let params = Params::new()
+            .with("lr", 0.01)
+            .with("opt", nested)
+            .with("sizes", vec![1, 2])
+            .with("long", "x".repeat(7000));
+        let mut flat = Vec::new();
+        flatten_params(&params, &mut flat);
+        let flat: BTreeMap<String, String> = flat.into_iter().collect();
+        assert_eq!(flat["lr"], "0.01");
+        assert_eq!(flat["opt.kind"], "adam");
+        assert_eq!(flat["sizes"], "[1,2]");
+        assert_eq!(flat["long"].len(), MAX_PARAM_CHARS);
+        assert_eq!(rest::url_encode("my sweep/1"), "my%20sweep%2F1");
+    }
+
+    /// A step sent or queued is not queued again, and a trial's result file fills in the steps
+    /// after the last one sent (what a killed driver never sent), once.
+    #[test]
+    fn each_step_goes_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sender(dir.path());
+        let saved = SavedTrial { run_id: "r".into(), step: 2, ..SavedTrial::default() };
+        s.saved.trials.insert("t".into(), saved);
+        let rows: String = (1..=4)
+            .map(|i| {
+                let row = json!({"training_iteration": i, "score": i as f64 / 10.0,
+                                 "timestamp": 1_700_000_000 + i, "pid": 7, "done": false});
+                format!("{row}\n")
+            })
+            .collect();
+        std::fs::write(dir.path().join("result.json"), rows).unwrap();
+        s.backfill("t", dir.path());
+        s.queue_result("t", 4, 0, vec![("score".into(), 0.4)]);
+        s.queue_result("t", 5, 0, vec![("score".into(), 0.5)]);
+        s.backfill("t", dir.path());
+        let p = &s.pending["t"];
+        let steps: Vec<(i64, &str)> = p
+            .metrics
+            .iter()
+            .map(|m| (m["step"].as_i64().unwrap(), m["key"].as_str().unwrap()))
+            .collect();
+        let want = [(3, "score"), (4, "score"), (5, "score")];
+        assert_eq!(steps, want, "the step, its time, pid and done are no metrics; 1-2 were sent");
+        assert_eq!(p.metrics[0]["timestamp"], json!(1_700_000_003_000i64));
     }
 }

@@ -140,7 +140,7 @@ impl Client {
 }
 
 /// `name` for a URL's query.
-fn url_encode(name: &str) -> String {
+pub(super) fn url_encode(name: &str) -> String {
     name.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
