@@ -115,6 +115,26 @@ pub(crate) struct Supervised {
     pub stderr: Option<tokio::process::ChildStderr>,
 }
 
+/// The files of a folder and its subfolders, sorted, as paths relative to it (none for a
+/// folder that cannot be read).
+pub fn relative_files(dir: &std::path::Path) -> Vec<String> {
+    fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, base, out);
+            } else if let Ok(rel) = path.strip_prefix(base) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
 /// Year, month, day, hour, minute and second (UTC) of seconds since the Unix epoch.
 pub fn utc_fields(unix_seconds: f64) -> [i64; 6] {
     let t = unix_seconds.floor() as i64;

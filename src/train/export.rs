@@ -12,7 +12,7 @@
 //! `ResultGrid` or `rtune export`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rtune_searchers::{Mode, Params};
 use tch::nn;
@@ -149,7 +149,7 @@ impl Export {
             params: &params,
             metrics: &metrics,
             metric: self.metric.as_ref().map(|(m, mode)| (m.as_str(), *mode)),
-            files: list_files(partial),
+            files: crate::sys::relative_files(partial),
             schema: DataSchema::read(partial)?,
             to: dest,
         };
@@ -310,25 +310,6 @@ fn code_list(names: &[String]) -> String {
         0 => shown.join(", "),
         more => format!("{}, and {more} more", shown.join(", ")),
     }
-}
-
-/// The files of a folder, sorted, relative to it.
-fn list_files(dir: &Path) -> Vec<String> {
-    fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
-        let Ok(entries) = fs::read_dir(dir) else { return };
-        for entry in entries.flatten() {
-            let path: PathBuf = entry.path();
-            if path.is_dir() {
-                walk(&path, base, out);
-            } else if let Ok(rel) = path.strip_prefix(base) {
-                out.push(rel.display().to_string());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
 }
 
 #[cfg(test)]

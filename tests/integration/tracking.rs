@@ -391,6 +391,19 @@ pub fn optuna_dashboard_shows_the_sweep() -> Result<()> {
     Ok(())
 }
 
+/// The files of a folder (not in subfolders) by name, with their bytes.
+fn rtune_files(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_file() {
+            let name = path.file_name().context("a name")?.to_string_lossy().into_owned();
+            files.insert(name, std::fs::read(&path)?);
+        }
+    }
+    Ok(files)
+}
+
 /// An `mlflow server` on 127.0.0.1 with its SQLite store and artifacts in `dir`, in a process
 /// group of its own (it starts workers), stopped when dropped.
 struct MlflowServer {
@@ -449,9 +462,14 @@ out = []
 for r in c.search_runs([e.experiment_id], max_results=1000):
     history = {k: [[m.step, m.value] for m in c.get_metric_history(r.info.run_id, k)]
                for k in r.data.metrics}
+    artifacts = {}
+    if "mlflow.parentRunId" not in r.data.tags:
+        for a in c.list_artifacts(r.info.run_id, "best_checkpoint"):
+            with open(c.download_artifacts(r.info.run_id, a.path, sys.argv[3]), "rb") as f:
+                artifacts[a.path] = f.read().hex()
     out.append({"id": r.info.run_id, "name": r.info.run_name, "status": r.info.status,
                 "tags": r.data.tags, "params": r.data.params, "metrics": r.data.metrics,
-                "history": history})
+                "history": history, "artifacts": artifacts})
 print(json.dumps(out))
 "#;
         let out = Command::new(python())
@@ -459,6 +477,7 @@ print(json.dumps(out))
             .arg(script)
             .arg(self.uri())
             .arg(experiment)
+            .arg(tempfile::tempdir_in(&self.dir)?.keep())
             .env_remove("MLFLOW_TRACKING_URI")
             .current_dir(&self.dir)
             .output()?;
@@ -479,7 +498,7 @@ fn mlflow_sweep(dir: &Path, uri: &str, sleep: f64) -> Result<PathBuf> {
     let text = std::fs::read_to_string(&file)?;
     let text = text.replace(
         &format!("optuna = \"{}\"", dir.join("optuna.log").display()),
-        &format!("mlflow = {{ tracking_uri = \"{uri}\" }}"),
+        &format!("mlflow = {{ tracking_uri = \"{uri}\", log_artifacts = true }}"),
     );
     std::fs::write(&file, text)?;
     Ok(file)
@@ -503,6 +522,18 @@ fn check_runs(runs: &[Json], grid: &ResultGrid) -> Result<()> {
     let best = grid.best_result()?;
     ensure!(parent["tags"]["rtune.best_trial"] == best.trial_id(), "{}", parent["tags"]);
     ensure!(parent["metrics"]["score"].as_f64() == best.last("score"), "{}", parent["metrics"]);
+    // The best trial's latest checkpoint, as MLflow's client downloads it.
+    let checkpoint = best.checkpoint()?;
+    let logged = parent["artifacts"].as_object().context("artifacts")?;
+    let files = rtune_files(checkpoint.path())?;
+    ensure!(
+        !files.is_empty() && logged.len() == files.len(),
+        "logged {logged:?}, on disk {files:?}"
+    );
+    for (name, bytes) in files {
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        ensure!(logged.get(&format!("best_checkpoint/{name}")) == Some(&Json::from(hex)), "{name}");
+    }
     ensure!(
         nested.len() == grid.trials.len(),
         "{} runs, {} trials",
@@ -612,7 +643,7 @@ c.delete_experiment(c.create_experiment("gone"))
     );
     let file = mlflow_sweep(dir.path(), &server.uri(), 0.0)?;
     let sweep = std::fs::read_to_string(&file)?;
-    let line = format!("mlflow = {{ tracking_uri = \"{}\" }}", server.uri());
+    let line = format!("mlflow = {{ tracking_uri = \"{}\", log_artifacts = true }}", server.uri());
     let cases = [
         ("mlflow = {}".to_owned(), "MLFLOW_TRACKING_URI"),
         ("mlflow = { tracking_uri = \"127.0.0.1:5000\" }".to_owned(), "http://"),

@@ -40,6 +40,7 @@ pub struct MlflowLogger {
     experiment: Option<String>,
     queue_limit: usize,
     flush_timeout: Duration,
+    log_artifacts: bool,
     live: Mutex<Option<Live>>,
 }
 
@@ -71,6 +72,7 @@ impl MlflowLogger {
             experiment: None,
             queue_limit: 100_000,
             flush_timeout: Duration::from_secs(30),
+            log_artifacts: false,
             live: Mutex::new(None),
         }
     }
@@ -79,6 +81,14 @@ impl MlflowLogger {
     /// sweep.
     pub fn experiment(mut self, name: impl Into<String>) -> Self {
         self.experiment = Some(name.into());
+        self
+    }
+
+    /// At the end, the best trial's latest checkpoint folder (its weights, metadata and data
+    /// schema) goes into the parent run's artifacts as `best_checkpoint/`, through the
+    /// server's artifact proxy.
+    pub fn log_artifacts(mut self, yes: bool) -> Self {
+        self.log_artifacts = yes;
         self
     }
 
@@ -146,6 +156,7 @@ impl Callback for MlflowLogger {
             saved,
             state_path,
             flush_timeout: self.flush_timeout,
+            log_artifacts: self.log_artifacts,
         };
         let dropped = Arc::new(AtomicU64::new(0));
         let thread = std::thread::Builder::new()
@@ -299,6 +310,9 @@ struct Saved {
     tracking_uri: String,
     experiment_id: String,
     parent_run_id: String,
+    /// Where the parent run's artifacts go.
+    #[serde(default)]
+    artifact_uri: String,
     /// By rtune trial id.
     trials: BTreeMap<String, SavedTrial>,
 }
@@ -306,6 +320,9 @@ struct Saved {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct SavedTrial {
     run_id: String,
+    /// Its directory (its checkpoints are there).
+    #[serde(default)]
+    path: PathBuf,
     /// The last step sent, and the metrics reported at it.
     step: i64,
     last: BTreeMap<String, f64>,
@@ -319,6 +336,7 @@ struct Setup {
     saved: Option<Saved>,
     state_path: PathBuf,
     flush_timeout: Duration,
+    log_artifacts: bool,
 }
 
 /// What is still to be sent for one trial.
@@ -328,6 +346,8 @@ struct Pending {
     params: Vec<(String, String)>,
     /// Its params were taken (they go once).
     logged_params: bool,
+    /// Its directory, until noted in `mlflow.json`.
+    path: Option<PathBuf>,
     started: bool,
     tags: Vec<(String, String)>,
     metrics: Vec<Json>,
@@ -363,6 +383,7 @@ fn run(
                 pending: BTreeMap::new(),
                 finish: None,
                 refused: 0,
+                log_artifacts: setup.log_artifacts,
             },
             Err(why) => {
                 let _ = ready.send(Err(why.text));
@@ -382,6 +403,7 @@ struct Sender {
     finish: Option<&'static str>,
     /// Events the server refused (4xx), which are not sent again.
     refused: u64,
+    log_artifacts: bool,
 }
 
 impl Sender {
@@ -457,6 +479,7 @@ impl Sender {
                 let known = self.saved.trials.contains_key(&trial);
                 self.backfill(&trial, &path);
                 let p = self.pending.entry(trial).or_default();
+                p.path = Some(path);
                 // A run's params are logged once (MLflow refuses to change them).
                 if !known && !p.logged_params {
                     p.params = params;
@@ -548,9 +571,12 @@ impl Sender {
                         |(k, v)| json!({"key": k, "value": v, "timestamp": now_ms(), "step": step}),
                     )
                     .collect();
-                let tags = vec![("rtune.best_trial".to_owned(), best)];
+                let tags = vec![("rtune.best_trial".to_owned(), best.clone())];
                 let sent = self.client.log_batch(&parent, &metrics, &[], &tags).await;
                 settled(&mut self.refused, metrics.len(), sent)?;
+                if std::mem::take(&mut self.log_artifacts) {
+                    self.send_best_checkpoint(&best).await?;
+                }
             }
             let ended = self.client.end_run(&parent, status).await;
             settled(&mut self.refused, 1, ended)?;
@@ -569,7 +595,7 @@ impl Sender {
                 let tags = [("mlflow.parentRunId", parent), ("rtune.trial_id", trial)];
                 let made = self.client.create_run(&self.saved.experiment_id, trial, &tags).await;
                 let run_id = match made {
-                    Ok(run_id) => run_id,
+                    Ok((run_id, _)) => run_id,
                     Err(f) if f.retry => return Err(f.text),
                     Err(f) => {
                         // Nothing of this trial can go anywhere.
@@ -605,6 +631,9 @@ impl Sender {
         }
         let saved = self.saved.trials.get_mut(trial).expect("made above");
         saved.step = saved.step.max(p.step);
+        if let Some(path) = p.path.take() {
+            saved.path = path;
+        }
         if !p.last.is_empty() {
             saved.last = std::mem::take(&mut p.last);
         }
@@ -614,6 +643,42 @@ impl Sender {
             saved.ended = true;
         }
         save(&self.state_path, &self.saved);
+        Ok(())
+    }
+
+    /// The latest checkpoint of trial `best` into the parent run's artifacts, as
+    /// `best_checkpoint/...`; an artifact store the server does not proxy is a warning.
+    async fn send_best_checkpoint(&mut self, best: &str) -> std::result::Result<(), String> {
+        let dir = self.saved.trials.get(best).map(|t| t.path.clone()).unwrap_or_default();
+        let latest = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("metadata.json").is_file())
+            .filter(|p| {
+                p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
+            })
+            .max();
+        let Some(checkpoint) = latest else {
+            tracing::warn!("MLflow: trial {best} has no checkpoint to log as an artifact");
+            return Ok(());
+        };
+        for name in crate::sys::relative_files(&checkpoint) {
+            let file = checkpoint.join(&name);
+            let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let at = format!("best_checkpoint/{name}");
+            match self.client.put_artifact(&self.saved.artifact_uri, &at, bytes).await {
+                Some(sent) => settled(&mut self.refused, 1, sent)?,
+                None => {
+                    tracing::warn!(
+                        "MLflow: the server keeps artifacts at {}, which it does not serve \
+                         (start it with --serve-artifacts): the checkpoint is not logged",
+                        self.saved.artifact_uri
+                    );
+                    return Ok(());
+                }
+            }
+        }
         Ok(())
     }
 
@@ -710,6 +775,7 @@ mod tests {
             pending: BTreeMap::new(),
             finish: None,
             refused: 0,
+            log_artifacts: false,
         }
     }
 

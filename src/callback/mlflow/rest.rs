@@ -83,7 +83,8 @@ impl Client {
         let info = &setup.info;
         let tags = [("rtune.experiment", info.path.display().to_string())];
         let tags: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let parent_run_id = self.create_run(&experiment_id, &info.name, &tags).await?;
+        let (parent_run_id, artifact_uri) =
+            self.create_run(&experiment_id, &info.name, &tags).await?;
         let params: Vec<(String, String)> = info
             .settings
             .iter()
@@ -96,6 +97,7 @@ impl Client {
             tracking_uri: setup.uri.clone(),
             experiment_id,
             parent_run_id,
+            artifact_uri,
             trials: BTreeMap::new(),
         };
         save(&setup.state_path, &saved);
@@ -107,12 +109,37 @@ impl Client {
         experiment_id: &str,
         name: &str,
         tags: &[(&str, &str)],
-    ) -> Call<String> {
+    ) -> Call<(String, String)> {
         let tags: Vec<Json> = tags.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
         let body = json!({"experiment_id": experiment_id, "run_name": name, "start_time": now_ms(), "tags": tags});
         let made = self.post("runs/create", body).await?;
+        let info = &made["run"]["info"];
+        let artifacts = info["artifact_uri"].as_str().unwrap_or_default().to_owned();
         let no_id = || Failure { text: format!("runs/create: no run id in {made}"), retry: true };
-        made["run"]["info"]["run_id"].as_str().map(str::to_owned).ok_or_else(no_id)
+        let run_id = info["run_id"].as_str().map(str::to_owned).ok_or_else(no_id)?;
+        Ok((run_id, artifacts))
+    }
+
+    /// Puts `bytes` at `path` among a run's artifacts, through the server's artifact proxy
+    /// (`mlflow-artifacts:/` URIs, what `mlflow server` gives by default). None for an
+    /// artifact store the server does not proxy.
+    pub(super) async fn put_artifact(
+        &self,
+        artifact_uri: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Option<Call<()>> {
+        let root = artifact_uri.strip_prefix("mlflow-artifacts:")?.trim_start_matches('/');
+        let url = format!("{}/api/2.0/mlflow-artifacts/artifacts/{root}/{path}", self.uri);
+        let failed = |text: String, retry: bool| Failure { text: format!("{path}: {text}"), retry };
+        let sent =
+            self.http.put(&url).header("Content-Type", "application/octet-stream").body(bytes);
+        let outcome = match sent.send().await {
+            Err(e) => Err(failed(e.to_string(), true)),
+            Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) => Err(failed(r.status().to_string(), !r.status().is_client_error())),
+        };
+        Some(outcome)
     }
 
     pub(super) async fn log_batch(
