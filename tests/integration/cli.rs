@@ -52,7 +52,7 @@ fn sweep_file(dir: &Path, sleep: f64) -> Result<PathBuf> {
     Ok(path)
 }
 
-fn rtune(args: &[&str]) -> Result<Output> {
+pub(crate) fn rtune(args: &[&str]) -> Result<Output> {
     Ok(Command::new(RTUNE).args(args).env_remove("RUST_LOG").output()?)
 }
 

@@ -12,6 +12,7 @@ use rtune::ResultGrid;
 use rtune::search::TrialStatus;
 use serde_json::Value as Json;
 
+use crate::cli::rtune;
 use crate::common::{text, wait_for};
 
 const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
@@ -185,10 +186,6 @@ fn check_study(study: &Json, grid: &ResultGrid) -> Result<()> {
         best.trial_id()
     );
     Ok(())
-}
-
-fn rtune(args: &[&str]) -> Result<Output> {
-    Ok(Command::new(RTUNE).args(args).env_remove("RUST_LOG").output()?)
 }
 
 /// A sweep written to an Optuna journal that already holds another study: Optuna's own reader
