@@ -435,8 +435,14 @@ impl Controller {
     }
 
     /// Starts trials while there is room: the scheduler's choice among pending and paused
-    /// trials first, else a new one from the searcher.
+    /// trials first, else a new one from the searcher (all of them at once for a scheduler that
+    /// time-shares the slots).
     fn fill(&mut self, commands: &mut Vec<Command>) -> Result<()> {
+        // A scheduler that time-shares the slots (PBT) gets its whole population now, waiting
+        // as PENDING: it pauses running trials and runs waiting ones in their place.
+        if self.scheduler.time_shares() && self.config.num_samples.is_some() {
+            while !self.no_more_trials && self.create_trial()? {}
+        }
         while self.started() < self.config.max_concurrent_trials {
             let view = Runnable(View::of(&self.trials, &self.ended, &self.no_params));
             if let Some(id) = self.scheduler.choose_trial_to_run(&view) {
@@ -876,6 +882,37 @@ mod tests {
         }
         let (trial, _, params) = run.exploits.last().unwrap();
         assert_eq!(&run.params[trial], params, "it went on with the exploited params");
+    }
+
+    /// PBT with fewer slots than its population: the whole population is made at once (waiting
+    /// as PENDING), trials pause at perturbations and give their slot to waiting ones, never
+    /// more than the slots run, and every trial trains to the end.
+    #[test]
+    fn pbt_time_shares_fewer_slots_than_its_population() {
+        let pbt = || {
+            rtune_searchers::Pbt::new()
+                .time_attr("training_iteration")
+                .perturbation_interval(2)
+                .hyperparam_mutations(space())
+                .seed(3)
+        };
+        let mut c = Controller::new(config(8, 2), random(8), Box::new(pbt())).unwrap();
+        let begun = c.step(Event::Begin).unwrap();
+        assert_eq!(begun.len(), 2, "{begun:?}");
+        assert_eq!(c.created(), 8, "the population is made at once");
+        let pending = statuses(&c).iter().filter(|s| **s == TrialStatus::Pending).count();
+        assert_eq!(pending, 6);
+        let mut c = Controller::new(config(8, 2), random(8), Box::new(pbt())).unwrap();
+        let run = simulate(&mut c, 8, |_, _| false).unwrap();
+        assert_eq!(run.most_started, 2);
+        assert!(
+            run.pauses > 0 && run.resumes > 0,
+            "{} pauses, {} resumes",
+            run.pauses,
+            run.resumes
+        );
+        assert!(!run.exploits.is_empty(), "no exploit");
+        assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 8]);
     }
 
     /// HyperBand pauses trials at its milestones and the controller resumes the promoted ones.

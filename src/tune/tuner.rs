@@ -220,7 +220,10 @@ impl Tuner {
                 let basic = BasicVariant::new(space.clone())?
                     .num_samples(num_samples.unwrap_or(u64::MAX))
                     .seed(settings.seed);
-                (Box::new(basic), None)
+                // Known where samples are counted (the grid times them): PBT makes its whole
+                // population at once.
+                let total = num_samples.and(basic.total()).and_then(|t| usize::try_from(t).ok());
+                (Box::new(basic), total)
             }
         };
         let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));

@@ -164,6 +164,10 @@ fn main() {
             tune::pbt_exploits_continue_from_the_source_weights,
         ),
         test(
+            "tune::pbt_time_shares_two_slots_among_eight_trials",
+            tune::pbt_time_shares_two_slots_among_eight_trials,
+        ),
+        test(
             "tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints",
             tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints,
         ),

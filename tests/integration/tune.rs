@@ -1,6 +1,7 @@
 //! The Tuner end to end: sweeps of real TorchTrainer trials (2 worker processes each, libtorch,
 //! the ring all-reduce) on the process's shared local pool, with a real scheduler.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -591,6 +592,67 @@ pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
             rows(t.path())?.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
         ensure!(iterations.windows(2).all(|p| p[0] < p[1]), "{}: {iterations:?}", t.trial_id());
         ensure!(iterations.last() <= Some(&8), "{}: {iterations:?}", t.trial_id());
+    }
+    Ok(())
+}
+
+/// PBT with a population of 8 and 2 slots (Ray's time-sharing): the population waits as
+/// PENDING, trials pause at perturbations and give their slot up, and a trial takes over the
+/// checkpoint of one it never ran beside; every trial ends with each iteration once.
+pub fn pbt_time_shares_two_slots_among_eight_trials() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let trainer = TorchTrainer::new(grow)
+        .train_loop_config(Params::new().with("dir", dir.path().display().to_string()))
+        .scaling(ScalingConfig::workers(1).resources_per_worker([("CPU".to_string(), 0.5)].into()));
+    let rates =
+        SearchSpace::new().add("rate", grid_search([0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0]));
+    let pbt = Pbt::new()
+        .time_attr("training_iteration")
+        .perturbation_interval(2)
+        .hyperparam_mutations(SearchSpace::new().add("rate", rtune_searchers::uniform(0.1, 3.0)?))
+        .seed(7);
+    let grid = Tuner::new(trainer, rates)
+        .tune_config(
+            TuneConfig::new().metric("w").mode(Mode::Max).max_concurrent_trials(2).scheduler(pbt),
+        )
+        .run_config(RunConfig::new("pbt2").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 8, "{} trials", grid.trials.len());
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.errors()
+    );
+    let events = std::fs::read_to_string(dir.path().join("events"))?;
+    let lines: Vec<Vec<&str>> = events.lines().map(|l| l.split(' ').collect()).collect();
+    // Each trial's stints (line ranges of the events file): a new one at each restore.
+    let mut stints: BTreeMap<&str, Vec<(usize, usize)>> = BTreeMap::new();
+    for (i, f) in lines.iter().enumerate() {
+        let runs = stints.entry(f[1]).or_default();
+        match runs.last_mut() {
+            Some(last) if f[0] != "restored" => last.1 = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let together = |a: &str, b: &str| {
+        stints[a].iter().any(|x| stints[b].iter().any(|y| x.0 <= y.1 && y.0 <= x.1))
+    };
+    let most = (0..lines.len())
+        .map(|i| stints.values().filter(|s| s.iter().any(|r| r.0 <= i && i <= r.1)).count())
+        .max()
+        .unwrap_or(0);
+    ensure!(most <= 2, "{most} trials ran at once:\n{events}");
+    let resumed = lines.iter().filter(|f| f[0] == "restored" && f[1] == f[2]).count();
+    ensure!(resumed > 0, "no trial paused and went on:\n{events}");
+    let apart = lines
+        .iter()
+        .filter(|f| f[0] == "restored" && f[1] != f[2] && !together(f[1], f[2]))
+        .count();
+    ensure!(apart > 0, "no exploit between trials that never ran at once:\n{events}");
+    for t in &grid.trials {
+        let iterations: Vec<u64> =
+            rows(t.path())?.iter().map(|r| r["training_iteration"].as_u64().unwrap_or(0)).collect();
+        ensure!(iterations.windows(2).all(|p| p[0] < p[1]), "{}: {iterations:?}", t.trial_id());
     }
     Ok(())
 }

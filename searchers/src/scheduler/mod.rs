@@ -138,6 +138,14 @@ pub trait TrialScheduler: Send {
         let _ = result;
         false
     }
+
+    /// Whether it time-shares the trial slots (PBT): it wants the whole population made at
+    /// once, waiting as PENDING, so that it can pause running trials and run waiting ones in
+    /// their place when there are fewer slots than trials. False by default: trials are made
+    /// as slots free up.
+    fn time_shares(&self) -> bool {
+        false
+    }
 }
 
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
@@ -187,6 +195,9 @@ impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     }
     fn budget_reached(&self, result: &Metrics) -> bool {
         (**self).budget_reached(result)
+    }
+    fn time_shares(&self) -> bool {
+        (**self).time_shares()
     }
 }
 

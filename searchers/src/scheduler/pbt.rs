@@ -435,6 +435,12 @@ impl TrialScheduler for Pbt {
         Ok(())
     }
 
+    /// The population takes turns in the slots: at a perturbation, a trial gives its slot up
+    /// (pauses) while others wait.
+    fn time_shares(&self) -> bool {
+        true
+    }
+
     fn choose_trial_to_run(&mut self, trials: &dyn TrialsView) -> Option<TrialId> {
         trials
             .iter()
