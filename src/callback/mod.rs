@@ -114,6 +114,19 @@ pub trait Callback: Send + Sync {
         Ok(())
     }
 
+    /// The sweep ends with `error` (a failing callback, fail-fast, a disk): said just before
+    /// `on_experiment_end`.
+    fn on_experiment_error(&self, error: &str) -> Result<()> {
+        let _ = error;
+        Ok(())
+    }
+
+    /// The sweep stopped resumably (Ctrl-C, SIGTERM, `rtune stop`): no `on_experiment_end`
+    /// follows; a restore begins again with `on_experiment_begin`.
+    fn on_experiment_interrupt(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The scheduler's decisions so far (ASHA's rungs, PBT's exploits), when they changed: at
     /// most once a second, and once more before `on_experiment_end`.
     fn on_scheduler_status(&self, status: &SchedulerStatus) -> Result<()> {
@@ -150,6 +163,12 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
     }
     fn on_experiment_end(&self, trials: &[TrialInfo]) -> Result<()> {
         (**self).on_experiment_end(trials)
+    }
+    fn on_experiment_error(&self, error: &str) -> Result<()> {
+        (**self).on_experiment_error(error)
+    }
+    fn on_experiment_interrupt(&self) -> Result<()> {
+        (**self).on_experiment_interrupt()
     }
     fn on_scheduler_status(&self, status: &SchedulerStatus) -> Result<()> {
         (**self).on_scheduler_status(status)

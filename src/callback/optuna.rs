@@ -198,6 +198,10 @@ impl Callback for OptunaJournal {
             Ok(())
         })
     }
+
+    fn on_experiment_interrupt(&self) -> Result<()> {
+        self.on_experiment_end(&[])
+    }
 }
 
 impl OptunaJournal {

@@ -304,6 +304,10 @@ impl Sweep {
         }
         if self.frozen {
             tracing::info!("sweep {} interrupted; it goes on with rtune resume", self.experiment);
+            // The sweep is interrupted whatever a callback says of it.
+            if let Err(e) = self.run.callbacks.each(|c| c.on_experiment_interrupt()) {
+                tracing::warn!("{e}");
+            }
             return Err(fatal.unwrap_or_else(|| Error::Interrupted { path: self.path.clone() }));
         }
         self.save_state(&mut fatal);
@@ -323,6 +327,9 @@ impl Sweep {
         );
         self.show_scheduler(&mut fatal, true);
         let infos: Vec<TrialInfo> = trials.values().map(trial_info).collect();
+        if let Some(error) = fatal.as_ref().map(|e| e.to_string()) {
+            self.call_back(&mut fatal, |c| c.on_experiment_error(&error));
+        }
         self.call_back(&mut fatal, |c| c.on_experiment_end(&infos));
         if let Some(e) = fatal {
             return Err(e);

@@ -203,6 +203,10 @@ fn main() {
         ),
         test("tracking::mlflow_reads_the_sweep_as_runs", tracking::mlflow_reads_the_sweep_as_runs),
         test(
+            "tracking::an_interrupted_sweep_is_killed_then_goes_on",
+            tracking::an_interrupted_sweep_is_killed_then_goes_on,
+        ),
+        test(
             "tracking::a_tracking_server_down_for_a_while_loses_nothing",
             tracking::a_tracking_server_down_for_a_while_loses_nothing,
         ),

@@ -589,6 +589,37 @@ pub fn mlflow_reads_the_sweep_as_runs() -> Result<()> {
     check_runs(&server.runs("study")?, &grid)
 }
 
+/// A sweep interrupted (SIGINT, as Ctrl-C) is KILLED in MLflow, with the runs of its running
+/// trials; resumed, it goes on with the same runs and ends FINISHED with every step once.
+pub fn an_interrupted_sweep_is_killed_then_goes_on() -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir()?;
+    let server = MlflowServer::start(dir.path(), None)?;
+    let file = mlflow_sweep(dir.path(), &server.uri(), 0.1)?;
+    let child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let experiment = dir.path().join("results/study");
+    wait_for(Duration::from_secs(120), || {
+        let grid = ResultGrid::from_path(&experiment);
+        Ok(grid.is_ok_and(|g| g.trials.iter().filter(|t| t.status().is_finished()).count() >= 2))
+    })?;
+    // SAFETY: kill(2) on the process group of a child we started.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let out = child.wait_with_output()?;
+    ensure!(out.status.code() == Some(3), "{}", text(&out));
+    let runs = server.runs("study")?;
+    let parent = runs.iter().find(|r| r["tags"].get("mlflow.parentRunId").is_none());
+    ensure!(parent.is_some_and(|p| p["status"] == "KILLED"), "{parent:?}");
+    ensure!(!runs.iter().any(|r| r["status"] == "RUNNING"), "a run left RUNNING: {runs:?}");
+    let out = rtune(&["resume", experiment.to_str().unwrap(), "--no-tui", "--allow-failures"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    check_runs(&server.runs("study")?, &ResultGrid::from_path(&experiment)?)
+}
+
 /// The tracking server killed for part of the sweep and started again on the same store: the
 /// sweep goes on meanwhile, and MLflow ends up with every row once.
 pub fn a_tracking_server_down_for_a_while_loses_nothing() -> Result<()> {

@@ -120,6 +120,24 @@ impl Client {
         Ok((run_id, artifacts))
     }
 
+    /// The run of `trial` under `parent`, if one was made.
+    pub(super) async fn find_run(
+        &self,
+        experiment_id: &str,
+        parent: &str,
+        trial: &str,
+    ) -> Call<Option<String>> {
+        let quote = |v: &str| v.replace('\'', "\\'");
+        let filter = format!(
+            "tags.`mlflow.parentRunId` = '{}' and tags.`rtune.trial_id` = '{}'",
+            quote(parent),
+            quote(trial)
+        );
+        let body = json!({"experiment_ids": [experiment_id], "filter": filter, "max_results": 1});
+        let found = self.post("runs/search", body).await?;
+        Ok(found["runs"][0]["info"]["run_id"].as_str().map(str::to_owned))
+    }
+
     /// Puts `bytes` at `path` among a run's artifacts, through the server's artifact proxy
     /// (`mlflow-artifacts:/` URIs, what `mlflow server` gives by default). None for an
     /// artifact store the server does not proxy.
