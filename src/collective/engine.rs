@@ -79,6 +79,9 @@ pub(crate) enum RingKind {
     AllReduce { div: Option<f32> },
     /// All-gather only (w-1 steps); `segs[p]` starts out filled at ring position `p`.
     AllGather,
+    /// Reduce-scatter only (w-1 steps): position `p` ends with `segs[(p + 1) % w]` reduced
+    /// (and divided by `div`).
+    ReduceScatter { div: Option<f32> },
 }
 
 /// The ring schedule for the rank at ring position `pos` of `w`, over `segs` (indexed by ring
@@ -90,7 +93,7 @@ pub(crate) fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> La
     let w = segs.len();
     let steps = match kind {
         RingKind::AllReduce { .. } => 2 * (w - 1),
-        RingKind::AllGather => w - 1,
+        RingKind::AllGather | RingKind::ReduceScatter { .. } => w - 1,
     };
     let mut plan = LanePlan::default();
     let mut recv_start = Vec::with_capacity(steps);
@@ -99,8 +102,10 @@ pub(crate) fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> La
         let send = (pos + 2 * w - t) % w;
         let recv = (pos + 2 * w - t - 1) % w;
         let mode = match kind {
-            RingKind::AllReduce { div } if t + 2 == w => div.map_or(Mode::Add, Mode::AddDiv),
-            RingKind::AllReduce { .. } if t + 2 < w => Mode::Add,
+            RingKind::AllReduce { div } | RingKind::ReduceScatter { div } if t + 2 == w => {
+                div.map_or(Mode::Add, Mode::AddDiv)
+            }
+            RingKind::AllReduce { .. } | RingKind::ReduceScatter { .. } if t + 2 < w => Mode::Add,
             _ => Mode::Copy,
         };
         plan.sends.push(SendSeg {

@@ -21,6 +21,7 @@ pub enum Op {
     BroadcastBytes,
     AllGather,
     Barrier,
+    ReduceScatter,
 }
 
 impl Op {
@@ -32,6 +33,7 @@ impl Op {
             Op::BroadcastBytes => 3,
             Op::AllGather => 4,
             Op::Barrier => 5,
+            Op::ReduceScatter => 6,
         }
     }
 
@@ -43,6 +45,7 @@ impl Op {
             3 => Op::BroadcastBytes,
             4 => Op::AllGather,
             5 => Op::Barrier,
+            6 => Op::ReduceScatter,
             _ => return None,
         })
     }
@@ -57,6 +60,7 @@ impl fmt::Display for Op {
             Op::BroadcastBytes => "broadcast_bytes",
             Op::AllGather => "all_gather",
             Op::Barrier => "barrier",
+            Op::ReduceScatter => "reduce_scatter",
         })
     }
 }

@@ -92,6 +92,18 @@ pub trait ProcessGroup: Send {
     /// `world_size * input.len()`.
     fn all_gather(&mut self, input: &[f32], output: &mut [f32]) -> Result<()>;
 
+    /// Reduces `input` (the same length on every rank) across ranks, cut into consecutive
+    /// pieces of `counts[0]`, `counts[1]`, .. elements (one per rank, summing to `input.len()`,
+    /// sizes may differ), and leaves rank `r` its reduced piece in `output` (`counts[r]` long):
+    /// the first half of a ring all-reduce, at half its traffic. `input` is scratch.
+    fn reduce_scatter(
+        &mut self,
+        input: &mut [f32],
+        counts: &[usize],
+        output: &mut [f32],
+        op: ReduceOp,
+    ) -> Result<()>;
+
     /// Returns once every rank has entered the barrier.
     fn barrier(&mut self) -> Result<()>;
 }

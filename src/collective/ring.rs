@@ -6,6 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -454,6 +455,20 @@ impl RingGroup {
         result
     }
 
+    /// `run` for a call that adds what it receives, with the group's staging buffers (moved
+    /// out for the call so `run` can borrow `self` whole; moving Vecs is free).
+    fn run_reducing(
+        &mut self,
+        header: (Op, usize, u32),
+        buf: &mut [f32],
+        plans: Plans,
+    ) -> Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.run(header, buf, plans, &mut scratch);
+        self.scratch = scratch;
+        result
+    }
+
     fn broadcast_typed<T: Pod>(&mut self, op: Op, buf: &mut [T], root: usize) -> Result<()> {
         let n = buf.len();
         let (w, h) = (self.world, n / 2);
@@ -523,10 +538,7 @@ impl ProcessGroup for RingGroup {
         if w == 1 {
             return Ok(()); // sum and average of one contribution are the contribution
         }
-        let div = match op {
-            ReduceOp::Sum => None,
-            ReduceOp::Avg => Some(w as f32),
-        };
+        let (div, arg) = reduction(op, w);
         let kind = RingKind::AllReduce { div };
         let n = buf.len();
         let h = n / 2;
@@ -538,16 +550,8 @@ impl ProcessGroup for RingGroup {
         } else {
             vec![engine::ring_plan(self.rank, &engine::split(0, n, w), kind)]
         };
-        let arg = match op {
-            ReduceOp::Sum => 1,
-            ReduceOp::Avg => 2,
-        };
-        // Moved out for the call so `run` can borrow `self` whole; moving Vecs is free.
-        let mut scratch = std::mem::take(&mut self.scratch);
         let plans = Plans { lanes: plans, halves: Some(h) };
-        let result = self.run((Op::AllReduce, n, arg), buf, plans, &mut scratch);
-        self.scratch = scratch;
-        result
+        self.run_reducing((Op::AllReduce, n, arg), buf, plans)
     }
 
     fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()> {
@@ -600,6 +604,68 @@ impl ProcessGroup for RingGroup {
         self.all_gather_typed(Op::AllGather, input, output)
     }
 
+    fn reduce_scatter(
+        &mut self,
+        input: &mut [f32],
+        counts: &[usize],
+        output: &mut [f32],
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.ensure_usable()?;
+        let (w, rank) = (self.world, self.rank);
+        let invalid =
+            |what: String| CollectiveError::InvalidArgument { op: Op::ReduceScatter, what };
+        if counts.len() != w || counts.iter().sum::<usize>() != input.len() {
+            return Err(invalid(format!(
+                "counts {counts:?} must be one per rank ({w}) adding up to the input's {}",
+                input.len()
+            )));
+        }
+        if output.len() != counts[rank] {
+            let want = counts[rank];
+            return Err(invalid(format!(
+                "output holds {} elements, rank {rank}'s piece {want}",
+                output.len()
+            )));
+        }
+        let starts: Vec<usize> =
+            counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+        let piece = |r: usize| starts[r]..starts[r] + counts[r];
+        if w > 1 {
+            let (div, arg) = reduction(op, w);
+            let kind = RingKind::ReduceScatter { div };
+            // Ring position p ends with segment (p + 1) % w: that is its rank's piece. With two
+            // lanes the clockwise one takes the first half of every piece and the
+            // counter-clockwise one (where position p is rank ccw(p)) the second half.
+            let segs = |rank_at: fn(&Self, usize) -> usize,
+                        part: fn(Range<usize>) -> Range<usize>| {
+                let at = |x: usize| rank_at(self, (x + w - 1) % w);
+                (0..w).map(|x| part(piece(at(x)))).collect::<Vec<_>>()
+            };
+            let plans = if self.lane_count(input.len() * 4) == 2 {
+                vec![
+                    engine::ring_plan(
+                        rank,
+                        &segs(|_, p| p, |r| r.start..r.start + r.len() / 2),
+                        kind,
+                    ),
+                    engine::ring_plan(
+                        self.ccw(rank),
+                        &segs(Self::ccw, |r| r.start + r.len() / 2..r.end),
+                        kind,
+                    ),
+                ]
+            } else {
+                vec![engine::ring_plan(rank, &segs(|_, p| p, |r| r), kind)]
+            };
+            // The directions interleave (half of every piece each), so they share one thread.
+            let plans = Plans { lanes: plans, halves: None };
+            self.run_reducing((Op::ReduceScatter, input.len(), arg), input, plans)?;
+        }
+        output.copy_from_slice(&input[piece(rank)]);
+        Ok(())
+    }
+
     fn barrier(&mut self) -> Result<()> {
         self.ensure_usable()?;
         if self.world == 1 {
@@ -613,6 +679,15 @@ impl ProcessGroup for RingGroup {
 }
 
 /// Time left until `deadline` (zero once passed).
+/// What a reduction does at its last step (divide, for an average over `world` ranks), and its
+/// code in the call header.
+fn reduction(op: ReduceOp, world: usize) -> (Option<f32>, u32) {
+    match op {
+        ReduceOp::Sum => (None, 1),
+        ReduceOp::Avg => (Some(world as f32), 2),
+    }
+}
+
 fn left(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }

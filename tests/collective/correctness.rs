@@ -181,6 +181,75 @@ fn all_gather_in_rank_order() {
     }
 }
 
+/// Pieces of `n` for `world` ranks: even, uneven, with empty ones, and one rank holding all.
+fn piece_sets(world: usize, n: usize) -> Vec<Vec<usize>> {
+    let even: Vec<usize> = (0..world).map(|r| n / world + usize::from(r < n % world)).collect();
+    let mut uneven: Vec<usize> = (0..world).map(|r| (r * 3) % (n / world + 2)).collect();
+    uneven[world - 1] = n - uneven[..world - 1].iter().sum::<usize>().min(n);
+    if uneven.iter().sum::<usize>() != n {
+        uneven = even.clone();
+    }
+    let mut last = vec![0; world];
+    last[world - 1] = n;
+    vec![even, uneven, last]
+}
+
+fn check_reduce_scatter(opts: GroupOptions) {
+    for world in WORLDS {
+        let results = run_ranks(world, opts.clone(), |rank, mut g| {
+            let mut out = Vec::new();
+            for n in [0usize, 7, 1000, 300_001] {
+                for counts in piece_sets(world, n) {
+                    for op in [ReduceOp::Sum, ReduceOp::Avg] {
+                        let mut input: Vec<f32> = (0..n).map(|i| value(rank, i)).collect();
+                        let mut output = vec![-1.0; counts[rank]];
+                        g.reduce_scatter(&mut input, &counts, &mut output, op).unwrap();
+                        // Its all-gather is the all-reduce, bit for bit.
+                        let mut whole = vec![0.0; n];
+                        let mut reduced: Vec<f32> = (0..n).map(|i| value(rank, i)).collect();
+                        g.all_reduce(&mut reduced, op).unwrap();
+                        if counts.iter().all(|&c| c == counts[0]) {
+                            g.all_gather(&output, &mut whole).unwrap();
+                            assert_eq!(bits(&whole), bits(&reduced), "world {world} n {n}");
+                        }
+                        out.push((n, counts.clone(), op, output, reduced));
+                    }
+                }
+            }
+            out
+        });
+        for (rank, r) in results.iter().enumerate() {
+            for (n, counts, op, output, reduced) in r {
+                let start: usize = counts[..rank].iter().sum();
+                let piece = &reduced[start..start + counts[rank]];
+                let expected: Vec<f32> = (start..start + counts[rank])
+                    .map(|i| {
+                        let sum: usize = (0..world).map(|r| value(r, i) as usize).sum();
+                        match op {
+                            ReduceOp::Sum => sum as f32,
+                            ReduceOp::Avg => sum as f32 / world as f32,
+                        }
+                    })
+                    .collect();
+                assert!(output == &expected, "world {world} n {n} {counts:?} {op:?} rank {rank}");
+                assert_eq!(bits(output), bits(piece), "world {world} n {n} {counts:?} rank {rank}");
+            }
+        }
+    }
+}
+
+/// Reduce-scatter gives each rank its piece of the exact reduction (pieces of any size,
+/// empty ones too), the same bits as the all-reduce's, on both ring directions and on one.
+#[test]
+fn reduce_scatter_gives_each_rank_its_reduced_piece() {
+    check_reduce_scatter(GroupOptions::new(12));
+}
+
+#[test]
+fn reduce_scatter_one_direction() {
+    check_reduce_scatter(GroupOptions::new(13).bidirectional(false));
+}
+
 /// No rank leaves the barrier before the last one entered it.
 #[test]
 fn barrier_waits_for_everyone() {

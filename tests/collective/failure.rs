@@ -175,9 +175,13 @@ fn bad_arguments_are_refused_without_poisoning() {
         let e1 = g.all_gather(&[1.0; 3], &mut [0.0; 5]).unwrap_err();
         let e2 = g.broadcast(&mut [0.0; 3], 2).unwrap_err();
         let e3 = g.broadcast_bytes(&mut vec![], 7).unwrap_err();
+        let e4 =
+            g.reduce_scatter(&mut [1.0; 4], &[2, 1], &mut [0.0; 2], ReduceOp::Sum).unwrap_err();
+        let e5 =
+            g.reduce_scatter(&mut [1.0; 4], &[2, 2], &mut [0.0; 3], ReduceOp::Sum).unwrap_err();
         let mut buf = [1.0f32; 4];
         g.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
-        (vec![e1, e2, e3], buf)
+        (vec![e1, e2, e3, e4, e5], buf)
     });
     for (errs, buf) in out {
         for e in errs {
