@@ -3,7 +3,11 @@
 //!
 //! Run: `cargo run --release --example bench_allreduce -- [--runs 20] [--warmup 3]
 //!       [--sizes 1,10,100] [--one-direction] [--lane-threads-min-bytes N] [--chunk-bytes N]
-//!       [--socket-buffer N]`
+//!       [--socket-buffer N] [--op all_reduce|reduce_scatter]`
+//!
+//! With `--op reduce_scatter`: one `reduce_scatter` of the buffer into two halves instead
+//! (bandwidth: the whole buffer's bytes / median time, as for the all-reduce), against
+//! `bench/gloo_allreduce.py --op reduce_scatter` (gloo's `reduce_scatter_tensor`).
 //!
 //! Each timed run is: barrier, start clock, one all_reduce (sum), stop clock, on rank 0. The
 //! printed figure is algorithm bandwidth = buffer bytes / median time, in GB/s (10^9 B/s).
@@ -28,6 +32,7 @@ struct Args {
     opts: GroupOptions,
     worker: Option<usize>,
     raw: Vec<String>,
+    reduce_scatter: bool,
 }
 
 fn parse() -> anyhow::Result<Args> {
@@ -39,6 +44,7 @@ fn parse() -> anyhow::Result<Args> {
         opts: GroupOptions::new(0xbe9c),
         worker: None,
         raw: raw.clone(),
+        reduce_scatter: false,
     };
     let mut it = raw.into_iter();
     while let Some(flag) = it.next() {
@@ -54,6 +60,11 @@ fn parse() -> anyhow::Result<Args> {
             "--chunk-bytes" => a.opts.chunk_bytes = val()?.parse()?,
             "--socket-buffer" => a.opts.socket_buffer_bytes = Some(val()?.parse()?),
             "--worker" => a.worker = Some(val()?.parse()?),
+            "--op" => match val()?.as_str() {
+                "all_reduce" => a.reduce_scatter = false,
+                "reduce_scatter" => a.reduce_scatter = true,
+                other => bail!("--op {other}: use all_reduce or reduce_scatter"),
+            },
             other => bail!("unknown argument {other}"),
         }
     }
@@ -131,15 +142,26 @@ fn worker(rank: usize, args: &Args) -> anyhow::Result<()> {
     for &mb in &args.sizes_mb {
         let n = (mb * 1e6) as usize / 4;
         let mut buf = vec![1.0f32; n];
+        let counts = [n / 2, n - n / 2];
+        let mut piece = vec![0.0f32; counts[rank]];
         let mut times = Vec::with_capacity(args.runs);
         let mut cpu = Vec::with_capacity(args.runs);
         for i in 0..args.warmup + args.runs {
             buf.fill(1.0);
             g.barrier()?;
             let (t, c) = (Instant::now(), process_cpu());
-            g.all_reduce(&mut buf, ReduceOp::Sum)?;
+            let result = match args.reduce_scatter {
+                true => {
+                    g.reduce_scatter(&mut buf, &counts, &mut piece, ReduceOp::Sum)?;
+                    &piece
+                }
+                false => {
+                    g.all_reduce(&mut buf, ReduceOp::Sum)?;
+                    &buf
+                }
+            };
             let (took, cpu_took) = (t.elapsed(), process_cpu() - c);
-            anyhow::ensure!(buf[0] == 2.0 && buf[n - 1] == 2.0, "wrong result");
+            anyhow::ensure!(result[0] == 2.0 && result[result.len() - 1] == 2.0, "wrong result");
             if i >= args.warmup {
                 times.push(took);
                 cpu.push(cpu_took);
