@@ -184,36 +184,28 @@ def allreduce(figs, quick):
     args = ["--runs", "3" if quick else "10", "--sizes", sizes]
     exe = os.path.join(TARGET, "release", "examples", "bench_allreduce")
     got = {}
-    for who, cmd in [("rtune", [exe] + args),
-                     ("gloo", [PYTHON, "bench/gloo_allreduce.py"] + args)]:
-        for line in run(cmd).splitlines():
-            m = ALLREDUCE_LINE.match(line)
-            if m:
-                got[(who, float(m.group(1)))] = float(m.group(2))
-    for who, cmd in [("rtune rs", [exe, "--op", "reduce_scatter"] + args),
-                     ("gloo rs", [PYTHON, "bench/gloo_allreduce.py", "--op", "reduce_scatter"]
-                      + args)]:
+    runs = [("rtune", [exe] + args),
+            ("gloo", [PYTHON, "bench/gloo_allreduce.py"] + args),
+            ("rtune rs", [exe, "--op", "reduce_scatter"] + args),
+            ("gloo rs", [PYTHON, "bench/gloo_allreduce.py", "--op", "reduce_scatter"] + args)]
+    for who, cmd in runs:
         for line in run(cmd).splitlines():
             m = ALLREDUCE_LINE.match(line)
             if m:
                 got[(who, float(m.group(1)))] = float(m.group(2))
     group = "5. All-reduce, 2 processes on loopback"
-    for size in [float(s) for s in sizes.split(",")]:
-        ring, gloo = got[("rtune rs", size)], got[("gloo rs", size)]
-        figs.add(group, f"reduce_scatter {size:g} MB rtune", ring, "GB/s", "higher",
-                 "the whole buffer's bytes / median time of one reduce_scatter (sum)")
-        figs.add(group, f"reduce_scatter {size:g} MB gloo", gloo, "GB/s", "higher",
-                 "torch.distributed gloo's reduce_scatter_tensor, same definition")
-        figs.add(group, f"reduce_scatter {size:g} MB rtune / gloo", ring / gloo, "x", "higher",
-                 "above 1: rtune's ring is faster")
-    for size in [float(s) for s in sizes.split(",")]:
-        ring, gloo = got[("rtune", size)], got[("gloo", size)]
-        figs.add(group, f"allreduce {size:g} MB rtune", ring, "GB/s", "higher",
-                 "algorithm bandwidth: bytes / median time of one all_reduce (sum)")
-        figs.add(group, f"allreduce {size:g} MB gloo", gloo, "GB/s", "higher",
-                 "torch.distributed gloo, same definition")
-        figs.add(group, f"allreduce {size:g} MB rtune / gloo", ring / gloo, "x", "higher",
-                 "above 1: rtune's ring is faster")
+    ops = [("allreduce", "", "algorithm bandwidth: bytes / median time of one all_reduce (sum)",
+            "torch.distributed gloo, same definition"),
+           ("reduce_scatter", " rs",
+            "the whole buffer's bytes / median time of one reduce_scatter (sum)",
+            "torch.distributed gloo's reduce_scatter_tensor, same definition")]
+    for name, key, mine, theirs in ops:
+        for size in [float(s) for s in sizes.split(",")]:
+            ring, gloo = got[("rtune" + key, size)], got[("gloo" + key, size)]
+            figs.add(group, f"{name} {size:g} MB rtune", ring, "GB/s", "higher", mine)
+            figs.add(group, f"{name} {size:g} MB gloo", gloo, "GB/s", "higher", theirs)
+            figs.add(group, f"{name} {size:g} MB rtune / gloo", ring / gloo, "x", "higher",
+                     "above 1: rtune's ring is faster")
 
 
 def criterion_args(quick):

@@ -10,6 +10,15 @@ use crate::common::{bits, run_ranks, value};
 const WORLDS: [usize; 4] = [1, 2, 3, 4];
 const SIZES: [usize; 5] = [0, 1, 7, 1000, 1_000_003];
 
+/// Element `i` of every rank's `value`s reduced exactly (they are small integers).
+fn reduced(world: usize, i: usize, op: ReduceOp) -> f32 {
+    let sum: usize = (0..world).map(|r| value(r, i) as usize).sum();
+    match op {
+        ReduceOp::Sum => sum as f32,
+        ReduceOp::Avg => sum as f32 / world as f32,
+    }
+}
+
 fn check_all_reduce(opts: GroupOptions, sizes: &[usize]) {
     for world in WORLDS {
         let results = run_ranks(world, opts.clone(), |rank, mut g| {
@@ -24,15 +33,7 @@ fn check_all_reduce(opts: GroupOptions, sizes: &[usize]) {
             out
         });
         for (k, (n, op, buf)) in results[0].iter().enumerate() {
-            let expected: Vec<f32> = (0..*n)
-                .map(|i| {
-                    let sum: usize = (0..world).map(|r| value(r, i) as usize).sum();
-                    match op {
-                        ReduceOp::Sum => sum as f32,
-                        ReduceOp::Avg => sum as f32 / world as f32,
-                    }
-                })
-                .collect();
+            let expected: Vec<f32> = (0..*n).map(|i| reduced(world, i, *op)).collect();
             assert!(buf == &expected, "world {world} n {n} {op:?}: wrong values");
             for (rank, r) in results.iter().enumerate() {
                 assert_eq!(bits(&r[k].2), bits(buf), "world {world} n {n} {op:?} rank {rank}");
@@ -219,18 +220,11 @@ fn check_reduce_scatter(opts: GroupOptions) {
             out
         });
         for (rank, r) in results.iter().enumerate() {
-            for (n, counts, op, output, reduced) in r {
+            for (n, counts, op, output, all_reduced) in r {
                 let start: usize = counts[..rank].iter().sum();
-                let piece = &reduced[start..start + counts[rank]];
-                let expected: Vec<f32> = (start..start + counts[rank])
-                    .map(|i| {
-                        let sum: usize = (0..world).map(|r| value(r, i) as usize).sum();
-                        match op {
-                            ReduceOp::Sum => sum as f32,
-                            ReduceOp::Avg => sum as f32 / world as f32,
-                        }
-                    })
-                    .collect();
+                let piece = &all_reduced[start..start + counts[rank]];
+                let expected: Vec<f32> =
+                    (start..start + counts[rank]).map(|i| reduced(world, i, *op)).collect();
                 assert!(output == &expected, "world {world} n {n} {counts:?} {op:?} rank {rank}");
                 assert_eq!(bits(output), bits(piece), "world {world} n {n} {counts:?} rank {rank}");
             }

@@ -229,11 +229,7 @@ s.optimize(lambda t: t.suggest_float("x", 0, 1) ** 2, n_trials=3)
 pub fn a_resumed_sweep_goes_on_with_its_study() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (file, journal) = sweep_file(dir.path(), 0.05)?;
-    let mut child = Command::new(RTUNE)
-        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let mut child = start_run(&file, Stdio::null())?;
     // Killed once three trials have ended in the journal (and the fourth may be running).
     wait_for(Duration::from_secs(120), || {
         let text = std::fs::read_to_string(&journal).unwrap_or_default();
@@ -489,6 +485,25 @@ impl Drop for MlflowServer {
     }
 }
 
+/// `rtune run FILE` in the background, in a process group of its own (for a SIGINT to it all).
+fn start_run(file: &Path, stderr: Stdio) -> Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    Ok(Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()?)
+}
+
+/// Waits until `n` trials of the experiment in `dir` have ended.
+fn wait_for_ended(dir: &Path, n: usize) -> Result<()> {
+    wait_for(Duration::from_secs(120), || {
+        let grid = ResultGrid::from_path(dir);
+        Ok(grid.is_ok_and(|g| g.trials.iter().filter(|t| t.status().is_finished()).count() >= n))
+    })
+}
+
 /// The sweep file of the Optuna tests, logging to `uri` instead.
 fn mlflow_sweep(dir: &Path, uri: &str, sleep: f64) -> Result<PathBuf> {
     let (file, _) = sweep_file(dir, sleep)?;
@@ -569,17 +584,10 @@ pub fn mlflow_reads_the_sweep_as_runs() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let server = MlflowServer::start(dir.path(), None)?;
     let file = mlflow_sweep(dir.path(), &server.uri(), 0.05)?;
-    let mut child = Command::new(RTUNE)
-        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let mut child = start_run(&file, Stdio::null())?;
     let experiment = dir.path().join("results/study");
     // Killed once three trials have ended (their runs are in MLflow by then, or not yet).
-    wait_for(Duration::from_secs(120), || {
-        let grid = ResultGrid::from_path(&experiment);
-        Ok(grid.is_ok_and(|g| g.trials.iter().filter(|t| t.status().is_finished()).count() >= 3))
-    })?;
+    wait_for_ended(&experiment, 3)?;
     child.kill()?;
     child.wait()?;
     let out = rtune(&["resume", experiment.to_str().unwrap(), "--no-tui", "--allow-failures"])?;
@@ -592,21 +600,12 @@ pub fn mlflow_reads_the_sweep_as_runs() -> Result<()> {
 /// A sweep interrupted (SIGINT, as Ctrl-C) is KILLED in MLflow, with the runs of its running
 /// trials; resumed, it goes on with the same runs and ends FINISHED with every step once.
 pub fn an_interrupted_sweep_is_killed_then_goes_on() -> Result<()> {
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir()?;
     let server = MlflowServer::start(dir.path(), None)?;
     let file = mlflow_sweep(dir.path(), &server.uri(), 0.1)?;
-    let child = Command::new(RTUNE)
-        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
-        .process_group(0)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let child = start_run(&file, Stdio::null())?;
     let experiment = dir.path().join("results/study");
-    wait_for(Duration::from_secs(120), || {
-        let grid = ResultGrid::from_path(&experiment);
-        Ok(grid.is_ok_and(|g| g.trials.iter().filter(|t| t.status().is_finished()).count() >= 2))
-    })?;
+    wait_for_ended(&experiment, 2)?;
     // SAFETY: kill(2) on the process group of a child we started.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
     let out = child.wait_with_output()?;
@@ -627,22 +626,12 @@ pub fn a_tracking_server_down_for_a_while_loses_nothing() -> Result<()> {
     let mut server = MlflowServer::start(dir.path(), None)?;
     let (uri, port) = (server.uri(), server.port);
     let file = mlflow_sweep(dir.path(), &uri, 0.1)?;
-    let child = Command::new(RTUNE)
-        .args(["run", file.to_str().unwrap(), "--no-tui", "--allow-failures"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let child = start_run(&file, Stdio::piped())?;
     let experiment = dir.path().join("results/study");
-    wait_for(Duration::from_secs(120), || {
-        let grid = ResultGrid::from_path(&experiment);
-        Ok(grid.is_ok_and(|g| g.trials.iter().any(|t| t.status().is_finished())))
-    })?;
+    wait_for_ended(&experiment, 1)?;
     server.stop();
     // The sweep goes on without the server: two more trials end meanwhile.
-    wait_for(Duration::from_secs(120), || {
-        let grid = ResultGrid::from_path(&experiment);
-        Ok(grid.is_ok_and(|g| g.trials.iter().filter(|t| t.status().is_finished()).count() >= 3))
-    })?;
+    wait_for_ended(&experiment, 3)?;
     let _again = MlflowServer::start(dir.path(), Some(port))?;
     let out = child.wait_with_output()?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));

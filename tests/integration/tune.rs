@@ -543,36 +543,40 @@ fn grow(ctx: &mut TrainContext) -> Result<()> {
     Ok(())
 }
 
-/// PBT's exploit is carried out: a bottom trial takes over a top trial's checkpoint and goes
-/// on from exactly the weight that trial had at that iteration (checked on the weight the
-/// exploiting trial loaded, against what its source reported), with new params.
-pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
-    let dir = tempfile::tempdir()?;
+/// A PBT sweep of `grow` over `rates` (perturbation every 2 iterations, rate resampled in
+/// 0.1..3.0), `slots` trials at once of half a CPU each; every trial must end TERMINATED. The
+/// grid and the trials' events file.
+fn pbt_of_grow(dir: &Path, rates: &[f64], slots: usize) -> Result<(rtune::ResultGrid, String)> {
     let trainer = TorchTrainer::new(grow)
-        .train_loop_config(Params::new().with("dir", dir.path().display().to_string()))
-        .scaling(
-            // Half a CPU each: the 4 trials run side by side, so PBT ranks them together.
-            ScalingConfig::workers(1).resources_per_worker([("CPU".to_string(), 0.5)].into()),
-        );
-    let rates = SearchSpace::new().add("rate", grid_search([0.1, 0.5, 1.0, 2.0]));
+        .train_loop_config(Params::new().with("dir", dir.display().to_string()))
+        .scaling(ScalingConfig::workers(1).resources_per_worker([("CPU".to_string(), 0.5)].into()));
     let pbt = Pbt::new()
         .time_attr("training_iteration")
         .perturbation_interval(2)
         .hyperparam_mutations(SearchSpace::new().add("rate", rtune_searchers::uniform(0.1, 3.0)?))
         .seed(7);
-    let grid = Tuner::new(trainer, rates)
-        .tune_config(
-            TuneConfig::new().metric("w").mode(Mode::Max).max_concurrent_trials(4).scheduler(pbt),
-        )
-        .run_config(RunConfig::new("pbt").storage_path(dir.path()))
+    let config = TuneConfig::new().metric("w").mode(Mode::Max).max_concurrent_trials(slots);
+    let grid = Tuner::new(trainer, SearchSpace::new().add("rate", grid_search(rates.to_vec())))
+        .tune_config(config.scheduler(pbt))
+        .run_config(RunConfig::new(format!("pbt{slots}")).storage_path(dir))
         .fit()?;
-    ensure!(grid.trials.len() == 4, "{} trials", grid.trials.len());
+    ensure!(grid.trials.len() == rates.len(), "{} trials", grid.trials.len());
     ensure!(
         grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
         "{:?}",
         grid.errors()
     );
-    let events = std::fs::read_to_string(dir.path().join("events"))?;
+    let events = std::fs::read_to_string(dir.join("events"))?;
+    Ok((grid, events))
+}
+
+/// PBT's exploit is carried out: a bottom trial takes over a top trial's checkpoint and goes
+/// on from exactly the weight that trial had at that iteration (checked on the weight the
+/// exploiting trial loaded, against what its source reported), with new params.
+pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    // 4 slots: the 4 trials run side by side, so PBT ranks them together.
+    let (grid, events) = pbt_of_grow(dir.path(), &[0.1, 0.5, 1.0, 2.0], 4)?;
     let mut exploits = 0;
     for line in events.lines().filter(|l| l.starts_with("restored")) {
         let f: Vec<&str> = line.split(' ').collect();
@@ -601,29 +605,7 @@ pub fn pbt_exploits_continue_from_the_source_weights() -> Result<()> {
 /// checkpoint of one it never ran beside; every trial ends with each iteration once.
 pub fn pbt_time_shares_two_slots_among_eight_trials() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let trainer = TorchTrainer::new(grow)
-        .train_loop_config(Params::new().with("dir", dir.path().display().to_string()))
-        .scaling(ScalingConfig::workers(1).resources_per_worker([("CPU".to_string(), 0.5)].into()));
-    let rates =
-        SearchSpace::new().add("rate", grid_search([0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0]));
-    let pbt = Pbt::new()
-        .time_attr("training_iteration")
-        .perturbation_interval(2)
-        .hyperparam_mutations(SearchSpace::new().add("rate", rtune_searchers::uniform(0.1, 3.0)?))
-        .seed(7);
-    let grid = Tuner::new(trainer, rates)
-        .tune_config(
-            TuneConfig::new().metric("w").mode(Mode::Max).max_concurrent_trials(2).scheduler(pbt),
-        )
-        .run_config(RunConfig::new("pbt2").storage_path(dir.path()))
-        .fit()?;
-    ensure!(grid.trials.len() == 8, "{} trials", grid.trials.len());
-    ensure!(
-        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
-        "{:?}",
-        grid.errors()
-    );
-    let events = std::fs::read_to_string(dir.path().join("events"))?;
+    let (grid, events) = pbt_of_grow(dir.path(), &[0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0], 2)?;
     let lines: Vec<Vec<&str>> = events.lines().map(|l| l.split(' ').collect()).collect();
     // Each trial's stints (line ranges of the events file): a new one at each restore.
     let mut stints: BTreeMap<&str, Vec<(usize, usize)>> = BTreeMap::new();
