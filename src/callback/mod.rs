@@ -175,6 +175,37 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
     }
 }
 
+/// The leaves of a JSON value with their dotted keys (`model.lr`), depth-first: how trackers,
+/// which keep flat text, see nested params and settings.
+pub(crate) fn json_leaves(value: &serde_json::Value) -> Vec<(String, &serde_json::Value)> {
+    fn walk<'a>(
+        prefix: &str,
+        value: &'a serde_json::Value,
+        out: &mut Vec<(String, &'a serde_json::Value)>,
+    ) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    walk(&key, v, out);
+                }
+            }
+            leaf => out.push((prefix.to_owned(), leaf)),
+        }
+    }
+    let mut out = Vec::new();
+    walk("", value, &mut out);
+    out
+}
+
+/// A JSON leaf as text: a string bare, anything else as JSON.
+pub(crate) fn json_text(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// The callbacks of a `RunConfig`, in the order they are called.
 #[derive(Clone, Default)]
 pub struct Callbacks(pub Vec<Arc<dyn Callback>>);

@@ -45,23 +45,13 @@ impl Settings {
     /// As flat keys and text values (nested keys dotted; strings bare, lists as JSON), for
     /// trackers that keep settings as text: what callbacks get as `ExperimentInfo::settings`.
     pub(super) fn flat(&self) -> BTreeMap<String, String> {
-        fn walk(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, String>) {
-            match value {
-                serde_json::Value::Object(map) => {
-                    for (k, v) in map {
-                        let key =
-                            if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                        walk(&key, v, out);
-                    }
-                }
-                serde_json::Value::Null => {}
-                serde_json::Value::String(s) if s.is_empty() => {}
-                serde_json::Value::String(s) => drop(out.insert(prefix.to_owned(), s.clone())),
-                other => drop(out.insert(prefix.to_owned(), other.to_string())),
-            }
-        }
-        let mut out = BTreeMap::new();
-        walk("", &serde_json::to_value(self).unwrap_or_default(), &mut out);
+        use crate::callback::{json_leaves, json_text};
+        let json = serde_json::to_value(self).unwrap_or_default();
+        let mut out: BTreeMap<String, String> = json_leaves(&json)
+            .into_iter()
+            .filter(|(_, v)| !v.is_null() && v.as_str() != Some(""))
+            .map(|(k, v)| (k, json_text(v)))
+            .collect();
         out.remove("format");
         out
     }

@@ -386,21 +386,8 @@ fn now_ms() -> i64 {
 /// JSON), cut to MLflow's longest.
 fn flatten_params(params: &Params, out: &mut Vec<(String, String)>) {
     let json = serde_json::to_value(params).unwrap_or(Json::Null);
-    flatten("", &json, out);
-}
-
-fn flatten(prefix: &str, value: &Json, out: &mut Vec<(String, String)>) {
-    match value {
-        Json::Object(map) => {
-            for (k, v) in map {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                flatten(&key, v, out);
-            }
-        }
-        Json::String(s) => out.push((prefix.to_owned(), s.chars().take(MAX_PARAM_CHARS).collect())),
-        other => {
-            out.push((prefix.to_owned(), other.to_string().chars().take(MAX_PARAM_CHARS).collect()))
-        }
+    for (key, value) in super::json_leaves(&json) {
+        out.push((key, super::json_text(value).chars().take(MAX_PARAM_CHARS).collect()));
     }
 }
 
