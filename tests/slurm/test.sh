@@ -212,11 +212,13 @@ job=$(NAME=requeued submit_running "$out" --requeue --open-mode=append \
     examples/slurm/sweep.sbatch --set "storage_path=\"$results\"" --set tune.num_samples=8)
 scontrol requeue "$job"
 # Slurm holds a requeued job back a while (BeginTime) once its first run has ended; let it
-# start now. (Until then it is COMPLETING, and the update would be refused.)
+# start sooner. (Until then it is COMPLETING, and the update would be refused.) Not at once:
+# the nodes revoked the first run's credential when it ended, and they refuse a credential of
+# the job made within that same second ("Job credential revoked", and the job ends for good).
 released=
 for _ in $(seq 300); do
     if [ "$(squeue -h -j "$job" -o %T)" = PENDING ] \
-        && scontrol update "jobid=$job" StartTime=now 2>/dev/null; then
+        && scontrol update "jobid=$job" StartTime=now+2 2>/dev/null; then
         released=1
         break
     fi
