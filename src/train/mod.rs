@@ -25,6 +25,6 @@ pub use export::{Export, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
 pub use predictor::TorchPredictor;
 pub(crate) use record::{read_run, read_run_to_resume};
 pub use trainer::TorchTrainer;
-pub(crate) use trainer::{DATASETS_DIR, unread_note};
+pub(crate) use trainer::{DATASETS_DIR, Steering, unread_note};
 
 pub use crate::worker::{DistributedModel, REPORT_PREFIX, TrainContext, TrainFn, run_command};

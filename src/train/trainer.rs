@@ -28,13 +28,33 @@ use crate::worker::TrainFn;
 /// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.
 pub(crate) const DATASETS_DIR: &str = ".datasets";
 
-/// Asked after every recorded report (with its metrics, rtune's automatic ones included)
-/// whether the run should stop.
-pub(crate) type Decide<'a> = dyn FnMut(&Metrics) -> Result<bool> + Send + 'a;
+/// What steers a run from outside (a sweep steering its trial), and hears how it goes.
+pub(crate) trait Steering: Send {
+    /// Asked after every recorded report (with its metrics, rtune's automatic ones included)
+    /// whether the run should stop.
+    fn decide(&mut self, metrics: &Metrics) -> Result<bool>;
 
-/// Told when the run's resources are reserved and its workers start (before every attempt):
-/// until then a trial is waiting (PENDING), not running.
-pub(crate) type Started<'a> = dyn FnMut() + Send + 'a;
+    /// Told when the run's resources are reserved and its workers start (before every
+    /// attempt): until then a trial is waiting (PENDING), not running.
+    fn started(&mut self) {}
+
+    /// Whether the run was asked to stop, whether or not an answer to a report told its
+    /// workers yet. An attempt that fails then (its workers killed with the sweep that was
+    /// interrupted, its node drained) ends the run: it is not retried, and it is not counted
+    /// as a failure.
+    fn halting(&self) -> bool {
+        false
+    }
+}
+
+/// A run nothing steers (`fit`): it goes on to its end.
+struct Unsteered;
+
+impl Steering for Unsteered {
+    fn decide(&mut self, _: &Metrics) -> Result<bool> {
+        Ok(false)
+    }
+}
 
 /// A distributed training run of `train_fn` on a group of worker processes (Ray's
 /// `TorchTrainer`).
@@ -226,15 +246,13 @@ impl TorchTrainer {
     }
 
     /// One trial of a sweep: like `fit`, on the process's shared driver, in `run_dir` (made
-    /// here), asking `decide` after every recorded report whether the run should stop (a
-    /// scheduler's decision, answered to the workers with that report), and telling `started`
-    /// when its workers start.
+    /// here), steered by `steering` (a scheduler's decision is answered to the workers with
+    /// the report that led to it).
     pub(crate) async fn run_trial(
         &self,
         driver: &'static Driver,
         run_dir: PathBuf,
-        decide: &mut Decide<'_>,
-        started: &mut Started<'_>,
+        steering: &mut dyn Steering,
     ) -> Result<TrainResult> {
         let started_at = Instant::now();
         self.validate()?;
@@ -248,7 +266,7 @@ impl TorchTrainer {
         // The experiment folder was proven writable when the sweep began: a trial's folder in it
         // needs no probe file (a file made and removed per trial is one more inode to allocate).
         std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
-        self.run_placed(driver, run_dir, target, decide, started_at, started).await
+        self.run_placed(driver, run_dir, target, steering, started_at).await
     }
 
     /// The common end of `fit` and `run_trial`, once placed and with a run directory:
@@ -258,14 +276,12 @@ impl TorchTrainer {
         driver: &Driver,
         run_dir: PathBuf,
         target: Target,
-        decide: &mut Decide<'_>,
+        steering: &mut dyn Steering,
         started_at: Instant,
-        started: &mut Started<'_>,
     ) -> Result<TrainResult> {
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
-        let mut result =
-            self.run_attempts(driver, run_dir, params_json, target, decide, started).await?;
+        let mut result = self.run_attempts(driver, run_dir, params_json, target, steering).await?;
         result.fit_seconds = started_at.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
@@ -318,15 +334,13 @@ impl TorchTrainer {
         } else {
             this
         };
-        let mut no_decisions = |_: &Metrics| Ok(false);
         let params = this.params.clone();
         let outcome = driver.block_on(this.run_placed(
             driver,
             run_dir.clone(),
             target,
-            &mut no_decisions,
+            &mut Unsteered,
             started,
-            &mut || {},
         ));
         // The run's folder goes to the store as it ended, failed or not (its checkpoints are
         // there already).
@@ -381,8 +395,7 @@ impl TorchTrainer {
         run_dir: PathBuf,
         params_json: String,
         target: Target,
-        decide: &mut Decide<'_>,
-        started: &mut Started<'_>,
+        steering: &mut dyn Steering,
     ) -> Result<TrainResult> {
         // On a cluster the hub is reachable from other hosts: only this run's workers may call
         // it, with the cluster token (or a token of its own when the cluster has none).
@@ -477,13 +490,21 @@ impl TorchTrainer {
                     == crate::config::CheckpointUpload::Async,
             };
             run.begin_attempt(attempt, start_iteration)?;
-            started();
+            steering.started();
             let outcome =
-                run_attempt(&hub, &spec, &mut Recording { run: &mut run, decide }).await?;
+                run_attempt(&hub, &spec, &mut Recording { run: &mut run, steering }).await?;
             match outcome {
                 AttemptOutcome::Completed { train_seconds, unread_params: unread } => {
                     train_loop_seconds = train_seconds;
                     unread_params = unread;
+                    break;
+                }
+                AttemptOutcome::Failed(failure) if steering.halting() => {
+                    tracing::info!(
+                        run = %run_dir.display(),
+                        "attempt {attempt} ended while the run was being stopped, not counted \
+                         as a failure: {failure}"
+                    );
                     break;
                 }
                 AttemptOutcome::Failed(failure) => {
@@ -544,13 +565,13 @@ async fn in_store(store: &Remote, checkpoint: &Checkpoint) -> Result<String> {
 /// An attempt's reports go into the run's record, then to the caller's decision.
 struct Recording<'r, 'd> {
     run: &'r mut RunState,
-    decide: &'r mut Decide<'d>,
+    steering: &'r mut (dyn Steering + 'd),
 }
 
 impl OnReport for Recording<'_, '_> {
     fn report(&mut self, report: GroupReport) -> Result<bool> {
         let stop = self.run.record(report)?;
-        Ok((self.decide)(self.run.last_metrics())? || stop)
+        Ok(self.steering.decide(self.run.last_metrics())? || stop)
     }
 
     fn flush_due(&self) -> Option<std::time::Instant> {

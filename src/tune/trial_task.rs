@@ -4,6 +4,7 @@
 //! ended, which the shell and the trial tasks share: every command about a running trial is
 //! carried out there, by [`Running::dispatch`], wherever the controller gave it.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -17,7 +18,7 @@ use super::controller::{Command, Controller, Event};
 use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
-use crate::train::TorchTrainer;
+use crate::train::{Steering, TorchTrainer};
 
 /// What a running trial is asked, answered to its next report: go on, stop, or pause (stop,
 /// to go on later from its latest checkpoint).
@@ -174,42 +175,21 @@ impl TrialTask {
             with_callbacks,
             reports_unsaved,
         } = self;
-        // What the last report was answered (what the run ends on, when it does not end on
-        // its own): a request made after it never reached the workers.
-        let answered = AtomicU8::new(Halt::Go as u8);
-        let mut decide = |metrics: &Metrics| -> Result<bool> {
-            if with_callbacks {
-                let _ = heard.send(Heard::Reported { trial, metrics: metrics.clone() });
-            } else {
-                reports_unsaved.store(true, Ordering::Relaxed);
-            }
-            if halt.get() == Halt::Go {
-                let event = Event::ResultReported { trial, metrics: metrics.clone() };
-                let commands = controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
-                match commands {
-                    // Carried out before the reply: a decision about this trial is answered
-                    // to the report that led to it.
-                    Ok(commands) => {
-                        for command in commands {
-                            if let Some(rest) = running.dispatch(command) {
-                                let _ = heard.send(Heard::Command(rest));
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        let _ = heard.send(Heard::Fatal(e));
-                        halt.ask(Halt::Stop);
-                    }
-                }
-            }
-            let answer = halt.get();
-            answered.store(answer as u8, Ordering::SeqCst);
-            Ok(answer != Halt::Go)
+        let mut steering = TrialSteering {
+            trial,
+            halt,
+            running,
+            controller,
+            heard: heard.clone(),
+            with_callbacks,
+            reports_unsaved,
+            answered: Halt::Go,
+            cut_short: Cell::new(false),
         };
-        let heard_start = heard.clone();
-        let mut started = move || drop(heard_start.send(Heard::Started(trial)));
-        let outcome = trainer.run_trial(driver, path, &mut decide, &mut started).await;
-        let halted = Halt::from_u8(answered.load(Ordering::SeqCst));
+        let outcome = trainer.run_trial(driver, path, &mut steering).await;
+        // What the run ended on: the answer to its last report, or the request its failed
+        // attempt ended it on before an answer told its workers.
+        let halted = if steering.cut_short.get() { steering.halt.get() } else { steering.answered };
         match &outcome {
             Ok(_) if halted == Halt::Pause => tracing::info!("paused"),
             Ok(_) if halted == Halt::Stop => tracing::info!("stopped"),
@@ -217,6 +197,66 @@ impl TrialTask {
             Err(e) => tracing::warn!("failed: {e}"),
         }
         let _ = heard.send(Heard::Ended { trial, halted, outcome });
+    }
+}
+
+/// How a sweep steers one trial's run: every report goes through the controller, and the
+/// trial's `Halt` is the answer.
+struct TrialSteering {
+    trial: TrialId,
+    halt: HaltFlag,
+    running: Running,
+    controller: Arc<Mutex<Controller>>,
+    heard: mpsc::UnboundedSender<Heard>,
+    with_callbacks: bool,
+    reports_unsaved: Arc<AtomicBool>,
+    /// What the last report was answered (what the run ends on, when it does not end on its
+    /// own): a request made after it never reached the workers.
+    answered: Halt,
+    /// Whether the run ended on the trial's halt before an answer told its workers (see
+    /// `Steering::halting`).
+    cut_short: Cell<bool>,
+}
+
+impl Steering for TrialSteering {
+    fn decide(&mut self, metrics: &Metrics) -> Result<bool> {
+        let trial = self.trial;
+        if self.with_callbacks {
+            let _ = self.heard.send(Heard::Reported { trial, metrics: metrics.clone() });
+        } else {
+            self.reports_unsaved.store(true, Ordering::Relaxed);
+        }
+        if self.halt.get() == Halt::Go {
+            let event = Event::ResultReported { trial, metrics: metrics.clone() };
+            let commands = self.controller.lock().unwrap_or_else(|p| p.into_inner()).step(event);
+            match commands {
+                // Carried out before the reply: a decision about this trial is answered to the
+                // report that led to it.
+                Ok(commands) => {
+                    for command in commands {
+                        if let Some(rest) = self.running.dispatch(command) {
+                            let _ = self.heard.send(Heard::Command(rest));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = self.heard.send(Heard::Fatal(e));
+                    self.halt.ask(Halt::Stop);
+                }
+            }
+        }
+        self.answered = self.halt.get();
+        Ok(self.answered != Halt::Go)
+    }
+
+    fn started(&mut self) {
+        let _ = self.heard.send(Heard::Started(self.trial));
+    }
+
+    fn halting(&self) -> bool {
+        let halting = self.halt.get() != Halt::Go;
+        self.cut_short.set(halting);
+        halting
     }
 }
 

@@ -183,6 +183,10 @@ fn main() {
             "tune::a_held_trial_waits_and_goes_on_from_its_checkpoint",
             tune::a_held_trial_waits_and_goes_on_from_its_checkpoint,
         ),
+        test(
+            "tune::an_attempt_failing_while_the_sweep_stops_is_no_failure",
+            tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,
+        ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
         test(

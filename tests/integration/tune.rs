@@ -10,8 +10,8 @@ use anyhow::{Context, Result, bail, ensure};
 use rtune::data::Digits;
 use rtune::polars::prelude::{DataType, ParquetReader, SerReader};
 use rtune::{
-    Mode, Params, ResultGrid, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig,
-    Tuner,
+    FailureConfig, Mode, Params, ResultGrid, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
+    TuneConfig, Tuner,
 };
 use rtune_searchers::{
     Asha, HyperBand, Metrics, Pbt, SearchSpace, TrialStatus, choice, grid_search,
@@ -1108,5 +1108,90 @@ pub fn a_param_never_read_is_named() -> Result<()> {
     let mut p = Params::new().with("model", Params::new().with("lr", 1.0).into_value());
     p.track_reads();
     ensure!(p.get::<f64>("model.lr")? == 1.0 && p.unread().is_empty());
+    Ok(())
+}
+
+/// Reports iterations 1..=3, each with a checkpoint; a run started afresh waits after its first
+/// report until file `go` exists, then fails (its worker dies, as an interrupted sweep's may).
+/// Each start writes the iteration it starts after as a line of `go.starts`.
+fn report_then_die_on_go(ctx: &mut TrainContext) -> Result<()> {
+    use std::io::Write;
+    let go = std::path::PathBuf::from(ctx.params().get::<String>("go")?);
+    let mut starts =
+        std::fs::OpenOptions::new().create(true).append(true).open(go.with_extension("starts"))?;
+    writeln!(starts, "{}", ctx.iteration())?;
+    let afresh = ctx.iteration() == 0;
+    for i in ctx.iteration() + 1..=3 {
+        let checkpoint = ctx.new_checkpoint()?;
+        ctx.report_with_checkpoint([("score", i as f64)], checkpoint)?;
+        if afresh && i == 1 {
+            let waited = std::time::Instant::now();
+            while !go.exists() {
+                ensure!(waited.elapsed().as_secs() < 60, "nobody said go");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            bail!("told to die");
+        }
+    }
+    Ok(())
+}
+
+/// An attempt that fails after its sweep was interrupted (its workers killed with the sweep,
+/// its node drained, before an answer told them to stop) is no failure of the trial: it is not
+/// retried (no worker starts after the interrupt) and not counted, and the restored sweep goes
+/// on with the trial from its checkpoint, every iteration once.
+pub fn an_attempt_failing_while_the_sweep_stops_is_no_failure() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let go = dir.path().join("go");
+    let starts = go.with_extension("starts");
+    let trainer = || {
+        TorchTrainer::new(report_then_die_on_go)
+            .train_loop_config(Params::new().with("go", go.display().to_string()))
+    };
+    let control = rtune::tune::Control::new();
+    let experiment = dir.path().join("dies");
+    let tuner = Tuner::new(trainer(), SearchSpace::new().add("index", grid_search([0])))
+        .tune_config(TuneConfig::new().metric("score").mode(Mode::Max))
+        .run_config(
+            RunConfig::new("dies")
+                .storage_path(dir.path())
+                .failure_config(FailureConfig::max_failures(3)),
+        )
+        .control(control.clone());
+    let sweep = std::thread::spawn(move || tuner.fit());
+    // The trial reported its first result, and waits.
+    wait_for(Duration::from_secs(120), || {
+        ensure!(!sweep.is_finished(), "the sweep ended before it was interrupted");
+        let reported =
+            std::fs::read_dir(&experiment).ok().into_iter().flatten().flatten().any(|e| {
+                std::fs::read_to_string(e.path().join("result.json")).is_ok_and(|t| !t.is_empty())
+            });
+        Ok(reported)
+    })?;
+    control.interrupt();
+    let log = experiment.join(rtune::tune::DRIVER_LOG);
+    wait_for(Duration::from_secs(60), || {
+        Ok(std::fs::read_to_string(&log).is_ok_and(|t| t.contains("interrupted: stopping")))
+    })?;
+    std::fs::write(&go, "")?;
+    let interrupted = sweep.join().map_err(|_| anyhow::anyhow!("fit panicked"))?;
+    ensure!(
+        matches!(interrupted, Err(rtune::Error::Interrupted { .. })),
+        "the sweep ended {interrupted:?}"
+    );
+    ensure!(std::fs::read_to_string(&starts)? == "0\n", "an attempt started after the interrupt");
+    let text = std::fs::read_to_string(&log)?;
+    ensure!(
+        text.contains("not counted as a failure: ") && !text.contains("attempt 0 failed"),
+        "{text}"
+    );
+
+    let grid = Tuner::restore(&experiment, trainer())?.fit()?;
+    ensure!(grid.errors().is_empty(), "{:?}", grid.errors());
+    let trial = &grid.trials[0];
+    ensure!(trial.status() == TrialStatus::Terminated);
+    let scores: Vec<f64> = trial.history().iter().map(|m| m["score"]).collect();
+    ensure!(scores == [1.0, 2.0, 3.0], "{scores:?}");
+    ensure!(std::fs::read_to_string(&starts)? == "0\n1\n", "it did not go on from its checkpoint");
     Ok(())
 }
