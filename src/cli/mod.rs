@@ -218,6 +218,25 @@ enum Command {
         /// Where the model runs: cpu, cuda (the first visible GPU) or cuda:N.
         #[arg(long, default_value = "cpu", value_parser = predict::device)]
         device: tch::Device,
+        /// Predict on N workers reserved from the pool trials use (this machine's, or the
+        /// cluster's at $RTUNE_ADDRESS, as in a Slurm job), each a range of the rows; a worker
+        /// that dies is retried on what it had not finished.
+        #[arg(long, value_name = "N", conflicts_with = "device",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        workers: Option<u64>,
+        /// CPUs each worker holds (its libtorch threads).
+        #[arg(long, default_value_t = 1.0, requires = "workers")]
+        cpus_per_worker: f64,
+        /// Each worker predicts on a GPU of the pool.
+        #[arg(long, requires = "workers")]
+        use_gpu: bool,
+        /// GPUs each worker holds (a fraction shares one; implies --use-gpu).
+        #[arg(long, value_name = "F", requires = "workers")]
+        gpus_per_worker: Option<f64>,
+        /// Rows of a worker's part (whole batches), made whole at once: what a worker that
+        /// dies may have to predict again.
+        #[arg(long, default_value_t = 65_536, requires = "workers")]
+        part_rows: usize,
     },
     /// Serve a cluster: the resource pool that drivers reserve worker groups from. It also
     /// holds the drivers' binaries for the nodes (in `$RTUNE_CACHE/binaries`).
@@ -489,7 +508,20 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             }
             Ok(0)
         }
-        Command::Predict { model, input, no_header, output, batch_rows, allow_extra, device } => {
+        Command::Predict {
+            model,
+            input,
+            no_header,
+            output,
+            batch_rows,
+            allow_extra,
+            device,
+            workers,
+            cpus_per_worker,
+            use_gpu,
+            gpus_per_worker,
+            part_rows,
+        } => {
             // An export on a store comes down into its staging folder first.
             let model = local(&model)?;
             let args = predict::PredictArgs {
@@ -500,6 +532,11 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 batch_rows,
                 allow_extra,
                 device,
+                workers: workers.map(|n| n as usize),
+                cpus_per_worker,
+                gpus_per_worker,
+                use_gpu,
+                part_rows,
             };
             println!("{}", predict::predict(&args).map_err(input_error)?);
             Ok(0)

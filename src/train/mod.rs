@@ -7,6 +7,7 @@
 //! result.json / progress.csv), so the history holds every iteration exactly once.
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 
+mod batch_predict;
 mod command;
 mod export;
 mod predictor;
@@ -20,6 +21,7 @@ pub use crate::config::{
 pub use crate::metrics::{IntoMetrics, Metrics};
 pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
+pub use batch_predict::{BatchPredictor, Predicted};
 pub use command::CommandTrainable;
 pub use export::{Export, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
 pub use predictor::TorchPredictor;

@@ -14,7 +14,7 @@ use rtune::{ResultGrid, Tuner};
 
 use crate::common::{text, wait_for};
 
-const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
+pub(crate) const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
 
 /// A synthetic-curve sweep with ASHA; `{storage}` is replaced by the storage path.
 const SWEEP: &str = r#"

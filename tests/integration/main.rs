@@ -13,6 +13,7 @@ mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
 mod mutations;
+mod predict;
 mod shared_nothing;
 mod storage;
 mod tch_basics;
@@ -188,6 +189,10 @@ fn main() {
             tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
+        test(
+            "predict::predictions_across_workers_match_one_process",
+            predict::predictions_across_workers_match_one_process,
+        ),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
         test(
             "tracking::optuna_reads_the_sweep_as_a_study",
