@@ -535,6 +535,111 @@ def object_store(figs, quick):
                  "against the local-disk run of the same round")
 
 
+PREDICT_SWEEP = """
+name = "{name}"
+storage_path = "{storage}"
+
+[trainable]
+builtin = "digits-mlp"
+
+[param_space]
+hidden = {hidden}
+epochs = {epochs}
+lr = 0.002
+
+[tune]
+metric = "val_loss"
+mode = "min"
+num_samples = 1
+"""
+
+PREDICT_INPUT = """
+import gzip, sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+rows = np.loadtxt(gzip.open(sys.argv[1], "rt"), delimiter=",", dtype=np.int64)
+n = int(sys.argv[3])
+rows = np.tile(rows, (n // len(rows) + 1, 1))[:n]
+names = [f"pixel_{i}" for i in range(64)] + ["digit"]
+pq.write_table(pa.table({c: rows[:, i] for i, c in enumerate(names)}), sys.argv[2])
+"""
+
+
+def predict_fixtures(quick):
+    """The two exports (the digits MLP of 128 hidden units, and one of 3,136: 10.1M
+    parameters), each with its input (the shipped digits repeated), made once."""
+    base = os.path.join(TARGET, "bench-predict")
+    rtune = os.path.join(TARGET, "release", "rtune")
+    exports = {}
+    for name, hidden, epochs in (("digits", 128, 4), ("mlp10m", 3136, 1)):
+        export = os.path.join(base, f"{name}-export")
+        if not os.path.exists(os.path.join(export, "model.pt")):
+            shutil.rmtree(os.path.join(base, "results", name), ignore_errors=True)
+            sweep = os.path.join(base, f"{name}.toml")
+            os.makedirs(base, exist_ok=True)
+            with open(sweep, "w") as f:
+                f.write(PREDICT_SWEEP.format(name=name, storage=os.path.join(base, "results"),
+                                             hidden=hidden, epochs=epochs))
+            run([rtune, "run", sweep, "--no-tui"])
+            run([rtune, "export", os.path.join(base, "results", name), "--to", export])
+        exports[name] = export
+    # The 10.1M-parameter MLP takes about 2e7 flops a row: 1M rows would be minutes a side on
+    # 2 cores, so it predicts fewer.
+    counts = {"digits": 100_000 if quick else 1_000_000, "mlp10m": 10_000 if quick else 50_000}
+    inputs = {}
+    for name, rows in counts.items():
+        data = os.path.join(base, f"input-{rows}.parquet")
+        if not os.path.exists(data):
+            run([PYTHON, "-c", PREDICT_INPUT, os.path.join(ROOT, "data", "digits.csv.gz"), data,
+                 str(rows)])
+        inputs[name] = (exports[name], data, rows)
+    return inputs
+
+
+def batch_prediction(figs, quick):
+    """11. `rtune predict` of a parquet file with the digits export (1M rows; 100k quick) and a
+    10.1M-parameter MLP export (50k rows; 10k quick), in one process and on 1 and 2 workers of 1 CPU each (the
+    workers' start, the driver's checks and the assembly of their parts included), against
+    PyTorch's batched inference of the same TorchScript model in one process (torch.jit.load,
+    the same 65,536-row batches, pyarrow in and out), with 1 and 2 threads; end to end, one
+    right after the other."""
+    rtune = os.path.join(TARGET, "release", "rtune")
+    out = os.path.join(TARGET, "bench-predict", "out.parquet")
+    group = "11. Batch prediction"
+    for name, (export, data, rows) in predict_fixtures(quick).items():
+        results = {}
+        sides = {
+            "rtune_process": [rtune, "predict", "--model", export, "--input", data,
+                              "--output", out],
+            "rtune_1_worker": [rtune, "predict", "--model", export, "--input", data,
+                               "--output", out, "--workers", "1"],
+            "rtune_2_workers": [rtune, "predict", "--model", export, "--input", data,
+                                "--output", out, "--workers", "2"],
+            "pytorch_1_thread": [PYTHON, os.path.join(ROOT, "bench", "predict_torch.py"),
+                                 export, data, out, "--threads", "1"],
+            "pytorch_2_threads": [PYTHON, os.path.join(ROOT, "bench", "predict_torch.py"),
+                                  export, data, out, "--threads", "2"],
+        }
+        for who, cmd in sides.items():
+            if os.path.exists(out):
+                os.remove(out)
+            # rtune in one process: libtorch's default threads (the machine's cores).
+            began = time.time()
+            run(cmd)
+            results[who] = rows / (time.time() - began)
+        for who, value in results.items():
+            figs.add(group, f"predict_{name}_{who}", value, "rows/s", "higher",
+                     f"{rows:,} rows of {name}, {who.replace('_', ' ')}")
+        figs.add(group, f"predict_{name} rtune 1 worker / pytorch 1 thread",
+                 results["rtune_1_worker"] / results["pytorch_1_thread"], "x", "higher",
+                 "same round")
+        figs.add(group, f"predict_{name} rtune 2 workers / 1 worker",
+                 results["rtune_2_workers"] / results["rtune_1_worker"], "x", "higher",
+                 "scaling with workers, same round")
+        figs.add(group, f"predict_{name} rtune 2 workers / pytorch 2 threads",
+                 results["rtune_2_workers"] / results["pytorch_2_threads"], "x", "higher",
+                 "same round")
+
+
 WORKLOADS = {
     "bookkeeping": sweep_bookkeeping,
     "results": result_throughput,
@@ -545,6 +650,7 @@ WORKLOADS = {
     "digits": time_to_good_model,
     "gpu": gpu,
     "store": object_store,
+    "predict": batch_prediction,
 }
 
 

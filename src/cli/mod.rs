@@ -195,49 +195,7 @@ enum Command {
         The output holds the input's rows with a `prediction` column (a class, or a value) and, \
         for a classifier, a `prob_<class>` column per class."
     )]
-    Predict {
-        /// A folder `rtune export` wrote (a path or an `s3://` URL).
-        #[arg(long, alias = "checkpoint")]
-        model: PathBuf,
-        /// A .parquet, .csv or .csv.gz file with the model's input columns.
-        #[arg(long)]
-        input: PathBuf,
-        /// The CSV input has no header row: its columns are the model's inputs in order (then
-        /// the label, when there is one column more, as in data/digits.csv.gz).
-        #[arg(long)]
-        no_header: bool,
-        /// The .parquet or .csv file to create.
-        #[arg(long)]
-        output: PathBuf,
-        /// Rows per batch: what is in memory at once.
-        #[arg(long, default_value_t = 65_536)]
-        batch_rows: usize,
-        /// Copy columns the model does not take to the output (by default they are an error).
-        #[arg(long)]
-        allow_extra: bool,
-        /// Where the model runs: cpu, cuda (the first visible GPU) or cuda:N.
-        #[arg(long, default_value = "cpu", value_parser = predict::device)]
-        device: tch::Device,
-        /// Predict on N workers reserved from the pool trials use (this machine's, or the
-        /// cluster's at $RTUNE_ADDRESS, as in a Slurm job), each a range of the rows; a worker
-        /// that dies is retried on what it had not finished.
-        #[arg(long, value_name = "N", conflicts_with = "device",
-              value_parser = clap::value_parser!(u64).range(1..))]
-        workers: Option<u64>,
-        /// CPUs each worker holds (its libtorch threads).
-        #[arg(long, default_value_t = 1.0, requires = "workers")]
-        cpus_per_worker: f64,
-        /// Each worker predicts on a GPU of the pool.
-        #[arg(long, requires = "workers")]
-        use_gpu: bool,
-        /// GPUs each worker holds (a fraction shares one; implies --use-gpu).
-        #[arg(long, value_name = "F", requires = "workers")]
-        gpus_per_worker: Option<f64>,
-        /// Rows of a worker's part (whole batches), made whole at once: what a worker that
-        /// dies may have to predict again.
-        #[arg(long, default_value_t = 65_536, requires = "workers")]
-        part_rows: usize,
-    },
+    Predict(predict::PredictArgs),
     /// Serve a cluster: the resource pool that drivers reserve worker groups from. It also
     /// holds the drivers' binaries for the nodes (in `$RTUNE_CACHE/binaries`).
     #[command(after_help = "Example:\n  rtune head --port 6380")]
@@ -319,6 +277,17 @@ enum SlurmCommand {
         cluster: slurm::ClusterArgs,
         #[command(flatten)]
         output: Output,
+    },
+    /// Predict a file with an export on this job's nodes (as `rtune predict --workers N`).
+    #[command(
+        after_help = "Example (the last line of a batch script):\n  rtune slurm predict --model best-model \
+        --input big.parquet --output predicted.parquet --workers 8"
+    )]
+    Predict {
+        #[command(flatten)]
+        predict: predict::PredictArgs,
+        #[command(flatten)]
+        cluster: slurm::ClusterArgs,
     },
     /// One node's agent, offering what Slurm allocated on it (`rtune slurm run` starts one on
     /// every node with srun; not for use by hand).
@@ -457,6 +426,18 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
                 resume(&dir, &output, registry, &job.target(false))
             }
+            SlurmCommand::Predict { predict: args, cluster } => {
+                let model = local(&args.model)?;
+                if args.workers.is_none() {
+                    let e =
+                        anyhow::anyhow!("rtune slurm predict: say how many workers (--workers N)");
+                    return Err(Exit(EXIT_INVALID, e));
+                }
+                let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
+                let at = Some((job.address.clone(), job.token.clone()));
+                println!("{}", predict::predict(&args, &model, at).map_err(input_error)?);
+                Ok(0)
+            }
             SlurmCommand::Node { address, node_ip, drain_grace } => {
                 slurm::node(address, node_ip, drain_grace)?;
                 Ok(0)
@@ -508,37 +489,10 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             }
             Ok(0)
         }
-        Command::Predict {
-            model,
-            input,
-            no_header,
-            output,
-            batch_rows,
-            allow_extra,
-            device,
-            workers,
-            cpus_per_worker,
-            use_gpu,
-            gpus_per_worker,
-            part_rows,
-        } => {
+        Command::Predict(args) => {
             // An export on a store comes down into its staging folder first.
-            let model = local(&model)?;
-            let args = predict::PredictArgs {
-                model: &model,
-                input: &input,
-                no_header,
-                output: &output,
-                batch_rows,
-                allow_extra,
-                device,
-                workers: workers.map(|n| n as usize),
-                cpus_per_worker,
-                gpus_per_worker,
-                use_gpu,
-                part_rows,
-            };
-            println!("{}", predict::predict(&args).map_err(input_error)?);
+            let model = local(&args.model)?;
+            println!("{}", predict::predict(&args, &model, None).map_err(input_error)?);
             Ok(0)
         }
         Command::Head { port, bind, token, heartbeat_timeout } => {

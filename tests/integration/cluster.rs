@@ -473,3 +473,37 @@ pub fn dead_driver_frees_its_placement_group() -> Result<()> {
     }
     Ok(())
 }
+
+/// `rtune predict --workers` on a cluster (`RTUNE_ADDRESS`, as `rtune slurm run` sets it): 3
+/// workers of 1 CPU, more than this machine's pool of 2 holds, on two nodes of 2; the answers
+/// are one process's.
+pub fn batch_prediction_runs_on_the_cluster() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    cluster.add_node(&["--num-cpus", "2"])?;
+    cluster.add_node(&["--num-cpus", "2"])?;
+    let dir = tempfile::tempdir()?;
+    let model = crate::predict::digits_export(dir.path())?;
+    let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/digits.csv.gz");
+    let predict = |output: &Path, more: &[&str]| -> Result<String> {
+        let (m, i, o) =
+            (model.to_str().unwrap(), input.to_str().unwrap(), output.to_str().unwrap());
+        let args = ["predict", "--model", m, "--input", i, "--output", o, "--no-header"];
+        let out = Command::new(RTUNE)
+            .args([&args[..], more].concat())
+            .env(rtune::config::ADDRESS_ENV, &cluster.address)
+            .output()?;
+        ensure!(out.status.success(), "{}", crate::common::text(&out));
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let one = dir.path().join("one.parquet");
+    predict(&one, &[])?;
+    let across = dir.path().join("across.parquet");
+    let said = predict(&across, &["--workers", "3", "--part-rows", "100", "--batch-rows", "50"])?;
+    ensure!(said.contains("predicted 1797 rows") && said.contains("on 3 workers"), "{said}");
+    crate::predict::same_predictions(&across, &one)?;
+    // The group is released after the run.
+    wait_for(Duration::from_secs(10), || {
+        Ok(cluster.status()?["placement_groups"] == serde_json::json!([]))
+    })?;
+    Ok(())
+}

@@ -193,6 +193,10 @@ fn main() {
             "predict::predictions_across_workers_match_one_process",
             predict::predictions_across_workers_match_one_process,
         ),
+        test(
+            "cluster::batch_prediction_runs_on_the_cluster",
+            cluster::batch_prediction_runs_on_the_cluster,
+        ),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
         test(
             "tracking::optuna_reads_the_sweep_as_a_study",

@@ -15,7 +15,7 @@ use crate::cli::rtune;
 use crate::common::{text, wait_for};
 
 /// A digits model trained briefly and exported into `dir/model`.
-fn digits_export(dir: &Path) -> Result<PathBuf> {
+pub(crate) fn digits_export(dir: &Path) -> Result<PathBuf> {
     let file = dir.join("sweep.toml");
     std::fs::write(
         &file,
@@ -74,7 +74,7 @@ fn read(path: &Path) -> Result<DataFrame> {
 }
 
 /// The two outputs hold the same rows: every column equal, probabilities within 1e-6.
-fn same_predictions(ours: &Path, one_process: &Path) -> Result<()> {
+pub(crate) fn same_predictions(ours: &Path, one_process: &Path) -> Result<()> {
     let (a, b) = (read(ours)?, read(one_process)?);
     ensure!(a.get_column_names() == b.get_column_names(), "columns differ");
     ensure!(a.height() == b.height(), "{} rows against {}", a.height(), b.height());
@@ -180,6 +180,29 @@ pub fn predictions_across_workers_match_one_process() -> Result<()> {
         .and_then(|rest| rest.split(' ').next()?.parse().ok())
         .with_context(|| format!("no retry said: {}", text(&out)))?;
     ensure!(again < 17_970, "all {again} rows were predicted again: {said}");
+
+    // A row that does not parse, past the first batch the driver checks, fails the workers
+    // (each retry too); the error names it, and nothing is left.
+    let broken_row = d.join("broken_row.csv");
+    let mut lines: Vec<String> =
+        std::fs::read_to_string(&csv)?.lines().map(str::to_owned).collect();
+    lines[1500] = lines[1500].replacen(',', ",x", 1);
+    std::fs::write(&broken_row, lines.join("\n") + "\n")?;
+    let output = d.join("broken.parquet.out.parquet");
+    let (m, i, o) =
+        (model.to_str().unwrap(), broken_row.to_str().unwrap(), output.to_str().unwrap());
+    let args = ["--workers", "2", "--batch-rows", "100", "--part-rows", "100"];
+    let out =
+        rtune(&[&["predict", "--model", m, "--input", i, "--output", o], &args[..]].concat())?;
+    ensure!(
+        out.status.code() == Some(2)
+            && text(&out).contains("prediction failed after 4 attempt(s); rank ")
+            && text(&out).contains("a row of rows 1498..1598 does not parse"),
+        "{}",
+        text(&out)
+    );
+    let left: Vec<_> = std::fs::read_dir(d)?.flatten().map(|e| e.file_name()).collect();
+    ensure!(!output.exists() && !left.iter().any(|n| n.to_string_lossy().starts_with('.')));
 
     // Mistakes, found here before any worker starts; no output, no parts left.
     let without = d.join("without.csv");

@@ -13,6 +13,8 @@
 #      experiment by itself;
 #   5. a sweep whose storage path is on an object store (moto's S3 server) ends complete there,
 #      read back from its URL;
+#   1b. (after 1) `rtune slurm predict` in a job predicts a file on workers on both nodes, with
+#      the answers of one process;
 # and, first, the mistakes: outside a job, and nodes whose agents never join.
 # Usage: tests/slurm/test.sh PATH/TO/rtune   (`make test-slurm` builds it and runs this)
 set -euo pipefail
@@ -165,6 +167,37 @@ for trial in trials:
 print("placement: each of the 6 trials ran one worker on n1 and one on n2")
 PY
 no_rtune_left "after the sweep job"
+
+# 1b. Batch prediction in a job: the best model of that sweep over the shipped digits, on 2
+# workers of 1 CPU (one on each node), gives what one process gives.
+echo "[${SECONDS}s] == 1b. batch prediction in a job"
+"$rtune" export "$results/whole" --to "$work/best-model" > /dev/null
+"$rtune" predict --model "$work/best-model" --input data/digits.csv.gz --no-header \
+    --output "$work/one.csv" > /dev/null
+out=$work/job-1b.out
+state=$(MODEL=$work/best-model INPUT=data/digits.csv.gz OUTPUT=$work/across.csv \
+    run_job "$out" --cpus-per-task=1 --mem=1500 examples/slurm/predict.sbatch --workers 2 \
+    --no-header --part-rows 300 --batch-rows 100)
+[ "$state" = COMPLETED ] || fail "the prediction job ended $state"
+grep -q "predicted 1797 rows of data/digits.csv.gz into $work/across.csv on 2 workers" "$out" \
+    || fail "the prediction job did not say it predicted every row on 2 workers"
+for node in n1 n2; do
+    grep -q "node{name=$node}: started worker" "$out" || fail "no worker of the job ran on $node"
+done
+python3 - "$work/one.csv" "$work/across.csv" <<'PY' || fail "the job's predictions differ"
+import csv, sys
+one, across = (list(csv.DictReader(open(p))) for p in sys.argv[1:])
+assert len(one) == len(across) == 1797, (len(one), len(across))
+for a, b in zip(one, across):
+    assert a.keys() == b.keys()
+    for k in a:
+        if k.startswith("prob_"):
+            assert abs(float(a[k]) - float(b[k])) <= 1e-6, (k, a[k], b[k])
+        else:
+            assert a[k] == b[k], (k, a[k], b[k])
+print("prediction: 1797 rows on 2 workers, as one process predicts them")
+PY
+no_rtune_left "after the prediction job"
 
 # 2. A sweep cancelled while it runs.
 echo "[${SECONDS}s] == 2. scancel a running sweep"

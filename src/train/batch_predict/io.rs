@@ -86,6 +86,8 @@ pub(super) enum Reader {
         batch: usize,
         /// Rows left to read (of a range), when not all.
         left: Option<usize>,
+        /// The number of the next row (from 0, blank lines not counted).
+        row: usize,
     },
 }
 
@@ -135,6 +137,7 @@ impl Reader {
                     types: None,
                     batch,
                     left: None,
+                    row: 0,
                 }
             }
         })
@@ -158,7 +161,7 @@ impl Reader {
                 let mut first = Reader::open(path, batch, no_header)?;
                 first.next_batch()?;
                 let types = first.types();
-                let Reader::Csv { path, lines, pending, types: taken, left, .. } = &mut reader
+                let Reader::Csv { path, lines, pending, types: taken, left, row, .. } = &mut reader
                 else {
                     unreachable!("opened as CSV above")
                 };
@@ -176,6 +179,7 @@ impl Reader {
                     }
                 }
                 *left = Some(range.len());
+                *row = range.start;
             }
         }
         Ok(reader)
@@ -216,7 +220,7 @@ impl Reader {
                 *next += len;
                 Ok(Some(frame))
             }
-            Reader::Csv { path, lines, header, pending, types, batch, left } => {
+            Reader::Csv { path, lines, header, pending, types, batch, left, row } => {
                 let mut text = format!("{header}\n");
                 let want = left.map_or(*batch, |left| left.min(*batch));
                 let mut n = 0;
@@ -246,8 +250,13 @@ impl Reader {
                     .into_reader_with_file_handle(Cursor::new(text.into_bytes()))
                     .finish()
                     .map_err(|e| {
-                        Error::Data(format!("{}: a row does not parse: {e}", path.display()))
+                        Error::Data(format!(
+                            "{}: a row of rows {row}..{} does not parse: {e}",
+                            path.display(),
+                            *row + n
+                        ))
                     })?;
+                *row += n;
                 if types.is_none() {
                     *types = Some(Arc::new(frame.schema().as_ref().clone()));
                 }

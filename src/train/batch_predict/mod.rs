@@ -111,6 +111,13 @@ impl BatchPredictor {
         self
     }
 
+    /// The workers' pool is the cluster whose head is at `address` (HOST:PORT), reached with
+    /// `token` (instead of `$RTUNE_ADDRESS` or this machine's pool).
+    pub fn cluster(mut self, address: impl Into<String>, token: Option<String>) -> Self {
+        self.run = self.run.cluster(address, token);
+        self
+    }
+
     /// Where the workers' pool is (`cluster`, else `$RTUNE_ADDRESS`, else this machine) and how
     /// many worker failures are retried (3 by default); its name and storage path are not
     /// used (the workers' run lives in a scratch folder next to the output).
@@ -245,6 +252,16 @@ impl BatchPredictor {
             .scaling(plan.scaling.clone())
             .run_config(run)
             .fit()
+            .map_err(|e| match e {
+                Error::TrainingFailed(result) => {
+                    let last = result.failures.last().map_or(String::new(), |f| f.to_string());
+                    Error::Worker(format!(
+                        "prediction failed after {} attempt(s); {last}",
+                        result.failures.len()
+                    ))
+                }
+                e => e,
+            })
     }
 }
 
