@@ -427,7 +427,6 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 resume(&dir, &output, registry, &job.target(false))
             }
             SlurmCommand::Predict { predict: args, cluster } => {
-                let model = local(&args.model)?;
                 if args.workers.is_none() {
                     let e =
                         anyhow::anyhow!("rtune slurm predict: say how many workers (--workers N)");
@@ -435,7 +434,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 }
                 let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
                 let at = Some((job.address.clone(), job.token.clone()));
-                println!("{}", predict::predict(&args, &model, at).map_err(input_error)?);
+                println!("{}", predict::predict(&args, at).map_err(input_error)?);
                 Ok(0)
             }
             SlurmCommand::Node { address, node_ip, drain_grace } => {
@@ -490,9 +489,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             Ok(0)
         }
         Command::Predict(args) => {
-            // An export on a store comes down into its staging folder first.
-            let model = local(&args.model)?;
-            println!("{}", predict::predict(&args, &model, None).map_err(input_error)?);
+            println!("{}", predict::predict(&args, None).map_err(input_error)?);
             Ok(0)
         }
         Command::Head { port, bind, token, heartbeat_timeout } => {

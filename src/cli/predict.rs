@@ -3,7 +3,7 @@
 //! process or on `--workers` from the pool ([`BatchPredictor`]).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
 
@@ -19,15 +19,16 @@ use crate::train::BatchPredictor;
 pub(super) struct PredictArgs {
     /// A folder `rtune export` wrote (a path or an `s3://` URL).
     #[arg(long, alias = "checkpoint")]
-    pub model: PathBuf,
-    /// A .parquet, .csv or .csv.gz file with the model's input columns.
+    model: PathBuf,
+    /// A .parquet, .csv or .csv.gz file with the model's input columns (a path or an `s3://`
+    /// URL).
     #[arg(long)]
     input: PathBuf,
     /// The CSV input has no header row: its columns are the model's inputs in order (then
     /// the label, when there is one column more, as in data/digits.csv.gz).
     #[arg(long)]
     no_header: bool,
-    /// The .parquet or .csv file to create.
+    /// The .parquet or .csv file to create (a path or an `s3://` URL).
     #[arg(long)]
     output: PathBuf,
     /// Rows per batch: what is in memory at once.
@@ -66,15 +67,10 @@ pub(super) fn device(text: &str) -> Result<tch::Device, String> {
         .ok_or_else(|| format!("{text:?} is not a device; use cpu, cuda or cuda:N (e.g. cuda:1)"))
 }
 
-/// Predicts every row of the input with the export in `model` (`args.model` as a local
-/// folder), its workers on `cluster` (address, token) when given; returns a line about what
-/// was written.
-pub(super) fn predict(
-    args: &PredictArgs,
-    model: &Path,
-    cluster: Option<(String, String)>,
-) -> Result<String> {
-    let mut predictor = BatchPredictor::new(model)
+/// Predicts every row of the input, on workers of `cluster` (address, token) when given;
+/// returns a line about what was written.
+pub(super) fn predict(args: &PredictArgs, cluster: Option<(String, String)>) -> Result<String> {
+    let mut predictor = BatchPredictor::new(&args.model)
         .batch_rows(args.batch_rows)
         .no_header(args.no_header)
         .allow_extra(args.allow_extra);

@@ -590,6 +590,71 @@ pub fn marked(local: &Path) -> Option<Result<Remote>> {
     Some(Remote::parse(url.trim()))
 }
 
+/// One object (a file) on a store: the folder that holds it, and its name there.
+fn split_object(url: &str) -> Result<(Remote, String)> {
+    match url.rsplit_once('/') {
+        Some((folder, name)) if !name.is_empty() && folder.len() > SCHEME.len() => {
+            Ok((Remote::parse(folder)?, name.to_owned()))
+        }
+        _ => {
+            Err(Error::config("store URL", format!("{url} names no file (s3://bucket/path/file)")))
+        }
+    }
+}
+
+/// The file `path` on this machine: itself, or, for an `s3://` URL of one object, its staging
+/// copy, fetched unless the copy is as new as the object (another process of this machine may
+/// have fetched it first: each writes its own temporary file and renames it).
+pub fn staged_file(path: &Path) -> Result<PathBuf> {
+    let Some(url) = path.to_str().filter(|_| is_url(path)) else {
+        return Ok(crate::config::expand_home(path));
+    };
+    let (folder, name) = split_object(url)?;
+    let local = folder.staging().join(&name);
+    blocking(async {
+        let meta = folder.store.head(&folder.key(&name)).await.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => Error::Data(format!("{url} does not exist")),
+            e => folder.failed("head", e),
+        })?;
+        let local_ms = std::fs::metadata(&local)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64);
+        if local_ms.is_some_and(|ms| ms >= meta.last_modified.timestamp_millis()) {
+            return Ok(());
+        }
+        let parent = folder.staging();
+        std::fs::create_dir_all(&parent).at(&parent)?;
+        folder.fetch(&name, meta.size, &local).await
+    })?;
+    Ok(local)
+}
+
+/// Where the object at `url` is staged on this machine.
+pub fn staged_object_path(url: &str) -> Result<PathBuf> {
+    let (folder, name) = split_object(url)?;
+    Ok(folder.staging().join(name))
+}
+
+/// Whether the object at `url` exists.
+pub fn object_exists(url: &str) -> Result<bool> {
+    let (folder, name) = split_object(url)?;
+    blocking(async {
+        match folder.store.head(&folder.key(&name)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(folder.failed("head", e)),
+        }
+    })
+}
+
+/// Uploads the file `file` as the object at `url`.
+pub fn put_object(url: &str, file: &Path) -> Result<()> {
+    let (folder, name) = split_object(url)?;
+    blocking(folder.upload(&name, file))
+}
+
 /// The folder to read `path` from: itself, or, for an `s3://` URL, its staging copy brought up
 /// to date from the store first.
 pub fn local_copy(path: &Path) -> Result<PathBuf> {

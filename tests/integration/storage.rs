@@ -837,5 +837,34 @@ checkpoint = { num_to_keep = 1 }
         a.lines().count(),
         b.lines().count()
     );
+
+    // On 2 workers, the input from the store and the output to it: the same predictions.
+    server
+        .boto3(&format!("s3.upload_file('{}', 'exp', 'data/digits.csv.gz')", digits.display()))?;
+    let output = "s3://exp/out/predicted.csv";
+    let args = ["predict", "--model", model, "--input", "s3://exp/data/digits.csv.gz"];
+    let more = ["--no-header", "--output", output, "--workers", "2", "--batch-rows", "500"];
+    let out = rtune(&server, &dir.path().join("third"), &[&args[..], &more].concat())?;
+    ensure!(out.status.code() == Some(0) && text(&out).contains("on 2 workers"), "{}", text(&out));
+    let c = server.boto3(
+        "print(s3.get_object(Bucket='exp', Key='out/predicted.csv')['Body'].read().decode(), end='')",
+    )?;
+    ensure!(c.lines().count() == a.lines().count(), "{} lines", c.lines().count());
+    for (x, y) in a.lines().zip(c.lines()) {
+        for (p, q) in x.split(',').zip(y.split(',')) {
+            let close = match (p.parse::<f64>(), q.parse::<f64>()) {
+                (Ok(p), Ok(q)) => (p - q).abs() <= 1e-6,
+                _ => p == q,
+            };
+            ensure!(close, "rows differ: {x} against {y}");
+        }
+    }
+    // It is not written over.
+    let out = rtune(&server, &dir.path().join("third"), &[&args[..], &more].concat())?;
+    ensure!(
+        out.status.code() == Some(2) && text(&out).contains("already exists"),
+        "{}",
+        text(&out)
+    );
     Ok(())
 }

@@ -26,6 +26,7 @@ use crate::collective::ReduceOp;
 use crate::config::{FailureConfig, RunConfig, ScalingConfig};
 use crate::error::{Error, IoContext, Result};
 use crate::outcome::TrainResult;
+use crate::storage::remote;
 use crate::train::TorchTrainer;
 use crate::worker::TrainContext;
 
@@ -128,40 +129,67 @@ impl BatchPredictor {
 
     /// Predicts every row of `input` (.parquet, .csv or .csv.gz) into `output` (.parquet or
     /// .csv, a file that does not exist yet). Mistakes in the export, the input or the output
-    /// are found before any worker starts.
+    /// are found before any worker starts. The export, the input and the output may be on an
+    /// object store (`s3://` URLs): the export and the input are read from their staging
+    /// copies (each worker's machine fetches its own), and the output is made in its staging
+    /// folder, then uploaded.
     pub fn predict(&self, input: &Path, output: &Path) -> Result<Predicted> {
         let began = Instant::now();
         let format = FileFormat::of_output(output)?;
-        if output.exists() {
+        let store_output = output.to_str().filter(|_| remote::is_url(output));
+        let exists = match store_output {
+            Some(url) => remote::object_exists(url)?,
+            None => output.exists(),
+        };
+        if exists {
             return Err(Error::Data(format!(
                 "{} already exists; write the predictions to a new file",
                 output.display()
             )));
         }
-        let tmp = temp_path(output, "partial")?;
+        let local_output = match store_output {
+            Some(url) => {
+                let path = remote::staged_object_path(url)?;
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).at(parent)?;
+                }
+                path
+            }
+            None => output.to_owned(),
+        };
+        let model = remote::local_copy(&self.model)?;
+        let local_input = remote::staged_file(input)?;
+        let tmp = temp_path(&local_output, "partial")?;
         let done = match &self.workers {
-            None => self.predict_here(input, &tmp, format),
+            None => self.predict_here(&model, &local_input, &tmp, format),
             Some(scaling) => self
-                .plan(scaling, input, output)
+                .plan(scaling, &model, &local_input, &local_output)
                 .and_then(|plan| self.predict_across(&plan, input, &tmp, format)),
         };
-        let mut done = match done {
-            Ok(done) => done,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
+        let done = done.and_then(|done| {
+            match store_output {
+                Some(url) => remote::put_object(url, &tmp)?,
+                None => std::fs::rename(&tmp, output).at(output)?,
             }
-        };
-        std::fs::rename(&tmp, output).at(output)?;
+            Ok(done)
+        });
+        let _ = std::fs::remove_file(&tmp);
+        let mut done = done?;
         done.seconds = began.elapsed().as_secs_f64();
         Ok(done)
     }
 
-    fn predict_here(&self, input: &Path, tmp: &Path, format: FileFormat) -> Result<Predicted> {
+    fn predict_here(
+        &self,
+        model: &Path,
+        input: &Path,
+        tmp: &Path,
+        format: FileFormat,
+    ) -> Result<Predicted> {
         let device = crate::sys::cuda::use_device(self.device).map_err(|e| {
             Error::config("BatchPredictor.device", format!("{e}; or predict on the CPU"))
         })?;
-        let model = ExportedModel::load(&self.model, device)?;
+        let model = ExportedModel::load(model, device)?;
         let header = self.no_header.then_some(&model.schema);
         let mut reader = Reader::open(input, self.batch_rows, header)?;
         let check = Some(self.allow_extra);
@@ -174,10 +202,16 @@ impl BatchPredictor {
 
     /// Checks the export and the input here (what a worker would find wrong), and splits the
     /// rows among the workers.
-    fn plan(&self, scaling: &ScalingConfig, input: &Path, output: &Path) -> Result<Plan> {
+    fn plan(
+        &self,
+        scaling: &ScalingConfig,
+        model: &Path,
+        input: &Path,
+        output: &Path,
+    ) -> Result<Plan> {
         scaling.validate()?;
         self.run.validate()?;
-        let model = ExportedModel::load(&self.model, tch::Device::Cpu)?;
+        let model = ExportedModel::load(model, tch::Device::Cpu)?;
         let header = self.no_header.then_some(&model.schema);
         let mut reader = Reader::open(input, self.batch_rows, header)?;
         let Some(first) = reader.next_batch()? else {
@@ -199,6 +233,7 @@ impl BatchPredictor {
         })
     }
 
+    /// On the workers: `input` as given (a URL each worker stages).
     fn predict_across(
         &self,
         plan: &Plan,
@@ -234,7 +269,11 @@ impl BatchPredictor {
         parts: &Path,
         format: FileFormat,
     ) -> Result<TrainResult> {
-        let absolute = |p: &Path| std::path::absolute(p).at(p).map(|p| p.display().to_string());
+        // A store's URL as it is (each worker stages it), a path made absolute.
+        let absolute = |p: &Path| match p.to_str().filter(|_| remote::is_url(p)) {
+            Some(url) => Ok(url.to_owned()),
+            None => std::path::absolute(p).at(p).map(|p| p.display().to_string()),
+        };
         let params = Params::new()
             .with("model", absolute(&self.model)?)
             .with("input", absolute(input)?)
@@ -348,8 +387,8 @@ fn predict_into(
 /// an earlier attempt made whole.
 fn predict_rank(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let p = ctx.params();
-    let model_dir = PathBuf::from(p.get::<String>("model")?);
-    let input = PathBuf::from(p.get::<String>("input")?);
+    let model_dir = remote::local_copy(Path::new(&p.get::<String>("model")?))?;
+    let input = remote::staged_file(Path::new(&p.get::<String>("input")?))?;
     let parts = PathBuf::from(p.get::<String>("parts")?);
     let no_header = p.get::<bool>("no_header")?;
     let batch_rows = p.get::<usize>("batch_rows")?;
