@@ -411,3 +411,50 @@ pub fn status_shows_the_gpus() -> Result<()> {
     }
     result
 }
+
+/// `rtune predict --workers 2 --gpus-per-worker 0.5` (two workers sharing the GPU) and
+/// `--device cuda` in one process predict the shipped digits as one CPU process does: the
+/// same classes, probabilities within 1e-5.
+pub fn batch_prediction_on_gpu_workers() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let body = "[trainable]\nbuiltin = \"digits-mlp\"\n\n[param_space]\nepochs = 2\nhidden = 64\n\n\
+                [tune]\nmetric = \"val_loss\"\nmode = \"min\"\nnum_samples = 1\n";
+    let sweep = sweep_file(dir.path(), "small", body)?;
+    succeeded(rtune(&["run", sweep.to_str().unwrap(), "--no-tui"]))?;
+    let model = dir.path().join("model");
+    let mut export = rtune(&["export"]);
+    export.arg(dir.path().join("small")).arg("--to").arg(&model);
+    succeeded(export)?;
+    let input = repo().join("data/digits.csv.gz");
+    let predict = |name: &str, more: &[&str]| -> Result<String> {
+        let output = dir.path().join(name);
+        let mut command = rtune(&["predict", "--no-header", "--model"]);
+        command.arg(&model).arg("--input").arg(&input).arg("--output").arg(&output).args(more);
+        let said = String::from_utf8_lossy(&succeeded(command)?.stdout).into_owned();
+        println!("{}", said.trim());
+        Ok(std::fs::read_to_string(output)?)
+    };
+    let cpu = predict("cpu.csv", &[])?;
+    let gpu_workers = predict(
+        "workers.csv",
+        &["--workers", "2", "--gpus-per-worker", "0.5", "--part-rows", "300"],
+    )?;
+    let gpu_process = predict("process.csv", &["--device", "cuda"])?;
+    for (name, text) in [("2 GPU workers", &gpu_workers), ("--device cuda", &gpu_process)] {
+        ensure!(
+            text.lines().count() == cpu.lines().count(),
+            "{name}: {} lines",
+            text.lines().count()
+        );
+        for (x, y) in cpu.lines().zip(text.lines()) {
+            for (p, q) in x.split(',').zip(y.split(',')) {
+                let close = match (p.parse::<f64>(), q.parse::<f64>()) {
+                    (Ok(p), Ok(q)) => (p - q).abs() <= 1e-5,
+                    _ => p == q,
+                };
+                ensure!(close, "{name}: {y} against the CPU's {x}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -50,6 +50,7 @@ fn main() {
         test("gpu_checkpoint_resumes_on_cpu_and_exports_for_pytorch", checks::gpu_to_cpu),
         test("gpus_workers_cannot_use_are_refused", checks::unusable_gpus_are_refused),
         test("rtune_status_shows_the_nodes_gpus", checks::status_shows_the_gpus),
+        test("batch_prediction_on_gpu_workers", checks::batch_prediction_on_gpu_workers),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
