@@ -86,7 +86,7 @@ pub use scheduler::{
     SchedulerState, SchedulerStatus, TrialScheduler,
 };
 pub use searcher::{
-    BasicVariant, ConcurrencyLimiter, Repeater, Searcher, SearcherState, Suggestion, Tpe,
+    BasicVariant, Bohb, ConcurrencyLimiter, Repeater, Searcher, SearcherState, Suggestion, Tpe,
 };
 pub use space::domain::{
     Domain, choice, lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform,

@@ -459,6 +459,23 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             &["`tune.search.n_startup_trials` must be a count (an integer >= 0), not"],
         ),
         (
+            "BOHB's budgets not the scheduler's",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nsearch = { type = \"bohb\" }\n\
+             scheduler = { type = \"hyperband\", time_attr = \"time_total_s\", max_t = 9 }\n",
+            &[
+                "sweep.toml:7:1",
+                "`tune.search.time_attr`",
+                "BOHB's budgets are `training_iteration` but the scheduler's time_attr is \
+                 `time_total_s`",
+            ],
+        ),
+        (
+            "a BOHB setting out of range",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\n\
+             search = { type = \"bohb\", top_n_percent = 100 }\n",
+            &["`tune.search.top_n_percent`", "in (0, 100)"],
+        ),
+        (
             "rewards that are not numbers",
             "[tune]\nsearch = { type = \"random\", points_to_evaluate = [{ rate = 0.2 }], \
              evaluated_rewards = \"high\" }\n",

@@ -185,6 +185,10 @@ fn main() {
             tune::a_held_trial_waits_and_goes_on_from_its_checkpoint,
         ),
         test(
+            "tune::bohb_with_hyperband_sweeps_and_saves_its_model",
+            tune::bohb_with_hyperband_sweeps_and_saves_its_model,
+        ),
+        test(
             "tune::an_attempt_failing_while_the_sweep_stops_is_no_failure",
             tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,
         ),

@@ -1195,3 +1195,55 @@ pub fn an_attempt_failing_while_the_sweep_stops_is_no_failure() -> Result<()> {
     ensure!(std::fs::read_to_string(&starts)? == "0\n1\n", "it did not go on from its checkpoint");
     Ok(())
 }
+
+/// BOHB (its searcher with HyperBand) through the Tuner: every trial ends, HyperBand stopped
+/// some early, and the experiment's saved state holds the searcher's observations at several
+/// budgets (what a restored sweep's model goes on from), restored into a BOHB whose model is
+/// then in use.
+pub fn bohb_with_hyperband_sweeps_and_saves_its_model() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let space = SearchSpace::new()
+        .add("rate", rtune_searchers::loguniform(0.02, 1.0)?)
+        .add("plateau", rtune_searchers::uniform(0.5, 1.0)?);
+    let trainer = TorchTrainer::new(rtune::builtins::train_synthetic_curve).train_loop_config(
+        Params::new()
+            .with("iterations", 9)
+            .with("noise", 0.01)
+            .with("seed", 3)
+            .with("sleep_s", 0.0)
+            .with("fail_at", 0),
+    );
+    let bohb = rtune_searchers::Bohb::new(space.clone())?.seed(1);
+    let grid = Tuner::new(trainer, space.clone())
+        .tune_config(
+            TuneConfig::new()
+                .metric("score")
+                .mode(Mode::Max)
+                .num_samples(24)
+                .max_concurrent_trials(4)
+                .search_alg(bohb)
+                .scheduler(HyperBand::new().max_t(9).reduction_factor(3)),
+        )
+        .run_config(RunConfig::new("bohb").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 24, "{} trials", grid.trials.len());
+    ensure!(
+        grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated),
+        "{:?}",
+        grid.trials.iter().map(|t| t.status()).collect::<Vec<_>>()
+    );
+    ensure!(grid.trials.iter().any(|t| t.history().len() < 9), "HyperBand stopped none early");
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(
+        dir.path().join("bohb").join(rtune::tune::STATE_FILE),
+    )?)?;
+    let saved = state["controller"]["searcher"].to_string();
+    let searcher: rtune_searchers::SearcherState = serde_json::from_str(&saved)
+        .or_else(|_| serde_json::from_value(state["controller"]["searcher"]["inner"].clone()))
+        .with_context(|| format!("the saved searcher: {saved}"))?;
+    let mut restored = rtune_searchers::Bohb::new(space)?;
+    rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;
+    let budgets = restored.observations();
+    ensure!(budgets.len() >= 3 && budgets[0].1 == 24, "observations per budget: {budgets:?}");
+    ensure!(restored.model_budget().is_some(), "no budget has a model: {budgets:?}");
+    Ok(())
+}

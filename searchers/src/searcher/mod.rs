@@ -9,6 +9,7 @@
 //! [`SearchSpace`]: crate::space::SearchSpace
 
 mod basic_variant;
+mod bohb;
 mod limiter;
 mod points;
 mod repeater;
@@ -17,6 +18,7 @@ pub mod tpe;
 use serde::{Deserialize, Serialize};
 
 pub use basic_variant::{BasicVariant, BasicVariantState};
+pub use bohb::{Bohb, BohbState};
 pub use limiter::{ConcurrencyLimiter, LimiterState};
 pub use repeater::{Repeater, RepeaterState, TRIAL_INDEX_KEY};
 pub use tpe::{Tpe, TpeState};
@@ -123,6 +125,8 @@ pub enum SearcherState {
     BasicVariant(BasicVariantState),
     /// [`Tpe`].
     Tpe(TpeState),
+    /// [`Bohb`].
+    Bohb(BohbState),
     /// [`ConcurrencyLimiter`].
     ConcurrencyLimiter(LimiterState),
     /// [`Repeater`].
@@ -142,6 +146,7 @@ impl SearcherState {
         match self {
             SearcherState::BasicVariant(_) => "basic_variant",
             SearcherState::Tpe(_) => "tpe",
+            SearcherState::Bohb(_) => "bohb",
             SearcherState::ConcurrencyLimiter(_) => "concurrency_limiter",
             SearcherState::Repeater(_) => "repeater",
             SearcherState::Custom { name, .. } => name,

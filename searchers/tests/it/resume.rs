@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 
 use rtune_searchers::{
-    Asha, BasicVariant, ConcurrencyLimiter, Decision, HyperBand, MedianStopping, Metrics, Mode,
-    Params, Pbt, Repeater, SearchSpace, Searcher, SearcherState, Suggestion, Tpe, TrialId,
+    Asha, BasicVariant, Bohb, ConcurrencyLimiter, Decision, HyperBand, MedianStopping, Metrics,
+    Mode, Params, Pbt, Repeater, SearchSpace, Searcher, SearcherState, Suggestion, Tpe, TrialId,
     TrialScheduler, choice, grid_search, loguniform, randn, uniform,
 };
 
@@ -56,7 +56,11 @@ fn drive(make: Factory<'_>, steps: usize, swap_at: Option<usize>) -> Vec<Event> 
         if let Some((id, p)) = live.pop_front() {
             let loss =
                 if p.contains("opt") { mixed10(&p) } else { p.get::<f64>("x").unwrap_or(0.0) };
-            let r = Metrics::from([("loss".to_string(), loss)]);
+            // (BOHB reads the budget.)
+            let r = Metrics::from([
+                ("loss".to_string(), loss),
+                ("training_iteration".to_string(), 1.0),
+            ]);
             s.on_trial_result(id, &r).unwrap();
             let error = id.0 % 7 == 6;
             s.on_trial_complete(id, if error { None } else { Some(&r) }, error).unwrap();
@@ -92,6 +96,21 @@ fn basic_variant_resumes_exactly() {
 #[test]
 fn tpe_resumes_exactly() {
     assert_resumes(&|| Box::new(tpe()), 90);
+}
+
+#[test]
+fn bohb_resumes_exactly_with_its_model() {
+    let bohb = || Bohb::new(mixed10_space()).unwrap().metric("loss").mode(Mode::Min).seed(4);
+    assert_resumes(&|| Box::new(bohb()), 120);
+    // Its model is in use well before the end (after 22 observations for 10 parameters).
+    let mut b = bohb();
+    for i in 0..30 {
+        let Suggestion::Params(p) = b.suggest(TrialId(i)).unwrap() else { panic!() };
+        let r =
+            Metrics::from([("loss".to_string(), mixed10(&p)), ("training_iteration".into(), 1.0)]);
+        b.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
+    }
+    assert_eq!(b.model_budget(), Some(1.0), "{:?}", b.observations());
 }
 
 #[test]

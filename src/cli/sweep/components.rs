@@ -4,8 +4,8 @@
 //! go by that table, so an option is known to both or to neither: a new option is one row.
 
 use rtune_searchers::{
-    Asha, BasicVariant, Fifo, HyperBand, MedianStopping, Params, Pbt, SearchSpace, Searcher, Tpe,
-    TrialScheduler, Value,
+    Asha, BasicVariant, Bohb, Fifo, HyperBand, MedianStopping, Params, Pbt, SearchSpace, Searcher,
+    Tpe, TrialScheduler, Value,
 };
 
 use super::super::doc::{self, Fields, Item, Kind, Origin, Report};
@@ -189,8 +189,23 @@ static TPE: Table<Tpe, dyn Searcher> = Table {
     finish: |s| Box::new(s),
 };
 
+static BOHB: Table<Bohb, dyn Searcher> = Table {
+    name: "bohb",
+    start: |c| Bohb::new(c.space.clone()).expect("checked by check_components").seed(c.seed),
+    options: &[
+        ("time_attr", Setter::Str(|s, a| s.time_attr(a))),
+        ("top_n_percent", Setter::Num(Bohb::top_n_percent)),
+        ("min_points_in_model", Setter::Count(Bohb::min_points_in_model)),
+        ("num_samples", Setter::Count(Bohb::num_samples)),
+        ("random_fraction", Setter::Num(Bohb::random_fraction)),
+        ("bandwidth_factor", Setter::Num(Bohb::bandwidth_factor)),
+        ("min_bandwidth", Setter::Num(Bohb::min_bandwidth)),
+    ],
+    finish: |s| Box::new(s),
+};
+
 /// The searchers a sweep file can name.
-pub(super) static SEARCHERS: &[&dyn Blueprint<dyn Searcher>] = &[&RANDOM, &TPE];
+pub(super) static SEARCHERS: &[&dyn Blueprint<dyn Searcher>] = &[&RANDOM, &TPE, &BOHB];
 
 static FIFO: Table<Fifo, dyn TrialScheduler> =
     Table { name: "fifo", start: |_| Fifo::new(), options: &[], finish: |s| Box::new(s) };
@@ -420,12 +435,35 @@ pub(super) fn check_components(spec: &SweepSpec, root: &Item, report: &mut Repor
             .map_or(root.origin.clone(), |(o, _)| o.clone())
     };
     let mut searcher_ok = true;
-    if spec.search.kind == "tpe"
-        && let Err(e) = Tpe::new(spec.space.clone())
-    {
+    let modelled = match spec.search.kind.as_str() {
+        "tpe" => Tpe::new(spec.space.clone()).err(),
+        "bohb" => Bohb::new(spec.space.clone()).err(),
+        _ => None,
+    };
+    if let Some(e) = modelled {
         let param_space = find_key(root, "param_space").unwrap_or(root);
         add_space_error(param_space, "param_space", &e, report);
         searcher_ok = false;
+    }
+    // BOHB's budgets are the scheduler's: one key for both.
+    let scheduler_attr = match spec.scheduler.kind.as_str() {
+        "fifo" => None,
+        _ => Some(spec.scheduler.text("time_attr").unwrap_or("training_iteration")),
+    };
+    if spec.search.kind == "bohb"
+        && let Some(theirs) = scheduler_attr
+    {
+        let ours = spec.search.text("time_attr").unwrap_or("training_iteration");
+        if ours != theirs {
+            report.add(
+                "tune.search.time_attr",
+                &place("search", "time_attr"),
+                format!(
+                    "BOHB's budgets are `{ours}` but the scheduler's time_attr is `{theirs}`; \
+                     give both the same key"
+                ),
+            );
+        }
     }
     let target = spec.tune.metric.as_deref().zip(spec.tune.mode);
     let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();

@@ -27,6 +27,7 @@
 //! num_samples = 16
 //! search = { type = "tpe", n_startup_trials = 6 }    # or search = "random"
 //! # either with points_to_evaluate = [{ lr = 0.01 }] (run first), evaluated_rewards = [0.9]
+//! # or search = "bohb" with scheduler = { type = "hyperband", max_t = 12 } (BOHB)
 //! scheduler = { type = "asha", grace_period = 2, max_t = 12, reduction_factor = 2 }
 //! max_concurrent_trials = 1
 //! seed = 0

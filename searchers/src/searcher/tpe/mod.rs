@@ -74,7 +74,7 @@
 //! For Optuna's behaviour, turn it off: [`Tpe::constant_liar`]`(false)` (in a sweep file,
 //! `search = { type = "tpe", constant_liar = false }`).
 
-mod parzen;
+pub(crate) mod parzen;
 
 use std::collections::BTreeMap;
 
@@ -97,7 +97,7 @@ const NAME: &str = "TPE";
 
 /// How one sampled leaf maps to the model's numbers and back.
 #[derive(Clone, Debug, PartialEq)]
-enum Leaf {
+pub(crate) enum Leaf {
     /// Modelled directly; the output is a float.
     Number { spec: NumericSpec, q: Option<f64> },
     /// An integer domain: modelled as a float, converted back on its exact grid.
@@ -111,7 +111,7 @@ enum Leaf {
 const U_EPS: f64 = 1e-9;
 
 impl Leaf {
-    fn from_domain(d: &Domain) -> Leaf {
+    pub(crate) fn from_domain(d: &Domain) -> Leaf {
         let num = |low: f64, high: f64, step: Option<f64>, log: bool, q: Option<f64>| {
             Leaf::Number { spec: NumericSpec { low, high, step, log }, q }
         };
@@ -136,7 +136,7 @@ impl Leaf {
         }
     }
 
-    fn kind(&self) -> ParamKind {
+    pub(crate) fn kind(&self) -> ParamKind {
         match self {
             Leaf::Number { spec, .. } | Leaf::Int { spec, .. } => ParamKind::Numeric(*spec),
             Leaf::Normal { .. } => ParamKind::Numeric(NumericSpec {
@@ -150,7 +150,7 @@ impl Leaf {
     }
 
     /// The model coordinate of a sampled value (`None` if the value does not fit the leaf).
-    fn coord(&self, v: &Value) -> Option<f64> {
+    pub(crate) fn coord(&self, v: &Value) -> Option<f64> {
         match self {
             Leaf::Number { spec, .. } => v.as_f64().map(|x| clamp_f64(x, spec.low, spec.high)),
             Leaf::Int { spec, grid } => {
@@ -166,7 +166,7 @@ impl Leaf {
     }
 
     /// The value for a model coordinate.
-    fn value(&self, c: f64) -> Value {
+    pub(crate) fn value(&self, c: f64) -> Value {
         match self {
             Leaf::Int { spec, grid } => Value::Int(grid.value(spec.align(c))),
             Leaf::Number { spec, q, .. } => {
@@ -190,7 +190,7 @@ impl Leaf {
 /// coordinate goes back to an integer in integer arithmetic, on the grid and inside the bounds,
 /// so a suggestion is always a value the domain contains.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct IntGrid {
+pub(crate) struct IntGrid {
     lo: i128,
     hi: i128,
     q: i128,

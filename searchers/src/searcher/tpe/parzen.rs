@@ -27,16 +27,16 @@ pub(crate) struct NumericSpec {
 }
 
 impl NumericSpec {
-    fn transform(&self, x: f64) -> f64 {
+    pub(crate) fn transform(&self, x: f64) -> f64 {
         if self.log { x.max(f64::MIN_POSITIVE).ln() } else { x }
     }
 
-    fn untransform(&self, z: f64) -> f64 {
+    pub(crate) fn untransform(&self, z: f64) -> f64 {
         if self.log { z.exp() } else { z }
     }
 
     /// Kernel-space bounds: widened by half a step for grids, log-scaled for log parameters.
-    fn kernel_bounds(&self) -> (f64, f64) {
+    pub(crate) fn kernel_bounds(&self) -> (f64, f64) {
         let half = self.step.map_or(0.0, |s| s / 2.0);
         (self.transform(self.low - half), self.transform(self.high + half))
     }
