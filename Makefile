@@ -26,7 +26,7 @@ VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 
-.PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-bohb bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -127,6 +127,14 @@ bench-build: libtorch $(VENV)/.bench-store
 
 bench: bench-build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)
+
+# BOHB against its peers (#36): rtune's searchers beside hpbandster's BOHB and DEHB, which need
+# a Python of their own (.venv-bohb: they pin an older numpy than torch's).
+bench-bohb:
+	test -x .venv-bohb/bin/python || $(PYTHON) -m venv .venv-bohb
+	.venv-bohb/bin/python -m pip install --disable-pip-version-check --quiet hpbandster==0.7.4 DEHB==0.1.2 ConfigSpace==1.2.2
+	cargo build --release -p rtune-searchers --example bohb_vs
+	.venv-bohb/bin/python bench/bohb_peers.py $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

@@ -443,6 +443,13 @@ impl Controller {
         if self.scheduler.time_shares() && self.config.num_samples.is_some() {
             while !self.no_more_trials && self.create_trial()? {}
         }
+        // A scheduler that wants trials made now (HyperBand filling a bracket) gets them,
+        // waiting as PENDING.
+        for _ in 0..self.scheduler.wants_trials() {
+            if self.no_more_trials || !self.create_trial()? {
+                break;
+            }
+        }
         while self.started() < self.config.max_concurrent_trials {
             let view = Runnable(View::of(&self.trials, &self.ended, &self.no_params));
             if let Some(id) = self.scheduler.choose_trial_to_run(&view) {
@@ -929,6 +936,28 @@ mod tests {
         );
         assert!(run.reports.values().any(|&n| n == 9), "someone reaches max_t");
         assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 9]);
+    }
+
+    /// HyperBand with one slot: each bracket's trials are made when it opens (waiting as
+    /// PENDING), so its rounds close with the whole bracket at the milestone: of the first
+    /// bracket's 9 trials (the papers' order), 3 are promoted, not every trial run alone.
+    #[test]
+    fn hyperband_with_one_slot_fills_each_bracket_first() {
+        let hb = rtune_searchers::HyperBand::new().max_t(9).reduction_factor(3);
+        let hb = hb.aggressive_first(true);
+        let mut c = Controller::new(config(12, 1), random(12), Box::new(hb.clone())).unwrap();
+        let begun = c.step(Event::Begin).unwrap();
+        assert_eq!(begun.len(), 1, "{begun:?}");
+        assert_eq!(c.created(), 9, "the first bracket is made at once");
+        let mut c = Controller::new(config(12, 1), random(12), Box::new(hb)).unwrap();
+        let run = simulate(&mut c, 9, |_, _| false).unwrap();
+        assert_eq!(run.most_started, 1);
+        let mut reports: Vec<u64> = run.reports.values().copied().collect();
+        reports.sort_unstable();
+        // Bracket 1: 9 trials at 1 iteration, 3 go on to 3, 1 of them to 9. Bracket 2 (5
+        // trials to 3 iterations, 2 of them to 9) gets the last 3 of the 12: 2 go on to 9.
+        assert_eq!(reports, [1, 1, 1, 1, 1, 1, 3, 3, 3, 9, 9, 9], "{:?}", run.reports);
+        assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 12]);
     }
 
     /// A sweep interrupted mid-way and restored from its snapshot (through JSON, as on disk)

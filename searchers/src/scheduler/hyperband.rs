@@ -1,7 +1,8 @@
 //! HyperBand with synchronous successive-halving brackets (Ray's `HyperBandScheduler`).
 //!
 //! With `η = reduction_factor` and `s_max + 1 = round(log_η(max_t)) + 1` brackets per band,
-//! bracket `s` (filled in order `s = 0, 1, ..`) takes `n₀ = ceil((s_max+1)/(s+1) · η^s)` trials
+//! bracket `s` (filled in order `s = 0, 1, ..` as Ray does, or `s = s_max, .., 0` with
+//! [`HyperBand::aggressive_first`], as the HyperBand and BOHB papers do) takes `n₀ = ceil((s_max+1)/(s+1) · η^s)` trials
 //! and first runs them to `r₀ = floor(max_t / η^s)` (brackets with `r₀ = 0` are skipped, as in
 //! Ray). Trials reaching the bracket's milestone are paused until every live trial of the
 //! bracket has reached it; then the best `ceil(n/η)` are promoted to the next milestone
@@ -11,6 +12,10 @@
 //! Differences from Ray, both deliberate: milestones are cumulative (`r₀·η^k` capped at
 //! `max_t`; Ray's capping arithmetic can end a bracket below `max_t`), and in the last round a
 //! trial reaching `max_t` is stopped at once instead of being paused until its peers arrive.
+//!
+//! A bracket wants all its trials made before its first round closes
+//! ([`TrialScheduler::wants_trials`]): the Tuner makes them at once, waiting as PENDING, and
+//! runs them as slots free up (Ray's Tuner keeps a queue of pending trials to the same end).
 //!
 //! Promoted trials that were paused are handed out by `choose_trial_to_run`; losers that were
 //! paused are returned by `take_stop_requests`. [`TrialScheduler::bracket`] tells which bracket
@@ -45,6 +50,7 @@ pub struct HyperBand {
     max_t: f64,
     eta: f64,
     stop_last_trials: bool,
+    aggressive_first: bool,
     state: HyperBandState,
 }
 
@@ -122,6 +128,7 @@ impl HyperBand {
             max_t: 81.0,
             eta: 3.0,
             stop_last_trials: true,
+            aggressive_first: false,
             state: HyperBandState::default(),
         }
     }
@@ -163,15 +170,26 @@ impl HyperBand {
     }
 
     /// Brackets per band, `round(log_η(max_t)) + 1`.
+    /// Fill each band's brackets from the most aggressive (the most trials, the smallest
+    /// first budget) to the least, as the HyperBand and BOHB papers (and hpbandster) do,
+    /// instead of Ray's order, least aggressive first (default off). With a model-based
+    /// searcher ([`Bohb`](crate::Bohb)) the cheap first brackets feed its model early.
+    pub fn aggressive_first(mut self, on: bool) -> Self {
+        self.aggressive_first = on;
+        self
+    }
+
     pub fn brackets_per_band(&self) -> usize {
         ((self.max_t.ln() / self.eta.ln()).round().max(0.0) as usize) + 1
     }
 
-    /// `(n₀, r₀)` of each bracket slot of a band (`r₀ = 0` slots are skipped when filling).
+    /// `(n₀, r₀)` of each bracket slot of a band, in the order they are filled (`r₀ = 0`
+    /// slots are skipped when filling).
     pub fn bracket_shapes(&self) -> Result<Vec<(usize, f64)>> {
         self.check()?;
         let s_max_1 = self.brackets_per_band();
-        Ok((0..s_max_1).map(|s| shape(s, s_max_1, self.eta, self.max_t)).collect())
+        let shapes = (0..s_max_1).map(|s| shape(s, s_max_1, self.eta, self.max_t));
+        Ok(if self.aggressive_first { shapes.rev().collect() } else { shapes.collect() })
     }
 
     /// Sizes of the brackets created so far: `(s, n₀, trials added)`.
@@ -233,7 +251,8 @@ impl HyperBand {
                 if self.state.bands.last().is_none_or(|band| band.len() >= s_max_1) {
                     self.state.bands.push(Vec::new());
                 }
-                let s = self.state.bands.last().map_or(0, Vec::len);
+                let k = self.state.bands.last().map_or(0, Vec::len);
+                let s = if self.aggressive_first { s_max_1 - 1 - k } else { k };
                 let (n0, r0) = shape(s, s_max_1, self.eta, self.max_t);
                 let slot = if r0 < 1.0 || n0 == 0 {
                     None
@@ -351,6 +370,16 @@ impl TrialScheduler for HyperBand {
     fn on_trial_add(&mut self, _: &dyn TrialsView, trial: TrialId) -> Result<()> {
         self.target.check()?;
         self.add(trial)
+    }
+
+    /// The rest of the bracket being filled (or the first bracket's size, before any): a
+    /// round closes when every live trial of its bracket reached the milestone, so trials
+    /// made one at a time as slots free up would each close a round alone.
+    fn wants_trials(&self) -> usize {
+        match self.state.current.and_then(|b| self.state.brackets.get(b)) {
+            Some(b) => b.n0.saturating_sub(b.added),
+            None => self.bracket_shapes().ok().and_then(|s| s.first().map(|s| s.0)).unwrap_or(0),
+        }
     }
 
     fn on_trial_result(
@@ -581,5 +610,23 @@ mod tests {
         let mut back = HyperBand::new().max_t(9).metric("acc").mode(Mode::Max);
         back.restore_state(serde_json::from_str(&json).unwrap()).unwrap();
         assert_eq!((0..10).map(|i| back.bracket(TrialId(i))).collect::<Vec<_>>(), want);
+    }
+
+    /// With `aggressive_first`, a band fills its brackets from the most trials at the smallest
+    /// budget to the fewest at the whole budget (the papers' order).
+    #[test]
+    fn aggressive_first_fills_the_papers_order() {
+        let hb = || HyperBand::new().metric("acc").mode(Mode::Max).max_t(81.0);
+        let ray = hb().bracket_shapes().unwrap();
+        assert_eq!(ray, [(5, 81.0), (8, 27.0), (15, 9.0), (34, 3.0), (81, 1.0)]);
+        let mut paper = hb().aggressive_first(true);
+        let shapes = paper.bracket_shapes().unwrap();
+        assert_eq!(shapes, ray.iter().rev().copied().collect::<Vec<_>>());
+        let table = TrialTable::new();
+        for i in 0..(81 + 34) {
+            paper.on_trial_add(&table, TrialId(i)).unwrap();
+        }
+        let fill: Vec<(usize, usize, usize)> = paper.bracket_fill();
+        assert_eq!(fill, [(4, 81, 81), (3, 34, 34)]);
     }
 }

@@ -146,6 +146,13 @@ pub trait TrialScheduler: Send {
     fn time_shares(&self) -> bool {
         false
     }
+
+    /// How many more trials the scheduler wants made now, waiting as PENDING, whatever the
+    /// free slots (HyperBand: the rest of the bracket being filled, whose rounds close only
+    /// when every trial in it has reached the milestone). 0 by default.
+    fn wants_trials(&self) -> usize {
+        0
+    }
 }
 
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
@@ -198,6 +205,9 @@ impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     }
     fn time_shares(&self) -> bool {
         (**self).time_shares()
+    }
+    fn wants_trials(&self) -> usize {
+        (**self).wants_trials()
     }
 }
 

@@ -3,8 +3,11 @@
 //!
 //! BOHB is HyperBand whose new configurations come from a model instead of random draws. Paired
 //! with the [`HyperBand`](crate::HyperBand) scheduler (Ray's `TuneBOHB` with
-//! `HyperBandForBOHB`), every trial the scheduler starts in a bracket asks this searcher for its
-//! parameters; [`Asha`](crate::Asha) works the same way (Syne Tune's asynchronous BOHB).
+//! `HyperBandForBOHB`), every trial of a bracket asks this searcher for its parameters when the
+//! bracket opens (the Tuner makes a bracket's trials at once); with
+//! [`HyperBand::aggressive_first`](crate::HyperBand::aggressive_first) the brackets come in the
+//! paper's order, the cheap ones first, which feeds the model early. [`Asha`](crate::Asha)
+//! works the same way (Syne Tune's asynchronous BOHB).
 //!
 //! * Every result is an observation at its budget: the value of `time_attr`
 //!   (`training_iteration` by default) when it was reported. A trial stopped early is observed

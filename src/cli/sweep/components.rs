@@ -232,6 +232,7 @@ static HYPERBAND: Table<HyperBand, dyn TrialScheduler> = Table {
         ("max_t", Setter::Num(|s, x| s.max_t(x))),
         ("reduction_factor", Setter::Num(|s, x| s.reduction_factor(x))),
         ("stop_last_trials", Setter::Bool(HyperBand::stop_last_trials)),
+        ("aggressive_first", Setter::Bool(HyperBand::aggressive_first)),
     ],
     finish: |s| Box::new(s),
 };
