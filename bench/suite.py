@@ -216,17 +216,21 @@ def criterion_args(quick):
 
 
 def decisions(figs, quick):
-    """6. ASHA at 10,000 trials, TPE suggest at 1,000 trials, a pool pass at 100 nodes/10k pending."""
+    """6. ASHA at 10,000 trials, TPE and BOHB suggest at 1,000 trials, a pool pass at 100
+    nodes/10k pending."""
     group = "6. Decision cost"
     cargo_bench("asha", criterion_args(quick), package="rtune-searchers")
     figs.add(group, "ASHA on_trial_result, 10k trials",
              criterion_median_ns("asha_on_trial_result_10k_trials") / 1e3, "µs", "lower",
              "one result decided by ASHA with 10,000 trials in its rungs")
-    cargo_bench("suggest", criterion_args(quick) + ["suggest_10_params/tpe/1000"],
+    cargo_bench("suggest", criterion_args(quick) + ["suggest_10_params/(tpe|bohb)/1000"],
                 package="rtune-searchers")
     figs.add(group, "TPE suggest, 1k trials",
              criterion_median_ns("suggest_10_params/tpe/1000") / 1e6, "ms", "lower",
              "one suggestion over 10 params after 1,000 completed trials")
+    figs.add(group, "BOHB suggest, 1k trials",
+             criterion_median_ns("suggest_10_params/bohb/1000") / 1e6, "ms", "lower",
+             "one model-based suggestion over 10 params after 1,000 results at one budget")
     cargo_bench("pool_schedule", criterion_args(quick) + ["pass_10k"])
     figs.add(group, "pool pass, 100 nodes, 10k pending",
              criterion_median_ns("schedule/first_pass_10k") / 1e6, "ms", "lower",

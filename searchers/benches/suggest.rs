@@ -1,12 +1,13 @@
-//! `suggest` latency of random search (BasicVariant) and TPE after 100 and 1,000 finished
-//! trials on a 10-parameter space. Target: TPE under 5 ms per suggestion at 1,000.
+//! `suggest` latency of random search (BasicVariant), TPE and BOHB (its model-based path)
+//! after 100 and 1,000 finished trials on a 10-parameter space. Target: TPE under 5 ms per
+//! suggestion at 1,000.
 
 use std::hint::black_box;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use rtune_searchers::{
-    BasicVariant, Metrics, Mode, Params, SearchSpace, Searcher, Suggestion, Tpe, TrialId, choice,
-    lograndint, loguniform, qrandint, randint, uniform,
+    BasicVariant, Bohb, Metrics, Mode, Params, SearchSpace, Searcher, Suggestion, Tpe, TrialId,
+    choice, lograndint, loguniform, qrandint, randint, uniform,
 };
 
 fn space() -> SearchSpace {
@@ -33,7 +34,11 @@ fn warmed<S: Searcher>(mut s: S, n: u64) -> S {
     s.set_metric("loss", Mode::Min).unwrap();
     for i in 0..n {
         let Suggestion::Params(p) = s.suggest(TrialId(i)).unwrap() else { panic!("no params") };
-        let r = Metrics::from([("loss".to_string(), loss(&p))]);
+        // (BOHB reads the budget; one for all.)
+        let r = Metrics::from([
+            ("loss".to_string(), loss(&p)),
+            ("training_iteration".to_string(), 1.0),
+        ]);
         s.on_trial_complete(TrialId(i), Some(&r), false).unwrap();
     }
     s
@@ -54,6 +59,14 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("tpe", n), &n, |b, &n| {
             b.iter_batched(
                 || tpe.clone(),
+                |mut s| black_box(s.suggest(TrialId(n)).unwrap()),
+                BatchSize::SmallInput,
+            )
+        });
+        let bohb = warmed(Bohb::new(space()).unwrap().random_fraction(0.0).seed(1), n);
+        g.bench_with_input(BenchmarkId::new("bohb", n), &n, |b, &n| {
+            b.iter_batched(
+                || bohb.clone(),
                 |mut s| black_box(s.suggest(TrialId(n)).unwrap()),
                 BatchSize::SmallInput,
             )

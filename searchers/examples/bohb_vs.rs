@@ -18,6 +18,9 @@
 //! `cargo run --release -p rtune-searchers --example bohb_vs -- [--seeds N] [--budget UNITS]`
 //! (`UNITS`: whole-budget evaluations, 81 iterations each; default 20 seeds, 64 units).
 
+#[path = "../tests/it/problems.rs"]
+mod problems;
+
 use std::collections::BTreeMap;
 
 use rand::{RngExt, SeedableRng};
@@ -63,41 +66,12 @@ fn counting_ones(p: &Params, t: u64, seed: u64) -> f64 {
     -(c as f64 + x)
 }
 
-const H_ALPHA: [f64; 4] = [1.0, 1.2, 3.0, 3.2];
-const H_A: [[f64; 6]; 4] = [
-    [10.0, 3.0, 17.0, 3.5, 1.7, 8.0],
-    [0.05, 10.0, 17.0, 0.1, 8.0, 14.0],
-    [3.0, 3.5, 1.7, 10.0, 17.0, 8.0],
-    [17.0, 8.0, 0.05, 10.0, 0.1, 14.0],
-];
-const H_P: [[f64; 6]; 4] = [
-    [0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886],
-    [0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991],
-    [0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650],
-    [0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381],
-];
-
-fn hartmann6_space() -> SearchSpace {
-    (0..6)
-        .fold(SearchSpace::new(), |s, i| s.add(format!("x{i}"), uniform(0.0, 1.0).expect("valid")))
-}
-
-fn hartmann6_truth(p: &Params) -> f64 {
-    let x: Vec<f64> = (0..6).map(|i| p.get::<f64>(&format!("x{i}")).expect("x")).collect();
-    -(0..4)
-        .map(|i| {
-            let e: f64 = (0..6).map(|j| H_A[i][j] * (x[j] - H_P[i][j]).powi(2)).sum();
-            H_ALPHA[i] * (-e).exp()
-        })
-        .sum::<f64>()
-}
-
 fn hartmann6(p: &Params, t: u64, seed: u64) -> f64 {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ t.wrapping_mul(0x9e37_79b9));
     let b = (t * SAMPLES_PER_ITERATION) as f64;
     let (u1, u2): (f64, f64) = (rng.random::<f64>().max(f64::MIN_POSITIVE), rng.random());
     let gauss = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-    hartmann6_truth(p) + 0.1 * (729.0 / b).sqrt() * gauss
+    problems::hartmann6(p) + 0.1 * (729.0 / b).sqrt() * gauss
 }
 
 /// A system compared: its name, searcher and scheduler.
@@ -213,9 +187,9 @@ fn main() {
         },
         Problem {
             name: "hartmann6",
-            space: hartmann6_space,
+            space: problems::hartmann6_space,
             observe: hartmann6,
-            truth: hartmann6_truth,
+            truth: problems::hartmann6,
             optimum: -3.322_37,
         },
     ];

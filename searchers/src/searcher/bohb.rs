@@ -37,15 +37,15 @@ use std::collections::BTreeMap;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
-use super::tpe::Leaf;
 use super::tpe::parzen::ParamKind;
+use super::tpe::{Leaf, model_leaves};
 use super::{Searcher, SearcherState, Suggestion, wrong_state};
 use crate::error::{Error, Result};
 use crate::math::{norm_cdf, norm_ppf};
 use crate::metrics::{Metrics, Mode, Objective, get_metric, score_serde};
 use crate::rng::SearchRng;
+use crate::space::SearchSpace;
 use crate::space::domain::Domain;
-use crate::space::{Param, SearchSpace};
 use crate::trial::TrialId;
 use crate::value::Value;
 
@@ -156,26 +156,7 @@ impl Bohb {
     /// A BOHB searcher over `space` with hpbandster's defaults and seed 0. Fails if the space
     /// is invalid or holds a `grid_search`.
     pub fn new(space: SearchSpace) -> Result<Self> {
-        space.validate()?;
-        let mut leaves = Vec::new();
-        let mut domains = Vec::new();
-        for leaf in space.leaves() {
-            match leaf.param {
-                Param::Sample(d) => {
-                    leaves.push(Leaf::from_domain(d));
-                    domains.push(d.clone());
-                }
-                Param::Grid(_) => {
-                    return Err(Error::Unsupported {
-                        path: leaf.dotted(),
-                        searcher: NAME,
-                        what: "grid_search",
-                        hint: "use `choice` for a categorical parameter, or BasicVariant for a grid",
-                    });
-                }
-                _ => {}
-            }
-        }
+        let (leaves, domains) = model_leaves(&space, NAME)?;
         let dims = leaves.iter().map(Dim::of).collect();
         Ok(Bohb {
             space,
@@ -572,7 +553,7 @@ impl Searcher for Bohb {
 mod tests {
     use super::*;
     use crate::space::domain::*;
-    use crate::space::grid_search;
+    use crate::space::{Param, grid_search};
 
     fn space() -> SearchSpace {
         SearchSpace::new()

@@ -238,6 +238,36 @@ impl IntGrid {
     }
 }
 
+/// The sampled parameters of `space` as a model sees them, with their domains (for random
+/// draws); a `grid_search` is refused for `searcher` (a grid promises every value, a model
+/// does not).
+pub(crate) fn model_leaves(
+    space: &SearchSpace,
+    searcher: &'static str,
+) -> Result<(Vec<Leaf>, Vec<Domain>)> {
+    space.validate()?;
+    let mut leaves = Vec::new();
+    let mut domains = Vec::new();
+    for leaf in space.leaves() {
+        match leaf.param {
+            Param::Sample(d) => {
+                leaves.push(Leaf::from_domain(d));
+                domains.push(d.clone());
+            }
+            Param::Grid(_) => {
+                return Err(Error::Unsupported {
+                    path: leaf.dotted(),
+                    searcher,
+                    what: "grid_search",
+                    hint: "use `choice` for a categorical parameter, or BasicVariant for a grid",
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok((leaves, domains))
+}
+
 /// Tree-structured Parzen Estimator searcher. See the module docs.
 #[derive(Clone, Debug)]
 pub struct Tpe {
@@ -310,26 +340,7 @@ impl Tpe {
     /// A TPE searcher over `space` with Optuna's defaults and seed 0. Fails if the space is
     /// invalid or holds a `grid_search`.
     pub fn new(space: SearchSpace) -> Result<Self> {
-        space.validate()?;
-        let mut leaves = Vec::new();
-        let mut domains = Vec::new();
-        for leaf in space.leaves() {
-            match leaf.param {
-                Param::Sample(d) => {
-                    leaves.push(Leaf::from_domain(d));
-                    domains.push(d.clone());
-                }
-                Param::Grid(_) => {
-                    return Err(Error::Unsupported {
-                        path: leaf.dotted(),
-                        searcher: NAME,
-                        what: "grid_search",
-                        hint: "use `choice` for a categorical parameter, or BasicVariant for a grid",
-                    });
-                }
-                _ => {}
-            }
-        }
+        let (leaves, domains) = model_leaves(&space, NAME)?;
         Ok(Self {
             space,
             leaves,
