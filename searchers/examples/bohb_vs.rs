@@ -97,13 +97,12 @@ fn run(
     let mut incumbent: Option<(u64, f64, f64)> = None;
     let mut trajectory = Vec::new();
     while spent < budget {
-        // As the Tuner does: the trials the scheduler wants now (HyperBand's bracket being
-        // filled) are made first, waiting as PENDING; then a new one only when nothing else
-        // can run. (hpbandster samples a bracket's configurations when it opens, too.)
-        let wanted = scheduler.wants_trials() > 0;
+        // As the Tuner does: a new trial only when the scheduler has nothing to run (a
+        // HyperBand bracket being filled waits for its next trial, which the searcher suggests
+        // from every result so far, as hpbandster's do).
         let id = match scheduler.choose_trial_to_run(&table) {
-            Some(id) if !wanted => id,
-            _ => {
+            Some(id) => id,
+            None => {
                 let id = TrialId(next);
                 next += 1;
                 let Suggestion::Params(p) = searcher.suggest(id).expect("suggest") else { break };

@@ -13,9 +13,13 @@
 //! `max_t`; Ray's capping arithmetic can end a bracket below `max_t`), and in the last round a
 //! trial reaching `max_t` is stopped at once instead of being paused until its peers arrive.
 //!
-//! A bracket wants all its trials made before its first round closes
-//! ([`TrialScheduler::wants_trials`]): the Tuner makes them at once, waiting as PENDING, and
-//! runs them as slots free up (Ray's Tuner keeps a queue of pending trials to the same end).
+//! A bracket's first round closes once all its trials were added and have reached the
+//! milestone, or, when no trial will be added anymore ([`TrialScheduler::on_no_more_trials`]),
+//! with the trials it has. Its trials are made one at a time, as slots free up and nothing
+//! else can run: a trial paused at the milestone gives its slot to the next one, and a
+//! model-based searcher ([`Bohb`](crate::Bohb)) suggests each from every result so far, as
+//! hpbandster does. (Ray closes a round on the trials added so far and relies on its Tuner's
+//! queue of pending trials to fill the bracket first.)
 //!
 //! Promoted trials that were paused are handed out by `choose_trial_to_run`; losers that were
 //! paused are returned by `take_stop_requests`. [`TrialScheduler::bracket`] tells which bracket
@@ -62,6 +66,9 @@ pub struct HyperBandState {
     bands: Vec<Vec<Option<usize>>>,
     /// The bracket being filled.
     current: Option<usize>,
+    /// No trial will be added anymore: rounds close with the trials their brackets have.
+    #[serde(default)]
+    no_more_trials: bool,
     /// Live trials and their bracket.
     #[serde(with = "crate::serde_util::map_as_pairs")]
     trial_bracket: BTreeMap<TrialId, usize>,
@@ -292,7 +299,7 @@ impl HyperBand {
             return Decision::Continue;
         };
         let mut action = Decision::Pause;
-        if !bracket.round_done() {
+        if !bracket.round_done(self.state.no_more_trials) {
             return action;
         }
         if bracket.halves == 0 {
@@ -345,8 +352,10 @@ impl HyperBand {
 }
 
 impl HbBracket {
-    fn round_done(&self) -> bool {
-        self.live.iter().all(|t| t.time >= self.milestone)
+    /// Every trial of the bracket (all it takes, or all there will be) is at the milestone.
+    fn round_done(&self, no_more_trials: bool) -> bool {
+        (self.added >= self.n0 || no_more_trials)
+            && self.live.iter().all(|t| t.time >= self.milestone)
     }
 
     fn continue_trial(&self, time: f64, stop_last: bool) -> bool {
@@ -372,13 +381,13 @@ impl TrialScheduler for HyperBand {
         self.add(trial)
     }
 
-    /// The rest of the bracket being filled (or the first bracket's size, before any): a
-    /// round closes when every live trial of its bracket reached the milestone, so trials
-    /// made one at a time as slots free up would each close a round alone.
-    fn wants_trials(&self) -> usize {
-        match self.state.current.and_then(|b| self.state.brackets.get(b)) {
-            Some(b) => b.n0.saturating_sub(b.added),
-            None => self.bracket_shapes().ok().and_then(|s| s.first().map(|s| s.0)).unwrap_or(0),
+    /// Brackets waiting to be filled close their rounds with the trials they have.
+    fn on_no_more_trials(&mut self) {
+        self.state.no_more_trials = true;
+        for b in 0..self.state.brackets.len() {
+            if !self.state.brackets[b].live.is_empty() {
+                self.process(b, None);
+            }
         }
     }
 

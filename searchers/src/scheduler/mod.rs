@@ -147,12 +147,12 @@ pub trait TrialScheduler: Send {
         false
     }
 
-    /// How many more trials the scheduler wants made now, waiting as PENDING, whatever the
-    /// free slots (HyperBand: the rest of the bracket being filled, whose rounds close only
-    /// when every trial in it has reached the milestone). 0 by default.
-    fn wants_trials(&self) -> usize {
-        0
-    }
+    /// No trial will be added anymore (the samples are all made, the searcher is finished,
+    /// or the sweep stops): a scheduler waiting for more (HyperBand filling a bracket) decides
+    /// with the trials it has. Its decisions about trials other than a reporting one come out
+    /// of [`take_stop_requests`](Self::take_stop_requests) and
+    /// [`choose_trial_to_run`](Self::choose_trial_to_run), as always.
+    fn on_no_more_trials(&mut self) {}
 }
 
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
@@ -206,8 +206,8 @@ impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     fn time_shares(&self) -> bool {
         (**self).time_shares()
     }
-    fn wants_trials(&self) -> usize {
-        (**self).wants_trials()
+    fn on_no_more_trials(&mut self) {
+        (**self).on_no_more_trials()
     }
 }
 

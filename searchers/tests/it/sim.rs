@@ -105,6 +105,8 @@ pub fn run(
         table.add(id, Params::new().with("i", i));
         scheduler.on_trial_add(&table, id).expect("add");
     }
+    // Every trial there will be is added.
+    scheduler.on_no_more_trials();
     let mut heap = BinaryHeap::new();
     let mut now = 0.0;
     let mut running = 0;
