@@ -449,10 +449,16 @@ impl Controller {
         }
         loop {
             self.tell_no_more_trials(commands)?;
-            self.start_trials(commands)?;
-            // No more trials since it was told: what it waited for may run now.
-            if !(self.no_more_trials && !self.told_no_more_trials) {
+            let not_now = self.start_trials(commands)?;
+            // No trial will come (none at all, or none before one ends while none runs): the
+            // scheduler, once told, may run what waited for more.
+            let stuck = not_now && self.started() == 0;
+            if self.told_no_more_trials || !(self.no_more_trials || stuck) {
                 return Ok(());
+            }
+            if stuck {
+                tracing::debug!("the searcher has no trial now and none runs: no more trials");
+                self.tell_no_more_trials_now(commands)?;
             }
         }
     }
@@ -463,6 +469,10 @@ impl Controller {
         if !self.no_more_trials || self.told_no_more_trials {
             return Ok(());
         }
+        self.tell_no_more_trials_now(commands)
+    }
+
+    fn tell_no_more_trials_now(&mut self, commands: &mut Vec<Command>) -> Result<()> {
         self.told_no_more_trials = true;
         self.scheduler.on_no_more_trials();
         for other in self.scheduler.take_stop_requests() {
@@ -471,8 +481,9 @@ impl Controller {
         Ok(())
     }
 
-    /// Starts the scheduler's choices while there is room, else new trials from the searcher.
-    fn start_trials(&mut self, commands: &mut Vec<Command>) -> Result<()> {
+    /// Starts the scheduler's choices while there is room, else new trials from the searcher;
+    /// whether the searcher had none now (`NotNow`) when asked.
+    fn start_trials(&mut self, commands: &mut Vec<Command>) -> Result<bool> {
         while self.started() < self.config.max_concurrent_trials {
             let view = Runnable(View::of(&self.trials, &self.ended, &self.no_params));
             if let Some(id) = self.scheduler.choose_trial_to_run(&view) {
@@ -495,11 +506,14 @@ impl Controller {
             // A pending trial the scheduler declines to run waits for its turn (HyperBand's
             // rounds); creating more behind it would only run ahead of the scheduler.
             let waiting = self.trials.values().any(|t| t.status == TrialStatus::Pending && !t.held);
-            if waiting || self.no_more_trials || !self.create_trial()? {
+            if waiting || self.no_more_trials {
                 break;
             }
+            if !self.create_trial()? {
+                return Ok(!self.no_more_trials);
+            }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Asks the searcher for a new trial; false when it has none now.
@@ -981,6 +995,19 @@ mod tests {
         // trials to 3 iterations, 2 of them to 9) gets the last 3 of the 12: 2 go on to 9.
         assert_eq!(reports, [1, 1, 1, 1, 1, 1, 3, 3, 3, 9, 9, 9], "{:?}", run.reports);
         assert_eq!(statuses(&c), vec![TrialStatus::Terminated; 12]);
+    }
+
+    /// A searcher that has no trial now while none runs (a concurrency limit below a
+    /// HyperBand bracket's size) cannot fill the bracket: the scheduler is told no trial will
+    /// come, its rounds close with what they have, and the sweep ends instead of waiting.
+    #[test]
+    fn hyperband_under_a_concurrency_limit_closes_its_rounds() {
+        let hb = rtune_searchers::HyperBand::new().max_t(9).reduction_factor(3);
+        let limited = ConcurrencyLimiter::new(random(12), 2).unwrap();
+        let mut c = Controller::new(config(12, 4), Box::new(limited), Box::new(hb)).unwrap();
+        let run = simulate(&mut c, 9, |_, _| false).unwrap();
+        assert!(run.pauses > 0, "no round closed");
+        assert!(statuses(&c).iter().all(|s| *s == TrialStatus::Terminated), "{:?}", statuses(&c));
     }
 
     /// A sweep interrupted mid-way and restored from its snapshot (through JSON, as on disk)
