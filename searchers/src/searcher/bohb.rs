@@ -58,7 +58,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tpe::parzen::ParamKind;
 use super::tpe::{Leaf, model_leaves};
-use super::{Searcher, SearcherState, Suggestion, wrong_state};
+use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::math::{norm_cdf, norm_ppf};
 use crate::metrics::{Metrics, Mode, Objective, get_metric, score_serde};
@@ -553,12 +553,7 @@ impl Searcher for Bohb {
             SearcherState::Bohb(s) => {
                 let n = self.dims.len();
                 if !s.points.values().all(|p| p.len() == n) {
-                    return Err(Error::InvalidState {
-                        expected: NAME,
-                        problem: format!(
-                            "the saved trials do not have {n} parameters like this space"
-                        ),
-                    });
+                    return Err(wrong_width(NAME, n));
                 }
                 self.state = s;
                 Ok(())

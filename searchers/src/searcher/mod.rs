@@ -160,3 +160,11 @@ pub(crate) fn wrong_state(expected: &'static str, found: &SearcherState) -> crat
         problem: format!("the saved state is for `{}`", found.kind()),
     }
 }
+
+/// A saved state whose trials have another number of parameters than the space.
+pub(crate) fn wrong_width(expected: &'static str, parameters: usize) -> crate::Error {
+    crate::Error::InvalidState {
+        expected,
+        problem: format!("the saved trials do not have {parameters} parameters like this space"),
+    }
+}

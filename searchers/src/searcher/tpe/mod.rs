@@ -82,7 +82,7 @@ use serde::{Deserialize, Serialize};
 
 use self::parzen::{Estimator, NumericSpec, ParamKind, ParzenSettings, default_weights};
 use super::points::Points;
-use super::{Searcher, SearcherState, Suggestion, wrong_state};
+use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::math::{clamp_f64, norm_cdf, norm_ppf};
 use crate::metrics::{Metrics, Mode, Objective, opt_score_serde, score_serde};
@@ -669,12 +669,7 @@ impl Searcher for Tpe {
                 let fits = s.observations.iter().all(|o| o.coords.len() == n)
                     && s.live.values().all(|t| t.coords.len() == n);
                 if !fits {
-                    return Err(Error::InvalidState {
-                        expected: NAME,
-                        problem: format!(
-                            "the saved trials do not have {n} parameters like this space"
-                        ),
-                    });
+                    return Err(wrong_width(NAME, n));
                 }
                 self.state = s;
                 Ok(())
