@@ -67,6 +67,7 @@ pub mod error;
 mod id;
 pub mod metrics;
 pub mod params;
+pub mod pareto;
 pub mod rng;
 pub mod scheduler;
 pub mod searcher;
@@ -80,6 +81,7 @@ mod serde_util;
 pub use error::{Error, Result};
 pub use metrics::{Metrics, Mode, Objective};
 pub use params::Params;
+pub use pareto::pareto_front;
 pub use rng::SearchRng;
 pub use scheduler::{
     Asha, Decision, ExploitStatus, Fifo, HyperBand, MedianStopping, Pbt, RungStatus,

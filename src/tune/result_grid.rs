@@ -109,7 +109,43 @@ impl ResultGrid {
         Ok((metric, mode))
     }
 
-    /// The trials that failed.
+    /// The trials on the Pareto front of several objectives, each a metric and its mode
+    /// (e.g. `[("val_loss", Mode::Min), ("model_size", Mode::Min)]`), judged by each trial's
+    /// last result: those no other trial beats in one objective without doing worse in
+    /// another. Trials without a finite value of every objective are left out.
+    pub fn pareto_front(&self, objectives: &[(&str, Mode)]) -> Result<Vec<&TrialResult>> {
+        if objectives.len() < 2 {
+            return Err(Error::config(
+                "ResultGrid::pareto_front",
+                "give two objectives or more, e.g. [(\"val_loss\", Mode::Min), (\"size\", \
+                 Mode::Min)]; for one, use best_result_by",
+            ));
+        }
+        let (trials, points): (Vec<&TrialResult>, Vec<Vec<f64>>) = self
+            .trials
+            .iter()
+            .filter_map(|t| {
+                let values: Option<Vec<f64>> = objectives
+                    .iter()
+                    .map(|(metric, _)| t.last(metric).filter(|v| v.is_finite()))
+                    .collect();
+                values.map(|v| (t, v))
+            })
+            .unzip();
+        if trials.is_empty() {
+            let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
+            return Err(Error::Metric {
+                name: names.join("`, `"),
+                problem: format!(
+                    "have finite values together in no trial of this sweep; reported were: {}",
+                    self.metric_names().join(", ")
+                ),
+            });
+        }
+        let modes: Vec<Mode> = objectives.iter().map(|(_, mode)| *mode).collect();
+        Ok(rtune_searchers::pareto_front(&points, &modes).into_iter().map(|i| trials[i]).collect())
+    }
+
     /// Params some trial's train function never read, each with the number of such trials:
     /// a search over them changed nothing.
     pub fn unread_params(&self) -> Vec<(String, usize)> {
@@ -125,6 +161,7 @@ impl ResultGrid {
         counts
     }
 
+    /// The trials that failed.
     pub fn errors(&self) -> Vec<&TrialResult> {
         self.trials.iter().filter(|t| t.status == TrialStatus::Error).collect()
     }
@@ -392,6 +429,37 @@ mod tests {
         let no_metric = ResultGrid { metric: None, ..g };
         let e = no_metric.best_result().unwrap_err().to_string();
         assert!(e.contains("no metric"), "{e}");
+    }
+
+    /// The front of accuracy (max) against size (min), by the last results: a trial beaten in
+    /// both is off it; one without a finite value of both is left out; mistakes are named.
+    #[test]
+    fn the_pareto_front_of_two_objectives() {
+        let t = |id: &str, acc: f64, size: f64| {
+            trial(
+                id,
+                Params::new(),
+                &[&[("acc", 0.0), ("size", 0.0)], &[("acc", acc), ("size", size)]],
+            )
+        };
+        let g = ResultGrid {
+            trials: vec![
+                t("big", 0.9, 100.0),
+                t("small", 0.6, 10.0),
+                t("worse", 0.5, 50.0),
+                t("mid", 0.8, 40.0),
+                t("nan", f64::NAN, 1.0),
+                trial("no_size", Params::new(), &[&[("acc", 1.0)]]),
+            ],
+            ..grid()
+        };
+        let front = g.pareto_front(&[("acc", Mode::Max), ("size", Mode::Min)]).unwrap();
+        let ids: Vec<&str> = front.iter().map(|t| t.trial_id.as_str()).collect();
+        assert_eq!(ids, ["big", "small", "mid"]);
+        let e = g.pareto_front(&[("acc", Mode::Max)]).unwrap_err().to_string();
+        assert!(e.contains("two objectives"), "{e}");
+        let e = g.pareto_front(&[("acc", Mode::Max), ("f1", Mode::Max)]).unwrap_err().to_string();
+        assert!(e.contains("`acc`, `f1`") && e.contains("acc, size"), "{e}");
     }
 
     #[test]
