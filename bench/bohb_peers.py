@@ -214,8 +214,11 @@ def main():
                 if len(values) < a.seeds:
                     cells.append("–")
                     continue
-                q = statistics.quantiles(values, n=4)
-                cells.append(f"{statistics.median(values):.3f} ({q[0]:.3f}–{q[2]:.3f})")
+                cell = f"{statistics.median(values):.3f}"
+                if len(values) > 1:
+                    q = statistics.quantiles(values, n=4)
+                    cell += f" ({q[0]:.3f}–{q[2]:.3f})"
+                cells.append(cell)
             print(f"| {b} | " + " | ".join(cells) + " |")
 
 
