@@ -281,11 +281,54 @@ fn listed(path: &Path) -> Listed {
 }
 
 /// `rtune show DIR [TRIAL]`.
-pub(super) fn show(dir: &Path, trial: Option<&str>, format: Format) -> Result<()> {
+/// A `--pareto` objective: `METRIC:min` or `METRIC:max` (clap names the flag in its error).
+pub(super) fn objective(text: &str) -> Result<(String, rtune_searchers::Mode), String> {
+    let (metric, mode) = text.rsplit_once(':').unwrap_or((text, ""));
+    let mode = match mode {
+        "min" => rtune_searchers::Mode::Min,
+        "max" => rtune_searchers::Mode::Max,
+        _ => return Err(format!("{text:?}: write METRIC:min or METRIC:max, e.g. val_loss:min")),
+    };
+    if metric.is_empty() {
+        return Err(format!("{text:?} names no metric; e.g. val_loss:min"));
+    }
+    Ok((metric.to_owned(), mode))
+}
+
+pub(super) fn show(
+    dir: &Path,
+    trial: Option<&str>,
+    format: Format,
+    pareto: &[(String, rtune_searchers::Mode)],
+) -> Result<()> {
     if !Tuner::can_restore(dir) {
         bail!("{} is not an experiment directory (see `rtune ls`)", dir.display());
     }
-    let grid = ResultGrid::from_path(dir)?;
+    let mut grid = ResultGrid::from_path(dir)?;
+    if !pareto.is_empty() {
+        let objectives: Vec<(&str, rtune_searchers::Mode)> =
+            pareto.iter().map(|(m, mode)| (m.as_str(), *mode)).collect();
+        let front: Vec<TrialResult> =
+            grid.pareto_front(&objectives)?.into_iter().cloned().collect();
+        if format == Format::Table {
+            let named: Vec<String> = pareto
+                .iter()
+                .map(|(m, mode)| {
+                    format!(
+                        "{m} ({})",
+                        if *mode == rtune_searchers::Mode::Min { "min" } else { "max" }
+                    )
+                })
+                .collect();
+            println!(
+                "Pareto front of {}: {} of {} trials",
+                named.join(", "),
+                front.len(),
+                grid.trials.len()
+            );
+        }
+        grid.trials = front;
+    }
     let Some(which) = trial else {
         match format {
             Format::Table => println!("{}", trials_table(&grid, 0)),

@@ -159,6 +159,11 @@ enum Command {
         trial: Option<String>,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+        /// Only the trials on the Pareto front of these objectives (two or more, each
+        /// METRIC:min or METRIC:max), by their last results.
+        #[arg(long, value_name = "METRIC:MODE", value_parser = inspect::objective,
+              conflicts_with = "trial")]
+        pareto: Vec<(String, rtune_searchers::Mode)>,
     },
     /// Export a trial's checkpoint (the best trial's by default) as a folder of its own: the
     /// checkpoint's files, params.json, metrics.json and a model card (README.md).
@@ -456,8 +461,9 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             inspect::ls(dir.as_deref(), format).map_err(input_error)?;
             Ok(0)
         }
-        Command::Show { dir, trial, format } => {
-            inspect::show(&local(&dir)?, trial.as_deref(), format).map_err(input_error)?;
+        Command::Show { dir, trial, format, pareto } => {
+            let dir = local(&dir)?;
+            inspect::show(&dir, trial.as_deref(), format, &pareto).map_err(input_error)?;
             Ok(0)
         }
         Command::Export { dir, best: _, trial, metric, mode, to } => {

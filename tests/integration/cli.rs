@@ -117,6 +117,28 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(out.status.success(), "{}", text(&out));
     let trials: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     ensure!(trials.as_array().map(Vec::len) == Some(6), "{trials}");
+    // The Pareto front of score (max) against training iterations (min): the trials it
+    // prints are the grid's front, the best-scoring one among them.
+    let objectives = [("score", rtune::Mode::Max), ("training_iteration", rtune::Mode::Min)];
+    let front: Vec<&str> = grid.pareto_front(&objectives)?.iter().map(|t| t.trial_id()).collect();
+    ensure!(front.contains(&best.trial_id()), "{front:?}");
+    let args = ["show", exp, "--pareto", "score:max", "--pareto", "training_iteration:min"];
+    let out = rtune(&[&args[..], &["--format", "json"]].concat())?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let ids: Vec<&str> =
+        shown.as_array().context("trials")?.iter().filter_map(|t| t["trial_id"].as_str()).collect();
+    ensure!(ids == front, "{ids:?} against the grid's {front:?}");
+    let out = rtune(&args)?;
+    let said =
+        format!("Pareto front of score (max), training_iteration (min): {} of 6", front.len());
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(&said), "{}", text(&out));
+    let out = rtune(&["show", exp, "--pareto", "score", "--pareto", "x:min"])?;
+    ensure!(
+        out.status.code() == Some(2) && text(&out).contains("write METRIC:min or METRIC:max"),
+        "{}",
+        text(&out)
+    );
     let out = rtune(&["show", exp, "--format", "csv"])?;
     let csv = String::from_utf8(out.stdout)?;
     ensure!(csv.starts_with("trial_id,status,") && csv.lines().count() == 7, "{csv}");
