@@ -243,20 +243,9 @@ impl Remote {
     pub async fn download(&self, local: &Path) -> Result<usize> {
         let mut fetched = 0;
         for (relative, (size, written)) in self.list().await? {
-            let target = local.join(&relative);
-            let local_ms = std::fs::metadata(&target)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as i64);
-            if local_ms.is_some_and(|ms| ms >= written) {
-                continue;
+            if self.fetch_if_newer(&relative, size, written, &local.join(&relative)).await? {
+                fetched += 1;
             }
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).at(parent)?;
-            }
-            self.fetch(&relative, size, &target).await?;
-            fetched += 1;
         }
         Ok(fetched)
     }
@@ -294,6 +283,30 @@ impl Remote {
             join_range(&mut tasks, file).await?;
         }
         Ok(())
+    }
+
+    /// Fetches object `relative` of `size` bytes, written at `written` (milliseconds since the
+    /// epoch), into `target`, unless the file there is as new; whether it fetched.
+    async fn fetch_if_newer(
+        &self,
+        relative: &str,
+        size: u64,
+        written: i64,
+        target: &Path,
+    ) -> Result<bool> {
+        let local_ms = std::fs::metadata(target)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64);
+        if local_ms.is_some_and(|ms| ms >= written) {
+            return Ok(false);
+        }
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).at(parent)?;
+        }
+        self.fetch(relative, size, target).await?;
+        Ok(true)
     }
 
     /// Fetches object `relative` of `size` bytes into `target`, replaced whole at the end: a
@@ -616,17 +629,8 @@ pub fn staged_file(path: &Path) -> Result<PathBuf> {
             object_store::Error::NotFound { .. } => Error::Data(format!("{url} does not exist")),
             e => folder.failed("head", e),
         })?;
-        let local_ms = std::fs::metadata(&local)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64);
-        if local_ms.is_some_and(|ms| ms >= meta.last_modified.timestamp_millis()) {
-            return Ok(());
-        }
-        let parent = folder.staging();
-        std::fs::create_dir_all(&parent).at(&parent)?;
-        folder.fetch(&name, meta.size, &local).await
+        let written = meta.last_modified.timestamp_millis();
+        folder.fetch_if_newer(&name, meta.size, written, &local).await.map(drop)
     })?;
     Ok(local)
 }

@@ -448,37 +448,20 @@ impl Controller {
             while !self.no_more_trials && self.create_trial()? {}
         }
         loop {
-            self.tell_no_more_trials(commands)?;
             let not_now = self.start_trials(commands)?;
-            // No trial will come (none at all, or none before one ends while none runs): the
-            // scheduler, once told, may run what waited for more.
+            // No trial will come (none at all, or none before one ends while none runs: a
+            // concurrency limit): the scheduler, told once, may run what waited for more (its
+            // stops come out of its stop requests).
             let stuck = not_now && self.started() == 0;
             if self.told_no_more_trials || !(self.no_more_trials || stuck) {
                 return Ok(());
             }
-            if stuck {
-                tracing::debug!("the searcher has no trial now and none runs: no more trials");
-                self.tell_no_more_trials_now(commands)?;
+            self.told_no_more_trials = true;
+            self.scheduler.on_no_more_trials();
+            for other in self.scheduler.take_stop_requests() {
+                self.stop_one(other, commands)?;
             }
         }
-    }
-
-    /// Tells the scheduler, once, that no trial will be added anymore: it may decide about
-    /// trials that waited for more (its stops come out of its stop requests).
-    fn tell_no_more_trials(&mut self, commands: &mut Vec<Command>) -> Result<()> {
-        if !self.no_more_trials || self.told_no_more_trials {
-            return Ok(());
-        }
-        self.tell_no_more_trials_now(commands)
-    }
-
-    fn tell_no_more_trials_now(&mut self, commands: &mut Vec<Command>) -> Result<()> {
-        self.told_no_more_trials = true;
-        self.scheduler.on_no_more_trials();
-        for other in self.scheduler.take_stop_requests() {
-            self.stop_one(other, commands)?;
-        }
-        Ok(())
     }
 
     /// Starts the scheduler's choices while there is room, else new trials from the searcher;

@@ -37,6 +37,14 @@ impl FileFormat {
         }
     }
 
+    /// The extension of an output file (a part, the output) in this format.
+    pub(super) fn extension(self) -> &'static str {
+        match self {
+            FileFormat::Parquet => "parquet",
+            FileFormat::Csv | FileFormat::CsvGz => "csv",
+        }
+    }
+
     /// The output's format: parquet or plain CSV.
     pub(super) fn of_output(path: &Path) -> Result<FileFormat> {
         match FileFormat::of(path)? {
@@ -193,18 +201,18 @@ impl Reader {
         }
     }
 
-    /// Counts the input's rows (a CSV file is read through).
+    /// Counts the rows not read yet (a CSV file is read through).
     pub(super) fn count_rows(mut self) -> Result<usize> {
         match &mut self {
-            Reader::Parquet { end, .. } => Ok(*end),
-            Reader::Csv { path, lines, pending, .. } => {
+            Reader::Parquet { end, next, .. } => Ok(end.saturating_sub(*next)),
+            Reader::Csv { path, lines, pending, left, .. } => {
                 let mut rows = usize::from(pending.is_some());
                 for line in lines {
                     if !line.at(&*path)?.trim().is_empty() {
                         rows += 1;
                     }
                 }
-                Ok(rows)
+                Ok(left.map_or(rows, |left| rows.min(left)))
             }
         }
     }

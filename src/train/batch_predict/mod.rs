@@ -220,8 +220,7 @@ impl BatchPredictor {
         model.check_columns(&first, self.allow_extra, input)?;
         // The preprocessor takes its rows (a column of text where it wants numbers is named).
         model.predict(first.head(Some(8)), &format!("{} (its first rows)", input.display()))?;
-        drop(reader);
-        let rows = Reader::open(input, self.batch_rows, header)?.count_rows()?;
+        let rows = first.height() + reader.count_rows()?;
         let workers = scaling.num_workers.min(rows);
         let part_rows = self.part_rows.div_ceil(self.batch_rows) * self.batch_rows;
         Ok(Plan {
@@ -331,15 +330,6 @@ impl Plan {
 fn pieces(rows: usize, workers: usize, rank: usize, part_rows: usize) -> Vec<Range<usize>> {
     let (start, end) = (rows * rank / workers, rows * (rank + 1) / workers);
     (start..end).step_by(part_rows.max(1)).map(|s| s..(s + part_rows).min(end)).collect()
-}
-
-impl FileFormat {
-    fn extension(self) -> &'static str {
-        match self {
-            FileFormat::Parquet => "parquet",
-            FileFormat::Csv | FileFormat::CsvGz => "csv",
-        }
-    }
 }
 
 /// The file of the part that starts at row `start`.
