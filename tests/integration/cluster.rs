@@ -428,14 +428,22 @@ pub fn dead_driver_frees_its_placement_group() -> Result<()> {
     let mut cluster = Cluster::start(None)?;
     cluster.add_node(&["--num-cpus", "2"])?;
     let dir = tempfile::tempdir()?;
+    // The driver's log, shown if it never reports.
+    let log = dir.path().join("driver.log");
     let mut driver = Command::new(std::env::current_exe()?)
         .env(DRIVER_ENV, format!("{} {}", cluster.address, dir.path().display()))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
         .spawn()?;
     let run_dir = dir.path().join("forever");
     wait_for(Duration::from_secs(60), || {
         Ok(std::fs::read_to_string(run_dir.join("result.json")).is_ok_and(|t| !t.is_empty()))
+    })
+    .with_context(|| {
+        format!(
+            "the driver never reported; its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
     })?;
     let workers = [node_of(&run_dir, 0)?.2, node_of(&run_dir, 1)?.2];
     let groups = cluster.status()?["placement_groups"].as_array().map_or(0, Vec::len);
