@@ -18,7 +18,7 @@ use crate::storage::checkpoint::{CheckpointWriter, checkpoint_name};
 use crate::storage::remote::Remote;
 use crate::worker::DriverLink;
 
-type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
+pub(crate) type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
 type SharedNccl = Rc<RefCell<crate::collective::NcclGroup>>;
 
 pub(crate) struct ContextParts<'a> {
@@ -111,6 +111,12 @@ impl<'a> TrainContext<'a> {
             uploads: Vec::new(),
             link: parts.link,
         }
+    }
+
+    /// The collective group's links, to keep open after the context is gone (see
+    /// `worker::process::Ended::links`).
+    pub(crate) fn links(&self) -> SharedGroup {
+        self.group.clone()
     }
 
     pub fn world_rank(&self) -> usize {

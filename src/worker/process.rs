@@ -62,6 +62,7 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
     if let Err(e) = link.finish(request) {
         tracing::error!("worker rank {}: could not tell the driver: {e}", spec.rank);
     }
+    drop(ended.links.take());
     code
 }
 
@@ -86,6 +87,10 @@ struct Ended {
     unread_params: Vec<String>,
     /// Checkpoints whose background uploads completed after the last report.
     uploaded: Vec<String>,
+    /// The collective group, open until the driver has heard how this rank ended: closing it
+    /// first would let the other ranks fail on the lost link ("lost rank 1 during all_reduce")
+    /// and tell the driver that before this rank's own error, which is the cause.
+    links: Option<super::context::SharedGroup>,
 }
 
 fn train(
@@ -193,6 +198,7 @@ fn train(
     // the driver at join).
     let train_fn = unsafe { crate::worker::train_fn_at(spec.train_fn) };
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| train_fn(&mut ctx)));
+    ended.links = Some(ctx.links());
     ended.unread_params = tracked.unread();
     // A run that ended well waits for its checkpoints' uploads: the finish names them.
     if matches!(&result, Ok(Ok(()))) || matches!(&result, Ok(Err(e)) if is_stop(e)) {

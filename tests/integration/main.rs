@@ -112,6 +112,10 @@ fn main() {
             trainer::panicking_worker_fails_the_run_with_rank_and_message,
         ),
         test(
+            "trainer::the_failing_rank_is_named_not_the_peer_that_lost_it",
+            trainer::the_failing_rank_is_named_not_the_peer_that_lost_it,
+        ),
+        test(
             "trainer::metric_that_is_not_a_number_is_named",
             trainer::metric_that_is_not_a_number_is_named,
         ),

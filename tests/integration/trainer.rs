@@ -367,6 +367,38 @@ pub fn panicking_worker_fails_the_run_with_rank_and_message() -> Result<()> {
     Ok(())
 }
 
+/// Rank 1 fails at once; rank 0 waits for it in an all-reduce.
+fn fail_while_a_peer_waits(ctx: &mut TrainContext) -> Result<()> {
+    if ctx.world_rank() == 1 {
+        anyhow::bail!("rank 1 cannot read its shard");
+    }
+    let mut values = [1.0f32];
+    ctx.all_reduce(&mut values, rtune::collective::ReduceOp::Sum)?;
+    Ok(())
+}
+
+/// The rank whose own error ended the attempt is the one named, never a peer that then lost
+/// its link to it ("lost rank 1 during all_reduce"): every attempt, whatever the timing.
+pub fn the_failing_rank_is_named_not_the_peer_that_lost_it() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let err = TorchTrainer::new(fail_while_a_peer_waits)
+        .scaling(ScalingConfig::workers(2))
+        .run_config(run_config(dir.path()).failure_config(FailureConfig::max_failures(5)))
+        .fit()
+        .err()
+        .context("the run must fail")?;
+    let Error::TrainingFailed(result) = err else { anyhow::bail!("wrong error kind: {err:?}") };
+    ensure!(result.failures.len() == 6, "{:?}", result.failures);
+    for failure in &result.failures {
+        ensure!(
+            failure.rank == 1 && failure.message.contains("cannot read its shard"),
+            "attempt {} names {failure}",
+            failure.attempt
+        );
+    }
+    Ok(())
+}
+
 fn report_a_string(ctx: &mut TrainContext) -> Result<()> {
     ctx.report(serde_json::json!({"loss": 0.5, "acc": "high"}))?;
     Ok(())
