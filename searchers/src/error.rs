@@ -118,6 +118,19 @@ pub enum Error {
         component: &'static str,
     },
 
+    /// A searcher or scheduler that ranks trials by one metric was given several objectives.
+    #[error(
+        "{component} ranks trials by one metric, and the sweep has {objectives} objectives; {takes}"
+    )]
+    SingleObjective {
+        /// The searcher or scheduler (`this searcher` where the trait's default refuses).
+        component: &'static str,
+        /// How many objectives it was given.
+        objectives: usize,
+        /// What takes several.
+        takes: &'static str,
+    },
+
     /// An event named a trial the searcher or scheduler has never seen (or already forgot).
     #[error("{component}: unknown trial {trial}")]
     UnknownTrial {

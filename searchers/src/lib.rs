@@ -81,14 +81,15 @@ mod serde_util;
 pub use error::{Error, Result};
 pub use metrics::{Metrics, Mode, Objective};
 pub use params::Params;
-pub use pareto::pareto_front;
+pub use pareto::{hypervolume_2d, pareto_front};
 pub use rng::SearchRng;
 pub use scheduler::{
     Asha, Decision, ExploitStatus, Fifo, HyperBand, MedianStopping, Pbt, RungStatus,
     SchedulerState, SchedulerStatus, TrialScheduler,
 };
 pub use searcher::{
-    BasicVariant, Bohb, ConcurrencyLimiter, Repeater, Searcher, SearcherState, Suggestion, Tpe,
+    BasicVariant, Bohb, ConcurrencyLimiter, Nsga2, Repeater, Searcher, SearcherState, Suggestion,
+    Tpe,
 };
 pub use space::domain::{
     Domain, choice, lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform,

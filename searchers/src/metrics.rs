@@ -126,6 +126,10 @@ impl ScoreRepr {
     }
 }
 
+/// A kept score (higher is better) that saved states write as [`score_serde`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Score(#[serde(with = "score_serde")] pub f64);
+
 /// Serde helper for scores (see [`ScoreRepr`]). `null`, which states written before
 /// infinities were ordered hold for any non-finite score, reads as `−inf`, the worst score
 /// they meant.

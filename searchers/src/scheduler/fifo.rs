@@ -21,6 +21,10 @@ impl TrialScheduler for Fifo {
         Ok(())
     }
 
+    fn set_objectives(&mut self, _: &[crate::metrics::Objective]) -> Result<()> {
+        Ok(())
+    }
+
     fn on_trial_add(&mut self, _: &dyn TrialsView, _: TrialId) -> Result<()> {
         Ok(())
     }

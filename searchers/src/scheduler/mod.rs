@@ -74,6 +74,17 @@ pub trait TrialScheduler: Send {
     /// The metric to compare trials on and its direction.
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
 
+    /// The objectives of a multi-objective sweep (two or more), instead of `set_metric`. The
+    /// default refuses them ([`Error::SingleObjective`]): the scheduler compares trials by one
+    /// metric.
+    fn set_objectives(&mut self, objectives: &[Objective]) -> Result<()> {
+        Err(Error::SingleObjective {
+            component: "this scheduler",
+            objectives: objectives.len(),
+            takes: "a sweep with several objectives runs with the FIFO scheduler",
+        })
+    }
+
     /// Checks its settings before any trial runs: a setting it refuses is an
     /// `Error::InvalidConfig` naming it. The default accepts everything.
     fn validate(&self) -> Result<()> {
@@ -158,6 +169,9 @@ pub trait TrialScheduler: Send {
 impl<S: TrialScheduler + ?Sized> TrialScheduler for Box<S> {
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (**self).set_metric(metric, mode)
+    }
+    fn set_objectives(&mut self, objectives: &[Objective]) -> Result<()> {
+        (**self).set_objectives(objectives)
     }
     fn validate(&self) -> Result<()> {
         (**self).validate()

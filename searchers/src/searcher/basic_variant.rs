@@ -152,6 +152,10 @@ impl Searcher for BasicVariant {
         Ok(())
     }
 
+    fn set_objectives(&mut self, _objectives: &[crate::metrics::Objective]) -> Result<()> {
+        Ok(())
+    }
+
     fn validate(&self) -> Result<()> {
         self.points.check()
     }

@@ -61,7 +61,7 @@ use super::tpe::{Leaf, model_leaves};
 use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::math::{norm_cdf, norm_ppf};
-use crate::metrics::{Metrics, Mode, Objective, get_metric, score_serde};
+use crate::metrics::{Metrics, Mode, Objective, Score, get_metric};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::space::domain::Domain;
@@ -158,9 +158,6 @@ struct Budget {
     #[serde(with = "crate::serde_util::map_as_pairs")]
     scores: BTreeMap<TrialId, Score>,
 }
-
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-struct Score(#[serde(with = "score_serde")] f64);
 
 /// A budget with a model: the budget, its good points and its bad points.
 type Fitted<'a> = (f64, Vec<&'a [f64]>, Vec<&'a [f64]>);

@@ -72,6 +72,10 @@ impl<S: Searcher> Searcher for ConcurrencyLimiter<S> {
         self.inner.set_metric(metric, mode)
     }
 
+    fn set_objectives(&mut self, objectives: &[crate::metrics::Objective]) -> Result<()> {
+        self.inner.set_objectives(objectives)
+    }
+
     fn metric(&self) -> Option<&str> {
         self.inner.metric()
     }

@@ -11,6 +11,7 @@
 mod basic_variant;
 mod bohb;
 mod limiter;
+mod nsga2;
 mod points;
 mod repeater;
 pub mod tpe;
@@ -20,14 +21,19 @@ use serde::{Deserialize, Serialize};
 pub use basic_variant::{BasicVariant, BasicVariantState};
 pub use bohb::{Bohb, BohbState};
 pub use limiter::{ConcurrencyLimiter, LimiterState};
+pub use nsga2::{Nsga2, Nsga2State};
 pub use repeater::{Repeater, RepeaterState, TRIAL_INDEX_KEY};
 pub use tpe::{Tpe, TpeState};
 
 use crate::error::Result;
-use crate::metrics::{Metrics, Mode};
+use crate::metrics::{Metrics, Mode, Objective};
 use crate::params::Params;
 use crate::trial::TrialId;
 use crate::value::Value;
+
+/// What the searchers that refuse several objectives name instead.
+pub(crate) const MULTI_OBJECTIVE_SEARCHERS: &str =
+    "several objectives need NSGA-II (`Nsga2`, search type `nsga2`) or random search";
 
 /// What a searcher answers when asked for the next trial.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -48,6 +54,19 @@ pub enum Suggestion {
 pub trait Searcher: Send {
     /// Tell the searcher which metric to optimise and in which direction.
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
+
+    /// Tell the searcher the objectives of a multi-objective sweep (two or more), instead of
+    /// `set_metric`. The default refuses them ([`Error::SingleObjective`]): the searcher ranks
+    /// trials by one metric.
+    ///
+    /// [`Error::SingleObjective`]: crate::Error::SingleObjective
+    fn set_objectives(&mut self, objectives: &[Objective]) -> Result<()> {
+        Err(crate::Error::SingleObjective {
+            component: "this searcher",
+            objectives: objectives.len(),
+            takes: MULTI_OBJECTIVE_SEARCHERS,
+        })
+    }
 
     /// Checks its settings before any trial runs: a setting it refuses is an
     /// `Error::InvalidConfig` naming it. The default accepts everything.
@@ -89,6 +108,9 @@ impl<S: Searcher + ?Sized> Searcher for Box<S> {
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (**self).set_metric(metric, mode)
     }
+    fn set_objectives(&mut self, objectives: &[Objective]) -> Result<()> {
+        (**self).set_objectives(objectives)
+    }
     fn validate(&self) -> Result<()> {
         (**self).validate()
     }
@@ -127,6 +149,8 @@ pub enum SearcherState {
     Tpe(TpeState),
     /// [`Bohb`].
     Bohb(BohbState),
+    /// [`Nsga2`].
+    Nsga2(Nsga2State),
     /// [`ConcurrencyLimiter`].
     ConcurrencyLimiter(LimiterState),
     /// [`Repeater`].
@@ -147,6 +171,7 @@ impl SearcherState {
             SearcherState::BasicVariant(_) => "basic_variant",
             SearcherState::Tpe(_) => "tpe",
             SearcherState::Bohb(_) => "bohb",
+            SearcherState::Nsga2(_) => "nsga2",
             SearcherState::ConcurrencyLimiter(_) => "concurrency_limiter",
             SearcherState::Repeater(_) => "repeater",
             SearcherState::Custom { name, .. } => name,
