@@ -26,7 +26,7 @@ VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 
-.PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-bohb bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -135,6 +135,11 @@ bench-bohb:
 	.venv-bohb/bin/python -m pip install --disable-pip-version-check --quiet hpbandster==0.7.4 DEHB==0.1.2 ConfigSpace==1.2.2
 	cargo build --release -p rtune-searchers --example bohb_vs
 	.venv-bohb/bin/python bench/bohb_peers.py $(BENCH_ARGS)
+
+# Multi-objective search against Optuna 5.0 (the .venv of `make test` has it).
+bench-moo: $(TRACKING)
+	cargo build --release -p rtune-searchers --example moo_vs
+	$(VENV)/bin/python bench/moo_peers.py $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)
