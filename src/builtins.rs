@@ -5,7 +5,8 @@
 //!   shipped in `data/`, read as datasets `train` and `valid` (the fixed split) with a
 //!   `StandardScaler` fitted on `train` (saved with every checkpoint). Params: `lr` (1e-3),
 //!   `hidden` (256), `batch_size` (32, global), `epochs` (20). Reports `loss` (training),
-//!   `val_loss` and `val_acc` (over the whole validation set, summed across ranks) with a
+//!   `val_loss` and `val_acc` (over the whole validation set, summed across ranks) and
+//!   `params` (the model's number of weights: a size to trade accuracy against) with a
 //!   checkpoint every epoch.
 //! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
@@ -98,6 +99,7 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
         checkpoint.load_var_store(&mut vs)?;
     }
     let ddp = ctx.prepare_model(&vs)?;
+    let weights: i64 = vs.trainable_variables().iter().map(Tensor::numel).map(|n| n as i64).sum();
     let mut opt = nn::Adam::default().build(&vs, lr)?;
     // Each rank's batches are its share of a global batch; a shard smaller than that is one
     // batch. Padding (the default) gives every rank the same number of steps.
@@ -133,6 +135,7 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
             ("loss", loss_sum / steps.max(1) as f64),
             ("val_loss", f64::from(val_loss)),
             ("val_acc", f64::from(val_acc)),
+            ("params", weights as f64),
         ];
         ctx.report_with_checkpoint(metrics, checkpoint)?;
     }

@@ -32,6 +32,8 @@ pub struct ExperimentInfo {
     pub name: String,
     /// The metric trials are compared by and its mode, where the sweep has one.
     pub metric: Option<(String, Mode)>,
+    /// Every objective: the metric's alone where the sweep has one, none where it has none.
+    pub objectives: Vec<rtune_searchers::Objective>,
     /// The space trials' params are drawn from.
     pub param_space: SearchSpace,
     /// The sweep's settings (`tuner.json`'s, the space included) as flat keys and text values:

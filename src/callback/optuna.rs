@@ -4,7 +4,9 @@
 //! (WAITING, then RUNNING), with its sampled params and their distributions; the sweep's metric
 //! at each `training_iteration` as intermediate values; its end as COMPLETE (with the last value
 //! of the metric), PRUNED (stopped by the sweep, as a pruner would: with its last value, as
-//! Optuna gives one), or FAIL.
+//! Optuna gives one), or FAIL. A multi-objective sweep is a study of as many directions, each
+//! trial completed with its objectives' last values (from a result that had them all), and no
+//! intermediate values (Optuna keeps those for one objective only).
 //!
 //! A journal is a log of JSON operations, one per line, that readers replay; ids are positions
 //! in that replay (the n-th study made, the n-th trial). So a writer that shares the file (with
@@ -91,19 +93,20 @@ impl Callback for OptunaJournal {
     /// sweep without a metric, or a journal already holding a study of this name for a new
     /// sweep, is refused (`Error::Config`: nothing runs).
     fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
-        let Some((metric, mode)) = experiment.metric.clone() else {
+        if experiment.objectives.is_empty() {
             return Err(self.refused(
                 "a study has an objective: set the sweep's metric and mode (tune.metric, \
                  tune.mode)",
             ));
-        };
+        }
+        let metrics: Vec<String> = experiment.objectives.iter().map(|o| o.metric.clone()).collect();
         let params = experiment.param_space.sampled();
         let params = params.into_iter().map(|(name, param)| (name, param.clone())).collect();
         let mut study = Study {
             path: self.path.clone(),
             replay: Replay { study_name: experiment.name.clone(), ..Replay::default() },
             worker_id: format!("rtune-{}-{}", std::process::id(), crate::sys::unix_time()),
-            metric,
+            metrics,
             params,
             last: HashMap::new(),
             pending: Vec::new(),
@@ -113,16 +116,17 @@ impl Callback for OptunaJournal {
         let path =
             std::path::absolute(&experiment.path).unwrap_or_else(|_| experiment.path.clone());
         let (name, path) = (&experiment.name, path.display().to_string());
-        let metric = study.metric.clone();
+        let metric = study.metrics.join(",");
+        let directions: Vec<u8> =
+            experiment.objectives.iter().map(|o| if o.mode == Mode::Min { 1 } else { 2 }).collect();
         let mut taken = false;
         let made = study.write(|replay| {
             if replay.study_id.is_some() {
                 taken = !experiment.restored;
                 return Vec::new();
             }
-            let direction = if mode == Mode::Min { 1 } else { 2 };
             let study = replay.emit(json!({"op_code": CREATE_STUDY, "study_name": name,
-                                           "directions": [direction]}));
+                                           "directions": directions}));
             let id = replay.study_id.expect("made");
             let attr = |k: &str, v: &str| {
                 json!({"op_code": SET_STUDY_USER_ATTR, "study_id": id, "user_attr": {k: v}})
@@ -171,12 +175,20 @@ impl Callback for OptunaJournal {
 
     fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
         self.with(|study| {
-            let value = result.get(&study.metric).copied().filter(|v| v.is_finite());
+            let values: Option<Vec<f64>> = study
+                .metrics
+                .iter()
+                .map(|m| result.get(m).copied().filter(|v| v.is_finite()))
+                .collect();
             let step = result.get("training_iteration").copied();
-            if let (Some(value), Some(step)) = (value, step) {
-                let (trial, step) = (trial.trial_id.clone(), step as i64);
-                study.last.insert(trial.clone(), value);
-                study.pending.push(Op::Value { trial, step, value });
+            if let Some(values) = values {
+                let trial = trial.trial_id.clone();
+                // Optuna keeps intermediate values of a study with one objective only.
+                if let ([value], Some(step)) = (values.as_slice(), step) {
+                    let (trial, step, value) = (trial.clone(), step as i64, *value);
+                    study.pending.push(Op::Value { trial, step, value });
+                }
+                study.last.insert(trial, values);
             }
             study.flush(false);
             Ok(())
@@ -208,7 +220,7 @@ impl OptunaJournal {
     fn end(&self, trial: &TrialInfo, state: u8) -> Result<()> {
         let at = crate::sys::unix_time();
         self.with(|study| {
-            let values = study.last.get(&trial.trial_id).copied();
+            let values = study.last.get(&trial.trial_id).cloned();
             let trial = trial.trial_id.clone();
             study.pending.push(Op::State { trial, state, values, at });
             study.flush(true);
@@ -245,7 +257,7 @@ enum Op {
     State {
         trial: String,
         state: u8,
-        values: Option<f64>,
+        values: Option<Vec<f64>>,
         at: f64,
     },
     Value {
@@ -261,11 +273,12 @@ struct Study {
     path: PathBuf,
     replay: Replay,
     worker_id: String,
-    metric: String,
+    /// The objectives' metrics (one, or several for a multi-objective sweep).
+    metrics: Vec<String>,
     /// The sampled params, by dotted name.
     params: Vec<(String, Param)>,
-    /// Each trial's last value of the metric.
-    last: HashMap<String, f64>,
+    /// Each trial's last values of the metrics (from a result that had them all).
+    last: HashMap<String, Vec<f64>>,
     pending: Vec<Op>,
     flushed: Instant,
     /// A failed write was warned of (once until one succeeds).
@@ -548,9 +561,9 @@ impl Replay {
                         json!({"op_code": SET_TRIAL_STATE_VALUES, "trial_id": id, "state": FAIL,
                                "values": null, "datetime_complete": time})
                     }
-                    (state, value) => json!({"op_code": SET_TRIAL_STATE_VALUES, "trial_id": id,
-                                             "state": state, "values": value.map(|v| vec![v]),
-                                             "datetime_complete": time}),
+                    (state, values) => json!({"op_code": SET_TRIAL_STATE_VALUES, "trial_id": id,
+                                              "state": state, "values": values,
+                                              "datetime_complete": time}),
                 }
             }
             Op::Value { trial, step, value } => {
@@ -625,6 +638,7 @@ mod tests {
             path: dir.join("sweep"),
             name: "sweep".into(),
             metric: Some(("acc".into(), Mode::Max)),
+            objectives: vec![rtune_searchers::Objective { metric: "acc".into(), mode: Mode::Max }],
             param_space: SearchSpace::new()
                 .add("lr", loguniform(1e-4, 1e-1))
                 .add("opt", SearchSpace::new().add("kind", choice(["sgd", "adam"])))

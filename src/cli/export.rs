@@ -35,27 +35,44 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
         bail!("{} already exists; export to a new folder", args.to.display());
     }
     let grid = ResultGrid::from_path(args.dir)?;
-    // Another metric than the sweep's says nothing of which way is better.
-    if let (Some(metric), None) = (args.metric, args.mode)
-        && grid.metric.as_deref() != Some(metric)
-    {
-        let sweeps = grid.metric.as_deref().map_or("none".into(), |m| format!("`{m}`"));
+    let objectives = grid.objectives();
+    let named = |metric: &str| objectives.iter().find(|(m, _)| *m == metric).map(|(_, mode)| *mode);
+    // One of the sweep's objectives has its mode; another metric says nothing of which way is
+    // better.
+    let mode = args.mode.or_else(|| args.metric.and_then(named));
+    if let (Some(metric), None) = (args.metric, mode) {
+        let sweeps = match objectives.as_slice() {
+            [] => "none".to_owned(),
+            some => some.iter().map(|(m, _)| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+        };
         return Err(crate::error::Error::config(
             "--mode",
             format!(
-                "is needed with --metric `{metric}`, which is not the sweep's metric ({sweeps}): \
+                "is needed with --metric `{metric}`, which is not the sweep's metric nor an objective ({sweeps}): \
                  give --mode min or --mode max"
             ),
         )
         .into());
     }
+    if let (None, None, [_, _, ..]) = (args.trial, args.metric, objectives.as_slice()) {
+        let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
+        bail!(
+            "{} is a sweep with {} objectives ({}), and no trial is best in all: export a trial \
+             of its Pareto front with --trial ID (`rtune show {}` marks it), or the best by one \
+             objective with --metric NAME",
+            args.dir.display(),
+            names.len(),
+            names.join(", "),
+            args.dir.display()
+        );
+    }
     let trial = match args.trial {
         Some(which) => find_trial(&grid, which)?,
         None => grid
-            .best_result_by(args.metric, args.mode, Scope::Last)
+            .best_result_by(args.metric, mode, Scope::Last)
             .with_context(|| format!("cannot choose the best trial of {}", args.dir.display()))?,
     };
-    let (metric, mode) = match (args.metric.or(grid.metric.as_deref()), args.mode.or(grid.mode)) {
+    let (metric, mode) = match (args.metric.or(grid.metric.as_deref()), mode.or(grid.mode)) {
         (Some(metric), Some(mode)) => (Some(metric), mode),
         _ => (None, Mode::Max),
     };

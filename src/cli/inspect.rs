@@ -43,15 +43,23 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
 /// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all).
 pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     let mut trials: Vec<&TrialResult> = grid.trials.iter().collect();
-    let target = grid.metric.clone().zip(grid.mode);
-    if let Some((metric, mode)) = &target {
+    let objectives = grid.objectives();
+    // A multi-objective sweep's front is marked, and comes first.
+    let front: Option<Vec<&str>> = (objectives.len() > 1).then(|| {
+        let front = grid.pareto_front().unwrap_or_default();
+        front.into_iter().map(|t| t.trial_id.as_str()).collect()
+    });
+    let on_front = |t: &TrialResult| front.as_ref().is_some_and(|f| f.contains(&t.trial_id()));
+    if let Some((metric, mode)) = objectives.first() {
         let key =
             |t: &TrialResult| t.last(metric).filter(|v| v.is_finite()).map(|v| mode.sign() * v);
-        trials.sort_by(|a, b| match (key(a), key(b)) {
-            (Some(x), Some(y)) => y.total_cmp(&x),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => std::cmp::Ordering::Equal,
+        trials.sort_by(|a, b| {
+            on_front(b).cmp(&on_front(a)).then_with(|| match (key(a), key(b)) {
+                (Some(x), Some(y)) => y.total_cmp(&x),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            })
         });
     }
     // The params that differ between trials (constants of the space say nothing here).
@@ -74,9 +82,10 @@ pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
             .collect()
     };
     let mut headers = vec!["trial".to_owned(), "status".into(), "iter".into()];
-    if let Some((metric, _)) = &target {
-        headers.push(metric.clone());
+    if front.is_some() {
+        headers.push("pareto".into());
     }
+    headers.extend(objectives.iter().map(|(metric, _)| metric.to_string()));
     headers.extend(params.iter().cloned());
     let shown = if limit == 0 { trials.len() } else { limit.min(trials.len()) };
     let rows: Vec<Vec<String>> = trials[..shown]
@@ -86,9 +95,10 @@ pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
             let get = |k: &str| last.and_then(|m| m.get(k)).map_or("-".into(), |v| number(*v));
             let mut row =
                 vec![t.trial_id.clone(), status_name(t.status), get("training_iteration")];
-            if let Some((metric, _)) = &target {
-                row.push(get(metric));
+            if front.is_some() {
+                row.push(if on_front(t) { "*".into() } else { String::new() });
             }
+            row.extend(objectives.iter().map(|(metric, _)| get(metric)));
             let flat: BTreeMap<String, String> =
                 t.params.flatten().into_iter().map(|(k, v)| (k, param_text(&v))).collect();
             row.extend(params.iter().map(|p| flat.get(p).cloned().unwrap_or_default()));
@@ -309,7 +319,7 @@ pub(super) fn show(
         let objectives: Vec<(&str, rtune_searchers::Mode)> =
             pareto.iter().map(|(m, mode)| (m.as_str(), *mode)).collect();
         let front: Vec<TrialResult> =
-            grid.pareto_front(&objectives)?.into_iter().cloned().collect();
+            grid.pareto_front_by(&objectives)?.into_iter().cloned().collect();
         if format == Format::Table {
             let named: Vec<String> = pareto
                 .iter()

@@ -194,7 +194,7 @@ impl Registry {
             )
             .model("digits-mlp", digits_model, vec![DIGIT_FEATURES as i64])
             .data("digits-mlp", digits_data)
-            .metrics("digits-mlp", &["loss", "val_loss", "val_acc"])
+            .metrics("digits-mlp", &["loss", "val_loss", "val_acc", "params"])
             .metrics("synthetic-curve", &["score", "loss"])
             .range("digits-mlp", "lr", 1e-12..=10.0)
             .range("digits-mlp", "hidden", 1.0..=65_536.0)

@@ -305,6 +305,9 @@ fn reporting(
         Samples::UntilStopped => None,
     };
     let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), metric.clone());
+    let objectives: Vec<(String, rtune_searchers::Mode)> =
+        spec.tune.objectives.iter().map(|o| (o.metric.clone(), o.mode)).collect();
+    model.objectives = objectives.clone();
     model.total = total;
     model.time_budget_s = spec.tune.time_budget_s;
     let scaling = &spec.scaling;
@@ -328,8 +331,13 @@ fn reporting(
             None
         }
     };
-    let progress =
-        ui::progress::Progress::new(std::io::stdout(), Duration::from_secs(5), metric, total);
+    let progress = ui::progress::Progress::new(
+        std::io::stdout(),
+        Duration::from_secs(5),
+        metric,
+        objectives,
+        total,
+    );
     if output.no_tui || !std::io::stdout().is_terminal() {
         progress.know(model.into_trials());
         return (run.callback(ui::model::Following(progress)), Screen { ui: None, server });

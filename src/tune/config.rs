@@ -3,7 +3,7 @@
 //! the searcher and scheduler. (A restored sweep's `TuneConfig` comes from its `tuner.json`:
 //! `experiment::Settings`.)
 
-use rtune_searchers::{Mode, Searcher, TrialScheduler};
+use rtune_searchers::{Mode, Objective, Searcher, TrialScheduler};
 use serde::{Deserialize, Serialize};
 
 /// How many trials a sweep runs.
@@ -52,6 +52,10 @@ impl std::fmt::Display for Samples {
 pub struct TuneSettings {
     pub metric: Option<String>,
     pub mode: Option<Mode>,
+    /// A multi-objective sweep's objectives, each a metric and its mode, instead of `metric`
+    /// and `mode`: trials are judged by their Pareto front, not ranked by one metric.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objectives: Vec<Objective>,
     pub num_samples: Samples,
     /// Trials started at once; default: as many as the local machine holds side by side.
     pub max_concurrent_trials: Option<usize>,
@@ -78,6 +82,7 @@ impl Default for TuneSettings {
         TuneSettings {
             metric: None,
             mode: None,
+            objectives: Vec::new(),
             num_samples: Samples::Count(1),
             max_concurrent_trials: None,
             time_budget_s: None,
@@ -86,6 +91,19 @@ impl Default for TuneSettings {
             reuse_actors: true,
         }
     }
+}
+
+/// The metric and mode of a sweep with one objective; None for none or several.
+pub(crate) fn single_metric(objectives: &[Objective]) -> Option<(String, Mode)> {
+    match objectives {
+        [one] => Some((one.metric.clone(), one.mode)),
+        _ => None,
+    }
+}
+
+/// A multi-objective sweep's objectives; empty for one or none.
+pub(crate) fn several(objectives: &[Objective]) -> Vec<Objective> {
+    if objectives.len() > 1 { objectives.to_vec() } else { Vec::new() }
 }
 
 /// How a sweep searches (Ray's `TuneConfig`): its settings, and the searcher and scheduler.
@@ -114,6 +132,21 @@ impl TuneConfig {
 
     pub fn mode(mut self, mode: Mode) -> Self {
         self.settings.mode = Some(mode);
+        self
+    }
+
+    /// Several objectives, each a metric and its mode (instead of `metric` and `mode`):
+    /// `.objectives([("val_loss", Mode::Min), ("params", Mode::Min)])`. The searcher must take
+    /// them (`Nsga2`, or the default random search) and the scheduler is FIFO; the sweep's
+    /// result is a Pareto front (`ResultGrid::pareto_front`).
+    pub fn objectives<S: Into<String>>(
+        mut self,
+        objectives: impl IntoIterator<Item = (S, Mode)>,
+    ) -> Self {
+        self.settings.objectives = objectives
+            .into_iter()
+            .map(|(metric, mode)| Objective { metric: metric.into(), mode })
+            .collect();
         self
     }
 

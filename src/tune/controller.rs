@@ -16,8 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rtune_searchers::{
-    Decision, Metrics, Mode, Params, SchedulerState, Searcher, SearcherState, Suggestion, TrialId,
-    TrialScheduler, TrialStatus, TrialsView,
+    Decision, Metrics, Objective, Params, SchedulerState, Searcher, SearcherState, Suggestion,
+    TrialId, TrialScheduler, TrialStatus, TrialsView,
 };
 use serde::{Deserialize, Serialize};
 
@@ -26,8 +26,9 @@ use crate::error::{Error, Result};
 /// What the controller needs to know of the sweep's settings.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
-    /// The metric to optimise and its direction; both or neither.
-    pub metric: Option<(String, Mode)>,
+    /// What to optimise: nothing, one metric and its mode, or several (a multi-objective
+    /// sweep).
+    pub objectives: Vec<Objective>,
     /// How many trials to create; `None` until the searcher is finished (or the time budget,
     /// which the shell reports as [`Event::TimeBudgetSpent`]).
     pub num_samples: Option<usize>,
@@ -205,9 +206,23 @@ impl Controller {
         config.validate()?;
         searcher.validate()?;
         scheduler.validate()?;
-        if let Some((metric, mode)) = &config.metric {
-            searcher.set_metric(metric, *mode)?;
-            scheduler.set_metric(metric, *mode)?;
+        match config.objectives.as_slice() {
+            [] => {}
+            [one] => {
+                searcher.set_metric(&one.metric, one.mode)?;
+                scheduler.set_metric(&one.metric, one.mode)?;
+            }
+            several => {
+                let refused = |field, kind: &str, e: rtune_searchers::Error| {
+                    Error::config(field, format!("`{kind}`: {e}"))
+                };
+                searcher.set_objectives(several).map_err(|e| {
+                    refused("TuneConfig.search_alg", searcher.save_state().kind(), e)
+                })?;
+                scheduler.set_objectives(several).map_err(|e| {
+                    refused("TuneConfig.scheduler", scheduler.save_state().kind(), e)
+                })?;
+            }
         }
         Ok(Controller {
             config,
@@ -542,15 +557,19 @@ impl Controller {
             commands.push(Command::StopTrial(id));
             return Ok(());
         }
-        if let Some((metric, _)) = &self.config.metric
-            && !metrics.contains_key(metric)
+        if let Some(missing) =
+            self.config.objectives.iter().find(|o| !metrics.contains_key(&o.metric))
         {
             let reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
+            let field = match self.config.objectives.len() {
+                1 => "TuneConfig.metric",
+                _ => "TuneConfig.objectives",
+            };
             return Err(Error::Metric {
-                name: metric.clone(),
+                name: missing.metric.clone(),
                 problem: format!(
-                    "(TuneConfig.metric) is not among what trial {id} reported: {}; set \
-                     TuneConfig.metric to one of those, or report it",
+                    "({field}) is not among what trial {id} reported: {}; set {field} to one \
+                     of those, or report it",
                     reported.join(", ")
                 ),
             });
@@ -737,6 +756,7 @@ mod tests {
     };
 
     use super::*;
+    use rtune_searchers::Mode;
 
     fn space() -> SearchSpace {
         SearchSpace::new().add("quality", Domain::Uniform { low: 0.0, high: 1.0 })
@@ -744,7 +764,7 @@ mod tests {
 
     fn config(num_samples: usize, max_concurrent_trials: usize) -> ControllerConfig {
         ControllerConfig {
-            metric: Some(("score".into(), Mode::Max)),
+            objectives: vec![Objective { metric: "score".into(), mode: Mode::Max }],
             num_samples: Some(num_samples),
             max_concurrent_trials,
             fail_fast: false,

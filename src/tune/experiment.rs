@@ -89,6 +89,11 @@ impl Settings {
             ("TuneConfig.metric", format!("{:?}", saved.metric), format!("{:?}", given.metric)),
             ("TuneConfig.mode", format!("{:?}", saved.mode), format!("{:?}", given.mode)),
             (
+                "TuneConfig.objectives",
+                format!("{:?}", saved.objectives),
+                format!("{:?}", given.objectives),
+            ),
+            (
                 "TuneConfig.num_samples",
                 saved.num_samples.to_string(),
                 given.num_samples.to_string(),
@@ -142,6 +147,9 @@ pub(super) struct SavedExperiment {
     pub(super) experiment_id: String,
     pub(super) metric: Option<String>,
     pub(super) mode: Option<Mode>,
+    /// A multi-objective sweep's objectives (its metric and mode are then null).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) objectives: Vec<rtune_searchers::Objective>,
     pub(super) rtune_version: String,
     pub(super) timestamp: f64,
     /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
@@ -568,6 +576,7 @@ mod tests {
             experiment_id: "e".into(),
             metric: None,
             mode: None,
+            objectives: Vec::new(),
             rtune_version: "test".into(),
             timestamp: 0.0,
             time_spent_s: 1.0,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::{
     Column, CsvWriter, DataFrame, NamedFrom, ParquetWriter, PlSmallStr, SerWriter, Series,
 };
-use rtune_searchers::{Metrics, Mode, Params, TrialStatus, Value};
+use rtune_searchers::{Metrics, Mode, Objective, Params, TrialStatus, Value};
 
 use super::experiment::read_experiment;
 use super::trial::TrialResult;
@@ -32,6 +32,9 @@ pub struct ResultGrid {
     pub path: PathBuf,
     pub metric: Option<String>,
     pub mode: Option<Mode>,
+    /// A multi-objective sweep's objectives (`metric` and `mode` are then None); empty for
+    /// a sweep with one objective or none.
+    pub objectives: Vec<Objective>,
     /// Every trial, in creation order.
     pub trials: Vec<TrialResult>,
 }
@@ -52,6 +55,7 @@ impl ResultGrid {
             path: path.to_owned(),
             metric: saved.metric,
             mode: saved.mode,
+            objectives: saved.objectives,
             trials: trials.into_values().collect(),
         };
         Ok((grid, saved.time_spent_s))
@@ -100,8 +104,17 @@ impl ResultGrid {
         mode: Option<Mode>,
         caller: &'static str,
     ) -> Result<(&'a str, Mode)> {
-        let metric = metric.or(self.metric.as_deref()).ok_or_else(|| {
-            Error::config(caller, "no metric given and the sweep had none; name one")
+        let metric = metric.or(self.metric.as_deref()).ok_or_else(|| match self.objectives() {
+            several if several.len() > 1 => Error::config(
+                caller,
+                format!(
+                    "the sweep has {} objectives ({}): name the metric to rank by, or take the \
+                     trials of its Pareto front (pareto_front)",
+                    several.len(),
+                    several.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            _ => Error::config(caller, "no metric given and the sweep had none; name one"),
         })?;
         let mode = mode.or(self.mode).ok_or_else(|| {
             Error::config(caller, "no mode given and the sweep had none; use Mode::Max or Min")
@@ -109,14 +122,37 @@ impl ResultGrid {
         Ok((metric, mode))
     }
 
+    /// The sweep's objectives, each a metric and its mode: several, one (its metric and
+    /// mode) or none.
+    pub fn objectives(&self) -> Vec<(&str, Mode)> {
+        match (&self.metric, self.mode) {
+            (Some(metric), Some(mode)) => vec![(metric.as_str(), mode)],
+            _ => self.objectives.iter().map(|o| (o.metric.as_str(), o.mode)).collect(),
+        }
+    }
+
+    /// The trials on the Pareto front of the sweep's objectives (a multi-objective sweep's);
+    /// see [`pareto_front_by`](Self::pareto_front_by).
+    pub fn pareto_front(&self) -> Result<Vec<&TrialResult>> {
+        let objectives = self.objectives();
+        if objectives.len() < 2 {
+            return Err(Error::config(
+                "ResultGrid::pareto_front",
+                "the sweep had fewer than two objectives: name them (pareto_front_by), or take \
+                 its best trial (best_result)",
+            ));
+        }
+        self.pareto_front_by(&objectives)
+    }
+
     /// The trials on the Pareto front of several objectives, each a metric and its mode
     /// (e.g. `[("val_loss", Mode::Min), ("model_size", Mode::Min)]`), judged by each trial's
     /// last result: those no other trial beats in one objective without doing worse in
     /// another. Trials without a finite value of every objective are left out.
-    pub fn pareto_front(&self, objectives: &[(&str, Mode)]) -> Result<Vec<&TrialResult>> {
+    pub fn pareto_front_by(&self, objectives: &[(&str, Mode)]) -> Result<Vec<&TrialResult>> {
         if objectives.len() < 2 {
             return Err(Error::config(
-                "ResultGrid::pareto_front",
+                "ResultGrid::pareto_front_by",
                 "give two objectives or more, e.g. [(\"val_loss\", Mode::Min), (\"size\", \
                  Mode::Min)]; for one, use best_result_by",
             ));
@@ -168,7 +204,8 @@ impl ResultGrid {
 
     /// One row per trial: `trial_id`, `status`, every param as `config/<name>`, the last
     /// reported metrics, `best/<metric>` (the best value of the sweep's metric over the trial's
-    /// reports, when the sweep had one), `checkpoint_path`, `placement` (where its ranks ran:
+    /// reports, when the sweep had one), `pareto` (whether the trial is on the Pareto front of
+    /// a multi-objective sweep's objectives), `checkpoint_path`, `placement` (where its ranks ran:
     /// `node/gpu:0 node/cpu`, rank by rank), `error` and `path`.
     pub fn dataframe(&self) -> Result<DataFrame> {
         self.table(None)
@@ -215,6 +252,19 @@ impl ResultGrid {
         if let (Some(metric), Some(mode)) = (&self.metric, self.mode) {
             let best: Vec<Option<f64>> = self.trials.iter().map(|t| t.best(metric, mode)).collect();
             columns.push(Column::new(format!("best/{metric}").into(), best));
+        }
+        if self.objectives.len() > 1 {
+            // Null where the front is undefined (no trial has every objective yet).
+            let front = self
+                .pareto_front()
+                .ok()
+                .map(|f| f.into_iter().map(|t| &t.trial_id).collect::<Vec<_>>());
+            let on: Vec<Option<bool>> = self
+                .trials
+                .iter()
+                .map(|t| front.as_ref().map(|f| f.contains(&&t.trial_id)))
+                .collect();
+            columns.push(Column::new("pareto".into(), on));
         }
         let checkpoint = |t: &TrialResult| {
             let ck = t.result.as_ref()?.checkpoint.as_ref()?;
@@ -400,6 +450,7 @@ mod tests {
             path: PathBuf::from("exp"),
             metric: Some("acc".into()),
             mode: Some(Mode::Max),
+            objectives: Vec::new(),
             trials: vec![
                 // Peaks high, ends low.
                 trial(
@@ -453,13 +504,36 @@ mod tests {
             ],
             ..grid()
         };
-        let front = g.pareto_front(&[("acc", Mode::Max), ("size", Mode::Min)]).unwrap();
+        let front = g.pareto_front_by(&[("acc", Mode::Max), ("size", Mode::Min)]).unwrap();
         let ids: Vec<&str> = front.iter().map(|t| t.trial_id.as_str()).collect();
         assert_eq!(ids, ["big", "small", "mid"]);
-        let e = g.pareto_front(&[("acc", Mode::Max)]).unwrap_err().to_string();
+        let e = g.pareto_front_by(&[("acc", Mode::Max)]).unwrap_err().to_string();
         assert!(e.contains("two objectives"), "{e}");
-        let e = g.pareto_front(&[("acc", Mode::Max), ("f1", Mode::Max)]).unwrap_err().to_string();
+        let e = g.pareto_front_by(&[("acc", Mode::Max), ("f1", Mode::Max)]).unwrap_err();
+        let e = e.to_string();
         assert!(e.contains("`acc`, `f1`") && e.contains("acc, size"), "{e}");
+        // A sweep with one metric has no front of its own.
+        assert!(g.pareto_front().unwrap_err().to_string().contains("fewer than two objectives"));
+
+        // A multi-objective sweep: its own front, marked in the table; no single best.
+        let objective = |metric: &str, mode| Objective { metric: metric.into(), mode };
+        let g = ResultGrid {
+            metric: None,
+            mode: None,
+            objectives: vec![objective("acc", Mode::Max), objective("size", Mode::Min)],
+            ..g
+        };
+        let front: Vec<&str> = g.pareto_front().unwrap().iter().map(|t| t.trial_id()).collect();
+        assert_eq!(front, ["big", "small", "mid"]);
+        let e = g.best_result().unwrap_err().to_string();
+        assert!(e.contains("2 objectives (acc, size)") && e.contains("pareto_front"), "{e}");
+        let best = g.best_result_by(Some("size"), Some(Mode::Min), Scope::Last).unwrap();
+        assert_eq!(best.trial_id(), "nan");
+        let df = g.dataframe().unwrap();
+        let column = df.column("pareto").unwrap().bool().unwrap().clone();
+        let pareto: Vec<Option<bool>> = (0..df.height()).map(|i| column.get(i)).collect();
+        let on = [true, true, false, true, false, false].map(Some);
+        assert_eq!(pareto, on);
     }
 
     #[test]

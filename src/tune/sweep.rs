@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rtune_searchers::{Mode, Params, TrialId, TrialStatus};
+use rtune_searchers::{Objective, Params, TrialId, TrialStatus};
+
+use super::config::{several, single_metric};
 use tokio::sync::mpsc;
 
 use super::control::{Control, TrialRequest};
@@ -84,7 +86,8 @@ pub(super) struct Sweep {
     pub(super) run: RunConfig,
     pub(super) path: PathBuf,
     pub(super) experiment: String,
-    pub(super) metric: Option<(String, Mode)>,
+    /// What the sweep optimises: nothing, one metric, or several.
+    pub(super) objectives: Vec<Objective>,
     /// What trials are drawn from, and the sweep's settings (callbacks are told).
     pub(super) param_space: rtune_searchers::SearchSpace,
     pub(super) settings: BTreeMap<String, String>,
@@ -173,7 +176,8 @@ impl Sweep {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            metric: self.metric.clone(),
+            metric: single_metric(&self.objectives),
+            objectives: self.objectives.clone(),
             param_space: self.param_space.clone(),
             settings: self.settings.clone(),
             restored: self.restored,
@@ -334,11 +338,13 @@ impl Sweep {
         if let Some(e) = fatal {
             return Err(e);
         }
-        let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
+        let (metric, mode) =
+            single_metric(&self.objectives).map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let grid = ResultGrid {
             path: self.path.clone(),
             metric,
             mode,
+            objectives: several(&self.objectives),
             trials: trials.into_values().collect(),
         };
         grid.write_parquet(self.path.join(RESULTS_PARQUET))?;
@@ -385,13 +391,15 @@ impl Sweep {
                 .collect();
             (trials, controller.snapshot())
         };
-        let (metric, mode) = self.metric.clone().map_or((None, None), |(m, d)| (Some(m), Some(d)));
+        let (metric, mode) =
+            single_metric(&self.objectives).map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let state = SavedExperiment {
             format: FORMAT,
             name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
             experiment_id: self.experiment.clone(),
             metric,
             mode,
+            objectives: several(&self.objectives),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
             timestamp: unix_time(),
             time_spent_s: (self.spent_before + self.began.elapsed()).as_secs_f64(),

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rtune_searchers::{BasicVariant, Fifo, SearchSpace, Searcher};
+use rtune_searchers::{BasicVariant, Fifo, Objective, SearchSpace, Searcher};
 
 use super::config::{Samples, TuneConfig};
 use super::control::Control;
@@ -190,19 +190,7 @@ impl Tuner {
             (Some((_, saved)), None) => saved.tune_config()?,
         };
         let TuneConfig { settings, search_alg, scheduler } = tune;
-        let metric = match (&settings.metric, settings.mode) {
-            (Some(m), Some(mode)) => Some((m.clone(), mode)),
-            (None, None) => None,
-            (Some(m), None) => {
-                return Err(Error::config(
-                    "TuneConfig.mode",
-                    format!("is missing for metric `{m}`; use Mode::Max or Mode::Min"),
-                ));
-            }
-            (None, Some(_)) => {
-                return Err(Error::config("TuneConfig.metric", "is missing for the mode given"));
-            }
-        };
+        let objectives = objectives_of(&settings)?;
         let num_samples = match settings.num_samples {
             Samples::UntilStopped => None,
             Samples::Count(0) => {
@@ -238,7 +226,7 @@ impl Tuner {
             None => side_by_side(&trainer, cluster.as_ref()),
         };
         let config = ControllerConfig {
-            metric: metric.clone(),
+            objectives: objectives.clone(),
             num_samples: trial_limit,
             max_concurrent_trials,
             fail_fast: settings.fail_fast,
@@ -263,7 +251,7 @@ impl Tuner {
             config,
             searcher,
             scheduler,
-            metric,
+            objectives,
             time_budget,
             reuse_actors,
         })
@@ -280,7 +268,7 @@ impl Tuner {
             config,
             searcher,
             scheduler,
-            metric,
+            objectives,
             time_budget,
             reuse_actors,
         } = self.plan(driver)?;
@@ -324,7 +312,7 @@ impl Tuner {
             run,
             path,
             experiment,
-            metric,
+            objectives,
             param_space,
             settings,
             restored,
@@ -360,9 +348,50 @@ struct Plan {
     config: ControllerConfig,
     searcher: Box<dyn Searcher>,
     scheduler: Box<dyn rtune_searchers::TrialScheduler>,
-    metric: Option<(String, rtune_searchers::Mode)>,
+    objectives: Vec<Objective>,
     time_budget: Option<Duration>,
     reuse_actors: bool,
+}
+
+/// What the sweep optimises: nothing, one metric (`metric` and `mode`), or several
+/// (`objectives`); each checked.
+fn objectives_of(settings: &super::config::TuneSettings) -> Result<Vec<Objective>> {
+    let one = match (&settings.metric, settings.mode) {
+        (Some(m), Some(mode)) => Some(Objective { metric: m.clone(), mode }),
+        (None, None) => None,
+        (Some(m), None) => {
+            return Err(Error::config(
+                "TuneConfig.mode",
+                format!("is missing for metric `{m}`; use Mode::Max or Mode::Min"),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Error::config("TuneConfig.metric", "is missing for the mode given"));
+        }
+    };
+    let many = &settings.objectives;
+    if one.is_some() && !many.is_empty() {
+        return Err(Error::config(
+            "TuneConfig.objectives",
+            "are given with metric and mode: give one metric and its mode, or objectives (each a \
+             metric and its mode), not both",
+        ));
+    }
+    for (i, o) in many.iter().enumerate() {
+        if o.metric.is_empty() {
+            return Err(Error::config(
+                "TuneConfig.objectives",
+                format!("{}: the metric is empty; name one", i + 1),
+            ));
+        }
+        if many[..i].iter().any(|earlier| earlier.metric == o.metric) {
+            return Err(Error::config(
+                "TuneConfig.objectives",
+                format!("name `{}` twice; each metric is one objective", o.metric),
+            ));
+        }
+    }
+    Ok(one.into_iter().chain(many.iter().cloned()).collect())
 }
 
 /// The status of the cluster at `address`; None (said in the log) when the head does not

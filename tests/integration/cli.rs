@@ -120,7 +120,8 @@ pub fn run_show_ls_and_json() -> Result<()> {
     // The Pareto front of score (max) against training iterations (min): the trials it
     // prints are the grid's front, the best-scoring one among them.
     let objectives = [("score", rtune::Mode::Max), ("training_iteration", rtune::Mode::Min)];
-    let front: Vec<&str> = grid.pareto_front(&objectives)?.iter().map(|t| t.trial_id()).collect();
+    let front: Vec<&str> =
+        grid.pareto_front_by(&objectives)?.iter().map(|t| t.trial_id()).collect();
     ensure!(front.contains(&best.trial_id()), "{front:?}");
     let args = ["show", exp, "--pareto", "score:max", "--pareto", "training_iteration:min"];
     let out = rtune(&[&args[..], &["--format", "json"]].concat())?;
@@ -380,6 +381,48 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             "a metric the trainable does not report",
             "[tune]\nmetric = \"scroe\"\nmode = \"max\"\n",
             &["`tune.metric` names `scroe`", "did you mean `score`?"],
+        ),
+        (
+            "several objectives with a searcher that ranks by one",
+            "[tune]\nmetric = [\"score\", \"loss\"]\nmode = [\"max\", \"min\"]\n\
+             search = \"tpe\"\n",
+            &[
+                "sweep.toml:7:1",
+                "`tune.search` is `tpe`, which ranks trials by one metric, and tune.metric names \
+                 2 objectives; several objectives take `random` or `nsga2`",
+            ],
+        ),
+        (
+            "several objectives with a scheduler that ranks by one",
+            "[tune]\nmetric = [\"score\", \"loss\"]\nmode = [\"max\", \"min\"]\n\
+             scheduler = { type = \"asha\", max_t = 4 }\n",
+            &["`tune.scheduler` is `asha`", "several objectives take `fifo`"],
+        ),
+        (
+            "fewer modes than metrics",
+            "[tune]\nmetric = [\"score\", \"loss\"]\nmode = \"max\"\nsearch = \"nsga2\"\n",
+            &["sweep.toml:6:", "`tune.mode` gives 1 mode(s) for 2 metric(s)"],
+        ),
+        (
+            "an objective twice",
+            "[tune]\nmetric = [\"score\", \"score\"]\nmode = [\"max\", \"max\"]\n",
+            &["`tune.metric` names `score` twice"],
+        ),
+        (
+            "an objective the trainable does not report",
+            "[tune]\nmetric = [\"score\", \"los\"]\nmode = [\"max\", \"min\"]\n",
+            &["`tune.metric` names `los`", "did you mean `loss`?"],
+        ),
+        (
+            "a mode that is neither",
+            "[tune]\nmetric = [\"score\", \"loss\"]\nmode = [\"max\", \"lowest\"]\n",
+            &["`tune.mode` is [\"max\", \"lowest\"]; each mode is \"max\" or \"min\""],
+        ),
+        (
+            "an NSGA-II setting out of range",
+            "[tune]\nmetric = [\"score\", \"loss\"]\nmode = [\"max\", \"min\"]\n\
+             search = { type = \"nsga2\", crossover_prob = 1.5 }\n",
+            &["`tune.search.crossover_prob`", "expected a probability in [0, 1]"],
         ),
         (
             "a time_attr the trainable does not report",
@@ -994,10 +1037,120 @@ fn python(script: &str, args: &[&Path]) -> Result<Vec<u8>> {
         })?;
     ensure!(
         out.status.success(),
-        "PyTorch could not load the export (make test installs safetensors into .venv): {}",
+        "the Python script failed (make test installs torch, safetensors and optuna into \
+         .venv): {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(out.stdout)
+}
+
+/// The shipped multi-objective sweep (validation loss against model size, NSGA-II), with an
+/// Optuna journal: its result is the Pareto front, checked against every pair of trials; the
+/// results table, `rtune show` and Optuna's own reader (`best_trials`) give that front; export
+/// takes a trial of it or the best by one objective, and refuses to guess.
+pub fn a_multi_objective_sweep_gives_its_pareto_front() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/digits_nsga2.toml");
+    let storage = format!("storage_path={:?}", dir.path().display().to_string());
+    let journal = dir.path().join("optuna.log");
+    let optuna = format!("run.optuna={:?}", journal.display().to_string());
+    let out = rtune(&["run", sweep, "--no-tui", "--set", &storage, "--set", &optuna])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let experiment = dir.path().join("digits-nsga2");
+    let grid = ResultGrid::from_path(&experiment)?;
+    let objectives = [("val_loss", rtune::Mode::Min), ("params", rtune::Mode::Min)];
+    ensure!(grid.metric.is_none() && grid.objectives() == objectives, "{:?}", grid.objectives);
+    ensure!(
+        grid.trials.len() == 24
+            && grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated)
+    );
+    // The front, from first principles: a trial is on it when no other is at least as good in
+    // both objectives and better in one.
+    let point = |t: &rtune::TrialResult| -> Result<(f64, f64)> {
+        Ok((t.last("val_loss").context("val_loss")?, t.last("params").context("params")?))
+    };
+    let points: Vec<(f64, f64)> = grid.trials.iter().map(point).collect::<Result<_>>()?;
+    let beats = |a: (f64, f64), b: (f64, f64)| a.0 <= b.0 && a.1 <= b.1 && (a.0 < b.0 || a.1 < b.1);
+    let mut front: Vec<&str> = grid
+        .trials
+        .iter()
+        .zip(&points)
+        .filter(|(_, p)| !points.iter().any(|q| beats(*q, **p)))
+        .map(|(t, _)| t.trial_id())
+        .collect();
+    front.sort_unstable();
+    let mut ours: Vec<&str> = grid.pareto_front()?.iter().map(|t| t.trial_id()).collect();
+    ours.sort_unstable();
+    ensure!(ours == front, "pareto_front {ours:?} != {front:?}");
+    ensure!(front.len() >= 3, "a front of {} trials: {front:?}", front.len());
+    // NSGA-II bred later generations from the first: the smallest and the most accurate
+    // models are on the front, and differ.
+    let widths: Vec<i64> =
+        grid.trials.iter().map(|t| t.params().get::<i64>("hidden")).collect::<Result<_, _>>()?;
+    ensure!(widths.iter().min() != widths.iter().max(), "{widths:?}");
+
+    // The results table written at the end marks the front.
+    let file = std::fs::File::open(experiment.join("results.parquet"))?;
+    use polars::prelude::SerReader;
+    let table = polars::prelude::ParquetReader::new(file).finish()?;
+    let ids = table.column("trial_id")?.str()?.clone();
+    let marks = table.column("pareto")?.bool()?.clone();
+    let mut marked: Vec<String> = (0..table.height())
+        .filter(|&i| marks.get(i) == Some(true))
+        .filter_map(|i| ids.get(i).map(str::to_owned))
+        .collect();
+    marked.sort_unstable();
+    ensure!(marked == front, "results.parquet marks {marked:?}, not {front:?}");
+
+    // `rtune show` lists the front first, each row marked.
+    let exp = experiment.to_str().unwrap();
+    let out = rtune(&["show", exp])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let header = stdout.lines().find(|l| l.starts_with("trial ")).context("no table")?;
+    ensure!(header.contains("pareto") && header.contains("val_loss"), "{stdout}");
+    let mut starred: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.split_whitespace().nth(3) == Some("*"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let first: Vec<&str> = stdout.lines().skip(1).take(front.len()).collect();
+    ensure!(first.iter().all(|l| l.contains(" * ")), "the front is not first:\n{stdout}");
+    starred.sort_unstable();
+    ensure!(starred == front, "rtune show stars {starred:?}, not {front:?}");
+
+    // Optuna's reader: a study of two directions whose best trials are the front.
+    let script = r#"
+import json, sys, optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+s = optuna.load_study(study_name="digits-nsga2", storage=JournalStorage(JournalFileBackend(sys.argv[1])))
+print(json.dumps({"directions": [d.name for d in s.directions],
+                  "complete": sum(t.state.name == "COMPLETE" for t in s.trials),
+                  "front": sorted(t.user_attrs["rtune_trial_id"] for t in s.best_trials)}))
+"#;
+    let study: serde_json::Value = serde_json::from_slice(&python(script, &[&journal])?)?;
+    ensure!(study["directions"] == serde_json::json!(["MINIMIZE", "MINIMIZE"]), "{study}");
+    ensure!(study["complete"] == 24 && study["front"] == serde_json::json!(front), "{study}");
+
+    // Export: no single best to guess; a trial of the front, or the best by one objective.
+    let to = dir.path().join("model");
+    let to_arg = to.to_str().unwrap();
+    let out = rtune(&["export", exp, "--to", to_arg])?;
+    let said = "a sweep with 2 objectives (val_loss, params), and no trial is best in all";
+    ensure!(out.status.code() == Some(2) && text(&out).contains(said), "{}", text(&out));
+    ensure!(!to.exists());
+    let out = rtune(&["export", exp, "--metric", "params", "--to", to_arg])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(to.join("metrics.json"))?)?;
+    let smallest = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    ensure!(metrics["params"].as_f64() == Some(smallest), "{metrics}");
+    let from_front = dir.path().join("from-front");
+    let out = rtune(&["export", exp, "--trial", front[0], "--to", from_front.to_str().unwrap()])?;
+    ensure!(out.status.success() && text(&out).contains(front[0]), "{}", text(&out));
+    Ok(())
 }
 
 /// `examples/quickstart.rs` in its short mode (`RTUNE_QUICK=1`): it sweeps, picks the best

@@ -314,6 +314,10 @@ fn main() {
             examples::cluster_sweep_runs_on_both_node_agents,
         ),
         test(
+            "cli::a_multi_objective_sweep_gives_its_pareto_front",
+            cli::a_multi_objective_sweep_gives_its_pareto_front,
+        ),
+        test(
             "cli::demo_sweep_exports_a_model_that_predicts_the_test_set",
             cli::demo_sweep_exports_a_model_that_predicts_the_test_set,
         ),

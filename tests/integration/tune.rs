@@ -191,6 +191,27 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
         (TuneConfig::new().num_samples(0), "TuneConfig.num_samples"),
         (TuneConfig::new().max_concurrent_trials(0), "max_concurrent_trials"),
         (TuneConfig::new().time_budget_s(f64::NAN), "time_budget_s"),
+        (
+            TuneConfig::new().metric("val_acc").mode(Mode::Max).objectives([("x", Mode::Min)]),
+            "TuneConfig.objectives: are given with metric and mode",
+        ),
+        (
+            TuneConfig::new().objectives([("val_acc", Mode::Max), ("val_acc", Mode::Min)]),
+            "name `val_acc` twice",
+        ),
+        (
+            TuneConfig::new()
+                .objectives([("val_acc", Mode::Max), ("loss", Mode::Min)])
+                .search_alg(rtune_searchers::Tpe::new(space()).map_err(anyhow::Error::msg)?),
+            "TuneConfig.search_alg: `tpe`: this searcher ranks trials by one metric, and the \
+             sweep has 2 objectives; several objectives need NSGA-II",
+        ),
+        (
+            TuneConfig::new()
+                .objectives([("val_acc", Mode::Max), ("loss", Mode::Min)])
+                .scheduler(rtune_searchers::Asha::new()),
+            "TuneConfig.scheduler: `asha`: this scheduler ranks trials by one metric",
+        ),
     ] {
         let err = fit(tune);
         ensure!(err.contains(named), "expected an error naming {named}, got {err:?}");

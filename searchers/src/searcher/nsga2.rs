@@ -301,19 +301,19 @@ fn fronts(scores: &[Vec<f64>]) -> Vec<Vec<usize>> {
 fn crowding_distance(scores: &[Vec<f64>], front: &[usize]) -> Vec<f64> {
     let mut distance = vec![0.0; front.len()];
     let objectives = scores.first().map_or(0, Vec::len);
-    for m in 0..objectives {
+    let columns = (0..objectives).map(|m| front.iter().map(|&i| scores[i][m]).collect::<Vec<_>>());
+    for column in columns {
         let mut order: Vec<usize> = (0..front.len()).collect();
-        order.sort_by(|&a, &b| scores[front[a]][m].total_cmp(&scores[front[b]][m]));
-        let (low, high) = (scores[front[order[0]]][m], scores[front[order[order.len() - 1]]][m]);
-        let width = high - low;
-        distance[order[0]] = f64::INFINITY;
-        distance[order[order.len() - 1]] = f64::INFINITY;
+        order.sort_by(|&a, &b| column[a].total_cmp(&column[b]));
+        let (first, last) = (order[0], order[order.len() - 1]);
+        let width = column[last] - column[first];
+        distance[first] = f64::INFINITY;
+        distance[last] = f64::INFINITY;
         if !(width.is_finite() && width > 0.0) {
             continue;
         }
         for k in 1..order.len().saturating_sub(1) {
-            let gap = scores[front[order[k + 1]]][m] - scores[front[order[k - 1]]][m];
-            distance[order[k]] += gap / width;
+            distance[order[k]] += (column[order[k + 1]] - column[order[k - 1]]) / width;
         }
     }
     distance

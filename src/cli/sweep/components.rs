@@ -4,8 +4,8 @@
 //! go by that table, so an option is known to both or to neither: a new option is one row.
 
 use rtune_searchers::{
-    Asha, BasicVariant, Bohb, Fifo, HyperBand, MedianStopping, Params, Pbt, SearchSpace, Searcher,
-    Tpe, TrialScheduler, Value,
+    Asha, BasicVariant, Bohb, Fifo, HyperBand, MedianStopping, Nsga2, Params, Pbt, SearchSpace,
+    Searcher, Tpe, TrialScheduler, Value,
 };
 
 use super::super::doc::{self, Fields, Item, Kind, Origin, Report};
@@ -204,8 +204,20 @@ static BOHB: Table<Bohb, dyn Searcher> = Table {
     finish: |s| Box::new(s),
 };
 
+static NSGA2: Table<Nsga2, dyn Searcher> = Table {
+    name: "nsga2",
+    start: |c| Nsga2::new(c.space.clone()).expect("checked by check_components").seed(c.seed),
+    options: &[
+        ("population_size", Setter::Count(Nsga2::population_size)),
+        ("mutation_prob", Setter::Num(Nsga2::mutation_prob)),
+        ("crossover_prob", Setter::Num(Nsga2::crossover_prob)),
+        ("swapping_prob", Setter::Num(Nsga2::swapping_prob)),
+    ],
+    finish: |s| Box::new(s),
+};
+
 /// The searchers a sweep file can name.
-pub(super) static SEARCHERS: &[&dyn Blueprint<dyn Searcher>] = &[&RANDOM, &TPE, &BOHB];
+pub(super) static SEARCHERS: &[&dyn Blueprint<dyn Searcher>] = &[&RANDOM, &TPE, &BOHB, &NSGA2];
 
 static FIFO: Table<Fifo, dyn TrialScheduler> =
     Table { name: "fifo", start: |_| Fifo::new(), options: &[], finish: |s| Box::new(s) };
@@ -439,6 +451,7 @@ pub(super) fn check_components(spec: &SweepSpec, root: &Item, report: &mut Repor
     let modelled = match spec.search.kind.as_str() {
         "tpe" => Tpe::new(spec.space.clone()).err(),
         "bohb" => Bohb::new(spec.space.clone()).err(),
+        "nsga2" => Nsga2::new(spec.space.clone()).err(),
         _ => None,
     };
     if let Some(e) = modelled {
@@ -467,9 +480,18 @@ pub(super) fn check_components(spec: &SweepSpec, root: &Item, report: &mut Repor
         }
     }
     let target = spec.tune.metric.as_deref().zip(spec.tune.mode);
+    let several = &spec.tune.objectives;
     let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();
+    // (Several objectives with a searcher or scheduler that takes one are named when read.)
     if searcher_ok && let Some(mut searcher) = spec.searcher() {
-        let metric = target.map_or(Ok(()), |(metric, mode)| searcher.set_metric(metric, mode));
+        let metric = match target {
+            Some((metric, mode)) => searcher.set_metric(metric, mode),
+            None if several.len() > 1 => match searcher.set_objectives(several) {
+                Err(rtune_searchers::Error::SingleObjective { .. }) => Ok(()),
+                other => other,
+            },
+            None => Ok(()),
+        };
         checks.push(("search", searcher.validate().and(metric)));
     }
     if let Some(mut scheduler) = spec.scheduler() {

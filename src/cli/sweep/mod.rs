@@ -28,6 +28,8 @@
 //! search = { type = "tpe", n_startup_trials = 6 }    # or search = "random"
 //! # either with points_to_evaluate = [{ lr = 0.01 }] (run first), evaluated_rewards = [0.9]
 //! # or search = "bohb" with scheduler = { type = "hyperband", max_t = 12 } (BOHB)
+//! # several objectives: metric = ["val_loss", "params"], mode = ["min", "min"], with
+//! # search = { type = "nsga2", population_size = 50 } (or random) and the fifo scheduler
 //! scheduler = { type = "asha", grace_period = 2, max_t = 12, reduction_factor = 2 }
 //! max_concurrent_trials = 1
 //! seed = 0
@@ -52,7 +54,7 @@ use std::path::{Path, PathBuf};
 mod components;
 mod run;
 
-use rtune_searchers::{Mode, SearchSpace};
+use rtune_searchers::{Mode, Objective, SearchSpace};
 
 use super::doc::{self, Fields, Item, Kind, Problems, Report, Source};
 use super::registry::Registry;
@@ -207,11 +209,14 @@ fn read_root(
     let run_item = top.get("run").unwrap_or(&empty);
     top.done(report);
     let mut tune = Fields::of(tune_item, "tune", report);
-    let metric = tune.value::<String>("metric", report);
-    let mode = tune.one_of("mode", &["max", "min"], report).map(|m| match m.as_str() {
-        "max" => Mode::Max,
-        _ => Mode::Min,
-    });
+    // None where metric or mode is not written; empty where what is written is a mistake
+    // (reported).
+    let written = read_objectives(&mut tune, report);
+    let objectives = written.clone().unwrap_or_default();
+    let (metric, mode) = match objectives.as_slice() {
+        [one] => (Some(one.metric.clone()), Some(one.mode)),
+        _ => (None, None),
+    };
     let num_samples = tune.value::<i64>("num_samples", report).unwrap_or(1);
     if num_samples < 1 && num_samples != -1 {
         let message = format!("is {num_samples}; use at least 1, or -1 (with time_budget_s)");
@@ -249,7 +254,7 @@ fn read_root(
         .filter_map(|(c, key, plain)| c.as_ref().filter(|c| c.kind != plain).map(|c| (key, c)))
         .next();
     if let Some((key, component)) = needs_metric
-        && (metric.is_none() || mode.is_none())
+        && written.is_none()
     {
         let message = format!(
             "needs tune.metric and tune.mode: {key} `{}` ranks trials by them (e.g. metric = \
@@ -258,9 +263,29 @@ fn read_root(
         );
         report.add("tune", &tune_origin, message);
     }
+    if objectives.len() > 1 {
+        let single = [
+            (&search, "search", ["random", "nsga2"].as_slice()),
+            (&scheduler, "scheduler", &["fifo"]),
+        ];
+        for (component, key, takes) in single {
+            if let Some(c) = component.as_ref().filter(|c| !takes.contains(&c.kind.as_str())) {
+                let origin =
+                    doc::find(root, &format!("tune.{key}")).map_or(&tune_origin, |(o, _)| o);
+                let message = format!(
+                    "is `{}`, which ranks trials by one metric, and tune.metric names {} \
+                     objectives; several objectives take {}",
+                    c.kind,
+                    objectives.len(),
+                    takes.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" or ")
+                );
+                report.add(&format!("tune.{key}"), origin, message);
+            }
+        }
+    }
     let run = read_run(run_item, report);
     if let Some((origin, _)) = doc::find(root, "run.optuna").filter(|_| run.optuna.is_some())
-        && (metric.is_none() || mode.is_none())
+        && written.is_none()
     {
         let why = "needs tune.metric and tune.mode: an Optuna study has one objective (e.g. \
                    metric = \"val_acc\", mode = \"max\")";
@@ -287,6 +312,7 @@ fn read_root(
         scaling: scaling?,
         space,
         tune: TuneSettings {
+            objectives: if objectives.len() > 1 { objectives } else { Vec::new() },
             metric,
             mode,
             num_samples: if num_samples == -1 {
@@ -316,6 +342,82 @@ fn read_root(
     Some(spec)
 }
 
+/// `tune.metric` and `tune.mode`: one metric and its mode, or arrays of as many (several
+/// objectives); None where either is not written. A mistake is reported, and reads as none.
+fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec<Objective>> {
+    let (metric_item, mode_item) = (tune.get("metric"), tune.get("mode"));
+    fn list<'i>(
+        item: Option<&'i Item>,
+        what: &str,
+        path: String,
+        report: &mut Report<'_>,
+    ) -> Option<(Vec<String>, &'i Item)> {
+        let item = item?;
+        let texts: Option<Vec<String>> = match &item.kind {
+            Kind::Str(s) => Some(vec![s.clone()]),
+            Kind::Array(items) if !items.is_empty() => items
+                .iter()
+                .map(|i| if let Kind::Str(s) = &i.kind { Some(s.clone()) } else { None })
+                .collect(),
+            _ => None,
+        };
+        if texts.is_none() {
+            let message = format!(
+                "must be {what} or a non-empty array of them (several objectives), not {}",
+                item.kind.describe()
+            );
+            report.add(&path, &item.origin, message);
+        }
+        texts.map(|t| (t, item))
+    }
+    let metrics = list(metric_item, "a metric name", tune.path("metric"), report);
+    let modes = list(mode_item, "\"max\" or \"min\"", tune.path("mode"), report);
+    let modes = modes.and_then(|(modes, item)| {
+        let read: Option<Vec<Mode>> = modes
+            .iter()
+            .map(|m| match m.as_str() {
+                "max" => Some(Mode::Max),
+                "min" => Some(Mode::Min),
+                _ => None,
+            })
+            .collect();
+        if read.is_none() {
+            let message = format!("is {}; each mode is \"max\" or \"min\"", doc::to_value(item));
+            report.add(&tune.path("mode"), &item.origin, message);
+        }
+        read.map(|r| (r, item))
+    });
+    let (Some((metrics, metric_item)), Some((modes, mode_item))) = (metrics, modes) else {
+        // One without the other is named where the metric is needed (or by the Tuner).
+        return (metric_item.is_some() && mode_item.is_some()).then(Vec::new);
+    };
+    if metrics.len() != modes.len() {
+        let message = format!(
+            "gives {} mode(s) for {} metric(s): give one mode for each metric, in the same \
+             order (e.g. mode = [{}])",
+            modes.len(),
+            metrics.len(),
+            vec!["\"min\""; metrics.len()].join(", ")
+        );
+        report.add(&tune.path("mode"), &mode_item.origin, message);
+        return Some(Vec::new());
+    }
+    for (i, m) in metrics.iter().enumerate() {
+        let problem = if m.is_empty() {
+            Some("names an empty metric".to_owned())
+        } else if metrics[..i].contains(m) {
+            Some(format!("names `{m}` twice; each metric is one objective"))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            report.add(&tune.path("metric"), &metric_item.origin, problem);
+            return Some(Vec::new());
+        }
+    }
+    Some(metrics.into_iter().zip(modes).map(|(metric, mode)| Objective { metric, mode }).collect())
+}
+
 /// What a registered train function declares, against the file: its params (names, types,
 /// ranges) and the metrics it reports (every metric name the sweep relies on).
 fn check_declared(
@@ -334,8 +436,13 @@ fn check_declared(
         }
     }
     let mut named: Vec<(String, &str)> = Vec::new();
-    if let Some(Kind::Str(metric)) = find_key(root, "tune.metric").map(|i| &i.kind) {
-        named.push(("tune.metric".into(), metric));
+    match find_key(root, "tune.metric").map(|i| &i.kind) {
+        Some(Kind::Str(metric)) => named.push(("tune.metric".into(), metric)),
+        Some(Kind::Array(items)) => named.extend(items.iter().filter_map(|i| match &i.kind {
+            Kind::Str(metric) => Some(("tune.metric".into(), metric.as_str())),
+            _ => None,
+        })),
+        _ => {}
     }
     if let Some(attr) = scheduler.text("time_attr") {
         named.push(("tune.scheduler.time_attr".into(), attr));

@@ -34,6 +34,9 @@ pub struct Model {
     pub name: String,
     pub path: PathBuf,
     pub metric: Option<(String, Mode)>,
+    /// A multi-objective sweep's objectives (`metric` is then None): the table marks their
+    /// Pareto front. Empty for one objective or none.
+    pub objectives: Vec<(String, Mode)>,
     /// Trials the sweep was set up for (`None`: until its time budget ends).
     pub total: Option<u64>,
     pub time_budget_s: Option<f64>,
@@ -106,6 +109,7 @@ impl Model {
             name,
             path,
             metric,
+            objectives: Vec::new(),
             total: None,
             time_budget_s: None,
             elapsed_s: 0.0,
@@ -182,7 +186,7 @@ impl Model {
         match event {
             Event::Start(t) => self.row(t).status = TrialStatus::Running,
             Event::Result(t, metrics) => {
-                let metric = self.metric.as_ref().map(|(m, _)| m.clone());
+                let metric = self.charted().map(str::to_owned);
                 let row = self.row(t);
                 row.status = TrialStatus::Running;
                 if let (Some(m), Some(&it)) = (metric, metrics.get("training_iteration"))
@@ -219,6 +223,7 @@ impl Model {
         let (grid, time_spent_s) = ResultGrid::read_with_time_spent(dir)?;
         let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
         let mut model = Model::new(name, dir.to_owned(), grid.metric.clone().zip(grid.mode));
+        model.objectives = grid.objectives.iter().map(|o| (o.metric.clone(), o.mode)).collect();
         if let Ok(text) = std::fs::read(dir.join(crate::tune::SETTINGS_FILE))
             && let Ok(settings) = serde_json::from_slice::<serde_json::Value>(&text)
         {
@@ -227,7 +232,7 @@ impl Model {
         }
         model.elapsed_s = time_spent_s;
         model.over = dir.join(crate::tune::RESULTS_PARQUET).exists();
-        let metric = model.metric.as_ref().map(|(m, _)| m.clone());
+        let metric = model.charted().map(str::to_owned);
         let mut rows = Vec::new();
         for t in &grid.trials {
             let curve = metric.as_ref().map_or(Vec::new(), |m| {
@@ -266,6 +271,41 @@ impl Model {
             }
         }
         names
+    }
+
+    /// The metric the learning curves follow: the sweep's, or its first objective.
+    pub fn charted(&self) -> Option<&str> {
+        let first = self.objectives.first();
+        self.metric.as_ref().or(first).map(|(m, _)| m.as_str())
+    }
+
+    /// The metrics the table shows beside the params: the sweep's, or its objectives.
+    pub fn shown_metrics(&self) -> Vec<&str> {
+        let one = self.metric.iter();
+        one.chain(&self.objectives).map(|(m, _)| m.as_str()).collect()
+    }
+
+    /// A multi-objective sweep's trials on the Pareto front of their latest results (those
+    /// with every objective finite), as indices; empty for other sweeps.
+    pub fn front(&self) -> Vec<usize> {
+        if self.objectives.len() < 2 {
+            return Vec::new();
+        }
+        let (ids, points): (Vec<usize>, Vec<Vec<f64>>) = self
+            .trials
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                let values: Option<Vec<f64>> = self
+                    .objectives
+                    .iter()
+                    .map(|(m, _)| t.last.get(m).copied().filter(|v| v.is_finite()))
+                    .collect();
+                values.map(|v| (i, v))
+            })
+            .unzip();
+        let modes: Vec<Mode> = self.objectives.iter().map(|(_, mode)| *mode).collect();
+        rtune_searchers::pareto_front(&points, &modes).into_iter().map(|k| ids[k]).collect()
     }
 
     /// The best trial's index by the sweep's metric (latest results).
@@ -329,6 +369,7 @@ impl Model {
             .filter(|&i| view.filter.is_none_or(|f| self.trials[i].status == f))
             .collect();
         let params = self.param_names();
+        let front = self.front();
         let key = |i: usize| -> (Option<f64>, String) {
             let t = &self.trials[i];
             match view.sort {
@@ -337,6 +378,10 @@ impl Model {
                 2 => (t.last.get("training_iteration").copied(), String::new()),
                 3 => match &self.metric {
                     Some((m, mode)) => (t.last.get(m).map(|v| mode.sign() * v), String::new()),
+                    // Several objectives: the front first.
+                    None if !self.objectives.is_empty() => {
+                        (Some(f64::from(u8::from(front.contains(&i)))), String::new())
+                    }
                     None => (None, String::new()),
                 },
                 n => {

@@ -35,10 +35,12 @@ impl<W: Write + Send> Progress<W> {
         out: W,
         every: Duration,
         metric: Option<(String, Mode)>,
+        objectives: Vec<(String, Mode)>,
         total: Option<u64>,
     ) -> Self {
         let mut model = Model::new(String::new(), PathBuf::new(), metric);
         model.total = total;
+        model.objectives = objectives;
         let board = Board { model, last_block: None, out, same_failure_said: false };
         Progress { began: Instant::now(), every, board: Mutex::new(board) }
     }
@@ -62,13 +64,16 @@ impl<W: Write + Send> Progress<W> {
         }
         let iteration =
             metrics.get("training_iteration").map_or(String::new(), |i| format!("iter {i}"));
-        match &model.metric {
-            Some((name, _)) => match metrics.get(name) {
-                Some(v) => format!("{name}={v:.4} {iteration}"),
-                None => format!("{name} not reported, {iteration}"),
-            },
-            None => iteration,
-        }
+        let mut said: Vec<String> = model
+            .shown_metrics()
+            .into_iter()
+            .map(|name| match metrics.get(name) {
+                Some(v) => format!("{name}={v:.4}"),
+                None => format!("{name} not reported,"),
+            })
+            .collect();
+        said.push(iteration);
+        said.join(" ")
     }
 
     fn with_board(&self, f: impl FnOnce(&mut Board<W>) -> std::io::Result<()>) {
@@ -90,6 +95,10 @@ impl<W: Write + Send> Progress<W> {
         let best = model.best().zip(model.metric.as_ref()).map(|(i, (name, _))| {
             let t = &model.trials()[i];
             format!("; best {name}={:.4} ({})", t.last[name], t.id)
+        });
+        let best = best.or_else(|| {
+            (model.objectives.len() > 1)
+                .then(|| format!("; Pareto front: {} trials", model.front().len()))
         });
         let all = model.total.map_or(seen, |t| t.max(seen));
         let pace = match model.progress(self.began.elapsed().as_secs_f64()) {

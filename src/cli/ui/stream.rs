@@ -412,6 +412,10 @@ fn snapshot(model: &Model, elapsed_s: f64) -> proto::Snapshot {
             .scheduler
             .as_ref()
             .map_or(String::new(), |s| serde_json::to_string(s).unwrap_or_default()),
+        objectives_json: match model.objectives.as_slice() {
+            [] => String::new(),
+            several => serde_json::to_string(several).unwrap_or_default(),
+        },
         trials: model
             .trials()
             .iter()
@@ -446,6 +450,7 @@ fn model_from(s: proto::Snapshot) -> Model {
     model.per_trial = (s.per_trial_cpu, s.per_trial_gpu);
     model.capacity = (s.capacity_cpu, s.capacity_gpu);
     model.scheduler = serde_json::from_str(&s.scheduler_json).ok();
+    model.objectives = serde_json::from_str(&s.objectives_json).unwrap_or_default();
     model.set_trials(
         s.trials
             .into_iter()

@@ -179,6 +179,13 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     if model.pending() > 0 {
         counts.push(Span::raw(format!("{} PENDING ", model.pending())));
     }
+    if model.objectives.len() > 1 {
+        let names: Vec<&str> = model.objectives.iter().map(|(m, _)| m.as_str()).collect();
+        counts.push(Span::styled(
+            format!("· Pareto front of {}: {} trials", names.join(", "), model.front().len()),
+            Style::default().fg(Color::Green),
+        ));
+    }
     if let (Some(best), Some((metric, _))) = (model.best(), &model.metric) {
         let t = &model.trials()[best];
         let v = t.last.get(metric).copied().unwrap_or(f64::NAN);
@@ -204,7 +211,8 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
 fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, rows: &[usize]) {
     let params = model.param_names();
     let mut headers = vec!["trial".to_owned(), "status".into(), "iter".into()];
-    headers.push(model.metric.as_ref().map_or("-".into(), |(m, _)| m.clone()));
+    let metrics = model.shown_metrics();
+    headers.push(if metrics.is_empty() { "-".into() } else { metrics.join(" / ") });
     headers.extend(params.iter().cloned());
     let header = Row::new(headers.iter().enumerate().map(|(i, h)| {
         let mark = if i == view.sort { if view.descending { "▼" } else { "▲" } } else { "" };
@@ -216,6 +224,7 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     let selected = view.selected_row(model, rows).unwrap_or(0);
     let first = selected.saturating_sub(visible.saturating_sub(1));
     let best = model.best();
+    let front = model.front();
     let body = rows.iter().skip(first).take(visible).map(|&i| {
         let t = &model.trials()[i];
         let get = |k: &str| t.last.get(k).map_or("-".into(), |v| number(*v));
@@ -223,7 +232,10 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
             Cell::from(t.id.clone()),
             Cell::from(status_name(t.status)).style(Style::default().fg(status_color(t.status))),
             Cell::from(get("training_iteration")),
-            Cell::from(model.metric.as_ref().map_or("-".into(), |(m, _)| get(m))),
+            Cell::from(match metrics.as_slice() {
+                [] => "-".into(),
+                some => some.iter().map(|m| get(m)).collect::<Vec<_>>().join(" / "),
+            }),
         ];
         for p in &params {
             cells.push(Cell::from(
@@ -231,21 +243,23 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
             ));
         }
         let row = Row::new(cells);
-        if Some(i) == best {
+        if Some(i) == best || front.contains(&i) {
             row.style(Style::default().add_modifier(Modifier::BOLD).fg(Color::Green))
         } else {
             row
         }
     });
+    // Each metric shown 9 wide, with " / " between.
+    let metric_width = (metrics.len().max(1) * 12 - 3) as u16;
     let mut widths = vec![
         Constraint::Length(13),
         Constraint::Length(10),
         Constraint::Length(5),
-        Constraint::Length(9),
+        Constraint::Length(metric_width),
     ];
     // Params while they fit whole (the table's spacing is a column each): the id and status
     // columns are never cut to fit more.
-    let mut room = area.width.saturating_sub(2 + 13 + 10 + 5 + 9 + 4) as usize;
+    let mut room = area.width.saturating_sub(2 + 13 + 10 + 5 + metric_width + 4) as usize;
     for p in &params {
         let width = p.len().max(7);
         if width + 1 > room {
@@ -268,7 +282,7 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
 }
 
 fn render_chart(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option<usize>) {
-    let metric = model.metric.as_ref().map_or("-".into(), |(m, _)| m.clone());
+    let metric = model.charted().unwrap_or("-");
     let block = Block::default().borders(Borders::ALL).title(format!(" {metric} by iteration "));
     // (legend, points, colour) of each line drawn.
     type Curve<'m> = (String, &'m [(f64, f64)], Color);
