@@ -1,4 +1,4 @@
-"""Multi-objective search against Optuna, side by side: rtune's NSGA-II and random search
+"""Multi-objective search against Optuna, side by side: rtune's NSGA-II, TPE and random search
 (`searchers/examples/moo_vs.rs`) and Optuna's NSGAIISampler and TPESampler (its multi-objective
 TPE) on ZDT1 and ZDT2 (30 variables in [0, 1], both objectives minimised), one trial at a time,
 the same seeds and budgets. Prints the median hypervolume over the seeds (reference point
@@ -123,7 +123,7 @@ def main():
         runs += list(pool.map(optuna_run, jobs))
     print(f"(Optuna's runs took {time.perf_counter() - started:.0f} s on {args.jobs} processes)")
 
-    systems = ["rtune NSGA-II", "rtune random", "Optuna NSGA-II", "Optuna TPE"]
+    systems = ["rtune NSGA-II", "Optuna NSGA-II", "rtune TPE", "Optuna TPE", "rtune random"]
     budgets = [b for b in (100, 500) if b <= args.trials]
     print(f"\nMedian hypervolume (reference {REFERENCE}), population {POPULATION}, "
           f"{args.seeds} seeds ({tpe_seeds} for Optuna's TPE); higher is better\n")

@@ -1,4 +1,4 @@
-//! NSGA-II against random search on ZDT1 and ZDT2 (30 variables in [0, 1], two objectives to
+//! NSGA-II and TPE against random search on ZDT1 and ZDT2 (30 variables in [0, 1], two objectives to
 //! minimise), one trial at a time, many seeds: prints the hypervolume each run has found after
 //! every 50 trials as JSON lines (`bench/moo_peers.py` adds Optuna's NSGA-II and TPE on the
 //! same problems and prints the table). Reference point (1.1, 11).
@@ -7,7 +7,7 @@
 //! [--population N]` (default 20 seeds, 500 trials, population 50).
 
 use rtune_searchers::{
-    BasicVariant, Metrics, Mode, Nsga2, Objective, Params, SearchSpace, Searcher, Suggestion,
+    BasicVariant, Metrics, Mode, Nsga2, Objective, Params, SearchSpace, Searcher, Suggestion, Tpe,
     TrialId, hypervolume_2d, uniform,
 };
 
@@ -66,8 +66,10 @@ fn main() {
             let mut nsga2 = nsga2.population_size(population as usize);
             let random = BasicVariant::new(space()).expect("space");
             let mut random = random.seed(seed).num_samples(trials);
+            let mut tpe = Tpe::new(space()).expect("space").seed(seed);
             for (system, searcher) in [
                 ("rtune NSGA-II", &mut nsga2 as &mut dyn Searcher),
+                ("rtune TPE", &mut tpe as &mut dyn Searcher),
                 ("rtune random", &mut random as &mut dyn Searcher),
             ] {
                 let curve = run(searcher, convex, trials);

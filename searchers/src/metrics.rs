@@ -66,6 +66,17 @@ impl Objective {
     }
 }
 
+/// Checks a multi-objective setting for `component`: each metric named, and once.
+pub(crate) fn check_objectives(component: &'static str, objectives: &[Objective]) -> Result<()> {
+    for (i, o) in objectives.iter().enumerate() {
+        Objective::new(component, &o.metric, o.mode)?;
+        if objectives[..i].iter().any(|earlier| earlier.metric == o.metric) {
+            return Err(Error::config(component, "objectives", &o.metric, "each metric once"));
+        }
+    }
+    Ok(())
+}
+
 /// A metric's raw value, or [`Error::MissingMetric`] naming the keys present.
 pub fn get_metric(result: &Metrics, name: &str) -> Result<f64> {
     result.get(name).copied().ok_or_else(|| Error::MissingMetric {

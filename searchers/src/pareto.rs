@@ -38,6 +38,156 @@ pub(crate) fn dominates(a: &[f64], b: &[f64]) -> bool {
     a.iter().zip(b).all(|(x, y)| x >= y) && a.iter().zip(b).any(|(x, y)| x > y)
 }
 
+/// Deb's fast non-dominated sort: the indices of `scores` front by front, the first front
+/// dominated by none.
+pub(crate) fn fronts(scores: &[Vec<f64>]) -> Vec<Vec<usize>> {
+    let n = scores.len();
+    let mut dominated_by = vec![0usize; n];
+    let mut dominating: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 0..n {
+        for j in 0..n {
+            if i != j && dominates(&scores[i], &scores[j]) {
+                dominating[i].push(j);
+                dominated_by[j] += 1;
+            }
+        }
+    }
+    let mut fronts = Vec::new();
+    let mut current: Vec<usize> = (0..n).filter(|&i| dominated_by[i] == 0).collect();
+    while !current.is_empty() {
+        let mut next = Vec::new();
+        for &i in &current {
+            for &j in &dominating[i] {
+                dominated_by[j] -= 1;
+                if dominated_by[j] == 0 {
+                    next.push(j);
+                }
+            }
+        }
+        next.sort_unstable();
+        fronts.push(std::mem::replace(&mut current, next));
+    }
+    fronts
+}
+
+/// The hypervolume of `points` in any number of objectives, all minimised: the volume they
+/// dominate and `reference` bounds (by slicing along the last objective). Points not better
+/// than the reference in every objective add nothing.
+pub fn hypervolume(points: &[Vec<f64>], reference: &[f64]) -> f64 {
+    let inside: Vec<&[f64]> = points
+        .iter()
+        .map(Vec::as_slice)
+        .filter(|p| p.len() == reference.len() && p.iter().zip(reference).all(|(x, r)| x < r))
+        .collect();
+    volume(inside, reference)
+}
+
+fn volume(mut points: Vec<&[f64]>, reference: &[f64]) -> f64 {
+    match reference.len() {
+        _ if points.is_empty() => 0.0,
+        1 => reference[0] - points.iter().map(|p| p[0]).fold(f64::INFINITY, f64::min),
+        2 => {
+            let pairs: Vec<[f64; 2]> = points.iter().map(|p| [p[0], p[1]]).collect();
+            hypervolume_2d(&pairs, [reference[0], reference[1]])
+        }
+        d => {
+            points.sort_by(|a, b| a[d - 1].total_cmp(&b[d - 1]));
+            let mut total = 0.0;
+            for i in 0..points.len() {
+                let top = points.get(i + 1).map_or(reference[d - 1], |p| p[d - 1]);
+                let height = top - points[i][d - 1];
+                if height > 0.0 {
+                    let below: Vec<&[f64]> = points[..=i].iter().map(|p| &p[..d - 1]).collect();
+                    total += volume(below, &reference[..d - 1]) * height;
+                }
+            }
+            total
+        }
+    }
+}
+
+/// The `n` best of `scores` (higher is better in every objective): whole non-dominated fronts
+/// while they fit, the rest of the next front chosen greedily for the hypervolume it adds
+/// (reference: 1.1 times its worst point), as Optuna's multi-objective TPE splits its trials.
+/// In index order.
+pub(crate) fn best_by_fronts(scores: &[Vec<f64>], n: usize) -> Vec<usize> {
+    let mut chosen: Vec<usize> = Vec::with_capacity(n);
+    for front in fronts(scores) {
+        if chosen.len() + front.len() <= n {
+            chosen.extend(front);
+            continue;
+        }
+        let k = n - chosen.len();
+        // As losses (lower is better), each distinct point once, in lexicographic order;
+        // repeats only where there are too few distinct points.
+        let loss = |i: usize| -> Vec<f64> { scores[i].iter().map(|s| -s).collect() };
+        let mut distinct: Vec<usize> = Vec::new();
+        let mut repeats: Vec<usize> = Vec::new();
+        for &i in &front {
+            match distinct.iter().any(|&j| loss(j) == loss(i)) {
+                true => repeats.push(i),
+                false => distinct.push(i),
+            }
+        }
+        distinct.sort_by(|&a, &b| {
+            loss(a)
+                .iter()
+                .zip(loss(b))
+                .map(|(x, y)| x.total_cmp(&y))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        if distinct.len() <= k {
+            chosen.extend(&distinct);
+            chosen.extend(repeats.iter().take(k - distinct.len()));
+        } else {
+            chosen.extend(
+                greedy_subset(&distinct.iter().map(|&i| loss(i)).collect::<Vec<_>>(), k)
+                    .into_iter()
+                    .map(|j| distinct[j]),
+            );
+        }
+        break;
+    }
+    chosen.sort_unstable();
+    chosen
+}
+
+/// `k` of `losses` (distinct, minimised) chosen one at a time for the largest hypervolume
+/// added (the first of equals); the first `k` where the reference point is not finite.
+fn greedy_subset(losses: &[Vec<f64>], k: usize) -> Vec<usize> {
+    let objectives = losses.first().map_or(0, Vec::len);
+    let reference: Vec<f64> = (0..objectives)
+        .map(|m| {
+            let worst = losses.iter().map(|l| l[m]).fold(f64::NEG_INFINITY, f64::max);
+            let r = (1.1 * worst).max(0.9 * worst);
+            if r == 0.0 { 1e-12 } else { r }
+        })
+        .collect();
+    if !reference.iter().all(|r| r.is_finite()) {
+        return (0..k).collect();
+    }
+    let mut chosen: Vec<usize> = Vec::with_capacity(k);
+    let mut kept: Vec<Vec<f64>> = Vec::with_capacity(k);
+    let mut base = 0.0;
+    while chosen.len() < k {
+        let mut best: Option<(usize, f64)> = None;
+        for i in (0..losses.len()).filter(|i| !chosen.contains(i)) {
+            kept.push(losses[i].clone());
+            let gain = hypervolume(&kept, &reference) - base;
+            kept.pop();
+            if best.is_none_or(|(_, b)| gain > b) {
+                best = Some((i, gain));
+            }
+        }
+        let (i, gain) = best.expect("fewer chosen than points");
+        chosen.push(i);
+        kept.push(losses[i].clone());
+        base += gain;
+    }
+    chosen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +217,35 @@ mod tests {
             hypervolume_2d(&[[1.0, 3.0], [3.0, 1.0], [2.0, 3.5], [f64::NAN, 0.0]], [4.0, 4.0]);
         assert_eq!(area, 3.0 * 1.0 + 1.0 * 2.0);
         assert_eq!(hypervolume_2d(&[[5.0, 0.0], [4.0, 1.0]], [4.0, 4.0]), 0.0);
+        // Three objectives: a unit cube's corner and a slab, their union by inclusion-exclusion.
+        let points = vec![vec![1.0, 1.0, 1.0], vec![0.0, 1.5, 1.5]];
+        let union = 1.0 + 2.0 * 0.5 * 0.5 - 1.0 * 0.5 * 0.5;
+        assert!((hypervolume(&points, &[2.0, 2.0, 2.0]) - union).abs() < 1e-12);
+        let flat = [[1.0, 3.0], [3.0, 1.0]];
+        let as_vecs: Vec<Vec<f64>> = flat.iter().map(|p| p.to_vec()).collect();
+        assert_eq!(hypervolume(&as_vecs, &[4.0, 4.0]), hypervolume_2d(&flat, [4.0, 4.0]));
+    }
+
+    #[test]
+    fn the_best_by_fronts_fill_whole_fronts_then_add_the_most_volume() {
+        // Scores, higher is better: the first front is 0, 1, 2 (2 dominates 3); 3 and 4 next.
+        let scores = vec![
+            vec![-1.0, -10.0], // 0
+            vec![-10.0, -1.0], // 1
+            vec![-5.0, -5.0],  // 2
+            vec![-6.0, -6.0],  // 3
+            vec![-9.0, -9.0],  // 4
+        ];
+        assert_eq!(best_by_fronts(&scores, 3), [0, 1, 2]);
+        assert_eq!(best_by_fronts(&scores, 4), [0, 1, 2, 3]);
+        // Part of the first front, under the reference (11, 11): the middle point dominates the
+        // most alone (36 against 10); then either extreme adds 4, and the first in
+        // lexicographic order of losses is taken.
+        assert_eq!(best_by_fronts(&scores, 1), [2]);
+        assert_eq!(best_by_fronts(&scores, 2), [0, 2]);
+        // Repeats of a point are taken only when distinct points run out.
+        let same = vec![vec![-1.0, -1.0], vec![-1.0, -1.0], vec![-2.0, 0.0]];
+        assert_eq!(best_by_fronts(&same, 2), [0, 2]);
+        assert_eq!(best_by_fronts(&same, 3), [0, 1, 2]);
     }
 }

@@ -385,11 +385,11 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
         (
             "several objectives with a searcher that ranks by one",
             "[tune]\nmetric = [\"score\", \"loss\"]\nmode = [\"max\", \"min\"]\n\
-             search = \"tpe\"\n",
+             search = \"bohb\"\n",
             &[
                 "sweep.toml:7:1",
-                "`tune.search` is `tpe`, which ranks trials by one metric, and tune.metric names \
-                 2 objectives; several objectives take `random` or `nsga2`",
+                "`tune.search` is `bohb`, which ranks trials by one metric, and tune.metric names \
+                 2 objectives; several objectives take `random` or `tpe` or `nsga2`",
             ],
         ),
         (

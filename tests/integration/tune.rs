@@ -202,9 +202,9 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
         (
             TuneConfig::new()
                 .objectives([("val_acc", Mode::Max), ("loss", Mode::Min)])
-                .search_alg(rtune_searchers::Tpe::new(space()).map_err(anyhow::Error::msg)?),
-            "TuneConfig.search_alg: `tpe`: this searcher ranks trials by one metric, and the \
-             sweep has 2 objectives; several objectives need NSGA-II",
+                .search_alg(rtune_searchers::Bohb::new(space())?),
+            "TuneConfig.search_alg: `bohb`: this searcher ranks trials by one metric, and the \
+             sweep has 2 objectives; several objectives need NSGA-II (`Nsga2`), TPE or random",
         ),
         (
             TuneConfig::new()

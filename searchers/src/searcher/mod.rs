@@ -15,6 +15,8 @@ mod nsga2;
 mod points;
 mod repeater;
 pub mod tpe;
+#[cfg(test)]
+mod zdt;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +35,7 @@ use crate::value::Value;
 
 /// What the searchers that refuse several objectives name instead.
 pub(crate) const MULTI_OBJECTIVE_SEARCHERS: &str =
-    "several objectives need NSGA-II (`Nsga2`, search type `nsga2`) or random search";
+    "several objectives need NSGA-II (`Nsga2`), TPE or random search";
 
 /// What a searcher answers when asked for the next trial.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

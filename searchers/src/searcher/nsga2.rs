@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 use super::tpe::model_leaves;
 use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Mode, Objective, Score};
-use crate::pareto::dominates;
+use crate::metrics::{Metrics, Mode, Objective, Score, check_objectives};
+use crate::pareto::{dominates, fronts};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::space::domain::Domain;
@@ -155,16 +155,6 @@ impl Nsga2 {
         probability("swapping_prob", self.swapping_prob)
     }
 
-    fn check_objectives(objectives: &[Objective]) -> Result<()> {
-        for (i, o) in objectives.iter().enumerate() {
-            Objective::new(NAME, &o.metric, o.mode)?;
-            if objectives[..i].iter().any(|earlier| earlier.metric == o.metric) {
-                return Err(Error::config(NAME, "objectives", &o.metric, "each metric once"));
-            }
-        }
-        Ok(())
-    }
-
     /// The generation of the next trial and its parents: the elite of the generations before
     /// it, oldest first.
     fn parents(&self) -> (u32, Vec<(TrialId, &[Score])>) {
@@ -264,38 +254,6 @@ fn elite(pool: Vec<(TrialId, &[Score])>, size: usize) -> Vec<(TrialId, &[Score])
     kept.into_iter().map(|i| pool[i]).collect()
 }
 
-/// Deb's fast non-dominated sort: the indices of `scores` front by front, the first front
-/// dominated by none.
-fn fronts(scores: &[Vec<f64>]) -> Vec<Vec<usize>> {
-    let n = scores.len();
-    let mut dominated_by = vec![0usize; n];
-    let mut dominating: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for i in 0..n {
-        for j in 0..n {
-            if i != j && dominates(&scores[i], &scores[j]) {
-                dominating[i].push(j);
-                dominated_by[j] += 1;
-            }
-        }
-    }
-    let mut fronts = Vec::new();
-    let mut current: Vec<usize> = (0..n).filter(|&i| dominated_by[i] == 0).collect();
-    while !current.is_empty() {
-        let mut next = Vec::new();
-        for &i in &current {
-            for &j in &dominating[i] {
-                dominated_by[j] -= 1;
-                if dominated_by[j] == 0 {
-                    next.push(j);
-                }
-            }
-        }
-        next.sort_unstable();
-        fronts.push(std::mem::replace(&mut current, next));
-    }
-    fronts
-}
-
 /// The crowding distance of each point of `front` (indices into `scores`): per objective, the
 /// gap between its neighbours over the front's range; the extremes are infinitely far.
 fn crowding_distance(scores: &[Vec<f64>], front: &[usize]) -> Vec<f64> {
@@ -326,14 +284,14 @@ impl Searcher for Nsga2 {
     }
 
     fn set_objectives(&mut self, objectives: &[Objective]) -> Result<()> {
-        Self::check_objectives(objectives)?;
+        check_objectives(NAME, objectives)?;
         self.objectives = objectives.to_vec();
         Ok(())
     }
 
     fn validate(&self) -> Result<()> {
         self.check_settings()?;
-        Self::check_objectives(&self.objectives)
+        check_objectives(NAME, &self.objectives)
     }
 
     fn metric(&self) -> Option<&str> {
@@ -399,47 +357,8 @@ impl Searcher for Nsga2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pareto::hypervolume_2d;
-    use crate::space::domain::*;
+    use crate::searcher::zdt::{objectives, result, run, space, xs, zdt1};
     use crate::space::grid_search;
-
-    /// ZDT1 with `n` variables: two objectives to minimise, the front at x₂… = 0.
-    fn zdt1(x: &[f64]) -> (f64, f64) {
-        let g = 1.0 + 9.0 * x[1..].iter().sum::<f64>() / (x.len() - 1) as f64;
-        (x[0], g * (1.0 - (x[0] / g).sqrt()))
-    }
-
-    fn space(n: usize) -> SearchSpace {
-        (0..n)
-            .fold(SearchSpace::new(), |s, i| s.add(format!("x{i:02}"), uniform(0.0, 1.0).unwrap()))
-    }
-
-    fn xs(p: &crate::params::Params, n: usize) -> Vec<f64> {
-        (0..n).map(|i| p.get::<f64>(&format!("x{i:02}")).unwrap()).collect()
-    }
-
-    fn result(f: (f64, f64)) -> Metrics {
-        Metrics::from([("f1".to_string(), f.0), ("f2".to_string(), f.1)])
-    }
-
-    fn objectives() -> [Objective; 2] {
-        [
-            Objective { metric: "f1".into(), mode: Mode::Min },
-            Objective { metric: "f2".into(), mode: Mode::Min },
-        ]
-    }
-
-    /// Runs `trials` trials of ZDT1 one after the other; the hypervolume of what they found.
-    fn run(s: &mut dyn Searcher, n: usize, trials: u64) -> f64 {
-        let mut points = Vec::new();
-        for t in 0..trials {
-            let Suggestion::Params(p) = s.suggest(TrialId(t)).unwrap() else { panic!() };
-            let f = zdt1(&xs(&p, n));
-            points.push([f.0, f.1]);
-            s.on_trial_complete(TrialId(t), Some(&result(f)), false).unwrap();
-        }
-        hypervolume_2d(&points, [1.1, 11.0])
-    }
 
     #[test]
     fn beats_random_search_on_zdt1() {

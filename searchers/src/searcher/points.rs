@@ -84,6 +84,11 @@ impl Points {
         Ok(if self.rewards.is_some() { &[] } else { values })
     }
 
+    /// Whether rewards were given (`evaluated_rewards`).
+    pub fn has_rewards(&self) -> bool {
+        self.rewards.is_some()
+    }
+
     /// The points with their rewards (empty without rewards).
     pub fn evaluated(&self) -> Result<Vec<(&PointValues, f64)>> {
         let values = self.checked.as_ref().map_err(Clone::clone)?;

@@ -265,7 +265,7 @@ fn read_root(
     }
     if objectives.len() > 1 {
         let single = [
-            (&search, "search", ["random", "nsga2"].as_slice()),
+            (&search, "search", ["random", "tpe", "nsga2"].as_slice()),
             (&scheduler, "scheduler", &["fifo"]),
         ];
         for (component, key, takes) in single {
