@@ -48,8 +48,8 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
         return Err(crate::error::Error::config(
             "--mode",
             format!(
-                "is needed with --metric `{metric}`, which is not the sweep's metric nor an objective ({sweeps}): \
-                 give --mode min or --mode max"
+                "is needed with --metric `{metric}`, which is not what the sweep optimises \
+                 ({sweeps}): give --mode min or --mode max"
             ),
         )
         .into());

@@ -137,8 +137,8 @@ impl TuneConfig {
 
     /// Several objectives, each a metric and its mode (instead of `metric` and `mode`):
     /// `.objectives([("val_loss", Mode::Min), ("params", Mode::Min)])`. The searcher must take
-    /// them (`Nsga2`, or the default random search) and the scheduler is FIFO; the sweep's
-    /// result is a Pareto front (`ResultGrid::pareto_front`).
+    /// them (`Nsga2`, `Tpe`, or the default random search) and the scheduler is FIFO; the
+    /// sweep's result is a Pareto front (`ResultGrid::pareto_front`).
     pub fn objectives<S: Into<String>>(
         mut self,
         objectives: impl IntoIterator<Item = (S, Mode)>,

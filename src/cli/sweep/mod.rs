@@ -371,7 +371,13 @@ fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec
         texts.map(|t| (t, item))
     }
     let metrics = list(metric_item, "a metric name", tune.path("metric"), report);
-    let modes = list(mode_item, "\"max\" or \"min\"", tune.path("mode"), report);
+    let modes = match mode_item {
+        // One mode: a mistake in it gets the nearest allowed.
+        Some(item @ Item { kind: Kind::Str(_), .. }) => {
+            tune.one_of("mode", &["max", "min"], report).map(|m| (vec![m], item))
+        }
+        _ => list(mode_item, "\"max\" or \"min\"", tune.path("mode"), report),
+    };
     let modes = modes.and_then(|(modes, item)| {
         let read: Option<Vec<Mode>> = modes
             .iter()
