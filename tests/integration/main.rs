@@ -193,6 +193,10 @@ fn main() {
             tune::bohb_with_hyperband_sweeps_and_saves_its_model,
         ),
         test(
+            "tune::nsga2_sweeps_two_objectives_and_saves_its_generations",
+            tune::nsga2_sweeps_two_objectives_and_saves_its_generations,
+        ),
+        test(
             "tune::an_attempt_failing_while_the_sweep_stops_is_no_failure",
             tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,
         ),

@@ -1275,3 +1275,57 @@ pub fn bohb_with_hyperband_sweeps_and_saves_its_model() -> Result<()> {
     ensure!(restored.model_budget().is_some(), "no budget has a model: {budgets:?}");
     Ok(())
 }
+
+/// ZDT1 over `x0` and `x1`: `f1` and `f2`, both to minimise, reported once.
+fn zdt1_trial(ctx: &mut TrainContext) -> Result<()> {
+    let (x0, x1) = (ctx.params().get::<f64>("x0")?, ctx.params().get::<f64>("x1")?);
+    let g = 1.0 + 9.0 * x1;
+    ctx.report([("f1", x0), ("f2", g * (1.0 - (x0 / g).sqrt()))]).map_err(Into::into)
+}
+
+/// NSGA-II through the Tuner with two objectives: every trial ends, the grid's front is the
+/// trials none dominates, and the experiment's saved state holds the searcher's generations
+/// (what a restored sweep goes on from), restored into an NSGA-II that breeds from them.
+pub fn nsga2_sweeps_two_objectives_and_saves_its_generations() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let space = SearchSpace::new()
+        .add("x0", rtune_searchers::uniform(0.0, 1.0)?)
+        .add("x1", rtune_searchers::uniform(0.0, 1.0)?);
+    let nsga2 = rtune_searchers::Nsga2::new(space.clone())?.seed(2).population_size(4);
+    let grid = Tuner::new(TorchTrainer::new(zdt1_trial), space.clone())
+        .tune_config(
+            TuneConfig::new()
+                .objectives([("f1", Mode::Min), ("f2", Mode::Min)])
+                .num_samples(16)
+                .max_concurrent_trials(2)
+                .search_alg(nsga2),
+        )
+        .run_config(RunConfig::new("nsga2").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 16, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated));
+    let point = |t: &rtune::TrialResult| {
+        (t.last("f1").unwrap_or(f64::NAN), t.last("f2").unwrap_or(f64::NAN))
+    };
+    let dominated = |p: (f64, f64)| {
+        grid.trials.iter().map(point).any(|q| q.0 <= p.0 && q.1 <= p.1 && (q.0 < p.0 || q.1 < p.1))
+    };
+    let front: Vec<&str> = grid.pareto_front()?.iter().map(|t| t.trial_id()).collect();
+    let expected: Vec<&str> =
+        grid.trials.iter().filter(|t| !dominated(point(t))).map(|t| t.trial_id()).collect();
+    ensure!(front == expected && !front.is_empty(), "{front:?} against {expected:?}");
+    // Read back from its files, the grid knows its objectives.
+    let read = ResultGrid::from_path(dir.path().join("nsga2"))?;
+    ensure!(read.objectives() == [("f1", Mode::Min), ("f2", Mode::Min)] && read.metric.is_none());
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(
+        dir.path().join("nsga2").join(rtune::tune::STATE_FILE),
+    )?)?;
+    let saved = state["controller"]["searcher"].clone();
+    let searcher: rtune_searchers::SearcherState = serde_json::from_value(saved.clone())
+        .or_else(|_| serde_json::from_value(saved["inner"].clone()))
+        .with_context(|| format!("the saved searcher: {saved}"))?;
+    let mut restored = rtune_searchers::Nsga2::new(space)?.population_size(4);
+    rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;
+    ensure!(restored.generation() >= 2, "generation {} after 16 trials", restored.generation());
+    Ok(())
+}
