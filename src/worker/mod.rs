@@ -13,11 +13,13 @@ pub(crate) mod command;
 mod context;
 mod link;
 pub(crate) mod process;
+mod sharded;
 
 pub use command::{REPORT_PREFIX, run_command};
 pub(crate) use context::ContextParts;
 pub use context::{DistributedModel, TrainContext};
 pub(crate) use link::DriverLink;
+pub use sharded::{ShardOptimizer, ShardedModel, Sharding};
 
 use serde::{Deserialize, Serialize};
 

@@ -96,6 +96,10 @@ fn main() {
             trainer::two_half_batches_equal_one_full_batch,
         ),
         test(
+            "trainer::sharded_training_equals_data_parallel_training",
+            trainer::sharded_training_equals_data_parallel_training,
+        ),
+        test(
             "trainer::sigkilled_worker_resumes_from_checkpoint",
             trainer::sigkilled_worker_resumes_from_checkpoint,
         ),
