@@ -291,3 +291,35 @@ fn a_narrow_terminal_shows_ids_statuses_and_keys_whole() {
         }
     }
 }
+
+/// A multi-objective sweep: the header counts the Pareto front, the table shows every
+/// objective, and sorting by that column puts the front first.
+#[test]
+fn a_multi_objective_sweep_marks_its_front() {
+    let mut m = Model::new("moo".into(), "/tmp/moo".into(), None);
+    m.objectives = vec![("loss".into(), Mode::Min), ("size".into(), Mode::Min)];
+    let point = |loss: f64, size: f64| -> Metrics {
+        [
+            ("training_iteration".to_owned(), 1.0),
+            ("loss".to_owned(), loss),
+            ("size".to_owned(), size),
+        ]
+        .into_iter()
+        .collect()
+    };
+    // 0 and 2 are on the front; 1 is beaten by 2 in both.
+    for (i, (loss, size)) in [(0.1, 900.0), (0.5, 500.0), (0.3, 100.0)].into_iter().enumerate() {
+        m.apply(&Event::Result(info(i, 0.1), point(loss, size)));
+        m.apply(&Event::Complete(info(i, 0.1)));
+    }
+    assert_eq!(m.front(), [0, 2]);
+    let view = best_first();
+    let rows = m.rows(&view);
+    assert_eq!(rows.iter().map(|&i| m.trials()[i].id.as_str()).last(), Some("abcde_00001"));
+    let text = screen(&m, &view, 120, 30);
+    assert!(text.contains("Pareto front of loss, size: 2 trials"), "{text}");
+    assert!(text.contains("loss / size"), "{text}");
+    assert!(text.contains("0.3000 / 100"), "{text}");
+    // The curve follows the first objective.
+    assert!(text.contains("loss by iteration"), "{text}");
+}
