@@ -9,7 +9,8 @@
 //! * The parents of generation `g + 1` are the elite of generation `g`'s parents and its
 //!   completed trials together: whole fronts of the non-dominated sort while they fit in
 //!   `population_size`, then the rest of the next front by crowding distance (largest first;
-//!   of equal distances the older trial).
+//!   of equal distances the older trial). They are fixed once generation `g` fills (as Optuna
+//!   caches them): trials of `g` completing later join no parent population.
 //! * A child: with probability `crossover_prob` (0.9) a uniform crossover of two parents picked
 //!   by binary tournament (of two random parents, one that dominates the other; else the first),
 //!   each parameter from the second parent with probability `swapping_prob` (0.5); else one
@@ -63,6 +64,10 @@ pub struct Nsga2 {
 pub struct Nsga2State {
     rng: SearchRng,
     members: BTreeMap<TrialId, Member>,
+    /// The parents of each generation after the first, fixed when the generation before it
+    /// filled (as Optuna caches them): `elites[g]` bred generation `g + 1`.
+    #[serde(default)]
+    elites: Vec<Vec<TrialId>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -89,7 +94,11 @@ impl Nsga2 {
             mutation_prob: None,
             crossover_prob: 0.9,
             swapping_prob: 0.5,
-            state: Nsga2State { rng: SearchRng::seed_from_u64(0), members: BTreeMap::new() },
+            state: Nsga2State {
+                rng: SearchRng::seed_from_u64(0),
+                members: BTreeMap::new(),
+                elites: Vec::new(),
+            },
         })
     }
 
@@ -137,7 +146,7 @@ impl Nsga2 {
 
     /// The generation the next suggestion belongs to.
     pub fn generation(&self) -> u32 {
-        self.parents().0
+        self.state.elites.len() as u32
     }
 
     fn check_settings(&self) -> Result<()> {
@@ -155,25 +164,40 @@ impl Nsga2 {
         probability("swapping_prob", self.swapping_prob)
     }
 
-    /// The generation of the next trial and its parents: the elite of the generations before
-    /// it, oldest first.
-    fn parents(&self) -> (u32, Vec<(TrialId, &[Score])>) {
-        let mut completed: BTreeMap<u32, Vec<(TrialId, &[Score])>> = BTreeMap::new();
-        for (id, m) in &self.state.members {
-            if let Some(scores) = &m.scores {
-                completed.entry(m.generation).or_default().push((*id, scores));
+    /// Closes the generations that have filled: each one's elite (with its parents) becomes
+    /// the parents of the next.
+    fn advance(&mut self) {
+        loop {
+            let generation = self.state.elites.len() as u32;
+            let population: Vec<TrialId> = self
+                .state
+                .members
+                .iter()
+                .filter(|(_, m)| m.generation == generation && m.scores.is_some())
+                .map(|(id, _)| *id)
+                .collect();
+            if population.len() < self.population_size {
+                return;
             }
+            let scores = |id: &TrialId| -> (TrialId, &[Score]) {
+                (*id, self.state.members[id].scores.as_deref().unwrap_or_default())
+            };
+            let mut pool: Vec<(TrialId, &[Score])> =
+                self.state.elites.last().map_or(Vec::new(), |p| p.iter().map(scores).collect());
+            pool.extend(population.iter().map(scores));
+            let next = elite(pool, self.population_size).into_iter().map(|(id, _)| id).collect();
+            self.state.elites.push(next);
         }
-        let mut parents = Vec::new();
-        let mut generation = 0;
-        while let Some(population) = completed.remove(&generation)
-            && population.len() >= self.population_size
-        {
-            parents.extend(population);
-            parents = elite(parents, self.population_size);
-            generation += 1;
-        }
-        (generation, parents)
+    }
+
+    /// The generation of the next trial and its parents, oldest first.
+    fn parents(&self) -> (u32, Vec<(TrialId, &[Score])>) {
+        let parents = self.state.elites.last().map_or(Vec::new(), |p| {
+            p.iter()
+                .map(|id| (*id, self.state.members[id].scores.as_deref().unwrap_or_default()))
+                .collect()
+        });
+        (self.generation(), parents)
     }
 
     /// Binary tournament among `parents` less `not`.
@@ -187,6 +211,7 @@ impl Nsga2 {
 
     /// A child's values: see the module docs.
     fn child(&mut self) -> (u32, Vec<Value>) {
+        self.advance();
         let (generation, parents) = self.parents();
         let parents: Vec<(TrialId, Vec<Score>)> =
             parents.into_iter().map(|(id, s)| (id, s.to_vec())).collect();
@@ -332,6 +357,7 @@ impl Searcher for Nsga2 {
             .get_mut(&trial)
             .ok_or(Error::UnknownTrial { component: NAME, trial })?;
         member.scores = scores;
+        self.advance();
         Ok(())
     }
 
@@ -345,6 +371,13 @@ impl Searcher for Nsga2 {
                 let n = self.domains.len();
                 if !s.members.values().all(|m| m.values.len() == n) {
                     return Err(wrong_width(NAME, n));
+                }
+                let known = |id: &TrialId| s.members.get(id).is_some_and(|m| m.scores.is_some());
+                if !s.elites.iter().flatten().all(known) {
+                    return Err(Error::InvalidState {
+                        expected: NAME,
+                        problem: "a parent of the saved state is no completed trial of it".into(),
+                    });
                 }
                 self.state = s;
                 Ok(())
