@@ -315,7 +315,7 @@ fn a_multi_objective_sweep_marks_its_front() {
     assert_eq!(m.front(), [0, 2]);
     let view = best_first();
     let rows = m.rows(&view);
-    assert_eq!(rows.iter().map(|&i| m.trials()[i].id.as_str()).last(), Some("abcde_00001"));
+    assert_eq!(rows.iter().map(|&i| m.trials()[i].id.as_str()).next_back(), Some("abcde_00001"));
     let text = screen(&m, &view, 120, 30);
     assert!(text.contains("Pareto front of loss, size: 2 trials"), "{text}");
     assert!(text.contains("loss / size"), "{text}");
