@@ -207,28 +207,27 @@ def main():
     print(f"\nMedian hypervolume (ZDT: reference {REFERENCE}; HPOLib: scaled, (1.1, 1.1)), "
           f"population {POPULATION}, "
           f"{args.seeds} seeds ({tpe_seeds} for Optuna's TPE); higher is better\n")
-    print("| problem | trials | " + " | ".join(systems) + " |")
-    print("|---|--:|" + "--:|" * len(systems))
-    for problem in problems:
-        for b in budgets:
-            cells = []
-            for s in systems:
-                hv = [dict(r["hypervolume"])[b] for r in runs
-                      if r["system"] == s and r["problem"] == problem]
-                cells.append(f"{statistics.median(hv):.3f}" if hv else "-")
-            print(f"| {problem} | {b} | " + " | ".join(cells) + " |")
+
+    def table(cell):
+        """One row per problem and budget, `cell(hypervolumes)` per system."""
+        print("| problem | trials | " + " | ".join(systems) + " |")
+        print("|---|--:|" + "--:|" * len(systems))
+        for problem in problems:
+            for b in budgets:
+                cells = []
+                for s in systems:
+                    hv = [dict(r["hypervolume"])[b] for r in runs
+                          if r["system"] == s and r["problem"] == problem]
+                    cells.append(cell(hv) if hv else "-")
+                print(f"| {problem} | {b} | " + " | ".join(cells) + " |")
+
+    def quartiles(hv):
+        q = statistics.quantiles(hv, n=4) if len(hv) > 1 else [float("nan")] * 3
+        return f"{q[0]:.3f} / {q[2]:.3f}"
+
+    table(lambda hv: f"{statistics.median(hv):.3f}")
     print("\nQuartiles (25% / 75%) of the same:\n")
-    print("| problem | trials | " + " | ".join(systems) + " |")
-    print("|---|--:|" + "--:|" * len(systems))
-    for problem in problems:
-        for b in budgets:
-            cells = []
-            for s in systems:
-                hv = [dict(r["hypervolume"])[b] for r in runs
-                      if r["system"] == s and r["problem"] == problem]
-                q = statistics.quantiles(hv, n=4) if len(hv) > 1 else [float("nan")] * 3
-                cells.append(f"{q[0]:.3f} / {q[2]:.3f}")
-            print(f"| {problem} | {b} | " + " | ".join(cells) + " |")
+    table(quartiles)
     if args.save:
         with open(args.save, "w") as f:
             json.dump(runs, f)
