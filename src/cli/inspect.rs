@@ -127,17 +127,19 @@ fn checkpoint_of(t: &TrialResult) -> Option<String> {
     Some(ck.path().display().to_string())
 }
 
-/// `rtune run --json`: name, path, metric, mode, best trial, trials by status, time.
+/// `rtune run --json`: name, path, metric, mode, best trial, trials by status, time; for a
+/// sweep with several objectives, those and the trials of its Pareto front instead of a best.
 pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
-    let best = grid.best_result().ok().map(|t| {
+    let trial = |t: &TrialResult| {
         json!({
             "trial_id": t.trial_id,
             "params": t.params,
             "metrics": metrics_json(t.history().last()),
             "checkpoint": checkpoint_of(t),
         })
-    });
-    json!({
+    };
+    let best = grid.best_result().ok().map(trial);
+    let mut summary = json!({
         "name": grid.path.file_name().map(|n| n.to_string_lossy().into_owned()),
         "path": grid.path.display().to_string(),
         "metric": grid.metric,
@@ -146,7 +148,14 @@ pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
         "trials": counts(grid.trials.iter().map(|t| t.status)),
         "unread_params": grid.unread_params().into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
         "time_s": time_s,
-    })
+    });
+    if grid.objectives.len() > 1 {
+        let front: Vec<serde_json::Value> =
+            grid.pareto_front().unwrap_or_default().into_iter().map(trial).collect();
+        summary["objectives"] = json!(grid.objectives);
+        summary["pareto_front"] = json!(front);
+    }
+    summary
 }
 
 /// `rtune watch` without a directory: the newest experiment in `./rtune_results` or the default
@@ -228,11 +237,14 @@ pub(super) fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
             let table: Vec<Vec<String>> = rows
                 .iter()
                 .map(|row| match &row.read {
-                    Read::Grid { trials, status, metric, best } => {
+                    Read::Grid { trials, status, metric, best, front } => {
                         let status: Vec<String> =
                             status.iter().map(|(s, n)| format!("{n} {s}")).collect();
-                        let best = match (metric, best) {
-                            (Some(metric), Some(best)) => format!("{metric}={}", number(*best)),
+                        let best = match (metric, best, front) {
+                            (Some(metric), Some(best), _) => {
+                                format!("{metric}={}", number(*best))
+                            }
+                            (_, _, Some(n)) => format!("Pareto front of {n}"),
                             _ => "-".into(),
                         };
                         vec![row.path.clone(), trials.to_string(), status.join(", "), best]
@@ -271,6 +283,9 @@ enum Read {
         status: BTreeMap<String, usize>,
         metric: Option<String>,
         best: Option<f64>,
+        /// A multi-objective sweep's: the number of trials on its Pareto front.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        front: Option<usize>,
     },
     Unreadable {
         error: String,
@@ -283,6 +298,7 @@ fn listed(path: &Path) -> Listed {
             trials: grid.trials.len(),
             status: counts(grid.trials.iter().map(|t| t.status)),
             best: grid.metric.as_deref().and_then(|m| grid.best_result().ok()?.last(m)),
+            front: (grid.objectives.len() > 1).then(|| grid.pareto_front().map_or(0, |f| f.len())),
             metric: grid.metric,
         },
         Err(e) => Read::Unreadable { error: e.to_string() },

@@ -1054,7 +1054,18 @@ pub fn a_multi_objective_sweep_gives_its_pareto_front() -> Result<()> {
     let storage = format!("storage_path={:?}", dir.path().display().to_string());
     let journal = dir.path().join("optuna.log");
     let optuna = format!("run.optuna={:?}", journal.display().to_string());
-    let out = rtune(&["run", sweep, "--no-tui", "--set", &storage, "--set", &optuna])?;
+    let summary = dir.path().join("summary.json");
+    let out = rtune(&[
+        "run",
+        sweep,
+        "--no-tui",
+        "--set",
+        &storage,
+        "--set",
+        &optuna,
+        "--json",
+        summary.to_str().unwrap(),
+    ])?;
     ensure!(out.status.success(), "{}", text(&out));
     let experiment = dir.path().join("digits-nsga2");
     let grid = ResultGrid::from_path(&experiment)?;
@@ -1118,6 +1129,20 @@ pub fn a_multi_objective_sweep_gives_its_pareto_front() -> Result<()> {
     ensure!(first.iter().all(|l| l.contains(" * ")), "the front is not first:\n{stdout}");
     starred.sort_unstable();
     ensure!(starred == front, "rtune show stars {starred:?}, not {front:?}");
+    // `run --json` lists the front instead of a best; `rtune ls` counts it.
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
+    let mut listed: Vec<&str> = json["pareto_front"]
+        .as_array()
+        .context("no pareto_front")?
+        .iter()
+        .filter_map(|t| t["trial_id"].as_str())
+        .collect();
+    listed.sort_unstable();
+    ensure!(listed == front && json["best"].is_null(), "{json}");
+    ensure!(json["objectives"][1] == serde_json::json!({"metric": "params", "mode": "min"}));
+    let out = rtune(&["ls", dir.path().to_str().unwrap()])?;
+    let said = format!("Pareto front of {}", front.len());
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(&said), "{}", text(&out));
 
     // Optuna's reader: a study of two directions whose best trials are the front.
     let script = r#"
