@@ -123,7 +123,7 @@ $(VENV)/.bench-store: $(VENV)/.moto-$(MOTO_VERSION)
 bench-build: libtorch $(VENV)/.bench-store
 	cargo bench --no-run -p rtune --benches
 	cargo bench --no-run -p rtune-searchers --benches
-	cargo build --release --bin rtune --example bench_ddp --example bench_allreduce --example bench_store
+	cargo build --release --bin rtune --example bench_ddp --example bench_allreduce --example bench_store --example bench_zero
 
 bench: bench-build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)

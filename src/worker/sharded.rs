@@ -3,7 +3,8 @@
 //! `prepare_model_sharded` returns it.
 //!
 //! The trainable parameters, in name order, are one flat vector of `n` numbers cut into one
-//! consecutive shard per rank (the first `n % world` ranks one longer). A step:
+//! consecutive shard per rank, each `ceil(n / world)` long (the last padded with zeros, which
+//! stay zero). A step:
 //! 1. `backward`; every gradient copied into the flat vector;
 //! 2. the gradients averaged across ranks: stage 1 all-reduces the whole vector, stage 2
 //!    reduce-scatters it, each rank keeping only its shard (half the traffic of an all-reduce);
@@ -141,17 +142,17 @@ pub struct ShardedModel {
     /// Holds `shard` as the optimizer's one variable.
     _shard_store: VarStore,
     params: Vec<Tensor>,
-    /// Each rank's shard length; `start` is this rank's first index.
-    counts: Vec<usize>,
-    start: usize,
-    /// The whole flat vector: the gradients in, the gathered parameters out.
+    /// The number of trainable parameters; every shard is `shard_len` long (the last ones
+    /// padded with zeros past `n`), rank `r`'s starting at `r * shard_len`.
+    n: usize,
+    shard_len: usize,
+    /// The whole flat vector, `world * shard_len` long: the gradients in, the gathered
+    /// parameters out (every rank's shard lands where it belongs).
     flat: Tensor,
-    /// This rank's parameters (its master copy) and their averaged gradient.
+    /// This rank's parameters (the optimizer's variable) and its gradient (the variable's own
+    /// `grad`, which the averaged gradient is written into).
     shard: Tensor,
     grad: Tensor,
-    /// All-gather buffers: this rank's shard padded to the longest, and every rank's.
-    padded: Tensor,
-    gathered: Tensor,
 }
 
 impl ShardedModel {
@@ -181,11 +182,11 @@ impl ShardedModel {
             let g = group.borrow();
             (g.rank(), g.world_size())
         };
+        let f32s = |len: usize| Tensor::zeros([len as i64], (Kind::Float, tch::Device::Cpu));
         // Rank 0's weights everywhere first, as `prepare_model` does.
         if world > 1 {
             let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
-            let n: usize = all.iter().map(Tensor::numel).sum();
-            let mut flat = Tensor::zeros([n as i64], (Kind::Float, tch::Device::Cpu));
+            let mut flat = f32s(all.iter().map(Tensor::numel).sum());
             let _no_grad = tch::no_grad_guard();
             gather_into(&flat, &all, |t| t.shallow_clone())?;
             // SAFETY: `flat` is made here and nothing else holds a slice of it.
@@ -195,26 +196,19 @@ impl ShardedModel {
         let params: Vec<Tensor> =
             named.into_iter().map(|(_, t)| t).filter(Tensor::requires_grad).collect();
         let n: usize = params.iter().map(Tensor::numel).sum();
-        let counts: Vec<usize> =
-            (0..world).map(|r| n / world + usize::from(r < n % world)).collect();
-        let start: usize = counts[..rank].iter().sum();
-        let longest = counts.iter().copied().max().unwrap_or(0);
-        let f32s = |len: usize| Tensor::zeros([len as i64], (Kind::Float, tch::Device::Cpu));
-        let flat = f32s(n);
+        let shard_len = n.div_ceil(world);
+        let flat = f32s(shard_len * world);
+        let shard_store = VarStore::new(tch::Device::Cpu);
+        let shard = shard_store.root().f_zeros("shard", &[shard_len as i64])?;
         {
             let _no_grad = tch::no_grad_guard();
             gather_into(&flat, &params, |t| t.shallow_clone())?;
+            let mine = flat.f_narrow(0, (rank * shard_len) as i64, shard_len as i64)?;
+            shard.shallow_clone().f_copy_(&mine)?;
         }
-        let shard_store = VarStore::new(tch::Device::Cpu);
-        let shard = shard_store.root().f_zeros("shard", &[counts[rank] as i64])?;
-        {
-            let _no_grad = tch::no_grad_guard();
-            shard.shallow_clone().f_copy_(&flat.f_narrow(
-                0,
-                start as i64,
-                counts[rank] as i64,
-            )?)?;
-        }
+        // The variable's gradient, made once (zeros) and written in place at every step.
+        tch::with_grad(|| (&shard * f32s(shard_len)).f_sum(Kind::Float)?.f_backward())?;
+        let grad = shard.grad();
         Ok(ShardedModel {
             group,
             sharding,
@@ -222,14 +216,17 @@ impl ShardedModel {
             optimizer: optimizer.build(&shard_store)?,
             _shard_store: shard_store,
             params,
-            grad: f32s(counts[rank]),
-            padded: f32s(longest),
-            gathered: f32s(longest * world),
-            counts,
-            start,
+            n,
+            shard_len,
             flat,
             shard,
+            grad,
         })
+    }
+
+    fn rank_and_world(&self) -> (usize, usize) {
+        let g = self.group.borrow();
+        (g.rank(), g.world_size())
     }
 
     /// `zero_grad`, `backward`, the sharded average of the gradients, this rank's optimizer
@@ -245,67 +242,42 @@ impl ShardedModel {
         let _no_grad = tch::no_grad_guard();
         gather_into(&self.flat, &self.params, Tensor::grad)?;
         self.average_gradients()?;
-        self.update()?;
+        // libtorch's optimizer on the shard; its gradient is already in place (no zero_grad:
+        // libtorch's would drop the gradient tensor itself).
+        self.optimizer.step();
         self.gather_parameters()
     }
 
     /// Leaves this rank's shard of the averaged gradients in `grad`.
     fn average_gradients(&mut self) -> Result<()> {
-        let (start, len) = (self.start as i64, self.grad.numel() as i64);
-        let world = self.counts.len();
-        match self.sharding {
-            Sharding::Zero2 if world > 1 => {
-                // SAFETY: `flat` and `grad` are this model's own distinct buffers.
-                let (input, output) =
-                    unsafe { (slice_of(&mut self.flat), slice_of(&mut self.grad)) };
-                let mut group = self.group.borrow_mut();
-                group.reduce_scatter(input, &self.counts, output, ReduceOp::Avg)?;
-            }
-            _ => {
-                if world > 1 {
-                    // SAFETY: `flat` is this model's own buffer.
-                    let all = unsafe { slice_of(&mut self.flat) };
-                    self.group.borrow_mut().all_reduce(all, ReduceOp::Avg)?;
-                }
-                self.grad.f_copy_(&self.flat.f_narrow(0, start, len)?)?;
-            }
+        let (rank, world) = self.rank_and_world();
+        let len = self.shard_len;
+        if world > 1 && self.sharding == Sharding::Zero2 {
+            // SAFETY: `flat` and `grad` are this model's own distinct buffers.
+            let (input, output) = unsafe { (slice_of(&mut self.flat), slice_of(&mut self.grad)) };
+            let counts = vec![len; world];
+            self.group.borrow_mut().reduce_scatter(input, &counts, output, ReduceOp::Avg)?;
+            return Ok(());
         }
-        Ok(())
-    }
-
-    /// The optimizer's step on this rank's shard: libtorch's own optimizer on the shard as
-    /// its one variable, its gradient set to the averaged shard (the gradient of
-    /// `sum(shard * grad)`).
-    fn update(&mut self) -> Result<()> {
-        self.optimizer.zero_grad();
-        {
-            let _grad = tch::with_grad(|| -> Result<()> {
-                Ok((&self.shard * &self.grad).f_sum(Kind::Float)?.f_backward()?)
-            });
-            _grad?;
+        if world > 1 {
+            // The parameters only, not the padding: the same all-reduce as `prepare_model`'s.
+            // SAFETY: `flat` is this model's own buffer.
+            let all = unsafe { &mut slice_of(&mut self.flat)[..self.n] };
+            self.group.borrow_mut().all_reduce(all, ReduceOp::Avg)?;
         }
-        self.optimizer.step();
+        self.grad.f_copy_(&self.flat.f_narrow(0, (rank * len) as i64, len as i64)?)?;
         Ok(())
     }
 
     /// Every rank's updated shard into every rank's parameters.
     fn gather_parameters(&mut self) -> Result<()> {
-        let world = self.counts.len();
-        if world == 1 {
+        if self.rank_and_world().1 == 1 {
             self.flat.f_copy_(&self.shard)?;
         } else {
-            let longest = self.padded.numel() as i64;
-            self.padded.f_narrow(0, 0, self.shard.numel() as i64)?.f_copy_(&self.shard)?;
-            // SAFETY: `padded` and `gathered` are this model's own distinct buffers.
-            let (input, output) =
-                unsafe { (slice_of(&mut self.padded), slice_of(&mut self.gathered)) };
+            // SAFETY: `shard` (the optimizer's variable, read here) and `flat` are distinct
+            // buffers of this model.
+            let (input, output) = unsafe { (slice_of(&mut self.shard), slice_of(&mut self.flat)) };
             self.group.borrow_mut().all_gather(input, output)?;
-            let mut offset = 0;
-            for (r, &count) in self.counts.iter().enumerate() {
-                let piece = self.gathered.f_narrow(0, r as i64 * longest, count as i64)?;
-                self.flat.f_narrow(0, offset, count as i64)?.f_copy_(&piece)?;
-                offset += count as i64;
-            }
         }
         scatter_from(&self.flat, &self.params)
     }
@@ -321,12 +293,13 @@ impl ShardedModel {
 
     /// Bytes of optimizer state this rank holds: its shard's moments (or momentum), f32.
     pub fn optimizer_state_bytes(&self) -> usize {
-        self.settings.moments() * self.shard.numel() * 4
+        self.settings.moments() * self.shard_len * 4
     }
 
-    /// This rank's shard: its first index into the flat parameters, and its length.
+    /// This rank's parameters, as indices into the flat vector of them (in name order).
     pub fn shard_range(&self) -> std::ops::Range<usize> {
-        self.start..self.start + self.counts[self.group.borrow().rank()]
+        let rank = self.rank_and_world().0;
+        (rank * self.shard_len).min(self.n)..((rank + 1) * self.shard_len).min(self.n)
     }
 }
 

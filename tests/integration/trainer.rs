@@ -226,7 +226,7 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
             .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
             .unwrap_or_default()
     };
-    let parameters = 10 * 7 + 7 + 7 * 3 + 3;
+    let parameters: usize = 10 * 7 + 7 + 7 * 3 + 3;
     for (workers, opt) in [(2, "adam"), (4, "adamw"), (2, "sgd"), (4, "adam")] {
         let mut runs = BTreeMap::new();
         for way in ["ddp", "zero1", "zero2"] {
@@ -251,7 +251,7 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
                 let bytes = run["state_bytes"].as_u64().unwrap_or_default() as usize;
                 if way != "ddp" {
                     let moments = if opt == "sgd" { 1 } else { 2 };
-                    let shard = parameters / workers + usize::from(r < parameters % workers);
+                    let shard = parameters.div_ceil(workers);
                     ensure!(
                         bytes == moments * 4 * shard,
                         "{way} {opt}: rank {r} holds {bytes} bytes of state for a shard of {shard}"
