@@ -206,9 +206,14 @@ impl ShardedModel {
             let mine = flat.f_narrow(0, (rank * shard_len) as i64, shard_len as i64)?;
             shard.shallow_clone().f_copy_(&mine)?;
         }
-        // The variable's gradient, made once (zeros) and written in place at every step.
-        tch::with_grad(|| (&shard * f32s(shard_len)).f_sum(Kind::Float)?.f_backward())?;
-        let grad = shard.grad();
+        // The variable's gradient, made once (by the backward pass of its sum, then zeroed:
+        // no temporary of its size) and written in place at every step.
+        tch::with_grad(|| shard.f_sum(Kind::Float)?.f_backward())?;
+        let mut grad = shard.grad();
+        let _ = grad.f_zero_()?;
+        if !grad.is_contiguous() {
+            return Err(Error::Worker("the shard's gradient is not contiguous".into()));
+        }
         Ok(ShardedModel {
             group,
             sharding,
