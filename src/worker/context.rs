@@ -381,7 +381,7 @@ impl<'a> TrainContext<'a> {
 const BUCKET_ELEMS: usize = 25 * 1024 * 1024 / 4;
 
 /// How a model's buffers travel between ranks.
-enum Backend {
+pub(super) enum Backend {
     /// rtune's ring all-reduce over TCP, through CPU buffers.
     Ring(SharedGroup),
     /// NCCL, through buffers on the model's GPU.
@@ -435,22 +435,10 @@ struct Bucket {
 
 impl DistributedModel {
     fn new(backend: Backend, vs: &VarStore) -> Result<Self> {
-        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        let device = backend.device();
-        if backend.world_size() > 1 {
-            let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
-            for bucket in buckets_of(&all, device) {
-                let flat = &bucket.flat;
-                let _no_grad = tch::no_grad_guard();
-                gather_into(flat, &all[bucket.range.clone()], |t| t.shallow_clone())?;
-                backend.broadcast(flat, 0)?;
-                scatter_from(flat, &all[bucket.range])?;
-            }
-        }
-        let params: Vec<Tensor> =
-            named.into_iter().map(|(_, t)| t).filter(Tensor::requires_grad).collect();
-        let buckets = buckets_of(&params, device);
+        let named = sorted_variables(vs);
+        broadcast_from_rank_0(&backend, &named)?;
+        let params = trainable(named);
+        let buckets = buckets_of(&params, backend.device());
         Ok(DistributedModel { backend, params, buckets })
     }
 
@@ -479,6 +467,35 @@ impl DistributedModel {
         optimizer.step();
         Ok(())
     }
+}
+
+/// `vs`'s variables sorted by name: the same order on every rank.
+pub(super) fn sorted_variables(vs: &VarStore) -> Vec<(String, Tensor)> {
+    let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named
+}
+
+/// The trainable ones of `named` variables, in their order.
+pub(super) fn trainable(named: Vec<(String, Tensor)>) -> Vec<Tensor> {
+    named.into_iter().map(|(_, t)| t).filter(Tensor::requires_grad).collect()
+}
+
+/// Copies rank 0's `named` variables (every one, trainable or not) to every rank, a bucket at
+/// a time.
+pub(super) fn broadcast_from_rank_0(backend: &Backend, named: &[(String, Tensor)]) -> Result<()> {
+    if backend.world_size() == 1 {
+        return Ok(());
+    }
+    let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
+    let _no_grad = tch::no_grad_guard();
+    for bucket in buckets_of(&all, backend.device()) {
+        let flat = &bucket.flat;
+        gather_into(flat, &all[bucket.range.clone()], |t| t.shallow_clone())?;
+        backend.broadcast(flat, 0)?;
+        scatter_from(flat, &all[bucket.range])?;
+    }
+    Ok(())
 }
 
 fn buckets_of(tensors: &[Tensor], device: Device) -> Vec<Bucket> {
@@ -539,15 +556,18 @@ pub(super) fn scatter_from(flat: &Tensor, tensors: &[Tensor]) -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` on the f32 storage of a contiguous CPU float tensor.
-fn with_f32_slice<T>(
+/// Runs `f` on the f32 storage of a contiguous CPU float tensor: one of the flat buffers this
+/// module and `sharded` make and own (calls nest, each on another buffer).
+pub(super) fn with_f32_slice<T, E: Into<Error>>(
     flat: &Tensor,
-    f: impl FnOnce(&mut [f32]) -> crate::collective::Result<T>,
+    f: impl FnOnce(&mut [f32]) -> std::result::Result<T, E>,
 ) -> Result<T> {
-    debug_assert!(flat.is_contiguous() && flat.kind() == Kind::Float);
+    debug_assert!(
+        flat.is_contiguous() && flat.kind() == Kind::Float && flat.device() == Device::Cpu
+    );
     let len = flat.numel();
     // SAFETY: `flat` is a contiguous CPU f32 tensor of `len` elements that we own (made by
-    // `buckets_of`); nothing else reads or writes it while `f` runs.
+    // `buckets_of`, or by `sharded`); nothing else reads or writes it while `f` runs.
     let slice = unsafe { std::slice::from_raw_parts_mut(flat.data_ptr() as *mut f32, len) };
-    Ok(f(slice)?)
+    f(slice).map_err(Into::into)
 }

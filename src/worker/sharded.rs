@@ -25,19 +25,12 @@
 use tch::nn::{self, OptimizerConfig, VarStore};
 use tch::{Kind, Tensor};
 
-use super::context::{SharedGroup, gather_into, scatter_from};
+use super::context::{
+    Backend, SharedGroup, broadcast_from_rank_0, gather_into, scatter_from, sorted_variables,
+    trainable, with_f32_slice,
+};
 use crate::collective::ReduceOp;
 use crate::error::{Error, Result};
-
-/// The f32 storage of a contiguous CPU float tensor of this model's own buffers.
-///
-/// # Safety
-/// `t` must be one of the model's flat buffers (contiguous CPU f32, made in `new`), and no
-/// other slice of the same tensor may be alive while this one is.
-unsafe fn slice_of(t: &mut Tensor) -> &mut [f32] {
-    debug_assert!(t.is_contiguous() && t.kind() == Kind::Float && !t.device().is_cuda());
-    unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, t.numel()) }
-}
 
 /// What a sharded model splits across its ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,8 +163,7 @@ impl ShardedModel {
             ));
         }
         optimizer.check()?;
-        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
+        let named = sorted_variables(vs);
         if let Some((name, t)) = named.iter().find(|(_, t)| t.kind() != Kind::Float) {
             return Err(Error::config(
                 "prepare_model_sharded",
@@ -182,22 +174,12 @@ impl ShardedModel {
             let g = group.borrow();
             (g.rank(), g.world_size())
         };
-        let f32s = |len: usize| Tensor::zeros([len as i64], (Kind::Float, tch::Device::Cpu));
         // Rank 0's weights everywhere first, as `prepare_model` does.
-        if world > 1 {
-            let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
-            let mut flat = f32s(all.iter().map(Tensor::numel).sum());
-            let _no_grad = tch::no_grad_guard();
-            gather_into(&flat, &all, |t| t.shallow_clone())?;
-            // SAFETY: `flat` is made here and nothing else holds a slice of it.
-            group.borrow_mut().broadcast(unsafe { slice_of(&mut flat) }, 0)?;
-            scatter_from(&flat, &all)?;
-        }
-        let params: Vec<Tensor> =
-            named.into_iter().map(|(_, t)| t).filter(Tensor::requires_grad).collect();
+        broadcast_from_rank_0(&Backend::Ring(group.clone()), &named)?;
+        let params = trainable(named);
         let n: usize = params.iter().map(Tensor::numel).sum();
         let shard_len = n.div_ceil(world);
-        let flat = f32s(shard_len * world);
+        let flat = Tensor::zeros([(shard_len * world) as i64], (Kind::Float, tch::Device::Cpu));
         let shard_store = VarStore::new(tch::Device::Cpu);
         let shard = shard_store.root().f_zeros("shard", &[shard_len as i64])?;
         {
@@ -257,18 +239,19 @@ impl ShardedModel {
     fn average_gradients(&mut self) -> Result<()> {
         let (rank, world) = self.rank_and_world();
         let len = self.shard_len;
+        let mut group = self.group.borrow_mut();
         if world > 1 && self.sharding == Sharding::Zero2 {
-            // SAFETY: `flat` and `grad` are this model's own distinct buffers.
-            let (input, output) = unsafe { (slice_of(&mut self.flat), slice_of(&mut self.grad)) };
             let counts = vec![len; world];
-            self.group.borrow_mut().reduce_scatter(input, &counts, output, ReduceOp::Avg)?;
-            return Ok(());
+            return with_f32_slice(&self.flat, |input| {
+                with_f32_slice(&self.grad, |output| {
+                    group.reduce_scatter(input, &counts, output, ReduceOp::Avg)
+                })
+            });
         }
         if world > 1 {
             // The parameters only, not the padding: the same all-reduce as `prepare_model`'s.
-            // SAFETY: `flat` is this model's own buffer.
-            let all = unsafe { &mut slice_of(&mut self.flat)[..self.n] };
-            self.group.borrow_mut().all_reduce(all, ReduceOp::Avg)?;
+            let all = self.flat.f_narrow(0, 0, self.n as i64)?;
+            with_f32_slice(&all, |all| group.all_reduce(all, ReduceOp::Avg))?;
         }
         self.grad.f_copy_(&self.flat.f_narrow(0, (rank * len) as i64, len as i64)?)?;
         Ok(())
@@ -279,10 +262,10 @@ impl ShardedModel {
         if self.rank_and_world().1 == 1 {
             self.flat.f_copy_(&self.shard)?;
         } else {
-            // SAFETY: `shard` (the optimizer's variable, read here) and `flat` are distinct
-            // buffers of this model.
-            let (input, output) = unsafe { (slice_of(&mut self.shard), slice_of(&mut self.flat)) };
-            self.group.borrow_mut().all_gather(input, output)?;
+            let mut group = self.group.borrow_mut();
+            with_f32_slice(&self.shard, |input| {
+                with_f32_slice(&self.flat, |output| group.all_gather(input, output))
+            })?;
         }
         scatter_from(&self.flat, &self.params)
     }
