@@ -81,7 +81,7 @@ mod serde_util;
 pub use error::{Error, Result};
 pub use metrics::{Metrics, Mode, Objective};
 pub use params::Params;
-pub use pareto::{hypervolume, hypervolume_2d, pareto_front};
+pub use pareto::{hypervolume, hypervolume_2d, pareto_front, pareto_front_where_finite};
 pub use rng::SearchRng;
 pub use scheduler::{
     Asha, Decision, ExploitStatus, Fifo, HyperBand, MedianStopping, Pbt, RungStatus,

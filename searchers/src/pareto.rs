@@ -1,6 +1,8 @@
 //! Pareto fronts of results with several objectives: the points no other point dominates (at
 //! least as good in every objective and better in one).
 
+use std::cmp::Ordering;
+
 use crate::metrics::Mode;
 
 /// The indices of the points of `points` on the Pareto front, in order, each point's values
@@ -9,9 +11,42 @@ use crate::metrics::Mode;
 pub fn pareto_front(points: &[Vec<f64>], modes: &[Mode]) -> Vec<usize> {
     let score = |p: &[f64]| -> Vec<f64> { p.iter().zip(modes).map(|(v, m)| m.score(*v)).collect() };
     let scores: Vec<Vec<f64>> = points.iter().map(|p| score(p)).collect();
-    (0..scores.len())
-        .filter(|&i| !scores.iter().any(|other| dominates(other, &scores[i])))
-        .collect()
+    // Best first in lexicographic order of the scores (never NaN): a point can be dominated
+    // only by one before it, and then also by one of the front (dominance is transitive), so
+    // each point is checked against the front found so far, not against every point.
+    let lexicographic = |a: &[f64], b: &[f64]| {
+        a.iter().zip(b).map(|(x, y)| x.total_cmp(y)).find(|o| o.is_ne()).unwrap_or(Ordering::Equal)
+    };
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| lexicographic(&scores[b], &scores[a]));
+    let mut front: Vec<usize> = Vec::new();
+    for i in order {
+        if !front.iter().any(|&f| dominates(&scores[f], &scores[i])) {
+            front.push(i);
+        }
+    }
+    front.sort_unstable();
+    front
+}
+
+/// The Pareto front (see [`pareto_front`]) of those `items` with a finite value of every
+/// objective, `value(item, k)` reading an item's `k`-th; the others are left out. Indices into
+/// `items`, in order: empty when no item has every value.
+pub fn pareto_front_where_finite<T>(
+    items: &[T],
+    modes: &[Mode],
+    value: impl Fn(&T, usize) -> Option<f64>,
+) -> Vec<usize> {
+    let (known, points): (Vec<usize>, Vec<Vec<f64>>) = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let values: Option<Vec<f64>> =
+                (0..modes.len()).map(|k| value(item, k).filter(|v| v.is_finite())).collect();
+            values.map(|v| (i, v))
+        })
+        .unzip();
+    pareto_front(&points, modes).into_iter().map(|k| known[k]).collect()
 }
 
 /// The hypervolume of two objectives, both minimised (negate one that is maximised): the area
@@ -208,6 +243,47 @@ mod tests {
         let max = pareto_front(&points, &[Mode::Min, Mode::Max]);
         assert_eq!(max, [0]);
         assert!(pareto_front(&[], &[Mode::Min]).is_empty());
+    }
+
+    /// The front checked against its definition (no other point dominates), on random points
+    /// of few distinct values (ties), NaN among them, in 2 and 3 objectives and mixed modes.
+    #[test]
+    fn the_front_is_the_points_none_dominates_on_random_points() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for round in 0..200 {
+            let d = 2 + round % 2;
+            let modes: Vec<Mode> =
+                (0..d).map(|k| if (round + k) % 3 == 0 { Mode::Max } else { Mode::Min }).collect();
+            let points: Vec<Vec<f64>> = (0..rng.random_range(0..40))
+                .map(|_| {
+                    (0..d)
+                        .map(|_| match rng.random_range(0..12) {
+                            0 => f64::NAN,
+                            v => f64::from(v),
+                        })
+                        .collect()
+                })
+                .collect();
+            let score = |p: &[f64]| -> Vec<f64> {
+                p.iter().zip(&modes).map(|(v, m)| m.score(*v)).collect()
+            };
+            let by_definition: Vec<usize> = (0..points.len())
+                .filter(|&i| !points.iter().any(|o| dominates(&score(o), &score(&points[i]))))
+                .collect();
+            assert_eq!(pareto_front(&points, &modes), by_definition, "{points:?} {modes:?}");
+        }
+    }
+
+    #[test]
+    fn items_without_every_value_are_left_out() {
+        let items =
+            [(Some(1.0), Some(5.0)), (Some(0.5), None), (Some(2.0), Some(1.0)), (None, None)];
+        let value = |t: &(Option<f64>, Option<f64>), k: usize| if k == 0 { t.0 } else { t.1 };
+        let modes = [Mode::Min, Mode::Min];
+        assert_eq!(pareto_front_where_finite(&items, &modes, value), [0, 2]);
+        let infinite = [(Some(f64::INFINITY), Some(0.0))];
+        assert!(pareto_front_where_finite(&infinite, &modes, value).is_empty());
     }
 
     #[test]

@@ -157,18 +157,11 @@ impl ResultGrid {
                  Mode::Min)]; for one, use best_result_by",
             ));
         }
-        let (trials, points): (Vec<&TrialResult>, Vec<Vec<f64>>) = self
-            .trials
-            .iter()
-            .filter_map(|t| {
-                let values: Option<Vec<f64>> = objectives
-                    .iter()
-                    .map(|(metric, _)| t.last(metric).filter(|v| v.is_finite()))
-                    .collect();
-                values.map(|v| (t, v))
-            })
-            .unzip();
-        if trials.is_empty() {
+        let modes: Vec<Mode> = objectives.iter().map(|(_, mode)| *mode).collect();
+        let front = rtune_searchers::pareto_front_where_finite(&self.trials, &modes, |t, k| {
+            t.last(objectives[k].0)
+        });
+        if front.is_empty() {
             let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
             return Err(Error::Metric {
                 name: names.join("`, `"),
@@ -178,8 +171,7 @@ impl ResultGrid {
                 ),
             });
         }
-        let modes: Vec<Mode> = objectives.iter().map(|(_, mode)| *mode).collect();
-        Ok(rtune_searchers::pareto_front(&points, &modes).into_iter().map(|i| trials[i]).collect())
+        Ok(front.into_iter().map(|i| &self.trials[i]).collect())
     }
 
     /// Params some trial's train function never read, each with the number of such trials:

@@ -291,21 +291,10 @@ impl Model {
         if self.objectives.len() < 2 {
             return Vec::new();
         }
-        let (ids, points): (Vec<usize>, Vec<Vec<f64>>) = self
-            .trials
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| {
-                let values: Option<Vec<f64>> = self
-                    .objectives
-                    .iter()
-                    .map(|(m, _)| t.last.get(m).copied().filter(|v| v.is_finite()))
-                    .collect();
-                values.map(|v| (i, v))
-            })
-            .unzip();
         let modes: Vec<Mode> = self.objectives.iter().map(|(_, mode)| *mode).collect();
-        rtune_searchers::pareto_front(&points, &modes).into_iter().map(|k| ids[k]).collect()
+        rtune_searchers::pareto_front_where_finite(&self.trials, &modes, |t, k| {
+            t.last.get(&self.objectives[k].0).copied()
+        })
     }
 
     /// The best trial's index by the sweep's metric (latest results).
