@@ -13,13 +13,15 @@ pub(crate) mod command;
 mod context;
 mod link;
 pub(crate) mod process;
+mod shard_optimizer;
 mod sharded;
 
 pub use command::{REPORT_PREFIX, run_command};
 pub(crate) use context::ContextParts;
 pub use context::{DistributedModel, TrainContext};
 pub(crate) use link::DriverLink;
-pub use sharded::{ShardOptimizer, ShardedModel, Sharding};
+pub use shard_optimizer::ShardOptimizer;
+pub use sharded::{ShardedModel, Sharding};
 
 use serde::{Deserialize, Serialize};
 

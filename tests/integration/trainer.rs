@@ -272,8 +272,8 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
         for way in ["zero1", "zero2"] {
             let (their_losses, their_weights) =
                 (numbers(&runs[way]["losses"]), numbers(&runs[way]["weights"]));
-            // ZeRO-1 all-reduces as plain data parallelism does, and libtorch's optimizer on a
-            // shard steps as on the whole variable: the same bits. So does ZeRO-2 with 2 ranks
+            // ZeRO-1 all-reduces as plain data parallelism does, and rtune's optimizer steps a
+            // shard as libtorch's steps the whole variable: the same bits. So does ZeRO-2 with 2 ranks
             // (a sum of two is one order). With 4 its reduce-scatter adds the ranks' gradients
             // in another order than the all-reduce, and the last bits differ.
             if way == "zero1" || workers == 2 {

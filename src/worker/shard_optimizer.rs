@@ -1,0 +1,279 @@
+//! The optimizer a [`ShardedModel`](super::ShardedModel) runs on its shard: rtune's own, so its
+//! state (PyTorch's names: `exp_avg`, `exp_avg_sq`, `momentum_buffer`) can be saved, loaded and
+//! re-cut between world sizes, which libtorch's optimizers behind tch do not let out.
+//!
+//! Each step is libtorch's `torch::optim` step (the C++ optimizers tch's `nn::Adam`, `nn::AdamW`
+//! and `nn::Sgd` are) op for op, through the same ATen kernels: a shard steps bit for bit as
+//! libtorch's optimizer steps the same elements of the whole model. tch's bindings drop the
+//! `alpha` of `add_` and the `value` of `addcmul_`/`addcdiv_`, so those are spelled with the
+//! factor folded into an operand where the kernels then round exactly as with the factor:
+//! `add_(x, a)` is `addcmul_(x, a)` with `a` a 0-dimensional tensor (both one fused
+//! multiply-add), `addcmul_(x, y, v)` is `addcmul_(v * x, y)` and `addcdiv_(x, y, v)` is
+//! `addcdiv_(v * x, y)` (the kernels compute `self + v * x * y` and `self + v * x / y`, left to
+//! right). The tests check it against libtorch's optimizers.
+
+use tch::{Kind, Tensor};
+
+use crate::error::{Error, Result};
+
+/// The optimizer a sharded model runs on its shard, with PyTorch's meaning of each setting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ShardOptimizer {
+    /// SGD, with momentum when `momentum > 0` (`torch.optim.SGD`, dampening 0).
+    Sgd { lr: f64, momentum: f64, weight_decay: f64, nesterov: bool },
+    /// Adam, its weight decay an L2 term in the gradient (`torch.optim.Adam`).
+    Adam { lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64 },
+    /// AdamW: decoupled weight decay (`torch.optim.AdamW`).
+    AdamW { lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64 },
+}
+
+impl ShardOptimizer {
+    /// Adam with PyTorch's defaults (betas 0.9, 0.999, eps 1e-8, no weight decay).
+    pub fn adam(lr: f64) -> Self {
+        ShardOptimizer::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }
+    }
+
+    /// AdamW with PyTorch's defaults (weight decay 0.01).
+    pub fn adamw(lr: f64) -> Self {
+        ShardOptimizer::AdamW { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+    }
+
+    /// SGD with `momentum` (0: none).
+    pub fn sgd(lr: f64, momentum: f64) -> Self {
+        ShardOptimizer::Sgd { lr, momentum, weight_decay: 0.0, nesterov: false }
+    }
+
+    /// The names of the optimizer's state per parameter, PyTorch's (`exp_avg` and `exp_avg_sq`
+    /// for Adam(W), `momentum_buffer` for SGD with momentum).
+    pub(super) fn state_names(&self) -> &'static [&'static str] {
+        match *self {
+            ShardOptimizer::Sgd { momentum, .. } if momentum != 0.0 => &["momentum_buffer"],
+            ShardOptimizer::Sgd { .. } => &[],
+            _ => &["exp_avg", "exp_avg_sq"],
+        }
+    }
+
+    /// Numbers of optimizer state per parameter (Adam's two moments, SGD's momentum).
+    pub(super) fn moments(&self) -> usize {
+        self.state_names().len()
+    }
+
+    pub(super) fn check(&self) -> Result<()> {
+        let (lr, rest): (f64, Vec<(&str, f64, bool)>) = match *self {
+            ShardOptimizer::Sgd { lr, momentum, weight_decay, .. } => (
+                lr,
+                vec![
+                    ("momentum", momentum, momentum >= 0.0),
+                    ("weight_decay", weight_decay, weight_decay >= 0.0),
+                ],
+            ),
+            ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay }
+            | ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => (
+                lr,
+                vec![
+                    ("beta1", beta1, (0.0..1.0).contains(&beta1)),
+                    ("beta2", beta2, (0.0..1.0).contains(&beta2)),
+                    ("eps", eps, eps >= 0.0),
+                    ("weight_decay", weight_decay, weight_decay >= 0.0),
+                ],
+            ),
+        };
+        let mut all = vec![("lr", lr, lr >= 0.0)];
+        all.extend(rest);
+        match all.into_iter().find(|(_, value, ok)| !(value.is_finite() && *ok)) {
+            Some((name, value, _)) => Err(Error::config(
+                "ShardOptimizer",
+                format!("`{name}` is {value}; betas lie in [0, 1), the others are finite and >= 0"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An optimizer's state for one shard: its step count and its buffers, in the order of
+/// [`ShardOptimizer::state_names`].
+#[derive(Debug)]
+pub(super) struct ShardState {
+    pub(super) step: i64,
+    pub(super) buffers: Vec<Tensor>,
+}
+
+impl ShardState {
+    /// Fresh state (step 0, zeros) for a shard of `len` numbers.
+    pub(super) fn new(settings: &ShardOptimizer, len: usize) -> Result<ShardState> {
+        let buffers = settings
+            .state_names()
+            .iter()
+            .map(|_| Tensor::f_zeros([len as i64], (Kind::Float, tch::Device::Cpu)))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(ShardState { step: 0, buffers })
+    }
+}
+
+/// A 0-dimensional f32 tensor: a factor the kernels broadcast as they would a scalar.
+fn factor(x: f64) -> Tensor {
+    Tensor::from(x as f32)
+}
+
+impl ShardOptimizer {
+    /// One step of `p` (this rank's shard of the parameters) with its gradient `grad`, as
+    /// libtorch's optimizer of these settings steps (see the module docs).
+    pub(super) fn step(&self, state: &mut ShardState, p: &Tensor, grad: &Tensor) -> Result<()> {
+        let _no_grad = tch::no_grad_guard();
+        let mut p = p.shallow_clone();
+        state.step += 1;
+        match *self {
+            ShardOptimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
+                let mut d_p = match weight_decay {
+                    0.0 => grad.shallow_clone(),
+                    wd => grad.f_addcmul(&p, &factor(wd))?,
+                };
+                if momentum != 0.0 {
+                    let buf = &mut state.buffers[0];
+                    if state.step == 1 {
+                        buf.f_copy_(&d_p)?;
+                    } else {
+                        // `buf.mul_(momentum).add_(d_p, 1 - dampening)`, dampening 0.
+                        let _ = buf.f_mul_scalar_(momentum)?.f_add_(&d_p)?;
+                    }
+                    d_p = match nesterov {
+                        true => d_p.f_addcmul(buf, &factor(momentum))?,
+                        false => buf.shallow_clone(),
+                    };
+                }
+                let _ = p.f_addcmul_(&d_p, &factor(-lr))?;
+            }
+            ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay }
+            | ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                let decoupled = matches!(self, ShardOptimizer::AdamW { .. });
+                let grad = match weight_decay {
+                    0.0 => grad.shallow_clone(),
+                    wd if decoupled => {
+                        let _ = p.f_mul_scalar_(1.0 - lr * wd)?;
+                        grad.shallow_clone()
+                    }
+                    wd => grad.f_addcmul(&p, &factor(wd))?,
+                };
+                let step = state.step as f64;
+                let bias_correction1 = 1.0 - beta1.powf(step);
+                let bias_correction2 = 1.0 - beta2.powf(step);
+                let [exp_avg, exp_avg_sq] = &mut state.buffers[..] else {
+                    return Err(Error::Worker("Adam's state has two buffers".into()));
+                };
+                let _ = exp_avg.f_mul_scalar_(beta1)?.f_addcmul_(&grad, &factor(1.0 - beta1))?;
+                let _ = exp_avg_sq
+                    .f_mul_scalar_(beta2)?
+                    .f_addcmul_(&grad.f_mul_scalar(1.0 - beta2)?, &grad)?;
+                let denom = exp_avg_sq
+                    .f_sqrt()?
+                    .f_div_scalar(bias_correction2.sqrt())?
+                    .f_add_scalar_(eps)?;
+                let step_size = lr / bias_correction1;
+                let _ = p.f_addcdiv_(&exp_avg.f_mul_scalar(-step_size)?, &denom)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::nn::{self, OptimizerConfig, VarStore};
+
+    /// libtorch's optimizer of these settings over `vs`: what `step` must equal.
+    fn libtorch(settings: ShardOptimizer, vs: &VarStore) -> nn::Optimizer {
+        match settings {
+            ShardOptimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
+                nn::Sgd { momentum, dampening: 0.0, wd: weight_decay, nesterov }.build(vs, lr)
+            }
+            ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay } => {
+                nn::Adam { beta1, beta2, wd: weight_decay, eps, amsgrad: false }.build(vs, lr)
+            }
+            ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                nn::AdamW { beta1, beta2, wd: weight_decay, eps, amsgrad: false }.build(vs, lr)
+            }
+        }
+        .unwrap()
+    }
+
+    /// This optimizer run on shards of a variable (uneven, as the ranks cut it) against
+    /// libtorch's on the whole variable, 50 steps of the same gradients: how many elements of
+    /// the variable differ at the end.
+    fn shards_against_whole(settings: ShardOptimizer, cuts: &[i64]) -> usize {
+        tch::manual_seed(0);
+        let whole = VarStore::new(tch::Device::Cpu);
+        let n = cuts.iter().sum::<i64>();
+        let w = whole.root().randn("w", &[n], 0.0, 1.0);
+        let mut opt = libtorch(settings, &whole);
+        let mut shards = Vec::new();
+        let mut offset = 0;
+        for &len in cuts {
+            let p = w.detach().narrow(0, offset, len).copy();
+            shards.push((p, ShardState::new(&settings, len as usize).unwrap(), offset));
+            offset += len;
+        }
+        for step in 1..=50 {
+            tch::manual_seed(step);
+            let g = Tensor::randn([n], (Kind::Float, tch::Device::Cpu));
+            opt.zero_grad();
+            (&w * &g).sum(Kind::Float).backward();
+            opt.step();
+            for (p, state, at) in &mut shards {
+                let grad = g.narrow(0, *at, p.numel() as i64).copy();
+                settings.step(state, p, &grad).unwrap();
+            }
+        }
+        let a: Vec<f32> = Vec::try_from(&w).unwrap();
+        let b: Vec<f32> =
+            shards.iter().flat_map(|(p, _, _)| Vec::<f32>::try_from(p).unwrap()).collect();
+        a.iter().zip(&b).filter(|(x, y)| x != y).count()
+    }
+
+    #[test]
+    fn shards_step_as_the_whole_variable_does() {
+        for settings in [
+            ShardOptimizer::adam(0.01),
+            ShardOptimizer::adamw(0.01),
+            ShardOptimizer::sgd(0.05, 0.9),
+            ShardOptimizer::sgd(0.05, 0.0),
+            ShardOptimizer::Sgd { lr: 0.05, momentum: 0.9, weight_decay: 0.01, nesterov: true },
+            ShardOptimizer::AdamW {
+                lr: 0.01,
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay: 0.1,
+            },
+            ShardOptimizer::Adam {
+                lr: 0.01,
+                beta1: 0.8,
+                beta2: 0.99,
+                eps: 1e-6,
+                weight_decay: 0.1,
+            },
+        ] {
+            for cuts in [&[50_001, 50_002][..], &[25_001, 25_001, 25_001, 25_000], &[1003]] {
+                let differ = shards_against_whole(settings, cuts);
+                assert_eq!(differ, 0, "{settings:?} on shards {cuts:?}: {differ} elements differ");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let e = ShardOptimizer::Adam {
+            lr: 0.01,
+            beta1: 1.0,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`beta1` is 1"), "{e}");
+        let e = ShardOptimizer::sgd(f64::NAN, 0.9).check().unwrap_err().to_string();
+        assert!(e.contains("`lr` is NaN"), "{e}");
+    }
+}
