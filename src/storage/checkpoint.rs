@@ -31,7 +31,10 @@ use crate::storage;
 
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const METADATA_FILE: &str = "metadata.json";
-const TMP_PREFIX: &str = ".tmp_checkpoint_";
+/// The folder of a checkpoint holding a sharded model's optimizer state: one file per rank and
+/// an index (see `ShardedModel::save_optimizer`).
+pub const SHARDS_DIR: &str = "zero";
+pub(crate) const TMP_PREFIX: &str = ".tmp_checkpoint_";
 
 /// What `metadata.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,6 +147,12 @@ pub struct CheckpointWriter {
     tmp: PathBuf,
     user: serde_json::Value,
     kept: bool,
+    /// Where this rank's part of a sharded checkpoint goes (see [`SHARDS_DIR`]), and whether
+    /// any went there.
+    shards: PathBuf,
+    sharded: bool,
+    /// The files the ranks write there together, which rank 0 checks for before committing.
+    shard_files: Vec<String>,
 }
 
 impl CheckpointWriter {
@@ -154,7 +163,64 @@ impl CheckpointWriter {
             fs::remove_dir_all(&tmp).at(&tmp)?;
         }
         fs::create_dir_all(&tmp).at(&tmp)?;
-        Ok(CheckpointWriter { tmp, user: serde_json::Value::Null, kept: rank == 0 })
+        let shards = tmp.join(SHARDS_DIR);
+        Ok(CheckpointWriter {
+            tmp,
+            user: serde_json::Value::Null,
+            kept: rank == 0,
+            shards,
+            sharded: false,
+            shard_files: Vec::new(),
+        })
+    }
+
+    /// Every rank's shards go into `folder`, which all the ranks of the run share (one
+    /// machine, or a shared file system), instead of this writer's own folder: rank 0 moves it
+    /// into its checkpoint when every rank has written (see [`take_shards`](Self::take_shards)).
+    pub(crate) fn share_shards(&mut self, folder: PathBuf) {
+        self.shards = folder;
+    }
+
+    /// The folder this rank writes its part of a sharded checkpoint into (made if missing),
+    /// `files` being what all the ranks write there together: the checkpoint is sharded from
+    /// then on, and its report waits for every rank's part.
+    pub(crate) fn shard_folder(&mut self, files: Vec<String>) -> Result<&Path> {
+        fs::create_dir_all(&self.shards).at(&self.shards)?;
+        self.sharded = true;
+        self.shard_files = files;
+        Ok(&self.shards)
+    }
+
+    /// Where this rank's part of a sharded checkpoint goes.
+    pub(crate) fn shards(&self) -> &Path {
+        &self.shards
+    }
+
+    /// Whether a part of a sharded checkpoint was written (see `shard_folder`).
+    pub(crate) fn is_sharded(&self) -> bool {
+        self.sharded
+    }
+
+    /// On rank 0, once every rank has written its part: makes the shared shard folder this
+    /// checkpoint's [`SHARDS_DIR`] and checks that it holds every rank's files. (Unshared, the
+    /// other ranks' parts went to the object store, not here.)
+    pub(crate) fn take_shards(&mut self) -> Result<()> {
+        let inside = self.tmp.join(SHARDS_DIR);
+        if self.shards == inside {
+            return Ok(());
+        }
+        fs::rename(&self.shards, &inside).at(&self.shards)?;
+        self.shards = inside;
+        match self.shard_files.iter().find(|file| !self.shards.join(file).is_file()) {
+            Some(missing) => Err(Error::Checkpoint {
+                path: self.shards.clone(),
+                message: format!(
+                    "{missing} is missing: every rank writes its shard into the run's folder, \
+                     which the ranks must share (one machine, or a shared file system)"
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The folder to write extra files into. On ranks whose checkpoint is not kept (see

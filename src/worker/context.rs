@@ -14,7 +14,7 @@ use crate::data::{DATA_SCHEMA_FILE, DataPlan, DatasetShard};
 use crate::error::{Error, Result};
 use crate::metrics::{IntoMetrics, to_wire};
 use crate::outcome::Checkpoint;
-use crate::storage::checkpoint::{CheckpointWriter, checkpoint_name};
+use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR, TMP_PREFIX, checkpoint_name};
 use crate::storage::remote::Remote;
 use crate::worker::DriverLink;
 
@@ -210,9 +210,17 @@ impl<'a> TrainContext<'a> {
     /// Starts a checkpoint for the next report: save the model into it, add files under its
     /// `path()`, then pass it to `report_with_checkpoint`. Only rank 0's checkpoint is kept; on
     /// other ranks the writer saves no model (see [`CheckpointWriter::is_kept`]), so every rank
-    /// can run the same code without writing N copies.
+    /// can run the same code without writing N copies. A [`ShardedModel`](super::ShardedModel)
+    /// saves each rank's shard of its optimizer state into it on every rank.
     pub fn new_checkpoint(&self) -> Result<CheckpointWriter> {
-        CheckpointWriter::create(&self.run_dir, self.rank, self.reports + 1)
+        let seq = self.reports + 1;
+        let mut writer = CheckpointWriter::create(&self.run_dir, self.rank, seq)?;
+        if !self.scratch {
+            // One folder for every rank's shard, named alike on every rank.
+            let attempt = self.link.attempt();
+            writer.share_shards(self.run_dir.join(format!("{TMP_PREFIX}zero_{attempt}_{seq}")));
+        }
+        Ok(writer)
     }
 
     /// Reports this iteration's metrics (Ray's `train.report(metrics)`) and waits until every
@@ -249,6 +257,10 @@ impl<'a> TrainContext<'a> {
     ) -> Result<()> {
         let metrics = metrics.into_metrics()?;
         let iteration = self.iteration() + 1;
+        let mut checkpoint = checkpoint;
+        if let Some(writer) = checkpoint.as_mut().filter(|w| w.is_sharded()) {
+            self.join_shards(writer, &checkpoint_name(iteration))?;
+        }
         let committed = match checkpoint {
             Some(writer) if self.rank == 0 => {
                 // The fitted preprocessor travels with the weights (prediction applies it).
@@ -299,6 +311,21 @@ impl<'a> TrainContext<'a> {
             return Err(Error::StopRequested);
         }
         Ok(())
+    }
+
+    /// Waits until every rank has written its part of a sharded checkpoint (from a scratch
+    /// folder: uploaded it into the checkpoint `name` on the store), then rank 0 takes them
+    /// into its checkpoint, which it commits only then: a rank that dies before it wrote its
+    /// part fails the barrier, and no checkpoint is recorded without every part.
+    fn join_shards(&mut self, writer: &mut CheckpointWriter, name: &str) -> Result<()> {
+        if let Some(store) = self.store.as_ref().filter(|_| self.scratch && self.rank != 0) {
+            store.join(name).join(SHARDS_DIR).put_files(writer.shards())?;
+        }
+        self.barrier()?;
+        match self.rank {
+            0 => writer.take_shards(),
+            _ => Ok(()),
+        }
     }
 
     /// The checkpoints whose background uploads are done (all of them, waiting, with `wait`),
@@ -437,7 +464,7 @@ impl DistributedModel {
     fn new(backend: Backend, vs: &VarStore) -> Result<Self> {
         let named = sorted_variables(vs);
         broadcast_from_rank_0(&backend, &named)?;
-        let params = trainable(named);
+        let params: Vec<Tensor> = trainable(named).into_iter().map(|(_, t)| t).collect();
         let buckets = buckets_of(&params, backend.device());
         Ok(DistributedModel { backend, params, buckets })
     }
@@ -477,8 +504,8 @@ pub(super) fn sorted_variables(vs: &VarStore) -> Vec<(String, Tensor)> {
 }
 
 /// The trainable ones of `named` variables, in their order.
-pub(super) fn trainable(named: Vec<(String, Tensor)>) -> Vec<Tensor> {
-    named.into_iter().map(|(_, t)| t).filter(Tensor::requires_grad).collect()
+pub(super) fn trainable(named: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    named.into_iter().filter(|(_, t)| t.requires_grad()).collect()
 }
 
 /// Copies rank 0's `named` variables (every one, trainable or not) to every rank, a bucket at

@@ -12,12 +12,14 @@
 //! `addcdiv_(v * x, y)` (the kernels compute `self + v * x * y` and `self + v * x / y`, left to
 //! right). The tests check it against libtorch's optimizers.
 
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use crate::error::{Error, Result};
 
 /// The optimizer a sharded model runs on its shard, with PyTorch's meaning of each setting.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "lowercase")]
 pub enum ShardOptimizer {
     /// SGD, with momentum when `momentum > 0` (`torch.optim.SGD`, dampening 0).
     Sgd { lr: f64, momentum: f64, weight_decay: f64, nesterov: bool },

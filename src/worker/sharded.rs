@@ -22,6 +22,9 @@
 //! CPU ranks only for now: the collectives are rtune's ring. A model on a GPU is refused (use
 //! `prepare_model`) until NCCL's reduce-scatter and all-gather are built.
 
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
@@ -32,9 +35,12 @@ use super::context::{
 use super::shard_optimizer::{ShardOptimizer, ShardState};
 use crate::collective::ReduceOp;
 use crate::error::{Error, Result};
+use crate::outcome::Checkpoint;
+use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR};
 
 /// What a sharded model splits across its ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Sharding {
     /// The optimizer state (ZeRO-1): gradients are all-reduced whole, as in plain data
     /// parallelism (PyTorch's `ZeroRedundancyOptimizer`).
@@ -51,6 +57,8 @@ pub struct ShardedModel {
     settings: ShardOptimizer,
     /// The optimizer's state for `shard` alone.
     state: ShardState,
+    /// The trainable variables' names and shapes, in the order of the flat vector.
+    layout: Vec<Parameter>,
     params: Vec<Tensor>,
     /// The number of trainable parameters; every shard is `shard_len` long (the last ones
     /// padded with zeros past `n`), rank `r`'s starting at `r * shard_len`.
@@ -86,36 +94,43 @@ impl ShardedModel {
                 format!("variable `{name}` is {:?}; a sharded model holds f32 variables", t.kind()),
             ));
         }
-        let (rank, world) = {
-            let g = group.borrow();
-            (g.rank(), g.world_size())
-        };
+        let world = group.borrow().world_size();
         // Rank 0's weights everywhere first, as `prepare_model` does.
         broadcast_from_rank_0(&Backend::Ring(group.clone()), &named)?;
-        let params = trainable(named);
+        let (layout, params): (Vec<Parameter>, Vec<Tensor>) = trainable(named)
+            .into_iter()
+            .map(|(name, t)| (Parameter { name, shape: t.size() }, t))
+            .unzip();
         let n: usize = params.iter().map(Tensor::numel).sum();
         let shard_len = n.div_ceil(world);
         let flat = Tensor::zeros([(shard_len * world) as i64], (Kind::Float, tch::Device::Cpu));
         let zeros = || Tensor::f_zeros([shard_len as i64], (Kind::Float, tch::Device::Cpu));
         let (shard, grad) = (zeros()?, zeros()?);
-        {
-            let _no_grad = tch::no_grad_guard();
-            gather_into(&flat, &params, |t| t.shallow_clone())?;
-            let mine = flat.f_narrow(0, (rank * shard_len) as i64, shard_len as i64)?;
-            shard.shallow_clone().f_copy_(&mine)?;
-        }
-        Ok(ShardedModel {
+        let model = ShardedModel {
             group,
             sharding,
             settings: optimizer,
             state: ShardState::new(&optimizer, shard_len)?,
+            layout,
             params,
             n,
             shard_len,
             flat,
             shard,
             grad,
-        })
+        };
+        model.take_parameters()?;
+        Ok(model)
+    }
+
+    /// This rank's shard of the model's parameters into `shard`.
+    fn take_parameters(&self) -> Result<()> {
+        let _no_grad = tch::no_grad_guard();
+        gather_into(&self.flat, &self.params, |t| t.shallow_clone())?;
+        let len = self.shard_len as i64;
+        let mine = self.flat.f_narrow(0, self.rank_and_world().0 as i64 * len, len)?;
+        self.shard.shallow_clone().f_copy_(&mine)?;
+        Ok(())
     }
 
     fn rank_and_world(&self) -> (usize, usize) {
@@ -189,9 +204,287 @@ impl ShardedModel {
         self.settings.moments() * self.shard_len * 4
     }
 
+    /// This rank's optimizer state: the optimizer's steps so far, and each buffer by PyTorch's
+    /// name for the parameters of [`shard_range`](Self::shard_range).
+    pub fn optimizer_state(&self) -> Result<(i64, Vec<(&'static str, Tensor)>)> {
+        let len = self.shard_range().len() as i64;
+        let names = self.settings.state_names().iter().copied();
+        let buffers = names
+            .zip(&self.state.buffers)
+            .map(|(name, buffer)| Ok((name, buffer.f_narrow(0, 0, len)?)))
+            .collect::<Result<_>>()?;
+        Ok((self.state.step, buffers))
+    }
+
     /// This rank's parameters, as indices into the flat vector of them (in name order).
     pub fn shard_range(&self) -> std::ops::Range<usize> {
         let rank = self.rank_and_world().0;
         (rank * self.shard_len).min(self.n)..((rank + 1) * self.shard_len).min(self.n)
+    }
+}
+
+/// A trainable variable as the flat vector holds it: in name order, each its numbers in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Parameter {
+    name: String,
+    shape: Vec<i64>,
+}
+
+/// `zero/index.json`: how a sharded model's optimizer state was cut, and into which files.
+#[derive(Debug, Serialize, Deserialize)]
+struct ShardIndex {
+    format: u32,
+    sharding: Sharding,
+    optimizer: ShardOptimizer,
+    /// The optimizer's steps so far (every shard's).
+    step: i64,
+    world_size: usize,
+    /// The trainable parameters, the flat vector's order.
+    parameters: Vec<Parameter>,
+    numel: usize,
+    /// Every shard's length: rank `r`'s shard is `[r * shard_len, (r + 1) * shard_len)` of the
+    /// flat vector, the last padded past `numel`.
+    shard_len: usize,
+    /// The optimizer's state per parameter, the tensors of each shard file by name.
+    state: Vec<String>,
+    /// The shard files, rank 0's first.
+    shards: Vec<String>,
+}
+
+const INDEX_FILE: &str = "index.json";
+const INDEX_FORMAT: u32 = 1;
+
+fn shard_file(rank: usize, world: usize) -> String {
+    format!("shard_{rank}_of_{world}.safetensors")
+}
+
+/// The pieces of shards `old_len` long that make up `[start, end)` of the flat vector: for
+/// each, the shard, where the piece starts in it, where in `[start, end)`, and its length.
+fn pieces(old_len: usize, start: usize, end: usize) -> Vec<(usize, usize, usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < end {
+        let (shard, offset) = (at / old_len, at % old_len);
+        let len = (old_len - offset).min(end - at);
+        out.push((shard, offset, at - start, len));
+        at += len;
+    }
+    out
+}
+
+impl ShardedModel {
+    /// Saves this rank's shard of the optimizer state into `checkpoint`, as
+    /// `zero/shard_<rank>_of_<world>.safetensors` (PyTorch's names: `exp_avg`, `exp_avg_sq`,
+    /// `momentum_buffer`), and on rank 0 `zero/index.json`, which names the shards, the world
+    /// size, the optimizer and the flattening order. Call it on every rank, as `backward_step`;
+    /// the report that takes the checkpoint commits it once every rank's shard is in.
+    ///
+    /// The parameters themselves are whole on every rank (ZeRO-1 and 2 shard the optimizer,
+    /// not the model): save them with [`CheckpointWriter::save_var_store`] as for any model,
+    /// which writes rank 0's; exports and predictors read them from there.
+    pub fn save_optimizer(&self, checkpoint: &mut CheckpointWriter) -> Result<()> {
+        let (rank, world) = self.rank_and_world();
+        let shards: Vec<String> = (0..world).map(|r| shard_file(r, world)).collect();
+        let files = shards.iter().cloned().chain([INDEX_FILE.to_owned()]).collect();
+        let folder = checkpoint.shard_folder(files)?.to_owned();
+        let names = self.settings.state_names();
+        let named: Vec<(&str, &Tensor)> = names.iter().copied().zip(&self.state.buffers).collect();
+        let path = folder.join(&shards[rank]);
+        Tensor::write_safetensors(&named, &path)?;
+        let durable = |path: &Path| {
+            std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(path, e))
+        };
+        durable(&path)?;
+        if rank == 0 {
+            let index = ShardIndex {
+                format: INDEX_FORMAT,
+                sharding: self.sharding,
+                optimizer: self.settings,
+                step: self.state.step,
+                world_size: world,
+                parameters: self.layout.clone(),
+                numel: self.n,
+                shard_len: self.shard_len,
+                state: names.iter().map(|n| n.to_string()).collect(),
+                shards,
+            };
+            let path = folder.join(INDEX_FILE);
+            let json = serde_json::to_vec_pretty(&index).expect("the index serialises");
+            std::fs::write(&path, json).map_err(|e| Error::io(&path, e))?;
+            durable(&path)?;
+        }
+        Ok(())
+    }
+
+    /// Restores this rank's shard of the optimizer state from `checkpoint` (saved by
+    /// [`save_optimizer`](Self::save_optimizer)), cut anew when it was saved at another world
+    /// size, and takes this rank's shard of the parameters from the model's variables again:
+    /// load them first (`Checkpoint::load_var_store`). Call it on every rank. The optimizer's
+    /// settings may differ from the saved ones (a new learning rate), its kind may not.
+    pub fn load_optimizer(&mut self, checkpoint: &Checkpoint) -> Result<()> {
+        let dir = checkpoint.path().join(SHARDS_DIR);
+        let bad = |message: String| Error::Checkpoint { path: dir.clone(), message };
+        let path = dir.join(INDEX_FILE);
+        let text = std::fs::read(&path).map_err(|e| {
+            bad(format!(
+                "no sharded optimizer state ({SHARDS_DIR}/{INDEX_FILE}: {e}): save it with \
+                 ShardedModel::save_optimizer"
+            ))
+        })?;
+        let index: ShardIndex =
+            serde_json::from_slice(&text).map_err(|e| bad(format!("{INDEX_FILE}: {e}")))?;
+        if index.format != INDEX_FORMAT {
+            return Err(bad(format!(
+                "{INDEX_FILE} has format {}; this rtune reads {INDEX_FORMAT}",
+                index.format
+            )));
+        }
+        if index.parameters != self.layout {
+            let (saved, here) = (&index.parameters, &self.layout);
+            let at = saved.iter().zip(here).position(|(a, b)| a != b);
+            let at = at.unwrap_or(saved.len().min(here.len()));
+            let show = |p: Option<&Parameter>| match p {
+                Some(p) => format!("`{}` of shape {:?}", p.name, p.shape),
+                None => "nothing".to_owned(),
+            };
+            return Err(bad(format!(
+                "saved for another model: where it holds {}, this model has {}",
+                show(saved.get(at)),
+                show(here.get(at))
+            )));
+        }
+        let names = self.settings.state_names();
+        if index.state != names {
+            return Err(bad(format!(
+                "holds {:?} state ({}), this model's optimizer keeps {}",
+                index.optimizer,
+                index.state.join(", "),
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )));
+        }
+        let (rank, _) = self.rank_and_world();
+        let start = (rank * self.shard_len).min(self.n);
+        let end = ((rank + 1) * self.shard_len).min(self.n);
+        let state = ShardState::new(&self.settings, self.shard_len)?;
+        let mut file = None;
+        for (shard, from, to, len) in pieces(index.shard_len, start, end) {
+            let name = index.shards.get(shard).ok_or_else(|| {
+                bad(format!(
+                    "{INDEX_FILE} names {} shards; shard {shard} is needed",
+                    index.shards.len()
+                ))
+            })?;
+            if file.as_ref().is_none_or(|(n, _)| n != name) {
+                let path = dir.join(name);
+                let tensors =
+                    Tensor::read_safetensors(&path).map_err(|e| bad(format!("{name}: {e}")))?;
+                file = Some((name.clone(), tensors));
+            }
+            let (_, tensors) = file.as_ref().expect("read above");
+            for (buffer, wanted) in state.buffers.iter().zip(names) {
+                let saved = tensors
+                    .iter()
+                    .find(|(n, t)| n == wanted && t.numel() == index.shard_len)
+                    .ok_or_else(|| {
+                        bad(format!("{name} holds no `{wanted}` of {} numbers", index.shard_len))
+                    })?;
+                buffer.f_narrow(0, to as i64, len as i64)?.f_copy_(&saved.1.f_narrow(
+                    0,
+                    from as i64,
+                    len as i64,
+                )?)?;
+            }
+        }
+        self.state = ShardState { step: index.step, buffers: state.buffers };
+        self.take_parameters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::{GroupOptions, RingGroup};
+    use crate::metrics::Metrics;
+    use std::{cell::RefCell, rc::Rc};
+
+    /// A one-rank model of a 10 -> `hidden` -> 3 MLP with `optimizer`, and its variables.
+    fn one_rank(hidden: i64, optimizer: ShardOptimizer) -> (ShardedModel, VarStore) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peers = [listener.local_addr().unwrap()];
+        let ring = RingGroup::connect(0, 1, listener, &peers, GroupOptions::new(1)).unwrap();
+        let group: SharedGroup = Rc::new(RefCell::new(Box::new(ring)));
+        let vs = VarStore::new(tch::Device::Cpu);
+        let _a = tch::nn::linear(vs.root() / "a", 10, hidden, Default::default());
+        let _b = tch::nn::linear(vs.root() / "b", hidden, 3, Default::default());
+        let model = ShardedModel::new(group, &vs, Sharding::Zero1, optimizer).unwrap();
+        (model, vs)
+    }
+
+    /// A saved optimizer state loads back whole into the same model, and is refused, with what
+    /// differs, by a model of other shapes or an optimizer of another kind, as is a checkpoint
+    /// saved without it.
+    #[test]
+    fn the_saved_optimizer_state_loads_into_its_own_model_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut model, _vs) = one_rank(7, ShardOptimizer::adam(0.01));
+        for _ in 0..3 {
+            let grad = Tensor::randn([model.shard_len as i64], (Kind::Float, tch::Device::Cpu));
+            model.settings.step(&mut model.state, &model.shard, &grad).unwrap();
+        }
+        let mut writer = CheckpointWriter::create(dir.path(), 0, 1).unwrap();
+        model.save_optimizer(&mut writer).unwrap();
+        let saved = writer.commit(dir.path(), "checkpoint_000001", 1, 0, &Metrics::new()).unwrap();
+        let bare = CheckpointWriter::create(dir.path(), 0, 2)
+            .unwrap()
+            .commit(dir.path(), "checkpoint_000002", 2, 0, &Metrics::new())
+            .unwrap();
+
+        let (mut same, _vs) = one_rank(7, ShardOptimizer::adam(0.1));
+        same.load_optimizer(&saved).unwrap();
+        assert_eq!(same.state.step, 3);
+        for (a, b) in same.state.buffers.iter().zip(&model.state.buffers) {
+            assert!(a.equal(b) && a.abs().sum(Kind::Float).double_value(&[]) > 0.0);
+        }
+        let refusal = |hidden, optimizer, ck: &Checkpoint| {
+            one_rank(hidden, optimizer).0.load_optimizer(ck).unwrap_err().to_string()
+        };
+        let e = refusal(8, ShardOptimizer::adam(0.01), &saved);
+        assert!(
+            e.contains(
+                "where it holds `a.bias` of shape [7], this model has `a.bias` of shape [8]"
+            ),
+            "{e}"
+        );
+        let e = refusal(7, ShardOptimizer::sgd(0.1, 0.9), &saved);
+        assert!(
+            e.contains("(exp_avg, exp_avg_sq), this model's optimizer keeps momentum_buffer"),
+            "{e}"
+        );
+        let e = refusal(7, ShardOptimizer::adam(0.01), &bare);
+        assert!(e.contains("no sharded optimizer state"), "{e}");
+    }
+
+    /// Every new shard of every world size from 1 to 5, made of the pieces of the old shards
+    /// of every other: each of its numbers taken once, from where it was.
+    #[test]
+    fn pieces_of_old_shards_make_every_new_shard() {
+        for n in 1..40_usize {
+            for (old_world, new_world) in
+                (1..6_usize).flat_map(|a| (1..6_usize).map(move |b| (a, b)))
+            {
+                let (old_len, new_len) = (n.div_ceil(old_world), n.div_ceil(new_world));
+                for rank in 0..new_world {
+                    let (start, end) = ((rank * new_len).min(n), ((rank + 1) * new_len).min(n));
+                    let mut got = vec![None; end - start];
+                    for (shard, from, to, len) in pieces(old_len, start, end) {
+                        assert!(shard < old_world && from + len <= old_len);
+                        for i in 0..len {
+                            assert_eq!(got[to + i].replace(shard * old_len + from + i), None);
+                        }
+                    }
+                    assert_eq!(got, (start..end).map(Some).collect::<Vec<_>>(), "n {n}");
+                }
+            }
+        }
     }
 }

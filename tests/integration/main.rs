@@ -100,6 +100,10 @@ fn main() {
             trainer::sharded_training_equals_data_parallel_training,
         ),
         test(
+            "trainer::sharded_checkpoints_resume_and_reshard",
+            trainer::sharded_checkpoints_resume_and_reshard,
+        ),
+        test(
             "trainer::sigkilled_worker_resumes_from_checkpoint",
             trainer::sigkilled_worker_resumes_from_checkpoint,
         ),

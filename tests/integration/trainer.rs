@@ -153,14 +153,9 @@ pub fn two_half_batches_equal_one_full_batch() -> Result<()> {
 
 // ---------------------------------------------------------------- sharded data parallel
 
-/// 200 full-batch steps of a small MLP (101 parameters: no world size divides them) on each
-/// rank's own fixed data, as plain data parallelism with tch's optimizer (`way` = "ddp") or
-/// sharded (`zero1`, `zero2`) with rtune's; the optimizer is `opt` (adam, adamw, sgd). Each
-/// rank writes its losses, final weights and optimizer-state bytes to `<run>/<way>_<rank>.json`.
-fn train_sharded_or_not(ctx: &mut TrainContext) -> Result<()> {
-    use rtune::train::{ShardOptimizer, Sharding};
-    let (way, opt) = (ctx.params().get::<String>("way")?, ctx.params().get::<String>("opt")?);
-    let rank = ctx.world_rank();
+/// A small MLP (101 parameters: no world size of these tests divides them), the same on every
+/// rank, and `rank`'s own fixed batch of 32 rows.
+fn small_mlp_and_data(rank: usize) -> (nn::VarStore, impl Module, Tensor, Tensor) {
     tch::manual_seed(7);
     let vs = nn::VarStore::new(Device::Cpu);
     let net = nn::seq()
@@ -170,6 +165,18 @@ fn train_sharded_or_not(ctx: &mut TrainContext) -> Result<()> {
     tch::manual_seed(100 + rank as i64);
     let x = Tensor::randn([32, 10], (Kind::Float, Device::Cpu));
     let y = Tensor::randint(3, [32], (Kind::Int64, Device::Cpu));
+    (vs, net, x, y)
+}
+
+/// 200 full-batch steps of a small MLP (101 parameters: no world size divides them) on each
+/// rank's own fixed data, as plain data parallelism with tch's optimizer (`way` = "ddp") or
+/// sharded (`zero1`, `zero2`) with rtune's; the optimizer is `opt` (adam, adamw, sgd). Each
+/// rank writes its losses, final weights and optimizer-state bytes to `<run>/<way>_<rank>.json`.
+fn train_sharded_or_not(ctx: &mut TrainContext) -> Result<()> {
+    use rtune::train::{ShardOptimizer, Sharding};
+    let (way, opt) = (ctx.params().get::<String>("way")?, ctx.params().get::<String>("opt")?);
+    let rank = ctx.world_rank();
+    let (vs, net, x, y) = small_mlp_and_data(rank);
     let mut losses = Vec::new();
     let state_bytes = if way == "ddp" {
         let ddp = ctx.prepare_model(&vs)?;
@@ -291,6 +298,151 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
                 .map(|(a, b)| (a - b).abs() / a.abs())
                 .fold(0.0, f64::max);
             ensure!(worst < 1e-5, "{workers} ranks, {opt}, {way}: losses {worst:e} apart");
+        }
+    }
+    Ok(())
+}
+
+/// ZeRO-2 with Adam on `small_mlp_and_data`, 10 steps per report and a checkpoint at each
+/// (the model, and every rank's shard of the optimizer state), going on from the checkpoint it
+/// is given: weights and optimizer state. A resumed rank first writes the optimizer state it
+/// restored to `<run>/restored_<rank>.json`; at the end each rank its weights to
+/// `<run>/weights_<rank>.json`. With `kill_at` = k, rank 1 SIGKILLs itself once (a marker file
+/// remembers) after writing its shard of report k and before the report commits it.
+fn train_sharded_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
+    use rtune::train::{ShardOptimizer, Sharding};
+    let (reports, kill_at) =
+        (ctx.params().get::<u64>("reports")?, ctx.params().get::<u64>("kill_at")?);
+    let rank = ctx.world_rank();
+    let (mut vs, net, x, y) = small_mlp_and_data(rank);
+    if let Some(ck) = ctx.checkpoint() {
+        ck.load_var_store(&mut vs)?;
+    }
+    let mut model = ctx.prepare_model_sharded(&vs, Sharding::Zero2, ShardOptimizer::adam(0.01))?;
+    if let Some(ck) = ctx.checkpoint().cloned() {
+        model.load_optimizer(&ck)?;
+        let (step, state) = model.optimizer_state()?;
+        let state: BTreeMap<&str, Vec<f32>> = state
+            .iter()
+            .map(|(name, t)| Ok((*name, Vec::<f32>::try_from(t)?)))
+            .collect::<Result<_>>()?;
+        let range = model.shard_range();
+        let out = serde_json::json!({"step": step, "start": range.start, "state": state});
+        std::fs::write(ctx.run_dir().join(format!("restored_{rank}.json")), out.to_string())?;
+    }
+    for i in ctx.iteration() + 1..=reports {
+        let mut loss = 0.0;
+        for _ in 0..10 {
+            let l = net.forward(&x).cross_entropy_for_logits(&y);
+            loss = l.double_value(&[]);
+            model.backward_step(&l)?;
+        }
+        let mut ck = ctx.new_checkpoint()?;
+        ck.save_var_store(&vs)?;
+        model.save_optimizer(&mut ck)?;
+        let marker = ctx.run_dir().join("killed_once");
+        if rank == 1 && i == kill_at && !marker.exists() {
+            std::fs::write(&marker, b"")?;
+            // SAFETY: kill(2) on our own pid.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        ctx.report_with_checkpoint([("loss", loss)], ck)?;
+    }
+    let weights: Vec<f32> = vs
+        .variables()
+        .into_iter()
+        .collect::<BTreeMap<_, _>>()
+        .values()
+        .flat_map(|t| Vec::<f32>::try_from(t.reshape([-1])).unwrap_or_default())
+        .collect();
+    std::fs::write(
+        ctx.run_dir().join(format!("weights_{rank}.json")),
+        serde_json::to_string(&weights)?,
+    )?;
+    Ok(())
+}
+
+/// Sharded checkpoints: a rank killed between writing its shard and the commit leaves no
+/// recorded checkpoint of that report, and the run resumed from the last one (every rank's
+/// optimizer shard restored) ends with the very weights of a run never killed; resumed with 3
+/// ranks instead of 2, each rank's optimizer state is its part of the saved one, cut anew.
+pub fn sharded_checkpoints_resume_and_reshard() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let run = |workers: usize, kill_at: u64, reports: u64, from: Option<rtune::Checkpoint>| {
+        let mut trainer = TorchTrainer::new(train_sharded_with_checkpoints)
+            .train_loop_config(Params::new().with("reports", reports).with("kill_at", kill_at))
+            .scaling(
+                ScalingConfig::workers(workers)
+                    .resources_per_worker(BTreeMap::from([("CPU".to_owned(), 0.5)])),
+            )
+            .run_config(run_config(dir.path()).failure_config(FailureConfig::max_failures(1)));
+        if let Some(ck) = from {
+            trainer = trainer.resume_from_checkpoint(ck);
+        }
+        trainer.fit()
+    };
+    let weights = |result: &TrainResult| -> Result<Vec<f32>> {
+        Ok(serde_json::from_slice(&std::fs::read(result.path.join("weights_0.json"))?)?)
+    };
+    let whole = run(2, 0, 6, None)?;
+    let killed = run(2, 4, 6, None)?;
+    ensure!(whole.failures.is_empty(), "{:?}", whole.failures);
+    // Rank 1's death, as itself or as rank 0 losing it in the barrier before the commit.
+    let failure = killed.failures.first().context("a failure")?;
+    ensure!(
+        killed.failures.len() == 1
+            && (failure.rank == 1 || failure.message.contains("lost rank 1 during barrier")),
+        "{:?}",
+        killed.failures
+    );
+    // Attempt 0 wrote every shard of report 4 but rank 1 died before the commit: the report's
+    // checkpoint is attempt 1's, and nothing half-written is left.
+    let fourth = rtune::Checkpoint::from_directory(killed.path.join("checkpoint_000004"))?;
+    ensure!(fourth.metadata()?.attempt == 1, "checkpoint 4 recorded from the killed attempt");
+    let names: Vec<String> = std::fs::read_dir(&killed.path)?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_>>()?;
+    ensure!(!names.iter().any(|n| n.starts_with(".tmp")), "left behind: {names:?}");
+    let mut shards: Vec<String> = std::fs::read_dir(fourth.path().join("zero"))?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_>>()?;
+    shards.sort();
+    ensure!(
+        shards == ["index.json", "shard_0_of_2.safetensors", "shard_1_of_2.safetensors"],
+        "{shards:?}"
+    );
+    // Resumed after report 3 with Adam's moments restored: the same bits as never killed
+    // (restarting the moments from zero would not be).
+    let (a, b) = (weights(&whole)?, weights(&killed)?);
+    ensure!(a.len() == 101 && a == b, "the resumed run ends with other weights");
+
+    // Report 3 of the 2-rank run, resumed with 3 ranks: 34 parameters each where the saved
+    // shards hold 51 (rank 1's part spans both files).
+    let third = rtune::Checkpoint::from_directory(whole.path.join("checkpoint_000003"))?;
+    let mut saved: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    for file in ["shard_0_of_2.safetensors", "shard_1_of_2.safetensors"] {
+        for (name, t) in Tensor::read_safetensors(third.path().join("zero").join(file))? {
+            saved.entry(name).or_default().extend(Vec::<f32>::try_from(&t)?);
+        }
+    }
+    ensure!(saved.keys().collect::<Vec<_>>() == ["exp_avg", "exp_avg_sq"], "{saved:?}");
+    let resumed = run(3, 0, 4, Some(third))?;
+    ensure!(resumed.error.is_none(), "{:?}", resumed.error);
+    for rank in 0..3 {
+        let path = resumed.path.join(format!("restored_{rank}.json"));
+        let got: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+        ensure!(got["step"] == 30, "rank {rank} restored step {}", got["step"]);
+        let start = got["start"].as_u64().context("start")? as usize;
+        ensure!(start == rank * 34, "rank {rank} starts at {start}");
+        for (name, all) in &saved {
+            let mine: Vec<f32> = serde_json::from_value(got["state"][name].clone())?;
+            let len = mine.len();
+            ensure!(len == 34.min(101 - start), "rank {rank}: {len} numbers of {name}");
+            ensure!(
+                mine == all[start..start + len],
+                "rank {rank}: {name} is not its part of the saved one"
+            );
+            ensure!(mine.iter().any(|v| *v != 0.0), "rank {rank}: {name} restored as zeros");
         }
     }
     Ok(())
