@@ -3,7 +3,8 @@
 //! driver's temporary root and the build's target folder hidden under empty tmpfs mounts), a
 //! driver with its storage path on a real S3-compatible server (moto's). The workers run the
 //! driver's binary fetched from the head by hash, read their dataset from the store, upload
-//! their checkpoints, and the retry after a worker's crash resumes from the store.
+//! their checkpoints (each rank its shard of a sharded model's optimizer state), and the retry
+//! after a worker's crash resumes from the store.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -63,7 +64,24 @@ fn train_sharing_nothing(ctx: &mut TrainContext) -> Result<()> {
         Some(ck) => std::fs::read_to_string(ck.path().join("state.txt"))?.trim().parse()?,
         None => 0.0,
     };
+    // A sharded model (ZeRO-1, Adam, one step per iteration) whose optimizer shards go up with
+    // each checkpoint, each from its rank's node: the retry restores both (their steps summed).
+    let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    let linear = tch::nn::linear(vs.root() / "l", 3, 2, Default::default());
+    if let Some(ck) = ctx.checkpoint() {
+        ck.load_var_store(&mut vs)?;
+    }
+    let (zero1, adam) = (rtune::train::Sharding::Zero1, rtune::train::ShardOptimizer::adam(0.1));
+    let mut model = ctx.prepare_model_sharded(&vs, zero1, adam)?;
+    let mut restored_steps = [0.0];
+    if let Some(ck) = ctx.checkpoint().cloned() {
+        model.load_optimizer(&ck)?;
+        restored_steps[0] = model.optimizer_state()?.0 as f32;
+    }
+    ctx.all_reduce(&mut restored_steps, rtune::collective::ReduceOp::Sum)?;
     for i in ctx.iteration() + 1..=ITERATIONS {
+        let input = tch::Tensor::ones([1, 3], (tch::Kind::Float, tch::Device::Cpu));
+        model.backward_step(&tch::nn::Module::forward(&linear, &input).sum(tch::Kind::Float))?;
         if i == 3 && ctx.world_rank() == 1 && ctx.checkpoint().is_none() {
             std::process::exit(3);
         }
@@ -72,14 +90,17 @@ fn train_sharing_nothing(ctx: &mut TrainContext) -> Result<()> {
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with("checkpoint_"))
             .count();
-        let ck = ctx.new_checkpoint()?;
+        let mut ck = ctx.new_checkpoint()?;
         if ctx.world_rank() == 0 {
             std::fs::write(ck.path().join("state.txt"), i.to_string())?;
         }
+        ck.save_var_store(&vs)?;
+        model.save_optimizer(&mut ck)?;
         let metrics = [
             ("value", i as f64),
             ("x_sum", f64::from(sum[0])),
             ("restored_from", restored_from),
+            ("restored_steps", f64::from(restored_steps[0])),
             ("kept_here", kept_here as f64),
         ];
         ctx.report_with_checkpoint(metrics, ck)?;
@@ -118,13 +139,14 @@ pub fn run_driver_if_asked() {
                 result.metrics_history.iter().filter_map(|m| m.get("kept_here")).copied();
             println!(
                 "ended {} after {} failure(s): {} reports, at most {} checkpoint(s) in a scratch \
-                 folder, x_sum {}, restored_from {}",
+                 folder, x_sum {}, restored_from {}, restored optimizer steps {}",
                 result.path.display(),
                 result.failures.len(),
                 result.metrics_history.len(),
                 kept_here.fold(0.0, f64::max),
                 last.get("x_sum").copied().unwrap_or(-1.0),
-                last.get("restored_from").copied().unwrap_or(-1.0)
+                last.get("restored_from").copied().unwrap_or(-1.0),
+                last.get("restored_steps").copied().unwrap_or(-1.0)
             );
             std::process::exit(0)
         }
@@ -207,9 +229,9 @@ pub fn a_cluster_that_shares_only_the_store() -> Result<()> {
         said.contains(&format!(
             "after 1 failure(s): {ITERATIONS} reports, at most 0 checkpoint(s) in a scratch \
              folder, x_sum "
-        )) && said.trim_end().ends_with(", restored_from 2"),
+        )) && said.trim_end().ends_with(", restored_from 2, restored optimizer steps 4"),
         "no checkpoint stayed in a scratch folder once up, and the retry resumed from \
-         iteration 2's checkpoint: {}",
+         iteration 2's checkpoint, both ranks' optimizer shards (2 steps each): {}",
         text(&out)
     );
     // Each rank read its own rows from the store, together all of them.
