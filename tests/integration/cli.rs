@@ -12,7 +12,7 @@ use rtune::builtins::synthetic_score;
 use rtune::search::TrialStatus;
 use rtune::{ResultGrid, Tuner};
 
-use crate::common::{text, wait_for};
+use crate::common::{python, text, wait_for};
 
 pub(crate) const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
 
@@ -1023,25 +1023,6 @@ fn pytorch_predictions(export: &Path, csv: &Path) -> Result<Vec<i64>> {
         print(json.dumps(out.argmax(dim=1).tolist()))";
     let out = python(script, &[export, csv])?;
     Ok(serde_json::from_slice(&out)?)
-}
-
-/// Runs a Python script with the `.venv`'s interpreter (torch and safetensors in it).
-fn python(script: &str, args: &[&Path]) -> Result<Vec<u8>> {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    let out =
-        Command::new(&python).arg("-c").arg(script).args(args).output().with_context(|| {
-            format!(
-                "{} (make test installs Python, torch and safetensors into .venv)",
-                python.display()
-            )
-        })?;
-    ensure!(
-        out.status.success(),
-        "the Python script failed (make test installs torch, safetensors and optuna into \
-         .venv): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(out.stdout)
 }
 
 /// The shipped multi-objective sweep (validation loss against model size, NSGA-II), with an

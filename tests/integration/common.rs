@@ -48,3 +48,27 @@ pub fn text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Runs a Python script with the `.venv`'s interpreter (torch and safetensors in it).
+pub fn python(script: &str, args: &[&std::path::Path]) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context;
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .with_context(|| {
+            format!(
+                "{} (make test installs Python, torch and safetensors into .venv)",
+                python.display()
+            )
+        })?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the Python script failed (make test installs torch, safetensors and optuna into \
+         .venv): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stdout)
+}

@@ -99,6 +99,7 @@ fn main() {
             "trainer::sharded_training_equals_data_parallel_training",
             trainer::sharded_training_equals_data_parallel_training,
         ),
+        test("trainer::sharded_training_equals_pytorch", trainer::sharded_training_equals_pytorch),
         test(
             "trainer::sharded_checkpoints_resume_and_reshard",
             trainer::sharded_checkpoints_resume_and_reshard,

@@ -177,6 +177,12 @@ fn train_sharded_or_not(ctx: &mut TrainContext) -> Result<()> {
     let (way, opt) = (ctx.params().get::<String>("way")?, ctx.params().get::<String>("opt")?);
     let rank = ctx.world_rank();
     let (vs, net, x, y) = small_mlp_and_data(rank);
+    // What PyTorch's run of the same training starts from (`sharded_training_equals_pytorch`).
+    let data = ctx.run_dir().join(format!("data_{rank}.safetensors"));
+    Tensor::write_safetensors(&[("x", &x), ("y", &y)], data)?;
+    if rank == 0 {
+        vs.save(ctx.run_dir().join("init.safetensors"))?;
+    }
     let mut losses = Vec::new();
     let state_bytes = if way == "ddp" {
         let ddp = ctx.prepare_model(&vs)?;
@@ -298,6 +304,95 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
                 .map(|(a, b)| (a - b).abs() / a.abs())
                 .fold(0.0, f64::max);
             ensure!(worst < 1e-5, "{workers} ranks, {opt}, {way}: losses {worst:e} apart");
+        }
+    }
+    Ok(())
+}
+
+/// PyTorch's ZeRO on the inputs of `train_sharded_or_not`'s run in `run`: two gloo ranks,
+/// `DistributedDataParallel` and `ZeroRedundancyOptimizer` over `torch.optim.Adam` or `AdamW`
+/// (`argv[2]`), 200 steps; prints rank 0's losses and final weights (in name order) as JSON.
+const PYTORCH_ZERO: &str = r#"
+import json, socket, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+from safetensors.torch import load_file
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel
+
+def rank_main(rank, run, opt, port, out):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    init, data = load_file(f"{run}/init.safetensors"), load_file(f"{run}/data_{rank}.safetensors")
+    net = torch.nn.Sequential(torch.nn.Linear(10, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    named = {"a.weight": net[0].weight, "a.bias": net[0].bias, "b.weight": net[2].weight, "b.bias": net[2].bias}
+    with torch.no_grad():
+        for name, p in named.items():
+            p.copy_(init[name])
+    model = DistributedDataParallel(net)
+    optimizer = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[opt]
+    zero = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer, lr=0.01)
+    losses = []
+    for _ in range(200):
+        zero.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(data["x"]), data["y"])
+        losses.append(loss.item())
+        loss.backward()
+        zero.step()
+    if rank == 0:
+        weights = [v for name in sorted(named) for v in named[name].detach().reshape(-1).tolist()]
+        with open(out, "w") as f:
+            json.dump({"losses": losses, "weights": weights}, f)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    run, opt = sys.argv[1], sys.argv[2]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = f"{run}/pytorch_{opt}.json"
+    mp.start_processes(rank_main, args=(run, opt, port, out), nprocs=2, start_method="fork")
+    print(open(out).read())
+"#;
+
+/// rtune's ZeRO-1 and ZeRO-2 against PyTorch's `ZeroRedundancyOptimizer` (gloo, with
+/// `DistributedDataParallel`) on the same initial weights and data, 2 ranks, Adam and AdamW:
+/// the losses at every step and the final weights within 1e-5 (PyTorch's Python Adam is not
+/// libtorch's C++ one op for op, so the last bits may differ).
+pub fn sharded_training_equals_pytorch() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    for opt in ["adam", "adamw"] {
+        let ours = |way: &str| -> Result<(TrainResult, serde_json::Value)> {
+            let result = TorchTrainer::new(train_sharded_or_not)
+                .train_loop_config(Params::new().with("way", way).with("opt", opt))
+                .scaling(ScalingConfig::workers(2))
+                .run_config(run_config(dir.path()).clone())
+                .fit()?;
+            let path = result.path.join(format!("{way}_0.json"));
+            let run = serde_json::from_slice(&std::fs::read(&path)?)?;
+            Ok((result, run))
+        };
+        let (zero1, run1) = ours("zero1")?;
+        let (_, run2) = ours("zero2")?;
+        let out = crate::common::python(PYTORCH_ZERO, &[&zero1.path, Path::new(opt)])?;
+        let theirs: serde_json::Value = serde_json::from_slice(&out)?;
+        let numbers = |v: &serde_json::Value| -> Vec<f64> {
+            v.as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default()
+        };
+        let (losses, weights) = (numbers(&theirs["losses"]), numbers(&theirs["weights"]));
+        ensure!(losses.len() == 200 && weights.len() == 101, "PyTorch said {theirs}");
+        for (way, run) in [("zero1", &run1), ("zero2", &run2)] {
+            let (our_losses, our_weights) = (numbers(&run["losses"]), numbers(&run["weights"]));
+            let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let gap: Vec<f64> = weights.iter().zip(&our_weights).map(|(a, b)| a - b).collect();
+            let relative = norm(&gap) / norm(&weights);
+            ensure!(relative < 1e-5, "{way} {opt}: weights {relative:e} from PyTorch's");
+            let worst = losses
+                .iter()
+                .zip(&our_losses)
+                .map(|(a, b)| (a - b).abs() / a.abs())
+                .fold(0.0, f64::max);
+            ensure!(worst < 1e-5, "{way} {opt}: losses {worst:e} from PyTorch's");
+            println!("{way} {opt}: weights {relative:.1e} and losses {worst:.1e} from PyTorch's");
         }
     }
     Ok(())
