@@ -7,7 +7,9 @@
 //!   `hidden` (256), `batch_size` (32, global), `epochs` (20). Reports `loss` (training),
 //!   `val_loss` and `val_acc` (over the whole validation set, summed across ranks) and
 //!   `params` (the model's number of weights: a size to trade accuracy against) with a
-//!   checkpoint every epoch.
+//!   checkpoint every epoch. It follows `ScalingConfig::sharding` (sweep files:
+//!   `[scaling] sharding = "zero2"`): Adam's state split across the ranks, and saved with
+//!   every checkpoint, so a resumed trial goes on with its optimizer's moments.
 //! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
 //!   `seed` (0), `sleep_s` (0), `fail_at` (0: never). Reports `score` (rising to `plateau`)
@@ -29,7 +31,7 @@ use crate::data::{
     StandardScaler,
 };
 use crate::train::{TorchPredictor, TorchTrainer};
-use crate::worker::TrainContext;
+use crate::worker::{DistributedModel, ShardOptimizer, ShardedModel, TrainContext};
 
 /// Fixes the train/validation/test split of the digits.
 pub const DIGITS_SPLIT_SEED: u64 = 0;
@@ -76,9 +78,18 @@ fn share_right(predicted: &tch::Tensor, labels: &tch::Tensor) -> f64 {
     predicted.eq_tensor(labels).to_kind(Kind::Float).mean(Kind::Float).double_value(&[])
 }
 
+/// How `digits-mlp` averages its gradients and steps: plain data parallelism with libtorch's
+/// Adam, or sharded (`ScalingConfig::sharding`) with rtune's.
+enum Parallel {
+    Whole(DistributedModel, nn::Optimizer),
+    Sharded(ShardedModel),
+}
+
 /// `digits-mlp`: each rank trains on batches of its shard (`batch_size / world` rows each);
 /// gradients are averaged across ranks; the validation loss and accuracy are summed over every
-/// rank's part of the validation set; rank 0's checkpoint is reported every epoch.
+/// rank's part of the validation set; rank 0's checkpoint is reported every epoch. With a
+/// sharding (`ScalingConfig::sharding`), Adam's state is split across the ranks (ZeRO) and
+/// every checkpoint holds each rank's shard of it, which a resumed run restores.
 pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     let p = ctx.params();
     let (lr, hidden, epochs, batch) = (
@@ -98,9 +109,17 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     if let Some(checkpoint) = ctx.checkpoint() {
         checkpoint.load_var_store(&mut vs)?;
     }
-    let ddp = ctx.prepare_model(&vs)?;
+    let mut model = match ctx.sharding() {
+        None => Parallel::Whole(ctx.prepare_model(&vs)?, nn::Adam::default().build(&vs, lr)?),
+        Some(sharding) => {
+            let mut model = ctx.prepare_model_sharded(&vs, sharding, ShardOptimizer::adam(lr))?;
+            if let Some(checkpoint) = ctx.checkpoint().filter(|c| c.holds_optimizer_shards()) {
+                model.load_optimizer(checkpoint)?;
+            }
+            Parallel::Sharded(model)
+        }
+    };
     let weights: i64 = vs.trainable_variables().iter().map(Tensor::numel).map(|n| n as i64).sum();
-    let mut opt = nn::Adam::default().build(&vs, lr)?;
     // Each rank's batches are its share of a global batch; a shard smaller than that is one
     // batch. Padding (the default) gives every rank the same number of steps.
     let per_rank = (batch / ctx.world_size()).max(1);
@@ -111,7 +130,10 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
         let (mut loss_sum, mut steps) = (0.0, 0);
         for (x, y) in train.iter_batches(&spec)? {
             let loss = net.forward(&x).cross_entropy_for_logits(&y);
-            ddp.backward_step(&mut opt, &loss)?;
+            match &mut model {
+                Parallel::Whole(ddp, opt) => ddp.backward_step(opt, &loss)?,
+                Parallel::Sharded(sharded) => sharded.backward_step(&loss)?,
+            }
             loss_sum += loss.double_value(&[]);
             steps += 1;
         }
@@ -131,6 +153,9 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
         let (val_loss, val_acc) = (totals[0] / totals[2], totals[1] / totals[2]);
         let mut checkpoint = ctx.new_checkpoint()?;
         checkpoint.save_var_store(&vs)?;
+        if let Parallel::Sharded(sharded) = &model {
+            sharded.save_optimizer(&mut checkpoint)?;
+        }
         let metrics = [
             ("loss", loss_sum / steps.max(1) as f64),
             ("val_loss", f64::from(val_loss)),

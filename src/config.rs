@@ -32,6 +32,34 @@ pub enum PlacementStrategy {
     StrictSpread,
 }
 
+/// What a sharded model splits across its ranks (DeepSpeed's ZeRO stages 1 and 2): the argument
+/// of `TrainContext::prepare_model_sharded`, and a run's choice in
+/// [`ScalingConfig::sharding`], which its train function reads (`TrainContext::sharding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sharding {
+    /// The optimizer state (ZeRO-1): gradients are all-reduced whole, as in plain data
+    /// parallelism (PyTorch's `ZeroRedundancyOptimizer`).
+    Zero1,
+    /// The optimizer state and the averaged gradients (ZeRO-2): gradients are reduce-scattered.
+    Zero2,
+}
+
+impl Sharding {
+    /// Its name in sweep files and on the wire: `zero1`, `zero2`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sharding::Zero1 => "zero1",
+            Sharding::Zero2 => "zero2",
+        }
+    }
+
+    /// The sharding of that name; `None` for any other (the empty name: no sharding).
+    pub fn from_name(name: &str) -> Option<Sharding> {
+        [Sharding::Zero1, Sharding::Zero2].into_iter().find(|s| s.name() == name)
+    }
+}
+
 /// How many workers a run has and what each one holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScalingConfig {
@@ -41,6 +69,11 @@ pub struct ScalingConfig {
     /// The CPU count is also each worker's number of libtorch intra-op threads.
     pub resources_per_worker: BTreeMap<String, f64>,
     pub placement_strategy: PlacementStrategy,
+    /// The run's data parallelism shards the optimizer state (and with ZeRO-2 the gradients)
+    /// across the workers: `None` (the default) keeps it whole on each. The train function
+    /// reads it (`TrainContext::sharding`); `digits-mlp` follows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<Sharding>,
 }
 
 impl Default for ScalingConfig {
@@ -56,7 +89,14 @@ impl ScalingConfig {
             use_gpu: false,
             resources_per_worker: BTreeMap::new(),
             placement_strategy: PlacementStrategy::Pack,
+            sharding: None,
         }
+    }
+
+    /// Shards the optimizer state (ZeRO-1) or it and the gradients (ZeRO-2) across the workers.
+    pub fn sharding(mut self, sharding: Sharding) -> Self {
+        self.sharding = Some(sharding);
+        self
     }
 
     pub fn use_gpu(mut self, on: bool) -> Self {
@@ -114,6 +154,13 @@ impl ScalingConfig {
             return Err(Error::config(
                 "ScalingConfig.resources_per_worker",
                 format!("GPU = {gpus}; use a fraction below 1 to share a device, or whole GPUs"),
+            ));
+        }
+        if self.sharding.is_some() && self.use_gpu {
+            return Err(Error::config(
+                "ScalingConfig.sharding",
+                "is for CPU workers for now (its reduce-scatter and all-gather are the CPU \
+                 ring's; NCCL's are not built yet): drop use_gpu, or the sharding",
             ));
         }
         if gpus > 0.0 && !self.use_gpu {

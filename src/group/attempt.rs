@@ -312,6 +312,7 @@ impl Attempt<'_> {
                 gpus_shared: !shared.is_empty(),
                 store_url: self.spec.store_url.clone().unwrap_or_default(),
                 upload_async: self.spec.upload_async,
+                sharding: self.spec.sharding.map(|s| s.name().to_owned()).unwrap_or_default(),
             }));
         }
     }
@@ -538,6 +539,7 @@ mod tests {
             resume_url: None,
             store_settings: Default::default(),
             upload_async: false,
+            sharding: None,
         }
     }
 

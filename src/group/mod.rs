@@ -177,6 +177,8 @@ pub(crate) struct AttemptSpec {
     pub store_url: Option<String>,
     /// Those uploads run in the background (`CheckpointUpload::Async`).
     pub upload_async: bool,
+    /// `ScalingConfig::sharding`, for the train function to read.
+    pub sharding: Option<crate::config::Sharding>,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).

@@ -78,6 +78,11 @@ impl Checkpoint {
         Ok(self.metadata()?.training_iteration)
     }
 
+    /// Whether it holds a sharded model's optimizer state (`ShardedModel::save_optimizer`).
+    pub fn holds_optimizer_shards(&self) -> bool {
+        self.path.join(SHARDS_DIR).is_dir()
+    }
+
     /// Loads the saved model into `vs` (whose variables must have the same names and shapes).
     pub fn load_var_store(&self, vs: &mut VarStore) -> Result<()> {
         let path = self.path.join(MODEL_FILE);

@@ -488,6 +488,7 @@ impl TorchTrainer {
                 store_url: self.store_url.clone(),
                 upload_async: self.run.checkpoint_config.upload
                     == crate::config::CheckpointUpload::Async,
+                sharding: self.scaling.sharding,
             };
             run.begin_attempt(attempt, start_iteration)?;
             steering.started();

@@ -39,6 +39,10 @@ pub(super) struct Settings {
     /// The searcher's and the scheduler's kinds (`basic_variant`, `asha`, …).
     pub(super) search_alg: String,
     pub(super) scheduler: String,
+    /// Each trial's workers and what they hold, and how their training is sharded (absent
+    /// from experiments of rtune before it was written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) scaling: Option<crate::config::ScalingConfig>,
 }
 
 impl Settings {

@@ -240,6 +240,7 @@ impl Tuner {
             tune: settings,
             search_alg: searcher.save_state().kind().to_owned(),
             scheduler: scheduler.save_state().kind().to_owned(),
+            scaling: Some(trainer.scaling_config().clone()),
         };
         Ok(Plan {
             trainer,

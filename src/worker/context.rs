@@ -46,6 +46,7 @@ pub(crate) struct ContextParts<'a> {
     pub upload_async: bool,
     /// `run_dir` is this rank's scratch folder on its node: a checkpoint goes once it is up.
     pub scratch: bool,
+    pub sharding: Option<super::Sharding>,
     pub link: &'a mut DriverLink,
 }
 
@@ -77,6 +78,7 @@ pub struct TrainContext<'a> {
     store: Option<crate::storage::remote::Remote>,
     upload_async: bool,
     scratch: bool,
+    sharding: Option<super::Sharding>,
     /// Background uploads not yet reported done: each checkpoint's name and its upload.
     uploads: Vec<(String, std::thread::JoinHandle<Result<()>>)>,
     link: &'a mut DriverLink,
@@ -108,6 +110,7 @@ impl<'a> TrainContext<'a> {
             store: parts.store,
             upload_async: parts.upload_async,
             scratch: parts.scratch,
+            sharding: parts.sharding,
             uploads: Vec::new(),
             link: parts.link,
         }
@@ -200,6 +203,12 @@ impl<'a> TrainContext<'a> {
             ))
         })?;
         DatasetShard::load(plan, name, self.rank, self.world_size, self.iteration(), self.device)
+    }
+
+    /// The run's sharding (`ScalingConfig::sharding`): what to give `prepare_model_sharded`,
+    /// or `None` for plain data parallelism (`prepare_model`).
+    pub fn sharding(&self) -> Option<super::Sharding> {
+        self.sharding
     }
 
     /// Whether the driver has asked the run to stop (also signalled by `report`'s error).

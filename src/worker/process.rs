@@ -192,6 +192,7 @@ fn train(
         store,
         upload_async: reply.upload_async,
         scratch: spec.scratch,
+        sharding: crate::config::Sharding::from_name(&reply.sharding),
         link,
     });
     // SAFETY: the offset came from the driver, whose build id equals ours (checked above and by

@@ -34,20 +34,10 @@ use super::context::{
 };
 use super::shard_optimizer::{ShardOptimizer, ShardState};
 use crate::collective::ReduceOp;
+pub use crate::config::Sharding;
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR};
-
-/// What a sharded model splits across its ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Sharding {
-    /// The optimizer state (ZeRO-1): gradients are all-reduced whole, as in plain data
-    /// parallelism (PyTorch's `ZeroRedundancyOptimizer`).
-    Zero1,
-    /// The optimizer state and the averaged gradients (ZeRO-2): gradients are reduce-scattered.
-    Zero2,
-}
 
 /// A data-parallel model whose optimizer state (and with ZeRO-2 gradients) is sharded across
 /// the ranks. See the module docs.

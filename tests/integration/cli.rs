@@ -1376,3 +1376,81 @@ pub fn resume_takes_a_corrected_sweep_file() -> Result<()> {
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     Ok(())
 }
+
+/// A `digits-mlp` sweep with `[scaling] sharding = "zero2"` (2 ranks a trial) under PBT: every
+/// checkpoint holds both ranks' shards of Adam's state, a trial that takes over another's
+/// checkpoint goes on with that trial's optimizer state (its step count carries on from the
+/// source's), and `tuner.json` records the sharding.
+pub fn a_sharded_sweep_under_pbt_carries_the_optimizer_state() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let sweep = format!(
+        r#"
+name = "zero-pbt"
+storage_path = "{}"
+
+[trainable]
+builtin = "digits-mlp"
+
+[scaling]
+num_workers = 2
+resources_per_worker = {{ CPU = 0.25 }}
+sharding = "zero2"
+
+# Two trials that learn, then two that barely move: PBT's bottom takes over its top.
+[param_space]
+lr = {{ grid_search = [0.02, 0.02, 0.00001, 0.00001] }}
+hidden = 16
+batch_size = 64
+epochs = 6
+
+[tune]
+metric = "val_acc"
+mode = "max"
+max_concurrent_trials = 2
+seed = 0
+scheduler = {{ type = "pbt", time_attr = "training_iteration", perturbation_interval = 2, quantile_fraction = 0.5, hyperparam_mutations = {{ lr = {{ loguniform = [0.00001, 0.02] }} }} }}
+"#,
+        storage.display()
+    );
+    let file = dir.path().join("zero.toml");
+    std::fs::write(&file, sweep)?;
+    let out = rtune(&["run", file.to_str().context("path")?, "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let experiment = storage.join("zero-pbt");
+    let settings: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(experiment.join("tuner.json"))?)?;
+    ensure!(settings["scaling"]["sharding"] == "zero2", "tuner.json: {settings}");
+    let log = std::fs::read_to_string(experiment.join("driver.log"))?;
+    ensure!(log.contains(" takes over trial "), "PBT exploited nothing:\n{log}");
+    // Every checkpoint holds both shards, and the optimizer's steps are its iteration's:
+    // the same number of steps each epoch, counted on across a takeover (an optimizer
+    // started afresh there would count from 0).
+    let mut per_epoch = None;
+    let mut checkpoints = 0;
+    for trial in std::fs::read_dir(&experiment)?.filter_map(|e| e.ok()).map(|e| e.path()) {
+        for ck in std::fs::read_dir(&trial).into_iter().flatten().filter_map(|e| e.ok()) {
+            let name = ck.file_name().to_string_lossy().into_owned();
+            if !(name.starts_with("checkpoint_") || name == "exploited_checkpoint") {
+                continue;
+            }
+            let ck = rtune::Checkpoint::from_directory(ck.path())?;
+            let zero = ck.path().join("zero");
+            for file in ["index.json", "shard_0_of_2.safetensors", "shard_1_of_2.safetensors"] {
+                ensure!(zero.join(file).is_file(), "{} lacks {file}", ck.path().display());
+            }
+            let index: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(zero.join("index.json"))?)?;
+            let (step, iteration) = (index["step"].as_u64().context("step")?, ck.iteration()?);
+            let per = *per_epoch.get_or_insert(step / iteration);
+            ensure!(
+                step == per * iteration && per > 0,
+                "{}: {step} optimizer steps at iteration {iteration} ({per} an epoch)",
+                ck.path().display()
+            );
+            checkpoints += 1;
+        }
+    }
+    ensure!(checkpoints >= 4, "{checkpoints} checkpoints");
+    Ok(())
+}

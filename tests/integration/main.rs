@@ -282,6 +282,10 @@ fn main() {
             "storage::bad_store_urls_are_refused_before_anything_runs",
             storage::bad_store_urls_are_refused_before_anything_runs,
         ),
+        test(
+            "cli::a_sharded_sweep_under_pbt_carries_the_optimizer_state",
+            cli::a_sharded_sweep_under_pbt_carries_the_optimizer_state,
+        ),
         test("cli::resume_takes_a_corrected_sweep_file", cli::resume_takes_a_corrected_sweep_file),
         test(
             "cli::the_synthetic_example_keeps_its_promise",

@@ -14,6 +14,8 @@
 //!
 //! [scaling]
 //! num_workers = 2                      # use_gpu, resources_per_worker, placement_strategy
+//! # sharding = "zero2"                 # ZeRO: optimizer state (zero1) and gradients (zero2)
+//! #                                    # split across the workers (digits-mlp follows it)
 //!
 //! [param_space]                        # the searchers crate's domains
 //! lr = { loguniform = [1e-4, 1e-1] }
@@ -634,6 +636,15 @@ fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingC
             _ => PlacementStrategy::Pack,
         };
     }
+    if let Some(s) = fields.one_of("sharding", &["none", "zero1", "zero2"], report) {
+        scaling.sharding = crate::config::Sharding::from_name(&s);
+        let on_gpus = scaling.sharding.is_some() && scaling.use_gpu;
+        if let Some(item) = fields.get("sharding").filter(|_| on_gpus) {
+            let message = "is for CPU workers for now (its reduce-scatter and all-gather are the \
+                           CPU ring's): drop use_gpu = true, or the sharding";
+            report.add("scaling.sharding", &item.origin, message);
+        }
+    }
     fields.done(report);
     Some(scaling)
 }
@@ -769,6 +780,32 @@ mod tests {
         );
         let source = Source { name: "sweep.toml".into(), text };
         SweepSpec::read(&source, &[], &Registry::builtin()).map_err(|p| p.to_string())
+    }
+
+    fn read_scaling(scaling: &str) -> Result<SweepSpec, String> {
+        let text = format!(
+            "[trainable]\nbuiltin = \"digits-mlp\"\n[scaling]\n{scaling}\n\
+             [tune]\nmetric = \"val_acc\"\nmode = \"max\"\n"
+        );
+        let source = Source { name: "sweep.toml".into(), text };
+        SweepSpec::read(&source, &[], &Registry::builtin()).map_err(|p| p.to_string())
+    }
+
+    /// `[scaling] sharding` reaches the trials' `ScalingConfig`; other names, and a sharding
+    /// of GPU workers, are refused at their key and line.
+    #[test]
+    fn sharding_is_read_and_mistakes_are_refused() {
+        use crate::config::Sharding;
+        let sharding = |text: &str| read_scaling(text).map(|s| s.scaling.sharding);
+        assert_eq!(sharding("num_workers = 2\nsharding = \"zero2\""), Ok(Some(Sharding::Zero2)));
+        assert_eq!(sharding("sharding = \"zero1\""), Ok(Some(Sharding::Zero1)));
+        assert_eq!(sharding("sharding = \"none\""), Ok(None));
+        assert_eq!(sharding(""), Ok(None));
+        let err = read_scaling("sharding = \"zero3\"").unwrap_err();
+        assert!(err.contains("sweep.toml:4:12: `scaling.sharding` is \"zero3\""), "{err}");
+        assert!(err.contains("allowed: `none`, `zero1`, `zero2`"), "{err}");
+        let err = read_scaling("use_gpu = true\nsharding = \"zero1\"").unwrap_err();
+        assert!(err.contains("scaling.sharding") && err.contains("CPU workers"), "{err}");
     }
 
     /// `[run] store` reaches the run's settings; credentials and a URL that is no server's are
