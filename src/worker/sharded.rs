@@ -355,7 +355,7 @@ impl ShardedModel {
         let (rank, _) = self.rank_and_world();
         let start = (rank * self.shard_len).min(self.n);
         let end = ((rank + 1) * self.shard_len).min(self.n);
-        let state = ShardState::new(&self.settings, self.shard_len)?;
+        let mut state = ShardState::new(&self.settings, self.shard_len)?;
         let mut file = None;
         for (shard, from, to, len) in pieces(index.shard_len, start, end) {
             let name = index.shards.get(shard).ok_or_else(|| {
@@ -385,7 +385,8 @@ impl ShardedModel {
                 )?)?;
             }
         }
-        self.state = ShardState { step: index.step, buffers: state.buffers };
+        state.step = index.step;
+        self.state = state;
         self.take_parameters()
     }
 }
