@@ -156,13 +156,6 @@ impl ScalingConfig {
                 format!("GPU = {gpus}; use a fraction below 1 to share a device, or whole GPUs"),
             ));
         }
-        if self.sharding.is_some() && self.use_gpu {
-            return Err(Error::config(
-                "ScalingConfig.sharding",
-                "is for CPU workers for now (its reduce-scatter and all-gather are the CPU \
-                 ring's; NCCL's are not built yet): drop use_gpu, or the sharding",
-            ));
-        }
         if gpus > 0.0 && !self.use_gpu {
             return Err(Error::config(
                 "ScalingConfig.use_gpu",

@@ -56,6 +56,19 @@ struct Api {
         Comm,
         Stream,
     ) -> c_int,
+    /// `ncclReduceScatter(send, recv, recvcount, datatype, op, comm, stream)`.
+    reduce_scatter: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        Comm,
+        Stream,
+    ) -> c_int,
+    /// `ncclAllGather(send, recv, sendcount, datatype, comm, stream)`.
+    all_gather:
+        unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> c_int,
     comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
     error_string: unsafe extern "C" fn(c_int) -> *const c_char,
     // Keeps the symbols above valid.
@@ -84,6 +97,8 @@ impl Api {
                 comm_init_rank: symbol!(b"ncclCommInitRank\0"),
                 all_reduce: symbol!(b"ncclAllReduce\0"),
                 broadcast: symbol!(b"ncclBroadcast\0"),
+                reduce_scatter: symbol!(b"ncclReduceScatter\0"),
+                all_gather: symbol!(b"ncclAllGather\0"),
                 comm_destroy: symbol!(b"ncclCommDestroy\0"),
                 error_string: symbol!(b"ncclGetErrorString\0"),
                 _library: library,
@@ -153,10 +168,7 @@ impl NcclGroup {
     /// Combines a contiguous float32 CUDA tensor across ranks, in place.
     pub fn all_reduce(&mut self, tensor: &Tensor, op: ReduceOp) -> Result<()> {
         let ptr = device_buffer(tensor, "all_reduce")?;
-        let op = match op {
-            ReduceOp::Sum => NCCL_SUM,
-            ReduceOp::Avg => NCCL_AVG,
-        };
+        let op = nccl_op(op);
         // SAFETY: `ptr` addresses `numel` float32 values on this rank's device (checked above);
         // in-place all-reduce (send == receive buffer) is allowed by NCCL.
         let code = unsafe {
@@ -193,6 +205,75 @@ impl NcclGroup {
         self.api.check("ncclBroadcast", code)?;
         synchronize(tensor);
         Ok(())
+    }
+
+    /// Reduces `input` across ranks and leaves rank `r` the `r`-th of `world_size` equal pieces
+    /// of the result in `output` (`input` is `world_size` times `output`'s length).
+    pub fn reduce_scatter(&mut self, input: &Tensor, output: &Tensor, op: ReduceOp) -> Result<()> {
+        let (send, recv) =
+            (device_buffer(input, "reduce_scatter")?, device_buffer(output, "reduce_scatter")?);
+        self.check_lengths("reduce_scatter", input, output)?;
+        // SAFETY: both buffers are contiguous float32 on this rank's device (checked above),
+        // `input` `world_size` times `output`'s length, as ncclReduceScatter reads and writes.
+        let code = unsafe {
+            (self.api.reduce_scatter)(
+                send,
+                recv,
+                output.numel(),
+                NCCL_FLOAT32,
+                nccl_op(op),
+                self.comm,
+                std::ptr::null_mut(),
+            )
+        };
+        self.api.check("ncclReduceScatter", code)?;
+        synchronize(output);
+        Ok(())
+    }
+
+    /// Concatenates every rank's `input` in rank order into `output` (`world_size` times
+    /// `input`'s length).
+    pub fn all_gather(&mut self, input: &Tensor, output: &Tensor) -> Result<()> {
+        let (send, recv) =
+            (device_buffer(input, "all_gather")?, device_buffer(output, "all_gather")?);
+        self.check_lengths("all_gather", output, input)?;
+        // SAFETY: as in `reduce_scatter`, the roles of the two lengths swapped.
+        let code = unsafe {
+            (self.api.all_gather)(
+                send,
+                recv,
+                input.numel(),
+                NCCL_FLOAT32,
+                self.comm,
+                std::ptr::null_mut(),
+            )
+        };
+        self.api.check("ncclAllGather", code)?;
+        synchronize(output);
+        Ok(())
+    }
+
+    /// `whole` must be `world_size` times as long as `piece`.
+    fn check_lengths(&self, call: &'static str, whole: &Tensor, piece: &Tensor) -> Result<()> {
+        if whole.numel() == piece.numel() * self.world_size {
+            return Ok(());
+        }
+        Err(CollectiveError::Nccl {
+            call,
+            message: format!(
+                "{} numbers do not cut into {} pieces of {}",
+                whole.numel(),
+                self.world_size,
+                piece.numel()
+            ),
+        })
+    }
+}
+
+fn nccl_op(op: ReduceOp) -> c_int {
+    match op {
+        ReduceOp::Sum => NCCL_SUM,
+        ReduceOp::Avg => NCCL_AVG,
     }
 }
 

@@ -371,14 +371,16 @@ impl<'a> TrainContext<'a> {
     /// Makes `vs` data-parallel with its optimizer state (and with ZeRO-2 its averaged
     /// gradients) split across the ranks: copies rank 0's weights to every rank now, and
     /// returns the handle whose `backward_step` trains with `optimizer` on this rank's shard
-    /// (see [`ShardedModel`](crate::worker::ShardedModel)). CPU models only for now.
+    /// (see [`ShardedModel`](crate::worker::ShardedModel)). Its collectives go as
+    /// `prepare_model`'s do: the CPU ring, or NCCL for a model on a GPU of its own.
     pub fn prepare_model_sharded(
         &mut self,
         vs: &VarStore,
         sharding: super::Sharding,
         optimizer: super::ShardOptimizer,
     ) -> Result<super::ShardedModel> {
-        super::ShardedModel::new(self.group.clone(), vs, sharding, optimizer)
+        let backend = self.backend_for(vs.device())?;
+        super::ShardedModel::new(backend, vs, sharding, optimizer)
     }
 
     fn backend_for(&mut self, device: Device) -> Result<Backend> {
@@ -425,7 +427,14 @@ pub(super) enum Backend {
 }
 
 impl Backend {
-    fn world_size(&self) -> usize {
+    pub(super) fn rank(&self) -> usize {
+        match self {
+            Backend::Ring(g) => g.borrow().rank(),
+            Backend::Nccl(n, _) => n.borrow().rank(),
+        }
+    }
+
+    pub(super) fn world_size(&self) -> usize {
         match self {
             Backend::Ring(g) => g.borrow().world_size(),
             Backend::Nccl(n, _) => n.borrow().world_size(),
@@ -433,14 +442,14 @@ impl Backend {
     }
 
     /// Where the flat buffers live.
-    fn device(&self) -> Device {
+    pub(super) fn device(&self) -> Device {
         match self {
             Backend::Ring(_) => Device::Cpu,
             Backend::Nccl(_, device) => *device,
         }
     }
 
-    fn all_reduce(&self, flat: &Tensor, op: ReduceOp) -> Result<()> {
+    pub(super) fn all_reduce(&self, flat: &Tensor, op: ReduceOp) -> Result<()> {
         match self {
             Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().all_reduce(s, op)),
             Backend::Nccl(n, _) => Ok(n.borrow_mut().all_reduce(flat, op)?),
@@ -451,6 +460,37 @@ impl Backend {
         match self {
             Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().broadcast(s, root)),
             Backend::Nccl(n, _) => Ok(n.borrow_mut().broadcast(flat, root)?),
+        }
+    }
+
+    /// Reduces `flat` across ranks, leaving each rank its piece (`output`'s length, the same
+    /// on every rank) in `output`; `flat` is scratch.
+    pub(super) fn reduce_scatter(
+        &self,
+        flat: &Tensor,
+        output: &Tensor,
+        op: ReduceOp,
+    ) -> Result<()> {
+        match self {
+            Backend::Ring(g) => {
+                let counts = vec![output.numel(); self.world_size()];
+                with_f32_slice(flat, |input| {
+                    with_f32_slice(output, |out| {
+                        g.borrow_mut().reduce_scatter(input, &counts, out, op)
+                    })
+                })
+            }
+            Backend::Nccl(n, _) => Ok(n.borrow_mut().reduce_scatter(flat, output, op)?),
+        }
+    }
+
+    /// Every rank's `piece` in rank order into `flat`.
+    pub(super) fn all_gather(&self, piece: &Tensor, flat: &Tensor) -> Result<()> {
+        match self {
+            Backend::Ring(g) => with_f32_slice(piece, |input| {
+                with_f32_slice(flat, |output| g.borrow_mut().all_gather(input, output))
+            }),
+            Backend::Nccl(n, _) => Ok(n.borrow_mut().all_gather(piece, flat)?),
         }
     }
 }

@@ -13,7 +13,7 @@
 //! right). The tests check it against libtorch's optimizers.
 
 use serde::{Deserialize, Serialize};
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::error::{Error, Result};
 
@@ -107,9 +107,9 @@ pub(super) struct ShardState {
 const CHUNK: i64 = 1 << 18;
 
 impl ShardState {
-    /// Fresh state (step 0, zeros) for a shard of `len` numbers.
-    pub(super) fn new(settings: &ShardOptimizer, len: usize) -> Result<ShardState> {
-        let zeros = |n: i64| Tensor::f_zeros([n], (Kind::Float, tch::Device::Cpu));
+    /// Fresh state (step 0, zeros) for a shard of `len` numbers on `device`.
+    pub(super) fn new(settings: &ShardOptimizer, len: usize, device: Device) -> Result<ShardState> {
+        let zeros = |n: i64| Tensor::f_zeros([n], (Kind::Float, device));
         let buffers = settings
             .state_names()
             .iter()
@@ -248,7 +248,11 @@ mod tests {
         let mut offset = 0;
         for &len in cuts {
             let p = w.detach().narrow(0, offset, len).copy();
-            shards.push((p, ShardState::new(&settings, len as usize).unwrap(), offset));
+            shards.push((
+                p,
+                ShardState::new(&settings, len as usize, Device::Cpu).unwrap(),
+                offset,
+            ));
             offset += len;
         }
         for step in 1..=50 {

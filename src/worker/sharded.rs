@@ -19,8 +19,11 @@
 //! reduce-scatter adds the ranks' gradients in another order than the all-reduce, so the last
 //! bits differ.
 //!
-//! CPU ranks only for now: the collectives are rtune's ring. A model on a GPU is refused (use
-//! `prepare_model`) until NCCL's reduce-scatter and all-gather are built.
+//! The collectives go as `prepare_model`'s do: through rtune's CPU ring (the flat vector on the
+//! host), or, for a model on a GPU of its own, through NCCL's reduce-scatter and all-gather
+//! (the flat vector on the device). A GPU model whose ranks share a device, or a lone GPU rank,
+//! goes through the ring: its shard and gradient are copied between the device, where the
+//! optimizer steps, and the host.
 
 use std::path::Path;
 
@@ -29,8 +32,7 @@ use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
 use super::context::{
-    Backend, SharedGroup, broadcast_from_rank_0, gather_into, scatter_from, sorted_variables,
-    trainable, with_f32_slice,
+    Backend, broadcast_from_rank_0, gather_into, scatter_from, sorted_variables, trainable,
 };
 use super::shard_optimizer::{ShardOptimizer, ShardState};
 use crate::collective::ReduceOp;
@@ -42,7 +44,7 @@ use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR};
 /// A data-parallel model whose optimizer state (and with ZeRO-2 gradients) is sharded across
 /// the ranks. See the module docs.
 pub struct ShardedModel {
-    group: SharedGroup,
+    backend: Backend,
     sharding: Sharding,
     settings: ShardOptimizer,
     /// The optimizer's state for `shard` alone.
@@ -54,28 +56,28 @@ pub struct ShardedModel {
     /// padded with zeros past `n`), rank `r`'s starting at `r * shard_len`.
     n: usize,
     shard_len: usize,
-    /// The whole flat vector, `world * shard_len` long: the gradients in, the gathered
-    /// parameters out (every rank's shard lands where it belongs).
+    /// The whole flat vector, `world * shard_len` long, where the collectives run (the host for
+    /// the ring, the GPU for NCCL): the gradients in, the gathered parameters out (every
+    /// rank's shard lands where it belongs).
     flat: Tensor,
-    /// This rank's parameters and their averaged gradient.
+    /// This rank's parameters and their averaged gradient, on the model's device, where the
+    /// optimizer steps.
     shard: Tensor,
     grad: Tensor,
+    /// The same two where the collectives run: `shard` and `grad` themselves, unless the
+    /// model is on a GPU and its collectives go through the host ring (`staged`).
+    wire_shard: Tensor,
+    wire_grad: Tensor,
+    staged: bool,
 }
 
 impl ShardedModel {
     pub(super) fn new(
-        group: SharedGroup,
+        backend: Backend,
         vs: &VarStore,
         sharding: Sharding,
         optimizer: ShardOptimizer,
     ) -> Result<Self> {
-        if vs.device().is_cuda() {
-            return Err(Error::config(
-                "prepare_model_sharded",
-                "takes a model on the CPU for now (its collectives are the CPU ring; NCCL's \
-                 reduce-scatter and all-gather are not built yet): use prepare_model for a GPU",
-            ));
-        }
         optimizer.check()?;
         let named = sorted_variables(vs);
         if let Some((name, t)) = named.iter().find(|(_, t)| t.kind() != Kind::Float) {
@@ -84,30 +86,38 @@ impl ShardedModel {
                 format!("variable `{name}` is {:?}; a sharded model holds f32 variables", t.kind()),
             ));
         }
-        let world = group.borrow().world_size();
         // Rank 0's weights everywhere first, as `prepare_model` does.
-        broadcast_from_rank_0(&Backend::Ring(group.clone()), &named)?;
+        broadcast_from_rank_0(&backend, &named)?;
         let (layout, params): (Vec<Parameter>, Vec<Tensor>) = trainable(named)
             .into_iter()
             .map(|(name, t)| (Parameter { name, shape: t.size() }, t))
             .unzip();
         let n: usize = params.iter().map(Tensor::numel).sum();
+        let world = backend.world_size();
         let shard_len = n.div_ceil(world);
-        let flat = Tensor::zeros([(shard_len * world) as i64], (Kind::Float, tch::Device::Cpu));
-        let zeros = || Tensor::f_zeros([shard_len as i64], (Kind::Float, tch::Device::Cpu));
-        let (shard, grad) = (zeros()?, zeros()?);
+        let (device, wire) = (vs.device(), backend.device());
+        let zeros = |len: usize, device| Tensor::f_zeros([len as i64], (Kind::Float, device));
+        let (shard, grad) = (zeros(shard_len, device)?, zeros(shard_len, device)?);
+        let staged = device != wire;
+        let (wire_shard, wire_grad) = match staged {
+            true => (zeros(shard_len, wire)?, zeros(shard_len, wire)?),
+            false => (shard.shallow_clone(), grad.shallow_clone()),
+        };
         let model = ShardedModel {
-            group,
+            flat: zeros(shard_len * world, wire)?,
+            backend,
             sharding,
             settings: optimizer,
-            state: ShardState::new(&optimizer, shard_len)?,
+            state: ShardState::new(&optimizer, shard_len, device)?,
             layout,
             params,
             n,
             shard_len,
-            flat,
             shard,
             grad,
+            wire_shard,
+            wire_grad,
+            staged,
         };
         model.take_parameters()?;
         Ok(model)
@@ -124,8 +134,7 @@ impl ShardedModel {
     }
 
     fn rank_and_world(&self) -> (usize, usize) {
-        let g = self.group.borrow();
-        (g.rank(), g.world_size())
+        (self.backend.rank(), self.backend.world_size())
     }
 
     /// `zero_grad`, `backward`, the sharded average of the gradients, this rank's optimizer
@@ -148,34 +157,31 @@ impl ShardedModel {
     /// Leaves this rank's shard of the averaged gradients in `grad`.
     fn average_gradients(&mut self) -> Result<()> {
         let (rank, world) = self.rank_and_world();
-        let len = self.shard_len;
-        let mut group = self.group.borrow_mut();
+        let len = self.shard_len as i64;
         if world > 1 && self.sharding == Sharding::Zero2 {
-            let counts = vec![len; world];
-            return with_f32_slice(&self.flat, |input| {
-                with_f32_slice(&self.grad, |output| {
-                    group.reduce_scatter(input, &counts, output, ReduceOp::Avg)
-                })
-            });
+            self.backend.reduce_scatter(&self.flat, &self.wire_grad, ReduceOp::Avg)?;
+        } else {
+            if world > 1 {
+                // The parameters only, not the padding: the same all-reduce as `prepare_model`'s.
+                let all = self.flat.f_narrow(0, 0, self.n as i64)?;
+                self.backend.all_reduce(&all, ReduceOp::Avg)?;
+            }
+            self.wire_grad.f_copy_(&self.flat.f_narrow(0, rank as i64 * len, len)?)?;
         }
-        if world > 1 {
-            // The parameters only, not the padding: the same all-reduce as `prepare_model`'s.
-            let all = self.flat.f_narrow(0, 0, self.n as i64)?;
-            with_f32_slice(&all, |all| group.all_reduce(all, ReduceOp::Avg))?;
+        if self.staged {
+            self.grad.f_copy_(&self.wire_grad)?;
         }
-        self.grad.f_copy_(&self.flat.f_narrow(0, (rank * len) as i64, len as i64)?)?;
         Ok(())
     }
 
     /// Every rank's updated shard into every rank's parameters.
     fn gather_parameters(&mut self) -> Result<()> {
-        if self.rank_and_world().1 == 1 {
-            self.flat.f_copy_(&self.shard)?;
-        } else {
-            let mut group = self.group.borrow_mut();
-            with_f32_slice(&self.shard, |input| {
-                with_f32_slice(&self.flat, |output| group.all_gather(input, output))
-            })?;
+        if self.staged {
+            self.wire_shard.f_copy_(&self.shard)?;
+        }
+        match self.rank_and_world().1 {
+            1 => self.flat.f_copy_(&self.wire_shard)?,
+            _ => self.backend.all_gather(&self.wire_shard, &self.flat)?,
         }
         scatter_from(&self.flat, &self.params)
     }
@@ -278,7 +284,9 @@ impl ShardedModel {
         let files = shards.iter().cloned().chain([INDEX_FILE.to_owned()]).collect();
         let folder = checkpoint.shard_folder(files)?.to_owned();
         let names = self.settings.state_names();
-        let named: Vec<(&str, &Tensor)> = names.iter().copied().zip(&self.state.buffers).collect();
+        let host = |t: &Tensor| t.f_to_device(tch::Device::Cpu);
+        let buffers = self.state.buffers.iter().map(host).collect::<Result<Vec<_>, _>>()?;
+        let named: Vec<(&str, &Tensor)> = names.iter().copied().zip(&buffers).collect();
         let path = folder.join(&shards[rank]);
         Tensor::write_safetensors(&named, &path)?;
         let durable = |path: &Path| {
@@ -355,7 +363,7 @@ impl ShardedModel {
         let (rank, _) = self.rank_and_world();
         let start = (rank * self.shard_len).min(self.n);
         let end = ((rank + 1) * self.shard_len).min(self.n);
-        let mut state = ShardState::new(&self.settings, self.shard_len)?;
+        let mut state = ShardState::new(&self.settings, self.shard_len, self.shard.device())?;
         let mut file = None;
         for (shard, from, to, len) in pieces(index.shard_len, start, end) {
             let name = index.shards.get(shard).ok_or_else(|| {
@@ -403,11 +411,12 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let peers = [listener.local_addr().unwrap()];
         let ring = RingGroup::connect(0, 1, listener, &peers, GroupOptions::new(1)).unwrap();
-        let group: SharedGroup = Rc::new(RefCell::new(Box::new(ring)));
+        let group: crate::worker::context::SharedGroup = Rc::new(RefCell::new(Box::new(ring)));
         let vs = VarStore::new(tch::Device::Cpu);
         let _a = tch::nn::linear(vs.root() / "a", 10, hidden, Default::default());
         let _b = tch::nn::linear(vs.root() / "b", hidden, 3, Default::default());
-        let model = ShardedModel::new(group, &vs, Sharding::Zero1, optimizer).unwrap();
+        let model =
+            ShardedModel::new(Backend::Ring(group), &vs, Sharding::Zero1, optimizer).unwrap();
         (model, vs)
     }
 

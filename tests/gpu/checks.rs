@@ -243,6 +243,94 @@ pub fn two_ranks_on_one_gpu() -> Result<()> {
     Ok(())
 }
 
+/// `train_fixed_batches` with Adam, as plain data parallelism (param `way` = "ddp") or
+/// sharded ("zero1", "zero2"), the sharded runs saving their optimizer shards with the
+/// checkpoint.
+fn train_fixed_batches_sharded(ctx: &mut TrainContext) -> anyhow::Result<()> {
+    use rtune::train::{ShardOptimizer, Sharding};
+    let way = ctx.params().get::<String>("way")?;
+    tch::manual_seed(42);
+    let data = Digits::split(0)?.train;
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let net = mlp(&vs.root());
+    vs.set_device(ctx.device());
+    let sharding = match way.as_str() {
+        "zero1" => Some(Sharding::Zero1),
+        "zero2" => Some(Sharding::Zero2),
+        _ => None,
+    };
+    let mut plain = None;
+    let mut sharded = None;
+    match sharding {
+        Some(s) => sharded = Some(ctx.prepare_model_sharded(&vs, s, ShardOptimizer::adam(3e-3))?),
+        None => plain = Some((ctx.prepare_model(&vs)?, nn::Adam::default().build(&vs, 3e-3)?)),
+    }
+    let (rank, world) = (ctx.world_rank(), ctx.world_size());
+    let per_rank = 64 / world;
+    for step in 0..20 {
+        let start = step * 64 + rank * per_rank;
+        let indices: Vec<usize> = (start..start + per_rank).collect();
+        let (x, y) = data.select(&indices).tensors();
+        let (x, y) = (x.to_device(ctx.device()), y.to_device(ctx.device()));
+        let loss = net.forward(&x).cross_entropy_for_logits(&y);
+        match (&mut plain, &mut sharded) {
+            (Some((ddp, opt)), _) => ddp.backward_step(opt, &loss)?,
+            (_, Some(model)) => model.backward_step(&loss)?,
+            _ => unreachable!("one of the two is made above"),
+        }
+    }
+    let mut ck = ctx.new_checkpoint()?;
+    ck.save_var_store(&vs)?;
+    if let Some(model) = &sharded {
+        model.save_optimizer(&mut ck)?;
+    }
+    ctx.report_with_checkpoint([("done", 1.0)], ck).map_err(Into::into)
+}
+
+/// The largest difference between two checkpoints' weights, relative to the larger weight.
+fn weight_gap(a: &Checkpoint, b: &Checkpoint) -> Result<f64> {
+    let mut worst = 0.0f64;
+    for ((_, x), (_, y)) in weights(a)?.into_iter().zip(weights(b)?) {
+        let diff = (&x - &y).abs().max().double_value(&[]);
+        worst = worst.max(diff / y.abs().max().double_value(&[]).max(1.0));
+    }
+    Ok(worst)
+}
+
+/// ZeRO on a GPU: one rank (its shard stepped on the device, its collectives through the host
+/// ring) trains as plain data parallelism with libtorch's Adam on the GPU does, and two ranks
+/// sharing the GPU train as two CPU ranks do; the optimizer shards are saved from the device.
+pub fn sharded_on_one_gpu() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fit = |name: &str, way: &str, scaling: ScalingConfig| {
+        TorchTrainer::new(train_fixed_batches_sharded)
+            .train_loop_config(Params::new().with("way", way))
+            .scaling(scaling)
+            .run_config(RunConfig::new(name).storage_path(dir.path()))
+            .fit()
+    };
+    let checkpoint = |r: &rtune::TrainResult| r.checkpoint.clone().context("a checkpoint");
+    let one = || ScalingConfig::workers(1).use_gpu(true);
+    let ddp = checkpoint(&fit("ddp", "ddp", one())?)?;
+    for way in ["zero1", "zero2"] {
+        let zero = checkpoint(&fit(way, way, one())?)?;
+        ensure!(zero.holds_optimizer_shards(), "{way}: no optimizer shards in its checkpoint");
+        let gap = weight_gap(&zero, &ddp)?;
+        ensure!(gap <= 1e-6, "1 GPU rank, {way} against DDP: weights {gap:e} apart");
+        println!("1 GPU rank, {way} against DDP with libtorch's Adam: weights {gap:.2e} apart");
+    }
+    let half: std::collections::BTreeMap<String, f64> = [("GPU".to_owned(), 0.5)].into();
+    let shared = || ScalingConfig::workers(2).use_gpu(true).resources_per_worker(half.clone());
+    let gpu = fit("gpu2", "zero2", shared())?;
+    let seats = gpu.placement.clone().unwrap_or_default();
+    ensure!(seats.matches("/gpu:").count() == 2, "both ranks on a GPU: {seats}");
+    let cpu = fit("cpu2", "zero2", ScalingConfig::workers(2))?;
+    let gap = weight_gap(&checkpoint(&gpu)?, &checkpoint(&cpu)?)?;
+    ensure!(gap <= 1e-5, "2 ranks sharing a GPU against 2 CPU ranks, ZeRO-2: {gap:e} apart");
+    println!("2 ranks sharing a GPU against 2 on the CPU, ZeRO-2: weights {gap:.2e} apart");
+    Ok(())
+}
+
 /// A model trained on the GPU: its checkpoint resumes training on the CPU (iteration 4 after
 /// 3), and its export's TorchScript, loaded by PyTorch on the CPU and on the GPU, predicts
 /// what rtune predicts (`TorchPredictor`, and `rtune predict --device cuda`).

@@ -48,6 +48,7 @@ fn main() {
         test("fractional_trials_run_two_at_a_time", checks::fractional_trials_two_at_a_time),
         test("two_ranks_on_one_gpu_train_to_the_cpu_weights", checks::two_ranks_on_one_gpu),
         test("gpu_checkpoint_resumes_on_cpu_and_exports_for_pytorch", checks::gpu_to_cpu),
+        test("sharded_training_on_one_gpu", checks::sharded_on_one_gpu),
         test("gpus_workers_cannot_use_are_refused", checks::unusable_gpus_are_refused),
         test("rtune_status_shows_the_nodes_gpus", checks::status_shows_the_gpus),
         test("batch_prediction_on_gpu_workers", checks::batch_prediction_on_gpu_workers),

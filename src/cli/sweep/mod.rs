@@ -638,12 +638,6 @@ fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingC
     }
     if let Some(s) = fields.one_of("sharding", &["none", "zero1", "zero2"], report) {
         scaling.sharding = crate::config::Sharding::from_name(&s);
-        let on_gpus = scaling.sharding.is_some() && scaling.use_gpu;
-        if let Some(item) = fields.get("sharding").filter(|_| on_gpus) {
-            let message = "is for CPU workers for now (its reduce-scatter and all-gather are the \
-                           CPU ring's): drop use_gpu = true, or the sharding";
-            report.add("scaling.sharding", &item.origin, message);
-        }
     }
     fields.done(report);
     Some(scaling)
@@ -791,8 +785,8 @@ mod tests {
         SweepSpec::read(&source, &[], &Registry::builtin()).map_err(|p| p.to_string())
     }
 
-    /// `[scaling] sharding` reaches the trials' `ScalingConfig`; other names, and a sharding
-    /// of GPU workers, are refused at their key and line.
+    /// `[scaling] sharding` reaches the trials' `ScalingConfig`; other names are refused at
+    /// their key and line.
     #[test]
     fn sharding_is_read_and_mistakes_are_refused() {
         use crate::config::Sharding;
@@ -804,8 +798,6 @@ mod tests {
         let err = read_scaling("sharding = \"zero3\"").unwrap_err();
         assert!(err.contains("sweep.toml:4:12: `scaling.sharding` is \"zero3\""), "{err}");
         assert!(err.contains("allowed: `none`, `zero1`, `zero2`"), "{err}");
-        let err = read_scaling("use_gpu = true\nsharding = \"zero1\"").unwrap_err();
-        assert!(err.contains("scaling.sharding") && err.contains("CPU workers"), "{err}");
     }
 
     /// `[run] store` reaches the run's settings; credentials and a URL that is no server's are
