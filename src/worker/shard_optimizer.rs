@@ -120,9 +120,10 @@ impl ShardState {
     }
 }
 
-/// A 0-dimensional f32 tensor: a factor the kernels broadcast as they would a scalar.
-fn factor(x: f64) -> Tensor {
-    Tensor::from(x as f32)
+/// A 0-dimensional f32 tensor on `device`: a factor the kernels broadcast as they would a
+/// scalar (addcmul takes no CPU scalar beside CUDA tensors, so it goes where they are).
+fn factor(x: f64, device: Device) -> Result<Tensor> {
+    Ok(Tensor::from(x as f32).f_to_device(device)?)
 }
 
 impl ShardOptimizer {
@@ -157,12 +158,12 @@ impl ShardOptimizer {
         buffers: &[Tensor],
         [a, b]: &[Tensor; 2],
     ) -> Result<()> {
-        let mut p = p.shallow_clone();
+        let (mut p, device) = (p.shallow_clone(), p.device());
         match *self {
             ShardOptimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
                 let mut d_p = match weight_decay {
                     0.0 => grad.shallow_clone(),
-                    wd => grad.f_addcmul_out(a, &p, &factor(wd))?,
+                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?)?,
                 };
                 if momentum != 0.0 {
                     let mut buf = buffers[0].shallow_clone();
@@ -173,11 +174,11 @@ impl ShardOptimizer {
                         let _ = buf.f_mul_scalar_(momentum)?.f_add_(&d_p)?;
                     }
                     d_p = match nesterov {
-                        true => d_p.f_addcmul_out(b, &buf, &factor(momentum))?,
+                        true => d_p.f_addcmul_out(b, &buf, &factor(momentum, device)?)?,
                         false => buf,
                     };
                 }
-                let _ = p.f_addcmul_(&d_p, &factor(-lr))?;
+                let _ = p.f_addcmul_(&d_p, &factor(-lr, device)?)?;
             }
             ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay }
             | ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
@@ -188,7 +189,7 @@ impl ShardOptimizer {
                         let _ = p.f_mul_scalar_(1.0 - lr * wd)?;
                         grad.shallow_clone()
                     }
-                    wd => grad.f_addcmul_out(a, &p, &factor(wd))?,
+                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?)?,
                 };
                 let step = step as f64;
                 let bias_correction1 = 1.0 - beta1.powf(step);
@@ -198,7 +199,9 @@ impl ShardOptimizer {
                 };
                 let (mut exp_avg, mut exp_avg_sq) =
                     (exp_avg.shallow_clone(), exp_avg_sq.shallow_clone());
-                let _ = exp_avg.f_mul_scalar_(beta1)?.f_addcmul_(&grad, &factor(1.0 - beta1))?;
+                let _ = exp_avg
+                    .f_mul_scalar_(beta1)?
+                    .f_addcmul_(&grad, &factor(1.0 - beta1, device)?)?;
                 let scaled = grad.f_mul_scalar_out(b, 1.0 - beta2)?;
                 let _ = exp_avg_sq.f_mul_scalar_(beta2)?.f_addcmul_(&scaled, &grad)?;
                 // `grad` (perhaps in `a`) is done with: `b` takes the denominator, `a` the
