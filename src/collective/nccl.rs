@@ -33,39 +33,18 @@ struct UniqueId {
 
 type Comm = *mut c_void;
 type Stream = *mut c_void;
+/// NCCL's calls shaped `(send, receive, count, datatype, op or root, comm, stream)`.
+type Collective =
+    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
 
 /// The NCCL entry points rtune uses, resolved from the loaded library.
 struct Api {
     get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
     comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> c_int,
-    all_reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        Stream,
-    ) -> c_int,
-    broadcast: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        Stream,
-    ) -> c_int,
+    all_reduce: Collective,
+    broadcast: Collective,
     /// `ncclReduceScatter(send, recv, recvcount, datatype, op, comm, stream)`.
-    reduce_scatter: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        Stream,
-    ) -> c_int,
+    reduce_scatter: Collective,
     /// `ncclAllGather(send, recv, sendcount, datatype, comm, stream)`.
     all_gather:
         unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> c_int,
@@ -168,43 +147,15 @@ impl NcclGroup {
     /// Combines a contiguous float32 CUDA tensor across ranks, in place.
     pub fn all_reduce(&mut self, tensor: &Tensor, op: ReduceOp) -> Result<()> {
         let ptr = device_buffer(tensor, "all_reduce")?;
-        let op = nccl_op(op);
-        // SAFETY: `ptr` addresses `numel` float32 values on this rank's device (checked above);
-        // in-place all-reduce (send == receive buffer) is allowed by NCCL.
-        let code = unsafe {
-            (self.api.all_reduce)(
-                ptr,
-                ptr,
-                tensor.numel(),
-                NCCL_FLOAT32,
-                op,
-                self.comm,
-                std::ptr::null_mut(),
-            )
-        };
-        self.api.check("ncclAllReduce", code)?;
-        synchronize(tensor);
-        Ok(())
+        // In-place all-reduce (send == receive buffer) is allowed by NCCL.
+        self.collective("ncclAllReduce", self.api.all_reduce, (ptr, ptr), tensor, nccl_op(op))
     }
 
     /// Copies `root`'s tensor into every rank's tensor (same shape everywhere), in place.
     pub fn broadcast(&mut self, tensor: &Tensor, root: usize) -> Result<()> {
         let ptr = device_buffer(tensor, "broadcast")?;
-        // SAFETY: as in `all_reduce`; in-place broadcast is allowed by NCCL.
-        let code = unsafe {
-            (self.api.broadcast)(
-                ptr,
-                ptr,
-                tensor.numel(),
-                NCCL_FLOAT32,
-                root as c_int,
-                self.comm,
-                std::ptr::null_mut(),
-            )
-        };
-        self.api.check("ncclBroadcast", code)?;
-        synchronize(tensor);
-        Ok(())
+        // In-place broadcast is allowed by NCCL.
+        self.collective("ncclBroadcast", self.api.broadcast, (ptr, ptr), tensor, root as c_int)
     }
 
     /// Reduces `input` across ranks and leaves rank `r` the `r`-th of `world_size` equal pieces
@@ -213,21 +164,27 @@ impl NcclGroup {
         let (send, recv) =
             (device_buffer(input, "reduce_scatter")?, device_buffer(output, "reduce_scatter")?);
         self.check_lengths("reduce_scatter", input, output)?;
-        // SAFETY: both buffers are contiguous float32 on this rank's device (checked above),
-        // `input` `world_size` times `output`'s length, as ncclReduceScatter reads and writes.
+        let call = self.api.reduce_scatter;
+        self.collective("ncclReduceScatter", call, (send, recv), output, nccl_op(op))
+    }
+
+    /// Runs `call` on `buffers` (send, receive) on the default stream, `counted` the tensor
+    /// whose length is the call's count and whose device waits for it, `arg` the op or root.
+    fn collective(
+        &mut self,
+        name: &'static str,
+        call: Collective,
+        (send, recv): (*mut c_void, *mut c_void),
+        counted: &Tensor,
+        arg: c_int,
+    ) -> Result<()> {
+        // SAFETY: the callers checked both buffers are contiguous float32 on this rank's device,
+        // of the lengths NCCL reads and writes for `counted.numel()`.
         let code = unsafe {
-            (self.api.reduce_scatter)(
-                send,
-                recv,
-                output.numel(),
-                NCCL_FLOAT32,
-                nccl_op(op),
-                self.comm,
-                std::ptr::null_mut(),
-            )
+            call(send, recv, counted.numel(), NCCL_FLOAT32, arg, self.comm, std::ptr::null_mut())
         };
-        self.api.check("ncclReduceScatter", code)?;
-        synchronize(output);
+        self.api.check(name, code)?;
+        synchronize(counted);
         Ok(())
     }
 

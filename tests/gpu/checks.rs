@@ -181,6 +181,20 @@ fn mlp(vs: &nn::Path) -> impl Module + use<> {
         .add(nn::linear(vs / "fc2", 32, 10, Default::default()))
 }
 
+/// This rank's part of each of 20 fixed 64-image batches of `data`, on its device.
+fn fixed_batches(ctx: &TrainContext, data: &Digits) -> Vec<(Tensor, Tensor)> {
+    let (rank, world) = (ctx.world_rank(), ctx.world_size());
+    let per_rank = 64 / world;
+    (0..20)
+        .map(|step| {
+            let start = step * 64 + rank * per_rank;
+            let indices: Vec<usize> = (start..start + per_rank).collect();
+            let (x, y) = data.select(&indices).tensors();
+            (x.to_device(ctx.device()), y.to_device(ctx.device()))
+        })
+        .collect()
+}
+
 /// SGD on a fixed sequence of 64-image batches, each rank taking half of every batch; the
 /// weights start from the same CPU draw wherever the run goes, then move to its device.
 fn train_fixed_batches(ctx: &mut TrainContext) -> anyhow::Result<()> {
@@ -191,13 +205,7 @@ fn train_fixed_batches(ctx: &mut TrainContext) -> anyhow::Result<()> {
     vs.set_device(ctx.device());
     let ddp = ctx.prepare_model(&vs)?;
     let mut opt = nn::Sgd::default().build(&vs, 0.1)?;
-    let (rank, world) = (ctx.world_rank(), ctx.world_size());
-    let per_rank = 64 / world;
-    for step in 0..20 {
-        let start = step * 64 + rank * per_rank;
-        let indices: Vec<usize> = (start..start + per_rank).collect();
-        let (x, y) = data.select(&indices).tensors();
-        let (x, y) = (x.to_device(ctx.device()), y.to_device(ctx.device()));
+    for (x, y) in fixed_batches(ctx, &data) {
         ddp.backward_step(&mut opt, &net.forward(&x).cross_entropy_for_logits(&y))?;
     }
     let mut ck = ctx.new_checkpoint()?;
@@ -265,13 +273,7 @@ fn train_fixed_batches_sharded(ctx: &mut TrainContext) -> anyhow::Result<()> {
         Some(s) => sharded = Some(ctx.prepare_model_sharded(&vs, s, ShardOptimizer::adam(3e-3))?),
         None => plain = Some((ctx.prepare_model(&vs)?, nn::Adam::default().build(&vs, 3e-3)?)),
     }
-    let (rank, world) = (ctx.world_rank(), ctx.world_size());
-    let per_rank = 64 / world;
-    for step in 0..20 {
-        let start = step * 64 + rank * per_rank;
-        let indices: Vec<usize> = (start..start + per_rank).collect();
-        let (x, y) = data.select(&indices).tensors();
-        let (x, y) = (x.to_device(ctx.device()), y.to_device(ctx.device()));
+    for (x, y) in fixed_batches(ctx, &data) {
         let loss = net.forward(&x).cross_entropy_for_logits(&y);
         match (&mut plain, &mut sharded) {
             (Some((ddp, opt)), _) => ddp.backward_step(opt, &loss)?,
