@@ -360,6 +360,14 @@ impl ShardedModel {
                 if names.is_empty() { "none".to_owned() } else { names.join(", ") }
             )));
         }
+        if index.shard_len.saturating_mul(index.shards.len()) < self.n {
+            return Err(bad(format!(
+                "{INDEX_FILE} names {} shards of {} numbers, too few for this model's {}",
+                index.shards.len(),
+                index.shard_len,
+                self.n
+            )));
+        }
         let (rank, _) = self.rank_and_world();
         let start = (rank * self.shard_len).min(self.n);
         let end = ((rank + 1) * self.shard_len).min(self.n);
