@@ -1380,7 +1380,7 @@ pub fn resume_takes_a_corrected_sweep_file() -> Result<()> {
 /// A `digits-mlp` sweep with `[scaling] sharding = "zero2"` (2 ranks a trial) under PBT: every
 /// checkpoint holds both ranks' shards of Adam's state, a trial that takes over another's
 /// checkpoint goes on with that trial's optimizer state (its step count carries on from the
-/// source's), and `tuner.json` records the sharding.
+/// source's), `tuner.json` records the sharding, and the best checkpoint exports and predicts.
 pub fn a_sharded_sweep_under_pbt_carries_the_optimizer_state() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let storage = dir.path().join("results");
@@ -1452,5 +1452,20 @@ scheduler = {{ type = "pbt", time_attr = "training_iteration", perturbation_inte
         }
     }
     ensure!(checkpoints >= 4, "{checkpoints} checkpoints");
+    // The best one exports as any model does (every rank held the whole model), and predicts.
+    let to = dir.path().join("best");
+    let out = rtune(&[
+        "export",
+        experiment.to_str().context("path")?,
+        "--best",
+        "--to",
+        to.to_str().context("path")?,
+    ])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let predictor =
+        rtune::train::TorchPredictor::from_export(&to, |p| rtune::builtins::digits_mlp(p, 16))?;
+    let test = rtune::data::Digits::split(rtune::builtins::DIGITS_SPLIT_SEED)?.test;
+    let accuracy = rtune::builtins::predictor_accuracy(&predictor, &test)?;
+    ensure!(accuracy > 0.5, "the exported best model is {accuracy:.4} right on the test set");
     Ok(())
 }
