@@ -309,9 +309,10 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
     Ok(())
 }
 
-/// PyTorch's ZeRO on the inputs of `train_sharded_or_not`'s run in `run`: two gloo ranks,
-/// `DistributedDataParallel` and `ZeroRedundancyOptimizer` over `torch.optim.Adam` or `AdamW`
-/// (`argv[2]`), 200 steps; prints rank 0's losses and final weights (in name order) as JSON.
+/// PyTorch's ZeRO on the inputs of `train_sharded_or_not`'s run in `run` (`argv[1]`): as many
+/// gloo ranks as it had (`argv[3]`), `DistributedDataParallel` and `ZeroRedundancyOptimizer`
+/// over `torch.optim.Adam` or `AdamW` (`argv[2]`), 200 steps; prints rank 0's losses and final
+/// weights (in name order) as JSON.
 const PYTORCH_ZERO: &str = r#"
 import json, socket, sys
 import torch, torch.distributed as dist, torch.multiprocessing as mp
@@ -319,9 +320,9 @@ from safetensors.torch import load_file
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-def rank_main(rank, run, opt, port, out):
+def rank_main(rank, run, opt, world, port, out):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     init, data = load_file(f"{run}/init.safetensors"), load_file(f"{run}/data_{rank}.safetensors")
     net = torch.nn.Sequential(torch.nn.Linear(10, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
     named = {"a.weight": net[0].weight, "a.bias": net[0].bias, "b.weight": net[2].weight, "b.bias": net[2].bias}
@@ -345,26 +346,30 @@ def rank_main(rank, run, opt, port, out):
     dist.destroy_process_group()
 
 if __name__ == "__main__":
-    run, opt = sys.argv[1], sys.argv[2]
+    run, opt, world = sys.argv[1], sys.argv[2], int(sys.argv[3])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = f"{run}/pytorch_{opt}.json"
-    mp.start_processes(rank_main, args=(run, opt, port, out), nprocs=2, start_method="fork")
+    mp.start_processes(rank_main, args=(run, opt, world, port, out), nprocs=world, start_method="fork")
     print(open(out).read())
 "#;
 
 /// rtune's ZeRO-1 and ZeRO-2 against PyTorch's `ZeroRedundancyOptimizer` (gloo, with
-/// `DistributedDataParallel`) on the same initial weights and data, 2 ranks, Adam and AdamW:
+/// `DistributedDataParallel`) on the same initial weights and data, 2 ranks with Adam and 4
+/// with AdamW:
 /// the losses at every step and the final weights within 1e-5 (PyTorch's Python Adam is not
 /// libtorch's C++ one op for op, so the last bits may differ).
 pub fn sharded_training_equals_pytorch() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    for opt in ["adam", "adamw"] {
+    for (workers, opt) in [(2, "adam"), (4, "adamw")] {
         let ours = |way: &str| -> Result<(TrainResult, serde_json::Value)> {
             let result = TorchTrainer::new(train_sharded_or_not)
                 .train_loop_config(Params::new().with("way", way).with("opt", opt))
-                .scaling(ScalingConfig::workers(2))
+                .scaling(
+                    ScalingConfig::workers(workers)
+                        .resources_per_worker(BTreeMap::from([("CPU".to_owned(), 0.5)])),
+                )
                 .run_config(run_config(dir.path()).clone())
                 .fit()?;
             let path = result.path.join(format!("{way}_0.json"));
@@ -373,7 +378,9 @@ pub fn sharded_training_equals_pytorch() -> Result<()> {
         };
         let (zero1, run1) = ours("zero1")?;
         let (_, run2) = ours("zero2")?;
-        let out = crate::common::python(PYTORCH_ZERO, &[&zero1.path, Path::new(opt)])?;
+        let world = workers.to_string();
+        let out =
+            crate::common::python(PYTORCH_ZERO, &[&zero1.path, Path::new(opt), Path::new(&world)])?;
         let theirs: serde_json::Value = serde_json::from_slice(&out)?;
         let numbers = |v: &serde_json::Value| -> Vec<f64> {
             v.as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default()
@@ -385,14 +392,15 @@ pub fn sharded_training_equals_pytorch() -> Result<()> {
             let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
             let gap: Vec<f64> = weights.iter().zip(&our_weights).map(|(a, b)| a - b).collect();
             let relative = norm(&gap) / norm(&weights);
-            ensure!(relative < 1e-5, "{way} {opt}: weights {relative:e} from PyTorch's");
+            let at = format!("{way}, {workers} ranks, {opt}");
+            ensure!(relative < 1e-5, "{at}: weights {relative:e} from PyTorch's");
             let worst = losses
                 .iter()
                 .zip(&our_losses)
                 .map(|(a, b)| (a - b).abs() / a.abs())
                 .fold(0.0, f64::max);
-            ensure!(worst < 1e-5, "{way} {opt}: losses {worst:e} from PyTorch's");
-            println!("{way} {opt}: weights {relative:.1e} and losses {worst:.1e} from PyTorch's");
+            ensure!(worst < 1e-5, "{at}: losses {worst:e} from PyTorch's");
+            println!("{at}: weights {relative:.1e} and losses {worst:.1e} from PyTorch's");
         }
     }
     Ok(())
