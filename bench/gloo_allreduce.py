@@ -7,11 +7,13 @@ Printed: algorithm bandwidth = buffer bytes / median time, in GB/s (10^9 B/s), a
 CPU time per call (all threads of the process, user + system; time.process_time), median.
 
 With `--op reduce_scatter`: one reduce_scatter_tensor of the buffer into half-size pieces
-instead (bandwidth: the whole buffer's bytes / median time, as for the all-reduce).
+instead (bandwidth: the whole buffer's bytes / median time, as for the all-reduce). With
+`--op all_gather`: one all_gather_into_tensor of the ranks' half-size pieces into the buffer
+(the same definition).
 
 Usage: python bench/gloo_allreduce.py [--runs 20] [--warmup 3] [--sizes 1,10,100]
                                       [--threads 1]   # torch.set_num_threads in each rank
-                                      [--op all_reduce|reduce_scatter]
+                                      [--op all_reduce|reduce_scatter|all_gather]
 """
 
 import argparse
@@ -51,12 +53,17 @@ def worker(rank, world, port, args):
         times, cpu = [], []
         for i in range(args.warmup + args.runs):
             t.fill_(1.0)
+            piece.fill_(rank + 1.0)
             dist.barrier()
             t0, c0 = time.perf_counter(), time.process_time()
             if args.op == "reduce_scatter":
                 dist.reduce_scatter_tensor(piece, t[: piece.numel() * world], op=dist.ReduceOp.SUM)
                 took, cpu_took = time.perf_counter() - t0, time.process_time() - c0
                 assert piece[0].item() == 2.0 and piece[-1].item() == 2.0
+            elif args.op == "all_gather":
+                dist.all_gather_into_tensor(t[: piece.numel() * world], piece)
+                took, cpu_took = time.perf_counter() - t0, time.process_time() - c0
+                assert t[0].item() == 1.0 and t[piece.numel() * world - 1].item() == 2.0
             else:
                 dist.all_reduce(t, op=dist.ReduceOp.SUM)
                 took, cpu_took = time.perf_counter() - t0, time.process_time() - c0
@@ -83,7 +90,8 @@ def main():
     p.add_argument("--sizes", type=lambda s: [float(x) for x in s.split(",")],
                    default=[1.0, 10.0, 100.0])
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--op", choices=["all_reduce", "reduce_scatter"], default="all_reduce")
+    p.add_argument("--op", choices=["all_reduce", "reduce_scatter", "all_gather"],
+                   default="all_reduce")
     args = p.parse_args()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     mp.spawn(worker, args=(2, free_port(), args), nprocs=2, join=True)

@@ -187,7 +187,9 @@ def allreduce(figs, quick):
     runs = [("rtune", [exe] + args),
             ("gloo", [PYTHON, "bench/gloo_allreduce.py"] + args),
             ("rtune rs", [exe, "--op", "reduce_scatter"] + args),
-            ("gloo rs", [PYTHON, "bench/gloo_allreduce.py", "--op", "reduce_scatter"] + args)]
+            ("gloo rs", [PYTHON, "bench/gloo_allreduce.py", "--op", "reduce_scatter"] + args),
+            ("rtune ag", [exe, "--op", "all_gather"] + args),
+            ("gloo ag", [PYTHON, "bench/gloo_allreduce.py", "--op", "all_gather"] + args)]
     for who, cmd in runs:
         for line in run(cmd).splitlines():
             m = ALLREDUCE_LINE.match(line)
@@ -198,7 +200,10 @@ def allreduce(figs, quick):
             "torch.distributed gloo, same definition"),
            ("reduce_scatter", " rs",
             "the whole buffer's bytes / median time of one reduce_scatter (sum)",
-            "torch.distributed gloo's reduce_scatter_tensor, same definition")]
+            "torch.distributed gloo's reduce_scatter_tensor, same definition"),
+           ("all_gather", " ag",
+            "the whole buffer's bytes / median time of one all_gather of its two halves",
+            "torch.distributed gloo's all_gather_into_tensor, same definition")]
     for name, key, mine, theirs in ops:
         for size in [float(s) for s in sizes.split(",")]:
             ring, gloo = got[("rtune" + key, size)], got[("gloo" + key, size)]

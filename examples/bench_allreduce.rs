@@ -3,11 +3,13 @@
 //!
 //! Run: `cargo run --release --example bench_allreduce -- [--runs 20] [--warmup 3]
 //!       [--sizes 1,10,100] [--one-direction] [--lane-threads-min-bytes N] [--chunk-bytes N]
-//!       [--socket-buffer N] [--op all_reduce|reduce_scatter]`
+//!       [--socket-buffer N] [--op all_reduce|reduce_scatter|all_gather]`
 //!
 //! With `--op reduce_scatter`: one `reduce_scatter` of the buffer into two halves instead
 //! (bandwidth: the whole buffer's bytes / median time, as for the all-reduce), against
-//! `bench/gloo_allreduce.py --op reduce_scatter` (gloo's `reduce_scatter_tensor`).
+//! `bench/gloo_allreduce.py --op reduce_scatter` (gloo's `reduce_scatter_tensor`). With
+//! `--op all_gather`: one `all_gather` of the two ranks' halves into the buffer (the same
+//! definition), against gloo's `all_gather_into_tensor`.
 //!
 //! Each timed run is: barrier, start clock, one all_reduce (sum), stop clock, on rank 0. The
 //! printed figure is algorithm bandwidth = buffer bytes / median time, in GB/s (10^9 B/s).
@@ -32,7 +34,14 @@ struct Args {
     opts: GroupOptions,
     worker: Option<usize>,
     raw: Vec<String>,
-    reduce_scatter: bool,
+    op: Op,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
 }
 
 fn parse() -> anyhow::Result<Args> {
@@ -44,7 +53,7 @@ fn parse() -> anyhow::Result<Args> {
         opts: GroupOptions::new(0xbe9c),
         worker: None,
         raw: raw.clone(),
-        reduce_scatter: false,
+        op: Op::AllReduce,
     };
     let mut it = raw.into_iter();
     while let Some(flag) = it.next() {
@@ -61,9 +70,10 @@ fn parse() -> anyhow::Result<Args> {
             "--socket-buffer" => a.opts.socket_buffer_bytes = Some(val()?.parse()?),
             "--worker" => a.worker = Some(val()?.parse()?),
             "--op" => match val()?.as_str() {
-                "all_reduce" => a.reduce_scatter = false,
-                "reduce_scatter" => a.reduce_scatter = true,
-                other => bail!("--op {other}: use all_reduce or reduce_scatter"),
+                "all_reduce" => a.op = Op::AllReduce,
+                "reduce_scatter" => a.op = Op::ReduceScatter,
+                "all_gather" => a.op = Op::AllGather,
+                other => bail!("--op {other}: use all_reduce, reduce_scatter or all_gather"),
             },
             other => bail!("unknown argument {other}"),
         }
@@ -148,20 +158,28 @@ fn worker(rank: usize, args: &Args) -> anyhow::Result<()> {
         let mut cpu = Vec::with_capacity(args.runs);
         for i in 0..args.warmup + args.runs {
             buf.fill(1.0);
+            // An all-gather's pieces are the same length on every rank: each rank's, its
+            // number plus one (the result's halves then say whose they are).
+            let mine = &mut piece[..n / 2];
+            mine.fill(rank as f32 + 1.0);
             g.barrier()?;
             let (t, c) = (Instant::now(), process_cpu());
-            let result = match args.reduce_scatter {
-                true => {
+            let (result, first, last) = match args.op {
+                Op::ReduceScatter => {
                     g.reduce_scatter(&mut buf, &counts, &mut piece, ReduceOp::Sum)?;
-                    &piece
+                    (&piece, 2.0, 2.0)
                 }
-                false => {
+                Op::AllReduce => {
                     g.all_reduce(&mut buf, ReduceOp::Sum)?;
-                    &buf
+                    (&buf, 2.0, 2.0)
+                }
+                Op::AllGather => {
+                    g.all_gather(&piece[..n / 2], &mut buf[..n / 2 * 2])?;
+                    (&buf, 1.0, if n.is_multiple_of(2) { 2.0 } else { 1.0 })
                 }
             };
             let (took, cpu_took) = (t.elapsed(), process_cpu() - c);
-            anyhow::ensure!(result[0] == 2.0 && result[result.len() - 1] == 2.0, "wrong result");
+            anyhow::ensure!(result[0] == first && result[result.len() - 1] == last, "wrong result");
             if i >= args.warmup {
                 times.push(took);
                 cpu.push(cpu_took);
