@@ -10,6 +10,14 @@
 //! [`TrainContext::new_checkpoint`](crate::TrainContext::new_checkpoint) gives a writer that
 //! saves no model, so the I/O does not grow with the world size.
 //!
+//! A sharded model's optimizer state is the exception: every rank writes its shard
+//! (`ShardedModel::save_optimizer`) into one staging folder the ranks share, named alike on
+//! every rank (`.tmp_checkpoint_zero_<attempt>_<seq>`); the report waits on a barrier that each
+//! rank passes once its shard is durable, then rank 0 moves the folder into its checkpoint as
+//! [`SHARDS_DIR`] and commits. A rank that dies first fails the barrier: no checkpoint is
+//! recorded without every shard. (Ranks working in their node's scratch folder upload their
+//! shard to the store's checkpoint instead, before the barrier.)
+//!
 //! Stale writers. A worker of a failed attempt may outlive its attempt for a while (a node cut
 //! off from the driver, a process slow to die) and try to commit. Checkpoint names carry the
 //! iteration, not the attempt, so the run directory holds an attempt fence (`.rtune_attempt`,
