@@ -7,9 +7,9 @@
 //!   `hidden` (256), `batch_size` (32, global), `epochs` (20). Reports `loss` (training),
 //!   `val_loss` and `val_acc` (over the whole validation set, summed across ranks) and
 //!   `params` (the model's number of weights: a size to trade accuracy against) with a
-//!   checkpoint every epoch. It follows `ScalingConfig::sharding` (sweep files:
-//!   `[scaling] sharding = "zero2"`): Adam's state split across the ranks, and saved with
-//!   every checkpoint, so a resumed trial goes on with its optimizer's moments.
+//!   checkpoint every epoch, which holds Adam's state too: a resumed trial goes on with its
+//!   optimizer's moments. It follows `ScalingConfig::sharding` (sweep files:
+//!   `[scaling] sharding = "zero2"`): Adam's state split across the ranks.
 //! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
 //!   `seed` (0), `sleep_s` (0), `fail_at` (0: never). Reports `score` (rising to `plateau`)
@@ -22,7 +22,7 @@
 use anyhow::{Context as _, Result};
 use rand::RngExt;
 use rtune_searchers::{Params, SearchRng};
-use tch::nn::{self, Module, OptimizerConfig};
+use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
 use crate::collective::ReduceOp;
@@ -31,7 +31,7 @@ use crate::data::{
     StandardScaler,
 };
 use crate::train::{TorchPredictor, TorchTrainer};
-use crate::worker::{DistributedModel, ShardOptimizer, ShardedModel, TrainContext};
+use crate::worker::{DistributedModel, ModelOptimizer, ShardOptimizer, ShardedModel, TrainContext};
 
 /// Fixes the train/validation/test split of the digits.
 pub const DIGITS_SPLIT_SEED: u64 = 0;
@@ -78,18 +78,18 @@ fn share_right(predicted: &tch::Tensor, labels: &tch::Tensor) -> f64 {
     predicted.eq_tensor(labels).to_kind(Kind::Float).mean(Kind::Float).double_value(&[])
 }
 
-/// How `digits-mlp` averages its gradients and steps: plain data parallelism with libtorch's
-/// Adam, or sharded (`ScalingConfig::sharding`) with rtune's.
+/// How `digits-mlp` averages its gradients and steps: plain data parallelism, or sharded
+/// (`ScalingConfig::sharding`); either way with rtune's Adam, whose state its checkpoints hold.
 enum Parallel {
-    Whole(DistributedModel, nn::Optimizer),
+    Whole(DistributedModel, ModelOptimizer),
     Sharded(ShardedModel),
 }
 
 /// `digits-mlp`: each rank trains on batches of its shard (`batch_size / world` rows each);
 /// gradients are averaged across ranks; the validation loss and accuracy are summed over every
-/// rank's part of the validation set; rank 0's checkpoint is reported every epoch. With a
-/// sharding (`ScalingConfig::sharding`), Adam's state is split across the ranks (ZeRO) and
-/// every checkpoint holds each rank's shard of it, which a resumed run restores.
+/// rank's part of the validation set; rank 0's checkpoint is reported every epoch, with Adam's
+/// state, which a resumed run restores. With a sharding (`ScalingConfig::sharding`), that state
+/// is split across the ranks (ZeRO), and every checkpoint holds each rank's shard of it.
 pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     let p = ctx.params();
     let (lr, hidden, epochs, batch) = (
@@ -110,7 +110,13 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
         checkpoint.load_var_store(&mut vs)?;
     }
     let mut model = match ctx.sharding() {
-        None => Parallel::Whole(ctx.prepare_model(&vs)?, nn::Adam::default().build(&vs, lr)?),
+        None => {
+            let mut adam = ShardOptimizer::adam(lr).for_model(&vs)?;
+            if let Some(checkpoint) = ctx.checkpoint().filter(|c| c.holds_optimizer()) {
+                adam.load(checkpoint)?;
+            }
+            Parallel::Whole(ctx.prepare_model(&vs)?, adam)
+        }
         Some(sharding) => {
             let mut model = ctx.prepare_model_sharded(&vs, sharding, ShardOptimizer::adam(lr))?;
             if let Some(checkpoint) = ctx.checkpoint().filter(|c| c.holds_optimizer_shards()) {
@@ -153,8 +159,9 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
         let (val_loss, val_acc) = (totals[0] / totals[2], totals[1] / totals[2]);
         let mut checkpoint = ctx.new_checkpoint()?;
         checkpoint.save_var_store(&vs)?;
-        if let Parallel::Sharded(sharded) = &model {
-            sharded.save_optimizer(&mut checkpoint)?;
+        match &model {
+            Parallel::Whole(_, adam) => adam.save(&mut checkpoint)?,
+            Parallel::Sharded(sharded) => sharded.save_optimizer(&mut checkpoint)?,
         }
         let metrics = [
             ("loss", loss_sum / steps.max(1) as f64),

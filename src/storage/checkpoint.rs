@@ -39,6 +39,9 @@ use crate::storage;
 
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const METADATA_FILE: &str = "metadata.json";
+/// A `ModelOptimizer`'s state in a checkpoint, and its index.
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+pub const OPTIMIZER_INDEX: &str = "optimizer.json";
 /// The folder of a checkpoint holding a sharded model's optimizer state: one file per rank and
 /// an index (see `ShardedModel::save_optimizer`).
 pub const SHARDS_DIR: &str = "zero";
@@ -84,6 +87,11 @@ impl Checkpoint {
     /// The training iteration the checkpoint was reported with: a resumed run continues after it.
     pub fn iteration(&self) -> Result<u64> {
         Ok(self.metadata()?.training_iteration)
+    }
+
+    /// Whether it holds a `ModelOptimizer`'s state (`ModelOptimizer::save`).
+    pub fn holds_optimizer(&self) -> bool {
+        self.path.join(OPTIMIZER_INDEX).is_file()
     }
 
     /// Whether it holds a sharded model's optimizer state (`ShardedModel::save_optimizer`).

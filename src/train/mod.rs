@@ -30,6 +30,6 @@ pub use trainer::TorchTrainer;
 pub(crate) use trainer::{DATASETS_DIR, Steering, unread_note};
 
 pub use crate::worker::{
-    DistributedModel, REPORT_PREFIX, ShardOptimizer, ShardedModel, Sharding, TrainContext, TrainFn,
-    run_command,
+    DistributedModel, ModelOptimizer, OptimizerStep, REPORT_PREFIX, ShardOptimizer, ShardedModel,
+    Sharding, TrainContext, TrainFn, run_command,
 };

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use rtune_searchers::Params;
-use tch::nn::{Optimizer, VarStore};
+use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 use crate::collective::{ProcessGroup, ReduceOp};
@@ -535,13 +535,18 @@ impl DistributedModel {
         Ok(())
     }
 
-    /// `zero_grad`, `backward`, `sync_gradients`, `step`: one data-parallel training step.
-    pub fn backward_step(&self, optimizer: &mut Optimizer, loss: &Tensor) -> Result<()> {
-        optimizer.zero_grad();
+    /// `zero_grad`, `backward`, `sync_gradients`, `step`: one data-parallel training step,
+    /// with tch's optimizer or rtune's [`ModelOptimizer`](super::ModelOptimizer) (whose state
+    /// checkpoints hold).
+    pub fn backward_step(
+        &self,
+        optimizer: &mut impl super::OptimizerStep,
+        loss: &Tensor,
+    ) -> Result<()> {
+        optimizer.zero_grad()?;
         loss.f_backward()?;
         self.sync_gradients()?;
-        optimizer.step();
-        Ok(())
+        optimizer.step()
     }
 }
 

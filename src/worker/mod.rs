@@ -12,6 +12,7 @@
 pub(crate) mod command;
 mod context;
 mod link;
+mod model_optimizer;
 pub(crate) mod process;
 mod shard_optimizer;
 mod sharded;
@@ -20,6 +21,7 @@ pub use command::{REPORT_PREFIX, run_command};
 pub(crate) use context::ContextParts;
 pub use context::{DistributedModel, TrainContext};
 pub(crate) use link::DriverLink;
+pub use model_optimizer::{ModelOptimizer, OptimizerStep};
 pub use shard_optimizer::ShardOptimizer;
 pub use sharded::{ShardedModel, Sharding};
 

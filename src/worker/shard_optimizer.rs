@@ -98,8 +98,6 @@ impl ShardOptimizer {
 pub(super) struct ShardState {
     pub(super) step: i64,
     pub(super) buffers: Vec<Tensor>,
-    /// Two buffers of up to `CHUNK` numbers for a step's intermediate results (not state).
-    scratch: [Tensor; 2],
 }
 
 /// A step goes through its shard this many numbers at a time: its intermediate results fit in
@@ -109,14 +107,25 @@ const CHUNK: i64 = 1 << 18;
 impl ShardState {
     /// Fresh state (step 0, zeros) for a shard of `len` numbers on `device`.
     pub(super) fn new(settings: &ShardOptimizer, len: usize, device: Device) -> Result<ShardState> {
-        let zeros = |n: i64| Tensor::f_zeros([n], (Kind::Float, device));
         let buffers = settings
             .state_names()
             .iter()
-            .map(|_| zeros(len as i64))
+            .map(|_| Tensor::f_zeros([len as i64], (Kind::Float, device)))
             .collect::<std::result::Result<_, _>>()?;
-        let scratch = CHUNK.min(len as i64);
-        Ok(ShardState { step: 0, buffers, scratch: [zeros(scratch)?, zeros(scratch)?] })
+        Ok(ShardState { step: 0, buffers })
+    }
+}
+
+/// Two buffers for a step's intermediate results, up to `CHUNK` numbers each (not state: one
+/// serves every shard or variable an optimizer steps).
+#[derive(Debug)]
+pub(super) struct Scratch([Tensor; 2]);
+
+impl Scratch {
+    /// Enough for shards of up to `len` numbers on `device`.
+    pub(super) fn new(len: usize, device: Device) -> Result<Scratch> {
+        let zeros = || Tensor::f_zeros([CHUNK.min(len as i64)], (Kind::Float, device));
+        Ok(Scratch([zeros()?, zeros()?]))
     }
 }
 
@@ -130,7 +139,13 @@ impl ShardOptimizer {
     /// One step of `p` (this rank's shard of the parameters) with its gradient `grad`, as
     /// libtorch's optimizer of these settings steps (see the module docs): a chunk at a time,
     /// which changes nothing, every update being element by element.
-    pub(super) fn step(&self, state: &mut ShardState, p: &Tensor, grad: &Tensor) -> Result<()> {
+    pub(super) fn step(
+        &self,
+        state: &mut ShardState,
+        scratch: &Scratch,
+        p: &Tensor,
+        grad: &Tensor,
+    ) -> Result<()> {
         let _no_grad = tch::no_grad_guard();
         state.step += 1;
         let len = p.numel() as i64;
@@ -139,7 +154,7 @@ impl ShardOptimizer {
             let n = CHUNK.min(len - start);
             let part = |t: &Tensor| t.f_narrow(0, start, n);
             let buffers = state.buffers.iter().map(part).collect::<Result<Vec<_>, _>>()?;
-            let [a, b] = &state.scratch;
+            let [a, b] = &scratch.0;
             let scratch = [a.f_narrow(0, 0, n)?, b.f_narrow(0, 0, n)?];
             self.step_part(state.step, &part(p)?, &part(grad)?, &buffers, &scratch)?;
             start += n;
@@ -266,7 +281,8 @@ mod tests {
             opt.step();
             for (p, state, at) in &mut shards {
                 let grad = g.narrow(0, *at, p.numel() as i64).copy();
-                settings.step(state, p, &grad).unwrap();
+                let scratch = Scratch::new(p.numel(), Device::Cpu).unwrap();
+                settings.step(state, &scratch, p, &grad).unwrap();
             }
         }
         let a: Vec<f32> = Vec::try_from(&w).unwrap();

@@ -34,7 +34,7 @@ use tch::{Kind, Tensor};
 use super::context::{
     Backend, broadcast_from_rank_0, gather_into, scatter_from, sorted_variables, trainable,
 };
-use super::shard_optimizer::{ShardOptimizer, ShardState};
+use super::shard_optimizer::{Scratch, ShardOptimizer, ShardState};
 use crate::collective::ReduceOp;
 pub use crate::config::Sharding;
 use crate::error::{Error, Result};
@@ -47,8 +47,9 @@ pub struct ShardedModel {
     backend: Backend,
     sharding: Sharding,
     settings: ShardOptimizer,
-    /// The optimizer's state for `shard` alone.
+    /// The optimizer's state for `shard` alone, and its step's scratch.
     state: ShardState,
+    scratch: Scratch,
     /// The trainable variables' names and shapes, in the order of the flat vector.
     layout: Vec<Parameter>,
     params: Vec<Tensor>,
@@ -109,6 +110,7 @@ impl ShardedModel {
             sharding,
             settings: optimizer,
             state: ShardState::new(&optimizer, shard_len, device)?,
+            scratch: Scratch::new(shard_len, device)?,
             layout,
             params,
             n,
@@ -150,7 +152,7 @@ impl ShardedModel {
         let _no_grad = tch::no_grad_guard();
         gather_into(&self.flat, &self.params, Tensor::grad)?;
         self.average_gradients()?;
-        self.settings.step(&mut self.state, &self.shard, &self.grad)?;
+        self.settings.step(&mut self.state, &self.scratch, &self.shard, &self.grad)?;
         self.gather_parameters()
     }
 
@@ -437,7 +439,7 @@ mod tests {
         let (mut model, _vs) = one_rank(7, ShardOptimizer::adam(0.01));
         for _ in 0..3 {
             let grad = Tensor::randn([model.shard_len as i64], (Kind::Float, tch::Device::Cpu));
-            model.settings.step(&mut model.state, &model.shard, &grad).unwrap();
+            model.settings.step(&mut model.state, &model.scratch, &model.shard, &grad).unwrap();
         }
         let mut writer = CheckpointWriter::create(dir.path(), 0, 1).unwrap();
         model.save_optimizer(&mut writer).unwrap();

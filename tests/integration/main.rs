@@ -101,8 +101,8 @@ fn main() {
         ),
         test("trainer::sharded_training_equals_pytorch", trainer::sharded_training_equals_pytorch),
         test(
-            "trainer::sharded_checkpoints_resume_and_reshard",
-            trainer::sharded_checkpoints_resume_and_reshard,
+            "trainer::optimizer_checkpoints_resume_and_reshard",
+            trainer::optimizer_checkpoints_resume_and_reshard,
         ),
         test(
             "trainer::sigkilled_worker_resumes_from_checkpoint",

@@ -406,14 +406,16 @@ pub fn sharded_training_equals_pytorch() -> Result<()> {
     Ok(())
 }
 
-/// ZeRO-2 with Adam on `small_mlp_and_data`, 10 steps per report and a checkpoint at each
-/// (the model, and every rank's shard of the optimizer state), going on from the checkpoint it
-/// is given: weights and optimizer state. A resumed rank first writes the optimizer state it
-/// restored to `<run>/restored_<rank>.json`; at the end each rank its weights to
-/// `<run>/weights_<rank>.json`. With `kill_at` = k, rank 1 SIGKILLs itself once (a marker file
-/// remembers) after writing its shard of report k and before the report commits it.
-fn train_sharded_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
-    use rtune::train::{ShardOptimizer, Sharding};
+/// Adam on `small_mlp_and_data`, sharded as the run's `ScalingConfig::sharding` says (plain
+/// data parallelism with rtune's `ModelOptimizer` without one), 10 steps per report and a
+/// checkpoint at each (the model and the optimizer's state: with a sharding every rank's shard
+/// of it), going on from the checkpoint it is given: weights and optimizer state. A resumed
+/// sharded rank first writes the optimizer state it restored to `<run>/restored_<rank>.json`;
+/// at the end each rank its weights to `<run>/weights_<rank>.json`. With `kill_at` = k, rank 1
+/// SIGKILLs itself once (a marker file remembers) after saving its part of report k's
+/// checkpoint and before the report commits it.
+fn train_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
+    use rtune::train::ShardOptimizer;
     let (reports, kill_at) =
         (ctx.params().get::<u64>("reports")?, ctx.params().get::<u64>("kill_at")?);
     let rank = ctx.world_rank();
@@ -421,28 +423,52 @@ fn train_sharded_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
     if let Some(ck) = ctx.checkpoint() {
         ck.load_var_store(&mut vs)?;
     }
-    let mut model = ctx.prepare_model_sharded(&vs, Sharding::Zero2, ShardOptimizer::adam(0.01))?;
-    if let Some(ck) = ctx.checkpoint().cloned() {
-        model.load_optimizer(&ck)?;
-        let (step, state) = model.optimizer_state()?;
-        let state: BTreeMap<&str, Vec<f32>> = state
-            .iter()
-            .map(|(name, t)| Ok((*name, Vec::<f32>::try_from(t)?)))
-            .collect::<Result<_>>()?;
-        let range = model.shard_range();
-        let out = serde_json::json!({"step": step, "start": range.start, "state": state});
-        std::fs::write(ctx.run_dir().join(format!("restored_{rank}.json")), out.to_string())?;
+    let (mut sharded, mut whole) = (None, None);
+    match ctx.sharding() {
+        Some(sharding) => {
+            let mut model = ctx.prepare_model_sharded(&vs, sharding, ShardOptimizer::adam(0.01))?;
+            if let Some(ck) = ctx.checkpoint().cloned() {
+                model.load_optimizer(&ck)?;
+                let (step, state) = model.optimizer_state()?;
+                let state: BTreeMap<&str, Vec<f32>> = state
+                    .iter()
+                    .map(|(name, t)| Ok((*name, Vec::<f32>::try_from(t)?)))
+                    .collect::<Result<_>>()?;
+                let range = model.shard_range();
+                let out = serde_json::json!({"step": step, "start": range.start, "state": state});
+                std::fs::write(
+                    ctx.run_dir().join(format!("restored_{rank}.json")),
+                    out.to_string(),
+                )?;
+            }
+            sharded = Some(model);
+        }
+        None => {
+            let mut adam = ShardOptimizer::adam(0.01).for_model(&vs)?;
+            if let Some(ck) = ctx.checkpoint() {
+                adam.load(ck)?;
+            }
+            whole = Some((ctx.prepare_model(&vs)?, adam));
+        }
     }
     for i in ctx.iteration() + 1..=reports {
         let mut loss = 0.0;
         for _ in 0..10 {
             let l = net.forward(&x).cross_entropy_for_logits(&y);
             loss = l.double_value(&[]);
-            model.backward_step(&l)?;
+            match (&mut sharded, &mut whole) {
+                (Some(model), _) => model.backward_step(&l)?,
+                (_, Some((ddp, adam))) => ddp.backward_step(adam, &l)?,
+                _ => anyhow::bail!("no model"),
+            }
         }
         let mut ck = ctx.new_checkpoint()?;
         ck.save_var_store(&vs)?;
-        model.save_optimizer(&mut ck)?;
+        match (&sharded, &whole) {
+            (Some(model), _) => model.save_optimizer(&mut ck)?,
+            (_, Some((_, adam))) => adam.save(&mut ck)?,
+            _ => anyhow::bail!("no model"),
+        }
         let marker = ctx.run_dir().join("killed_once");
         if rank == 1 && i == kill_at && !marker.exists() {
             std::fs::write(&marker, b"")?;
@@ -465,19 +491,25 @@ fn train_sharded_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
     Ok(())
 }
 
-/// Sharded checkpoints: a rank killed between writing its shard and the commit leaves no
-/// recorded checkpoint of that report, and the run resumed from the last one (every rank's
-/// optimizer shard restored) ends with the very weights of a run never killed; resumed with 3
-/// ranks instead of 2, each rank's optimizer state is its part of the saved one, cut anew.
-pub fn sharded_checkpoints_resume_and_reshard() -> Result<()> {
+/// Checkpoints with the optimizer's state, sharded (ZeRO-2) and whole (`ModelOptimizer`): a
+/// rank killed between saving its part and the commit leaves no recorded checkpoint of that
+/// report, and the run resumed from the last one (the optimizer's state restored) ends with
+/// the very weights of a run never killed. Resumed with 3 ranks instead of 2, each rank's
+/// sharded optimizer state is its part of the saved one, cut anew.
+pub fn optimizer_checkpoints_resume_and_reshard() -> Result<()> {
+    use rtune::train::Sharding;
     let dir = tempfile::tempdir()?;
-    let run = |workers: usize, kill_at: u64, reports: u64, from: Option<rtune::Checkpoint>| {
-        let mut trainer = TorchTrainer::new(train_sharded_with_checkpoints)
+    let run = |workers: usize,
+               sharding: Option<Sharding>,
+               kill_at: u64,
+               reports: u64,
+               from: Option<rtune::Checkpoint>| {
+        let mut scaling = ScalingConfig::workers(workers)
+            .resources_per_worker(BTreeMap::from([("CPU".to_owned(), 0.5)]));
+        scaling.sharding = sharding;
+        let mut trainer = TorchTrainer::new(train_with_checkpoints)
             .train_loop_config(Params::new().with("reports", reports).with("kill_at", kill_at))
-            .scaling(
-                ScalingConfig::workers(workers)
-                    .resources_per_worker(BTreeMap::from([("CPU".to_owned(), 0.5)])),
-            )
+            .scaling(scaling)
             .run_config(run_config(dir.path()).failure_config(FailureConfig::max_failures(1)));
         if let Some(ck) = from {
             trainer = trainer.resume_from_checkpoint(ck);
@@ -487,37 +519,49 @@ pub fn sharded_checkpoints_resume_and_reshard() -> Result<()> {
     let weights = |result: &TrainResult| -> Result<Vec<f32>> {
         Ok(serde_json::from_slice(&std::fs::read(result.path.join("weights_0.json"))?)?)
     };
-    let whole = run(2, 0, 6, None)?;
-    let killed = run(2, 4, 6, None)?;
-    ensure!(whole.failures.is_empty(), "{:?}", whole.failures);
-    // Rank 1's death, as itself or as rank 0 losing it in the barrier before the commit.
-    let failure = killed.failures.first().context("a failure")?;
-    ensure!(
-        killed.failures.len() == 1
-            && (failure.rank == 1 || failure.message.contains("lost rank 1 during barrier")),
-        "{:?}",
-        killed.failures
-    );
-    // Attempt 0 wrote every shard of report 4 but rank 1 died before the commit: the report's
-    // checkpoint is attempt 1's, and nothing half-written is left.
-    let fourth = rtune::Checkpoint::from_directory(killed.path.join("checkpoint_000004"))?;
-    ensure!(fourth.metadata()?.attempt == 1, "checkpoint 4 recorded from the killed attempt");
-    let names: Vec<String> = std::fs::read_dir(&killed.path)?
-        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
-        .collect::<Result<_>>()?;
-    ensure!(!names.iter().any(|n| n.starts_with(".tmp")), "left behind: {names:?}");
-    let mut shards: Vec<String> = std::fs::read_dir(fourth.path().join("zero"))?
-        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
-        .collect::<Result<_>>()?;
-    shards.sort();
-    ensure!(
-        shards == ["index.json", "shard_0_of_2.safetensors", "shard_1_of_2.safetensors"],
-        "{shards:?}"
-    );
-    // Resumed after report 3 with Adam's moments restored: the same bits as never killed
-    // (restarting the moments from zero would not be).
-    let (a, b) = (weights(&whole)?, weights(&killed)?);
-    ensure!(a.len() == 101 && a == b, "the resumed run ends with other weights");
+    let mut sharded_run = None;
+    for sharding in [Some(Sharding::Zero2), None] {
+        let whole = run(2, sharding, 0, 6, None)?;
+        let killed = run(2, sharding, 4, 6, None)?;
+        ensure!(whole.failures.is_empty(), "{sharding:?}: {:?}", whole.failures);
+        // Rank 1's death, as itself or (sharded) as rank 0 losing it in the barrier before
+        // the commit.
+        let failure = killed.failures.first().context("a failure")?;
+        ensure!(
+            killed.failures.len() == 1
+                && (failure.rank == 1 || failure.message.contains("lost rank 1 during barrier")),
+            "{sharding:?}: {:?}",
+            killed.failures
+        );
+        // Attempt 0 saved report 4's checkpoint but rank 1 died before the commit: the
+        // report's checkpoint is attempt 1's, and nothing half-written is left.
+        let fourth = rtune::Checkpoint::from_directory(killed.path.join("checkpoint_000004"))?;
+        ensure!(fourth.metadata()?.attempt == 1, "checkpoint 4 recorded from the killed attempt");
+        let names: Vec<String> = std::fs::read_dir(&killed.path)?
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_>>()?;
+        ensure!(!names.iter().any(|n| n.starts_with(".tmp")), "left behind: {names:?}");
+        if sharding.is_some() {
+            let mut shards: Vec<String> = std::fs::read_dir(fourth.path().join("zero"))?
+                .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+                .collect::<Result<_>>()?;
+            shards.sort();
+            ensure!(
+                shards == ["index.json", "shard_0_of_2.safetensors", "shard_1_of_2.safetensors"],
+                "{shards:?}"
+            );
+        } else {
+            ensure!(fourth.holds_optimizer(), "no optimizer state in {}", fourth.path().display());
+        }
+        // Resumed after report 3 with Adam's moments restored: the same bits as never killed
+        // (restarting the moments from zero would not be).
+        let (a, b) = (weights(&whole)?, weights(&killed)?);
+        ensure!(a.len() == 101 && a == b, "{sharding:?}: the resumed run ends with other weights");
+        if sharding.is_some() {
+            sharded_run = Some(whole);
+        }
+    }
+    let whole = sharded_run.context("the sharded run")?;
 
     // Report 3 of the 2-rank run, resumed with 3 ranks: 34 parameters each where the saved
     // shards hold 51 (rank 1's part spans both files).
@@ -529,7 +573,7 @@ pub fn sharded_checkpoints_resume_and_reshard() -> Result<()> {
         }
     }
     ensure!(saved.keys().collect::<Vec<_>>() == ["exp_avg", "exp_avg_sq"], "{saved:?}");
-    let resumed = run(3, 0, 4, Some(third))?;
+    let resumed = run(3, Some(Sharding::Zero2), 0, 4, Some(third))?;
     ensure!(resumed.error.is_none(), "{:?}", resumed.error);
     for rank in 0..3 {
         let path = resumed.path.join(format!("restored_{rank}.json"));
