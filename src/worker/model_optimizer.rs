@@ -13,7 +13,7 @@ use tch::nn::{Optimizer, VarStore};
 use tch::{Device, Tensor};
 
 use super::context::{sorted_variables, trainable};
-use super::shard_optimizer::{Scratch, ShardOptimizer, ShardState};
+use super::shard_optimizer::{Parameter, Scratch, ShardOptimizer, ShardState, read_index};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, OPTIMIZER_FILE, OPTIMIZER_INDEX};
@@ -51,8 +51,8 @@ pub struct ModelOptimizer {
 /// What `optimizer.json` says of one variable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct SavedVariable {
-    name: String,
-    shape: Vec<i64>,
+    #[serde(flatten)]
+    parameter: Parameter,
     step: i64,
 }
 
@@ -142,8 +142,7 @@ impl ModelOptimizer {
                 .vars
                 .iter()
                 .map(|(name, t, s)| SavedVariable {
-                    name: name.clone(),
-                    shape: t.size(),
+                    parameter: Parameter { name: name.clone(), shape: t.size() },
                     step: s.step,
                 })
                 .collect(),
@@ -159,48 +158,18 @@ impl ModelOptimizer {
         let bad =
             |message: String| Error::Checkpoint { path: checkpoint.path().to_owned(), message };
         let path = checkpoint.path().join(OPTIMIZER_INDEX);
-        let text = std::fs::read(&path).map_err(|e| {
-            bad(format!(
-                "no optimizer state ({OPTIMIZER_INDEX}: {e}): save it with ModelOptimizer::save"
-            ))
-        })?;
-        let saved: SavedOptimizer =
-            serde_json::from_slice(&text).map_err(|e| bad(format!("{OPTIMIZER_INDEX}: {e}")))?;
-        if saved.format != FORMAT {
-            return Err(bad(format!(
-                "{OPTIMIZER_INDEX} has format {}; this rtune reads {FORMAT}",
-                saved.format
-            )));
+        let missing = "optimizer state (saved by ModelOptimizer::save)";
+        let saved: SavedOptimizer = read_index(&path, FORMAT, missing).map_err(bad)?;
+        let here: Vec<Parameter> = self
+            .vars
+            .iter()
+            .map(|(name, t, _)| Parameter { name: name.clone(), shape: t.size() })
+            .collect();
+        let there: Vec<Parameter> = saved.variables.iter().map(|v| v.parameter.clone()).collect();
+        if let Some(message) = self.settings.misfit(&saved.optimizer, &saved.state, &there, &here) {
+            return Err(bad(message));
         }
         let names = self.settings.state_names();
-        if saved.state != names {
-            return Err(bad(format!(
-                "holds {:?} state ({}), this optimizer keeps {}",
-                saved.optimizer,
-                saved.state.join(", "),
-                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
-            )));
-        }
-        let here: Vec<(&str, Vec<i64>)> =
-            self.vars.iter().map(|(n, t, _)| (n.as_str(), t.size())).collect();
-        let there: Vec<(&str, Vec<i64>)> =
-            saved.variables.iter().map(|v| (v.name.as_str(), v.shape.clone())).collect();
-        if here != there {
-            let at = here
-                .iter()
-                .zip(&there)
-                .position(|(a, b)| a != b)
-                .unwrap_or(here.len().min(there.len()));
-            let show = |v: Option<&(&str, Vec<i64>)>| match v {
-                Some((name, shape)) => format!("`{name}` of shape {shape:?}"),
-                None => "nothing".to_owned(),
-            };
-            return Err(bad(format!(
-                "saved for another model: where it holds {}, this model has {}",
-                show(there.get(at)),
-                show(here.get(at))
-            )));
-        }
         let tensors = Tensor::read_safetensors(checkpoint.path().join(OPTIMIZER_FILE))
             .map_err(|e| bad(format!("{OPTIMIZER_FILE}: {e}")))?;
         let _no_grad = tch::no_grad_guard();
@@ -336,7 +305,10 @@ mod tests {
             "{e}"
         );
         let e = refusal(500, ShardOptimizer::sgd(0.1, 0.9), &saved);
-        assert!(e.contains("(exp_avg, exp_avg_sq), this optimizer keeps momentum_buffer"), "{e}");
+        assert!(
+            e.contains("(exp_avg, exp_avg_sq), this model's optimizer keeps momentum_buffer"),
+            "{e}"
+        );
         let e = refusal(500, ShardOptimizer::adam(1e-3), &bare);
         assert!(e.contains("no optimizer state") && !bare.holds_optimizer(), "{e}");
     }

@@ -55,6 +55,39 @@ impl ShardOptimizer {
         }
     }
 
+    /// Why state saved by `saved` (keeping `state` for the variables `there`) does not fit this
+    /// optimizer over the variables `here`: the first variable that differs, or the kind of
+    /// state; `None` when it fits (the settings may differ: a new learning rate).
+    pub(super) fn misfit(
+        &self,
+        saved: &ShardOptimizer,
+        state: &[String],
+        there: &[Parameter],
+        here: &[Parameter],
+    ) -> Option<String> {
+        if there != here {
+            let at = there.iter().zip(here).position(|(a, b)| a != b);
+            let at = at.unwrap_or(there.len().min(here.len()));
+            let show = |p: Option<&Parameter>| match p {
+                Some(p) => format!("`{}` of shape {:?}", p.name, p.shape),
+                None => "nothing".to_owned(),
+            };
+            return Some(format!(
+                "saved for another model: where it holds {}, this model has {}",
+                show(there.get(at)),
+                show(here.get(at))
+            ));
+        }
+        let names = self.state_names();
+        (state != names).then(|| {
+            format!(
+                "holds {saved:?} state ({}), this model's optimizer keeps {}",
+                state.join(", "),
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )
+        })
+    }
+
     /// Numbers of optimizer state per parameter (Adam's two moments, SGD's momentum).
     pub(super) fn moments(&self) -> usize {
         self.state_names().len()
@@ -90,6 +123,31 @@ impl ShardOptimizer {
             None => Ok(()),
         }
     }
+}
+
+/// A trainable variable as saved optimizer state describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct Parameter {
+    pub(super) name: String,
+    pub(super) shape: Vec<i64>,
+}
+
+/// Reads a saved optimizer's JSON index at `path`, of `format`; an error names what is wrong
+/// (`missing` says how such state is saved), for the caller to place at its checkpoint.
+pub(super) fn read_index<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+    format: u32,
+    missing: &str,
+) -> std::result::Result<T, String> {
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let text = std::fs::read(path).map_err(|e| format!("no {missing} ({name}: {e})"))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| format!("{name}: {e}"))?;
+    match value.get("format").and_then(serde_json::Value::as_u64) {
+        Some(f) if f == u64::from(format) => {}
+        f => return Err(format!("{name} has format {f:?}; this rtune reads {format}")),
+    }
+    serde_json::from_value(value).map_err(|e| format!("{name}: {e}"))
 }
 
 /// An optimizer's state for one shard: its step count and its buffers, in the order of

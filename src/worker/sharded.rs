@@ -34,7 +34,7 @@ use tch::{Kind, Tensor};
 use super::context::{
     Backend, broadcast_from_rank_0, gather_into, scatter_from, sorted_variables, trainable,
 };
-use super::shard_optimizer::{Scratch, ShardOptimizer, ShardState};
+use super::shard_optimizer::{Parameter, Scratch, ShardOptimizer, ShardState, read_index};
 use crate::collective::ReduceOp;
 pub use crate::config::Sharding;
 use crate::error::{Error, Result};
@@ -221,13 +221,6 @@ impl ShardedModel {
     }
 }
 
-/// A trainable variable as the flat vector holds it: in name order, each its numbers in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Parameter {
-    name: String,
-    shape: Vec<i64>,
-}
-
 /// `zero/index.json`: how a sharded model's optimizer state was cut, and into which files.
 #[derive(Debug, Serialize, Deserialize)]
 struct ShardIndex {
@@ -324,44 +317,15 @@ impl ShardedModel {
     pub fn load_optimizer(&mut self, checkpoint: &Checkpoint) -> Result<()> {
         let dir = checkpoint.path().join(SHARDS_DIR);
         let bad = |message: String| Error::Checkpoint { path: dir.clone(), message };
-        let path = dir.join(INDEX_FILE);
-        let text = std::fs::read(&path).map_err(|e| {
-            bad(format!(
-                "no sharded optimizer state ({SHARDS_DIR}/{INDEX_FILE}: {e}): save it with \
-                 ShardedModel::save_optimizer"
-            ))
-        })?;
+        let missing = "sharded optimizer state (saved by ShardedModel::save_optimizer)";
         let index: ShardIndex =
-            serde_json::from_slice(&text).map_err(|e| bad(format!("{INDEX_FILE}: {e}")))?;
-        if index.format != INDEX_FORMAT {
-            return Err(bad(format!(
-                "{INDEX_FILE} has format {}; this rtune reads {INDEX_FORMAT}",
-                index.format
-            )));
-        }
-        if index.parameters != self.layout {
-            let (saved, here) = (&index.parameters, &self.layout);
-            let at = saved.iter().zip(here).position(|(a, b)| a != b);
-            let at = at.unwrap_or(saved.len().min(here.len()));
-            let show = |p: Option<&Parameter>| match p {
-                Some(p) => format!("`{}` of shape {:?}", p.name, p.shape),
-                None => "nothing".to_owned(),
-            };
-            return Err(bad(format!(
-                "saved for another model: where it holds {}, this model has {}",
-                show(saved.get(at)),
-                show(here.get(at))
-            )));
+            read_index(&dir.join(INDEX_FILE), INDEX_FORMAT, missing).map_err(bad)?;
+        let misfit =
+            self.settings.misfit(&index.optimizer, &index.state, &index.parameters, &self.layout);
+        if let Some(message) = misfit {
+            return Err(bad(message));
         }
         let names = self.settings.state_names();
-        if index.state != names {
-            return Err(bad(format!(
-                "holds {:?} state ({}), this model's optimizer keeps {}",
-                index.optimizer,
-                index.state.join(", "),
-                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
-            )));
-        }
         if index.shard_len.saturating_mul(index.shards.len()) < self.n {
             return Err(bad(format!(
                 "{INDEX_FILE} names {} shards of {} numbers, too few for this model's {}",
