@@ -153,6 +153,24 @@ pub fn two_half_batches_equal_one_full_batch() -> Result<()> {
 
 // ---------------------------------------------------------------- sharded data parallel
 
+/// The numbers of a JSON array (none for anything else).
+fn numbers(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+/// How far `ours` is from the reference run (`losses` at every step, final `weights`): the
+/// weights' distance relative to the reference's norm, and the largest relative gap between
+/// the losses of one step.
+fn gaps(losses: &[f64], weights: &[f64], our_losses: &[f64], our_weights: &[f64]) -> (f64, f64) {
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let gap: Vec<f64> = weights.iter().zip(our_weights).map(|(a, b)| a - b).collect();
+    let worst =
+        losses.iter().zip(our_losses).map(|(a, b)| (a - b).abs() / a.abs()).fold(0.0, f64::max);
+    (norm(&gap) / norm(weights), worst)
+}
+
 /// A small MLP (101 parameters: no world size of these tests divides them), the same on every
 /// rank, and `rank`'s own fixed batch of 32 rows.
 fn small_mlp_and_data(rank: usize) -> (nn::VarStore, impl Module, Tensor, Tensor) {
@@ -234,11 +252,6 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
             &std::fs::read(&path).with_context(|| path.display().to_string())?,
         )?)
     };
-    let numbers = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
-            .unwrap_or_default()
-    };
     let parameters: usize = 10 * 7 + 7 + 7 * 3 + 3;
     for (workers, opt) in [(2, "adam"), (4, "adamw"), (2, "sgd"), (4, "adam")] {
         let mut runs = BTreeMap::new();
@@ -294,15 +307,8 @@ pub fn sharded_training_equals_data_parallel_training() -> Result<()> {
                 ensure!(their_weights == weights, "{workers} ranks, {opt}, {way}: other weights");
                 continue;
             }
-            let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-            let gap: Vec<f64> = weights.iter().zip(&their_weights).map(|(a, b)| a - b).collect();
-            let relative = norm(&gap) / norm(&weights);
+            let (relative, worst) = gaps(&losses, &weights, &their_losses, &their_weights);
             ensure!(relative < 1e-5, "{workers} ranks, {opt}, {way}: weights {relative:e} apart");
-            let worst = losses
-                .iter()
-                .zip(&their_losses)
-                .map(|(a, b)| (a - b).abs() / a.abs())
-                .fold(0.0, f64::max);
             ensure!(worst < 1e-5, "{workers} ranks, {opt}, {way}: losses {worst:e} apart");
         }
     }
@@ -382,23 +388,13 @@ pub fn sharded_training_equals_pytorch() -> Result<()> {
         let out =
             crate::common::python(PYTORCH_ZERO, &[&zero1.path, Path::new(opt), Path::new(&world)])?;
         let theirs: serde_json::Value = serde_json::from_slice(&out)?;
-        let numbers = |v: &serde_json::Value| -> Vec<f64> {
-            v.as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default()
-        };
         let (losses, weights) = (numbers(&theirs["losses"]), numbers(&theirs["weights"]));
         ensure!(losses.len() == 200 && weights.len() == 101, "PyTorch said {theirs}");
         for (way, run) in [("zero1", &run1), ("zero2", &run2)] {
             let (our_losses, our_weights) = (numbers(&run["losses"]), numbers(&run["weights"]));
-            let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-            let gap: Vec<f64> = weights.iter().zip(&our_weights).map(|(a, b)| a - b).collect();
-            let relative = norm(&gap) / norm(&weights);
+            let (relative, worst) = gaps(&losses, &weights, &our_losses, &our_weights);
             let at = format!("{way}, {workers} ranks, {opt}");
             ensure!(relative < 1e-5, "{at}: weights {relative:e} from PyTorch's");
-            let worst = losses
-                .iter()
-                .zip(&our_losses)
-                .map(|(a, b)| (a - b).abs() / a.abs())
-                .fold(0.0, f64::max);
             ensure!(worst < 1e-5, "{at}: losses {worst:e} from PyTorch's");
             println!("{at}: weights {relative:.1e} and losses {worst:.1e} from PyTorch's");
         }
