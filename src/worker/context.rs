@@ -262,11 +262,10 @@ impl<'a> TrainContext<'a> {
     pub(crate) fn report_maybe_with(
         &mut self,
         metrics: impl IntoMetrics,
-        checkpoint: Option<CheckpointWriter>,
+        mut checkpoint: Option<CheckpointWriter>,
     ) -> Result<()> {
         let metrics = metrics.into_metrics()?;
         let iteration = self.iteration() + 1;
-        let mut checkpoint = checkpoint;
         if let Some(writer) = checkpoint.as_mut().filter(|w| w.is_sharded()) {
             self.join_shards(writer, &checkpoint_name(iteration))?;
         }

@@ -170,19 +170,20 @@ impl ModelOptimizer {
             return Err(bad(message));
         }
         let names = self.settings.state_names();
-        let tensors = Tensor::read_safetensors(checkpoint.path().join(OPTIMIZER_FILE))
-            .map_err(|e| bad(format!("{OPTIMIZER_FILE}: {e}")))?;
+        let tensors: std::collections::HashMap<String, Tensor> =
+            Tensor::read_safetensors(checkpoint.path().join(OPTIMIZER_FILE))
+                .map_err(|e| bad(format!("{OPTIMIZER_FILE}: {e}")))?
+                .into_iter()
+                .collect();
         let _no_grad = tch::no_grad_guard();
         for ((var, t, state), saved) in self.vars.iter_mut().zip(&saved.variables) {
             for (buffer, name) in state.buffers.iter_mut().zip(names) {
                 let key = format!("{var}/{name}");
-                let value = tensors
-                    .iter()
-                    .find(|(k, v)| *k == key && v.numel() == t.numel())
-                    .ok_or_else(|| {
+                let value =
+                    tensors.get(&key).filter(|v| v.numel() == t.numel()).ok_or_else(|| {
                         bad(format!("{OPTIMIZER_FILE} holds no `{key}` of {} numbers", t.numel()))
                     })?;
-                buffer.f_copy_(&value.1.f_reshape([-1])?)?;
+                buffer.f_copy_(&value.f_reshape([-1])?)?;
             }
             state.step = saved.step;
         }

@@ -66,10 +66,9 @@ pub struct ShardedModel {
     shard: Tensor,
     grad: Tensor,
     /// The same two where the collectives run: `shard` and `grad` themselves, unless the
-    /// model is on a GPU and its collectives go through the host ring (`staged`).
+    /// model is on a GPU and its collectives go through the host ring (see `staged`).
     wire_shard: Tensor,
     wire_grad: Tensor,
-    staged: bool,
 }
 
 impl ShardedModel {
@@ -99,8 +98,7 @@ impl ShardedModel {
         let (device, wire) = (vs.device(), backend.device());
         let zeros = |len: usize, device| Tensor::f_zeros([len as i64], (Kind::Float, device));
         let (shard, grad) = (zeros(shard_len, device)?, zeros(shard_len, device)?);
-        let staged = device != wire;
-        let (wire_shard, wire_grad) = match staged {
+        let (wire_shard, wire_grad) = match device != wire {
             true => (zeros(shard_len, wire)?, zeros(shard_len, wire)?),
             false => (shard.shallow_clone(), grad.shallow_clone()),
         };
@@ -119,7 +117,6 @@ impl ShardedModel {
             grad,
             wire_shard,
             wire_grad,
-            staged,
         };
         model.take_parameters()?;
         Ok(model)
@@ -133,6 +130,13 @@ impl ShardedModel {
         let mine = self.flat.f_narrow(0, self.rank_and_world().0 as i64 * len, len)?;
         self.shard.shallow_clone().f_copy_(&mine)?;
         Ok(())
+    }
+
+    /// Whether the collectives run elsewhere than the optimizer (a GPU model through the host
+    /// ring): the shard and its gradient are then copied between `shard`/`grad` and their
+    /// `wire_` twins.
+    fn staged(&self) -> bool {
+        self.flat.device() != self.shard.device()
     }
 
     fn rank_and_world(&self) -> (usize, usize) {
@@ -170,7 +174,7 @@ impl ShardedModel {
             }
             self.wire_grad.f_copy_(&self.flat.f_narrow(0, rank as i64 * len, len)?)?;
         }
-        if self.staged {
+        if self.staged() {
             self.grad.f_copy_(&self.wire_grad)?;
         }
         Ok(())
@@ -178,7 +182,7 @@ impl ShardedModel {
 
     /// Every rank's updated shard into every rank's parameters.
     fn gather_parameters(&mut self) -> Result<()> {
-        if self.staged {
+        if self.staged() {
             self.wire_shard.f_copy_(&self.shard)?;
         }
         match self.rank_and_world().1 {
