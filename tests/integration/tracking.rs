@@ -560,7 +560,8 @@ fn check_runs(runs: &[Json], grid: &ResultGrid) -> Result<()> {
         let run = mine[0];
         ensure!(run["tags"]["mlflow.parentRunId"] == parent["id"] && run["name"] == id, "{run}");
         let p = t.params();
-        let rate: f64 = run["params"]["rate"].as_str().context("rate")?.parse()?;
+        let rate: f64 =
+            run["params"]["rate"].as_str().with_context(|| format!("rate: {run}"))?.parse()?;
         ensure!(rate == p.get::<f64>("rate")?, "{id}: rate {rate}");
         let iterations = p.get::<i64>("iterations")?.to_string();
         ensure!(run["params"]["iterations"].as_str() == Some(iterations.as_str()), "{run}");
@@ -569,7 +570,8 @@ fn check_runs(runs: &[Json], grid: &ResultGrid) -> Result<()> {
             _ => ("FINISHED", "TERMINATED"),
         };
         ensure!(run["status"] == status && run["tags"]["rtune.status"] == rtune_status, "{run}");
-        let history: Vec<(i64, f64)> = serde_json::from_value(run["history"]["score"].clone())?;
+        let history: Vec<(i64, f64)> = serde_json::from_value(run["history"]["score"].clone())
+            .with_context(|| format!("{id}'s score history: {run}"))?;
         let reported: Vec<(i64, f64)> =
             t.history().iter().map(|m| (m["training_iteration"] as i64, m["score"])).collect();
         ensure!(history == reported, "{id}: MLflow holds {history:?}, rtune {reported:?}");
