@@ -596,7 +596,12 @@ pub fn mlflow_reads_the_sweep_as_runs() -> Result<()> {
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let grid = ResultGrid::from_path(&experiment)?;
     ensure!(grid.trials.len() == 10, "{} trials", grid.trials.len());
-    check_runs(&server.runs("study")?, &grid)
+    check_runs(&server.runs("study")?, &grid).with_context(|| {
+        let log = std::fs::read_to_string(experiment.join("driver.log")).unwrap_or_default();
+        let said: Vec<&str> = log.lines().filter(|l| l.contains("MLflow")).collect();
+        let noted = std::fs::read_to_string(experiment.join("mlflow.json")).unwrap_or_default();
+        format!("the drivers said of MLflow:\n{}\nmlflow.json: {noted}", said.join("\n"))
+    })
 }
 
 /// A sweep interrupted (SIGINT, as Ctrl-C) is KILLED in MLflow, with the runs of its running

@@ -209,24 +209,19 @@ impl Callback for MlflowLogger {
 
     fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
         let decision = if trial.stopped { "stopped early" } else { "completed" };
-        self.send(Event::End {
-            trial: trial.trial_id.clone(),
-            status: "FINISHED",
-            tags: vec![
-                ("rtune.status".into(), "TERMINATED".into()),
-                ("rtune.decision".into(), decision.into()),
-            ],
-        });
+        let tags = vec![
+            ("rtune.status".into(), "TERMINATED".into()),
+            ("rtune.decision".into(), decision.into()),
+        ];
+        self.send(Event::End { ended: Ended::of(trial), tags });
         Ok(())
     }
 
     fn on_trial_error(&self, trial: &TrialInfo, error: &str) -> Result<()> {
         let error: String = error.chars().take(5000).collect();
-        self.send(Event::End {
-            trial: trial.trial_id.clone(),
-            status: "FAILED",
-            tags: vec![("rtune.status".into(), "ERROR".into()), ("rtune.error".into(), error)],
-        });
+        let tags = vec![("rtune.status".into(), "ERROR".into()), ("rtune.error".into(), error)];
+        let ended = Ended { status: TrialStatus::Error, ..Ended::of(trial) };
+        self.send(Event::End { ended, tags });
         Ok(())
     }
 
@@ -235,8 +230,7 @@ impl Callback for MlflowLogger {
         let failed = !trials.is_empty() && trials.iter().all(|t| t.status == TrialStatus::Error);
         let error = self.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         let status = if failed || error.is_some() { "FAILED" } else { "FINISHED" };
-        let trials =
-            trials.iter().map(|t| (t.trial_id.clone(), t.path.clone(), t.status)).collect();
+        let trials = trials.iter().map(Ended::of).collect();
         self.finish(Event::Finish { status, trials, error });
         Ok(())
     }
@@ -315,19 +309,49 @@ enum Event {
         trial: String,
         tags: Vec<(String, String)>,
     },
+    /// A trial ended: its run gets what it lacks (made or found first, its params if not
+    /// logged, the steps of its result file not sent), `tags`, and its end. A trial can end
+    /// with no start in this driver: one a killed driver ran, ended by a scheduler on resume.
     End {
-        trial: String,
-        status: &'static str,
+        ended: Ended,
         tags: Vec<(String, String)>,
     },
-    /// The sweep ended with these trials (id, directory, status): a run not ended yet gets its
-    /// missing steps and its end. KILLED: the sweep was interrupted, and so are the runs not
-    /// ended (RUNNING again when it goes on).
+    /// The sweep ended with these trials: the run of each finished one not ended yet gets its
+    /// end as [`Event::End`] does (trials that ended under a killed driver before their runs
+    /// were whole). KILLED: the sweep was interrupted, and so are the runs not ended (RUNNING
+    /// again when it goes on).
     Finish {
         status: &'static str,
-        trials: Vec<(String, PathBuf, TrialStatus)>,
+        trials: Vec<Ended>,
         error: Option<String>,
     },
+}
+
+/// A trial as it ended.
+#[derive(Debug)]
+struct Ended {
+    trial: String,
+    /// Its directory (its result file is there).
+    path: PathBuf,
+    status: TrialStatus,
+    params: Vec<(String, String)>,
+}
+
+impl Ended {
+    fn of(trial: &TrialInfo) -> Ended {
+        let mut params = Vec::new();
+        flatten_params(&trial.params, &mut params);
+        let (path, status) = (trial.path.clone(), trial.status);
+        Ended { trial: trial.trial_id.clone(), path, status, params }
+    }
+
+    /// Its run's end, MLflow's and rtune's.
+    fn statuses(&self) -> (&'static str, &'static str) {
+        match self.status {
+            TrialStatus::Error => ("FAILED", "ERROR"),
+            _ => ("FINISHED", "TERMINATED"),
+        }
+    }
 }
 
 /// `mlflow.json`: where a sweep's runs are.

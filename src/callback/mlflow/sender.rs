@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
-use rtune_searchers::{Mode, TrialStatus};
+use rtune_searchers::Mode;
 use serde_json::{Value as Json, json};
 
 use super::rest::{Call, Client};
 use super::{
-    Event, ExperimentInfo, MAX_METRICS, MAX_PARAMS, MAX_TAGS, NOT_METRICS, Saved, SavedTrial,
-    Setup, now_ms, save,
+    Ended, Event, ExperimentInfo, MAX_METRICS, MAX_PARAMS, MAX_TAGS, NOT_METRICS, Saved,
+    SavedTrial, Setup, now_ms, save,
 };
 
 /// What is still to be sent for one trial.
@@ -161,15 +161,10 @@ impl Sender {
     fn take(&mut self, event: Event) {
         match event {
             Event::Start { trial, path, params } => {
-                let logged = self.saved.trials.get(&trial).is_some_and(|t| t.params_logged);
                 self.backfill(&trial, &path);
+                self.queue_params(&trial, params);
                 let p = self.pending.entry(trial).or_default();
                 p.path = Some(path);
-                // A run's params are logged once (MLflow refuses to change them).
-                if !logged && !p.logged_params {
-                    p.params = params;
-                    p.logged_params = true;
-                }
                 p.started = true;
                 p.tags.push(("rtune.status".into(), "RUNNING".into()));
             }
@@ -177,32 +172,45 @@ impl Sender {
                 self.queue_result(&trial, step, time_ms, values)
             }
             Event::Tags { trial, tags } => self.pending.entry(trial).or_default().tags.extend(tags),
-            Event::End { trial, status, tags } => {
-                let p = self.pending.entry(trial).or_default();
-                p.tags.extend(tags);
-                p.end = Some(status);
-            }
+            Event::End { ended, tags } => self.end(ended, tags),
             Event::Finish { status, trials, error } => {
                 self.finish_error = error;
-                for (trial, path, status) in trials {
-                    let ended = self.saved.trials.get(&trial).is_some_and(|t| t.ended);
-                    let ending = self.pending.get(&trial).is_some_and(|p| p.end.is_some());
-                    let ran =
-                        self.saved.trials.contains_key(&trial) || self.pending.contains_key(&trial);
-                    if ended || ending || !ran || !status.is_finished() {
+                for ended in trials {
+                    let (trial, status) = (&ended.trial, ended.status);
+                    let done = self.saved.trials.get(trial).is_some_and(|t| t.ended);
+                    let ending = self.pending.get(trial).is_some_and(|p| p.end.is_some());
+                    if done || ending || !status.is_finished() {
                         continue;
                     }
-                    self.backfill(&trial, &path);
-                    let p = self.pending.entry(trial).or_default();
-                    let (run, rtune) = match status {
-                        TrialStatus::Error => ("FAILED", "ERROR"),
-                        _ => ("FINISHED", "TERMINATED"),
-                    };
-                    p.tags.push(("rtune.status".into(), rtune.into()));
-                    p.end = Some(run);
+                    let tags = vec![("rtune.status".into(), ended.statuses().1.into())];
+                    self.end(ended, tags);
                 }
                 self.finish = Some(status);
             }
+        }
+    }
+
+    /// Queues a trial's end, after what its run may lack: its params and the steps of its
+    /// result file (a killed driver may have ended the trial before its run was whole, or made).
+    fn end(&mut self, ended: Ended, tags: Vec<(String, String)>) {
+        let status = ended.statuses().0;
+        let Ended { trial, path, params, .. } = ended;
+        self.backfill(&trial, &path);
+        self.queue_params(&trial, params);
+        let p = self.pending.entry(trial).or_default();
+        p.path = Some(path);
+        p.tags.extend(tags);
+        p.end = Some(status);
+    }
+
+    /// A trial's params, unless its run has them or they are queued (MLflow keeps a run's
+    /// params once: it refuses to change them).
+    fn queue_params(&mut self, trial: &str, params: Vec<(String, String)>) {
+        let logged = self.saved.trials.get(trial).is_some_and(|t| t.params_logged);
+        let p = self.pending.entry(trial.to_owned()).or_default();
+        if !logged && !p.logged_params {
+            p.params = params;
+            p.logged_params = true;
         }
     }
 
@@ -452,6 +460,7 @@ fn settled(refused: &mut u64, n: usize, outcome: Call<()>) -> std::result::Resul
 mod tests {
     use super::super::STATE_FILE;
     use super::*;
+    use rtune_searchers::TrialStatus;
 
     fn sender(dir: &Path) -> Sender {
         Sender {
@@ -496,5 +505,61 @@ mod tests {
         let want = [(3, "score"), (4, "score"), (5, "score")];
         assert_eq!(steps, want, "the step, its time, pid and done are no metrics; 1-2 were sent");
         assert_eq!(p.metrics[0]["timestamp"], json!(1_700_000_003_000i64));
+    }
+
+    /// A trial's end, or the sweep's for the finished trials whose runs are not ended,
+    /// completes runs that `mlflow.json` does not know (their driver was killed before it noted
+    /// them) or whose params were not logged: params, every reported step, the status and the
+    /// end. Ended runs and unfinished trials are left.
+    #[test]
+    fn the_end_completes_runs_a_killed_driver_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sender(dir.path());
+        s.restored = true;
+        let known = SavedTrial { run_id: "r".into(), step: 1, ..SavedTrial::default() };
+        let ended = SavedTrial { run_id: "e".into(), ended: true, ..SavedTrial::default() };
+        s.saved.trials.insert("known".into(), known);
+        s.saved.trials.insert("ended".into(), ended);
+        for trial in ["unknown", "known", "ended", "running", "stopped"] {
+            let rows: String = (1..=2)
+                .map(|i| format!("{}\n", json!({"training_iteration": i, "score": i})))
+                .collect();
+            std::fs::create_dir_all(dir.path().join(trial)).unwrap();
+            std::fs::write(dir.path().join(trial).join("result.json"), rows).unwrap();
+        }
+        let ended = |trial: &str, status| Ended {
+            trial: trial.into(),
+            path: dir.path().join(trial),
+            status,
+            params: vec![("rate".into(), "0.1".into())],
+        };
+        // Ended by a scheduler on resume, with no start in this driver.
+        let tags = vec![("rtune.decision".into(), "stopped early".into())];
+        s.take(Event::End { ended: ended("stopped", TrialStatus::Paused), tags });
+        s.take(Event::Finish {
+            status: "FINISHED",
+            trials: vec![
+                ended("unknown", TrialStatus::Terminated),
+                ended("known", TrialStatus::Error),
+                ended("ended", TrialStatus::Terminated),
+                ended("running", TrialStatus::Running),
+            ],
+            error: None,
+        });
+        let steps = |p: &Pending| p.metrics.iter().map(|m| m["step"].as_i64().unwrap()).collect();
+        let unknown = &s.pending["unknown"];
+        assert_eq!(unknown.params, [("rate".to_owned(), "0.1".to_owned())]);
+        assert_eq!(steps(unknown), vec![1, 2]);
+        assert_eq!(unknown.end, Some("FINISHED"));
+        assert_eq!(unknown.path.as_deref(), Some(&*dir.path().join("unknown")));
+        let known = &s.pending["known"];
+        assert_eq!((known.params.len(), steps(known), known.end), (1, vec![2], Some("FAILED")));
+        assert!(known.tags.contains(&("rtune.status".into(), "ERROR".into())));
+        let stopped = &s.pending["stopped"];
+        assert_eq!((stopped.params.len(), steps(stopped)), (1, vec![1, 2]));
+        assert_eq!(stopped.tags, [("rtune.decision".to_owned(), "stopped early".to_owned())]);
+        assert_eq!(stopped.end, Some("FINISHED"), "a stopped trial's run is finished");
+        assert!(!s.pending.contains_key("ended") && !s.pending.contains_key("running"));
+        assert_eq!(s.finish, Some("FINISHED"));
     }
 }
