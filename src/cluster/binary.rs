@@ -8,6 +8,11 @@
 //! and is the driver's binary; a worker started from it passes the driver's build id check.
 //! `<cache>` is `$RTUNE_CACHE`, else `~/.cache/rtune` (a head and an agent on one machine share
 //! it: the agent then finds the file the head stored).
+//!
+//! Every rebuilt driver is a new binary (a debug build is a few hundred MB), so the cache is
+//! kept to [`CACHE_BUDGET`]: each binary that arrives makes room by removing the binaries used
+//! least recently ([`prune`]), never one used in the last [`IN_USE`] (a worker may be about to
+//! start from it). Using a cached binary marks it used.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -23,15 +28,59 @@ use crate::proto::{BinaryChunk, BinaryId};
 /// What one chunk of a binary carries over gRPC (well under tonic's 4 MiB message limit).
 const CHUNK_BYTES: usize = 1 << 20;
 
+/// How many bytes of binaries a cache keeps, beyond those in use (4 GiB: about twenty debug
+/// builds).
+pub const CACHE_BUDGET: u64 = 4 << 30;
+
+/// A binary used this recently stays cached whatever the budget says.
+pub const IN_USE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Where cached binaries live on this machine.
 pub fn cache_dir() -> PathBuf {
     crate::config::cache_root().join("binaries")
 }
 
-/// The copy of the binary `sha256` cached in `dir`, if it is there.
+/// The copy of the binary `sha256` cached in `dir`, if it is there (marked used now).
 pub fn cached(dir: &Path, sha256: &str) -> Option<PathBuf> {
     let path = dir.join(checked_name(sha256).ok()?);
-    path.is_file().then_some(path)
+    let file = std::fs::File::open(&path).ok()?;
+    // Marks it used; failing to is harmless (it only makes it older for `prune`).
+    let _ = file.set_modified(std::time::SystemTime::now());
+    file.metadata().ok()?.is_file().then_some(path)
+}
+
+/// Makes `dir` hold at most `budget` bytes of binaries: removes the least recently used ones
+/// (by modification time, which [`cached`] and [`receive`] set) until the rest fit, except
+/// those used within `in_use`; also removes the partial files of receptions that died more
+/// than `in_use` ago. Returns how many bytes it freed. What cannot be read or removed is left.
+pub fn prune(dir: &Path, budget: u64, in_use: std::time::Duration) -> u64 {
+    let now = std::time::SystemTime::now();
+    let age = |m: &std::fs::Metadata| {
+        m.modified().ok().and_then(|t| now.duration_since(t).ok()).unwrap_or_default()
+    };
+    let mut binaries = Vec::new();
+    let mut freed = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let (path, name) = (entry.path(), entry.file_name().to_string_lossy().into_owned());
+        let Ok(meta) = entry.metadata() else { continue };
+        if name.starts_with(".tmp-") && age(&meta) > in_use {
+            freed += std::fs::remove_file(&path).map_or(0, |()| meta.len());
+        } else if meta.is_file() && checked_name(&name).is_ok() {
+            binaries.push((age(&meta), meta.len(), path));
+        }
+    }
+    // Newest first: what comes after the budget is used up goes.
+    binaries.sort_by_key(|(age, ..)| *age);
+    let mut kept = 0u64;
+    for (age, size, path) in binaries {
+        if kept + size <= budget || age < in_use {
+            kept += size;
+        } else if std::fs::remove_file(&path).is_ok() {
+            tracing::info!("removed the cached binary {} (not used for {age:.0?})", path.display());
+            freed += size;
+        }
+    }
+    freed
 }
 
 /// A hash as a file name: 64 hex digits, nothing else (it comes over the wire).
@@ -158,6 +207,7 @@ where
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
+    prune(dir, CACHE_BUDGET, IN_USE);
     Ok(target)
 }
 
@@ -202,6 +252,41 @@ mod tests {
 
     fn chunk(sha256: &str, size: u64, data: &[u8]) -> std::result::Result<BinaryChunk, String> {
         Ok(BinaryChunk { sha256: sha256.into(), size, data: data.to_vec() })
+    }
+
+    /// The cache keeps the binaries used most recently within its budget, and every binary
+    /// used within the in-use time whatever the budget; a stale partial file goes, a fresh one
+    /// (a reception going on) and files that are not binaries stay. Using a binary renews it.
+    #[test]
+    fn the_cache_keeps_what_was_used_last_within_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let put = |name: &str, hours_ago: u32| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, [0u8; 100]).unwrap();
+            let then = std::time::SystemTime::now() - hour * hours_ago;
+            std::fs::File::open(&path).unwrap().set_modified(then).unwrap();
+        };
+        let sha = |c: char| c.to_string().repeat(64);
+        for (c, hours_ago) in [('a', 5), ('b', 4), ('c', 3), ('d', 2), ('e', 0)] {
+            put(&sha(c), hours_ago);
+        }
+        put(".tmp-old", 3);
+        put(".tmp-new", 0);
+        put("notes.txt", 9);
+        // `a` is used now: it is the newest.
+        assert!(cached(dir.path(), &sha('a')).is_some());
+        // 300 bytes: `a` and `e` (in use) and `d`; `b` and `c` go, with the stale partial file.
+        assert_eq!(prune(dir.path(), 300, hour), 300);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".tmp-new", &sha('a'), &sha('d'), &sha('e'), "notes.txt"]);
+        // Over the budget only by what is in use: nothing more goes.
+        assert_eq!(prune(dir.path(), 100, 3 * hour), 0);
+        assert_eq!(prune(dir.path(), 100, hour), 100, "d goes once it is out of use");
     }
 
     /// A binary is cached only whole and as named: a wrong hash or size leaves nothing.
