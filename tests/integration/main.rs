@@ -42,10 +42,27 @@ fn test(name: &'static str, f: fn() -> anyhow::Result<()>) -> Trial {
             eprintln!("{name} still runs after {HANG:?}: it hangs; ending the test run");
             std::process::exit(101);
         });
-        let result = f().map_err(|e| format!("{e:#}").into());
+        let result = f().map_err(|e| format!("{e:#}"));
         done.store(true, std::sync::atomic::Ordering::SeqCst);
-        result
+        if let Err(message) = &result {
+            FAILURES.lock().unwrap().push(format!("{name}: {}", short(message)));
+        }
+        result.map_err(Into::into)
     })
+}
+
+/// Each failure in a few lines, printed again after the whole run: a log that keeps only its
+/// head and tail (as CI's summary does) still says why each test failed, even when one failure
+/// carries a child's whole backtrace.
+static FAILURES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The first lines of `message`, at most 600 characters.
+fn short(message: &str) -> String {
+    let head: String = message.lines().take(6).collect::<Vec<_>>().join("\n    ");
+    match head.char_indices().nth(600) {
+        Some((at, _)) => format!("{} [..]", &head[..at]),
+        None => head,
+    }
 }
 
 fn main() {
@@ -55,6 +72,11 @@ fn main() {
     tune::run_sweep_driver_if_asked();
     storage::run_fit_if_asked();
     shared_nothing::run_driver_if_asked();
+    // Heads and node agents keep the drivers' binaries (a few hundred MB each, a new one per
+    // build) in their cache: the tests' go with the run instead of piling up in ~/.cache.
+    let cache = tempfile::Builder::new().prefix("rtune-test-cache").tempdir().expect("a cache");
+    // SAFETY: no other thread runs yet.
+    unsafe { std::env::set_var("RTUNE_CACHE", cache.path()) };
     let args = Arguments::from_args();
     let tests = vec![
         test("tch_basics::mlp_loss_falls", tch_basics::mlp_loss_falls),
@@ -367,5 +389,14 @@ fn main() {
             cluster::killed_node_agent_fails_over_to_the_other_node,
         ),
     ];
-    libtest_mimic::run(&args, tests).exit();
+    let conclusion = libtest_mimic::run(&args, tests);
+    let failures = FAILURES.lock().unwrap();
+    if !failures.is_empty() {
+        eprintln!("\nthe failures in short:");
+        for failure in failures.iter() {
+            eprintln!("  {failure}");
+        }
+    }
+    drop(cache);
+    conclusion.exit();
 }
