@@ -56,13 +56,26 @@ fn test(name: &'static str, f: fn() -> anyhow::Result<()>) -> Trial {
 /// carries a child's whole backtrace.
 static FAILURES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
-/// The first lines of `message`, at most 600 characters.
+/// The first lines of `message`, and the last few further on that tell of an error (a child's
+/// output comes whole in a message: its warnings, its error, then its backtrace), each cut to
+/// 300 characters.
 fn short(message: &str) -> String {
-    let head: String = message.lines().take(6).collect::<Vec<_>>().join("\n    ");
-    match head.char_indices().nth(600) {
-        Some((at, _)) => format!("{} [..]", &head[..at]),
-        None => head,
-    }
+    let cut = |line: &str| match line.char_indices().nth(300) {
+        Some((at, _)) => format!("{} [..]", &line[..at]),
+        None => line.to_owned(),
+    };
+    let telling = |line: &&str| {
+        let trimmed = line.trim_start();
+        ["Error", "error:", "Caused by", "thread '"].iter().any(|w| trimmed.starts_with(w))
+            || line.contains("panicked at")
+            || line.contains("Z  WARN ")
+            || line.contains("Z ERROR ")
+    };
+    let lines: Vec<&str> = message.lines().collect();
+    let more: Vec<&str> = lines.iter().copied().skip(3).filter(telling).collect();
+    let head = lines.iter().copied().take(3);
+    let last = more[more.len().saturating_sub(4)..].iter().copied();
+    head.chain(last).map(cut).collect::<Vec<_>>().join("\n    ")
 }
 
 fn main() {
