@@ -24,7 +24,8 @@ repo=$(cd "$here/../.." && pwd)
 rtune=$(realpath "${1:?usage: test.sh PATH/TO/rtune}")
 work=$(mktemp -d /tmp/rtune-slurm-XXXXXX)
 results=$work/results
-export SLURM_CONF=$work/slurm/slurm.conf RTUNE=$rtune
+# Heads and agents cache the binary here, not in ~/.cache (it goes with the folder).
+export SLURM_CONF=$work/slurm/slurm.conf RTUNE=$rtune RTUNE_CACHE=$work/cache
 
 fail() {
     echo "FAIL: $*" >&2
