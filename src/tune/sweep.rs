@@ -286,6 +286,12 @@ impl Sweep {
                         (_, Some(error)) => {
                             self.call_back(&mut fatal, |c| c.on_trial_error(&info, &error));
                         }
+                        // Paused, and at once resumed by the same step (its scheduler went on
+                        // with it): a pause, not an end.
+                        (status, None) if !status.is_finished() => {
+                            let info = TrialInfo { status: TrialStatus::Paused, ..info };
+                            self.call_back(&mut fatal, |c| c.on_trial_pause(&info));
+                        }
                         _ => self.call_back(&mut fatal, |c| c.on_trial_complete(&info)),
                     }
                     self.carry_out(driver, after, &heard_tx, &mut fatal);

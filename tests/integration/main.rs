@@ -217,6 +217,10 @@ fn main() {
             tune::pbt_time_shares_two_slots_among_eight_trials,
         ),
         test(
+            "tune::a_trial_paused_and_resumed_at_once_ends_once",
+            tune::a_trial_paused_and_resumed_at_once_ends_once,
+        ),
+        test(
             "tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints",
             tune::hyperband_pauses_and_resumes_trials_from_their_checkpoints,
         ),

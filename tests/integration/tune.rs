@@ -677,6 +677,86 @@ fn report_losses(ctx: &mut TrainContext) -> Result<()> {
     Ok(())
 }
 
+/// Pauses every trial once, at its second report; otherwise FIFO (which resumes a paused trial
+/// as soon as a slot is free: with one trial, in the step that pauses it).
+#[derive(Default)]
+struct PauseOnce(std::collections::BTreeSet<rtune_searchers::TrialId>, rtune_searchers::Fifo);
+
+impl rtune_searchers::TrialScheduler for PauseOnce {
+    fn set_metric(&mut self, metric: &str, mode: Mode) -> rtune_searchers::Result<()> {
+        self.1.set_metric(metric, mode)
+    }
+    fn on_trial_add(
+        &mut self,
+        trials: &dyn rtune_searchers::TrialsView,
+        trial: rtune_searchers::TrialId,
+    ) -> rtune_searchers::Result<()> {
+        self.1.on_trial_add(trials, trial)
+    }
+    fn on_trial_result(
+        &mut self,
+        _: &dyn rtune_searchers::TrialsView,
+        trial: rtune_searchers::TrialId,
+        result: &Metrics,
+    ) -> rtune_searchers::Result<rtune_searchers::Decision> {
+        Ok(match result["training_iteration"] == 2.0 && self.0.insert(trial) {
+            true => rtune_searchers::Decision::Pause,
+            false => rtune_searchers::Decision::Continue,
+        })
+    }
+    fn on_trial_complete(
+        &mut self,
+        trials: &dyn rtune_searchers::TrialsView,
+        trial: rtune_searchers::TrialId,
+        result: Option<&Metrics>,
+        failed: bool,
+    ) -> rtune_searchers::Result<()> {
+        self.1.on_trial_complete(trials, trial, result, failed)
+    }
+    fn choose_trial_to_run(
+        &mut self,
+        trials: &dyn rtune_searchers::TrialsView,
+    ) -> Option<rtune_searchers::TrialId> {
+        self.1.choose_trial_to_run(trials)
+    }
+    fn save_state(&self) -> rtune_searchers::SchedulerState {
+        self.1.save_state()
+    }
+    fn restore_state(
+        &mut self,
+        state: rtune_searchers::SchedulerState,
+    ) -> rtune_searchers::Result<()> {
+        self.1.restore_state(state)
+    }
+}
+
+/// A trial paused and resumed at once (its scheduler goes on with it in the step that pauses
+/// it) is a pause to the callbacks, not an end: they hear one pause and one end, and the trial
+/// runs its 6 iterations once, going on from its checkpoint.
+pub fn a_trial_paused_and_resumed_at_once_ends_once() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("pids"))?;
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let trainer = counting_trainer(dir.path()).train_loop_config(
+        Params::new().with("dir", dir.path().display().to_string()).with("hold", -1),
+    );
+    let grid = Tuner::new(trainer, SearchSpace::new().add("index", grid_search(0..1i64)))
+        .tune_config(
+            TuneConfig::new().metric("score").mode(Mode::Max).scheduler(PauseOnce::default()),
+        )
+        .run_config(RunConfig::new("paused").storage_path(dir.path()).callback(recorder.clone()))
+        .fit()?;
+    let heard = recorder.0.lock().unwrap().clone();
+    let trial = &grid.trials[0];
+    let id = trial.trial_id();
+    let count = |what: &str| heard.iter().filter(|l| **l == format!("{what} {id}")).count();
+    ensure!((count("pause"), count("complete")) == (1, 1), "{heard:?}");
+    ensure!(trial.status() == TrialStatus::Terminated, "{:?}", trial.status());
+    let iterations: Vec<f64> = trial.history().iter().map(|m| m["training_iteration"]).collect();
+    ensure!(iterations == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{iterations:?}");
+    Ok(())
+}
+
 /// Writes down what it hears, as `<event> <trial_id> [<iteration>]` lines.
 #[derive(Default)]
 struct Recorder(std::sync::Mutex<Vec<String>>);
@@ -696,6 +776,10 @@ impl rtune::callback::Callback for Recorder {
     }
     fn on_trial_complete(&self, t: &rtune::callback::TrialInfo) -> rtune::Result<()> {
         self.0.lock().unwrap().push(format!("complete {}", t.trial_id));
+        Ok(())
+    }
+    fn on_trial_pause(&self, t: &rtune::callback::TrialInfo) -> rtune::Result<()> {
+        self.0.lock().unwrap().push(format!("pause {}", t.trial_id));
         Ok(())
     }
     fn on_trial_error(&self, t: &rtune::callback::TrialInfo, e: &str) -> rtune::Result<()> {
