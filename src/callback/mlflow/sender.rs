@@ -161,10 +161,7 @@ impl Sender {
     fn take(&mut self, event: Event) {
         match event {
             Event::Start { trial, path, params } => {
-                self.backfill(&trial, &path);
-                self.queue_params(&trial, params);
-                let p = self.pending.entry(trial).or_default();
-                p.path = Some(path);
+                let p = self.catch_up(trial, path, params);
                 p.started = true;
                 p.tags.push(("rtune.status".into(), "RUNNING".into()));
             }
@@ -190,28 +187,34 @@ impl Sender {
         }
     }
 
-    /// Queues a trial's end, after what its run may lack: its params and the steps of its
-    /// result file (a killed driver may have ended the trial before its run was whole, or made).
+    /// Queues a trial's end, after what its run may lack (a killed driver may have ended the
+    /// trial before its run was whole, or made).
     fn end(&mut self, ended: Ended, tags: Vec<(String, String)>) {
         let status = ended.statuses().0;
-        let Ended { trial, path, params, .. } = ended;
-        self.backfill(&trial, &path);
-        self.queue_params(&trial, params);
-        let p = self.pending.entry(trial).or_default();
-        p.path = Some(path);
+        let p = self.catch_up(ended.trial, ended.path, ended.params);
         p.tags.extend(tags);
         p.end = Some(status);
     }
 
-    /// A trial's params, unless its run has them or they are queued (MLflow keeps a run's
-    /// params once: it refuses to change them).
-    fn queue_params(&mut self, trial: &str, params: Vec<(String, String)>) {
-        let logged = self.saved.trials.get(trial).is_some_and(|t| t.params_logged);
-        let p = self.pending.entry(trial.to_owned()).or_default();
+    /// What is pending for a trial (in `path`) as it starts or ends, with what its run may
+    /// lack queued first: its params, unless its run has them or they are queued (MLflow keeps
+    /// a run's params once: it refuses to change them), and the steps of its result file not
+    /// sent.
+    fn catch_up(
+        &mut self,
+        trial: String,
+        path: PathBuf,
+        params: Vec<(String, String)>,
+    ) -> &mut Pending {
+        self.backfill(&trial, &path);
+        let logged = self.saved.trials.get(&trial).is_some_and(|t| t.params_logged);
+        let p = self.pending.entry(trial).or_default();
         if !logged && !p.logged_params {
             p.params = params;
             p.logged_params = true;
         }
+        p.path = Some(path);
+        p
     }
 
     /// One report, unless its step was sent or queued already (a trial going on from its
