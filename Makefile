@@ -90,7 +90,7 @@ build: libtorch
 # on a terminal, progress lines otherwise), its best checkpoint exported, and the export
 # predicting the held-out test set.
 demo: libtorch
-	cargo build --quiet --bin rtune --example demo
+	cargo build --quiet --bin rtune --bin rtune-torch --example demo
 	@set -e; name=digits-demo_$$(date +%Y-%m-%d_%H-%M-%S); \
 	./target/debug/rtune run examples/sweeps/digits_tpe_asha.toml --set "name=\"$$name\""; \
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
@@ -109,7 +109,7 @@ test-gpu: libtorch $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
 # A sweep submitted with sbatch to a two-node Slurm cluster (munged, slurmctld and two slurmd
 # started here, as root, and stopped at the end), scancelled and resumed in a new job.
 test-slurm: libtorch slurm $(VENV)/.moto-$(MOTO_VERSION)
-	cargo build --bin rtune
+	cargo build --bin rtune --bin rtune-torch
 	tests/slurm/test.sh target/debug/rtune
 
 # The benchmark suite (bench/suite.py): every figure the median of 5 rounds or more, each
@@ -123,7 +123,7 @@ $(VENV)/.bench-store: $(VENV)/.moto-$(MOTO_VERSION)
 bench-build: libtorch $(VENV)/.bench-store
 	cargo bench --no-run -p rtune --benches
 	cargo bench --no-run -p rtune-searchers --benches
-	cargo build --release --bin rtune --example bench_ddp --example bench_allreduce --example bench_store --example bench_zero
+	cargo build --release --bin rtune --bin rtune-torch --example bench_ddp --example bench_allreduce --example bench_store --example bench_zero
 
 bench: bench-build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)

@@ -1,6 +1,7 @@
-//! The `rtune` command (see `rtune::cli`): sweeps from sweep files, experiments on disk, and
-//! the cluster. Like every rtune binary it can also run as a worker process.
+//! `rtune`, the command a user types (see `rtune_cli::front`): it links no libtorch, answers
+//! `--help`, `--version`, `completions` and mistakes in the arguments itself, and becomes the
+//! full program, `rtune-torch` (src/bin/rtune-torch.rs), for every other command.
 
 fn main() {
-    rtune::cli::main(rtune::cli::Registry::builtin())
+    rtune_cli::front::main()
 }

@@ -110,7 +110,9 @@ fn rtune_modules_import_only_lower_layers() {
     let mut wrong = Vec::new();
     for file in &files {
         let module = module_path(&src, file);
-        let Some(top) = module.first().filter(|m| !["lib", "main"].contains(&m.as_str())) else {
+        // The crate root and its binaries (`main.rs`, `bin/`) are no layer's.
+        let Some(top) = module.first().filter(|m| !["lib", "main", "bin"].contains(&m.as_str()))
+        else {
             continue;
         };
         let Some(own) = layer_of(top) else {

@@ -84,29 +84,11 @@ fn parse_resources(text: &str) -> Result<BTreeMap<String, f64>> {
         let (name, amount) = pair
             .split_once('=')
             .with_context(|| format!("--resources: {pair:?} is not NAME=AMOUNT (e.g. tpu=2)"))?;
-        let amount = self::amount(amount.trim())
+        let amount = rtune_cli::args::amount(amount.trim())
             .map_err(|e| anyhow::anyhow!("--resources: {name}={amount:?}: {e}"))?;
         out.insert(name.trim().to_owned(), amount);
     }
     Ok(out)
-}
-
-/// A duration flag: a positive, finite number of seconds (clap names the flag in its error).
-pub(super) fn seconds(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("{text} is not a positive, finite number of seconds (e.g. 5 or 0.5)"));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("{text} seconds is too long"))
-}
-
-/// A resource amount: a finite number ≥ 0.
-pub(super) fn amount(text: &str) -> Result<f64, String> {
-    let x: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
-    if !(x.is_finite() && x >= 0.0) {
-        return Err(format!("{text} is not a finite amount ≥ 0"));
-    }
-    Ok(x)
 }
 
 fn print_table(status: &pool::PoolStatus) {

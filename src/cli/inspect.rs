@@ -307,20 +307,6 @@ fn listed(path: &Path) -> Listed {
 }
 
 /// `rtune show DIR [TRIAL]`.
-/// A `--pareto` objective: `METRIC:min` or `METRIC:max` (clap names the flag in its error).
-pub(super) fn objective(text: &str) -> Result<(String, rtune_searchers::Mode), String> {
-    let (metric, mode) = text.rsplit_once(':').unwrap_or((text, ""));
-    let mode = match mode {
-        "min" => rtune_searchers::Mode::Min,
-        "max" => rtune_searchers::Mode::Max,
-        _ => return Err(format!("{text:?}: write METRIC:min or METRIC:max, e.g. val_loss:min")),
-    };
-    if metric.is_empty() {
-        return Err(format!("{text:?} names no metric; e.g. val_loss:min"));
-    }
-    Ok((metric.to_owned(), mode))
-}
-
 pub(super) fn show(
     dir: &Path,
     trial: Option<&str>,

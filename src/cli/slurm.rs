@@ -19,24 +19,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
+use rtune_cli::ClusterArgs;
 
 use crate::cluster::pool::PoolStatus;
 use crate::cluster::slurm::{self, Allocation, NodeAllocation};
 use crate::cluster::{client, head, node};
-
-/// How `rtune slurm run` and `resume` bring their cluster up.
-#[derive(Debug, Clone, clap::Args)]
-pub(super) struct ClusterArgs {
-    /// How long to wait for a node agent on every allocated node.
-    #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = super::cluster::seconds)]
-    join_timeout: Duration,
-    /// The head's port on the batch host (0: any free port).
-    #[arg(long, default_value_t = 0)]
-    port: u16,
-    /// The batch host's address as the other nodes reach it (default: its NodeAddr in Slurm).
-    #[arg(long)]
-    head_ip: Option<String>,
-}
 
 /// The cluster of one job: the head (served here) and the `srun` step of its node agents.
 pub(super) struct JobCluster {

@@ -15,6 +15,11 @@ use crate::config::RunConfig;
 use crate::outcome::error_summary;
 use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, Tuner};
 
+/// Refuses a `--json` file that could not be written, before the sweep runs.
+fn check(output: &Output) -> Result<(), Exit> {
+    output.check().map_err(|e| Exit(EXIT_INVALID, anyhow::anyhow!(e)))
+}
+
 /// The sweep file `rtune run` ran, kept in the experiment for `rtune resume`.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SweepCopy {
@@ -31,7 +36,7 @@ pub(super) fn run(
     registry: &Registry,
     target: &Target,
 ) -> Result<i32, Exit> {
-    output.check()?;
+    check(output)?;
     let (source, spec) = read_spec(file, sets, registry)?;
     let mut run = target.run_config(&spec);
     let mut name = spec.name.clone().unwrap_or_else(|| {
@@ -252,7 +257,7 @@ pub(super) fn resume(
     registry: &Registry,
     target: &Target,
 ) -> Result<i32, Exit> {
-    output.check()?;
+    check(output)?;
     let (file, spec) = read_sweep(dir, registry)?;
     let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
         .map(ui::model::Model::into_trials)

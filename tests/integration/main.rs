@@ -9,6 +9,7 @@ mod command;
 mod common;
 mod data;
 mod examples;
+mod front;
 mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
@@ -249,6 +250,14 @@ fn main() {
             tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
+        test(
+            "front::what_trains_nothing_loads_no_libtorch",
+            front::what_trains_nothing_loads_no_libtorch,
+        ),
+        test(
+            "front::other_commands_run_in_the_full_program",
+            front::other_commands_run_in_the_full_program,
+        ),
         test(
             "predict::predictions_across_workers_match_one_process",
             predict::predictions_across_workers_match_one_process,

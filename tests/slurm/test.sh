@@ -51,11 +51,12 @@ for status, n in sorted(counts.items()):
     print(status, n)'
 }
 
-# No process of rtune left (zombies are already dead; the sandbox's init may reap them late).
+# No process of rtune left (zombies are already dead; the sandbox's init may reap them late):
+# `rtune` itself, or `rtune-torch`, which rtune becomes for the commands that run anything.
 no_rtune_left() {
     local left
     left=$(ps -eo pid=,stat=,comm=,args= \
-        | awk -v exe="$rtune" '$3 == "rtune" && $2 !~ /^Z/ && index($0, exe) > 0' || true)
+        | awk -v exe="$rtune" '($3 == "rtune" || $3 == "rtune-torch") && $2 !~ /^Z/ && index($0, exe) > 0' || true)
     [ -z "$left" ] || fail "$1: processes of rtune outlived the job: $left"
 }
 

@@ -1,0 +1,50 @@
+//! `rtune`, the program a user types: it answers what needs no libtorch itself and becomes the
+//! full program for everything else.
+//!
+//! Loading libtorch costs a process about 0.2 s and 140 MB before `main` runs (its static
+//! constructors build the operator registry), whatever the command. So `rtune` links none:
+//! `--help`, `--version`, `completions` and a mistake in the arguments (clap's message, exit 2)
+//! are answered here. Any other command execs [`FULL_PROGRAM`], installed beside `rtune`, with
+//! the same arguments: the command then runs in this very process (its id, its terminal, its
+//! signals), so Ctrl-C, `rtune stop` and a parent waiting on it see nothing different.
+
+use std::os::unix::process::CommandExt;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+use crate::exit::EXIT_FAILED;
+
+/// The full program's file name, in the same folder as `rtune` (`cargo build` and `cargo
+/// install` put both there).
+pub const FULL_PROGRAM: &str = "rtune-torch";
+
+/// `rtune`'s `main`.
+pub fn main() -> ! {
+    let cli = Cli::try_parse().unwrap_or_else(|e| e.exit());
+    if let Command::Completions { shell } = cli.command {
+        crate::print_completions(shell);
+        std::process::exit(0);
+    }
+    let error = exec_full_program();
+    eprintln!("rtune: {error}");
+    std::process::exit(EXIT_FAILED)
+}
+
+/// Replaces this process with the full program, given this one's arguments (and its `argv[0]`,
+/// which clap's messages name the command by). Returns only when that failed: what to say.
+fn exec_full_program() -> String {
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "rtune".into());
+    let full = match std::env::current_exe() {
+        Ok(me) => me.with_file_name(FULL_PROGRAM),
+        Err(e) => return format!("cannot find this program's path to start {FULL_PROGRAM}: {e}"),
+    };
+    let e = std::process::Command::new(&full).arg0(arg0).args(args).exec();
+    format!(
+        "cannot start {} ({e}); rtune runs every command but --help, --version and completions \
+         with {FULL_PROGRAM}, which belongs in the same folder (cargo build and cargo install \
+         put both there)",
+        full.display()
+    )
+}

@@ -1,0 +1,114 @@
+//! `rtune` as installed: a program that links no libtorch. What trains nothing (`--help`,
+//! `--version`, `completions`, a mistake in the arguments) loads none; every other command
+//! runs in `rtune-torch`, which `rtune` becomes by exec, in the same process.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use anyhow::{Result, ensure};
+
+use crate::common::text;
+
+const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
+const FULL: &str = env!("CARGO_BIN_EXE_rtune-torch");
+
+/// Runs `program args` (as `rtune`, its `argv[0]`, whichever file it is) and returns its output,
+/// and the shared libraries each process it was loaded into, as the dynamic loader tells
+/// (`LD_DEBUG=files`: one report per process id, whatever images it ran).
+fn run_watched(program: &str, args: &[&str]) -> Result<(Output, Vec<Vec<String>>)> {
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(program)
+        .arg0("rtune")
+        .args(args)
+        .current_dir(dir.path())
+        .env("LD_DEBUG", "files")
+        .env("LD_DEBUG_OUTPUT", dir.path().join("ld"))
+        .env_remove("RUST_LOG")
+        .output()?;
+    let mut processes = Vec::new();
+    for report in std::fs::read_dir(dir.path())? {
+        let report = std::fs::read_to_string(report?.path())?;
+        let mut libs: Vec<String> = report
+            .lines()
+            .filter_map(|l| l.split_once("file=")?.1.split_whitespace().next())
+            .map(str::to_owned)
+            .collect();
+        libs.dedup();
+        processes.push(libs);
+    }
+    Ok((out, processes))
+}
+
+fn loads_libtorch(libs: &[String]) -> bool {
+    libs.iter().any(|l| l.starts_with("libtorch") || l.starts_with("libc10"))
+}
+
+/// `--help`, `--version`, `completions` and argument mistakes: `rtune` says what `rtune-torch`
+/// says (output, errors, exit code) and loads no libtorch doing it.
+pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
+    let cases: &[(&[&str], i32)] = &[
+        (&["--version"], 0),
+        (&["--help"], 0),
+        (&["help", "run"], 0),
+        (&["run", "--help"], 0),
+        (&["slurm", "run", "--help"], 0),
+        (&["completions", "bash"], 0),
+        (&["no-such-command"], 2),
+        (&["show"], 2),
+        (&["predict", "--model", "m", "--input", "i", "--output", "o", "--device", "gpu"], 2),
+        (&[], 2),
+    ];
+    for &(args, code) in cases {
+        let (out, processes) = run_watched(RTUNE, args)?;
+        ensure!(processes.len() == 1, "{args:?}: {} loader reports", processes.len());
+        let libs = &processes[0];
+        // The report is read: it names the C library every process loads.
+        ensure!(libs.iter().any(|l| l.starts_with("libc.so")), "{args:?}: {libs:?}");
+        ensure!(!loads_libtorch(libs), "rtune {args:?} loaded libtorch: {libs:?}");
+
+        let (full, full_processes) = run_watched(FULL, args)?;
+        // The same check tells when libtorch is loaded.
+        ensure!(loads_libtorch(&full_processes[0]), "{args:?}: {:?}", full_processes[0]);
+        ensure!(
+            out.status.code() == full.status.code()
+                && out.stdout == full.stdout
+                && out.stderr == full.stderr,
+            "rtune {args:?} differs from rtune-torch:\n{}\n--- rtune-torch:\n{}",
+            text(&out),
+            text(&full)
+        );
+        ensure!(out.status.code() == Some(code), "{args:?}: {}", text(&out));
+    }
+    Ok(())
+}
+
+/// Any other command runs in `rtune-torch`, in the same process (one loader report, with
+/// libtorch in it), and says what `rtune-torch` says; without `rtune-torch` beside it, `rtune`
+/// says where it looked and what to do (exit 4), and still answers `--version`.
+pub fn other_commands_run_in_the_full_program() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let missing = dir.path().join("not-here");
+    let missing = missing.to_str().unwrap();
+    let (out, processes) = run_watched(RTUNE, &["ls", missing])?;
+    ensure!(processes.len() == 1, "{} processes: {processes:?}", processes.len());
+    ensure!(loads_libtorch(&processes[0]), "{:?}", processes[0]);
+    let full = Command::new(FULL).arg0("rtune").args(["ls", missing]).output()?;
+    ensure!(out.status.code() == Some(2) && out.stderr == full.stderr, "{}", text(&out));
+    ensure!(text(&out).contains("is not a folder"), "{}", text(&out));
+
+    let alone = dir.path().join("bin");
+    std::fs::create_dir(&alone)?;
+    std::fs::copy(RTUNE, alone.join("rtune"))?;
+    let rtune = alone.join("rtune");
+    let out = Command::new(&rtune).args(["ls", missing]).output()?;
+    let said = text(&out);
+    let beside = Path::new(&alone).join("rtune-torch");
+    ensure!(out.status.code() == Some(4), "{said}");
+    ensure!(said.contains(&format!("cannot start {}", beside.display())), "{said}");
+    ensure!(said.contains("same folder"), "{said}");
+    let out = Command::new(&rtune).arg("--version").output()?;
+    let version = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success() && version.starts_with("rtune "), "{}", text(&out));
+    Ok(())
+}
