@@ -158,10 +158,10 @@ pub fn run_driver_if_asked() {
 }
 
 /// A node agent that sees none of `hidden` (each under an empty tmpfs in a mount namespace of
-/// its own), run from its own copy of rtune, its cache in `root`.
+/// its own), run from its own copy of rtune's full program, its cache in `root`.
 fn hidden_node(head: &str, root: &Path, hidden: &[&Path], s3: &S3Server) -> Result<Child> {
-    let own = root.join("rtune");
-    std::fs::copy(RTUNE, &own)?;
+    let own = root.join("rtune-torch");
+    std::fs::copy(env!("CARGO_BIN_EXE_rtune-torch"), &own)?;
     let hide: Vec<String> = hidden.iter().map(|p| p.display().to_string()).collect();
     let script = r#"IFS=:; for d in $HIDE; do mount -t tmpfs tmpfs "$d" || exit 97; done; unset IFS; exec "$@""#;
     Command::new("unshare")
