@@ -432,3 +432,38 @@ pub fn objective(text: &str) -> Result<(String, rtune_searchers::Mode), String> 
     }
     Ok((metric.to_owned(), mode))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_cpu_cuda_or_cuda_n() {
+        assert_eq!(device("cpu"), Ok(Device::Cpu));
+        assert_eq!(device("cuda"), Ok(Device::Cuda(0)));
+        assert_eq!(device(" cuda:3 "), Ok(Device::Cuda(3)));
+        for wrong in ["gpu", "cuda:x", "cuda:-1", "", "CPU"] {
+            let e = device(wrong).unwrap_err();
+            assert!(e.contains("use cpu, cuda or cuda:N"), "{wrong}: {e}");
+        }
+    }
+
+    #[test]
+    fn numbers_are_checked_where_they_are_read() {
+        assert_eq!(seconds("0.5"), Ok(Duration::from_millis(500)));
+        for wrong in ["0", "-1", "inf", "nan", "x", "1e300"] {
+            assert!(seconds(wrong).is_err(), "{wrong}");
+        }
+        assert_eq!(amount("0"), Ok(0.0));
+        assert!(amount("-0.5").is_err() && amount("inf").is_err());
+        assert_eq!(objective("val_loss:min"), Ok(("val_loss".into(), rtune_searchers::Mode::Min)));
+        assert_eq!(objective("a:b:max"), Ok(("a:b".into(), rtune_searchers::Mode::Max)));
+        assert!(objective("val_loss").is_err() && objective(":max").is_err());
+    }
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}
