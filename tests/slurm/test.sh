@@ -207,7 +207,7 @@ out=$work/job-2.out
 job=$(NAME=cancelled submit_running "$out" examples/slurm/sweep.sbatch \
     --set "storage_path=\"$results\"" --set tune.num_samples=16)
 # The job's cluster token, from an agent's environment: it must be written nowhere.
-agent=$(pgrep -f "$rtune slurm node" | head -n 1) || fail "no node agent running in job $job"
+agent=$(pgrep -f "$rtune(-torch)? slurm node" | head -n 1) || fail "no node agent running in job $job"
 token=$(tr '\0' '\n' < "/proc/$agent/environ" | sed -n 's/^RTUNE_TOKEN=//p')
 [ "${#token}" -ge 16 ] || fail "the agent has no cluster token of its own"
 scancel "$job"
