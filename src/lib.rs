@@ -44,6 +44,9 @@
 //!    sys         supervised processes, build id, CUDA opened at run time │ proto  wire types
 //!    log         tracing
 //! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
+//! ── rtune-cli (its own crate: the command line's grammar and exit codes, and `rtune` itself,
+//!    which links no libtorch and execs `rtune-torch`, this crate's CLI, for what it does not
+//!    answer)
 //! ```
 //!
 //! `init()` must be the first line of `main` in any binary that trains: worker processes are

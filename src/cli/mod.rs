@@ -1,7 +1,9 @@
 //! The `rtune` command line: sweeps from a sweep file (`run`, `resume`, `validate`, `stop`:
 //! `sweeping`), experiments on disk (`ls`, `show`, `watch`, `export`, `predict`), and the cluster
-//! (`head`, `node`, `status`). A user's own binary gets all of it, with its own train functions,
-//! from one call (a trainable registered with defaults declares its params: see `registry`):
+//! (`head`, `node`, `status`). The commands and their flags are the `rtune-cli` crate's (`Cli`),
+//! which `rtune` itself parses without libtorch; this module runs them. A user's own binary gets
+//! all of it, with its own train functions, from one call (a trainable registered with defaults
+//! declares its params: see `registry`):
 //!
 //! ```no_run
 //! fn my_train(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
