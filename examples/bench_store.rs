@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use rtune::storage::remote::Remote;
 use rtune::train::{CheckpointConfig, CheckpointUpload};
-use rtune::{Params, RunConfig, TorchTrainer, TrainContext};
+use rtune::{Params, RunConfig, SaveVarStore, TorchTrainer, TrainContext};
 use tch::nn::{Init, VarStore};
 use tch::{Device, Kind, Tensor};
 

@@ -30,6 +30,7 @@ use crate::data::{
     Balance, BatchSpec, Columns, DIGIT_CLASSES, DIGIT_FEATURES, DIGIT_LABEL, Dataset, Digits,
     StandardScaler,
 };
+use crate::storage::{LoadVarStore, SaveVarStore};
 use crate::train::{TorchPredictor, TorchTrainer};
 use crate::worker::{DistributedModel, ModelOptimizer, ShardOptimizer, ShardedModel, TrainContext};
 

@@ -39,10 +39,13 @@
 //! 4  storage     result files, checkpoint folders
 //! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing
 //! 2  callback    hooks into a sweep, the TensorBoard logger
-//! 1  error       the one error type
+//! 1  error       the one error type │ torch  libtorch's errors into it
 //! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
 //!    sys         supervised processes, build id, CUDA opened at run time │ proto  wire types
 //!    log         tracing
+//! ── rtune-core (its own crate: layers 0-4 but `sys::cuda`, `collective::nccl` and the
+//!    VarStore traits, which need libtorch; this crate re-exports its modules under their
+//!    names and adds those to them)
 //! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
 //! ── rtune-cli (its own crate: the command line's grammar and exit codes, and `rtune` itself,
 //!    which links no libtorch and execs `rtune-torch`, this crate's CLI, for what it does not
@@ -53,22 +56,22 @@
 //! that binary started again.
 
 pub mod builtins;
-pub mod callback;
+pub use rtune_core::callback;
 pub mod cli;
 pub mod cluster;
 pub mod collective;
-pub mod config;
+pub use rtune_core::config;
 pub mod data;
 mod driver;
-pub mod error;
+pub use rtune_core::error;
 mod group;
-pub mod log;
-pub mod metrics;
-pub mod outcome;
-mod proto;
-mod rpc;
+pub use rtune_core::log;
+pub use rtune_core::metrics;
+pub use rtune_core::outcome;
+use rtune_core::{proto, rpc};
 pub mod storage;
 mod sys;
+mod torch;
 pub mod train;
 pub mod tune;
 mod worker;
@@ -81,9 +84,11 @@ pub use error::{Error, Result};
 /// The polars rtune's tables are built with (`ResultGrid::dataframe`), for matching versions.
 pub use polars;
 pub use rtune_searchers::{Mode, Params};
+pub use storage::{LoadVarStore, SaveVarStore};
 /// CUDA opened at run time (see its docs): `rtune::cuda::load()` before any `tch::Cuda` call in
 /// a program that wants a GPU outside a worker.
 pub use sys::cuda;
+pub use train::ExportCheckpoint;
 pub use train::{
     Checkpoint, CheckpointConfig, CheckpointWriter, FailureConfig, PlacementStrategy, RunConfig,
     ScalingConfig, StoreSettings, TorchTrainer, TrainContext, TrainResult,

@@ -17,6 +17,8 @@ const LAYERS: &[&[&str]] = &[
     &["collective", "outcome", "sys", "proto", "log"],
     // One error type for everything above (it carries a failed run's `outcome`).
     &["error"],
+    // libtorch's errors into it (rtune-core's error links no libtorch).
+    &["torch"],
     // Hooks into a sweep: the callback trait and the built-in loggers.
     &["callback"],
     // Plain settings, reports and plumbing.
@@ -102,14 +104,27 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
+/// rtune's two crates of modules: `rtune-core` (the layers that need no libtorch) and `rtune`,
+/// whose modules of the same name add to core's (`sys::cuda`, `collective::nccl`, ..). Their
+/// modules share one layout.
+fn rtune_sources() -> [PathBuf; 2] {
+    [root().join("core/src"), root().join("src")]
+}
+
 #[test]
 fn rtune_modules_import_only_lower_layers() {
-    let src = root().join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
     let mut wrong = Vec::new();
+    for src in rtune_sources() {
+        check_layers(&src, &mut wrong);
+    }
+    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+}
+
+fn check_layers(src: &Path, wrong: &mut Vec<String>) {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
     for file in &files {
-        let module = module_path(&src, file);
+        let module = module_path(src, file);
         // The crate root and its binaries (`main.rs`, `bin/`) are no layer's.
         let Some(top) = module.first().filter(|m| !["lib", "main", "bin"].contains(&m.as_str()))
         else {
@@ -119,7 +134,7 @@ fn rtune_modules_import_only_lower_layers() {
             wrong.push(format!("{}: module `{top}` has no layer in LAYERS", file.display()));
             continue;
         };
-        for target in references(&src, file) {
+        for target in references(src, file) {
             let Some(to) = target.first().filter(|t| *t != top) else { continue };
             if to.starts_with(char::is_uppercase) {
                 wrong.push(format!(
@@ -141,7 +156,6 @@ fn rtune_modules_import_only_lower_layers() {
             }
         }
     }
-    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
 }
 
 /// Edges between the modules directly under `dir` (files or folders), from their references to
@@ -329,15 +343,20 @@ fn references(src: &Path, file: &Path) -> BTreeSet<Vec<String>> {
 /// sits below the ones built on it. (A module's own submodules are not its imports.)
 #[test]
 fn rtune_files_import_no_circle() {
-    let src = root().join("src");
+    for src in rtune_sources() {
+        files_import_no_circle(&src);
+    }
+}
+
+fn files_import_no_circle(src: &Path) {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
-        let me = module_path(&src, file);
+        let me = module_path(src, file);
         let edges = graph.entry(me.join("::")).or_default();
-        for target in references(&src, file) {
-            let Some(to) = module_of(&src, &target) else { continue };
+        for target in references(src, file) {
+            let Some(to) = module_of(src, &target) else { continue };
             // Naming an ancestor module's item (`super::X`) or a descendant's is within one
             // module's own tree.
             if to.is_empty() || me.starts_with(&to) || to.starts_with(&me) {
@@ -360,6 +379,7 @@ const MAX_LINES: usize = 800;
 fn no_file_is_too_long() {
     let mut files = Vec::new();
     rust_files(&root().join("src"), &mut files);
+    rust_files(&root().join("core/src"), &mut files);
     rust_files(&root().join("searchers/src"), &mut files);
     rust_files(&root().join("cli/src"), &mut files);
     let long: Vec<String> = files

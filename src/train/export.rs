@@ -157,10 +157,16 @@ impl Export {
     }
 }
 
-impl Checkpoint {
+/// `checkpoint.export(dest)?`: [`Export`] with its defaults. A trait of this crate because
+/// checkpoints themselves are `rtune-core`'s; `use rtune::ExportCheckpoint`.
+pub trait ExportCheckpoint {
     /// Exports the checkpoint to `dest` (a new folder) with the params of its run, its metrics
     /// and a model card; see [`Export`] for TorchScript and the rest.
-    pub fn export(&self, dest: impl AsRef<Path>) -> Result<Checkpoint> {
+    fn export(&self, dest: impl AsRef<Path>) -> Result<Checkpoint>;
+}
+
+impl ExportCheckpoint for Checkpoint {
+    fn export(&self, dest: impl AsRef<Path>) -> Result<Checkpoint> {
         Export::new().write(self, dest)
     }
 }

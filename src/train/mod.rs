@@ -23,7 +23,7 @@ pub use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 pub use crate::storage::checkpoint::{CheckpointMetadata, CheckpointWriter, checkpoint_name};
 pub use batch_predict::{BatchPredictor, Predicted};
 pub use command::CommandTrainable;
-pub use export::{Export, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
+pub use export::{Export, ExportCheckpoint, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
 pub use predictor::TorchPredictor;
 pub(crate) use record::{read_run, read_run_to_resume};
 pub use trainer::TorchTrainer;

@@ -13,6 +13,8 @@ use tch::{Device, Tensor};
 use crate::data::{DATA_SCHEMA_FILE, DataSchema};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
+use crate::storage::LoadVarStore;
+use crate::torch::TorchResult;
 
 /// A trained model, ready to predict.
 pub struct TorchPredictor {
@@ -107,7 +109,7 @@ impl TorchPredictor {
     /// predictor's device.
     pub fn predict(&self, inputs: &Tensor) -> Result<Tensor> {
         let _no_grad = tch::no_grad_guard();
-        let inputs = inputs.f_to_device(self.device).map_err(Error::Torch)?;
+        let inputs = inputs.f_to_device(self.device).torch()?;
         Ok(self.model.forward_t(&inputs, false))
     }
 
@@ -117,17 +119,17 @@ impl TorchPredictor {
     /// map_location=...)` moves it).
     pub fn save_torchscript(&self, path: impl AsRef<Path>, example: &Tensor) -> Result<()> {
         let _no_grad = tch::no_grad_guard();
-        let example = example.f_to_device(self.device).map_err(Error::Torch)?;
+        let example = example.f_to_device(self.device).torch()?;
         let mut forward = |inputs: &[Tensor]| vec![self.model.forward_t(&inputs[0], false)];
         let traced =
             tch::CModule::create_by_tracing("RtuneModel", "forward", &[example], &mut forward)
-                .map_err(Error::Torch)?;
-        traced.save(path.as_ref()).map_err(Error::Torch)
+                .torch()?;
+        traced.save(path.as_ref()).torch()
     }
 
     /// The predicted class of every row (the argmax of the model's outputs).
     pub fn predict_classes(&self, inputs: &Tensor) -> Result<Tensor> {
-        self.predict(inputs)?.f_argmax(-1, false).map_err(Error::Torch)
+        self.predict(inputs)?.f_argmax(-1, false).torch()
     }
 }
 

@@ -72,7 +72,8 @@ impl TrialResult {
     }
 
     /// The checkpoint it keeps first (by its `CheckpointConfig` score, else its newest), as
-    /// Ray's `Result.checkpoint`: `grid.best_result()?.checkpoint()?.export("best")`.
+    /// Ray's `Result.checkpoint`: `grid.best_result()?.checkpoint()?.export("best")` (with
+    /// `rtune::ExportCheckpoint`).
     pub fn checkpoint(&self) -> Result<&Checkpoint> {
         let result = self.result.as_ref();
         result.and_then(|r| r.best_checkpoint().or(r.checkpoint.as_ref())).ok_or_else(|| {

@@ -16,6 +16,7 @@ use crate::metrics::{IntoMetrics, to_wire};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR, TMP_PREFIX, checkpoint_name};
 use crate::storage::remote::Remote;
+use crate::torch::TorchResult;
 use crate::worker::DriverLink;
 
 pub(crate) type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
@@ -543,7 +544,7 @@ impl DistributedModel {
         loss: &Tensor,
     ) -> Result<()> {
         optimizer.zero_grad()?;
-        loss.f_backward()?;
+        loss.f_backward().torch()?;
         self.sync_gradients()?;
         optimizer.step()
     }
@@ -610,12 +611,12 @@ pub(super) fn gather_into(
     let mut offset = 0;
     for t in tensors {
         let n = t.numel() as i64;
-        let mut part = flat.f_narrow(0, offset, n)?;
+        let mut part = flat.f_narrow(0, offset, n).torch()?;
         let src = pick(t);
         if src.defined() {
-            part.f_copy_(&src.f_reshape([-1])?)?;
+            part.f_copy_(&src.f_reshape([-1]).torch()?).torch()?;
         } else {
-            let _ = part.f_zero_()?;
+            let _ = part.f_zero_().torch()?;
         }
         offset += n;
     }
@@ -629,7 +630,7 @@ pub(super) fn scatter_from(flat: &Tensor, tensors: &[Tensor]) -> Result<()> {
         let n = t.numel() as i64;
         if t.defined() {
             let mut dst = t.shallow_clone();
-            dst.f_copy_(&flat.f_narrow(0, offset, n)?.f_view_as(t)?)?;
+            dst.f_copy_(&flat.f_narrow(0, offset, n).torch()?.f_view_as(t).torch()?).torch()?;
         }
         offset += n;
     }

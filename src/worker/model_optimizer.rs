@@ -17,6 +17,7 @@ use super::shard_optimizer::{Parameter, Scratch, ShardOptimizer, ShardState, rea
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, OPTIMIZER_FILE, OPTIMIZER_INDEX};
+use crate::torch::TorchResult;
 
 /// An optimizer a data-parallel model steps with (`DistributedModel::backward_step`): tch's
 /// `nn::Optimizer`, or rtune's [`ModelOptimizer`].
@@ -97,7 +98,7 @@ impl OptimizerStep for ModelOptimizer {
         for (_, var, _) in &self.vars {
             let mut grad = var.grad();
             if grad.defined() {
-                let _ = grad.f_zero_()?;
+                let _ = grad.f_zero_().torch()?;
             }
         }
         Ok(())
@@ -111,7 +112,7 @@ impl OptimizerStep for ModelOptimizer {
             if !grad.defined() {
                 continue;
             }
-            let (p, grad) = (var.f_view([-1])?, grad.f_reshape([-1])?);
+            let (p, grad) = (var.f_view([-1]).torch()?, grad.f_reshape([-1]).torch()?);
             self.settings.step(state, &self.scratch, &p, &grad)?;
         }
         Ok(())
@@ -130,10 +131,10 @@ impl ModelOptimizer {
         let mut tensors = Vec::new();
         for (var, _, state) in &self.vars {
             for (name, buffer) in names.iter().zip(&state.buffers) {
-                tensors.push((format!("{var}/{name}"), buffer.f_to_device(Device::Cpu)?));
+                tensors.push((format!("{var}/{name}"), buffer.f_to_device(Device::Cpu).torch()?));
             }
         }
-        Tensor::write_safetensors(&tensors, checkpoint.path().join(OPTIMIZER_FILE))?;
+        Tensor::write_safetensors(&tensors, checkpoint.path().join(OPTIMIZER_FILE)).torch()?;
         let saved = SavedOptimizer {
             format: FORMAT,
             optimizer: self.settings,
@@ -183,7 +184,7 @@ impl ModelOptimizer {
                     tensors.get(&key).filter(|v| v.numel() == t.numel()).ok_or_else(|| {
                         bad(format!("{OPTIMIZER_FILE} holds no `{key}` of {} numbers", t.numel()))
                     })?;
-                buffer.f_copy_(&value.f_reshape([-1])?)?;
+                buffer.f_copy_(&value.f_reshape([-1]).torch()?).torch()?;
             }
             state.step = saved.step;
         }
@@ -195,6 +196,7 @@ impl ModelOptimizer {
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
+    use crate::storage::{LoadVarStore, SaveVarStore};
     use tch::Kind;
     use tch::nn::{Module, OptimizerConfig};
 

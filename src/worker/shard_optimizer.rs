@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use crate::error::{Error, Result};
+use crate::torch::TorchResult;
 
 /// The optimizer a sharded model runs on its shard, with PyTorch's meaning of each setting.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -169,7 +170,8 @@ impl ShardState {
             .state_names()
             .iter()
             .map(|_| Tensor::f_zeros([len as i64], (Kind::Float, device)))
-            .collect::<std::result::Result<_, _>>()?;
+            .collect::<std::result::Result<_, _>>()
+            .torch()?;
         Ok(ShardState { step: 0, buffers })
     }
 }
@@ -183,14 +185,14 @@ impl Scratch {
     /// Enough for shards of up to `len` numbers on `device`.
     pub(super) fn new(len: usize, device: Device) -> Result<Scratch> {
         let zeros = || Tensor::f_zeros([CHUNK.min(len as i64)], (Kind::Float, device));
-        Ok(Scratch([zeros()?, zeros()?]))
+        Ok(Scratch([zeros().torch()?, zeros().torch()?]))
     }
 }
 
 /// A 0-dimensional f32 tensor on `device`: a factor the kernels broadcast as they would a
 /// scalar (addcmul takes no CPU scalar beside CUDA tensors, so it goes where they are).
 fn factor(x: f64, device: Device) -> Result<Tensor> {
-    Ok(Tensor::from(x as f32).f_to_device(device)?)
+    Tensor::from(x as f32).f_to_device(device).torch()
 }
 
 impl ShardOptimizer {
@@ -211,10 +213,16 @@ impl ShardOptimizer {
         while start < len {
             let n = CHUNK.min(len - start);
             let part = |t: &Tensor| t.f_narrow(0, start, n);
-            let buffers = state.buffers.iter().map(part).collect::<Result<Vec<_>, _>>()?;
+            let buffers = state.buffers.iter().map(part).collect::<Result<Vec<_>, _>>().torch()?;
             let [a, b] = &scratch.0;
-            let scratch = [a.f_narrow(0, 0, n)?, b.f_narrow(0, 0, n)?];
-            self.step_part(state.step, &part(p)?, &part(grad)?, &buffers, &scratch)?;
+            let scratch = [a.f_narrow(0, 0, n).torch()?, b.f_narrow(0, 0, n).torch()?];
+            self.step_part(
+                state.step,
+                &part(p).torch()?,
+                &part(grad).torch()?,
+                &buffers,
+                &scratch,
+            )?;
             start += n;
         }
         Ok(())
@@ -236,22 +244,22 @@ impl ShardOptimizer {
             ShardOptimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
                 let mut d_p = match weight_decay {
                     0.0 => grad.shallow_clone(),
-                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?)?,
+                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?).torch()?,
                 };
                 if momentum != 0.0 {
                     let mut buf = buffers[0].shallow_clone();
                     if step == 1 {
-                        buf.f_copy_(&d_p)?;
+                        buf.f_copy_(&d_p).torch()?;
                     } else {
                         // `buf.mul_(momentum).add_(d_p, 1 - dampening)`, dampening 0.
-                        let _ = buf.f_mul_scalar_(momentum)?.f_add_(&d_p)?;
+                        let _ = buf.f_mul_scalar_(momentum).torch()?.f_add_(&d_p).torch()?;
                     }
                     d_p = match nesterov {
-                        true => d_p.f_addcmul_out(b, &buf, &factor(momentum, device)?)?,
+                        true => d_p.f_addcmul_out(b, &buf, &factor(momentum, device)?).torch()?,
                         false => buf,
                     };
                 }
-                let _ = p.f_addcmul_(&d_p, &factor(-lr, device)?)?;
+                let _ = p.f_addcmul_(&d_p, &factor(-lr, device)?).torch()?;
             }
             ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay }
             | ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
@@ -259,10 +267,10 @@ impl ShardOptimizer {
                 let grad = match weight_decay {
                     0.0 => grad.shallow_clone(),
                     wd if decoupled => {
-                        let _ = p.f_mul_scalar_(1.0 - lr * wd)?;
+                        let _ = p.f_mul_scalar_(1.0 - lr * wd).torch()?;
                         grad.shallow_clone()
                     }
-                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?)?,
+                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?).torch()?,
                 };
                 let step = step as f64;
                 let bias_correction1 = 1.0 - beta1.powf(step);
@@ -273,16 +281,25 @@ impl ShardOptimizer {
                 let (mut exp_avg, mut exp_avg_sq) =
                     (exp_avg.shallow_clone(), exp_avg_sq.shallow_clone());
                 let _ = exp_avg
-                    .f_mul_scalar_(beta1)?
-                    .f_addcmul_(&grad, &factor(1.0 - beta1, device)?)?;
-                let scaled = grad.f_mul_scalar_out(b, 1.0 - beta2)?;
-                let _ = exp_avg_sq.f_mul_scalar_(beta2)?.f_addcmul_(&scaled, &grad)?;
+                    .f_mul_scalar_(beta1)
+                    .torch()?
+                    .f_addcmul_(&grad, &factor(1.0 - beta1, device)?)
+                    .torch()?;
+                let scaled = grad.f_mul_scalar_out(b, 1.0 - beta2).torch()?;
+                let _ =
+                    exp_avg_sq.f_mul_scalar_(beta2).torch()?.f_addcmul_(&scaled, &grad).torch()?;
                 // `grad` (perhaps in `a`) is done with: `b` takes the denominator, `a` the
                 // scaled first moment.
-                let mut denom = exp_avg_sq.f_sqrt_out(b)?;
-                let _ = denom.f_div_scalar_(bias_correction2.sqrt())?.f_add_scalar_(eps)?;
+                let mut denom = exp_avg_sq.f_sqrt_out(b).torch()?;
+                let _ = denom
+                    .f_div_scalar_(bias_correction2.sqrt())
+                    .torch()?
+                    .f_add_scalar_(eps)
+                    .torch()?;
                 let step_size = lr / bias_correction1;
-                let _ = p.f_addcdiv_(&exp_avg.f_mul_scalar_out(a, -step_size)?, &denom)?;
+                let _ = p
+                    .f_addcdiv_(&exp_avg.f_mul_scalar_out(a, -step_size).torch()?, &denom)
+                    .torch()?;
             }
         }
         Ok(())

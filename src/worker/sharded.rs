@@ -40,6 +40,7 @@ pub use crate::config::Sharding;
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR};
+use crate::torch::TorchResult;
 
 /// A data-parallel model whose optimizer state (and with ZeRO-2 gradients) is sharded across
 /// the ranks. See the module docs.
@@ -97,13 +98,13 @@ impl ShardedModel {
         let shard_len = n.div_ceil(world);
         let (device, wire) = (vs.device(), backend.device());
         let zeros = |len: usize, device| Tensor::f_zeros([len as i64], (Kind::Float, device));
-        let (shard, grad) = (zeros(shard_len, device)?, zeros(shard_len, device)?);
+        let (shard, grad) = (zeros(shard_len, device).torch()?, zeros(shard_len, device).torch()?);
         let (wire_shard, wire_grad) = match device != wire {
-            true => (zeros(shard_len, wire)?, zeros(shard_len, wire)?),
+            true => (zeros(shard_len, wire).torch()?, zeros(shard_len, wire).torch()?),
             false => (shard.shallow_clone(), grad.shallow_clone()),
         };
         let model = ShardedModel {
-            flat: zeros(shard_len * world, wire)?,
+            flat: zeros(shard_len * world, wire).torch()?,
             backend,
             sharding,
             settings: optimizer,
@@ -127,8 +128,8 @@ impl ShardedModel {
         let _no_grad = tch::no_grad_guard();
         gather_into(&self.flat, &self.params, |t| t.shallow_clone())?;
         let len = self.shard_len as i64;
-        let mine = self.flat.f_narrow(0, self.rank_and_world().0 as i64 * len, len)?;
-        self.shard.shallow_clone().f_copy_(&mine)?;
+        let mine = self.flat.f_narrow(0, self.rank_and_world().0 as i64 * len, len).torch()?;
+        self.shard.shallow_clone().f_copy_(&mine).torch()?;
         Ok(())
     }
 
@@ -149,10 +150,10 @@ impl ShardedModel {
         for p in &self.params {
             let mut g = p.grad();
             if g.defined() {
-                let _ = g.f_zero_()?;
+                let _ = g.f_zero_().torch()?;
             }
         }
-        loss.f_backward()?;
+        loss.f_backward().torch()?;
         let _no_grad = tch::no_grad_guard();
         gather_into(&self.flat, &self.params, Tensor::grad)?;
         self.average_gradients()?;
@@ -169,13 +170,15 @@ impl ShardedModel {
         } else {
             if world > 1 {
                 // The parameters only, not the padding: the same all-reduce as `prepare_model`'s.
-                let all = self.flat.f_narrow(0, 0, self.n as i64)?;
+                let all = self.flat.f_narrow(0, 0, self.n as i64).torch()?;
                 self.backend.all_reduce(&all, ReduceOp::Avg)?;
             }
-            self.wire_grad.f_copy_(&self.flat.f_narrow(0, rank as i64 * len, len)?)?;
+            self.wire_grad
+                .f_copy_(&self.flat.f_narrow(0, rank as i64 * len, len).torch()?)
+                .torch()?;
         }
         if self.staged() {
-            self.grad.f_copy_(&self.wire_grad)?;
+            self.grad.f_copy_(&self.wire_grad).torch()?;
         }
         Ok(())
     }
@@ -183,10 +186,10 @@ impl ShardedModel {
     /// Every rank's updated shard into every rank's parameters.
     fn gather_parameters(&mut self) -> Result<()> {
         if self.staged() {
-            self.wire_shard.f_copy_(&self.shard)?;
+            self.wire_shard.f_copy_(&self.shard).torch()?;
         }
         match self.rank_and_world().1 {
-            1 => self.flat.f_copy_(&self.wire_shard)?,
+            1 => self.flat.f_copy_(&self.wire_shard).torch()?,
             _ => self.backend.all_gather(&self.wire_shard, &self.flat)?,
         }
         scatter_from(&self.flat, &self.params)
@@ -213,7 +216,7 @@ impl ShardedModel {
         let names = self.settings.state_names().iter().copied();
         let buffers = names
             .zip(&self.state.buffers)
-            .map(|(name, buffer)| Ok((name, buffer.f_narrow(0, 0, len)?)))
+            .map(|(name, buffer)| Ok((name, buffer.f_narrow(0, 0, len).torch()?)))
             .collect::<Result<_>>()?;
         Ok((self.state.step, buffers))
     }
@@ -275,7 +278,7 @@ impl ShardedModel {
     /// the report that takes the checkpoint commits it once every rank's shard is in.
     ///
     /// The parameters themselves are whole on every rank (ZeRO-1 and 2 shard the optimizer,
-    /// not the model): save them with [`CheckpointWriter::save_var_store`] as for any model,
+    /// not the model): save them with [`save_var_store`](crate::SaveVarStore::save_var_store) as for any model,
     /// which writes rank 0's; exports and predictors read them from there.
     pub fn save_optimizer(&self, checkpoint: &mut CheckpointWriter) -> Result<()> {
         let (rank, world) = self.rank_and_world();
@@ -284,10 +287,10 @@ impl ShardedModel {
         let folder = checkpoint.shard_folder(files)?.to_owned();
         let names = self.settings.state_names();
         let host = |t: &Tensor| t.f_to_device(tch::Device::Cpu);
-        let buffers = self.state.buffers.iter().map(host).collect::<Result<Vec<_>, _>>()?;
+        let buffers = self.state.buffers.iter().map(host).collect::<Result<Vec<_>, _>>().torch()?;
         let named: Vec<(&str, &Tensor)> = names.iter().copied().zip(&buffers).collect();
         let path = folder.join(&shards[rank]);
-        Tensor::write_safetensors(&named, &path)?;
+        Tensor::write_safetensors(&named, &path).torch()?;
         let durable = |path: &Path| {
             std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(path, e))
         };
@@ -364,11 +367,11 @@ impl ShardedModel {
                     .ok_or_else(|| {
                         bad(format!("{name} holds no `{wanted}` of {} numbers", index.shard_len))
                     })?;
-                buffer.f_narrow(0, to as i64, len as i64)?.f_copy_(&saved.1.f_narrow(
-                    0,
-                    from as i64,
-                    len as i64,
-                )?)?;
+                buffer
+                    .f_narrow(0, to as i64, len as i64)
+                    .torch()?
+                    .f_copy_(&saved.1.f_narrow(0, from as i64, len as i64).torch()?)
+                    .torch()?;
             }
         }
         state.step = index.step;

@@ -13,6 +13,7 @@ use rtune::builtins::{
 use rtune::data::Digits;
 use rtune::train::TorchPredictor;
 use rtune::{Checkpoint, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
+use rtune::{LoadVarStore, SaveVarStore};
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Tensor};
 

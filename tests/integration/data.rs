@@ -11,7 +11,9 @@ use rtune::data::{
     StandardScaler,
 };
 use rtune::train::TorchPredictor;
-use rtune::{FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
+use rtune::{
+    FailureConfig, Params, RunConfig, SaveVarStore, ScalingConfig, TorchTrainer, TrainContext,
+};
 use serde_json::json;
 use tch::nn;
 

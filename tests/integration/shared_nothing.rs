@@ -18,6 +18,7 @@ use rtune::train::CheckpointConfig;
 use rtune::{
     FailureConfig, Params, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
 };
+use rtune::{LoadVarStore, SaveVarStore};
 
 use crate::common::{text, wait_for};
 use crate::storage::S3Server;

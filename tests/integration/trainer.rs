@@ -11,6 +11,7 @@ use rtune::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
 use rtune::{
     Error, FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
+use rtune::{LoadVarStore, SaveVarStore};
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 

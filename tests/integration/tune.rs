@@ -13,6 +13,7 @@ use rtune::{
     FailureConfig, Mode, Params, ResultGrid, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
     TuneConfig, Tuner,
 };
+use rtune::{LoadVarStore, SaveVarStore};
 use rtune_searchers::{
     Asha, HyperBand, Metrics, Pbt, SearchSpace, TrialStatus, choice, grid_search,
 };

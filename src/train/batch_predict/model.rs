@@ -8,6 +8,7 @@ use tch::Kind;
 
 use crate::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind};
 use crate::error::{Error, Result};
+use crate::torch::TorchResult;
 use crate::train::TORCHSCRIPT_FILE;
 
 pub(super) struct ExportedModel {
@@ -88,14 +89,18 @@ impl ExportedModel {
     pub(super) fn predict(&self, mut frame: DataFrame, what: &str) -> Result<DataFrame> {
         let schema = &self.schema;
         let table = schema.table(&frame, false, what)?;
-        let x = schema.inputs(&table, what)?.f_to_device(self.device)?;
-        let outputs = tch::no_grad(|| self.module.forward_ts(&[x]))?
-            .f_to_device(tch::Device::Cpu)?
-            .f_to_kind(Kind::Float)?;
+        let x = schema.inputs(&table, what)?.f_to_device(self.device).torch()?;
+        let outputs = tch::no_grad(|| self.module.forward_ts(&[x]))
+            .torch()?
+            .f_to_device(tch::Device::Cpu)
+            .torch()?
+            .f_to_kind(Kind::Float)
+            .torch()?;
         let mut columns = Vec::new();
         match schema.label_kind {
             Some(LabelKind::Class) => {
-                let classes: Vec<i64> = Vec::try_from(outputs.f_argmax(-1, false)?)?;
+                let classes: Vec<i64> =
+                    Vec::try_from(outputs.f_argmax(-1, false).torch()?).torch()?;
                 let names = schema.label_classes();
                 columns.push(match names {
                     Some(names) => Column::new(
@@ -104,8 +109,10 @@ impl ExportedModel {
                     ),
                     None => Column::new("prediction".into(), classes),
                 });
-                let probs: Vec<Vec<f32>> =
-                    Vec::try_from(outputs.f_softmax(-1, Kind::Float)?.f_transpose(0, 1)?)?;
+                let probs: Vec<Vec<f32>> = Vec::try_from(
+                    outputs.f_softmax(-1, Kind::Float).torch()?.f_transpose(0, 1).torch()?,
+                )
+                .torch()?;
                 for (c, p) in probs.into_iter().enumerate() {
                     let name =
                         names.and_then(|n| n.get(c).cloned()).unwrap_or_else(|| c.to_string());
@@ -113,8 +120,14 @@ impl ExportedModel {
                 }
             }
             _ => {
-                let values: Vec<Vec<f32>> =
-                    Vec::try_from(outputs.f_reshape([table.rows as i64, -1])?.f_transpose(0, 1)?)?;
+                let values: Vec<Vec<f32>> = Vec::try_from(
+                    outputs
+                        .f_reshape([table.rows as i64, -1])
+                        .torch()?
+                        .f_transpose(0, 1)
+                        .torch()?,
+                )
+                .torch()?;
                 if values.len() == 1 {
                     columns.push(Column::new("prediction".into(), values[0].clone()));
                 } else {

@@ -14,7 +14,7 @@ mod sealed {
 
 /// Element types that travel as raw bytes: no padding, and every bit pattern is a valid value.
 /// Sealed; implemented for `f32` and `u8` only.
-pub(crate) trait Pod: sealed::Sealed + Copy + Default + Send + 'static {
+pub trait Pod: sealed::Sealed + Copy + Default + Send + 'static {
     const SIZE: usize = std::mem::size_of::<Self>();
 
     /// `dst[i] = dst[i] + src[i]` (then `/ div`) — the only reduction the ring does.
@@ -39,49 +39,49 @@ impl Pod for u8 {
 }
 
 /// The bytes of an element slice.
-pub(crate) fn as_bytes<T: Pod>(s: &[T]) -> &[u8] {
+pub fn as_bytes<T: Pod>(s: &[T]) -> &[u8] {
     // SAFETY: `T` is f32 or u8 (sealed): no padding, so all `size_of_val(s)` bytes are
     // initialised; u8 needs no alignment; the lifetime is tied to `s`.
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }
 
 /// The bytes of a mutable element slice.
-pub(crate) fn as_bytes_mut<T: Pod>(s: &mut [T]) -> &mut [u8] {
+pub fn as_bytes_mut<T: Pod>(s: &mut [T]) -> &mut [u8] {
     // SAFETY: as in `as_bytes`; in addition every bit pattern is a valid f32 or u8, so any
     // bytes written through the view leave valid elements behind.
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }
 
-pub(crate) const POLLIN: i16 = libc::POLLIN;
-pub(crate) const POLLOUT: i16 = libc::POLLOUT;
+pub const POLLIN: i16 = libc::POLLIN;
+pub const POLLOUT: i16 = libc::POLLOUT;
 /// Peer closed its end (Linux); reported even when we are not reading, so a dead neighbour
 /// is seen while we only wait to write.
-pub(crate) const POLLRDHUP: i16 = libc::POLLRDHUP;
-pub(crate) const POLLHUP: i16 = libc::POLLHUP;
-pub(crate) const POLLERR: i16 = libc::POLLERR;
+pub const POLLRDHUP: i16 = libc::POLLRDHUP;
+pub const POLLHUP: i16 = libc::POLLHUP;
+pub const POLLERR: i16 = libc::POLLERR;
 
 /// One entry for [`poll`]; `fd < 0` entries are ignored (as in poll(2)).
 #[derive(Debug, Clone, Copy)]
 #[repr(transparent)]
-pub(crate) struct PollFd(libc::pollfd);
+pub struct PollFd(libc::pollfd);
 
 impl PollFd {
-    pub(crate) fn new(fd: RawFd, events: i16) -> PollFd {
+    pub fn new(fd: RawFd, events: i16) -> PollFd {
         PollFd(libc::pollfd { fd, events, revents: 0 })
     }
 
-    pub(crate) fn fd(&self) -> RawFd {
+    pub fn fd(&self) -> RawFd {
         self.0.fd
     }
 
-    pub(crate) fn revents(&self) -> i16 {
+    pub fn revents(&self) -> i16 {
         self.0.revents
     }
 }
 
 /// Waits until one of `fds` is ready or `timeout` passes; returns the number ready (0 on
 /// timeout). Retries on EINTR with the time that is left.
-pub(crate) fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
+pub fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
     let start = std::time::Instant::now();
     loop {
         let left = timeout.saturating_sub(start.elapsed());
@@ -102,7 +102,7 @@ pub(crate) fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
 
 /// Sets SO_SNDBUF and SO_RCVBUF. The kernel doubles the value and caps it at
 /// `net.core.{w,r}mem_max`; setting it also turns off the kernel's buffer autotuning.
-pub(crate) fn set_socket_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+pub fn set_socket_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let val = bytes.min(i32::MAX as usize) as libc::c_int;
     for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
         // SAFETY: plain setsockopt on a live fd with a pointer to a c_int and its size.

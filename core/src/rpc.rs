@@ -11,10 +11,10 @@ use tonic::{Request, Status};
 use crate::error::{Error, Result};
 
 /// Where the owner of some state puts its answer to one call.
-pub(crate) type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
+pub type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
 
 /// Why an owner gave no answer.
-pub(crate) enum Unanswered {
+pub enum Unanswered {
     /// The message never reached it (it is gone).
     NotDelivered,
     /// It dropped the reply slot (it ended while the call waited).
@@ -23,7 +23,7 @@ pub(crate) enum Unanswered {
 
 /// Hands `make(reply)` to the task that owns the state behind `owner` and waits for its
 /// answer; `gone` turns a missing answer into the caller's status.
-pub(crate) async fn ask<M, T>(
+pub async fn ask<M, T>(
     owner: &mpsc::UnboundedSender<M>,
     make: impl FnOnce(Reply<T>) -> M,
     gone: impl Fn(Unanswered) -> Status,
@@ -34,24 +34,24 @@ pub(crate) async fn ask<M, T>(
 }
 
 /// How a server address names an abstract Unix socket (Linux): `unix:@NAME`.
-pub(crate) const UNIX_SCHEME: &str = "unix:@";
+pub const UNIX_SCHEME: &str = "unix:@";
 
 /// Connects to the abstract Unix socket `name` (at once: a local connect does not wait).
-pub(crate) fn connect_abstract(name: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
+pub fn connect_abstract(name: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
     use std::os::linux::net::SocketAddrExt;
     let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
     std::os::unix::net::UnixStream::connect_addr(&at)
 }
 
 /// The name of the report socket of the worker hub whose Unix socket is `name`.
-pub(crate) fn report_socket_name(name: &str) -> String {
+pub fn report_socket_name(name: &str) -> String {
     format!("{name}/reports")
 }
 
 /// Serves `routes` on `listener` in the background until the returned sender is dropped. With
 /// `keepalive`, HTTP/2 pings every that long drop a connection whose peer stops answering for as
 /// long (a host that died without closing its sockets), which ends its streams.
-pub(crate) fn serve_until_dropped(
+pub fn serve_until_dropped(
     routes: tonic::service::Routes,
     listener: tokio::net::TcpListener,
     what: &'static str,
@@ -71,7 +71,7 @@ pub(crate) fn serve_until_dropped(
 }
 
 /// The same on a Unix socket (for processes on this machine: no TCP/IP stack on the way).
-pub(crate) fn serve_unix_until_dropped(
+pub fn serve_unix_until_dropped(
     routes: tonic::service::Routes,
     listener: tokio::net::UnixListener,
     what: &'static str,
@@ -136,7 +136,7 @@ impl tonic::service::Interceptor for AddToken {
 }
 
 /// Server side of the cluster token: a head with a token refuses calls without it.
-pub(crate) fn check_token(
+pub fn check_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
@@ -154,7 +154,7 @@ pub(crate) fn check_token(
 
 /// Server side of a worker hub's token: only the workers its driver started (which got the
 /// token in their environment) may call it.
-pub(crate) fn check_hub_token(
+pub fn check_hub_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
@@ -162,10 +162,10 @@ pub(crate) fn check_hub_token(
 }
 
 /// Why a worker hub refuses a call without its token.
-pub(crate) const HUB_ONLY: &str = "this worker hub only serves the workers its driver started";
+pub const HUB_ONLY: &str = "this worker hub only serves the workers its driver started";
 
 /// Server side of a sweep's watch token (from `driver.json`, readable by its owner only).
-pub(crate) fn check_watch_token(
+pub fn check_watch_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
@@ -204,7 +204,7 @@ fn presented(request: &tonic::Request<()>, token: Option<&str>) -> Presented {
 }
 
 /// Whether `given` is the token a server requires (anything goes where it requires none).
-pub(crate) fn token_matches(given: &str, required: Option<&str>) -> bool {
+pub fn token_matches(given: &str, required: Option<&str>) -> bool {
     required
         .filter(|t| !t.is_empty())
         .is_none_or(|t| constant_time_eq(given.as_bytes(), t.as_bytes()))
@@ -222,7 +222,7 @@ pub fn new_token() -> String {
 /// Length-prefixed protobuf messages on a stream socket, where a message each way must cost no
 /// more than a write and a read: a frame is a u32 (little-endian) length, then the encoded
 /// message. The blocking side is the worker's training thread; the async side the driver.
-pub(crate) mod frame {
+pub mod frame {
     use std::io::{self, Read, Write};
 
     /// A frame longer than this is refused (a report is a few hundred bytes).
@@ -252,12 +252,12 @@ pub(crate) mod frame {
     }
 
     /// Writes `message` as one frame.
-    pub(crate) fn write(to: &mut impl Write, message: &impl prost::Message) -> io::Result<()> {
+    pub fn write(to: &mut impl Write, message: &impl prost::Message) -> io::Result<()> {
         to.write_all(&encode(message))
     }
 
     /// Reads one frame (an error at end of stream).
-    pub(crate) fn read<M: prost::Message + Default>(from: &mut impl Read) -> io::Result<M> {
+    pub fn read<M: prost::Message + Default>(from: &mut impl Read) -> io::Result<M> {
         let mut header = [0; 4];
         from.read_exact(&mut header)?;
         let mut body = vec![0; length(header)?];
@@ -272,7 +272,7 @@ pub(crate) mod frame {
     /// socket's reader blocked in `recv` is woken each time the peer reads what it wrote (the
     /// kernel's "write space" wake-up does not say what it is for), which cost a context switch
     /// per exchange; `poll` sleeps through wake-ups for other than input.
-    pub(crate) fn exchange<A, S>(
+    pub fn exchange<A, S>(
         stream: &mut io::BufReader<S>,
         message: &impl prost::Message,
     ) -> io::Result<A>
@@ -316,13 +316,13 @@ pub(crate) mod frame {
     /// registered for output too, it would be woken each time the peer read an answer, for
     /// nothing. Answers are written at once; there is room for them, since the peer reads each
     /// before it writes again.
-    pub(crate) struct Answering {
+    pub struct Answering {
         socket: tokio::io::unix::AsyncFd<std::os::unix::net::UnixStream>,
         unread: Vec<u8>,
     }
 
     impl Answering {
-        pub(crate) fn new(socket: tokio::net::UnixStream) -> io::Result<Self> {
+        pub fn new(socket: tokio::net::UnixStream) -> io::Result<Self> {
             let socket = socket.into_std()?;
             let interest = tokio::io::Interest::READABLE;
             // SAFETY: the socket is owned by the AsyncFd, whose field it stays (never replaced)
@@ -334,7 +334,7 @@ pub(crate) mod frame {
         }
 
         /// Reads the next frame; None at the end of the stream before a frame starts.
-        pub(crate) async fn read<M: prost::Message + Default>(&mut self) -> io::Result<Option<M>> {
+        pub async fn read<M: prost::Message + Default>(&mut self) -> io::Result<Option<M>> {
             let mut chunk = [0; 4096];
             loop {
                 if let Some((message, used)) = parse(&self.unread)? {
@@ -365,7 +365,7 @@ pub(crate) mod frame {
         }
 
         /// Writes `message` as one frame, at once.
-        pub(crate) fn answer(&self, message: &impl prost::Message) -> io::Result<()> {
+        pub fn answer(&self, message: &impl prost::Message) -> io::Result<()> {
             write(&mut self.socket.get_ref(), message).map_err(|e| {
                 if e.kind() == io::ErrorKind::WouldBlock {
                     io::Error::other("the peer does not read its answers")

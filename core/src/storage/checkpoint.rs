@@ -30,7 +30,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tch::nn::VarStore;
 
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::Metrics;
@@ -45,7 +44,7 @@ pub const OPTIMIZER_INDEX: &str = "optimizer.json";
 /// The folder of a checkpoint holding a sharded model's optimizer state: one file per rank and
 /// an index (see `ShardedModel::save_optimizer`).
 pub const SHARDS_DIR: &str = "zero";
-pub(crate) const TMP_PREFIX: &str = ".tmp_checkpoint_";
+pub const TMP_PREFIX: &str = ".tmp_checkpoint_";
 
 /// What `metadata.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,19 +97,6 @@ impl Checkpoint {
     pub fn holds_optimizer_shards(&self) -> bool {
         self.path.join(SHARDS_DIR).is_dir()
     }
-
-    /// Loads the saved model into `vs` (whose variables must have the same names and shapes).
-    pub fn load_var_store(&self, vs: &mut VarStore) -> Result<()> {
-        let path = self.path.join(MODEL_FILE);
-        if !path.is_file() {
-            return Err(Error::Checkpoint {
-                path: self.path.clone(),
-                message: format!("no {MODEL_FILE}: this checkpoint holds no VarStore"),
-            });
-        }
-        vs.load(&path)
-            .map_err(|e| Error::Checkpoint { path, message: format!("cannot load model: {e}") })
-    }
 }
 
 /// Where a trial that exploits another (PBT) keeps the checkpoint it took over, in its own
@@ -120,7 +106,7 @@ pub const EXPLOITED_DIR: &str = "exploited_checkpoint";
 /// PBT's exploit on disk: `source` (another trial's checkpoint) becomes `run_dir`'s exploited
 /// checkpoint, replacing an earlier one, and the run's own checkpoints after its iteration go
 /// (the run goes on from the source's state, so they are no longer its past).
-pub(crate) fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkpoint> {
+pub fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkpoint> {
     let from = source.iteration()?;
     let tmp = run_dir.join(format!("{TMP_PREFIX}exploit"));
     if tmp.exists() {
@@ -147,7 +133,7 @@ pub(crate) fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkp
 }
 
 /// Copies the folder `from` (files and subfolders) into `to`, made if missing.
-pub(crate) fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+pub fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir_all(to).at(to)?;
     for entry in fs::read_dir(from).at(from)? {
         let entry = entry.at(from)?;
@@ -178,7 +164,7 @@ pub struct CheckpointWriter {
 
 impl CheckpointWriter {
     /// A writer for `rank`'s next report; kept (committed by `report`) on rank 0 only.
-    pub(crate) fn create(run_dir: &Path, rank: usize, seq: u64) -> Result<CheckpointWriter> {
+    pub fn create(run_dir: &Path, rank: usize, seq: u64) -> Result<CheckpointWriter> {
         let tmp = run_dir.join(format!("{TMP_PREFIX}{}_{rank}_{seq}", std::process::id()));
         if tmp.exists() {
             fs::remove_dir_all(&tmp).at(&tmp)?;
@@ -198,14 +184,14 @@ impl CheckpointWriter {
     /// Every rank's shards go into `folder`, which all the ranks of the run share (one
     /// machine, or a shared file system), instead of this writer's own folder: rank 0 moves it
     /// into its checkpoint when every rank has written (see [`take_shards`](Self::take_shards)).
-    pub(crate) fn share_shards(&mut self, folder: PathBuf) {
+    pub fn share_shards(&mut self, folder: PathBuf) {
         self.shards = folder;
     }
 
     /// The folder this rank writes its part of a sharded checkpoint into (made if missing),
     /// `files` being what all the ranks write there together: the checkpoint is sharded from
     /// then on, and its report waits for every rank's part.
-    pub(crate) fn shard_folder(&mut self, files: Vec<String>) -> Result<&Path> {
+    pub fn shard_folder(&mut self, files: Vec<String>) -> Result<&Path> {
         fs::create_dir_all(&self.shards).at(&self.shards)?;
         self.sharded = true;
         self.shard_files = files;
@@ -213,19 +199,19 @@ impl CheckpointWriter {
     }
 
     /// Where this rank's part of a sharded checkpoint goes.
-    pub(crate) fn shards(&self) -> &Path {
+    pub fn shards(&self) -> &Path {
         &self.shards
     }
 
     /// Whether a part of a sharded checkpoint was written (see `shard_folder`).
-    pub(crate) fn is_sharded(&self) -> bool {
+    pub fn is_sharded(&self) -> bool {
         self.sharded
     }
 
     /// On rank 0, once every rank has written its part: makes the shared shard folder this
     /// checkpoint's [`SHARDS_DIR`] and checks that it holds every rank's files. (Unshared, the
     /// other ranks' parts went to the object store, not here.)
-    pub(crate) fn take_shards(&mut self) -> Result<()> {
+    pub fn take_shards(&mut self) -> Result<()> {
         let inside = self.tmp.join(SHARDS_DIR);
         if self.shards == inside {
             return Ok(());
@@ -251,17 +237,9 @@ impl CheckpointWriter {
     }
 
     /// Whether this checkpoint will be kept: only rank 0's is. Guard expensive extra files
-    /// with it; [`save_var_store`](Self::save_var_store) already does.
+    /// with it; `save_var_store` (`rtune::SaveVarStore`) already does.
     pub fn is_kept(&self) -> bool {
         self.kept
-    }
-
-    /// Saves `vs` as `model.safetensors` (on a rank whose checkpoint is not kept: nothing).
-    pub fn save_var_store(&mut self, vs: &VarStore) -> Result<()> {
-        if self.kept {
-            vs.save(self.tmp.join(MODEL_FILE))?;
-        }
-        Ok(())
     }
 
     /// Attaches user metadata (e.g. the epoch or the optimizer settings), kept in metadata.json.
@@ -273,7 +251,7 @@ impl CheckpointWriter {
     /// Writes metadata.json, fsyncs everything and renames the folder to `run_dir/name`, as
     /// `attempt` of the run. Refused (nothing committed) when that attempt is over, or when
     /// `name` was committed by the same or a newer attempt (see the module docs).
-    pub(crate) fn commit(
+    pub fn commit(
         self,
         run_dir: &Path,
         name: &str,
@@ -343,7 +321,7 @@ impl Drop for CheckpointWriter {
 
 /// The attempt fence of a run directory (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fence {
+pub enum Fence {
     /// No fence: a directory that no driver fenced (commits are not checked).
     Unset,
     /// This attempt may commit.
@@ -357,7 +335,7 @@ const FENCE_FILE: &str = ".rtune_attempt";
 /// Sets the fence (atomically): the driver calls this before each attempt and at the end. Not
 /// made durable: the fence orders live processes, and after an OS crash none is left (a
 /// driver going on from there takes an attempt number above the fence's and its checkpoints').
-pub(crate) fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
+pub fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
     let text = match fence {
         Fence::Unset => {
             let path = run_dir.join(FENCE_FILE);
@@ -372,7 +350,7 @@ pub(crate) fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
     storage::replace_file(&run_dir.join(FENCE_FILE), text.as_bytes())
 }
 
-pub(crate) fn read_fence(run_dir: &Path) -> Result<Fence> {
+pub fn read_fence(run_dir: &Path) -> Result<Fence> {
     let path = run_dir.join(FENCE_FILE);
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,
@@ -397,7 +375,7 @@ pub fn checkpoint_name(iteration: u64) -> String {
 
 /// Removes temporary checkpoint folders and committed checkpoints the driver never recorded
 /// (`keep` are the recorded ones), so a new attempt starts from a clean run directory.
-pub(crate) fn sweep_unrecorded(run_dir: &Path, keep: &[Checkpoint]) -> Result<()> {
+pub fn sweep_unrecorded(run_dir: &Path, keep: &[Checkpoint]) -> Result<()> {
     for entry in fs::read_dir(run_dir).at(run_dir)? {
         let path = entry.at(run_dir)?.path();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -433,10 +411,6 @@ mod tests {
         let tmp = abandoned.path().to_owned();
         drop(abandoned);
         assert!(!tmp.exists());
-
-        let exported = ck.export(dir.path().join("best")).unwrap();
-        assert!(exported.path().join("extra.txt").is_file());
-        assert!(ck.export(dir.path().join("best")).is_err());
     }
 
     #[test]
@@ -503,19 +477,5 @@ mod tests {
             .filter(|n| n != FENCE_FILE)
             .collect();
         assert_eq!(names, vec!["checkpoint_000005".to_string()]);
-    }
-
-    /// Ranks other than 0 write no model: their checkpoint is never kept.
-    #[test]
-    fn only_rank_zero_saves_the_model() {
-        let dir = tempfile::tempdir().unwrap();
-        let vs = VarStore::new(tch::Device::Cpu);
-        let _w = vs.root().zeros("w", &[1000]);
-        for (rank, kept) in [(0, true), (1, false), (3, false)] {
-            let mut writer = CheckpointWriter::create(dir.path(), rank, 1).unwrap();
-            writer.save_var_store(&vs).unwrap();
-            assert_eq!(writer.is_kept(), kept);
-            assert_eq!(writer.path().join(MODEL_FILE).is_file(), kept, "rank {rank}");
-        }
     }
 }

@@ -89,7 +89,7 @@ pub const SUMMARY_CHARS: usize = 300;
 /// A committed checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Checkpoint {
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
 }
 
 impl Checkpoint {

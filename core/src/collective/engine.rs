@@ -28,7 +28,7 @@ use super::wire::{self, RECORD_LEN};
 
 /// What happens to a received segment.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// The bytes land directly in the buffer (no staging copy).
     Copy,
     /// Staged in scratch, then added to the buffer.
@@ -40,28 +40,28 @@ pub(crate) enum Mode {
 /// A segment of the outgoing stream. Element `i` may go once the lane has completed
 /// `dep + i + 1` received elements (`None`: it may go at once).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SendSeg {
+pub struct SendSeg {
     pub range: Range<usize>,
     pub dep: Option<usize>,
 }
 
 /// A segment of the incoming stream.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RecvSeg {
+pub struct RecvSeg {
     pub range: Range<usize>,
     pub mode: Mode,
 }
 
 /// What one lane sends and receives during one call, in stream order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct LanePlan {
+pub struct LanePlan {
     pub sends: Vec<SendSeg>,
     pub recvs: Vec<RecvSeg>,
 }
 
 impl LanePlan {
     /// The same plan over a buffer that starts `by` elements later (all ranges minus `by`).
-    pub(crate) fn rebased(mut self, by: usize) -> LanePlan {
+    pub fn rebased(mut self, by: usize) -> LanePlan {
         for g in &mut self.sends {
             g.range = g.range.start - by..g.range.end - by;
         }
@@ -74,7 +74,7 @@ impl LanePlan {
 
 /// Which ring algorithm a lane runs over its segments.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum RingKind {
+pub enum RingKind {
     /// Reduce-scatter then all-gather (2(w-1) steps); `div` makes it an average.
     AllReduce { div: Option<f32> },
     /// All-gather only (w-1 steps); `segs[p]` starts out filled at ring position `p`.
@@ -89,7 +89,7 @@ pub(crate) enum RingKind {
 /// so what it sends at `t` is what it received at `t - 1`. In an all-reduce the owner of each
 /// segment adds the last contribution (and divides) once, then the result only travels as a
 /// copy: every rank ends with the same bytes.
-pub(crate) fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> LanePlan {
+pub fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> LanePlan {
     let w = segs.len();
     let steps = match kind {
         RingKind::AllReduce { .. } => 2 * (w - 1),
@@ -121,7 +121,7 @@ pub(crate) fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> La
 
 /// A chain from the root around the ring: the root sends, the middle ranks forward as bytes
 /// arrive, the last one only receives.
-pub(crate) fn chain_plan(pos: usize, root_pos: usize, w: usize, range: Range<usize>) -> LanePlan {
+pub fn chain_plan(pos: usize, root_pos: usize, w: usize, range: Range<usize>) -> LanePlan {
     let dist = (pos + w - root_pos) % w;
     let mut plan = LanePlan::default();
     if dist > 0 {
@@ -134,7 +134,7 @@ pub(crate) fn chain_plan(pos: usize, root_pos: usize, w: usize, range: Range<usi
 }
 
 /// `n` elements starting at `base` cut into `w` nearly equal consecutive pieces.
-pub(crate) fn split(base: usize, n: usize, w: usize) -> Vec<Range<usize>> {
+pub fn split(base: usize, n: usize, w: usize) -> Vec<Range<usize>> {
     let (q, r) = (n / w, n % w);
     let mut start = base;
     (0..w)
@@ -149,7 +149,7 @@ pub(crate) fn split(base: usize, n: usize, w: usize) -> Vec<Range<usize>> {
 
 /// One direction of the ring during one call: the link it sends on, the link it receives on,
 /// and its plan (empty for a direction that only carries the call header).
-pub(crate) struct Lane<'a, T> {
+pub struct Lane<'a, T> {
     pub out: &'a TcpStream,
     pub out_peer: usize,
     pub inp: &'a TcpStream,
@@ -202,7 +202,7 @@ const FLUSH_WAIT: Duration = Duration::from_millis(200);
 
 /// Runs one collective call over `lanes` (all driven by this thread, each with its own
 /// sockets) to completion, or fails it. Plan ranges index `buf`.
-pub(crate) fn exchange<T: Pod>(
+pub fn exchange<T: Pod>(
     call: CallInfo,
     buf: &mut [T],
     lanes: &mut [Lane<'_, T>],

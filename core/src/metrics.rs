@@ -93,16 +93,16 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 }
 
 /// Metrics as a JSON object, NaN and infinities as the strings [`number_or_tag`] writes.
-pub(crate) fn to_json(metrics: &Metrics) -> serde_json::Map<String, serde_json::Value> {
+pub fn to_json(metrics: &Metrics) -> serde_json::Map<String, serde_json::Value> {
     metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect()
 }
 
 /// Metrics travel as JSON, which has no NaN or infinity: those become strings on the wire.
-pub(crate) fn to_wire(metrics: &Metrics) -> String {
+pub fn to_wire(metrics: &Metrics) -> String {
     serde_json::Value::Object(to_json(metrics)).to_string()
 }
 
-pub(crate) fn from_wire(text: &str) -> Result<Metrics> {
+pub fn from_wire(text: &str) -> Result<Metrics> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| Error::Protocol(format!("metrics JSON: {e}")))?;
     let serde_json::Value::Object(map) = value else {
@@ -117,7 +117,7 @@ pub(crate) fn from_wire(text: &str) -> Result<Metrics> {
 }
 
 /// The number a JSON value written by [`number_or_tag`] stands for; `None` for anything else.
-pub(crate) fn number_of(v: &serde_json::Value) -> Option<f64> {
+pub fn number_of(v: &serde_json::Value) -> Option<f64> {
     match v {
         serde_json::Value::String(s) => number_of_tag(s),
         _ => v.as_f64(),
@@ -125,7 +125,7 @@ pub(crate) fn number_of(v: &serde_json::Value) -> Option<f64> {
 }
 
 /// The number a tag written by [`number_or_tag`] stands for ("NaN", "Infinity", "-Infinity").
-pub(crate) fn number_of_tag(tag: &str) -> Option<f64> {
+pub fn number_of_tag(tag: &str) -> Option<f64> {
     match tag {
         "NaN" => Some(f64::NAN),
         "Infinity" => Some(f64::INFINITY),
@@ -135,7 +135,7 @@ pub(crate) fn number_of_tag(tag: &str) -> Option<f64> {
 }
 
 /// A metric value as it goes into result.json: a number, or "NaN"/"Infinity" as strings.
-pub(crate) fn number_or_tag(v: f64) -> serde_json::Value {
+pub fn number_or_tag(v: f64) -> serde_json::Value {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
@@ -148,7 +148,7 @@ pub(crate) fn number_or_tag(v: f64) -> serde_json::Value {
 }
 
 /// A number as tables and cards show it: integers whole, others to 4 decimals or in e-notation.
-pub(crate) fn number_text(v: f64) -> String {
+pub fn number_text(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v}")
     } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
@@ -159,7 +159,7 @@ pub(crate) fn number_text(v: f64) -> String {
 }
 
 /// A param's value as tables show it: floats as `number_text` does, anything else as written.
-pub(crate) fn param_text(v: &rtune_searchers::Value) -> String {
+pub fn param_text(v: &rtune_searchers::Value) -> String {
     match (v.as_i64(), v.as_f64()) {
         (None, Some(x)) => number_text(x),
         _ => v.to_string(),

@@ -49,8 +49,9 @@ pub enum Error {
     #[error(transparent)]
     Collective(#[from] crate::collective::CollectiveError),
 
+    /// libtorch failed (a `tch::TchError`, boxed: this crate links no libtorch).
     #[error(transparent)]
-    Torch(#[from] tch::TchError),
+    Torch(Box<dyn std::error::Error + Send + Sync>),
 
     #[error(transparent)]
     Params(#[from] rtune_searchers::Error),
@@ -74,17 +75,17 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
     }
 
-    pub(crate) fn config(field: &'static str, message: impl Into<String>) -> Self {
+    pub fn config(field: &'static str, message: impl Into<String>) -> Self {
         Error::Config { field, message: message.into() }
     }
 }
 
 /// Attaches the path to an `io::Result`.
-pub(crate) trait IoContext<T> {
+pub trait IoContext<T> {
     fn at(self, path: impl Into<PathBuf>) -> Result<T>;
 }
 

@@ -25,7 +25,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub(crate) fn code(self) -> u8 {
+    pub fn code(self) -> u8 {
         match self {
             Op::Connect => 0,
             Op::AllReduce => 1,
@@ -37,7 +37,7 @@ impl Op {
         }
     }
 
-    pub(crate) fn from_code(code: u8) -> Option<Op> {
+    pub fn from_code(code: u8) -> Option<Op> {
         Some(match code {
             0 => Op::Connect,
             1 => Op::AllReduce,
@@ -160,7 +160,7 @@ pub enum CollectiveError {
 
 impl CollectiveError {
     /// Whether the error leaves the group usable (only argument errors caught before any I/O).
-    pub(crate) fn poisons(&self) -> bool {
+    pub fn poisons(&self) -> bool {
         !matches!(self, CollectiveError::InvalidArgument { .. })
     }
 }

@@ -128,7 +128,7 @@ impl ScalingConfig {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         if self.num_workers == 0 {
             return Err(Error::config(
                 "ScalingConfig.num_workers",
@@ -177,11 +177,11 @@ impl FailureConfig {
         FailureConfig { max_failures }
     }
 
-    pub(crate) fn allows(&self, failures: usize) -> bool {
+    pub fn allows(&self, failures: usize) -> bool {
         self.max_failures < 0 || failures <= self.max_failures as usize
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         if self.max_failures < -1 {
             return Err(Error::config(
                 "FailureConfig.max_failures",
@@ -269,7 +269,7 @@ impl CheckpointConfig {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         if self.num_to_keep == Some(0) {
             return Err(Error::config(
                 "CheckpointConfig.num_to_keep",
@@ -401,7 +401,7 @@ impl RunConfig {
         self
     }
 
-    pub(crate) fn resolved_cluster(&self) -> Option<(String, Option<String>)> {
+    pub fn resolved_cluster(&self) -> Option<(String, Option<String>)> {
         let address = self.cluster.clone().or_else(|| std::env::var(ADDRESS_ENV).ok())?;
         let token = self.cluster_token.clone().or_else(|| std::env::var(TOKEN_ENV).ok());
         Some((address, token))
@@ -431,7 +431,7 @@ impl RunConfig {
         self.storage_path.as_deref()?.to_str().filter(|p| p.starts_with(STORE_SCHEME))
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         if let Some(name) = &self.name
             && let Err(why) = check_folder_name(name)
         {
@@ -540,7 +540,7 @@ pub fn check_folder_name(name: &str) -> std::result::Result<(), String> {
 
 /// The name in `names` nearest to `word` (case aside) within a few edits, for "did you mean"
 /// hints: a name the word starts with, or that starts with it, is near (`max` for `maximum`).
-pub(crate) fn nearest<'n>(word: &str, names: &[&'n str]) -> Option<&'n str> {
+pub fn nearest<'n>(word: &str, names: &[&'n str]) -> Option<&'n str> {
     let word = word.to_lowercase();
     let (distance, name) = names
         .iter()

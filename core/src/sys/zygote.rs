@@ -31,10 +31,10 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
 
 /// Set in the zygote's environment: `rtune::init()` turns such a process into the fork server.
-pub(crate) const ZYGOTE_ENV: &str = "RTUNE_ZYGOTE";
+pub const ZYGOTE_ENV: &str = "RTUNE_ZYGOTE";
 
 /// Set to `0` to start every worker with a fresh exec instead.
-pub(crate) const WARM_START_ENV: &str = "RTUNE_WARM_START";
+pub const WARM_START_ENV: &str = "RTUNE_WARM_START";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Request {
@@ -67,7 +67,7 @@ enum Reply {
 /// In the zygote process (its environment says so): serves fork requests until the driver
 /// goes, then exits; each forked child runs `run_worker`, which ends the process. Returns at
 /// once in any other process.
-pub(crate) fn serve_if_asked(run_worker: fn() -> !) {
+pub fn serve_if_asked(run_worker: fn() -> !) {
     if std::env::var_os(ZYGOTE_ENV).is_none() {
         return;
     }
@@ -340,12 +340,12 @@ static UNUSABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 
 /// Whether workers may start from the fork server: `RTUNE_WARM_START` is not `0`, and it has
 /// not failed in this process.
-pub(crate) fn warm_start_allowed() -> bool {
+pub fn warm_start_allowed() -> bool {
     !UNUSABLE.load(Ordering::Relaxed) && std::env::var(WARM_START_ENV).map_or(true, |v| v != "0")
 }
 
 /// A warm start failed: say why once, and start workers with exec from now on.
-pub(crate) fn give_up(why: &std::io::Error) {
+pub fn give_up(why: &std::io::Error) {
     if !UNUSABLE.swap(true, Ordering::Relaxed) {
         tracing::warn!("workers start with exec from now on: the fork server failed: {why}");
     }
@@ -355,7 +355,7 @@ pub(crate) fn give_up(why: &std::io::Error) {
 /// the files named, `on_exit` called with its exit. Like `spawn_supervised`, the returned sender
 /// kills it when sent or dropped. Call inside the runtime that lives as long as the process
 /// (the driver's): the zygote's replies are read there.
-pub(crate) async fn spawn_warm(
+pub async fn spawn_warm(
     env: Vec<(String, String)>,
     stdout: &Path,
     stderr: &Path,
