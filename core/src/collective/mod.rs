@@ -30,7 +30,7 @@
 //!
 //! ```no_run
 //! use std::net::{SocketAddr, TcpListener};
-//! # use rtune::collective;
+//! # use rtune_core::collective;
 //! use collective::{GroupOptions, ProcessGroup, ReduceOp, RingGroup};
 //!
 //! # fn publish(_: SocketAddr) -> Vec<SocketAddr> { Vec::new() }
