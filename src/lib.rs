@@ -29,13 +29,14 @@
 //! 10 tune        Tuner (config, control, tuner), the controller core, the shell (sweep,
 //!                trial_task), the experiment directory, the ResultGrid
 //!    builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
-//! 9  train       TorchTrainer: attempts of a worker group, the run's record (Ray Train)
+//! 9  train       TorchTrainer: attempts of a worker group (Ray Train)
 //! 8  driver      what every run of the process shares: one runtime, hubs, the local pool
 //! 7  group       driver side of a worker group: attempt state machine, launching, logs, hub
 //! 6  cluster     resource pool, head, node agents, client   │  worker   the worker process:
 //!                                                           │           init, TrainContext, link,
 //!                                                           │           command trainables
-//! 5  data        datasets, shards and batches, preprocessors, the shipped digits
+//! 5  data        datasets, shards and batches, preprocessors, the shipped digits │ record
+//!                a run's record: its result files, written and read back
 //! 4  storage     result files, checkpoint folders
 //! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing
 //! 2  callback    hooks into a sweep, the TensorBoard logger
@@ -43,13 +44,14 @@
 //! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
 //!    sys         supervised processes, build id, CUDA opened at run time │ proto  wire types
 //!    log         tracing
-//! ── rtune-core (its own crate: layers 0-4 but `sys::cuda`, `collective::nccl` and the
-//!    VarStore traits, which need libtorch; this crate re-exports its modules under their
-//!    names and adds those to them)
+//! ── rtune-core (its own crate: what needs no libtorch: layers 0-4 but `sys::cuda`,
+//!    `collective::nccl` and the VarStore traits; `record`; `tune`'s controller, config,
+//!    experiment, trial and result grid. This crate re-exports its modules under their names
+//!    and adds the rest to them)
 //! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
-//! ── rtune-cli (its own crate: the command line's grammar and exit codes, and `rtune` itself,
-//!    which links no libtorch and execs `rtune-torch`, this crate's CLI, for what it does not
-//!    answer)
+//! ── rtune-cli (its own crate, on rtune-core: the command line's grammar and exit codes, the
+//!    commands that need no libtorch (`completions`, `ls`, `show`), and `rtune` itself, which
+//!    links no libtorch and execs `rtune-torch`, this crate's CLI, for the other commands)
 //! ```
 //!
 //! `init()` must be the first line of `main` in any binary that trains: worker processes are

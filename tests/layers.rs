@@ -25,8 +25,9 @@ const LAYERS: &[&[&str]] = &[
     &["config", "metrics", "rpc"],
     // Files on disk: result files, checkpoint folders.
     &["storage"],
-    // Datasets, shards and batches, preprocessors (their parquet files go through storage).
-    &["data"],
+    // Datasets, shards and batches, preprocessors (their parquet files go through storage); a
+    // run's record (its result files, written and read back).
+    &["data", "record"],
     // Execution: the resource pool and its head/node agents; the worker process side.
     &["cluster", "worker"],
     // The driver side of a worker group: attempts, launching, logs, the hub.

@@ -18,3 +18,24 @@ pub const EXIT_CODES: &str = "Exit codes:\n  \
     2  invalid input (a sweep file, an argument, a path, a trial): nothing ran\n  \
     3  interrupted by Ctrl-C or SIGTERM: the sweep is resumable (rtune resume DIR)\n  \
     4  anything else failed (a disk, the cluster, a bug): the message says what";
+
+/// The exit code of an error of a command that reads what it is given (`ls`, `show`, `export`,
+/// `predict`): a mistake in its arguments (2) unless the system failed it (a disk error: 4).
+pub fn input_error_code(e: &anyhow::Error) -> i32 {
+    use std::io::ErrorKind as K;
+    let system = e.chain().filter_map(|c| c.downcast_ref::<std::io::Error>()).any(|io| {
+        !matches!(
+            io.kind(),
+            K::NotFound
+                | K::PermissionDenied
+                | K::AlreadyExists
+                | K::NotADirectory
+                | K::IsADirectory
+                | K::InvalidInput
+                | K::InvalidData
+                | K::UnexpectedEof
+                | K::ReadOnlyFilesystem
+        )
+    });
+    if system { EXIT_FAILED } else { EXIT_INVALID }
+}

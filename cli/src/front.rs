@@ -3,8 +3,8 @@
 //!
 //! Loading libtorch costs a process about 0.2 s and 140 MB before `main` runs (its static
 //! constructors build the operator registry), whatever the command. So `rtune` links none:
-//! `--help`, `--version`, `completions` and a mistake in the arguments (clap's message, exit 2)
-//! are answered here. Any other command execs [`FULL_PROGRAM`], installed beside `rtune`, with
+//! `--help`, `--version` and a mistake in the arguments (clap's message, exit 2) are answered
+//! here, and so are `completions`, `ls` and `show` ([`crate::commands`]). Any other command execs [`FULL_PROGRAM`], installed beside `rtune`, with
 //! the same arguments: the command then runs in this very process (its id, its terminal, its
 //! signals), so Ctrl-C, `rtune stop` and a parent waiting on it see nothing different.
 
@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command};
+use crate::args::Cli;
 use crate::exit::EXIT_FAILED;
 
 /// The full program's file name, in the same folder as `rtune` (`cargo build` and `cargo
@@ -22,9 +22,8 @@ pub const FULL_PROGRAM: &str = "rtune-torch";
 /// `rtune`'s `main`.
 pub fn main() -> ! {
     let cli = Cli::try_parse().unwrap_or_else(|e| e.exit());
-    if let Command::Completions { shell } = cli.command {
-        crate::print_completions(shell);
-        std::process::exit(0);
+    if let Some(code) = crate::commands::run(&cli.command) {
+        std::process::exit(code);
     }
     let error = exec_full_program();
     eprintln!("rtune: {error}");
@@ -42,9 +41,9 @@ fn exec_full_program() -> String {
     };
     let e = std::process::Command::new(&full).arg0(arg0).args(args).exec();
     format!(
-        "cannot start {} ({e}); rtune runs every command but --help, --version and completions \
-         with {FULL_PROGRAM}, which belongs in the same folder (cargo build and cargo install \
-         put both there)",
+        "cannot start {} ({e}); rtune runs every command but --help, --version, completions, ls \
+         and show with {FULL_PROGRAM}, which belongs in the same folder (cargo build and cargo \
+         install put both there)",
         full.display()
     )
 }

@@ -3,15 +3,18 @@
 //! itself ([`front`]).
 //!
 //! This crate links no libtorch, and neither does `rtune`: what needs none (`--help`,
-//! `--version`, `completions`, a mistake in the arguments) is answered before libtorch would
-//! have finished loading. Every other command runs in the full program, `rtune-torch` (the
+//! `--version`, a mistake in the arguments, and the commands of [`commands`]: `completions`,
+//! `ls`, `show`) is answered before libtorch would have finished loading. Every other command runs in the full program, `rtune-torch` (the
 //! `rtune` crate's `cli::main`), which `rtune` becomes by exec. A user's own binary
 //! (`rtune::cli::main` with its own train functions) parses the same [`Cli`] and runs everything
 //! itself.
 
 pub mod args;
+pub mod commands;
 pub mod exit;
+pub mod format;
 pub mod front;
+pub mod inspect;
 
 pub use args::{
     Cli, ClusterArgs, Command, Device, Format, ModeArg, Output, PredictArgs, SlurmCommand,

@@ -103,6 +103,17 @@ impl Checkpoint {
     }
 }
 
+/// A report that every rank has made: rank 0's metrics and checkpoint.
+#[derive(Debug)]
+pub struct GroupReport {
+    /// `training_iteration` of this report (counting iterations before a resume).
+    pub iteration: u64,
+    pub metrics_json: String,
+    pub checkpoint: String,
+    /// Checkpoints of earlier reports now whole in the object store (`upload = "async"`).
+    pub uploaded: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,25 +26,10 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     e.downcast_ref::<Error>().map_or(EXIT_FAILED, code_of)
 }
 
-/// An error of a command that reads what it is given (`ls`, `show`, `export`, `predict`): a
-/// mistake in its arguments (exit 2) unless the system failed it (a disk error: exit 4).
+/// An error of a command that reads what it is given (`ls`, `show`, `export`, `predict`), with
+/// its code (`rtune_cli::exit::input_error_code`).
 pub(super) fn input_error(e: anyhow::Error) -> Exit {
-    use std::io::ErrorKind as K;
-    let system = e.chain().filter_map(|c| c.downcast_ref::<std::io::Error>()).any(|io| {
-        !matches!(
-            io.kind(),
-            K::NotFound
-                | K::PermissionDenied
-                | K::AlreadyExists
-                | K::NotADirectory
-                | K::IsADirectory
-                | K::InvalidInput
-                | K::InvalidData
-                | K::UnexpectedEof
-                | K::ReadOnlyFilesystem
-        )
-    });
-    Exit(if system { EXIT_FAILED } else { EXIT_INVALID }, e)
+    Exit(rtune_cli::exit::input_error_code(&e), e)
 }
 
 /// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):

@@ -7,9 +7,9 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use rtune_cli::inspect::find_trial;
 use rtune_searchers::{Mode, Params};
 
-use super::inspect::find_trial;
 use super::registry::Model;
 use super::ui::format::number;
 use crate::outcome::Checkpoint;

@@ -29,7 +29,6 @@ mod cluster;
 mod doc;
 mod exit;
 mod export;
-mod inspect;
 mod predict;
 pub mod registry;
 mod slurm;
@@ -41,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Parser;
-use rtune_cli::{Cli, Command, Format, ModeArg, Output, SlurmCommand};
+use rtune_cli::{Cli, Command, Format, ModeArg, Output, SlurmCommand, inspect};
 
 pub use doc::{Problem, Problems, Source};
 pub use exit::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
@@ -85,6 +84,9 @@ pub fn main(registry: Registry) -> ! {
         // Progress lines say what happens; the full log is in the experiment's driver.log.
         crate::log::quiet_stderr();
     }
+    if let Some(code) = rtune_cli::commands::run(&cli.command) {
+        std::process::exit(code);
+    }
     let code = match dispatch(cli, &registry) {
         Ok(code) => code,
         Err(Exit(code, e)) => {
@@ -108,10 +110,6 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             resume(&dir, &output, registry, &Target::default())
         }
         Command::Validate { file, sets } => validate(&file, &sets, registry),
-        Command::Completions { shell } => {
-            rtune_cli::print_completions(shell);
-            Ok(0)
-        }
         Command::Stop { dir, no_wait } => {
             stop(&crate::config::expand_home(&dir), no_wait).map_err(|e| Exit(EXIT_INVALID, e))
         }
@@ -147,16 +145,6 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 None => inspect::newest_experiment().map_err(|e| Exit(EXIT_INVALID, e))?,
             };
             ui::tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;
-            Ok(0)
-        }
-        Command::Ls { dir, format } => {
-            let dir = dir.map(|d| local(&d)).transpose()?;
-            inspect::ls(dir.as_deref(), format).map_err(input_error)?;
-            Ok(0)
-        }
-        Command::Show { dir, trial, format, pareto } => {
-            let dir = local(&dir)?;
-            inspect::show(&dir, trial.as_deref(), format, &pareto).map_err(input_error)?;
             Ok(0)
         }
         Command::Export { dir, best: _, trial, metric, mode, to } => {
@@ -203,6 +191,9 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             cluster::status(address, format == Format::Json, token)?;
             Ok(0)
         }
+        Command::Completions { .. } | Command::Ls { .. } | Command::Show { .. } => {
+            unreachable!("run by rtune_cli::commands::run before dispatch")
+        }
     }
 }
 
@@ -229,8 +220,7 @@ fn new_store_folder(to: &Path) -> Result<Option<crate::storage::remote::Remote>,
     Ok(Some(remote))
 }
 
-/// A folder argument as a local folder: itself, or, for an `s3://` URL, its staging copy
-/// brought up to date from the store (a store that cannot be read: exit 2).
+/// A folder argument as a local folder (see `rtune_cli::commands::local`).
 fn local(dir: &Path) -> Result<PathBuf, Exit> {
-    crate::storage::remote::local_copy(dir).map_err(|e| Exit(EXIT_INVALID, e.into()))
+    rtune_cli::commands::local(dir).map_err(|(code, e)| Exit(code, e))
 }

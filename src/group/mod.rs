@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::error::Result;
+pub(crate) use crate::outcome::GroupReport;
 use crate::outcome::WorkerFailure;
 
 pub(crate) use attempt::run_attempt;
@@ -187,17 +188,6 @@ pub(crate) struct TrialNames {
     pub trial_id: String,
     pub trial_name: String,
     pub experiment_name: String,
-}
-
-/// A report that every rank has made: rank 0's metrics and checkpoint.
-#[derive(Debug)]
-pub(crate) struct GroupReport {
-    /// `training_iteration` of this report (counting iterations before a resume).
-    pub iteration: u64,
-    pub metrics_json: String,
-    pub checkpoint: String,
-    /// Checkpoints of earlier reports now whole in the object store (`upload = "async"`).
-    pub uploaded: Vec<String>,
 }
 
 #[derive(Debug)]

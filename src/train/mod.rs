@@ -11,7 +11,6 @@ mod batch_predict;
 mod command;
 mod export;
 mod predictor;
-mod record;
 mod trainer;
 
 pub use crate::config::{
@@ -25,7 +24,7 @@ pub use batch_predict::{BatchPredictor, Predicted};
 pub use command::CommandTrainable;
 pub use export::{Export, ExportCheckpoint, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
 pub use predictor::TorchPredictor;
-pub(crate) use record::{read_run, read_run_to_resume};
+pub(crate) use rtune_core::record::{self, read_run};
 pub use trainer::TorchTrainer;
 pub(crate) use trainer::{DATASETS_DIR, Steering, unread_note};
 

@@ -9,6 +9,9 @@
 //! * `experiment`: the experiment directory, every file name and path in it; `trial` and
 //!   `result_grid`: what a sweep returns.
 //!
+//! `controller`, `config`, `experiment`, `trial` and `result_grid` are `rtune-core`'s (`rtune
+//! ls`, `show` and `watch` read experiments without libtorch); this module adds the rest.
+//!
 //! ```no_run
 //! use rtune::search::{Asha, SearchSpace, choice, loguniform};
 //! use rtune::{
@@ -47,25 +50,12 @@
 //! }
 //! ```
 
-mod config;
+pub use rtune_core::tune::*;
+
 mod control;
-pub mod controller;
-mod experiment;
-mod result_grid;
 mod sweep;
-mod trial;
 mod trial_task;
 mod tuner;
 
-pub use config::{Samples, TuneConfig, TuneSettings};
 pub use control::Control;
-pub use controller::{
-    Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
-};
-pub use experiment::{
-    DRIVER_FILE, DRIVER_LOG, ERROR_FILE, RESULTS_PARQUET, SETTINGS_FILE, STATE_FILE, SWEEP_FILE,
-    experiment_path, holds_experiment,
-};
-pub use result_grid::{ResultGrid, Scope};
-pub use trial::TrialResult;
 pub use tuner::Tuner;

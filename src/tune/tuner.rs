@@ -62,8 +62,7 @@ impl Tuner {
 
     /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
     pub fn can_restore(path: impl AsRef<Path>) -> bool {
-        let Ok(path) = crate::storage::remote::local_copy(path.as_ref()) else { return false };
-        Settings::read(&path).is_ok() && SavedExperiment::read(&path).is_ok()
+        super::experiment::can_restore(path.as_ref())
     }
 
     /// Goes on with the experiment in `path`, interrupted (its driver killed, the machine

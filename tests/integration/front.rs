@@ -1,6 +1,6 @@
 //! `rtune` as installed: a program that links no libtorch. What trains nothing (`--help`,
-//! `--version`, `completions`, a mistake in the arguments) loads none; every other command
-//! runs in `rtune-torch`, which `rtune` becomes by exec, in the same process.
+//! `--version`, a mistake in the arguments, `completions`, `ls`, `show`) loads none; every
+//! other command runs in `rtune-torch`, which `rtune` becomes by exec, in the same process.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -24,6 +24,8 @@ fn run_watched(program: &str, args: &[&str]) -> Result<(Output, Vec<Vec<String>>
         .current_dir(dir.path())
         .env("LD_DEBUG", "files")
         .env("LD_DEBUG_OUTPUT", dir.path().join("ld"))
+        // `ls` without a folder also looks in the default storage path: one that is not there.
+        .env("RTUNE_STORAGE_PATH", "/nonexistent/rtune-storage")
         .env_remove("RUST_LOG")
         .output()?;
     let mut processes = Vec::new();
@@ -44,9 +46,29 @@ fn loads_libtorch(libs: &[String]) -> bool {
     libs.iter().any(|l| l.starts_with("libtorch") || l.starts_with("libc10"))
 }
 
-/// `--help`, `--version`, `completions` and argument mistakes: `rtune` says what `rtune-torch`
-/// says (output, errors, exit code) and loads no libtorch doing it.
+/// A finished sweep of two synthetic-curve trials (a second or two), for `ls` and `show`.
+fn small_experiment(storage: &Path) -> Result<std::path::PathBuf> {
+    let sweep = storage.join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            "name = \"small\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [param_space]\nrate = {{ uniform = [0.1, 0.9] }}\niterations = 2\nsleep_s = 0.0\n\
+             [tune]\nmetric = \"score\"\nmode = \"max\"\nnum_samples = 2\n",
+            storage.display()
+        ),
+    )?;
+    let out = Command::new(FULL).arg("run").arg(&sweep).arg("--no-tui").output()?;
+    ensure!(out.status.success(), "the sweep: {}", text(&out));
+    Ok(storage.join("small"))
+}
+
+/// `--help`, `--version`, argument mistakes, `completions`, `ls` and `show`: `rtune` says what
+/// `rtune-torch` says (output, errors, exit code) and loads no libtorch doing it.
 pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
+    let storage = tempfile::tempdir()?;
+    let experiment = small_experiment(storage.path())?;
+    let (storage, experiment) = (storage.path().to_str().unwrap(), experiment.to_str().unwrap());
     let cases: &[(&[&str], i32)] = &[
         (&["--version"], 0),
         (&["--help"], 0),
@@ -58,6 +80,14 @@ pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
         (&["show"], 2),
         (&["predict", "--model", "m", "--input", "i", "--output", "o", "--device", "gpu"], 2),
         (&[], 2),
+        (&["ls"], 0),
+        (&["ls", storage], 0),
+        (&["ls", storage, "--format", "json"], 0),
+        (&["ls", "no-such-folder"], 2),
+        (&["show", experiment], 0),
+        (&["show", experiment, "1", "--format", "json"], 0),
+        (&["show", experiment, "--format", "csv"], 0),
+        (&["show", "no-such-folder"], 2),
     ];
     for &(args, code) in cases {
         let (out, processes) = run_watched(RTUNE, args)?;
@@ -80,28 +110,33 @@ pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
         );
         ensure!(out.status.code() == Some(code), "{args:?}: {}", text(&out));
     }
+    // What `show` printed is the experiment's: its two trials.
+    let (out, _) = run_watched(RTUNE, &["show", experiment, "--format", "json"])?;
+    let trials: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(trials.as_array().map(Vec::len) == Some(2), "{trials}");
     Ok(())
 }
 
-/// Any other command runs in `rtune-torch`, in the same process (one loader report, with
-/// libtorch in it), and says what `rtune-torch` says; without `rtune-torch` beside it, `rtune`
-/// says where it looked and what to do (exit 4), and still answers `--version`.
+/// Any other command (here `export`) runs in `rtune-torch`, in the same process (one loader
+/// report, with libtorch in it), and says what `rtune-torch` says; without `rtune-torch` beside
+/// it, `rtune` says where it looked and what to do (exit 4), and still answers `--version`.
 pub fn other_commands_run_in_the_full_program() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let missing = dir.path().join("not-here");
     let missing = missing.to_str().unwrap();
-    let (out, processes) = run_watched(RTUNE, &["ls", missing])?;
+    let export = ["export", missing, "--to", "x"];
+    let (out, processes) = run_watched(RTUNE, &export)?;
     ensure!(processes.len() == 1, "{} processes: {processes:?}", processes.len());
     ensure!(loads_libtorch(&processes[0]), "{:?}", processes[0]);
-    let full = Command::new(FULL).arg0("rtune").args(["ls", missing]).output()?;
+    let full = Command::new(FULL).arg0("rtune").args(export).output()?;
     ensure!(out.status.code() == Some(2) && out.stderr == full.stderr, "{}", text(&out));
-    ensure!(text(&out).contains("is not a folder"), "{}", text(&out));
+    ensure!(text(&out).contains("not an experiment"), "{}", text(&out));
 
     let alone = dir.path().join("bin");
     std::fs::create_dir(&alone)?;
     std::fs::copy(RTUNE, alone.join("rtune"))?;
     let rtune = alone.join("rtune");
-    let out = Command::new(&rtune).args(["ls", missing]).output()?;
+    let out = Command::new(&rtune).args(export).output()?;
     let said = text(&out);
     let beside = Path::new(&alone).join("rtune-torch");
     ensure!(out.status.code() == Some(4), "{said}");

@@ -3,7 +3,7 @@
 //! lines (`progress`) and the stream that serves the model to `rtune watch` (`stream`). Views
 //! import the model, the model imports `format`, and nothing imports back.
 
-pub mod format;
+pub use rtune_cli::format;
 pub mod model;
 pub mod progress;
 pub mod stream;

@@ -17,38 +17,38 @@ use super::trial::{LiveTrial, TrialResult};
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
 use crate::outcome::WorkerFailure;
+use crate::record::{read_run, read_run_to_resume};
 use crate::storage::unix_time;
-use crate::train::{read_run, read_run_to_resume};
 
 /// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
 /// refuses others.
-pub(super) const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 1;
 
 /// The sweep's settings file in the experiment directory.
 pub const SETTINGS_FILE: &str = "tuner.json";
 
 /// What `tuner.json` holds: the sweep's settings, written once when it starts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Settings {
-    pub(super) format: u32,
-    pub(super) rtune_version: String,
-    pub(super) experiment_id: String,
-    pub(super) param_space: SearchSpace,
+pub struct Settings {
+    pub format: u32,
+    pub rtune_version: String,
+    pub experiment_id: String,
+    pub param_space: SearchSpace,
     #[serde(flatten)]
-    pub(super) tune: TuneSettings,
+    pub tune: TuneSettings,
     /// The searcher's and the scheduler's kinds (`basic_variant`, `asha`, …).
-    pub(super) search_alg: String,
-    pub(super) scheduler: String,
+    pub search_alg: String,
+    pub scheduler: String,
     /// Each trial's workers and what they hold, and how their training is sharded (absent
     /// from experiments of rtune before it was written).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) scaling: Option<crate::config::ScalingConfig>,
+    pub scaling: Option<crate::config::ScalingConfig>,
 }
 
 impl Settings {
     /// As flat keys and text values (nested keys dotted; strings bare, lists as JSON), for
     /// trackers that keep settings as text: what callbacks get as `ExperimentInfo::settings`.
-    pub(super) fn flat(&self) -> BTreeMap<String, String> {
+    pub fn flat(&self) -> BTreeMap<String, String> {
         use crate::callback::{json_leaves, json_text};
         let json = serde_json::to_value(self).unwrap_or_default();
         let mut out: BTreeMap<String, String> = json_leaves(&json)
@@ -61,12 +61,12 @@ impl Settings {
     }
 
     /// Reads `tuner.json`, refusing other formats.
-    pub(super) fn read(experiment: &Path) -> Result<Settings> {
+    pub fn read(experiment: &Path) -> Result<Settings> {
         read_experiment_file(experiment, SETTINGS_FILE)
     }
 
     /// The `TuneConfig` the sweep ran with, where it can be rebuilt from the settings alone.
-    pub(super) fn tune_config(&self) -> Result<TuneConfig> {
+    pub fn tune_config(&self) -> Result<TuneConfig> {
         if self.search_alg != "basic_variant" || self.scheduler != "fifo" {
             return Err(Error::config(
                 "Tuner::restore",
@@ -81,7 +81,7 @@ impl Settings {
     }
 
     /// A `TuneConfig` given again on restore must be the sweep's.
-    pub(super) fn check_same(&self, tune: &TuneConfig) -> Result<()> {
+    pub fn check_same(&self, tune: &TuneConfig) -> Result<()> {
         let searcher = tune
             .search_alg
             .as_ref()
@@ -145,56 +145,56 @@ pub fn holds_experiment(path: &Path) -> bool {
 
 /// What `experiment_state.json` holds: the sweep as it is now (see `Sweep::save_state`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct SavedExperiment {
-    pub(super) format: u32,
-    pub(super) name: Option<String>,
-    pub(super) experiment_id: String,
-    pub(super) metric: Option<String>,
-    pub(super) mode: Option<Mode>,
+pub struct SavedExperiment {
+    pub format: u32,
+    pub name: Option<String>,
+    pub experiment_id: String,
+    pub metric: Option<String>,
+    pub mode: Option<Mode>,
     /// A multi-objective sweep's objectives (its metric and mode are then null).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) objectives: Vec<rtune_searchers::Objective>,
-    pub(super) rtune_version: String,
-    pub(super) timestamp: f64,
+    pub objectives: Vec<rtune_searchers::Objective>,
+    pub rtune_version: String,
+    pub timestamp: f64,
     /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
-    pub(super) time_spent_s: f64,
-    pub(super) controller: ControllerState,
+    pub time_spent_s: f64,
+    pub controller: ControllerState,
     /// Every trial the sweep started. Last, so that `write` can add the ended trials' rows.
-    pub(super) trials: Vec<SavedTrialRow>,
+    pub trials: Vec<SavedTrialRow>,
 }
 
 /// A trial as `experiment_state.json` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct SavedTrialRow {
-    pub(super) trial_id: String,
+pub struct SavedTrialRow {
+    pub trial_id: String,
     /// The controller's number for it (the index in its directory name).
-    pub(super) index: TrialId,
-    pub(super) status: TrialStatus,
-    pub(super) params: Params,
-    pub(super) error: Option<String>,
+    pub index: TrialId,
+    pub status: TrialStatus,
+    pub params: Params,
+    pub error: Option<String>,
     /// Its directory, relative to the experiment's (which may have moved).
-    pub(super) dir: String,
+    pub dir: String,
     /// Its last reported metrics (NaN and infinities as strings, as in result.json).
-    pub(super) last_result: Option<serde_json::Map<String, serde_json::Value>>,
+    pub last_result: Option<serde_json::Map<String, serde_json::Value>>,
     /// The scheduler's bracket for it (ASHA, HyperBand).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) bracket: Option<usize>,
+    pub bracket: Option<usize>,
     /// Its run's failed attempts (retried under its `FailureConfig`), for its `TrainResult`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) failures: Vec<WorkerFailure>,
+    pub failures: Vec<WorkerFailure>,
     /// Its run's wall time and rank 0's time in the train function (last attempt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) fit_seconds: Option<f64>,
+    pub fit_seconds: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) train_loop_seconds: Option<f64>,
+    pub train_loop_seconds: Option<f64>,
     /// Params its train function never read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) unread_params: Vec<String>,
+    pub unread_params: Vec<String>,
 }
 
 impl SavedTrialRow {
     /// The row of `trial`, the controller's trial `index`.
-    pub(super) fn of(index: TrialId, status: TrialStatus, trial: &LiveTrial) -> SavedTrialRow {
+    pub fn of(index: TrialId, status: TrialStatus, trial: &LiveTrial) -> SavedTrialRow {
         let result = trial.result.as_ref();
         SavedTrialRow {
             trial_id: trial.trial_id.clone(),
@@ -222,14 +222,14 @@ impl SavedTrialRow {
 /// once: it goes with the driver), and copied from there into every state snapshot. A sweep of
 /// 10,000 trials would otherwise keep 10,000 rows in memory and serialise them all at every
 /// snapshot.
-pub(super) struct EndedRows {
+pub struct EndedRows {
     file: std::fs::File,
     /// The bytes written: the rows, comma-separated.
     len: u64,
 }
 
 impl EndedRows {
-    pub(super) fn new(experiment: &Path) -> Result<EndedRows> {
+    pub fn new(experiment: &Path) -> Result<EndedRows> {
         let path = experiment.join(format!(".ended_rows_{}", std::process::id()));
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -243,7 +243,7 @@ impl EndedRows {
     }
 
     /// Adds an ended trial's row.
-    pub(super) fn push(&mut self, row: &SavedTrialRow) -> std::io::Result<()> {
+    pub fn push(&mut self, row: &SavedTrialRow) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         let mut text = if self.len == 0 { Vec::new() } else { vec![b','] };
         serde_json::to_writer(&mut text, row)?;
@@ -269,13 +269,13 @@ impl EndedRows {
 
 impl SavedExperiment {
     /// Reads `experiment_state.json`, refusing other formats.
-    pub(super) fn read(experiment: &Path) -> Result<SavedExperiment> {
+    pub fn read(experiment: &Path) -> Result<SavedExperiment> {
         read_experiment_file(experiment, STATE_FILE)
     }
 
     /// Replaces `experiment_state.json` (atomically) with this state, its `trials` followed by
     /// the `ended` ones' rows.
-    pub(super) fn write(&self, experiment: &Path, ended: &EndedRows) -> Result<()> {
+    pub fn write(&self, experiment: &Path, ended: &EndedRows) -> Result<()> {
         let text = serde_json::to_vec(self).expect("the state serialises");
         // `{..,"trials":[..]}`: the ended rows go before the closing `]}`.
         let open = text.strip_suffix(b"]}").expect("trials is the state's last field");
@@ -292,7 +292,7 @@ impl SavedExperiment {
     }
 }
 
-pub(super) fn not_restorable(experiment: &Path, why: String) -> Error {
+pub fn not_restorable(experiment: &Path, why: String) -> Error {
     Error::config(
         "Tuner::restore",
         format!("{} is not an experiment this rtune can go on with: {why}", experiment.display()),
@@ -341,10 +341,17 @@ fn read_experiment_file<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&text).map_err(unreadable)
 }
 
+/// Whether `path` holds an experiment that `Tuner::restore` can go on with (for a store URL:
+/// its staging copy, brought up to date first).
+pub fn can_restore(path: &Path) -> bool {
+    let Ok(path) = crate::storage::remote::local_copy(path) else { return false };
+    Settings::read(&path).is_ok() && SavedExperiment::read(&path).is_ok()
+}
+
 /// An experiment as its files hold it: its state, and every trial it lists with what its files
 /// hold (`read_run`: all its rows, its recorded checkpoints). With `to_resume`, the unfinished
 /// trials hold only what going on with them keeps (`read_run_to_resume`).
-pub(super) fn read_experiment(
+pub fn read_experiment(
     path: &Path,
     run: &RunConfig,
     to_resume: bool,
@@ -359,7 +366,7 @@ pub(super) fn read_experiment(
 
 /// The trial `row` of the experiment in `path` with what its files hold (see
 /// `read_experiment`).
-pub(super) fn read_trial(
+pub fn read_trial(
     path: &Path,
     row: &SavedTrialRow,
     run: &RunConfig,
@@ -387,7 +394,7 @@ pub(super) fn read_trial(
 }
 
 /// How every trial directory's name begins (Ray's `<trainable>_`).
-pub(super) const TRIAL_DIR_PREFIX: &str = "TorchTrainer_";
+pub const TRIAL_DIR_PREFIX: &str = "TorchTrainer_";
 
 /// The driver's log in the experiment directory (the same lines as on stderr).
 pub const DRIVER_LOG: &str = "driver.log";
@@ -400,7 +407,7 @@ pub fn experiment_path(run: &RunConfig) -> PathBuf {
 }
 
 /// Where `run`'s new experiment goes: an error when that already holds one.
-pub(super) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
+pub fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
     let path = experiment_path(run);
     if holds_experiment(&path) {
         return Err(Error::config(
@@ -418,7 +425,7 @@ pub(super) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
 /// The new experiment directory `path`, with `files` (name, contents) and the sweep's settings
 /// in `tuner.json`, written last: a directory without it holds no experiment yet. Its
 /// experiment id.
-pub(super) fn make_experiment(
+pub fn make_experiment(
     path: &Path,
     mut settings: Settings,
     files: &[(String, Vec<u8>)],
@@ -438,7 +445,7 @@ pub(super) fn make_experiment(
 
 /// Whether `name` may be given as an experiment file (`Tuner::experiment_file`): a plain file
 /// name that is none of rtune's own.
-pub(super) fn check_experiment_file(name: &str) -> Result<()> {
+pub fn check_experiment_file(name: &str) -> Result<()> {
     let own = [SETTINGS_FILE, STATE_FILE, DRIVER_LOG, DRIVER_FILE, ERROR_FILE, RESULTS_PARQUET];
     let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
     if !plain || own.contains(&name) || name.starts_with(TRIAL_DIR_PREFIX) {
@@ -451,14 +458,14 @@ pub(super) fn check_experiment_file(name: &str) -> Result<()> {
 }
 
 /// An interrupted experiment as its files hold it.
-pub(super) struct PickedUp {
+pub struct PickedUp {
     /// Its state, without its trials (they are in `trials` and `ended`).
-    pub(super) saved: SavedExperiment,
+    pub saved: SavedExperiment,
     /// The trials not ended.
-    pub(super) trials: BTreeMap<TrialId, LiveTrial>,
+    pub trials: BTreeMap<TrialId, LiveTrial>,
     /// Each of those trials' results, up to where it goes on from.
-    pub(super) histories: BTreeMap<TrialId, Vec<Metrics>>,
-    pub(super) ended: EndedRows,
+    pub histories: BTreeMap<TrialId, Vec<Metrics>>,
+    pub ended: EndedRows,
 }
 
 /// Reads the experiment in `path` back to go on with it: finished trials as their rows (their
@@ -466,7 +473,7 @@ pub(super) struct PickedUp {
 /// checkpoints (the results after it are redone). Directories of trials started after the
 /// state snapshot (the controller does not know them; they are created again) are removed, so
 /// that every trial is in the experiment once.
-pub(super) fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
+pub fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
     let mut saved = SavedExperiment::read(path)?;
     let known: Vec<&str> = saved.trials.iter().map(|t| t.dir.as_str()).collect();
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
@@ -494,22 +501,18 @@ pub(super) fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
 
 /// How trial `trial`'s directory name begins (Ray's `<trainable>_<trial_id>_<index>_`), which
 /// no other trial's does.
-pub(super) fn trial_dir_prefix(experiment_id: &str, trial: TrialId) -> String {
+pub fn trial_dir_prefix(experiment_id: &str, trial: TrialId) -> String {
     format!("{TRIAL_DIR_PREFIX}{experiment_id}_{:05}_{}_", trial.0, trial.0)
 }
 
 /// A new trial's directory name: its prefix, its params in short, and the date.
-pub(super) fn trial_dir_name(experiment_id: &str, trial: TrialId, sampled: &Params) -> String {
+pub fn trial_dir_name(experiment_id: &str, trial: TrialId, sampled: &Params) -> String {
     format!("{}{}_{}", trial_dir_prefix(experiment_id, trial), short_params(sampled), date())
 }
 
 /// The directory of trial `trial` in the experiment `path` (whose id is `experiment_id`), found
 /// by its name's prefix; None when it has none (it never started).
-pub(super) fn find_trial_dir(
-    path: &Path,
-    experiment_id: &str,
-    trial: TrialId,
-) -> Result<Option<PathBuf>> {
+pub fn find_trial_dir(path: &Path, experiment_id: &str, trial: TrialId) -> Result<Option<PathBuf>> {
     let prefix = trial_dir_prefix(experiment_id, trial);
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
@@ -521,12 +524,12 @@ pub(super) fn find_trial_dir(
 }
 
 /// Now, as trial directory names and experiment names write it.
-pub(super) fn date() -> String {
+pub fn date() -> String {
     crate::storage::date_string(unix_time())
 }
 
 /// `lr=0.001,hidden=64`: a trial directory's short form of its params (Ray's naming).
-pub(super) fn short_params(params: &Params) -> String {
+pub fn short_params(params: &Params) -> String {
     let mut text: String = params
         .flatten()
         .iter()

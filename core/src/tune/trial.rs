@@ -15,19 +15,19 @@ use crate::outcome::{Checkpoint, TrainResult};
 #[derive(Debug, Clone, Serialize)]
 pub struct TrialResult {
     /// `<experiment id>_<index>`, as in Ray.
-    pub(crate) trial_id: String,
-    pub(crate) status: TrialStatus,
+    pub trial_id: String,
+    pub status: TrialStatus,
     /// The params sampled for it (merged into the trainer's `train_loop_config`).
-    pub(crate) params: Params,
+    pub params: Params,
     /// What its `TorchTrainer` run returned (also for a failed one, when it got that far).
     #[serde(skip)]
-    pub(crate) result: Option<TrainResult>,
-    pub(crate) error: Option<String>,
+    pub result: Option<TrainResult>,
+    pub error: Option<String>,
     /// Its directory in the experiment.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// The bracket its scheduler put it in (ASHA and HyperBand; None for the others).
     #[serde(default)]
-    pub(crate) bracket: Option<usize>,
+    pub bracket: Option<usize>,
 }
 
 impl TrialResult {
@@ -99,7 +99,7 @@ impl TrialResult {
     }
 
     /// The report with the best finite value of `metric`.
-    pub(super) fn best_report(&self, metric: &str, mode: Mode) -> Option<&Metrics> {
+    pub fn best_report(&self, metric: &str, mode: Mode) -> Option<&Metrics> {
         self.history()
             .iter()
             .filter_map(|m| m.get(metric).filter(|v| v.is_finite()).map(|&v| (m, mode.sign() * v)))
@@ -112,7 +112,7 @@ impl TrialResult {
 /// it is the controller's (`Sweep::status`), and the shell knows only whether the trial's
 /// workers have started (until then a started trial is PENDING: it waits for its resources).
 #[derive(Debug, Clone)]
-pub(super) struct LiveTrial {
+pub struct LiveTrial {
     pub trial_id: String,
     pub params: Params,
     /// Its directory in the experiment.
@@ -127,7 +127,7 @@ pub(super) struct LiveTrial {
 
 impl LiveTrial {
     /// A trial picked up from an interrupted experiment (its workers not started again yet).
-    pub(super) fn from_result(trial: TrialResult) -> LiveTrial {
+    pub fn from_result(trial: TrialResult) -> LiveTrial {
         LiveTrial {
             trial_id: trial.trial_id,
             params: trial.params,

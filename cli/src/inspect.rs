@@ -8,10 +8,12 @@ use anyhow::{Context, Result, bail};
 use rtune_searchers::Metrics;
 use serde_json::json;
 
-use super::Format;
-use super::ui::format::{counts, number, param_text, status_name};
-use crate::outcome::error_summary;
-use crate::tune::{ResultGrid, TrialResult, Tuner};
+use rtune_core::outcome::error_summary;
+use rtune_core::tune::experiment::can_restore;
+use rtune_core::tune::{ResultGrid, TrialResult};
+
+use crate::args::Format;
+use crate::format::{counts, number, param_text, status_name};
 
 /// Right-aligned numbers, left-aligned text, columns as wide as their widest cell.
 fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
@@ -41,7 +43,7 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
 }
 
 /// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all).
-pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
+pub fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     let mut trials: Vec<&TrialResult> = grid.trials.iter().collect();
     let objectives = grid.objectives();
     // A multi-objective sweep's front is marked, and comes first.
@@ -117,7 +119,9 @@ pub(super) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
 }
 
 fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
-    m.map_or(serde_json::Value::Null, |m| serde_json::Value::Object(crate::metrics::to_json(m)))
+    m.map_or(serde_json::Value::Null, |m| {
+        serde_json::Value::Object(rtune_core::metrics::to_json(m))
+    })
 }
 
 /// The trial's checkpoint to use: its best kept one, else its latest.
@@ -129,7 +133,7 @@ fn checkpoint_of(t: &TrialResult) -> Option<String> {
 
 /// `rtune run --json`: name, path, metric, mode, best trial, trials by status, time; for a
 /// sweep with several objectives, those and the trials of its Pareto front instead of a best.
-pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
+pub fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
     let trial = |t: &TrialResult| {
         json!({
             "trial_id": t.trial_id,
@@ -160,17 +164,17 @@ pub(super) fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
 
 /// `rtune watch` without a directory: the newest experiment in `./rtune_results` or the default
 /// storage path, one whose driver is running (it has `driver.json`) before any other.
-pub(super) fn newest_experiment() -> Result<std::path::PathBuf> {
+pub fn newest_experiment() -> Result<std::path::PathBuf> {
     let roots = storage_roots();
     let mut found = Vec::new();
     for root in &roots {
         let Ok(entries) = std::fs::read_dir(root) else { continue };
         for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
-            if !Tuner::can_restore(&path) {
+            if !can_restore(&path) {
                 continue;
             }
-            let running = path.join(crate::tune::DRIVER_FILE).exists();
-            let state = path.join(crate::tune::STATE_FILE);
+            let running = path.join(rtune_core::tune::DRIVER_FILE).exists();
+            let state = path.join(rtune_core::tune::STATE_FILE);
             let changed = std::fs::metadata(&state).and_then(|m| m.modified()).ok();
             found.push((running, changed, path));
         }
@@ -186,9 +190,9 @@ pub(super) fn newest_experiment() -> Result<std::path::PathBuf> {
 /// Where `rtune ls` and `rtune watch` look when given no folder: `./rtune_results` (where the
 /// examples write), then the default storage path (`$RTUNE_STORAGE_PATH`, else
 /// `~/rtune_results`).
-pub(super) fn storage_roots() -> Vec<PathBuf> {
+pub fn storage_roots() -> Vec<PathBuf> {
     let mut roots = vec![PathBuf::from("rtune_results")];
-    let default = crate::config::RunConfig::default().resolved_storage_path();
+    let default = rtune_core::config::RunConfig::default().resolved_storage_path();
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
@@ -201,7 +205,7 @@ pub(super) fn storage_roots() -> Vec<PathBuf> {
 
 /// `rtune ls [DIR]`: one line per experiment under `dir` (or under each storage root that
 /// exists), as a table or JSON.
-pub(super) fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
+pub fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
     let roots = match dir {
         Some(dir) => {
             if !dir.is_dir() {
@@ -220,7 +224,7 @@ pub(super) fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
             std::fs::read_dir(root).with_context(|| format!("cannot list {}", root.display()))?;
         let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         paths.sort();
-        rows.extend(paths.into_iter().filter(|p| Tuner::can_restore(p)).map(|p| listed(&p)));
+        rows.extend(paths.into_iter().filter(|p| can_restore(p)).map(|p| listed(&p)));
     }
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
@@ -307,13 +311,13 @@ fn listed(path: &Path) -> Listed {
 }
 
 /// `rtune show DIR [TRIAL]`.
-pub(super) fn show(
+pub fn show(
     dir: &Path,
     trial: Option<&str>,
     format: Format,
     pareto: &[(String, rtune_searchers::Mode)],
 ) -> Result<()> {
-    if !Tuner::can_restore(dir) {
+    if !can_restore(dir) {
         bail!("{} is not an experiment directory (see `rtune ls`)", dir.display());
     }
     let mut grid = ResultGrid::from_path(dir)?;
@@ -372,7 +376,7 @@ pub(super) fn show(
             println!("trial {} ({}) in {}", t.trial_id, status_name(t.status), t.path.display());
             println!("params: {}", serde_json::to_string(&t.params)?);
             if let Some(e) = &t.error {
-                let whole = t.path.join(crate::tune::ERROR_FILE);
+                let whole = t.path.join(rtune_core::tune::ERROR_FILE);
                 println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
             let mut names: Vec<String> = Vec::new();
@@ -415,7 +419,7 @@ pub(super) fn show(
     Ok(())
 }
 
-pub(super) fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
+pub fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
     let by_index = which.parse::<u64>().ok();
     grid.trials
         .iter()

@@ -49,7 +49,7 @@ impl ResultGrid {
 
     /// The grid and the seconds the sweep has run so far (all its drivers together), from one
     /// read of the experiment's state.
-    pub(crate) fn read_with_time_spent(path: &Path) -> Result<(ResultGrid, f64)> {
+    pub fn read_with_time_spent(path: &Path) -> Result<(ResultGrid, f64)> {
         let (saved, trials) = read_experiment(path, &RunConfig::default(), false)?;
         let grid = ResultGrid {
             path: path.to_owned(),

@@ -446,7 +446,7 @@ impl Controller {
     }
 
     /// The held trials, when nothing else runs: the sweep waits for one to be let go.
-    pub(super) fn waiting_on_held(&self) -> Vec<TrialId> {
+    pub fn waiting_on_held(&self) -> Vec<TrialId> {
         if self.finished || self.started() > 0 {
             return Vec::new();
         }

@@ -1,12 +1,12 @@
 //! How the command line writes what it shows: durations, numbers, params, statuses, counts.
-//! The bottom of `cli`'s views: the model, the terminal UI, progress lines and `rtune show`
-//! all write through it, and it imports none of them.
+//! The bottom of the views: the model, the terminal UI, progress lines (`rtune::cli::ui`) and
+//! `rtune ls`/`show` (`inspect`) all write through it, and it imports none of them.
 
 use std::collections::BTreeMap;
 
 use rtune_searchers::TrialStatus;
 
-pub(crate) use crate::metrics::{number_text as number, param_text};
+pub use rtune_core::metrics::{number_text as number, param_text};
 
 /// `hh:mm:ss`.
 pub fn clock(seconds: f64) -> String {

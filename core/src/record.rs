@@ -7,15 +7,14 @@ use std::time::Instant;
 
 use crate::config::{CheckpointConfig, RunConfig};
 use crate::error::{Error, Result};
-use crate::group::GroupReport;
 use crate::metrics::{Metrics, from_wire, number_or_tag};
-use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
+use crate::outcome::{Checkpoint, GroupReport, TrainResult, WorkerFailure};
 use crate::storage::checkpoint::{self, Fence};
 use crate::storage::remote::Remote;
 use crate::storage::{ResultFiles, Row, read_lines_at, unix_time};
 
 /// Who a run is: the fields Ray fills into every result row besides the metrics.
-pub(super) struct RunIdentity {
+pub struct RunIdentity {
     /// The trial's id in a sweep.
     pub trial_id: Option<String>,
     /// The train loop config (Ray's `config`).
@@ -147,7 +146,7 @@ impl<'de> serde::Deserialize<'de> for MetricValue {
 }
 
 /// The driver's record of a run: kept reports and checkpoints, and the result files.
-pub(super) struct RunState {
+pub struct RunState {
     run_dir: PathBuf,
     identity: RunIdentity,
     /// The iteration the current attempt started after (its checkpoint's).
@@ -174,7 +173,7 @@ pub(super) struct RunState {
 }
 
 impl RunState {
-    pub(super) fn new(run_dir: &Path, run: &RunConfig, identity: RunIdentity) -> Self {
+    pub fn new(run_dir: &Path, run: &RunConfig, identity: RunIdentity) -> Self {
         RunState {
             run_dir: run_dir.to_owned(),
             identity,
@@ -200,7 +199,7 @@ impl RunState {
     /// there are kept, anything else is swept. Returns the checkpoint to resume from and the
     /// first attempt number, after every attempt that wrote there (so the fence refuses their
     /// stragglers).
-    pub(super) fn pick_up(
+    pub fn pick_up(
         run_dir: &Path,
         run: &RunConfig,
         identity: RunIdentity,
@@ -281,7 +280,7 @@ impl RunState {
 
     /// Fences the run directory for `attempt`, which starts after iteration `start_iteration`:
     /// from now on only its workers may commit.
-    pub(super) fn begin_attempt(&mut self, attempt: u32, start_iteration: u64) -> Result<()> {
+    pub fn begin_attempt(&mut self, attempt: u32, start_iteration: u64) -> Result<()> {
         checkpoint::set_fence(&self.run_dir, Fence::Open(attempt))?;
         self.attempt = attempt;
         self.restored_at = start_iteration;
@@ -293,7 +292,7 @@ impl RunState {
     /// The run is over, completed or failed for good: nothing may commit any more, and
     /// checkpoints that were written but never recorded (by the last, failed attempt, or a
     /// straggler of an earlier one) go, so none can be taken for a real one.
-    pub(super) fn end(&mut self) -> Result<()> {
+    pub fn end(&mut self) -> Result<()> {
         if let Some(mut row) =
             self.files.last_row().filter(|r| r.get("done") == Some(&false.into())).cloned()
         {
@@ -308,7 +307,7 @@ impl RunState {
 
     /// Records one complete report: appends it to the files, keeps its checkpoint, drops old
     /// ones. Asks the run to stop when a `RunConfig::stop` criterion is met.
-    pub(super) fn record(&mut self, report: GroupReport) -> Result<bool> {
+    pub fn record(&mut self, report: GroupReport) -> Result<bool> {
         let checkpoint = match report.checkpoint.as_str() {
             "" => None,
             name => Some(self.recorded_checkpoint(name)?),
@@ -389,19 +388,19 @@ impl RunState {
     }
 
     /// When rows held back from the result files are due to be written (see `flush`).
-    pub(super) fn flush_due(&self) -> Option<Instant> {
+    pub fn flush_due(&self) -> Option<Instant> {
         self.files.flush_due()
     }
 
     /// Writes the rows held back from the result files (they are written together when
     /// reports come fast: `storage::FLUSH_EVERY`).
-    pub(super) fn flush(&mut self) -> Result<()> {
+    pub fn flush(&mut self) -> Result<()> {
         self.files.flush()
     }
 
     /// Where the current attempt's ranks run, and rank 0's process (each row's `pid`, as in
     /// Ray: the worker's), as its rows will say.
-    pub(super) fn placed(&mut self, placement: String, rank0_pid: Option<u32>) {
+    pub fn placed(&mut self, placement: String, rank0_pid: Option<u32>) {
         self.placement = Some(placement);
         if let Some(pid) = rank0_pid {
             self.identity.pid = pid;
@@ -409,7 +408,7 @@ impl RunState {
     }
 
     /// The metrics of the latest recorded report (empty before the first).
-    pub(super) fn last_metrics(&self) -> &Metrics {
+    pub fn last_metrics(&self) -> &Metrics {
         static NONE: Metrics = Metrics::new();
         self.history.last().unwrap_or(&NONE)
     }
@@ -418,7 +417,7 @@ impl RunState {
     /// makes that hold; checked so that a broken fence can never get one recorded).
     /// Records checkpoints `names` of earlier reports, whole in the object store now that their
     /// rank finished (`upload = "async"`): in the last row's `checkpoints_uploaded`, and kept.
-    pub(super) fn record_uploaded(&mut self, names: &[String]) -> Result<()> {
+    pub fn record_uploaded(&mut self, names: &[String]) -> Result<()> {
         if names.is_empty() {
             return Ok(());
         }
@@ -464,7 +463,7 @@ impl RunState {
     }
 
     /// Reported checkpoints missing in the run's folder come down from `store`.
-    pub(super) fn fetch_from(&mut self, store: Option<Remote>) {
+    pub fn fetch_from(&mut self, store: Option<Remote>) {
         self.store = store;
     }
 
@@ -524,7 +523,7 @@ impl RunState {
 
     /// After a failure: forget reports made after the latest checkpoint, rewrite the result
     /// files, clear half-written checkpoints, and return the checkpoint to resume from.
-    pub(super) fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
+    pub fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
         let latest = self.checkpoints.last().cloned();
         self.truncate(latest.as_ref().map_or(0.0, |(_, m)| iteration_of(m)))?;
         Ok(latest.map(|(c, _)| c))
@@ -551,7 +550,7 @@ impl RunState {
         checkpoint::sweep_unrecorded(&self.run_dir, &kept)
     }
 
-    pub(super) fn into_result(
+    pub fn into_result(
         self,
         path: PathBuf,
         error: Option<String>,
@@ -581,7 +580,7 @@ fn iteration_of(metrics: &Metrics) -> f64 {
 
 /// The run in `run_dir` as its files hold it: every kept row and the recorded checkpoints
 /// still there (ranked by `run`'s checkpoint settings).
-pub(crate) fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+pub fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
     RunState::read_result(run_dir, run, false)
 }
 
@@ -591,7 +590,7 @@ fn read_stored_rows(run_dir: &Path) -> Result<Vec<StoredRow>> {
 
 /// Like `read_run`, for a run that will be picked up: only what picking it up keeps (the rows
 /// and checkpoints up to where it goes on from). Nothing on disk changes.
-pub(crate) fn read_run_to_resume(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+pub fn read_run_to_resume(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
     RunState::read_result(run_dir, run, true)
 }
 

@@ -94,7 +94,7 @@ impl Default for TuneSettings {
 }
 
 /// The metric and mode of a sweep with one objective; None for none or several.
-pub(crate) fn single_metric(objectives: &[Objective]) -> Option<(String, Mode)> {
+pub fn single_metric(objectives: &[Objective]) -> Option<(String, Mode)> {
     match objectives {
         [one] => Some((one.metric.clone(), one.mode)),
         _ => None,
@@ -102,7 +102,7 @@ pub(crate) fn single_metric(objectives: &[Objective]) -> Option<(String, Mode)> 
 }
 
 /// A multi-objective sweep's objectives; empty for one or none.
-pub(crate) fn several(objectives: &[Objective]) -> Vec<Objective> {
+pub fn several(objectives: &[Objective]) -> Vec<Objective> {
     if objectives.len() > 1 { objectives.to_vec() } else { Vec::new() }
 }
 
