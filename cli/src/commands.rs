@@ -1,12 +1,14 @@
-//! The commands that need no libtorch: `completions`, `ls` and `show`. `rtune` runs them itself
+//! The commands that need no libtorch: `completions`, `ls`, `show`, `watch` and `status`. `rtune` runs them itself
 //! (see [`crate::front`]), and so does the full program (`rtune::cli::main`, a user's binary's
 //! included), through [`run`]: one implementation, the same output and exit codes.
 
 use std::path::{Path, PathBuf};
 
-use crate::args::Command;
-use crate::exit::{EXIT_INVALID, input_error_code};
-use crate::inspect;
+use rtune_core::cluster::{client, pool};
+
+use crate::args::{Command, Format};
+use crate::exit::{EXIT_FAILED, EXIT_INVALID, input_error_code};
+use crate::{inspect, ui};
 
 /// Runs `command` when it is one of these and returns its exit code (having said what went
 /// wrong, if anything); None for a command the full program runs.
@@ -24,6 +26,13 @@ pub fn run(command: &Command) -> Option<i32> {
         Command::Show { dir, trial, format, pareto } => local(dir).and_then(|dir| {
             inspect::show(&dir, trial.as_deref(), *format, pareto).map_err(input_error)
         }),
+        Command::Watch { dir } => watch(dir.as_deref()),
+        Command::Status { address, format, token } => {
+            status(address, *format == Format::Json, token.as_deref()).map_err(|e| {
+                let code = e.downcast_ref().map_or(EXIT_FAILED, crate::exit::code_of);
+                (code, e)
+            })
+        }
         _ => return None,
     };
     Some(match done {
@@ -33,6 +42,62 @@ pub fn run(command: &Command) -> Option<i32> {
             code
         }
     })
+}
+
+/// `rtune watch [DIR]`: the experiment in `dir` (on a store: its files as they were at the last
+/// sync), or the newest one.
+fn watch(dir: Option<&Path>) -> Result<(), (i32, anyhow::Error)> {
+    let dir = match dir {
+        Some(dir) => local(dir)?,
+        None => inspect::newest_experiment().map_err(|e| (EXIT_INVALID, e))?,
+    };
+    ui::tui::watch(&dir).map_err(|e| (EXIT_INVALID, e))
+}
+
+/// `rtune status`: a cluster's nodes and placement groups, as a table or JSON.
+fn status(address: &str, json: bool, token: Option<&str>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let status = runtime.block_on(async {
+        let mut c = client::connect_head(address, token).await?;
+        client::status(&mut c).await
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print_table(&status);
+    }
+    Ok(())
+}
+
+fn print_table(status: &pool::PoolStatus) {
+    println!(
+        "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",
+        "NODE", "ADDRESS", "ALIVE", "CPU", "CPU free", "GPU", "GPU free"
+    );
+    for n in &status.nodes {
+        println!(
+            "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",
+            n.id.to_string(),
+            n.address,
+            n.alive,
+            n.total.cpu,
+            n.free.cpu,
+            n.total.gpu,
+            n.free.gpu
+        );
+    }
+    for n in &status.nodes {
+        if let Some(error) = &n.gpu_error {
+            println!("  node {}: GPUs not offered, its workers cannot use them: {error}", n.id);
+        }
+        for gpu in &n.gpus {
+            println!("  node {}: {} ({})", n.id, gpu.short(), gpu.name);
+        }
+    }
+    println!("{} placement group(s)", status.groups.len());
+    for g in &status.groups {
+        println!("  {}", serde_json::to_string(g).unwrap_or_default());
+    }
 }
 
 fn input_error(e: anyhow::Error) -> (i32, anyhow::Error) {

@@ -39,3 +39,14 @@ pub fn input_error_code(e: &anyhow::Error) -> i32 {
     });
     if system { EXIT_FAILED } else { EXIT_INVALID }
 }
+
+/// The exit code of one of rtune's errors: a mistake in what was given (2), an interrupted
+/// sweep (3), or anything else (4).
+pub fn code_of(e: &rtune_core::error::Error) -> i32 {
+    use rtune_core::error::Error;
+    match e {
+        Error::Config { .. } | Error::Params(_) | Error::Data(_) => EXIT_INVALID,
+        Error::Interrupted { .. } => EXIT_INTERRUPTED,
+        _ => EXIT_FAILED,
+    }
+}

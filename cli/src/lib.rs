@@ -15,6 +15,7 @@ pub mod exit;
 pub mod format;
 pub mod front;
 pub mod inspect;
+pub mod ui;
 
 pub use args::{
     Cli, ClusterArgs, Command, Device, Format, ModeArg, Output, PredictArgs, SlurmCommand,

@@ -4,6 +4,7 @@
 //! `rtune::storage`, ..): use them from there.
 
 pub mod callback;
+pub mod cluster;
 pub mod collective;
 pub mod config;
 pub mod error;

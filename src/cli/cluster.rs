@@ -1,4 +1,5 @@
-//! The cluster commands: `rtune head`, `rtune node`, `rtune status`.
+//! The cluster commands that need libtorch's program: `rtune head`, `rtune node` (`rtune
+//! status` is `rtune_cli::commands`').
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -6,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::cluster::{self, client, head, node, pool};
+use crate::cluster::{self, head, node, pool};
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
@@ -65,19 +66,6 @@ pub(super) fn node(
     Ok(())
 }
 
-pub(super) fn status(address: String, json: bool, token: Option<String>) -> Result<()> {
-    let status = runtime()?.block_on(async {
-        let mut c = client::connect_head(&address, token.as_deref()).await?;
-        client::status(&mut c).await
-    })?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
-    } else {
-        print_table(&status);
-    }
-    Ok(())
-}
-
 fn parse_resources(text: &str) -> Result<BTreeMap<String, f64>> {
     let mut out = BTreeMap::new();
     for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -89,35 +77,4 @@ fn parse_resources(text: &str) -> Result<BTreeMap<String, f64>> {
         out.insert(name.trim().to_owned(), amount);
     }
     Ok(out)
-}
-
-fn print_table(status: &pool::PoolStatus) {
-    println!(
-        "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",
-        "NODE", "ADDRESS", "ALIVE", "CPU", "CPU free", "GPU", "GPU free"
-    );
-    for n in &status.nodes {
-        println!(
-            "{:<6} {:<22} {:<6} {:>10} {:>10} {:>10} {:>10}",
-            n.id.to_string(),
-            n.address,
-            n.alive,
-            n.total.cpu,
-            n.free.cpu,
-            n.total.gpu,
-            n.free.gpu
-        );
-    }
-    for n in &status.nodes {
-        if let Some(error) = &n.gpu_error {
-            println!("  node {}: GPUs not offered, its workers cannot use them: {error}", n.id);
-        }
-        for gpu in &n.gpus {
-            println!("  node {}: {} ({})", n.id, gpu.short(), gpu.name);
-        }
-    }
-    println!("{} placement group(s)", status.groups.len());
-    for g in &status.groups {
-        println!("  {}", serde_json::to_string(g).unwrap_or_default());
-    }
 }

@@ -60,9 +60,5 @@ pub(super) fn in_sweep_terms(e: Error) -> Exit {
 }
 
 fn code_of(e: &Error) -> i32 {
-    match e {
-        Error::Config { .. } | Error::Params(_) | Error::Data(_) => EXIT_INVALID,
-        Error::Interrupted { .. } => EXIT_INTERRUPTED,
-        _ => EXIT_FAILED,
-    }
+    rtune_cli::exit::code_of(e)
 }

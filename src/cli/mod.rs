@@ -34,13 +34,13 @@ pub mod registry;
 mod slurm;
 pub mod sweep;
 mod sweeping;
-pub mod ui;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Parser;
-use rtune_cli::{Cli, Command, Format, ModeArg, Output, SlurmCommand, inspect};
+pub use rtune_cli::ui;
+use rtune_cli::{Cli, Command, ModeArg, Output, SlurmCommand, inspect};
 
 pub use doc::{Problem, Problems, Source};
 pub use exit::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
@@ -138,15 +138,6 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
                 Ok(0)
             }
         },
-        Command::Watch { dir } => {
-            let dir = match dir {
-                // On a store: its files, as they were at the last sync.
-                Some(dir) => local(&dir)?,
-                None => inspect::newest_experiment().map_err(|e| Exit(EXIT_INVALID, e))?,
-            };
-            ui::tui::watch(&dir).map_err(|e| Exit(EXIT_INVALID, e))?;
-            Ok(0)
-        }
         Command::Export { dir, best: _, trial, metric, mode, to } => {
             let dir = local(&dir)?;
             let model = trainable_model(&dir, registry);
@@ -187,11 +178,11 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             cluster::node(address, num_cpus, num_gpus, resources, node_ip, token)?;
             Ok(0)
         }
-        Command::Status { address, format, token } => {
-            cluster::status(address, format == Format::Json, token)?;
-            Ok(0)
-        }
-        Command::Completions { .. } | Command::Ls { .. } | Command::Show { .. } => {
+        Command::Completions { .. }
+        | Command::Ls { .. }
+        | Command::Show { .. }
+        | Command::Watch { .. }
+        | Command::Status { .. } => {
             unreachable!("run by rtune_cli::commands::run before dispatch")
         }
     }

@@ -52,10 +52,8 @@
 
 pub use rtune_core::tune::*;
 
-mod control;
 mod sweep;
 mod trial_task;
 mod tuner;
 
-pub use control::Control;
 pub use tuner::Tuner;

@@ -1,6 +1,7 @@
 //! `rtune` as installed: a program that links no libtorch. What trains nothing (`--help`,
-//! `--version`, a mistake in the arguments, `completions`, `ls`, `show`) loads none; every
-//! other command runs in `rtune-torch`, which `rtune` becomes by exec, in the same process.
+//! `--version`, a mistake in the arguments, `completions`, `ls`, `show`, `watch`, `status`)
+//! loads none; every other command runs in `rtune-torch`, which `rtune` becomes by exec, in the
+//! same process.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -63,8 +64,9 @@ fn small_experiment(storage: &Path) -> Result<std::path::PathBuf> {
     Ok(storage.join("small"))
 }
 
-/// `--help`, `--version`, argument mistakes, `completions`, `ls` and `show`: `rtune` says what
-/// `rtune-torch` says (output, errors, exit code) and loads no libtorch doing it.
+/// `--help`, `--version`, argument mistakes, `completions`, `ls`, `show`, `watch` (here without
+/// a terminal) and `status` (here of no cluster): `rtune` says what `rtune-torch` says (output,
+/// errors, exit code) and loads no libtorch doing it.
 pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
     let storage = tempfile::tempdir()?;
     let experiment = small_experiment(storage.path())?;
@@ -88,6 +90,8 @@ pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
         (&["show", experiment, "1", "--format", "json"], 0),
         (&["show", experiment, "--format", "csv"], 0),
         (&["show", "no-such-folder"], 2),
+        (&["watch", "no-such-folder"], 2),
+        (&["status", "--address", "127.0.0.1:1"], 4),
     ];
     for &(args, code) in cases {
         let (out, processes) = run_watched(RTUNE, args)?;

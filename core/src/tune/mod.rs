@@ -1,14 +1,17 @@
 //! The parts of Ray Tune's half that need no libtorch: the controller core (`controller`), the
 //! sweep's settings (`config`), the experiment directory (`experiment`), and what a sweep returns
-//! (`trial`, `result_grid`). `rtune::tune` re-exports them with the sweep itself.
+//! (`trial`, `result_grid`), and the handle that steers a running sweep (`control`).
+//! `rtune::tune` re-exports them with the sweep itself.
 
 pub mod config;
+pub mod control;
 pub mod controller;
 pub mod experiment;
 pub mod result_grid;
 pub mod trial;
 
 pub use config::{Samples, TuneConfig, TuneSettings};
+pub use control::Control;
 pub use controller::{
     Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
 };

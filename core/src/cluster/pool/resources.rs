@@ -17,15 +17,15 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::error::{PoolError, Result};
 
 /// Internal units per whole CPU, GPU or custom resource.
-pub(crate) const UNIT: u64 = 10_000;
+pub const UNIT: u64 = 10_000;
 /// Largest amount of one resource accepted in one place (keeps every sum far from `u64::MAX`).
 const MAX_AMOUNT: f64 = 1e12;
 /// Most GPU devices one node may declare.
-pub(crate) const MAX_GPUS_PER_NODE: u64 = 4096;
+pub const MAX_GPUS_PER_NODE: u64 = 4096;
 
-pub(crate) const CPU: &str = "CPU";
-pub(crate) const GPU: &str = "GPU";
-pub(crate) const MEMORY: &str = "memory";
+pub const CPU: &str = "CPU";
+pub const GPU: &str = "GPU";
+pub const MEMORY: &str = "memory";
 
 /// An amount of resources: a node's total or free capacity, or one bundle (one worker's share).
 ///
@@ -174,7 +174,7 @@ impl<'de> Deserialize<'de> for Resources {
 }
 
 /// Converts a public amount to internal units, rejecting what could corrupt the accounting.
-pub(crate) fn to_units(at: &str, resource: &str, v: f64) -> Result<u64> {
+pub fn to_units(at: &str, resource: &str, v: f64) -> Result<u64> {
     let invalid = |reason| PoolError::InvalidAmount {
         at: at.to_owned(),
         resource: resource.to_owned(),
@@ -195,23 +195,23 @@ pub(crate) fn to_units(at: &str, resource: &str, v: f64) -> Result<u64> {
     Ok(if v > 0.0 && units == 0 { 1 } else { units })
 }
 
-pub(crate) fn from_units(u: u64) -> f64 {
+pub fn from_units(u: u64) -> f64 {
     u as f64 / UNIT as f64
 }
 
 /// Interned custom resource names: index `i` of [`Demand::custom`] / [`Free::custom`] is `names[i]`.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Names {
+pub struct Names {
     names: Vec<String>,
     index: std::collections::HashMap<String, u32>,
 }
 
 impl Names {
-    pub(crate) fn get(&self, name: &str) -> Option<u32> {
+    pub fn get(&self, name: &str) -> Option<u32> {
         self.index.get(name).copied()
     }
 
-    pub(crate) fn intern(&mut self, name: &str) -> u32 {
+    pub fn intern(&mut self, name: &str) -> u32 {
         if let Some(i) = self.get(name) {
             return i;
         }
@@ -221,16 +221,16 @@ impl Names {
         i
     }
 
-    pub(crate) fn name(&self, i: u32) -> &str {
+    pub fn name(&self, i: u32) -> &str {
         self.names.get(i as usize).map_or("?", String::as_str)
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.names.len()
     }
 }
 
-pub(crate) fn check_custom_name(name: &str) -> Result<()> {
+pub fn check_custom_name(name: &str) -> Result<()> {
     if name.is_empty() || name == CPU || name == GPU || name == MEMORY {
         return Err(PoolError::ReservedName { name: name.to_owned() });
     }
@@ -240,18 +240,18 @@ pub(crate) fn check_custom_name(name: &str) -> Result<()> {
 /// One bundle in internal units. `gpu` below [`UNIT`] is a share of one device; from `UNIT` on it
 /// is always a whole multiple (validated), i.e. whole devices.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub(crate) struct Demand {
-    pub(crate) cpu: u64,
-    pub(crate) gpu: u64,
-    pub(crate) mem: u64,
+pub struct Demand {
+    pub cpu: u64,
+    pub gpu: u64,
+    pub mem: u64,
     /// `(name index, units)`, sorted by index, no zero amounts.
-    pub(crate) custom: Vec<(u32, u64)>,
+    pub custom: Vec<(u32, u64)>,
 }
 
 impl Demand {
     /// Validates one bundle. Custom names the cluster has never seen come back in `unknown` (they
     /// make the request infeasible, which the caller reports with the bundle's index).
-    pub(crate) fn from_bundle(
+    pub fn from_bundle(
         bundle: usize,
         r: &Resources,
         names: &Names,
@@ -290,47 +290,47 @@ impl Demand {
     }
 
     /// Whole GPU devices needed (0 for a fractional share).
-    pub(crate) fn whole_gpus(&self) -> u64 {
+    pub fn whole_gpus(&self) -> u64 {
         if self.gpu >= UNIT { self.gpu / UNIT } else { 0 }
     }
 
     /// Share of one device (0 when none or whole devices).
-    pub(crate) fn gpu_share(&self) -> u64 {
+    pub fn gpu_share(&self) -> u64 {
         if self.gpu < UNIT { self.gpu } else { 0 }
     }
 
     /// Order for greedy placement: biggest first (whole GPUs, then GPU share, CPU, memory).
-    pub(crate) fn size_key(&self) -> (u64, u64, u64, u64) {
+    pub fn size_key(&self) -> (u64, u64, u64, u64) {
         (self.whole_gpus(), self.gpu_share(), self.cpu, self.mem)
     }
 }
 
 /// Which GPU devices a bundle holds and how much of each.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) devices: Vec<u32>,
+pub struct Grant {
+    pub devices: Vec<u32>,
     /// Units held on each of `devices` (`UNIT` for whole devices).
-    pub(crate) per_device: u64,
+    pub per_device: u64,
 }
 
 /// A node's capacity or free resources in internal units, one entry per GPU device.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Free {
-    pub(crate) cpu: u64,
-    pub(crate) mem: u64,
+pub struct Free {
+    pub cpu: u64,
+    pub mem: u64,
     /// Free units per device (each at most `UNIT`).
-    pub(crate) gpus: Vec<u64>,
+    pub gpus: Vec<u64>,
     /// Sum of `gpus`, kept up to date.
-    pub(crate) gpu_sum: u64,
+    pub gpu_sum: u64,
     /// Devices with all of `UNIT` free, kept up to date.
-    pub(crate) whole: u64,
+    pub whole: u64,
     /// Indexed by interned name; missing trailing entries are zero.
-    pub(crate) custom: Vec<u64>,
+    pub custom: Vec<u64>,
 }
 
 impl Free {
     /// Capacity of a node spec, in units; interns the node's custom names.
-    pub(crate) fn from_spec(r: &Resources, names: &mut Names) -> Result<Free> {
+    pub fn from_spec(r: &Resources, names: &mut Names) -> Result<Free> {
         let at = "node spec";
         let cpu = to_units(at, CPU, r.cpu)?;
         let gpu = to_units(at, GPU, r.gpu)?;
@@ -370,17 +370,17 @@ impl Free {
         })
     }
 
-    pub(crate) fn custom(&self, i: u32) -> u64 {
+    pub fn custom(&self, i: u32) -> u64 {
         self.custom.get(i as usize).copied().unwrap_or(0)
     }
 
     /// Largest free share on one device.
-    pub(crate) fn max_device(&self) -> u64 {
+    pub fn max_device(&self) -> u64 {
         self.gpus.iter().copied().max().unwrap_or(0)
     }
 
     /// Whether `d` fits now (no mutation, no allocation).
-    pub(crate) fn fits(&self, d: &Demand) -> bool {
+    pub fn fits(&self, d: &Demand) -> bool {
         self.cpu >= d.cpu
             && self.mem >= d.mem
             && d.custom.iter().all(|&(i, u)| self.custom(i) >= u)
@@ -397,7 +397,7 @@ impl Free {
     /// A share goes to the device with the least free room that still holds it (best fit: shares
     /// gather on partly used devices and whole devices stay whole); whole devices are the lowest
     /// free ids.
-    pub(crate) fn take(&mut self, d: &Demand) -> Option<Grant> {
+    pub fn take(&mut self, d: &Demand) -> Option<Grant> {
         if !self.fits(d) {
             return None;
         }
@@ -443,7 +443,7 @@ impl Free {
     }
 
     /// Gives back what [`take`](Self::take) handed out, never beyond `cap`.
-    pub(crate) fn give(&mut self, d: &Demand, g: &Grant, cap: &Free) {
+    pub fn give(&mut self, d: &Demand, g: &Grant, cap: &Free) {
         self.cpu = (self.cpu + d.cpu).min(cap.cpu);
         self.mem = self.mem.saturating_add(d.mem).min(cap.mem);
         for &(i, u) in &d.custom {
@@ -464,7 +464,7 @@ impl Free {
     }
 
     /// Whether all of `ds` fit together (simulated on a copy).
-    pub(crate) fn fits_all(&self, ds: &[Demand]) -> bool {
+    pub fn fits_all(&self, ds: &[Demand]) -> bool {
         match ds {
             [] => true,
             [d] => self.fits(d),
@@ -476,7 +476,7 @@ impl Free {
     }
 
     /// Back to the public shape, naming the custom resources the node declared in `cap`.
-    pub(crate) fn to_resources(&self, cap: &Free, names: &Names) -> Resources {
+    pub fn to_resources(&self, cap: &Free, names: &Names) -> Resources {
         let custom = (0..cap.custom.len())
             .filter(|&i| cap.custom[i] > 0)
             .map(|i| (names.name(i as u32).to_owned(), from_units(self.custom(i as u32))))

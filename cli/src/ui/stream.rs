@@ -19,11 +19,11 @@ use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 
 use super::model::{Event, Follow, Model, TrialRow};
-use crate::callback::TrialInfo;
-use crate::proto::sweep_watch_client::SweepWatchClient;
-use crate::proto::sweep_watch_server::{SweepWatch, SweepWatchServer};
-use crate::proto::{self, control_request, sweep_update, trial_event};
-use crate::tune::{Control, DRIVER_FILE};
+use rtune_core::callback::TrialInfo;
+use rtune_core::proto::sweep_watch_client::SweepWatchClient;
+use rtune_core::proto::sweep_watch_server::{SweepWatch, SweepWatchServer};
+use rtune_core::proto::{self, control_request, sweep_update, trial_event};
+use rtune_core::tune::{Control, DRIVER_FILE};
 
 /// Events a follower may fall behind by before it gets a fresh snapshot instead.
 const BACKLOG: usize = 4096;
@@ -73,10 +73,10 @@ impl Follow for Broadcast {
     /// The experiment directory exists: `driver.json` tells `rtune watch` where to follow.
     /// Watching is a convenience: a `driver.json` that cannot be written is said in the log,
     /// and the sweep runs on without it.
-    fn begin(&self, path: &Path) -> crate::error::Result<()> {
+    fn begin(&self, path: &Path) -> rtune_core::error::Result<()> {
         let file = path.join(DRIVER_FILE);
         let json = serde_json::to_vec_pretty(&self.record).expect("the record serialises");
-        if let Err(e) = crate::storage::atomic_write_private(&file, &json) {
+        if let Err(e) = rtune_core::storage::atomic_write_private(&file, &json) {
             tracing::warn!("rtune watch cannot follow this sweep: {e}");
         }
         Ok(())
@@ -111,15 +111,15 @@ impl Drop for Server {
 }
 
 /// Serves the sweep in `dir` (shown as `model`; `control` takes the watchers' requests) on
-/// loopback; returns the server and the follower to add to the sweep's callbacks, which writes
-/// `driver.json` into `dir` when the sweep begins there.
+/// loopback, on `runtime` (the driver's); returns the server and the follower to add to the
+/// sweep's callbacks, which writes `driver.json` into `dir` when the sweep begins there.
 pub fn serve(
     dir: &Path,
     model: Model,
     control: Control,
+    runtime: &tokio::runtime::Handle,
 ) -> anyhow::Result<(Server, Arc<Broadcast>)> {
-    let driver = crate::driver::Driver::get()?;
-    let _runtime = driver.handle().enter();
+    let _runtime = runtime.enter();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("watch stream socket")?;
     listener.set_nonblocking(true)?;
     let address = listener.local_addr()?;
@@ -131,9 +131,9 @@ pub fn serve(
     let required = token.clone();
     let service = SweepWatchServer::with_interceptor(
         WatchService { broadcast: broadcast.clone(), control },
-        move |req: Request<()>| crate::rpc::check_watch_token(req, Some(&required)),
+        move |req: Request<()>| rtune_core::rpc::check_watch_token(req, Some(&required)),
     );
-    let shutdown = crate::rpc::serve_until_dropped(
+    let shutdown = rtune_core::rpc::serve_until_dropped(
         tonic::service::Routes::new(service),
         listener,
         "watch stream",
@@ -219,7 +219,7 @@ pub struct Remote {
     client: SweepWatchClient<
         tonic::service::interceptor::InterceptedService<
             tonic::transport::Channel,
-            crate::rpc::AddToken,
+            rtune_core::rpc::AddToken,
         >,
     >,
     runtime: tokio::runtime::Runtime,
@@ -293,7 +293,7 @@ pub fn attach(dir: &Path) -> Option<Remote> {
                 .ok()?
                 .connect_timeout(Duration::from_secs(2));
         let channel = endpoint.connect().await.ok()?;
-        let token = crate::rpc::AddToken::bearer(Some(&record.token)).ok()?;
+        let token = rtune_core::rpc::AddToken::bearer(Some(&record.token)).ok()?;
         let mut client = SweepWatchClient::with_interceptor(channel, token);
         let stream = client.follow(proto::FollowRequest {}).await.ok()?.into_inner();
         Some((client, stream))

@@ -13,9 +13,9 @@ use ratatui::widgets::{
 };
 use rtune_searchers::{SchedulerStatus, TrialId, TrialStatus};
 
-use crate::cli::ui::format::{clock, number, status_name};
-use crate::cli::ui::model::{Model, View};
-use crate::cluster::pool::GpuUsage;
+use crate::ui::format::{clock, number, status_name};
+use crate::ui::model::{Model, View};
+use rtune_core::cluster::pool::GpuUsage;
 
 /// Below this the screen says so instead of drawing garbage.
 pub const MIN_WIDTH: u16 = 60;

@@ -3,7 +3,7 @@
 //! lines (`progress`) and the stream that serves the model to `rtune watch` (`stream`). Views
 //! import the model, the model imports `format`, and nothing imports back.
 
-pub use rtune_cli::format;
+pub use crate::format;
 pub mod model;
 pub mod progress;
 pub mod stream;

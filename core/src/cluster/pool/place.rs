@@ -23,18 +23,18 @@ use super::resources::{Demand, Free, Grant};
 /// Nodes kept for the anchored request: another request may use a fenced node only where the
 /// anchor's share of that node still fits in what is left afterwards.
 #[derive(Debug, Clone)]
-pub(crate) struct Fence {
-    pub(crate) pg: PgId,
+pub struct Fence {
+    pub pg: PgId,
     /// Topology epoch the plan was made for.
-    pub(crate) epoch: u64,
+    pub epoch: u64,
     /// Bundle index → node slot of the plan.
-    pub(crate) assign: Vec<usize>,
+    pub assign: Vec<usize>,
     /// Node slot → the demands planned there (largest first), sorted by slot.
-    pub(crate) shares: Vec<(usize, Vec<Demand>)>,
+    pub shares: Vec<(usize, Vec<Demand>)>,
 }
 
 impl Fence {
-    pub(crate) fn new(pg: PgId, epoch: u64, plan: &Plan, demands: &[Demand]) -> Fence {
+    pub fn new(pg: PgId, epoch: u64, plan: &Plan, demands: &[Demand]) -> Fence {
         let assign: Vec<usize> = plan.bundles.iter().map(|(slot, _)| *slot).collect();
         let mut shares: Vec<(usize, Vec<Demand>)> = Vec::new();
         for (i, &slot) in assign.iter().enumerate() {
@@ -59,14 +59,14 @@ impl Fence {
 }
 
 /// The cluster as one placement attempt sees it.
-pub(crate) struct View<'a> {
-    pub(crate) nodes: &'a [Node],
+pub struct View<'a> {
+    pub nodes: &'a [Node],
     /// Slots of alive nodes.
-    pub(crate) alive: &'a [usize],
+    pub alive: &'a [usize],
     /// Plan as if nothing were reserved (feasibility checks, anchor plans).
-    pub(crate) empty: bool,
+    pub empty: bool,
     /// Fence the attempt must respect (None for the anchored request itself).
-    pub(crate) fence: Option<&'a Fence>,
+    pub fence: Option<&'a Fence>,
 }
 
 impl View<'_> {
@@ -100,11 +100,11 @@ impl View<'_> {
 
 /// Where every bundle goes, and the nodes' free resources once it is taken.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
+pub struct Plan {
     /// Per bundle, in request order: node slot and GPU grant.
-    pub(crate) bundles: Vec<(usize, Grant)>,
+    pub bundles: Vec<(usize, Grant)>,
     /// Free resources of every touched node after the plan.
-    pub(crate) touched: Vec<(usize, Free)>,
+    pub touched: Vec<(usize, Free)>,
 }
 
 /// Free resources under construction during one attempt.
@@ -169,7 +169,7 @@ fn largest_first(demands: &[Demand]) -> Vec<usize> {
 }
 
 /// Finds a layout of all `demands` under `strategy`, or None.
-pub(crate) fn place(view: &View<'_>, demands: &[Demand], strategy: Strategy) -> Option<Plan> {
+pub fn place(view: &View<'_>, demands: &[Demand], strategy: Strategy) -> Option<Plan> {
     if view.alive.is_empty() || demands.is_empty() {
         return None;
     }
@@ -290,7 +290,7 @@ fn greedy_spread(view: &View<'_>, demands: &[Demand]) -> Option<Plan> {
 
 /// Maximum matching of bundles to distinct nodes that each hold the bundle alone.
 /// Returns, per bundle, its node slot (None where unmatched).
-pub(crate) fn spread_matching(view: &View<'_>, demands: &[Demand]) -> Vec<Option<usize>> {
+pub fn spread_matching(view: &View<'_>, demands: &[Demand]) -> Vec<Option<usize>> {
     let order = view.best_fit_order();
     let scratch = Scratch::new(view);
     // Candidate nodes per bundle; identical bundles share one list.
@@ -363,7 +363,7 @@ fn strict_spread(view: &View<'_>, demands: &[Demand]) -> Option<Plan> {
 }
 
 /// Lays out the anchored request exactly as its fence planned, if every share fits now.
-pub(crate) fn place_fenced(view: &View<'_>, demands: &[Demand], fence: &Fence) -> Option<Plan> {
+pub fn place_fenced(view: &View<'_>, demands: &[Demand], fence: &Fence) -> Option<Plan> {
     if fence.assign.len() != demands.len() {
         return None;
     }

@@ -132,12 +132,12 @@ impl PoolConfig {
 
 /// One node as the pool keeps it.
 #[derive(Debug, Clone)]
-pub(crate) struct Node {
+pub struct Node {
     id: NodeId,
     address: String,
     alive: bool,
-    pub(crate) cap: Free,
-    pub(crate) free: Free,
+    pub cap: Free,
+    pub free: Free,
     /// Reserved groups with at least one bundle here.
     holders: BTreeSet<PgId>,
 }

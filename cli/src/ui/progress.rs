@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rtune_searchers::{Metrics, Mode};
 
-use crate::outcome::error_summary;
+use rtune_core::outcome::error_summary;
 
 use super::format::{clock, counts};
 use super::model::{Event, Follow, Model, TrialRow};
