@@ -1,5 +1,6 @@
 """Start-up of rtune's commands: `rtune` (which links no libtorch) against `rtune-torch` (the full
-program), the same arguments, in interleaved rounds.
+program), the same arguments, in interleaved rounds. Each command fails or finds nothing at
+once, so what is measured is what a process pays before and around its work.
 
     python3 bench/startup.py [BIN_DIR (target/debug)] [ROUNDS (20)]
 
@@ -18,7 +19,10 @@ import time
 BIN_DIR = sys.argv[1] if len(sys.argv) > 1 else "target/debug"
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 WARM_UP = 3
-CASES = [["--version"], ["--help"], ["completions", "bash"], ["ls", "rtune_results"]]
+# The last two: a cluster that is not there (refused at once), and a command rtune hands on.
+CASES = [["--version"], ["--help"], ["completions", "bash"], ["ls", "rtune_results"],
+         ["show", "rtune_results/none"], ["status", "--address", "127.0.0.1:1"],
+         ["export", "rtune_results/none", "--to", "x"]]
 PROGRAMS = ["rtune", "rtune-torch"]
 
 
@@ -47,10 +51,10 @@ def main():
                 took = (time.perf_counter() - start) * 1000
                 if round_ >= WARM_UP:
                     times.setdefault((" ".join(args), program), []).append(took)
-    print(f"{'command':<18} {'program':<12} {'median ms':>10} {'min':>7} {'max':>7} {'peak RSS MB':>12}")
+    print(f"{'command':<34} {'program':<12} {'median ms':>10} {'min':>7} {'max':>7} {'peak RSS MB':>12}")
     for (command, program), ms in times.items():
         rss = peak_rss_mb(exes[program], command.split())
-        print(f"{command:<18} {program:<12} {statistics.median(ms):>10.1f} {min(ms):>7.1f} "
+        print(f"{command:<34} {program:<12} {statistics.median(ms):>10.1f} {min(ms):>7.1f} "
               f"{max(ms):>7.1f} {rss:>12.1f}")
 
 

@@ -45,13 +45,14 @@
 //!    sys         supervised processes, build id, CUDA opened at run time │ proto  wire types
 //!    log         tracing
 //! ── rtune-core (its own crate: what needs no libtorch: layers 0-4 but `sys::cuda`,
-//!    `collective::nccl` and the VarStore traits; `record`; `tune`'s controller, config,
-//!    experiment, trial and result grid. This crate re-exports its modules under their names
-//!    and adds the rest to them)
+//!    `collective::nccl` and the VarStore traits; `record`; `cluster` but the node agent;
+//!    `tune`'s controller, config, control, experiment, trial and result grid. This crate
+//!    re-exports its modules under their names and adds the rest to them)
 //! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
 //! ── rtune-cli (its own crate, on rtune-core: the command line's grammar and exit codes, the
-//!    commands that need no libtorch (`completions`, `ls`, `show`), and `rtune` itself, which
-//!    links no libtorch and execs `rtune-torch`, this crate's CLI, for the other commands)
+//!    commands that need no libtorch (`completions`, `ls`, `show`, `watch`, `status`) and the
+//!    views of a sweep (`ui`), and `rtune` itself, which links no libtorch and execs
+//!    `rtune-torch`, this crate's CLI, for the other commands)
 //! ```
 //!
 //! `init()` must be the first line of `main` in any binary that trains: worker processes are

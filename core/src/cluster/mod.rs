@@ -1,6 +1,7 @@
 //! The cluster: every worker group of every trial draws its resources from one pool. The pool
 //! (`pool`) is a pure state machine; this module also holds the embedded default, where the
-//! driver's machine is the whole cluster. Head and node agents over gRPC build on the same pool.
+//! driver's machine is the whole cluster. Head and node agents over gRPC build on the same pool
+//! (the node agent, which probes CUDA for its workers, is `rtune::cluster::node`).
 
 pub mod binary;
 pub mod client;

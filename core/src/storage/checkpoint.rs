@@ -7,7 +7,7 @@
 //! complete and is swept away before the next attempt starts.
 //!
 //! Only rank 0's checkpoint is kept (Ray Train keeps one checkpoint per report): on other ranks
-//! [`TrainContext::new_checkpoint`](crate::TrainContext::new_checkpoint) gives a writer that
+//! `TrainContext::new_checkpoint` (in `rtune`) gives a writer that
 //! saves no model, so the I/O does not grow with the world size.
 //!
 //! A sharded model's optimizer state is the exception: every rank writes its shard

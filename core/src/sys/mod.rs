@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 /// worker at once), and hands its exit to
 /// `on_exit`. The returned sender kills it; dropping the sender kills it too. Also returns its
 /// stdin, stdout and stderr when the command piped them. Call inside a tokio runtime, from any thread:
-/// the fork happens on the spawner thread (see [`fork_on_spawner`]).
+/// the fork happens on the spawner thread (see `fork_on_spawner`).
 pub fn spawn_supervised(
     mut command: std::process::Command,
     on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// A handle to a running sweep, for a signal handler or a UI: clone it before handing it to
-/// the tuner ([`Tuner::control`](super::Tuner::control)) and keep the clone.
+/// the tuner (`rtune::Tuner::control`) and keep the clone.
 ///
 /// * [`interrupt`](Control::interrupt) stops the sweep where it is and leaves it resumable
 ///   (Ray's Ctrl-C in `Tuner.fit`): the experiment's state is saved as it is, the running trials
