@@ -1,6 +1,7 @@
-//! The commands that need no libtorch: `completions`, `ls`, `show`, `watch` and `status`. `rtune` runs them itself
-//! (see [`crate::front`]), and so does the full program (`rtune::cli::main`, a user's binary's
-//! included), through [`run`]: one implementation, the same output and exit codes.
+//! The commands that need no libtorch: `completions`, `ls`, `show`, `watch` and `status`.
+//! `rtune` runs them itself (see [`crate::front`]), and so does the full program
+//! (`rtune::cli::main`, a user's binary's included), through [`run`]: one implementation, the
+//! same output and exit codes.
 
 use std::path::{Path, PathBuf};
 

@@ -4,9 +4,10 @@
 //! Loading libtorch costs a process about 0.2 s and 140 MB before `main` runs (its static
 //! constructors build the operator registry), whatever the command. So `rtune` links none:
 //! `--help`, `--version` and a mistake in the arguments (clap's message, exit 2) are answered
-//! here, and so are `completions`, `ls`, `show`, `watch` and `status` ([`crate::commands`]). Any other command execs [`FULL_PROGRAM`], installed beside `rtune`, with
-//! the same arguments: the command then runs in this very process (its id, its terminal, its
-//! signals), so Ctrl-C, `rtune stop` and a parent waiting on it see nothing different.
+//! here, and so are `completions`, `ls`, `show`, `watch` and `status` ([`crate::commands`]).
+//! Any other command execs [`FULL_PROGRAM`], installed beside `rtune`, with the same arguments:
+//! the command then runs in this very process (its id, its terminal, its signals), so Ctrl-C,
+//! `rtune stop` and a parent waiting on it see nothing different.
 
 use std::os::unix::process::CommandExt;
 

@@ -1,14 +1,14 @@
 //! The `rtune` command line: its grammar ([`args`]: every command and flag, as clap parses
 //! them), its exit codes ([`exit`]), the commands that need no libtorch ([`commands`], with
-//! what they show: [`inspect`], [`format`](mod@format) and the views of a sweep, [`ui`]), and the `rtune`
-//! program itself ([`front`]).
+//! what they show: [`inspect`], [`format`](mod@format) and the views of a sweep, [`ui`]), and
+//! the `rtune` program itself ([`front`]).
 //!
 //! This crate links no libtorch, and neither does `rtune`: what needs none (`--help`,
 //! `--version`, a mistake in the arguments, and the commands of [`commands`]: `completions`,
-//! `ls`, `show`, `watch`, `status`) is answered before libtorch would have finished loading. Every other command runs in the full program, `rtune-torch` (the
-//! `rtune` crate's `cli::main`), which `rtune` becomes by exec. A user's own binary
-//! (`rtune::cli::main` with its own train functions) parses the same [`Cli`] and runs everything
-//! itself.
+//! `ls`, `show`, `watch`, `status`) is answered before libtorch would have finished loading.
+//! Every other command runs in the full program, `rtune-torch` (the `rtune` crate's
+//! `cli::main`), which `rtune` becomes by exec. A user's own binary (`rtune::cli::main` with its
+//! own train functions) parses the same [`Cli`] and runs everything itself.
 
 pub mod args;
 pub mod commands;

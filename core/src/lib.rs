@@ -1,7 +1,9 @@
-//! The layers of rtune that need no libtorch (0 to 4 of `rtune`'s layout, less CUDA and NCCL;
-//! the run's record; the parts of `tune` that read and write experiments), in a crate of their own so that programs which train nothing can use them without loading
-//! libtorch. `rtune` re-exports every module here under its own name (`rtune::config`,
-//! `rtune::storage`, ..): use them from there.
+//! The parts of rtune that need no libtorch, in a crate of their own so that programs which
+//! train nothing (`rtune ls`, `show`, `watch`, `status`) can use them without loading
+//! libtorch: layers 0 to 4 of `rtune`'s layout less CUDA and NCCL, the run's record (`record`),
+//! the cluster but its node agent, and the parts of `tune` that read and write experiments.
+//! `rtune` re-exports every module here under its own name (`rtune::config`, `rtune::storage`,
+//! ..): use them from there.
 
 pub mod callback;
 pub mod cluster;

@@ -1,6 +1,7 @@
 //! How every `rtune` command ends: the error each command ends with, with its exit code (the
 //! codes are `rtune_cli::exit`'s), in the words of the sweep file.
 
+use rtune_cli::exit::code_of;
 pub use rtune_cli::exit::{
     EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED,
 };
@@ -57,8 +58,4 @@ pub(super) fn in_sweep_terms(e: Error) -> Exit {
         return Exit(code, anyhow::anyhow!("invalid `{key}`: {message}"));
     }
     Exit(code, e.into())
-}
-
-fn code_of(e: &Error) -> i32 {
-    rtune_cli::exit::code_of(e)
 }
