@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use rtune_core::cluster::{client, pool};
 
 use crate::args::{Command, Format};
-use crate::exit::{EXIT_FAILED, EXIT_INVALID, input_error_code};
+use crate::exit::{EXIT_INVALID, error_code, input_error_code};
 use crate::{inspect, ui};
 
 /// Runs `command` when it is one of these and returns its exit code (having said what went
@@ -29,10 +29,8 @@ pub fn run(command: &Command) -> Option<i32> {
         }),
         Command::Watch { dir } => watch(dir.as_deref()),
         Command::Status { address, format, token } => {
-            status(address, *format == Format::Json, token.as_deref()).map_err(|e| {
-                let code = e.downcast_ref().map_or(EXIT_FAILED, crate::exit::code_of);
-                (code, e)
-            })
+            status(address, *format == Format::Json, token.as_deref())
+                .map_err(|e| (error_code(&e), e))
         }
         _ => return None,
     };

@@ -40,6 +40,11 @@ pub fn input_error_code(e: &anyhow::Error) -> i32 {
     if system { EXIT_FAILED } else { EXIT_INVALID }
 }
 
+/// The exit code of an error that may be one of rtune's ([`code_of`]); anything else: 4.
+pub fn error_code(e: &anyhow::Error) -> i32 {
+    e.downcast_ref().map_or(EXIT_FAILED, code_of)
+}
+
 /// The exit code of one of rtune's errors: a mistake in what was given (2), an interrupted
 /// sweep (3), or anything else (4).
 pub fn code_of(e: &rtune_core::error::Error) -> i32 {

@@ -24,7 +24,7 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     if e.downcast_ref::<Problems>().is_some() {
         return EXIT_INVALID;
     }
-    e.downcast_ref::<Error>().map_or(EXIT_FAILED, code_of)
+    rtune_cli::exit::error_code(e)
 }
 
 /// An error of a command that reads what it is given (`ls`, `show`, `export`, `predict`), with

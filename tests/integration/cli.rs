@@ -42,7 +42,7 @@ scheduler = { type = "asha", grace_period = 2, max_t = 8, reduction_factor = 2 }
 seed = 5
 "#;
 
-fn sweep_file(dir: &Path, sleep: f64) -> Result<PathBuf> {
+pub(crate) fn sweep_file(dir: &Path, sleep: f64) -> Result<PathBuf> {
     let storage = dir.join("results");
     let text = SWEEP
         .replace("{storage}", &storage.display().to_string())

@@ -47,30 +47,23 @@ fn loads_libtorch(libs: &[String]) -> bool {
     libs.iter().any(|l| l.starts_with("libtorch") || l.starts_with("libc10"))
 }
 
-/// A finished sweep of two synthetic-curve trials (a second or two), for `ls` and `show`.
-fn small_experiment(storage: &Path) -> Result<std::path::PathBuf> {
-    let sweep = storage.join("sweep.toml");
-    std::fs::write(
-        &sweep,
-        format!(
-            "name = \"small\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
-             [param_space]\nrate = {{ uniform = [0.1, 0.9] }}\niterations = 2\nsleep_s = 0.0\n\
-             [tune]\nmetric = \"score\"\nmode = \"max\"\nnum_samples = 2\n",
-            storage.display()
-        ),
-    )?;
+/// A finished sweep of six synthetic-curve trials (`cli`'s, a second or two), for `ls` and
+/// `show`: its storage path and its experiment.
+fn small_experiment(dir: &Path) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let sweep = crate::cli::sweep_file(dir, 0.0)?;
     let out = Command::new(FULL).arg("run").arg(&sweep).arg("--no-tui").output()?;
     ensure!(out.status.success(), "the sweep: {}", text(&out));
-    Ok(storage.join("small"))
+    let storage = dir.join("results");
+    Ok((storage.join("curves"), storage))
 }
 
 /// `--help`, `--version`, argument mistakes, `completions`, `ls`, `show`, `watch` (here without
 /// a terminal) and `status` (here of no cluster): `rtune` says what `rtune-torch` says (output,
 /// errors, exit code) and loads no libtorch doing it.
 pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
-    let storage = tempfile::tempdir()?;
-    let experiment = small_experiment(storage.path())?;
-    let (storage, experiment) = (storage.path().to_str().unwrap(), experiment.to_str().unwrap());
+    let dir = tempfile::tempdir()?;
+    let (experiment, storage) = small_experiment(dir.path())?;
+    let (storage, experiment) = (storage.to_str().unwrap(), experiment.to_str().unwrap());
     let cases: &[(&[&str], i32)] = &[
         (&["--version"], 0),
         (&["--help"], 0),
@@ -114,10 +107,10 @@ pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
         );
         ensure!(out.status.code() == Some(code), "{args:?}: {}", text(&out));
     }
-    // What `show` printed is the experiment's: its two trials.
+    // What `show` printed is the experiment's: its six trials.
     let (out, _) = run_watched(RTUNE, &["show", experiment, "--format", "json"])?;
     let trials: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    ensure!(trials.as_array().map(Vec::len) == Some(2), "{trials}");
+    ensure!(trials.as_array().map(Vec::len) == Some(6), "{trials}");
     Ok(())
 }
 
