@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+pub use rtune_core::sys::Device;
+
 use crate::exit::EXIT_CODES;
 
 /// What `rtune --help` says rtune is.
@@ -369,22 +371,11 @@ pub struct PredictArgs {
     pub part_rows: usize,
 }
 
-/// What `--device` names: the CPU, or a GPU by its index among the visible ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Device {
-    Cpu,
-    Cuda(usize),
-}
-
 /// A `--device` flag: cpu, cuda (the first visible GPU) or cuda:N (clap names the flag in its
 /// error).
 pub fn device(text: &str) -> Result<Device, String> {
-    match text.trim() {
-        "cpu" => Some(Device::Cpu),
-        "cuda" => Some(Device::Cuda(0)),
-        other => other.strip_prefix("cuda:").and_then(|n| n.parse().ok()).map(Device::Cuda),
-    }
-    .ok_or_else(|| format!("{text:?} is not a device; use cpu, cuda or cuda:N (e.g. cuda:1)"))
+    Device::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a device; use cpu, cuda or cuda:N (e.g. cuda:1)"))
 }
 
 /// How `rtune slurm run` and `resume` bring their cluster up.

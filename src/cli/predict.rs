@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Result, anyhow};
-use rtune_cli::{Device, PredictArgs};
+use rtune_cli::PredictArgs;
 
 use crate::config::ScalingConfig;
 use crate::train::BatchPredictor;
@@ -19,11 +19,7 @@ pub(super) fn predict(args: &PredictArgs, cluster: Option<(String, String)>) -> 
         .allow_extra(args.allow_extra);
     match args.workers {
         None => {
-            let device = match args.device {
-                Device::Cpu => tch::Device::Cpu,
-                Device::Cuda(index) => tch::Device::Cuda(index),
-            };
-            let device = crate::sys::cuda::use_device(device)
+            let device = crate::sys::cuda::use_device(crate::sys::cuda::torch_device(args.device))
                 .map_err(|e| anyhow!("--device: {e}; or predict on the CPU (--device cpu)"))?;
             predictor = predictor.device(device);
         }

@@ -28,6 +28,8 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use super::Device;
+
 /// Set (to anything) in the environment of a process started to probe CUDA: `rtune::init()`
 /// then runs [`Probe::here`], prints it as one JSON line and exits.
 pub const PROBE_ENV: &str = "RTUNE_CUDA_PROBE";
@@ -123,12 +125,11 @@ pub fn load() -> Result<(), CudaError> {
     LOADED.get_or_init(|| open_global(&torch_cuda_path()?)).clone()
 }
 
-/// `cpu`, `cuda` (the first visible GPU) or `cuda:N` as a device; None for anything else.
-pub fn parse_device(text: &str) -> Option<tch::Device> {
-    match text.trim() {
-        "" | "cpu" => Some(tch::Device::Cpu),
-        "cuda" => Some(tch::Device::Cuda(0)),
-        other => other.strip_prefix("cuda:")?.parse().ok().map(tch::Device::Cuda),
+/// libtorch's name for `device`.
+pub fn torch_device(device: Device) -> tch::Device {
+    match device {
+        Device::Cpu => tch::Device::Cpu,
+        Device::Cuda(index) => tch::Device::Cuda(index),
     }
 }
 
@@ -433,11 +434,13 @@ mod tests {
 
     #[test]
     fn devices_are_named_as_torch_names_them() {
-        assert_eq!(parse_device("cpu"), Some(tch::Device::Cpu));
-        assert_eq!(parse_device("cuda"), Some(tch::Device::Cuda(0)));
-        assert_eq!(parse_device("cuda:3"), Some(tch::Device::Cuda(3)));
-        assert_eq!(parse_device("gpu"), None);
-        assert_eq!(parse_device("cuda:x"), None);
+        let parse = |text| Device::parse(text).map(torch_device);
+        assert_eq!(parse("cpu"), Some(tch::Device::Cpu));
+        assert_eq!(parse("cuda"), Some(tch::Device::Cuda(0)));
+        assert_eq!(parse(" cuda:3 "), Some(tch::Device::Cuda(3)));
+        for wrong in ["gpu", "cuda:x", "cuda:-1", "", "CPU"] {
+            assert_eq!(parse(wrong), None, "{wrong}");
+        }
         assert_eq!(use_device(tch::Device::Cpu), Ok(tch::Device::Cpu));
     }
 

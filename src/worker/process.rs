@@ -233,8 +233,14 @@ fn is_stop(e: &anyhow::Error) -> bool {
     matches!(e.downcast_ref::<Error>(), Some(Error::StopRequested))
 }
 
+/// The device the pool assigned (none: the CPU).
 fn parse_device(text: &str) -> Result<tch::Device> {
-    crate::sys::cuda::parse_device(text)
+    let device = match text {
+        "" => Some(crate::sys::Device::Cpu),
+        text => crate::sys::Device::parse(text),
+    };
+    device
+        .map(crate::sys::cuda::torch_device)
         .ok_or_else(|| Error::Protocol(format!("unknown device {text:?}")))
 }
 

@@ -14,6 +14,26 @@ use std::sync::{Mutex, mpsc};
 
 use tokio::sync::oneshot;
 
+/// A device as a user names it (`--device`, a worker's assignment): the CPU, or a GPU by its
+/// index among the visible ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+impl Device {
+    /// `cpu`, `cuda` (the first visible GPU) or `cuda:N`, as PyTorch writes them; None for
+    /// anything else.
+    pub fn parse(text: &str) -> Option<Device> {
+        match text.trim() {
+            "cpu" => Some(Device::Cpu),
+            "cuda" => Some(Device::Cuda(0)),
+            other => other.strip_prefix("cuda:")?.parse().ok().map(Device::Cuda),
+        }
+    }
+}
+
 /// Spawns `command` as a worker process that dies with this process (`PR_SET_PDEATHSIG =
 /// SIGKILL`: a driver's or node agent's workers never outlive it), in a process group of its
 /// own (a terminal's Ctrl-C goes to the driver, which stops its trials cleanly, not to every
