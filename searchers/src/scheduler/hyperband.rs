@@ -140,23 +140,7 @@ impl HyperBand {
         }
     }
 
-    /// The result key measuring progress.
-    pub fn time_attr(mut self, attr: impl Into<String>) -> Self {
-        self.target.time_attr = attr.into();
-        self
-    }
-
-    /// The metric (or pass it through `set_metric`).
-    pub fn metric(mut self, metric: impl Into<String>) -> Self {
-        self.target.metric = Some(metric.into());
-        self
-    }
-
-    /// The direction.
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.target.mode = Some(mode);
-        self
-    }
+    target_builders!();
 
     /// Maximum time per trial (≥ 1).
     pub fn max_t(mut self, t: impl Into<f64>) -> Self {

@@ -27,6 +27,30 @@
 //!   passed the rung but leaves its NaN out of the cutoff (Ray's `nanpercentile`), the median
 //!   rule leaves NaN results out of running means, PBT leaves NaN trials out of the quantiles.
 
+/// A scheduler's builder methods for its [`Target`] (its `target` field), the same in every
+/// scheduler: `time_attr`, `metric` and `mode`.
+macro_rules! target_builders {
+    () => {
+        /// The result key measuring progress (it grows with every result of a trial).
+        pub fn time_attr(mut self, attr: impl Into<String>) -> Self {
+            self.target.time_attr = attr.into();
+            self
+        }
+
+        /// The metric (or pass it through `set_metric`).
+        pub fn metric(mut self, metric: impl Into<String>) -> Self {
+            self.target.metric = Some(metric.into());
+            self
+        }
+
+        /// The direction.
+        pub fn mode(mut self, mode: Mode) -> Self {
+            self.target.mode = Some(mode);
+            self
+        }
+    };
+}
+
 mod asha;
 mod fifo;
 mod hyperband;
