@@ -50,6 +50,11 @@ fn watch(dir: Option<&Path>) -> Result<(), (i32, anyhow::Error)> {
         Some(dir) => local(dir)?,
         None => inspect::newest_experiment().map_err(|e| (EXIT_INVALID, e))?,
     };
+    if !dir.is_dir() {
+        let e =
+            anyhow::anyhow!("{} is not an experiment directory (see `rtune ls`)", dir.display());
+        return Err((EXIT_INVALID, e));
+    }
     ui::tui::watch(&dir).map_err(|e| (EXIT_INVALID, e))
 }
 

@@ -107,6 +107,10 @@ pub fn what_trains_nothing_loads_no_libtorch() -> Result<()> {
         );
         ensure!(out.status.code() == Some(code), "{args:?}: {}", text(&out));
     }
+    // A folder that is not there is named, terminal or not.
+    let (out, _) = run_watched(RTUNE, &["watch", "no-such-folder"])?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    ensure!(said.contains("no-such-folder is not an experiment directory"), "{said}");
     // What `show` printed is the experiment's: its six trials.
     let (out, _) = run_watched(RTUNE, &["show", experiment, "--format", "json"])?;
     let trials: serde_json::Value = serde_json::from_slice(&out.stdout)?;
