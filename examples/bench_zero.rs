@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use rtune::train::{ShardOptimizer, Sharding};
+use rtune::train::{OptimizerSettings, Sharding};
 use rtune::{Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -64,7 +64,7 @@ fn train(ctx: &mut TrainContext) -> Result<()> {
         2 * 4 * parameters as usize
     } else {
         let sharding = if way == "zero1" { Sharding::Zero1 } else { Sharding::Zero2 };
-        let mut model = ctx.prepare_model_sharded(&vs, sharding, ShardOptimizer::adam(1e-4))?;
+        let mut model = ctx.prepare_model_sharded(&vs, sharding, OptimizerSettings::adam(1e-4))?;
         for _ in 0..=steps {
             let started = Instant::now();
             model.backward_step(&net.forward(&x).cross_entropy_for_logits(&y))?;

@@ -32,7 +32,9 @@ use crate::data::{
 };
 use crate::storage::{LoadVarStore, SaveVarStore};
 use crate::train::{TorchPredictor, TorchTrainer};
-use crate::worker::{DistributedModel, ModelOptimizer, ShardOptimizer, ShardedModel, TrainContext};
+use crate::worker::{
+    DistributedModel, ModelOptimizer, OptimizerSettings, ShardedModel, TrainContext,
+};
 
 /// Fixes the train/validation/test split of the digits.
 pub const DIGITS_SPLIT_SEED: u64 = 0;
@@ -112,14 +114,15 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     }
     let mut model = match ctx.sharding() {
         None => {
-            let mut adam = ShardOptimizer::adam(lr).for_model(&vs)?;
+            let mut adam = OptimizerSettings::adam(lr).for_model(&vs)?;
             if let Some(checkpoint) = ctx.checkpoint().filter(|c| c.holds_optimizer()) {
                 adam.load(checkpoint)?;
             }
             Parallel::Whole(ctx.prepare_model(&vs)?, adam)
         }
         Some(sharding) => {
-            let mut model = ctx.prepare_model_sharded(&vs, sharding, ShardOptimizer::adam(lr))?;
+            let mut model =
+                ctx.prepare_model_sharded(&vs, sharding, OptimizerSettings::adam(lr))?;
             if let Some(checkpoint) = ctx.checkpoint().filter(|c| c.holds_optimizer_shards()) {
                 model.load_optimizer(checkpoint)?;
             }

@@ -28,7 +28,9 @@ pub(crate) use rtune_core::record::{self, read_run};
 pub use trainer::TorchTrainer;
 pub(crate) use trainer::{DATASETS_DIR, Steering, unread_note};
 
+#[allow(deprecated)]
+pub use crate::worker::ShardOptimizer;
 pub use crate::worker::{
-    DistributedModel, ModelOptimizer, OptimizerStep, REPORT_PREFIX, ShardOptimizer, ShardedModel,
-    Sharding, TrainContext, TrainFn, run_command,
+    DistributedModel, ModelOptimizer, OptimizerSettings, OptimizerStep, REPORT_PREFIX,
+    ShardedModel, Sharding, TrainContext, TrainFn, run_command,
 };

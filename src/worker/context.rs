@@ -377,7 +377,7 @@ impl<'a> TrainContext<'a> {
         &mut self,
         vs: &VarStore,
         sharding: super::Sharding,
-        optimizer: super::ShardOptimizer,
+        optimizer: super::OptimizerSettings,
     ) -> Result<super::ShardedModel> {
         let backend = self.backend_for(vs.device())?;
         super::ShardedModel::new(backend, vs, sharding, optimizer)

@@ -22,7 +22,8 @@ pub(crate) use context::ContextParts;
 pub use context::{DistributedModel, TrainContext};
 pub(crate) use link::DriverLink;
 pub use model_optimizer::{ModelOptimizer, OptimizerStep};
-pub use shard_optimizer::ShardOptimizer;
+#[allow(deprecated)]
+pub use shard_optimizer::{OptimizerSettings, ShardOptimizer};
 pub use sharded::{ShardedModel, Sharding};
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 //! goes on as if never stopped.
 //!
 //! Each variable steps as libtorch's optimizer of the same settings steps it, bit for bit (the
-//! step is [`ShardOptimizer`]'s: see `shard_optimizer`). Its state is saved as
+//! step is [`OptimizerSettings`]'s: see `shard_optimizer`). Its state is saved as
 //! `optimizer.safetensors` (`<variable>/<state>`, PyTorch's state names) beside
 //! `optimizer.json` (the settings, and each variable's name, shape and step count).
 
@@ -13,7 +13,7 @@ use tch::nn::{Optimizer, VarStore};
 use tch::{Device, Tensor};
 
 use super::context::{sorted_variables, trainable};
-use super::shard_optimizer::{Parameter, Scratch, ShardOptimizer, ShardState, read_index};
+use super::shard_optimizer::{OptimizerSettings, Parameter, Scratch, ShardState, read_index};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, OPTIMIZER_FILE, OPTIMIZER_INDEX};
@@ -41,9 +41,9 @@ impl OptimizerStep for Optimizer {
 }
 
 /// rtune's optimizer over every trainable variable of a model, its state saved with
-/// checkpoints. Made by [`ShardOptimizer::for_model`].
+/// checkpoints. Made by [`OptimizerSettings::for_model`].
 pub struct ModelOptimizer {
-    settings: ShardOptimizer,
+    settings: OptimizerSettings,
     /// The trainable variables in name order, each with its state.
     vars: Vec<(String, Tensor, ShardState)>,
     scratch: Scratch,
@@ -61,7 +61,7 @@ struct SavedVariable {
 #[derive(Debug, Serialize, Deserialize)]
 struct SavedOptimizer {
     format: u32,
-    optimizer: ShardOptimizer,
+    optimizer: OptimizerSettings,
     /// The optimizer's state per variable, by PyTorch's names.
     state: Vec<String>,
     variables: Vec<SavedVariable>,
@@ -69,7 +69,7 @@ struct SavedOptimizer {
 
 const FORMAT: u32 = 1;
 
-impl ShardOptimizer {
+impl OptimizerSettings {
     /// This optimizer over every trainable variable of `vs`, each one's state whole (plain data
     /// parallelism; a sharded model takes the settings itself).
     pub fn for_model(self, vs: &VarStore) -> Result<ModelOptimizer> {
@@ -79,7 +79,7 @@ impl ShardOptimizer {
             .map(|(name, t)| {
                 if !t.is_contiguous() {
                     return Err(Error::config(
-                        "ShardOptimizer::for_model",
+                        "OptimizerSettings::for_model",
                         format!("variable `{name}` is not contiguous"),
                     ));
                 }
@@ -246,15 +246,15 @@ mod tests {
             (vs, net)
         };
         for ours in [
-            ShardOptimizer::adam(1e-3),
-            ShardOptimizer::adamw(1e-3),
-            ShardOptimizer::sgd(0.05, 0.9),
+            OptimizerSettings::adam(1e-3),
+            OptimizerSettings::adamw(1e-3),
+            OptimizerSettings::sgd(0.05, 0.9),
         ] {
             let (vs, net) = fresh();
             let mut theirs = match ours {
-                ShardOptimizer::Adam { lr, .. } => tch::nn::Adam::default().build(&vs, lr),
-                ShardOptimizer::AdamW { lr, .. } => tch::nn::AdamW::default().build(&vs, lr),
-                ShardOptimizer::Sgd { lr, .. } => {
+                OptimizerSettings::Adam { lr, .. } => tch::nn::Adam::default().build(&vs, lr),
+                OptimizerSettings::AdamW { lr, .. } => tch::nn::AdamW::default().build(&vs, lr),
+                OptimizerSettings::Sgd { lr, .. } => {
                     tch::nn::Sgd { momentum: 0.9, ..Default::default() }.build(&vs, lr)
                 }
             }
@@ -292,27 +292,27 @@ mod tests {
         let (vs, _) = mlp(500);
         let dir = tempfile::tempdir().unwrap();
         let mut writer = CheckpointWriter::create(dir.path(), 0, 1).unwrap();
-        ShardOptimizer::adam(1e-3).for_model(&vs).unwrap().save(&mut writer).unwrap();
+        OptimizerSettings::adam(1e-3).for_model(&vs).unwrap().save(&mut writer).unwrap();
         let saved = writer.commit(dir.path(), "ck", 1, 0, &Metrics::new()).unwrap();
         let bare = CheckpointWriter::create(dir.path(), 0, 2)
             .unwrap()
             .commit(dir.path(), "bare", 2, 0, &Metrics::new())
             .unwrap();
-        let refusal = |hidden, settings: ShardOptimizer, ck: &Checkpoint| {
+        let refusal = |hidden, settings: OptimizerSettings, ck: &Checkpoint| {
             let (vs, _) = mlp(hidden);
             settings.for_model(&vs).unwrap().load(ck).unwrap_err().to_string()
         };
-        let e = refusal(400, ShardOptimizer::adam(1e-3), &saved);
+        let e = refusal(400, OptimizerSettings::adam(1e-3), &saved);
         assert!(
             e.contains("holds `b.bias` of shape [500], this model has `b.bias` of shape [400]"),
             "{e}"
         );
-        let e = refusal(500, ShardOptimizer::sgd(0.1, 0.9), &saved);
+        let e = refusal(500, OptimizerSettings::sgd(0.1, 0.9), &saved);
         assert!(
             e.contains("(exp_avg, exp_avg_sq), this model's optimizer keeps momentum_buffer"),
             "{e}"
         );
-        let e = refusal(500, ShardOptimizer::adam(1e-3), &bare);
+        let e = refusal(500, OptimizerSettings::adam(1e-3), &bare);
         assert!(e.contains("no optimizer state") && !bare.holds_optimizer(), "{e}");
     }
 }

@@ -18,10 +18,11 @@ use tch::{Device, Kind, Tensor};
 use crate::error::{Error, Result};
 use crate::torch::TorchResult;
 
-/// The optimizer a sharded model runs on its shard, with PyTorch's meaning of each setting.
+/// rtune's optimizer, with PyTorch's meaning of each setting: what a sharded model runs on its
+/// shard, and what [`for_model`](OptimizerSettings::for_model) runs over a whole model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "lowercase")]
-pub enum ShardOptimizer {
+pub enum OptimizerSettings {
     /// SGD, with momentum when `momentum > 0` (`torch.optim.SGD`, dampening 0).
     Sgd { lr: f64, momentum: f64, weight_decay: f64, nesterov: bool },
     /// Adam, its weight decay an L2 term in the gradient (`torch.optim.Adam`).
@@ -30,28 +31,32 @@ pub enum ShardOptimizer {
     AdamW { lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64 },
 }
 
-impl ShardOptimizer {
+/// The name [`OptimizerSettings`] had when only sharded models ran it.
+#[deprecated(note = "renamed OptimizerSettings")]
+pub type ShardOptimizer = OptimizerSettings;
+
+impl OptimizerSettings {
     /// Adam with PyTorch's defaults (betas 0.9, 0.999, eps 1e-8, no weight decay).
     pub fn adam(lr: f64) -> Self {
-        ShardOptimizer::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }
+        OptimizerSettings::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }
     }
 
     /// AdamW with PyTorch's defaults (weight decay 0.01).
     pub fn adamw(lr: f64) -> Self {
-        ShardOptimizer::AdamW { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+        OptimizerSettings::AdamW { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
     }
 
     /// SGD with `momentum` (0: none).
     pub fn sgd(lr: f64, momentum: f64) -> Self {
-        ShardOptimizer::Sgd { lr, momentum, weight_decay: 0.0, nesterov: false }
+        OptimizerSettings::Sgd { lr, momentum, weight_decay: 0.0, nesterov: false }
     }
 
     /// The names of the optimizer's state per parameter, PyTorch's (`exp_avg` and `exp_avg_sq`
     /// for Adam(W), `momentum_buffer` for SGD with momentum).
     pub(super) fn state_names(&self) -> &'static [&'static str] {
         match *self {
-            ShardOptimizer::Sgd { momentum, .. } if momentum != 0.0 => &["momentum_buffer"],
-            ShardOptimizer::Sgd { .. } => &[],
+            OptimizerSettings::Sgd { momentum, .. } if momentum != 0.0 => &["momentum_buffer"],
+            OptimizerSettings::Sgd { .. } => &[],
             _ => &["exp_avg", "exp_avg_sq"],
         }
     }
@@ -61,7 +66,7 @@ impl ShardOptimizer {
     /// state; `None` when it fits (the settings may differ: a new learning rate).
     pub(super) fn misfit(
         &self,
-        saved: &ShardOptimizer,
+        saved: &OptimizerSettings,
         state: &[String],
         there: &[Parameter],
         here: &[Parameter],
@@ -96,15 +101,15 @@ impl ShardOptimizer {
 
     pub(super) fn check(&self) -> Result<()> {
         let (lr, rest): (f64, Vec<(&str, f64, bool)>) = match *self {
-            ShardOptimizer::Sgd { lr, momentum, weight_decay, .. } => (
+            OptimizerSettings::Sgd { lr, momentum, weight_decay, .. } => (
                 lr,
                 vec![
                     ("momentum", momentum, momentum >= 0.0),
                     ("weight_decay", weight_decay, weight_decay >= 0.0),
                 ],
             ),
-            ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay }
-            | ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => (
+            OptimizerSettings::Adam { lr, beta1, beta2, eps, weight_decay }
+            | OptimizerSettings::AdamW { lr, beta1, beta2, eps, weight_decay } => (
                 lr,
                 vec![
                     ("beta1", beta1, (0.0..1.0).contains(&beta1)),
@@ -118,7 +123,7 @@ impl ShardOptimizer {
         all.extend(rest);
         match all.into_iter().find(|(_, value, ok)| !(value.is_finite() && *ok)) {
             Some((name, value, _)) => Err(Error::config(
-                "ShardOptimizer",
+                "OptimizerSettings",
                 format!("`{name}` is {value}; betas lie in [0, 1), the others are finite and >= 0"),
             )),
             None => Ok(()),
@@ -152,7 +157,7 @@ pub(super) fn read_index<T: serde::de::DeserializeOwned>(
 }
 
 /// An optimizer's state for one shard: its step count and its buffers, in the order of
-/// [`ShardOptimizer::state_names`].
+/// [`OptimizerSettings::state_names`].
 #[derive(Debug)]
 pub(super) struct ShardState {
     pub(super) step: i64,
@@ -165,7 +170,11 @@ const CHUNK: i64 = 1 << 18;
 
 impl ShardState {
     /// Fresh state (step 0, zeros) for a shard of `len` numbers on `device`.
-    pub(super) fn new(settings: &ShardOptimizer, len: usize, device: Device) -> Result<ShardState> {
+    pub(super) fn new(
+        settings: &OptimizerSettings,
+        len: usize,
+        device: Device,
+    ) -> Result<ShardState> {
         let buffers = settings
             .state_names()
             .iter()
@@ -195,7 +204,7 @@ fn factor(x: f64, device: Device) -> Result<Tensor> {
     Tensor::from(x as f32).f_to_device(device).torch()
 }
 
-impl ShardOptimizer {
+impl OptimizerSettings {
     /// One step of `p` (this rank's shard of the parameters) with its gradient `grad`, as
     /// libtorch's optimizer of these settings steps (see the module docs): a chunk at a time,
     /// which changes nothing, every update being element by element.
@@ -241,7 +250,7 @@ impl ShardOptimizer {
     ) -> Result<()> {
         let (mut p, device) = (p.shallow_clone(), p.device());
         match *self {
-            ShardOptimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
+            OptimizerSettings::Sgd { lr, momentum, weight_decay, nesterov } => {
                 let mut d_p = match weight_decay {
                     0.0 => grad.shallow_clone(),
                     wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?).torch()?,
@@ -261,9 +270,9 @@ impl ShardOptimizer {
                 }
                 let _ = p.f_addcmul_(&d_p, &factor(-lr, device)?).torch()?;
             }
-            ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay }
-            | ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
-                let decoupled = matches!(self, ShardOptimizer::AdamW { .. });
+            OptimizerSettings::Adam { lr, beta1, beta2, eps, weight_decay }
+            | OptimizerSettings::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                let decoupled = matches!(self, OptimizerSettings::AdamW { .. });
                 let grad = match weight_decay {
                     0.0 => grad.shallow_clone(),
                     wd if decoupled => {
@@ -312,15 +321,15 @@ mod tests {
     use tch::nn::{self, OptimizerConfig, VarStore};
 
     /// libtorch's optimizer of these settings over `vs`: what `step` must equal.
-    fn libtorch(settings: ShardOptimizer, vs: &VarStore) -> nn::Optimizer {
+    fn libtorch(settings: OptimizerSettings, vs: &VarStore) -> nn::Optimizer {
         match settings {
-            ShardOptimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
+            OptimizerSettings::Sgd { lr, momentum, weight_decay, nesterov } => {
                 nn::Sgd { momentum, dampening: 0.0, wd: weight_decay, nesterov }.build(vs, lr)
             }
-            ShardOptimizer::Adam { lr, beta1, beta2, eps, weight_decay } => {
+            OptimizerSettings::Adam { lr, beta1, beta2, eps, weight_decay } => {
                 nn::Adam { beta1, beta2, wd: weight_decay, eps, amsgrad: false }.build(vs, lr)
             }
-            ShardOptimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+            OptimizerSettings::AdamW { lr, beta1, beta2, eps, weight_decay } => {
                 nn::AdamW { beta1, beta2, wd: weight_decay, eps, amsgrad: false }.build(vs, lr)
             }
         }
@@ -331,7 +340,7 @@ mod tests {
     /// a `CHUNK`, which steps in three parts) against
     /// libtorch's on the whole variable, 50 steps of the same gradients: how many elements of
     /// the variable differ at the end.
-    fn shards_against_whole(settings: ShardOptimizer, cuts: &[i64]) -> usize {
+    fn shards_against_whole(settings: OptimizerSettings, cuts: &[i64]) -> usize {
         tch::manual_seed(0);
         let whole = VarStore::new(tch::Device::Cpu);
         let n = cuts.iter().sum::<i64>();
@@ -369,19 +378,19 @@ mod tests {
     #[test]
     fn shards_step_as_the_whole_variable_does() {
         for settings in [
-            ShardOptimizer::adam(0.01),
-            ShardOptimizer::adamw(0.01),
-            ShardOptimizer::sgd(0.05, 0.9),
-            ShardOptimizer::sgd(0.05, 0.0),
-            ShardOptimizer::Sgd { lr: 0.05, momentum: 0.9, weight_decay: 0.01, nesterov: true },
-            ShardOptimizer::AdamW {
+            OptimizerSettings::adam(0.01),
+            OptimizerSettings::adamw(0.01),
+            OptimizerSettings::sgd(0.05, 0.9),
+            OptimizerSettings::sgd(0.05, 0.0),
+            OptimizerSettings::Sgd { lr: 0.05, momentum: 0.9, weight_decay: 0.01, nesterov: true },
+            OptimizerSettings::AdamW {
                 lr: 0.01,
                 beta1: 0.9,
                 beta2: 0.99,
                 eps: 1e-8,
                 weight_decay: 0.1,
             },
-            ShardOptimizer::Adam {
+            OptimizerSettings::Adam {
                 lr: 0.01,
                 beta1: 0.8,
                 beta2: 0.99,
@@ -400,7 +409,7 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        let e = ShardOptimizer::Adam {
+        let e = OptimizerSettings::Adam {
             lr: 0.01,
             beta1: 1.0,
             beta2: 0.999,
@@ -411,7 +420,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("`beta1` is 1"), "{e}");
-        let e = ShardOptimizer::sgd(f64::NAN, 0.9).check().unwrap_err().to_string();
+        let e = OptimizerSettings::sgd(f64::NAN, 0.9).check().unwrap_err().to_string();
         assert!(e.contains("`lr` is NaN"), "{e}");
     }
 }

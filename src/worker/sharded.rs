@@ -12,7 +12,7 @@
 //!    momentum) for that shard alone: 1/world of the unsharded state per rank;
 //! 4. the updated shards all-gathered back into every rank's parameters.
 //!
-//! The optimizer is rtune's own ([`ShardOptimizer`]), op for op libtorch's: since every update
+//! The optimizer is rtune's own ([`OptimizerSettings`]), op for op libtorch's: since every update
 //! is element by element, a shard steps bit for bit as the same elements of the whole model
 //! would under libtorch's optimizer. ZeRO-1 therefore trains bit for bit as `prepare_model`
 //! with tch's optimizer of the same settings; ZeRO-2 as well with two ranks, and with more its
@@ -34,7 +34,7 @@ use tch::{Kind, Tensor};
 use super::context::{
     Backend, broadcast_from_rank_0, gather_into, scatter_from, sorted_variables, trainable,
 };
-use super::shard_optimizer::{Parameter, Scratch, ShardOptimizer, ShardState, read_index};
+use super::shard_optimizer::{OptimizerSettings, Parameter, Scratch, ShardState, read_index};
 use crate::collective::ReduceOp;
 pub use crate::config::Sharding;
 use crate::error::{Error, Result};
@@ -47,7 +47,7 @@ use crate::torch::TorchResult;
 pub struct ShardedModel {
     backend: Backend,
     sharding: Sharding,
-    settings: ShardOptimizer,
+    settings: OptimizerSettings,
     /// The optimizer's state for `shard` alone, and its step's scratch.
     state: ShardState,
     scratch: Scratch,
@@ -77,7 +77,7 @@ impl ShardedModel {
         backend: Backend,
         vs: &VarStore,
         sharding: Sharding,
-        optimizer: ShardOptimizer,
+        optimizer: OptimizerSettings,
     ) -> Result<Self> {
         optimizer.check()?;
         let named = sorted_variables(vs);
@@ -198,9 +198,9 @@ impl ShardedModel {
     /// The learning rate.
     pub fn lr(&self) -> f64 {
         match self.settings {
-            ShardOptimizer::Sgd { lr, .. }
-            | ShardOptimizer::Adam { lr, .. }
-            | ShardOptimizer::AdamW { lr, .. } => lr,
+            OptimizerSettings::Sgd { lr, .. }
+            | OptimizerSettings::Adam { lr, .. }
+            | OptimizerSettings::AdamW { lr, .. } => lr,
         }
     }
 
@@ -233,7 +233,7 @@ impl ShardedModel {
 struct ShardIndex {
     format: u32,
     sharding: Sharding,
-    optimizer: ShardOptimizer,
+    optimizer: OptimizerSettings,
     /// The optimizer's steps so far (every shard's).
     step: i64,
     world_size: usize,
@@ -388,7 +388,7 @@ mod tests {
     use std::{cell::RefCell, rc::Rc};
 
     /// A one-rank model of a 10 -> `hidden` -> 3 MLP with `optimizer`, and its variables.
-    fn one_rank(hidden: i64, optimizer: ShardOptimizer) -> (ShardedModel, VarStore) {
+    fn one_rank(hidden: i64, optimizer: OptimizerSettings) -> (ShardedModel, VarStore) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let peers = [listener.local_addr().unwrap()];
         let ring = RingGroup::connect(0, 1, listener, &peers, GroupOptions::new(1)).unwrap();
@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn the_saved_optimizer_state_loads_into_its_own_model_only() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut model, _vs) = one_rank(7, ShardOptimizer::adam(0.01));
+        let (mut model, _vs) = one_rank(7, OptimizerSettings::adam(0.01));
         for _ in 0..3 {
             let grad = Tensor::randn([model.shard_len as i64], (Kind::Float, tch::Device::Cpu));
             model.settings.step(&mut model.state, &model.scratch, &model.shard, &grad).unwrap();
@@ -420,7 +420,7 @@ mod tests {
             .commit(dir.path(), "checkpoint_000002", 2, 0, &Metrics::new())
             .unwrap();
 
-        let (mut same, _vs) = one_rank(7, ShardOptimizer::adam(0.1));
+        let (mut same, _vs) = one_rank(7, OptimizerSettings::adam(0.1));
         same.load_optimizer(&saved).unwrap();
         assert_eq!(same.state.step, 3);
         for (a, b) in same.state.buffers.iter().zip(&model.state.buffers) {
@@ -429,19 +429,19 @@ mod tests {
         let refusal = |hidden, optimizer, ck: &Checkpoint| {
             one_rank(hidden, optimizer).0.load_optimizer(ck).unwrap_err().to_string()
         };
-        let e = refusal(8, ShardOptimizer::adam(0.01), &saved);
+        let e = refusal(8, OptimizerSettings::adam(0.01), &saved);
         assert!(
             e.contains(
                 "where it holds `a.bias` of shape [7], this model has `a.bias` of shape [8]"
             ),
             "{e}"
         );
-        let e = refusal(7, ShardOptimizer::sgd(0.1, 0.9), &saved);
+        let e = refusal(7, OptimizerSettings::sgd(0.1, 0.9), &saved);
         assert!(
             e.contains("(exp_avg, exp_avg_sq), this model's optimizer keeps momentum_buffer"),
             "{e}"
         );
-        let e = refusal(7, ShardOptimizer::adam(0.01), &bare);
+        let e = refusal(7, OptimizerSettings::adam(0.01), &bare);
         assert!(e.contains("no sharded optimizer state"), "{e}");
     }
 

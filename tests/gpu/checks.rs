@@ -256,7 +256,7 @@ pub fn two_ranks_on_one_gpu() -> Result<()> {
 /// sharded ("zero1", "zero2"), the sharded runs saving their optimizer shards with the
 /// checkpoint.
 fn train_fixed_batches_sharded(ctx: &mut TrainContext) -> anyhow::Result<()> {
-    use rtune::train::{ShardOptimizer, Sharding};
+    use rtune::train::{OptimizerSettings, Sharding};
     let way = ctx.params().get::<String>("way")?;
     tch::manual_seed(42);
     let data = Digits::split(0)?.train;
@@ -271,7 +271,9 @@ fn train_fixed_batches_sharded(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let mut plain = None;
     let mut sharded = None;
     match sharding {
-        Some(s) => sharded = Some(ctx.prepare_model_sharded(&vs, s, ShardOptimizer::adam(3e-3))?),
+        Some(s) => {
+            sharded = Some(ctx.prepare_model_sharded(&vs, s, OptimizerSettings::adam(3e-3))?)
+        }
         None => plain = Some((ctx.prepare_model(&vs)?, nn::Adam::default().build(&vs, 3e-3)?)),
     }
     for (x, y) in fixed_batches(ctx, &data) {

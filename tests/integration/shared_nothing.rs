@@ -72,7 +72,7 @@ fn train_sharing_nothing(ctx: &mut TrainContext) -> Result<()> {
     if let Some(ck) = ctx.checkpoint() {
         ck.load_var_store(&mut vs)?;
     }
-    let (zero1, adam) = (rtune::train::Sharding::Zero1, rtune::train::ShardOptimizer::adam(0.1));
+    let (zero1, adam) = (rtune::train::Sharding::Zero1, rtune::train::OptimizerSettings::adam(0.1));
     let mut model = ctx.prepare_model_sharded(&vs, zero1, adam)?;
     let mut restored_steps = [0.0];
     if let Some(ck) = ctx.checkpoint().cloned() {

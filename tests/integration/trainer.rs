@@ -192,7 +192,7 @@ fn small_mlp_and_data(rank: usize) -> (nn::VarStore, impl Module, Tensor, Tensor
 /// sharded (`zero1`, `zero2`) with rtune's; the optimizer is `opt` (adam, adamw, sgd). Each
 /// rank writes its losses, final weights and optimizer-state bytes to `<run>/<way>_<rank>.json`.
 fn train_sharded_or_not(ctx: &mut TrainContext) -> Result<()> {
-    use rtune::train::{ShardOptimizer, Sharding};
+    use rtune::train::{OptimizerSettings, Sharding};
     let (way, opt) = (ctx.params().get::<String>("way")?, ctx.params().get::<String>("opt")?);
     let rank = ctx.world_rank();
     let (vs, net, x, y) = small_mlp_and_data(rank);
@@ -219,9 +219,9 @@ fn train_sharded_or_not(ctx: &mut TrainContext) -> Result<()> {
     } else {
         let sharding = if way == "zero1" { Sharding::Zero1 } else { Sharding::Zero2 };
         let o = match opt.as_str() {
-            "adam" => ShardOptimizer::adam(0.01),
-            "adamw" => ShardOptimizer::adamw(0.01),
-            _ => ShardOptimizer::sgd(0.05, 0.9),
+            "adam" => OptimizerSettings::adam(0.01),
+            "adamw" => OptimizerSettings::adamw(0.01),
+            _ => OptimizerSettings::sgd(0.05, 0.9),
         };
         let mut sharded = ctx.prepare_model_sharded(&vs, sharding, o)?;
         for _ in 0..200 {
@@ -412,7 +412,7 @@ pub fn sharded_training_equals_pytorch() -> Result<()> {
 /// SIGKILLs itself once (a marker file remembers) after saving its part of report k's
 /// checkpoint and before the report commits it.
 fn train_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
-    use rtune::train::ShardOptimizer;
+    use rtune::train::OptimizerSettings;
     let (reports, kill_at) =
         (ctx.params().get::<u64>("reports")?, ctx.params().get::<u64>("kill_at")?);
     let rank = ctx.world_rank();
@@ -423,7 +423,8 @@ fn train_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
     let (mut sharded, mut whole) = (None, None);
     match ctx.sharding() {
         Some(sharding) => {
-            let mut model = ctx.prepare_model_sharded(&vs, sharding, ShardOptimizer::adam(0.01))?;
+            let mut model =
+                ctx.prepare_model_sharded(&vs, sharding, OptimizerSettings::adam(0.01))?;
             if let Some(ck) = ctx.checkpoint().cloned() {
                 model.load_optimizer(&ck)?;
                 let (step, state) = model.optimizer_state()?;
@@ -441,7 +442,7 @@ fn train_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
             sharded = Some(model);
         }
         None => {
-            let mut adam = ShardOptimizer::adam(0.01).for_model(&vs)?;
+            let mut adam = OptimizerSettings::adam(0.01).for_model(&vs)?;
             if let Some(ck) = ctx.checkpoint() {
                 adam.load(ck)?;
             }
