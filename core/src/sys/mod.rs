@@ -1,8 +1,8 @@
 //! Process-level helpers shared by the driver and the node agent: starting supervised worker
 //! processes, the build id that proves a worker runs the driver's very binary, CUDA opened at
-//! run time (`cuda`, public as `rtune::cuda`), the GPUs' use from NVML (`nvml`), and a sleep for
-//! `select!` loops whose deadline may be none. A leaf: it knows nothing of trials, groups or the
-//! cluster.
+//! run time (`cuda`, public as `rtune::cuda`), the GPUs' use from NVML (`nvml`), a device as
+//! users and workers name it (`Device`), and a sleep for `select!` loops whose deadline may be
+//! none. A leaf: it knows nothing of trials, groups or the cluster.
 
 pub mod build_id;
 pub mod nvml;
