@@ -25,8 +25,9 @@ TRACKING := $(VENV)/.tracking-$(OPTUNA_VERSION)-$(MLFLOW_VERSION)
 VENV := .venv
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
-# No wheel cache: torch's CUDA wheels are about 3 GB to download and 4.6 GB installed, and a cache
-# would hold a second copy of the download on the same disk.
+# No wheel cache: pip's HTTP cache writes each download a second time, to a temporary buffer (where
+# a CI run once ran out of disk). torch's CUDA wheels are about 3 GB to download, 4.6 GB installed,
+# and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
 .PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-quick bench-build check fmt clippy clean-venv
