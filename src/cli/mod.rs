@@ -74,6 +74,10 @@ impl Target {
 /// in `main`: it also makes the binary's worker processes work (`rtune::init`).
 pub fn main(registry: Registry) -> ! {
     crate::worker::init();
+    if let Err(e) = same_sources_as_rtune() {
+        eprintln!("rtune: {e}");
+        std::process::exit(EXIT_FAILED);
+    }
     let cli = Cli::parse();
     if matches!(
         cli.command,
@@ -95,6 +99,24 @@ pub fn main(registry: Registry) -> ! {
         }
     };
     std::process::exit(code)
+}
+
+/// When `rtune` started this program (see `rtune_cli::front`): that both were built from the
+/// same sources, so that the command runs the code the user built.
+fn same_sources_as_rtune() -> std::result::Result<(), String> {
+    let ours = env!("RTUNE_SOURCES");
+    match std::env::var(rtune_cli::front::SOURCES_ENV) {
+        Ok(theirs) if theirs != ours => {
+            let me =
+                std::env::current_exe().map_or("this program".into(), |p| p.display().to_string());
+            Err(format!(
+                "{me} was built from other sources than the rtune that started it (sources \
+                 {ours}, rtune's {theirs}): build both again with cargo build (cargo build --bin \
+                 rtune alone updates only rtune) or cargo install"
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {

@@ -148,3 +148,31 @@ pub fn other_commands_run_in_the_full_program() -> Result<()> {
     ensure!(out.status.success() && version.starts_with("rtune "), "{}", text(&out));
     Ok(())
 }
+
+/// `rtune` tells `rtune-torch` which sources it was built from, and `rtune-torch` built from
+/// others (here: told other ones) refuses to run the command, saying how to rebuild both.
+pub fn a_full_program_from_other_sources_is_refused() -> Result<()> {
+    const SOURCES: &str = env!("RTUNE_SOURCES");
+    // What rtune hands on, as a stand-in full program beside a copy of rtune prints it.
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(RTUNE, dir.path().join("rtune"))?;
+    let stand_in = dir.path().join("rtune-torch");
+    std::fs::write(&stand_in, "#!/bin/sh\nprintf '%s' \"$RTUNE_SOURCES\"\n")?;
+    std::fs::set_permissions(&stand_in, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let out = Command::new(dir.path().join("rtune")).args(["export", "x", "--to", "y"]).output()?;
+    ensure!(out.status.success() && out.stdout == SOURCES.as_bytes(), "{}", text(&out));
+
+    let export = ["export", "not-here", "--to", "y"];
+    let other =
+        Command::new(FULL).args(export).env("RTUNE_SOURCES", "0123456789abcdef").output()?;
+    let said = text(&other);
+    ensure!(other.status.code() == Some(4), "{said}");
+    ensure!(said.contains(&format!("{FULL} was built from other sources")), "{said}");
+    ensure!(said.contains(&format!("sources {SOURCES}, rtune's 0123456789abcdef")), "{said}");
+    ensure!(said.contains("cargo build"), "{said}");
+    // Told its own sources, it runs the command (which refuses the missing experiment).
+    let same = Command::new(FULL).args(export).env("RTUNE_SOURCES", SOURCES).output()?;
+    ensure!(same.status.code() == Some(2), "{}", text(&same));
+    ensure!(text(&same).contains("not an experiment"), "{}", text(&same));
+    Ok(())
+}

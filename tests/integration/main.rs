@@ -259,6 +259,10 @@ fn main() {
             front::other_commands_run_in_the_full_program,
         ),
         test(
+            "front::a_full_program_from_other_sources_is_refused",
+            front::a_full_program_from_other_sources_is_refused,
+        ),
+        test(
             "predict::predictions_across_workers_match_one_process",
             predict::predictions_across_workers_match_one_process,
         ),
