@@ -51,9 +51,7 @@ fn watch(dir: Option<&Path>) -> Result<(), (i32, anyhow::Error)> {
         None => inspect::newest_experiment().map_err(|e| (EXIT_INVALID, e))?,
     };
     if !dir.is_dir() {
-        let e =
-            anyhow::anyhow!("{} is not an experiment directory (see `rtune ls`)", dir.display());
-        return Err((EXIT_INVALID, e));
+        return Err((EXIT_INVALID, inspect::not_an_experiment(&dir)));
     }
     ui::tui::watch(&dir).map_err(|e| (EXIT_INVALID, e))
 }

@@ -310,6 +310,11 @@ fn listed(path: &Path) -> Listed {
     Listed { path: path.display().to_string(), read }
 }
 
+/// What `show`, `stop` and `watch` say of a folder that holds no experiment.
+pub fn not_an_experiment(dir: &Path) -> anyhow::Error {
+    anyhow::anyhow!("{} is not an experiment directory (see `rtune ls`)", dir.display())
+}
+
 /// `rtune show DIR [TRIAL]`.
 pub fn show(
     dir: &Path,
@@ -318,7 +323,7 @@ pub fn show(
     pareto: &[(String, rtune_searchers::Mode)],
 ) -> Result<()> {
     if !can_restore(dir) {
-        bail!("{} is not an experiment directory (see `rtune ls`)", dir.display());
+        return Err(not_an_experiment(dir));
     }
     let mut grid = ResultGrid::from_path(dir)?;
     if !pareto.is_empty() {

@@ -100,7 +100,7 @@ pub(super) fn run(
 /// `rtune stop DIR`: asks the sweep's driver to stop it resumably; waits for it to stop.
 pub(super) fn stop(dir: &Path, no_wait: bool) -> anyhow::Result<i32> {
     if !Tuner::can_restore(dir) {
-        anyhow::bail!("{} is not an experiment directory (see `rtune ls`)", dir.display());
+        return Err(inspect::not_an_experiment(dir));
     }
     let remote = ui::stream::attach(dir).with_context(|| {
         format!(
