@@ -299,6 +299,7 @@ storage_path = "{storage}"
 builtin = "digits-mlp"
 [scaling]
 num_workers = 1
+use_gpu = true
 resources_per_worker = {{ GPU = {gpu} }}
 [param_space]
 lr = {{ grid_search = [1e-3, 2e-3, 3e-3, 4e-3] }}

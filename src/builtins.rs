@@ -106,9 +106,12 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
     let mut train = ctx.dataset_shard("train")?;
     let mut valid = ctx.dataset_shard("valid")?;
     // Rank 0's initial weights are broadcast to every rank; seeding makes runs repeatable.
+    // They are drawn on the CPU, then moved: a run starts from the same weights on any device
+    // (CUDA's generator draws other numbers from the same seed).
     tch::manual_seed(0);
-    let mut vs = nn::VarStore::new(ctx.device());
+    let mut vs = nn::VarStore::new(tch::Device::Cpu);
     let net = digits_mlp(&vs.root(), hidden);
+    vs.set_device(ctx.device());
     if let Some(checkpoint) = ctx.checkpoint() {
         checkpoint.load_var_store(&mut vs)?;
     }

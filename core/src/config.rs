@@ -159,7 +159,7 @@ impl ScalingConfig {
         if gpus > 0.0 && !self.use_gpu {
             return Err(Error::config(
                 "ScalingConfig.use_gpu",
-                "is false but resources_per_worker asks for GPUs; set use_gpu(true)",
+                "is false but resources_per_worker asks for GPUs; set use_gpu to true",
             ));
         }
         Ok(())
