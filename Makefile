@@ -21,8 +21,8 @@ RAY_VERSION := 2.60.0
 OPTUNA_VERSION := 5.0.0
 OPTUNA_DASHBOARD_VERSION := 0.21.0
 MLFLOW_VERSION := 3.17.2
-TRACKING := $(VENV)/.tracking-$(OPTUNA_VERSION)-$(MLFLOW_VERSION)
 VENV := .venv
+TRACKING := $(VENV)/.tracking-$(OPTUNA_VERSION)-$(MLFLOW_VERSION)
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
 # No wheel cache: pip's HTTP cache writes each download a second time, to a temporary buffer (where

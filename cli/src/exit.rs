@@ -50,7 +50,9 @@ pub fn error_code(e: &anyhow::Error) -> i32 {
 pub fn code_of(e: &rtune_core::error::Error) -> i32 {
     use rtune_core::error::Error;
     match e {
-        Error::Config { .. } | Error::Params(_) | Error::Data(_) => EXIT_INVALID,
+        Error::Config { .. } | Error::Params(_) | Error::Data(_) | Error::Held { .. } => {
+            EXIT_INVALID
+        }
         Error::Interrupted { .. } => EXIT_INTERRUPTED,
         _ => EXIT_FAILED,
     }

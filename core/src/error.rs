@@ -68,6 +68,18 @@ pub enum Error {
     #[error("results table: {0}")]
     Table(#[from] polars::error::PolarsError),
 
+    /// Another live driver holds the experiment's lease (`tune::lease`): nothing was touched.
+    #[error(
+        "{path} is being run by another driver ({holder}): `rtune stop {path}` ends it \
+         resumably, or wait until it ends"
+    )]
+    Held { path: String, holder: String },
+
+    /// Another driver took this one's experiment lease over (it was thought dead): this
+    /// driver stopped its sweep, and the other one goes on with it.
+    #[error("another driver took over {path} ({holder}); this one stopped")]
+    LeaseLost { path: String, holder: String },
+
     /// The sweep was interrupted (`Control::interrupt`, Ctrl-C in `rtune run`); it stopped
     /// where it was and goes on with `Tuner::restore(path, ..)`.
     #[error("interrupted; the experiment in {} goes on with `rtune resume` or Tuner::restore", .path.display())]

@@ -125,6 +125,9 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             run(&file, &sets, &output, registry, &Target::default())
         }
         Command::Resume { dir, sweep, sets, output } => {
+            // Another driver's sweep: refused before anything (its staging copy included) is
+            // touched.
+            crate::tune::lease::check_free(&dir)?;
             let dir = local(&dir)?;
             if let Some(file) = sweep {
                 sweeping::replace_sweep(&dir, &file, &sets, registry)?;

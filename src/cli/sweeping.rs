@@ -258,6 +258,7 @@ pub(super) fn resume(
     target: &Target,
 ) -> Result<i32, Exit> {
     check(output)?;
+    crate::tune::lease::check_free(dir)?;
     let (file, spec) = read_sweep(dir, registry)?;
     let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
         .map(ui::model::Model::into_trials)
@@ -425,9 +426,11 @@ fn finish(
     output: &Output,
     began: Instant,
 ) -> Result<i32, Exit> {
-    // A sweep that ended with an error still shows (and summarises) what its files hold.
+    // A sweep that ended with an error still shows (and summarises) what its files hold;
+    // one refused because another driver runs it, nothing.
     let (grid, error) = match outcome {
         Ok(grid) => (grid, None),
+        Err(e @ crate::error::Error::Held { .. }) => return Err(in_sweep_terms(e)),
         Err(e) => match ResultGrid::from_path(path) {
             Ok(grid) => (grid, Some(e)),
             Err(_) => return Err(in_sweep_terms(e)),

@@ -82,6 +82,9 @@ impl Snapshots {
 }
 
 pub(super) struct Sweep {
+    /// The experiment's lease: this driver's while the sweep runs, given back when it is
+    /// dropped.
+    pub(super) lease: super::lease::Lease,
     pub(super) trainer: TorchTrainer,
     pub(super) run: RunConfig,
     pub(super) path: PathBuf,
@@ -318,7 +321,10 @@ impl Sweep {
             if let Err(e) = self.run.callbacks.each(|c| c.on_experiment_interrupt()) {
                 tracing::warn!("{e}");
             }
-            return Err(fatal.unwrap_or_else(|| Error::Interrupted { path: self.path.clone() }));
+            let lost = self.lease.lost();
+            return Err(lost
+                .or(fatal)
+                .unwrap_or_else(|| Error::Interrupted { path: self.path.clone() }));
         }
         self.save_state(&mut fatal);
         // Every trial as the experiment's files hold it (the ended ones are in memory no more).

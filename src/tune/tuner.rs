@@ -22,6 +22,7 @@ use super::experiment::{
     EndedRows, FORMAT, SavedExperiment, Settings, check_experiment_file, make_experiment,
     new_experiment_path, pick_up,
 };
+use super::lease::Lease;
 use super::result_grid::ResultGrid;
 use super::sweep::{Snapshots, Sweep};
 use super::trial_task::Running;
@@ -40,6 +41,9 @@ pub struct Tuner {
     run: Option<RunConfig>,
     /// Set by `Tuner::restore`: the experiment to go on with, and its settings.
     restoring: Option<(PathBuf, Settings)>,
+    /// The experiment's lease, taken by `Tuner::restore` (a new sweep takes its own as it
+    /// makes the directory).
+    lease: Option<Lease>,
     control: Control,
     /// Written into a new experiment's directory with its settings.
     files: Vec<(String, Vec<u8>)>,
@@ -55,6 +59,7 @@ impl Tuner {
             tune: None,
             run: None,
             restoring: None,
+            lease: None,
             control: Control::new(),
             files: Vec::new(),
         }
@@ -73,7 +78,12 @@ impl Tuner {
     /// the same ones again with `tune_config` (they are checked against the saved state).
     /// `run_config` may be given again (failure and checkpoint settings); its name and storage
     /// path are the experiment's.
+    ///
+    /// One driver at a time goes on with an experiment: another one's live lease on it is an
+    /// `Error::Held`, before anything is read or written; a dead driver's is taken over. The
+    /// lease is held until the `Tuner` (or the sweep `fit` runs) is dropped.
     pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
+        let lease = Lease::take(path.as_ref())?;
         // An experiment on an object store goes on from its staging copy (brought up to date).
         let path = crate::storage::remote::local_copy(path.as_ref())?;
         let settings = Settings::read(&path)?;
@@ -85,6 +95,7 @@ impl Tuner {
             tune: None,
             run: None,
             restoring: Some((path, settings)),
+            lease: Some(lease),
             control: Control::new(),
             files: Vec::new(),
         })
@@ -143,7 +154,7 @@ impl Tuner {
 
     /// The checked settings of the sweep (see `validate`).
     fn plan(self, driver: &'static Driver) -> Result<Plan> {
-        let Tuner { trainer, space, tune, run, restoring, control, files } = self;
+        let Tuner { trainer, space, tune, run, restoring, lease, control, files } = self;
         for (name, _) in &files {
             check_experiment_file(name)?;
         }
@@ -245,6 +256,7 @@ impl Tuner {
             trainer,
             run,
             restoring,
+            lease,
             control,
             files,
             saved,
@@ -262,6 +274,7 @@ impl Tuner {
             trainer,
             run,
             restoring,
+            lease,
             control,
             files,
             saved,
@@ -272,10 +285,19 @@ impl Tuner {
             time_budget,
             reuse_actors,
         } = self.plan(driver)?;
-        // The datasets are read and the preprocessor fitted once, for every trial.
         let path = match &restoring {
             Some((path, _)) => path.clone(),
             None => new_experiment_path(&run)?,
+        };
+        // The controller's settings are checked before anything is made: a new sweep's
+        // controller is made now, a restored one's once its state is read back.
+        let restored = restoring.is_some();
+        let start = match restoring {
+            None => Start::New(Controller::new(config, searcher, scheduler)?),
+            Some(_) => {
+                config.validate()?;
+                Start::Restore(config, searcher, scheduler)
+            }
         };
         // On a store, the experiment's folder there.
         let store = match crate::storage::remote::Remote::of_run(&run) {
@@ -284,18 +306,32 @@ impl Tuner {
             }
             None => None,
         };
-        let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
-        let (param_space, restored) = (saved.param_space.clone(), restoring.is_some());
-        let settings = saved.flat();
-        let (path, experiment, spent_before, trials, ended, controller) = match restoring {
+        let lease = match lease {
+            Some(lease) => lease,
+            // A new experiment's directory is made with its lease: another driver making the
+            // same one at the same moment is refused before either writes into it.
             None => {
-                let controller = Controller::new(config, searcher, scheduler)?;
+                crate::storage::ensure_writable_dir(&path).map_err(|e| {
+                    Error::config(
+                        "RunConfig.storage_path",
+                        format!("cannot write the experiment: {e}"),
+                    )
+                })?;
+                Lease::take_with(&path, store.as_ref())?
+            }
+        };
+        lease.guard(control.clone());
+        // The datasets are read and the preprocessor fitted once, for every trial.
+        let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
+        let param_space = saved.param_space.clone();
+        let settings = saved.flat();
+        let (experiment, spent_before, trials, ended, controller) = match start {
+            Start::New(controller) => {
                 let experiment = make_experiment(&path, saved, &files)?;
                 let ended = EndedRows::new(&path)?;
-                (path, experiment, Duration::ZERO, BTreeMap::new(), ended, controller)
+                (experiment, Duration::ZERO, BTreeMap::new(), ended, controller)
             }
-            Some((path, _)) => {
-                config.validate()?;
+            Start::Restore(config, searcher, scheduler) => {
                 let mut picked = pick_up(&path, &run)?;
                 let state = picked.saved.controller;
                 let controller = Controller::restore(config, searcher, scheduler, state, |id| {
@@ -304,10 +340,11 @@ impl Tuner {
                 // A state file's figure, whatever it holds, is no reason to fail a restore.
                 let spent = crate::config::duration(picked.saved.time_spent_s).unwrap_or_default();
                 let experiment = picked.saved.experiment_id;
-                (path, experiment, spent, picked.trials, picked.ended, controller)
+                (experiment, spent, picked.trials, picked.ended, controller)
             }
         };
         Ok(Sweep {
+            lease,
             trainer: trainer.warm_start(reuse_actors),
             run,
             path,
@@ -337,11 +374,18 @@ impl Tuner {
     }
 }
 
+/// How a sweep's controller comes to be: made new, or restored from the experiment's state.
+enum Start {
+    New(Controller),
+    Restore(ControllerConfig, Box<dyn Searcher>, Box<dyn rtune_searchers::TrialScheduler>),
+}
+
 /// A sweep whose settings were checked, before anything is made.
 struct Plan {
     trainer: TorchTrainer,
     run: RunConfig,
     restoring: Option<(PathBuf, Settings)>,
+    lease: Option<Lease>,
     control: Control,
     files: Vec<(String, Vec<u8>)>,
     saved: Settings,

@@ -58,7 +58,7 @@ pub(crate) fn rtune(args: &[&str]) -> Result<Output> {
 
 /// Every trial's rows are iterations 1, 2, .. with no gap or repeat, and each score is the
 /// simulator's value for its params and iteration: nothing lost, nothing redone twice.
-fn check_histories(grid: &ResultGrid) -> Result<()> {
+pub(crate) fn check_histories(grid: &ResultGrid) -> Result<()> {
     for t in &grid.trials {
         let p = &t.params();
         let (rate, plateau) = (p.get::<f64>("rate")?, p.get::<f64>("plateau")?);

@@ -10,6 +10,7 @@ mod common;
 mod data;
 mod examples;
 mod front;
+mod front_door;
 mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
@@ -250,6 +251,11 @@ fn main() {
             tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
+        test("front_door::a_second_driver_is_refused", front_door::a_second_driver_is_refused),
+        test(
+            "front_door::a_dead_drivers_lease_is_taken_over",
+            front_door::a_dead_drivers_lease_is_taken_over,
+        ),
         test(
             "front::what_trains_nothing_loads_no_libtorch",
             front::what_trains_nothing_loads_no_libtorch,
@@ -317,6 +323,10 @@ fn main() {
             storage::a_large_checkpoint_goes_up_in_parts_and_comes_back_whole,
         ),
         test("storage::pbt_exploits_on_the_store", storage::pbt_exploits_on_the_store),
+        test(
+            "storage::the_store_lease_refuses_a_second_driver_and_yields_to_a_dead_one",
+            storage::the_store_lease_refuses_a_second_driver_and_yields_to_a_dead_one,
+        ),
         test("storage::a_single_fit_goes_to_the_store", storage::a_single_fit_goes_to_the_store),
         test(
             "storage::a_model_exported_to_the_store_predicts_from_there",

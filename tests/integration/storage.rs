@@ -286,6 +286,46 @@ pub fn a_killed_sweep_resumes_from_the_store_alone() -> Result<()> {
     Ok(())
 }
 
+/// One driver per experiment on a store too: while a driver runs a sweep on `s3://`, its
+/// lease is an object in the experiment's folder there, and `rtune resume` of the URL from
+/// another staging folder (another machine's) is refused naming it; once that driver is
+/// SIGKILLed, a resume takes the lease over at once (its holder was on this machine and is
+/// gone) and finishes the sweep; the lease leaves the store with the driver that holds it.
+pub fn the_store_lease_refuses_a_second_driver_and_yields_to_a_dead_one() -> Result<()> {
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), "s3://exp/runs", 0.2)?;
+    let mut child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui"])
+        .envs(server.env())
+        .env("RTUNE_STAGING", dir.path().join("first"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let lease = "runs/curves/.driver_lease.json";
+    wait_for(Duration::from_secs(120), || {
+        let keys = server.keys("exp", "runs/curves/")?;
+        Ok(keys.iter().any(|k| k == lease) && keys.iter().any(|k| k.ends_with("metadata.json")))
+    })?;
+    let url = "s3://exp/runs/curves";
+    let out = rtune(&server, &dir.path().join("second"), &["resume", url, "--no-tui"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let wanted = format!("{url} is being run by another driver (host ");
+    ensure!(stderr.contains(&wanted), "{}", text(&out));
+    ensure!(stderr.contains(&format!("pid {}", child.id())), "{}", text(&out));
+    child.kill()?;
+    child.wait()?;
+    ensure!(server.keys("exp", "runs/curves/")?.iter().any(|k| k == lease), "no lease left");
+    let out = rtune(&server, &dir.path().join("third"), &["resume", url, "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    check_complete(&ResultGrid::from_path(dir.path().join("third/exp/runs/curves"))?)?;
+    let keys = server.keys("exp", "runs/curves/")?;
+    ensure!(!keys.iter().any(|k| k == lease), "the lease outlived its driver: {keys:?}");
+    Ok(())
+}
+
 /// A bucket that does not exist, an endpoint nothing answers, and a URL that names no bucket:
 /// each refused with exit 2 before anything runs, naming the URL.
 pub fn bad_store_urls_are_refused_before_anything_runs() -> Result<()> {

@@ -44,6 +44,8 @@ pub struct Broadcast {
     events: broadcast::Sender<Arc<proto::TrialEvent>>,
     /// Where the stream is, for `driver.json` once the experiment directory exists.
     record: DriverFile,
+    /// `driver.json` was written (by this driver: it is removed when the stream ends).
+    written: std::sync::atomic::AtomicBool,
 }
 
 impl Broadcast {
@@ -52,6 +54,7 @@ impl Broadcast {
             state: Mutex::new((model, Instant::now())),
             events: broadcast::channel(BACKLOG).0,
             record,
+            written: Default::default(),
         }
     }
 
@@ -76,8 +79,9 @@ impl Follow for Broadcast {
     fn begin(&self, path: &Path) -> rtune_core::error::Result<()> {
         let file = path.join(DRIVER_FILE);
         let json = serde_json::to_vec_pretty(&self.record).expect("the record serialises");
-        if let Err(e) = rtune_core::storage::atomic_write_private(&file, &json) {
-            tracing::warn!("rtune watch cannot follow this sweep: {e}");
+        match rtune_core::storage::atomic_write_private(&file, &json) {
+            Ok(()) => self.written.store(true, std::sync::atomic::Ordering::SeqCst),
+            Err(e) => tracing::warn!("rtune watch cannot follow this sweep: {e}"),
         }
         Ok(())
     }
@@ -92,8 +96,9 @@ impl Follow for Broadcast {
     }
 }
 
-/// The stream server of a running sweep; ends (and removes `driver.json`) when dropped,
-/// telling its followers the sweep is over if the sweep did not (it ended with an error).
+/// The stream server of a running sweep; ends (and removes the `driver.json` it wrote: a sweep
+/// refused before it began leaves the running driver's be) when dropped, telling its followers
+/// the sweep is over if the sweep did not (it ended with an error).
 pub struct Server {
     _shutdown: tokio::sync::oneshot::Sender<()>,
     file: PathBuf,
@@ -102,7 +107,9 @@ pub struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
+        if self.broadcast.written.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = std::fs::remove_file(&self.file);
+        }
         let over = self.broadcast.state.lock().map(|s| s.0.over).unwrap_or(true);
         if !over {
             self.broadcast.follow(Event::End);
@@ -266,14 +273,9 @@ impl Remote {
     }
 }
 
-/// Whether a driver process still runs the sweep in `dir` (its `driver.json` names a live pid).
+/// Whether a live driver runs the sweep in `dir` (it holds the experiment's lease).
 pub fn driver_alive(dir: &Path) -> bool {
-    let Ok(text) = std::fs::read(dir.join(DRIVER_FILE)) else { return false };
-    match serde_json::from_slice::<DriverFile>(&text) {
-        Ok(record) => Path::new(&format!("/proc/{}", record.pid)).exists(),
-        // Unreadable (being written): assume it runs.
-        Err(_) => true,
-    }
+    rtune_core::tune::lease::live_holder(dir).is_some()
 }
 
 /// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a

@@ -239,10 +239,14 @@ impl Remote {
 
     /// Copies the objects under this folder into `local` that it lacks or holds older copies
     /// of (a staging copy ahead of the store, a killed driver's on this machine, is kept);
-    /// returns how many were fetched.
+    /// returns how many were fetched. rtune's own objects (a name starting with a dot: the
+    /// driver's lease) stay in the store.
     pub async fn download(&self, local: &Path) -> Result<usize> {
         let mut fetched = 0;
         for (relative, (size, written)) in self.list().await? {
+            if relative.split('/').any(|part| part.starts_with('.')) {
+                continue;
+            }
             if self.fetch_if_newer(&relative, size, written, &local.join(&relative)).await? {
                 fetched += 1;
             }
@@ -421,9 +425,83 @@ impl Remote {
         Ok(to)
     }
 
+    /// The small object `relative` in this folder and its version (for a conditional
+    /// [`put_small`](Remote::put_small)); None when there is none.
+    pub async fn get_small(&self, relative: &str) -> Result<Option<(Vec<u8>, Version)>> {
+        let got = match self.store.get(&self.key(relative)).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.failed("read", e)),
+        };
+        let version = Version(object_store::UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        });
+        let bytes = got.bytes().await.map_err(|e| self.failed("read", e))?;
+        Ok(Some((bytes.to_vec(), version)))
+    }
+
+    /// Writes the small object `relative` in this folder if `when` holds (atomically, where the
+    /// store checks conditions: see [`Put`]); the version written.
+    pub async fn put_small(&self, relative: &str, bytes: Vec<u8>, when: When) -> Result<Put> {
+        use object_store::{PutMode, PutOptions};
+        let mode = match when {
+            When::Absent => PutMode::Create,
+            When::Is(version) => PutMode::Update(version.0),
+            When::Always => PutMode::Overwrite,
+        };
+        let options = PutOptions { mode, ..Default::default() };
+        match self.store.put_opts(&self.key(relative), PutPayload::from(bytes), options).await {
+            Ok(put) => Ok(Put::Done(Version(object_store::UpdateVersion {
+                e_tag: put.e_tag,
+                version: put.version,
+            }))),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Ok(Put::Refused),
+            Err(object_store::Error::NotImplemented { .. }) => Ok(Put::Unsupported),
+            Err(e) => Err(self.failed("upload", e)),
+        }
+    }
+
+    /// Deletes object `relative` in this folder (one that is not there is no error).
+    pub async fn delete(&self, relative: &str) -> Result<()> {
+        match self.store.delete(&self.key(relative)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.failed("delete", e)),
+        }
+    }
+
     fn failed(&self, what: &str, e: object_store::Error) -> Error {
         Error::Storage(format!("{what} in {}: {}", self.url, first_line(&e.to_string())))
     }
+}
+
+/// A version of an object, as its store tells it (an ETag, a version id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version(object_store::UpdateVersion);
+
+/// When [`Remote::put_small`] writes.
+#[derive(Debug, Clone)]
+pub enum When {
+    /// Only if there is no such object.
+    Absent,
+    /// Only if the object is still at this version.
+    Is(Version),
+    /// Whatever is there.
+    Always,
+}
+
+/// What [`Remote::put_small`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Put {
+    Done(Version),
+    /// The condition did not hold (the store checked it): nothing was written.
+    Refused,
+    /// The store checks no conditions: nothing was written (write `When::Always` and read it
+    /// back instead).
+    Unsupported,
 }
 
 /// Runs `work` (store I/O) to its end from sync code, inside an async runtime or not: on a

@@ -7,6 +7,7 @@ pub mod config;
 pub mod control;
 pub mod controller;
 pub mod experiment;
+pub mod lease;
 pub mod result_grid;
 pub mod trial;
 
@@ -19,5 +20,6 @@ pub use experiment::{
     DRIVER_FILE, DRIVER_LOG, ERROR_FILE, RESULTS_PARQUET, SETTINGS_FILE, STATE_FILE, SWEEP_FILE,
     experiment_path, holds_experiment,
 };
+pub use lease::Lease;
 pub use result_grid::{ResultGrid, Scope};
 pub use trial::TrialResult;
