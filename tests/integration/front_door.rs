@@ -78,6 +78,16 @@ pub fn a_second_driver_is_refused() -> Result<()> {
     let out = rtune(&["resume", exp, "--sweep", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(std::fs::read(experiment.join(rtune::tune::SWEEP_FILE))? == sweep_json);
+    // And from Rust: Tuner::restore takes the lease first.
+    fn nothing(_: &mut rtune::TrainContext) -> anyhow::Result<()> {
+        Ok(())
+    }
+    match rtune::Tuner::restore(&experiment, rtune::TorchTrainer::new(nothing)) {
+        Err(rtune::Error::Held { holder, .. }) => {
+            ensure!(holder.contains(&format!("pid {}", child.id())), "{holder}")
+        }
+        other => anyhow::bail!("Tuner::restore of a running experiment: {other:?}"),
+    }
     let out = child.wait_with_output()?;
     ensure!(out.status.code() == Some(0), "the first driver: {}", text(&out));
     all_terminated_once(&experiment)?;
