@@ -10,7 +10,7 @@ use serde_json::json;
 
 use rtune_core::outcome::error_summary;
 use rtune_core::tune::experiment::can_restore;
-use rtune_core::tune::{ResultGrid, TrialResult};
+use rtune_core::tune::{ResultGrid, SweepState, TrialResult, sweep_state};
 
 use crate::args::Format;
 use crate::format::{counts, number, param_text, status_name};
@@ -241,7 +241,7 @@ pub fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
             let table: Vec<Vec<String>> = rows
                 .iter()
                 .map(|row| match &row.read {
-                    Read::Grid { trials, status, metric, best, front } => {
+                    Read::Grid { trials, sweep, status, metric, best, front } => {
                         let status: Vec<String> =
                             status.iter().map(|(s, n)| format!("{n} {s}")).collect();
                         let best = match (metric, best, front) {
@@ -251,11 +251,13 @@ pub fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
                             (_, _, Some(n)) => format!("Pareto front of {n}"),
                             _ => "-".into(),
                         };
-                        vec![row.path.clone(), trials.to_string(), status.join(", "), best]
+                        let row = [row.path.clone(), trials.to_string(), (*sweep).into()];
+                        [&row[..], &[status.join(", "), best]].concat()
                     }
                     Read::Unreadable { error } => {
                         vec![
                             row.path.clone(),
+                            "?".into(),
                             "?".into(),
                             format!("unreadable: {error}"),
                             "-".into(),
@@ -263,8 +265,13 @@ pub fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
                     }
                 })
                 .collect();
-            let headers = ["experiment", "trials", "status", "best"].map(String::from);
+            let headers = ["experiment", "trials", "sweep", "status", "best"].map(String::from);
             println!("{}", text_table(&headers, &table));
+            for row in &rows {
+                if let Read::Grid { sweep: "interrupted", .. } = row.read {
+                    println!("{}", state_line(Path::new(&row.path), &SweepState::Interrupted));
+                }
+            }
         }
     }
     Ok(())
@@ -284,6 +291,8 @@ enum Read {
     /// Its trials, their count by status, and the best value of the sweep's metric.
     Grid {
         trials: usize,
+        /// `running`, `interrupted` or `finished` (`sweep_label`).
+        sweep: &'static str,
         status: BTreeMap<String, usize>,
         metric: Option<String>,
         best: Option<f64>,
@@ -296,9 +305,33 @@ enum Read {
     },
 }
 
+/// A sweep's state in one word: `running`, `interrupted`, `finished`.
+pub fn sweep_label(state: &SweepState) -> &'static str {
+    match state {
+        SweepState::Running(_) => "running",
+        SweepState::Interrupted => "interrupted",
+        SweepState::Finished => "finished",
+    }
+}
+
+/// The line that says where the sweep in `dir` stands and what to do with it: `interrupted:
+/// `rtune resume DIR`` (it goes on from there), `running (host .., pid ..): `rtune watch DIR`
+/// follows it, `rtune stop DIR` ends it`, or `finished`.
+pub fn state_line(dir: &Path, state: &SweepState) -> String {
+    let dir = dir.display();
+    match state {
+        SweepState::Interrupted => format!("interrupted: `rtune resume {dir}` goes on with it"),
+        SweepState::Running(holder) => format!(
+            "running ({holder}): `rtune watch {dir}` follows it, `rtune stop {dir}` ends it"
+        ),
+        SweepState::Finished => "finished".into(),
+    }
+}
+
 fn listed(path: &Path) -> Listed {
     let read = match ResultGrid::from_path(path) {
         Ok(grid) => Read::Grid {
+            sweep: sweep_label(&sweep_state(path)),
             trials: grid.trials.len(),
             status: counts(grid.trials.iter().map(|t| t.status)),
             best: grid.metric.as_deref().and_then(|m| grid.best_result().ok()?.last(m)),
@@ -352,7 +385,13 @@ pub fn show(
     }
     let Some(which) = trial else {
         match format {
-            Format::Table => println!("{}", trials_table(&grid, 0)),
+            Format::Table => {
+                match sweep_state(dir) {
+                    SweepState::Finished => {}
+                    state => println!("{}", state_line(dir, &state)),
+                }
+                println!("{}", trials_table(&grid, 0))
+            }
             Format::Json => {
                 let trials: Vec<serde_json::Value> = grid
                     .trials

@@ -23,6 +23,10 @@ pub enum TrialStatus {
     Terminated,
     /// Failed.
     Error,
+    /// What the views show for a trial that was RUNNING or PENDING when its sweep's driver
+    /// stopped (interrupted, or killed): it goes on from its latest checkpoint when the sweep
+    /// is resumed. Never decided by a controller.
+    Interrupted,
 }
 
 impl TrialStatus {
@@ -31,8 +35,8 @@ impl TrialStatus {
         matches!(self, TrialStatus::Terminated | TrialStatus::Error)
     }
 
-    /// Its name as Ray writes it (`PENDING`, `RUNNING`, `PAUSED`, `TERMINATED`, `ERROR`), for
-    /// what people read: tables, progress lines, result tables.
+    /// Its name as Ray writes it (`PENDING`, `RUNNING`, `PAUSED`, `TERMINATED`, `ERROR`; and
+    /// `INTERRUPTED`), for what people read: tables, progress lines, result tables.
     pub fn name(self) -> &'static str {
         match self {
             TrialStatus::Pending => "PENDING",
@@ -40,6 +44,7 @@ impl TrialStatus {
             TrialStatus::Paused => "PAUSED",
             TrialStatus::Terminated => "TERMINATED",
             TrialStatus::Error => "ERROR",
+            TrialStatus::Interrupted => "INTERRUPTED",
         }
     }
 }

@@ -49,6 +49,10 @@ pub(super) fn in_sweep_terms(e: Error) -> Exit {
         ("MlflowLogger", "run.mlflow"),
     ];
     let code = code_of(&e);
+    if let Error::Interrupted { path } = &e {
+        let dir = path.display();
+        return Exit(code, anyhow::anyhow!("interrupted: `rtune resume {dir}` goes on with it"));
+    }
     if let Error::Config { field, message } = &e
         && let Some(key) = KEYS
             .iter()

@@ -129,6 +129,9 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             // touched.
             crate::tune::lease::check_free(&dir)?;
             let dir = local(&dir)?;
+            if sweeping::finished(&dir)? {
+                return Ok(0);
+            }
             if let Some(file) = sweep {
                 sweeping::replace_sweep(&dir, &file, &sets, registry)?;
             }

@@ -13,7 +13,7 @@ use super::exit::{EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED, Exit, in_s
 use super::{Output, Registry, SweepSpec, Target, doc, inspect, registry, ui};
 use crate::config::RunConfig;
 use crate::outcome::error_summary;
-use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, Tuner};
+use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, SweepState, Tuner};
 
 /// Refuses a `--json` file that could not be written, before the sweep runs.
 fn check(output: &Output) -> Result<(), Exit> {
@@ -60,7 +60,7 @@ pub(super) fn run(
             std::fs::remove_dir_all(&path)
                 .with_context(|| format!("cannot replace {}", path.display()))?;
         } else {
-            // The name is taken by a sweep with results: this run gets a fresh folder beside it.
+            // The name is taken by another sweep: this run gets a fresh folder beside it.
             let taken = path.clone();
             for n in 2.. {
                 run.name = Some(format!("{name}-{n}"));
@@ -70,12 +70,7 @@ pub(super) fn run(
                 }
             }
             name = run.name.clone().expect("named above");
-            println!(
-                "{} holds a sweep with results (`rtune resume {}` goes on with it): this run is \
-                 {name}",
-                taken.display(),
-                taken.display()
-            );
+            println!("{}: this run is {name}", name_taken(&taken));
         }
     }
     // Absolute: `rtune resume` from another folder finds what the file's paths are relative to.
@@ -141,15 +136,28 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Res
         let path = crate::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
         if crate::tune::holds_experiment(&path) && !recorded_nothing(&path) {
             println!(
-                "note: {} holds a sweep with results already: `rtune run` would run this one \
-                 beside it as {name}-2 (or the next free number); `rtune resume {}` goes on \
-                 with that one",
-                path.display(),
-                path.display()
+                "note: {}: `rtune run` would run this one beside it as {name}-2 (or the next \
+                 free number)",
+                name_taken(&path)
             );
         }
     }
     Ok(0)
+}
+
+/// What `run` and `validate` say of the experiment already in `path`: what it is, and what
+/// goes on with it or ends it.
+fn name_taken(path: &Path) -> String {
+    let dir = path.display();
+    match crate::tune::sweep_state(path) {
+        SweepState::Running(holder) => format!(
+            "{dir} holds a sweep another driver is running ({holder}; `rtune stop {dir}` ends it)"
+        ),
+        SweepState::Interrupted => {
+            format!("{dir} holds an interrupted sweep (`rtune resume {dir}` goes on with it)")
+        }
+        SweepState::Finished => format!("{dir} holds a finished sweep"),
+    }
 }
 
 /// Reads and checks the sweep file (exit 2 on any mistake).
@@ -258,7 +266,9 @@ pub(super) fn resume(
     target: &Target,
 ) -> Result<i32, Exit> {
     check(output)?;
-    crate::tune::lease::check_free(dir)?;
+    if finished(dir)? {
+        return Ok(0);
+    }
     let (file, spec) = read_sweep(dir, registry)?;
     let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
         .map(ui::model::Model::into_trials)
@@ -278,6 +288,18 @@ pub(super) fn resume(
     });
     screen.close();
     finish(outcome, dir, output, began)
+}
+
+/// Whether the sweep in `dir` has nothing to resume: it ran to its end (said so). Another
+/// driver's sweep is refused (exit 2) before anything is touched.
+pub(super) fn finished(dir: &Path) -> Result<bool, Exit> {
+    crate::tune::lease::check_free(dir)?;
+    let done = crate::tune::sweep_state(dir) == SweepState::Finished;
+    if done {
+        let shown = dir.display();
+        println!("{shown} finished; nothing to resume (`rtune show {shown}` shows it)");
+    }
+    Ok(done)
 }
 
 /// The model of the registered trainable that `rtune run` swept in `dir`, if it has one.

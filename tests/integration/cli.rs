@@ -768,8 +768,10 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     tmux.run(&["send-keys", "-t", "run", "x"])?;
     let code = exit_code(&run_exit, Duration::from_secs(60))?;
     ensure!(code == "3", "rtune run exited {code}");
-    // The terminal is given back: the run prints its table after the UI.
-    tmux.wait_for_screen("run", &["rtune resume"])?;
+    // The terminal is given back: the run prints its table after the UI, where the trials
+    // `x` stopped are INTERRUPTED (none RUNNING), and says how to go on.
+    let after = tmux.wait_for_screen("run", &["interrupted: `rtune resume", "INTERRUPTED"])?;
+    ensure!(!after.contains("RUNNING"), "{after}");
     ensure!(Tuner::can_restore(&experiment));
 
     // `q` leaves the view; the sweep goes on with progress lines and ends on its own.
@@ -822,9 +824,11 @@ pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
     let out = run.wait_with_output()?;
     ensure!(out.status.code() == Some(3), "{}", text(&out));
     ensure!(!driver_file.exists(), "driver.json outlived its driver");
-    // The driver is gone: the view reads the files (no keys that need the driver).
-    let screen = tmux.wait_for_screen("watch", &["q quit  ? help"])?;
-    ensure!(!screen.contains("t stop trial"), "{screen}");
+    // The driver is gone: the view reads the files (no keys that need the driver), where the
+    // trial `x` stopped is INTERRUPTED.
+    let screen =
+        tmux.wait_for_screen("watch", &["q quit  ? help", "INTERRUPTED", "interrupted"])?;
+    ensure!(!screen.contains("t stop trial") && !screen.contains("RUNNING"), "{screen}");
     tmux.run(&["send-keys", "-t", "watch", "q"])?;
     ensure!(exit_code(&watch_exit, Duration::from_secs(30))? == "0");
     let grid = ResultGrid::from_path(&experiment)?;

@@ -95,8 +95,10 @@ pub fn a_second_driver_is_refused() -> Result<()> {
     Ok(())
 }
 
-/// A driver SIGKILLed mid-sweep leaves its lease; `rtune resume` takes it over at once (its
-/// holder's pid is gone) and finishes the sweep.
+/// A driver SIGKILLed mid-sweep leaves its lease; its trials show as INTERRUPTED (not RUNNING)
+/// in `ls`, `show` and its JSON, with the line that says how to go on; `rtune resume` takes
+/// the lease over at once (its holder's pid is gone) and finishes the sweep; a second resume
+/// says there is nothing to resume, and `run` of the same file says what the name holds.
 pub fn a_dead_drivers_lease_is_taken_over() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (mut child, experiment) = start_run(dir.path())?;
@@ -105,9 +107,74 @@ pub fn a_dead_drivers_lease_is_taken_over() -> Result<()> {
     child.wait()?;
     let lease = experiment.join(rtune::tune::lease::LEASE_FILE);
     ensure!(lease.exists(), "a SIGKILLed driver leaves its lease");
-    let out = rtune(&["resume", experiment.to_str().unwrap(), "--no-tui"])?;
+    let exp = experiment.to_str().unwrap();
+    let hint = format!("interrupted: `rtune resume {exp}` goes on with it");
+    shows_interrupted(dir.path(), &experiment, &hint)?;
+    let out = rtune(&["resume", exp, "--no-tui"])?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     all_terminated_once(&experiment)?;
     ensure!(!lease.exists(), "the lease outlived the resumed sweep");
+    // Finished: nothing to resume, and no table printed again.
+    let out = rtune(&["resume", exp, "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(stdout.contains(&format!("{exp} finished; nothing to resume")), "{}", text(&out));
+    ensure!(!stdout.contains("TERMINATED"), "{}", text(&out));
+    let out = rtune(&["ls", dir.path().join("results").to_str().unwrap()])?;
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(" finished "), "{}", text(&out));
+    Ok(())
+}
+
+/// After Ctrl-C, the run's own table and the files show the stopped trials as INTERRUPTED;
+/// `run` of the same file then names the interrupted sweep and `rtune resume`.
+pub fn ctrl_c_shows_interrupted_trials() -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.3)?;
+    let child = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui", "--set", "tune.max_concurrent_trials=2"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let experiment = dir.path().join("results/curves");
+    wait_for_rows(&experiment)?;
+    // SAFETY: signalling our own child's process group, as a terminal's Ctrl-C does.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let out = child.wait_with_output()?;
+    ensure!(out.status.code() == Some(3), "{}", text(&out));
+    let exp = experiment.to_str().unwrap();
+    let hint = format!("interrupted: `rtune resume {exp}` goes on with it");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let table = stdout.split_once("trial ").map_or("", |(_, t)| t);
+    ensure!(table.contains("INTERRUPTED") && !table.contains("RUNNING"), "{}", text(&out));
+    ensure!(stderr.contains(&hint), "{}", text(&out));
+    shows_interrupted(dir.path(), &experiment, &hint)?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui", "--set", "tune.num_samples=1"])?;
+    let wanted = format!("{exp} holds an interrupted sweep (`rtune resume {exp}` goes on with it)");
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(&wanted), "{}", text(&out));
+    Ok(())
+}
+
+/// `rtune ls`, `rtune show` (table and JSON) of the stopped sweep in `experiment`: no trial
+/// RUNNING, some INTERRUPTED, and `hint` said.
+fn shows_interrupted(dir: &Path, experiment: &Path, hint: &str) -> Result<()> {
+    let exp = experiment.to_str().unwrap();
+    let out = rtune(&["ls", dir.join("results").to_str().unwrap()])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success() && stdout.contains(" interrupted "), "{}", text(&out));
+    ensure!(stdout.contains("INTERRUPTED") && !stdout.contains("RUNNING"), "{}", text(&out));
+    ensure!(stdout.contains(hint), "{}", text(&out));
+    let out = rtune(&["show", exp])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(stdout.lines().next() == Some(hint), "{}", text(&out));
+    ensure!(stdout.contains("INTERRUPTED") && !stdout.contains("RUNNING"), "{}", text(&out));
+    let out = rtune(&["show", exp, "--format", "json"])?;
+    let trials: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let statuses: Vec<&str> =
+        trials.as_array().context("trials")?.iter().filter_map(|t| t["status"].as_str()).collect();
+    ensure!(statuses.contains(&"INTERRUPTED") && !statuses.contains(&"RUNNING"), "{statuses:?}");
     Ok(())
 }

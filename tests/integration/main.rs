@@ -257,6 +257,10 @@ fn main() {
             front_door::a_dead_drivers_lease_is_taken_over,
         ),
         test(
+            "front_door::ctrl_c_shows_interrupted_trials",
+            front_door::ctrl_c_shows_interrupted_trials,
+        ),
+        test(
             "front::what_trains_nothing_loads_no_libtorch",
             front::what_trains_nothing_loads_no_libtorch,
         ),

@@ -94,13 +94,14 @@ impl View {
 }
 
 /// The filters `f` steps through.
-pub const FILTERS: [Option<TrialStatus>; 6] = [
+pub const FILTERS: [Option<TrialStatus>; 7] = [
     None,
     Some(TrialStatus::Pending),
     Some(TrialStatus::Running),
     Some(TrialStatus::Terminated),
     Some(TrialStatus::Error),
     Some(TrialStatus::Paused),
+    Some(TrialStatus::Interrupted),
 ];
 
 impl Model {
@@ -211,7 +212,7 @@ impl Model {
                 // none runs or waits now.
                 for row in &mut self.trials {
                     if matches!(row.status, TrialStatus::Running | TrialStatus::Pending) {
-                        row.status = TrialStatus::Paused;
+                        row.status = TrialStatus::Interrupted;
                     }
                 }
             }

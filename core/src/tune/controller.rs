@@ -290,7 +290,7 @@ impl Controller {
                     stopped.push(saved.id);
                     TrialStatus::Running
                 }
-                TrialStatus::Running => TrialStatus::Paused,
+                TrialStatus::Running | TrialStatus::Interrupted => TrialStatus::Paused,
                 other => other,
             };
             let trial = Trial {

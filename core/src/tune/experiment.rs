@@ -143,6 +143,27 @@ pub fn holds_experiment(path: &Path) -> bool {
     path.join(SETTINGS_FILE).exists() || path.join(STATE_FILE).exists()
 }
 
+/// Where the sweep in an experiment directory stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepState {
+    /// A live driver runs it (who, as `lease::Holder` shows it).
+    Running(String),
+    /// Its driver stopped before the end (interrupted, killed, or ended by an error):
+    /// `rtune resume` goes on with it.
+    Interrupted,
+    /// It ran to its end (its `results.parquet` is written then).
+    Finished,
+}
+
+/// Where the sweep in the experiment directory `path` (or the staging copy of one on a store)
+/// stands: its lease tells whether a driver runs it, its results table whether it ended.
+pub fn sweep_state(path: &Path) -> SweepState {
+    if let Err(Error::Held { holder, .. }) = super::lease::check_free(path) {
+        return SweepState::Running(holder);
+    }
+    if path.join(RESULTS_PARQUET).exists() { SweepState::Finished } else { SweepState::Interrupted }
+}
+
 /// What `experiment_state.json` holds: the sweep as it is now (see `Sweep::save_state`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SavedExperiment {

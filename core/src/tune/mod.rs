@@ -18,7 +18,7 @@ pub use controller::{
 };
 pub use experiment::{
     DRIVER_FILE, DRIVER_LOG, ERROR_FILE, RESULTS_PARQUET, SETTINGS_FILE, STATE_FILE, SWEEP_FILE,
-    experiment_path, holds_experiment,
+    SweepState, experiment_path, holds_experiment, sweep_state,
 };
 pub use lease::Lease;
 pub use result_grid::{ResultGrid, Scope};

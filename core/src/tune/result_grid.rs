@@ -10,7 +10,7 @@ use polars::prelude::{
 };
 use rtune_searchers::{Metrics, Mode, Objective, Params, TrialStatus, Value};
 
-use super::experiment::read_experiment;
+use super::experiment::{SweepState, read_experiment};
 use super::trial::TrialResult;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
@@ -49,8 +49,19 @@ impl ResultGrid {
 
     /// The grid and the seconds the sweep has run so far (all its drivers together), from one
     /// read of the experiment's state.
+    ///
+    /// Trials that were running or waiting when the sweep's driver stopped (no live driver
+    /// runs it) are `INTERRUPTED`: they go on from their checkpoints when it is resumed.
     pub fn read_with_time_spent(path: &Path) -> Result<(ResultGrid, f64)> {
-        let (saved, trials) = read_experiment(path, &RunConfig::default(), false)?;
+        let (saved, mut trials) = read_experiment(path, &RunConfig::default(), false)?;
+        let unfinished = |s: TrialStatus| matches!(s, TrialStatus::Running | TrialStatus::Pending);
+        if trials.values().any(|t| unfinished(t.status))
+            && !matches!(super::experiment::sweep_state(path), SweepState::Running(_))
+        {
+            for t in trials.values_mut().filter(|t| unfinished(t.status)) {
+                t.status = TrialStatus::Interrupted;
+            }
+        }
         let grid = ResultGrid {
             path: path.to_owned(),
             metric: saved.metric,

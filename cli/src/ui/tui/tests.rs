@@ -141,8 +141,9 @@ fn pending_trials_are_listed_and_an_interrupted_sweep_shows_none_running() {
     m.apply(&Event::End);
     let text = screen(&m, &best_first(), 120, 30);
     assert!(!text.contains("RUNNING") && !text.contains("PENDING"), "{text}");
-    assert!(!text.contains("ETA") && text.contains("ended"), "{text}");
-    assert_eq!(m.count(TrialStatus::Paused), 2, "the running and the waiting trial");
+    assert!(!text.contains("ETA") && text.contains("interrupted"), "{text}");
+    assert!(text.contains("2 INTERRUPTED"), "{text}");
+    assert_eq!(m.count(TrialStatus::Interrupted), 2, "the running and the waiting trial");
 }
 
 #[test]

@@ -50,7 +50,7 @@ fn status_color(status: TrialStatus) -> Color {
         TrialStatus::Running => Color::Cyan,
         TrialStatus::Terminated => Color::Green,
         TrialStatus::Error => Color::Red,
-        TrialStatus::Paused => Color::Yellow,
+        TrialStatus::Paused | TrialStatus::Interrupted => Color::Yellow,
         _ => Color::Gray,
     }
 }
@@ -156,7 +156,13 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             time.push_str(&format!(", ETA {}", clock(left)));
         }
     }
-    let state = if model.over { " · ended" } else { "" };
+    let state = if model.count(TrialStatus::Interrupted) > 0 {
+        " · interrupted (rtune resume goes on)"
+    } else if model.over {
+        " · ended"
+    } else {
+        ""
+    };
     let title = Line::from(vec![
         Span::styled(
             format!("rtune · {}", model.name),
@@ -165,9 +171,13 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
         Span::raw(format!(" · {time}{state} · {}", model.path.display())),
     ]);
     let mut counts = Vec::new();
-    for status in
-        [TrialStatus::Running, TrialStatus::Paused, TrialStatus::Terminated, TrialStatus::Error]
-    {
+    for status in [
+        TrialStatus::Running,
+        TrialStatus::Paused,
+        TrialStatus::Interrupted,
+        TrialStatus::Terminated,
+        TrialStatus::Error,
+    ] {
         let n = model.count(status);
         if n > 0 {
             counts.push(Span::styled(
