@@ -73,6 +73,10 @@ pub enum Command {
         #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
         sets: Vec<String>,
     },
+    /// List the trainables this binary offers (`[trainable] builtin = NAME`): what each is,
+    /// the params it reads with their defaults and ranges, and the metrics it reports.
+    #[command(after_help = "Example:\n  rtune builtins")]
+    Builtins,
     /// Go on with an interrupted sweep started by `rtune run`.
     #[command(after_help = "Examples:\n  rtune resume rtune_results/digits-asha\n  \
         rtune resume rtune_results/digits-asha --sweep fixed.toml   # a corrected sweep file\n\n\
@@ -354,7 +358,7 @@ pub struct PredictArgs {
     /// cluster's at $RTUNE_ADDRESS), each a range of the rows; a worker that dies is retried
     /// on what it had not finished.
     #[arg(long, value_name = "N", conflicts_with = "device",
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = count)]
     pub workers: Option<u64>,
     /// CPUs each worker holds (its libtorch threads).
     #[arg(long, default_value_t = 1.0, requires = "workers")]
@@ -399,6 +403,14 @@ pub fn seconds(text: &str) -> Result<Duration, String> {
         return Err(format!("{text} is not a positive, finite number of seconds (e.g. 5 or 0.5)"));
     }
     Duration::try_from_secs_f64(secs).map_err(|_| format!("{text} seconds is too long"))
+}
+
+/// A count of at least 1.
+pub fn count(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text} is not a whole number of at least 1")),
+    }
 }
 
 /// A resource amount: a finite number ≥ 0.

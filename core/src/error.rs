@@ -82,7 +82,10 @@ pub enum Error {
 
     /// The sweep was interrupted (`Control::interrupt`, Ctrl-C in `rtune run`); it stopped
     /// where it was and goes on with `Tuner::restore(path, ..)`.
-    #[error("interrupted; the experiment in {} goes on with `rtune resume` or Tuner::restore", .path.display())]
+    #[error(
+        "interrupted; the experiment in {} goes on with `rtune resume` (Tuner::restore from Rust)",
+        .path.display()
+    )]
     Interrupted { path: PathBuf },
 }
 

@@ -77,8 +77,11 @@ pub struct Problems(pub Vec<Problem>);
 
 impl fmt::Display for Problems {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.0.len();
-        write!(f, "the sweep file has {n} mistake{}:", if n == 1 { "" } else { "s" })?;
+        // One mistake is one line.
+        if let [one] = self.0.as_slice() {
+            return write!(f, "{one}");
+        }
+        write!(f, "the sweep file has {} mistakes:", self.0.len())?;
         for p in &self.0 {
             write!(f, "\n  {p}")?;
         }
@@ -283,7 +286,9 @@ impl<'t> Fields<'t> {
 
     /// The item under `key`, if written.
     pub fn get(&mut self, key: &'static str) -> Option<&'t Item> {
-        self.asked.push(key);
+        if !self.asked.contains(&key) {
+            self.asked.push(key);
+        }
         self.entries.iter().find(|(k, _, _)| k == key).map(|(_, _, v)| v)
     }
 

@@ -29,6 +29,7 @@ mod cluster;
 mod doc;
 mod exit;
 mod export;
+mod plan;
 mod predict;
 pub mod registry;
 mod slurm;
@@ -138,6 +139,10 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             resume(&dir, &output, registry, &Target::default())
         }
         Command::Validate { file, sets } => validate(&file, &sets, registry),
+        Command::Builtins => {
+            println!("{}", plan::builtins(registry));
+            Ok(0)
+        }
         Command::Stop { dir, no_wait } => {
             stop(&crate::config::expand_home(&dir), no_wait).map_err(|e| Exit(EXIT_INVALID, e))
         }

@@ -86,7 +86,10 @@ impl Trainable {
             Param::Const(v) => vec![v.clone()],
             Param::Grid(values) => values.clone(),
             Param::Sample(domain) => domain.extremes(),
-            Param::Nested(_) => vec![Value::Map(Default::default())],
+            // As written (its constants, and its domains as the file writes them).
+            Param::Nested(space) => {
+                vec![space.to_value().unwrap_or(Value::Map(Default::default()))]
+            }
             Param::Dependent(_) => Vec::new(),
         };
         let range = self.ranges.iter().find(|(k, _)| k == key).map(|(_, r)| r);
@@ -144,6 +147,8 @@ fn bound(x: f64) -> String {
 fn short(v: &Value) -> String {
     match v {
         Value::Float(x) if x.abs() >= 1e15 || (*x != 0.0 && x.abs() < 1e-4) => format!("{x:e}"),
+        // As a sweep file writes them.
+        Value::Map(_) | Value::List(_) => super::plan::toml_value(v),
         other => other.to_string(),
     }
 }

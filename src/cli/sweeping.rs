@@ -13,7 +13,7 @@ use super::exit::{EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED, Exit, in_s
 use super::{Output, Registry, SweepSpec, Target, doc, inspect, registry, ui};
 use crate::config::RunConfig;
 use crate::outcome::error_summary;
-use crate::tune::{Control, ResultGrid, SWEEP_FILE, Samples, SweepState, Tuner};
+use crate::tune::{Control, ResultGrid, SWEEP_FILE, SweepState, Tuner};
 
 /// Refuses a `--json` file that could not be written, before the sweep runs.
 fn check(output: &Output) -> Result<(), Exit> {
@@ -37,7 +37,7 @@ pub(super) fn run(
     target: &Target,
 ) -> Result<i32, Exit> {
     check(output)?;
-    let (source, spec) = read_spec(file, sets, registry)?;
+    let (source, spec) = read_spec(file, sets, registry, target.cluster.is_none())?;
     let mut run = target.run_config(&spec);
     let mut name = spec.name.clone().unwrap_or_else(|| {
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
@@ -82,7 +82,7 @@ pub(super) fn run(
     };
     let copy = serde_json::to_vec_pretty(&copy)?;
     let control = Control::new();
-    println!("sweep {} ({} trials) in {}", source.name, samples(&spec), path.display());
+    println!("sweep {} ({}) in {}", source.name, samples(&spec), path.display());
     let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new());
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
@@ -117,13 +117,13 @@ pub(super) fn stop(dir: &Path, no_wait: bool) -> anyhow::Result<i32> {
 
 /// `rtune validate`: what `run` checks before it starts, and a line on what it would run.
 pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Result<i32, Exit> {
-    let (source, spec) = read_spec(file, sets, registry)?;
+    let (source, spec) = read_spec(file, sets, registry, true)?;
     let mut run = spec.run_config();
     run.name = Some(spec.name.clone().unwrap_or_else(|| "validate".into()));
     spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
     let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
     println!(
-        "{}: valid; it runs {} trials of {trainable} ({} worker{} each) with search `{}` and \
+        "{}: valid; it runs {} of {trainable} ({} worker{} each) with search `{}` and \
          scheduler `{}`",
         source.name,
         samples(&spec),
@@ -132,6 +132,7 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Res
         spec.search.kind,
         spec.scheduler.kind
     );
+    println!("{}", super::plan::plan(&spec, registry));
     if let Some(name) = &spec.name {
         let path = crate::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
         if crate::tune::holds_experiment(&path) && !recorded_nothing(&path) {
@@ -160,17 +161,23 @@ fn name_taken(path: &Path) -> String {
     }
 }
 
-/// Reads and checks the sweep file (exit 2 on any mistake).
+/// Reads and checks the sweep file (exit 2 on any mistake); `here`: for a sweep run on this
+/// machine, whether a trial fits it too.
 fn read_spec(
     file: &Path,
     sets: &[String],
     registry: &Registry,
+    here: bool,
 ) -> Result<(doc::Source, SweepSpec), Exit> {
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read the sweep file {}", file.display()))
         .map_err(|e| Exit(EXIT_INVALID, e))?;
     let source = doc::Source { name: file.display().to_string(), text };
-    let spec = SweepSpec::read(&source, sets, registry)?;
+    let spec = if here {
+        SweepSpec::read_to_run_here(&source, sets, registry)?
+    } else {
+        SweepSpec::read(&source, sets, registry)?
+    };
     Ok((source, spec))
 }
 
@@ -195,28 +202,21 @@ pub(super) fn replace_sweep(
     registry: &Registry,
 ) -> Result<(), Exit> {
     let (_, old) = read_sweep(dir, registry)?;
-    let (source, new) = read_spec(file, sets, registry)?;
-    let kind = |c: &super::sweep::Component| c.kind.clone();
-    let same: [(&str, String, String); 10] = [
-        ("trainable.builtin", format!("{:?}", old.builtin), format!("{:?}", new.builtin)),
-        ("trainable.command", format!("{:?}", old.command), format!("{:?}", new.command)),
-        ("param_space", format!("{:?}", old.space), format!("{:?}", new.space)),
-        ("tune.metric", format!("{:?}", old.tune.metric), format!("{:?}", new.tune.metric)),
-        ("tune.mode", format!("{:?}", old.tune.mode), format!("{:?}", new.tune.mode)),
-        ("tune.num_samples", old.tune.num_samples.to_string(), new.tune.num_samples.to_string()),
-        ("tune.seed", old.tune.seed.to_string(), new.tune.seed.to_string()),
-        ("tune.search", kind(&old.search), kind(&new.search)),
-        ("tune.scheduler", kind(&old.scheduler), kind(&new.scheduler)),
-        ("name", format!("{:?}", old.name), format!("{:?}", new.name)),
-    ];
-    if let Some((key, was, is)) = same.iter().find(|(_, was, is)| was != is) {
+    let (source, new) = read_spec(file, sets, registry, false)?;
+    let differences = super::plan::recorded_differences(&old, &new);
+    if !differences.is_empty() {
+        let lines: Vec<String> = differences
+            .iter()
+            .map(|(key, was, is)| format!("  `{key}`: {was} in the experiment, {is} in the file"))
+            .collect();
         return Err(Exit(
             EXIT_INVALID,
             anyhow::anyhow!(
-                "{}: `{key}` is {is} where the sweep in {} has {was}: what was recorded came from \
-                 it, so a resume keeps it (run the file as a new sweep instead)",
+                "{} differs from the sweep in {} in what decided what was recorded, which a \
+                 resume keeps (run the file as a new sweep instead):\n{}",
                 source.name,
-                dir.display()
+                dir.display(),
+                lines.join("\n")
             ),
         ));
     }
@@ -308,10 +308,12 @@ pub(super) fn trainable_model(dir: &Path, registry: &Registry) -> Option<registr
     registry.get(spec.builtin.as_deref()?)?.model.clone()
 }
 
+/// `12 trials`, `1 trial`, or `trials until the time budget is spent`.
 fn samples(spec: &SweepSpec) -> String {
-    match spec.tune.num_samples {
-        Samples::UntilStopped => "until the time budget is spent".into(),
-        Samples::Count(n) => n.to_string(),
+    match spec.trial_count() {
+        None => "trials until the time budget is spent".into(),
+        Some(1) => "1 trial".into(),
+        Some(n) => format!("{n} trials"),
     }
 }
 
@@ -328,10 +330,7 @@ fn reporting(
     ended: Vec<ui::model::TrialRow>,
 ) -> (RunConfig, Screen) {
     let metric = spec.tune.metric.clone().zip(spec.tune.mode);
-    let total = match spec.tune.num_samples {
-        Samples::Count(n) => Some(n),
-        Samples::UntilStopped => None,
-    };
+    let total = spec.trial_count();
     let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), metric.clone());
     let objectives: Vec<(String, rtune_searchers::Mode)> =
         spec.tune.objectives.iter().map(|o| (o.metric.clone(), o.mode)).collect();

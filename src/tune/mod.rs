@@ -56,4 +56,4 @@ mod sweep;
 mod trial_task;
 mod tuner;
 
-pub use tuner::Tuner;
+pub use tuner::{Tuner, trial_count};

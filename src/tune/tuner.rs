@@ -212,17 +212,16 @@ impl Tuner {
             }
             Samples::Count(n) => Some(n),
         };
-        let (searcher, trial_limit): (Box<dyn Searcher>, Option<usize>) = match search_alg {
-            Some(searcher) => (searcher, num_samples.map(|n| n as usize)),
-            None => {
-                let basic = BasicVariant::new(space.clone())?
+        // Known where samples are counted (PBT makes its whole population at once).
+        let trial_limit = trial_count(&space, settings.num_samples, search_alg.as_deref())
+            .and_then(|t| usize::try_from(t).ok());
+        let searcher: Box<dyn Searcher> = match search_alg {
+            Some(searcher) => searcher,
+            None => Box::new(
+                BasicVariant::new(space.clone())?
                     .num_samples(num_samples.unwrap_or(u64::MAX))
-                    .seed(settings.seed);
-                // Known where samples are counted (the grid times them): PBT makes its whole
-                // population at once.
-                let total = num_samples.and(basic.total()).and_then(|t| usize::try_from(t).ok());
-                (Box::new(basic), total)
-            }
+                    .seed(settings.seed),
+            ),
         };
         let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
         let time_budget = match settings.time_budget_s {
@@ -251,6 +250,7 @@ impl Tuner {
             search_alg: searcher.save_state().kind().to_owned(),
             scheduler: scheduler.save_state().kind().to_owned(),
             scaling: Some(trainer.scaling_config().clone()),
+            trials: trial_limit.map(|n| n as u64),
         };
         Ok(Plan {
             trainer,
@@ -395,6 +395,28 @@ struct Plan {
     objectives: Vec<Objective>,
     time_budget: Option<Duration>,
     reuse_actors: bool,
+}
+
+/// How many trials a sweep of `space` runs, as Ray counts them: `num_samples`, except where the
+/// searcher decides (random search over a grid: the grid times `num_samples`, its points
+/// first; `search_alg`, None for random search, says where it does). None: until the sweep's
+/// time budget is spent or its searcher has no more.
+pub fn trial_count(
+    space: &SearchSpace,
+    num_samples: Samples,
+    search_alg: Option<&dyn Searcher>,
+) -> Option<u64> {
+    let samples = match num_samples {
+        Samples::Count(n) => Some(n),
+        Samples::UntilStopped => None,
+    };
+    match search_alg {
+        Some(searcher) => searcher.trial_count().or(samples),
+        None => {
+            let grid = |n| BasicVariant::new(space.clone()).ok()?.num_samples(n).total();
+            samples.and_then(grid).or(samples)
+        }
+    }
 }
 
 /// What the sweep optimises: nothing, one metric (`metric` and `mode`), or several

@@ -232,11 +232,12 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("no experiment in"), "{}", text(&out));
 
-    // The same name again runs beside it (the first keeps its results), pointing to resume.
+    // The same name again runs beside it (the first keeps its results), saying what it holds.
     let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let said = String::from_utf8_lossy(&out.stdout);
-    ensure!(said.contains("rtune resume") && said.contains("this run is curves-2"), "{said}");
+    let wanted = format!("{} holds a finished sweep: this run is curves-2", experiment.display());
+    ensure!(said.contains(&wanted), "{said}");
     ensure!(ResultGrid::from_path(&experiment)?.trials.len() == 6);
     Ok(())
 }
@@ -1334,11 +1335,24 @@ pub fn the_synthetic_example_keeps_its_promise() -> Result<()> {
 /// that changes those is refused, exit 2, and the kept file stays as it was.
 pub fn resume_takes_a_corrected_sweep_file() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let file = sweep_file(dir.path(), 0.0)?;
+    let file = sweep_file(dir.path(), 0.1)?;
     let f = file.to_str().unwrap();
-    let out = rtune(&["run", f, "--no-tui", "--set", "tune.num_samples=2"])?;
-    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    // Killed once it has recorded a result: an interrupted sweep to go on with.
+    let mut run = Command::new(RTUNE)
+        .args(["run", f, "--no-tui", "--set", "tune.num_samples=2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
     let experiment = dir.path().join("results/curves");
+    wait_for(Duration::from_secs(120), || {
+        let rows = std::fs::read_dir(&experiment).ok().into_iter().flatten().flatten().any(|e| {
+            std::fs::read_to_string(e.path().join("progress.csv"))
+                .is_ok_and(|t| t.lines().count() >= 2)
+        });
+        Ok(rows && experiment.join(rtune::tune::STATE_FILE).exists())
+    })?;
+    run.kill()?;
+    run.wait()?;
     let exp = experiment.to_str().unwrap();
     let kept = || -> Result<serde_json::Value> {
         Ok(serde_json::from_slice(&std::fs::read(experiment.join(rtune::tune::SWEEP_FILE))?)?)
@@ -1357,7 +1371,8 @@ pub fn resume_takes_a_corrected_sweep_file() -> Result<()> {
         "tune.num_samples=2",
     ])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
-    ensure!(String::from_utf8_lossy(&out.stderr).contains("`param_space` is"), "{}", text(&out));
+    let wanted = "`param_space.noise`: 0.01 in the experiment, 0.02 in the file";
+    ensure!(String::from_utf8_lossy(&out.stderr).contains(wanted), "{}", text(&out));
     ensure!(kept()? == before, "a refused file replaced the kept one");
     // A stop criterion and the checkpoints kept: nothing recorded came from them.
     let fixed = dir.path().join("fixed.toml");

@@ -178,3 +178,200 @@ fn shows_interrupted(dir: &Path, experiment: &Path, hint: &str) -> Result<()> {
     ensure!(statuses.contains(&"INTERRUPTED") && !statuses.contains(&"RUNNING"), "{statuses:?}");
     Ok(())
 }
+
+/// Writes `text` as `name` in `dir`; its path as a string.
+fn write(dir: &Path, name: &str, text: &str) -> Result<String> {
+    let path = dir.join(name);
+    std::fs::write(&path, text)?;
+    Ok(path.to_str().context("a UTF-8 path")?.to_owned())
+}
+
+/// Ray Tune's, W&B's and Optuna's spellings of a domain in a command trainable's param_space
+/// (which would reach the script as strings and tables, searching nothing) are refused with
+/// rtune's spelling, all in one report; a builtin's param given a table shows the table.
+pub fn other_tools_domains_are_refused_with_rtunes_spelling() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = write(
+        dir.path(),
+        "ray.toml",
+        r#"
+[trainable]
+command = ["python3", "-c", "print(1)"]
+[param_space]
+lr = "tune.loguniform(1e-4, 1e-1)"
+wd = { type = "loguniform", lower = 1e-5, upper = 1e-2 }
+bs = { sample_from = "lambda _: 32" }
+opt = { values = ["adam", "sgd"] }
+kept = { constant = { type = "loguniform", lower = 1 } }
+[tune]
+metric = "val_loss"
+mode = "min"
+"#,
+    )?;
+    let out = rtune(&["validate", &file])?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(stderr.contains("the sweep file has 4 mistakes"), "{}", text(&out));
+    for wanted in [
+        "ray.toml:5:1: `param_space.lr` is the string \"tune.loguniform(1e-4, 1e-1)\"",
+        "write `lr = { loguniform = [1e-4, 1e-1] }`",
+        "ray.toml:6:1: `param_space.wd` is a table whose keys (type, lower, upper)",
+        "write `wd = { loguniform = [1e-5, 0.01] }`",
+        "ray.toml:7:1: `param_space.bs`",
+        "there is no sample_from",
+        "write `opt = { choice = [\"adam\", \"sgd\"] }`",
+        "`wd = { constant = { .. } }`",
+    ] {
+        ensure!(stderr.contains(wanted), "no {wanted:?} in {}", text(&out));
+    }
+    let file = write(
+        dir.path(),
+        "builtin.toml",
+        "[trainable]\nbuiltin = \"digits-mlp\"\n[param_space]\nhidden = { width = 64 }\n",
+    )?;
+    let out = rtune(&["validate", &file])?;
+    let wanted = "`param_space.hidden` gives { width = 64 } (map)";
+    ensure!(String::from_utf8_lossy(&out.stderr).contains(wanted), "{}", text(&out));
+    Ok(())
+}
+
+/// `rtune validate` prints the plan: every param searched (its domain) or constant (its
+/// value), the trainable's params the file leaves at their defaults, the metrics it reports
+/// and the number of trials; `rtune builtins` lists the trainables the same way.
+pub fn validate_prints_the_plan_and_builtins_list_the_trainables() -> Result<()> {
+    let sweep = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/digits_tpe_asha.toml");
+    let out = rtune(&["validate", sweep, "--set", "param_space.hidden=64"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for wanted in [
+        "valid; it runs 16 trials of `digits-mlp` (2 workers each)",
+        "  lr          searched  { loguniform = [0.0001, 0.03] }",
+        "  hidden      constant  64",
+        "  batch_size  searched  { choice = [16, 32, 64, 128] }",
+        "  epochs      constant  12",
+        "metrics `digits-mlp` reports: loss, val_loss, val_acc, params",
+    ] {
+        ensure!(stdout.contains(wanted), "no {wanted:?} in {}", text(&out));
+    }
+    let out = rtune(&["validate", sweep, "--set", "param_space={ lr = 0.01 }"])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(stdout.contains("  epochs      default   20"), "{}", text(&out));
+    let out = rtune(&["builtins"])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success(), "{}", text(&out));
+    for wanted in [
+        "digits-mlp: data-parallel MLP",
+        "  hidden      default  256  (1 to 65536)",
+        "synthetic-curve: learning-curve simulator",
+        "  reports: score, loss (and rtune's training_iteration",
+    ] {
+        ensure!(stdout.contains(wanted), "no {wanted:?} in {}", text(&out));
+    }
+    Ok(())
+}
+
+/// A 4-value grid with num_samples = 2 runs 8 trials, as in Ray, and every count says 8: the
+/// plan, the start line, the progress lines and the table; a point to evaluate first counts as
+/// one of the samples (1 + 1 x 4 = 5).
+pub fn grid_sweeps_are_counted_as_ray_counts_them() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let file = write(
+        dir.path(),
+        "grid.toml",
+        &format!(
+            "name = \"grid\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [param_space]\nrate = {{ grid_search = [0.1, 0.2, 0.3, 0.4] }}\niterations = 2\n\
+             [tune]\nmetric = \"score\"\nmode = \"max\"\nnum_samples = 2\n",
+            storage.display().to_string()
+        ),
+    )?;
+    let out = rtune(&["validate", &file])?;
+    ensure!(String::from_utf8_lossy(&out.stdout).contains("it runs 8 trials"), "{}", text(&out));
+    let out = rtune(&["run", &file, "--no-tui"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(stdout.contains("(8 trials) in "), "{}", text(&out));
+    ensure!(stdout.contains("== 8 trials (100%): 8 TERMINATED"), "{}", text(&out));
+    ensure!(ResultGrid::from_path(storage.join("grid"))?.trials.len() == 8);
+    let points = "tune.search={ type = \"random\", points_to_evaluate = [{ rate = 0.2 }] }";
+    let out = rtune(&["run", &file, "--no-tui", "--set", "name=\"points\"", "--set", points])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stdout).contains("(5 trials) in "), "{}", text(&out));
+    ensure!(ResultGrid::from_path(storage.join("points"))?.trials.len() == 5);
+    Ok(())
+}
+
+/// Key mistakes and value mistakes come in one report: a domain that cannot be, a table where
+/// a number belongs, a param the trainable does not read, a value out of its range, a metric it
+/// does not report, a key that does not exist, a scheduler option, and a worker bigger than
+/// the machine.
+pub fn all_mistakes_come_in_one_report() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = write(
+        dir.path(),
+        "many.toml",
+        r#"[trainable]
+builtin = "digits-mlp"
+[scaling]
+num_workers = 2
+resources_per_worker = { CPU = 4096 }
+[param_space]
+lr = { loguniform = [0, 1e-1] }
+hidden = { a = 1 }
+epocs = 3
+batch_size = { choice = [0, 32] }
+[tune]
+metric = "val_los"
+mode = "min"
+max_concurent_trials = 2
+scheduler = { type = "asha", grace_period = 0 }
+"#,
+    )?;
+    let out = rtune(&["validate", &file])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(stderr.contains("the sweep file has 8 mistakes"), "{}", text(&out));
+    for key in [
+        "many.toml:3:2: `scaling` does not fit this machine",
+        "many.toml:7:8: `param_space.lr`",
+        "many.toml:8:12: `param_space.hidden` gives { a = 1 }",
+        "many.toml:9:1: `param_space.epocs`",
+        "`param_space.batch_size` gives 0",
+        "many.toml:12:1: `tune.metric` names `val_los`",
+        "`tune.max_concurent_trials` is not a key here",
+        "`tune.scheduler.grace_period`",
+    ] {
+        ensure!(stderr.contains(key), "no {key:?} in {}", text(&out));
+    }
+    // Each key allowed is listed once.
+    ensure!(!stderr.contains("`mode`, `mode`"), "{}", text(&out));
+    Ok(())
+}
+
+/// `rtune resume --sweep FILE` that changes what decided what was recorded names each key
+/// that differs in the sweep file's words, with both values; no Rust type in the message.
+pub fn resume_with_a_differing_file_names_the_keys() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (mut child, experiment) = start_run(dir.path())?;
+    wait_for_rows(&experiment)?;
+    child.kill()?;
+    child.wait()?;
+    let changed = std::fs::read_to_string(dir.path().join("sweep.toml"))?
+        .replace("sleep_s = 0.3", "sleep_s = 1.0")
+        .replace("mode = \"max\"", "mode = \"min\"");
+    let file = write(dir.path(), "changed.toml", &changed)?;
+    let out = rtune(&["resume", experiment.to_str().unwrap(), "--sweep", &file])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for wanted in [
+        "`param_space.sleep_s`: 0.3 in the experiment, 1.0 in the file",
+        "`tune.mode`: \"max\" in the experiment, \"min\" in the file",
+    ] {
+        ensure!(stderr.contains(wanted), "no {wanted:?} in {}", text(&out));
+    }
+    for rust in ["SearchSpace", "Sample(", "Some(", "Max", "LogUniform"] {
+        ensure!(!stderr.contains(rust), "{rust} in {}", text(&out));
+    }
+    Ok(())
+}

@@ -48,8 +48,13 @@ fn refused(dir: &Path, env: &[(&str, &OsStr)], expected: &[&str]) -> Result<Stri
     ensure!(out.status.code() == Some(2), "exit {:?}, stderr:\n{stderr}", out.status);
     ensure!(lines.len() == 1, "one line expected, got:\n{stderr}");
     let line = lines[0];
-    // Named as the sweep file names it (`scaling`), not as the Rust API does.
-    ensure!(line.starts_with("rtune: invalid `scaling`: asks for 1 GPU per worker, but"), "{line}");
+    // Named as the sweep file names it (`scaling`, where it is written), not as the Rust API
+    // does, with the file's other mistakes.
+    let at = format!(
+        "rtune: {}:6:2: `scaling` asks for 1 GPU per worker, but",
+        dir.join("gpu.toml").display()
+    );
+    ensure!(line.starts_with(&at), "{line}");
     for part in expected {
         ensure!(line.contains(part), "`{part}` missing from: {line}");
     }

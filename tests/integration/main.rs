@@ -261,6 +261,26 @@ fn main() {
             front_door::ctrl_c_shows_interrupted_trials,
         ),
         test(
+            "front_door::other_tools_domains_are_refused_with_rtunes_spelling",
+            front_door::other_tools_domains_are_refused_with_rtunes_spelling,
+        ),
+        test(
+            "front_door::validate_prints_the_plan_and_builtins_list_the_trainables",
+            front_door::validate_prints_the_plan_and_builtins_list_the_trainables,
+        ),
+        test(
+            "front_door::grid_sweeps_are_counted_as_ray_counts_them",
+            front_door::grid_sweeps_are_counted_as_ray_counts_them,
+        ),
+        test(
+            "front_door::all_mistakes_come_in_one_report",
+            front_door::all_mistakes_come_in_one_report,
+        ),
+        test(
+            "front_door::resume_with_a_differing_file_names_the_keys",
+            front_door::resume_with_a_differing_file_names_the_keys,
+        ),
+        test(
             "front::what_trains_nothing_loads_no_libtorch",
             front::what_trains_nothing_loads_no_libtorch,
         ),

@@ -228,7 +228,9 @@ impl Model {
         if let Ok(text) = std::fs::read(dir.join(rtune_core::tune::SETTINGS_FILE))
             && let Ok(settings) = serde_json::from_slice::<serde_json::Value>(&text)
         {
-            model.total = settings["num_samples"].as_i64().and_then(|n| u64::try_from(n).ok());
+            // The trials it runs (a grid times num_samples), where the experiment says.
+            let count = |key: &str| settings[key].as_i64().and_then(|n| u64::try_from(n).ok());
+            model.total = count("trials").or_else(|| count("num_samples"));
             model.time_budget_s = settings["time_budget_s"].as_f64();
         }
         model.elapsed_s = time_spent_s;

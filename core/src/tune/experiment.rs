@@ -43,6 +43,11 @@ pub struct Settings {
     /// from experiments of rtune before it was written).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<crate::config::ScalingConfig>,
+    /// The trials the sweep runs, as Ray counts them (`rtune::tune::trial_count`: a grid times
+    /// `num_samples`); absent when it runs until stopped, and from experiments of rtune
+    /// before it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trials: Option<u64>,
 }
 
 impl Settings {
@@ -315,8 +320,8 @@ impl SavedExperiment {
 
 pub fn not_restorable(experiment: &Path, why: String) -> Error {
     Error::config(
-        "Tuner::restore",
-        format!("{} is not an experiment this rtune can go on with: {why}", experiment.display()),
+        "experiment",
+        format!("{} is not an experiment this rtune can read: {why}", experiment.display()),
     )
 }
 

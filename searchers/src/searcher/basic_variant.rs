@@ -148,6 +148,10 @@ impl BasicVariant {
 }
 
 impl Searcher for BasicVariant {
+    fn trial_count(&self) -> Option<u64> {
+        self.total()
+    }
+
     fn set_metric(&mut self, _metric: &str, _mode: Mode) -> Result<()> {
         Ok(())
     }

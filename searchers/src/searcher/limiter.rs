@@ -76,6 +76,10 @@ impl<S: Searcher> Searcher for ConcurrencyLimiter<S> {
         self.inner.set_objectives(objectives)
     }
 
+    fn trial_count(&self) -> Option<u64> {
+        self.inner.trial_count()
+    }
+
     fn metric(&self) -> Option<&str> {
         self.inner.metric()
     }

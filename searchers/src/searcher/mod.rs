@@ -81,6 +81,12 @@ pub trait Searcher: Send {
         None
     }
 
+    /// How many trials it suggests in all, where it decides that itself (a grid repeated
+    /// `num_samples` times, its points first); None where the sweep's `num_samples` does.
+    fn trial_count(&self) -> Option<u64> {
+        None
+    }
+
     /// Params for trial `trial`, or `NotNow`, or `Finished`.
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion>;
 
@@ -118,6 +124,9 @@ impl<S: Searcher + ?Sized> Searcher for Box<S> {
     }
     fn metric(&self) -> Option<&str> {
         (**self).metric()
+    }
+    fn trial_count(&self) -> Option<u64> {
+        (**self).trial_count()
     }
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
         (**self).suggest(trial)

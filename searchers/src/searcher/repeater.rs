@@ -109,6 +109,11 @@ impl<S: Searcher> Searcher for Repeater<S> {
         self.metric.as_deref().or_else(|| self.inner.metric())
     }
 
+    /// Each of the inner searcher's suggestions, `repeat` times.
+    fn trial_count(&self) -> Option<u64> {
+        self.inner.trial_count()?.checked_mul(self.repeat as u64)
+    }
+
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
         if let Some(primary) = self.state.current {
             return self.hand_out(primary, trial);

@@ -20,6 +20,11 @@ pub struct Component {
 }
 
 impl Component {
+    /// A kind with no options written.
+    pub(super) fn plain(kind: &str) -> Component {
+        Component { kind: kind.to_owned(), options: Vec::new() }
+    }
+
     fn has(&self, option: &str) -> bool {
         self.options.iter().any(|(name, _)| name == option)
     }
@@ -286,9 +291,18 @@ fn blueprint<'k, T: ?Sized>(kinds: &'k [&'k dyn Blueprint<T>], name: &str) -> &'
     *kinds.iter().find(|k| k.name() == name).expect("a component's kind is read from its table")
 }
 
-impl SweepSpec {
+/// What a sweep's searcher and scheduler are built from: its space, its settings, and the two
+/// components as the file gives them.
+pub(super) struct Tuning<'s> {
+    pub space: &'s SearchSpace,
+    pub tune: &'s crate::tune::TuneSettings,
+    pub search: &'s Component,
+    pub scheduler: &'s Component,
+}
+
+impl Tuning<'_> {
     fn context(&self) -> Context<'_> {
-        Context { space: &self.space, seed: self.tune.seed, num_samples: self.tune.num_samples }
+        Context { space: self.space, seed: self.tune.seed, num_samples: self.tune.num_samples }
     }
 
     /// The searcher the file asks for, built anew (it holds state, one per sweep); None for
@@ -297,12 +311,33 @@ impl SweepSpec {
         if self.search.kind == RANDOM.name && !self.search.has("points_to_evaluate") {
             return None;
         }
-        Some(blueprint(SEARCHERS, &self.search.kind).build(&self.context(), &self.search))
+        Some(blueprint(SEARCHERS, &self.search.kind).build(&self.context(), self.search))
     }
 
     /// The scheduler the file asks for, built anew.
     pub fn scheduler(&self) -> Option<Box<dyn TrialScheduler>> {
-        Some(blueprint(SCHEDULERS, &self.scheduler.kind).build(&self.context(), &self.scheduler))
+        Some(blueprint(SCHEDULERS, &self.scheduler.kind).build(&self.context(), self.scheduler))
+    }
+}
+
+impl SweepSpec {
+    fn tuning(&self) -> Tuning<'_> {
+        Tuning {
+            space: &self.space,
+            tune: &self.tune,
+            search: &self.search,
+            scheduler: &self.scheduler,
+        }
+    }
+
+    /// The searcher the file asks for, built anew (see `Tuning::searcher`).
+    pub fn searcher(&self) -> Option<Box<dyn Searcher>> {
+        self.tuning().searcher()
+    }
+
+    /// The scheduler the file asks for, built anew.
+    pub fn scheduler(&self) -> Option<Box<dyn TrialScheduler>> {
+        self.tuning().scheduler()
     }
 }
 
@@ -319,7 +354,7 @@ pub(super) fn read_component<T: ?Sized>(
     let path = tune.path(key);
     let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
     let Some(item) = tune.get(key) else {
-        return Some(Component { kind: default.to_owned(), options: Vec::new() });
+        return Some(Component::plain(default));
     };
     let check_kind = |kind: &str, origin: &Origin, at: &str, report: &mut Report<'_>| {
         let found = kinds.iter().find(|k| k.name() == kind).map(|k| k.options());
@@ -408,7 +443,7 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
             _ => None,
         },
         (Ty::Space, Kind::Table(_)) => {
-            return read_space(value, path, report).map(|s| Opt::Space(Box::new(s)));
+            return read_space(value, path, report).0.map(|s| Opt::Space(Box::new(s)));
         }
         (Ty::Points, Kind::Array(items)) => items
             .iter()
@@ -441,7 +476,7 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
 
 /// Builds the searcher and scheduler once, with the metric, so that settings they refuse are
 /// reported at their keys before anything starts.
-pub(super) fn check_components(spec: &SweepSpec, root: &Item, report: &mut Report<'_>) {
+pub(super) fn check_components(spec: &Tuning<'_>, root: &Item, report: &mut Report<'_>) {
     let place = |section: &str, setting: &str| -> Origin {
         doc::find(root, &format!("tune.{section}.{setting}"))
             .or_else(|| doc::find(root, &format!("tune.{section}")))

@@ -54,6 +54,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod components;
+mod guesses;
 mod run;
 
 use rtune_searchers::{Mode, Objective, SearchSpace};
@@ -108,6 +109,25 @@ pub struct SweepSpec {
 impl SweepSpec {
     /// Reads and checks the whole file, `sets` (`key.path=value`) applied on top.
     pub fn read(source: &Source, sets: &[String], registry: &Registry) -> Result<Self, Problems> {
+        Self::read_checked(source, sets, registry, false)
+    }
+
+    /// `read`, and for a sweep that runs on this machine (the file names no cluster), whether
+    /// a trial fits it, with the file's other mistakes.
+    pub fn read_to_run_here(
+        source: &Source,
+        sets: &[String],
+        registry: &Registry,
+    ) -> Result<Self, Problems> {
+        Self::read_checked(source, sets, registry, true)
+    }
+
+    fn read_checked(
+        source: &Source,
+        sets: &[String],
+        registry: &Registry,
+        here: bool,
+    ) -> Result<Self, Problems> {
         let mut root = source.parse()?;
         let mut report = Report::new(source);
         for set in sets {
@@ -120,7 +140,7 @@ impl SweepSpec {
         // Relative paths in the file (a command's working_dir) are from the file's folder.
         let file = std::path::absolute(&source.name).unwrap_or_else(|_| source.name.clone().into());
         let base_dir = file.parent().map_or_else(PathBuf::new, Path::to_path_buf);
-        let spec = read_root(&root, registry, &base_dir, &mut report);
+        let spec = read_root(&root, registry, &base_dir, here, &mut report);
         report.finish()?;
         Ok(spec.expect("a file without problems reads whole"))
     }
@@ -166,6 +186,13 @@ impl SweepSpec {
         run
     }
 
+    /// The trials the sweep runs, as the Tuner counts them (a grid times `num_samples`); None
+    /// until its time budget is spent.
+    pub fn trial_count(&self) -> Option<u64> {
+        let searcher = self.searcher();
+        crate::tune::trial_count(&self.space, self.tune.num_samples, searcher.as_deref())
+    }
+
     /// A new sweep of this spec.
     pub fn tuner(&self, run: RunConfig, control: Control) -> Tuner {
         Tuner::new(self.trainer(), self.space.clone())
@@ -179,6 +206,7 @@ fn read_root(
     root: &Item,
     registry: &Registry,
     base_dir: &Path,
+    here: bool,
     report: &mut Report<'_>,
 ) -> Option<SweepSpec> {
     let mut top = Fields::of(root, "", report);
@@ -202,9 +230,11 @@ fn read_root(
     };
     let scaling = read_scaling(top.get("scaling"), report);
     let space_item = top.get("param_space");
-    let space = match space_item {
+    // The whole space, and its params that read (checked against the trainable even when
+    // another one is a mistake: all mistakes come in one report).
+    let (space, readable) = match space_item {
         Some(item) => read_space(item, "param_space", report),
-        None => Some(SearchSpace::new()),
+        None => (Some(SearchSpace::new()), SearchSpace::new()),
     };
     let empty = Item { origin: root.origin.clone(), kind: Kind::Table(Vec::new()) };
     let tune_item = top.get("tune").unwrap_or(&empty);
@@ -215,6 +245,11 @@ fn read_root(
     // (reported).
     let written = read_objectives(&mut tune, report);
     let objectives = written.clone().unwrap_or_default();
+    // No objective to rank by: none written, or a metric without its mode (or a mode without
+    // its metric), which is said where it is written and where it is needed.
+    let one_missing =
+        find_key(root, "tune.metric").is_some() != find_key(root, "tune.mode").is_some();
+    let unranked = written.is_none() || one_missing;
     let (metric, mode) = match objectives.as_slice() {
         [one] => (Some(one.metric.clone()), Some(one.mode)),
         _ => (None, None),
@@ -256,7 +291,7 @@ fn read_root(
         .filter_map(|(c, key, plain)| c.as_ref().filter(|c| c.kind != plain).map(|c| (key, c)))
         .next();
     if let Some((key, component)) = needs_metric
-        && written.is_none()
+        && unranked
     {
         let message = format!(
             "needs tune.metric and tune.mode: {key} `{}` ranks trials by them (e.g. metric = \
@@ -286,48 +321,64 @@ fn read_root(
         }
     }
     let run = read_run(run_item, report);
+    if let Some(scaling) = scaling.as_ref().filter(|_| here) {
+        fits_here(scaling, &run, root, report);
+    }
     if let Some((origin, _)) = doc::find(root, "run.optuna").filter(|_| run.optuna.is_some())
-        && written.is_none()
+        && unranked
     {
         let why = "needs tune.metric and tune.mode: an Optuna study has one objective (e.g. \
                    metric = \"val_acc\", mode = \"max\")";
         report.add("run.optuna", origin, why);
     }
-    let (trainable, space, search, scheduler) = (trainable?, space?, search?, scheduler?);
     let builtin = match find_key(root, "trainable.builtin").map(|item| &item.kind) {
         Some(Kind::Str(name)) => Some(name.clone()),
         _ => None,
     };
     if let Some(t) = builtin.as_deref().and_then(|b| registry.get(b)) {
-        check_declared(t, root, space_item.zip(Some(&space)), &scheduler, &run, report);
+        check_declared(t, root, space_item.zip(Some(&readable)), scheduler.as_ref(), &run, report);
     }
+    let tune = TuneSettings {
+        objectives: if objectives.len() > 1 { objectives } else { Vec::new() },
+        metric,
+        mode,
+        num_samples: if num_samples == -1 {
+            Samples::UntilStopped
+        } else {
+            Samples::Count(num_samples.max(1) as u64)
+        },
+        max_concurrent_trials,
+        time_budget_s,
+        seed: seed as u64,
+        fail_fast,
+        reuse_actors,
+    };
+    let (search, scheduler) = (search?, scheduler?);
+    // The searcher's and scheduler's own settings, with the file's other mistakes: against the
+    // space's params that read when another is a mistake (a searcher's model of the space is
+    // checked with the whole space only).
+    let modelled = space.as_ref();
+    let random = Component::plain("random");
+    let tuning = components::Tuning {
+        space: modelled.unwrap_or(&readable),
+        tune: &tune,
+        search: if modelled.is_some() { &search } else { &random },
+        scheduler: &scheduler,
+    };
+    check_components(&tuning, root, report);
     let command = find_key(root, "trainable.command").map(|c| {
         let dir = find_key(root, "trainable.working_dir").map(doc::to_value);
         format!("{} in {}", doc::to_value(c), dir.map_or(".".into(), |d| d.to_string()))
     });
-    let spec = SweepSpec {
+    Some(SweepSpec {
         name,
         storage_path,
-        trainable,
+        trainable: trainable?,
         builtin,
         command,
         scaling: scaling?,
-        space,
-        tune: TuneSettings {
-            objectives: if objectives.len() > 1 { objectives } else { Vec::new() },
-            metric,
-            mode,
-            num_samples: if num_samples == -1 {
-                Samples::UntilStopped
-            } else {
-                Samples::Count(num_samples.max(1) as u64)
-            },
-            max_concurrent_trials,
-            time_budget_s,
-            seed: seed as u64,
-            fail_fast,
-            reuse_actors,
-        },
+        space: space?,
+        tune,
         search,
         scheduler,
         stop: run.stop,
@@ -339,9 +390,7 @@ fn read_root(
         store: run.store,
         mlflow: run.mlflow,
         optuna: run.optuna,
-    };
-    check_components(&spec, root, report);
-    Some(spec)
+    })
 }
 
 /// `tune.metric` and `tune.mode`: one metric and its mode, or arrays of as many (several
@@ -396,8 +445,25 @@ fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec
         read.map(|r| (r, item))
     });
     let (Some((metrics, metric_item)), Some((modes, mode_item))) = (metrics, modes) else {
-        // One without the other is named where the metric is needed (or by the Tuner).
-        return (metric_item.is_some() && mode_item.is_some()).then(Vec::new);
+        return match (metric_item, mode_item) {
+            (Some(metric), None) => {
+                let message = format!(
+                    "is {} without tune.mode: add mode = \"min\" or mode = \"max\" (one for each \
+                     metric)",
+                    doc::to_value(metric)
+                );
+                report.add(&tune.path("metric"), &metric.origin, message);
+                Some(Vec::new())
+            }
+            (None, Some(mode)) => {
+                let message = "is given without tune.metric: name the metric it is the mode of";
+                report.add(&tune.path("mode"), &mode.origin, message);
+                Some(Vec::new())
+            }
+            // Both written, one a mistake (reported), or neither.
+            (Some(_), Some(_)) => Some(Vec::new()),
+            (None, None) => None,
+        };
     };
     if metrics.len() != modes.len() {
         let message = format!(
@@ -432,7 +498,7 @@ fn check_declared(
     t: &super::Trainable,
     root: &Item,
     space: Option<(&Item, &SearchSpace)>,
-    scheduler: &Component,
+    scheduler: Option<&Component>,
     run: &RunParts,
     report: &mut Report<'_>,
 ) {
@@ -452,7 +518,7 @@ fn check_declared(
         })),
         _ => {}
     }
-    if let Some(attr) = scheduler.text("time_attr") {
+    if let Some(attr) = scheduler.and_then(|s| s.text("time_attr")) {
         named.push(("tune.scheduler.time_attr".into(), attr));
     }
     for metric in run.stop.keys() {
@@ -468,6 +534,38 @@ fn check_declared(
                 .map_or(root.origin.clone(), |(o, _)| o.clone());
             report.add(&key, &origin, why);
         }
+    }
+}
+
+/// Whether a trial of `scaling` fits this machine (and its GPUs are usable), for a sweep run
+/// here: checked with the file's other mistakes, by the check the Tuner makes before any trial.
+fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut Report<'_>) {
+    let mut add = |field: &str, message: String| {
+        let key = field.replacen("ScalingConfig", "scaling", 1);
+        let origin = doc::find(root, &key)
+            .or_else(|| doc::find(root, "scaling"))
+            .map_or(&root.origin, |(origin, _)| origin);
+        report.add(&key, origin, message);
+    };
+    if let Err(e) = scaling.validate() {
+        return match e {
+            crate::error::Error::Config { field, message } => add(field, message),
+            other => add("scaling", other.to_string()),
+        };
+    }
+    let here = RunConfig { cluster: run.cluster.clone(), ..RunConfig::default() };
+    if here.resolved_cluster().is_some() {
+        return;
+    }
+    match crate::driver::Driver::get().and_then(|driver| driver.check_local(scaling)) {
+        Ok(()) => {}
+        Err(crate::error::Error::Config { message, .. }) if message.starts_with("asks") => {
+            add("scaling", message)
+        }
+        Err(crate::error::Error::Config { message, .. }) => {
+            add("scaling", format!("does not fit this machine: {message}"))
+        }
+        Err(other) => add("scaling", other.to_string()),
     }
 }
 
@@ -643,23 +741,45 @@ fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingC
     Some(scaling)
 }
 
-/// A search space; its errors placed at the key they name.
-fn read_space(item: &Item, path: &str, report: &mut Report<'_>) -> Option<SearchSpace> {
-    if !matches!(item.kind, Kind::Table(_)) {
+/// A search space (None when any param is a mistake: each is reported at its key), and the
+/// params of it that read.
+fn read_space(
+    item: &Item,
+    path: &str,
+    report: &mut Report<'_>,
+) -> (Option<SearchSpace>, SearchSpace) {
+    let Kind::Table(entries) = &item.kind else {
         report.add(path, &item.origin, "must be a table of params");
-        return None;
-    }
+        return (None, SearchSpace::new());
+    };
     typo_domains(item, path, report);
-    if !all_finite(item, path, report) {
-        return None;
+    let mistaken = guesses::refuse_guesses(item, path, report) | !all_finite(item, path, report);
+    if !mistaken && let Ok(space) = SearchSpace::from_value(&doc::to_value(item)) {
+        return (Some(space.clone()), space);
     }
-    match SearchSpace::from_value(&doc::to_value(item)) {
-        Ok(space) => Some(space),
-        Err(e) => {
-            add_space_error(item, path, &e, report);
-            None
+    // Param by param: every mistake is named, and the params that read are kept.
+    let mut readable = SearchSpace::new();
+    let mut named = mistaken;
+    for (key, origin, value) in entries {
+        let one = Kind::Table(vec![(key.clone(), origin.clone(), value.clone())]);
+        let one = Item { origin: item.origin.clone(), kind: one };
+        match SearchSpace::from_value(&doc::to_value(&one)) {
+            Ok(space) => {
+                for (k, param) in space.iter() {
+                    readable = readable.add(k, param.clone());
+                }
+            }
+            Err(e) if !mistaken => {
+                add_space_error(item, path, &e, report);
+                named = true;
+            }
+            Err(_) => {}
         }
     }
+    if !named && let Err(e) = SearchSpace::from_value(&doc::to_value(item)) {
+        add_space_error(item, path, &e, report);
+    }
+    (None, readable)
 }
 
 /// Whether every number under `item` is finite; each one that is not is refused at its key:

@@ -268,7 +268,7 @@ pub(crate) fn model_leaves(
                     path: leaf.dotted(),
                     searcher,
                     what: "grid_search",
-                    hint: "use `choice` for a categorical parameter, or BasicVariant for a grid",
+                    hint: "use `choice` for a categorical parameter, or random search (the default) for a grid",
                 });
             }
             _ => {}
