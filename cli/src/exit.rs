@@ -57,3 +57,23 @@ pub fn code_of(e: &rtune_core::error::Error) -> i32 {
         _ => EXIT_FAILED,
     }
 }
+
+/// A command that only prints what it reads (`ls`, `show`, `validate`, ..) ends quietly when
+/// what reads its output goes away (`rtune ls | head -1`), as `ls` and `git` do: SIGPIPE's
+/// default action, which Rust programs otherwise ignore (and then panic on the next print).
+/// The commands that run sweeps and servers keep running: a sweep is not killed with its
+/// reader (what they print to a closed pipe is dropped).
+pub fn end_quietly_on_broken_pipe(command: &crate::args::Command) {
+    use crate::args::Command;
+    if !matches!(
+        command,
+        Command::Run { .. }
+            | Command::Resume { .. }
+            | Command::Slurm { .. }
+            | Command::Head { .. }
+            | Command::Node { .. }
+    ) {
+        // SAFETY: setting a signal's disposition to its default, before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+}

@@ -44,8 +44,14 @@ const ALL: u8 = 0;
 const WARNINGS: u8 = 1;
 const NOTHING: u8 = 2;
 
+/// The target of the warning that a trial failed for good, with its whole error: a command
+/// that shows trials' ends itself (`quiet_stderr`) keeps it off stderr, where the trial's end
+/// is said once, in one line; the files named by `tee_to` (`driver.log`) have it.
+pub const TRIAL_FAILED: &str = "rtune::trial_failed";
+
 /// Only warnings and errors on stderr from now on (the files named by `tee_to` still get
-/// everything): for commands that print their own progress. `RUST_LOG`, when set, wins.
+/// everything), but for trials' failures (`TRIAL_FAILED`): for commands that print their own
+/// progress. `RUST_LOG`, when set, wins.
 pub fn quiet_stderr() {
     if std::env::var_os("RUST_LOG").is_none() {
         STDERR.store(WARNINGS, std::sync::atomic::Ordering::Relaxed);
@@ -71,7 +77,7 @@ impl<'a> MakeWriter<'a> for StderrGate {
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
         let shown = match STDERR.load(std::sync::atomic::Ordering::Relaxed) {
             ALL => true,
-            WARNINGS => *meta.level() <= tracing::Level::WARN,
+            WARNINGS => *meta.level() <= tracing::Level::WARN && meta.target() != TRIAL_FAILED,
             _ => false,
         };
         if shown { EitherWriter::A(std::io::stderr()) } else { EitherWriter::B(std::io::sink()) }

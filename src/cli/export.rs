@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use rtune_cli::inspect::find_trial;
-use rtune_searchers::{Mode, Params};
+use rtune_searchers::{Mode, Params, TrialStatus};
 
 use super::registry::Model;
 use super::ui::format::number;
@@ -68,9 +68,7 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
     }
     let trial = match args.trial {
         Some(which) => find_trial(&grid, which)?,
-        None => grid
-            .best_result_by(args.metric, mode, Scope::Last)
-            .with_context(|| format!("cannot choose the best trial of {}", args.dir.display()))?,
+        None => best_trial(&grid, args.metric, mode, args.dir)?,
     };
     let (metric, mode) = match (args.metric.or(grid.metric.as_deref()), mode.or(grid.mode)) {
         (Some(metric), Some(mode)) => (Some(metric), mode),
@@ -110,6 +108,33 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
         checkpoint.path().file_name().map_or(String::new(), |n| n.to_string_lossy().into()),
         args.to.display()
     ))
+}
+
+/// The best trial of `grid` by `metric` and `mode` (the sweep's when None) among those that
+/// did not fail: a failed trial is exported only when named (`--trial`).
+fn best_trial<'g>(
+    grid: &'g ResultGrid,
+    metric: Option<&str>,
+    mode: Option<Mode>,
+    dir: &Path,
+) -> Result<&'g TrialResult> {
+    let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count();
+    if failed == grid.trials.len() {
+        bail!(
+            "every trial of {} failed ({failed} ERROR): there is no best one to export; export a \
+             failed trial's checkpoint by naming it (--trial ID; `rtune show {}` lists them)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let unfailed = ResultGrid {
+        trials: grid.trials.iter().filter(|t| t.status != TrialStatus::Error).cloned().collect(),
+        ..grid.clone()
+    };
+    let best = unfailed
+        .best_result_by(metric, mode, Scope::Last)
+        .with_context(|| format!("cannot choose the best trial of {}", dir.display()))?;
+    grid.trials.iter().find(|t| t.trial_id == best.trial_id).context("the best trial")
 }
 
 /// The trial's checkpoint to export and its metrics: among its kept checkpoints the one whose

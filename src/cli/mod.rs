@@ -80,6 +80,7 @@ pub fn main(registry: Registry) -> ! {
         std::process::exit(EXIT_FAILED);
     }
     let cli = Cli::parse();
+    rtune_cli::exit::end_quietly_on_broken_pipe(&cli.command);
     if matches!(
         cli.command,
         Command::Run { .. }

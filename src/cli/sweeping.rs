@@ -15,6 +15,16 @@ use crate::config::RunConfig;
 use crate::outcome::error_summary;
 use crate::tune::{Control, ResultGrid, SWEEP_FILE, SweepState, Tuner};
 
+/// `println!` for the sweep commands, whose reader may go away while the sweep goes on (`rtune
+/// run .. | head`): what cannot be written is dropped (SIGPIPE is ignored here, see
+/// `rtune_cli::exit::end_quietly_on_broken_pipe`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// Refuses a `--json` file that could not be written, before the sweep runs.
 fn check(output: &Output) -> Result<(), Exit> {
     output.check().map_err(|e| Exit(EXIT_INVALID, anyhow::anyhow!(e)))
@@ -47,16 +57,13 @@ pub(super) fn run(
     let mut path = crate::tune::experiment_path(&run);
     if crate::tune::holds_experiment(&path) {
         if target.resume_existing {
-            println!(
-                "{} already holds this experiment (a requeued job): resuming it",
-                path.display()
-            );
+            say!("{} already holds this experiment (a requeued job): resuming it", path.display());
             return resume(&path, output, registry, target);
         }
         if recorded_nothing(&path) {
             // A sweep that stopped before its first result (a mistake found when it began):
             // its fix runs under the same name.
-            println!("replacing {}: its sweep recorded no result", path.display());
+            say!("replacing {}: its sweep recorded no result", path.display());
             std::fs::remove_dir_all(&path)
                 .with_context(|| format!("cannot replace {}", path.display()))?;
         } else {
@@ -70,7 +77,7 @@ pub(super) fn run(
                 }
             }
             name = run.name.clone().expect("named above");
-            println!("{}: this run is {name}", name_taken(&taken));
+            say!("{}: this run is {name}", name_taken(&taken));
         }
     }
     // Absolute: `rtune resume` from another folder finds what the file's paths are relative to.
@@ -82,7 +89,7 @@ pub(super) fn run(
     };
     let copy = serde_json::to_vec_pretty(&copy)?;
     let control = Control::new();
-    println!("sweep {} ({}) in {}", source.name, samples(&spec), path.display());
+    say!("sweep {} ({}) in {}", source.name, samples(&spec), path.display());
     let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new());
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
@@ -105,12 +112,12 @@ pub(super) fn stop(dir: &Path, no_wait: bool) -> anyhow::Result<i32> {
         )
     })?;
     remote.interrupt_now()?;
-    println!("asked the sweep in {} to stop; its trials keep their checkpoints", dir.display());
+    say!("asked the sweep in {} to stop; its trials keep their checkpoints", dir.display());
     if !no_wait {
         while ui::stream::driver_alive(dir) {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        println!("stopped: `rtune resume {}` goes on with it", dir.display());
+        say!("stopped: `rtune resume {}` goes on with it", dir.display());
     }
     Ok(0)
 }
@@ -122,7 +129,7 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Res
     run.name = Some(spec.name.clone().unwrap_or_else(|| "validate".into()));
     spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
     let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
-    println!(
+    say!(
         "{}: valid; it runs {} of {trainable} ({} worker{} each) with search `{}` and \
          scheduler `{}`",
         source.name,
@@ -132,11 +139,11 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Res
         spec.search.kind,
         spec.scheduler.kind
     );
-    println!("{}", super::plan::plan(&spec, registry));
+    say!("{}", super::plan::plan(&spec, registry));
     if let Some(name) = &spec.name {
         let path = crate::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
         if crate::tune::holds_experiment(&path) && !recorded_nothing(&path) {
-            println!(
+            say!(
                 "note: {}: `rtune run` would run this one beside it as {name}-2 (or the next \
                  free number)",
                 name_taken(&path)
@@ -226,11 +233,7 @@ pub(super) fn replace_sweep(
     let json = serde_json::to_vec_pretty(&copy)?;
     crate::storage::atomic_write(&dir.join(SWEEP_FILE), &json)
         .map_err(|e| Exit(super::exit::EXIT_FAILED, e.into()))?;
-    println!(
-        "going on with {} (it replaces the sweep file kept in {})",
-        source.name,
-        dir.display()
-    );
+    say!("going on with {} (it replaces the sweep file kept in {})", source.name, dir.display());
     Ok(())
 }
 
@@ -276,7 +279,7 @@ pub(super) fn resume(
         .into_iter()
         .filter(|t| t.status.is_finished())
         .collect();
-    println!("resuming sweep {file} in {}", dir.display());
+    say!("resuming sweep {file} in {}", dir.display());
     let control = Control::new();
     let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
     let (run, screen) =
@@ -297,7 +300,7 @@ pub(super) fn finished(dir: &Path) -> Result<bool, Exit> {
     let done = crate::tune::sweep_state(dir) == SweepState::Finished;
     if done {
         let shown = dir.display();
-        println!("{shown} finished; nothing to resume (`rtune show {shown}` shows it)");
+        say!("{shown} finished; nothing to resume (`rtune show {shown}` shows it)");
     }
     Ok(done)
 }
@@ -457,7 +460,7 @@ fn finish(
             Err(_) => return Err(in_sweep_terms(e)),
         },
     };
-    println!("{}", inspect::trials_table(&grid, 10));
+    say!("{}", inspect::trials_table(&grid, 10));
     for (key, trials) in grid.unread_params() {
         eprintln!(
             "rtune: warning: param `{key}` was never read by the train function ({trials} of {} \
@@ -466,7 +469,20 @@ fn finish(
             grid.trials.len()
         );
     }
-    let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count();
+    // A trial that ended without a result is as good as a failed one.
+    let silent = grid
+        .trials
+        .iter()
+        .filter(|t| t.status == TrialStatus::Terminated && t.history().is_empty())
+        .count();
+    if silent > 0 {
+        eprintln!(
+            "rtune: warning: {silent} trial(s) ended without reporting a result (see `rtune show \
+             {} TRIAL` and each trial's logs), counted as failed",
+            path.display()
+        );
+    }
+    let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count() + silent;
     if let Some(out) = &output.json {
         let summary = inspect::summary(&grid, began.elapsed().as_secs_f64());
         let text = serde_json::to_vec_pretty(&summary)?;
@@ -484,8 +500,9 @@ fn finish(
         eprintln!("rtune: all {} trials failed the same way: {}", errors.len(), errors[0]);
     }
     if failed > 0 && !output.allow_failures {
+        let how = if silent > 0 { "failed or never reported" } else { "failed" };
         eprintln!(
-            "rtune: {failed} trial(s) failed (see `rtune show {} TRIAL` and each trial's \
+            "rtune: {failed} trial(s) {how} (see `rtune show {} TRIAL` and each trial's \
              error.txt); --allow-failures exits 0 anyway",
             path.display()
         );

@@ -509,11 +509,22 @@ impl TorchTrainer {
                     break;
                 }
                 AttemptOutcome::Failed(failure) => {
-                    tracing::warn!(run = %run_dir.display(), "attempt {attempt} failed: {failure}");
+                    let retried = self.run.failure_config.allows(failures.len() + 1);
+                    if retried {
+                        // Retried from the latest checkpoint: said as it happens.
+                        tracing::warn!(run = %run_dir.display(), "attempt {attempt} failed: {failure}");
+                    } else {
+                        // The run's end, which says it too (a sweep shows it once).
+                        tracing::warn!(
+                            target: crate::log::TRIAL_FAILED,
+                            run = %run_dir.display(),
+                            "attempt {attempt} failed: {failure}"
+                        );
+                    }
                     failures.push(failure);
                     // A cluster group may have lost a node: ask for a fresh placement.
                     placement.release().await;
-                    if !self.run.failure_config.allows(failures.len()) {
+                    if !retried {
                         break;
                     }
                     // Resume from the latest recorded checkpoint (or from the start).

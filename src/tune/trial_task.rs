@@ -194,7 +194,7 @@ impl TrialTask {
             Ok(_) if halted == Halt::Pause => tracing::info!("paused"),
             Ok(_) if halted == Halt::Stop => tracing::info!("stopped"),
             Ok(_) => tracing::info!("completed"),
-            Err(e) => tracing::warn!("failed: {e}"),
+            Err(e) => tracing::warn!(target: crate::log::TRIAL_FAILED, "failed: {e}"),
         }
         let _ = heard.send(Heard::Ended { trial, halted, outcome });
     }

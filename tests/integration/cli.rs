@@ -654,7 +654,13 @@ impl Tmux {
 
     /// Runs `command` (a shell line) in a new 150x40 session.
     fn start(&self, session: &str, command: &str) -> Result<()> {
-        self.run(&["new-session", "-d", "-s", session, "-x", "150", "-y", "40", command])?;
+        self.start_sized(session, (150, 40), command)
+    }
+
+    /// Runs `command` in a new session of `(columns, rows)`.
+    fn start_sized(&self, session: &str, (x, y): (u16, u16), command: &str) -> Result<()> {
+        let (x, y) = (x.to_string(), y.to_string());
+        self.run(&["new-session", "-d", "-s", session, "-x", &x, "-y", &y, command])?;
         Ok(())
     }
 
@@ -793,6 +799,32 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     ensure!(code == "0", "rtune run exited {code} after q");
     let grid = ResultGrid::from_path(dir.path().join("results/quit"))?;
     ensure!(grid.trials.len() == 6 && grid.trials.iter().all(|t| t.status().is_finished()));
+    Ok(())
+}
+
+/// The terminal UI at 80x24: the learning curves (with their legend) under the table, and
+/// ASHA's cutoffs read whole; early stops only in its count.
+pub fn tui_at_80x24_keeps_the_chart_and_the_cutoffs() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.15)?;
+    let tmux = Tmux::new()?;
+    let exit = dir.path().join("run.exit");
+    tmux.start_sized(
+        "small",
+        (80, 24),
+        &format!(
+            "{RTUNE} run {} --set tune.max_concurrent_trials=2 --set tune.num_samples=40; echo \
+             $? > {}; sleep 600",
+            file.display(),
+            exit.display()
+        ),
+    )?;
+    // A rung with a cutoff: its line whole, ending in a number.
+    let screen = tmux.wait_for_screen("small", &["score by iteration ━ _0", "rec cut 0."])?;
+    ensure!(screen.contains("stopped early"), "{screen}");
+    ensure!(screen.lines().any(|l| l.contains("rec cut 0.") && l.trim_end().ends_with('│')));
+    tmux.run(&["send-keys", "-t", "small", "x"])?;
+    ensure!(exit_code(&exit, Duration::from_secs(60))? == "3");
     Ok(())
 }
 
@@ -1053,6 +1085,11 @@ pub fn a_multi_objective_sweep_gives_its_pareto_front() -> Result<()> {
         summary.to_str().unwrap(),
     ])?;
     ensure!(out.status.success(), "{}", text(&out));
+    // A metric of whole numbers (a model's size) prints as whole numbers.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let sizes: Vec<&str> =
+        stdout.split("params=").skip(1).filter_map(|s| s.split(' ').next()).collect();
+    ensure!(!sizes.is_empty() && sizes.iter().all(|s| s.parse::<u64>().is_ok()), "{sizes:?}");
     let experiment = dir.path().join("digits-nsga2");
     let grid = ResultGrid::from_path(&experiment)?;
     let objectives = [("val_loss", rtune::Mode::Min), ("params", rtune::Mode::Min)];

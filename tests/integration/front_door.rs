@@ -375,3 +375,175 @@ pub fn resume_with_a_differing_file_names_the_keys() -> Result<()> {
     }
     Ok(())
 }
+
+/// A sweep of 2 trials of the shell command `script` (a command trainable), with `tune.metric`
+/// val_loss; its file.
+fn command_sweep(dir: &Path, script: &str) -> Result<String> {
+    let storage = dir.join("results");
+    write(
+        dir,
+        "command.toml",
+        &format!(
+            "name = \"cmd\"\nstorage_path = {:?}\n[trainable]\ncommand = [\"sh\", \"-c\", {:?}]\n\
+             [param_space]\nx = {{ uniform = [0, 1] }}\n[tune]\nmetric = \"val_loss\"\n\
+             mode = \"min\"\nnum_samples = 2\n",
+            storage.display().to_string(),
+            script
+        ),
+    )
+}
+
+/// A trial that ends without reporting is said to be one in its progress line and at the end,
+/// and counts as failed for the exit code (1) unless --allow-failures.
+pub fn a_trial_that_never_reports_counts_as_failed() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = command_sweep(dir.path(), "exit 0")?;
+    let out = rtune(&["run", &file, "--no-tui"])?;
+    ensure!(out.status.code() == Some(1), "{}", text(&out));
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let said = stdout.matches("TERMINATED without a result: it never reported").count();
+    ensure!(said == 2, "{}", text(&out));
+    ensure!(stderr.contains("2 trial(s) ended without reporting a result"), "{}", text(&out));
+    let out = rtune(&["run", &file, "--no-tui", "--allow-failures"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    Ok(())
+}
+
+/// A command reporting `val_los` where the sweep ranks by `val_loss`: the sweep's mistake,
+/// named by its key with the nearest reported metric, ending the sweep with exit 2.
+pub fn a_metric_no_trial_reports_is_the_sweeps_mistake() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let script =
+        "for i in 1 2 3; do echo '@rtune {\"metrics\": {\"val_los\": 0.5}}'; read answer; done";
+    let file = command_sweep(dir.path(), script)?;
+    let out = rtune(&["run", &file, "--no-tui"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let wanted = "rtune: invalid `tune.metric`: names `val_loss`, which is not among the metrics \
+                  a trial reported (val_los, ";
+    ensure!(stderr.contains(wanted), "{}", text(&out));
+    ensure!(stderr.contains("did you mean `val_los`?"), "{}", text(&out));
+    ensure!(!stderr.contains("TuneConfig"), "{}", text(&out));
+    Ok(())
+}
+
+/// A failing trial is said once, in one line (its progress line); its whole error, the
+/// command's stderr included, is in its error.txt and the driver's log.
+pub fn a_failing_trial_is_said_once() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let script = "echo 'Traceback (most recent call last):' >&2; echo 'RuntimeError: boom' >&2; \
+                  exit 3";
+    write(dir.path(), "fail.sh", script)?;
+    let file = command_sweep(dir.path(), "sh fail.sh")?;
+    let out = rtune(&["run", &file, "--no-tui", "--set", "tune.num_samples=1"])?;
+    ensure!(out.status.code() == Some(1), "{}", text(&out));
+    let all = text(&out);
+    ensure!(all.matches("exited with status 3").count() == 1, "{all}");
+    ensure!(!all.contains("Traceback") && !all.contains("WARN"), "{all}");
+    let experiment = dir.path().join("results/cmd");
+    let grid = ResultGrid::from_path(&experiment)?;
+    let trial = grid.trials.first().context("a trial")?;
+    let error = std::fs::read_to_string(trial.path().join("error.txt"))?;
+    ensure!(error.contains("Traceback") && error.contains("RuntimeError: boom"), "{error}");
+    let log = std::fs::read_to_string(experiment.join("driver.log"))?;
+    ensure!(log.contains("RuntimeError: boom"), "{log}");
+    // No best trial among failed ones: --best is refused, a failed trial is named with
+    // --trial.
+    let exp = experiment.to_str().unwrap();
+    let to = dir.path().join("best");
+    let out = rtune(&["export", exp, "--best", "--to", to.to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let wanted = format!("every trial of {exp} failed (1 ERROR): there is no best one to export");
+    ensure!(String::from_utf8_lossy(&out.stderr).contains(&wanted), "{}", text(&out));
+    ensure!(!to.exists(), "a refused export wrote {}", to.display());
+    Ok(())
+}
+
+/// `rtune export --best` of a sweep whose trials reported nothing says so.
+pub fn export_of_a_sweep_without_results_says_so() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = command_sweep(dir.path(), "exit 0")?;
+    rtune(&["run", &file, "--no-tui"])?;
+    let exp = dir.path().join("results/cmd");
+    let to = dir.path().join("best");
+    let out = rtune(&["export", exp.to_str().unwrap(), "--best", "--to", to.to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let wanted = "metric `val_loss` has no value in any trial of this sweep: no trial reported";
+    ensure!(String::from_utf8_lossy(&out.stderr).contains(wanted), "{}", text(&out));
+    Ok(())
+}
+
+/// `rtune show DIR | head -1`, `rtune ls | head -1`: a reader that goes away ends the
+/// command quietly (no panic, no "Broken pipe"), and a sweep goes on to its end.
+pub fn a_closed_pipe_ends_quietly() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.0)?;
+    let experiment = dir.path().join("results/curves");
+    // The reader is gone before the command writes anything.
+    let closed = |args: &[&str]| -> Result<std::process::Output> {
+        let (reader, writer) = std::io::pipe()?;
+        drop(reader);
+        Ok(Command::new(RTUNE).args(args).stdout(writer).stderr(Stdio::piped()).output()?)
+    };
+    let out = closed(&["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    all_terminated_once(&experiment)?;
+    for args in [
+        vec!["show", experiment.to_str().unwrap()],
+        vec!["ls", dir.path().join("results").to_str().unwrap()],
+        vec!["builtins"],
+    ] {
+        let out = closed(&args)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {}",
+            text(&out)
+        );
+        ensure!(out.status.code() != Some(101), "{args:?}: {}", text(&out));
+    }
+    Ok(())
+}
+
+/// Every shipped sweep file writes its experiment under `./rtune_results`, where `rtune ls`
+/// and `rtune watch` look first: one place for all the examples.
+pub fn every_example_sweep_writes_to_rtune_results() -> Result<()> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweeps");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path)?;
+        let storage = text.lines().find(|l| l.starts_with("storage_path"));
+        ensure!(
+            storage.is_some_and(|l| l.contains("\"rtune_results\"")),
+            "{} writes elsewhere: {storage:?}",
+            path.display()
+        );
+    }
+    ensure!(files >= 4, "{files} sweep files");
+    Ok(())
+}
+
+/// `[run] tensorboard = true` in a sweep file: each trial's results as TensorBoard event
+/// files in its folder, which TensorBoard itself reads.
+pub fn a_sweep_file_switches_tensorboard_on() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.0)?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui", "--set", "run.tensorboard=true"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("results/curves"))?;
+    for t in &grid.trials {
+        let scalars = crate::tune::tensorboard_scalars(t.path())?;
+        let scores = scalars["score"].as_array().context("no score scalars")?;
+        ensure!(scores.len() == t.history().len(), "{}: {scalars}", t.trial_id());
+    }
+    let out = rtune(&["validate", file.to_str().unwrap(), "--set", "run.tensorboard=\"yes\""])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("`run.tensorboard`"), "{}", text(&out));
+    Ok(())
+}

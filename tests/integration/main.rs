@@ -281,6 +281,28 @@ fn main() {
             front_door::resume_with_a_differing_file_names_the_keys,
         ),
         test(
+            "front_door::a_trial_that_never_reports_counts_as_failed",
+            front_door::a_trial_that_never_reports_counts_as_failed,
+        ),
+        test(
+            "front_door::a_metric_no_trial_reports_is_the_sweeps_mistake",
+            front_door::a_metric_no_trial_reports_is_the_sweeps_mistake,
+        ),
+        test("front_door::a_failing_trial_is_said_once", front_door::a_failing_trial_is_said_once),
+        test(
+            "front_door::export_of_a_sweep_without_results_says_so",
+            front_door::export_of_a_sweep_without_results_says_so,
+        ),
+        test("front_door::a_closed_pipe_ends_quietly", front_door::a_closed_pipe_ends_quietly),
+        test(
+            "front_door::every_example_sweep_writes_to_rtune_results",
+            front_door::every_example_sweep_writes_to_rtune_results,
+        ),
+        test(
+            "front_door::a_sweep_file_switches_tensorboard_on",
+            front_door::a_sweep_file_switches_tensorboard_on,
+        ),
+        test(
             "front::what_trains_nothing_loads_no_libtorch",
             front::what_trains_nothing_loads_no_libtorch,
         ),
@@ -395,6 +417,10 @@ fn main() {
         test("cli::failed_trials_exit_1_unless_allowed", cli::failed_trials_exit_1_unless_allowed),
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
+        test(
+            "cli::tui_at_80x24_keeps_the_chart_and_the_cutoffs",
+            cli::tui_at_80x24_keeps_the_chart_and_the_cutoffs,
+        ),
         test(
             "cli::known_points_run_first_and_brackets_are_shown",
             cli::known_points_run_first_and_brackets_are_shown,

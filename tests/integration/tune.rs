@@ -812,7 +812,7 @@ impl rtune::callback::Callback for Failing {
 
 /// The scalars TensorBoard itself reads from `dir` (with the `tensorboard` package that
 /// `make test` installs into .venv): tag → [(step, value)].
-fn tensorboard_scalars(dir: &Path) -> Result<serde_json::Value> {
+pub(crate) fn tensorboard_scalars(dir: &Path) -> Result<serde_json::Value> {
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
     let script = "import json, sys\n\
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n\

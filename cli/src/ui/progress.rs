@@ -11,7 +11,7 @@ use rtune_searchers::{Metrics, Mode};
 
 use rtune_core::outcome::error_summary;
 
-use super::format::{clock, counts};
+use super::format::{clock, counts, number};
 use super::model::{Event, Follow, Model, TrialRow};
 
 struct Board<W> {
@@ -68,7 +68,7 @@ impl<W: Write + Send> Progress<W> {
             .shown_metrics()
             .into_iter()
             .map(|name| match metrics.get(name) {
-                Some(v) => format!("{name}={v:.4}"),
+                Some(v) => format!("{name}={}", number(*v)),
                 None => format!("{name} not reported,"),
             })
             .collect();
@@ -94,7 +94,7 @@ impl<W: Write + Send> Progress<W> {
         }
         let best = model.best().zip(model.metric.as_ref()).map(|(i, (name, _))| {
             let t = &model.trials()[i];
-            format!("; best {name}={:.4} ({})", t.last[name], t.id)
+            format!("; best {name}={} ({})", number(t.last[name]), t.id)
         });
         let best = best.or_else(|| {
             (model.objectives.len() > 1)
@@ -106,7 +106,8 @@ impl<W: Write + Send> Progress<W> {
             Some((share, None)) => format!(" ({:.0}%)", share * 100.0),
             None => String::new(),
         };
-        let line = format!("{} == {all} trials{pace}: {}", self.stamp(), parts.join(", "));
+        let trials = if all == 1 { "trial" } else { "trials" };
+        let line = format!("{} == {all} {trials}{pace}: {}", self.stamp(), parts.join(", "));
         writeln!(board.out, "{line}{}", best.unwrap_or_default())
     }
 }
@@ -123,17 +124,36 @@ impl<W: Write + Send> Follow for Progress<W> {
                 return self.block(board);
             }
             board.model.apply(&event);
-            let ended = match &event {
-                Event::Complete(t) => Some((t, "TERMINATED".to_owned())),
-                Event::Error(t, e) => Some((t, format!("ERROR ({})", error_summary(e)))),
+            let last = |t: &rtune_core::callback::TrialInfo| {
+                board.model.get(&t.trial_id).map(|r| r.last.clone()).unwrap_or_default()
+            };
+            let line = match &event {
+                // A trial that never reported is as good as a failed one: said so, and counted
+                // so at the end.
+                Event::Complete(t) if last(t).is_empty() => Some((
+                    t,
+                    "TERMINATED without a result: it never reported (see its log); counted as \
+                     failed"
+                        .to_owned(),
+                )),
+                Event::Complete(t) => {
+                    Some((t, format!("TERMINATED: {}", self.metric_text(&board.model, &last(t)))))
+                }
+                Event::Error(t, e) if last(t).is_empty() => {
+                    Some((t, format!("ERROR: {}", error_summary(e))))
+                }
+                Event::Error(t, e) => Some((
+                    t,
+                    format!(
+                        "ERROR after {}: {}",
+                        self.metric_text(&board.model, &last(t)),
+                        error_summary(e)
+                    ),
+                )),
                 _ => None,
             };
-            if let Some((trial, how)) = ended {
-                let text = board
-                    .model
-                    .get(&trial.trial_id)
-                    .map_or("no results".into(), |r| self.metric_text(&board.model, &r.last));
-                writeln!(board.out, "{} trial {} {how}: {text}", self.stamp(), trial.trial_id)?;
+            if let Some((trial, how)) = line {
+                writeln!(board.out, "{} trial {} {how}", self.stamp(), trial.trial_id)?;
             }
             if let Some((n, error)) = board.model.same_failure()
                 && !board.same_failure_said

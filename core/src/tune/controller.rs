@@ -560,19 +560,25 @@ impl Controller {
         if let Some(missing) =
             self.config.objectives.iter().find(|o| !metrics.contains_key(&o.metric))
         {
-            let reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
+            // The trial's own metrics first, then rtune's.
+            let auto = crate::metrics::AUTO_METRICS;
+            let mut reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
+            reported.sort_by_key(|m| auto.contains(m));
             let field = match self.config.objectives.len() {
                 1 => "TuneConfig.metric",
                 _ => "TuneConfig.objectives",
             };
-            return Err(Error::Metric {
-                name: missing.metric.clone(),
-                problem: format!(
-                    "({field}) is not among what trial {id} reported: {}; set {field} to one \
-                     of those, or report it",
+            let name = &missing.metric;
+            let hint = crate::config::nearest(name, &reported)
+                .map_or_else(String::new, |m| format!("did you mean `{m}`? "));
+            return Err(Error::config(
+                field,
+                format!(
+                    "names `{name}`, which is not among the metrics a trial reported ({}): \
+                     {hint}name one it reports, or have the trainable report `{name}`",
                     reported.join(", ")
                 ),
-            });
+            ));
         }
         let reported = &mut self.trial_mut(id)?.reported;
         reported.count += 1;

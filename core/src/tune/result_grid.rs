@@ -101,10 +101,14 @@ impl ResultGrid {
             .map(|(t, _)| t)
             .ok_or_else(|| Error::Metric {
                 name: metric.to_owned(),
-                problem: format!(
-                    "has no finite value in any trial of this sweep; reported were: {}",
-                    self.metric_names().join(", ")
-                ),
+                problem: match self.metric_names().as_slice() {
+                    [] => "has no value in any trial of this sweep: no trial reported a result"
+                        .to_owned(),
+                    names => format!(
+                        "has no finite value in any trial of this sweep; reported were: {}",
+                        names.join(", ")
+                    ),
+                },
             })
     }
 

@@ -226,7 +226,7 @@ impl Asha {
             .collect())
     }
 
-    /// Trials stopped so far.
+    /// Trials stopped early so far (before `max_t`).
     pub fn num_stopped(&self) -> u64 {
         self.core.as_ref().map_or(0, |c| c.num_stopped)
     }
@@ -393,7 +393,8 @@ impl TrialScheduler for Asha {
                 None => return Err(Error::UnknownTrial { component: NAME, trial }),
             }
         };
-        if action == Decision::Stop {
+        // Early stops only: a trial stopped at max_t ran its whole budget.
+        if action == Decision::Stop && t < max_t {
             core.num_stopped += 1;
         }
         Ok(action)
@@ -531,6 +532,11 @@ mod tests {
             status.rungs.iter().map(|r| (r.milestone, r.recorded, r.cutoff)).collect();
         // numpy: percentile([-0.9, -0.75, -0.25], 50) = -0.75, shown as the loss 0.75.
         assert_eq!(rungs, [(1.0, 3, Some(0.75)), (2.0, 0, None), (4.0, 0, None)]);
+        // A trial stopped at max_t ran its whole budget: not an early stop.
+        for t in [2.0, 4.0] {
+            a.on_trial_result(&view, TrialId(0), &result(t, 0.1)).unwrap();
+        }
+        assert_eq!(a.status().stopped, 2, "trial 0 ran to max_t");
     }
 
     #[test]

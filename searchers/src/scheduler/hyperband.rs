@@ -295,8 +295,8 @@ impl HyperBand {
                     } else {
                         self.state.stop_requests.push(t.trial);
                     }
+                    // At max_t: its whole budget, not an early stop (not counted).
                     self.state.trial_bracket.remove(&t.trial);
-                    self.state.num_stopped += 1;
                 }
             } else {
                 action = Decision::Continue;
@@ -402,7 +402,6 @@ impl TrialScheduler for HyperBand {
             // Reached max_t in the final round: done, no need to wait for the others.
             bracket.live.retain(|t| t.trial != trial);
             self.state.trial_bracket.remove(&trial);
-            self.state.num_stopped += 1;
             return Ok(Decision::Stop);
         }
         Ok(self.process(b, Some(trial)))

@@ -44,6 +44,7 @@
 //! # store = { endpoint = "http://127.0.0.1:9000", region = "us-east-1", retry_timeout_s = 180 }
 //! #                              # how the store is reached (credentials: the AWS_* environment)
 //! # optuna = "optuna.log"        # also an Optuna study there: optuna-dashboard optuna.log
+//! # tensorboard = true            # TensorBoard event files: tensorboard --logdir EXPERIMENT
 //! # mlflow = { tracking_uri = "http://127.0.0.1:5000", experiment = "digits", log_artifacts = true }
 //! #               # also MLflow runs (default: MLFLOW_TRACKING_URI, the sweep's name, false)
 //! checkpoint = { num_to_keep = 2, score_attribute = "val_acc", score_order = "max" }
@@ -104,6 +105,9 @@ pub struct SweepSpec {
     pub mlflow: Option<MlflowSettings>,
     /// `[run] optuna`: the Optuna journal file the sweep is also written to, as a study.
     pub optuna: Option<PathBuf>,
+    /// `[run] tensorboard`: each trial's results as TensorBoard event files (`tensorboard
+    /// --logdir EXPERIMENT`).
+    pub tensorboard: bool,
 }
 
 impl SweepSpec {
@@ -176,6 +180,9 @@ impl SweepSpec {
         }
         if let Some(journal) = &self.optuna {
             run = run.callback(crate::callback::OptunaJournal::new(journal));
+        }
+        if self.tensorboard {
+            run = run.callback(crate::callback::TensorBoardLogger::new());
         }
         if let Some(period) = self.sync_period {
             run.sync_period = period;
@@ -390,6 +397,7 @@ fn read_root(
         store: run.store,
         mlflow: run.mlflow,
         optuna: run.optuna,
+        tensorboard: run.tensorboard,
     })
 }
 

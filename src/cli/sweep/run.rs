@@ -21,6 +21,8 @@ pub(super) struct RunParts {
     pub(super) store: StoreSettings,
     pub(super) mlflow: Option<MlflowSettings>,
     pub(super) optuna: Option<PathBuf>,
+    /// `tensorboard = true`: each trial's results as TensorBoard event files in its folder.
+    pub(super) tensorboard: bool,
 }
 
 /// `[run.mlflow]`: the MLflow tracking server (else `MLFLOW_TRACKING_URI`) and experiment (else
@@ -141,8 +143,10 @@ pub(super) fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
     {
         fields.refuse("optuna", format!("is {journal:?}: {why}"), report);
     }
+    let tensorboard = fields.value::<bool>("tensorboard", report).unwrap_or(false);
     fields.done(report);
     RunParts {
+        tensorboard,
         stop,
         failure,
         checkpoint,

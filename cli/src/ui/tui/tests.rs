@@ -178,9 +178,13 @@ fn the_scheduler_panel_shows_asha_rungs_and_pbt_exploits() {
         ..SchedulerStatus::default()
     }));
     let text = screen(&m, &best_first(), 150, 40);
-    assert!(text.contains("ASHA rungs · 3 stopped"), "{text}");
+    assert!(text.contains("ASHA rungs · 3 stopped early"), "{text}");
     assert!(text.contains("t≥     1     6 recorded  cutoff 0.8125"), "{text}");
     assert!(text.contains("t≥    16     0 recorded  cutoff -"), "{text}");
+    // At 80x24 the cutoffs are read whole, in shorter words.
+    let text = screen(&m, &best_first(), 80, 24);
+    assert!(text.contains("t≥   1   6 rec cut 0.8125"), "{text}");
+    assert!(text.contains("t≥   4   2 rec cut 0.9000"), "{text}");
     m.apply(&Event::Scheduler(SchedulerStatus {
         kind: "pbt".into(),
         time_attr: "training_iteration".into(),
@@ -265,8 +269,9 @@ fn the_selection_follows_its_trial_when_the_rows_re_sort() {
     assert_eq!(on_key(KeyCode::Esc, KeyModifiers::NONE, &mut v, &m), Action::Quit);
 }
 
-/// At 80x24 every trial id and status is read whole (the chart gives way), the keys line is
-/// not cut, and `?` lists every key whole, at 80 columns as at 200.
+/// At 80x24 every trial id and status is read whole (the chart moves under the table, with
+/// its legend), the keys line is not cut, and `?` lists every key whole, at 80 columns as at
+/// 200.
 #[test]
 fn a_narrow_terminal_shows_ids_statuses_and_keys_whole() {
     let m = model();
@@ -274,6 +279,12 @@ fn a_narrow_terminal_shows_ids_statuses_and_keys_whole() {
     for whole in ["abcde_00000", "abcde_00001", "abcde_00002", "TERMINATED", "RUNNING", "ERROR"] {
         assert!(text.contains(whole), "{whole} cut at 80x24:\n{text}");
     }
+    assert!(text.contains("acc by iteration"), "no chart at 80x24:\n{text}");
+    assert!(text.contains("⣀") || text.contains("⠉") || text.contains("⢀"), "no curve:\n{text}");
+    // The legend names the curves: the selected trial (the best, first when sorted best first).
+    assert!(text.contains("━ _00001"), "no legend at 80x24:\n{text}");
+    let wide = screen(&m, &View { selected: 1, trial: None, ..best_first() }, 120, 30);
+    assert!(wide.contains("━ _00000 ━ best _00001"), "no legend for the best:\n{wide}");
     let last = text.lines().last().unwrap().trim_end();
     assert!(last.ends_with("q quit"), "the keys line is cut: {last:?}");
     for width in [80, 200] {
@@ -321,6 +332,9 @@ fn a_multi_objective_sweep_marks_its_front() {
     assert!(text.contains("Pareto front of loss, size: 2 trials"), "{text}");
     assert!(text.contains("loss / size"), "{text}");
     assert!(text.contains("0.3000 / 100"), "{text}");
+    // The front is marked as `rtune show` marks it.
+    assert!(text.contains("*abcde_00000") && text.contains("*abcde_00002"), "{text}");
+    assert!(text.contains(" abcde_00001") && !text.contains("*abcde_00001"), "{text}");
     // The curve follows the first objective.
     assert!(text.contains("loss by iteration"), "{text}");
 }

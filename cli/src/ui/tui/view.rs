@@ -78,11 +78,19 @@ pub fn render(frame: &mut Frame<'_>, model: &Model, view: &View) {
     render_header(frame, header, model);
     let rows = model.rows(view);
     let selected = view.selected_row(model, &rows).map(|row| rows[row]);
-    // A narrow terminal gives the table the whole width: ids and statuses are read whole.
+    // A narrow terminal gives the table the whole width (ids and statuses are read whole) and
+    // the chart the rows under it, where there are enough (80x24 has).
     if middle.width >= WIDE {
         let [table, chart] = Layout::default()
             .direction(Direction::Horizontal)
             .constraints([Constraint::Percentage(62), Constraint::Percentage(38)])
+            .areas(middle);
+        render_table(frame, table, model, view, &rows);
+        render_chart(frame, chart, model, selected);
+    } else if middle.height >= 12 {
+        let [table, chart] = Layout::default()
+            .direction(Direction::Vertical)
+            .constraints([Constraint::Min(6), Constraint::Length(middle.height / 2)])
             .areas(middle);
         render_table(frame, table, model, view, &rows);
         render_chart(frame, chart, model, selected);
@@ -220,7 +228,9 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
 
 fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, rows: &[usize]) {
     let params = model.param_names();
-    let mut headers = vec!["trial".to_owned(), "status".into(), "iter".into()];
+    let several = model.objectives.len() > 1;
+    let trial = if several { "*front trial" } else { "trial" };
+    let mut headers = vec![trial.to_owned(), "status".into(), "iter".into()];
     let metrics = model.shown_metrics();
     headers.push(if metrics.is_empty() { "-".into() } else { metrics.join(" / ") });
     headers.extend(params.iter().cloned());
@@ -235,11 +245,18 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     let first = selected.saturating_sub(visible.saturating_sub(1));
     let best = model.best();
     let front = model.front();
+    let several = model.objectives.len() > 1;
     let body = rows.iter().skip(first).take(visible).map(|&i| {
         let t = &model.trials()[i];
         let get = |k: &str| t.last.get(k).map_or("-".into(), |v| number(*v));
+        // The Pareto front marked as `rtune show` marks it.
+        let id = match (several, front.contains(&i)) {
+            (true, true) => format!("*{}", t.id),
+            (true, false) => format!(" {}", t.id),
+            _ => t.id.clone(),
+        };
         let mut cells = vec![
-            Cell::from(t.id.clone()),
+            Cell::from(id),
             Cell::from(status_name(t.status)).style(Style::default().fg(status_color(t.status))),
             Cell::from(get("training_iteration")),
             Cell::from(match metrics.as_slice() {
@@ -261,15 +278,16 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     });
     // Each metric shown 9 wide, with " / " between.
     let metric_width = (metrics.len().max(1) * 12 - 3) as u16;
+    let id_width = if several { 14 } else { 13 };
     let mut widths = vec![
-        Constraint::Length(13),
+        Constraint::Length(id_width),
         Constraint::Length(10),
         Constraint::Length(5),
         Constraint::Length(metric_width),
     ];
     // Params while they fit whole (the table's spacing is a column each): the id and status
     // columns are never cut to fit more.
-    let mut room = area.width.saturating_sub(2 + 13 + 10 + 5 + metric_width + 4) as usize;
+    let mut room = area.width.saturating_sub(2 + id_width + 10 + 5 + metric_width + 4) as usize;
     for p in &params {
         let width = p.len().max(7);
         if width + 1 > room {
@@ -293,20 +311,27 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
 
 fn render_chart(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option<usize>) {
     let metric = model.charted().unwrap_or("-");
-    let block = Block::default().borders(Borders::ALL).title(format!(" {metric} by iteration "));
-    // (legend, points, colour) of each line drawn.
+    // (legend, points, colour) of each line drawn; trials by their number (`_00003`): every
+    // id of a sweep begins alike.
     type Curve<'m> = (String, &'m [(f64, f64)], Color);
+    let number_of = |i: usize| {
+        let id = &model.trials()[i].id;
+        id.rsplit_once('_').map_or_else(|| id.clone(), |(_, n)| format!("_{n}"))
+    };
     let mut curves: Vec<Curve<'_>> = Vec::new();
     if let Some(i) = selected {
-        curves.push((model.trials()[i].id.clone(), &model.trials()[i].curve, Color::Cyan));
+        curves.push((number_of(i), &model.trials()[i].curve, Color::Cyan));
     }
     if let Some(b) = model.best().filter(|&b| Some(b) != selected) {
-        curves.push((
-            format!("best {}", model.trials()[b].id),
-            &model.trials()[b].curve,
-            Color::Green,
-        ));
+        curves.push((format!("best {}", number_of(b)), &model.trials()[b].curve, Color::Green));
     }
+    // The legend is in the title, where it never hides the curves (ratatui's hides itself in
+    // a small chart).
+    let mut title = vec![Span::raw(format!(" {metric} by iteration "))];
+    for (name, _, color) in &curves {
+        title.push(Span::styled(format!("━ {name} "), Style::default().fg(*color)));
+    }
+    let block = Block::default().borders(Borders::ALL).title(Line::from(title));
     let points = curves.iter().flat_map(|(_, c, _)| c.iter());
     let (mut x_max, mut y_min, mut y_max) = (1.0f64, f64::INFINITY, f64::NEG_INFINITY);
     for &(x, y) in points.filter(|(_, y)| y.is_finite()) {
@@ -380,15 +405,19 @@ fn render_scheduler(frame: &mut Frame<'_>, area: Rect, status: &SchedulerStatus)
             .map(|r| {
                 let bracket = if brackets > 1 { format!("b{} ", r.bracket) } else { String::new() };
                 let cutoff = r.cutoff.map_or("-".to_owned(), number);
-                format!(
-                    "{bracket}{} {:>5}  {:>4} recorded  cutoff {cutoff}",
-                    "t≥",
-                    number(r.milestone),
-                    r.recorded
-                )
+                let (milestone, recorded) = (number(r.milestone), r.recorded);
+                // Short words in a narrow panel: the cutoff is what is read.
+                if area.width >= 44 {
+                    format!("{bracket}t≥ {milestone:>5}  {recorded:>4} recorded  cutoff {cutoff}")
+                } else {
+                    format!("{bracket}t≥{milestone:>4} {recorded:>3} rec cut {cutoff}")
+                }
             })
             .collect();
-        (format!(" {} rungs · {} stopped ", status.kind.to_uppercase(), status.stopped), lines)
+        let rungs = if area.width >= 44 { " rungs" } else { "" };
+        let kind = status.kind.to_uppercase();
+        let title = format!(" {kind}{rungs} · {} stopped early ", status.stopped);
+        (title, lines)
     };
     let text: Vec<Line> = lines.into_iter().map(Line::from).collect();
     frame.render_widget(
