@@ -391,8 +391,9 @@ pub struct ClusterArgs {
     /// The head's port on the batch host (0: any free port).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// The batch host's address as the other nodes reach it (default: its NodeAddr in Slurm).
-    #[arg(long)]
+    /// The batch host's address as the other nodes reach it (default: its NodeAddr in Slurm),
+    /// with `:PORT` when they reach the head by another port than its own (a forwarded port).
+    #[arg(long, value_name = "ADDRESS[:PORT]")]
     pub head_ip: Option<String>,
 }
 

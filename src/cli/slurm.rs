@@ -64,7 +64,17 @@ impl JobCluster {
             heartbeat_interval: Duration::from_secs(1),
         };
         let handle = runtime.block_on(head::serve(config))?;
-        let address = format!("{head_ip}:{}", handle.address.port());
+        // The head's own port, unless the address the nodes reach it by names one (a
+        // forwarded port).
+        let names_port = head_ip.parse::<std::net::SocketAddr>().is_ok()
+            || head_ip
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.contains(':') && port.parse::<u16>().is_ok());
+        let address = if names_port {
+            head_ip.clone()
+        } else {
+            format!("{head_ip}:{}", handle.address.port())
+        };
         let agents = start_agents(&allocation, &address, &token)?;
         let local = format!("127.0.0.1:{}", handle.address.port());
         let mut cluster = JobCluster {

@@ -123,7 +123,8 @@ submit_running() {
 }
 
 # 0. Mistakes get clear errors: not in a job; agents that never join (a head address no node
-# reaches) end the job after --join-timeout, naming the nodes.
+# reaches: a loopback port nothing listens on, so that no test traffic leaves this machine) end
+# the job after --join-timeout, naming the nodes.
 echo "[${SECONDS}s] == 0. errors"
 set +e
 message=$(env -u SLURM_JOB_ID "$rtune" slurm run examples/slurm/sweep.toml 2>&1)
@@ -132,8 +133,9 @@ set -e
 [ "$code" = 2 ] && [[ $message == *"SLURM_JOB_ID is not set"*"sbatch"* ]] \
     || fail "outside a job: exit $code, $message"
 out=$work/job-0.out
+nobody=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 state=$(NAME=never run_job "$out" examples/slurm/sweep.sbatch \
-    --set "storage_path=\"$results\"" --head-ip 192.0.2.1 --join-timeout 3)
+    --set "storage_path=\"$results\"" --head-ip "127.0.0.1:$nobody" --join-timeout 3)
 [ "$state" = FAILED ] || fail "a sweep whose agents cannot reach the head ended $state"
 grep -q "2 of 2 allocated node(s) never joined within 3s: n1, n2" "$out" \
     || fail "no error naming the nodes that never joined"
@@ -213,7 +215,9 @@ token=$(tr '\0' '\n' < "/proc/$agent/environ" | sed -n 's/^RTUNE_TOKEN=//p')
 scancel "$job"
 wait_until_gone "$job"
 grep -q "stopping the sweep, resumable" "$out" || fail "the driver did not stop the sweep on SIGTERM"
-grep -q "interrupted; the experiment in" "$out" || fail "the driver did not record the interruption"
+grep -q "interrupted: \`rtune resume $results/cancelled\` goes on with it" "$out" \
+    || fail "the driver did not record the interruption"
+grep -q "INTERRUPTED" "$out" || fail "the stopped trials are not shown as INTERRUPTED"
 no_rtune_left "after scancel"
 if grep -rqF "$token" "$out" "$results/cancelled"; then
     fail "the cluster token was written to the job's output or the experiment"
