@@ -420,6 +420,22 @@ pub(crate) fn to_value(item: &Item) -> Value {
     }
 }
 
+/// A value as a sweep file writes it: `0.01`, `"adam"`, `[16, 32]`, `{ a = 1 }`.
+pub(crate) fn value_text(v: &Value) -> String {
+    match v {
+        Value::Float(x) => format!("{x:?}"),
+        Value::List(items) => {
+            format!("[{}]", items.iter().map(value_text).collect::<Vec<_>>().join(", "))
+        }
+        Value::Map(m) => {
+            let inner: Vec<String> =
+                m.iter().map(|(k, v)| format!("{k} = {}", value_text(v))).collect();
+            format!("{{ {} }}", inner.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
 /// The item at a dotted path below `item` (for placing errors that name a path).
 pub(crate) fn find<'i>(item: &'i Item, path: &str) -> Option<(&'i Origin, &'i Item)> {
     let mut node = item;

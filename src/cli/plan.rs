@@ -4,24 +4,9 @@
 
 use rtune_searchers::{Param, SearchSpace, Value};
 
+use super::doc::value_text as toml_value;
 use super::registry::{Registry, Trainable};
 use super::sweep::SweepSpec;
-
-/// A value as a sweep file writes it: `0.01`, `"adam"`, `[16, 32]`, `{ a = 1 }`.
-pub(super) fn toml_value(v: &Value) -> String {
-    match v {
-        Value::Float(x) => format!("{x:?}"),
-        Value::List(items) => {
-            format!("[{}]", items.iter().map(toml_value).collect::<Vec<_>>().join(", "))
-        }
-        Value::Map(m) => {
-            let inner: Vec<String> =
-                m.iter().map(|(k, v)| format!("{k} = {}", toml_value(v))).collect();
-            format!("{{ {} }}", inner.join(", "))
-        }
-        other => other.to_string(),
-    }
-}
 
 /// A range's bound: `1`, `0.5`, `1e-12`, `9.2e18`.
 fn bound(x: f64) -> String {

@@ -148,7 +148,7 @@ fn short(v: &Value) -> String {
     match v {
         Value::Float(x) if x.abs() >= 1e15 || (*x != 0.0 && x.abs() < 1e-4) => format!("{x:e}"),
         // As a sweep file writes them.
-        Value::Map(_) | Value::List(_) => super::plan::toml_value(v),
+        Value::Map(_) | Value::List(_) => super::doc::value_text(v),
         other => other.to_string(),
     }
 }

@@ -7,6 +7,13 @@
 //! step is [`OptimizerSettings`]'s: see `shard_optimizer`). Its state is saved as
 //! `optimizer.safetensors` (`<variable>/<state>`, PyTorch's state names) beside
 //! `optimizer.json` (the settings, and each variable's name, shape and step count).
+//!
+//! The variables are made views of one flat buffer when the optimizer is made (as Apex and
+//! FSDP flatten parameters), and so are their gradients' copies and their state: a step of the
+//! whole model is one step of that buffer, a handful of calls into libtorch instead of a
+//! handful per variable. Each update is element by element, so it changes no number. A
+//! variable whose data is replaced afterwards (a checkpoint loaded with `set_data`) is made a
+//! view again, its new values kept; one moved to another device is refused.
 
 use serde::{Deserialize, Serialize};
 use tch::nn::{Optimizer, VarStore};
@@ -44,9 +51,29 @@ impl OptimizerStep for Optimizer {
 /// checkpoints. Made by [`OptimizerSettings::for_model`].
 pub struct ModelOptimizer {
     settings: OptimizerSettings,
-    /// The trainable variables in name order, each with its state.
-    vars: Vec<(String, Tensor, ShardState)>,
+    /// The trainable variables in name order.
+    vars: Vec<Variable>,
+    /// Every variable's numbers side by side (each variable a view of its part), a place for
+    /// their gradients, and their state (each variable's a view of its part).
+    params: Tensor,
+    grads: Tensor,
+    state: ShardState,
     scratch: Scratch,
+}
+
+/// One variable of a [`ModelOptimizer`].
+struct Variable {
+    name: String,
+    /// The model's variable (a handle to it: its data is a view of the flat buffer).
+    tensor: Tensor,
+    /// Where its data is: its part of the flat buffer, as long as nothing replaced it.
+    data: usize,
+    /// Its part of the flat gradients, and of the flat state (with its own step count: a
+    /// variable without a gradient is not stepped, as libtorch's optimizers skip it).
+    grad: Tensor,
+    state: ShardState,
+    /// Its part of the flat parameters.
+    part: Tensor,
 }
 
 /// What `optimizer.json` says of one variable.
@@ -71,32 +98,84 @@ const FORMAT: u32 = 1;
 
 impl OptimizerSettings {
     /// This optimizer over every trainable variable of `vs`, each one's state whole (plain data
-    /// parallelism; a sharded model takes the settings itself).
+    /// parallelism; a sharded model takes the settings itself). The variables (f32, on one
+    /// device) become views of one buffer (see the module docs): move the model to its device
+    /// before making its optimizer.
     pub fn for_model(self, vs: &VarStore) -> Result<ModelOptimizer> {
         self.check()?;
-        let vars: Vec<(String, Tensor, ShardState)> = trainable(sorted_variables(vs))
-            .into_iter()
-            .map(|(name, t)| {
-                if !t.is_contiguous() {
-                    return Err(Error::config(
-                        "OptimizerSettings::for_model",
-                        format!("variable `{name}` is not contiguous"),
-                    ));
-                }
-                let state = ShardState::new(&self, t.numel(), t.device())?;
-                Ok((name, t, state))
-            })
-            .collect::<Result<_>>()?;
-        let largest = vars.iter().map(|(_, t, _)| t.numel()).max().unwrap_or(0);
-        let device = vars.first().map_or(Device::Cpu, |(_, t, _)| t.device());
-        Ok(ModelOptimizer { settings: self, vars, scratch: Scratch::new(largest, device)? })
+        let named = trainable(sorted_variables(vs));
+        let device = named.first().map_or(Device::Cpu, |(_, t)| t.device());
+        for (name, t) in &named {
+            let why = if t.kind() != tch::Kind::Float {
+                Some(format!("is {:?}; rtune's optimizer steps f32 variables", t.kind()))
+            } else if t.device() != device {
+                Some(format!("is on {:?}, another variable on {device:?}", t.device()))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::config(
+                    "OptimizerSettings::for_model",
+                    format!("`{name}` {why}"),
+                ));
+            }
+        }
+        let total: i64 = named.iter().map(|(_, t)| t.numel() as i64).sum();
+        let zeros = || Tensor::f_zeros([total], (tch::Kind::Float, device)).torch();
+        let (params, grads) = (zeros()?, zeros()?);
+        let state = ShardState::new(&self, total as usize, device)?;
+        let mut vars = Vec::with_capacity(named.len());
+        let mut at = 0;
+        let _no_grad = tch::no_grad_guard();
+        for (name, tensor) in named {
+            let len = tensor.numel() as i64;
+            let part = |t: &Tensor| t.f_narrow(0, at, len).torch();
+            let buffers = state.buffers.iter().map(part).collect::<Result<Vec<_>>>()?;
+            let mut var = Variable {
+                name,
+                tensor,
+                data: 0,
+                grad: part(&grads)?,
+                state: ShardState { step: 0, buffers },
+                part: part(&params)?,
+            };
+            var.link()?;
+            vars.push(var);
+            at += len;
+        }
+        let scratch = Scratch::new(total as usize, device)?;
+        Ok(ModelOptimizer { settings: self, vars, params, grads, state, scratch })
+    }
+}
+
+impl Variable {
+    /// Makes the variable's data a view of its part of the flat buffer, its values kept.
+    fn link(&mut self) -> Result<()> {
+        if self.tensor.device() != self.part.device() {
+            return Err(Error::config(
+                "OptimizerSettings::for_model",
+                format!(
+                    "`{}` moved to {:?} after its optimizer was made on {:?}: make the optimizer \
+                     after moving the model",
+                    self.name,
+                    self.tensor.device(),
+                    self.part.device()
+                ),
+            ));
+        }
+        let mut part = self.part.shallow_clone();
+        part.f_copy_(&self.tensor.f_detach().torch()?.f_reshape([-1]).torch()?).torch()?;
+        let view = self.part.f_view(self.tensor.size().as_slice()).torch()?;
+        self.tensor.f_set_data(&view).torch()?;
+        self.data = self.tensor.data_ptr() as usize;
+        Ok(())
     }
 }
 
 impl OptimizerStep for ModelOptimizer {
     fn zero_grad(&mut self) -> Result<()> {
-        for (_, var, _) in &self.vars {
-            let mut grad = var.grad();
+        for var in &self.vars {
+            let mut grad = var.tensor.grad();
             if grad.defined() {
                 let _ = grad.f_zero_().torch()?;
             }
@@ -104,16 +183,34 @@ impl OptimizerStep for ModelOptimizer {
         Ok(())
     }
 
-    /// One step of every variable that has a gradient (libtorch's skip the others too).
+    /// One step of every variable that has a gradient (libtorch's skip the others too): all
+    /// at once while they have all been stepped alike, else one by one.
     fn step(&mut self) -> Result<()> {
         let _no_grad = tch::no_grad_guard();
-        for (_, var, state) in &mut self.vars {
-            let grad = var.grad();
-            if !grad.defined() {
-                continue;
+        for var in &mut self.vars {
+            if var.tensor.data_ptr() as usize != var.data {
+                var.link()?;
             }
-            let (p, grad) = (var.f_view([-1]).torch()?, grad.f_reshape([-1]).torch()?);
-            self.settings.step(state, &self.scratch, &p, &grad)?;
+        }
+        let grads: Vec<Tensor> = self.vars.iter().map(|v| v.tensor.grad()).collect();
+        let step = self.vars.first().map_or(0, |v| v.state.step);
+        let alike = self.vars.iter().all(|v| v.state.step == step);
+        if alike && grads.iter().all(Tensor::defined) {
+            for (var, grad) in self.vars.iter_mut().zip(&grads) {
+                var.grad.f_copy_(&grad.f_reshape([-1]).torch()?).torch()?;
+            }
+            self.state.step = step;
+            self.settings.step(&mut self.state, &self.scratch, &self.params, &self.grads)?;
+            for var in &mut self.vars {
+                var.state.step = self.state.step;
+            }
+            return Ok(());
+        }
+        for (var, grad) in self.vars.iter_mut().zip(&grads) {
+            if grad.defined() {
+                let grad = grad.f_reshape([-1]).torch()?;
+                self.settings.step(&mut var.state, &self.scratch, &var.part, &grad)?;
+            }
         }
         Ok(())
     }
@@ -129,9 +226,10 @@ impl ModelOptimizer {
         }
         let names = self.settings.state_names();
         let mut tensors = Vec::new();
-        for (var, _, state) in &self.vars {
-            for (name, buffer) in names.iter().zip(&state.buffers) {
-                tensors.push((format!("{var}/{name}"), buffer.f_to_device(Device::Cpu).torch()?));
+        for var in &self.vars {
+            for (name, buffer) in names.iter().zip(&var.state.buffers) {
+                let saved = buffer.f_to_device(Device::Cpu).torch()?.copy();
+                tensors.push((format!("{}/{name}", var.name), saved));
             }
         }
         Tensor::write_safetensors(&tensors, checkpoint.path().join(OPTIMIZER_FILE)).torch()?;
@@ -142,9 +240,9 @@ impl ModelOptimizer {
             variables: self
                 .vars
                 .iter()
-                .map(|(name, t, s)| SavedVariable {
-                    parameter: Parameter { name: name.clone(), shape: t.size() },
-                    step: s.step,
+                .map(|v| SavedVariable {
+                    parameter: Parameter { name: v.name.clone(), shape: v.tensor.size() },
+                    step: v.state.step,
                 })
                 .collect(),
         };
@@ -164,7 +262,7 @@ impl ModelOptimizer {
         let here: Vec<Parameter> = self
             .vars
             .iter()
-            .map(|(name, t, _)| Parameter { name: name.clone(), shape: t.size() })
+            .map(|v| Parameter { name: v.name.clone(), shape: v.tensor.size() })
             .collect();
         let there: Vec<Parameter> = saved.variables.iter().map(|v| v.parameter.clone()).collect();
         if let Some(message) = self.settings.misfit(&saved.optimizer, &saved.state, &there, &here) {
@@ -177,16 +275,16 @@ impl ModelOptimizer {
                 .into_iter()
                 .collect();
         let _no_grad = tch::no_grad_guard();
-        for ((var, t, state), saved) in self.vars.iter_mut().zip(&saved.variables) {
-            for (buffer, name) in state.buffers.iter_mut().zip(names) {
-                let key = format!("{var}/{name}");
-                let value =
-                    tensors.get(&key).filter(|v| v.numel() == t.numel()).ok_or_else(|| {
-                        bad(format!("{OPTIMIZER_FILE} holds no `{key}` of {} numbers", t.numel()))
-                    })?;
+        for (var, saved) in self.vars.iter_mut().zip(&saved.variables) {
+            let n = var.tensor.numel();
+            for (buffer, name) in var.state.buffers.iter_mut().zip(names) {
+                let key = format!("{}/{name}", var.name);
+                let value = tensors.get(&key).filter(|v| v.numel() == n).ok_or_else(|| {
+                    bad(format!("{OPTIMIZER_FILE} holds no `{key}` of {n} numbers"))
+                })?;
                 buffer.f_copy_(&value.f_reshape([-1]).torch()?).torch()?;
             }
-            state.step = saved.step;
+            var.state.step = saved.step;
         }
         Ok(())
     }

@@ -185,23 +185,35 @@ impl ShardState {
     }
 }
 
-/// Two buffers for a step's intermediate results, up to `CHUNK` numbers each (not state: one
-/// serves every shard or variable an optimizer steps).
+/// Two buffers for a step's intermediate results, up to `CHUNK` numbers each, and the factors
+/// the steps multiply by (not state: one serves every shard or variable an optimizer steps).
 #[derive(Debug)]
-pub(super) struct Scratch([Tensor; 2]);
+pub(super) struct Scratch {
+    buffers: [Tensor; 2],
+    /// Each factor made so far (by its bits), on the buffers' device: made once, not at every
+    /// step of every variable (a small model's step is mostly such calls into libtorch).
+    factors: std::sync::Mutex<Vec<(u64, Tensor)>>,
+}
 
 impl Scratch {
     /// Enough for shards of up to `len` numbers on `device`.
     pub(super) fn new(len: usize, device: Device) -> Result<Scratch> {
         let zeros = || Tensor::f_zeros([CHUNK.min(len as i64)], (Kind::Float, device));
-        Ok(Scratch([zeros().torch()?, zeros().torch()?]))
+        Ok(Scratch { buffers: [zeros().torch()?, zeros().torch()?], factors: Default::default() })
     }
-}
 
-/// A 0-dimensional f32 tensor on `device`: a factor the kernels broadcast as they would a
-/// scalar (addcmul takes no CPU scalar beside CUDA tensors, so it goes where they are).
-fn factor(x: f64, device: Device) -> Result<Tensor> {
-    Tensor::from(x as f32).f_to_device(device).torch()
+    /// `x` as a 0-dimensional f32 tensor on the buffers' device: a factor the kernels broadcast
+    /// as they would a scalar (addcmul takes no CPU scalar beside CUDA tensors, so it goes
+    /// where they are).
+    fn factor(&self, x: f64) -> Result<Tensor> {
+        let mut factors = self.factors.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, t)) = factors.iter().find(|(bits, _)| *bits == x.to_bits()) {
+            return Ok(t.shallow_clone());
+        }
+        let t = Tensor::from(x as f32).f_to_device(self.buffers[0].device()).torch()?;
+        factors.push((x.to_bits(), t.shallow_clone()));
+        Ok(t)
+    }
 }
 
 impl OptimizerSettings {
@@ -218,19 +230,25 @@ impl OptimizerSettings {
         let _no_grad = tch::no_grad_guard();
         state.step += 1;
         let len = p.numel() as i64;
+        let [a, b] = &scratch.buffers;
+        if len <= CHUNK && a.numel() as i64 == len {
+            // One part, the whole of it: no views to make.
+            let parts = [a.shallow_clone(), b.shallow_clone()];
+            return self.step_part(state.step, p, grad, &state.buffers, &parts, scratch);
+        }
         let mut start = 0;
         while start < len {
             let n = CHUNK.min(len - start);
             let part = |t: &Tensor| t.f_narrow(0, start, n);
             let buffers = state.buffers.iter().map(part).collect::<Result<Vec<_>, _>>().torch()?;
-            let [a, b] = &scratch.0;
-            let scratch = [a.f_narrow(0, 0, n).torch()?, b.f_narrow(0, 0, n).torch()?];
+            let parts = [a.f_narrow(0, 0, n).torch()?, b.f_narrow(0, 0, n).torch()?];
             self.step_part(
                 state.step,
                 &part(p).torch()?,
                 &part(grad).torch()?,
                 &buffers,
-                &scratch,
+                &parts,
+                scratch,
             )?;
             start += n;
         }
@@ -247,13 +265,15 @@ impl OptimizerSettings {
         grad: &Tensor,
         buffers: &[Tensor],
         [a, b]: &[Tensor; 2],
+        scratch: &Scratch,
     ) -> Result<()> {
-        let (mut p, device) = (p.shallow_clone(), p.device());
+        let mut p = p.shallow_clone();
+        let factor = |x: f64| scratch.factor(x);
         match *self {
             OptimizerSettings::Sgd { lr, momentum, weight_decay, nesterov } => {
                 let mut d_p = match weight_decay {
                     0.0 => grad.shallow_clone(),
-                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?).torch()?,
+                    wd => grad.f_addcmul_out(a, &p, &factor(wd)?).torch()?,
                 };
                 if momentum != 0.0 {
                     let mut buf = buffers[0].shallow_clone();
@@ -264,11 +284,11 @@ impl OptimizerSettings {
                         let _ = buf.f_mul_scalar_(momentum).torch()?.f_add_(&d_p).torch()?;
                     }
                     d_p = match nesterov {
-                        true => d_p.f_addcmul_out(b, &buf, &factor(momentum, device)?).torch()?,
+                        true => d_p.f_addcmul_out(b, &buf, &factor(momentum)?).torch()?,
                         false => buf,
                     };
                 }
-                let _ = p.f_addcmul_(&d_p, &factor(-lr, device)?).torch()?;
+                let _ = p.f_addcmul_(&d_p, &factor(-lr)?).torch()?;
             }
             OptimizerSettings::Adam { lr, beta1, beta2, eps, weight_decay }
             | OptimizerSettings::AdamW { lr, beta1, beta2, eps, weight_decay } => {
@@ -279,7 +299,7 @@ impl OptimizerSettings {
                         let _ = p.f_mul_scalar_(1.0 - lr * wd).torch()?;
                         grad.shallow_clone()
                     }
-                    wd => grad.f_addcmul_out(a, &p, &factor(wd, device)?).torch()?,
+                    wd => grad.f_addcmul_out(a, &p, &factor(wd)?).torch()?,
                 };
                 let step = step as f64;
                 let bias_correction1 = 1.0 - beta1.powf(step);
@@ -292,7 +312,7 @@ impl OptimizerSettings {
                 let _ = exp_avg
                     .f_mul_scalar_(beta1)
                     .torch()?
-                    .f_addcmul_(&grad, &factor(1.0 - beta1, device)?)
+                    .f_addcmul_(&grad, &factor(1.0 - beta1)?)
                     .torch()?;
                 let scaled = grad.f_mul_scalar_out(b, 1.0 - beta2).torch()?;
                 let _ =

@@ -9,7 +9,8 @@ use rtune_searchers::{
 };
 
 use super::super::doc::{self, Fields, Item, Kind, Origin, Report};
-use super::{SweepSpec, add_space_error, find_key, num_of, read_space};
+use super::space::{add_space_error, read_space};
+use super::{SweepSpec, find_key, num_of};
 use crate::tune::Samples;
 
 /// A searcher or scheduler by kind, with its options as written.

@@ -187,21 +187,7 @@ fn arg(item: Option<&Item>) -> String {
 
 /// A value as TOML writes it.
 fn toml_text(item: &Item) -> String {
-    match &item.kind {
-        Kind::Str(s) => format!("{s:?}"),
-        Kind::Int(i) => i.to_string(),
-        Kind::Float(x) => format!("{x:?}"),
-        Kind::Bool(b) => b.to_string(),
-        Kind::Datetime(d) => d.clone(),
-        Kind::Array(items) => {
-            format!("[{}]", items.iter().map(toml_text).collect::<Vec<_>>().join(", "))
-        }
-        Kind::Table(entries) => {
-            let inner: Vec<String> =
-                entries.iter().map(|(k, _, v)| format!("{k} = {}", toml_text(v))).collect();
-            format!("{{ {} }}", inner.join(", "))
-        }
-    }
+    crate::cli::doc::value_text(&crate::cli::doc::to_value(item))
 }
 
 #[cfg(test)]
