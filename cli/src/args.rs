@@ -28,7 +28,7 @@ pub enum Command {
     /// Run the sweep a sweep file describes.
     #[command(
         after_help = "Example:\n  rtune run examples/sweeps/synthetic_asha.toml --set tune.num_samples=8 --json out.json\n\n\
-        Exit codes: 0 success, 1 some trials failed, 2 invalid input, 3 interrupted (resumable), \
+        Exit codes: 0 success, 1 some trials failed (or never reported), 2 invalid input, 3 interrupted (resumable), \
         4 anything else failed.\n\
         Ctrl-C stops the sweep and leaves it resumable (rtune resume DIR); a second Ctrl-C stops at once."
     )]

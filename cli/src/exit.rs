@@ -1,7 +1,8 @@
 //! How every `rtune` command ends: the exit codes, and one table of them (`EXIT_CODES`) for
 //! `--help` and the README.
 
-/// Exit codes: the sweep ran and some trials failed (`--allow-failures` exits 0 instead).
+/// Exit codes: the sweep ran and some trials failed or never reported (`--allow-failures`
+/// exits 0 instead).
 pub const EXIT_TRIALS_FAILED: i32 = 1;
 /// A mistake in what was given (a sweep file, an argument, a path, a trial that does not
 /// exist): said before anything ran or was written.
@@ -14,8 +15,8 @@ pub const EXIT_FAILED: i32 = 4;
 /// The exit codes of every command, as `--help` and the README show them.
 pub const EXIT_CODES: &str = "Exit codes:\n  \
     0  success\n  \
-    1  the sweep ran and some trials failed (--allow-failures exits 0)\n  \
-    2  invalid input (a sweep file, an argument, a path, a trial): nothing ran\n  \
+    1  the sweep ran and some trials failed or never reported (--allow-failures exits 0)\n  \
+    2  invalid input (a sweep file, an argument, a path, a trial): nothing ran (a metric\n       no trial reports: the sweep stops at the first report without it)\n  \
     3  interrupted by Ctrl-C or SIGTERM: the sweep is resumable (rtune resume DIR)\n  \
     4  anything else failed (a disk, the cluster, a bug): the message says what";
 
