@@ -37,6 +37,15 @@ fn wait_for_rows(experiment: &Path) -> Result<()> {
     })
 }
 
+/// The experiment of a `start_run` whose driver was SIGKILLed once it had recorded rows.
+fn killed_run(dir: &Path) -> Result<std::path::PathBuf> {
+    let (mut child, experiment) = start_run(dir)?;
+    wait_for_rows(&experiment)?;
+    child.kill()?;
+    child.wait()?;
+    Ok(experiment)
+}
+
 /// Every trial of the experiment TERMINATED, each iteration recorded once.
 fn all_terminated_once(experiment: &Path) -> Result<()> {
     let grid = ResultGrid::from_path(experiment)?;
@@ -101,10 +110,7 @@ pub fn a_second_driver_is_refused() -> Result<()> {
 /// says there is nothing to resume, and `run` of the same file says what the name holds.
 pub fn a_dead_drivers_lease_is_taken_over() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let (mut child, experiment) = start_run(dir.path())?;
-    wait_for_rows(&experiment)?;
-    child.kill()?;
-    child.wait()?;
+    let experiment = killed_run(dir.path())?;
     let lease = experiment.join(rtune::tune::lease::LEASE_FILE);
     ensure!(lease.exists(), "a SIGKILLed driver leaves its lease");
     let exp = experiment.to_str().unwrap();
@@ -353,10 +359,7 @@ scheduler = { type = "asha", grace_period = 0 }
 /// that differs in the sweep file's words, with both values; no Rust type in the message.
 pub fn resume_with_a_differing_file_names_the_keys() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let (mut child, experiment) = start_run(dir.path())?;
-    wait_for_rows(&experiment)?;
-    child.kill()?;
-    child.wait()?;
+    let experiment = killed_run(dir.path())?;
     let changed = std::fs::read_to_string(dir.path().join("sweep.toml"))?
         .replace("sleep_s = 0.3", "sleep_s = 1.0")
         .replace("mode = \"max\"", "mode = \"min\"");
