@@ -81,7 +81,7 @@ impl Tuner {
     ///
     /// One driver at a time goes on with an experiment: another one's live lease on it is an
     /// `Error::Held`, before anything is read or written; a dead driver's is taken over. The
-    /// lease is held until the `Tuner` (or the sweep `fit` runs) is dropped.
+    /// lease is held until `fit` ends (or the `Tuner` is dropped without a `fit`).
     pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
         let lease = Lease::take(path.as_ref())?;
         // An experiment on an object store goes on from its staging copy (brought up to date).

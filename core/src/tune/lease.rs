@@ -303,7 +303,11 @@ async fn renew_store(store: &Remote, me: &Holder, version: &mut Version) -> Resu
             *version = written;
             Ok(None)
         }
-        None => Ok(read_store(store).await?.and_then(|(holder, _)| holder)),
+        // Written over by another driver since it was read: that one holds it now.
+        None => Ok(read_store(store)
+            .await?
+            .and_then(|(holder, _)| holder)
+            .filter(|h| h.token != me.token)),
     }
 }
 
