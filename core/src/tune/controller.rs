@@ -570,7 +570,7 @@ impl Controller {
             };
             let name = &missing.metric;
             let hint = crate::config::nearest(name, &reported)
-                .map_or_else(String::new, |m| format!("did you mean `{m}`? "));
+                .map_or_else(String::new, |m| format!("did you mean `{m}`? Else "));
             return Err(Error::config(
                 field,
                 format!(
