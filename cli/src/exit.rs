@@ -59,20 +59,21 @@ pub fn code_of(e: &rtune_core::error::Error) -> i32 {
     }
 }
 
-/// A command that only prints what it reads (`ls`, `show`, `validate`, ..) ends quietly when
-/// what reads its output goes away (`rtune ls | head -1`), as `ls` and `git` do: SIGPIPE's
-/// default action, which Rust programs otherwise ignore (and then panic on the next print).
-/// The commands that run sweeps and servers keep running: a sweep is not killed with its
-/// reader (what they print to a closed pipe is dropped).
+/// A command that only prints what it reads (`ls`, `show`, `status`, `builtins`,
+/// `completions`) ends quietly when what reads its output goes away (`rtune ls | head -1`), as
+/// `ls` and `git` do: SIGPIPE's default action, which Rust programs otherwise ignore (and then
+/// panic on the next print). Not for the commands that start or talk to other processes
+/// (workers, a fork server, a CUDA probe) through pipes: a write to a dead child's pipe would
+/// end them. A sweep's driver keeps running: what it prints to a closed pipe is dropped.
 pub fn end_quietly_on_broken_pipe(command: &crate::args::Command) {
     use crate::args::Command;
-    if !matches!(
+    if matches!(
         command,
-        Command::Run { .. }
-            | Command::Resume { .. }
-            | Command::Slurm { .. }
-            | Command::Head { .. }
-            | Command::Node { .. }
+        Command::Ls { .. }
+            | Command::Show { .. }
+            | Command::Status { .. }
+            | Command::Builtins
+            | Command::Completions { .. }
     ) {
         // SAFETY: setting a signal's disposition to its default, before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
