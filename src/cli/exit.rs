@@ -33,9 +33,9 @@ pub(super) fn input_error(e: anyhow::Error) -> Exit {
     Exit(rtune_cli::exit::input_error_code(&e), e)
 }
 
-/// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
-/// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
-pub(super) fn in_sweep_terms(e: Error) -> Exit {
+/// The sweep-file key of a setting the library names by its API (`scaling.use_gpu` for
+/// `ScalingConfig.use_gpu`, `tune.metric` for `TuneConfig.metric`), if the file has one.
+pub(super) fn sweep_key(field: &str) -> Option<String> {
     const KEYS: &[(&str, &str)] = &[
         ("TuneConfig.", "tune."),
         ("ScalingConfig.", "scaling."),
@@ -48,15 +48,19 @@ pub(super) fn in_sweep_terms(e: Error) -> Exit {
         ("OptunaJournal", "run.optuna"),
         ("MlflowLogger", "run.mlflow"),
     ];
+    KEYS.iter().find_map(|(api, key)| field.strip_prefix(api).map(|rest| format!("{key}{rest}")))
+}
+
+/// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
+/// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
+pub(super) fn in_sweep_terms(e: Error) -> Exit {
     let code = code_of(&e);
     if let Error::Interrupted { path } = &e {
         let dir = path.display();
         return Exit(code, anyhow::anyhow!("interrupted: `rtune resume {dir}` goes on with it"));
     }
     if let Error::Config { field, message } = &e
-        && let Some(key) = KEYS
-            .iter()
-            .find_map(|(api, key)| field.strip_prefix(api).map(|rest| format!("{key}{rest}")))
+        && let Some(key) = sweep_key(field)
     {
         // The key the file gives, as the file's own mistakes are named.
         return Exit(code, anyhow::anyhow!("invalid `{key}`: {message}"));

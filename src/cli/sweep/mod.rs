@@ -551,7 +551,7 @@ fn check_declared(
 /// here: checked with the file's other mistakes, by the check the Tuner makes before any trial.
 fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut Report<'_>) {
     let mut add = |field: &str, message: String| {
-        let key = field.replacen("ScalingConfig", "scaling", 1);
+        let key = super::exit::sweep_key(field).unwrap_or_else(|| "scaling".into());
         let origin = doc::find(root, &key)
             .or_else(|| doc::find(root, "scaling"))
             .map_or(&root.origin, |(origin, _)| origin);
