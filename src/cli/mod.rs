@@ -127,17 +127,14 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             run(&file, &sets, &output, registry, &Target::default())
         }
         Command::Resume { dir, sweep, sets, output } => {
-            // Another driver's sweep: refused before anything (its staging copy included) is
-            // touched.
-            crate::tune::lease::check_free(&dir)?;
+            // Another driver's sweep on a store: refused before its staging copy here is
+            // brought up to date (`resume` looks at a local one's lease itself).
+            if crate::storage::remote::is_url(&dir) {
+                crate::tune::lease::check_free(&dir)?;
+            }
             let dir = local(&dir)?;
-            if sweeping::finished(&dir)? {
-                return Ok(0);
-            }
-            if let Some(file) = sweep {
-                sweeping::replace_sweep(&dir, &file, &sets, registry)?;
-            }
-            resume(&dir, &output, registry, &Target::default())
+            let corrected = sweep.as_deref().map(|file| (file, sets.as_slice()));
+            resume(&dir, corrected, &output, registry, &Target::default())
         }
         Command::Validate { file, sets } => validate(&file, &sets, registry),
         Command::Builtins => {
@@ -154,7 +151,7 @@ fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
             }
             SlurmCommand::Resume { dir, cluster, output } => {
                 let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
-                resume(&dir, &output, registry, &job.target(false))
+                resume(&dir, None, &output, registry, &job.target(false))
             }
             SlurmCommand::Predict { predict: args, cluster } => {
                 if args.workers.is_none() {

@@ -58,7 +58,7 @@ pub(super) fn run(
     if crate::tune::holds_experiment(&path) {
         if target.resume_existing {
             say!("{} already holds this experiment (a requeued job): resuming it", path.display());
-            return resume(&path, output, registry, target);
+            return resume(&path, None, output, registry, target);
         }
         if recorded_nothing(&path) {
             // A sweep that stopped before its first result (a mistake found when it began):
@@ -202,7 +202,7 @@ fn recorded_nothing(path: &Path) -> bool {
 
 /// `rtune resume DIR --sweep FILE`: the corrected sweep file replaces the copy kept in `dir`
 /// when it changes nothing that decided what was recorded (see `Command::Resume`).
-pub(super) fn replace_sweep(
+fn replace_sweep(
     dir: &Path,
     file: &Path,
     sets: &[String],
@@ -262,15 +262,32 @@ fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Ex
     Ok((source.name, spec))
 }
 
+/// `rtune resume DIR [--sweep FILE --set ..]`: goes on with the interrupted sweep in `dir`
+/// (with `corrected`, the sweep file and its `--set`s, replacing the kept copy first). Another
+/// driver's sweep is refused, and a finished one has nothing to resume, before anything is
+/// written.
 pub(super) fn resume(
     dir: &Path,
+    corrected: Option<(&Path, &[String])>,
     output: &Output,
     registry: &Registry,
     target: &Target,
 ) -> Result<i32, Exit> {
     check(output)?;
-    if finished(dir)? {
-        return Ok(0);
+    match crate::tune::sweep_state(dir) {
+        SweepState::Running(holder) => {
+            let path = dir.display().to_string();
+            return Err(in_sweep_terms(crate::error::Error::Held { path, holder }));
+        }
+        SweepState::Finished => {
+            let shown = dir.display();
+            say!("{shown} finished; nothing to resume (`rtune show {shown}` shows it)");
+            return Ok(0);
+        }
+        SweepState::Interrupted => {}
+    }
+    if let Some((file, sets)) = corrected {
+        replace_sweep(dir, file, sets, registry)?;
     }
     let (file, spec) = read_sweep(dir, registry)?;
     let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
@@ -291,18 +308,6 @@ pub(super) fn resume(
     });
     screen.close();
     finish(outcome, dir, output, began)
-}
-
-/// Whether the sweep in `dir` has nothing to resume: it ran to its end (said so). Another
-/// driver's sweep is refused (exit 2) before anything is touched.
-pub(super) fn finished(dir: &Path) -> Result<bool, Exit> {
-    crate::tune::lease::check_free(dir)?;
-    let done = crate::tune::sweep_state(dir) == SweepState::Finished;
-    if done {
-        let shown = dir.display();
-        say!("{shown} finished; nothing to resume (`rtune show {shown}` shows it)");
-    }
-    Ok(done)
 }
 
 /// The model of the registered trainable that `rtune run` swept in `dir`, if it has one.
