@@ -146,7 +146,15 @@ pub fn worker_request(scaling: &ScalingConfig, label: &str) -> PlacementRequest 
 /// A pool of this one machine (the embedded default).
 pub fn local_pool(node: NodeSpec) -> Result<Pool> {
     let mut pool = Pool::new();
-    pool.add_node(node).map_err(local_fit_error)?;
+    pool.add_node(node).map_err(|e| {
+        Error::config(
+            "ScalingConfig",
+            format!(
+                "this machine's resources cannot be pooled: {e}; set RTUNE_NUM_CPUS / \
+                 RTUNE_NUM_GPUS if detection is wrong"
+            ),
+        )
+    })?;
     Ok(pool)
 }
 
@@ -155,8 +163,8 @@ pub fn local_fit_error(e: pool::PoolError) -> Error {
     Error::config(
         "ScalingConfig",
         format!(
-            "{e}; lower num_workers or resources_per_worker, or set RTUNE_NUM_CPUS / \
-             RTUNE_NUM_GPUS if detection is wrong"
+            "does not fit this machine: {e}; lower num_workers or resources_per_worker, or set \
+             RTUNE_NUM_CPUS / RTUNE_NUM_GPUS if detection is wrong"
         ),
     )
 }

@@ -569,12 +569,7 @@ fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut 
     }
     match crate::driver::Driver::get().and_then(|driver| driver.check_local(scaling)) {
         Ok(()) => {}
-        Err(crate::error::Error::Config { message, .. }) if message.starts_with("asks") => {
-            add("scaling", message)
-        }
-        Err(crate::error::Error::Config { message, .. }) => {
-            add("scaling", format!("does not fit this machine: {message}"))
-        }
+        Err(crate::error::Error::Config { message, .. }) => add("scaling", message),
         Err(other) => add("scaling", other.to_string()),
     }
 }
