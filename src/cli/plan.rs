@@ -111,14 +111,14 @@ pub(super) fn recorded_differences(
     let (mut was, mut is) = (Vec::new(), Vec::new());
     leaves(&old.space, "", &mut was);
     leaves(&new.space, "", &mut is);
-    let mut keys: Vec<&String> = was.iter().chain(&is).map(|(k, _, _)| k).collect();
-    keys.dedup();
-    let mut seen = Vec::new();
-    for key in keys {
-        if seen.contains(&key) {
-            continue;
+    // Each param once: the old sweep's, then those only the new one has.
+    let mut keys: Vec<&String> = Vec::new();
+    for (key, _, _) in was.iter().chain(&is) {
+        if !keys.contains(&key) {
+            keys.push(key);
         }
-        seen.push(key);
+    }
+    for key in keys {
         let find = |leaves: &[(String, &str, String)]| {
             leaves.iter().find(|(k, _, _)| k == key).map_or("nothing".into(), |(_, _, v)| v.clone())
         };
