@@ -151,17 +151,7 @@ pub fn live_holder(dir: &Path) -> Option<Holder> {
 /// staging copy's lease and the store's) that a live driver holds; takes nothing. What a
 /// command checks before it writes anything, the lease itself being taken later.
 pub fn check_free(path: &Path) -> Result<()> {
-    let (dir, store) = match path.to_str().filter(|_| remote::is_url(path)) {
-        Some(url) => {
-            let store = Remote::parse(url)?;
-            (store.staging(), Some(store))
-        }
-        None => {
-            let dir = crate::config::expand_home(path);
-            let store = remote::marked(&dir).transpose()?;
-            (dir, store)
-        }
-    };
+    let (dir, store) = places(path)?;
     let shown = path.display().to_string();
     if let Some(holder) = live_holder(&dir) {
         return Err(held(&shown, &holder));
@@ -172,6 +162,22 @@ pub fn check_free(path: &Path) -> Result<()> {
             _ => Ok(()),
         },
         None => Ok(()),
+    }
+}
+
+/// Where the lease of the experiment at `path` is: its directory (for an `s3://` URL, its
+/// staging copy here) and, for one on a store, the store's folder too.
+fn places(path: &Path) -> Result<(PathBuf, Option<Remote>)> {
+    match path.to_str().filter(|_| remote::is_url(path)) {
+        Some(url) => {
+            let store = Remote::parse(url)?;
+            Ok((store.staging(), Some(store)))
+        }
+        None => {
+            let dir = crate::config::expand_home(path);
+            let store = remote::marked(&dir).transpose()?;
+            Ok((dir, store))
+        }
     }
 }
 
@@ -350,20 +356,11 @@ impl Lease {
     /// Takes the lease of the experiment at `path`: a directory, or an `s3://` URL (its staging
     /// copy's lease, then the store's). Creates nothing but the staging folder and the lease.
     pub fn take(path: &Path) -> Result<Lease> {
-        match path.to_str().filter(|_| remote::is_url(path)) {
-            Some(url) => {
-                let store = Remote::parse(url)?;
-                let staging = store.staging();
-                std::fs::create_dir_all(&staging).at(&staging)?;
-                Lease::take_with(&staging, Some(&store))
-            }
-            None => {
-                // A staging copy: the store's lease too.
-                let dir = crate::config::expand_home(path);
-                let store = remote::marked(&dir).transpose()?;
-                Lease::take_with(&dir, store.as_ref())
-            }
+        let (dir, store) = places(path)?;
+        if store.is_some() {
+            std::fs::create_dir_all(&dir).at(&dir)?;
         }
+        Lease::take_with(&dir, store.as_ref())
     }
 
     /// Takes the lease of the experiment in the directory `dir` (which must exist) and, when
