@@ -4,20 +4,11 @@
 
 use rtune_searchers::{Param, SearchSpace, Value};
 
+use crate::metrics::number_text;
+
 use super::doc::value_text as toml_value;
 use super::registry::{Registry, Trainable};
 use super::sweep::SweepSpec;
-
-/// A range's bound: `1`, `0.5`, `1e-12`, `9.2e18`.
-fn bound(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 {
-        format!("{}", x as i64)
-    } else if x.abs() >= 1e15 {
-        format!("{x:.1e}")
-    } else {
-        format!("{x:?}")
-    }
-}
 
 /// Each leaf param of `space` (dotted keys for groups of params): whether it is searched, and
 /// how it is written.
@@ -171,7 +162,7 @@ pub(super) fn builtins(registry: &Registry) -> String {
                 let default = toml_value(t.defaults.value(k)?);
                 let range =
                     t.ranges.iter().find(|(p, _)| p == k).map_or(String::new(), |(_, r)| {
-                        format!("  ({} to {})", bound(*r.start()), bound(*r.end()))
+                        format!("  ({} to {})", number_text(*r.start()), number_text(*r.end()))
                     });
                 Some((k.to_owned(), "default", format!("{default}{range}")))
             })
