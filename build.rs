@@ -1,6 +1,6 @@
 //! rtune's build script:
 //! - an rpath to libtorch, so binaries, tests and examples run without LD_LIBRARY_PATH (the
-//!   gRPC code is rtune-core's). Only libtorch's CPU library is linked: CUDA is opened at run
+//!   gRPC code is rtune-driver's). Only libtorch's CPU library is linked: CUDA is opened at run
 //!   time by the processes given a GPU (src/sys/cuda.rs). The libtorch version itself is checked
 //!   earlier, by rtune-libtorch-check.
 //! - `RTUNE_SOURCES`, a hash of the sources `rtune` and `rtune-torch` are built from: `rtune`
@@ -14,9 +14,9 @@ use std::path::Path;
 /// the protocol, and the locked dependencies (not tests, examples or benchmarks).
 const SOURCES: [&str; 12] = [
     "src",
-    "core/src",
-    "core/build.rs",
-    "core/Cargo.toml",
+    "driver/src",
+    "driver/build.rs",
+    "driver/Cargo.toml",
     "cli/src",
     "cli/Cargo.toml",
     "searchers/src",

@@ -9,8 +9,8 @@
 //! * `forward_backward/H`: a batch of 16 through the model and back.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use rtune::train::OptimizerSettings;
-use rtune::train::OptimizerStep;
+use rtune::worker::OptimizerSettings;
+use rtune::worker::OptimizerStep;
 use tch::nn::{Module, OptimizerConfig, VarStore};
 use tch::{Device, Kind, Tensor};
 

@@ -17,8 +17,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use rtune::data::{BatchSpec, Columns, Dataset};
+use rtune::data::{Columns, Dataset};
 use rtune::polars::prelude::{Column, DataFrame, ParquetWriter};
+use rtune::worker::BatchSpec;
 use rtune::{Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
 
 struct Args {

@@ -17,8 +17,8 @@
 use std::path::Path;
 use std::time::Instant;
 
+use rtune::config::{CheckpointConfig, CheckpointUpload};
 use rtune::storage::remote::Remote;
-use rtune::train::{CheckpointConfig, CheckpointUpload};
 use rtune::{Params, RunConfig, SaveVarStore, TorchTrainer, TrainContext};
 use tch::nn::{Init, VarStore};
 use tch::{Device, Kind, Tensor};

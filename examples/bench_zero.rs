@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use rtune::train::{OptimizerSettings, Sharding};
+use rtune::config::Sharding;
+use rtune::worker::OptimizerSettings;
 use rtune::{Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};

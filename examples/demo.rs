@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use rtune::Params;
 use rtune::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy};
-use rtune::data::Digits;
-use rtune::train::TorchPredictor;
+use rtune::digits::Digits;
+use rtune::model::TorchPredictor;
 
 fn main() -> Result<()> {
     rtune::init();

@@ -9,9 +9,10 @@
 
 use anyhow::Result;
 use rtune::builtins::{DIGITS_SPLIT_SEED, digits_mlp, predictor_accuracy, train_digits_mlp};
-use rtune::data::{Columns, DIGIT_LABEL, Dataset, Digits, StandardScaler};
+use rtune::data::{Columns, Dataset, StandardScaler};
+use rtune::digits::{DIGIT_LABEL, Digits};
+use rtune::model::TorchPredictor;
 use rtune::search::{Asha, SearchSpace, Tpe, choice, loguniform};
-use rtune::train::TorchPredictor;
 use rtune::{Mode, Params, RunConfig, ScalingConfig, TorchTrainer, TuneConfig, Tuner};
 
 fn main() -> Result<()> {

@@ -26,14 +26,14 @@ use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
 use crate::collective::ReduceOp;
-use crate::data::{
-    Balance, BatchSpec, Columns, DIGIT_CLASSES, DIGIT_FEATURES, DIGIT_LABEL, Dataset, Digits,
-    StandardScaler,
-};
-use crate::storage::{LoadVarStore, SaveVarStore};
-use crate::train::{TorchPredictor, TorchTrainer};
+use crate::data::{Columns, Dataset, StandardScaler};
+use crate::digits::{DIGIT_CLASSES, DIGIT_FEATURES, DIGIT_LABEL, Digits};
+use crate::model::TorchPredictor;
+use crate::train::TorchTrainer;
+use crate::var_store::{LoadVarStore, SaveVarStore};
 use crate::worker::{
-    DistributedModel, ModelOptimizer, OptimizerSettings, ShardedModel, TrainContext,
+    Balance, BatchSpec, DistributedModel, ModelOptimizer, OptimizerSettings, ShardedModel,
+    TrainContext,
 };
 
 /// Fixes the train/validation/test split of the digits.

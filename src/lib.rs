@@ -15,86 +15,124 @@
 //!      run directory: params.json, result.json, progress.csv, checkpoints       ◀── storage
 //! ```
 //!
-//! # Layers
+//! # Crates and layers
 //!
-//! Imports point down only, and no two files import each other around a circle (both checked
-//! by `tests/layers.rs`, which also keeps every file under 800 lines before its tests); a lower
-//! layer tells a higher one what happened through a return value, a callback or a channel it
-//! defines itself.
+//! rtune is four crates, split by side: what decides (`rtune-searchers`: spaces, searchers,
+//! schedulers; pure, no I/O), what runs trials (`rtune-driver`: plans, places, launches and
+//! records them, with no libtorch), what a user types (`rtune-cli`: the command line's grammar,
+//! its views and `rtune` itself, which links no libtorch), and what touches tensors (this
+//! crate: the worker side and models, plus the facade a user imports; it re-exports the
+//! driver's modules whole, `rtune::tune` is `rtune_driver::tune`).
+//!
+//! Inside the driver and this crate, imports point down only, and no two files import each
+//! other around a circle (both checked by `tests/layers.rs`, which also keeps every file under
+//! 800 lines before its tests); a lower layer tells a higher one what happened through a return
+//! value, a callback or a channel it defines itself.
 //!
 //! ```text
-//! 11 cli         the `rtune` command: sweep files (sweep/), the views of a sweep (ui/: format,
-//!                model, then progress lines, the watch stream, the terminal UI), experiments
-//!                on disk, cluster commands
+//! rtune (this crate), above all of the driver's:
+//! 5  cli         the `rtune` command: sweep files (sweep/), experiments on disk, cluster
+//!                commands, export and predict
+//! 4  builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
+//! 3  model       a trained model: export, TorchPredictor, BatchPredictor
+//! 2  worker      the worker process: init, TrainContext, link, distributed and sharded
+//!                models, optimizers, dataset shards and batches, command trainables
+//! 1  nccl        NCCL behind the collective trait │ var_store  a VarStore in a checkpoint
+//!    digits      the 8x8 digits shipped with rtune
+//! 0  torch       libtorch's errors, a table's tensors │ cuda  CUDA opened at run time
+//!
+//! rtune-driver:
 //! 10 tune        Tuner (config, control, tuner), the controller core, the shell (sweep,
-//!                trial_task), the experiment directory, the ResultGrid
-//!    builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
+//!                trial_task), the experiment directory and its lease, the ResultGrid
 //! 9  train       TorchTrainer: attempts of a worker group (Ray Train)
-//! 8  driver      what every run of the process shares: one runtime, hubs, the local pool
+//! 8  runtime     what every run of the process shares: one runtime, hubs, the local pool
 //! 7  group       driver side of a worker group: attempt state machine, launching, logs, hub
-//! 6  cluster     resource pool, head, node agents, client   │  worker   the worker process:
-//!                                                           │           init, TrainContext, link,
-//!                                                           │           command trainables
-//! 5  data        datasets, shards and batches, preprocessors, the shipped digits │ record
-//!                a run's record: its result files, written and read back
-//! 4  storage     result files, checkpoint folders
+//! 6  cluster     resource pool, head, node agents, client
+//! 5  data        datasets, their preparation, preprocessors │ record  a run's result files,
+//!                written and read back
+//! 4  storage     result files, checkpoint folders, object stores
 //! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing
-//! 2  callback    hooks into a sweep, the TensorBoard logger
-//! 1  error       the one error type │ torch  libtorch's errors into it
-//! 0  collective  ring all-reduce, NCCL │ outcome  TrainResult, WorkerFailure, Checkpoint
-//!    sys         supervised processes, build id, CUDA opened at run time │ proto  wire types
-//!    log         tracing
-//! ── rtune-core (its own crate: what needs no libtorch: layers 0-4 but `sys::cuda`,
-//!    `collective::nccl` and the VarStore traits; `record`; `cluster` but the node agent;
-//!    `tune`'s controller, config, control, experiment, trial and result grid. This crate
-//!    re-exports its modules under their names and adds the rest to them)
-//! ── rtune-searchers (its own crate: spaces, searchers, schedulers; no I/O)
-//! ── rtune-cli (its own crate, on rtune-core: the command line's grammar and exit codes, the
-//!    commands that need no libtorch (`completions`, `ls`, `show`, `watch`, `status`) and the
-//!    views of a sweep (`ui`), and `rtune` itself, which links no libtorch and execs
-//!    `rtune-torch`, this crate's CLI, for the other commands)
+//! 2  callback    hooks into a sweep: TensorBoard, MLflow, Optuna's journal
+//! 1  error       the one error type
+//! 0  collective  the process group trait, the CPU ring │ outcome  TrainResult, WorkerFailure,
+//!                Checkpoint │ sys  supervised processes, build id, the CUDA probe, NVML
+//!    proto       wire types │ log  tracing
+//! ```
+//!
+//! # A sweep
+//!
+//! ```no_run
+//! use rtune::search::{Asha, SearchSpace, choice, loguniform};
+//! use rtune::{
+//!     Mode, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TuneConfig, Tuner,
+//! };
+//!
+//! fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
+//!     let (lr, hidden) = (ctx.params().get::<f64>("lr")?, ctx.params().get::<i64>("hidden")?);
+//!     for _epoch in ctx.iteration()..20 {
+//!         // ... train a model of width `hidden` with learning rate `lr` ...
+//!         ctx.report([("val_acc", lr * hidden as f64)])?;
+//!     }
+//!     Ok(())
+//! }
+//!
+//! fn main() -> anyhow::Result<()> {
+//!     rtune::init();
+//!     let trainer = TorchTrainer::new(train).scaling(ScalingConfig::workers(2));
+//!     let space = SearchSpace::new()
+//!         .add("lr", loguniform(1e-4, 1e-1)?)
+//!         .add("hidden", choice([32, 64, 128]));
+//!     let grid = Tuner::new(trainer, space)
+//!         .tune_config(
+//!             TuneConfig::new()
+//!                 .metric("val_acc")
+//!                 .mode(Mode::Max)
+//!                 .num_samples(16)
+//!                 .scheduler(Asha::new().max_t(20).grace_period(2)),
+//!         )
+//!         .run_config(RunConfig::new("digits_sweep"))
+//!         .fit()?;
+//!     let best = grid.best_result()?;
+//!     println!("{:?} {:?}", best.params(), best.last("val_acc"));
+//!     println!("{}", grid.dataframe()?);
+//!     Ok(())
+//! }
 //! ```
 //!
 //! `init()` must be the first line of `main` in any binary that trains: worker processes are
 //! that binary started again.
 
+// The driver's modules, whole (see `rtune-driver`).
+pub use rtune_driver::{
+    callback, cluster, collective, config, data, error, log, metrics, outcome, storage, train, tune,
+};
+use rtune_driver::{proto, rpc, sys};
+
 pub mod builtins;
-pub use rtune_core::callback;
 pub mod cli;
-pub mod cluster;
-pub mod collective;
-pub use rtune_core::config;
-pub mod data;
-mod driver;
-pub use rtune_core::error;
-mod group;
-pub use rtune_core::log;
-pub use rtune_core::metrics;
-pub use rtune_core::outcome;
-use rtune_core::{proto, rpc};
-pub mod storage;
-mod sys;
+pub mod cuda;
+pub mod digits;
+pub mod model;
+mod nccl;
 mod torch;
-pub mod train;
-pub mod tune;
-mod worker;
+mod var_store;
+pub mod worker;
 
 /// Search spaces, searchers and schedulers (the `rtune-searchers` crate), for sweeps:
 /// `rtune::search::{SearchSpace, loguniform, choice, Asha, Tpe, ..}`.
 pub use rtune_searchers as search;
 
+pub use config::{
+    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
+};
 pub use error::{Error, Result};
+pub use model::ExportCheckpoint;
+pub use outcome::{Checkpoint, TrainResult};
 /// The polars rtune's tables are built with (`ResultGrid::dataframe`), for matching versions.
 pub use polars;
 pub use rtune_searchers::{Mode, Params};
-pub use storage::{LoadVarStore, SaveVarStore};
-/// CUDA opened at run time (see its docs): `rtune::cuda::load()` before any `tch::Cuda` call in
-/// a program that wants a GPU outside a worker.
-pub use sys::cuda;
-pub use train::ExportCheckpoint;
-pub use train::{
-    Checkpoint, CheckpointConfig, CheckpointWriter, FailureConfig, PlacementStrategy, RunConfig,
-    ScalingConfig, StoreSettings, TorchTrainer, TrainContext, TrainResult,
-};
+pub use storage::checkpoint::CheckpointWriter;
+pub use train::TorchTrainer;
 pub use tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
-pub use worker::{TrainFn, init};
+pub use var_store::{LoadVarStore, SaveVarStore};
+pub use worker::{TrainContext, TrainFn, init};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-pub use rtune_core::sys::Device;
+pub use rtune_driver::sys::Device;
 
 use crate::exit::EXIT_CODES;
 

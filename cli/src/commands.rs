@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rtune_core::cluster::{client, pool};
+use rtune_driver::cluster::{client, pool};
 
 use crate::args::{Command, Format};
 use crate::exit::{EXIT_INVALID, error_code, input_error_code};
@@ -109,5 +109,5 @@ fn input_error(e: anyhow::Error) -> (i32, anyhow::Error) {
 /// A folder argument as a local folder: itself, or, for an `s3://` URL, its staging copy
 /// brought up to date from the store (a store that cannot be read: exit 2).
 pub fn local(dir: &Path) -> Result<PathBuf, (i32, anyhow::Error)> {
-    rtune_core::storage::remote::local_copy(dir).map_err(|e| (EXIT_INVALID, e.into()))
+    rtune_driver::storage::remote::local_copy(dir).map_err(|e| (EXIT_INVALID, e.into()))
 }

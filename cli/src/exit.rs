@@ -48,8 +48,8 @@ pub fn error_code(e: &anyhow::Error) -> i32 {
 
 /// The exit code of one of rtune's errors: a mistake in what was given (2), an interrupted
 /// sweep (3), or anything else (4).
-pub fn code_of(e: &rtune_core::error::Error) -> i32 {
-    use rtune_core::error::Error;
+pub fn code_of(e: &rtune_driver::error::Error) -> i32 {
+    use rtune_driver::error::Error;
     match e {
         Error::Config { .. } | Error::Params(_) | Error::Data(_) | Error::Held { .. } => {
             EXIT_INVALID

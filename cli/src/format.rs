@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use rtune_searchers::TrialStatus;
 
-pub use rtune_core::metrics::{number_text as number, param_text};
+pub use rtune_driver::metrics::{number_text as number, param_text};
 
 /// `hh:mm:ss`.
 pub fn clock(seconds: f64) -> String {

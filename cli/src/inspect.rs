@@ -8,9 +8,9 @@ use anyhow::{Context, Result, bail};
 use rtune_searchers::Metrics;
 use serde_json::json;
 
-use rtune_core::outcome::error_summary;
-use rtune_core::tune::experiment::can_restore;
-use rtune_core::tune::{ResultGrid, SweepState, TrialResult, sweep_state};
+use rtune_driver::outcome::error_summary;
+use rtune_driver::tune::experiment::can_restore;
+use rtune_driver::tune::{ResultGrid, SweepState, TrialResult, sweep_state};
 
 use crate::args::Format;
 use crate::format::{counts, number, param_text, status_name};
@@ -120,7 +120,7 @@ pub fn trials_table(grid: &ResultGrid, limit: usize) -> String {
 
 fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
     m.map_or(serde_json::Value::Null, |m| {
-        serde_json::Value::Object(rtune_core::metrics::to_json(m))
+        serde_json::Value::Object(rtune_driver::metrics::to_json(m))
     })
 }
 
@@ -173,8 +173,8 @@ pub fn newest_experiment() -> Result<std::path::PathBuf> {
             if !can_restore(&path) {
                 continue;
             }
-            let running = path.join(rtune_core::tune::DRIVER_FILE).exists();
-            let state = path.join(rtune_core::tune::STATE_FILE);
+            let running = path.join(rtune_driver::tune::DRIVER_FILE).exists();
+            let state = path.join(rtune_driver::tune::STATE_FILE);
             let changed = std::fs::metadata(&state).and_then(|m| m.modified()).ok();
             found.push((running, changed, path));
         }
@@ -192,7 +192,7 @@ pub fn newest_experiment() -> Result<std::path::PathBuf> {
 /// `~/rtune_results`).
 pub fn storage_roots() -> Vec<PathBuf> {
     let mut roots = vec![PathBuf::from("rtune_results")];
-    let default = rtune_core::config::RunConfig::default().resolved_storage_path();
+    let default = rtune_driver::config::RunConfig::default().resolved_storage_path();
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
@@ -420,7 +420,7 @@ pub fn show(
             println!("trial {} ({}) in {}", t.trial_id, status_name(t.status), t.path.display());
             println!("params: {}", serde_json::to_string(&t.params)?);
             if let Some(e) = &t.error {
-                let whole = t.path.join(rtune_core::tune::ERROR_FILE);
+                let whole = t.path.join(rtune_driver::tune::ERROR_FILE);
                 println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
             let mut names: Vec<String> = Vec::new();

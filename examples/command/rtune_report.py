@@ -14,7 +14,7 @@ MASTER_ADDR, MASTER_PORT, ...), so `torch.distributed.init_process_group("gloo")
 under torchrun. Every rank reports the same number of times; rank 0's metrics and checkpoint
 are the trial's. The checkpoint folder is copied before report() returns: a temporary folder is
 fine. Outside rtune (no RTUNE_PROTOCOL in the environment) report() prints and returns True.
-The protocol itself is documented in rtune's `rtune::train::run_command`.
+The protocol itself is documented in rtune's `rtune::worker::run_command`.
 """
 
 import json

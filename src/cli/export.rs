@@ -12,8 +12,8 @@ use rtune_searchers::{Mode, Params, TrialStatus};
 
 use super::registry::Model;
 use super::ui::format::number;
+use crate::model::{Export, PARAMS_FILE};
 use crate::outcome::Checkpoint;
-use crate::train::{Export, PARAMS_FILE};
 use crate::tune::{ResultGrid, Scope, TrialResult};
 
 /// What to export, from the command line.

@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 use rtune_cli::PredictArgs;
 
 use crate::config::ScalingConfig;
-use crate::train::BatchPredictor;
+use crate::model::BatchPredictor;
 
 /// Predicts every row of the input, on workers of `cluster` (address, token) when given;
 /// returns a line about what was written.
@@ -19,7 +19,7 @@ pub(super) fn predict(args: &PredictArgs, cluster: Option<(String, String)>) -> 
         .allow_extra(args.allow_extra);
     match args.workers {
         None => {
-            let device = crate::sys::cuda::use_device(crate::sys::cuda::torch_device(args.device))
+            let device = crate::cuda::use_device(crate::cuda::torch_device(args.device))
                 .map_err(|e| anyhow!("--device: {e}; or predict on the CPU (--device cpu)"))?;
             predictor = predictor.device(device);
         }

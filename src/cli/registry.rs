@@ -15,7 +15,7 @@ use rtune_searchers::{Param, Params, Value};
 use tch::nn;
 
 use crate::builtins::{digits_data, digits_model, train_digits_mlp, train_synthetic_curve};
-use crate::data::DIGIT_FEATURES;
+use crate::digits::DIGIT_FEATURES;
 use crate::train::TorchTrainer;
 use crate::worker::TrainFn;
 
@@ -157,7 +157,7 @@ fn short(v: &Value) -> String {
 pub type AddData = fn(TorchTrainer) -> crate::error::Result<TorchTrainer>;
 
 /// A trainable's model, rebuilt from a trial's params, for `rtune export`'s TorchScript.
-pub use crate::train::Model;
+pub use crate::model::Model;
 
 /// The train functions a CLI binary offers.
 #[derive(Debug, Clone, Default)]

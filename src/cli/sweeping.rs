@@ -356,9 +356,10 @@ fn reporting(
     model.set_trials(ended);
     let mut run = run;
     // Watching is a convenience: a sweep runs on without it.
-    let served = crate::driver::Driver::get().map_err(anyhow::Error::from).and_then(|driver| {
-        ui::stream::serve(path, model.clone(), control.clone(), driver.handle())
-    });
+    let served =
+        rtune_driver::runtime::Driver::get().map_err(anyhow::Error::from).and_then(|driver| {
+            ui::stream::serve(path, model.clone(), control.clone(), driver.handle())
+        });
     let server = match served {
         Ok((server, broadcast)) => {
             run = run.callback(ui::model::Following(broadcast));

@@ -10,17 +10,18 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
 use crate::collective::{ProcessGroup, ReduceOp};
-use crate::data::{DATA_SCHEMA_FILE, DataPlan, DatasetShard};
+use crate::data::{DATA_SCHEMA_FILE, DataPlan};
 use crate::error::{Error, Result};
 use crate::metrics::{IntoMetrics, to_wire};
 use crate::outcome::Checkpoint;
 use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR, TMP_PREFIX, checkpoint_name};
 use crate::storage::remote::Remote;
 use crate::torch::TorchResult;
+use crate::worker::DatasetShard;
 use crate::worker::DriverLink;
 
 pub(crate) type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
-type SharedNccl = Rc<RefCell<crate::collective::NcclGroup>>;
+type SharedNccl = Rc<RefCell<crate::nccl::NcclGroup>>;
 
 pub(crate) struct ContextParts<'a> {
     pub rank: usize,
@@ -84,6 +85,9 @@ pub struct TrainContext<'a> {
     uploads: Vec<(String, std::thread::JoinHandle<Result<()>>)>,
     link: &'a mut DriverLink,
 }
+
+// SAFETY: the one type worker processes hand train functions (`worker::process`).
+unsafe impl rtune_driver::train::TrainContextType for TrainContext<'_> {}
 
 impl<'a> TrainContext<'a> {
     pub(crate) fn new(parts: ContextParts<'a>) -> Self {
@@ -398,7 +402,7 @@ impl<'a> TrainContext<'a> {
             return Ok(Backend::Ring(self.group.clone()));
         }
         if self.nccl.is_none() {
-            let nccl = crate::collective::NcclGroup::new(&mut **self.group.borrow_mut())?;
+            let nccl = crate::nccl::NcclGroup::new(&mut **self.group.borrow_mut())?;
             self.nccl = Some(Rc::new(RefCell::new(nccl)));
         }
         Ok(Backend::Nccl(self.nccl.clone().expect("made above"), device))

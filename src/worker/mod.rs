@@ -14,56 +14,32 @@ mod context;
 mod link;
 mod model_optimizer;
 pub(crate) mod process;
+mod shard;
 mod shard_optimizer;
 mod sharded;
+mod trainable;
 
 pub use command::{REPORT_PREFIX, run_command};
 pub(crate) use context::ContextParts;
 pub use context::{DistributedModel, TrainContext};
 pub(crate) use link::DriverLink;
 pub use model_optimizer::{ModelOptimizer, OptimizerStep};
+pub(crate) use rtune_driver::group::{HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec};
+pub use shard::{Balance, BatchSpec, Batches, DatasetShard, RESIDENT_BYTES};
 #[allow(deprecated)]
 pub use shard_optimizer::{OptimizerSettings, ShardOptimizer};
 pub use sharded::{ShardedModel, Sharding};
-
-use serde::{Deserialize, Serialize};
+pub use trainable::CommandTrainable;
 
 /// A train function: runs on every worker, reports through the context.
 pub type TrainFn = fn(&mut TrainContext) -> anyhow::Result<()>;
-
-/// The environment variable that makes a process a worker.
-pub(crate) const WORKER_ENV: &str = "RTUNE_WORKER";
-/// The variable a worker finds its driver's hub token in (when the hub requires one).
-pub(crate) const HUB_TOKEN_ENV: &str = "RTUNE_HUB_TOKEN";
-
-/// What the driver tells a worker process at spawn time (as JSON in `RTUNE_WORKER`); the rest
-/// comes in the join reply.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct WorkerSpec {
-    /// URL of the driver's worker hub, e.g. `http://127.0.0.1:40123`.
-    pub hub: String,
-    pub group: String,
-    pub attempt: u32,
-    pub rank: u32,
-    /// The train function as an offset from `init`'s address.
-    pub train_fn: i64,
-    /// Hex build id of the driver's binary.
-    pub build_id: String,
-    /// Host to bind the collective listener on.
-    pub bind_host: String,
-    /// The rank works in a folder of its node's (`$RTUNE_SCRATCH`, set by its node agent)
-    /// instead of the driver's run folder, which it need not see: the run lives on an object
-    /// store, where its checkpoints go up and its resumed checkpoint comes down from.
-    #[serde(default)]
-    pub scratch: bool,
-}
 
 /// Turns this process into a worker when the driver started it as one (and never returns then);
 /// does nothing in any other process. Call it first in `main`.
 pub fn init() {
     crate::log::install();
     // A process started to probe CUDA for its driver answers and exits (see `cuda`).
-    crate::sys::cuda::probe_if_asked();
+    crate::cuda::probe_if_asked();
     // The driver's fork server (`sys::zygote`) forks workers that go on below, in `run_worker`.
     crate::sys::zygote::serve_if_asked(|| exit_now(run_worker()));
     if std::env::var_os(WORKER_ENV).is_none() {
@@ -95,19 +71,12 @@ fn run_worker() -> i32 {
     }
 }
 
-fn anchor() -> usize {
-    init as fn() as usize
-}
-
-pub(crate) fn train_fn_offset(f: TrainFn) -> i64 {
-    f as usize as i64 - anchor() as i64
-}
-
 /// # Safety
-/// `offset` must come from `train_fn_offset` in a process running the very same binary (the
+/// `offset` must come from a `TrainFnId` made in a process running the very same binary (the
 /// caller checks the build id first).
 pub(crate) unsafe fn train_fn_at(offset: i64) -> TrainFn {
-    let address = (anchor() as i64 + offset) as usize;
-    // SAFETY: per the contract, `address` is where the same binary placed the same `TrainFn`.
+    let address = rtune_driver::train::TrainFnId::address(offset);
+    // SAFETY: per the contract, `address` is where the same binary placed the same `TrainFn`
+    // (`TrainFnId::of` takes only functions of `TrainContext`, the one `TrainContextType`).
     unsafe { std::mem::transmute::<usize, TrainFn>(address) }
 }

@@ -294,7 +294,7 @@ impl ModelOptimizer {
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
-    use crate::storage::{LoadVarStore, SaveVarStore};
+    use crate::var_store::{LoadVarStore, SaveVarStore};
     use tch::Kind;
     use tch::nn::{Module, OptimizerConfig};
 

@@ -154,8 +154,8 @@ fn train(
     let tracked = params.clone();
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
     if device.is_cuda() {
-        // Before anything asks libtorch about CUDA (see `crate::sys::cuda`).
-        crate::sys::cuda::load().map_err(|e| failed(&e))?;
+        // Before anything asks libtorch about CUDA (see `crate::cuda`).
+        crate::cuda::load().map_err(|e| failed(&e))?;
     }
     let data = match reply.data_json.as_str() {
         "" => None,
@@ -240,7 +240,7 @@ fn parse_device(text: &str) -> Result<tch::Device> {
         text => crate::sys::Device::parse(text),
     };
     device
-        .map(crate::sys::cuda::torch_device)
+        .map(crate::cuda::torch_device)
         .ok_or_else(|| Error::Protocol(format!("unknown device {text:?}")))
 }
 

@@ -10,8 +10,8 @@ use anyhow::{Context, Result, bail, ensure};
 use rtune::builtins::{
     DIGITS_SPLIT_SEED, digits_data, digits_mlp, predictor_accuracy, train_digits_mlp,
 };
-use rtune::data::Digits;
-use rtune::train::TorchPredictor;
+use rtune::digits::Digits;
+use rtune::model::TorchPredictor;
 use rtune::{Checkpoint, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext};
 use rtune::{LoadVarStore, SaveVarStore};
 use tch::nn::{self, Module, OptimizerConfig};
@@ -258,7 +258,8 @@ pub fn two_ranks_on_one_gpu() -> Result<()> {
 /// sharded ("zero1", "zero2"), the sharded runs saving their optimizer shards with the
 /// checkpoint.
 fn train_fixed_batches_sharded(ctx: &mut TrainContext) -> anyhow::Result<()> {
-    use rtune::train::{OptimizerSettings, Sharding};
+    use rtune::config::Sharding;
+    use rtune::worker::OptimizerSettings;
     let way = ctx.params().get::<String>("way")?;
     tch::manual_seed(42);
     let data = Digits::split(0)?.train;

@@ -896,8 +896,8 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
     let params: rtune::Params = serde_json::from_slice(&std::fs::read(to.join("params.json"))?)?;
     let hidden = params.get::<i64>("hidden")?;
     let predictor =
-        rtune::train::TorchPredictor::from_export(&to, |p| rtune::builtins::digits_mlp(p, hidden))?;
-    let test = rtune::data::Digits::split(rtune::builtins::DIGITS_SPLIT_SEED)?.test;
+        rtune::model::TorchPredictor::from_export(&to, |p| rtune::builtins::digits_mlp(p, hidden))?;
+    let test = rtune::digits::Digits::split(rtune::builtins::DIGITS_SPLIT_SEED)?.test;
     let accuracy = rtune::builtins::predictor_accuracy(&predictor, &test)?;
     ensure!(accuracy >= 0.95, "the exported best model is {accuracy:.4} right on the test set");
     batch_prediction_matches(&to, &test, accuracy, dir.path())?;
@@ -919,7 +919,7 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
 /// as the predictor's, probabilities that sum to 1, and named errors for wrong columns.
 fn batch_prediction_matches(
     export: &Path,
-    test: &rtune::data::Digits,
+    test: &rtune::digits::Digits,
     accuracy: f64,
     dir: &Path,
 ) -> Result<()> {
@@ -1519,8 +1519,8 @@ scheduler = {{ type = "pbt", time_attr = "training_iteration", perturbation_inte
     ])?;
     ensure!(out.status.success(), "{}", text(&out));
     let predictor =
-        rtune::train::TorchPredictor::from_export(&to, |p| rtune::builtins::digits_mlp(p, 16))?;
-    let test = rtune::data::Digits::split(rtune::builtins::DIGITS_SPLIT_SEED)?.test;
+        rtune::model::TorchPredictor::from_export(&to, |p| rtune::builtins::digits_mlp(p, 16))?;
+    let test = rtune::digits::Digits::split(rtune::builtins::DIGITS_SPLIT_SEED)?.test;
     let accuracy = rtune::builtins::predictor_accuracy(&predictor, &test)?;
     ensure!(accuracy > 0.5, "the exported best model is {accuracy:.4} right on the test set");
     Ok(())

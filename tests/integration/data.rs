@@ -7,10 +7,10 @@ use std::path::Path;
 use anyhow::{Context, Result, ensure};
 use polars::prelude::{Column, DataFrame, ParquetWriter};
 use rtune::data::{
-    Balance, BatchSpec, Chain, Columns, DataSchema, Dataset, OneHotEncoder, Preprocessor,
-    StandardScaler,
+    Chain, Columns, DataSchema, Dataset, OneHotEncoder, Preprocessor, StandardScaler,
 };
-use rtune::train::TorchPredictor;
+use rtune::model::TorchPredictor;
+use rtune::worker::{Balance, BatchSpec};
 use rtune::{
     FailureConfig, Params, RunConfig, SaveVarStore, ScalingConfig, TorchTrainer, TrainContext,
 };

@@ -12,9 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use rtune::CheckpointConfig;
 use rtune::data::Dataset;
 use rtune::polars::prelude::{Column, DataFrame};
-use rtune::train::CheckpointConfig;
 use rtune::{
     FailureConfig, Params, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
 };
@@ -72,7 +72,8 @@ fn train_sharing_nothing(ctx: &mut TrainContext) -> Result<()> {
     if let Some(ck) = ctx.checkpoint() {
         ck.load_var_store(&mut vs)?;
     }
-    let (zero1, adam) = (rtune::train::Sharding::Zero1, rtune::train::OptimizerSettings::adam(0.1));
+    let (zero1, adam) =
+        (rtune::config::Sharding::Zero1, rtune::worker::OptimizerSettings::adam(0.1));
     let mut model = ctx.prepare_model_sharded(&vs, zero1, adam)?;
     let mut restored_steps = [0.0];
     if let Some(ck) = ctx.checkpoint().cloned() {

@@ -529,7 +529,7 @@ const FIT_ON_ENV: &str = "RTUNE_TEST_FIT_ON";
 /// In a child process started by `a_single_fit_goes_to_the_store`: one fit of the synthetic
 /// curve (4 iterations, a checkpoint each, 2 kept) on the store; exits 0 when it succeeded.
 pub fn run_fit_if_asked() {
-    use rtune::train::CheckpointConfig;
+    use rtune::CheckpointConfig;
     use rtune::{RunConfig, TorchTrainer};
     let Ok(url) = std::env::var(FIT_ON_ENV) else { return };
     let builtin = rtune::cli::Registry::builtin();

@@ -7,7 +7,8 @@ use std::path::Path;
 use anyhow::{Context, Result, ensure};
 
 use crate::common::alive;
-use rtune::data::{DIGIT_CLASSES, DIGIT_FEATURES, Digits, shard};
+use rtune::data::shard;
+use rtune::digits::{DIGIT_CLASSES, DIGIT_FEATURES, Digits};
 use rtune::{
     Error, FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
@@ -192,7 +193,8 @@ fn small_mlp_and_data(rank: usize) -> (nn::VarStore, impl Module, Tensor, Tensor
 /// sharded (`zero1`, `zero2`) with rtune's; the optimizer is `opt` (adam, adamw, sgd). Each
 /// rank writes its losses, final weights and optimizer-state bytes to `<run>/<way>_<rank>.json`.
 fn train_sharded_or_not(ctx: &mut TrainContext) -> Result<()> {
-    use rtune::train::{OptimizerSettings, Sharding};
+    use rtune::config::Sharding;
+    use rtune::worker::OptimizerSettings;
     let (way, opt) = (ctx.params().get::<String>("way")?, ctx.params().get::<String>("opt")?);
     let rank = ctx.world_rank();
     let (vs, net, x, y) = small_mlp_and_data(rank);
@@ -412,7 +414,7 @@ pub fn sharded_training_equals_pytorch() -> Result<()> {
 /// SIGKILLs itself once (a marker file remembers) after saving its part of report k's
 /// checkpoint and before the report commits it.
 fn train_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
-    use rtune::train::OptimizerSettings;
+    use rtune::worker::OptimizerSettings;
     let (reports, kill_at) =
         (ctx.params().get::<u64>("reports")?, ctx.params().get::<u64>("kill_at")?);
     let rank = ctx.world_rank();
@@ -495,7 +497,7 @@ fn train_with_checkpoints(ctx: &mut TrainContext) -> Result<()> {
 /// the very weights of a run never killed. Resumed with 3 ranks instead of 2, each rank's
 /// sharded optimizer state is its part of the saved one, cut anew.
 pub fn optimizer_checkpoints_resume_and_reshard() -> Result<()> {
-    use rtune::train::Sharding;
+    use rtune::config::Sharding;
     let dir = tempfile::tempdir()?;
     let run = |workers: usize,
                sharding: Option<Sharding>,

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use rtune::data::Digits;
+use rtune::digits::Digits;
 use rtune::polars::prelude::{DataType, ParquetReader, SerReader};
 use rtune::{
     FailureConfig, Mode, Params, ResultGrid, RunConfig, ScalingConfig, TorchTrainer, TrainContext,

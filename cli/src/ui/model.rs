@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use rtune_searchers::{Metrics, Mode, SchedulerStatus, TrialStatus};
 
 use super::format::{param_text, status_name};
-use rtune_core::callback::{Callback, ExperimentInfo, TrialInfo};
-use rtune_core::cluster::pool::GpuUsage;
-use rtune_core::error::Result;
-use rtune_core::outcome::error_summary;
-use rtune_core::tune::ResultGrid;
+use rtune_driver::callback::{Callback, ExperimentInfo, TrialInfo};
+use rtune_driver::cluster::pool::GpuUsage;
+use rtune_driver::error::Result;
+use rtune_driver::outcome::error_summary;
+use rtune_driver::tune::ResultGrid;
 
 /// One trial as the table and the chart show it.
 #[derive(Debug, Clone)]
@@ -130,8 +130,8 @@ impl Model {
         if self.capacity.1 <= 0.0 {
             return;
         }
-        let mut gpus = rtune_core::sys::nvml::usage().unwrap_or_default();
-        if let Some(names) = rtune_core::cluster::local_devices() {
+        let mut gpus = rtune_driver::sys::nvml::usage().unwrap_or_default();
+        if let Some(names) = rtune_driver::cluster::local_devices() {
             gpus.retain(|g| g.named_in(&names));
         }
         self.gpus = gpus;
@@ -220,12 +220,12 @@ impl Model {
     }
 
     /// The experiment in `dir` as its files hold it (`rtune watch`).
-    pub fn read(dir: &Path) -> rtune_core::error::Result<Model> {
+    pub fn read(dir: &Path) -> rtune_driver::error::Result<Model> {
         let (grid, time_spent_s) = ResultGrid::read_with_time_spent(dir)?;
         let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
         let mut model = Model::new(name, dir.to_owned(), grid.metric.clone().zip(grid.mode));
         model.objectives = grid.objectives.iter().map(|o| (o.metric.clone(), o.mode)).collect();
-        if let Ok(text) = std::fs::read(dir.join(rtune_core::tune::SETTINGS_FILE))
+        if let Ok(text) = std::fs::read(dir.join(rtune_driver::tune::SETTINGS_FILE))
             && let Ok(settings) = serde_json::from_slice::<serde_json::Value>(&text)
         {
             // The trials it runs (a grid times num_samples), where the experiment says.
@@ -234,7 +234,7 @@ impl Model {
             model.time_budget_s = settings["time_budget_s"].as_f64();
         }
         model.elapsed_s = time_spent_s;
-        model.over = dir.join(rtune_core::tune::RESULTS_PARQUET).exists();
+        model.over = dir.join(rtune_driver::tune::RESULTS_PARQUET).exists();
         let metric = model.charted().map(str::to_owned);
         let mut rows = Vec::new();
         for t in &grid.trials {
@@ -327,12 +327,12 @@ impl Model {
             .iter()
             .filter(|t| matches!(t.status, TrialStatus::Terminated | TrialStatus::Error))
             .collect();
-        let first = rtune_core::outcome::error_summary(ended.first()?.error.as_deref()?);
+        let first = rtune_driver::outcome::error_summary(ended.first()?.error.as_deref()?);
         let same = ended.iter().all(|t| {
             t.status == TrialStatus::Error
                 && t.error
                     .as_deref()
-                    .is_some_and(|e| rtune_core::outcome::error_summary(e) == first)
+                    .is_some_and(|e| rtune_driver::outcome::error_summary(e) == first)
         });
         (same && ended.len() >= 2).then_some((ended.len(), first))
     }

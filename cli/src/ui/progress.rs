@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rtune_searchers::{Metrics, Mode};
 
-use rtune_core::outcome::error_summary;
+use rtune_driver::outcome::error_summary;
 
 use super::format::{clock, counts, number};
 use super::model::{Event, Follow, Model, TrialRow};
@@ -124,7 +124,7 @@ impl<W: Write + Send> Follow for Progress<W> {
                 return self.block(board);
             }
             board.model.apply(&event);
-            let last = |t: &rtune_core::callback::TrialInfo| {
+            let last = |t: &rtune_driver::callback::TrialInfo| {
                 board.model.get(&t.trial_id).map(|r| r.last.clone()).unwrap_or_default()
             };
             let line = match &event {

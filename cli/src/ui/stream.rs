@@ -19,11 +19,11 @@ use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 
 use super::model::{Event, Follow, Model, TrialRow};
-use rtune_core::callback::TrialInfo;
-use rtune_core::proto::sweep_watch_client::SweepWatchClient;
-use rtune_core::proto::sweep_watch_server::{SweepWatch, SweepWatchServer};
-use rtune_core::proto::{self, control_request, sweep_update, trial_event};
-use rtune_core::tune::{Control, DRIVER_FILE};
+use rtune_driver::callback::TrialInfo;
+use rtune_driver::proto::sweep_watch_client::SweepWatchClient;
+use rtune_driver::proto::sweep_watch_server::{SweepWatch, SweepWatchServer};
+use rtune_driver::proto::{self, control_request, sweep_update, trial_event};
+use rtune_driver::tune::{Control, DRIVER_FILE};
 
 /// Events a follower may fall behind by before it gets a fresh snapshot instead.
 const BACKLOG: usize = 4096;
@@ -76,10 +76,10 @@ impl Follow for Broadcast {
     /// The experiment directory exists: `driver.json` tells `rtune watch` where to follow.
     /// Watching is a convenience: a `driver.json` that cannot be written is said in the log,
     /// and the sweep runs on without it.
-    fn begin(&self, path: &Path) -> rtune_core::error::Result<()> {
+    fn begin(&self, path: &Path) -> rtune_driver::error::Result<()> {
         let file = path.join(DRIVER_FILE);
         let json = serde_json::to_vec_pretty(&self.record).expect("the record serialises");
-        match rtune_core::storage::atomic_write_private(&file, &json) {
+        match rtune_driver::storage::atomic_write_private(&file, &json) {
             Ok(()) => self.written.store(true, std::sync::atomic::Ordering::SeqCst),
             Err(e) => tracing::warn!("rtune watch cannot follow this sweep: {e}"),
         }
@@ -138,9 +138,9 @@ pub fn serve(
     let required = token.clone();
     let service = SweepWatchServer::with_interceptor(
         WatchService { broadcast: broadcast.clone(), control },
-        move |req: Request<()>| rtune_core::rpc::check_watch_token(req, Some(&required)),
+        move |req: Request<()>| rtune_driver::rpc::check_watch_token(req, Some(&required)),
     );
-    let shutdown = rtune_core::rpc::serve_until_dropped(
+    let shutdown = rtune_driver::rpc::serve_until_dropped(
         tonic::service::Routes::new(service),
         listener,
         "watch stream",
@@ -226,7 +226,7 @@ pub struct Remote {
     client: SweepWatchClient<
         tonic::service::interceptor::InterceptedService<
             tonic::transport::Channel,
-            rtune_core::rpc::AddToken,
+            rtune_driver::rpc::AddToken,
         >,
     >,
     runtime: tokio::runtime::Runtime,
@@ -275,7 +275,7 @@ impl Remote {
 
 /// Whether a live driver runs the sweep in `dir` (it holds the experiment's lease).
 pub fn driver_alive(dir: &Path) -> bool {
-    rtune_core::tune::lease::live_holder(dir).is_some()
+    rtune_driver::tune::lease::live_holder(dir).is_some()
 }
 
 /// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a
@@ -295,7 +295,7 @@ pub fn attach(dir: &Path) -> Option<Remote> {
                 .ok()?
                 .connect_timeout(Duration::from_secs(2));
         let channel = endpoint.connect().await.ok()?;
-        let token = rtune_core::rpc::AddToken::bearer(Some(&record.token)).ok()?;
+        let token = rtune_driver::rpc::AddToken::bearer(Some(&record.token)).ok()?;
         let mut client = SweepWatchClient::with_interceptor(channel, token);
         let stream = client.follow(proto::FollowRequest {}).await.ok()?.into_inner();
         Some((client, stream))

@@ -66,8 +66,9 @@ use super::registry::Registry;
 use crate::config::{
     CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
 };
-use crate::train::{CommandTrainable, TorchTrainer};
+use crate::train::TorchTrainer;
 use crate::tune::{Control, Samples, TuneConfig, TuneSettings, Tuner};
+use crate::worker::CommandTrainable;
 pub use components::Component;
 use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
 pub use run::MlflowSettings;
@@ -567,7 +568,7 @@ fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut 
     if here.resolved_cluster().is_some() {
         return;
     }
-    match crate::driver::Driver::get().and_then(|driver| driver.check_local(scaling)) {
+    match rtune_driver::runtime::Driver::get().and_then(|driver| driver.check_local(scaling)) {
         Ok(()) => {}
         Err(crate::error::Error::Config { message, .. }) => add("scaling", message),
         Err(other) => add("scaling", other.to_string()),

@@ -16,7 +16,7 @@ use rtune_searchers::TrialStatus;
 
 use super::model::{Event, Follow, Model, View};
 use super::progress::Progress;
-use rtune_core::tune::Control;
+use rtune_driver::tune::Control;
 
 /// At most 10 redraws a second.
 const FRAME: Duration = Duration::from_millis(100);
@@ -132,7 +132,7 @@ struct Screen(DefaultTerminal);
 
 impl Screen {
     fn take() -> std::io::Result<Screen> {
-        rtune_core::log::mute_stderr(true);
+        rtune_driver::log::mute_stderr(true);
         Ok(Screen(ratatui::try_init()?))
     }
 }
@@ -140,7 +140,7 @@ impl Screen {
 impl Drop for Screen {
     fn drop(&mut self) {
         let _ = ratatui::try_restore();
-        rtune_core::log::mute_stderr(false);
+        rtune_driver::log::mute_stderr(false);
     }
 }
 

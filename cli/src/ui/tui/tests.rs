@@ -9,7 +9,7 @@ use rtune_searchers::{Metrics, Mode, Params, TrialStatus};
 
 use super::{Action, on_key, view};
 use crate::ui::model::{Event, Model, View};
-use rtune_core::callback::TrialInfo;
+use rtune_driver::callback::TrialInfo;
 
 fn info(i: usize, lr: f64) -> TrialInfo {
     TrialInfo {
@@ -226,7 +226,7 @@ fn the_header_shows_each_gpus_use_only_where_there_are_gpus() {
     let mut m = model();
     let without = screen(&m, &View::default(), 120, 30);
     assert!(!without.contains("GPU0"), "{without}");
-    m.gpus = vec![rtune_core::cluster::pool::GpuUsage {
+    m.gpus = vec![rtune_driver::cluster::pool::GpuUsage {
         index: 0,
         name: "NVIDIA H100 80GB HBM3".into(),
         uuid: "GPU-1".into(),

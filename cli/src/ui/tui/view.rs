@@ -15,7 +15,7 @@ use rtune_searchers::{SchedulerStatus, TrialId, TrialStatus};
 
 use crate::ui::format::{clock, number, status_name};
 use crate::ui::model::{Model, View};
-use rtune_core::cluster::pool::GpuUsage;
+use rtune_driver::cluster::pool::GpuUsage;
 
 /// Below this the screen says so instead of drawing garbage.
 pub const MIN_WIDTH: u16 = 60;

@@ -1,0 +1,108 @@
+//! Starting an attempt's worker processes: as children of the driver, or on the nodes of a
+//! reserved placement group through the head. Either way a worker dies with what started it.
+
+use std::process::Stdio;
+
+use tokio::sync::oneshot;
+
+use super::hub::Hub;
+use super::logs::{Stream, log_path, open_log};
+use super::{AttemptSpec, Exit, ExitTx, HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec, remote_worker_id};
+use crate::error::{Error, Result};
+use crate::sys::{build_id, zygote};
+
+/// The `RTUNE_WORKER` spec and environment of rank `rank`, a process on this machine or not.
+fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(String, String)> {
+    let worker = WorkerSpec {
+        hub: if local { hub.local_url() } else { hub.url() },
+        group: spec.group.clone(),
+        attempt: spec.attempt,
+        rank: rank as u32,
+        train_fn: spec.train_fn,
+        build_id: build_id::hex(build_id::build_id()),
+        bind_host: spec.ranks[rank].bind_host.clone(),
+        // A node agent's worker of a run on a store shares nothing with this machine but the
+        // store (see `cluster::binary` for the binary).
+        scratch: !local && spec.store_url.is_some(),
+    };
+    let mut env = spec.env.clone();
+    env.extend([
+        (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
+        ("OMP_NUM_THREADS".to_owned(), spec.num_threads.to_string()),
+    ]);
+    if let Some(devices) = &spec.ranks[rank].cuda_visible_devices {
+        env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
+    }
+    if let Some(token) = hub.token() {
+        env.push((HUB_TOKEN_ENV.to_owned(), token.to_owned()));
+    }
+    env
+}
+
+/// Starts rank `rank` on this machine; returns the sender that kills it. With `warm_start`, it
+/// is forked by the driver's fork server (a fresh process without the cost of loading the
+/// binary and libtorch again; see `sys::zygote`), else started as a child with exec.
+pub(super) async fn spawn_local(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    rank: usize,
+    exits: ExitTx,
+) -> Result<oneshot::Sender<()>> {
+    let (stdout_path, stderr_path) =
+        (log_path(spec, rank, Stream::Stdout), log_path(spec, rank, Stream::Stderr));
+    let (stdout, stderr) = (open_log(&stdout_path)?, open_log(&stderr_path)?);
+    let on_exit = move |status: std::io::Result<std::process::ExitStatus>| {
+        let exit = match status {
+            Ok(status) => Exit::Status(status),
+            Err(e) => Exit::Lost(format!("could not wait for the process: {e}")),
+        };
+        let _ = exits.send((rank, exit));
+    };
+    let env = worker_env(hub, spec, rank, true);
+    if spec.warm_start && zygote::warm_start_allowed() {
+        let on_exit = on_exit.clone();
+        match zygote::spawn_warm(env.clone(), &stdout_path, &stderr_path, on_exit).await {
+            Ok(kill) => return Ok(kill),
+            Err(e) => zygote::give_up(&e),
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    let mut command = std::process::Command::new(&exe);
+    command.envs(env).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+    crate::sys::spawn_supervised(command, on_exit)
+        .map(|supervised| supervised.kill)
+        .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
+}
+
+/// Starts rank `rank` on the node its bundle was placed on, through the head.
+pub(super) async fn spawn_remote(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    rank: usize,
+    mut client: crate::cluster::client::Client,
+    pg: crate::cluster::pool::PgId,
+) -> Result<oneshot::Sender<()>> {
+    // The node runs this binary by its hash, fetched from the head (it need not share a file
+    // system with this machine).
+    let binary_sha256 = crate::cluster::binary::ensure_on_head(&mut client).await?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    let worker_id = remote_worker_id(spec, rank);
+    let request = crate::proto::StartWorkerRequest {
+        worker_id: worker_id.clone(),
+        pg_id: pg.0,
+        bundle: rank as u32,
+        executable: exe.display().to_string(),
+        build_id: build_id::hex(build_id::build_id()),
+        env: worker_env(hub, spec, rank, false).into_iter().collect(),
+        binary_sha256,
+    };
+    crate::cluster::client::start_worker(&mut client, request).await?;
+    let (kill, killed) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        // Sent or dropped (the attempt ended), the worker must go, like a local kill_on_drop;
+        // its exit arrives through the watch stream.
+        let _ = killed.await;
+        let _ = crate::cluster::client::kill_worker(&mut client, worker_id).await;
+    });
+    Ok(kill)
+}

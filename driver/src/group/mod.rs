@@ -1,0 +1,291 @@
+//! The driver side of a worker group: one attempt of N worker processes, started, answered and
+//! watched as one unit. The worker side (what runs inside those processes) is `worker`; the two
+//! share only the worker protocol and the `RTUNE_WORKER` spec.
+//!
+//! * `attempt`: the attempt's state machine: joins, reports, finishes and exits;
+//! * `launch`: starting the processes, as children of the driver or through the head;
+//! * `logs`: the workers' output in `logs/rank_N.*`, and the head's event stream for a group;
+//! * `hub`: the gRPC endpoint workers call, forwarding each call to its group's owner.
+//!
+//! One owner: `run_attempt` owns all of the attempt's state and is the only code that touches
+//! it; the hub forwards worker calls here and a task per child forwards its exit. The attempt
+//! fails as soon as any worker fails (error, panic, signal, or exiting without finishing): the
+//! others are killed at once (they may be blocked in a collective with the dead one) and the
+//! attempt returns when every process is gone, so no worker outlives its attempt.
+//!
+//! Processes are spawned from the thread that runs this future; each gets
+//! `PR_SET_PDEATHSIG = SIGKILL`, so workers die with their driver instead of being orphaned.
+
+mod attempt;
+pub(crate) mod hub;
+mod launch;
+mod logs;
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::error::Result;
+pub(crate) use crate::outcome::GroupReport;
+use crate::outcome::WorkerFailure;
+
+pub(crate) use attempt::run_attempt;
+
+/// The environment variable that makes a process a worker.
+pub const WORKER_ENV: &str = "RTUNE_WORKER";
+/// The variable a worker finds its driver's hub token in (when the hub requires one).
+pub const HUB_TOKEN_ENV: &str = "RTUNE_HUB_TOKEN";
+
+/// What the driver tells a worker process at spawn time (as JSON in `RTUNE_WORKER`); the rest
+/// comes in the join reply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    /// URL of the driver's worker hub, e.g. `http://127.0.0.1:40123`.
+    pub hub: String,
+    pub group: String,
+    pub attempt: u32,
+    pub rank: u32,
+    /// The train function (`TrainFnId`): its offset from an anchor in the binary.
+    pub train_fn: i64,
+    /// Hex build id of the driver's binary.
+    pub build_id: String,
+    /// Host to bind the collective listener on.
+    pub bind_host: String,
+    /// The rank works in a folder of its node's (`$RTUNE_SCRATCH`, set by its node agent)
+    /// instead of the driver's run folder, which it need not see: the run lives on an object
+    /// store, where its checkpoints go up and its resumed checkpoint comes down from.
+    #[serde(default)]
+    pub scratch: bool,
+}
+
+/// Where one rank runs.
+#[derive(Debug, Clone)]
+pub(crate) struct RankPlacement {
+    /// `CUDA_VISIBLE_DEVICES` for a GPU worker, None for a CPU worker.
+    pub cuda_visible_devices: Option<String>,
+    /// Host its collective listener binds (its node's address).
+    pub bind_host: String,
+    pub node_rank: u32,
+    pub local_rank: u32,
+    pub local_world_size: u32,
+}
+
+impl RankPlacement {
+    /// Ranks placed on `nodes[rank]` (any comparable node key): node ranks in order of first
+    /// appearance, local ranks in rank order within a node.
+    pub fn from_nodes<K: PartialEq + Copy>(
+        nodes: &[K],
+        hosts: &[String],
+        devices: &[Option<String>],
+    ) -> Vec<RankPlacement> {
+        let mut distinct: Vec<K> = Vec::new();
+        for &n in nodes {
+            if !distinct.contains(&n) {
+                distinct.push(n);
+            }
+        }
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(rank, n)| RankPlacement {
+                cuda_visible_devices: devices.get(rank).cloned().flatten(),
+                bind_host: hosts.get(rank).cloned().unwrap_or_else(|| "127.0.0.1".into()),
+                node_rank: distinct.iter().position(|d| d == n).unwrap_or(0) as u32,
+                local_rank: nodes[..rank].iter().filter(|m| *m == n).count() as u32,
+                local_world_size: nodes.iter().filter(|m| *m == n).count() as u32,
+            })
+            .collect()
+    }
+}
+
+/// Where one rank of an attempt runs, as the rank itself told the driver when it joined: its
+/// node's host name and, for a GPU worker, its `CUDA_VISIBLE_DEVICES` after any node agent
+/// mapped it to the node's own device names (so, its physical devices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seat {
+    pub node: String,
+    pub gpus: Option<String>,
+    /// The worker's process id.
+    pub pid: u32,
+}
+
+impl Seat {
+    /// The physical device a GPU rank's CUDA work goes to (its first visible one, `cuda:0`), on
+    /// its node.
+    fn device(&self) -> Option<(&str, &str)> {
+        let first = self.gpus.as_deref()?.split(',').next()?.trim();
+        (!first.is_empty()).then_some((self.node.as_str(), first))
+    }
+}
+
+/// The physical GPUs that two or more ranks share: (node, device, ranks), in rank order.
+/// NCCL refuses two ranks on one device, so a group with any of them averages its GPU
+/// gradients through the CPU ring instead (decided here, from where the ranks are, before any
+/// collective is tried).
+pub(crate) fn shared_gpus(seats: &[Seat]) -> Vec<(String, String, Vec<usize>)> {
+    let mut by_device: Vec<((&str, &str), Vec<usize>)> = Vec::new();
+    for (rank, seat) in seats.iter().enumerate() {
+        let Some(device) = seat.device() else { continue };
+        match by_device.iter_mut().find(|(d, _)| *d == device) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => by_device.push((device, vec![rank])),
+        }
+    }
+    by_device
+        .into_iter()
+        .filter(|(_, ranks)| ranks.len() > 1)
+        .map(|((node, device), ranks)| (node.to_owned(), device.to_owned(), ranks))
+        .collect()
+}
+
+/// The seats in one line, rank by rank, as result rows record it: `node/gpu:0 node/cpu`.
+pub(crate) fn describe_seats(seats: &[Seat]) -> String {
+    let seat = |s: &Seat| match &s.gpus {
+        Some(gpus) => format!("{}/gpu:{gpus}", s.node),
+        None => format!("{}/cpu", s.node),
+    };
+    seats.iter().map(seat).collect::<Vec<_>>().join(" ")
+}
+
+/// The name a worker started through the head goes by (in its start request, and in the
+/// exits and logs its node reports).
+fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
+    format!("{}/{}/{rank}", spec.group, spec.attempt)
+}
+
+/// How an attempt starts its processes.
+#[derive(Clone)]
+pub(crate) enum Launcher {
+    /// Child processes of the driver.
+    Local,
+    /// Through the head, on the nodes of a reserved placement group.
+    Cluster { client: Box<crate::cluster::client::Client>, pg: crate::cluster::pool::PgId },
+}
+
+/// How a worker process ended, as the attempt sees it.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    Status(ExitStatus),
+    /// Never started, could not be waited for, or lost with its node.
+    Lost(String),
+}
+
+type ExitTx = mpsc::UnboundedSender<(usize, Exit)>;
+
+/// Everything one attempt needs.
+#[derive(Clone)]
+pub(crate) struct AttemptSpec {
+    pub group: String,
+    pub attempt: u32,
+    pub train_fn: i64,
+    pub params_json: String,
+    pub run_dir: PathBuf,
+    pub resume: Option<PathBuf>,
+    /// `resume`'s URL in the run's store, for ranks that do not see the driver's files.
+    pub resume_url: Option<String>,
+    /// How the workers reach the run's store.
+    pub store_settings: crate::config::StoreSettings,
+    pub start_iteration: u64,
+    pub num_threads: u32,
+    /// Who the run is in a sweep (all empty outside one).
+    pub trial: TrialNames,
+    pub ranks: Vec<RankPlacement>,
+    pub launcher: Launcher,
+    pub collective_timeout: Duration,
+    pub start_timeout: Duration,
+    /// Start local workers from the driver's fork server (see `sys::zygote`).
+    pub warm_start: bool,
+    /// Extra environment variables of every worker (`TorchTrainer::env`).
+    pub env: Vec<(String, String)>,
+    /// The prepared datasets (`TorchTrainer::datasets`) as JSON; empty for none.
+    pub data_json: std::sync::Arc<str>,
+    /// The run's folder on an object store, where checkpoints go up from their rank.
+    pub store_url: Option<String>,
+    /// Those uploads run in the background (`CheckpointUpload::Async`).
+    pub upload_async: bool,
+    /// `ScalingConfig::sharding`, for the train function to read.
+    pub sharding: Option<crate::config::Sharding>,
+}
+
+/// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrialNames {
+    pub trial_id: String,
+    pub trial_name: String,
+    pub experiment_name: String,
+}
+
+#[derive(Debug)]
+pub(crate) enum AttemptOutcome {
+    /// Every worker finished (perhaps because a report asked them to stop).
+    Completed {
+        train_seconds: f64,
+        /// Params rank 0's train function never read.
+        unread_params: Vec<String>,
+    },
+    Failed(WorkerFailure),
+}
+
+/// What an attempt hands its complete reports to (the run's record and its decisions).
+pub(crate) trait OnReport: Send {
+    /// Records and decides one complete report: Ok(true) asks the run to stop; Err fails the
+    /// attempt.
+    fn report(&mut self, report: GroupReport) -> Result<bool>;
+
+    /// When the attempt should call `flush` (None: nothing is waiting to be written). The
+    /// attempt calls it then, whatever else it waits for.
+    fn flush_due(&self) -> Option<std::time::Instant>;
+
+    /// Writes what recording held back; Err fails the attempt.
+    fn flush(&mut self) -> Result<()>;
+
+    /// Every rank has joined, here: recorded with the attempt's reports.
+    fn placed(&mut self, seats: &[Seat]);
+
+    /// Checkpoints of earlier reports are whole in the object store now (rank 0 said so as it
+    /// finished, `upload = "async"`): recorded now; Err fails the attempt.
+    fn uploaded(&mut self, names: &[String]) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seat(node: &str, gpus: Option<&str>) -> Seat {
+        Seat { node: node.into(), gpus: gpus.map(Into::into), pid: 1 }
+    }
+
+    #[test]
+    fn ranks_on_one_physical_gpu_are_found_from_their_seats() {
+        // Two halves of GPU 0 on one node: shared. The same device name on another node, a
+        // rank whose first GPU differs, and CPU ranks: not.
+        let seats = [
+            seat("a", Some("0")),
+            seat("a", Some("0")),
+            seat("b", Some("0")),
+            seat("a", Some("1,0")),
+            seat("a", None),
+            seat("a", None),
+        ];
+        assert_eq!(shared_gpus(&seats), vec![("a".into(), "0".into(), vec![0, 1])]);
+        assert!(shared_gpus(&seats[1..]).is_empty());
+        // Devices named by a node agent's mapping (Slurm gives `2,5`) or by UUID compare as
+        // named.
+        let uuids = [seat("a", Some("GPU-1f2e")), seat("a", Some("GPU-1f2e"))];
+        assert_eq!(shared_gpus(&uuids)[0].2, vec![0, 1]);
+        assert_eq!(describe_seats(&seats[2..5]), "b/gpu:0 a/gpu:1,0 a/cpu");
+    }
+
+    #[test]
+    fn ranks_on_nodes_get_node_and_local_ranks() {
+        let hosts: Vec<String> = ["a", "b", "a", "b"].iter().map(|s| s.to_string()).collect();
+        let ranks = RankPlacement::from_nodes(&[7u64, 3, 7, 3], &hosts, &[]);
+        let got: Vec<(u32, u32, u32)> =
+            ranks.iter().map(|r| (r.node_rank, r.local_rank, r.local_world_size)).collect();
+        assert_eq!(got, vec![(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2)]);
+        assert_eq!(ranks[1].bind_host, "b");
+    }
+}

@@ -1,0 +1,221 @@
+//! The driver process's shared machinery, made once and used by every run in the process: one
+//! tokio runtime, one worker hub per address, and the embedded one-machine resource pool.
+//!
+//! A Tuner's concurrent trials, or `TorchTrainer::fit` called from several threads, therefore
+//! share the machine instead of each believing it owns it: a run that does not fit what the
+//! others hold waits for its placement group in the shared pool, as it would on a cluster, and
+//! gets it when one of them releases. (Worker processes are forked on one long-lived thread, see
+//! `sys`, so none dies with the thread that asked for it.)
+//!
+//! Place in the pipeline: above the worker group (`group`) and the pool (`cluster`), below the
+//! trainer and the Tuner, which run their async work on [`Driver::block_on`].
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::Notify;
+
+use crate::cluster::pool::{PgId, Pool, Reservation};
+use crate::cluster::{local_fit_error, local_node, local_pool, worker_request};
+use crate::config::ScalingConfig;
+use crate::error::{Error, Result};
+use crate::group::hub::Hub;
+use crate::sys::cuda_probe::{CudaError, Probe};
+
+/// See the module docs.
+pub struct Driver {
+    runtime: tokio::runtime::Runtime,
+    local: LocalPool,
+    /// One hub per (address, token): local runs share the loopback one.
+    hubs: tokio::sync::Mutex<HashMap<HubKey, Arc<Hub>>>,
+    /// The CUDA probe's answer, once a run has asked for GPUs.
+    cuda: OnceLock<std::result::Result<Probe, CudaError>>,
+}
+
+/// The address a hub serves on and the token it requires.
+type HubKey = (IpAddr, Option<String>);
+
+impl Driver {
+    /// The process's driver, made on first use.
+    pub fn get() -> Result<&'static Driver> {
+        static DRIVER: OnceLock<Driver> = OnceLock::new();
+        if let Some(driver) = DRIVER.get() {
+            return Ok(driver);
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("rtune-driver")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Worker(format!("tokio runtime: {e}")))?;
+        // Two threads racing here both build one; the second is dropped unused.
+        let _ = DRIVER.set(Driver {
+            runtime,
+            local: LocalPool::default(),
+            hubs: tokio::sync::Mutex::new(HashMap::new()),
+            cuda: OnceLock::new(),
+        });
+        Ok(DRIVER.get().expect("set just above"))
+    }
+
+    /// Runs `future` to completion on the shared runtime (from any thread but its own).
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The shared runtime, to spawn on or enter (a server of the sweep's, say).
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+
+    /// The hub serving workers on `ip`, requiring `token` when given; started on first use.
+    pub(crate) async fn hub(&self, ip: IpAddr, token: Option<String>) -> Result<Arc<Hub>> {
+        let mut hubs = self.hubs.lock().await;
+        let key = (ip, token);
+        if let Some(hub) = hubs.get(&key) {
+            return Ok(hub.clone());
+        }
+        let hub = Arc::new(Hub::start((ip, 0).into(), key.1.clone()).await?);
+        hubs.insert(key, hub.clone());
+        Ok(hub)
+    }
+
+    /// Fails, with a config error naming the cause and the fix, when a group of `scaling` could
+    /// never run on this machine, however long it waited: it does not fit what the machine has,
+    /// or it asks for GPUs that its workers could not use (see [`Driver::cuda`]). Reserves
+    /// nothing.
+    pub fn check_local(&'static self, scaling: &ScalingConfig) -> Result<()> {
+        let pg = self.local.request(scaling, "fit check")?;
+        self.local.release(pg);
+        let gpus = scaling.gpus_per_worker();
+        if gpus > 0.0 {
+            let probe = self.cuda().map_err(|e| {
+                Error::config(
+                    "ScalingConfig",
+                    format!(
+                        "asks for {gpus} GPU per worker, but {e}; or train on the CPU \
+                         (use_gpu = false)"
+                    ),
+                )
+            })?;
+            // Said once a process: the probe runs once.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::info!("workers on this machine get CUDA: {probe}"));
+        }
+        Ok(())
+    }
+
+    /// What CUDA looks like to this binary's workers on this machine: the probe (`sys::cuda_probe`),
+    /// run once in a child process the first time a run asks for GPUs.
+    pub(crate) fn cuda(&self) -> std::result::Result<&Probe, &CudaError> {
+        self.cuda
+            .get_or_init(|| match std::env::current_exe() {
+                Ok(exe) => Probe::run(&exe),
+                Err(e) => Err(CudaError::Probe(format!("the current executable: {e}"))),
+            })
+            .as_ref()
+    }
+
+    /// Reserves a worker group of `scaling` on this machine, waiting while other runs of the
+    /// process hold what it needs. A group the machine can never hold is a config error at once.
+    /// Released when the returned value is dropped.
+    pub(crate) async fn reserve_local(
+        &'static self,
+        scaling: &ScalingConfig,
+        label: &str,
+    ) -> Result<LocalReservation> {
+        let pg = self.local.request(scaling, label)?;
+        // Withdrawn if this future is dropped while it waits.
+        let mut held = LocalReservation { driver: self, pg, reservation: None };
+        loop {
+            let changed = self.local.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(reservation) = self.local.take_granted(pg) {
+                held.reservation = Some(reservation);
+                return Ok(held);
+            }
+            changed.await;
+        }
+    }
+}
+
+/// A placement group in the shared local pool; released (or withdrawn) on drop.
+pub(crate) struct LocalReservation {
+    driver: &'static Driver,
+    pg: PgId,
+    reservation: Option<Reservation>,
+}
+
+impl LocalReservation {
+    pub(crate) fn reservation(&self) -> &Reservation {
+        self.reservation.as_ref().expect("made only once granted")
+    }
+}
+
+impl Drop for LocalReservation {
+    fn drop(&mut self) {
+        self.driver.local.release(self.pg);
+    }
+}
+
+/// The embedded pool: made from the detected machine on first use (a bad `RTUNE_NUM_CPUS` is an
+/// error for each run, not cached), shared by every run of the process.
+#[derive(Default)]
+struct LocalPool {
+    state: Mutex<Option<LocalState>>,
+    /// Woken whenever the pool may have reserved a waiting group.
+    changed: Notify,
+}
+
+struct LocalState {
+    pool: Pool,
+    /// Reserved by a scheduling pass, not yet picked up by the run that asked.
+    granted: HashMap<PgId, Reservation>,
+}
+
+impl LocalPool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LocalState>> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn request(&self, scaling: &ScalingConfig, label: &str) -> Result<PgId> {
+        let mut state = self.lock();
+        if state.is_none() {
+            let pool = local_pool(local_node()?)?;
+            *state = Some(LocalState { pool, granted: HashMap::new() });
+        }
+        let state = state.as_mut().expect("made just above");
+        state.pool.request(worker_request(scaling, label)).map_err(local_fit_error)
+    }
+
+    /// `pg`'s reservation, once a scheduling pass has made it.
+    fn take_granted(&self, pg: PgId) -> Option<Reservation> {
+        let (mine, granted_others) = {
+            let mut guard = self.lock();
+            let state = guard.as_mut()?;
+            let mut granted_others = false;
+            for reservation in state.pool.schedule() {
+                granted_others |= reservation.pg != pg;
+                state.granted.insert(reservation.pg, reservation);
+            }
+            (state.granted.remove(&pg), granted_others)
+        };
+        // Wake the others only for what this pass granted them: waking on grants still waiting
+        // to be picked up would have every waiter wake every other in a loop.
+        if granted_others {
+            self.changed.notify_waiters();
+        }
+        mine
+    }
+
+    /// Gives `pg` back (reserved or still waiting) and wakes the runs waiting for room.
+    fn release(&self, pg: PgId) {
+        if let Some(state) = self.lock().as_mut() {
+            state.granted.remove(&pg);
+            let _ = state.pool.cancel(pg);
+        }
+        self.changed.notify_waiters();
+    }
+}

@@ -1,0 +1,797 @@
+//! Ray Train's half: one distributed training run, usable on its own without a Tuner.
+//!
+//! `TorchTrainer::fit` validates the configs, makes the run directory, starts the worker hub and
+//! runs attempts of the worker group until one completes or the failures exceed
+//! `FailureConfig::max_failures`. After a failure the next attempt resumes from the latest
+//! checkpoint, and the reports made after that checkpoint are rolled back (in memory and in
+//! result.json / progress.csv), so the history holds every iteration exactly once.
+//! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
+//!
+//! Here: `TorchTrainer` and the run loop around worker-group attempts: where a run goes (the local
+//! machine or a head's cluster), one attempt after another, and what `fit` returns. What the
+//! driver records of the run is `record`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rtune_searchers::{Params, Value};
+
+use crate::cluster::client::{self, Client, ReserveOptions};
+use crate::cluster::pool::{PgId, PlacementRequest};
+use crate::config::{RunConfig, ScalingConfig};
+use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
+use crate::error::{Error, Result};
+use crate::group::{
+    AttemptOutcome, AttemptSpec, GroupReport, Launcher, OnReport, RankPlacement, Seat, TrialNames,
+    describe_seats, run_attempt,
+};
+use crate::metrics::Metrics;
+use crate::outcome::{Checkpoint, TrainResult};
+use crate::record::{RunIdentity, RunState};
+use crate::runtime::{Driver, LocalReservation};
+use crate::storage::remote::{Remote, Syncer};
+use crate::storage::{self, ResultFiles, unix_time};
+
+/// The type a train function is given: `rtune`'s `TrainContext`. A worker process calls its
+/// train function, a `fn(&mut C) -> anyhow::Result<()>`, through its place in the binary
+/// ([`TrainFnId`]), as a function of that one type.
+///
+/// # Safety
+/// Implemented only for the context type rtune's worker processes hand their train functions.
+pub unsafe trait TrainContextType {}
+
+/// A train function as the driver and the worker protocol know it: its place in the binary,
+/// as an offset from an anchor function's, which a worker process of the very same binary
+/// turns back into the function (the build id proves it is the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrainFnId(i64);
+
+impl TrainFnId {
+    /// The place of `train_fn`, a function of the train context.
+    pub fn of<C: TrainContextType>(train_fn: fn(&mut C) -> anyhow::Result<()>) -> Self {
+        TrainFnId(train_fn as usize as i64 - anchor() as i64)
+    }
+
+    /// The offset the worker protocol carries.
+    pub fn offset(self) -> i64 {
+        self.0
+    }
+
+    /// The address, in this process, of the function at `offset` (from [`TrainFnId::offset`]
+    /// in a process of the same binary).
+    pub fn address(offset: i64) -> usize {
+        (anchor() as i64 + offset) as usize
+    }
+}
+
+/// The function train functions' places are measured from: any one of the binary will do, as
+/// long as both sides use it.
+fn anchor() -> usize {
+    anchor as fn() -> usize as usize
+}
+
+/// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.
+pub(crate) const DATASETS_DIR: &str = ".datasets";
+
+/// What steers a run from outside (a sweep steering its trial), and hears how it goes.
+pub(crate) trait Steering: Send {
+    /// Asked after every recorded report (with its metrics, rtune's automatic ones included)
+    /// whether the run should stop.
+    fn decide(&mut self, metrics: &Metrics) -> Result<bool>;
+
+    /// Told when the run's resources are reserved and its workers start (before every
+    /// attempt): until then a trial is waiting (PENDING), not running.
+    fn started(&mut self) {}
+
+    /// Whether the run was asked to stop, whether or not an answer to a report told its
+    /// workers yet. An attempt that fails then (its workers killed with the sweep that was
+    /// interrupted, its node drained) ends the run: it is not retried, and it is not counted
+    /// as a failure.
+    fn halting(&self) -> bool {
+        false
+    }
+}
+
+/// A run nothing steers (`fit`): it goes on to its end.
+struct Unsteered;
+
+impl Steering for Unsteered {
+    fn decide(&mut self, _: &Metrics) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// A distributed training run of `train_fn` on a group of worker processes (Ray's
+/// `TorchTrainer`).
+#[derive(Debug, Clone)]
+pub struct TorchTrainer {
+    train_fn: TrainFnId,
+    params: Params,
+    scaling: ScalingConfig,
+    run: RunConfig,
+    resume: Option<Checkpoint>,
+    /// Set by the Tuner: the trial this run is (written into every result row).
+    trial_id: Option<String>,
+    /// Set by the Tuner of a sweep on an object store: the run's folder there, where the rank
+    /// that commits a checkpoint uploads it.
+    store_url: Option<String>,
+    /// Set by the Tuner: go on with the run already in the run directory (see `picking_up`).
+    pick_up: bool,
+    /// Start local workers from the driver's fork server (TuneConfig's `reuse_actors`).
+    warm_start: bool,
+    /// Extra environment variables of every worker process.
+    env: Vec<(String, String)>,
+    /// Datasets, columns and preprocessor, as given.
+    data: DataConfig,
+    /// The same once prepared (`prepare_data`), as JSON for the workers; empty for none.
+    data_json: Arc<str>,
+}
+
+impl TorchTrainer {
+    /// A run of `train_fn` (a `fn(&mut TrainContext) -> anyhow::Result<()>`).
+    pub fn new<C: TrainContextType>(train_fn: fn(&mut C) -> anyhow::Result<()>) -> Self {
+        Self::of(TrainFnId::of(train_fn))
+    }
+
+    /// A run of the train function at `train_fn` (a registry's, which keeps them as places).
+    pub fn of(train_fn: TrainFnId) -> Self {
+        TorchTrainer {
+            train_fn,
+            params: Params::new(),
+            scaling: ScalingConfig::default(),
+            run: RunConfig::default(),
+            resume: None,
+            trial_id: None,
+            store_url: None,
+            pick_up: false,
+            warm_start: true,
+            env: Vec::new(),
+            data: DataConfig::default(),
+            data_json: "".into(),
+        }
+    }
+
+    /// Its names as its train function sees them: the trial id, the trial's directory name,
+    /// and the experiment's (empty outside a sweep).
+    fn trial_names(&self, run_dir: &std::path::Path) -> TrialNames {
+        let Some(id) = &self.trial_id else { return TrialNames::default() };
+        let name = |p: Option<&std::path::Path>| {
+            p.and_then(std::path::Path::file_name)
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        TrialNames {
+            trial_id: id.clone(),
+            trial_name: name(Some(run_dir)),
+            experiment_name: name(run_dir.parent()),
+        }
+    }
+
+    /// Marks this run as trial `id` of a sweep.
+    pub(crate) fn for_trial(mut self, id: String) -> Self {
+        self.trial_id = Some(id);
+        self
+    }
+
+    /// Checkpoints go up to the run's folder `url` on an object store from their rank.
+    pub(crate) fn store_url(mut self, url: Option<String>) -> Self {
+        self.store_url = url;
+        self
+    }
+
+    /// Goes on with the run an earlier driver left in the run directory (a sweep restored after
+    /// its driver died, a paused trial): from its latest recorded checkpoint, keeping the rows up
+    /// to it, in later attempts than the ones before.
+    pub(crate) fn picking_up(mut self) -> Self {
+        self.pick_up = true;
+        self
+    }
+
+    /// Whether local workers start from the driver's warm fork server (default) or with a
+    /// fresh exec of the binary each.
+    pub(crate) fn warm_start(mut self, on: bool) -> Self {
+        self.warm_start = on;
+        self
+    }
+
+    /// The train loop config every worker gets as `ctx.params()`.
+    pub fn train_loop_config(mut self, params: Params) -> Self {
+        self.params = params;
+        self
+    }
+
+    /// Sets an environment variable in every worker process (Ray's `runtime_env` `env_vars`);
+    /// a later call for the same name wins.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let name = name.into();
+        self.env.retain(|(n, _)| *n != name);
+        self.env.push((name, value.into()));
+        self
+    }
+
+    /// Datasets by name (Ray Train's `datasets=`): a train function reads its part of each with
+    /// `ctx.dataset_shard(name)`. The preprocessor is fitted on the one named `train`. A later
+    /// dataset of the same name replaces an earlier one. See [`crate::data`].
+    pub fn datasets<S: Into<String>>(
+        mut self,
+        datasets: impl IntoIterator<Item = (S, Dataset)>,
+    ) -> Self {
+        self.data.add(datasets.into_iter().map(|(n, d)| (n.into(), d)));
+        self
+    }
+
+    /// Which dataset columns are features and which is the label (by default every column is
+    /// a feature and there is no label).
+    pub fn columns(mut self, columns: Columns) -> Self {
+        self.data.set_columns(columns);
+        self
+    }
+
+    /// Preprocessing fitted on the `train` dataset, applied to every dataset's batches, and
+    /// saved with every checkpoint (`preprocessor.json`) for prediction.
+    pub fn preprocessor(mut self, preprocessor: impl Into<Preprocessor>) -> Self {
+        self.data.set_preprocessor(preprocessor.into());
+        self
+    }
+
+    /// Reads and checks the datasets and fits the preprocessor, once: every run of this trainer
+    /// (every trial of a sweep) uses the result. CSV files and frames are written as parquet
+    /// under `cache_dir`. On a cluster with a store (`store`: the folder they go into there)
+    /// they go into the store too, for workers that see nothing of this machine's.
+    pub(crate) fn prepare_data(
+        mut self,
+        cache_dir: &std::path::Path,
+        store: Option<&Remote>,
+    ) -> Result<Self> {
+        if let Some(mut plan) = self.data.prepare(cache_dir)? {
+            if let Some(store) = store.filter(|_| self.run.resolved_cluster().is_some()) {
+                plan.upload(&store.join(DATASETS_DIR))?;
+            }
+            self.data_json = serde_json::to_string(&plan).expect("the data plan serialises").into();
+        }
+        Ok(self)
+    }
+
+    /// Whether it has datasets that `prepare_data` has not prepared yet.
+    fn data_unprepared(&self) -> bool {
+        !self.data.is_empty() && self.data_json.is_empty()
+    }
+
+    pub fn scaling(mut self, scaling: ScalingConfig) -> Self {
+        self.scaling = scaling;
+        self
+    }
+
+    pub fn run_config(mut self, run: RunConfig) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// Starts the first attempt from `checkpoint` (seen as `ctx.checkpoint()`).
+    pub fn resume_from_checkpoint(mut self, checkpoint: Checkpoint) -> Self {
+        self.resume = Some(checkpoint);
+        self
+    }
+
+    /// The train loop config.
+    pub(crate) fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The run settings.
+    pub(crate) fn run(&self) -> &RunConfig {
+        &self.run
+    }
+
+    /// The scaling settings.
+    pub(crate) fn scaling_config(&self) -> &ScalingConfig {
+        &self.scaling
+    }
+
+    /// Checks the settings, as `fit` does before anything starts.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.scaling.validate()?;
+        self.run.validate()?;
+        self.data.validate()?;
+        check_finite_params(&self.params)
+    }
+
+    /// One trial of a sweep: like `fit`, on the process's shared driver, in `run_dir` (made
+    /// here), steered by `steering` (a scheduler's decision is answered to the workers with
+    /// the report that led to it).
+    pub(crate) async fn run_trial(
+        &self,
+        driver: &'static Driver,
+        run_dir: PathBuf,
+        steering: &mut dyn Steering,
+    ) -> Result<TrainResult> {
+        let started_at = Instant::now();
+        self.validate()?;
+        if self.data_unprepared() {
+            return Err(Error::Data("the sweep's datasets were not prepared".into()));
+        }
+        let target = match self.run.resolved_cluster() {
+            None => self.place_locally(driver).await?,
+            Some((address, token)) => Target::Cluster { address, token },
+        };
+        // The experiment folder was proven writable when the sweep began: a trial's folder in it
+        // needs no probe file (a file made and removed per trial is one more inode to allocate).
+        std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
+        self.run_placed(driver, run_dir, target, steering, started_at).await
+    }
+
+    /// The common end of `fit` and `run_trial`, once placed and with a run directory:
+    /// `params.json`, the attempts, and the result (an error when the failures ran out).
+    async fn run_placed(
+        &self,
+        driver: &Driver,
+        run_dir: PathBuf,
+        target: Target,
+        steering: &mut dyn Steering,
+        started_at: Instant,
+    ) -> Result<TrainResult> {
+        let params_json = serde_json::to_string(&self.params).expect("params serialise");
+        storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
+        let mut result = self.run_attempts(driver, run_dir, params_json, target, steering).await?;
+        result.fit_seconds = started_at.elapsed().as_secs_f64();
+        match result.error {
+            Some(_) => Err(Error::TrainingFailed(Box::new(result))),
+            None => Ok(result),
+        }
+    }
+
+    /// Runs the training to its end. Config mistakes fail before anything starts; a run whose
+    /// failures exceed `max_failures` returns `Error::TrainingFailed` with everything reported
+    /// so far.
+    pub fn fit(self) -> Result<TrainResult> {
+        let started = Instant::now();
+        self.validate()?;
+        let driver = Driver::get()?;
+        // On an object store: one that cannot be listed is refused before anything starts.
+        let store = match Remote::of_run(&self.run) {
+            Some(remote) => {
+                let remote = remote?;
+                driver.block_on(remote.check())?;
+                Some(remote)
+            }
+            None => None,
+        };
+        // Placement first: a group that can never run on the local machine (too big, or GPUs its
+        // workers cannot use) is a config error, before any file exists (a cluster answers that
+        // when asked to reserve). On the local machine this waits while other runs of this process
+        // hold what the group needs.
+        let target = match self.run.resolved_cluster() {
+            None => {
+                driver.check_local(&self.scaling)?;
+                driver.block_on(self.place_locally(driver))?
+            }
+            Some((address, token)) => Target::Cluster { address, token },
+        };
+        let run_dir = self.make_run_dir()?;
+        // The run's folder on the store, where its checkpoints go up from their rank.
+        let store =
+            store.map(|s| s.join(&run_dir.file_name().unwrap_or_default().to_string_lossy()));
+        let mut this = self;
+        this.store_url = store.as_ref().map(|s| s.url().to_owned());
+        let this = if this.data_unprepared() {
+            match this.prepare_data(&run_dir.join(DATASETS_DIR), store.as_ref()) {
+                Ok(this) => this,
+                Err(e) => {
+                    // Nothing ran: leave no run behind (the folder was made empty above).
+                    let _ = std::fs::remove_dir_all(&run_dir);
+                    return Err(e);
+                }
+            }
+        } else {
+            this
+        };
+        let params = this.params.clone();
+        let outcome = driver.block_on(this.run_placed(
+            driver,
+            run_dir.clone(),
+            target,
+            &mut Unsteered,
+            started,
+        ));
+        // The run's folder goes to the store as it ended, failed or not (its checkpoints are
+        // there already).
+        if let Some(store) = store {
+            let mut syncer = Syncer::new(store, run_dir);
+            driver.block_on(syncer.sync())?;
+        }
+        let result = outcome?;
+        if !result.unread_params.is_empty() {
+            tracing::warn!("{}", unread_note(&result.unread_params, &params));
+        }
+        Ok(result)
+    }
+
+    fn make_run_dir(&self) -> Result<PathBuf> {
+        let storage = self.run.resolved_storage_path();
+        let name = self.run.name.clone().unwrap_or_else(|| {
+            let t = unix_time();
+            format!("TorchTrainer_{}_{:03}", t as u64, (t.fract() * 1000.0) as u32)
+        });
+        let run_dir = storage.join(&name);
+        if run_dir.join(ResultFiles::RESULT_JSON).exists() {
+            return Err(Error::config(
+                "RunConfig.name",
+                format!(
+                    "{} already holds a run; pick another name or remove it",
+                    run_dir.display()
+                ),
+            ));
+        }
+        storage::ensure_writable_dir(&run_dir).map_err(|e| {
+            Error::config("RunConfig.storage_path", format!("cannot write the run directory: {e}"))
+        })?;
+        Ok(run_dir)
+    }
+
+    /// Reserves the worker group's resources in the process's shared local pool.
+    async fn place_locally(&self, driver: &'static Driver) -> Result<Target> {
+        let label = self.run.name.as_deref().unwrap_or("TorchTrainer");
+        let held = driver.reserve_local(&self.scaling, label).await?;
+        let reservation = held.reservation();
+        let nodes: Vec<u64> = reservation.bundles.iter().map(|b| b.node.0).collect();
+        let hosts = vec!["127.0.0.1".to_owned(); nodes.len()];
+        let devices = devices_of(reservation, crate::cluster::local_devices().as_deref());
+        let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
+        Ok(Target::Local(ranks, held))
+    }
+
+    async fn run_attempts(
+        &self,
+        driver: &Driver,
+        run_dir: PathBuf,
+        params_json: String,
+        target: Target,
+        steering: &mut dyn Steering,
+    ) -> Result<TrainResult> {
+        // On a cluster the hub is reachable from other hosts: only this run's workers may call
+        // it, with the cluster token (or a token of its own when the cluster has none).
+        let hub_token = match &target {
+            Target::Local(..) => None,
+            Target::Cluster { token, .. } => {
+                Some(token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::rpc::new_token))
+            }
+        };
+        let mut placement = match target {
+            Target::Local(ranks, held) => Placement::Local { ranks, _held: held },
+            Target::Cluster { address, token } => {
+                let mut client = client::connect_head(&address, token.as_deref()).await?;
+                let label = run_dir.display().to_string();
+                let lease = client::open_lease(&mut client, &label).await?;
+                let request = crate::cluster::worker_request(&self.scaling, &label);
+                let options = ReserveOptions {
+                    lease: lease.id(),
+                    wait_for_capacity: false,
+                    timeout: self.run.placement_timeout,
+                };
+                Placement::Cluster {
+                    address,
+                    client: Box::new(client),
+                    _lease: lease,
+                    request,
+                    options,
+                    held: None,
+                }
+            }
+        };
+        let hub = driver.hub(placement.hub_ip().await?, hub_token).await?;
+        let identity = RunIdentity {
+            trial_id: self.trial_id.clone(),
+            config: serde_json::to_value(&self.params).expect("params serialise"),
+            pid: std::process::id(),
+            hostname: crate::sys::hostname(),
+            node_ip: hub.ip().to_string(),
+        };
+        let (mut run, mut resume, first_attempt) = if self.pick_up {
+            let (run, resume, first) = RunState::pick_up(&run_dir, &self.run, identity)?;
+            (run, resume.or_else(|| self.resume.clone()), first)
+        } else {
+            (RunState::new(&run_dir, &self.run, identity), self.resume.clone(), 0)
+        };
+        let mut start_iteration = match &resume {
+            Some(c) => c.iteration()?,
+            None => 0,
+        };
+        // On a store, ranks that do not see this machine's files resume from the store, and
+        // checkpoints they report come down into the run's folder here.
+        let store = match &self.store_url {
+            Some(url) => Some(Remote::with_settings(url, &self.run.store)?),
+            None => None,
+        };
+        run.fetch_from(store.clone());
+        let group = format!(
+            "{}-{:016x}",
+            run_dir.file_name().unwrap_or_default().to_string_lossy(),
+            rand::random::<u64>()
+        );
+        let mut failures = Vec::new();
+        let mut train_loop_seconds = 0.0;
+        let mut unread_params = Vec::new();
+        for attempt in first_attempt.. {
+            let (ranks, launcher) = placement.for_attempt(attempt).await?;
+            let resume_url = match (&store, &resume) {
+                (Some(store), Some(checkpoint)) => Some(in_store(store, checkpoint).await?),
+                _ => None,
+            };
+            let spec = AttemptSpec {
+                group: group.clone(),
+                attempt,
+                train_fn: self.train_fn.offset(),
+                params_json: params_json.clone(),
+                run_dir: run_dir.clone(),
+                resume: resume.as_ref().map(|c| c.path().to_owned()),
+                resume_url,
+                store_settings: self.run.store.clone(),
+                start_iteration,
+                num_threads: self.scaling.cpus_per_worker().max(1.0) as u32,
+                trial: self.trial_names(&run_dir),
+                ranks,
+                launcher,
+                collective_timeout: self.run.collective_timeout,
+                start_timeout: self.run.start_timeout,
+                warm_start: self.warm_start,
+                env: self.env.clone(),
+                data_json: self.data_json.clone(),
+                store_url: self.store_url.clone(),
+                upload_async: self.run.checkpoint_config.upload
+                    == crate::config::CheckpointUpload::Async,
+                sharding: self.scaling.sharding,
+            };
+            run.begin_attempt(attempt, start_iteration)?;
+            steering.started();
+            let outcome =
+                run_attempt(&hub, &spec, &mut Recording { run: &mut run, steering }).await?;
+            match outcome {
+                AttemptOutcome::Completed { train_seconds, unread_params: unread } => {
+                    train_loop_seconds = train_seconds;
+                    unread_params = unread;
+                    break;
+                }
+                AttemptOutcome::Failed(failure) if steering.halting() => {
+                    tracing::info!(
+                        run = %run_dir.display(),
+                        "attempt {attempt} ended while the run was being stopped, not counted \
+                         as a failure: {failure}"
+                    );
+                    break;
+                }
+                AttemptOutcome::Failed(failure) => {
+                    let retried = self.run.failure_config.allows(failures.len() + 1);
+                    if retried {
+                        // Retried from the latest checkpoint: said as it happens.
+                        tracing::warn!(run = %run_dir.display(), "attempt {attempt} failed: {failure}");
+                    } else {
+                        // The run's end, which says it too (a sweep shows it once).
+                        tracing::warn!(
+                            target: crate::log::TRIAL_FAILED,
+                            run = %run_dir.display(),
+                            "attempt {attempt} failed: {failure}"
+                        );
+                    }
+                    failures.push(failure);
+                    // A cluster group may have lost a node: ask for a fresh placement.
+                    placement.release().await;
+                    if !retried {
+                        break;
+                    }
+                    // Resume from the latest recorded checkpoint (or from the start).
+                    resume = run.roll_back()?.or_else(|| self.resume.clone());
+                    start_iteration = match &resume {
+                        Some(c) => c.iteration()?,
+                        None => 0,
+                    };
+                }
+            }
+        }
+        placement.release().await;
+        // The group's resources go back before the run's end is made durable (its syncs): a
+        // trial waiting for them need not wait for those.
+        drop(placement);
+        run.end()?;
+        let error = if !self.run.failure_config.allows(failures.len()) {
+            let last = failures.last().expect("a failure was recorded");
+            Some(format!("training failed after {} attempt(s); {last}", failures.len()))
+        } else if self.run.strict_params && !unread_params.is_empty() {
+            Some(format!(
+                "{} (strict_params: read it in the train function, or take it out of the \
+                 params)",
+                unread_note(&unread_params, &self.params)
+            ))
+        } else {
+            None
+        };
+        let mut result = run.into_result(run_dir, error, failures, train_loop_seconds);
+        result.unread_params = unread_params;
+        Ok(result)
+    }
+}
+
+/// Where `checkpoint` is whole in the run's store `store`: where it was uploaded or came down
+/// from, else uploaded now (a checkpoint given to resume from) as the run's `resume_from`.
+async fn in_store(store: &Remote, checkpoint: &Checkpoint) -> Result<String> {
+    if let Some(url) = crate::storage::remote::uploaded_to(checkpoint.path()) {
+        return Ok(url);
+    }
+    let (store, dir) = (store.clone(), checkpoint.path().to_owned());
+    tokio::task::spawn_blocking(move || {
+        store.upload_folder(&dir, "resume_from")?;
+        Ok(store.join("resume_from").url().to_owned())
+    })
+    .await
+    .map_err(|e| Error::Storage(format!("uploading the checkpoint to resume from: {e}")))?
+}
+
+/// An attempt's reports go into the run's record, then to the caller's decision.
+struct Recording<'r, 'd> {
+    run: &'r mut RunState,
+    steering: &'r mut (dyn Steering + 'd),
+}
+
+impl OnReport for Recording<'_, '_> {
+    fn report(&mut self, report: GroupReport) -> Result<bool> {
+        let stop = self.run.record(report)?;
+        Ok(self.steering.decide(self.run.last_metrics())? || stop)
+    }
+
+    fn flush_due(&self) -> Option<std::time::Instant> {
+        self.run.flush_due()
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.run.flush()
+    }
+
+    fn placed(&mut self, seats: &[Seat]) {
+        self.run.placed(describe_seats(seats), seats.first().map(|s| s.pid));
+    }
+
+    fn uploaded(&mut self, names: &[String]) -> Result<()> {
+        self.run.record_uploaded(names)
+    }
+}
+
+/// Params travel to workers and into `params.json` as JSON, which has no NaN or infinity
+/// (serde would write `null` and the value would come back as something else): refuse them.
+fn check_finite_params(params: &Params) -> Result<()> {
+    fn finite(v: &Value) -> bool {
+        match v {
+            Value::Float(x) => x.is_finite(),
+            Value::List(items) => items.iter().all(finite),
+            Value::Map(m) => m.iter().all(|(_, v)| finite(v)),
+            _ => true,
+        }
+    }
+    match params.flatten().into_iter().find(|(_, v)| !finite(v)) {
+        None => Ok(()),
+        Some((key, v)) => Err(Error::config(
+            "train_loop_config",
+            format!(
+                "`{key}` = {} is not a finite number; params are stored as JSON, which has no \
+                 NaN or infinity: use a finite number",
+                v.describe()
+            ),
+        )),
+    }
+}
+
+/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids, named through `names` (the
+/// local driver's own `CUDA_VISIBLE_DEVICES`, see `cluster::local_devices`) when given.
+fn devices_of(
+    reservation: &crate::cluster::pool::Reservation,
+    names: Option<&[String]>,
+) -> Vec<Option<String>> {
+    let name = |ids: String| match names {
+        Some(names) => crate::cluster::map_devices(&ids, names),
+        None => ids,
+    };
+    reservation
+        .bundles
+        .iter()
+        .map(|b| (!b.gpu_ids.is_empty()).then(|| name(b.cuda_visible_devices())))
+        .collect()
+}
+
+/// Where `fit` was told to run: the local machine (already placed, held until the run ends) or
+/// a head's cluster.
+enum Target {
+    Local(Vec<RankPlacement>, LocalReservation),
+    Cluster { address: String, token: Option<String> },
+}
+
+/// Where a run's workers go: the embedded one-machine cluster, or a head's cluster (reserved
+/// per attempt, so a group that lost a node is placed again on the nodes left).
+enum Placement {
+    Local {
+        ranks: Vec<RankPlacement>,
+        /// Released in the shared local pool when the run ends.
+        _held: LocalReservation,
+    },
+    Cluster {
+        address: String,
+        client: Box<Client>,
+        /// Everything reserved under it is released by the head if this driver dies.
+        _lease: client::Lease,
+        request: PlacementRequest,
+        options: ReserveOptions,
+        held: Option<(PgId, Vec<RankPlacement>)>,
+    },
+}
+
+impl Placement {
+    /// The driver's address as its workers reach it: the interface that reaches the head.
+    /// (tokio's connect resolves the name on its blocking pool, so no runtime thread waits.)
+    async fn hub_ip(&self) -> Result<std::net::IpAddr> {
+        match self {
+            Placement::Local { .. } => Ok([127, 0, 0, 1].into()),
+            Placement::Cluster { address, .. } => {
+                let stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
+                    .await
+                    .map_err(|e| {
+                        Error::Protocol(format!("cannot reach the head at {address}: {e}"))
+                    })?;
+                Ok(stream.local_addr().map_err(|e| Error::io("head connection", e))?.ip())
+            }
+        }
+    }
+
+    async fn for_attempt(&mut self, attempt: u32) -> Result<(Vec<RankPlacement>, Launcher)> {
+        match self {
+            Placement::Local { ranks, .. } => Ok((ranks.clone(), Launcher::Local)),
+            Placement::Cluster { client, request, options, held, .. } => {
+                if held.is_none() {
+                    // A group larger than the cluster is a config error at the start; after a
+                    // failure the cluster may have shrunk (a node died): wait for it to grow.
+                    options.wait_for_capacity = attempt > 0;
+                    let r = client::reserve(client, request, options).await?;
+                    let nodes: Vec<u64> = r.reservation.bundles.iter().map(|b| b.node.0).collect();
+                    let hosts: Vec<String> = nodes
+                        .iter()
+                        .map(|n| r.node_addresses.get(n).cloned().unwrap_or_default())
+                        .collect();
+                    // Each node agent maps the pool's device indices to its own devices.
+                    let devices = devices_of(&r.reservation, None);
+                    let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
+                    *held = Some((r.pg(), ranks));
+                }
+                let (pg, ranks) = held.as_ref().expect("reserved above");
+                Ok((ranks.clone(), Launcher::Cluster { client: client.clone(), pg: *pg }))
+            }
+        }
+    }
+
+    /// Gives a cluster reservation back (the next attempt reserves anew). A release that does
+    /// not reach the head is logged: the head still frees the group when this driver's lease
+    /// ends.
+    async fn release(&mut self) {
+        if let Placement::Cluster { client, held, .. } = self
+            && let Some((pg, _)) = held.take()
+            && let Err(e) = client::release(client, pg).await
+        {
+            tracing::warn!("releasing placement group {pg}: {e}");
+        }
+    }
+}
+
+/// One line on params a train function never read: a search over them changes nothing. The
+/// nearest key it did read is named (a renamed param: `LR` beside `lr`).
+pub(crate) fn unread_note(unread: &[String], params: &Params) -> String {
+    let read: Vec<&str> = params.keys().filter(|k| !unread.iter().any(|u| u == k)).collect();
+    let names: Vec<String> = unread.iter().map(|k| format!("`{k}`")).collect();
+    let hint = unread
+        .iter()
+        .find_map(|k| {
+            crate::config::nearest(k, &read).map(|near| format!(" (did you mean `{near}`?)"))
+        })
+        .unwrap_or_default();
+    format!(
+        "param{} {} never read by the train function: {} nothing{hint}",
+        if unread.len() > 1 { "s" } else { "" },
+        names.join(", "),
+        if unread.len() > 1 { "they change" } else { "it changes" },
+    )
+}

@@ -1,0 +1,37 @@
+//! Ray Tune's half: sweeps whose trials are full `TorchTrainer` runs on the process's shared
+//! driver. One owner each:
+//!
+//! * `controller`: the synchronous core that decides what runs, stops and ends;
+//! * `sweep`: the thin async shell that feeds it events and carries its commands out, one trial
+//!   at a time a task (`trial_task`, where every command about a running trial is dispatched);
+//! * `tuner`: the `Tuner` builder, and `prepare`, which checks every setting before anything
+//!   runs; `config` (`TuneConfig`) and `control` (`Control`) are what a user hands it;
+//! * `experiment`: the experiment directory, every file name and path in it; `trial` and
+//!   `result_grid`: what a sweep returns.
+//!
+//! A whole sweep, in code: `rtune`'s crate docs.
+
+pub mod config;
+pub mod control;
+pub mod controller;
+pub mod experiment;
+pub mod lease;
+pub mod result_grid;
+mod sweep;
+pub mod trial;
+mod trial_task;
+mod tuner;
+
+pub use config::{Samples, TuneConfig, TuneSettings};
+pub use control::Control;
+pub use controller::{
+    Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
+};
+pub use experiment::{
+    DRIVER_FILE, DRIVER_LOG, ERROR_FILE, RESULTS_PARQUET, SETTINGS_FILE, STATE_FILE, SWEEP_FILE,
+    SweepState, experiment_path, holds_experiment, sweep_state,
+};
+pub use lease::Lease;
+pub use result_grid::{ResultGrid, Scope};
+pub use trial::TrialResult;
+pub use tuner::{Tuner, trial_count};

@@ -1,0 +1,492 @@
+//! `Tuner` (Ray's): the builder of a sweep whose trials are full `TorchTrainer` runs, and
+//! `prepare`, which checks every setting before anything runs and makes (or picks up) the
+//! experiment; the sweep then runs in its shell (`sweep`), on the process's shared driver.
+//!
+//! The experiment directory (`experiment`) holds `tuner.json` (the settings, written once) and
+//! `experiment_state.json` (every trial's status and the controller's snapshot, replaced
+//! atomically after changes, throttled). `Tuner::restore` goes on from them and from the
+//! trials' own files, which are the record of their results.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rtune_searchers::{BasicVariant, Fifo, Objective, SearchSpace, Searcher};
+
+use super::config::{Samples, TuneConfig};
+use super::control::Control;
+use super::controller::{Controller, ControllerConfig, Reported};
+use super::experiment::{
+    EndedRows, FORMAT, SavedExperiment, Settings, check_experiment_file, make_experiment,
+    new_experiment_path, pick_up,
+};
+use super::lease::Lease;
+use super::result_grid::ResultGrid;
+use super::sweep::{Snapshots, Sweep};
+use super::trial_task::Running;
+use crate::cluster::pool::PoolStatus;
+use crate::config::RunConfig;
+use crate::error::{Error, Result};
+use crate::runtime::Driver;
+use crate::train::{DATASETS_DIR, TorchTrainer};
+
+/// A sweep: a trainer, a search space, and how to search it (Ray's `Tuner`).
+#[derive(Debug)]
+pub struct Tuner {
+    trainer: TorchTrainer,
+    space: SearchSpace,
+    tune: Option<TuneConfig>,
+    run: Option<RunConfig>,
+    /// Set by `Tuner::restore`: the experiment to go on with, and its settings.
+    restoring: Option<(PathBuf, Settings)>,
+    /// The experiment's lease, taken by `Tuner::restore` (a new sweep takes its own as it
+    /// makes the directory).
+    lease: Option<Lease>,
+    control: Control,
+    /// Written into a new experiment's directory with its settings.
+    files: Vec<(String, Vec<u8>)>,
+}
+
+impl Tuner {
+    /// A sweep of `trainer` over `space`. Each trial's sampled params are merged into the
+    /// trainer's `train_loop_config`, top-level key by key; sampled values win.
+    pub fn new(trainer: TorchTrainer, space: SearchSpace) -> Self {
+        Tuner {
+            trainer,
+            space,
+            tune: None,
+            run: None,
+            restoring: None,
+            lease: None,
+            control: Control::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Whether `path` holds an experiment that `Tuner::restore` can go on with.
+    pub fn can_restore(path: impl AsRef<Path>) -> bool {
+        super::experiment::can_restore(path.as_ref())
+    }
+
+    /// Goes on with the experiment in `path`, interrupted (its driver killed, the machine
+    /// rebooted) or finished: `fit` keeps the finished trials' results, continues the trials
+    /// that were running from their latest checkpoints, and creates the rest, so that the sweep
+    /// ends with the trials it was set up for. The search space and the `TuneConfig`'s settings
+    /// come from the experiment; a sweep that used its own searcher or scheduler must be given
+    /// the same ones again with `tune_config` (they are checked against the saved state).
+    /// `run_config` may be given again (failure and checkpoint settings); its name and storage
+    /// path are the experiment's.
+    ///
+    /// One driver at a time goes on with an experiment: another one's live lease on it is an
+    /// `Error::Held`, before anything is read or written; a dead driver's is taken over. The
+    /// lease is held until `fit` ends (or the `Tuner` is dropped without a `fit`).
+    pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
+        let lease = Lease::take(path.as_ref())?;
+        // An experiment on an object store goes on from its staging copy (brought up to date).
+        let path = crate::storage::remote::local_copy(path.as_ref())?;
+        let settings = Settings::read(&path)?;
+        SavedExperiment::read(&path)?;
+        let space = settings.param_space.clone();
+        Ok(Tuner {
+            trainer,
+            space,
+            tune: None,
+            run: None,
+            restoring: Some((path, settings)),
+            lease: Some(lease),
+            control: Control::new(),
+            files: Vec::new(),
+        })
+    }
+
+    pub fn tune_config(mut self, config: TuneConfig) -> Self {
+        self.tune = Some(config);
+        self
+    }
+
+    /// Overrides the trainer's `RunConfig` (Ray: the Tuner's wins): its name and storage path
+    /// are the experiment's; failure, checkpoint and stop settings apply to every trial.
+    pub fn run_config(mut self, run: RunConfig) -> Self {
+        self.run = Some(run);
+        self
+    }
+
+    /// A file to write into the experiment's directory when the sweep makes it (beside its
+    /// `tuner.json`; a restored sweep's is there already): what the sweep was made from, say
+    /// (`rtune run` keeps its sweep file so). `name` must be a plain file name, none of rtune's
+    /// own.
+    pub fn experiment_file(
+        mut self,
+        name: impl Into<String>,
+        contents: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.files.push((name.into(), contents.into()));
+        self
+    }
+
+    /// The handle that interrupts this sweep, or stops, pauses or resumes one of its trials
+    /// (see [`Control`]).
+    pub fn control(mut self, control: Control) -> Self {
+        self.control = control;
+        self
+    }
+
+    /// Runs the sweep to its end. Mistakes in the settings fail before any trial starts.
+    pub fn fit(self) -> Result<ResultGrid> {
+        let driver = Driver::get()?;
+        let mut sweep = self.prepare(driver)?;
+        driver.block_on(sweep.run(driver))
+    }
+
+    /// Checks everything `fit` checks before it makes the experiment's directory or starts a
+    /// trial (the settings, the trainer, whether a trial fits the machine or the cluster, the
+    /// searcher and scheduler), and does nothing else: `rtune validate`.
+    pub fn validate(self) -> Result<()> {
+        let driver = Driver::get()?;
+        let plan = self.plan(driver)?;
+        if plan.restoring.is_none() {
+            Controller::new(plan.config, plan.searcher, plan.scheduler)?;
+        }
+        Ok(())
+    }
+
+    /// The checked settings of the sweep (see `validate`).
+    fn plan(self, driver: &'static Driver) -> Result<Plan> {
+        let Tuner { trainer, space, tune, run, restoring, lease, control, files } = self;
+        for (name, _) in &files {
+            check_experiment_file(name)?;
+        }
+        let mut run = run.unwrap_or_else(|| trainer.run().clone());
+        if let Some((path, _)) = &restoring {
+            run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            run.storage_path = match crate::storage::remote::marked(path) {
+                // A staging copy goes on mirroring to its store.
+                Some(remote) => {
+                    let url = remote?.url().to_owned();
+                    url.rsplit_once('/').map(|(parent, _)| PathBuf::from(parent))
+                }
+                None => path.parent().map(Path::to_owned),
+            };
+        }
+        run.validate()?;
+        // A store that cannot be reached is said before any trial starts.
+        if let Some(remote) = crate::storage::remote::Remote::of_run(&run) {
+            driver.block_on(remote?.check())?;
+        }
+        trainer.validate()?;
+        // A trial bigger than the machine or the cluster, or asking for GPUs its workers could
+        // not use, could never start: say so before any does.
+        let cluster = match run.resolved_cluster() {
+            None => {
+                driver.check_local(trainer.scaling_config())?;
+                None
+            }
+            Some((address, token)) => {
+                let status = cluster_status(driver, &address, token.as_deref());
+                if let Some(status) = &status {
+                    crate::cluster::check_fits_cluster(status, trainer.scaling_config())?;
+                }
+                Some(status)
+            }
+        };
+        let tune = match (&restoring, tune) {
+            (None, tune) => tune.unwrap_or_else(TuneConfig::new),
+            (Some((_, saved)), Some(tune)) => {
+                saved.check_same(&tune)?;
+                tune
+            }
+            (Some((_, saved)), None) => saved.tune_config()?,
+        };
+        let TuneConfig { settings, search_alg, scheduler } = tune;
+        let objectives = objectives_of(&settings)?;
+        let num_samples = match settings.num_samples {
+            Samples::UntilStopped => None,
+            Samples::Count(0) => {
+                return Err(Error::config(
+                    "TuneConfig.num_samples",
+                    "is 0; use at least 1, or Samples::UntilStopped to run until the searcher \
+                     is done",
+                ));
+            }
+            Samples::Count(n) => Some(n),
+        };
+        // Known where samples are counted (PBT makes its whole population at once).
+        let trial_limit = trial_count(&space, settings.num_samples, search_alg.as_deref())
+            .and_then(|t| usize::try_from(t).ok());
+        let searcher: Box<dyn Searcher> = match search_alg {
+            Some(searcher) => searcher,
+            None => Box::new(
+                BasicVariant::new(space.clone())?
+                    .num_samples(num_samples.unwrap_or(u64::MAX))
+                    .seed(settings.seed),
+            ),
+        };
+        let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
+        let time_budget = match settings.time_budget_s {
+            Some(budget) if budget <= 0.0 => Err(format!("is {budget}; use more than 0 seconds")),
+            Some(budget) => crate::config::duration(budget).map(Some),
+            None => Ok(None),
+        }
+        .map_err(|why| Error::config("TuneConfig.time_budget_s", why))?;
+        let max_concurrent_trials = match settings.max_concurrent_trials {
+            Some(n) => n,
+            None => side_by_side(&trainer, cluster.as_ref()),
+        };
+        let config = ControllerConfig {
+            objectives: objectives.clone(),
+            num_samples: trial_limit,
+            max_concurrent_trials,
+            fail_fast: settings.fail_fast,
+        };
+        let reuse_actors = settings.reuse_actors;
+        let saved = Settings {
+            format: FORMAT,
+            rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
+            experiment_id: String::new(),
+            param_space: space,
+            tune: settings,
+            search_alg: searcher.save_state().kind().to_owned(),
+            scheduler: scheduler.save_state().kind().to_owned(),
+            scaling: Some(trainer.scaling_config().clone()),
+            trials: trial_limit.map(|n| n as u64),
+        };
+        Ok(Plan {
+            trainer,
+            run,
+            restoring,
+            lease,
+            control,
+            files,
+            saved,
+            config,
+            searcher,
+            scheduler,
+            objectives,
+            time_budget,
+            reuse_actors,
+        })
+    }
+
+    fn prepare(self, driver: &'static Driver) -> Result<Sweep> {
+        let Plan {
+            trainer,
+            run,
+            restoring,
+            lease,
+            control,
+            files,
+            saved,
+            config,
+            searcher,
+            scheduler,
+            objectives,
+            time_budget,
+            reuse_actors,
+        } = self.plan(driver)?;
+        let path = match &restoring {
+            Some((path, _)) => path.clone(),
+            None => new_experiment_path(&run)?,
+        };
+        // The controller's settings are checked before anything is made: a new sweep's
+        // controller is made now, a restored one's once its state is read back.
+        let restored = restoring.is_some();
+        let start = match restoring {
+            None => Start::New(Controller::new(config, searcher, scheduler)?),
+            Some(_) => {
+                config.validate()?;
+                Start::Restore(config, searcher, scheduler)
+            }
+        };
+        // On a store, the experiment's folder there.
+        let store = match crate::storage::remote::Remote::of_run(&run) {
+            Some(remote) => {
+                Some(remote?.join(&path.file_name().unwrap_or_default().to_string_lossy()))
+            }
+            None => None,
+        };
+        let lease = match lease {
+            Some(lease) => lease,
+            // A new experiment's directory is made with its lease: another driver making the
+            // same one at the same moment is refused before either writes into it.
+            None => {
+                crate::storage::ensure_writable_dir(&path).map_err(|e| {
+                    Error::config(
+                        "RunConfig.storage_path",
+                        format!("cannot write the experiment: {e}"),
+                    )
+                })?;
+                Lease::take_with(&path, store.as_ref())?
+            }
+        };
+        lease.guard(control.clone());
+        // The datasets are read and the preprocessor fitted once, for every trial.
+        let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
+        let param_space = saved.param_space.clone();
+        let settings = saved.flat();
+        let (experiment, spent_before, trials, ended, controller) = match start {
+            Start::New(controller) => {
+                let experiment = make_experiment(&path, saved, &files)?;
+                let ended = EndedRows::new(&path)?;
+                (experiment, Duration::ZERO, BTreeMap::new(), ended, controller)
+            }
+            Start::Restore(config, searcher, scheduler) => {
+                let mut picked = pick_up(&path, &run)?;
+                let state = picked.saved.controller;
+                let controller = Controller::restore(config, searcher, scheduler, state, |id| {
+                    Ok(Reported::of(picked.histories.remove(&id).unwrap_or_default()))
+                })?;
+                // A state file's figure, whatever it holds, is no reason to fail a restore.
+                let spent = crate::config::duration(picked.saved.time_spent_s).unwrap_or_default();
+                let experiment = picked.saved.experiment_id;
+                (experiment, spent, picked.trials, picked.ended, controller)
+            }
+        };
+        Ok(Sweep {
+            lease,
+            trainer: trainer.warm_start(reuse_actors),
+            run,
+            path,
+            experiment,
+            objectives,
+            param_space,
+            settings,
+            restored,
+            time_budget,
+            spent_before,
+            began: Instant::now(),
+            controller: Arc::new(Mutex::new(controller)),
+            trials,
+            running: Running::default(),
+            finished: false,
+            snapshots: Snapshots::new(),
+            reports_unsaved: Arc::new(AtomicBool::new(false)),
+            ended,
+            control,
+            frozen: false,
+            status_checked: None,
+            unread_warned: Default::default(),
+            ended_seen: 0,
+            held_hinted: false,
+            shown_status: None,
+        })
+    }
+}
+
+/// How a sweep's controller comes to be: made new, or restored from the experiment's state.
+enum Start {
+    New(Controller),
+    Restore(ControllerConfig, Box<dyn Searcher>, Box<dyn rtune_searchers::TrialScheduler>),
+}
+
+/// A sweep whose settings were checked, before anything is made.
+struct Plan {
+    trainer: TorchTrainer,
+    run: RunConfig,
+    restoring: Option<(PathBuf, Settings)>,
+    lease: Option<Lease>,
+    control: Control,
+    files: Vec<(String, Vec<u8>)>,
+    saved: Settings,
+    config: ControllerConfig,
+    searcher: Box<dyn Searcher>,
+    scheduler: Box<dyn rtune_searchers::TrialScheduler>,
+    objectives: Vec<Objective>,
+    time_budget: Option<Duration>,
+    reuse_actors: bool,
+}
+
+/// How many trials a sweep of `space` runs, as Ray counts them: `num_samples`, except where the
+/// searcher decides (random search over a grid: the grid times `num_samples`, its points
+/// first; `search_alg`, None for random search, says where it does). None: until the sweep's
+/// time budget is spent or its searcher has no more.
+pub fn trial_count(
+    space: &SearchSpace,
+    num_samples: Samples,
+    search_alg: Option<&dyn Searcher>,
+) -> Option<u64> {
+    let samples = match num_samples {
+        Samples::Count(n) => Some(n),
+        Samples::UntilStopped => None,
+    };
+    match search_alg {
+        Some(searcher) => searcher.trial_count().or(samples),
+        None => {
+            let grid = |n| BasicVariant::new(space.clone()).ok()?.num_samples(n).total();
+            samples.and_then(grid).or(samples)
+        }
+    }
+}
+
+/// What the sweep optimises: nothing, one metric (`metric` and `mode`), or several
+/// (`objectives`); each checked.
+fn objectives_of(settings: &super::config::TuneSettings) -> Result<Vec<Objective>> {
+    let one = match (&settings.metric, settings.mode) {
+        (Some(m), Some(mode)) => Some(Objective { metric: m.clone(), mode }),
+        (None, None) => None,
+        (Some(m), None) => {
+            return Err(Error::config(
+                "TuneConfig.mode",
+                format!("is missing for metric `{m}`; use Mode::Max or Mode::Min"),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Error::config("TuneConfig.metric", "is missing for the mode given"));
+        }
+    };
+    let many = &settings.objectives;
+    if one.is_some() && !many.is_empty() {
+        return Err(Error::config(
+            "TuneConfig.objectives",
+            "are given with metric and mode: give one metric and its mode, or objectives (each a \
+             metric and its mode), not both",
+        ));
+    }
+    for (i, o) in many.iter().enumerate() {
+        if o.metric.is_empty() {
+            return Err(Error::config(
+                "TuneConfig.objectives",
+                format!("{}: the metric is empty; name one", i + 1),
+            ));
+        }
+        if many[..i].iter().any(|earlier| earlier.metric == o.metric) {
+            return Err(Error::config(
+                "TuneConfig.objectives",
+                format!("name `{}` twice; each metric is one objective", o.metric),
+            ));
+        }
+    }
+    Ok(one.into_iter().chain(many.iter().cloned()).collect())
+}
+
+/// The status of the cluster at `address`; None (said in the log) when the head does not
+/// answer: the sweep then finds out with its first trial.
+fn cluster_status(driver: &Driver, address: &str, token: Option<&str>) -> Option<PoolStatus> {
+    let status = driver.block_on(async {
+        let mut client = crate::cluster::client::connect_head(address, token).await?;
+        crate::cluster::client::status(&mut client).await
+    });
+    status
+        .inspect_err(|e| {
+            tracing::warn!(
+                "cannot ask the head at {address} for its size ({e}): one trial at a time (set \
+                 max_concurrent_trials)"
+            )
+        })
+        .ok()
+}
+
+/// How many trials of `trainer` fit side by side (at least 1): in the CPUs of this machine, or
+/// of the cluster's live nodes when the run has one (`cluster`: its status, None when the head
+/// did not answer: one trial at a time).
+fn side_by_side(trainer: &TorchTrainer, cluster: Option<&Option<PoolStatus>>) -> usize {
+    let scaling = trainer.scaling_config();
+    let per_trial = scaling.cpus_per_worker() * scaling.num_workers as f64;
+    let cpus = match cluster {
+        Some(Some(status)) => status.nodes.iter().filter(|n| n.alive).map(|n| n.total.cpu).sum(),
+        Some(None) => 1.0,
+        None => crate::cluster::local_node().map_or(1.0, |n| n.resources.cpu),
+    };
+    if per_trial > 0.0 { ((cpus / per_trial).floor() as usize).max(1) } else { 1 }
+}

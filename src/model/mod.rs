@@ -1,0 +1,11 @@
+//! A trained model, out of its checkpoint: exported for PyTorch and TorchScript ([`Export`],
+//! [`ExportCheckpoint`]), loaded for prediction on one process ([`TorchPredictor`]) or over a
+//! dataset by a group of workers ([`BatchPredictor`]).
+
+mod batch_predict;
+mod export;
+mod predictor;
+
+pub use batch_predict::{BatchPredictor, Predicted};
+pub use export::{Export, ExportCheckpoint, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
+pub use predictor::TorchPredictor;
