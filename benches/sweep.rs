@@ -262,9 +262,9 @@ impl rtune::callback::Callback for FirstGood {
 /// The demo sweep from its sweep file: time to the first trial at 95% validation accuracy.
 fn digits_95(dir: &std::path::Path) -> anyhow::Result<()> {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/digits_tpe_asha.toml");
-    let source = rtune::cli::Source { name: file.into(), text: std::fs::read_to_string(file)? };
+    let source = rtune_cli::doc::Source { name: file.into(), text: std::fs::read_to_string(file)? };
     let registry = rtune::cli::Registry::builtin();
-    let spec = rtune::cli::SweepSpec::read(&source, &[], &registry)?;
+    let spec = rtune_cli::program::SweepSpec::read(&source, &[], registry.trainables())?;
     let started = Instant::now();
     let probe = std::sync::Arc::new(FirstGood(started, Mutex::new(None)));
     let mut run = spec.run_config().storage_path(dir).callback(probe.clone());

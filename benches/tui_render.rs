@@ -16,9 +16,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rtune::callback::TrialInfo;
-use rtune::cli::ui::model::{Event, Model, View};
-use rtune::cli::ui::tui::view;
 use rtune::search::{Metrics, Mode, Params, RungStatus, SchedulerStatus, TrialStatus};
+use rtune_cli::ui::model::{Event, Model, View};
+use rtune_cli::ui::tui::view;
 
 const TRIALS: usize = 10_000;
 const POINTS: usize = 50;

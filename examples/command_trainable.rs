@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, ensure};
 use rtune::search::{Asha, SearchSpace, choice, loguniform};
-use rtune::worker::CommandTrainable;
+use rtune::train::CommandTrainable;
 use rtune::{Mode, Params, RunConfig, ScalingConfig, TuneConfig, Tuner};
 
 fn main() -> Result<()> {

@@ -56,6 +56,26 @@ const RTUNE_LAYERS: &[&[&str]] = &[
     &["cli"],
 ];
 
+/// The command line's modules (`rtune-cli`), lowest layer first, all above the driver's.
+const CLI_LAYERS: &[&[&str]] = &[
+    // Numbers and times as the views write them; sweep files' documents and their problems.
+    &["format", "doc"],
+    // Exit codes, and the error a command ends with.
+    &["exit"],
+    // The grammar: every command and flag.
+    &["args"],
+    // Experiments on disk, as `ls` and `show` read them.
+    &["inspect"],
+    // The views of a sweep: progress lines, the watch stream, the terminal UI.
+    &["ui"],
+    // The commands that only read (answered by `rtune` itself).
+    &["commands"],
+    // `rtune`, which answers those and execs the full program for the others.
+    &["front"],
+    // The full program: every other command.
+    &["program"],
+];
+
 /// A crate of modules in layers; `below` are the modules of the crates under it, which any of
 /// its modules may import (`rtune` names the driver's through its re-exports, `crate::tune`).
 struct Layered {
@@ -64,8 +84,9 @@ struct Layered {
     below: &'static [&'static [&'static str]],
 }
 
-const LAYERED: [Layered; 2] = [
+const LAYERED: [Layered; 3] = [
     Layered { src: "driver/src", layers: DRIVER_LAYERS, below: &[] },
+    Layered { src: "cli/src", layers: CLI_LAYERS, below: DRIVER_LAYERS },
     Layered { src: "src", layers: RTUNE_LAYERS, below: DRIVER_LAYERS },
 ];
 

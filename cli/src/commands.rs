@@ -16,7 +16,7 @@ use crate::{inspect, ui};
 pub fn run(command: &Command) -> Option<i32> {
     let done = match command {
         Command::Completions { shell } => {
-            crate::print_completions(*shell);
+            print_completions(*shell);
             Ok(())
         }
         Command::Ls { dir, format } => dir
@@ -110,4 +110,35 @@ fn input_error(e: anyhow::Error) -> (i32, anyhow::Error) {
 /// brought up to date from the store (a store that cannot be read: exit 2).
 pub fn local(dir: &Path) -> Result<PathBuf, (i32, anyhow::Error)> {
     rtune_driver::storage::remote::local_copy(dir).map_err(|e| (EXIT_INVALID, e.into()))
+}
+
+/// A command that only prints what it reads (`ls`, `show`, `status`, `builtins`,
+/// `completions`) ends quietly when what reads its output goes away (`rtune ls | head -1`), as
+/// `ls` and `git` do: SIGPIPE's default action, which Rust programs otherwise ignore (and then
+/// panic on the next print). Not for the commands that start or talk to other processes
+/// (workers, a fork server, a CUDA probe) through pipes: a write to a dead child's pipe would
+/// end them. A sweep's driver keeps running: what it prints to a closed pipe is dropped.
+pub fn end_quietly_on_broken_pipe(command: &Command) {
+    if matches!(
+        command,
+        Command::Ls { .. }
+            | Command::Show { .. }
+            | Command::Status { .. }
+            | Command::Builtins
+            | Command::Completions { .. }
+    ) {
+        // SAFETY: setting a signal's disposition to its default, before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+}
+
+/// Prints `shell`'s completion script for the `rtune` command to stdout.
+pub fn print_completions(shell: clap_complete::Shell) {
+    use clap::CommandFactory;
+    clap_complete::generate(
+        shell,
+        &mut crate::args::Cli::command(),
+        "rtune",
+        &mut std::io::stdout(),
+    );
 }

@@ -1,5 +1,9 @@
-//! How every `rtune` command ends: the exit codes, and one table of them (`EXIT_CODES`) for
-//! `--help` and the README.
+//! How every `rtune` command ends: the exit codes, one table of them (`EXIT_CODES`) for `--help`
+//! and the README, and the error a command ends with ([`Exit`]), with its code, in the words of
+//! the sweep file.
+
+use crate::doc::Problems;
+use rtune_driver::error::Error;
 
 /// Exit codes: the sweep ran and some trials failed or never reported (`--allow-failures`
 /// exits 0 instead).
@@ -48,8 +52,7 @@ pub fn error_code(e: &anyhow::Error) -> i32 {
 
 /// The exit code of one of rtune's errors: a mistake in what was given (2), an interrupted
 /// sweep (3), or anything else (4).
-pub fn code_of(e: &rtune_driver::error::Error) -> i32 {
-    use rtune_driver::error::Error;
+pub fn code_of(e: &Error) -> i32 {
     match e {
         Error::Config { .. } | Error::Params(_) | Error::Data(_) | Error::Held { .. } => {
             EXIT_INVALID
@@ -59,23 +62,61 @@ pub fn code_of(e: &rtune_driver::error::Error) -> i32 {
     }
 }
 
-/// A command that only prints what it reads (`ls`, `show`, `status`, `builtins`,
-/// `completions`) ends quietly when what reads its output goes away (`rtune ls | head -1`), as
-/// `ls` and `git` do: SIGPIPE's default action, which Rust programs otherwise ignore (and then
-/// panic on the next print). Not for the commands that start or talk to other processes
-/// (workers, a fork server, a CUDA probe) through pipes: a write to a dead child's pipe would
-/// end them. A sweep's driver keeps running: what it prints to a closed pipe is dropped.
-pub fn end_quietly_on_broken_pipe(command: &crate::args::Command) {
-    use crate::args::Command;
-    if matches!(
-        command,
-        Command::Ls { .. }
-            | Command::Show { .. }
-            | Command::Status { .. }
-            | Command::Builtins
-            | Command::Completions { .. }
-    ) {
-        // SAFETY: setting a signal's disposition to its default, before any thread is started.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+/// An error with the exit code it ends the command with.
+#[derive(Debug)]
+pub struct Exit(pub i32, pub anyhow::Error);
+
+impl<E: Into<anyhow::Error>> From<E> for Exit {
+    fn from(e: E) -> Self {
+        let e = e.into();
+        Exit(exit_code(&e), e)
     }
+}
+
+fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<Problems>().is_some() {
+        return EXIT_INVALID;
+    }
+    error_code(e)
+}
+
+/// An error of a command that reads what it is given (`ls`, `show`, `export`, `predict`), with
+/// its code ([`input_error_code`]).
+pub fn input_error(e: anyhow::Error) -> Exit {
+    Exit(input_error_code(&e), e)
+}
+
+/// The sweep-file key of a setting the library names by its API (`scaling.use_gpu` for
+/// `ScalingConfig.use_gpu`, `tune.metric` for `TuneConfig.metric`), if the file has one.
+pub fn sweep_key(field: &str) -> Option<String> {
+    const KEYS: &[(&str, &str)] = &[
+        ("TuneConfig.", "tune."),
+        ("ScalingConfig.", "scaling."),
+        ("ScalingConfig", "scaling"),
+        ("RunConfig.name", "name"),
+        ("RunConfig.storage_path", "storage_path"),
+        ("CheckpointConfig.", "run.checkpoint."),
+        ("FailureConfig.", "run.failure."),
+        ("train_loop_config", "param_space"),
+        ("OptunaJournal", "run.optuna"),
+        ("MlflowLogger", "run.mlflow"),
+    ];
+    KEYS.iter().find_map(|(api, key)| field.strip_prefix(api).map(|rest| format!("{key}{rest}")))
+}
+
+/// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
+/// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
+pub fn in_sweep_terms(e: Error) -> Exit {
+    let code = code_of(&e);
+    if let Error::Interrupted { path } = &e {
+        let dir = path.display();
+        return Exit(code, anyhow::anyhow!("interrupted: `rtune resume {dir}` goes on with it"));
+    }
+    if let Error::Config { field, message } = &e
+        && let Some(key) = sweep_key(field)
+    {
+        // The key the file gives, as the file's own mistakes are named.
+        return Exit(code, anyhow::anyhow!("invalid `{key}`: {message}"));
+    }
+    Exit(code, e.into())
 }

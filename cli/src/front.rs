@@ -30,7 +30,7 @@ pub const SOURCES_ENV: &str = "RTUNE_SOURCES";
 /// `rtune`'s `main`; `sources`: the hash of the sources it was built from.
 pub fn main(sources: &str) -> ! {
     let cli = Cli::try_parse().unwrap_or_else(|e| e.exit());
-    crate::exit::end_quietly_on_broken_pipe(&cli.command);
+    crate::commands::end_quietly_on_broken_pipe(&cli.command);
     if let Some(code) = crate::commands::run(&cli.command) {
         std::process::exit(code);
     }

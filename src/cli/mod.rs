@@ -1,9 +1,8 @@
-//! The `rtune` command line: sweeps from a sweep file (`run`, `resume`, `validate`, `stop`:
-//! `sweeping`), experiments on disk (`ls`, `show`, `watch`, `export`, `predict`), and the cluster
-//! (`head`, `node`, `status`). The commands and their flags are the `rtune-cli` crate's (`Cli`),
-//! which `rtune` itself parses without libtorch; this module runs them. A user's own binary gets
-//! all of it, with its own train functions, from one call (a trainable registered with defaults
-//! declares its params: see `registry`):
+//! The `rtune` command line with this binary's train functions: [`main`] runs every command
+//! (`rtune_cli::program`), with the train functions and models of a [`Registry`], and writes
+//! what needs tensors for it (an export's TorchScript, batch prediction). A user's own binary
+//! gets all of it, with its own train functions, from one call (a trainable registered with
+//! defaults declares its params: see `rtune_cli::program::registry`):
 //!
 //! ```no_run
 //! fn my_train(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
@@ -22,227 +21,151 @@
 //! }
 //! ```
 //!
-//! Exit codes: see `EXIT_CODES` (0 success; 1 some trials failed; 2 invalid input, nothing run;
-//! 3 interrupted, resumable; 4 anything else failed).
 
-mod cluster;
-mod doc;
-mod exit;
-mod export;
-mod plan;
 mod predict;
-pub mod registry;
-mod slurm;
-pub mod sweep;
-mod sweeping;
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
-use anyhow::Result;
-use clap::Parser;
-pub use rtune_cli::ui;
-use rtune_cli::{Cli, Command, ModeArg, Output, SlurmCommand, inspect};
+use rtune_cli::PredictArgs;
+use rtune_cli::program::{AddData, Builtins, Export, Torch, Trainables};
+pub use rtune_cli::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
+use rtune_driver::train::TrainFnId;
+use rtune_searchers::Params;
+use tch::nn;
 
-pub use doc::{Problem, Problems, Source};
-pub use exit::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
-use exit::{Exit, input_error};
-pub use registry::{Registry, Trainable};
-pub use sweep::SweepSpec;
-use sweeping::{resume, run, stop, trainable_model, validate};
-
-use crate::config::RunConfig;
-
-/// Where `run` and `resume` run the sweep.
-#[derive(Default)]
-struct Target {
-    /// A cluster (address, token) instead of the sweep file's own.
-    cluster: Option<(String, String)>,
-    /// `run` of an experiment that exists resumes it instead of refusing.
-    resume_existing: bool,
-}
-
-impl Target {
-    fn run_config(&self, spec: &SweepSpec) -> RunConfig {
-        let run = spec.run_config();
-        match &self.cluster {
-            Some((address, token)) => run.cluster(address.clone(), Some(token.clone())),
-            None => run,
-        }
-    }
-}
+use crate::builtins::{digits_data, digits_model, train_digits_mlp, train_synthetic_curve};
+use crate::digits::DIGIT_FEATURES;
+use crate::error::Result;
+use crate::model::Model;
+use crate::worker::TrainFn;
 
 /// Runs the `rtune` command line with `registry`'s train functions and exits. Call it first
 /// in `main`: it also makes the binary's worker processes work (`rtune::init`).
 pub fn main(registry: Registry) -> ! {
     crate::worker::init();
-    if let Err(e) = same_sources_as_rtune() {
-        eprintln!("rtune: {e}");
-        std::process::exit(EXIT_FAILED);
-    }
-    let cli = Cli::parse();
-    rtune_cli::exit::end_quietly_on_broken_pipe(&cli.command);
-    if matches!(
-        cli.command,
-        Command::Run { .. }
-            | Command::Resume { .. }
-            | Command::Slurm { command: SlurmCommand::Run { .. } | SlurmCommand::Resume { .. } }
-    ) {
-        // Progress lines say what happens; the full log is in the experiment's driver.log.
-        crate::log::quiet_stderr();
-    }
-    if let Some(code) = rtune_cli::commands::run(&cli.command) {
-        std::process::exit(code);
-    }
-    let code = match dispatch(cli, &registry) {
-        Ok(code) => code,
-        Err(Exit(code, e)) => {
-            eprintln!("rtune: {e:#}");
-            code
-        }
-    };
-    std::process::exit(code)
+    rtune_cli::program::main(&registry.trainables, &registry, env!("RTUNE_SOURCES"))
 }
 
-/// When `rtune` started this program (see `rtune_cli::front`): that both were built from the
-/// same sources, so that the command runs the code the user built.
-fn same_sources_as_rtune() -> std::result::Result<(), String> {
-    let ours = env!("RTUNE_SOURCES");
-    match std::env::var(rtune_cli::front::SOURCES_ENV) {
-        Ok(theirs) if theirs != ours => {
-            let me =
-                std::env::current_exe().map_or("this program".into(), |p| p.display().to_string());
-            Err(format!(
-                "{me} was built from other sources than the rtune that started it (sources \
-                 {ours}, rtune's {theirs}): build both again with cargo build (cargo build --bin \
-                 rtune alone updates only rtune) or cargo install"
-            ))
-        }
-        _ => Ok(()),
-    }
+/// The train functions a CLI binary offers by name (`[trainable] builtin = "NAME"`), and the
+/// models `rtune export` rebuilds for TorchScript.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    trainables: Trainables,
+    models: BTreeMap<String, Model>,
 }
 
-fn dispatch(cli: Cli, registry: &Registry) -> Result<i32, Exit> {
-    match cli.command {
-        Command::Run { file, sets, output } => {
-            run(&file, &sets, &output, registry, &Target::default())
+impl Registry {
+    /// No train functions.
+    pub fn empty() -> Self {
+        Registry::default()
+    }
+
+    /// `digits-mlp` and `synthetic-curve` (`rtune::builtins`), with digits-mlp's model.
+    pub fn builtin() -> Self {
+        let builtins = Builtins {
+            digits_mlp: TrainFnId::of(train_digits_mlp),
+            digits_data,
+            synthetic_curve: TrainFnId::of(train_synthetic_curve),
+        };
+        Registry { trainables: Trainables::builtin(builtins), models: BTreeMap::new() }.model(
+            "digits-mlp",
+            digits_model,
+            vec![DIGIT_FEATURES as i64],
+        )
+    }
+
+    /// Adds (or replaces) a train function under `name`. Its `defaults` declare the params it
+    /// reads: a sweep file may give those (of the same types) and no others. With no defaults
+    /// it declares nothing, and a param it never reads is said as the sweep runs.
+    pub fn with(
+        mut self,
+        name: impl Into<String>,
+        about: impl Into<String>,
+        train: TrainFn,
+        defaults: Params,
+    ) -> Self {
+        let name = name.into();
+        self.models.remove(&name);
+        self.trainables = self.trainables.with(name, about, TrainFnId::of(train), defaults);
+        self
+    }
+
+    /// Declares the metrics `name` reports: a sweep file's metric names are checked against
+    /// them before anything runs.
+    pub fn metrics(mut self, name: &str, metrics: &[&str]) -> Self {
+        self.trainables = self.trainables.metrics(name, metrics);
+        self
+    }
+
+    /// Declares the values `name`'s numeric `param` accepts: a sweep file giving one outside
+    /// (a constant or a domain's bound) is refused before anything runs.
+    pub fn range(mut self, name: &str, param: &str, range: RangeInclusive<f64>) -> Self {
+        self.trainables = self.trainables.range(name, param, range);
+        self
+    }
+
+    /// Tells the CLI which datasets `name` trains on (`add` gives them to its trainer).
+    pub fn data(mut self, name: &str, add: AddData) -> Self {
+        self.trainables = self.trainables.data(name, add);
+        self
+    }
+
+    /// Tells `rtune export` how to rebuild `name`'s model (for TorchScript in the export).
+    pub fn model(
+        mut self,
+        name: &str,
+        build: fn(&nn::Path, &Params) -> Result<Box<dyn nn::ModuleT>>,
+        input_shape: Vec<i64>,
+    ) -> Self {
+        if self.trainables.get(name).is_some() {
+            self.models.insert(name.to_owned(), Model { build, input_shape });
         }
-        Command::Resume { dir, sweep, sets, output } => {
-            // Another driver's sweep on a store: refused before its staging copy here is
-            // brought up to date (`resume` looks at a local one's lease itself).
-            if crate::storage::remote::is_url(&dir) {
-                crate::tune::lease::check_free(&dir)?;
-            }
-            let dir = local(&dir)?;
-            let corrected = sweep.as_deref().map(|file| (file, sets.as_slice()));
-            resume(&dir, corrected, &output, registry, &Target::default())
-        }
-        Command::Validate { file, sets } => validate(&file, &sets, registry),
-        Command::Builtins => {
-            println!("{}", plan::builtins(registry));
-            Ok(0)
-        }
-        Command::Stop { dir, no_wait } => {
-            stop(&crate::config::expand_home(&dir), no_wait).map_err(|e| Exit(EXIT_INVALID, e))
-        }
-        Command::Slurm { command } => match command {
-            SlurmCommand::Run { file, sets, cluster, output } => {
-                let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
-                run(&file, &sets, &output, registry, &job.target(true))
-            }
-            SlurmCommand::Resume { dir, cluster, output } => {
-                let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
-                resume(&dir, None, &output, registry, &job.target(false))
-            }
-            SlurmCommand::Predict { predict: args, cluster } => {
-                if args.workers.is_none() {
-                    let e =
-                        anyhow::anyhow!("rtune slurm predict: say how many workers (--workers N)");
-                    return Err(Exit(EXIT_INVALID, e));
-                }
-                let job = slurm::JobCluster::start(&cluster).map_err(|e| Exit(EXIT_INVALID, e))?;
-                let at = Some((job.address.clone(), job.token.clone()));
-                println!("{}", predict::predict(&args, at).map_err(input_error)?);
-                Ok(0)
-            }
-            SlurmCommand::Node { address, node_ip, drain_grace } => {
-                slurm::node(address, node_ip, drain_grace)?;
-                Ok(0)
-            }
-        },
-        Command::Export { dir, best: _, trial, metric, mode, to } => {
-            let dir = local(&dir)?;
-            let model = trainable_model(&dir, registry);
-            // To a store: written into its staging folder, then sent up whole.
-            let store = new_store_folder(&to)?;
-            let to_url = to.clone();
-            let to = store.as_ref().map_or(to, |s| s.staging());
-            let args = export::ExportArgs {
-                dir: &dir,
-                trial: trial.as_deref(),
-                metric: metric.as_deref(),
-                mode: mode.map(|m| match m {
-                    ModeArg::Max => rtune_searchers::Mode::Max,
-                    ModeArg::Min => rtune_searchers::Mode::Min,
-                }),
-                to: &to,
-                model: model.as_ref(),
-            };
-            let said = export::export(&args).map_err(input_error)?;
-            if let Some(store) = store {
-                store.put_files(&to).map_err(|e| Exit(EXIT_INVALID, e.into()))?;
-                let url = to_url.display().to_string();
-                println!("{}", said.replace(&to.display().to_string(), &url));
-            } else {
-                println!("{said}");
-            }
-            Ok(0)
-        }
-        Command::Predict(args) => {
-            println!("{}", predict::predict(&args, None).map_err(input_error)?);
-            Ok(0)
-        }
-        Command::Head { port, bind, token, heartbeat_timeout } => {
-            cluster::head(port, bind, token, heartbeat_timeout)?;
-            Ok(0)
-        }
-        Command::Node { address, num_cpus, num_gpus, resources, node_ip, token } => {
-            cluster::node(address, num_cpus, num_gpus, resources, node_ip, token)?;
-            Ok(0)
-        }
-        Command::Completions { .. }
-        | Command::Ls { .. }
-        | Command::Show { .. }
-        | Command::Watch { .. }
-        | Command::Status { .. } => {
-            unreachable!("run by rtune_cli::commands::run before dispatch")
-        }
+        self
+    }
+
+    /// The train functions, as the command line reads sweep files against them.
+    pub fn trainables(&self) -> &Trainables {
+        &self.trainables
     }
 }
 
-/// For an `s3://` URL to write a new folder to: the folder, checked to hold nothing yet (with a
-/// fresh staging folder to write into first); None for a local path.
-fn new_store_folder(to: &Path) -> Result<Option<crate::storage::remote::Remote>, Exit> {
-    use crate::storage::remote::{Remote, blocking, is_url};
-    let Some(url) = to.to_str().filter(|_| is_url(to)) else { return Ok(None) };
-    let invalid = |e: crate::error::Error| Exit(EXIT_INVALID, e.into());
-    let remote = Remote::parse(url).map_err(invalid)?;
-    let held = blocking(async {
-        remote.check().await?;
-        remote.list().await
-    })
-    .map_err(invalid)?;
-    if !held.is_empty() {
-        let why = format!("{url} already holds {} object(s); export to a new folder", held.len());
-        return Err(Exit(EXIT_INVALID, anyhow::anyhow!(why)));
+impl Torch for Registry {
+    fn export(&self, export: &Export<'_>) -> Result<bool> {
+        let mut writer = crate::model::Export::new()
+            .params(export.params.clone())
+            .metrics(export.metrics.clone())
+            .title(export.title.clone());
+        if let Some((metric, mode)) = export.metric {
+            writer = writer.metric(metric, mode);
+        }
+        let model = export.trainable.and_then(|name| self.models.get(name));
+        if let Some(model) = model {
+            writer = writer.model(model.clone());
+        }
+        writer.write(export.checkpoint, export.to)?;
+        Ok(model.is_some())
     }
-    let staging = remote.staging();
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging).map_err(|e| Exit(EXIT_INVALID, e.into()))?;
+
+    fn predict(
+        &self,
+        args: &PredictArgs,
+        cluster: Option<(String, String)>,
+    ) -> anyhow::Result<String> {
+        predict::predict(args, cluster)
     }
-    Ok(Some(remote))
 }
 
-/// A folder argument as a local folder (see `rtune_cli::commands::local`).
-fn local(dir: &Path) -> Result<PathBuf, Exit> {
-    rtune_cli::commands::local(dir).map_err(|(code, e)| Exit(code, e))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registering_replaces_by_name_and_forgets_the_old_model() {
+        let r =
+            Registry::builtin().with("digits-mlp", "mine", train_synthetic_curve, Params::new());
+        assert_eq!(r.trainables().names(), ["synthetic-curve", "digits-mlp"]);
+        assert_eq!(r.trainables().get("digits-mlp").unwrap().about, "mine");
+        assert!(r.models.is_empty());
+    }
 }

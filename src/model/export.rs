@@ -22,12 +22,10 @@ use crate::data::{DATA_SCHEMA_FILE, DataSchema};
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::{number_text, param_text};
 use crate::outcome::Checkpoint;
-use crate::storage;
+use crate::storage::{self, PARAMS_FILE};
 
 /// The TorchScript module's file in an export.
 pub const TORCHSCRIPT_FILE: &str = "model.pt";
-/// The params the model was trained with, in an export (and in a run directory).
-pub const PARAMS_FILE: &str = "params.json";
 /// The metrics reported with the exported checkpoint.
 pub const METRICS_FILE: &str = "metrics.json";
 

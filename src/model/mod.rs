@@ -7,5 +7,5 @@ mod export;
 mod predictor;
 
 pub use batch_predict::{BatchPredictor, Predicted};
-pub use export::{Export, ExportCheckpoint, METRICS_FILE, Model, PARAMS_FILE, TORCHSCRIPT_FILE};
+pub use export::{Export, ExportCheckpoint, METRICS_FILE, Model, TORCHSCRIPT_FILE};
 pub use predictor::TorchPredictor;

@@ -41,31 +41,19 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::collective::ReduceOp;
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::train::command::{COMMAND_ENV, CommandSpec};
 use crate::worker::{HUB_TOKEN_ENV, TrainContext, WORKER_ENV};
 
-/// The variable a command trainable's worker finds its [`CommandSpec`] in.
-pub(crate) const COMMAND_ENV: &str = "RTUNE_COMMAND";
-/// The prefix of a report line on the command's stdout.
 pub const REPORT_PREFIX: &str = "@rtune ";
 /// Lines of the command's stderr kept for the error of a failed run.
 const STDERR_TAIL: usize = 20;
 /// After SIGTERM, how long a stopped command has before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(5);
-
-/// What to run, as the driver resolved it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct CommandSpec {
-    /// The program (an absolute path, or a name looked up on `PATH`) and its arguments.
-    pub argv: Vec<String>,
-    pub working_dir: PathBuf,
-    /// How long a command told to stop has to exit before SIGTERM.
-    pub stop_grace_s: f64,
-}
 
 /// A report line, as the command writes it.
 #[derive(Debug, Deserialize)]
@@ -175,7 +163,7 @@ fn start(spec: &CommandSpec, ctx: &TrainContext, port: u16) -> anyhow::Result<Ch
     // The command gets every param; what it reads is its own affair.
     ctx.params().read_all();
     let params = serde_json::to_string(ctx.params()).context("params as JSON")?;
-    let params_file = ctx.run_dir().join("params.json");
+    let params_file = ctx.run_dir().join(crate::storage::PARAMS_FILE);
     if !params_file.exists() {
         crate::storage::atomic_write(&params_file, params.as_bytes())?;
     }

@@ -17,7 +17,6 @@ pub(crate) mod process;
 mod shard;
 mod shard_optimizer;
 mod sharded;
-mod trainable;
 
 pub use command::{REPORT_PREFIX, run_command};
 pub(crate) use context::ContextParts;
@@ -29,7 +28,6 @@ pub use shard::{Balance, BatchSpec, Batches, DatasetShard, RESIDENT_BYTES};
 #[allow(deprecated)]
 pub use shard_optimizer::{OptimizerSettings, ShardOptimizer};
 pub use sharded::{ShardedModel, Sharding};
-pub use trainable::CommandTrainable;
 
 /// A train function: runs on every worker, reports through the context.
 pub type TrainFn = fn(&mut TrainContext) -> anyhow::Result<()>;
@@ -75,6 +73,9 @@ fn run_worker() -> i32 {
 /// `offset` must come from a `TrainFnId` made in a process running the very same binary (the
 /// caller checks the build id first).
 pub(crate) unsafe fn train_fn_at(offset: i64) -> TrainFn {
+    if offset == rtune_driver::train::TrainFnId::COMMAND.offset() {
+        return run_command;
+    }
     let address = rtune_driver::train::TrainFnId::address(offset);
     // SAFETY: per the contract, `address` is where the same binary placed the same `TrainFn`
     // (`TrainFnId::of` takes only functions of `TrainContext`, the one `TrainContextType`).

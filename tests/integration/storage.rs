@@ -533,7 +533,7 @@ pub fn run_fit_if_asked() {
     use rtune::{RunConfig, TorchTrainer};
     let Ok(url) = std::env::var(FIT_ON_ENV) else { return };
     let builtin = rtune::cli::Registry::builtin();
-    let defaults = &builtin.get("synthetic-curve").expect("a builtin").defaults;
+    let defaults = &builtin.trainables().get("synthetic-curve").expect("a builtin").defaults;
     let config = defaults.clone().with("iterations", 4).with("noise", 0.0);
     let run = RunConfig::new("single")
         .storage_path(url)

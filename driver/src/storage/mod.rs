@@ -136,6 +136,10 @@ pub type Row = BTreeMap<String, serde_json::Value>;
 /// is held (with the others that come within the same span) and written when the span is up
 /// ([`ResultFiles::flush_due`]). One write per file per report was a tenth of the driver's
 /// CPU at thousands of reports a second.
+/// A run's params (its train function's `train_loop_config`), in its run folder and in an
+/// export.
+pub const PARAMS_FILE: &str = "params.json";
+
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 /// `result.json` and `progress.csv` of one run or trial.

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use rtune_searchers::Mode;
 
 use super::{MAX_COUNT, num_of, positive};
-use crate::cli::doc::{Fields, Item, Kind, Report};
-use crate::config::{CheckpointConfig, FailureConfig, StoreSettings};
+use crate::doc::{Fields, Item, Kind, Report};
+use rtune_driver::config::{CheckpointConfig, FailureConfig, StoreSettings};
 
 /// `[run]`: what `read_run` gives.
 pub(super) struct RunParts {
@@ -36,10 +36,10 @@ pub struct MlflowSettings {
 }
 
 impl MlflowSettings {
-    pub(super) fn logger(&self) -> crate::callback::MlflowLogger {
+    pub(super) fn logger(&self) -> rtune_driver::callback::MlflowLogger {
         let logger = match &self.tracking_uri {
-            Some(uri) => crate::callback::MlflowLogger::new(uri),
-            None => crate::callback::MlflowLogger::from_env(),
+            Some(uri) => rtune_driver::callback::MlflowLogger::new(uri),
+            None => rtune_driver::callback::MlflowLogger::from_env(),
         };
         let logger = logger.log_artifacts(self.log_artifacts);
         match &self.experiment {
@@ -90,7 +90,7 @@ pub(super) fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
         let attribute = c.value::<String>("score_attribute", report);
         let order = c.one_of("score_order", &["max", "min"], report);
         if c.one_of("upload", &["sync", "async"], report).as_deref() == Some("async") {
-            checkpoint = checkpoint.upload(crate::config::CheckpointUpload::Async);
+            checkpoint = checkpoint.upload(rtune_driver::config::CheckpointUpload::Async);
         }
         if let Some(attribute) = attribute {
             let mode = if order.as_deref() == Some("min") { Mode::Min } else { Mode::Max };
@@ -139,7 +139,7 @@ pub(super) fn read_run(item: &Item, report: &mut Report<'_>) -> RunParts {
     });
     let optuna = fields.value::<String>("optuna", report).map(PathBuf::from);
     if let Some(journal) = &optuna
-        && let Err(why) = crate::callback::OptunaJournal::new(journal).check()
+        && let Err(why) = rtune_driver::callback::OptunaJournal::new(journal).check()
     {
         fields.refuse("optuna", format!("is {journal:?}: {why}"), report);
     }
@@ -170,6 +170,6 @@ fn seconds(
             fields.refuse(key, format!("is {s}; use a number of seconds > 0"), report);
             None
         }
-        s => crate::config::duration(s).map_err(|why| fields.refuse(key, why, report)).ok(),
+        s => rtune_driver::config::duration(s).map_err(|why| fields.refuse(key, why, report)).ok(),
     }
 }

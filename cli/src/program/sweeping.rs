@@ -9,15 +9,17 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use rtune_searchers::TrialStatus;
 
-use super::exit::{EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED, Exit, in_sweep_terms};
-use super::{Output, Registry, SweepSpec, Target, doc, inspect, registry, ui};
-use crate::config::RunConfig;
-use crate::outcome::error_summary;
-use crate::tune::{Control, ResultGrid, SWEEP_FILE, SweepState, Tuner};
+use super::{SweepSpec, Target, Trainables};
+use crate::args::Output;
+use crate::exit::{EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED, Exit, in_sweep_terms};
+use crate::{doc, inspect, ui};
+use rtune_driver::config::RunConfig;
+use rtune_driver::outcome::error_summary;
+use rtune_driver::tune::{Control, ResultGrid, SWEEP_FILE, SweepState, Tuner};
 
 /// `println!` for the sweep commands, whose reader may go away while the sweep goes on (`rtune
 /// run .. | head`): what cannot be written is dropped (SIGPIPE is ignored here, see
-/// `rtune_cli::exit::end_quietly_on_broken_pipe`).
+/// `crate::commands::end_quietly_on_broken_pipe`).
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
@@ -43,7 +45,7 @@ pub(super) fn run(
     file: &Path,
     sets: &[String],
     output: &Output,
-    registry: &Registry,
+    registry: &Trainables,
     target: &Target,
 ) -> Result<i32, Exit> {
     check(output)?;
@@ -51,11 +53,11 @@ pub(super) fn run(
     let mut run = target.run_config(&spec);
     let mut name = spec.name.clone().unwrap_or_else(|| {
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
-        format!("{stem}_{}", crate::storage::date_string(crate::storage::unix_time()))
+        format!("{stem}_{}", rtune_driver::storage::date_string(rtune_driver::storage::unix_time()))
     });
     run.name = Some(name.clone());
-    let mut path = crate::tune::experiment_path(&run);
-    if crate::tune::holds_experiment(&path) {
+    let mut path = rtune_driver::tune::experiment_path(&run);
+    if rtune_driver::tune::holds_experiment(&path) {
         if target.resume_existing {
             say!("{} already holds this experiment (a requeued job): resuming it", path.display());
             return resume(&path, None, output, registry, target);
@@ -71,7 +73,7 @@ pub(super) fn run(
             let taken = path.clone();
             for n in 2.. {
                 run.name = Some(format!("{name}-{n}"));
-                path = crate::tune::experiment_path(&run);
+                path = rtune_driver::tune::experiment_path(&run);
                 if !path.exists() {
                     break;
                 }
@@ -123,7 +125,7 @@ pub(super) fn stop(dir: &Path, no_wait: bool) -> anyhow::Result<i32> {
 }
 
 /// `rtune validate`: what `run` checks before it starts, and a line on what it would run.
-pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Result<i32, Exit> {
+pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> Result<i32, Exit> {
     let (source, spec) = read_spec(file, sets, registry, true)?;
     let mut run = spec.run_config();
     run.name = Some(spec.name.clone().unwrap_or_else(|| "validate".into()));
@@ -141,8 +143,9 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Res
     );
     say!("{}", super::plan::plan(&spec, registry));
     if let Some(name) = &spec.name {
-        let path = crate::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
-        if crate::tune::holds_experiment(&path) && !recorded_nothing(&path) {
+        let path =
+            rtune_driver::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
+        if rtune_driver::tune::holds_experiment(&path) && !recorded_nothing(&path) {
             say!(
                 "note: {}: `rtune run` would run this one beside it as {name}-2 (or the next \
                  free number)",
@@ -157,7 +160,7 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Registry) -> Res
 /// goes on with it or ends it.
 fn name_taken(path: &Path) -> String {
     let dir = path.display();
-    match crate::tune::sweep_state(path) {
+    match rtune_driver::tune::sweep_state(path) {
         SweepState::Running(holder) => format!(
             "{dir} holds a sweep another driver is running ({holder}; `rtune stop {dir}` ends it)"
         ),
@@ -173,7 +176,7 @@ fn name_taken(path: &Path) -> String {
 fn read_spec(
     file: &Path,
     sets: &[String],
-    registry: &Registry,
+    registry: &Trainables,
     here: bool,
 ) -> Result<(doc::Source, SweepSpec), Exit> {
     let text = std::fs::read_to_string(file)
@@ -206,7 +209,7 @@ fn replace_sweep(
     dir: &Path,
     file: &Path,
     sets: &[String],
-    registry: &Registry,
+    registry: &Trainables,
 ) -> Result<(), Exit> {
     let (_, old) = read_sweep(dir, registry)?;
     let (source, new) = read_spec(file, sets, registry, false)?;
@@ -231,15 +234,15 @@ fn replace_sweep(
     let copy =
         SweepCopy { file: absolute.display().to_string(), text: source.text, set: sets.to_vec() };
     let json = serde_json::to_vec_pretty(&copy)?;
-    crate::storage::atomic_write(&dir.join(SWEEP_FILE), &json)
-        .map_err(|e| Exit(super::exit::EXIT_FAILED, e.into()))?;
+    rtune_driver::storage::atomic_write(&dir.join(SWEEP_FILE), &json)
+        .map_err(|e| Exit(crate::exit::EXIT_FAILED, e.into()))?;
     say!("going on with {} (it replaces the sweep file kept in {})", source.name, dir.display());
     Ok(())
 }
 
 /// The sweep `rtune run` ran in `dir`, from the copy of its file kept there: the file's path
 /// and the sweep.
-fn read_sweep(dir: &Path, registry: &Registry) -> Result<(String, SweepSpec), Exit> {
+fn read_sweep(dir: &Path, registry: &Trainables) -> Result<(String, SweepSpec), Exit> {
     let copy_path = dir.join(SWEEP_FILE);
     let copy: SweepCopy = match std::fs::read(&copy_path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
@@ -270,14 +273,14 @@ pub(super) fn resume(
     dir: &Path,
     corrected: Option<(&Path, &[String])>,
     output: &Output,
-    registry: &Registry,
+    registry: &Trainables,
     target: &Target,
 ) -> Result<i32, Exit> {
     check(output)?;
-    match crate::tune::sweep_state(dir) {
+    match rtune_driver::tune::sweep_state(dir) {
         SweepState::Running(holder) => {
             let path = dir.display().to_string();
-            return Err(in_sweep_terms(crate::error::Error::Held { path, holder }));
+            return Err(in_sweep_terms(rtune_driver::error::Error::Held { path, holder }));
         }
         SweepState::Finished => {
             let shown = dir.display();
@@ -310,10 +313,9 @@ pub(super) fn resume(
     finish(outcome, dir, output, began)
 }
 
-/// The model of the registered trainable that `rtune run` swept in `dir`, if it has one.
-pub(super) fn trainable_model(dir: &Path, registry: &Registry) -> Option<registry::Model> {
-    let (_, spec) = read_sweep(dir, registry).ok()?;
-    registry.get(spec.builtin.as_deref()?)?.model.clone()
+/// The registered trainable that `rtune run` swept in `dir`, if it was one.
+pub(super) fn trainable(dir: &Path, registry: &Trainables) -> Option<String> {
+    read_sweep(dir, registry).ok()?.1.builtin
 }
 
 /// `12 trials`, `1 trial`, or `trials until the time budget is spent`.
@@ -349,7 +351,7 @@ fn reporting(
     let workers = scaling.num_workers as f64;
     model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);
     if spec.cluster.is_none()
-        && let Ok(node) = crate::cluster::local_node()
+        && let Ok(node) = rtune_driver::cluster::local_node()
     {
         model.capacity = (node.resources.cpu, node.resources.gpu);
     }
@@ -451,7 +453,7 @@ fn watch_signals<T>(control: Control, sweep: impl FnOnce() -> T) -> T {
 
 /// Prints the results, writes the JSON summary, and picks the exit code.
 fn finish(
-    outcome: crate::error::Result<ResultGrid>,
+    outcome: rtune_driver::error::Result<ResultGrid>,
     path: &Path,
     output: &Output,
     began: Instant,
@@ -460,7 +462,7 @@ fn finish(
     // one refused because another driver runs it, nothing.
     let (grid, error) = match outcome {
         Ok(grid) => (grid, None),
-        Err(e @ crate::error::Error::Held { .. }) => return Err(in_sweep_terms(e)),
+        Err(e @ rtune_driver::error::Error::Held { .. }) => return Err(in_sweep_terms(e)),
         Err(e) => match ResultGrid::from_path(path) {
             Ok(grid) => (grid, Some(e)),
             Err(_) => return Err(in_sweep_terms(e)),

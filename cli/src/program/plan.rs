@@ -4,11 +4,11 @@
 
 use rtune_searchers::{Param, SearchSpace, Value};
 
-use crate::metrics::number_text;
+use rtune_driver::metrics::number_text;
 
-use super::doc::value_text as toml_value;
-use super::registry::{Registry, Trainable};
+use super::registry::{Trainable, Trainables};
 use super::sweep::SweepSpec;
+use crate::doc::value_text as toml_value;
 
 /// Each leaf param of `space` (dotted keys for groups of params): whether it is searched, and
 /// how it is written.
@@ -42,7 +42,7 @@ fn rows(rows: &[(String, &str, String)]) -> String {
 /// The metrics `t` reports, as a sentence's end: `loss, val_loss (and rtune's
 /// training_iteration, ..)`, or that it does not say.
 fn metrics(t: Option<&Trainable>) -> String {
-    let auto: Vec<&str> = crate::metrics::AUTO_METRICS
+    let auto: Vec<&str> = rtune_driver::metrics::AUTO_METRICS
         .into_iter()
         .filter(|m| *m != "checkpoint_dir_name" && *m != "timestamp")
         .collect();
@@ -76,8 +76,8 @@ pub(super) fn recorded_differences(
         }
     };
     let samples = |s: &SweepSpec| match s.tune.num_samples {
-        crate::tune::Samples::Count(n) => n.to_string(),
-        crate::tune::Samples::UntilStopped => "-1".into(),
+        rtune_driver::tune::Samples::Count(n) => n.to_string(),
+        rtune_driver::tune::Samples::UntilStopped => "-1".into(),
     };
     let (old_metric, new_metric) = (metric(old), metric(new));
     let mut pairs = vec![
@@ -128,7 +128,7 @@ fn mode_name(mode: rtune_searchers::Mode) -> &'static str {
 
 /// `rtune validate`'s plan of `spec`: its params, the trainable's defaults it keeps, and what
 /// the trainable reports.
-pub(super) fn plan(spec: &SweepSpec, registry: &Registry) -> String {
+pub(super) fn plan(spec: &SweepSpec, registry: &Trainables) -> String {
     let trainable = spec.builtin.as_deref().and_then(|b| registry.get(b));
     let mut params = Vec::new();
     leaves(&spec.space, "", &mut params);
@@ -150,7 +150,7 @@ pub(super) fn plan(spec: &SweepSpec, registry: &Registry) -> String {
 
 /// `rtune builtins`: each trainable of `registry`, what it is, the params it reads (with their
 /// defaults and ranges) and the metrics it reports.
-pub(super) fn builtins(registry: &Registry) -> String {
+pub(super) fn builtins(registry: &Trainables) -> String {
     let mut out = Vec::new();
     for name in registry.names() {
         let t = registry.get(name).expect("a name the registry lists");

@@ -1,23 +1,20 @@
 //! The train functions a CLI binary offers by name (`[trainable] builtin = "NAME"` in a sweep
-//! file): the registry a user's own binary adds its functions to
-//! (`rtune::cli::main(Registry::builtin().with(..))`). The builtin ones themselves, the demo's
-//! `digits-mlp` and the scheduler-exercising `synthetic-curve`, are `crate::builtins`.
+//! file), as the command line knows them: their places in the binary (`TrainFnId`) and what
+//! they declare. A user's own binary adds its functions through `rtune::cli::Registry`
+//! (`rtune::cli::main(Registry::builtin().with(..))`), which fills this in. The builtin ones,
+//! the demo's `digits-mlp` and the scheduler-exercising `synthetic-curve`, are declared here
+//! ([`Trainables::builtin`]) and written in `rtune::builtins`.
 //!
 //! A trainable declares the params it reads by its defaults (each default's type is the
-//! param's) and, for numbers, the range it accepts (`Registry::range`): a sweep file naming
+//! param's) and, for numbers, the range it accepts (`Trainables::range`): a sweep file naming
 //! another param, a value of another type, or a value or domain bound outside a range is
 //! refused before anything runs. One registered without defaults declares nothing; its params
 //! are checked as it runs (a param it never reads is a warning).
 
 use std::ops::RangeInclusive;
 
+use rtune_driver::train::{TorchTrainer, TrainFnId};
 use rtune_searchers::{Param, Params, Value};
-use tch::nn;
-
-use crate::builtins::{digits_data, digits_model, train_digits_mlp, train_synthetic_curve};
-use crate::digits::DIGIT_FEATURES;
-use crate::train::TorchTrainer;
-use crate::worker::TrainFn;
 
 /// A train function the CLI can run by name (`[trainable] builtin = "NAME"`).
 #[derive(Debug, Clone)]
@@ -25,11 +22,9 @@ pub struct Trainable {
     pub name: String,
     /// One line for `--help` and error messages.
     pub about: String,
-    pub train: TrainFn,
+    pub train: TrainFnId,
     /// Its `train_loop_config` before the param space is merged in (the param space wins).
     pub defaults: Params,
-    /// How to rebuild its model from a trial's params, for `rtune export`'s TorchScript.
-    pub model: Option<Model>,
     /// Gives its trainer the datasets (and preprocessor) it trains on.
     pub data: Option<AddData>,
     /// The ranges its numeric params must lie in (checked before a sweep runs).
@@ -49,7 +44,7 @@ impl Trainable {
     /// Why a sweep cannot rank, schedule or stop by `metric`, or None: it is neither one this
     /// train function declares it reports nor one of rtune's automatic ones.
     pub fn check_metric(&self, metric: &str) -> Option<String> {
-        let auto = crate::metrics::AUTO_METRICS;
+        let auto = rtune_driver::metrics::AUTO_METRICS;
         if self.metrics.is_empty()
             || self.metrics.iter().any(|m| m == metric)
             || auto.contains(&metric)
@@ -61,8 +56,8 @@ impl Trainable {
         Some(format!(
             "names `{metric}`, which `{}` does not report; it reports {}{}",
             self.name,
-            super::doc::list(&names),
-            super::doc::did_you_mean(metric, &names)
+            crate::doc::list(&names),
+            crate::doc::did_you_mean(metric, &names)
         ))
     }
 
@@ -78,8 +73,8 @@ impl Trainable {
             return Some(format!(
                 "is not a param of `{}`, which reads {}{}",
                 self.name,
-                super::doc::list(&names),
-                super::doc::did_you_mean(key, &names)
+                crate::doc::list(&names),
+                crate::doc::did_you_mean(key, &names)
             ));
         };
         let values = match param {
@@ -148,36 +143,42 @@ fn short(v: &Value) -> String {
     match v {
         Value::Float(x) if x.abs() >= 1e15 || (*x != 0.0 && x.abs() < 1e-4) => format!("{x:e}"),
         // As a sweep file writes them.
-        Value::Map(_) | Value::List(_) => super::doc::value_text(v),
+        Value::Map(_) | Value::List(_) => crate::doc::value_text(v),
         other => other.to_string(),
     }
 }
 
 /// Adds datasets, columns and a preprocessor to a trainer (`TorchTrainer::datasets`..).
-pub type AddData = fn(TorchTrainer) -> crate::error::Result<TorchTrainer>;
+pub type AddData = fn(TorchTrainer) -> rtune_driver::error::Result<TorchTrainer>;
 
-/// A trainable's model, rebuilt from a trial's params, for `rtune export`'s TorchScript.
-pub use crate::model::Model;
-
-/// The train functions a CLI binary offers.
+/// The train functions a CLI binary offers, by name.
 #[derive(Debug, Clone, Default)]
-pub struct Registry {
+pub struct Trainables {
     entries: Vec<Trainable>,
 }
 
-impl Registry {
+/// The builtin train functions, as `rtune::builtins` writes them.
+#[derive(Debug, Clone, Copy)]
+pub struct Builtins {
+    pub digits_mlp: TrainFnId,
+    /// The digits' datasets, for `digits-mlp`'s trainer.
+    pub digits_data: AddData,
+    pub synthetic_curve: TrainFnId,
+}
+
+impl Trainables {
     /// No train functions.
     pub fn empty() -> Self {
-        Registry::default()
+        Trainables::default()
     }
 
-    /// `digits-mlp` and `synthetic-curve` (see the module docs).
-    pub fn builtin() -> Self {
-        Registry::empty()
+    /// `digits-mlp` and `synthetic-curve` (see the module docs), run by `builtins`.
+    pub fn builtin(builtins: Builtins) -> Self {
+        Trainables::empty()
             .with(
                 "digits-mlp",
                 "data-parallel MLP on the shipped 8x8 digits (lr, hidden, batch_size, epochs)",
-                train_digits_mlp,
+                builtins.digits_mlp,
                 Params::new()
                     .with("lr", 1e-3)
                     .with("hidden", 256)
@@ -187,7 +188,7 @@ impl Registry {
             .with(
                 "synthetic-curve",
                 "learning-curve simulator for schedulers (rate, plateau, noise, iterations)",
-                train_synthetic_curve,
+                builtins.synthetic_curve,
                 Params::new()
                     .with("rate", 0.3)
                     .with("plateau", 1.0)
@@ -197,8 +198,7 @@ impl Registry {
                     .with("sleep_s", 0.0)
                     .with("fail_at", 0),
             )
-            .model("digits-mlp", digits_model, vec![DIGIT_FEATURES as i64])
-            .data("digits-mlp", digits_data)
+            .data("digits-mlp", builtins.digits_data)
             .metrics("digits-mlp", &["loss", "val_loss", "val_acc", "params"])
             .metrics("synthetic-curve", &["score", "loss"])
             .range("digits-mlp", "lr", 1e-12..=10.0)
@@ -221,7 +221,7 @@ impl Registry {
         mut self,
         name: impl Into<String>,
         about: impl Into<String>,
-        train: TrainFn,
+        train: TrainFnId,
         defaults: Params,
     ) -> Self {
         let name = name.into();
@@ -231,7 +231,6 @@ impl Registry {
             about: about.into(),
             train,
             defaults,
-            model: None,
             data: None,
             ranges: Vec::new(),
             metrics: Vec::new(),
@@ -265,19 +264,6 @@ impl Registry {
         self
     }
 
-    /// Tells `rtune export` how to rebuild `name`'s model (for TorchScript in the export).
-    pub fn model(
-        mut self,
-        name: &str,
-        build: fn(&nn::Path, &Params) -> crate::error::Result<Box<dyn nn::ModuleT>>,
-        input_shape: Vec<i64>,
-    ) -> Self {
-        if let Some(t) = self.entries.iter_mut().find(|t| t.name == name) {
-            t.model = Some(Model { build, input_shape });
-        }
-        self
-    }
-
     pub fn get(&self, name: &str) -> Option<&Trainable> {
         self.entries.iter().find(|t| t.name == name)
     }
@@ -287,14 +273,39 @@ impl Registry {
     }
 }
 
+/// Trainables for the command line's own tests: the builtins' declarations, whose train
+/// functions never run here.
+#[cfg(test)]
+pub(crate) fn declared_builtins() -> Trainables {
+    struct NoContext;
+    // SAFETY: the tests only read sweep files against these; no worker ever calls them.
+    unsafe impl rtune_driver::train::TrainContextType for NoContext {}
+    fn never(_: &mut NoContext) -> anyhow::Result<()> {
+        unreachable!("the command line's tests run no trial")
+    }
+    fn no_data(trainer: TorchTrainer) -> rtune_driver::error::Result<TorchTrainer> {
+        Ok(trainer)
+    }
+    let never = TrainFnId::of(never);
+    Trainables::builtin(Builtins {
+        digits_mlp: never,
+        digits_data: no_data,
+        synthetic_curve: never,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn registering_replaces_by_name() {
-        let r =
-            Registry::builtin().with("synthetic-curve", "mine", train_digits_mlp, Params::new());
+        let r = declared_builtins().with(
+            "synthetic-curve",
+            "mine",
+            declared_builtins().get("digits-mlp").unwrap().train,
+            Params::new(),
+        );
         assert_eq!(r.names(), ["digits-mlp", "synthetic-curve"]);
         assert_eq!(r.get("synthetic-curve").unwrap().about, "mine");
     }

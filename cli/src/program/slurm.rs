@@ -18,12 +18,12 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::args::ClusterArgs;
 use anyhow::{Context, Result, anyhow};
-use rtune_cli::ClusterArgs;
 
-use crate::cluster::pool::PoolStatus;
-use crate::cluster::slurm::{self, Allocation, NodeAllocation};
-use crate::cluster::{client, head, node};
+use rtune_driver::cluster::pool::PoolStatus;
+use rtune_driver::cluster::slurm::{self, Allocation, NodeAllocation};
+use rtune_driver::cluster::{client, head, node};
 
 /// The cluster of one job: the head (served here) and the `srun` step of its node agents.
 pub(super) struct JobCluster {
@@ -52,9 +52,9 @@ impl JobCluster {
             Some(ip) => ip.clone(),
             None => env("SLURMD_NODENAME")
                 .and_then(|name| slurm::node_addr(&name))
-                .unwrap_or_else(crate::sys::hostname),
+                .unwrap_or_else(rtune_driver::sys::hostname),
         };
-        let token = crate::cluster::new_token();
+        let token = rtune_driver::cluster::new_token();
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
         let config = head::HeadConfig {
@@ -208,7 +208,7 @@ fn start_agents(allocation: &Allocation, address: &str, token: &str) -> Result<C
         .args(["--overlap", "--cpu-bind=none", "--kill-on-bad-exit=0", "--job-name=rtune-nodes"])
         .arg(exe)
         .args(["slurm", "node", "--address", address])
-        .env(crate::config::TOKEN_ENV, token)
+        .env(rtune_driver::config::TOKEN_ENV, token)
         .stdin(Stdio::null());
     // SAFETY: prctl is async-signal-safe. The step ends with this process (SIGTERM to srun
     // ends its tasks), even if it is killed; this is the main thread, which lives as long.
@@ -253,11 +253,16 @@ fn joined_line(status: &PoolStatus) -> String {
 /// `rtune slurm node`: this node's agent, as a task of the job's srun step.
 pub(super) fn node(address: String, node_ip: Option<String>, drain_grace: Duration) -> Result<()> {
     let allocation = NodeAllocation::from_env(env, slurm::affinity_cpus())?;
-    let token = env(crate::config::TOKEN_ENV).filter(|t| !t.is_empty()).ok_or_else(|| {
-        anyhow!("{} is not set: `rtune slurm run` starts this agent", crate::config::TOKEN_ENV)
-    })?;
-    let ip =
-        node_ip.or_else(|| slurm::node_addr(&allocation.name)).unwrap_or_else(crate::sys::hostname);
+    let token =
+        env(rtune_driver::config::TOKEN_ENV).filter(|t| !t.is_empty()).ok_or_else(|| {
+            anyhow!(
+                "{} is not set: `rtune slurm run` starts this agent",
+                rtune_driver::config::TOKEN_ENV
+            )
+        })?;
+    let ip = node_ip
+        .or_else(|| slurm::node_addr(&allocation.name))
+        .unwrap_or_else(rtune_driver::sys::hostname);
     let mut config = node::NodeConfig::new(address, Some(token), allocation.spec(ip));
     config.once = true;
     config.workers_ignore_sigterm = true;

@@ -61,16 +61,16 @@ mod space;
 
 use rtune_searchers::{Mode, Objective, SearchSpace};
 
-use super::doc::{self, Fields, Item, Kind, Problems, Report, Source};
-use super::registry::Registry;
-use crate::config::{
-    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
-};
-use crate::train::TorchTrainer;
-use crate::tune::{Control, Samples, TuneConfig, TuneSettings, Tuner};
-use crate::worker::CommandTrainable;
+use super::registry::Trainables;
+use crate::doc::{self, Fields, Item, Kind, Problems, Report, Source};
 pub use components::Component;
 use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
+use rtune_driver::config::{
+    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
+};
+use rtune_driver::train::CommandTrainable;
+use rtune_driver::train::TorchTrainer;
+use rtune_driver::tune::{Control, Samples, TuneConfig, TuneSettings, Tuner};
 pub use run::MlflowSettings;
 use run::{RunParts, read_run};
 use space::{param_origin, read_space};
@@ -115,7 +115,7 @@ pub struct SweepSpec {
 
 impl SweepSpec {
     /// Reads and checks the whole file, `sets` (`key.path=value`) applied on top.
-    pub fn read(source: &Source, sets: &[String], registry: &Registry) -> Result<Self, Problems> {
+    pub fn read(source: &Source, sets: &[String], registry: &Trainables) -> Result<Self, Problems> {
         Self::read_checked(source, sets, registry, false)
     }
 
@@ -124,7 +124,7 @@ impl SweepSpec {
     pub fn read_to_run_here(
         source: &Source,
         sets: &[String],
-        registry: &Registry,
+        registry: &Trainables,
     ) -> Result<Self, Problems> {
         Self::read_checked(source, sets, registry, true)
     }
@@ -132,7 +132,7 @@ impl SweepSpec {
     fn read_checked(
         source: &Source,
         sets: &[String],
-        registry: &Registry,
+        registry: &Trainables,
         here: bool,
     ) -> Result<Self, Problems> {
         let mut root = source.parse()?;
@@ -182,16 +182,16 @@ impl SweepSpec {
             run = run.callback(mlflow.logger());
         }
         if let Some(journal) = &self.optuna {
-            run = run.callback(crate::callback::OptunaJournal::new(journal));
+            run = run.callback(rtune_driver::callback::OptunaJournal::new(journal));
         }
         if self.tensorboard {
-            run = run.callback(crate::callback::TensorBoardLogger::new());
+            run = run.callback(rtune_driver::callback::TensorBoardLogger::new());
         }
         if let Some(period) = self.sync_period {
             run.sync_period = period;
         }
         if let Some(address) = &self.cluster {
-            run = run.cluster(address, std::env::var(crate::config::TOKEN_ENV).ok());
+            run = run.cluster(address, std::env::var(rtune_driver::config::TOKEN_ENV).ok());
         }
         run
     }
@@ -200,7 +200,7 @@ impl SweepSpec {
     /// until its time budget is spent.
     pub fn trial_count(&self) -> Option<u64> {
         let searcher = self.searcher();
-        crate::tune::trial_count(&self.space, self.tune.num_samples, searcher.as_deref())
+        rtune_driver::tune::trial_count(&self.space, self.tune.num_samples, searcher.as_deref())
     }
 
     /// A new sweep of this spec.
@@ -214,7 +214,7 @@ impl SweepSpec {
 
 fn read_root(
     root: &Item,
-    registry: &Registry,
+    registry: &Trainables,
     base_dir: &Path,
     here: bool,
     report: &mut Report<'_>,
@@ -222,7 +222,7 @@ fn read_root(
     let mut top = Fields::of(root, "", report);
     let name = top.value::<String>("name", report);
     if let (Some(n), Some(item)) = (&name, find_key(root, "name"))
-        && let Err(why) = crate::config::check_folder_name(n)
+        && let Err(why) = rtune_driver::config::check_folder_name(n)
     {
         report.add("name", &item.origin, why);
     }
@@ -282,7 +282,7 @@ fn read_root(
             tune.refuse("time_budget_s", "must be a positive number of seconds", report)
         }
         Some(budget) => {
-            if let Err(why) = crate::config::duration(budget) {
+            if let Err(why) = rtune_driver::config::duration(budget) {
                 tune.refuse("time_budget_s", why, report);
             }
         }
@@ -552,7 +552,7 @@ fn check_declared(
 /// here: checked with the file's other mistakes, by the check the Tuner makes before any trial.
 fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut Report<'_>) {
     let mut add = |field: &str, message: String| {
-        let key = super::exit::sweep_key(field).unwrap_or_else(|| "scaling".into());
+        let key = crate::exit::sweep_key(field).unwrap_or_else(|| "scaling".into());
         let origin = doc::find(root, &key)
             .or_else(|| doc::find(root, "scaling"))
             .map_or(&root.origin, |(origin, _)| origin);
@@ -560,7 +560,7 @@ fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut 
     };
     if let Err(e) = scaling.validate() {
         return match e {
-            crate::error::Error::Config { field, message } => add(field, message),
+            rtune_driver::error::Error::Config { field, message } => add(field, message),
             other => add("scaling", other.to_string()),
         };
     }
@@ -570,7 +570,7 @@ fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut 
     }
     match rtune_driver::runtime::Driver::get().and_then(|driver| driver.check_local(scaling)) {
         Ok(()) => {}
-        Err(crate::error::Error::Config { message, .. }) => add("scaling", message),
+        Err(rtune_driver::error::Error::Config { message, .. }) => add("scaling", message),
         Err(other) => add("scaling", other.to_string()),
     }
 }
@@ -600,7 +600,7 @@ fn positive(
 /// (`command`, `working_dir` relative to the sweep file's folder, `stop_grace_s`).
 fn read_trainable(
     item: &Item,
-    registry: &Registry,
+    registry: &Trainables,
     base_dir: &Path,
     report: &mut Report<'_>,
 ) -> Option<TorchTrainer> {
@@ -610,7 +610,7 @@ fn read_trainable(
         fields.get("command").map(|c| (c, fields.value::<Vec<String>>("command", report)));
     let working_dir = fields.value::<String>("working_dir", report);
     let stop_grace = fields.value::<f64>("stop_grace_s", report);
-    let stop_grace_s = stop_grace.and_then(|grace| match crate::config::duration(grace) {
+    let stop_grace_s = stop_grace.and_then(|grace| match rtune_driver::config::duration(grace) {
         Ok(d) => Some(d),
         Err(why) => {
             fields.refuse("stop_grace_s", why, report);
@@ -646,7 +646,7 @@ fn read_trainable(
             }
             match command.trainer() {
                 Ok(trainer) => Some(trainer),
-                Err(crate::error::Error::Config { field, message }) => {
+                Err(rtune_driver::error::Error::Config { field, message }) => {
                     let key = if field == "working_dir" { "working_dir" } else { "command" };
                     fields.refuse(key, message, report);
                     None
@@ -670,14 +670,14 @@ fn read_trainable(
     trainer
 }
 
-fn read_builtin(b: &Item, registry: &Registry, report: &mut Report<'_>) -> Option<TorchTrainer> {
+fn read_builtin(b: &Item, registry: &Trainables, report: &mut Report<'_>) -> Option<TorchTrainer> {
     let Kind::Str(name) = &b.kind else {
         report.add("trainable.builtin", &b.origin, "must be a string naming a train function");
         return None;
     };
     match registry.get(name) {
         Some(t) => {
-            let trainer = TorchTrainer::new(t.train).train_loop_config(t.defaults.clone());
+            let trainer = TorchTrainer::of(t.train).train_loop_config(t.defaults.clone());
             let with_data = match t.data {
                 Some(add) => add(trainer),
                 None => Ok(trainer),
@@ -707,7 +707,8 @@ fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingC
     let mut scaling = ScalingConfig::workers(1);
     let Some(item) = item else { return Some(scaling) };
     let mut fields = Fields::of(item, "scaling", report);
-    if let Some(n) = positive(&mut fields, "num_workers", crate::config::MAX_WORKERS, report) {
+    if let Some(n) = positive(&mut fields, "num_workers", rtune_driver::config::MAX_WORKERS, report)
+    {
         scaling.num_workers = n;
     }
     scaling.use_gpu = fields.value::<bool>("use_gpu", report).unwrap_or(false);
@@ -741,7 +742,7 @@ fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingC
         };
     }
     if let Some(s) = fields.one_of("sharding", &["none", "zero1", "zero2"], report) {
-        scaling.sharding = crate::config::Sharding::from_name(&s);
+        scaling.sharding = rtune_driver::config::Sharding::from_name(&s);
     }
     fields.done(report);
     Some(scaling)
@@ -770,7 +771,8 @@ mod tests {
              [tune]\nmetric = \"score\"\nmode = \"max\"\n[run]\n{run}\n"
         );
         let source = Source { name: "sweep.toml".into(), text };
-        SweepSpec::read(&source, &[], &Registry::builtin()).map_err(|p| p.to_string())
+        SweepSpec::read(&source, &[], &crate::program::registry::declared_builtins())
+            .map_err(|p| p.to_string())
     }
 
     fn read_scaling(scaling: &str) -> Result<SweepSpec, String> {
@@ -779,14 +781,15 @@ mod tests {
              [tune]\nmetric = \"val_acc\"\nmode = \"max\"\n"
         );
         let source = Source { name: "sweep.toml".into(), text };
-        SweepSpec::read(&source, &[], &Registry::builtin()).map_err(|p| p.to_string())
+        SweepSpec::read(&source, &[], &crate::program::registry::declared_builtins())
+            .map_err(|p| p.to_string())
     }
 
     /// `[scaling] sharding` reaches the trials' `ScalingConfig`; other names are refused at
     /// their key and line.
     #[test]
     fn sharding_is_read_and_mistakes_are_refused() {
-        use crate::config::Sharding;
+        use rtune_driver::config::Sharding;
         let sharding = |text: &str| read_scaling(text).map(|s| s.scaling.sharding);
         assert_eq!(sharding("num_workers = 2\nsharding = \"zero2\""), Ok(Some(Sharding::Zero2)));
         assert_eq!(sharding("sharding = \"zero1\""), Ok(Some(Sharding::Zero1)));

@@ -1,20 +1,23 @@
 //! `rtune export DIR --best --to PATH`: chooses a trial (the best by the sweep's metric or
-//! another, or one named) and the checkpoint of it to export, and writes it with
-//! [`Export`](crate::train::Export): the checkpoint's files, `params.json`, `metrics.json`, a
+//! another, or one named) and the checkpoint of it to export, and has the binary's [`Torch`]
+//! write it (`rtune::model::Export`): the checkpoint's files, `params.json`, `metrics.json`, a
 //! model card and, for a trainable whose model the binary registers, TorchScript; written whole
 //! or not at all.
 
 use std::path::Path;
 
+use crate::inspect::find_trial;
 use anyhow::{Context, Result, bail};
-use rtune_cli::inspect::find_trial;
 use rtune_searchers::{Mode, Params, TrialStatus};
 
-use super::registry::Model;
-use super::ui::format::number;
-use crate::model::{Export, PARAMS_FILE};
-use crate::outcome::Checkpoint;
-use crate::tune::{ResultGrid, Scope, TrialResult};
+use rtune_driver::error::Error;
+use rtune_driver::metrics::Metrics;
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::PARAMS_FILE;
+use rtune_driver::tune::{ResultGrid, Scope, TrialResult};
+
+use super::{Export, Torch};
+use crate::ui::format::number;
 
 /// What to export, from the command line.
 pub(super) struct ExportArgs<'a> {
@@ -25,12 +28,13 @@ pub(super) struct ExportArgs<'a> {
     pub metric: Option<&'a str>,
     pub mode: Option<Mode>,
     pub to: &'a Path,
-    /// The trainable's model, when the CLI knows it: the export then holds TorchScript too.
-    pub model: Option<&'a Model>,
+    /// The registered trainable the sweep ran, if it was one: the export then holds
+    /// TorchScript too when the binary knows its model.
+    pub trainable: Option<&'a str>,
 }
 
 /// Exports the chosen checkpoint; returns where it went and a line about it.
-pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
+pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String> {
     if args.to.exists() {
         bail!("{} already exists; export to a new folder", args.to.display());
     }
@@ -45,7 +49,7 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
             [] => "none".to_owned(),
             some => some.iter().map(|(m, _)| format!("`{m}`")).collect::<Vec<_>>().join(", "),
         };
-        return Err(crate::error::Error::config(
+        return Err(Error::config(
             "--mode",
             format!(
                 "is needed with --metric `{metric}`, which is not what the sweep optimises \
@@ -87,21 +91,20 @@ pub(super) fn export(args: &ExportArgs<'_>) -> Result<String> {
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_else(|| trial.params.clone());
     let experiment = grid.path.file_name().map_or(String::new(), |n| n.to_string_lossy().into());
-    let mut export = Export::new()
-        .params(params)
-        .metrics(metrics.clone())
-        .title(format!("Trial {} of the sweep `{experiment}`", trial.trial_id));
-    if let Some(metric) = metric {
-        export = export.metric(metric, mode);
-    }
-    if let Some(model) = args.model {
-        export = export.model(model.clone());
-    }
-    export.write(&checkpoint, args.to)?;
+    let export = Export {
+        checkpoint: &checkpoint,
+        to: args.to,
+        params,
+        metrics: metrics.clone(),
+        title: format!("Trial {} of the sweep `{experiment}`", trial.trial_id),
+        metric: metric.map(|m| (m, mode)),
+        trainable: args.trainable,
+    };
+    let torchscript = torch.export(&export)?;
     let shown = metric
         .and_then(|m| Some(format!(" ({m}={})", number(metrics.get(m)?.as_f64()?))))
         .unwrap_or_default();
-    let with = if args.model.is_some() { " with TorchScript (model.pt)" } else { "" };
+    let with = if torchscript { " with TorchScript (model.pt)" } else { "" };
     Ok(format!(
         "exported trial {}'s {}{shown}{with} to {}",
         trial.trial_id,
@@ -145,9 +148,8 @@ fn checkpoint_of(
     mode: Mode,
 ) -> Option<(Checkpoint, serde_json::Map<String, serde_json::Value>)> {
     let result = trial.result.as_ref()?;
-    let finite = |m: &crate::metrics::Metrics| {
-        metric.and_then(|name| m.get(name)).copied().filter(|v| v.is_finite())
-    };
+    let finite =
+        |m: &Metrics| metric.and_then(|name| m.get(name)).copied().filter(|v| v.is_finite());
     let ranked = result
         .best_checkpoints
         .iter()
@@ -162,7 +164,7 @@ fn checkpoint_of(
         },
     };
     let metrics = match metrics {
-        Some(m) => crate::metrics::to_json(m),
+        Some(m) => rtune_driver::metrics::to_json(m),
         None => checkpoint.metadata().ok()?.metrics,
     };
     Some((checkpoint, metrics))

@@ -1,5 +1,5 @@
 //! The cluster commands that need libtorch's program: `rtune head`, `rtune node` (`rtune
-//! status` is `rtune_cli::commands`').
+//! status` is `crate::commands`').
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::cluster::{self, head, node, pool};
+use rtune_driver::cluster::{self, head, node, pool};
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
@@ -72,7 +72,7 @@ fn parse_resources(text: &str) -> Result<BTreeMap<String, f64>> {
         let (name, amount) = pair
             .split_once('=')
             .with_context(|| format!("--resources: {pair:?} is not NAME=AMOUNT (e.g. tpu=2)"))?;
-        let amount = rtune_cli::args::amount(amount.trim())
+        let amount = crate::args::amount(amount.trim())
             .map_err(|e| anyhow::anyhow!("--resources: {name}={amount:?}: {e}"))?;
         out.insert(name.trim().to_owned(), amount);
     }

@@ -5,7 +5,7 @@
 use rtune_searchers::SearchSpace;
 
 use super::guesses;
-use crate::cli::doc::{self, Item, Kind, Report};
+use crate::doc::{self, Item, Kind, Report};
 
 /// A search space (None when any param is a mistake: each is reported at its key), and the
 /// params of it that read.

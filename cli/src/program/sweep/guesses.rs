@@ -5,7 +5,7 @@
 //! Optuna's `low`, `high`, `log`). Each is refused at its key with the rtune spelling of the
 //! same domain; a constant meant as written is said explicitly with `{ constant = .. }`.
 
-use crate::cli::doc::{Item, Kind, Report};
+use crate::doc::{Item, Kind, Report};
 use rtune_searchers::space::FORM_NAMES;
 
 /// The keys a domain written as a table has, in one tool or another.
@@ -114,7 +114,7 @@ fn no_lambdas(key: &str) -> String {
 }
 
 /// The refusal of a table of `key` whose keys read as a domain (see the module docs), if they do.
-fn domain_table(key: &str, inner: &[(String, crate::cli::doc::Origin, Item)]) -> Option<String> {
+fn domain_table(key: &str, inner: &[(String, crate::doc::Origin, Item)]) -> Option<String> {
     let get = |names: &[&str]| {
         inner.iter().find(|(k, _, _)| names.contains(&k.as_str())).map(|(_, _, item)| item)
     };
@@ -187,20 +187,19 @@ fn arg(item: Option<&Item>) -> String {
 
 /// A value as TOML writes it.
 fn toml_text(item: &Item) -> String {
-    crate::cli::doc::value_text(&crate::cli::doc::to_value(item))
+    crate::doc::value_text(&crate::doc::to_value(item))
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::cli::doc::Source;
-    use crate::cli::registry::Registry;
-    use crate::cli::sweep::SweepSpec;
+    use crate::doc::Source;
+    use crate::program::sweep::SweepSpec;
 
     /// The problems of a command trainable's sweep with `space` as its param_space.
     fn problems(space: &str) -> String {
         let text = format!("[trainable]\ncommand = [\"true\"]\n[param_space]\n{space}\n");
         let source = Source { name: "sweep.toml".into(), text };
-        match SweepSpec::read(&source, &[], &Registry::builtin()) {
+        match SweepSpec::read(&source, &[], &crate::program::registry::declared_builtins()) {
             Ok(spec) => format!("valid: {:?}", spec.space),
             Err(p) => p.to_string(),
         }

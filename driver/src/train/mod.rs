@@ -11,6 +11,9 @@
 //! machine or a head's cluster), one attempt after another, and what `fit` returns. What the
 //! driver records of the run is `record`.
 
+pub mod command;
+mod train_fn;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,44 +35,8 @@ use crate::record::{RunIdentity, RunState};
 use crate::runtime::{Driver, LocalReservation};
 use crate::storage::remote::{Remote, Syncer};
 use crate::storage::{self, ResultFiles, unix_time};
-
-/// The type a train function is given: `rtune`'s `TrainContext`. A worker process calls its
-/// train function, a `fn(&mut C) -> anyhow::Result<()>`, through its place in the binary
-/// ([`TrainFnId`]), as a function of that one type.
-///
-/// # Safety
-/// Implemented only for the context type rtune's worker processes hand their train functions.
-pub unsafe trait TrainContextType {}
-
-/// A train function as the driver and the worker protocol know it: its place in the binary,
-/// as an offset from an anchor function's, which a worker process of the very same binary
-/// turns back into the function (the build id proves it is the same).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TrainFnId(i64);
-
-impl TrainFnId {
-    /// The place of `train_fn`, a function of the train context.
-    pub fn of<C: TrainContextType>(train_fn: fn(&mut C) -> anyhow::Result<()>) -> Self {
-        TrainFnId(train_fn as usize as i64 - anchor() as i64)
-    }
-
-    /// The offset the worker protocol carries.
-    pub fn offset(self) -> i64 {
-        self.0
-    }
-
-    /// The address, in this process, of the function at `offset` (from [`TrainFnId::offset`]
-    /// in a process of the same binary).
-    pub fn address(offset: i64) -> usize {
-        (anchor() as i64 + offset) as usize
-    }
-}
-
-/// The function train functions' places are measured from: any one of the binary will do, as
-/// long as both sides use it.
-fn anchor() -> usize {
-    anchor as fn() -> usize as usize
-}
+pub use command::CommandTrainable;
+pub use train_fn::{TrainContextType, TrainFnId};
 
 /// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.
 pub(crate) const DATASETS_DIR: &str = ".datasets";
@@ -332,7 +299,7 @@ impl TorchTrainer {
         started_at: Instant,
     ) -> Result<TrainResult> {
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
-        storage::atomic_write(&run_dir.join("params.json"), params_json.as_bytes())?;
+        storage::atomic_write(&run_dir.join(storage::PARAMS_FILE), params_json.as_bytes())?;
         let mut result = self.run_attempts(driver, run_dir, params_json, target, steering).await?;
         result.fit_seconds = started_at.elapsed().as_secs_f64();
         match result.error {

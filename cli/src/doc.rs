@@ -455,7 +455,7 @@ pub(crate) fn list(names: &[&str]) -> String {
 
 /// `; did you mean `x`?` for the nearest name within a few edits, or nothing.
 pub(crate) fn did_you_mean(word: &str, names: &[&str]) -> String {
-    crate::config::nearest(word, names)
+    rtune_driver::config::nearest(word, names)
         .map_or_else(String::new, |n| format!("; did you mean `{n}`?"))
 }
 

@@ -1,25 +1,40 @@
 //! Command trainables, the driver side: a `TorchTrainer` whose workers each run an executable
-//! (a PyTorch DDP script, say) instead of a Rust function. The protocol the executable speaks
-//! is described at [`run_command`](crate::train::run_command), the worker side.
+//! (a PyTorch DDP script, say) instead of a Rust function: the worker's own command runner
+//! ([`TrainFnId::COMMAND`], `rtune::worker::run_command`, which describes the protocol the
+//! executable speaks), told what to run by [`COMMAND_ENV`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{Error, Result};
-use crate::train::TorchTrainer;
-use crate::worker::command::{COMMAND_ENV, CommandSpec};
+use crate::train::{TorchTrainer, TrainFnId};
+
+/// The variable a command trainable's worker finds its [`CommandSpec`] in.
+pub const COMMAND_ENV: &str = "RTUNE_COMMAND";
+/// The prefix of a report line on the command's stdout.
+/// What to run, as the driver resolved it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommandSpec {
+    /// The program (an absolute path, or a name looked up on `PATH`) and its arguments.
+    pub argv: Vec<String>,
+    pub working_dir: PathBuf,
+    /// How long a command told to stop has to exit before SIGTERM.
+    pub stop_grace_s: f64,
+}
 
 /// Any executable as the train function, one process per worker, with torchrun's environment
-/// (see [`run_command`](crate::train::run_command) for the protocol).
+/// (see `rtune::worker::run_command` for the protocol).
 ///
 /// ```no_run
-/// use rtune::ScalingConfig;
-/// use rtune::worker::CommandTrainable;
+/// use rtune_driver::config::ScalingConfig;
+/// use rtune_driver::train::CommandTrainable;
 /// let trainer = CommandTrainable::new(["python3", "train.py"])
 ///     .working_dir("examples/command")
 ///     .trainer()?
 ///     .scaling(ScalingConfig::workers(2));
-/// # Ok::<(), rtune::Error>(())
+/// # Ok::<(), rtune_driver::error::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct CommandTrainable {
@@ -72,7 +87,7 @@ impl CommandTrainable {
         argv[0] = program.display().to_string();
         let spec = CommandSpec { argv, working_dir, stop_grace_s: self.stop_grace.as_secs_f64() };
         let spec = serde_json::to_string(&spec).expect("a command spec serialises");
-        Ok(TorchTrainer::new(crate::worker::run_command).env(COMMAND_ENV, spec))
+        Ok(TorchTrainer::of(TrainFnId::COMMAND).env(COMMAND_ENV, spec))
     }
 }
 

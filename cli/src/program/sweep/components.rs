@@ -8,10 +8,10 @@ use rtune_searchers::{
     Searcher, Tpe, TrialScheduler, Value,
 };
 
-use super::super::doc::{self, Fields, Item, Kind, Origin, Report};
 use super::space::{add_space_error, read_space};
 use super::{SweepSpec, find_key, num_of};
-use crate::tune::Samples;
+use crate::doc::{self, Fields, Item, Kind, Origin, Report};
+use rtune_driver::tune::Samples;
 
 /// A searcher or scheduler by kind, with its options as written.
 #[derive(Debug, Clone)]
@@ -296,7 +296,7 @@ fn blueprint<'k, T: ?Sized>(kinds: &'k [&'k dyn Blueprint<T>], name: &str) -> &'
 /// components as the file gives them.
 pub(super) struct Tuning<'s> {
     pub space: &'s SearchSpace,
-    pub tune: &'s crate::tune::TuneSettings,
+    pub tune: &'s rtune_driver::tune::TuneSettings,
     pub search: &'s Component,
     pub scheduler: &'s Component,
 }
