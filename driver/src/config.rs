@@ -172,13 +172,34 @@ pub struct FailureConfig {
     pub max_failures: i32,
 }
 
+/// What a run does after an attempt of its worker group failed (Ray Train's
+/// `FailureDecision`), as [`FailureConfig::decide`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureDecision {
+    /// A new attempt, from the latest checkpoint.
+    Retry,
+    /// The run has failed: the failures are more than `max_failures`.
+    Fail,
+    /// The run was being stopped (a scheduler's decision, an interrupted sweep): the attempt
+    /// ended with it, and is no failure of the run's.
+    Halted,
+}
+
 impl FailureConfig {
     pub fn max_failures(max_failures: i32) -> Self {
         FailureConfig { max_failures }
     }
 
-    pub fn allows(&self, failures: usize) -> bool {
-        self.max_failures < 0 || failures <= self.max_failures as usize
+    /// What a run whose attempt just failed does: `failures` counts its failures with this
+    /// one, `halting` says the run was being stopped.
+    pub fn decide(&self, failures: usize, halting: bool) -> FailureDecision {
+        if halting {
+            FailureDecision::Halted
+        } else if self.max_failures < 0 || failures <= self.max_failures as usize {
+            FailureDecision::Retry
+        } else {
+            FailureDecision::Fail
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -609,10 +630,14 @@ mod tests {
 
     #[test]
     fn failure_budget_follows_ray() {
-        assert!(FailureConfig::max_failures(0).allows(0));
-        assert!(!FailureConfig::max_failures(0).allows(1));
-        assert!(FailureConfig::max_failures(2).allows(2));
-        assert!(FailureConfig::max_failures(-1).allows(1_000));
+        use FailureDecision::{Fail, Halted, Retry};
+        let decide = |max, failures| FailureConfig::max_failures(max).decide(failures, false);
+        assert_eq!(decide(0, 1), Fail);
+        assert_eq!((decide(2, 2), decide(2, 3)), (Retry, Fail));
+        assert_eq!(decide(-1, 1_000), Retry);
+        // A run being stopped ends whatever its count.
+        assert_eq!(FailureConfig::max_failures(2).decide(1, true), Halted);
+        assert_eq!(FailureConfig::max_failures(0).decide(1, true), Halted);
         assert!(FailureConfig::max_failures(-2).validate().is_err());
     }
 

@@ -22,7 +22,7 @@ use rtune_searchers::{Params, Value};
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
-use crate::config::{RunConfig, ScalingConfig};
+use crate::config::{FailureDecision, RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
 use crate::group::{
@@ -477,6 +477,7 @@ impl TorchTrainer {
             rand::random::<u64>()
         );
         let mut failures = Vec::new();
+        let mut failed = false;
         let mut train_loop_seconds = 0.0;
         let mut unread_params = Vec::new();
         for attempt in first_attempt.. {
@@ -519,31 +520,35 @@ impl TorchTrainer {
                     unread_params = unread;
                     break;
                 }
-                AttemptOutcome::Failed(failure) if steering.halting() => {
-                    tracing::info!(
-                        run = %run_dir.display(),
-                        "attempt {attempt} ended while the run was being stopped, not counted \
-                         as a failure: {failure}"
-                    );
-                    break;
-                }
                 AttemptOutcome::Failed(failure) => {
-                    let retried = self.run.failure_config.allows(failures.len() + 1);
-                    if retried {
+                    let decision =
+                        self.run.failure_config.decide(failures.len() + 1, steering.halting());
+                    match decision {
+                        FailureDecision::Halted => tracing::info!(
+                            run = %run_dir.display(),
+                            "attempt {attempt} ended while the run was being stopped, not \
+                             counted as a failure: {failure}"
+                        ),
                         // Retried from the latest checkpoint: said as it happens.
-                        tracing::warn!(run = %run_dir.display(), "attempt {attempt} failed: {failure}");
-                    } else {
+                        FailureDecision::Retry => tracing::warn!(
+                            run = %run_dir.display(),
+                            "attempt {attempt} failed: {failure}"
+                        ),
                         // The run's end, which says it too (a sweep shows it once).
-                        tracing::warn!(
+                        FailureDecision::Fail => tracing::warn!(
                             target: crate::log::TRIAL_FAILED,
                             run = %run_dir.display(),
                             "attempt {attempt} failed: {failure}"
-                        );
+                        ),
+                    }
+                    if decision == FailureDecision::Halted {
+                        break;
                     }
                     failures.push(failure);
                     // A cluster group may have lost a node: ask for a fresh placement.
                     placement.release().await;
-                    if !retried {
+                    if decision == FailureDecision::Fail {
+                        failed = true;
                         break;
                     }
                     // Resume from the latest recorded checkpoint (or from the start).
@@ -560,7 +565,7 @@ impl TorchTrainer {
         // trial waiting for them need not wait for those.
         drop(placement);
         run.end()?;
-        let error = if !self.run.failure_config.allows(failures.len()) {
+        let error = if failed {
             let last = failures.last().expect("a failure was recorded");
             Some(format!("training failed after {} attempt(s); {last}", failures.len()))
         } else if self.run.strict_params && !unread_params.is_empty() {
