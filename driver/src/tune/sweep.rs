@@ -127,6 +127,9 @@ pub(super) struct Sweep {
     pub(super) unread_warned: std::collections::BTreeSet<String>,
     /// The controller's count of ended trials when idle ends were last looked for.
     pub(super) ended_seen: usize,
+    /// What ends the sweep once its running trials stop (a callback that failed, a state file
+    /// that cannot be written, the controller's error): the first such error, the sweep's.
+    pub(super) fatal: Option<Error>,
 }
 
 impl Sweep {
@@ -168,7 +171,6 @@ impl Sweep {
 
     async fn run_here(&mut self, driver: &'static Driver) -> Result<ResultGrid> {
         let (heard_tx, mut heard) = mpsc::unbounded_channel::<Heard>();
-        let mut fatal: Option<Error> = None;
         self.began = Instant::now();
         let log = self.path.join(DRIVER_LOG);
         let _log = crate::log::tee_to(&log).map_err(|e| Error::io(&log, e))?;
@@ -186,13 +188,13 @@ impl Sweep {
             settings: self.settings.clone(),
             restored: self.restored,
         };
-        self.call_back(&mut fatal, |c| c.on_experiment_begin(&experiment));
-        if let Some(e) = fatal {
+        self.call_back(|c| c.on_experiment_begin(&experiment));
+        if let Some(e) = self.fatal.take() {
             // A callback that cannot begin (a tracker refusing its settings): nothing runs.
             return Err(e);
         }
         let begun = self.step(Event::Begin);
-        self.carry_out(driver, begun, &heard_tx, &mut fatal);
+        self.carry_out(driver, begun, &heard_tx);
         let budget = self
             .time_budget
             .map(|b| tokio::time::Instant::now() + b.saturating_sub(self.spent_before));
@@ -206,7 +208,7 @@ impl Sweep {
                     if budget.is_some() && !budget_spent => {
                     budget_spent = true;
                     let spent = self.step(Event::TimeBudgetSpent);
-                    self.carry_out(driver, spent, &heard_tx, &mut fatal);
+                    self.carry_out(driver, spent, &heard_tx);
                     continue;
                 }
                 _ = crate::sys::sleep_until(self.snapshots.wake_at(!self.running.is_empty())),
@@ -215,7 +217,7 @@ impl Sweep {
                         self.snapshots.dirty = true;
                     }
                     if self.snapshots.dirty {
-                        self.save_state(&mut fatal);
+                        self.save_state();
                     } else {
                         self.snapshots.checked = Instant::now();
                     }
@@ -223,12 +225,12 @@ impl Sweep {
                 }
                 asked = self.control.trial_requests(), if !self.frozen => {
                     for (request, trial_id) in asked {
-                        self.on_request(driver, request, &trial_id, &heard_tx, &mut fatal);
+                        self.on_request(driver, request, &trial_id, &heard_tx);
                     }
                     continue;
                 }
                 _ = self.control.wait(), if !self.frozen => {
-                    self.freeze(&mut fatal);
+                    self.freeze();
                     if self.running.is_empty() {
                         break;
                     }
@@ -247,9 +249,7 @@ impl Sweep {
                 continue;
             }
             match message {
-                Heard::Command(command) => {
-                    self.carry_out(driver, Ok(vec![command]), &heard_tx, &mut fatal)
-                }
+                Heard::Command(command) => self.carry_out(driver, Ok(vec![command]), &heard_tx),
                 Heard::Started(trial) => {
                     // PENDING until now: started by the controller, waiting for its resources.
                     if let Some(t) = self.trials.get_mut(&trial)
@@ -257,12 +257,12 @@ impl Sweep {
                     {
                         t.placed = true;
                         let info = self.info(trial);
-                        self.call_back(&mut fatal, |c| c.on_trial_start(&info));
+                        self.call_back(|c| c.on_trial_start(&info));
                     }
                 }
                 Heard::Reported { trial, metrics } => {
                     let info = self.info(trial);
-                    self.call_back(&mut fatal, |c| c.on_trial_result(&info, &metrics));
+                    self.call_back(|c| c.on_trial_result(&info, &metrics));
                 }
                 Heard::Ended { trial, halted, outcome } => {
                     let exploited = self.running.remove(trial);
@@ -285,34 +285,34 @@ impl Sweep {
                     let info = TrialInfo { stopped, ..info };
                     match (info.status, error) {
                         (TrialStatus::Paused, _) => {
-                            self.call_back(&mut fatal, |c| c.on_trial_pause(&info));
+                            self.call_back(|c| c.on_trial_pause(&info));
                         }
                         (_, Some(error)) => {
-                            self.call_back(&mut fatal, |c| c.on_trial_error(&info, &error));
+                            self.call_back(|c| c.on_trial_error(&info, &error));
                         }
                         // Paused, and at once resumed by the same step (its scheduler went on
                         // with it): a pause, not an end.
                         (status, None) if !status.is_finished() => {
                             let info = TrialInfo { status: TrialStatus::Paused, ..info };
-                            self.call_back(&mut fatal, |c| c.on_trial_pause(&info));
+                            self.call_back(|c| c.on_trial_pause(&info));
                         }
-                        _ => self.call_back(&mut fatal, |c| c.on_trial_complete(&info)),
+                        _ => self.call_back(|c| c.on_trial_complete(&info)),
                     }
-                    self.carry_out(driver, after, &heard_tx, &mut fatal);
+                    self.carry_out(driver, after, &heard_tx);
                     if self.status(trial).is_finished() {
-                        self.retire(trial, &mut fatal);
+                        self.retire(trial);
                     }
                 }
-                Heard::Fatal(e) => self.abort(e, &mut fatal),
+                Heard::Fatal(e) => self.abort(e),
             }
-            self.settle_idle_ends(&mut fatal);
+            self.settle_idle_ends();
             self.snapshots.dirty = true;
             if Instant::now() >= self.snapshots.due_at() {
-                self.save_state(&mut fatal);
+                self.save_state();
             }
-            self.show_scheduler(&mut fatal, false);
+            self.show_scheduler(false);
             self.hint_if_only_held();
-            if fatal.is_some() && self.running.is_empty() {
+            if self.fatal.is_some() && self.running.is_empty() {
                 break;
             }
         }
@@ -324,14 +324,14 @@ impl Sweep {
             }
             let lost = self.lease.lost();
             return Err(lost
-                .or(fatal)
+                .or(self.fatal.take())
                 .unwrap_or_else(|| Error::Interrupted { path: self.path.clone() }));
         }
-        self.save_state(&mut fatal);
+        self.save_state();
         // Every trial as the experiment's files hold it (the ended ones are in memory no more).
         let trials = match read_experiment(&self.path, &self.run, false) {
             Ok((_, trials)) => trials,
-            Err(e) => return Err(fatal.unwrap_or(e)),
+            Err(e) => return Err(self.fatal.take().unwrap_or(e)),
         };
         let count = |s: TrialStatus| trials.values().filter(|t| t.status == s).count();
         tracing::info!(
@@ -340,15 +340,15 @@ impl Sweep {
             trials.len(),
             count(TrialStatus::Terminated),
             count(TrialStatus::Error),
-            fatal.as_ref().map(|e| format!("; stopped by: {e}")).unwrap_or_default()
+            self.fatal.as_ref().map(|e| format!("; stopped by: {e}")).unwrap_or_default()
         );
-        self.show_scheduler(&mut fatal, true);
+        self.show_scheduler(true);
         let infos: Vec<TrialInfo> = trials.values().map(trial_info).collect();
-        if let Some(error) = fatal.as_ref().map(|e| e.to_string()) {
-            self.call_back(&mut fatal, |c| c.on_experiment_error(&error));
+        if let Some(error) = self.fatal.as_ref().map(|e| e.to_string()) {
+            self.call_back(|c| c.on_experiment_error(&error));
         }
-        self.call_back(&mut fatal, |c| c.on_experiment_end(&infos));
-        if let Some(e) = fatal {
+        self.call_back(|c| c.on_experiment_end(&infos));
+        if let Some(e) = self.fatal.take() {
             return Err(e);
         }
         let (metric, mode) =
@@ -391,7 +391,7 @@ impl Sweep {
 
     /// Replaces `experiment_state.json` (atomically): every trial's status, params, directory,
     /// error and last result, and the controller's snapshot, as they are now.
-    fn save_state(&mut self, fatal: &mut Option<Error>) {
+    fn save_state(&mut self) {
         let began = Instant::now();
         // What it saves holds every report made until now.
         self.reports_unsaved.store(false, Ordering::SeqCst);
@@ -420,7 +420,7 @@ impl Sweep {
             controller,
         };
         if let Err(e) = state.write(&self.path, &self.ended) {
-            fatal.get_or_insert(e);
+            self.fatal.get_or_insert(e);
         }
         let now = Instant::now();
         self.snapshots = Snapshots { dirty: false, last: now, cost: began.elapsed(), checked: now };
@@ -428,9 +428,9 @@ impl Sweep {
 
     /// Interrupted: saves the state as it is now (the snapshot restore goes on from) and asks
     /// every running trial to stop; nothing new starts and nothing more is recorded.
-    fn freeze(&mut self, fatal: &mut Option<Error>) {
+    fn freeze(&mut self) {
         tracing::warn!("interrupted: stopping {} running trial(s), resumable", self.running.len());
-        self.save_state(fatal);
+        self.save_state();
         self.frozen = true;
         self.running.ask_all(Halt::Pause);
     }
@@ -442,7 +442,6 @@ impl Sweep {
         request: TrialRequest,
         trial_id: &str,
         heard: &mpsc::UnboundedSender<Heard>,
-        fatal: &mut Option<Error>,
     ) {
         let verb = request.verb();
         let Some((&id, _)) = self.trials.iter().find(|(_, t)| t.trial_id == trial_id) else {
@@ -456,12 +455,12 @@ impl Sweep {
             TrialRequest::Resume => Event::ResumeRequested(id),
         };
         let commands = self.step(event);
-        self.carry_out(driver, commands, heard, fatal);
+        self.carry_out(driver, commands, heard);
     }
 
     /// Tells the callbacks the scheduler's status when it changed, at most once a second
     /// unless `now`.
-    fn show_scheduler(&mut self, fatal: &mut Option<Error>, now: bool) {
+    fn show_scheduler(&mut self, now: bool) {
         let due = self.status_checked.is_none_or(|at| at.elapsed().as_secs() >= 1);
         if !(now || due) {
             return;
@@ -471,7 +470,7 @@ impl Sweep {
         if status.kind.is_empty() || self.shown_status.as_ref() == Some(&status) {
             return;
         }
-        self.call_back(fatal, |c| c.on_scheduler_status(&status));
+        self.call_back(|c| c.on_scheduler_status(&status));
         self.shown_status = Some(status);
     }
 
@@ -502,12 +501,12 @@ impl Sweep {
     ///
     /// A row that cannot be written (a full disk) keeps the trial in memory, and in the
     /// snapshots, and ends the sweep.
-    fn retire(&mut self, trial: TrialId, fatal: &mut Option<Error>) {
+    fn retire(&mut self, trial: TrialId) {
         let status = self.status(trial);
         let Some(t) = self.trials.get(&trial) else { return };
         match self.ended.push(&SavedTrialRow::of(trial, status, t)) {
             Ok(()) => drop(self.trials.remove(&trial)),
-            Err(e) => drop(fatal.get_or_insert(Error::io(&self.path, e))),
+            Err(e) => drop(self.fatal.get_or_insert(Error::io(&self.path, e))),
         }
     }
 
@@ -519,7 +518,7 @@ impl Sweep {
     /// waiting ones at fail-fast or the time budget): no task reports their end, so they are
     /// told to the callbacks and retired here, once the controller's count of ended trials
     /// moves.
-    fn settle_idle_ends(&mut self, fatal: &mut Option<Error>) {
+    fn settle_idle_ends(&mut self) {
         let ended = self.controller.lock().unwrap_or_else(|p| p.into_inner()).ended_count();
         if ended == self.ended_seen {
             return;
@@ -533,15 +532,15 @@ impl Sweep {
             .collect();
         for trial in idle {
             let info = TrialInfo { stopped: self.cut_short(trial), ..self.info(trial) };
-            self.call_back(fatal, |c| c.on_trial_complete(&info));
-            self.retire(trial, fatal);
+            self.call_back(|c| c.on_trial_complete(&info));
+            self.retire(trial);
         }
     }
 
     /// Calls every callback with `f`; a failure ends the sweep once the running trials stop.
-    fn call_back(&self, fatal: &mut Option<Error>, f: impl FnMut(&dyn Callback) -> Result<()>) {
+    fn call_back(&mut self, f: impl FnMut(&dyn Callback) -> Result<()>) {
         if let Err(e) = self.run.callbacks.each(f) {
-            self.abort(e, fatal);
+            self.abort(e);
         }
     }
 
@@ -553,12 +552,11 @@ impl Sweep {
         driver: &'static Driver,
         commands: Result<Vec<Command>>,
         heard: &mpsc::UnboundedSender<Heard>,
-        fatal: &mut Option<Error>,
     ) {
         let commands = match commands {
             Ok(commands) => commands,
             Err(e) => {
-                fatal.get_or_insert(e);
+                self.fatal.get_or_insert(e);
                 return;
             }
         };
@@ -567,10 +565,10 @@ impl Sweep {
                 None => {}
                 Some(Command::StartTrial { trial, params, resume }) => {
                     let new = !self.trials.contains_key(&trial);
-                    self.start(driver, trial, params, resume, heard.clone(), fatal.is_some());
+                    self.start(driver, trial, params, resume, heard.clone(), self.fatal.is_some());
                     if new && self.trials.contains_key(&trial) {
                         let info = self.info(trial);
-                        self.call_back(fatal, |c| c.on_trial_add(&info));
+                        self.call_back(|c| c.on_trial_add(&info));
                     }
                 }
                 Some(Command::Finish) => self.finished = true,
@@ -580,8 +578,8 @@ impl Sweep {
     }
 
     /// Ends the sweep with `e` once the running trials have stopped.
-    fn abort(&self, e: Error, fatal: &mut Option<Error>) {
-        fatal.get_or_insert(e);
+    fn abort(&mut self, e: Error) {
+        self.fatal.get_or_insert(e);
         self.running.ask_all(Halt::Stop);
     }
 

@@ -368,6 +368,7 @@ impl Tuner {
             status_checked: None,
             unread_warned: Default::default(),
             ended_seen: 0,
+            fatal: None,
             held_hinted: false,
             shown_status: None,
         })
