@@ -1,10 +1,10 @@
-"""Baseline for examples/bench_ddp.rs: PyTorch DDP with gloo, 2 processes, MLP 64-256-256-10,
+"""Baseline for bench/programs/ddp.rs: PyTorch DDP with gloo, 2 processes, MLP 64-256-256-10,
 batch 128 per worker, 1 intra-op thread per worker, 300 timed steps after 20 warm-up steps.
 
 Prints the per-step time and the overhead (wall time from start to all processes joined, minus
 rank 0's time inside the training loop), the same definitions rtune's benchmark uses.
 Run with the project's venv: .venv/bin/python bench/ddp_torch.py
-[--hidden 256] [--layers 2] [--steps 300] [--warmup 20]: as examples/bench_ddp.rs.
+[--hidden 256] [--layers 2] [--steps 300] [--warmup 20]: as bench/programs/ddp.rs.
 --then H,L,W,S times a second model (hidden, layers, warm-up and timed steps) in the same
 processes afterwards, printed as a second line (its fit_s and overhead_s are not measured: nan);
 bench/suite.py uses it to pay PyTorch's start-up once for both models.

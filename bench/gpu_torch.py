@@ -1,4 +1,4 @@
-"""Baseline for examples/bench_ddp.rs on a GPU (`--workers 1 --gpus 1`): PyTorch's own training
+"""Baseline for bench/programs/ddp.rs on a GPU (`--workers 1 --gpus 1`): PyTorch's own training
 loop in one process on one GPU, the same MLP (64-H-..-H-10), batch, SGD, warm-up and timed
 steps, the batch and the model on the device, the timed steps ended by a synchronisation.
 Prints a line in bench_ddp's format (fit_s and overhead_s: nan; one process has no start-up

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rows per second from a parquet file (1M rows x 64 float columns by default) into tensors:
-# rtune's dataset shard iterator (examples/bench_ingest.rs) against a PyTorch DataLoader over the
+# rtune's dataset shard iterator (bench/programs/ingest.rs) against a PyTorch DataLoader over the
 # same file read with pyarrow (bench/ingest_torch.py), alternately ROUNDS times so both see the
 # same machine load. Usage: bench/ingest.sh [ROUNDS] [extra args for both, e.g. --rows 100000]
 set -euo pipefail

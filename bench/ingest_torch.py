@@ -1,11 +1,11 @@
-"""Ingest throughput of PyTorch over the same parquet file as examples/bench_ingest.rs: the file
+"""Ingest throughput of PyTorch over the same parquet file as bench/programs/ingest.rs: the file
 read with pyarrow into a float32 [rows, cols] tensor, then one shuffled epoch through a
 DataLoader (batch 256, one process, one torch thread), `--runs` times. Two loaders: the default
 one over a TensorDataset (one __getitem__ per row, collated), and one with a BatchSampler
 (a whole batch indexed at once), the fastest plain DataLoader setup.
 
 Usage: python bench/ingest_torch.py [--rows 1000000] [--cols 64] [--batch 256] [--runs 5]
-       [--file /tmp/rtune-ingest-1000000x64.parquet]   (run examples/bench_ingest first: it
+       [--file /tmp/rtune-ingest-1000000x64.parquet]   (run the bench_ingest example first: it
        writes the file)
 """
 import argparse
