@@ -18,7 +18,7 @@ const ABOUT: &str =
 /// rtune: hyperparameter sweeps of distributed libtorch training (Ray Tune + Ray Train in Rust).
 #[derive(Debug, Parser)]
 #[command(name = "rtune", version, about = ABOUT, after_help = EXIT_CODES)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
@@ -287,10 +287,10 @@ pub struct Output {
     pub json: Option<PathBuf>,
     /// Plain progress lines even on a terminal.
     #[arg(long)]
-    pub no_tui: bool,
+    pub(crate) no_tui: bool,
     /// Exit 0 even when some trials failed.
     #[arg(long)]
-    pub allow_failures: bool,
+    pub(crate) allow_failures: bool,
 }
 
 impl Output {
@@ -387,14 +387,14 @@ pub fn device(text: &str) -> Result<Device, String> {
 pub struct ClusterArgs {
     /// How long to wait for a node agent on every allocated node.
     #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = seconds)]
-    pub join_timeout: Duration,
+    pub(crate) join_timeout: Duration,
     /// The head's port on the batch host (0: any free port).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
     /// The batch host's address as the other nodes reach it (default: its NodeAddr in Slurm),
     /// with `:PORT` when they reach the head by another port than its own (a forwarded port).
     #[arg(long, value_name = "ADDRESS[:PORT]")]
-    pub head_ip: Option<String>,
+    pub(crate) head_ip: Option<String>,
 }
 
 /// A duration flag: a positive, finite number of seconds (clap names the flag in its error).

@@ -118,7 +118,7 @@ pub fn local(dir: &Path) -> Result<PathBuf, (i32, anyhow::Error)> {
 /// panic on the next print). Not for the commands that start or talk to other processes
 /// (workers, a fork server, a CUDA probe) through pipes: a write to a dead child's pipe would
 /// end them. A sweep's driver keeps running: what it prints to a closed pipe is dropped.
-pub fn end_quietly_on_broken_pipe(command: &Command) {
+pub(crate) fn end_quietly_on_broken_pipe(command: &Command) {
     if matches!(
         command,
         Command::Ls { .. }
@@ -133,7 +133,7 @@ pub fn end_quietly_on_broken_pipe(command: &Command) {
 }
 
 /// Prints `shell`'s completion script for the `rtune` command to stdout.
-pub fn print_completions(shell: clap_complete::Shell) {
+pub(crate) fn print_completions(shell: clap_complete::Shell) {
     use clap::CommandFactory;
     clap_complete::generate(
         shell,

@@ -20,7 +20,7 @@ pub(crate) enum Origin {
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Item {
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     pub kind: Kind,
 }
 
@@ -280,7 +280,7 @@ impl<'t> Fields<'t> {
         if self.path.is_empty() { key.to_owned() } else { format!("{}.{key}", self.path) }
     }
 
-    pub fn origin(&self) -> &Origin {
+    pub(crate) fn origin(&self) -> &Origin {
         &self.origin
     }
 
@@ -315,7 +315,7 @@ impl<'t> Fields<'t> {
     }
 
     /// A string from `allowed`; anything else names them and the nearest.
-    pub fn one_of(
+    pub(crate) fn one_of(
         &mut self,
         key: &'static str,
         allowed: &[&str],

@@ -26,7 +26,7 @@ pub const EXIT_CODES: &str = "Exit codes:\n  \
 
 /// The exit code of an error of a command that reads what it is given (`ls`, `show`, `export`,
 /// `predict`): a mistake in its arguments (2) unless the system failed it (a disk error: 4).
-pub fn input_error_code(e: &anyhow::Error) -> i32 {
+pub(crate) fn input_error_code(e: &anyhow::Error) -> i32 {
     use std::io::ErrorKind as K;
     let system = e.chain().filter_map(|c| c.downcast_ref::<std::io::Error>()).any(|io| {
         !matches!(
@@ -46,13 +46,13 @@ pub fn input_error_code(e: &anyhow::Error) -> i32 {
 }
 
 /// The exit code of an error that may be one of rtune's ([`code_of`]); anything else: 4.
-pub fn error_code(e: &anyhow::Error) -> i32 {
+pub(crate) fn error_code(e: &anyhow::Error) -> i32 {
     e.downcast_ref().map_or(EXIT_FAILED, code_of)
 }
 
 /// The exit code of one of rtune's errors: a mistake in what was given (2), an interrupted
 /// sweep (3), or anything else (4).
-pub fn code_of(e: &Error) -> i32 {
+pub(crate) fn code_of(e: &Error) -> i32 {
     match e {
         Error::Config { .. } | Error::Params(_) | Error::Data(_) | Error::Held { .. } => {
             EXIT_INVALID
@@ -82,13 +82,13 @@ fn exit_code(e: &anyhow::Error) -> i32 {
 
 /// An error of a command that reads what it is given (`ls`, `show`, `export`, `predict`), with
 /// its code ([`input_error_code`]).
-pub fn input_error(e: anyhow::Error) -> Exit {
+pub(crate) fn input_error(e: anyhow::Error) -> Exit {
     Exit(input_error_code(&e), e)
 }
 
 /// The sweep-file key of a setting the library names by its API (`scaling.use_gpu` for
 /// `ScalingConfig.use_gpu`, `tune.metric` for `TuneConfig.metric`), if the file has one.
-pub fn sweep_key(field: &str) -> Option<String> {
+pub(crate) fn sweep_key(field: &str) -> Option<String> {
     const KEYS: &[(&str, &str)] = &[
         ("TuneConfig.", "tune."),
         ("ScalingConfig.", "scaling."),
@@ -106,7 +106,7 @@ pub fn sweep_key(field: &str) -> Option<String> {
 
 /// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
 /// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
-pub fn in_sweep_terms(e: Error) -> Exit {
+pub(crate) fn in_sweep_terms(e: Error) -> Exit {
     let code = code_of(&e);
     if let Error::Interrupted { path } = &e {
         let dir = path.display();

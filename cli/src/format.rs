@@ -15,7 +15,7 @@ pub fn clock(seconds: f64) -> String {
 }
 
 /// `RUNNING`, `TERMINATED`, ..: a status as the views name it (Ray's name).
-pub fn status_name(status: TrialStatus) -> String {
+pub(crate) fn status_name(status: TrialStatus) -> String {
     status.name().to_owned()
 }
 

@@ -21,11 +21,11 @@ use crate::exit::EXIT_FAILED;
 
 /// The full program's file name, in the same folder as `rtune` (`cargo build` and `cargo
 /// install` put both there).
-pub const FULL_PROGRAM: &str = "rtune-torch";
+pub(crate) const FULL_PROGRAM: &str = "rtune-torch";
 
 /// The variable in which `rtune` tells the full program the hash of the sources `rtune` was
 /// built from (rtune's build script makes it).
-pub const SOURCES_ENV: &str = "RTUNE_SOURCES";
+pub(crate) const SOURCES_ENV: &str = "RTUNE_SOURCES";
 
 /// `rtune`'s `main`; `sources`: the hash of the sources it was built from.
 pub fn main(sources: &str) -> ! {

@@ -43,13 +43,13 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
 }
 
 /// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all).
-pub fn trials_table(grid: &ResultGrid, limit: usize) -> String {
+pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     let mut trials: Vec<&TrialResult> = grid.trials.iter().collect();
     let objectives = grid.objectives();
     // A multi-objective sweep's front is marked, and comes first.
     let front: Option<Vec<&str>> = (objectives.len() > 1).then(|| {
         let front = grid.pareto_front().unwrap_or_default();
-        front.into_iter().map(|t| t.trial_id.as_str()).collect()
+        front.into_iter().map(|t| t.trial_id()).collect()
     });
     let on_front = |t: &TrialResult| front.as_ref().is_some_and(|f| f.contains(&t.trial_id()));
     if let Some((metric, mode)) = objectives.first() {
@@ -68,7 +68,7 @@ pub fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     let params: Vec<String> = {
         let mut values: Vec<(String, Vec<String>)> = Vec::new();
         for t in &trials {
-            for (k, v) in t.params.flatten() {
+            for (k, v) in t.params().flatten() {
                 match values.iter_mut().find(|(name, _)| *name == k) {
                     Some((_, seen)) => seen.push(v.to_string()),
                     None => values.push((k, vec![v.to_string()])),
@@ -96,13 +96,13 @@ pub fn trials_table(grid: &ResultGrid, limit: usize) -> String {
             let last = t.history().last();
             let get = |k: &str| last.and_then(|m| m.get(k)).map_or("-".into(), |v| number(*v));
             let mut row =
-                vec![t.trial_id.clone(), status_name(t.status), get("training_iteration")];
+                vec![t.trial_id().to_owned(), status_name(t.status()), get("training_iteration")];
             if front.is_some() {
                 row.push(if on_front(t) { "*".into() } else { String::new() });
             }
             row.extend(objectives.iter().map(|(metric, _)| get(metric)));
             let flat: BTreeMap<String, String> =
-                t.params.flatten().into_iter().map(|(k, v)| (k, param_text(&v))).collect();
+                t.params().flatten().into_iter().map(|(k, v)| (k, param_text(&v))).collect();
             row.extend(params.iter().map(|p| flat.get(p).cloned().unwrap_or_default()));
             row
         })
@@ -126,7 +126,7 @@ fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
 
 /// The trial's checkpoint to use: its best kept one, else its latest.
 fn checkpoint_of(t: &TrialResult) -> Option<String> {
-    let r = t.result.as_ref()?;
+    let r = t.result()?;
     let ck = r.best_checkpoint().or(r.checkpoint.as_ref())?;
     Some(ck.path().display().to_string())
 }
@@ -136,8 +136,8 @@ fn checkpoint_of(t: &TrialResult) -> Option<String> {
 pub fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
     let trial = |t: &TrialResult| {
         json!({
-            "trial_id": t.trial_id,
-            "params": t.params,
+            "trial_id": t.trial_id(),
+            "params": t.params(),
             "metrics": metrics_json(t.history().last()),
             "checkpoint": checkpoint_of(t),
         })
@@ -149,7 +149,7 @@ pub fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
         "metric": grid.metric,
         "mode": grid.mode.map(|m| format!("{m:?}").to_lowercase()),
         "best": best,
-        "trials": counts(grid.trials.iter().map(|t| t.status)),
+        "trials": counts(grid.trials.iter().map(|t| t.status())),
         "unread_params": grid.unread_params().into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
         "time_s": time_s,
     });
@@ -164,7 +164,7 @@ pub fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
 
 /// `rtune watch` without a directory: the newest experiment in `./rtune_results` or the default
 /// storage path, one whose driver is running (it has `driver.json`) before any other.
-pub fn newest_experiment() -> Result<std::path::PathBuf> {
+pub(crate) fn newest_experiment() -> Result<std::path::PathBuf> {
     let roots = storage_roots();
     let mut found = Vec::new();
     for root in &roots {
@@ -190,7 +190,7 @@ pub fn newest_experiment() -> Result<std::path::PathBuf> {
 /// Where `rtune ls` and `rtune watch` look when given no folder: `./rtune_results` (where the
 /// examples write), then the default storage path (`$RTUNE_STORAGE_PATH`, else
 /// `~/rtune_results`).
-pub fn storage_roots() -> Vec<PathBuf> {
+pub(crate) fn storage_roots() -> Vec<PathBuf> {
     let mut roots = vec![PathBuf::from("rtune_results")];
     let default = rtune_driver::config::RunConfig::default().resolved_storage_path();
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
@@ -306,7 +306,7 @@ enum Read {
 }
 
 /// A sweep's state in one word: `running`, `interrupted`, `finished`.
-pub fn sweep_label(state: &SweepState) -> &'static str {
+pub(crate) fn sweep_label(state: &SweepState) -> &'static str {
     match state {
         SweepState::Running(_) => "running",
         SweepState::Interrupted => "interrupted",
@@ -317,7 +317,7 @@ pub fn sweep_label(state: &SweepState) -> &'static str {
 /// The line that says where the sweep in `dir` stands and what to do with it: `interrupted:
 /// `rtune resume DIR`` (it goes on from there), `running (host .., pid ..): `rtune watch DIR`
 /// follows it, `rtune stop DIR` ends it`, or `finished`.
-pub fn state_line(dir: &Path, state: &SweepState) -> String {
+pub(crate) fn state_line(dir: &Path, state: &SweepState) -> String {
     let dir = dir.display();
     match state {
         SweepState::Interrupted => format!("interrupted: `rtune resume {dir}` goes on with it"),
@@ -333,7 +333,7 @@ fn listed(path: &Path) -> Listed {
         Ok(grid) => Read::Grid {
             sweep: sweep_label(&sweep_state(path)),
             trials: grid.trials.len(),
-            status: counts(grid.trials.iter().map(|t| t.status)),
+            status: counts(grid.trials.iter().map(|t| t.status())),
             best: grid.metric.as_deref().and_then(|m| grid.best_result().ok()?.last(m)),
             front: (grid.objectives.len() > 1).then(|| grid.pareto_front().map_or(0, |f| f.len())),
             metric: grid.metric,
@@ -344,7 +344,7 @@ fn listed(path: &Path) -> Listed {
 }
 
 /// What `show`, `stop` and `watch` say of a folder that holds no experiment.
-pub fn not_an_experiment(dir: &Path) -> anyhow::Error {
+pub(crate) fn not_an_experiment(dir: &Path) -> anyhow::Error {
     anyhow::anyhow!("{} is not an experiment directory (see `rtune ls`)", dir.display())
 }
 
@@ -398,13 +398,13 @@ pub fn show(
                     .iter()
                     .map(|t| {
                         json!({
-                            "trial_id": t.trial_id,
-                            "status": status_name(t.status),
-                            "params": t.params,
+                            "trial_id": t.trial_id(),
+                            "status": status_name(t.status()),
+                            "params": t.params(),
                             "metrics": metrics_json(t.history().last()),
                             "checkpoint": checkpoint_of(t),
-                            "error": t.error,
-                            "path": t.path.display().to_string(),
+                            "error": t.error(),
+                            "path": t.path().display().to_string(),
                         })
                     })
                     .collect();
@@ -417,10 +417,15 @@ pub fn show(
     let t = find_trial(&grid, which)?;
     match format {
         Format::Table => {
-            println!("trial {} ({}) in {}", t.trial_id, status_name(t.status), t.path.display());
-            println!("params: {}", serde_json::to_string(&t.params)?);
-            if let Some(e) = &t.error {
-                let whole = t.path.join(rtune_driver::tune::ERROR_FILE);
+            println!(
+                "trial {} ({}) in {}",
+                t.trial_id(),
+                status_name(t.status()),
+                t.path().display()
+            );
+            println!("params: {}", serde_json::to_string(&t.params())?);
+            if let Some(e) = &t.error() {
+                let whole = t.path().join(rtune_driver::tune::ERROR_FILE);
                 println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
             let mut names: Vec<String> = Vec::new();
@@ -444,17 +449,17 @@ pub fn show(
             let history: Vec<serde_json::Value> =
                 t.history().iter().map(|m| metrics_json(Some(m))).collect();
             let value = json!({
-                "trial_id": t.trial_id,
-                "status": status_name(t.status),
-                "params": t.params,
-                "error": t.error,
+                "trial_id": t.trial_id(),
+                "status": status_name(t.status()),
+                "params": t.params(),
+                "error": t.error(),
                 "checkpoint": checkpoint_of(t),
                 "history": history,
             });
             println!("{}", serde_json::to_string_pretty(&value)?);
         }
         Format::Csv => {
-            let progress = t.path.join("progress.csv");
+            let progress = t.path().join("progress.csv");
             let text = std::fs::read_to_string(&progress)
                 .with_context(|| format!("cannot read {}", progress.display()))?;
             print!("{text}");
@@ -463,18 +468,18 @@ pub fn show(
     Ok(())
 }
 
-pub fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
+pub(crate) fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
     let by_index = which.parse::<u64>().ok();
     grid.trials
         .iter()
         .find(|t| {
-            t.trial_id == which
-                || t.path.file_name().is_some_and(|n| n == which)
+            t.trial_id() == which
+                || t.path().file_name().is_some_and(|n| n == which)
                 || by_index
-                    .is_some_and(|i| t.trial_id.rsplit('_').next() == Some(&format!("{i:05}")))
+                    .is_some_and(|i| t.trial_id().rsplit('_').next() == Some(&format!("{i:05}")))
         })
         .with_context(|| {
-            let ids: Vec<&str> = grid.trials.iter().map(|t| t.trial_id.as_str()).collect();
+            let ids: Vec<&str> = grid.trials.iter().map(|t| t.trial_id()).collect();
             format!("no trial {which:?} in {}; its trials: {}", grid.path.display(), ids.join(", "))
         })
 }

@@ -24,6 +24,4 @@ pub mod ui;
 
 pub use exit::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
 
-pub use args::{
-    Cli, ClusterArgs, Command, Device, Format, ModeArg, Output, PredictArgs, SlurmCommand,
-};
+pub use args::{Command, Device, Output, PredictArgs};

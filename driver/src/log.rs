@@ -47,7 +47,7 @@ const NOTHING: u8 = 2;
 /// The target of the warning that a trial failed for good, with its whole error: a command
 /// that shows trials' ends itself (`quiet_stderr`) keeps it off stderr, where the trial's end
 /// is said once, in one line; the files named by `tee_to` (`driver.log`) have it.
-pub const TRIAL_FAILED: &str = "rtune::trial_failed";
+pub(crate) const TRIAL_FAILED: &str = "rtune::trial_failed";
 
 /// Only warnings and errors on stderr from now on (the files named by `tee_to` still get
 /// everything), but for trials' failures (`TRIAL_FAILED`): for commands that print their own
@@ -85,7 +85,7 @@ impl<'a> MakeWriter<'a> for StderrGate {
 }
 
 /// Writes every log line to `path` too (appending), until the guard is dropped.
-pub fn tee_to(path: &Path) -> std::io::Result<TeeGuard> {
+pub(crate) fn tee_to(path: &Path) -> std::io::Result<TeeGuard> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -95,7 +95,7 @@ pub fn tee_to(path: &Path) -> std::io::Result<TeeGuard> {
 
 /// Stops the writing to a `tee_to` file when dropped.
 #[derive(Debug)]
-pub struct TeeGuard(u64);
+pub(crate) struct TeeGuard(u64);
 
 impl Drop for TeeGuard {
     fn drop(&mut self) {

@@ -102,7 +102,7 @@ pub fn to_wire(metrics: &Metrics) -> String {
     serde_json::Value::Object(to_json(metrics)).to_string()
 }
 
-pub fn from_wire(text: &str) -> Result<Metrics> {
+pub(crate) fn from_wire(text: &str) -> Result<Metrics> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| Error::Protocol(format!("metrics JSON: {e}")))?;
     let serde_json::Value::Object(map) = value else {
@@ -125,7 +125,7 @@ pub fn number_of(v: &serde_json::Value) -> Option<f64> {
 }
 
 /// The number a tag written by [`number_or_tag`] stands for ("NaN", "Infinity", "-Infinity").
-pub fn number_of_tag(tag: &str) -> Option<f64> {
+pub(crate) fn number_of_tag(tag: &str) -> Option<f64> {
     match tag {
         "NaN" => Some(f64::NAN),
         "Infinity" => Some(f64::INFINITY),
@@ -135,7 +135,7 @@ pub fn number_of_tag(tag: &str) -> Option<f64> {
 }
 
 /// A metric value as it goes into result.json: a number, or "NaN"/"Infinity" as strings.
-pub fn number_or_tag(v: f64) -> serde_json::Value {
+pub(crate) fn number_or_tag(v: f64) -> serde_json::Value {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {

@@ -84,7 +84,7 @@ pub fn error_summary(text: &str) -> String {
 }
 
 /// How much of an error's first line [`error_summary`] keeps.
-pub const SUMMARY_CHARS: usize = 300;
+pub(crate) const SUMMARY_CHARS: usize = 300;
 
 /// A committed checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -105,7 +105,7 @@ impl Checkpoint {
 
 /// A report that every rank has made: rank 0's metrics and checkpoint.
 #[derive(Debug)]
-pub struct GroupReport {
+pub(crate) struct GroupReport {
     /// `training_iteration` of this report (counting iterations before a resume).
     pub iteration: u64,
     pub metrics_json: String,

@@ -14,7 +14,7 @@ use crate::storage::remote::Remote;
 use crate::storage::{ResultFiles, Row, read_lines_at, unix_time};
 
 /// Who a run is: the fields Ray fills into every result row besides the metrics.
-pub struct RunIdentity {
+pub(crate) struct RunIdentity {
     /// The trial's id in a sweep.
     pub trial_id: Option<String>,
     /// The train loop config (Ray's `config`).
@@ -146,7 +146,7 @@ impl<'de> serde::Deserialize<'de> for MetricValue {
 }
 
 /// The driver's record of a run: kept reports and checkpoints, and the result files.
-pub struct RunState {
+pub(crate) struct RunState {
     run_dir: PathBuf,
     identity: RunIdentity,
     /// The iteration the current attempt started after (its checkpoint's).
@@ -199,7 +199,7 @@ impl RunState {
     /// there are kept, anything else is swept. Returns the checkpoint to resume from and the
     /// first attempt number, after every attempt that wrote there (so the fence refuses their
     /// stragglers).
-    pub fn pick_up(
+    pub(crate) fn pick_up(
         run_dir: &Path,
         run: &RunConfig,
         identity: RunIdentity,
@@ -280,7 +280,7 @@ impl RunState {
 
     /// Fences the run directory for `attempt`, which starts after iteration `start_iteration`:
     /// from now on only its workers may commit.
-    pub fn begin_attempt(&mut self, attempt: u32, start_iteration: u64) -> Result<()> {
+    pub(crate) fn begin_attempt(&mut self, attempt: u32, start_iteration: u64) -> Result<()> {
         checkpoint::set_fence(&self.run_dir, Fence::Open(attempt))?;
         self.attempt = attempt;
         self.restored_at = start_iteration;
@@ -388,7 +388,7 @@ impl RunState {
     }
 
     /// When rows held back from the result files are due to be written (see `flush`).
-    pub fn flush_due(&self) -> Option<Instant> {
+    pub(crate) fn flush_due(&self) -> Option<Instant> {
         self.files.flush_due()
     }
 
@@ -408,7 +408,7 @@ impl RunState {
     }
 
     /// The metrics of the latest recorded report (empty before the first).
-    pub fn last_metrics(&self) -> &Metrics {
+    pub(crate) fn last_metrics(&self) -> &Metrics {
         static NONE: Metrics = Metrics::new();
         self.history.last().unwrap_or(&NONE)
     }
@@ -417,7 +417,7 @@ impl RunState {
     /// makes that hold; checked so that a broken fence can never get one recorded).
     /// Records checkpoints `names` of earlier reports, whole in the object store now that their
     /// rank finished (`upload = "async"`): in the last row's `checkpoints_uploaded`, and kept.
-    pub fn record_uploaded(&mut self, names: &[String]) -> Result<()> {
+    pub(crate) fn record_uploaded(&mut self, names: &[String]) -> Result<()> {
         if names.is_empty() {
             return Ok(());
         }
@@ -463,7 +463,7 @@ impl RunState {
     }
 
     /// Reported checkpoints missing in the run's folder come down from `store`.
-    pub fn fetch_from(&mut self, store: Option<Remote>) {
+    pub(crate) fn fetch_from(&mut self, store: Option<Remote>) {
         self.store = store;
     }
 
@@ -523,7 +523,7 @@ impl RunState {
 
     /// After a failure: forget reports made after the latest checkpoint, rewrite the result
     /// files, clear half-written checkpoints, and return the checkpoint to resume from.
-    pub fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
+    pub(crate) fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
         let latest = self.checkpoints.last().cloned();
         self.truncate(latest.as_ref().map_or(0.0, |(_, m)| iteration_of(m)))?;
         Ok(latest.map(|(c, _)| c))
@@ -550,7 +550,7 @@ impl RunState {
         checkpoint::sweep_unrecorded(&self.run_dir, &kept)
     }
 
-    pub fn into_result(
+    pub(crate) fn into_result(
         self,
         path: PathBuf,
         error: Option<String>,
@@ -590,7 +590,7 @@ fn read_stored_rows(run_dir: &Path) -> Result<Vec<StoredRow>> {
 
 /// Like `read_run`, for a run that will be picked up: only what picking it up keeps (the rows
 /// and checkpoints up to where it goes on from). Nothing on disk changes.
-pub fn read_run_to_resume(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+pub(crate) fn read_run_to_resume(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
     RunState::read_result(run_dir, run, true)
 }
 

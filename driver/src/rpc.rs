@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 pub type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
 
 /// Why an owner gave no answer.
-pub enum Unanswered {
+pub(crate) enum Unanswered {
     /// The message never reached it (it is gone).
     NotDelivered,
     /// It dropped the reply slot (it ended while the call waited).
@@ -23,7 +23,7 @@ pub enum Unanswered {
 
 /// Hands `make(reply)` to the task that owns the state behind `owner` and waits for its
 /// answer; `gone` turns a missing answer into the caller's status.
-pub async fn ask<M, T>(
+pub(crate) async fn ask<M, T>(
     owner: &mpsc::UnboundedSender<M>,
     make: impl FnOnce(Reply<T>) -> M,
     gone: impl Fn(Unanswered) -> Status,
@@ -71,7 +71,7 @@ pub fn serve_until_dropped(
 }
 
 /// The same on a Unix socket (for processes on this machine: no TCP/IP stack on the way).
-pub fn serve_unix_until_dropped(
+pub(crate) fn serve_unix_until_dropped(
     routes: tonic::service::Routes,
     listener: tokio::net::UnixListener,
     what: &'static str,
@@ -136,7 +136,7 @@ impl tonic::service::Interceptor for AddToken {
 }
 
 /// Server side of the cluster token: a head with a token refuses calls without it.
-pub fn check_token(
+pub(crate) fn check_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
@@ -154,7 +154,7 @@ pub fn check_token(
 
 /// Server side of a worker hub's token: only the workers its driver started (which got the
 /// token in their environment) may call it.
-pub fn check_hub_token(
+pub(crate) fn check_hub_token(
     request: tonic::Request<()>,
     token: Option<&str>,
 ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
@@ -162,7 +162,7 @@ pub fn check_hub_token(
 }
 
 /// Why a worker hub refuses a call without its token.
-pub const HUB_ONLY: &str = "this worker hub only serves the workers its driver started";
+pub(crate) const HUB_ONLY: &str = "this worker hub only serves the workers its driver started";
 
 /// Server side of a sweep's watch token (from `driver.json`, readable by its owner only).
 pub fn check_watch_token(
@@ -204,7 +204,7 @@ fn presented(request: &tonic::Request<()>, token: Option<&str>) -> Presented {
 }
 
 /// Whether `given` is the token a server requires (anything goes where it requires none).
-pub fn token_matches(given: &str, required: Option<&str>) -> bool {
+pub(crate) fn token_matches(given: &str, required: Option<&str>) -> bool {
     required
         .filter(|t| !t.is_empty())
         .is_none_or(|t| constant_time_eq(given.as_bytes(), t.as_bytes()))
@@ -316,7 +316,7 @@ pub mod frame {
     /// registered for output too, it would be woken each time the peer read an answer, for
     /// nothing. Answers are written at once; there is room for them, since the peer reads each
     /// before it writes again.
-    pub struct Answering {
+    pub(crate) struct Answering {
         socket: tokio::io::unix::AsyncFd<std::os::unix::net::UnixStream>,
         unread: Vec<u8>,
     }

@@ -82,21 +82,21 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
         format!(
             "trial {} has no checkpoint to export (its train function reported none, or none was \
              kept)",
-            trial.trial_id
+            trial.trial_id()
         )
     })?;
     // What the model was trained with: the trainable's defaults with the trial's params.
-    let params: Params = std::fs::read(trial.path.join(PARAMS_FILE))
+    let params: Params = std::fs::read(trial.path().join(PARAMS_FILE))
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_else(|| trial.params.clone());
+        .unwrap_or_else(|| trial.params().clone());
     let experiment = grid.path.file_name().map_or(String::new(), |n| n.to_string_lossy().into());
     let export = Export {
         checkpoint: &checkpoint,
         to: args.to,
         params,
         metrics: metrics.clone(),
-        title: format!("Trial {} of the sweep `{experiment}`", trial.trial_id),
+        title: format!("Trial {} of the sweep `{experiment}`", trial.trial_id()),
         metric: metric.map(|m| (m, mode)),
         trainable: args.trainable,
     };
@@ -107,7 +107,7 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
     let with = if torchscript { " with TorchScript (model.pt)" } else { "" };
     Ok(format!(
         "exported trial {}'s {}{shown}{with} to {}",
-        trial.trial_id,
+        trial.trial_id(),
         checkpoint.path().file_name().map_or(String::new(), |n| n.to_string_lossy().into()),
         args.to.display()
     ))
@@ -121,7 +121,7 @@ fn best_trial<'g>(
     mode: Option<Mode>,
     dir: &Path,
 ) -> Result<&'g TrialResult> {
-    let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count();
+    let failed = grid.trials.iter().filter(|t| t.status() == TrialStatus::Error).count();
     if failed == grid.trials.len() {
         bail!(
             "every trial of {} failed ({failed} ERROR): there is no best one to export; export a \
@@ -131,13 +131,13 @@ fn best_trial<'g>(
         );
     }
     let unfailed = ResultGrid {
-        trials: grid.trials.iter().filter(|t| t.status != TrialStatus::Error).cloned().collect(),
+        trials: grid.trials.iter().filter(|t| t.status() != TrialStatus::Error).cloned().collect(),
         ..grid.clone()
     };
     let best = unfailed
         .best_result_by(metric, mode, Scope::Last)
         .with_context(|| format!("cannot choose the best trial of {}", dir.display()))?;
-    grid.trials.iter().find(|t| t.trial_id == best.trial_id).context("the best trial")
+    grid.trials.iter().find(|t| t.trial_id() == best.trial_id()).context("the best trial")
 }
 
 /// The trial's checkpoint to export and its metrics: among its kept checkpoints the one whose
@@ -147,7 +147,7 @@ fn checkpoint_of(
     metric: Option<&str>,
     mode: Mode,
 ) -> Option<(Checkpoint, serde_json::Map<String, serde_json::Value>)> {
-    let result = trial.result.as_ref()?;
+    let result = trial.result()?;
     let finite =
         |m: &Metrics| metric.and_then(|name| m.get(name)).copied().filter(|v| v.is_finite());
     let ranked = result

@@ -37,13 +37,13 @@ pub struct Trainable {
 
 impl Trainable {
     /// Whether its defaults declare every param it reads (it has some).
-    pub fn declares_params(&self) -> bool {
+    pub(crate) fn declares_params(&self) -> bool {
         !self.defaults.is_empty()
     }
 
     /// Why a sweep cannot rank, schedule or stop by `metric`, or None: it is neither one this
     /// train function declares it reports nor one of rtune's automatic ones.
-    pub fn check_metric(&self, metric: &str) -> Option<String> {
+    pub(crate) fn check_metric(&self, metric: &str) -> Option<String> {
         let auto = rtune_driver::metrics::AUTO_METRICS;
         if self.metrics.is_empty()
             || self.metrics.iter().any(|m| m == metric)
@@ -64,7 +64,7 @@ impl Trainable {
     /// Why `param` cannot be given as `key` to this train function, or None: a param it does
     /// not read (naming the nearest it does), a value of another type than its default's, or a
     /// value (or domain bound) outside its range.
-    pub fn check_param(&self, key: &str, param: &Param) -> Option<String> {
+    pub(crate) fn check_param(&self, key: &str, param: &Param) -> Option<String> {
         if !self.declares_params() {
             return None;
         }

@@ -481,7 +481,7 @@ fn finish(
     let silent = grid
         .trials
         .iter()
-        .filter(|t| t.status == TrialStatus::Terminated && t.history().is_empty())
+        .filter(|t| t.status() == TrialStatus::Terminated && t.history().is_empty())
         .count();
     if silent > 0 {
         eprintln!(
@@ -490,7 +490,7 @@ fn finish(
             path.display()
         );
     }
-    let failed = grid.trials.iter().filter(|t| t.status == TrialStatus::Error).count() + silent;
+    let failed = grid.trials.iter().filter(|t| t.status() == TrialStatus::Error).count() + silent;
     if let Some(out) = &output.json {
         let summary = inspect::summary(&grid, began.elapsed().as_secs_f64());
         let text = serde_json::to_vec_pretty(&summary)?;

@@ -41,7 +41,7 @@ pub struct Model {
     pub total: Option<u64>,
     pub time_budget_s: Option<f64>,
     /// Seconds the sweep has run.
-    pub elapsed_s: f64,
+    pub(crate) elapsed_s: f64,
     /// In the order they were first heard of; `index` finds them by id (one lookup per event,
     /// however many trials the sweep has).
     trials: Vec<TrialRow>,
@@ -78,7 +78,7 @@ pub struct View {
 impl View {
     /// The selected row of `rows` (indices into `model`'s trials, as `Model::rows` gives them):
     /// the selected trial's, wherever it is now; else the row it was in.
-    pub fn selected_row(&self, model: &Model, rows: &[usize]) -> Option<usize> {
+    pub(crate) fn selected_row(&self, model: &Model, rows: &[usize]) -> Option<usize> {
         let found = self.trial.as_ref().and_then(|id| {
             rows.iter().position(|&i| model.trials().get(i).is_some_and(|t| t.id == *id))
         });
@@ -94,7 +94,7 @@ impl View {
 }
 
 /// The filters `f` steps through.
-pub const FILTERS: [Option<TrialStatus>; 7] = [
+pub(crate) const FILTERS: [Option<TrialStatus>; 7] = [
     None,
     Some(TrialStatus::Pending),
     Some(TrialStatus::Running),
@@ -126,7 +126,7 @@ impl Model {
 
     /// Samples this machine's GPUs into `gpus` (NVML; the devices of a `CUDA_VISIBLE_DEVICES`
     /// list only), when the sweep runs here with GPUs; nothing otherwise, or without NVML.
-    pub fn sample_gpus(&mut self) {
+    pub(crate) fn sample_gpus(&mut self) {
         if self.capacity.1 <= 0.0 {
             return;
         }
@@ -141,7 +141,7 @@ impl Model {
         &self.trials
     }
 
-    pub fn into_trials(self) -> Vec<TrialRow> {
+    pub(crate) fn into_trials(self) -> Vec<TrialRow> {
         self.trials
     }
 
@@ -151,7 +151,7 @@ impl Model {
     }
 
     /// Replaces the trials (ones read from files, or another model's).
-    pub fn set_trials(&mut self, rows: Vec<TrialRow>) {
+    pub(crate) fn set_trials(&mut self, rows: Vec<TrialRow>) {
         self.index = rows.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
         self.trials = rows;
     }
@@ -245,18 +245,18 @@ impl Model {
                     .collect()
             });
             rows.push(TrialRow {
-                id: t.trial_id.clone(),
-                status: t.status,
+                id: t.trial_id().to_owned(),
+                status: t.status(),
                 params: t
-                    .params
+                    .params()
                     .flatten()
                     .iter()
                     .map(|(k, v)| (k.clone(), param_text(v)))
                     .collect(),
                 last: t.history().last().cloned().unwrap_or_default(),
                 curve,
-                path: t.path.clone(),
-                error: t.error.clone(),
+                path: t.path().to_owned(),
+                error: t.error().map(str::to_owned),
             });
         }
         model.set_trials(rows);
@@ -264,7 +264,7 @@ impl Model {
     }
 
     /// The param names, in first-seen order.
-    pub fn param_names(&self) -> Vec<String> {
+    pub(crate) fn param_names(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
         for t in &self.trials {
             for (k, _) in &t.params {
@@ -277,13 +277,13 @@ impl Model {
     }
 
     /// The metric the learning curves follow: the sweep's, or its first objective.
-    pub fn charted(&self) -> Option<&str> {
+    pub(crate) fn charted(&self) -> Option<&str> {
         let first = self.objectives.first();
         self.metric.as_ref().or(first).map(|(m, _)| m.as_str())
     }
 
     /// The metrics the table shows beside the params: the sweep's, or its objectives.
-    pub fn shown_metrics(&self) -> Vec<&str> {
+    pub(crate) fn shown_metrics(&self) -> Vec<&str> {
         let one = self.metric.iter();
         one.chain(&self.objectives).map(|(m, _)| m.as_str()).collect()
     }
@@ -321,7 +321,7 @@ impl Model {
     /// When at least two trials ended and every one that ended failed the same way (the first
     /// line of their errors is the same: a missing module, a typo in the train function), how
     /// many and that line: fixing it is what the sweep needs, not more trials.
-    pub fn same_failure(&self) -> Option<(usize, String)> {
+    pub(crate) fn same_failure(&self) -> Option<(usize, String)> {
         let ended: Vec<&TrialRow> = self
             .trials
             .iter()
@@ -401,7 +401,7 @@ impl Model {
 
     /// The last `n` lines of a trial's log: rank 0's stderr and stdout, after its error's first
     /// line when it failed (the whole text is in its `error.txt`).
-    pub fn log_tail(&self, trial: usize, n: usize) -> Vec<String> {
+    pub(crate) fn log_tail(&self, trial: usize, n: usize) -> Vec<String> {
         let Some(t) = self.trials.get(trial) else { return Vec::new() };
         let mut head: Vec<String> =
             t.error.iter().map(|e| format!("error: {}", error_summary(e))).collect();
@@ -447,7 +447,7 @@ pub enum Event {
 }
 
 /// Something that follows a sweep by its events: the terminal UI's feed, the progress lines.
-pub trait Follow: Send + Sync {
+pub(crate) trait Follow: Send + Sync {
     /// Its name in error messages.
     fn name(&self) -> &'static str;
     /// The sweep begins in its experiment directory `path` (which exists now).
@@ -471,7 +471,7 @@ impl<F: Follow + ?Sized> Follow for std::sync::Arc<F> {
 }
 
 /// The callback that turns a sweep's callbacks into events for a `Follow`.
-pub struct Following<F>(pub F);
+pub(crate) struct Following<F>(pub F);
 
 impl<F: Follow> Callback for Following<F> {
     fn name(&self) -> String {

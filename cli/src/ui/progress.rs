@@ -47,7 +47,7 @@ impl<W: Write + Send> Progress<W> {
 
     /// The trials known so far (ended before this driver began, or seen by the terminal UI
     /// before the viewer left it), counted in the status.
-    pub fn know(&self, trials: Vec<TrialRow>) {
+    pub(crate) fn know(&self, trials: Vec<TrialRow>) {
         self.with_board(|board| {
             board.model.set_trials(trials);
             Ok(())

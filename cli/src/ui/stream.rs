@@ -37,7 +37,7 @@ struct DriverFile {
 }
 
 /// The driver's side: follows the sweep, serves it to watchers.
-pub struct Broadcast {
+pub(crate) struct Broadcast {
     /// The model and when its `elapsed_s` was last set; events are applied and sent under this
     /// lock, so a snapshot and the events after it never overlap or leave a gap.
     state: Mutex<(Model, Instant)>,
@@ -120,7 +120,7 @@ impl Drop for Server {
 /// Serves the sweep in `dir` (shown as `model`; `control` takes the watchers' requests) on
 /// loopback, on `runtime` (the driver's); returns the server and the follower to add to the
 /// sweep's callbacks, which writes `driver.json` into `dir` when the sweep begins there.
-pub fn serve(
+pub(crate) fn serve(
     dir: &Path,
     model: Model,
     control: Control,
@@ -244,7 +244,7 @@ impl Remote {
     }
 
     /// Asks the driver to hold trial `id` (`resume`: to let it run again).
-    pub fn hold_trial(&self, id: &str, resume: bool) {
+    pub(crate) fn hold_trial(&self, id: &str, resume: bool) {
         let id = id.to_owned();
         self.send(match resume {
             false => control_request::Action::PauseTrial(id),
@@ -253,7 +253,7 @@ impl Remote {
     }
 
     /// Asks the driver to stop the sweep, resumable, and waits for its answer.
-    pub fn interrupt_now(&self) -> anyhow::Result<()> {
+    pub(crate) fn interrupt_now(&self) -> anyhow::Result<()> {
         let mut client = self.client.clone();
         let request =
             proto::ControlRequest { action: Some(control_request::Action::Interrupt(true)) };
@@ -274,13 +274,13 @@ impl Remote {
 }
 
 /// Whether a live driver runs the sweep in `dir` (it holds the experiment's lease).
-pub fn driver_alive(dir: &Path) -> bool {
+pub(crate) fn driver_alive(dir: &Path) -> bool {
     rtune_driver::tune::lease::live_holder(dir).is_some()
 }
 
 /// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a
 /// stream that answers); None when it is not (a finished or interrupted sweep, a dead driver).
-pub fn attach(dir: &Path) -> Option<Remote> {
+pub(crate) fn attach(dir: &Path) -> Option<Remote> {
     let text = std::fs::read(dir.join(DRIVER_FILE)).ok()?;
     let record: DriverFile = serde_json::from_slice(&text).ok()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -179,7 +179,7 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
 
 /// The leaves of a JSON value with their dotted keys (`model.lr`), depth-first: how trackers,
 /// which keep flat text, see nested params and settings.
-pub fn json_leaves(value: &serde_json::Value) -> Vec<(String, &serde_json::Value)> {
+pub(crate) fn json_leaves(value: &serde_json::Value) -> Vec<(String, &serde_json::Value)> {
     fn walk<'a>(
         prefix: &str,
         value: &'a serde_json::Value,
@@ -201,7 +201,7 @@ pub fn json_leaves(value: &serde_json::Value) -> Vec<(String, &serde_json::Value
 }
 
 /// A JSON leaf as text: a string bare, anything else as JSON.
-pub fn json_text(value: &serde_json::Value) -> String {
+pub(crate) fn json_text(value: &serde_json::Value) -> String {
     match value {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),

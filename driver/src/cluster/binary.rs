@@ -30,13 +30,13 @@ const CHUNK_BYTES: usize = 1 << 20;
 
 /// How many bytes of binaries a cache keeps, beyond those in use (4 GiB: about twenty debug
 /// builds).
-pub const CACHE_BUDGET: u64 = 4 << 30;
+pub(crate) const CACHE_BUDGET: u64 = 4 << 30;
 
 /// A binary used this recently stays cached whatever the budget says.
-pub const IN_USE: std::time::Duration = std::time::Duration::from_secs(3600);
+pub(crate) const IN_USE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Where cached binaries live on this machine.
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     crate::config::cache_root().join("binaries")
 }
 
@@ -53,7 +53,7 @@ pub fn cached(dir: &Path, sha256: &str) -> Option<PathBuf> {
 /// (by modification time, which [`cached`] and [`receive`] set) until the rest fit, except
 /// those used within `in_use`; also removes the partial files of receptions that died more
 /// than `in_use` ago. Returns how many bytes it freed. What cannot be read or removed is left.
-pub fn prune(dir: &Path, budget: u64, in_use: std::time::Duration) -> u64 {
+pub(crate) fn prune(dir: &Path, budget: u64, in_use: std::time::Duration) -> u64 {
     let now = std::time::SystemTime::now();
     let age = |m: &std::fs::Metadata| {
         m.modified().ok().and_then(|t| now.duration_since(t).ok()).unwrap_or_default()
@@ -92,7 +92,7 @@ fn checked_name(sha256: &str) -> Result<&str> {
 }
 
 /// The SHA-256 (hex) of the file at `path`.
-pub fn sha256_of(path: &Path) -> Result<String> {
+pub(crate) fn sha256_of(path: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     read_chunks(path, "", |chunk| {
         hasher.update(&chunk.data);
@@ -119,7 +119,7 @@ pub async fn own() -> Result<(PathBuf, String)> {
 
 /// Makes sure the head behind `client` holds this process's binary; returns its hash. Callers
 /// take turns, so ranks started together send it once.
-pub async fn ensure_on_head(client: &mut Client) -> Result<String> {
+pub(crate) async fn ensure_on_head(client: &mut Client) -> Result<String> {
     static SENDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let (exe, sha) = own().await?;
     let _turn = SENDING.lock().await;
@@ -213,7 +213,7 @@ where
 
 /// The cached binary `sha256`, fetched from the head first if this machine lacks it. Callers
 /// take turns, so workers started together fetch it once.
-pub async fn fetch(head: &str, token: Option<&str>, sha256: &str) -> Result<PathBuf> {
+pub(crate) async fn fetch(head: &str, token: Option<&str>, sha256: &str) -> Result<PathBuf> {
     static FETCHING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _turn = FETCHING.lock().await;
     let dir = cache_dir();

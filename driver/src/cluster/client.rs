@@ -17,7 +17,7 @@ use crate::proto::{
 };
 pub use crate::rpc::AddToken;
 
-pub type Client = HeadClient<InterceptedService<Channel, AddToken>>;
+pub(crate) type Client = HeadClient<InterceptedService<Channel, AddToken>>;
 
 /// Connects to the head at `address` (host:port).
 pub async fn connect_head(address: &str, token: Option<&str>) -> Result<Client> {
@@ -35,7 +35,7 @@ pub async fn connect_head(address: &str, token: Option<&str>) -> Result<Client> 
 }
 
 /// A gRPC status as an rtune error; a refused token becomes a config error that says so.
-pub fn status_error(status: Status) -> Error {
+pub(crate) fn status_error(status: Status) -> Error {
     if status.code() == tonic::Code::Unauthenticated {
         Error::config("cluster token", status.message().to_owned())
     } else {
@@ -51,10 +51,10 @@ pub async fn status(client: &mut Client) -> Result<PoolStatus> {
 
 /// A reserved placement group on the cluster.
 #[derive(Debug, Clone)]
-pub struct ClusterReservation {
+pub(crate) struct ClusterReservation {
     pub reservation: Reservation,
     /// Node id → the node's address.
-    pub node_addresses: BTreeMap<u64, String>,
+    pub(crate) node_addresses: BTreeMap<u64, String>,
 }
 
 impl ClusterReservation {
@@ -65,7 +65,7 @@ impl ClusterReservation {
 
 /// A driver's lease on the head: the groups reserved under it are released (their workers
 /// killed) when it ends, which is when this value is dropped or the driver process dies.
-pub struct Lease {
+pub(crate) struct Lease {
     id: u64,
     /// Keeps the lease's stream open (and drains it) until dropped.
     stream: tokio::task::JoinHandle<()>,
@@ -90,7 +90,7 @@ impl std::fmt::Debug for Lease {
 }
 
 /// Opens the driver's lease (`name`: what it runs, for the head's log).
-pub async fn open_lease(client: &mut Client, name: &str) -> Result<Lease> {
+pub(crate) async fn open_lease(client: &mut Client, name: &str) -> Result<Lease> {
     let mut stream = client
         .driver_session(DriverHello { name: name.to_owned() })
         .await
@@ -106,11 +106,11 @@ pub async fn open_lease(client: &mut Client, name: &str) -> Result<Lease> {
 
 /// How a reservation waits.
 #[derive(Debug, Clone, Default)]
-pub struct ReserveOptions {
+pub(crate) struct ReserveOptions {
     /// The driver's lease (see [`open_lease`]).
     pub lease: u64,
     /// Wait for nodes to join when the alive cluster is too small, instead of refusing.
-    pub wait_for_capacity: bool,
+    pub(crate) wait_for_capacity: bool,
     /// Give up after this long (None: wait as long as it takes).
     pub timeout: Option<Duration>,
 }
@@ -120,7 +120,7 @@ const WAIT_REPORT: Duration = Duration::from_secs(10);
 
 /// Reserves `request`, waiting until it is reserved. While it waits it says, every few seconds,
 /// what it waits for and who holds the cluster; after `options.timeout` it gives up with that.
-pub async fn reserve(
+pub(crate) async fn reserve(
     client: &mut Client,
     request: &PlacementRequest,
     options: &ReserveOptions,
@@ -220,12 +220,12 @@ pub async fn release(client: &mut Client, pg: PgId) -> Result<()> {
     Ok(())
 }
 
-pub async fn start_worker(client: &mut Client, request: StartWorkerRequest) -> Result<()> {
+pub(crate) async fn start_worker(client: &mut Client, request: StartWorkerRequest) -> Result<()> {
     client.start_worker(request).await.map_err(status_error)?;
     Ok(())
 }
 
-pub async fn kill_worker(client: &mut Client, worker_id: String) -> Result<()> {
+pub(crate) async fn kill_worker(client: &mut Client, worker_id: String) -> Result<()> {
     client.kill_worker(KillWorkerRequest { worker_id }).await.map_err(status_error)?;
     Ok(())
 }

@@ -10,7 +10,7 @@ pub mod node;
 pub mod pool;
 pub mod slurm;
 
-use pool::{NodeSpec, PlacementRequest, Pool, PoolStatus, Reservation, Resources, Strategy};
+use pool::{NodeSpec, PlacementRequest, Pool, PoolStatus, Resources, Strategy};
 
 use crate::config::{PlacementStrategy, ScalingConfig};
 use crate::error::{Error, Result};
@@ -63,7 +63,7 @@ pub fn local_devices() -> Option<Vec<String>> {
 
 /// A `CUDA_VISIBLE_DEVICES`-style list as device names (`0,2`, or `GPU-<uuid>`s); CUDA stops
 /// at the first invalid entry (`-1`), and Slurm writes `NoDevFiles` for none.
-pub fn device_list(text: &str) -> Vec<String> {
+pub(crate) fn device_list(text: &str) -> Vec<String> {
     text.split(',')
         .map(str::trim)
         .take_while(|d| !d.starts_with('-'))
@@ -74,7 +74,7 @@ pub fn device_list(text: &str) -> Vec<String> {
 
 /// The pool's device indices (`0,1`) as the names of the node's own devices (`2,3`). An index
 /// beyond the list is kept as it is (the pool never hands one out).
-pub fn map_devices(indices: &str, devices: &[String]) -> String {
+pub(crate) fn map_devices(indices: &str, devices: &[String]) -> String {
     let name = |index: &str| -> String {
         let i: Option<usize> = index.trim().parse().ok();
         i.and_then(|i| devices.get(i)).cloned().unwrap_or_else(|| index.to_owned())
@@ -86,7 +86,7 @@ pub fn map_devices(indices: &str, devices: &[String]) -> String {
 /// because their workers could not use them, and why (`; node 3 (10.0.0.7:0) has GPUs its
 /// workers cannot use: <cause>`); empty otherwise. Added to a refusal that would else only say
 /// the cluster has too few GPUs.
-pub fn unusable_gpus_note(status: &PoolStatus, request: &PlacementRequest) -> String {
+pub(crate) fn unusable_gpus_note(status: &PoolStatus, request: &PlacementRequest) -> String {
     if !request.bundles.iter().any(|b| b.gpu > 0.0) {
         return String::new();
     }
@@ -107,7 +107,7 @@ pub fn unusable_gpus_note(status: &PoolStatus, request: &PlacementRequest) -> St
 /// Fails, with a config error naming the cause, when a group of `scaling` could never be
 /// placed on the alive nodes of a cluster whose status is `status`: what the head would refuse
 /// its first reservation for, said before any trial starts.
-pub fn check_fits_cluster(status: &PoolStatus, scaling: &ScalingConfig) -> Result<()> {
+pub(crate) fn check_fits_cluster(status: &PoolStatus, scaling: &ScalingConfig) -> Result<()> {
     let request = worker_request(scaling, "fit check");
     let mut pool = Pool::new();
     for n in status.nodes.iter().filter(|n| n.alive) {
@@ -124,7 +124,7 @@ pub fn check_fits_cluster(status: &PoolStatus, scaling: &ScalingConfig) -> Resul
 }
 
 /// The bundle one worker of `scaling` holds.
-pub fn worker_bundle(scaling: &ScalingConfig) -> Resources {
+pub(crate) fn worker_bundle(scaling: &ScalingConfig) -> Resources {
     let mut bundle = Resources::new().cpu(scaling.cpus_per_worker()).gpu(scaling.gpus_per_worker());
     for (name, &amount) in &scaling.resources_per_worker {
         if name != "CPU" && name != "GPU" {
@@ -135,7 +135,7 @@ pub fn worker_bundle(scaling: &ScalingConfig) -> Resources {
 }
 
 /// The placement request of a run's worker group: one bundle per worker.
-pub fn worker_request(scaling: &ScalingConfig, label: &str) -> PlacementRequest {
+pub(crate) fn worker_request(scaling: &ScalingConfig, label: &str) -> PlacementRequest {
     PlacementRequest::uniform(
         scaling.placement_strategy.into(),
         scaling.num_workers,
@@ -145,7 +145,7 @@ pub fn worker_request(scaling: &ScalingConfig, label: &str) -> PlacementRequest 
 }
 
 /// A pool of this one machine (the embedded default).
-pub fn local_pool(node: NodeSpec) -> Result<Pool> {
+pub(crate) fn local_pool(node: NodeSpec) -> Result<Pool> {
     let mut pool = Pool::new();
     pool.add_node(node).map_err(|e| {
         Error::config(
@@ -160,7 +160,7 @@ pub fn local_pool(node: NodeSpec) -> Result<Pool> {
 }
 
 /// A worker group the local machine can never hold, as a config error saying what to change.
-pub fn local_fit_error(e: pool::PoolError) -> Error {
+pub(crate) fn local_fit_error(e: pool::PoolError) -> Error {
     Error::config(
         "ScalingConfig",
         format!(
@@ -172,7 +172,12 @@ pub fn local_fit_error(e: pool::PoolError) -> Error {
 
 /// Reserves a placement group for `scaling` on a fresh one-node pool of `node`. A group that can
 /// never fit is a config error naming the resource, instead of a run that waits forever.
-pub fn reserve_local(node: NodeSpec, scaling: &ScalingConfig, label: &str) -> Result<Reservation> {
+#[cfg(test)]
+fn reserve_local(
+    node: NodeSpec,
+    scaling: &ScalingConfig,
+    label: &str,
+) -> Result<pool::Reservation> {
     let mut pool = local_pool(node)?;
     pool.request(worker_request(scaling, label)).map_err(local_fit_error)?;
     pool.schedule().into_iter().next().ok_or_else(|| {

@@ -58,7 +58,7 @@ impl Allocation {
 /// Expands a Slurm host list: `n[1-3,7],gpu[08-09],login` → n1 n2 n3 n7 gpu08 gpu09 login.
 /// Zero-padded ranges keep their width; several bracket groups in one name multiply
 /// (`r[1-2]n[1-2]` → r1n1 r1n2 r2n1 r2n2).
-pub fn expand_hostlist(list: &str) -> std::result::Result<Vec<String>, String> {
+pub(crate) fn expand_hostlist(list: &str) -> std::result::Result<Vec<String>, String> {
     let mut names = Vec::new();
     for item in split_outside_brackets(list.trim()) {
         if item.is_empty() {
@@ -118,7 +118,7 @@ fn expand_one(item: &str) -> std::result::Result<Vec<String>, String> {
 }
 
 /// Expands Slurm's compressed counts: `2(x3),4` → 2 2 2 4 (as in `SLURM_JOB_CPUS_PER_NODE`).
-pub fn expand_counts(text: &str) -> std::result::Result<Vec<u64>, String> {
+pub(crate) fn expand_counts(text: &str) -> std::result::Result<Vec<u64>, String> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = || format!("{part:?} is not a count like 4 or 4(x2)");

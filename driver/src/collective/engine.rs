@@ -40,28 +40,28 @@ pub enum Mode {
 /// A segment of the outgoing stream. Element `i` may go once the lane has completed
 /// `dep + i + 1` received elements (`None`: it may go at once).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SendSeg {
+pub(crate) struct SendSeg {
     pub range: Range<usize>,
-    pub dep: Option<usize>,
+    pub(crate) dep: Option<usize>,
 }
 
 /// A segment of the incoming stream.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RecvSeg {
+pub(crate) struct RecvSeg {
     pub range: Range<usize>,
     pub mode: Mode,
 }
 
 /// What one lane sends and receives during one call, in stream order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct LanePlan {
+pub(crate) struct LanePlan {
     pub sends: Vec<SendSeg>,
-    pub recvs: Vec<RecvSeg>,
+    pub(crate) recvs: Vec<RecvSeg>,
 }
 
 impl LanePlan {
     /// The same plan over a buffer that starts `by` elements later (all ranges minus `by`).
-    pub fn rebased(mut self, by: usize) -> LanePlan {
+    pub(crate) fn rebased(mut self, by: usize) -> LanePlan {
         for g in &mut self.sends {
             g.range = g.range.start - by..g.range.end - by;
         }
@@ -74,7 +74,7 @@ impl LanePlan {
 
 /// Which ring algorithm a lane runs over its segments.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RingKind {
+pub(crate) enum RingKind {
     /// Reduce-scatter then all-gather (2(w-1) steps); `div` makes it an average.
     AllReduce { div: Option<f32> },
     /// All-gather only (w-1 steps); `segs[p]` starts out filled at ring position `p`.
@@ -89,7 +89,7 @@ pub enum RingKind {
 /// so what it sends at `t` is what it received at `t - 1`. In an all-reduce the owner of each
 /// segment adds the last contribution (and divides) once, then the result only travels as a
 /// copy: every rank ends with the same bytes.
-pub fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> LanePlan {
+pub(crate) fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> LanePlan {
     let w = segs.len();
     let steps = match kind {
         RingKind::AllReduce { .. } => 2 * (w - 1),
@@ -121,7 +121,7 @@ pub fn ring_plan(pos: usize, segs: &[Range<usize>], kind: RingKind) -> LanePlan 
 
 /// A chain from the root around the ring: the root sends, the middle ranks forward as bytes
 /// arrive, the last one only receives.
-pub fn chain_plan(pos: usize, root_pos: usize, w: usize, range: Range<usize>) -> LanePlan {
+pub(crate) fn chain_plan(pos: usize, root_pos: usize, w: usize, range: Range<usize>) -> LanePlan {
     let dist = (pos + w - root_pos) % w;
     let mut plan = LanePlan::default();
     if dist > 0 {
@@ -149,11 +149,11 @@ pub fn split(base: usize, n: usize, w: usize) -> Vec<Range<usize>> {
 
 /// One direction of the ring during one call: the link it sends on, the link it receives on,
 /// and its plan (empty for a direction that only carries the call header).
-pub struct Lane<'a, T> {
+pub(crate) struct Lane<'a, T> {
     pub out: &'a TcpStream,
-    pub out_peer: usize,
-    pub inp: &'a TcpStream,
-    pub in_peer: usize,
+    pub(crate) out_peer: usize,
+    pub(crate) inp: &'a TcpStream,
+    pub(crate) in_peer: usize,
     pub plan: LanePlan,
     /// Stages incoming data of `Add` segments; may be empty when the plan has none.
     pub scratch: &'a mut [T],

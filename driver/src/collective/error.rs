@@ -37,7 +37,7 @@ impl Op {
         }
     }
 
-    pub fn from_code(code: u8) -> Option<Op> {
+    pub(crate) fn from_code(code: u8) -> Option<Op> {
         Some(match code {
             0 => Op::Connect,
             1 => Op::AllReduce,
@@ -77,7 +77,7 @@ pub struct CallInfo {
     /// Root rank for broadcasts; the reduce op code (1 sum, 2 avg) for all_reduce; else 0.
     pub arg: u32,
     /// Ring directions used (1 or 2); every rank must agree, see `GroupOptions::bidirectional`.
-    pub lanes: u8,
+    pub(crate) lanes: u8,
 }
 
 impl fmt::Display for CallInfo {
@@ -160,7 +160,7 @@ pub enum CollectiveError {
 
 impl CollectiveError {
     /// Whether the error leaves the group usable (only argument errors caught before any I/O).
-    pub fn poisons(&self) -> bool {
+    pub(crate) fn poisons(&self) -> bool {
         !matches!(self, CollectiveError::InvalidArgument { .. })
     }
 }

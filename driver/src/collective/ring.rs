@@ -30,7 +30,7 @@ const HELLO_WAIT: Duration = Duration::from_secs(2);
 pub struct GroupOptions {
     /// Identifies this group (e.g. a hash of trial id and attempt), so a connection from
     /// another group that reached a reused port is refused.
-    pub group_id: u64,
+    pub(crate) group_id: u64,
     /// Upper bound for one collective call. A rank that stops calling makes the others fail
     /// with [`CollectiveError::Timeout`] after this long.
     pub timeout: Duration,

@@ -7,14 +7,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 mod sealed {
-    pub trait Sealed {}
+    pub(crate) trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for u8 {}
 }
 
 /// Element types that travel as raw bytes: no padding, and every bit pattern is a valid value.
 /// Sealed; implemented for `f32` and `u8` only.
-pub trait Pod: sealed::Sealed + Copy + Default + Send + 'static {
+pub(crate) trait Pod: sealed::Sealed + Copy + Default + Send + 'static {
     const SIZE: usize = std::mem::size_of::<Self>();
 
     /// `dst[i] = dst[i] + src[i]` (then `/ div`) — the only reduction the ring does.
@@ -46,24 +46,24 @@ pub fn as_bytes<T: Pod>(s: &[T]) -> &[u8] {
 }
 
 /// The bytes of a mutable element slice.
-pub fn as_bytes_mut<T: Pod>(s: &mut [T]) -> &mut [u8] {
+pub(crate) fn as_bytes_mut<T: Pod>(s: &mut [T]) -> &mut [u8] {
     // SAFETY: as in `as_bytes`; in addition every bit pattern is a valid f32 or u8, so any
     // bytes written through the view leave valid elements behind.
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }
 
-pub const POLLIN: i16 = libc::POLLIN;
-pub const POLLOUT: i16 = libc::POLLOUT;
+pub(crate) const POLLIN: i16 = libc::POLLIN;
+pub(crate) const POLLOUT: i16 = libc::POLLOUT;
 /// Peer closed its end (Linux); reported even when we are not reading, so a dead neighbour
 /// is seen while we only wait to write.
-pub const POLLRDHUP: i16 = libc::POLLRDHUP;
-pub const POLLHUP: i16 = libc::POLLHUP;
-pub const POLLERR: i16 = libc::POLLERR;
+pub(crate) const POLLRDHUP: i16 = libc::POLLRDHUP;
+pub(crate) const POLLHUP: i16 = libc::POLLHUP;
+pub(crate) const POLLERR: i16 = libc::POLLERR;
 
 /// One entry for [`poll`]; `fd < 0` entries are ignored (as in poll(2)).
 #[derive(Debug, Clone, Copy)]
 #[repr(transparent)]
-pub struct PollFd(libc::pollfd);
+pub(crate) struct PollFd(libc::pollfd);
 
 impl PollFd {
     pub fn new(fd: RawFd, events: i16) -> PollFd {
@@ -74,7 +74,7 @@ impl PollFd {
         self.0.fd
     }
 
-    pub fn revents(&self) -> i16 {
+    pub(crate) fn revents(&self) -> i16 {
         self.0.revents
     }
 }
@@ -102,7 +102,7 @@ pub fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
 
 /// Sets SO_SNDBUF and SO_RCVBUF. The kernel doubles the value and caps it at
 /// `net.core.{w,r}mem_max`; setting it also turns off the kernel's buffer autotuning.
-pub fn set_socket_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+pub(crate) fn set_socket_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let val = bytes.min(i32::MAX as usize) as libc::c_int;
     for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
         // SAFETY: plain setsockopt on a live fd with a pointer to a c_int and its size.

@@ -6,26 +6,26 @@
 use super::error::{CallInfo, Op};
 
 /// Size of both records.
-pub const RECORD_LEN: usize = 32;
+pub(crate) const RECORD_LEN: usize = 32;
 
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RTCH");
 const HEADER_MAGIC: u32 = u32::from_le_bytes(*b"RTC1");
 /// Bumped whenever the stream format changes.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub(crate) const PROTOCOL_VERSION: u16 = 1;
 /// Written in native order; a peer that reads it differently has another byte order.
 const BYTE_ORDER_MARK: u16 = 0x0102;
 
 /// Sent by both ends of a new connection: who I am and which group I belong to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hello {
-    pub group_id: u64,
+pub(crate) struct Hello {
+    pub(crate) group_id: u64,
     pub world: u32,
     pub rank: u32,
 }
 
 /// Why a handshake record was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HelloError {
+pub(crate) enum HelloError {
     NotRtune,
     Version(u16),
     ByteOrder,
@@ -44,7 +44,7 @@ impl std::fmt::Display for HelloError {
 }
 
 impl Hello {
-    pub fn encode(&self) -> [u8; RECORD_LEN] {
+    pub(crate) fn encode(&self) -> [u8; RECORD_LEN] {
         let mut b = [0u8; RECORD_LEN];
         b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         b[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
@@ -86,7 +86,7 @@ impl Hello {
 /// | 16..24 | length in elements                      |
 /// | 24..28 | arg (root, or reduce op 1 sum / 2 avg)  |
 /// | 28..32 | reserved (0)                            |
-pub fn encode_header(call: &CallInfo) -> [u8; RECORD_LEN] {
+pub(crate) fn encode_header(call: &CallInfo) -> [u8; RECORD_LEN] {
     let mut b = [0u8; RECORD_LEN];
     b[0..4].copy_from_slice(&HEADER_MAGIC.to_le_bytes());
     b[4] = call.op.code();
@@ -98,7 +98,7 @@ pub fn encode_header(call: &CallInfo) -> [u8; RECORD_LEN] {
 }
 
 /// Decodes a header; `Err` says what is wrong with it.
-pub fn decode_header(b: &[u8; RECORD_LEN]) -> Result<CallInfo, String> {
+pub(crate) fn decode_header(b: &[u8; RECORD_LEN]) -> Result<CallInfo, String> {
     let magic = u32::from_le_bytes(b[0..4].try_into().unwrap());
     if magic != HEADER_MAGIC {
         return Err(format!("expected a call header, got bytes {:02x?}", &b[..8]));

@@ -94,7 +94,7 @@ pub(crate) struct Resolved {
 
 impl Resolved {
     /// Features, then the label.
-    pub fn all_columns(&self) -> Vec<String> {
+    pub(crate) fn all_columns(&self) -> Vec<String> {
         self.features.iter().cloned().chain(self.label.clone()).collect()
     }
 }
@@ -151,7 +151,7 @@ impl Columns {
 
 /// A trainer's datasets, columns and preprocessor (set on `TorchTrainer`).
 #[derive(Debug, Clone, Default)]
-pub struct DataConfig {
+pub(crate) struct DataConfig {
     datasets: Vec<(String, Dataset)>,
     columns: Columns,
     preprocessor: Option<Preprocessor>,

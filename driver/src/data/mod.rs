@@ -21,9 +21,10 @@ pub mod table;
 
 use std::ops::Range;
 
+pub(crate) use dataset::DataConfig;
 pub use dataset::{
-    Columns, DATA_SCHEMA_FILE, DataConfig, DataPlan, DataSchema, Dataset, LabelKind, Labels,
-    TRAIN_DATASET, read_rows,
+    Columns, DATA_SCHEMA_FILE, DataPlan, DataSchema, Dataset, LabelKind, Labels, TRAIN_DATASET,
+    read_rows,
 };
 pub use preprocess::{
     Chain, Fill, MinMaxScaler, OneHotEncoder, OrdinalEncoder, Preprocessor, SimpleImputer,

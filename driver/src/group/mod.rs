@@ -76,7 +76,7 @@ pub(crate) struct RankPlacement {
 impl RankPlacement {
     /// Ranks placed on `nodes[rank]` (any comparable node key): node ranks in order of first
     /// appearance, local ranks in rank order within a node.
-    pub fn from_nodes<K: PartialEq + Copy>(
+    pub(crate) fn from_nodes<K: PartialEq + Copy>(
         nodes: &[K],
         hosts: &[String],
         devices: &[Option<String>],
@@ -187,17 +187,17 @@ pub(crate) struct AttemptSpec {
     /// `resume`'s URL in the run's store, for ranks that do not see the driver's files.
     pub resume_url: Option<String>,
     /// How the workers reach the run's store.
-    pub store_settings: crate::config::StoreSettings,
+    pub(crate) store_settings: crate::config::StoreSettings,
     pub start_iteration: u64,
     pub num_threads: u32,
     /// Who the run is in a sweep (all empty outside one).
     pub trial: TrialNames,
     pub ranks: Vec<RankPlacement>,
-    pub launcher: Launcher,
-    pub collective_timeout: Duration,
-    pub start_timeout: Duration,
+    pub(crate) launcher: Launcher,
+    pub(crate) collective_timeout: Duration,
+    pub(crate) start_timeout: Duration,
     /// Start local workers from the driver's fork server (see `sys::zygote`).
-    pub warm_start: bool,
+    pub(crate) warm_start: bool,
     /// Extra environment variables of every worker (`TorchTrainer::env`).
     pub env: Vec<(String, String)>,
     /// The prepared datasets (`TorchTrainer::datasets`) as JSON; empty for none.

@@ -101,12 +101,12 @@ impl Checkpoint {
 
 /// Where a trial that exploits another (PBT) keeps the checkpoint it took over, in its own
 /// run directory; it goes on from it unless it has recorded a later checkpoint of its own.
-pub const EXPLOITED_DIR: &str = "exploited_checkpoint";
+pub(crate) const EXPLOITED_DIR: &str = "exploited_checkpoint";
 
 /// PBT's exploit on disk: `source` (another trial's checkpoint) becomes `run_dir`'s exploited
 /// checkpoint, replacing an earlier one, and the run's own checkpoints after its iteration go
 /// (the run goes on from the source's state, so they are no longer its past).
-pub fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkpoint> {
+pub(crate) fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkpoint> {
     let from = source.iteration()?;
     let tmp = run_dir.join(format!("{TMP_PREFIX}exploit"));
     if tmp.exists() {
@@ -321,7 +321,7 @@ impl Drop for CheckpointWriter {
 
 /// The attempt fence of a run directory (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fence {
+pub(crate) enum Fence {
     /// No fence: a directory that no driver fenced (commits are not checked).
     Unset,
     /// This attempt may commit.
@@ -335,7 +335,7 @@ const FENCE_FILE: &str = ".rtune_attempt";
 /// Sets the fence (atomically): the driver calls this before each attempt and at the end. Not
 /// made durable: the fence orders live processes, and after an OS crash none is left (a
 /// driver going on from there takes an attempt number above the fence's and its checkpoints').
-pub fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
+pub(crate) fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
     let text = match fence {
         Fence::Unset => {
             let path = run_dir.join(FENCE_FILE);
@@ -350,7 +350,7 @@ pub fn set_fence(run_dir: &Path, fence: Fence) -> Result<()> {
     storage::replace_file(&run_dir.join(FENCE_FILE), text.as_bytes())
 }
 
-pub fn read_fence(run_dir: &Path) -> Result<Fence> {
+pub(crate) fn read_fence(run_dir: &Path) -> Result<Fence> {
     let path = run_dir.join(FENCE_FILE);
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,
@@ -375,7 +375,7 @@ pub fn checkpoint_name(iteration: u64) -> String {
 
 /// Removes temporary checkpoint folders and committed checkpoints the driver never recorded
 /// (`keep` are the recorded ones), so a new attempt starts from a clean run directory.
-pub fn sweep_unrecorded(run_dir: &Path, keep: &[Checkpoint]) -> Result<()> {
+pub(crate) fn sweep_unrecorded(run_dir: &Path, keep: &[Checkpoint]) -> Result<()> {
     for entry in fs::read_dir(run_dir).at(run_dir)? {
         let path = entry.at(run_dir)?.path();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

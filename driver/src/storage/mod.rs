@@ -42,7 +42,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// [`atomic_write`] of what `write` writes, which goes to the file as it is written (through a
 /// buffer) instead of being held whole in memory first.
-pub fn atomic_write_with(
+pub(crate) fn atomic_write_with(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
@@ -60,7 +60,7 @@ pub fn atomic_write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 /// else provides ([`ResultFiles::sync`]), or that only order live processes (the attempt
 /// fence: after an OS crash no worker is left to fence out). Two fsyncs fewer than
 /// [`atomic_write`], which a trial paid several times over on its way in and out.
-pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
     replace(path, 0o666, false, |w| w.write_all(bytes))
 }
 
@@ -121,7 +121,7 @@ pub fn fsync_tree(dir: &Path) -> Result<()> {
 
 /// Creates `dir` (and parents) and proves it writable by creating and removing a file in it, so
 /// an unwritable storage path fails before any worker starts.
-pub fn ensure_writable_dir(dir: &Path) -> Result<()> {
+pub(crate) fn ensure_writable_dir(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).at(dir)?;
     let probe = dir.join(format!(".rtune_write_probe_{}", std::process::id()));
     File::create(&probe).at(&probe)?;
@@ -140,7 +140,7 @@ pub type Row = BTreeMap<String, serde_json::Value>;
 /// export.
 pub const PARAMS_FILE: &str = "params.json";
 
-pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 /// `result.json` and `progress.csv` of one run or trial.
 ///
@@ -151,7 +151,7 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 /// lag the rows by at most that span, and rows held when the driver is killed are rows after
 /// the run's last checkpoint (each checkpoint syncs), which a resume redoes anyway.
 #[derive(Debug)]
-pub struct ResultFiles {
+pub(crate) struct ResultFiles {
     json: Appender,
     csv: Appender,
     /// progress.csv's columns, in order: a row's keys, those of a nested object as
@@ -284,8 +284,8 @@ impl Appender {
 }
 
 impl ResultFiles {
-    pub const RESULT_JSON: &'static str = "result.json";
-    pub const PROGRESS_CSV: &'static str = "progress.csv";
+    pub(crate) const RESULT_JSON: &'static str = "result.json";
+    pub(crate) const PROGRESS_CSV: &'static str = "progress.csv";
 
     pub fn new(dir: &Path) -> Self {
         ResultFiles {
@@ -329,7 +329,7 @@ impl ResultFiles {
     }
 
     /// When held rows are due to be written (None when none are held).
-    pub fn flush_due(&self) -> Option<Instant> {
+    pub(crate) fn flush_due(&self) -> Option<Instant> {
         let held = !self.json.held.is_empty() || !self.csv.held.is_empty();
         held.then(|| self.written.map_or_else(Instant::now, |at| at + FLUSH_EVERY))
     }
@@ -359,7 +359,7 @@ impl ResultFiles {
 
     /// Replaces both files with `rows` (used when a run rolls back to a checkpoint, so the files
     /// hold each iteration once).
-    pub fn rewrite(&mut self, rows: Vec<Row>) -> Result<()> {
+    pub(crate) fn rewrite(&mut self, rows: Vec<Row>) -> Result<()> {
         let mut json = Vec::new();
         let mut last_line = 0;
         for row in &rows {
@@ -407,7 +407,7 @@ impl ResultFiles {
 
     /// Replaces the last row in both files (cutting it off and appending `row`), as when a
     /// run's last row becomes `done`.
-    pub fn replace_last(&mut self, row: Row) -> Result<()> {
+    pub(crate) fn replace_last(&mut self, row: Row) -> Result<()> {
         if self.rows == 0 {
             return Ok(());
         }
@@ -426,7 +426,7 @@ impl ResultFiles {
     }
 
     /// The last row appended (or put in place of the last).
-    pub fn last_row(&self) -> Option<&Row> {
+    pub(crate) fn last_row(&self) -> Option<&Row> {
         self.last.as_ref()
     }
 
@@ -474,7 +474,7 @@ fn read_rows_at(path: &Path) -> Result<Vec<Row>> {
 /// The lines of the result.json at `path`, each read as a `T` (a [`Row`], or only the fields
 /// a reader needs, which is several times faster than building every row's JSON values);
 /// the same rules as [`ResultFiles::read_rows`].
-pub fn read_lines_at<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+pub(crate) fn read_lines_at<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -189,7 +189,7 @@ impl Remote {
     }
 
     /// The object store `run`'s storage path names, if it names one.
-    pub fn of_run(run: &crate::config::RunConfig) -> Option<Result<Remote>> {
+    pub(crate) fn of_run(run: &crate::config::RunConfig) -> Option<Result<Remote>> {
         run.store_url().map(|url| Remote::with_settings(url, &run.store))
     }
 
@@ -263,7 +263,7 @@ impl Remote {
 
     /// Writes byte ranges `ranges` of object `relative` into `file` at their own offsets (the
     /// rest of the file is left as it is), in parts of at most `PART_BYTES`, `PARALLEL` at once.
-    pub async fn fetch_ranges(
+    pub(crate) async fn fetch_ranges(
         &self,
         relative: &str,
         ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
@@ -412,7 +412,7 @@ impl Remote {
 
     /// Copies the folder `from` (anywhere in this store) to `name` in this one, object by object
     /// inside the store (nothing comes down), `metadata.json` last; returns the copy's URL.
-    pub async fn copy_folder(&self, from: &Remote, name: &str) -> Result<Remote> {
+    pub(crate) async fn copy_folder(&self, from: &Remote, name: &str) -> Result<Remote> {
         let to = self.join(name);
         let mut objects: Vec<String> = from.list().await?.into_keys().collect();
         objects.sort_by_key(|relative| relative == "metadata.json");
@@ -427,7 +427,7 @@ impl Remote {
 
     /// The small object `relative` in this folder and its version (for a conditional
     /// [`put_small`](Remote::put_small)); None when there is none.
-    pub async fn get_small(&self, relative: &str) -> Result<Option<(Vec<u8>, Version)>> {
+    pub(crate) async fn get_small(&self, relative: &str) -> Result<Option<(Vec<u8>, Version)>> {
         let got = match self.store.get(&self.key(relative)).await {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -443,7 +443,12 @@ impl Remote {
 
     /// Writes the small object `relative` in this folder if `when` holds (atomically, where the
     /// store checks conditions: see [`Put`]); the version written.
-    pub async fn put_small(&self, relative: &str, bytes: Vec<u8>, when: When) -> Result<Put> {
+    pub(crate) async fn put_small(
+        &self,
+        relative: &str,
+        bytes: Vec<u8>,
+        when: When,
+    ) -> Result<Put> {
         use object_store::{PutMode, PutOptions};
         let mode = match when {
             When::Absent => PutMode::Create,
@@ -495,7 +500,7 @@ pub enum When {
 
 /// What [`Remote::put_small`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Put {
+pub(crate) enum Put {
     Done(Version),
     /// The condition did not hold (the store checked it): nothing was written.
     Refused,
@@ -542,7 +547,7 @@ fn first_line(text: &str) -> &str {
 
 /// Mirrors a local folder to a store's: files that changed since the last sync go up (the
 /// experiment's state files last), files gone here are deleted there.
-pub struct Syncer {
+pub(crate) struct Syncer {
     remote: Remote,
     local: PathBuf,
     /// Each file uploaded: its size and modification time then.
@@ -568,10 +573,6 @@ fn upload_order(relative: &str) -> u8 {
 impl Syncer {
     pub fn new(remote: Remote, local: PathBuf) -> Syncer {
         Syncer { remote, local, sent: HashMap::new() }
-    }
-
-    pub fn remote(&self) -> &Remote {
-        &self.remote
     }
 
     /// One pass; returns the number of files uploaded and deleted.
@@ -653,7 +654,7 @@ const UPLOADED: &str = ".uploaded";
 
 /// Where the checkpoint folder `dir` is whole in a store, if it is. (A mark written before
 /// marks named the checkpoint holds its run's URL: not an answer.)
-pub fn uploaded_to(dir: &Path) -> Option<String> {
+pub(crate) fn uploaded_to(dir: &Path) -> Option<String> {
     let url = std::fs::read_to_string(dir.join(UPLOADED)).ok()?;
     let run = dir.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned());
     let url = url.trim();
@@ -662,7 +663,7 @@ pub fn uploaded_to(dir: &Path) -> Option<String> {
 }
 
 /// Marks the checkpoint folder `dir` as whole in the store at `url` (the mirror leaves it be).
-pub fn mark_uploaded(dir: &Path, url: &str) -> Result<()> {
+pub(crate) fn mark_uploaded(dir: &Path, url: &str) -> Result<()> {
     crate::storage::atomic_write(&dir.join(UPLOADED), url.as_bytes())
 }
 

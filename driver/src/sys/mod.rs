@@ -42,7 +42,7 @@ impl Device {
 /// `on_exit`. The returned sender kills it; dropping the sender kills it too. Also returns its
 /// stdin, stdout and stderr when the command piped them. Call inside a tokio runtime, from any thread:
 /// the fork happens on the spawner thread (see `fork_on_spawner`).
-pub fn spawn_supervised(
+pub(crate) fn spawn_supervised(
     mut command: std::process::Command,
     on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
 ) -> std::io::Result<Supervised> {
@@ -127,7 +127,7 @@ pub fn hostname() -> String {
 }
 
 /// A supervised worker process.
-pub struct Supervised {
+pub(crate) struct Supervised {
     /// Send (or drop) to kill it.
     pub kill: oneshot::Sender<()>,
     pub stdin: Option<tokio::process::ChildStdin>,
@@ -156,7 +156,7 @@ pub fn relative_files(dir: &std::path::Path) -> Vec<String> {
 }
 
 /// Year, month, day, hour, minute and second (UTC) of seconds since the Unix epoch.
-pub fn utc_fields(unix_seconds: f64) -> [i64; 6] {
+pub(crate) fn utc_fields(unix_seconds: f64) -> [i64; 6] {
     let t = unix_seconds.floor() as i64;
     let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -174,7 +174,7 @@ pub fn utc_fields(unix_seconds: f64) -> [i64; 6] {
 
 /// `2026-11-26T05:43:53.123456+00:00`: ISO 8601 in UTC with microseconds, as Python's
 /// `datetime.isoformat(timespec="microseconds")` writes an aware UTC time.
-pub fn iso_utc(unix_seconds: f64) -> String {
+pub(crate) fn iso_utc(unix_seconds: f64) -> String {
     let [year, month, day, hour, minute, second] = utc_fields(unix_seconds);
     let micros = ((unix_seconds - unix_seconds.floor()) * 1e6).round().min(999_999.0) as u32;
     format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{micros:06}+00:00")
@@ -189,7 +189,7 @@ pub fn unix_time() -> f64 {
 
 /// Sleeps until `at`; for ever without one (for a `select!` branch that has nothing to wait for
 /// now).
-pub async fn sleep_until(at: Option<std::time::Instant>) {
+pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,

@@ -31,10 +31,10 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
 
 /// Set in the zygote's environment: `rtune::init()` turns such a process into the fork server.
-pub const ZYGOTE_ENV: &str = "RTUNE_ZYGOTE";
+pub(crate) const ZYGOTE_ENV: &str = "RTUNE_ZYGOTE";
 
 /// Set to `0` to start every worker with a fresh exec instead.
-pub const WARM_START_ENV: &str = "RTUNE_WARM_START";
+pub(crate) const WARM_START_ENV: &str = "RTUNE_WARM_START";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Request {
@@ -340,12 +340,12 @@ static UNUSABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 
 /// Whether workers may start from the fork server: `RTUNE_WARM_START` is not `0`, and it has
 /// not failed in this process.
-pub fn warm_start_allowed() -> bool {
+pub(crate) fn warm_start_allowed() -> bool {
     !UNUSABLE.load(Ordering::Relaxed) && std::env::var(WARM_START_ENV).map_or(true, |v| v != "0")
 }
 
 /// A warm start failed: say why once, and start workers with exec from now on.
-pub fn give_up(why: &std::io::Error) {
+pub(crate) fn give_up(why: &std::io::Error) {
     if !UNUSABLE.swap(true, Ordering::Relaxed) {
         tracing::warn!("workers start with exec from now on: the fork server failed: {why}");
     }
@@ -355,7 +355,7 @@ pub fn give_up(why: &std::io::Error) {
 /// the files named, `on_exit` called with its exit. Like `spawn_supervised`, the returned sender
 /// kills it when sent or dropped. Call inside the runtime that lives as long as the process
 /// (the driver's): the zygote's replies are read there.
-pub async fn spawn_warm(
+pub(crate) async fn spawn_warm(
     env: Vec<(String, String)>,
     stdout: &Path,
     stderr: &Path,

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 
 /// What the controller needs to know of the sweep's settings.
 #[derive(Debug, Clone)]
-pub struct ControllerConfig {
+pub(crate) struct ControllerConfig {
     /// What to optimise: nothing, one metric and its mode, or several (a multi-objective
     /// sweep).
     pub objectives: Vec<Objective>,
@@ -138,7 +138,7 @@ pub struct Trial {
     /// Set while the controller waits for the shell to stop or pause it.
     pub stopping: bool,
     /// Its scheduler ended it while it was being paused: it ends when the pause is done.
-    pub ends_when_paused: bool,
+    pub(crate) ends_when_paused: bool,
     /// Held by the user (`Control::pause_trial`): not started until resumed. Not saved: a
     /// restored sweep runs every trial.
     pub held: bool,
@@ -148,7 +148,7 @@ pub struct Trial {
 /// to go on after the driver died. Trials' results are not in it: they are on disk, in each
 /// trial's `result.json`, and come back from there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ControllerState {
+pub(crate) struct ControllerState {
     pub searcher: SearcherState,
     pub scheduler: SchedulerState,
     /// The trials not ended (a state saved by an earlier rtune may list ended ones here too).
@@ -156,13 +156,13 @@ pub struct ControllerState {
     /// The ended trials' statuses.
     #[serde(default)]
     pub ended: Vec<(TrialId, TrialStatus)>,
-    pub next_id: u64,
-    pub no_more_trials: bool,
+    pub(crate) next_id: u64,
+    pub(crate) no_more_trials: bool,
 }
 
 /// One trial of a [`ControllerState`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SavedTrial {
+pub(crate) struct SavedTrial {
     pub id: TrialId,
     pub status: TrialStatus,
     pub params: Params,
@@ -174,7 +174,7 @@ pub struct SavedTrial {
 }
 
 /// See the module docs.
-pub struct Controller {
+pub(crate) struct Controller {
     config: ControllerConfig,
     searcher: Box<dyn Searcher>,
     scheduler: Box<dyn TrialScheduler>,
@@ -311,7 +311,8 @@ impl Controller {
     }
 
     /// The trials not ended.
-    pub fn trials(&self) -> &BTreeMap<TrialId, Trial> {
+    #[cfg(test)]
+    pub(crate) fn trials(&self) -> &BTreeMap<TrialId, Trial> {
         &self.trials
     }
 
@@ -323,22 +324,24 @@ impl Controller {
     /// Whether the sweep stopped trial `id` before it was done: a scheduler's stop short of
     /// its budget, a stop asked for, fail-fast or the time budget (not kept in the state: a
     /// restored sweep decides again).
-    pub fn cut_short(&self, id: TrialId) -> bool {
+    pub(crate) fn cut_short(&self, id: TrialId) -> bool {
         self.cut_short.contains(&id)
     }
 
     /// How many trials have ended.
-    pub fn ended_count(&self) -> usize {
+    pub(crate) fn ended_count(&self) -> usize {
         self.ended.len()
     }
 
     /// How many trials were created.
-    pub fn created(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn created(&self) -> u64 {
         self.next_id
     }
 
     /// Whether the sweep is over (`Finish` was returned).
-    pub fn is_finished(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_finished(&self) -> bool {
         self.finished
     }
 
@@ -348,7 +351,7 @@ impl Controller {
     }
 
     /// The scheduler's decisions so far, for people watching.
-    pub fn scheduler_status(&self) -> rtune_searchers::SchedulerStatus {
+    pub(crate) fn scheduler_status(&self) -> rtune_searchers::SchedulerStatus {
         self.scheduler.status()
     }
 
@@ -446,7 +449,7 @@ impl Controller {
     }
 
     /// The held trials, when nothing else runs: the sweep waits for one to be let go.
-    pub fn waiting_on_held(&self) -> Vec<TrialId> {
+    pub(crate) fn waiting_on_held(&self) -> Vec<TrialId> {
         if self.finished || self.started() > 0 {
             return Vec::new();
         }

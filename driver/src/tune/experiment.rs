@@ -86,7 +86,7 @@ impl Settings {
     }
 
     /// A `TuneConfig` given again on restore must be the sweep's.
-    pub fn check_same(&self, tune: &TuneConfig) -> Result<()> {
+    pub(crate) fn check_same(&self, tune: &TuneConfig) -> Result<()> {
         let searcher = tune
             .search_alg
             .as_ref()
@@ -171,7 +171,7 @@ pub fn sweep_state(path: &Path) -> SweepState {
 
 /// What `experiment_state.json` holds: the sweep as it is now (see `Sweep::save_state`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SavedExperiment {
+pub(crate) struct SavedExperiment {
     pub format: u32,
     pub name: Option<String>,
     pub experiment_id: String,
@@ -191,7 +191,7 @@ pub struct SavedExperiment {
 
 /// A trial as `experiment_state.json` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SavedTrialRow {
+pub(crate) struct SavedTrialRow {
     pub trial_id: String,
     /// The controller's number for it (the index in its directory name).
     pub index: TrialId,
@@ -248,7 +248,7 @@ impl SavedTrialRow {
 /// once: it goes with the driver), and copied from there into every state snapshot. A sweep of
 /// 10,000 trials would otherwise keep 10,000 rows in memory and serialise them all at every
 /// snapshot.
-pub struct EndedRows {
+pub(crate) struct EndedRows {
     file: std::fs::File,
     /// The bytes written: the rows, comma-separated.
     len: u64,
@@ -318,7 +318,7 @@ impl SavedExperiment {
     }
 }
 
-pub fn not_restorable(experiment: &Path, why: String) -> Error {
+pub(crate) fn not_restorable(experiment: &Path, why: String) -> Error {
     Error::config(
         "experiment",
         format!("{} is not an experiment this rtune can read: {why}", experiment.display()),
@@ -377,7 +377,7 @@ pub fn can_restore(path: &Path) -> bool {
 /// An experiment as its files hold it: its state, and every trial it lists with what its files
 /// hold (`read_run`: all its rows, its recorded checkpoints). With `to_resume`, the unfinished
 /// trials hold only what going on with them keeps (`read_run_to_resume`).
-pub fn read_experiment(
+pub(crate) fn read_experiment(
     path: &Path,
     run: &RunConfig,
     to_resume: bool,
@@ -392,7 +392,7 @@ pub fn read_experiment(
 
 /// The trial `row` of the experiment in `path` with what its files hold (see
 /// `read_experiment`).
-pub fn read_trial(
+pub(crate) fn read_trial(
     path: &Path,
     row: &SavedTrialRow,
     run: &RunConfig,
@@ -420,7 +420,7 @@ pub fn read_trial(
 }
 
 /// How every trial directory's name begins (Ray's `<trainable>_`).
-pub const TRIAL_DIR_PREFIX: &str = "TorchTrainer_";
+pub(crate) const TRIAL_DIR_PREFIX: &str = "TorchTrainer_";
 
 /// The driver's log in the experiment directory (the same lines as on stderr).
 pub const DRIVER_LOG: &str = "driver.log";
@@ -433,7 +433,7 @@ pub fn experiment_path(run: &RunConfig) -> PathBuf {
 }
 
 /// Where `run`'s new experiment goes: an error when that already holds one.
-pub fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
+pub(crate) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
     let path = experiment_path(run);
     if holds_experiment(&path) {
         return Err(Error::config(
@@ -451,7 +451,7 @@ pub fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
 /// The new experiment directory `path`, with `files` (name, contents) and the sweep's settings
 /// in `tuner.json`, written last: a directory without it holds no experiment yet. Its
 /// experiment id.
-pub fn make_experiment(
+pub(crate) fn make_experiment(
     path: &Path,
     mut settings: Settings,
     files: &[(String, Vec<u8>)],
@@ -471,7 +471,7 @@ pub fn make_experiment(
 
 /// Whether `name` may be given as an experiment file (`Tuner::experiment_file`): a plain file
 /// name that is none of rtune's own.
-pub fn check_experiment_file(name: &str) -> Result<()> {
+pub(crate) fn check_experiment_file(name: &str) -> Result<()> {
     let own = [SETTINGS_FILE, STATE_FILE, DRIVER_LOG, DRIVER_FILE, ERROR_FILE, RESULTS_PARQUET];
     let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
     if !plain || own.contains(&name) || name.starts_with(TRIAL_DIR_PREFIX) {
@@ -484,13 +484,13 @@ pub fn check_experiment_file(name: &str) -> Result<()> {
 }
 
 /// An interrupted experiment as its files hold it.
-pub struct PickedUp {
+pub(crate) struct PickedUp {
     /// Its state, without its trials (they are in `trials` and `ended`).
     pub saved: SavedExperiment,
     /// The trials not ended.
     pub trials: BTreeMap<TrialId, LiveTrial>,
     /// Each of those trials' results, up to where it goes on from.
-    pub histories: BTreeMap<TrialId, Vec<Metrics>>,
+    pub(crate) histories: BTreeMap<TrialId, Vec<Metrics>>,
     pub ended: EndedRows,
 }
 
@@ -499,7 +499,7 @@ pub struct PickedUp {
 /// checkpoints (the results after it are redone). Directories of trials started after the
 /// state snapshot (the controller does not know them; they are created again) are removed, so
 /// that every trial is in the experiment once.
-pub fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
+pub(crate) fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
     let mut saved = SavedExperiment::read(path)?;
     let known: Vec<&str> = saved.trials.iter().map(|t| t.dir.as_str()).collect();
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
@@ -527,18 +527,22 @@ pub fn pick_up(path: &Path, run: &RunConfig) -> Result<PickedUp> {
 
 /// How trial `trial`'s directory name begins (Ray's `<trainable>_<trial_id>_<index>_`), which
 /// no other trial's does.
-pub fn trial_dir_prefix(experiment_id: &str, trial: TrialId) -> String {
+pub(crate) fn trial_dir_prefix(experiment_id: &str, trial: TrialId) -> String {
     format!("{TRIAL_DIR_PREFIX}{experiment_id}_{:05}_{}_", trial.0, trial.0)
 }
 
 /// A new trial's directory name: its prefix, its params in short, and the date.
-pub fn trial_dir_name(experiment_id: &str, trial: TrialId, sampled: &Params) -> String {
+pub(crate) fn trial_dir_name(experiment_id: &str, trial: TrialId, sampled: &Params) -> String {
     format!("{}{}_{}", trial_dir_prefix(experiment_id, trial), short_params(sampled), date())
 }
 
 /// The directory of trial `trial` in the experiment `path` (whose id is `experiment_id`), found
 /// by its name's prefix; None when it has none (it never started).
-pub fn find_trial_dir(path: &Path, experiment_id: &str, trial: TrialId) -> Result<Option<PathBuf>> {
+pub(crate) fn find_trial_dir(
+    path: &Path,
+    experiment_id: &str,
+    trial: TrialId,
+) -> Result<Option<PathBuf>> {
     let prefix = trial_dir_prefix(experiment_id, trial);
     for entry in std::fs::read_dir(path).map_err(|e| Error::io(path, e))? {
         let entry = entry.map_err(|e| Error::io(path, e))?;
@@ -555,7 +559,7 @@ pub fn date() -> String {
 }
 
 /// `lr=0.001,hidden=64`: a trial directory's short form of its params (Ray's naming).
-pub fn short_params(params: &Params) -> String {
+pub(crate) fn short_params(params: &Params) -> String {
     let mut text: String = params
         .flatten()
         .iter()

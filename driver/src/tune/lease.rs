@@ -42,24 +42,24 @@ pub const LEASE_FILE: &str = ".driver_lease.json";
 const LOCK_FILE: &str = ".driver_lease.lock";
 
 /// How often a driver renews its lease.
-pub const RENEW_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(10);
 
 /// A lease held from another machine is dead after this many seconds without a renewal.
-pub const EXPIRES_AFTER_S: f64 = 60.0;
+pub(crate) const EXPIRES_AFTER_S: f64 = 60.0;
 
 /// Who holds a lease: the driver's process, when it took the lease and last renewed it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Holder {
     pub host: String,
     /// The boot of `host` the process runs in (`/proc/sys/kernel/random/boot_id`).
-    pub boot_id: String,
+    pub(crate) boot_id: String,
     pub pid: u32,
     /// When the process started (clock ticks after boot: `/proc/PID/stat`'s starttime).
-    pub pid_start: u64,
+    pub(crate) pid_start: u64,
     /// Seconds since the Unix epoch: taken, and last renewed.
     pub since: f64,
-    pub renewed: f64,
-    pub expires_after_s: f64,
+    pub(crate) renewed: f64,
+    pub(crate) expires_after_s: f64,
     /// This holding's own mark: a lease that no longer has it was taken over.
     pub token: String,
 }
@@ -82,7 +82,7 @@ impl Holder {
     }
 
     /// Whether the driver holding the lease is alive (see the module's docs).
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         self.alive_at(unix_time())
     }
 
@@ -328,7 +328,7 @@ async fn release_store(store: &Remote, me: &Holder) -> Result<()> {
 
 /// The lease of one experiment, held by this process until dropped (given back then), renewed
 /// by a thread of its own meanwhile.
-pub struct Lease {
+pub(crate) struct Lease {
     shared: Arc<Shared>,
     stop: Option<mpsc::Sender<()>>,
     renewer: Option<std::thread::JoinHandle<()>>,
@@ -365,7 +365,7 @@ impl Lease {
 
     /// Takes the lease of the experiment in the directory `dir` (which must exist) and, when
     /// it is the staging copy of one on a store, of `store`'s.
-    pub fn take_with(dir: &Path, store: Option<&Remote>) -> Result<Lease> {
+    pub(crate) fn take_with(dir: &Path, store: Option<&Remote>) -> Result<Lease> {
         Lease::renewed_every(dir, store, RENEW_EVERY)
     }
 
@@ -404,7 +404,7 @@ impl Lease {
     }
 
     /// Interrupts `control`'s sweep if the lease is taken over while it runs.
-    pub fn guard(&self, control: Control) {
+    pub(crate) fn guard(&self, control: Control) {
         *self.shared.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(control);
     }
 

@@ -24,14 +24,11 @@ mod tuner;
 
 pub use config::{Samples, TuneConfig, TuneSettings};
 pub use control::Control;
-pub use controller::{
-    Command, Controller, ControllerConfig, ControllerState, Event, Reported, SavedTrial, Trial,
-};
+pub use controller::{Command, Event, Trial};
 pub use experiment::{
     DRIVER_FILE, DRIVER_LOG, ERROR_FILE, RESULTS_PARQUET, SETTINGS_FILE, STATE_FILE, SWEEP_FILE,
     SweepState, experiment_path, holds_experiment, sweep_state,
 };
-pub use lease::Lease;
 pub use result_grid::{ResultGrid, Scope};
 pub use trial::TrialResult;
 pub use tuner::{Tuner, trial_count};

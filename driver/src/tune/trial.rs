@@ -15,19 +15,19 @@ use crate::outcome::{Checkpoint, TrainResult};
 #[derive(Debug, Clone, Serialize)]
 pub struct TrialResult {
     /// `<experiment id>_<index>`, as in Ray.
-    pub trial_id: String,
-    pub status: TrialStatus,
+    pub(crate) trial_id: String,
+    pub(crate) status: TrialStatus,
     /// The params sampled for it (merged into the trainer's `train_loop_config`).
-    pub params: Params,
+    pub(crate) params: Params,
     /// What its `TorchTrainer` run returned (also for a failed one, when it got that far).
     #[serde(skip)]
-    pub result: Option<TrainResult>,
-    pub error: Option<String>,
+    pub(crate) result: Option<TrainResult>,
+    pub(crate) error: Option<String>,
     /// Its directory in the experiment.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The bracket its scheduler put it in (ASHA and HyperBand; None for the others).
     #[serde(default)]
-    pub bracket: Option<usize>,
+    pub(crate) bracket: Option<usize>,
 }
 
 impl TrialResult {

@@ -147,14 +147,14 @@ pub(super) struct TrialTask {
     pub trial: TrialId,
     pub trainer: TorchTrainer,
     pub path: PathBuf,
-    pub halt: HaltFlag,
+    pub(crate) halt: HaltFlag,
     pub running: Running,
     pub controller: Arc<Mutex<Controller>>,
     pub heard: mpsc::UnboundedSender<Heard>,
     /// Whether reports go to the shell for the callbacks (else they only mark
     /// `reports_unsaved`).
-    pub with_callbacks: bool,
-    pub reports_unsaved: Arc<AtomicBool>,
+    pub(crate) with_callbacks: bool,
+    pub(crate) reports_unsaved: Arc<AtomicBool>,
 }
 
 impl TrialTask {

@@ -101,7 +101,7 @@ pub struct SweepSpec {
     /// `[run] strict_params`: a param the train function never reads fails its trial.
     pub strict_params: bool,
     /// `[run] sync_period_s`: how often an experiment on an object store is mirrored there.
-    pub sync_period: Option<std::time::Duration>,
+    pub(crate) sync_period: Option<std::time::Duration>,
     /// `[run] store`: how the object store of an `s3://` storage path is reached.
     pub store: StoreSettings,
     /// `[run.mlflow]`: the MLflow tracking server the sweep is also logged to.
@@ -121,7 +121,7 @@ impl SweepSpec {
 
     /// `read`, and for a sweep that runs on this machine (the file names no cluster), whether
     /// a trial fits it, with the file's other mistakes.
-    pub fn read_to_run_here(
+    pub(crate) fn read_to_run_here(
         source: &Source,
         sets: &[String],
         registry: &Trainables,
@@ -198,7 +198,7 @@ impl SweepSpec {
 
     /// The trials the sweep runs, as the Tuner counts them (a grid times `num_samples`); None
     /// until its time budget is spent.
-    pub fn trial_count(&self) -> Option<u64> {
+    pub(crate) fn trial_count(&self) -> Option<u64> {
         let searcher = self.searcher();
         rtune_driver::tune::trial_count(&self.space, self.tune.num_samples, searcher.as_deref())
     }

@@ -25,7 +25,7 @@ const GPU_SAMPLE: Duration = Duration::from_secs(1);
 
 /// Feeds a live TUI: it only sends events (the controller never waits for the screen).
 #[derive(Clone)]
-pub struct Feed(mpsc::Sender<Event>);
+pub(crate) struct Feed(mpsc::Sender<Event>);
 
 impl Feed {
     pub fn new() -> (Feed, mpsc::Receiver<Event>) {

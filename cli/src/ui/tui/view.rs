@@ -18,8 +18,8 @@ use crate::ui::model::{Model, View};
 use rtune_driver::cluster::pool::GpuUsage;
 
 /// Below this the screen says so instead of drawing garbage.
-pub const MIN_WIDTH: u16 = 60;
-pub const MIN_HEIGHT: u16 = 16;
+pub(crate) const MIN_WIDTH: u16 = 60;
+pub(crate) const MIN_HEIGHT: u16 = 16;
 
 const LIVE_KEYS: &str = concat!(
     "↑↓ select  s sort  r reverse  f filter  t stop trial  p pause/resume  x stop sweep  ",

@@ -9,8 +9,8 @@ impl Pool {
     /// Verifies the pool's own accounting: no node or device over-committed, free equals capacity
     /// minus what reserved groups hold, reserved groups whole and on alive nodes as their strategy
     /// demands, draining groups holding their bundles on alive nodes only, pending groups holding
-    /// nothing. For tests and debug assertions.
-    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+    /// nothing. For tests.
+    pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
         let mut held: Vec<Free> = self
             .nodes
             .iter()

@@ -79,6 +79,7 @@
 
 mod error;
 mod ids;
+#[cfg(test)]
 mod invariants;
 mod node;
 mod place;
@@ -136,8 +137,8 @@ pub struct Node {
     id: NodeId,
     address: String,
     alive: bool,
-    pub cap: Free,
-    pub free: Free,
+    pub(crate) cap: Free,
+    pub(crate) free: Free,
     /// Reserved groups with at least one bundle here.
     holders: BTreeSet<PgId>,
 }

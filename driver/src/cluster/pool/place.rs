@@ -23,12 +23,12 @@ use super::resources::{Demand, Free, Grant};
 /// Nodes kept for the anchored request: another request may use a fenced node only where the
 /// anchor's share of that node still fits in what is left afterwards.
 #[derive(Debug, Clone)]
-pub struct Fence {
+pub(crate) struct Fence {
     pub pg: PgId,
     /// Topology epoch the plan was made for.
     pub epoch: u64,
     /// Bundle index → node slot of the plan.
-    pub assign: Vec<usize>,
+    pub(crate) assign: Vec<usize>,
     /// Node slot → the demands planned there (largest first), sorted by slot.
     pub shares: Vec<(usize, Vec<Demand>)>,
 }
@@ -66,7 +66,7 @@ pub struct View<'a> {
     /// Plan as if nothing were reserved (feasibility checks, anchor plans).
     pub empty: bool,
     /// Fence the attempt must respect (None for the anchored request itself).
-    pub fence: Option<&'a Fence>,
+    pub(crate) fence: Option<&'a Fence>,
 }
 
 impl View<'_> {
@@ -104,7 +104,7 @@ pub struct Plan {
     /// Per bundle, in request order: node slot and GPU grant.
     pub bundles: Vec<(usize, Grant)>,
     /// Free resources of every touched node after the plan.
-    pub touched: Vec<(usize, Free)>,
+    pub(crate) touched: Vec<(usize, Free)>,
 }
 
 /// Free resources under construction during one attempt.
@@ -290,7 +290,7 @@ fn greedy_spread(view: &View<'_>, demands: &[Demand]) -> Option<Plan> {
 
 /// Maximum matching of bundles to distinct nodes that each hold the bundle alone.
 /// Returns, per bundle, its node slot (None where unmatched).
-pub fn spread_matching(view: &View<'_>, demands: &[Demand]) -> Vec<Option<usize>> {
+pub(crate) fn spread_matching(view: &View<'_>, demands: &[Demand]) -> Vec<Option<usize>> {
     let order = view.best_fit_order();
     let scratch = Scratch::new(view);
     // Candidate nodes per bundle; identical bundles share one list.
@@ -363,7 +363,7 @@ fn strict_spread(view: &View<'_>, demands: &[Demand]) -> Option<Plan> {
 }
 
 /// Lays out the anchored request exactly as its fence planned, if every share fits now.
-pub fn place_fenced(view: &View<'_>, demands: &[Demand], fence: &Fence) -> Option<Plan> {
+pub(crate) fn place_fenced(view: &View<'_>, demands: &[Demand], fence: &Fence) -> Option<Plan> {
     if fence.assign.len() != demands.len() {
         return None;
     }

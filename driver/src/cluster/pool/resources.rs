@@ -17,15 +17,15 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::error::{PoolError, Result};
 
 /// Internal units per whole CPU, GPU or custom resource.
-pub const UNIT: u64 = 10_000;
+pub(crate) const UNIT: u64 = 10_000;
 /// Largest amount of one resource accepted in one place (keeps every sum far from `u64::MAX`).
 const MAX_AMOUNT: f64 = 1e12;
 /// Most GPU devices one node may declare.
-pub const MAX_GPUS_PER_NODE: u64 = 4096;
+pub(crate) const MAX_GPUS_PER_NODE: u64 = 4096;
 
 pub const CPU: &str = "CPU";
 pub const GPU: &str = "GPU";
-pub const MEMORY: &str = "memory";
+pub(crate) const MEMORY: &str = "memory";
 
 /// An amount of resources: a node's total or free capacity, or one bundle (one worker's share).
 ///
@@ -174,7 +174,7 @@ impl<'de> Deserialize<'de> for Resources {
 }
 
 /// Converts a public amount to internal units, rejecting what could corrupt the accounting.
-pub fn to_units(at: &str, resource: &str, v: f64) -> Result<u64> {
+pub(crate) fn to_units(at: &str, resource: &str, v: f64) -> Result<u64> {
     let invalid = |reason| PoolError::InvalidAmount {
         at: at.to_owned(),
         resource: resource.to_owned(),
@@ -195,7 +195,7 @@ pub fn to_units(at: &str, resource: &str, v: f64) -> Result<u64> {
     Ok(if v > 0.0 && units == 0 { 1 } else { units })
 }
 
-pub fn from_units(u: u64) -> f64 {
+pub(crate) fn from_units(u: u64) -> f64 {
     u as f64 / UNIT as f64
 }
 
@@ -211,7 +211,7 @@ impl Names {
         self.index.get(name).copied()
     }
 
-    pub fn intern(&mut self, name: &str) -> u32 {
+    pub(crate) fn intern(&mut self, name: &str) -> u32 {
         if let Some(i) = self.get(name) {
             return i;
         }
@@ -230,7 +230,7 @@ impl Names {
     }
 }
 
-pub fn check_custom_name(name: &str) -> Result<()> {
+pub(crate) fn check_custom_name(name: &str) -> Result<()> {
     if name.is_empty() || name == CPU || name == GPU || name == MEMORY {
         return Err(PoolError::ReservedName { name: name.to_owned() });
     }
@@ -240,7 +240,7 @@ pub fn check_custom_name(name: &str) -> Result<()> {
 /// One bundle in internal units. `gpu` below [`UNIT`] is a share of one device; from `UNIT` on it
 /// is always a whole multiple (validated), i.e. whole devices.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Demand {
+pub(crate) struct Demand {
     pub cpu: u64,
     pub gpu: u64,
     pub mem: u64,
@@ -251,7 +251,7 @@ pub struct Demand {
 impl Demand {
     /// Validates one bundle. Custom names the cluster has never seen come back in `unknown` (they
     /// make the request infeasible, which the caller reports with the bundle's index).
-    pub fn from_bundle(
+    pub(crate) fn from_bundle(
         bundle: usize,
         r: &Resources,
         names: &Names,
@@ -290,38 +290,38 @@ impl Demand {
     }
 
     /// Whole GPU devices needed (0 for a fractional share).
-    pub fn whole_gpus(&self) -> u64 {
+    pub(crate) fn whole_gpus(&self) -> u64 {
         if self.gpu >= UNIT { self.gpu / UNIT } else { 0 }
     }
 
     /// Share of one device (0 when none or whole devices).
-    pub fn gpu_share(&self) -> u64 {
+    pub(crate) fn gpu_share(&self) -> u64 {
         if self.gpu < UNIT { self.gpu } else { 0 }
     }
 
     /// Order for greedy placement: biggest first (whole GPUs, then GPU share, CPU, memory).
-    pub fn size_key(&self) -> (u64, u64, u64, u64) {
+    pub(crate) fn size_key(&self) -> (u64, u64, u64, u64) {
         (self.whole_gpus(), self.gpu_share(), self.cpu, self.mem)
     }
 }
 
 /// Which GPU devices a bundle holds and how much of each.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Grant {
+pub(crate) struct Grant {
     pub devices: Vec<u32>,
     /// Units held on each of `devices` (`UNIT` for whole devices).
-    pub per_device: u64,
+    pub(crate) per_device: u64,
 }
 
 /// A node's capacity or free resources in internal units, one entry per GPU device.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Free {
+pub(crate) struct Free {
     pub cpu: u64,
     pub mem: u64,
     /// Free units per device (each at most `UNIT`).
     pub gpus: Vec<u64>,
     /// Sum of `gpus`, kept up to date.
-    pub gpu_sum: u64,
+    pub(crate) gpu_sum: u64,
     /// Devices with all of `UNIT` free, kept up to date.
     pub whole: u64,
     /// Indexed by interned name; missing trailing entries are zero.
@@ -330,7 +330,7 @@ pub struct Free {
 
 impl Free {
     /// Capacity of a node spec, in units; interns the node's custom names.
-    pub fn from_spec(r: &Resources, names: &mut Names) -> Result<Free> {
+    pub(crate) fn from_spec(r: &Resources, names: &mut Names) -> Result<Free> {
         let at = "node spec";
         let cpu = to_units(at, CPU, r.cpu)?;
         let gpu = to_units(at, GPU, r.gpu)?;
@@ -375,7 +375,7 @@ impl Free {
     }
 
     /// Largest free share on one device.
-    pub fn max_device(&self) -> u64 {
+    pub(crate) fn max_device(&self) -> u64 {
         self.gpus.iter().copied().max().unwrap_or(0)
     }
 
@@ -464,7 +464,7 @@ impl Free {
     }
 
     /// Whether all of `ds` fit together (simulated on a copy).
-    pub fn fits_all(&self, ds: &[Demand]) -> bool {
+    pub(crate) fn fits_all(&self, ds: &[Demand]) -> bool {
         match ds {
             [] => true,
             [d] => self.fits(d),
@@ -476,7 +476,7 @@ impl Free {
     }
 
     /// Back to the public shape, naming the custom resources the node declared in `cap`.
-    pub fn to_resources(&self, cap: &Free, names: &Names) -> Resources {
+    pub(crate) fn to_resources(&self, cap: &Free, names: &Names) -> Resources {
         let custom = (0..cap.custom.len())
             .filter(|&i| cap.custom[i] > 0)
             .map(|i| (names.name(i as u32).to_owned(), from_units(self.custom(i as u32))))

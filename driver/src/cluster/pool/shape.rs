@@ -11,7 +11,7 @@ use super::resources::Demand;
 
 /// What every request of one shape (strategy + bundles) needs, for O(1) rejection.
 #[derive(Debug, Clone)]
-pub struct Shape {
+pub(crate) struct Shape {
     strategy: Strategy,
     bundles: usize,
     max_cpu: u64,
@@ -25,9 +25,9 @@ pub struct Shape {
     max_custom: Vec<(u32, u64)>,
     tot_custom: Vec<(u32, u64)>,
     /// Last pass in which a request of this shape did not fit.
-    pub failed_pass: u64,
+    pub(crate) failed_pass: u64,
     /// `(epoch, fits the empty alive cluster)`.
-    pub feasible: Option<(u64, bool)>,
+    pub(crate) feasible: Option<(u64, bool)>,
 }
 
 impl Shape {
@@ -74,7 +74,7 @@ impl Shape {
 
 /// Free resources of the alive cluster at a glance (an over-approximation of what fits).
 #[derive(Debug, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     nodes: usize,
     max_cpu: u64,
     max_mem: u64,
@@ -114,14 +114,14 @@ impl Summary {
         s
     }
 
-    pub fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.sum_cpu == 0
             && self.sum_mem == 0
             && self.sum_gpu == 0
             && self.sum_custom.iter().all(|&u| u == 0)
     }
 
-    pub fn may_fit(&self, s: &Shape) -> bool {
+    pub(crate) fn may_fit(&self, s: &Shape) -> bool {
         let custom = |v: &[u64], i: u32| v.get(i as usize).copied().unwrap_or(0);
         let per_bundle = s.max_cpu <= self.max_cpu
             && s.max_mem <= self.max_mem
@@ -149,13 +149,13 @@ impl Summary {
 
 /// Interned request shapes; only pending requests refer to them.
 #[derive(Debug, Default)]
-pub struct Shapes {
+pub(crate) struct Shapes {
     ids: HashMap<(Strategy, Vec<Demand>), u32>,
     pub info: Vec<Shape>,
 }
 
 impl Shapes {
-    pub fn intern(&mut self, strategy: Strategy, demands: &[Demand]) -> u32 {
+    pub(crate) fn intern(&mut self, strategy: Strategy, demands: &[Demand]) -> u32 {
         let key = (strategy, demands.to_vec());
         if let Some(&id) = self.ids.get(&key) {
             return id;
