@@ -32,13 +32,13 @@ fn main() -> Result<()> {
         .train_loop_config(Params::new().with("epochs", epochs))
         .scaling(ScalingConfig::workers(2));
     let storage = std::env::temp_dir().join("rtune-quickstart");
-    let grid = Tuner::new(trainer, space.clone())
+    let grid = Tuner::new(trainer, space)
         .tune_config(
             TuneConfig::new()
                 .metric("val_loss")
                 .mode(Mode::Min)
                 .num_samples(trials)
-                .search_alg(Tpe::new(space)?.n_startup_trials(4))
+                .search_alg(Tpe::new().n_startup_trials(4))
                 .scheduler(Asha::new().max_t(epochs as u32).grace_period(2))
                 .seed(0),
         )

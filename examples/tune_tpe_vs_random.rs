@@ -59,7 +59,7 @@ fn main() -> Result<()> {
     for seed in 0..seeds {
         let basic = BasicVariant::new(hartmann6_space())?.num_samples(trials as u64).seed(seed);
         random.push(best_so_far(basic, trials, &format!("random-{seed}"))?);
-        let guided = Tpe::new(hartmann6_space())?.seed(seed);
+        let guided = Tpe::with_space(hartmann6_space())?.seed(seed);
         tpe.push(best_so_far(guided, trials, &format!("tpe-{seed}"))?);
     }
     println!("{trials} trials of 6-D Hartmann (minimum -3.3224) per sweep, {seeds} seeds");

@@ -63,7 +63,7 @@ fn bench(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
-        let tpe = warmed(Tpe::new(space()).unwrap().seed(1), n, false);
+        let tpe = warmed(Tpe::with_space(space()).unwrap().seed(1), n, false);
         g.bench_with_input(BenchmarkId::new("tpe", n), &n, |b, &n| {
             b.iter_batched(
                 || tpe.clone(),
@@ -71,7 +71,8 @@ fn bench(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
-        let bohb = warmed(Bohb::new(space()).unwrap().random_fraction(0.0).seed(1), n, false);
+        let bohb =
+            warmed(Bohb::with_space(space()).unwrap().random_fraction(0.0).seed(1), n, false);
         g.bench_with_input(BenchmarkId::new("bohb", n), &n, |b, &n| {
             b.iter_batched(
                 || bohb.clone(),
@@ -79,7 +80,7 @@ fn bench(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
-        let nsga2 = warmed(Nsga2::new(space()).unwrap().seed(1), n, true);
+        let nsga2 = warmed(Nsga2::with_space(space()).unwrap().seed(1), n, true);
         g.bench_with_input(BenchmarkId::new("nsga2", n), &n, |b, &n| {
             b.iter_batched(
                 || nsga2.clone(),

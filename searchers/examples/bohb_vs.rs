@@ -207,7 +207,7 @@ fn main() {
             let random = || {
                 BasicVariant::new(space.clone()).expect("space").num_samples(u64::MAX).seed(seed)
             };
-            let bohb = Bohb::new(space.clone()).expect("space").seed(seed);
+            let bohb = Bohb::with_space(space.clone()).expect("space").seed(seed);
             let asha = Asha::new().max_t(MAX_T as f64).grace_period(1.0).reduction_factor(3.0);
             let systems: [System; 4] = [
                 (
@@ -219,7 +219,7 @@ fn main() {
                 ("rtune BOHB + HyperBand", Box::new(bohb), Box::new(hyperband(true))),
                 (
                     "rtune TPE + ASHA",
-                    Box::new(Tpe::new(space.clone()).expect("space").seed(seed)),
+                    Box::new(Tpe::with_space(space.clone()).expect("space").seed(seed)),
                     Box::new(asha.seed(seed)),
                 ),
             ];

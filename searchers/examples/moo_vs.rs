@@ -118,13 +118,13 @@ fn main() {
                 (
                     "rtune NSGA-II",
                     Box::new(
-                        Nsga2::new(table.space())
+                        Nsga2::with_space(table.space())
                             .expect("space")
                             .seed(seed)
                             .population_size(population as usize),
                     ),
                 ),
-                ("rtune TPE", Box::new(Tpe::new(table.space()).expect("space").seed(seed))),
+                ("rtune TPE", Box::new(Tpe::with_space(table.space()).expect("space").seed(seed))),
                 (
                     "rtune random",
                     Box::new(
@@ -151,11 +151,11 @@ fn main() {
     }
     for (problem, convex) in [("zdt1", true), ("zdt2", false)] {
         for seed in 0..seeds {
-            let nsga2 = Nsga2::new(space()).expect("space").seed(seed);
+            let nsga2 = Nsga2::with_space(space()).expect("space").seed(seed);
             let mut nsga2 = nsga2.population_size(population as usize);
             let random = BasicVariant::new(space()).expect("space");
             let mut random = random.seed(seed).num_samples(trials);
-            let mut tpe = Tpe::new(space()).expect("space").seed(seed);
+            let mut tpe = Tpe::with_space(space()).expect("space").seed(seed);
             for (system, searcher) in [
                 ("rtune NSGA-II", &mut nsga2 as &mut dyn Searcher),
                 ("rtune TPE", &mut tpe as &mut dyn Searcher),

@@ -118,6 +118,17 @@ pub enum Error {
         component: &'static str,
     },
 
+    /// A searcher built without a space was used outside a `Tuner` (which hands it its param
+    /// space) and was never given one.
+    #[error(
+        "{component}: no search space; build it with `with_space(space)`, or hand it to a \
+         Tuner, which gives it the sweep's param space"
+    )]
+    NoSpace {
+        /// The searcher.
+        component: &'static str,
+    },
+
     /// A searcher or scheduler that ranks trials by one metric was given several objectives.
     #[error(
         "{component} ranks trials by one metric, and the sweep has {objectives} objectives; {takes}"

@@ -18,7 +18,7 @@
 //!     .add("hidden", choice([64, 128, 256]))
 //!     .add("epochs", 20)
 //!     .add("batch", dependent(|p| Ok(p.get::<i64>("hidden")? / 2)));
-//! let mut searcher = ConcurrencyLimiter::new(Tpe::new(space)?.seed(7), 4)?;
+//! let mut searcher = ConcurrencyLimiter::new(Tpe::with_space(space)?.seed(7), 4)?;
 //! searcher.set_metric("val_acc", Mode::Max)?;
 //! let mut scheduler = Asha::new().max_t(20).grace_period(2);
 //! scheduler.set_metric("val_acc", Mode::Max)?;

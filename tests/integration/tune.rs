@@ -203,7 +203,7 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
         (
             TuneConfig::new()
                 .objectives([("val_acc", Mode::Max), ("loss", Mode::Min)])
-                .search_alg(rtune_searchers::Bohb::new(space())?),
+                .search_alg(rtune_searchers::Bohb::new()),
             "TuneConfig.search_alg: `bohb`: this searcher ranks trials by one metric, and the \
              sweep has 2 objectives; several objectives need NSGA-II (`Nsga2`), TPE or random",
         ),
@@ -1326,7 +1326,7 @@ pub fn bohb_with_hyperband_sweeps_and_saves_its_model() -> Result<()> {
             .with("sleep_s", 0.0)
             .with("fail_at", 0),
     );
-    let bohb = rtune_searchers::Bohb::new(space.clone())?.seed(1);
+    let bohb = rtune_searchers::Bohb::with_space(space.clone())?.seed(1);
     let grid = Tuner::new(trainer, space.clone())
         .tune_config(
             TuneConfig::new()
@@ -1353,7 +1353,7 @@ pub fn bohb_with_hyperband_sweeps_and_saves_its_model() -> Result<()> {
     let searcher: rtune_searchers::SearcherState = serde_json::from_str(&saved)
         .or_else(|_| serde_json::from_value(state["controller"]["searcher"]["inner"].clone()))
         .with_context(|| format!("the saved searcher: {saved}"))?;
-    let mut restored = rtune_searchers::Bohb::new(space)?;
+    let mut restored = rtune_searchers::Bohb::with_space(space)?;
     rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;
     let budgets = restored.observations();
     ensure!(budgets.len() >= 3 && budgets[0].1 == 24, "observations per budget: {budgets:?}");
@@ -1376,7 +1376,7 @@ pub fn nsga2_sweeps_two_objectives_and_saves_its_generations() -> Result<()> {
     let space = SearchSpace::new()
         .add("x0", rtune_searchers::uniform(0.0, 1.0)?)
         .add("x1", rtune_searchers::uniform(0.0, 1.0)?);
-    let nsga2 = rtune_searchers::Nsga2::new(space.clone())?.seed(2).population_size(4);
+    let nsga2 = rtune_searchers::Nsga2::with_space(space.clone())?.seed(2).population_size(4);
     let grid = Tuner::new(TorchTrainer::new(zdt1_trial), space.clone())
         .tune_config(
             TuneConfig::new()
@@ -1409,7 +1409,7 @@ pub fn nsga2_sweeps_two_objectives_and_saves_its_generations() -> Result<()> {
     let searcher: rtune_searchers::SearcherState = serde_json::from_value(saved.clone())
         .or_else(|_| serde_json::from_value(saved["inner"].clone()))
         .with_context(|| format!("the saved searcher: {saved}"))?;
-    let mut restored = rtune_searchers::Nsga2::new(space)?.population_size(4);
+    let mut restored = rtune_searchers::Nsga2::with_space(space)?.population_size(4);
     rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;
     ensure!(restored.generation() >= 2, "generation {} after 16 trials", restored.generation());
     Ok(())

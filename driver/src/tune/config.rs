@@ -61,7 +61,7 @@ pub struct TuneSettings {
     pub max_concurrent_trials: Option<usize>,
     pub time_budget_s: Option<f64>,
     /// Seeds the default searcher's sampling. An explicit `search_alg` keeps its own seed: set
-    /// it on the searcher (`Tpe::new(space)?.seed(7)`), as Ray's search algorithms take theirs.
+    /// it on the searcher (`Tpe::new().seed(7)`), as Ray's search algorithms take theirs.
     pub seed: u64,
     /// End the sweep at the first trial that fails for good.
     pub fail_fast: bool,

@@ -216,7 +216,11 @@ impl Tuner {
         let trial_limit = trial_count(&space, settings.num_samples, search_alg.as_deref())
             .and_then(|t| usize::try_from(t).ok());
         let searcher: Box<dyn Searcher> = match search_alg {
-            Some(searcher) => searcher,
+            // One built without a space of its own takes the sweep's.
+            Some(mut searcher) => {
+                searcher.set_space(&space)?;
+                searcher
+            }
             None => Box::new(
                 BasicVariant::new(space.clone())?
                     .num_samples(num_samples.unwrap_or(u64::MAX))

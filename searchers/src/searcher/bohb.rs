@@ -124,7 +124,9 @@ impl Dim {
 /// BOHB's model-based searcher. See the module docs.
 #[derive(Clone, Debug)]
 pub struct Bohb {
+    /// Its own (`with_space`), or the Tuner's (`set_space`); empty until then.
     space: SearchSpace,
+    has_space: bool,
     leaves: Vec<Leaf>,
     dims: Vec<Dim>,
     domains: Vec<Domain>,
@@ -169,16 +171,15 @@ struct Kde<'a> {
 }
 
 impl Bohb {
-    /// A BOHB searcher over `space` with hpbandster's defaults and seed 0. Fails if the space
-    /// is invalid or holds a `grid_search`.
-    pub fn new(space: SearchSpace) -> Result<Self> {
-        let (leaves, domains) = model_leaves(&space, NAME)?;
-        let dims = leaves.iter().map(Dim::of).collect();
-        Ok(Bohb {
-            space,
-            leaves,
-            dims,
-            domains,
+    /// A BOHB searcher with hpbandster's defaults and seed 0, over the param space of the
+    /// Tuner it is handed to ([`Searcher::set_space`]).
+    pub fn new() -> Self {
+        Bohb {
+            space: SearchSpace::new(),
+            has_space: false,
+            leaves: Vec::new(),
+            dims: Vec::new(),
+            domains: Vec::new(),
             metric: None,
             mode: None,
             time_attr: "training_iteration".into(),
@@ -193,26 +194,26 @@ impl Bohb {
                 points: BTreeMap::new(),
                 budgets: Vec::new(),
             },
-        })
+        }
     }
 
-    /// The metric to optimise (or pass it through [`Searcher::set_metric`]).
-    pub fn metric(mut self, metric: impl Into<String>) -> Self {
-        self.metric = Some(metric.into());
-        self
+    /// A BOHB searcher over `space` of its own (a Tuner's is then not used). Fails if the
+    /// space is invalid or holds a `grid_search`.
+    pub fn with_space(space: SearchSpace) -> Result<Self> {
+        let mut bohb = Self::new();
+        bohb.take_space(space)?;
+        Ok(bohb)
     }
 
-    /// The direction.
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = Some(mode);
-        self
+    fn take_space(&mut self, space: SearchSpace) -> Result<()> {
+        (self.leaves, self.domains) = model_leaves(&space, NAME)?;
+        self.dims = self.leaves.iter().map(Dim::of).collect();
+        self.space = space;
+        self.has_space = true;
+        Ok(())
     }
 
-    /// Seed (restarts the random stream; call before the first suggestion).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.state.rng = SearchRng::seed_from_u64(seed);
-        self
-    }
+    searcher_builders!(metric, mode, seed);
 
     /// The result key that is a result's budget (default `training_iteration`): the
     /// scheduler's `time_attr`.
@@ -465,8 +466,21 @@ fn truncated_normal(rng: &mut SearchRng, m: f64, sd: f64) -> f64 {
     (m + sd * norm_ppf(u.clamp(1e-300, 1.0 - 1e-16))).clamp(0.0, 1.0)
 }
 
+impl Default for Bohb {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Searcher for Bohb {
+    fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
+        if self.has_space { Ok(()) } else { self.take_space(space.clone()) }
+    }
+
     fn validate(&self) -> Result<()> {
+        if !self.has_space {
+            return Err(Error::NoSpace { component: NAME });
+        }
         self.check_settings()
     }
 
@@ -482,6 +496,9 @@ impl Searcher for Bohb {
     }
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
+        if !self.has_space {
+            return Err(Error::NoSpace { component: NAME });
+        }
         self.objective()?;
         self.check_settings()?;
         let random = self.state.rng.random::<f64>() < self.random_fraction;
@@ -597,30 +614,30 @@ mod tests {
     #[test]
     fn grid_is_refused_and_settings_are_checked() {
         let s = SearchSpace::new().add("g", grid_search([1, 2]));
-        let e = Bohb::new(s).unwrap_err();
+        let e = Bohb::with_space(s).unwrap_err();
         assert!(matches!(&e, Error::Unsupported { path, .. } if path == "g"), "{e}");
         for (b, setting) in [
-            (Bohb::new(space()).unwrap().top_n_percent(100.0), "top_n_percent"),
-            (Bohb::new(space()).unwrap().num_samples(0), "num_samples"),
-            (Bohb::new(space()).unwrap().random_fraction(1.5), "random_fraction"),
-            (Bohb::new(space()).unwrap().bandwidth_factor(0.0), "bandwidth_factor"),
-            (Bohb::new(space()).unwrap().min_bandwidth(f64::NAN), "min_bandwidth"),
-            (Bohb::new(space()).unwrap().min_points_in_model(0), "min_points_in_model"),
-            (Bohb::new(space()).unwrap().time_attr(""), "time_attr"),
+            (Bohb::with_space(space()).unwrap().top_n_percent(100.0), "top_n_percent"),
+            (Bohb::with_space(space()).unwrap().num_samples(0), "num_samples"),
+            (Bohb::with_space(space()).unwrap().random_fraction(1.5), "random_fraction"),
+            (Bohb::with_space(space()).unwrap().bandwidth_factor(0.0), "bandwidth_factor"),
+            (Bohb::with_space(space()).unwrap().min_bandwidth(f64::NAN), "min_bandwidth"),
+            (Bohb::with_space(space()).unwrap().min_points_in_model(0), "min_points_in_model"),
+            (Bohb::with_space(space()).unwrap().time_attr(""), "time_attr"),
         ] {
             match b.validate() {
                 Err(Error::InvalidConfig { setting: s, .. }) => assert_eq!(s, setting),
                 other => panic!("{setting}: {other:?}"),
             }
         }
-        let mut b = Bohb::new(space()).unwrap();
+        let mut b = Bohb::with_space(space()).unwrap();
         assert_eq!(b.suggest(TrialId(0)).unwrap_err(), Error::NotConfigured { component: NAME });
     }
 
     /// Every suggestion is a value of its domain, random or from the model.
     #[test]
     fn suggestions_stay_in_their_domains() {
-        let mut b = Bohb::new(space()).unwrap().metric("loss").mode(Mode::Min).seed(5);
+        let mut b = Bohb::with_space(space()).unwrap().metric("loss").mode(Mode::Min).seed(5);
         let s = space();
         for p in sweep(&mut b, 60) {
             for (key, param) in s.iter() {
@@ -639,7 +656,7 @@ mod tests {
     fn the_model_is_the_largest_budget_with_enough_observations() {
         let s = SearchSpace::new().add("x", uniform(-5.0, 5.0).unwrap());
         let s = s.add("lr", loguniform(1e-4, 1e-1).unwrap()).add("c", choice(["a", "b"]));
-        let mut b = Bohb::new(s).unwrap().metric("loss").mode(Mode::Min).seed(1);
+        let mut b = Bohb::with_space(s).unwrap().metric("loss").mode(Mode::Min).seed(1);
         // 3 parameters: at least 4 points a density, more than 3 in each, 6 observations.
         sweep(&mut b, 3);
         assert_eq!(b.model_budget(), None, "{:?}", b.observations());
@@ -671,7 +688,7 @@ mod tests {
         let s = SearchSpace::new().add("x", uniform(-5.0, 5.0).unwrap());
         let s = s.add("lr", loguniform(1e-4, 1e-1).unwrap()).add("c", choice(["a", "b", "c"]));
         let mean_loss = |random_fraction: f64| {
-            let mut b = Bohb::new(s.clone())
+            let mut b = Bohb::with_space(s.clone())
                 .unwrap()
                 .metric("loss")
                 .mode(Mode::Min)
@@ -687,14 +704,15 @@ mod tests {
     /// A restored searcher suggests what the uninterrupted one does.
     #[test]
     fn a_restored_searcher_goes_on_as_the_first() {
-        let fresh = || Bohb::new(space()).unwrap().metric("loss").mode(Mode::Min).seed(9);
+        let fresh = || Bohb::with_space(space()).unwrap().metric("loss").mode(Mode::Min).seed(9);
         let mut a = fresh();
         sweep(&mut a, 30);
         let saved = serde_json::to_string(&a.save_state()).unwrap();
         let mut b = fresh();
         b.restore_state(serde_json::from_str(&saved).unwrap()).unwrap();
         assert_eq!(sweep_tail(&mut a), sweep_tail(&mut b));
-        let other = Bohb::new(SearchSpace::new().add("x", uniform(0.0, 1.0).unwrap())).unwrap();
+        let other =
+            Bohb::with_space(SearchSpace::new().add("x", uniform(0.0, 1.0).unwrap())).unwrap();
         let mut other = other.metric("loss").mode(Mode::Min);
         let e = other.restore_state(serde_json::from_str(&saved).unwrap()).unwrap_err();
         assert!(matches!(e, Error::InvalidState { .. }), "{e}");
@@ -714,7 +732,7 @@ mod tests {
     /// A result without the budget's key is a typed error naming what is there.
     #[test]
     fn a_result_without_its_budget_is_named() {
-        let mut b = Bohb::new(space()).unwrap().metric("loss").mode(Mode::Min);
+        let mut b = Bohb::with_space(space()).unwrap().metric("loss").mode(Mode::Min);
         b.suggest(TrialId(0)).unwrap();
         let r = Metrics::from([("loss".to_string(), 1.0)]);
         let e = b.on_trial_result(TrialId(0), &r).unwrap_err();

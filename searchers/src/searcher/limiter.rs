@@ -68,6 +68,10 @@ impl<S: Searcher> Searcher for ConcurrencyLimiter<S> {
         self.inner.validate()
     }
 
+    fn set_space(&mut self, space: &crate::space::SearchSpace) -> Result<()> {
+        self.inner.set_space(space)
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.inner.set_metric(metric, mode)
     }

@@ -8,6 +8,34 @@
 //!
 //! [`SearchSpace`]: crate::space::SearchSpace
 
+/// A searcher's builder methods, the same in every searcher that has them: `seed` (restarting
+/// its `state.rng`), and `metric` and `mode` (its `metric` and `mode` fields) for the ones that
+/// rank by one metric. The schedulers' are `target_builders!`.
+macro_rules! searcher_builders {
+    (seed) => {
+        /// Seed (restarts the random stream; call before the first suggestion).
+        pub fn seed(mut self, seed: u64) -> Self {
+            self.state.rng = crate::rng::SearchRng::seed_from_u64(seed);
+            self
+        }
+    };
+    (metric, mode, seed) => {
+        /// The metric to optimise (or pass it through [`Searcher::set_metric`]).
+        pub fn metric(mut self, metric: impl Into<String>) -> Self {
+            self.metric = Some(metric.into());
+            self
+        }
+
+        /// The direction.
+        pub fn mode(mut self, mode: Mode) -> Self {
+            self.mode = Some(mode);
+            self
+        }
+
+        searcher_builders!(seed);
+    };
+}
+
 mod basic_variant;
 mod bohb;
 mod limiter;
@@ -30,6 +58,7 @@ pub use tpe::{Tpe, TpeState};
 use crate::error::Result;
 use crate::metrics::{Metrics, Mode, Objective};
 use crate::params::Params;
+use crate::space::SearchSpace;
 use crate::trial::TrialId;
 use crate::value::Value;
 
@@ -54,6 +83,13 @@ pub enum Suggestion {
 /// one `on_trial_complete(id, ..)`. `set_metric` comes first (the controller passes its
 /// `TuneConfig` metric and mode); searchers that do not use results accept it and ignore it.
 pub trait Searcher: Send {
+    /// The sweep's param space, handed over by the `Tuner` before anything else: a searcher
+    /// built without a space (`Tpe::new()`) takes it, one built with its own keeps that. The
+    /// default ignores it (a searcher that needs none, or holds its own).
+    fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
+        let _ = space;
+        Ok(())
+    }
     /// Tell the searcher which metric to optimise and in which direction.
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()>;
 
@@ -113,6 +149,9 @@ pub trait Searcher: Send {
 }
 
 impl<S: Searcher + ?Sized> Searcher for Box<S> {
+    fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
+        (**self).set_space(space)
+    }
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (**self).set_metric(metric, mode)
     }

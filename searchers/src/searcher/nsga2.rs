@@ -63,7 +63,9 @@ const NAME: &str = "NSGA-II";
 /// NSGA-II's searcher. See the module docs.
 #[derive(Clone, Debug)]
 pub struct Nsga2 {
+    /// Its own (`with_space`), or the Tuner's (`set_space`); empty until then.
     space: SearchSpace,
+    has_space: bool,
     domains: Vec<Domain>,
     objectives: Vec<Objective>,
     population_size: usize,
@@ -96,13 +98,13 @@ struct Member {
 }
 
 impl Nsga2 {
-    /// An NSGA-II searcher over `space` with Optuna's defaults and seed 0. Fails if the space
-    /// is invalid or holds a `grid_search`.
-    pub fn new(space: SearchSpace) -> Result<Self> {
-        let (_, domains) = model_leaves(&space, NAME)?;
-        Ok(Nsga2 {
-            space,
-            domains,
+    /// An NSGA-II searcher with Optuna's defaults and seed 0, over the param space of the Tuner
+    /// it is handed to ([`Searcher::set_space`]).
+    pub fn new() -> Self {
+        Nsga2 {
+            space: SearchSpace::new(),
+            has_space: false,
+            domains: Vec::new(),
             objectives: Vec::new(),
             population_size: 50,
             mutation_prob: None,
@@ -113,7 +115,22 @@ impl Nsga2 {
                 members: BTreeMap::new(),
                 elites: Vec::new(),
             },
-        })
+        }
+    }
+
+    /// An NSGA-II searcher over `space` of its own (a Tuner's is then not used). Fails if the
+    /// space is invalid or holds a `grid_search`.
+    pub fn with_space(space: SearchSpace) -> Result<Self> {
+        let mut nsga2 = Self::new();
+        nsga2.take_space(space)?;
+        Ok(nsga2)
+    }
+
+    fn take_space(&mut self, space: SearchSpace) -> Result<()> {
+        self.domains = model_leaves(&space, NAME)?.1;
+        self.space = space;
+        self.has_space = true;
+        Ok(())
     }
 
     /// The objectives (or pass them through [`Searcher::set_objectives`]).
@@ -128,10 +145,7 @@ impl Nsga2 {
         self
     }
 
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.state.rng = SearchRng::seed_from_u64(seed);
-        self
-    }
+    searcher_builders!(seed);
 
     /// Completed trials per generation, and parents kept (at least 2).
     pub fn population_size(mut self, n: usize) -> Self {
@@ -316,7 +330,17 @@ fn crowding_distance(scores: &[Vec<f64>], front: &[usize]) -> Vec<f64> {
     distance
 }
 
+impl Default for Nsga2 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Searcher for Nsga2 {
+    fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
+        if self.has_space { Ok(()) } else { self.take_space(space.clone()) }
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.objectives = vec![Objective::new(NAME, metric, mode)?];
         Ok(())
@@ -329,6 +353,9 @@ impl Searcher for Nsga2 {
     }
 
     fn validate(&self) -> Result<()> {
+        if !self.has_space {
+            return Err(Error::NoSpace { component: NAME });
+        }
         self.check_settings()?;
         check_objectives(NAME, &self.objectives)
     }
@@ -338,6 +365,9 @@ impl Searcher for Nsga2 {
     }
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
+        if !self.has_space {
+            return Err(Error::NoSpace { component: NAME });
+        }
         if self.objectives.is_empty() {
             return Err(Error::NotConfigured { component: NAME });
         }
@@ -412,7 +442,7 @@ mod tests {
         let n = 10;
         let (mut better, mut seeds) = (0, 0);
         for seed in 0..5 {
-            let mut nsga = Nsga2::new(space(n)).unwrap().seed(seed).population_size(20);
+            let mut nsga = Nsga2::with_space(space(n)).unwrap().seed(seed).population_size(20);
             nsga.set_objectives(&objectives()).unwrap();
             let mut random =
                 crate::BasicVariant::new(space(n)).unwrap().seed(seed).num_samples(300);
@@ -428,7 +458,8 @@ mod tests {
     #[test]
     fn children_come_from_parents_and_generations_fill_in_turn() {
         let n = 4;
-        let mut s = Nsga2::new(space(n)).unwrap().seed(3).population_size(4).mutation_prob(0.0);
+        let mut s =
+            Nsga2::with_space(space(n)).unwrap().seed(3).population_size(4).mutation_prob(0.0);
         s.set_objectives(&objectives()).unwrap();
         let mut seen = Vec::new();
         // Five trials start; four complete, so generation 0 is full and the fifth (still
@@ -479,7 +510,7 @@ mod tests {
     fn failed_trials_are_no_parents_and_state_restores() {
         let n = 3;
         let make = || {
-            let mut s = Nsga2::new(space(n)).unwrap().seed(9).population_size(3);
+            let mut s = Nsga2::with_space(space(n)).unwrap().seed(9).population_size(3);
             s.set_objectives(&objectives()).unwrap();
             s
         };
@@ -497,13 +528,14 @@ mod tests {
         for t in 8..20 {
             assert_eq!(a.suggest(TrialId(t)).unwrap(), b.suggest(TrialId(t)).unwrap());
         }
-        let wrong = Nsga2::new(space(n + 1)).unwrap().restore_state(a.save_state()).unwrap_err();
+        let wrong =
+            Nsga2::with_space(space(n + 1)).unwrap().restore_state(a.save_state()).unwrap_err();
         assert!(wrong.to_string().contains("4 parameters"), "{wrong}");
     }
 
     #[test]
     fn mistakes_are_named() {
-        let mut s = Nsga2::new(space(2)).unwrap();
+        let mut s = Nsga2::with_space(space(2)).unwrap();
         let e = s.suggest(TrialId(0)).unwrap_err();
         assert!(matches!(e, Error::NotConfigured { .. }), "{e}");
         let twice = [objectives()[0].clone(), objectives()[0].clone()];
@@ -528,6 +560,6 @@ mod tests {
         let e = s.on_trial_complete(TrialId(7), None, true).unwrap_err();
         assert!(matches!(e, Error::UnknownTrial { .. }), "{e}");
         let grid = SearchSpace::new().add("g", grid_search([1, 2]));
-        assert!(Nsga2::new(grid).unwrap_err().to_string().contains("grid_search"));
+        assert!(Nsga2::with_space(grid).unwrap_err().to_string().contains("grid_search"));
     }
 }

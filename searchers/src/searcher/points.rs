@@ -42,6 +42,11 @@ impl Points {
         self.recheck(space);
     }
 
+    /// Checks the points again against `space`, the searcher's once it has one.
+    pub fn set_space(&mut self, space: &SearchSpace) {
+        self.recheck(space);
+    }
+
     fn recheck(&mut self, space: &SearchSpace) {
         let component = self.component;
         let values = self

@@ -99,6 +99,10 @@ impl<S: Searcher> Searcher for Repeater<S> {
         self.inner.validate()
     }
 
+    fn set_space(&mut self, space: &crate::space::SearchSpace) -> Result<()> {
+        self.inner.set_space(space)
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         self.inner.set_metric(metric, mode)?;
         self.metric = Some(metric.to_string());
@@ -190,7 +194,7 @@ mod tests {
     #[test]
     fn repeats_and_reports_the_mean() {
         let space = SearchSpace::new().add("x", uniform(0.0, 1.0).unwrap());
-        let tpe = Tpe::new(space).unwrap();
+        let tpe = Tpe::with_space(space).unwrap();
         let mut r = Repeater::new(tpe, 3).unwrap();
         r.set_metric("loss", Mode::Min).unwrap();
         let mut xs = Vec::new();

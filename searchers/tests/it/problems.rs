@@ -176,7 +176,7 @@ pub fn tpe_best_with(
     concurrency: usize,
     liar: bool,
 ) -> f64 {
-    let mut s = Tpe::new((problem.space)()).expect("space").seed(seed).constant_liar(liar);
+    let mut s = Tpe::with_space((problem.space)()).expect("space").seed(seed).constant_liar(liar);
     best_of_concurrent(&mut s, problem, budget, concurrency)
 }
 
@@ -186,7 +186,7 @@ pub fn random_best(problem: &Problem, budget: u64, seed: u64) -> f64 {
 }
 
 pub fn tpe_best(problem: &Problem, budget: u64, seed: u64) -> f64 {
-    let mut s = Tpe::new((problem.space)()).expect("space").seed(seed);
+    let mut s = Tpe::with_space((problem.space)()).expect("space").seed(seed);
     best_of(&mut s, problem, budget)
 }
 

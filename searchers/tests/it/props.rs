@@ -214,7 +214,7 @@ proptest! {
                 .add("x", Domain::Uniform { low: 0.0, high: 1.0 })
                 .add("k", Domain::QRandInt { low: 0, high: 100, q: 5 })
                 .add("c", Domain::Choice(vec![Value::from("a"), Value::from("b")]));
-            Tpe::new(s).unwrap().metric("loss").mode(Mode::Min).seed(seed).n_startup_trials(5)
+            Tpe::with_space(s).unwrap().metric("loss").mode(Mode::Min).seed(seed).n_startup_trials(5)
         };
         let (mut a, mut b) = (make(), make());
         for (i, loss) in losses.iter().enumerate() {
@@ -343,7 +343,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let space = domains.iter().enumerate().fold(SearchSpace::new(), |s, (i, d)| s.add(format!("p{i}"), d.clone()));
-        let mut t = Tpe::new(space).unwrap().metric("loss").mode(Mode::Max).seed(seed).n_startup_trials(5);
+        let mut t = Tpe::with_space(space).unwrap().metric("loss").mode(Mode::Max).seed(seed).n_startup_trials(5);
         for (i, loss) in losses.iter().enumerate() {
             let id = TrialId(i as u64);
             let Suggestion::Params(p) = t.suggest(id).unwrap() else { panic!("no params") };

@@ -77,7 +77,7 @@ fn assert_resumes(make: Factory<'_>, steps: usize) {
 }
 
 fn tpe() -> Tpe {
-    Tpe::new(mixed10_space()).unwrap().metric("loss").mode(Mode::Min).seed(9)
+    Tpe::with_space(mixed10_space()).unwrap().metric("loss").mode(Mode::Min).seed(9)
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn tpe_resumes_exactly() {
 
 #[test]
 fn bohb_resumes_exactly_with_its_model() {
-    let bohb = || Bohb::new(mixed10_space()).unwrap().metric("loss").mode(Mode::Min).seed(4);
+    let bohb = || Bohb::with_space(mixed10_space()).unwrap().metric("loss").mode(Mode::Min).seed(4);
     assert_resumes(&|| Box::new(bohb()), 120);
     // Its model is in use well before the end (after 22 observations for 10 parameters).
     let mut b = bohb();

@@ -181,7 +181,7 @@ static RANDOM: Table<BasicVariant, dyn Searcher> = Table {
 
 static TPE: Table<Tpe, dyn Searcher> = Table {
     name: "tpe",
-    start: |c| Tpe::new(c.space.clone()).expect("checked by check_components").seed(c.seed),
+    start: |c| Tpe::new().seed(c.seed),
     options: &[
         ("points_to_evaluate", Setter::Points(|s, p| s.points_to_evaluate(p))),
         ("evaluated_rewards", Setter::Nums(|s, r| s.evaluated_rewards(r))),
@@ -197,7 +197,7 @@ static TPE: Table<Tpe, dyn Searcher> = Table {
 
 static BOHB: Table<Bohb, dyn Searcher> = Table {
     name: "bohb",
-    start: |c| Bohb::new(c.space.clone()).expect("checked by check_components").seed(c.seed),
+    start: |c| Bohb::new().seed(c.seed),
     options: &[
         ("time_attr", Setter::Str(|s, a| s.time_attr(a))),
         ("top_n_percent", Setter::Num(Bohb::top_n_percent)),
@@ -212,7 +212,7 @@ static BOHB: Table<Bohb, dyn Searcher> = Table {
 
 static NSGA2: Table<Nsga2, dyn Searcher> = Table {
     name: "nsga2",
-    start: |c| Nsga2::new(c.space.clone()).expect("checked by check_components").seed(c.seed),
+    start: |c| Nsga2::new().seed(c.seed),
     options: &[
         ("population_size", Setter::Count(Nsga2::population_size)),
         ("mutation_prob", Setter::Num(Nsga2::mutation_prob)),
@@ -483,17 +483,15 @@ pub(super) fn check_components(spec: &Tuning<'_>, root: &Item, report: &mut Repo
             .or_else(|| doc::find(root, &format!("tune.{section}")))
             .map_or(root.origin.clone(), |(o, _)| o.clone())
     };
-    let mut searcher_ok = true;
-    let modelled = match spec.search.kind.as_str() {
-        "tpe" => Tpe::new(spec.space.clone()).err(),
-        "bohb" => Bohb::new(spec.space.clone()).err(),
-        "nsga2" => Nsga2::new(spec.space.clone()).err(),
-        _ => None,
-    };
-    if let Some(e) = modelled {
+    // Handed the space as the Tuner will: one that models it refuses what it cannot model (a
+    // grid_search), which is the param_space's mistake.
+    let mut searcher = spec.searcher();
+    if let Some(s) = searcher.as_mut()
+        && let Err(e) = s.set_space(spec.space)
+    {
         let param_space = find_key(root, "param_space").unwrap_or(root);
         add_space_error(param_space, "param_space", &e, report);
-        searcher_ok = false;
+        searcher = None;
     }
     // BOHB's budgets are the scheduler's: one key for both.
     let scheduler_attr = match spec.scheduler.kind.as_str() {
@@ -519,7 +517,7 @@ pub(super) fn check_components(spec: &Tuning<'_>, root: &Item, report: &mut Repo
     let several = &spec.tune.objectives;
     let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();
     // (Several objectives with a searcher or scheduler that takes one are named when read.)
-    if searcher_ok && let Some(mut searcher) = spec.searcher() {
+    if let Some(mut searcher) = searcher {
         let metric = match target {
             Some((metric, mode)) => searcher.set_metric(metric, mode),
             None if several.len() > 1 => match searcher.set_objectives(several) {

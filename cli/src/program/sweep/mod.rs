@@ -785,6 +785,29 @@ mod tests {
             .map_err(|p| p.to_string())
     }
 
+    /// A searcher that models the space (TPE, BOHB, NSGA-II), handed the file's param space as
+    /// the Tuner hands it, refuses a grid in it at `param_space`, before anything runs.
+    #[test]
+    fn a_grid_for_a_modelling_searcher_is_refused_at_the_param_space() {
+        for search in ["tpe", "bohb", "nsga2"] {
+            let text = format!(
+                "[trainable]\nbuiltin = \"synthetic-curve\"\n[param_space]\n\
+                 rate = {{ grid_search = [0.1, 0.2] }}\n[tune]\nmetric = \"score\"\n\
+                 mode = \"max\"\nsearch = \"{search}\"\n"
+            );
+            let source = Source { name: "sweep.toml".into(), text };
+            let registry = crate::program::registry::declared_builtins();
+            let err = SweepSpec::read(&source, &[], &registry).unwrap_err().to_string();
+            assert!(err.contains("param_space") && err.contains("grid"), "{search}: {err}");
+        }
+        let fine = "[trainable]\nbuiltin = \"synthetic-curve\"\n[param_space]\n\
+                    rate = { uniform = [0.1, 0.2] }\n[tune]\nmetric = \"score\"\n\
+                    mode = \"max\"\nsearch = \"tpe\"\n";
+        let source = Source { name: "sweep.toml".into(), text: fine.into() };
+        let spec = SweepSpec::read(&source, &[], &crate::program::registry::declared_builtins());
+        assert!(spec.is_ok(), "{:?}", spec.err().map(|p| p.to_string()));
+    }
+
     /// `[scaling] sharding` reaches the trials' `ScalingConfig`; other names are refused at
     /// their key and line.
     #[test]

@@ -280,7 +280,9 @@ pub(crate) fn model_leaves(
 /// Tree-structured Parzen Estimator searcher. See the module docs.
 #[derive(Clone, Debug)]
 pub struct Tpe {
+    /// Its own (`with_space`), or the Tuner's (`set_space`); empty until then.
     space: SearchSpace,
+    has_space: bool,
     leaves: Vec<Leaf>,
     /// Domain of each leaf for random start-up draws.
     domains: Vec<Domain>,
@@ -355,14 +357,14 @@ impl Observation {
 }
 
 impl Tpe {
-    /// A TPE searcher over `space` with Optuna's defaults and seed 0. Fails if the space is
-    /// invalid or holds a `grid_search`.
-    pub fn new(space: SearchSpace) -> Result<Self> {
-        let (leaves, domains) = model_leaves(&space, NAME)?;
-        Ok(Self {
-            space,
-            leaves,
-            domains,
+    /// A TPE searcher with Optuna's defaults and seed 0, over the param space of the Tuner it
+    /// is handed to ([`Searcher::set_space`]).
+    pub fn new() -> Self {
+        Self {
+            space: SearchSpace::new(),
+            has_space: false,
+            leaves: Vec::new(),
+            domains: Vec::new(),
             metric: None,
             mode: None,
             objectives: Vec::new(),
@@ -382,7 +384,23 @@ impl Tpe {
                 points_suggested: 0,
                 warm_started: false,
             },
-        })
+        }
+    }
+
+    /// A TPE searcher over `space` of its own (a Tuner's is then not used). Fails if the space
+    /// is invalid or holds a `grid_search`.
+    pub fn with_space(space: SearchSpace) -> Result<Self> {
+        let mut tpe = Self::new();
+        tpe.take_space(space)?;
+        Ok(tpe)
+    }
+
+    fn take_space(&mut self, space: SearchSpace) -> Result<()> {
+        (self.leaves, self.domains) = model_leaves(&space, NAME)?;
+        self.space = space;
+        self.has_space = true;
+        self.points.set_space(&self.space);
+        Ok(())
     }
 
     /// Parameter sets to suggest first, in order (Ray's and Optuna's `points_to_evaluate`;
@@ -407,23 +425,7 @@ impl Tpe {
         self
     }
 
-    /// The metric to optimise (or pass it through [`Searcher::set_metric`]).
-    pub fn metric(mut self, metric: impl Into<String>) -> Self {
-        self.metric = Some(metric.into());
-        self
-    }
-
-    /// The direction.
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = Some(mode);
-        self
-    }
-
-    /// Seed (restarts the random stream; call before the first suggestion).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.state.rng = SearchRng::seed_from_u64(seed);
-        self
-    }
+    searcher_builders!(metric, mode, seed);
 
     /// Completed trials drawn at random before the model is used (default 10).
     pub fn n_startup_trials(mut self, n: usize) -> Self {
@@ -625,8 +627,21 @@ impl Tpe {
     }
 }
 
+impl Default for Tpe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Searcher for Tpe {
+    fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
+        if self.has_space { Ok(()) } else { self.take_space(space.clone()) }
+    }
+
     fn validate(&self) -> Result<()> {
+        if !self.has_space {
+            return Err(Error::NoSpace { component: NAME });
+        }
         self.check_settings()?;
         self.points.check()
     }
@@ -650,6 +665,9 @@ impl Searcher for Tpe {
     }
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
+        if !self.has_space {
+            return Err(Error::NoSpace { component: NAME });
+        }
         let objective = self.objective()?;
         self.check_settings()?;
         self.points.check()?;
@@ -776,8 +794,12 @@ mod tests {
             .iter()
             .enumerate()
             .fold(SearchSpace::new(), |s, (i, d)| s.add(format!("p{i}"), d.clone()));
-        let mut t =
-            Tpe::new(space).unwrap().metric("loss").mode(Mode::Min).seed(7).n_startup_trials(3);
+        let mut t = Tpe::with_space(space)
+            .unwrap()
+            .metric("loss")
+            .mode(Mode::Min)
+            .seed(7)
+            .n_startup_trials(3);
         for i in 0..30u64 {
             let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!("no params") };
             for (k, d) in domains.iter().enumerate() {
@@ -795,8 +817,12 @@ mod tests {
     fn integer_model_is_translation_invariant() {
         let run = |low: i64| {
             let space = SearchSpace::new().add("k", Domain::RandInt { low, high: low + 1000 });
-            let mut t =
-                Tpe::new(space).unwrap().metric("loss").mode(Mode::Min).seed(3).n_startup_trials(4);
+            let mut t = Tpe::with_space(space)
+                .unwrap()
+                .metric("loss")
+                .mode(Mode::Min)
+                .seed(3)
+                .n_startup_trials(4);
             (0..20u64)
                 .map(|i| {
                     let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
@@ -821,22 +847,54 @@ mod tests {
             .add("k", 3)
     }
 
+    /// Built without a space, a searcher takes the one it is handed (a Tuner's) and then
+    /// suggests exactly as one built with it; one built with its own keeps it; one never given
+    /// a space says so instead of suggesting empty params.
+    #[test]
+    fn a_searcher_without_a_space_takes_the_tuners() {
+        let draw = |mut s: Tpe| {
+            s.set_metric("loss", Mode::Min).unwrap();
+            s.validate().unwrap();
+            (0..3).map(|i| s.suggest(TrialId(i)).unwrap()).collect::<Vec<_>>()
+        };
+        let mut handed = Tpe::new().seed(5);
+        handed.set_space(&space()).unwrap();
+        assert_eq!(draw(handed), draw(Tpe::with_space(space()).unwrap().seed(5)));
+
+        let own = SearchSpace::new().add("y", uniform(0.0, 1.0).unwrap());
+        let mut kept = Tpe::with_space(own).unwrap();
+        kept.set_space(&space()).unwrap();
+        for suggestion in draw(kept) {
+            let Suggestion::Params(params) = suggestion else { panic!("{suggestion:?}") };
+            assert_eq!(params.keys().collect::<Vec<_>>(), ["y"]);
+        }
+
+        let mut none = Tpe::new();
+        assert!(matches!(none.validate(), Err(Error::NoSpace { component: "TPE" })));
+        none.set_metric("loss", Mode::Min).unwrap();
+        let e = none.suggest(TrialId(0)).unwrap_err();
+        assert!(e.to_string().contains("no search space"), "{e}");
+        // A grid in the handed space is refused as with `with_space`.
+        let grid = SearchSpace::new().add("g", grid_search([1, 2]));
+        assert!(matches!(Tpe::new().set_space(&grid), Err(Error::Unsupported { .. })));
+    }
+
     #[test]
     fn grid_is_refused_with_a_typed_error() {
         let s = SearchSpace::new().add("m", SearchSpace::new().add("g", grid_search([1, 2])));
-        let e = Tpe::new(s).unwrap_err();
+        let e = Tpe::with_space(s).unwrap_err();
         assert!(matches!(&e, Error::Unsupported { path, .. } if path == "m.g"), "{e}");
     }
 
     #[test]
     fn needs_metric() {
-        let mut t = Tpe::new(space()).unwrap();
+        let mut t = Tpe::with_space(space()).unwrap();
         assert_eq!(t.suggest(TrialId(0)).unwrap_err(), Error::NotConfigured { component: NAME });
     }
 
     #[test]
     fn model_suggestions_stay_in_their_domains() {
-        let mut t = Tpe::new(space()).unwrap().metric("loss").mode(Mode::Min).seed(5);
+        let mut t = Tpe::with_space(space()).unwrap().metric("loss").mode(Mode::Min).seed(5);
         let s = space();
         for i in 0..40 {
             let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
@@ -859,8 +917,12 @@ mod tests {
     fn constant_liar_spreads_concurrent_suggestions() {
         let spread = |liar: bool| {
             let s = SearchSpace::new().add("x", uniform(0.0, 1.0).unwrap());
-            let mut t =
-                Tpe::new(s).unwrap().metric("loss").mode(Mode::Min).seed(3).constant_liar(liar);
+            let mut t = Tpe::with_space(s)
+                .unwrap()
+                .metric("loss")
+                .mode(Mode::Min)
+                .seed(3)
+                .constant_liar(liar);
             for i in 0..30 {
                 let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
                 let x = p.get::<f64>("x").unwrap();
@@ -885,7 +947,7 @@ mod tests {
         let s = SearchSpace::new()
             .add("hidden", choice([64, 128]))
             .add("batch", crate::space::dependent(|p| Ok(p.get::<i64>("hidden")? / 2)));
-        let mut t = Tpe::new(s).unwrap().metric("loss").mode(Mode::Min);
+        let mut t = Tpe::with_space(s).unwrap().metric("loss").mode(Mode::Min);
         for i in 0..15 {
             let Suggestion::Params(p) = t.suggest(TrialId(i)).unwrap() else { panic!() };
             assert_eq!(p.get::<i64>("batch").unwrap() * 2, p.get::<i64>("hidden").unwrap());
@@ -896,7 +958,7 @@ mod tests {
 
     #[test]
     fn missing_metric_is_typed() {
-        let mut t = Tpe::new(space()).unwrap().metric("loss").mode(Mode::Min);
+        let mut t = Tpe::with_space(space()).unwrap().metric("loss").mode(Mode::Min);
         t.suggest(TrialId(0)).unwrap();
         let r = Metrics::from([("acc".to_string(), 1.0)]);
         let e = t.on_trial_complete(TrialId(0), Some(&r), false).unwrap_err();
@@ -932,7 +994,7 @@ mod tests {
             ("c", "b".into()),
         ]);
         let partial = point(&[("c", "c".into()), ("x", (-2).into())]);
-        let mut t = Tpe::new(space())
+        let mut t = Tpe::with_space(space())
             .unwrap()
             .metric("loss")
             .mode(Mode::Min)
@@ -963,7 +1025,7 @@ mod tests {
 
     #[test]
     fn points_that_do_not_fit_are_refused_by_tpe() {
-        let t = Tpe::new(space())
+        let t = Tpe::with_space(space())
             .unwrap()
             .metric("loss")
             .mode(Mode::Min)
@@ -975,8 +1037,10 @@ mod tests {
              loguniform(0.0001, 0.1)"
         );
         assert_eq!(t.clone().suggest(TrialId(0)).unwrap_err(), e);
-        let t =
-            Tpe::new(space()).unwrap().points_to_evaluate([Params::new()]).evaluated_rewards([]);
+        let t = Tpe::with_space(space())
+            .unwrap()
+            .points_to_evaluate([Params::new()])
+            .evaluated_rewards([]);
         assert!(matches!(
             t.validate(),
             Err(Error::InvalidConfig { setting: "evaluated_rewards", .. })
@@ -990,7 +1054,7 @@ mod tests {
             .add("x", uniform(0.0, 1.0).unwrap())
             .add("y", uniform(0.0, 1.0).unwrap());
         let xs: Vec<f64> = (0..30).map(|k| (f64::from(k) + 0.5) / 30.0).collect();
-        let mut t = Tpe::new(s).unwrap().metric("loss").mode(Mode::Min).seed(seed);
+        let mut t = Tpe::with_space(s).unwrap().metric("loss").mode(Mode::Min).seed(seed);
         if evaluated {
             // Partial points: y is not known for them.
             t = t
@@ -1032,7 +1096,7 @@ mod tests {
     fn points_survive_a_restore() {
         let make = || {
             let points = (0..3).map(|i| point(&[("x", f64::from(i).into())]));
-            Tpe::new(space())
+            Tpe::with_space(space())
                 .unwrap()
                 .metric("loss")
                 .mode(Mode::Min)
@@ -1062,7 +1126,7 @@ mod tests {
         assert_eq!(all[2].get::<f64>("x").unwrap(), 2.0);
 
         let evaluated = || {
-            Tpe::new(space())
+            Tpe::with_space(space())
                 .unwrap()
                 .metric("loss")
                 .mode(Mode::Min)
@@ -1089,7 +1153,7 @@ mod tests {
         use crate::searcher::zdt::{objectives, result, run, space, xs, zdt1};
         let n = 10;
         for seed in 0..5 {
-            let mut tpe = Tpe::new(space(n)).unwrap().seed(seed);
+            let mut tpe = Tpe::with_space(space(n)).unwrap().seed(seed);
             tpe.set_objectives(&objectives()).unwrap();
             let mut random =
                 crate::BasicVariant::new(space(n)).unwrap().seed(seed).num_samples(150);
@@ -1099,7 +1163,7 @@ mod tests {
             assert!(tpe.state.observations.iter().all(|o| o.scores.len() == 2));
         }
         let make = || {
-            let mut s = Tpe::new(space(n)).unwrap().seed(3);
+            let mut s = Tpe::with_space(space(n)).unwrap().seed(3);
             s.set_objectives(&objectives()).unwrap();
             s
         };
@@ -1119,7 +1183,7 @@ mod tests {
         }
         assert_eq!(a.state.observations[30].scores.len(), 2, "the last result's scores count");
 
-        let mut rewarded = Tpe::new(space(n))
+        let mut rewarded = Tpe::with_space(space(n))
             .unwrap()
             .points_to_evaluate([crate::params::Params::new().with("x00", 0.5)])
             .evaluated_rewards([1.0]);
