@@ -136,3 +136,9 @@ pub use train::TorchTrainer;
 pub use tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
 pub use var_store::{LoadVarStore, SaveVarStore};
 pub use worker::{TrainContext, TrainFn, init};
+
+/// The README's Rust sweep, compiled as a doc test (`cargo test --doc`) so that the front page's
+/// code stays code that builds.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSweep;

@@ -18,7 +18,7 @@ const ABOUT: &str =
 /// rtune: hyperparameter sweeps of distributed libtorch training (Ray Tune + Ray Train in Rust).
 #[derive(Debug, Parser)]
 #[command(name = "rtune", version, about = ABOUT, after_help = EXIT_CODES)]
-pub(crate) struct Cli {
+pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }

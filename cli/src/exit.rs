@@ -1,5 +1,5 @@
 //! How every `rtune` command ends: the exit codes, one table of them (`EXIT_CODES`) for `--help`
-//! and the README, and the error a command ends with ([`Exit`]), with its code, in the words of
+//! and the guide (docs/sweep-files.md), and the error a command ends with ([`Exit`]), with its code, in the words of
 //! the sweep file.
 
 use crate::doc::Problems;
@@ -16,7 +16,7 @@ pub const EXIT_INTERRUPTED: i32 = 3;
 /// Anything else failed (a disk, the cluster, a bug): the message says what.
 pub const EXIT_FAILED: i32 = 4;
 
-/// The exit codes of every command, as `--help` and the README show them.
+/// The exit codes of every command, as `--help` and the guide show them.
 pub const EXIT_CODES: &str = "Exit codes:\n  \
     0  success\n  \
     1  the sweep ran and some trials failed or never reported (--allow-failures exits 0)\n  \

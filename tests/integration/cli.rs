@@ -1226,7 +1226,7 @@ pub fn quickstart_example_runs() -> Result<()> {
     Ok(())
 }
 
-/// Every exit code of the table in `--help` (and the README), each from a command that ends
+/// Every exit code of the table in `--help` (and the guide's sweep-file page), each from a command that ends
 /// with it; 1 (trials failed) and 3 (interrupted) have tests of their own
 /// (`failed_trials_exit_1_unless_allowed`, `ctrl_c_leaves_a_resumable_sweep`).
 pub fn exit_codes_follow_the_table() -> Result<()> {
@@ -1242,8 +1242,12 @@ pub fn exit_codes_follow_the_table() -> Result<()> {
     ] {
         ensure!(help.contains(line), "--help lacks {line:?}:\n{help}");
     }
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))?;
-    ensure!(readme.contains(rtune::cli::EXIT_CODES), "the README's table differs from --help's");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sweep-files.md"))?;
+    ensure!(
+        readme.contains(rtune::cli::EXIT_CODES),
+        "docs/sweep-files.md's table differs from --help's"
+    );
     let d = dir.path().to_str().unwrap();
     let missing = dir.path().join("missing");
     let m = missing.to_str().unwrap();

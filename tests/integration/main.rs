@@ -8,6 +8,7 @@ mod collective_process;
 mod command;
 mod common;
 mod data;
+mod docs;
 mod examples;
 mod front;
 mod front_door;
@@ -251,6 +252,11 @@ fn main() {
             tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,
         ),
         test("cli::run_show_ls_and_json", cli::run_show_ls_and_json),
+        test(
+            "docs::sweep_files_and_commands_in_the_docs_work",
+            docs::sweep_files_and_commands_in_the_docs_work,
+        ),
+        test("docs::the_docs_checks_refuse_mistakes", docs::the_docs_checks_refuse_mistakes),
         test("front_door::a_second_driver_is_refused", front_door::a_second_driver_is_refused),
         test(
             "front_door::a_dead_drivers_lease_is_taken_over",
