@@ -57,14 +57,13 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use super::tpe::parzen::ParamKind;
-use super::tpe::{Leaf, model_leaves};
+use super::tpe::{Leaf, ModelSpace};
 use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::math::{norm_cdf, norm_ppf};
 use crate::metrics::{Metrics, Mode, Objective, Score, get_metric};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
-use crate::space::domain::Domain;
 use crate::trial::TrialId;
 use crate::value::Value;
 
@@ -124,12 +123,9 @@ impl Dim {
 /// BOHB's model-based searcher. See the module docs.
 #[derive(Clone, Debug)]
 pub struct Bohb {
-    /// Its own (`with_space`), or the Tuner's (`set_space`); empty until then.
-    space: SearchSpace,
-    has_space: bool,
-    leaves: Vec<Leaf>,
+    /// Its own (`with_space`) or the Tuner's, with its leaves and their domains.
+    model: ModelSpace,
     dims: Vec<Dim>,
-    domains: Vec<Domain>,
     metric: Option<String>,
     mode: Option<Mode>,
     time_attr: String,
@@ -175,11 +171,8 @@ impl Bohb {
     /// Tuner it is handed to ([`Searcher::set_space`]).
     pub fn new() -> Self {
         Bohb {
-            space: SearchSpace::new(),
-            has_space: false,
-            leaves: Vec::new(),
+            model: ModelSpace::none(NAME),
             dims: Vec::new(),
-            domains: Vec::new(),
             metric: None,
             mode: None,
             time_attr: "training_iteration".into(),
@@ -201,16 +194,8 @@ impl Bohb {
     /// space is invalid or holds a `grid_search`.
     pub fn with_space(space: SearchSpace) -> Result<Self> {
         let mut bohb = Self::new();
-        bohb.take_space(space)?;
+        bohb.set_space(&space)?;
         Ok(bohb)
-    }
-
-    fn take_space(&mut self, space: SearchSpace) -> Result<()> {
-        (self.leaves, self.domains) = model_leaves(&space, NAME)?;
-        self.dims = self.leaves.iter().map(Dim::of).collect();
-        self.space = space;
-        self.has_space = true;
-        Ok(())
     }
 
     searcher_builders!(metric, mode, seed);
@@ -394,8 +379,9 @@ impl Bohb {
     /// A point on the model's scales drawn from the domains.
     fn random_point(&mut self) -> Vec<f64> {
         let values: Vec<Value> =
-            self.domains.iter().map(|d| d.sample(&mut self.state.rng)).collect();
-        self.leaves
+            self.model.domains.iter().map(|d| d.sample(&mut self.state.rng)).collect();
+        self.model
+            .leaves
             .iter()
             .zip(&values)
             .zip(&self.dims)
@@ -474,13 +460,14 @@ impl Default for Bohb {
 
 impl Searcher for Bohb {
     fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
-        if self.has_space { Ok(()) } else { self.take_space(space.clone()) }
+        if self.model.offer(space)? {
+            self.dims = self.model.leaves.iter().map(Dim::of).collect();
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<()> {
-        if !self.has_space {
-            return Err(Error::NoSpace { component: NAME });
-        }
+        self.model.check()?;
         self.check_settings()
     }
 
@@ -496,9 +483,7 @@ impl Searcher for Bohb {
     }
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
-        if !self.has_space {
-            return Err(Error::NoSpace { component: NAME });
-        }
+        self.model.check()?;
         self.objective()?;
         self.check_settings()?;
         let random = self.state.rng.random::<f64>() < self.random_fraction;
@@ -517,17 +502,19 @@ impl Searcher for Bohb {
             None => self.random_point(),
         };
         let values: Vec<Value> = self
+            .model
             .leaves
             .iter()
             .zip(&self.dims)
             .zip(&point)
             .map(|((leaf, dim), u)| leaf.value(dim.coord_of(*u)))
             .collect();
-        let params = self.space.resolve(&mut self.state.rng, &mut |i, _, _| {
+        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
             Ok(values.get(i).cloned().unwrap_or(Value::Null))
         })?;
         // The point as the model will see it: where its values really are.
         let point = self
+            .model
             .leaves
             .iter()
             .zip(&self.dims)

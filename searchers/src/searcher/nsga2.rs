@@ -47,14 +47,13 @@ use std::collections::BTreeMap;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
-use super::tpe::model_leaves;
+use super::tpe::ModelSpace;
 use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Mode, Objective, Score, check_objectives};
 use crate::pareto::{dominates, fronts};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
-use crate::space::domain::Domain;
 use crate::trial::TrialId;
 use crate::value::Value;
 
@@ -63,10 +62,8 @@ const NAME: &str = "NSGA-II";
 /// NSGA-II's searcher. See the module docs.
 #[derive(Clone, Debug)]
 pub struct Nsga2 {
-    /// Its own (`with_space`), or the Tuner's (`set_space`); empty until then.
-    space: SearchSpace,
-    has_space: bool,
-    domains: Vec<Domain>,
+    /// Its own (`with_space`) or the Tuner's, with its sampled params' domains.
+    model: ModelSpace,
     objectives: Vec<Objective>,
     population_size: usize,
     mutation_prob: Option<f64>,
@@ -102,9 +99,7 @@ impl Nsga2 {
     /// it is handed to ([`Searcher::set_space`]).
     pub fn new() -> Self {
         Nsga2 {
-            space: SearchSpace::new(),
-            has_space: false,
-            domains: Vec::new(),
+            model: ModelSpace::none(NAME),
             objectives: Vec::new(),
             population_size: 50,
             mutation_prob: None,
@@ -122,15 +117,8 @@ impl Nsga2 {
     /// space is invalid or holds a `grid_search`.
     pub fn with_space(space: SearchSpace) -> Result<Self> {
         let mut nsga2 = Self::new();
-        nsga2.take_space(space)?;
+        nsga2.set_space(&space)?;
         Ok(nsga2)
-    }
-
-    fn take_space(&mut self, space: SearchSpace) -> Result<()> {
-        self.domains = model_leaves(&space, NAME)?.1;
-        self.space = space;
-        self.has_space = true;
-        Ok(())
     }
 
     /// The objectives (or pass them through [`Searcher::set_objectives`]).
@@ -243,7 +231,7 @@ impl Nsga2 {
         let (generation, parents) = self.parents();
         let parents: Vec<(TrialId, Vec<Score>)> =
             parents.into_iter().map(|(id, s)| (id, s.to_vec())).collect();
-        let n = self.domains.len();
+        let n = self.model.domains.len();
         let mut values: Vec<Option<Value>> = vec![None; n];
         if !parents.is_empty() {
             let view: Vec<(TrialId, &[Score])> =
@@ -270,7 +258,7 @@ impl Nsga2 {
         }
         let values = values
             .into_iter()
-            .zip(&self.domains)
+            .zip(&self.model.domains)
             .map(|(v, d)| v.unwrap_or_else(|| d.sample(&mut self.state.rng)))
             .collect();
         (generation, values)
@@ -338,7 +326,7 @@ impl Default for Nsga2 {
 
 impl Searcher for Nsga2 {
     fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
-        if self.has_space { Ok(()) } else { self.take_space(space.clone()) }
+        self.model.offer(space).map(drop)
     }
 
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
@@ -353,9 +341,7 @@ impl Searcher for Nsga2 {
     }
 
     fn validate(&self) -> Result<()> {
-        if !self.has_space {
-            return Err(Error::NoSpace { component: NAME });
-        }
+        self.model.check()?;
         self.check_settings()?;
         check_objectives(NAME, &self.objectives)
     }
@@ -365,15 +351,13 @@ impl Searcher for Nsga2 {
     }
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
-        if !self.has_space {
-            return Err(Error::NoSpace { component: NAME });
-        }
+        self.model.check()?;
         if self.objectives.is_empty() {
             return Err(Error::NotConfigured { component: NAME });
         }
         self.check_settings()?;
         let (generation, values) = self.child();
-        let params = self.space.resolve(&mut self.state.rng, &mut |i, _, _| {
+        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
             Ok(values.get(i).cloned().unwrap_or(Value::Null))
         })?;
         self.state.members.insert(trial, Member { generation, values, scores: None });
@@ -412,7 +396,7 @@ impl Searcher for Nsga2 {
     fn restore_state(&mut self, state: SearcherState) -> Result<()> {
         match state {
             SearcherState::Nsga2(s) => {
-                let n = self.domains.len();
+                let n = self.model.domains.len();
                 if !s.members.values().all(|m| m.values.len() == n) {
                     return Err(wrong_width(NAME, n));
                 }

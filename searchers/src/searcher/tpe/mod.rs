@@ -277,15 +277,49 @@ pub(crate) fn model_leaves(
     Ok((leaves, domains))
 }
 
+/// The space a model-based searcher (TPE, BOHB, NSGA-II) samples: its own (`with_space`) or the
+/// Tuner's ([`Searcher::set_space`]), with its sampled leaves and their domains; empty until it
+/// is given one.
+#[derive(Debug, Clone)]
+pub(crate) struct ModelSpace {
+    pub space: SearchSpace,
+    pub leaves: Vec<Leaf>,
+    pub domains: Vec<Domain>,
+    searcher: &'static str,
+    given: bool,
+}
+
+impl ModelSpace {
+    /// No space yet, for `searcher` (its name, for errors).
+    pub fn none(searcher: &'static str) -> Self {
+        let (leaves, domains) = (Vec::new(), Vec::new());
+        ModelSpace { space: SearchSpace::new(), leaves, domains, searcher, given: false }
+    }
+
+    /// Takes `space` unless it has one already (a searcher's own stays); whether it took it.
+    /// A space it cannot model (a `grid_search`) is refused.
+    pub fn offer(&mut self, space: &SearchSpace) -> Result<bool> {
+        if self.given {
+            return Ok(false);
+        }
+        (self.leaves, self.domains) = model_leaves(space, self.searcher)?;
+        self.space = space.clone();
+        self.given = true;
+        Ok(true)
+    }
+
+    /// An error unless it has a space.
+    pub fn check(&self) -> Result<()> {
+        if self.given { Ok(()) } else { Err(Error::NoSpace { component: self.searcher }) }
+    }
+}
+
 /// Tree-structured Parzen Estimator searcher. See the module docs.
 #[derive(Clone, Debug)]
 pub struct Tpe {
-    /// Its own (`with_space`), or the Tuner's (`set_space`); empty until then.
-    space: SearchSpace,
-    has_space: bool,
-    leaves: Vec<Leaf>,
-    /// Domain of each leaf for random start-up draws.
-    domains: Vec<Domain>,
+    /// Its own (`with_space`) or the Tuner's, with its leaves and their domains (for random
+    /// start-up draws).
+    model: ModelSpace,
     metric: Option<String>,
     mode: Option<Mode>,
     /// Several objectives (`metric` and `mode` are then unset): see the module docs.
@@ -361,10 +395,7 @@ impl Tpe {
     /// is handed to ([`Searcher::set_space`]).
     pub fn new() -> Self {
         Self {
-            space: SearchSpace::new(),
-            has_space: false,
-            leaves: Vec::new(),
-            domains: Vec::new(),
+            model: ModelSpace::none(NAME),
             metric: None,
             mode: None,
             objectives: Vec::new(),
@@ -391,16 +422,8 @@ impl Tpe {
     /// is invalid or holds a `grid_search`.
     pub fn with_space(space: SearchSpace) -> Result<Self> {
         let mut tpe = Self::new();
-        tpe.take_space(space)?;
+        tpe.set_space(&space)?;
         Ok(tpe)
-    }
-
-    fn take_space(&mut self, space: SearchSpace) -> Result<()> {
-        (self.leaves, self.domains) = model_leaves(&space, NAME)?;
-        self.space = space;
-        self.has_space = true;
-        self.points.set_space(&self.space);
-        Ok(())
     }
 
     /// Parameter sets to suggest first, in order (Ray's and Optuna's `points_to_evaluate`;
@@ -412,7 +435,7 @@ impl Tpe {
         mut self,
         points: impl IntoIterator<Item = P>,
     ) -> Self {
-        self.points.set_points(&self.space, points.into_iter().map(Into::into).collect());
+        self.points.set_points(&self.model.space, points.into_iter().map(Into::into).collect());
         self
     }
 
@@ -421,7 +444,7 @@ impl Tpe {
     /// trials. A count that differs from the points' is an [`Error::InvalidConfig`] for
     /// `evaluated_rewards`.
     pub fn evaluated_rewards(mut self, rewards: impl IntoIterator<Item = f64>) -> Self {
-        self.points.set_rewards(&self.space, rewards.into_iter().collect());
+        self.points.set_rewards(&self.model.space, rewards.into_iter().collect());
         self
     }
 
@@ -485,6 +508,7 @@ impl Tpe {
         }
         for (k, (values, reward)) in self.points.evaluated()?.into_iter().enumerate() {
             let coords = self
+                .model
                 .leaves
                 .iter()
                 .zip(values)
@@ -592,9 +616,9 @@ impl Tpe {
             consider_magic_clip: self.consider_magic_clip,
             consider_endpoints: self.consider_endpoints,
         };
-        let mut coords = Vec::with_capacity(self.leaves.len());
+        let mut coords = Vec::with_capacity(self.model.leaves.len());
         let mut column = Vec::with_capacity(above.len().max(below.len()));
-        for (j, leaf) in self.leaves.iter().enumerate() {
+        for (j, leaf) in self.model.leaves.iter().enumerate() {
             let kind = leaf.kind();
             column.clear();
             column.extend(below.iter().filter_map(|(_, c)| c.get(j).copied().flatten()));
@@ -635,13 +659,14 @@ impl Default for Tpe {
 
 impl Searcher for Tpe {
     fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
-        if self.has_space { Ok(()) } else { self.take_space(space.clone()) }
+        if self.model.offer(space)? {
+            self.points.set_space(&self.model.space);
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<()> {
-        if !self.has_space {
-            return Err(Error::NoSpace { component: NAME });
-        }
+        self.model.check()?;
         self.check_settings()?;
         self.points.check()
     }
@@ -665,9 +690,7 @@ impl Searcher for Tpe {
     }
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
-        if !self.has_space {
-            return Err(Error::NoSpace { component: NAME });
-        }
+        self.model.check()?;
         let objective = self.objective()?;
         self.check_settings()?;
         self.points.check()?;
@@ -684,18 +707,23 @@ impl Searcher for Tpe {
         let startup = self.state.observations.len() < self.n_startup_trials;
         let (mut values, mut coords): (Vec<Value>, Vec<f64>) = if startup {
             let values: Vec<Value> =
-                self.domains.iter().map(|d| d.sample(&mut self.state.rng)).collect();
-            let coords =
-                self.leaves.iter().zip(&values).map(|(l, v)| l.coord(v).unwrap_or(0.0)).collect();
+                self.model.domains.iter().map(|d| d.sample(&mut self.state.rng)).collect();
+            let coords = self
+                .model
+                .leaves
+                .iter()
+                .zip(&values)
+                .map(|(l, v)| l.coord(v).unwrap_or(0.0))
+                .collect();
             (values, coords)
         } else {
             let coords = self.model_coords();
-            let values = self.leaves.iter().zip(&coords).map(|(l, c)| l.value(*c)).collect();
+            let values = self.model.leaves.iter().zip(&coords).map(|(l, c)| l.value(*c)).collect();
             (values, coords)
         };
         // A point's own values replace what was chosen for the parameters it gives.
         let given = point.as_deref().unwrap_or_default();
-        for (i, (v, leaf)) in given.iter().zip(&self.leaves).enumerate() {
+        for (i, (v, leaf)) in given.iter().zip(&self.model.leaves).enumerate() {
             let Some(v) = v else { continue };
             if let (Some(slot), Some(c)) = (coords.get_mut(i), leaf.coord(v)) {
                 *slot = c;
@@ -704,7 +732,7 @@ impl Searcher for Tpe {
                 *slot = v.clone();
             }
         }
-        let params = self.space.resolve(&mut self.state.rng, &mut |i, _, _| {
+        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
             Ok(values.get(i).cloned().unwrap_or(Value::Null))
         })?;
         let live = LiveTrial { coords, last_score: None, last_scores: Vec::new() };
@@ -758,7 +786,7 @@ impl Searcher for Tpe {
     fn restore_state(&mut self, state: SearcherState) -> Result<()> {
         match state {
             SearcherState::Tpe(s) => {
-                let n = self.leaves.len();
+                let n = self.model.leaves.len();
                 let fits = s.observations.iter().all(|o| o.coords.len() == n)
                     && s.live.values().all(|t| t.coords.len() == n);
                 if !fits {
