@@ -37,8 +37,34 @@ impl TrainFnId {
     }
 }
 
-/// The function train functions' places are measured from: any one of the binary will do, as
-/// long as both sides use it.
+/// What train functions' places are measured from: a static, which has one address in the
+/// binary. (A function would not do: Rust does not promise a function one address, and an
+/// optimised build, inlining small functions across crates, gives codegen units copies of
+/// their own; an offset taken from one copy led a release build's workers to another place,
+/// where they died of SIGSEGV.)
+static ANCHOR: u8 = 0;
+
 fn anchor() -> usize {
-    anchor as fn() -> usize as usize
+    std::ptr::addr_of!(ANCHOR) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Context;
+    // SAFETY: only this test's function takes it; nothing calls it through a worker.
+    unsafe impl TrainContextType for Context {}
+
+    fn train(_: &mut Context) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// The place a function is sent as leads back to it (the worker's side of the same binary).
+    #[test]
+    fn a_train_functions_place_leads_back_to_it() {
+        let f: fn(&mut Context) -> anyhow::Result<()> = train;
+        assert_eq!(TrainFnId::address(TrainFnId::of(f).offset()), f as usize);
+        assert_ne!(TrainFnId::of(f), TrainFnId::COMMAND);
+    }
 }
