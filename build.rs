@@ -1,7 +1,7 @@
 //! rtune's build script:
 //! - an rpath to libtorch, so binaries, tests and examples run without LD_LIBRARY_PATH (the
 //!   gRPC code is rtune-driver's). Only libtorch's CPU library is linked: CUDA is opened at run
-//!   time by the processes given a GPU (src/sys/cuda.rs). The libtorch version itself is checked
+//!   time by the processes given a GPU (src/cuda.rs). The libtorch version itself is checked
 //!   earlier, by rtune-libtorch-check.
 //! - `RTUNE_SOURCES`, a hash of the sources `rtune` and `rtune-torch` are built from: `rtune`
 //!   hands its own to `rtune-torch`, which refuses to run for an `rtune` built from other

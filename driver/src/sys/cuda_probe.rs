@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// Set (to anything) in the environment of a process started to probe CUDA: `rtune::init()`
-/// then runs [`Probe::here`], prints it as one JSON line and exits.
+/// then probes CUDA (`rtune::cuda::probe_here`), prints the answer as one JSON line and exits.
 pub const PROBE_ENV: &str = "RTUNE_CUDA_PROBE";
 
 /// How long the probe may take before it counts as hung.
