@@ -52,6 +52,8 @@ use crate::worker::{HUB_TOKEN_ENV, TrainContext, WORKER_ENV};
 pub const REPORT_PREFIX: &str = "@rtune ";
 /// Lines of the command's stderr kept for the error of a failed run.
 const STDERR_TAIL: usize = 20;
+/// How long a failed command's stderr may take to end after the command did.
+const STDERR_WAIT: Duration = Duration::from_secs(5);
 /// After SIGTERM, how long a stopped command has before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(5);
 
@@ -131,7 +133,7 @@ pub fn run_command(ctx: &mut TrainContext) -> anyhow::Result<()> {
     if status.success() {
         return Ok(());
     }
-    let tail: Vec<String> = tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
+    let tail = tail.lines();
     let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
         (Some(code), _) => format!("exited with status {code}"),
         (None, Some(signal)) => format!("was killed by signal {signal}"),
@@ -269,11 +271,31 @@ fn read_stdout(stdout: std::process::ChildStdout) -> mpsc::IntoIter<Line> {
     rx.into_iter()
 }
 
+/// The last lines of a command's stderr, as a thread copies them.
+struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    /// Closed when the thread has read stderr to its end.
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl StderrTail {
+    /// The last lines, once the command's stderr has ended: a command that exits has closed
+    /// it, but the thread may not have read its last lines yet (they are what says why it
+    /// failed). A process of its own that keeps the pipe open is not waited for past
+    /// `STDERR_WAIT`.
+    fn lines(self) -> Vec<String> {
+        let _ = self.done.recv_timeout(STDERR_WAIT);
+        self.lines.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default()
+    }
+}
+
 /// Copies the command's stderr to this worker's stderr, keeping the last lines.
-fn keep_stderr_tail(stderr: std::process::ChildStderr) -> Arc<Mutex<VecDeque<String>>> {
+fn keep_stderr_tail(stderr: std::process::ChildStderr) -> StderrTail {
     let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
     let kept = tail.clone();
+    let (finished, done) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
+        let _finished = finished;
         let mut reader = BufReader::new(stderr);
         let mut buf = Vec::new();
         while reader.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
@@ -287,7 +309,7 @@ fn keep_stderr_tail(stderr: std::process::ChildStderr) -> Arc<Mutex<VecDeque<Str
             buf.clear();
         }
     });
-    tail
+    StderrTail { lines: tail, done }
 }
 
 /// A report's metrics as numbers; `"nan"`, `"inf"`, `"-inf"` (any case) stand for themselves.
