@@ -80,12 +80,14 @@
 //! For Optuna's behaviour, turn it off: [`Tpe::constant_liar`]`(false)` (in a sweep file,
 //! `search = { type = "tpe", constant_liar = false }`).
 
+mod model_space;
 pub(crate) mod parzen;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use self::model_space::ModelSpace;
 use self::parzen::{Estimator, NumericSpec, ParamKind, ParzenSettings, default_weights};
 use super::points::Points;
 use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
@@ -97,8 +99,8 @@ use crate::metrics::{
 use crate::params::Params;
 use crate::pareto::best_by_fronts;
 use crate::rng::SearchRng;
+use crate::space::SearchSpace;
 use crate::space::domain::{Domain, float_q_bounds, int_q_bounds, round_to_q};
-use crate::space::{Param, SearchSpace};
 use crate::trial::TrialId;
 use crate::value::Value;
 
@@ -244,73 +246,6 @@ impl IntGrid {
         // lo and hi are multiples of q, so the nearest multiple counted from lo stays inside.
         let v = (self.lo + (v - self.lo + self.q / 2) / self.q * self.q).min(self.hi);
         i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
-    }
-}
-
-/// The sampled parameters of `space` as a model sees them, with their domains (for random
-/// draws); a `grid_search` is refused for `searcher` (a grid promises every value, a model
-/// does not).
-pub(crate) fn model_leaves(
-    space: &SearchSpace,
-    searcher: &'static str,
-) -> Result<(Vec<Leaf>, Vec<Domain>)> {
-    space.validate()?;
-    let mut leaves = Vec::new();
-    let mut domains = Vec::new();
-    for leaf in space.leaves() {
-        match leaf.param {
-            Param::Sample(d) => {
-                leaves.push(Leaf::from_domain(d));
-                domains.push(d.clone());
-            }
-            Param::Grid(_) => {
-                return Err(Error::Unsupported {
-                    path: leaf.dotted(),
-                    searcher,
-                    what: "grid_search",
-                    hint: "use `choice` for a categorical parameter, or random search (the default) for a grid",
-                });
-            }
-            _ => {}
-        }
-    }
-    Ok((leaves, domains))
-}
-
-/// The space a model-based searcher (TPE, BOHB, NSGA-II) samples: its own (`with_space`) or the
-/// Tuner's ([`Searcher::set_space`]), with its sampled leaves and their domains; empty until it
-/// is given one.
-#[derive(Debug, Clone)]
-pub(crate) struct ModelSpace {
-    pub space: SearchSpace,
-    pub leaves: Vec<Leaf>,
-    pub domains: Vec<Domain>,
-    searcher: &'static str,
-    given: bool,
-}
-
-impl ModelSpace {
-    /// No space yet, for `searcher` (its name, for errors).
-    pub fn none(searcher: &'static str) -> Self {
-        let (leaves, domains) = (Vec::new(), Vec::new());
-        ModelSpace { space: SearchSpace::new(), leaves, domains, searcher, given: false }
-    }
-
-    /// Takes `space` unless it has one already (a searcher's own stays); whether it took it.
-    /// A space it cannot model (a `grid_search`) is refused.
-    pub fn offer(&mut self, space: &SearchSpace) -> Result<bool> {
-        if self.given {
-            return Ok(false);
-        }
-        (self.leaves, self.domains) = model_leaves(space, self.searcher)?;
-        self.space = space.clone();
-        self.given = true;
-        Ok(true)
-    }
-
-    /// An error unless it has a space.
-    pub fn check(&self) -> Result<()> {
-        if self.given { Ok(()) } else { Err(Error::NoSpace { component: self.searcher }) }
     }
 }
 
@@ -803,6 +738,7 @@ impl Searcher for Tpe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::space::Param;
     use crate::space::domain::*;
     use crate::space::grid_search;
 
