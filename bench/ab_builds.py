@@ -8,12 +8,13 @@ checkouts' target/release. Rounds alternate the builds (A B, then B A, ..); each
 median over rounds with its min and max, and each ratio is taken within a round.
 """
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import tempfile
 import time
+
+from suite import bench_lines
 
 
 def startup(exe, args, runs=30):
@@ -33,12 +34,7 @@ def bookkeeping(exe, cwd):
                          text=True, env=env, cwd=cwd, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"{exe} failed:\n{out.stderr[-3000:]}")
-    figs = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("BENCH "):
-            f = json.loads(line[len("BENCH "):])
-            figs[f["name"]] = f["value"]
-    return figs
+    return {name: value for name, (value, _unit) in bench_lines(out.stdout).items()}
 
 
 def main():

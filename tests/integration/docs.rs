@@ -136,10 +136,8 @@ fn validate(sweep: &str, dir: &Path, at: &str) -> Result<()> {
         Some(bucket) => {
             let server = S3Server::start()?;
             server.boto3(&format!("s3.create_bucket(Bucket='{bucket}')"))?;
-            let env = server.env();
-            let endpoint = &env.iter().find(|(k, _)| *k == "AWS_ENDPOINT_URL").context("env")?.1;
-            sweep = with_endpoint(&sweep, endpoint);
-            command.envs(env.clone());
+            sweep = with_endpoint(&sweep, &server.endpoint);
+            command.envs(server.env());
             Some(server)
         }
         None => None,

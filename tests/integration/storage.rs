@@ -23,7 +23,7 @@ fn python() -> PathBuf {
 /// moto's S3 server on 127.0.0.1 (a port of its own); stopped when dropped.
 pub(crate) struct S3Server {
     child: Child,
-    endpoint: String,
+    pub(crate) endpoint: String,
 }
 
 impl S3Server {
