@@ -64,14 +64,20 @@ pub enum Command {
     /// params and metrics, whether a trial fits this machine (or the cluster), the searcher
     /// and scheduler.
     #[command(
-        after_help = "Example:\n  rtune validate examples/sweeps/digits_tpe_asha.toml --set tune.num_samples=4"
+        after_help = "Examples:\n  rtune validate examples/sweeps/digits_tpe_asha.toml --set tune.num_samples=4\n  \
+            rtune validate --keys   # every key of a sweep file"
     )]
     Validate {
         /// The sweep file (TOML).
-        file: PathBuf,
+        #[arg(required_unless_present = "keys")]
+        file: Option<PathBuf>,
         /// Override a key of the file, as `rtune run --set`.
         #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
         sets: Vec<String>,
+        /// Print every key a sweep file takes (what it takes, its default, what it does)
+        /// instead.
+        #[arg(long, conflicts_with_all = ["file", "sets"])]
+        keys: bool,
     },
     /// List the trainables this binary offers (`[trainable] builtin = NAME`): what each is,
     /// the params it reads with their defaults and ranges, and the metrics it reports.

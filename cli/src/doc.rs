@@ -250,116 +250,20 @@ impl<'s> Report<'s> {
     }
 }
 
-/// Reads one table: each getter takes a key (marking it known); `done` reports the keys no
-/// getter asked for, with the allowed ones and the nearest.
-pub(crate) struct Fields<'t> {
-    path: String,
-    origin: Origin,
-    entries: &'t [(String, Origin, Item)],
-    asked: Vec<&'static str>,
-}
-
-impl<'t> Fields<'t> {
-    /// The table `item` at `path`; anything else is a problem (and reads as empty).
-    pub fn of(item: &'t Item, path: &str, report: &mut Report<'_>) -> Fields<'t> {
-        let entries: &[_] = match &item.kind {
-            Kind::Table(entries) => entries,
-            other => {
-                report.add(
-                    path,
-                    &item.origin,
-                    format!("must be a table, not {}", other.describe()),
-                );
-                &[]
-            }
-        };
-        Fields { path: path.to_owned(), origin: item.origin.clone(), entries, asked: Vec::new() }
-    }
-
-    pub fn path(&self, key: &str) -> String {
-        if self.path.is_empty() { key.to_owned() } else { format!("{}.{key}", self.path) }
-    }
-
-    pub(crate) fn origin(&self) -> &Origin {
-        &self.origin
-    }
-
-    /// The item under `key`, if written.
-    pub fn get(&mut self, key: &'static str) -> Option<&'t Item> {
-        if !self.asked.contains(&key) {
-            self.asked.push(key);
-        }
-        self.entries.iter().find(|(k, _, _)| k == key).map(|(_, _, v)| v)
-    }
-
-    /// A value of the type `T` reads, or a problem saying what was found.
-    pub fn value<T: Typed>(&mut self, key: &'static str, report: &mut Report<'_>) -> Option<T> {
-        let item = self.get(key)?;
-        let got = T::read(&item.kind);
-        if got.is_none() {
-            let message = format!("must be {}, not {}", T::WHAT, item.kind.describe());
-            report.add(&self.path(key), &item.origin, message);
-        }
-        got
-    }
-
-    /// Reports `message` at `key`, a key a getter has read.
-    pub fn refuse(
-        &mut self,
-        key: &'static str,
-        message: impl Into<String>,
-        report: &mut Report<'_>,
-    ) {
-        let origin = self.get(key).map_or(&self.origin, |item| &item.origin).clone();
-        report.add(&self.path(key), &origin, message);
-    }
-
-    /// A string from `allowed`; anything else names them and the nearest.
-    pub(crate) fn one_of(
-        &mut self,
-        key: &'static str,
-        allowed: &[&str],
-        report: &mut Report<'_>,
-    ) -> Option<String> {
-        let item = self.get(key)?;
-        let path = self.path(key);
-        let Kind::Str(s) = &item.kind else {
-            let message = format!("must be one of {}, not {}", list(allowed), item.kind.describe());
-            report.add(&path, &item.origin, message);
-            return None;
-        };
-        if allowed.contains(&s.as_str()) {
-            return Some(s.clone());
-        }
-        let message = format!("is {s:?}; allowed: {}{}", list(allowed), did_you_mean(s, allowed));
-        report.add(&path, &item.origin, message);
-        None
-    }
-
-    /// Reports the keys no getter asked for.
-    pub fn done(self, report: &mut Report<'_>) {
-        for (key, origin, _) in self.entries {
-            if !self.asked.contains(&key.as_str()) {
-                let path = self.path(key);
-                let message = if self.asked.is_empty() {
-                    "is not a key here: this table takes none".to_owned()
-                } else {
-                    format!(
-                        "is not a key here; allowed: {}{}",
-                        list(&self.asked),
-                        did_you_mean(key, &self.asked)
-                    )
-                };
-                report.add(&path, origin, message);
-            }
-        }
-    }
-}
-
 /// A Rust type a sweep-file value reads as.
 pub(crate) trait Typed: Sized {
+    /// What it takes, as messages and the key reference say it: `an integer >= 0`.
     const WHAT: &'static str;
     fn read(kind: &Kind) -> Option<Self>;
+    /// The value, or a problem saying what was found.
+    fn check(kind: &Kind) -> Result<Self, String> {
+        Self::read(kind).ok_or_else(|| not_a(Self::WHAT, kind))
+    }
+}
+
+/// `must be an integer, not the string "two"`.
+pub(crate) fn not_a(what: &str, kind: &Kind) -> String {
+    format!("must be {what}, not {}", kind.describe())
 }
 
 impl Typed for String {
@@ -380,6 +284,39 @@ impl Typed for i64 {
     const WHAT: &'static str = "an integer";
     fn read(kind: &Kind) -> Option<Self> {
         if let Kind::Int(i) = kind { Some(*i) } else { None }
+    }
+}
+
+/// Integers in a range: a value of another kind `must be an integer`, one out of the range `is
+/// N; use WHAT`.
+macro_rules! typed_int {
+    ($($t:ty => $what:literal),*) => {$(
+        impl Typed for $t {
+            const WHAT: &'static str = $what;
+            fn read(kind: &Kind) -> Option<Self> {
+                if let Kind::Int(i) = kind { <$t>::try_from(*i).ok() } else { None }
+            }
+            fn check(kind: &Kind) -> Result<Self, String> {
+                match kind {
+                    Kind::Int(i) => <$t>::try_from(*i).map_err(|_| format!("is {i}; use {}", $what)),
+                    other => Err(not_a("an integer", other)),
+                }
+            }
+        }
+    )*};
+}
+
+typed_int!(u64 => "an integer >= 0", usize => "an integer >= 0", i32 => "an integer >= -1");
+
+/// A number of seconds.
+impl Typed for std::time::Duration {
+    const WHAT: &'static str = "a number of seconds";
+    fn read(kind: &Kind) -> Option<Self> {
+        Self::check(kind).ok()
+    }
+    fn check(kind: &Kind) -> Result<Self, String> {
+        let seconds = f64::read(kind).ok_or_else(|| not_a(Self::WHAT, kind))?;
+        rtune_driver::config::duration(seconds)
     }
 }
 
@@ -482,29 +419,6 @@ mod tests {
         assert_eq!(err.0.len(), 1);
         assert!(err.0[0].at.starts_with("sweep.toml:"), "{err}");
         assert!(err.to_string().contains("is not valid TOML"), "{err}");
-    }
-
-    #[test]
-    fn unknown_keys_list_the_allowed_and_the_nearest() {
-        let s = source("[tune]\nmetrc = \"acc\"\nmode = 3\n");
-        let root = s.parse().unwrap();
-        let mut report = Report::new(&s);
-        let mut top = Fields::of(&root, "", &mut report);
-        let tune = top.get("tune").unwrap();
-        top.done(&mut report);
-        let mut fields = Fields::of(tune, "tune", &mut report);
-        assert_eq!(fields.value::<String>("metric", &mut report), None);
-        assert_eq!(fields.one_of("mode", &["max", "min"], &mut report), None);
-        fields.done(&mut report);
-        let text = report.finish().unwrap_err().to_string();
-        assert!(text.contains("sweep.toml:3:8: `tune.mode` must be one of `max`, `min`"), "{text}");
-        assert!(
-            text.contains(
-                "sweep.toml:2:1: `tune.metrc` is not a key here; allowed: `metric`, `mode`; \
-                 did you mean `metric`?"
-            ),
-            "{text}"
-        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! the sweep file.
 
 use crate::doc::Problems;
+use rtune_driver::config::Field;
 use rtune_driver::error::Error;
 
 /// Exit codes: the sweep ran and some trials failed or never reported (`--allow-failures`
@@ -86,24 +87,6 @@ pub(crate) fn input_error(e: anyhow::Error) -> Exit {
     Exit(input_error_code(&e), e)
 }
 
-/// The sweep-file key of a setting the library names by its API (`scaling.use_gpu` for
-/// `ScalingConfig.use_gpu`, `tune.metric` for `TuneConfig.metric`), if the file has one.
-pub(crate) fn sweep_key(field: &str) -> Option<String> {
-    const KEYS: &[(&str, &str)] = &[
-        ("TuneConfig.", "tune."),
-        ("ScalingConfig.", "scaling."),
-        ("ScalingConfig", "scaling"),
-        ("RunConfig.name", "name"),
-        ("RunConfig.storage_path", "storage_path"),
-        ("CheckpointConfig.", "run.checkpoint."),
-        ("FailureConfig.", "run.failure."),
-        ("train_loop_config", "param_space"),
-        ("OptunaJournal", "run.optuna"),
-        ("MlflowLogger", "run.mlflow"),
-    ];
-    KEYS.iter().find_map(|(api, key)| field.strip_prefix(api).map(|rest| format!("{key}{rest}")))
-}
-
 /// A settings mistake in the words of the sweep file (`tune.metric`, not `TuneConfig.metric`):
 /// what `rtune run` and `rtune resume` say of an error the library found, with its exit code.
 pub(crate) fn in_sweep_terms(e: Error) -> Exit {
@@ -112,11 +95,9 @@ pub(crate) fn in_sweep_terms(e: Error) -> Exit {
         let dir = path.display();
         return Exit(code, anyhow::anyhow!("interrupted: `rtune resume {dir}` goes on with it"));
     }
-    if let Error::Config { field, message } = &e
-        && let Some(key) = sweep_key(field)
-    {
+    if let Error::Config { field: Field::Setting(setting), message } = &e {
         // The key the file gives, as the file's own mistakes are named.
-        return Exit(code, anyhow::anyhow!("invalid `{key}`: {message}"));
+        return Exit(code, anyhow::anyhow!("invalid `{}`: {message}", setting.key()));
     }
     Exit(code, e.into())
 }

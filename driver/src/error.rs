@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::config::Field;
 use crate::outcome::TrainResult;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -11,7 +12,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A setting that can never work, caught before anything starts.
     #[error("invalid {field}: {message}")]
-    Config { field: &'static str, message: String },
+    Config { field: Field, message: String },
 
     #[error("{path}: {source}")]
     Io {
@@ -94,8 +95,10 @@ impl Error {
         Error::Io { path: path.into(), source }
     }
 
-    pub fn config(field: &'static str, message: impl Into<String>) -> Self {
-        Error::Config { field, message: message.into() }
+    /// A setting (a [`Setting`](crate::config::Setting)) or something else named (a token, an
+    /// environment variable) that can never work.
+    pub fn config(field: impl Into<Field>, message: impl Into<String>) -> Self {
+        Error::Config { field: field.into(), message: message.into() }
     }
 }
 

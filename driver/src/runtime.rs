@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use crate::cluster::pool::{PgId, Pool, Reservation};
 use crate::cluster::{local_fit_error, local_node, local_pool, worker_request};
 use crate::config::ScalingConfig;
+use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::group::hub::Hub;
 use crate::sys::cuda_probe::{CudaError, Probe};
@@ -92,7 +93,7 @@ impl Driver {
         if gpus > 0.0 {
             let probe = self.cuda().map_err(|e| {
                 Error::config(
-                    "ScalingConfig",
+                    Setting::Scaling,
                     format!(
                         "asks for {gpus} GPU per worker, but {e}; or train on the CPU \
                          (use_gpu = false)"

@@ -143,7 +143,13 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
             let corrected = sweep.as_deref().map(|file| (file, sets.as_slice()));
             resume(&dir, corrected, &output, registry, &Target::default())
         }
-        Command::Validate { file, sets } => validate(&file, &sets, registry),
+        Command::Validate { keys: true, .. } => {
+            print!("{}", sweep::keys::reference(false));
+            Ok(0)
+        }
+        Command::Validate { file, sets, .. } => {
+            validate(&file.expect("clap asks for FILE without --keys"), &sets, registry)
+        }
         Command::Builtins => {
             println!("{}", plan::builtins(registry));
             Ok(0)

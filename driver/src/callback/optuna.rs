@@ -28,6 +28,7 @@ use rtune_searchers::{Domain, Metrics, Mode, Param, Value};
 use serde_json::{Value as Json, json};
 
 use super::{Callback, ExperimentInfo, TrialInfo};
+use crate::config::Setting;
 use crate::error::{Error, IoContext, Result};
 
 /// See the module docs.
@@ -72,7 +73,7 @@ impl OptunaJournal {
 
     /// A mistake in the settings (exit 2 from `rtune run`): `run.optuna` in a sweep file.
     fn refused(&self, why: &str) -> Error {
-        Error::config("OptunaJournal", format!("{}: {why}", self.path.display()))
+        Error::config(Setting::Optuna, format!("{}: {why}", self.path.display()))
     }
 
     fn with(&self, f: impl FnOnce(&mut Study) -> Result<()>) -> Result<()> {

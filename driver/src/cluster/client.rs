@@ -9,6 +9,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::cluster::pool::{PgId, PlacementRequest, PoolStatus, Reservation};
+use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::proto::head_client::HeadClient;
 use crate::proto::{
@@ -162,7 +163,7 @@ pub(crate) async fn reserve(
     let reply = reply.map_err(|s| {
         if s.code() == tonic::Code::InvalidArgument {
             Error::config(
-                "ScalingConfig",
+                Setting::Scaling,
                 format!("the cluster cannot hold this worker group: {}", s.message()),
             )
         } else {

@@ -12,6 +12,7 @@ pub mod slurm;
 
 use pool::{NodeSpec, PlacementRequest, Pool, PoolStatus, Resources, Strategy};
 
+use crate::config::Setting;
 use crate::config::{PlacementStrategy, ScalingConfig};
 use crate::error::{Error, Result};
 pub use crate::rpc::new_token;
@@ -117,7 +118,7 @@ pub(crate) fn check_fits_cluster(status: &PoolStatus, scaling: &ScalingConfig) -
     match pool.request(request.clone()) {
         Ok(_) => Ok(()),
         Err(e) => Err(Error::config(
-            "ScalingConfig",
+            Setting::Scaling,
             format!("{e}{}", unusable_gpus_note(status, &request)),
         )),
     }
@@ -149,7 +150,7 @@ pub(crate) fn local_pool(node: NodeSpec) -> Result<Pool> {
     let mut pool = Pool::new();
     pool.add_node(node).map_err(|e| {
         Error::config(
-            "ScalingConfig",
+            Setting::Scaling,
             format!(
                 "this machine's resources cannot be pooled: {e}; set RTUNE_NUM_CPUS / \
                  RTUNE_NUM_GPUS if detection is wrong"
@@ -162,7 +163,7 @@ pub(crate) fn local_pool(node: NodeSpec) -> Result<Pool> {
 /// A worker group the local machine can never hold, as a config error saying what to change.
 pub(crate) fn local_fit_error(e: pool::PoolError) -> Error {
     Error::config(
-        "ScalingConfig",
+        Setting::Scaling,
         format!(
             "does not fit this machine: {e}; lower num_workers or resources_per_worker, or set \
              RTUNE_NUM_CPUS / RTUNE_NUM_GPUS if detection is wrong"
@@ -181,7 +182,7 @@ fn reserve_local(
     let mut pool = local_pool(node)?;
     pool.request(worker_request(scaling, label)).map_err(local_fit_error)?;
     pool.schedule().into_iter().next().ok_or_else(|| {
-        Error::config("ScalingConfig", "the placement group does not fit the local machine")
+        Error::config(Setting::Scaling, "the placement group does not fit the local machine")
     })
 }
 

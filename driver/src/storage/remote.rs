@@ -29,6 +29,7 @@ use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio_stream::StreamExt;
 
+use crate::config::Setting;
 use crate::config::StoreSettings;
 use crate::error::{Error, IoContext, Result};
 
@@ -104,7 +105,7 @@ impl Remote {
         settings: &[(&str, &str)],
         retry: Option<object_store::RetryConfig>,
     ) -> Result<Remote> {
-        let invalid = |why: String| Error::config("RunConfig.storage_path", why);
+        let invalid = |why: String| Error::config(Setting::StoragePath, why);
         let (bucket, prefix) = crate::config::split_store_url(url).map_err(invalid)?;
         let mut builder = Remote::builder_for(bucket, settings).map_err(invalid)?;
         if let Some(retry) = retry {
@@ -207,7 +208,7 @@ impl Remote {
         let prefix = Key::from(self.prefix.as_str());
         self.store.list_with_delimiter(Some(&prefix)).await.map(drop).map_err(|e| {
             Error::config(
-                "RunConfig.storage_path",
+                Setting::StoragePath,
                 format!(
                     "{} cannot be listed: {}; check the bucket's name, the credentials \
                      (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) and, for an S3-compatible \

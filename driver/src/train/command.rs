@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::train::{TorchTrainer, TrainFnId};
 
@@ -70,19 +71,20 @@ impl CommandTrainable {
     /// The trainer that runs it, once the program and working directory are found (a typo
     /// there is an error now, not one failed trial after another).
     pub fn trainer(self) -> Result<TorchTrainer> {
-        let invalid = |field, message| Error::Config { field, message };
+        let invalid = |setting: Setting, message| Error::config(setting, message);
         let Some(program) = self.argv.first() else {
             let message = "is empty: give the program and its arguments".to_owned();
-            return Err(invalid("command", message));
+            return Err(invalid(Setting::Command, message));
         };
         let here = std::env::current_dir().map_err(|e| Error::io("current directory", e))?;
         let working_dir =
             lexical(&here.join(self.working_dir.as_deref().unwrap_or(Path::new("."))));
         if !working_dir.is_dir() {
             let message = format!("{} is not a folder", working_dir.display());
-            return Err(invalid("working_dir", message));
+            return Err(invalid(Setting::WorkingDir, message));
         }
-        let program = resolve_program(program, &working_dir).map_err(|m| invalid("command", m))?;
+        let program =
+            resolve_program(program, &working_dir).map_err(|m| invalid(Setting::Command, m))?;
         let mut argv = self.argv;
         argv[0] = program.display().to_string();
         let spec = CommandSpec { argv, working_dir, stop_grace_s: self.stop_grace.as_secs_f64() };
@@ -141,7 +143,7 @@ mod tests {
     #[test]
     fn an_empty_command_or_a_missing_folder_is_refused() {
         let e = CommandTrainable::new(Vec::<String>::new()).trainer().unwrap_err().to_string();
-        assert!(e.contains("invalid command: is empty"), "{e}");
+        assert!(e.contains("invalid CommandTrainable.argv: is empty"), "{e}");
         let e = CommandTrainable::new(["sh"]).working_dir("/no/such/dir").trainer().unwrap_err();
         assert!(e.to_string().contains("/no/such/dir is not a folder"), "{e}");
     }

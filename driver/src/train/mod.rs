@@ -22,6 +22,7 @@ use rtune_searchers::{Params, Value};
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
+use crate::config::Setting;
 use crate::config::{FailureDecision, RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
@@ -383,7 +384,7 @@ impl TorchTrainer {
         let run_dir = storage.join(&name);
         if run_dir.join(ResultFiles::RESULT_JSON).exists() {
             return Err(Error::config(
-                "RunConfig.name",
+                Setting::Name,
                 format!(
                     "{} already holds a run; pick another name or remove it",
                     run_dir.display()
@@ -391,7 +392,7 @@ impl TorchTrainer {
             ));
         }
         storage::ensure_writable_dir(&run_dir).map_err(|e| {
-            Error::config("RunConfig.storage_path", format!("cannot write the run directory: {e}"))
+            Error::config(Setting::StoragePath, format!("cannot write the run directory: {e}"))
         })?;
         Ok(run_dir)
     }
@@ -641,7 +642,7 @@ fn check_finite_params(params: &Params) -> Result<()> {
     match params.flatten().into_iter().find(|(_, v)| !finite(v)) {
         None => Ok(()),
         Some((key, v)) => Err(Error::config(
-            "train_loop_config",
+            Setting::Params,
             format!(
                 "`{key}` = {} is not a finite number; params are stored as JSON, which has no \
                  NaN or infinity: use a finite number",

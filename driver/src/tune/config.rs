@@ -4,6 +4,8 @@
 //! `experiment::Settings`.)
 
 use rtune_searchers::{Mode, Objective, Searcher, TrialScheduler};
+
+use crate::config::{Problems, Setting};
 use serde::{Deserialize, Serialize};
 
 /// How many trials a sweep runs.
@@ -90,6 +92,76 @@ impl Default for TuneSettings {
             fail_fast: false,
             reuse_actors: true,
         }
+    }
+}
+
+impl TuneSettings {
+    /// What the sweep optimises: nothing, one metric (`metric` and `mode`), or several
+    /// (`objectives`), once [`problems`](Self::problems) has none.
+    pub fn objectives(&self) -> Vec<Objective> {
+        let one =
+            self.metric.clone().zip(self.mode).map(|(metric, mode)| Objective { metric, mode });
+        one.into_iter().chain(self.objectives.iter().cloned()).collect()
+    }
+
+    /// Every mistake in the settings, each naming its setting: the one check of them, which the
+    /// Tuner makes before anything starts and a sweep file's reader with the file's other
+    /// mistakes.
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
+        let mut add = |setting, message: String| problems.push((setting, message));
+        match (&self.metric, self.mode) {
+            (Some(m), None) => add(
+                Setting::Mode,
+                format!("is missing for metric `{m}`; use Mode::Max or Mode::Min"),
+            ),
+            (None, Some(_)) => add(Setting::Metric, "is missing for the mode given".into()),
+            (Some(m), Some(_)) if m.is_empty() => add(Setting::Metric, "is empty; name one".into()),
+            _ => {}
+        }
+        let many = &self.objectives;
+        if self.metric.is_some() && !many.is_empty() {
+            let message = "are given with metric and mode: give one metric and its mode, or \
+                           objectives (each a metric and its mode), not both";
+            add(Setting::Objectives, message.into());
+        }
+        for (i, o) in many.iter().enumerate() {
+            if o.metric.is_empty() {
+                add(
+                    Setting::Objectives,
+                    format!("has an empty metric (objective {}); name one", i + 1),
+                );
+            } else if many[..i].iter().any(|earlier| earlier.metric == o.metric) {
+                let message = format!("names `{}` twice; each metric is one objective", o.metric);
+                add(Setting::Objectives, message);
+            }
+        }
+        if self.num_samples == Samples::Count(0) {
+            add(Setting::NumSamples, "is 0; use at least 1".into());
+        }
+        if self.max_concurrent_trials == Some(0) {
+            add(
+                Setting::MaxConcurrentTrials,
+                "is 0, so no trial could ever start; use at least 1".into(),
+            );
+        }
+        match self.time_budget_s {
+            Some(budget) if budget <= 0.0 => {
+                add(Setting::TimeBudget, format!("is {budget}; use more than 0 seconds"))
+            }
+            Some(budget) => {
+                if let Err(why) = crate::config::duration(budget) {
+                    add(Setting::TimeBudget, why);
+                }
+            }
+            None => {}
+        }
+        problems
+    }
+
+    /// The first of [`problems`](Self::problems), as an error.
+    pub fn check(&self) -> crate::error::Result<()> {
+        crate::config::first(self.problems())
     }
 }
 
@@ -197,5 +269,44 @@ impl TuneConfig {
     pub fn reuse_actors(mut self, on: bool) -> Self {
         self.settings.reuse_actors = on;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every mistake is said, each of its setting; a sweep's usual settings have none.
+    #[test]
+    fn problems_name_their_settings() {
+        assert_eq!(TuneSettings::default().problems(), Problems::new());
+        let objective = |metric: &str| Objective { metric: metric.into(), mode: Mode::Min };
+        let wrong = TuneSettings {
+            metric: Some("loss".into()),
+            objectives: vec![objective("a"), objective("a"), objective("")],
+            num_samples: Samples::Count(0),
+            max_concurrent_trials: Some(0),
+            time_budget_s: Some(-1.0),
+            ..TuneSettings::default()
+        };
+        let named: Vec<Setting> = wrong.problems().into_iter().map(|(s, _)| s).collect();
+        use Setting as S;
+        let expected = [
+            S::Mode,
+            S::Objectives,
+            S::Objectives,
+            S::Objectives,
+            S::NumSamples,
+            S::MaxConcurrentTrials,
+            S::TimeBudget,
+        ];
+        assert_eq!(named, expected);
+        let e = wrong.check().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "invalid TuneConfig.mode: is missing for metric `loss`; use Mode::Max or Mode::Min"
+        );
+        let far = TuneSettings { time_budget_s: Some(1e300), ..TuneSettings::default() };
+        assert!(far.problems()[0].1.contains("from 0 to"), "{:?}", far.problems());
     }
 }

@@ -15,6 +15,7 @@ use super::config::{TuneConfig, TuneSettings};
 use super::controller::ControllerState;
 use super::trial::{LiveTrial, TrialResult};
 use crate::config::RunConfig;
+use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::outcome::WorkerFailure;
 use crate::record::{read_run, read_run_to_resume};
@@ -95,21 +96,17 @@ impl Settings {
             tune.scheduler.as_ref().map_or("fifo".into(), |s| s.save_state().kind().into());
         let (saved, given) = (&self.tune, &tune.settings);
         let differences = [
-            ("TuneConfig.metric", format!("{:?}", saved.metric), format!("{:?}", given.metric)),
-            ("TuneConfig.mode", format!("{:?}", saved.mode), format!("{:?}", given.mode)),
+            (Setting::Metric, format!("{:?}", saved.metric), format!("{:?}", given.metric)),
+            (Setting::Mode, format!("{:?}", saved.mode), format!("{:?}", given.mode)),
             (
-                "TuneConfig.objectives",
+                Setting::Objectives,
                 format!("{:?}", saved.objectives),
                 format!("{:?}", given.objectives),
             ),
-            (
-                "TuneConfig.num_samples",
-                saved.num_samples.to_string(),
-                given.num_samples.to_string(),
-            ),
-            ("TuneConfig.seed", saved.seed.to_string(), given.seed.to_string()),
-            ("TuneConfig.scheduler", self.scheduler.clone(), scheduler),
-            ("TuneConfig.search_alg", self.search_alg.clone(), searcher),
+            (Setting::NumSamples, saved.num_samples.to_string(), given.num_samples.to_string()),
+            (Setting::Seed, saved.seed.to_string(), given.seed.to_string()),
+            (Setting::Scheduler, self.scheduler.clone(), scheduler),
+            (Setting::SearchAlg, self.search_alg.clone(), searcher),
         ];
         match differences.into_iter().find(|(_, saved, given)| saved != given) {
             None => Ok(()),
@@ -437,7 +434,7 @@ pub(crate) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
     let path = experiment_path(run);
     if holds_experiment(&path) {
         return Err(Error::config(
-            "RunConfig.name",
+            Setting::Name,
             format!(
                 "{} already holds an experiment; pick another name, or go on with it with \
                  Tuner::restore",
@@ -457,7 +454,7 @@ pub(crate) fn make_experiment(
     files: &[(String, Vec<u8>)],
 ) -> Result<String> {
     crate::storage::ensure_writable_dir(path).map_err(|e| {
-        Error::config("RunConfig.storage_path", format!("cannot write the experiment: {e}"))
+        Error::config(Setting::StoragePath, format!("cannot write the experiment: {e}"))
     })?;
     for (name, contents) in files {
         crate::storage::atomic_write(&path.join(name), contents)?;

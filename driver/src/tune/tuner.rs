@@ -28,6 +28,7 @@ use super::sweep::{Snapshots, Sweep};
 use super::trial_task::Running;
 use crate::cluster::pool::PoolStatus;
 use crate::config::RunConfig;
+use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::runtime::Driver;
 use crate::train::{DATASETS_DIR, TorchTrainer};
@@ -200,16 +201,10 @@ impl Tuner {
             (Some((_, saved)), None) => saved.tune_config()?,
         };
         let TuneConfig { settings, search_alg, scheduler } = tune;
-        let objectives = objectives_of(&settings)?;
+        settings.check()?;
+        let objectives = settings.objectives();
         let num_samples = match settings.num_samples {
             Samples::UntilStopped => None,
-            Samples::Count(0) => {
-                return Err(Error::config(
-                    "TuneConfig.num_samples",
-                    "is 0; use at least 1, or Samples::UntilStopped to run until the searcher \
-                     is done",
-                ));
-            }
             Samples::Count(n) => Some(n),
         };
         // Known where samples are counted (PBT makes its whole population at once).
@@ -228,12 +223,7 @@ impl Tuner {
             ),
         };
         let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
-        let time_budget = match settings.time_budget_s {
-            Some(budget) if budget <= 0.0 => Err(format!("is {budget}; use more than 0 seconds")),
-            Some(budget) => crate::config::duration(budget).map(Some),
-            None => Ok(None),
-        }
-        .map_err(|why| Error::config("TuneConfig.time_budget_s", why))?;
+        let time_budget = settings.time_budget_s.map(Duration::from_secs_f64);
         let max_concurrent_trials = match settings.max_concurrent_trials {
             Some(n) => n,
             None => side_by_side(&trainer, cluster.as_ref()),
@@ -298,10 +288,7 @@ impl Tuner {
         let restored = restoring.is_some();
         let start = match restoring {
             None => Start::New(Controller::new(config, searcher, scheduler)?),
-            Some(_) => {
-                config.validate()?;
-                Start::Restore(config, searcher, scheduler)
-            }
+            Some(_) => Start::Restore(config, searcher, scheduler),
         };
         // On a store, the experiment's folder there.
         let store = match crate::storage::remote::Remote::of_run(&run) {
@@ -316,10 +303,7 @@ impl Tuner {
             // same one at the same moment is refused before either writes into it.
             None => {
                 crate::storage::ensure_writable_dir(&path).map_err(|e| {
-                    Error::config(
-                        "RunConfig.storage_path",
-                        format!("cannot write the experiment: {e}"),
-                    )
+                    Error::config(Setting::StoragePath, format!("cannot write the experiment: {e}"))
                 })?;
                 Lease::take_with(&path, store.as_ref())?
             }
@@ -422,47 +406,6 @@ pub fn trial_count(
             samples.and_then(grid).or(samples)
         }
     }
-}
-
-/// What the sweep optimises: nothing, one metric (`metric` and `mode`), or several
-/// (`objectives`); each checked.
-fn objectives_of(settings: &super::config::TuneSettings) -> Result<Vec<Objective>> {
-    let one = match (&settings.metric, settings.mode) {
-        (Some(m), Some(mode)) => Some(Objective { metric: m.clone(), mode }),
-        (None, None) => None,
-        (Some(m), None) => {
-            return Err(Error::config(
-                "TuneConfig.mode",
-                format!("is missing for metric `{m}`; use Mode::Max or Mode::Min"),
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(Error::config("TuneConfig.metric", "is missing for the mode given"));
-        }
-    };
-    let many = &settings.objectives;
-    if one.is_some() && !many.is_empty() {
-        return Err(Error::config(
-            "TuneConfig.objectives",
-            "are given with metric and mode: give one metric and its mode, or objectives (each a \
-             metric and its mode), not both",
-        ));
-    }
-    for (i, o) in many.iter().enumerate() {
-        if o.metric.is_empty() {
-            return Err(Error::config(
-                "TuneConfig.objectives",
-                format!("{}: the metric is empty; name one", i + 1),
-            ));
-        }
-        if many[..i].iter().any(|earlier| earlier.metric == o.metric) {
-            return Err(Error::config(
-                "TuneConfig.objectives",
-                format!("name `{}` twice; each metric is one objective", o.metric),
-            ));
-        }
-    }
-    Ok(one.into_iter().chain(many.iter().cloned()).collect())
 }
 
 /// The status of the cluster at `address`; None (said in the log) when the head does not

@@ -9,8 +9,8 @@ use rtune_searchers::{
 };
 
 use super::space::{add_space_error, read_space};
-use super::{SweepSpec, find_key, num_of};
-use crate::doc::{self, Fields, Item, Kind, Origin, Report};
+use super::{SweepSpec, find_key};
+use crate::doc::{self, Item, Kind, Origin, Report, Typed};
 use rtune_driver::tune::Samples;
 
 /// A searcher or scheduler by kind, with its options as written.
@@ -346,15 +346,15 @@ impl SweepSpec {
 /// options, each checked against the kind's table (an option it does not know is an error
 /// naming its options, never dropped).
 pub(super) fn read_component<T: ?Sized>(
-    tune: &mut Fields<'_>,
+    item: Option<&Item>,
     key: &'static str,
     kinds: &[&dyn Blueprint<T>],
     default: &str,
     report: &mut Report<'_>,
 ) -> Option<Component> {
-    let path = tune.path(key);
+    let path = format!("tune.{key}");
     let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
-    let Some(item) = tune.get(key) else {
+    let Some(item) = item else {
         return Some(Component::plain(default));
     };
     let check_kind = |kind: &str, origin: &Origin, at: &str, report: &mut Report<'_>| {
@@ -437,7 +437,7 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
         (Ty::Bool, Kind::Bool(b)) => Some(Opt::Bool(*b)),
         (Ty::Str, Kind::Str(s)) => Some(Opt::Str(s.clone())),
         (Ty::Pair, Kind::Array(items)) => match items.as_slice() {
-            [a, b] => match (num_of(&a.kind), num_of(&b.kind)) {
+            [a, b] => match (f64::read(&a.kind), f64::read(&b.kind)) {
                 (Some(a), Some(b)) => Some(Opt::Pair(a, b)),
                 _ => None,
             },
@@ -455,7 +455,7 @@ fn read_opt(value: &Item, ty: Ty, path: &str, report: &mut Report<'_>) -> Option
             .collect::<Option<Vec<Params>>>()
             .map(Opt::Points),
         (Ty::Nums, Kind::Array(items)) => {
-            items.iter().map(|i| num_of(&i.kind)).collect::<Option<Vec<f64>>>().map(Opt::Nums)
+            items.iter().map(|i| f64::read(&i.kind)).collect::<Option<Vec<f64>>>().map(Opt::Nums)
         }
         _ => None,
     };

@@ -56,23 +56,26 @@ use std::path::{Path, PathBuf};
 
 mod components;
 mod guesses;
-mod run;
+pub(crate) mod keys;
 mod space;
 
 use rtune_searchers::{Mode, Objective, SearchSpace};
 
 use super::registry::Trainables;
-use crate::doc::{self, Fields, Item, Kind, Problems, Report, Source};
+use crate::doc::{self, Item, Kind, Origin, Problems, Report, Source};
 pub use components::Component;
 use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
+pub use keys::MlflowSettings;
 use rtune_driver::config::{
-    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
+    CheckpointConfig, FailureConfig, Field, RunConfig, ScalingConfig, StoreSettings,
 };
+use rtune_driver::error::Error;
 use rtune_driver::train::CommandTrainable;
 use rtune_driver::train::TorchTrainer;
-use rtune_driver::tune::{Control, Samples, TuneConfig, TuneSettings, Tuner};
-pub use run::MlflowSettings;
-use run::{RunParts, read_run};
+use rtune_driver::tune::{
+    Control, Samples, TuneConfig, TuneSettings, Tuner,
+    config::{several, single_metric},
+};
 use space::{param_origin, read_space};
 
 /// A valid sweep file.
@@ -219,83 +222,50 @@ fn read_root(
     here: bool,
     report: &mut Report<'_>,
 ) -> Option<SweepSpec> {
-    let mut top = Fields::of(root, "", report);
-    let name = top.value::<String>("name", report);
-    if let (Some(n), Some(item)) = (&name, find_key(root, "name"))
-        && let Err(why) = rtune_driver::config::check_folder_name(n)
-    {
-        report.add("name", &item.origin, why);
-    }
-    let storage_path = top.value::<String>("storage_path", report).map(PathBuf::from);
-    let trainable = match top.get("trainable") {
-        Some(item) => read_trainable(item, registry, base_dir, report),
-        None => {
-            let message = format!(
-                "is missing: add [trainable] with builtin = one of {}, or command = [...]",
-                doc::list(&registry.names())
-            );
-            report.add("trainable", top.origin(), message);
-            None
-        }
-    };
-    let scaling = read_scaling(top.get("scaling"), report);
-    let space_item = top.get("param_space");
+    let file = keys::read(root, report);
+    let trainable = read_trainable(&file, root, registry, base_dir, report);
     // The whole space, and its params that read (checked against the trainable even when
     // another one is a mistake: all mistakes come in one report).
-    let (space, readable) = match space_item {
+    let (space, readable) = match file.param_space {
         Some(item) => read_space(item, "param_space", report),
         None => (Some(SearchSpace::new()), SearchSpace::new()),
     };
-    let empty = Item { origin: root.origin.clone(), kind: Kind::Table(Vec::new()) };
-    let tune_item = top.get("tune").unwrap_or(&empty);
-    let run_item = top.get("run").unwrap_or(&empty);
-    top.done(report);
-    let mut tune = Fields::of(tune_item, "tune", report);
     // None where metric or mode is not written; empty where what is written is a mistake
     // (reported).
-    let written = read_objectives(&mut tune, report);
+    let written = read_objectives(file.metric, file.mode, report);
     let objectives = written.clone().unwrap_or_default();
     // No objective to rank by: none written, or a metric without its mode (or a mode without
     // its metric), which is said where it is written and where it is needed.
-    let one_missing =
-        find_key(root, "tune.metric").is_some() != find_key(root, "tune.mode").is_some();
-    let unranked = written.is_none() || one_missing;
-    let (metric, mode) = match objectives.as_slice() {
-        [one] => (Some(one.metric.clone()), Some(one.mode)),
-        _ => (None, None),
+    let unranked = written.is_none() || file.metric.is_some() != file.mode.is_some();
+    let search = read_component(file.search, "search", SEARCHERS, "random", report);
+    let scheduler = read_component(file.scheduler, "scheduler", SCHEDULERS, "fifo", report);
+    let tune = TuneSettings {
+        metric: single_metric(&objectives).map(|(metric, _)| metric),
+        mode: single_metric(&objectives).map(|(_, mode)| mode),
+        objectives: several(&objectives),
+        ..file.tune.clone()
     };
-    let num_samples = tune.value::<i64>("num_samples", report).unwrap_or(1);
-    if num_samples < 1 && num_samples != -1 {
-        let message = format!("is {num_samples}; use at least 1, or -1 (with time_budget_s)");
-        tune.refuse("num_samples", message, report);
-    }
-    let search = read_component(&mut tune, "search", SEARCHERS, "random", report);
-    let scheduler = read_component(&mut tune, "scheduler", SCHEDULERS, "fifo", report);
-    let max_concurrent_trials = positive(&mut tune, "max_concurrent_trials", MAX_COUNT, report);
-    let seed = tune.value::<i64>("seed", report).unwrap_or(0);
-    if seed < 0 {
-        tune.refuse("seed", format!("is {seed}; use an integer >= 0"), report);
-    }
-    let time_budget_s = tune.value::<f64>("time_budget_s", report);
-    match time_budget_s {
-        Some(budget) if budget <= 0.0 => {
-            tune.refuse("time_budget_s", "must be a positive number of seconds", report)
-        }
-        Some(budget) => {
-            if let Err(why) = rtune_driver::config::duration(budget) {
-                tune.refuse("time_budget_s", why, report);
-            }
-        }
-        None => {}
+    let run = RunConfig {
+        name: file.name.clone(),
+        storage_path: file.storage_path.clone(),
+        failure_config: file.failure,
+        checkpoint_config: file.checkpoint.clone(),
+        store: file.store.clone(),
+        sync_period: file.sync_period.unwrap_or(RunConfig::default().sync_period),
+        ..RunConfig::default()
+    };
+    // What each value may be, as the library checks it, at the key that gave it.
+    let scaling_problems = file.scaling.problems();
+    for (setting, message) in [&scaling_problems[..], &tune.problems(), &run.problems()].concat() {
+        let key = setting.key();
+        report.add(key, &place(root, key), message);
     }
     // Unbounded: random sampling never runs out, and neither does TPE.
-    if num_samples == -1 && time_budget_s.is_none() {
-        tune.refuse("num_samples", "is -1 (unbounded): set tune.time_budget_s too", report);
+    if tune.num_samples == Samples::UntilStopped && tune.time_budget_s.is_none() {
+        let message = "is -1 (unbounded): set tune.time_budget_s too";
+        report.add("tune.num_samples", &place(root, "tune.num_samples"), message);
     }
-    let reuse_actors = tune.value::<bool>("reuse_actors", report).unwrap_or(true);
-    let fail_fast = tune.value::<bool>("fail_fast", report).unwrap_or(false);
-    let tune_origin = tune.origin().clone();
-    tune.done(report);
+    let tune_origin = place(root, "tune");
     let needs_metric = [(&search, "search", "random"), (&scheduler, "scheduler", "fifo")]
         .into_iter()
         .filter_map(|(c, key, plain)| c.as_ref().filter(|c| c.kind != plain).map(|c| (key, c)))
@@ -317,8 +287,7 @@ fn read_root(
         ];
         for (component, key, takes) in single {
             if let Some(c) = component.as_ref().filter(|c| !takes.contains(&c.kind.as_str())) {
-                let origin =
-                    doc::find(root, &format!("tune.{key}")).map_or(&tune_origin, |(o, _)| o);
+                let path = format!("tune.{key}");
                 let message = format!(
                     "is `{}`, which ranks trials by one metric, and tune.metric names {} \
                      objectives; several objectives take {}",
@@ -326,43 +295,36 @@ fn read_root(
                     objectives.len(),
                     takes.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" or ")
                 );
-                report.add(&format!("tune.{key}"), origin, message);
+                report.add(&path, &place(root, &path), message);
             }
         }
     }
-    let run = read_run(run_item, report);
-    if let Some(scaling) = scaling.as_ref().filter(|_| here) {
-        fits_here(scaling, &run, root, report);
+    if here && scaling_problems.is_empty() {
+        fits_here(&file, root, report);
     }
-    if let Some((origin, _)) = doc::find(root, "run.optuna").filter(|_| run.optuna.is_some())
-        && unranked
-    {
-        let why = "needs tune.metric and tune.mode: an Optuna study has one objective (e.g. \
-                   metric = \"val_acc\", mode = \"max\")";
-        report.add("run.optuna", origin, why);
+    if let Some(journal) = &file.optuna {
+        let at = place(root, "run.optuna");
+        if let Err(why) = rtune_driver::callback::OptunaJournal::new(journal).check() {
+            report.add("run.optuna", &at, format!("is {journal:?}: {why}"));
+        }
+        if unranked {
+            let why = "needs tune.metric and tune.mode: an Optuna study has one objective (e.g. \
+                       metric = \"val_acc\", mode = \"max\")";
+            report.add("run.optuna", &at, why);
+        }
     }
-    let builtin = match find_key(root, "trainable.builtin").map(|item| &item.kind) {
+    let mlflow = file.wrote("run.mlflow").then(|| file.mlflow.clone());
+    if let Some(Err(why)) = mlflow.as_ref().map(|m| m.logger().tracking_uri()) {
+        report.add("run.mlflow.tracking_uri", &place(root, "run.mlflow.tracking_uri"), why);
+    }
+    let builtin = match file.builtin.map(|item| &item.kind) {
         Some(Kind::Str(name)) => Some(name.clone()),
         _ => None,
     };
     if let Some(t) = builtin.as_deref().and_then(|b| registry.get(b)) {
-        check_declared(t, root, space_item.zip(Some(&readable)), scheduler.as_ref(), &run, report);
+        let space = file.param_space.zip(Some(&readable));
+        check_declared(t, root, space, scheduler.as_ref(), &file, report);
     }
-    let tune = TuneSettings {
-        objectives: if objectives.len() > 1 { objectives } else { Vec::new() },
-        metric,
-        mode,
-        num_samples: if num_samples == -1 {
-            Samples::UntilStopped
-        } else {
-            Samples::Count(num_samples.max(1) as u64)
-        },
-        max_concurrent_trials,
-        time_budget_s,
-        seed: seed as u64,
-        fail_fast,
-        reuse_actors,
-    };
     let (search, scheduler) = (search?, scheduler?);
     // The searcher's and scheduler's own settings, with the file's other mistakes: against the
     // space's params that read when another is a mistake (a searcher's model of the space is
@@ -381,37 +343,58 @@ fn read_root(
         format!("{} in {}", doc::to_value(c), dir.map_or(".".into(), |d| d.to_string()))
     });
     Some(SweepSpec {
-        name,
-        storage_path,
+        name: file.name,
+        storage_path: file.storage_path,
         trainable: trainable?,
         builtin,
         command,
-        scaling: scaling?,
+        scaling: file.scaling,
         space: space?,
         tune,
         search,
         scheduler,
-        stop: run.stop,
-        failure: run.failure,
-        checkpoint: run.checkpoint,
-        cluster: run.cluster,
-        strict_params: run.strict_params,
-        sync_period: run.sync_period,
-        store: run.store,
-        mlflow: run.mlflow,
-        optuna: run.optuna,
-        tensorboard: run.tensorboard,
+        stop: file.stop,
+        failure: file.failure,
+        checkpoint: file.checkpoint,
+        cluster: file.cluster,
+        strict_params: file.strict_params,
+        sync_period: file.sync_period,
+        store: file.store,
+        mlflow,
+        optuna: file.optuna,
+        tensorboard: file.tensorboard,
     })
+}
+
+/// Where a mistake at `key` is said: where its value is written (a table: its key), else where
+/// the nearest table above it is, else the file's start.
+fn place(root: &Item, key: &str) -> Origin {
+    match doc::find(root, key) {
+        Some((origin, Item { kind: Kind::Table(_), .. })) => return origin.clone(),
+        Some((_, item)) => return item.origin.clone(),
+        None => {}
+    }
+    let mut up = key;
+    while let Some((parent, _)) = up.rsplit_once('.') {
+        if let Some((origin, _)) = doc::find(root, parent) {
+            return origin.clone();
+        }
+        up = parent;
+    }
+    root.origin.clone()
 }
 
 /// `tune.metric` and `tune.mode`: one metric and its mode, or arrays of as many (several
 /// objectives); None where either is not written. A mistake is reported, and reads as none.
-fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec<Objective>> {
-    let (metric_item, mode_item) = (tune.get("metric"), tune.get("mode"));
+fn read_objectives(
+    metric_item: Option<&Item>,
+    mode_item: Option<&Item>,
+    report: &mut Report<'_>,
+) -> Option<Vec<Objective>> {
     fn list<'i>(
         item: Option<&'i Item>,
         what: &str,
-        path: String,
+        path: &str,
         report: &mut Report<'_>,
     ) -> Option<(Vec<String>, &'i Item)> {
         let item = item?;
@@ -428,17 +411,17 @@ fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec
                 "must be {what} or a non-empty array of them (several objectives), not {}",
                 item.kind.describe()
             );
-            report.add(&path, &item.origin, message);
+            report.add(path, &item.origin, message);
         }
         texts.map(|t| (t, item))
     }
-    let metrics = list(metric_item, "a metric name", tune.path("metric"), report);
+    let metrics = list(metric_item, "a metric name", "tune.metric", report);
     let modes = match mode_item {
         // One mode: a mistake in it gets the nearest allowed.
-        Some(item @ Item { kind: Kind::Str(_), .. }) => {
-            tune.one_of("mode", &["max", "min"], report).map(|m| (vec![m], item))
-        }
-        _ => list(mode_item, "\"max\" or \"min\"", tune.path("mode"), report),
+        Some(item @ Item { kind: Kind::Str(_), .. }) => keys::At::new("tune.mode", item)
+            .one_of(&["max", "min"], report)
+            .map(|m| (vec![m.to_owned()], item)),
+        _ => list(mode_item, "\"max\" or \"min\"", "tune.mode", report),
     };
     let modes = modes.and_then(|(modes, item)| {
         let read: Option<Vec<Mode>> = modes
@@ -451,11 +434,11 @@ fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec
             .collect();
         if read.is_none() {
             let message = format!("is {}; each mode is \"max\" or \"min\"", doc::to_value(item));
-            report.add(&tune.path("mode"), &item.origin, message);
+            report.add("tune.mode", &item.origin, message);
         }
         read.map(|r| (r, item))
     });
-    let (Some((metrics, metric_item)), Some((modes, mode_item))) = (metrics, modes) else {
+    let (Some((metrics, _)), Some((modes, mode_item))) = (metrics, modes) else {
         return match (metric_item, mode_item) {
             (Some(metric), None) => {
                 let message = format!(
@@ -463,12 +446,12 @@ fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec
                      metric)",
                     doc::to_value(metric)
                 );
-                report.add(&tune.path("metric"), &metric.origin, message);
+                report.add("tune.metric", &metric.origin, message);
                 Some(Vec::new())
             }
             (None, Some(mode)) => {
                 let message = "is given without tune.metric: name the metric it is the mode of";
-                report.add(&tune.path("mode"), &mode.origin, message);
+                report.add("tune.mode", &mode.origin, message);
                 Some(Vec::new())
             }
             // Both written, one a mistake (reported), or neither.
@@ -484,21 +467,8 @@ fn read_objectives(tune: &mut Fields<'_>, report: &mut Report<'_>) -> Option<Vec
             metrics.len(),
             vec!["\"min\""; metrics.len()].join(", ")
         );
-        report.add(&tune.path("mode"), &mode_item.origin, message);
+        report.add("tune.mode", &mode_item.origin, message);
         return Some(Vec::new());
-    }
-    for (i, m) in metrics.iter().enumerate() {
-        let problem = if m.is_empty() {
-            Some("names an empty metric".to_owned())
-        } else if metrics[..i].contains(m) {
-            Some(format!("names `{m}` twice; each metric is one objective"))
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            report.add(&tune.path("metric"), &metric_item.origin, problem);
-            return Some(Vec::new());
-        }
     }
     Some(metrics.into_iter().zip(modes).map(|(metric, mode)| Objective { metric, mode }).collect())
 }
@@ -510,7 +480,7 @@ fn check_declared(
     root: &Item,
     space: Option<(&Item, &SearchSpace)>,
     scheduler: Option<&Component>,
-    run: &RunParts,
+    file: &keys::SweepFile<'_>,
     report: &mut Report<'_>,
 ) {
     if let Some((item, space)) = space {
@@ -532,10 +502,10 @@ fn check_declared(
     if let Some(attr) = scheduler.and_then(|s| s.text("time_attr")) {
         named.push(("tune.scheduler.time_attr".into(), attr));
     }
-    for metric in run.stop.keys() {
+    for metric in file.stop.keys() {
         named.push((format!("run.stop.{metric}"), metric));
     }
-    if let Some(attribute) = &run.checkpoint.score_attribute {
+    if let Some(attribute) = &file.checkpoint.score_attribute {
         named.push(("run.checkpoint.score_attribute".into(), attribute));
     }
     for (key, metric) in named {
@@ -548,30 +518,25 @@ fn check_declared(
     }
 }
 
-/// Whether a trial of `scaling` fits this machine (and its GPUs are usable), for a sweep run
-/// here: checked with the file's other mistakes, by the check the Tuner makes before any trial.
-fn fits_here(scaling: &ScalingConfig, run: &RunParts, root: &Item, report: &mut Report<'_>) {
-    let mut add = |field: &str, message: String| {
-        let key = crate::exit::sweep_key(field).unwrap_or_else(|| "scaling".into());
-        let origin = doc::find(root, &key)
-            .or_else(|| doc::find(root, "scaling"))
-            .map_or(&root.origin, |(origin, _)| origin);
-        report.add(&key, origin, message);
-    };
-    if let Err(e) = scaling.validate() {
-        return match e {
-            rtune_driver::error::Error::Config { field, message } => add(field, message),
-            other => add("scaling", other.to_string()),
-        };
-    }
-    let here = RunConfig { cluster: run.cluster.clone(), ..RunConfig::default() };
+/// Whether a trial fits this machine (and its GPUs are usable), for a sweep run here: checked
+/// with the file's other mistakes, by the check the Tuner makes before any trial.
+fn fits_here(file: &keys::SweepFile<'_>, root: &Item, report: &mut Report<'_>) {
+    let here = RunConfig { cluster: file.cluster.clone(), ..RunConfig::default() };
     if here.resolved_cluster().is_some() {
         return;
     }
-    match rtune_driver::runtime::Driver::get().and_then(|driver| driver.check_local(scaling)) {
-        Ok(()) => {}
-        Err(rtune_driver::error::Error::Config { message, .. }) => add("scaling", message),
-        Err(other) => add("scaling", other.to_string()),
+    let fits =
+        rtune_driver::runtime::Driver::get().and_then(|driver| driver.check_local(&file.scaling));
+    if let Err(e) = fits {
+        let key = match &e {
+            Error::Config { field: Field::Setting(setting), .. } => setting.key(),
+            _ => "scaling",
+        };
+        let message = match e {
+            Error::Config { message, .. } => message,
+            other => other.to_string(),
+        };
+        report.add(key, &place(root, key), message);
     }
 }
 
@@ -579,95 +544,69 @@ fn find_key<'i>(root: &'i Item, key: &str) -> Option<&'i Item> {
     doc::find(root, key).map(|(_, item)| item)
 }
 
-/// A count of at least 1 and at most `max` at `key`: none (refused) outside.
-fn positive(
-    fields: &mut Fields<'_>,
-    key: &'static str,
-    max: usize,
-    report: &mut Report<'_>,
-) -> Option<usize> {
-    let n = fields.value::<i64>(key, report)?;
-    match usize::try_from(n) {
-        Ok(n) if (1..=max).contains(&n) => Some(n),
-        _ => {
-            fields.refuse(key, format!("is {n}; use 1 to {max}"), report);
-            None
-        }
-    }
-}
-
 /// `[trainable]`: a registered train function (`builtin`) with its defaults, or a command
 /// (`command`, `working_dir` relative to the sweep file's folder, `stop_grace_s`).
 fn read_trainable(
-    item: &Item,
+    file: &keys::SweepFile<'_>,
+    root: &Item,
     registry: &Trainables,
     base_dir: &Path,
     report: &mut Report<'_>,
 ) -> Option<TorchTrainer> {
-    let mut fields = Fields::of(item, "trainable", report);
-    let builtin = fields.get("builtin");
-    let command =
-        fields.get("command").map(|c| (c, fields.value::<Vec<String>>("command", report)));
-    let working_dir = fields.value::<String>("working_dir", report);
-    let stop_grace = fields.value::<f64>("stop_grace_s", report);
-    let stop_grace_s = stop_grace.and_then(|grace| match rtune_driver::config::duration(grace) {
-        Ok(d) => Some(d),
-        Err(why) => {
-            fields.refuse("stop_grace_s", why, report);
-            None
-        }
-    });
-    let command_only =
-        [("working_dir", working_dir.is_some()), ("stop_grace_s", stop_grace.is_some())];
-    let trainer = match (builtin, command) {
-        (Some(_), Some((c, _))) => {
+    let names = || doc::list(&registry.names());
+    if !file.wrote("trainable") {
+        let message = format!(
+            "is missing: add [trainable] with builtin = one of {}, or command = [...]",
+            names()
+        );
+        report.add("trainable", &root.origin, message);
+        return None;
+    }
+    let command_only = ["trainable.working_dir", "trainable.stop_grace_s"];
+    match (file.builtin, file.wrote("trainable.command")) {
+        (Some(_), true) => {
             let message = "and `trainable.builtin` are both set: give one";
-            report.add("trainable.command", &c.origin, message);
+            report.add("trainable.command", &place(root, "trainable.command"), message);
             None
         }
-        (Some(b), None) => {
-            for (key, set) in command_only {
-                if set {
-                    fields.refuse(
-                        key,
-                        "is for command trainables (`command = [...]`) only",
-                        report,
-                    );
-                }
+        (Some(b), false) => {
+            for key in command_only.into_iter().filter(|key| file.wrote(key)) {
+                let message = "is for command trainables (`command = [...]`) only";
+                report.add(key, &place(root, key), message);
             }
             read_builtin(b, registry, report)
         }
-        (None, Some((c, argv))) => {
-            let argv = argv?;
+        (None, true) => {
+            let argv = file.command.clone()?;
             let mut command = CommandTrainable::new(argv)
-                .working_dir(base_dir.join(working_dir.as_deref().unwrap_or(".")));
-            if let Some(grace) = stop_grace_s {
+                .working_dir(base_dir.join(file.working_dir.as_deref().unwrap_or(".")));
+            if let Some(grace) = file.stop_grace {
                 command = command.stop_grace(grace);
             }
-            match command.trainer() {
-                Ok(trainer) => Some(trainer),
-                Err(rtune_driver::error::Error::Config { field, message }) => {
-                    let key = if field == "working_dir" { "working_dir" } else { "command" };
-                    fields.refuse(key, message, report);
-                    None
-                }
-                Err(e) => {
-                    report.add("trainable.command", &c.origin, e.to_string());
-                    None
-                }
-            }
+            command
+                .trainer()
+                .map_err(|e| {
+                    let key = match &e {
+                        Error::Config { field: Field::Setting(setting), .. } => setting.key(),
+                        _ => "trainable.command",
+                    };
+                    let message = match e {
+                        Error::Config { message, .. } => message,
+                        other => other.to_string(),
+                    };
+                    report.add(key, &place(root, key), message);
+                })
+                .ok()
         }
-        (None, None) => {
+        (None, false) => {
             let message = format!(
                 "needs builtin = one of {}, or command = [\"PROGRAM\", \"ARG\", ...]",
-                doc::list(&registry.names())
+                names()
             );
-            report.add("trainable", &item.origin, message);
+            report.add("trainable", &place(root, "trainable"), message);
             None
         }
-    };
-    fields.done(report);
-    trainer
+    }
 }
 
 fn read_builtin(b: &Item, registry: &Trainables, report: &mut Report<'_>) -> Option<TorchTrainer> {
@@ -700,64 +639,6 @@ fn read_builtin(b: &Item, registry: &Trainables, report: &mut Report<'_>) -> Opt
             report.add("trainable.builtin", &b.origin, message);
             None
         }
-    }
-}
-
-fn read_scaling(item: Option<&Item>, report: &mut Report<'_>) -> Option<ScalingConfig> {
-    let mut scaling = ScalingConfig::workers(1);
-    let Some(item) = item else { return Some(scaling) };
-    let mut fields = Fields::of(item, "scaling", report);
-    if let Some(n) = positive(&mut fields, "num_workers", rtune_driver::config::MAX_WORKERS, report)
-    {
-        scaling.num_workers = n;
-    }
-    scaling.use_gpu = fields.value::<bool>("use_gpu", report).unwrap_or(false);
-    if let Some(resources) = fields.get("resources_per_worker") {
-        let path = "scaling.resources_per_worker";
-        let Kind::Table(entries) = &resources.kind else {
-            report.add(path, &resources.origin, "must be a table, e.g. { CPU = 1, GPU = 0.5 }");
-            return None;
-        };
-        // Any resource name is allowed (custom resources too); amounts are numbers >= 0.
-        for (name, origin, amount) in entries {
-            match num_of(&amount.kind) {
-                Some(x) if x.is_finite() && x >= 0.0 => {
-                    scaling.resources_per_worker.insert(name.clone(), x);
-                }
-                _ => report.add(
-                    &format!("{path}.{name}"),
-                    origin,
-                    "must be a number >= 0 (e.g. CPU = 1, GPU = 0.5)",
-                ),
-            }
-        }
-    }
-    let strategies = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"];
-    if let Some(s) = fields.one_of("placement_strategy", &strategies, report) {
-        scaling.placement_strategy = match s.as_str() {
-            "SPREAD" => PlacementStrategy::Spread,
-            "STRICT_PACK" => PlacementStrategy::StrictPack,
-            "STRICT_SPREAD" => PlacementStrategy::StrictSpread,
-            _ => PlacementStrategy::Pack,
-        };
-    }
-    if let Some(s) = fields.one_of("sharding", &["none", "zero1", "zero2"], report) {
-        scaling.sharding = rtune_driver::config::Sharding::from_name(&s);
-    }
-    fields.done(report);
-    Some(scaling)
-}
-
-/// `search = "tpe"` or `search = { type = "tpe", option = .. }`.
-/// The largest count a sweep file may give (trials at once, checkpoints kept).
-const MAX_COUNT: usize = 1_000_000_000;
-
-/// A number written as an integer or a float.
-fn num_of(kind: &Kind) -> Option<f64> {
-    match kind {
-        Kind::Int(i) => Some(*i as f64),
-        Kind::Float(x) => Some(*x),
-        _ => None,
     }
 }
 

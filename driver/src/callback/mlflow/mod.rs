@@ -32,6 +32,7 @@ mod sender;
 use sender::run;
 
 use super::{Callback, ExperimentInfo, TrialInfo};
+use crate::config::Setting;
 use crate::error::{Error, Result};
 
 /// See the module docs.
@@ -125,7 +126,7 @@ impl MlflowLogger {
     }
 
     fn refused(&self, why: impl std::fmt::Display) -> Error {
-        Error::config("MlflowLogger", why.to_string())
+        Error::config(Setting::Mlflow, why.to_string())
     }
 
     fn send(&self, event: Event) {

@@ -14,7 +14,10 @@ use serde::{Deserialize, Serialize};
 use rtune_searchers::Mode;
 
 use crate::callback::{Callback, Callbacks};
-use crate::error::{Error, Result};
+use crate::error::Result;
+
+mod setting;
+pub use setting::{Field, Problems, Setting, first};
 
 /// The environment variable (or `RunConfig::cluster`) that makes a driver use a head.
 pub const ADDRESS_ENV: &str = "RTUNE_ADDRESS";
@@ -129,40 +132,33 @@ impl ScalingConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.num_workers == 0 {
-            return Err(Error::config(
-                "ScalingConfig.num_workers",
-                "is 0; a run needs at least 1 worker (e.g. ScalingConfig::workers(2))",
-            ));
-        }
-        if self.num_workers > MAX_WORKERS {
-            return Err(Error::config(
-                "ScalingConfig.num_workers",
-                format!("is {}; at most {MAX_WORKERS} workers a run", self.num_workers),
-            ));
+        setting::first(self.problems())
+    }
+
+    /// Every mistake in the scaling, each naming its setting.
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
+        if !(1..=MAX_WORKERS).contains(&self.num_workers) {
+            let message = format!("is {}; use 1 to {MAX_WORKERS}", self.num_workers);
+            problems.push((Setting::NumWorkers, message));
         }
         for (name, &amount) in &self.resources_per_worker {
             if !amount.is_finite() || amount < 0.0 {
-                return Err(Error::config(
-                    "ScalingConfig.resources_per_worker",
-                    format!("{name} = {amount}; amounts must be finite and >= 0"),
-                ));
+                let message = format!("{name} = {amount}; amounts must be finite and >= 0");
+                problems.push((Setting::ResourcesPerWorker, message));
             }
         }
         let gpus = self.gpus_per_worker();
         if gpus > 1.0 && gpus.fract() != 0.0 {
-            return Err(Error::config(
-                "ScalingConfig.resources_per_worker",
-                format!("GPU = {gpus}; use a fraction below 1 to share a device, or whole GPUs"),
-            ));
+            let message =
+                format!("GPU = {gpus}; use a fraction below 1 to share a device, or whole GPUs");
+            problems.push((Setting::ResourcesPerWorker, message));
         }
         if gpus > 0.0 && !self.use_gpu {
-            return Err(Error::config(
-                "ScalingConfig.use_gpu",
-                "is false but resources_per_worker asks for GPUs; set use_gpu to true",
-            ));
+            let message = "is false but resources_per_worker asks for GPUs; set use_gpu to true";
+            problems.push((Setting::UseGpu, message.to_owned()));
         }
-        Ok(())
+        problems
     }
 }
 
@@ -203,16 +199,17 @@ impl FailureConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.max_failures < -1 {
-            return Err(Error::config(
-                "FailureConfig.max_failures",
-                format!(
-                    "is {}; use -1 for unlimited, 0 for none, or a positive count",
-                    self.max_failures
-                ),
-            ));
+        setting::first(self.problems())
+    }
+
+    pub fn problems(&self) -> Problems {
+        match self.max_failures {
+            -1.. => Problems::new(),
+            n => vec![(
+                Setting::MaxFailures,
+                format!("is {n}; use -1 for unlimited, 0 for none, or a positive count"),
+            )],
         }
-        Ok(())
     }
 }
 
@@ -243,6 +240,24 @@ pub struct StoreSettings {
     /// (then a rank's upload fails its attempt, which `FailureConfig` retries); default 3
     /// minutes.
     pub retry_timeout: Option<Duration>,
+}
+
+impl StoreSettings {
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
+        if let Some(endpoint) = &self.endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            let why =
+                format!("is {endpoint:?}; use the server's URL, e.g. \"http://127.0.0.1:9000\"");
+            problems.push((Setting::StoreEndpoint, why));
+        }
+        if self.retry_timeout.is_some_and(|t| t.is_zero()) {
+            let why = "is 0; use a number of seconds > 0".to_owned();
+            problems.push((Setting::StoreRetryTimeout, why));
+        }
+        problems
+    }
 }
 
 /// How a checkpoint goes up to an object store from the rank that wrote it.
@@ -291,13 +306,17 @@ impl CheckpointConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.num_to_keep == Some(0) {
-            return Err(Error::config(
-                "CheckpointConfig.num_to_keep",
-                "is 0; use None to keep every checkpoint, or at least 1",
-            ));
+        setting::first(self.problems())
+    }
+
+    pub fn problems(&self) -> Problems {
+        match self.num_to_keep {
+            Some(0) => vec![(
+                Setting::NumToKeep,
+                "is 0; keep at least 1 (without it, every checkpoint is kept)".to_owned(),
+            )],
+            _ => Problems::new(),
         }
-        Ok(())
     }
 }
 
@@ -453,16 +472,29 @@ impl RunConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
+        setting::first(self.problems())
+    }
+
+    /// Every mistake in the run's settings, each naming its setting.
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
         if let Some(name) = &self.name
             && let Err(why) = check_folder_name(name)
         {
-            return Err(Error::config("RunConfig.name", why));
+            problems.push((Setting::Name, why));
         }
-        if let Some(url) = self.store_url() {
-            split_store_url(url).map_err(|why| Error::config("RunConfig.storage_path", why))?;
+        if let Some(url) = self.store_url()
+            && let Err(why) = split_store_url(url)
+        {
+            problems.push((Setting::StoragePath, why));
         }
-        self.failure_config.validate()?;
-        self.checkpoint_config.validate()
+        if self.sync_period.is_zero() {
+            problems.push((Setting::SyncPeriod, "is 0; use a number of seconds > 0".into()));
+        }
+        problems.extend(self.store.problems());
+        problems.extend(self.failure_config.problems());
+        problems.extend(self.checkpoint_config.problems());
+        problems
     }
 }
 
@@ -625,7 +657,7 @@ mod tests {
     #[test]
     fn zero_workers_is_a_clear_error() {
         let err = ScalingConfig::workers(0).validate().unwrap_err().to_string();
-        assert!(err.contains("num_workers") && err.contains("at least 1"), "{err}");
+        assert!(err.contains("num_workers") && err.contains("is 0; use 1 to"), "{err}");
     }
 
     #[test]
