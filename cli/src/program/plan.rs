@@ -97,7 +97,7 @@ pub(super) fn recorded_differences(
             format!("{:?}", old.scheduler.kind),
             format!("{:?}", new.scheduler.kind),
         ),
-        ("name".into(), text(old.name.as_deref()), text(new.name.as_deref())),
+        ("name".into(), text(old.run.name.as_deref()), text(new.run.name.as_deref())),
     ];
     let (mut was, mut is) = (Vec::new(), Vec::new());
     leaves(&old.space, "", &mut was);

@@ -51,7 +51,7 @@ pub(super) fn run(
     check(output)?;
     let (source, spec) = read_spec(file, sets, registry, target.cluster.is_none())?;
     let mut run = target.run_config(&spec);
-    let mut name = spec.name.clone().unwrap_or_else(|| {
+    let mut name = spec.run.name.clone().unwrap_or_else(|| {
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
         format!("{stem}_{}", rtune_driver::storage::date_string(rtune_driver::storage::unix_time()))
     });
@@ -128,7 +128,7 @@ pub(super) fn stop(dir: &Path, no_wait: bool) -> anyhow::Result<i32> {
 pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> Result<i32, Exit> {
     let (source, spec) = read_spec(file, sets, registry, true)?;
     let mut run = spec.run_config();
-    run.name = Some(spec.name.clone().unwrap_or_else(|| "validate".into()));
+    run.name = Some(spec.run.name.clone().unwrap_or_else(|| "validate".into()));
     spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
     let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
     say!(
@@ -142,7 +142,7 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> R
         spec.scheduler.kind
     );
     say!("{}", super::plan::plan(&spec, registry));
-    if let Some(name) = &spec.name {
+    if let Some(name) = &spec.run.name {
         let path =
             rtune_driver::tune::experiment_path(&RunConfig { name: Some(name.clone()), ..run });
         if rtune_driver::tune::holds_experiment(&path) && !recorded_nothing(&path) {
@@ -350,7 +350,7 @@ fn reporting(
     let scaling = &spec.scaling;
     let workers = scaling.num_workers as f64;
     model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);
-    if spec.cluster.is_none()
+    if spec.run.cluster.is_none()
         && let Ok(node) = rtune_driver::cluster::local_node()
     {
         model.capacity = (node.resources.cpu, node.resources.gpu);

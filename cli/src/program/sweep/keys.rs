@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rtune_driver::config::{
-    CheckpointConfig, CheckpointUpload, FailureConfig, PlacementStrategy, ScalingConfig, Sharding,
-    StoreSettings,
+    CheckpointConfig, CheckpointUpload, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig,
+    Sharding, StoreSettings,
 };
 use rtune_driver::tune::{Samples, TuneSettings};
 use rtune_searchers::Mode;
@@ -54,6 +54,23 @@ impl SweepFile<'_> {
     /// Whether the file (or a `--set`) wrote the key at `path`.
     pub(super) fn wrote(&self, path: &str) -> bool {
         self.written.contains(&path)
+    }
+
+    /// The top-level keys and `[run]`'s as a run's settings, its trackers aside.
+    pub(super) fn run_config(&self) -> RunConfig {
+        let default = RunConfig::default();
+        RunConfig {
+            name: self.name.clone(),
+            storage_path: self.storage_path.clone(),
+            failure_config: self.failure,
+            checkpoint_config: self.checkpoint.clone(),
+            stop: self.stop.clone(),
+            cluster: self.cluster.clone(),
+            strict_params: self.strict_params,
+            sync_period: self.sync_period.unwrap_or(default.sync_period),
+            store: self.store.clone(),
+            ..default
+        }
     }
 }
 

@@ -51,7 +51,6 @@
 //! # checkpoint upload = "async": on an object store, reports go on while checkpoints upload
 //! ```
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod components;
@@ -66,9 +65,7 @@ use crate::doc::{self, Item, Kind, Origin, Problems, Report, Source};
 pub use components::Component;
 use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
 pub use keys::MlflowSettings;
-use rtune_driver::config::{
-    CheckpointConfig, FailureConfig, Field, RunConfig, ScalingConfig, StoreSettings,
-};
+use rtune_driver::config::{Field, RunConfig, ScalingConfig};
 use rtune_driver::error::Error;
 use rtune_driver::train::CommandTrainable;
 use rtune_driver::train::TorchTrainer;
@@ -81,8 +78,8 @@ use space::{param_origin, read_space};
 /// A valid sweep file.
 #[derive(Debug, Clone)]
 pub struct SweepSpec {
-    pub name: Option<String>,
-    pub storage_path: Option<PathBuf>,
+    /// The top-level keys and `[run]`'s, as the run's settings (its trackers aside).
+    pub run: RunConfig,
     /// The train function (a registered one with its defaults, or a command), before the
     /// scaling and run settings.
     pub trainable: TorchTrainer,
@@ -97,16 +94,6 @@ pub struct SweepSpec {
     pub tune: TuneSettings,
     pub search: Component,
     pub scheduler: Component,
-    pub stop: BTreeMap<String, f64>,
-    pub failure: FailureConfig,
-    pub checkpoint: CheckpointConfig,
-    pub cluster: Option<String>,
-    /// `[run] strict_params`: a param the train function never reads fails its trial.
-    pub strict_params: bool,
-    /// `[run] sync_period_s`: how often an experiment on an object store is mirrored there.
-    pub(crate) sync_period: Option<std::time::Duration>,
-    /// `[run] store`: how the object store of an `s3://` storage path is reached.
-    pub store: StoreSettings,
     /// `[run.mlflow]`: the MLflow tracking server the sweep is also logged to.
     pub mlflow: Option<MlflowSettings>,
     /// `[run] optuna`: the Optuna journal file the sweep is also written to, as a study.
@@ -170,17 +157,10 @@ impl SweepSpec {
         self.trainable.clone().scaling(self.scaling.clone()).run_config(self.run_config())
     }
 
+    /// The run's settings with its trackers (made anew: they hold state, one per sweep) and the
+    /// cluster's token.
     pub fn run_config(&self) -> RunConfig {
-        let mut run = RunConfig {
-            name: self.name.clone(),
-            storage_path: self.storage_path.clone(),
-            failure_config: self.failure,
-            checkpoint_config: self.checkpoint.clone(),
-            stop: self.stop.clone(),
-            strict_params: self.strict_params,
-            store: self.store.clone(),
-            ..RunConfig::default()
-        };
+        let mut run = self.run.clone();
         if let Some(mlflow) = &self.mlflow {
             run = run.callback(mlflow.logger());
         }
@@ -190,10 +170,7 @@ impl SweepSpec {
         if self.tensorboard {
             run = run.callback(rtune_driver::callback::TensorBoardLogger::new());
         }
-        if let Some(period) = self.sync_period {
-            run.sync_period = period;
-        }
-        if let Some(address) = &self.cluster {
+        if let Some(address) = self.run.cluster.clone() {
             run = run.cluster(address, std::env::var(rtune_driver::config::TOKEN_ENV).ok());
         }
         run
@@ -245,15 +222,7 @@ fn read_root(
         objectives: several(&objectives),
         ..file.tune.clone()
     };
-    let run = RunConfig {
-        name: file.name.clone(),
-        storage_path: file.storage_path.clone(),
-        failure_config: file.failure,
-        checkpoint_config: file.checkpoint.clone(),
-        store: file.store.clone(),
-        sync_period: file.sync_period.unwrap_or(RunConfig::default().sync_period),
-        ..RunConfig::default()
-    };
+    let run = file.run_config();
     // What each value may be, as the library checks it, at the key that gave it.
     let scaling_problems = file.scaling.problems();
     for (setting, message) in [&scaling_problems[..], &tune.problems(), &run.problems()].concat() {
@@ -343,8 +312,7 @@ fn read_root(
         format!("{} in {}", doc::to_value(c), dir.map_or(".".into(), |d| d.to_string()))
     });
     Some(SweepSpec {
-        name: file.name,
-        storage_path: file.storage_path,
+        run,
         trainable: trainable?,
         builtin,
         command,
@@ -353,13 +321,6 @@ fn read_root(
         tune,
         search,
         scheduler,
-        stop: file.stop,
-        failure: file.failure,
-        checkpoint: file.checkpoint,
-        cluster: file.cluster,
-        strict_params: file.strict_params,
-        sync_period: file.sync_period,
-        store: file.store,
         mlflow,
         optuna: file.optuna,
         tensorboard: file.tensorboard,
@@ -717,7 +678,7 @@ mod tests {
         assert_eq!(store.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(store.region.as_deref(), Some("eu-west-1"));
         assert_eq!(store.retry_timeout, Some(std::time::Duration::from_millis(2500)));
-        assert_eq!(read("").unwrap().run_config().store, StoreSettings::default());
+        assert_eq!(read("").unwrap().run_config().store, Default::default());
 
         let err = read("store = { secret_access_key = \"x\" }").unwrap_err();
         assert!(err.contains("run.store.secret_access_key") && err.contains("AWS_"), "{err}");
