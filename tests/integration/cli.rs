@@ -542,6 +542,17 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             &["`tune.search.top_n_percent`", "in (0, 100)"],
         ),
         (
+            "values the library refuses, each at its line",
+            "[tune]\nmax_concurrent_trials = 0\n[run]\nsync_period_s = 0\n\
+             checkpoint = { num_to_keep = 0 }\nfailure = { max_failures = -5 }\n",
+            &[
+                "sweep.toml:5:25: `tune.max_concurrent_trials` is 0",
+                "sweep.toml:7:17: `run.sync_period_s` is 0",
+                "sweep.toml:8:30: `run.checkpoint.num_to_keep` is 0",
+                "sweep.toml:9:28: `run.failure.max_failures` is -5",
+            ],
+        ),
+        (
             "rewards that are not numbers",
             "[tune]\nsearch = { type = \"random\", points_to_evaluate = [{ rate = 0.2 }], \
              evaluated_rewards = \"high\" }\n",

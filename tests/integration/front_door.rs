@@ -243,7 +243,8 @@ mode = "min"
 
 /// `rtune validate` prints the plan: every param searched (its domain) or constant (its
 /// value), the trainable's params the file leaves at their defaults, the metrics it reports
-/// and the number of trials; `rtune builtins` lists the trainables the same way.
+/// and the number of trials; `rtune builtins` lists the trainables the same way, and
+/// `rtune validate --keys` the keys of a sweep file.
 pub fn validate_prints_the_plan_and_builtins_list_the_trainables() -> Result<()> {
     let sweep = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/digits_tpe_asha.toml");
     let out = rtune(&["validate", sweep, "--set", "param_space.hidden=64"])?;
@@ -273,6 +274,18 @@ pub fn validate_prints_the_plan_and_builtins_list_the_trainables() -> Result<()>
     ] {
         ensure!(stdout.contains(wanted), "no {wanted:?} in {}", text(&out));
     }
+    // `--keys`: every key a sweep file takes, each with what it takes and its default.
+    let out = rtune(&["validate", "--keys"])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success(), "{}", text(&out));
+    for wanted in [
+        "[tune]: how the sweep searches",
+        "tune.num_samples: an integer >= 1, or -1; default 1\n",
+        "run.checkpoint.upload: \"sync\" or \"async\"; default \"sync\"\n",
+    ] {
+        ensure!(stdout.contains(wanted), "no {wanted:?} in {}", text(&out));
+    }
+    ensure!(!stdout.contains("secret_access_key"), "a refused key is listed: {}", text(&out));
     Ok(())
 }
 

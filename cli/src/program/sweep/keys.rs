@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rtune_driver::config::{
-    CheckpointConfig, CheckpointUpload, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig,
-    Sharding, StoreSettings,
+    CheckpointUpload, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, Sharding,
 };
 use rtune_driver::tune::{Samples, TuneSettings};
 use rtune_searchers::Mode;
@@ -23,8 +22,8 @@ use crate::doc::{self, Item, Kind, Report, Typed};
 pub(super) struct SweepFile<'i> {
     /// The rows written (tables included), by path.
     written: Vec<&'static str>,
-    pub(super) name: Option<String>,
-    pub(super) storage_path: Option<PathBuf>,
+    /// The top-level keys and `[run]`'s (its trackers aside).
+    pub(super) run: RunConfig,
     pub(super) builtin: Option<&'i Item>,
     pub(super) command: Option<Vec<String>>,
     pub(super) working_dir: Option<String>,
@@ -37,13 +36,6 @@ pub(super) struct SweepFile<'i> {
     pub(super) tune: TuneSettings,
     pub(super) search: Option<&'i Item>,
     pub(super) scheduler: Option<&'i Item>,
-    pub(super) stop: BTreeMap<String, f64>,
-    pub(super) failure: FailureConfig,
-    pub(super) checkpoint: CheckpointConfig,
-    pub(super) cluster: Option<String>,
-    pub(super) strict_params: bool,
-    pub(super) sync_period: Option<Duration>,
-    pub(super) store: StoreSettings,
     /// Its settings; the sweep is logged to MLflow where `run.mlflow` is written.
     pub(super) mlflow: MlflowSettings,
     pub(super) optuna: Option<PathBuf>,
@@ -54,23 +46,6 @@ impl SweepFile<'_> {
     /// Whether the file (or a `--set`) wrote the key at `path`.
     pub(super) fn wrote(&self, path: &str) -> bool {
         self.written.contains(&path)
-    }
-
-    /// The top-level keys and `[run]`'s as a run's settings, its trackers aside.
-    pub(super) fn run_config(&self) -> RunConfig {
-        let default = RunConfig::default();
-        RunConfig {
-            name: self.name.clone(),
-            storage_path: self.storage_path.clone(),
-            failure_config: self.failure,
-            checkpoint_config: self.checkpoint.clone(),
-            stop: self.stop.clone(),
-            cluster: self.cluster.clone(),
-            strict_params: self.strict_params,
-            sync_period: self.sync_period.unwrap_or(default.sync_period),
-            store: self.store.clone(),
-            ..default
-        }
     }
 }
 
@@ -226,10 +201,10 @@ const fn refused(path: &'static str, why: &'static str) -> Key {
 pub(crate) static KEYS: &[Key] = &[
     value!("name", String, "the file's name and the time",
         "the experiment's folder under storage_path",
-        |f, v| f.name = Some(v)),
+        |f, v| f.run.name = Some(v)),
     value!("storage_path", String, "$RTUNE_STORAGE_PATH, else ~/rtune_results",
         "where experiments go: a folder (relative to the current one) or s3://bucket/prefix",
-        |f, v| f.storage_path = Some(v.into())),
+        |f, v| f.run.storage_path = Some(v.into())),
 
     table("trainable", "the train function: `builtin` or `command` (required)"),
     item!("trainable.builtin", "a string", "",
@@ -309,46 +284,46 @@ pub(crate) static KEYS: &[Key] = &[
     table("run", "how trials run and what is kept (Ray's RunConfig)"),
     value!("run.stop", Thresholds, "",
         "{ metric = threshold }: a trial stops at its first report >= it",
-        |f, v| f.stop = v.0),
+        |f, v| f.run.stop = v.0),
     table("run.failure", "failures (Ray's FailureConfig)"),
     value!("run.failure.max_failures", i32, "0",
         "failures a trial survives, each retried from its last checkpoint; -1: unlimited",
-        |f, v| f.failure = FailureConfig::max_failures(v)),
+        |f, v| f.run.failure_config = FailureConfig::max_failures(v)),
     table("run.checkpoint", "checkpoints (Ray's CheckpointConfig)"),
     value!("run.checkpoint.num_to_keep", usize, "every one",
         "checkpoints kept per trial (the best by score_attribute, and the latest)",
-        |f, v| f.checkpoint.num_to_keep = Some(v)),
+        |f, v| f.run.checkpoint_config.num_to_keep = Some(v)),
     value!("run.checkpoint.score_attribute", String, "the most recent",
         "the metric that ranks checkpoints",
-        |f, v| f.checkpoint.score_attribute = Some(v)),
+        |f, v| f.run.checkpoint_config.score_attribute = Some(v)),
     one_of!("run.checkpoint.score_order", "\"max\" or \"min\"", ["max", "min"], "\"max\"",
         "whether a higher or lower score_attribute is better",
-        |f, v| f.checkpoint.score_order = if v == "min" { Mode::Min } else { Mode::Max }),
+        |f, v| f.run.checkpoint_config.score_order = if v == "min" { Mode::Min } else { Mode::Max }),
     one_of!("run.checkpoint.upload", "\"sync\" or \"async\"", ["sync", "async"], "\"sync\"",
         "on an object store: async lets reports go on while checkpoints upload",
-        |f, v| f.checkpoint.upload = match v {
+        |f, v| f.run.checkpoint_config.upload = match v {
             "async" => CheckpointUpload::Async,
             _ => CheckpointUpload::Sync,
         }),
     value!("run.cluster", String, "$RTUNE_ADDRESS, else this machine",
         "HOST:PORT of a cluster's head (`rtune head`)",
-        |f, v| f.cluster = Some(v)),
+        |f, v| f.run.cluster = Some(v)),
     value!("run.strict_params", bool, "false",
         "a param the train function never reads fails its trial (else: a warning)",
-        |f, v| f.strict_params = v),
+        |f, v| f.run.strict_params = v),
     value!("run.sync_period_s", Duration, "10",
         "with an s3:// storage_path: how often the experiment is mirrored there",
-        |f, v| f.sync_period = Some(v)),
+        |f, v| f.run.sync_period = v),
     table("run.store", "how the object store of an s3:// storage_path is reached"),
     value!("run.store.endpoint", String, "$AWS_ENDPOINT_URL",
         "an S3-compatible server's URL (http:// allowed)",
-        |f, v| f.store.endpoint = Some(v)),
+        |f, v| f.run.store.endpoint = Some(v)),
     value!("run.store.region", String, "$AWS_REGION, else us-east-1",
         "the bucket's region",
-        |f, v| f.store.region = Some(v)),
+        |f, v| f.run.store.region = Some(v)),
     value!("run.store.retry_timeout_s", Duration, "180",
         "how long a request to the store is retried before the transfer fails",
-        |f, v| f.store.retry_timeout = Some(v)),
+        |f, v| f.run.store.retry_timeout = Some(v)),
     refused("run.store.access_key_id", CREDENTIALS),
     refused("run.store.secret_access_key", CREDENTIALS),
     refused("run.store.session_token", CREDENTIALS),
@@ -375,8 +350,7 @@ pub(crate) static KEYS: &[Key] = &[
 pub(super) fn read<'i>(root: &'i Item, report: &mut Report<'_>) -> SweepFile<'i> {
     let mut file = SweepFile {
         written: Vec::new(),
-        name: None,
-        storage_path: None,
+        run: RunConfig::default(),
         builtin: None,
         command: None,
         working_dir: None,
@@ -388,13 +362,6 @@ pub(super) fn read<'i>(root: &'i Item, report: &mut Report<'_>) -> SweepFile<'i>
         tune: TuneSettings::default(),
         search: None,
         scheduler: None,
-        stop: BTreeMap::new(),
-        failure: FailureConfig::default(),
-        checkpoint: CheckpointConfig::new(),
-        cluster: None,
-        strict_params: false,
-        sync_period: None,
-        store: StoreSettings::default(),
         mlflow: MlflowSettings::default(),
         optuna: None,
         tensorboard: false,

@@ -222,10 +222,11 @@ fn read_root(
         objectives: several(&objectives),
         ..file.tune.clone()
     };
-    let run = file.run_config();
     // What each value may be, as the library checks it, at the key that gave it.
     let scaling_problems = file.scaling.problems();
-    for (setting, message) in [&scaling_problems[..], &tune.problems(), &run.problems()].concat() {
+    for (setting, message) in
+        [&scaling_problems[..], &tune.problems(), &file.run.problems()].concat()
+    {
         let key = setting.key();
         report.add(key, &place(root, key), message);
     }
@@ -312,7 +313,7 @@ fn read_root(
         format!("{} in {}", doc::to_value(c), dir.map_or(".".into(), |d| d.to_string()))
     });
     Some(SweepSpec {
-        run,
+        run: file.run,
         trainable: trainable?,
         builtin,
         command,
@@ -463,10 +464,10 @@ fn check_declared(
     if let Some(attr) = scheduler.and_then(|s| s.text("time_attr")) {
         named.push(("tune.scheduler.time_attr".into(), attr));
     }
-    for metric in file.stop.keys() {
+    for metric in file.run.stop.keys() {
         named.push((format!("run.stop.{metric}"), metric));
     }
-    if let Some(attribute) = &file.checkpoint.score_attribute {
+    if let Some(attribute) = &file.run.checkpoint_config.score_attribute {
         named.push(("run.checkpoint.score_attribute".into(), attribute));
     }
     for (key, metric) in named {
@@ -482,7 +483,7 @@ fn check_declared(
 /// Whether a trial fits this machine (and its GPUs are usable), for a sweep run here: checked
 /// with the file's other mistakes, by the check the Tuner makes before any trial.
 fn fits_here(file: &keys::SweepFile<'_>, root: &Item, report: &mut Report<'_>) {
-    let here = RunConfig { cluster: file.cluster.clone(), ..RunConfig::default() };
+    let here = RunConfig { cluster: file.run.cluster.clone(), ..RunConfig::default() };
     if here.resolved_cluster().is_some() {
         return;
     }
