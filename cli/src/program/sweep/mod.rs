@@ -483,23 +483,24 @@ fn check_declared(
 /// Whether a trial fits this machine (and its GPUs are usable), for a sweep run here: checked
 /// with the file's other mistakes, by the check the Tuner makes before any trial.
 fn fits_here(file: &keys::SweepFile<'_>, root: &Item, report: &mut Report<'_>) {
-    let here = RunConfig { cluster: file.run.cluster.clone(), ..RunConfig::default() };
-    if here.resolved_cluster().is_some() {
+    if file.run.resolved_cluster().is_some() {
         return;
     }
     let fits =
         rtune_driver::runtime::Driver::get().and_then(|driver| driver.check_local(&file.scaling));
     if let Err(e) = fits {
-        let key = match &e {
-            Error::Config { field: Field::Setting(setting), .. } => setting.key(),
-            _ => "scaling",
-        };
-        let message = match e {
-            Error::Config { message, .. } => message,
-            other => other.to_string(),
-        };
-        report.add(key, &place(root, key), message);
+        add_error(e, "scaling", root, report);
     }
+}
+
+/// A library error, said at the key of the setting it names (else at `otherwise`).
+fn add_error(e: Error, otherwise: &'static str, root: &Item, report: &mut Report<'_>) {
+    let (key, message) = match e {
+        Error::Config { field: Field::Setting(setting), message } => (setting.key(), message),
+        Error::Config { message, .. } => (otherwise, message),
+        other => (otherwise, other.to_string()),
+    };
+    report.add(key, &place(root, key), message);
 }
 
 fn find_key<'i>(root: &'i Item, key: &str) -> Option<&'i Item> {
@@ -545,20 +546,7 @@ fn read_trainable(
             if let Some(grace) = file.stop_grace {
                 command = command.stop_grace(grace);
             }
-            command
-                .trainer()
-                .map_err(|e| {
-                    let key = match &e {
-                        Error::Config { field: Field::Setting(setting), .. } => setting.key(),
-                        _ => "trainable.command",
-                    };
-                    let message = match e {
-                        Error::Config { message, .. } => message,
-                        other => other.to_string(),
-                    };
-                    report.add(key, &place(root, key), message);
-                })
-                .ok()
+            command.trainer().map_err(|e| add_error(e, "trainable.command", root, report)).ok()
         }
         (None, false) => {
             let message = format!(
