@@ -30,7 +30,7 @@ LIBTORCH_LINK := .libtorch
 # and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
-.PHONY: all libtorch tmux chromium slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -76,6 +76,14 @@ tmux:
 		$(SUDO) apt-get install -y -qq tmux >/dev/null 2>&1 || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tmux; }; }
 
+# The metrics tests have a real Prometheus scrape a sweep and promtool check its endpoint;
+# installed from Debian if missing.
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+		echo "installing prometheus (the metrics tests scrape a sweep with it)"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; }
+
 # The Optuna dashboard test renders the dashboard's pages in a headless browser.
 chromium:
 	@command -v chromium >/dev/null || { echo "installing chromium (the dashboard test renders pages in it)"; \
@@ -103,7 +111,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux chromium $(TRACKING) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
+test: libtorch tmux chromium prometheus $(TRACKING) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
 	cargo test --workspace
 
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a

@@ -44,7 +44,8 @@
 //! rtune-driver:
 //! 10 tune        Tuner (config, control, tuner), the controller core, the shell (sweep,
 //!                trial_task), the experiment directory and its lease, the ResultGrid
-//! 9  train       TorchTrainer: attempts of a worker group (Ray Train)
+//! 9  train       TorchTrainer: attempts of a worker group (Ray Train) │ monitor  the
+//!                sweep's metrics endpoint for Prometheus
 //! 8  runtime     what every run of the process shares: one runtime, hubs, the local pool
 //! 7  group       driver side of a worker group: attempt state machine, launching, logs, hub
 //! 6  cluster     resource pool, head, node agents, client
@@ -56,7 +57,8 @@
 //! 1  error       the one error type
 //! 0  collective  the process group trait, the CPU ring │ outcome  TrainResult, WorkerFailure,
 //!                Checkpoint │ sys  supervised processes, build id, the CUDA probe, NVML
-//!    proto       wire types │ log  tracing
+//!    proto       wire types │ log  tracing │ setting  each user setting's two names (the
+//!                API's, the sweep file's), which configuration errors carry
 //! ```
 //!
 //! # A sweep
@@ -104,7 +106,8 @@
 
 // The driver's modules, whole (see `rtune-driver`).
 pub use rtune_driver::{
-    callback, cluster, collective, config, data, error, log, metrics, outcome, storage, train, tune,
+    callback, cluster, collective, config, data, error, log, metrics, monitor, outcome, setting,
+    storage, train, tune,
 };
 use rtune_driver::{proto, rpc, sys};
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// doc (`driver/src/lib.rs`) and `src/lib.rs`'s picture.
 const DRIVER_LAYERS: &[&[&str]] = &[
     // Leaves: no rtune imports at all.
-    &["collective", "outcome", "sys", "proto", "log"],
+    &["collective", "outcome", "sys", "proto", "log", "setting"],
     // One error type for everything above (it carries a failed run's `outcome`).
     &["error"],
     // Hooks into a sweep: the callback trait and the built-in loggers.
@@ -33,8 +33,8 @@ const DRIVER_LAYERS: &[&[&str]] = &[
     &["group"],
     // What every run of the driver process shares: one runtime, hubs, the local pool.
     &["runtime"],
-    // Ray Train: TorchTrainer and its run loop.
-    &["train"],
+    // Ray Train: TorchTrainer and its run loop; the metrics endpoint (Prometheus').
+    &["train", "monitor"],
     // Ray Tune: sweeps of trainers, the controller, experiments and result grids.
     &["tune"],
 ];

@@ -297,6 +297,10 @@ pub struct Output {
     /// Exit 0 even when some trials failed.
     #[arg(long)]
     pub(crate) allow_failures: bool,
+    /// Serve the sweep's metrics for Prometheus (GET /metrics) at HOST:PORT, over the sweep
+    /// file's `[run] metrics` (default: loopback, a free port; `rtune show DIR` says which).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) metrics: Option<String>,
 }
 
 impl Output {

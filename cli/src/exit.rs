@@ -3,8 +3,8 @@
 //! the sweep file.
 
 use crate::doc::Problems;
-use rtune_driver::config::Field;
 use rtune_driver::error::Error;
+use rtune_driver::setting::Field;
 
 /// Exit codes: the sweep ran and some trials failed or never reported (`--allow-failures`
 /// exits 0 instead).

@@ -343,6 +343,26 @@ fn listed(path: &Path) -> Listed {
     Listed { path: path.display().to_string(), read }
 }
 
+/// What a running sweep's `driver.json` holds: where its live stream is (with the token it
+/// requires) and its metrics endpoint.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct DriverFile {
+    pub(crate) address: String,
+    pub(crate) token: String,
+    pub(crate) pid: u32,
+    /// `HOST:PORT` of its Prometheus endpoint (`GET /metrics`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) metrics: Option<String>,
+}
+
+impl DriverFile {
+    /// The running sweep's in `dir`, if it has one that reads.
+    pub(crate) fn of(dir: &Path) -> Option<DriverFile> {
+        let text = std::fs::read(dir.join(rtune_driver::tune::DRIVER_FILE)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+}
+
 /// What `show`, `stop` and `watch` say of a folder that holds no experiment.
 pub(crate) fn not_an_experiment(dir: &Path) -> anyhow::Error {
     anyhow::anyhow!("{} is not an experiment directory (see `rtune ls`)", dir.display())
@@ -389,6 +409,9 @@ pub fn show(
                 match sweep_state(dir) {
                     SweepState::Finished => {}
                     state => println!("{}", state_line(dir, &state)),
+                }
+                if let Some(metrics) = DriverFile::of(dir).and_then(|d| d.metrics) {
+                    println!("metrics for Prometheus: http://{metrics}/metrics");
                 }
                 println!("{}", trials_table(&grid, 0))
             }

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::config::Field;
 use crate::outcome::TrainResult;
+use crate::setting::{Field, Problems};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -95,10 +95,18 @@ impl Error {
         Error::Io { path: path.into(), source }
     }
 
-    /// A setting (a [`Setting`](crate::config::Setting)) or something else named (a token, an
+    /// A setting (a [`Setting`](crate::setting::Setting)) or something else named (a token, an
     /// environment variable) that can never work.
     pub fn config(field: impl Into<Field>, message: impl Into<String>) -> Self {
         Error::Config { field: field.into(), message: message.into() }
+    }
+}
+
+/// The first of `problems` as an error; none: Ok.
+pub fn first(problems: Problems) -> Result<()> {
+    match problems.into_iter().next() {
+        Some((setting, message)) => Err(Error::config(setting, message)),
+        None => Ok(()),
     }
 }
 

@@ -19,9 +19,9 @@ use tokio::sync::Notify;
 use crate::cluster::pool::{PgId, Pool, Reservation};
 use crate::cluster::{local_fit_error, local_node, local_pool, worker_request};
 use crate::config::ScalingConfig;
-use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::group::hub::Hub;
+use crate::setting::Setting;
 use crate::sys::cuda_probe::{CudaError, Probe};
 
 /// See the module docs.
@@ -80,6 +80,11 @@ impl Driver {
         let hub = Arc::new(Hub::start((ip, 0).into(), key.1.clone()).await?);
         hubs.insert(key, hub.clone());
         Ok(hub)
+    }
+
+    /// This machine's pool as it is now; None until a run has asked it for resources.
+    pub fn local_status(&self) -> Option<crate::cluster::pool::PoolStatus> {
+        self.local.lock().as_ref().map(|state| state.pool.status())
     }
 
     /// Fails, with a config error naming the cause and the fix, when a group of `scaling` could

@@ -15,6 +15,7 @@ mod front_door;
 mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
+mod monitoring;
 mod mutations;
 mod predict;
 mod shared_nothing;
@@ -329,6 +330,14 @@ fn main() {
             cluster::batch_prediction_runs_on_the_cluster,
         ),
         test("cli::exit_codes_follow_the_table", cli::exit_codes_follow_the_table),
+        test(
+            "monitoring::prometheus_scrapes_a_running_sweep",
+            monitoring::prometheus_scrapes_a_running_sweep,
+        ),
+        test(
+            "monitoring::the_endpoint_off_loopback_needs_the_token",
+            monitoring::the_endpoint_off_loopback_needs_the_token,
+        ),
         test(
             "tracking::optuna_reads_the_sweep_as_a_study",
             tracking::optuna_reads_the_sweep_as_a_study,

@@ -198,7 +198,7 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
         ),
         (
             TuneConfig::new().objectives([("val_acc", Mode::Max), ("val_acc", Mode::Min)]),
-            "name `val_acc` twice",
+            "names `val_acc` twice",
         ),
         (
             TuneConfig::new()

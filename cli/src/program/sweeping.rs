@@ -14,6 +14,7 @@ use crate::args::Output;
 use crate::exit::{EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED, Exit, in_sweep_terms};
 use crate::{doc, inspect, ui};
 use rtune_driver::config::RunConfig;
+use rtune_driver::monitor::{MetricsServer, Monitor};
 use rtune_driver::outcome::error_summary;
 use rtune_driver::tune::{Control, ResultGrid, SWEEP_FILE, SweepState, Tuner};
 
@@ -92,7 +93,7 @@ pub(super) fn run(
     let copy = serde_json::to_vec_pretty(&copy)?;
     let control = Control::new();
     say!("sweep {} ({}) in {}", source.name, samples(&spec), path.display());
-    let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new());
+    let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new())?;
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
         spec.tuner(run, control.clone()).experiment_file(SWEEP_FILE, copy).fit()
@@ -303,7 +304,7 @@ pub(super) fn resume(
     let control = Control::new();
     let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
     let (run, screen) =
-        reporting(target.run_config(&spec), &spec, output, &name, dir, &control, ended);
+        reporting(target.run_config(&spec), &spec, output, &name, dir, &control, ended)?;
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
         let tuner = Tuner::restore(dir, spec.trainer())?;
@@ -338,7 +339,7 @@ fn reporting(
     path: &Path,
     control: &Control,
     ended: Vec<ui::model::TrialRow>,
-) -> (RunConfig, Screen) {
+) -> Result<(RunConfig, Screen), Exit> {
     let metric = spec.tune.metric.clone().zip(spec.tune.mode);
     let total = spec.trial_count();
     let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), metric.clone());
@@ -357,10 +358,21 @@ fn reporting(
     }
     model.set_trials(ended);
     let mut run = run;
+    let metrics = metrics_endpoint(spec, output)?;
+    if let Some((_, monitor)) = &metrics {
+        run = run.callback(monitor.clone());
+    }
+    let metrics_address = metrics.as_ref().map(|(server, _)| server.address());
     // Watching is a convenience: a sweep runs on without it.
     let served =
         rtune_driver::runtime::Driver::get().map_err(anyhow::Error::from).and_then(|driver| {
-            ui::stream::serve(path, model.clone(), control.clone(), driver.handle())
+            ui::stream::serve(
+                path,
+                model.clone(),
+                control.clone(),
+                driver.handle(),
+                metrics_address,
+            )
         });
     let server = match served {
         Ok((server, broadcast)) => {
@@ -379,19 +391,56 @@ fn reporting(
         objectives,
         total,
     );
+    let metrics = metrics.map(|(server, _)| server);
     if output.no_tui || !std::io::stdout().is_terminal() {
         progress.know(model.into_trials());
-        return (run.callback(ui::model::Following(progress)), Screen { ui: None, server });
+        let screen = Screen { ui: None, server, metrics };
+        return Ok((run.callback(ui::model::Following(progress)), screen));
     }
     let (feed, events) = ui::tui::Feed::new();
     let thread = ui::tui::live(model, events, control.clone(), progress);
-    (run.callback(ui::model::Following(feed.clone())), Screen { ui: Some((feed, thread)), server })
+    let screen = Screen { ui: Some((feed.clone(), thread)), server, metrics };
+    Ok((run.callback(ui::model::Following(feed)), screen))
+}
+
+/// The sweep's metrics endpoint, where `--metrics` or `[run] metrics` put it (else on loopback,
+/// a free port), and its monitor, which follows the sweep. An address the user chose that
+/// cannot be served is their mistake (exit 2, before anything runs); the default one failing
+/// is said in the log, and the sweep runs without it.
+fn metrics_endpoint(
+    spec: &SweepSpec,
+    output: &Output,
+) -> Result<Option<(MetricsServer, Monitor)>, Exit> {
+    let chosen = output
+        .metrics
+        .as_ref()
+        .map(|a| ("--metrics", a))
+        .or(spec.metrics.as_ref().map(|a| ("run.metrics", a)));
+    let address = chosen.map_or(rtune_driver::monitor::DEFAULT_ADDRESS, |(_, a)| a.as_str());
+    // On a cluster, the pool is the head's to show.
+    let monitor = if spec.run.cluster.is_some() { Monitor::new(|| None) } else { Monitor::local() };
+    let token = std::env::var(rtune_driver::config::TOKEN_ENV).ok();
+    let served = rtune_driver::runtime::Driver::get().and_then(|driver| {
+        rtune_driver::monitor::serve(monitor.clone(), address, token, driver.handle())
+    });
+    match (served, chosen) {
+        (Ok(server), _) => Ok(Some((server, monitor))),
+        (Err(rtune_driver::error::Error::Config { message, .. }), Some((key, _))) => {
+            Err(Exit(EXIT_INVALID, anyhow::anyhow!("invalid `{key}`: {message}")))
+        }
+        (Err(e), _) => {
+            tracing::warn!("no metrics endpoint for this sweep: {e}");
+            Ok(None)
+        }
+    }
 }
 
 /// The live terminal UI, if one is shown, and the stream to `rtune watch`.
 struct Screen {
     ui: Option<(ui::tui::Feed, std::thread::JoinHandle<()>)>,
     server: Option<ui::stream::Server>,
+    /// The metrics endpoint, served until the sweep is over.
+    metrics: Option<MetricsServer>,
 }
 
 impl Screen {
@@ -402,6 +451,7 @@ impl Screen {
             let _ = thread.join();
         }
         drop(self.server);
+        drop(self.metrics);
     }
 }
 

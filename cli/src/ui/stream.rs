@@ -19,6 +19,7 @@ use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 
 use super::model::{Event, Follow, Model, TrialRow};
+use crate::inspect::DriverFile;
 use rtune_driver::callback::TrialInfo;
 use rtune_driver::proto::sweep_watch_client::SweepWatchClient;
 use rtune_driver::proto::sweep_watch_server::{SweepWatch, SweepWatchServer};
@@ -27,14 +28,6 @@ use rtune_driver::tune::{Control, DRIVER_FILE};
 
 /// Events a follower may fall behind by before it gets a fresh snapshot instead.
 const BACKLOG: usize = 4096;
-
-/// What `driver.json` holds.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct DriverFile {
-    address: String,
-    token: String,
-    pid: u32,
-}
 
 /// The driver's side: follows the sweep, serves it to watchers.
 pub(crate) struct Broadcast {
@@ -119,12 +112,14 @@ impl Drop for Server {
 
 /// Serves the sweep in `dir` (shown as `model`; `control` takes the watchers' requests) on
 /// loopback, on `runtime` (the driver's); returns the server and the follower to add to the
-/// sweep's callbacks, which writes `driver.json` into `dir` when the sweep begins there.
+/// sweep's callbacks, which writes `driver.json` into `dir` when the sweep begins there (with
+/// the address of the sweep's metrics endpoint, where it has one).
 pub(crate) fn serve(
     dir: &Path,
     model: Model,
     control: Control,
     runtime: &tokio::runtime::Handle,
+    metrics: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<(Server, Arc<Broadcast>)> {
     let _runtime = runtime.enter();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("watch stream socket")?;
@@ -132,8 +127,12 @@ pub(crate) fn serve(
     let address = listener.local_addr()?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let token = format!("{:032x}", rand::random::<u128>());
-    let record =
-        DriverFile { address: address.to_string(), token: token.clone(), pid: std::process::id() };
+    let record = DriverFile {
+        address: address.to_string(),
+        token: token.clone(),
+        pid: std::process::id(),
+        metrics: metrics.map(|m| m.to_string()),
+    };
     let broadcast = Arc::new(Broadcast::new(model, record));
     let required = token.clone();
     let service = SweepWatchServer::with_interceptor(
@@ -281,8 +280,7 @@ pub(crate) fn driver_alive(dir: &Path) -> bool {
 /// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a
 /// stream that answers); None when it is not (a finished or interrupted sweep, a dead driver).
 pub(crate) fn attach(dir: &Path) -> Option<Remote> {
-    let text = std::fs::read(dir.join(DRIVER_FILE)).ok()?;
-    let record: DriverFile = serde_json::from_slice(&text).ok()?;
+    let record = DriverFile::of(dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("rtune-watch")
@@ -498,7 +496,8 @@ mod tests {
     #[test]
     fn a_snapshot_and_the_events_after_it_rebuild_the_drivers_model() {
         let metric = Some(("acc".to_owned(), Mode::Max));
-        let record = DriverFile { address: "127.0.0.1:1".into(), token: "t".into(), pid: 1 };
+        let record =
+            DriverFile { address: "127.0.0.1:1".into(), token: "t".into(), pid: 1, metrics: None };
         let broadcast =
             Broadcast::new(Model::new("s".into(), "/tmp/x".into(), metric.clone()), record);
         broadcast.follow(Event::Result(info(0), result(1.0, 0.5)));

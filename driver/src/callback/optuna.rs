@@ -28,8 +28,8 @@ use rtune_searchers::{Domain, Metrics, Mode, Param, Value};
 use serde_json::{Value as Json, json};
 
 use super::{Callback, ExperimentInfo, TrialInfo};
-use crate::config::Setting;
 use crate::error::{Error, IoContext, Result};
+use crate::setting::Setting;
 
 /// See the module docs.
 #[derive(Debug)]

@@ -9,7 +9,6 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::cluster::pool::{PgId, PlacementRequest, PoolStatus, Reservation};
-use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::proto::head_client::HeadClient;
 use crate::proto::{
@@ -17,6 +16,7 @@ use crate::proto::{
     StartWorkerRequest, StatusRequest, WatchWorkersRequest, WorkerEvent, driver_event,
 };
 pub use crate::rpc::AddToken;
+use crate::setting::Setting;
 
 pub(crate) type Client = HeadClient<InterceptedService<Channel, AddToken>>;
 

@@ -12,10 +12,10 @@ pub mod slurm;
 
 use pool::{NodeSpec, PlacementRequest, Pool, PoolStatus, Resources, Strategy};
 
-use crate::config::Setting;
 use crate::config::{PlacementStrategy, ScalingConfig};
 use crate::error::{Error, Result};
 pub use crate::rpc::new_token;
+use crate::setting::Setting;
 
 impl From<PlacementStrategy> for Strategy {
     fn from(s: PlacementStrategy) -> Self {

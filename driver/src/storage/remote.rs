@@ -29,9 +29,9 @@ use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio_stream::StreamExt;
 
-use crate::config::Setting;
 use crate::config::StoreSettings;
 use crate::error::{Error, IoContext, Result};
+use crate::setting::Setting;
 
 pub use crate::config::STORE_SCHEME as SCHEME;
 

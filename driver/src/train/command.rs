@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Setting;
 use crate::error::{Error, Result};
+use crate::setting::Setting;
 use crate::train::{TorchTrainer, TrainFnId};
 
 /// The variable a command trainable's worker finds its [`CommandSpec`] in.

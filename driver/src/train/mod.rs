@@ -22,7 +22,6 @@ use rtune_searchers::{Params, Value};
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
-use crate::config::Setting;
 use crate::config::{FailureDecision, RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
@@ -34,6 +33,7 @@ use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::record::{RunIdentity, RunState};
 use crate::runtime::{Driver, LocalReservation};
+use crate::setting::Setting;
 use crate::storage::remote::{Remote, Syncer};
 use crate::storage::{self, ResultFiles, unix_time};
 pub use command::CommandTrainable;

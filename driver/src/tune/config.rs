@@ -5,7 +5,7 @@
 
 use rtune_searchers::{Mode, Objective, Searcher, TrialScheduler};
 
-use crate::config::{Problems, Setting};
+use crate::setting::{Problems, Setting};
 use serde::{Deserialize, Serialize};
 
 /// How many trials a sweep runs.
@@ -161,7 +161,7 @@ impl TuneSettings {
 
     /// The first of [`problems`](Self::problems), as an error.
     pub fn check(&self) -> crate::error::Result<()> {
-        crate::config::first(self.problems())
+        crate::error::first(self.problems())
     }
 }
 

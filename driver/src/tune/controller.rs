@@ -21,8 +21,8 @@ use rtune_searchers::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::config::Setting;
 use crate::error::{Error, Result};
+use crate::setting::Setting;
 
 /// What the controller needs to know of the sweep's settings.
 #[derive(Debug, Clone)]

@@ -15,10 +15,10 @@ use super::config::{TuneConfig, TuneSettings};
 use super::controller::ControllerState;
 use super::trial::{LiveTrial, TrialResult};
 use crate::config::RunConfig;
-use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::outcome::WorkerFailure;
 use crate::record::{read_run, read_run_to_resume};
+use crate::setting::Setting;
 use crate::storage::unix_time;
 
 /// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`

@@ -28,9 +28,9 @@ use super::sweep::{Snapshots, Sweep};
 use super::trial_task::Running;
 use crate::cluster::pool::PoolStatus;
 use crate::config::RunConfig;
-use crate::config::Setting;
 use crate::error::{Error, Result};
 use crate::runtime::Driver;
+use crate::setting::Setting;
 use crate::train::{DATASETS_DIR, TorchTrainer};
 
 /// A sweep: a trainer, a search space, and how to search it (Ray's `Tuner`).

@@ -40,6 +40,7 @@ pub(super) struct SweepFile<'i> {
     pub(super) mlflow: MlflowSettings,
     pub(super) optuna: Option<PathBuf>,
     pub(super) tensorboard: bool,
+    pub(super) metrics: Option<String>,
 }
 
 impl SweepFile<'_> {
@@ -343,6 +344,9 @@ pub(crate) static KEYS: &[Key] = &[
     value!("run.tensorboard", bool, "false",
         "TensorBoard event files in each trial's folder (tensorboard --logdir EXPERIMENT)",
         |f, v| f.tensorboard = v),
+    value!("run.metrics", String, "127.0.0.1:0",
+        "HOST:PORT of the sweep's Prometheus endpoint (GET /metrics); off loopback: RTUNE_TOKEN",
+        |f, v| f.metrics = Some(v)),
 ];
 
 /// Reads the file (its root table) through the rows: every key no row has is a problem naming
@@ -365,6 +369,7 @@ pub(super) fn read<'i>(root: &'i Item, report: &mut Report<'_>) -> SweepFile<'i>
         mlflow: MlflowSettings::default(),
         optuna: None,
         tensorboard: false,
+        metrics: None,
     };
     walk(root, "", &mut file, report);
     file
@@ -527,7 +532,7 @@ mod tests {
     /// Every setting the library names in its errors has the row of its key.
     #[test]
     fn every_setting_has_its_row() {
-        for setting in rtune_driver::config::Setting::ALL {
+        for setting in rtune_driver::setting::Setting::ALL {
             assert!(KEYS.iter().any(|k| k.path == setting.key()), "no row for {setting:?}");
         }
     }

@@ -65,8 +65,9 @@ use crate::doc::{self, Item, Kind, Origin, Problems, Report, Source};
 pub use components::Component;
 use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
 pub use keys::MlflowSettings;
-use rtune_driver::config::{Field, RunConfig, ScalingConfig};
+use rtune_driver::config::{RunConfig, ScalingConfig};
 use rtune_driver::error::Error;
+use rtune_driver::setting::Field;
 use rtune_driver::train::CommandTrainable;
 use rtune_driver::train::TorchTrainer;
 use rtune_driver::tune::{
@@ -101,6 +102,8 @@ pub struct SweepSpec {
     /// `[run] tensorboard`: each trial's results as TensorBoard event files (`tensorboard
     /// --logdir EXPERIMENT`).
     pub tensorboard: bool,
+    /// `[run] metrics`: where the sweep's Prometheus endpoint listens (`HOST:PORT`).
+    pub metrics: Option<String>,
 }
 
 impl SweepSpec {
@@ -283,6 +286,12 @@ fn read_root(
             report.add("run.optuna", &at, why);
         }
     }
+    if let Some(address) = &file.metrics {
+        let token = std::env::var(rtune_driver::config::TOKEN_ENV).ok();
+        if let Err(why) = rtune_driver::monitor::check_address(address, token.as_deref()) {
+            report.add("run.metrics", &place(root, "run.metrics"), why);
+        }
+    }
     let mlflow = file.wrote("run.mlflow").then(|| file.mlflow.clone());
     if let Some(Err(why)) = mlflow.as_ref().map(|m| m.logger().tracking_uri()) {
         report.add("run.mlflow.tracking_uri", &place(root, "run.mlflow.tracking_uri"), why);
@@ -325,6 +334,7 @@ fn read_root(
         mlflow,
         optuna: file.optuna,
         tensorboard: file.tensorboard,
+        metrics: file.metrics,
     })
 }
 

@@ -32,8 +32,8 @@ mod sender;
 use sender::run;
 
 use super::{Callback, ExperimentInfo, TrialInfo};
-use crate::config::Setting;
 use crate::error::{Error, Result};
+use crate::setting::Setting;
 
 /// See the module docs.
 #[derive(Debug)]

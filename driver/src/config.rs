@@ -16,8 +16,7 @@ use rtune_searchers::Mode;
 use crate::callback::{Callback, Callbacks};
 use crate::error::Result;
 
-mod setting;
-pub use setting::{Field, Problems, Setting, first};
+use crate::setting::{Problems, Setting};
 
 /// The environment variable (or `RunConfig::cluster`) that makes a driver use a head.
 pub const ADDRESS_ENV: &str = "RTUNE_ADDRESS";
@@ -132,15 +131,16 @@ impl ScalingConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        setting::first(self.problems())
+        crate::error::first(self.problems())
     }
 
     /// Every mistake in the scaling, each naming its setting.
     pub fn problems(&self) -> Problems {
         let mut problems = Problems::new();
         if !(1..=MAX_WORKERS).contains(&self.num_workers) {
-            let message = format!("is {}; use 1 to {MAX_WORKERS}", self.num_workers);
-            problems.push((Setting::NumWorkers, message));
+            let n = self.num_workers;
+            let why = if n == 0 { " (a run needs at least 1 worker)" } else { "" };
+            problems.push((Setting::NumWorkers, format!("is {n}; use 1 to {MAX_WORKERS}{why}")));
         }
         for (name, &amount) in &self.resources_per_worker {
             if !amount.is_finite() || amount < 0.0 {
@@ -199,7 +199,7 @@ impl FailureConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        setting::first(self.problems())
+        crate::error::first(self.problems())
     }
 
     pub fn problems(&self) -> Problems {
@@ -306,7 +306,7 @@ impl CheckpointConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        setting::first(self.problems())
+        crate::error::first(self.problems())
     }
 
     pub fn problems(&self) -> Problems {
@@ -472,7 +472,7 @@ impl RunConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        setting::first(self.problems())
+        crate::error::first(self.problems())
     }
 
     /// Every mistake in the run's settings, each naming its setting.

@@ -77,6 +77,8 @@ settings! {
     Mlflow => "MlflowLogger", "run.mlflow";
     MlflowTrackingUri => "MlflowLogger.tracking_uri", "run.mlflow.tracking_uri";
     TensorBoard => "TensorBoardLogger", "run.tensorboard";
+    /// The address of the sweep's metrics endpoint.
+    Metrics => "monitor::serve", "run.metrics";
 }
 
 impl Setting {
@@ -129,16 +131,9 @@ impl fmt::Display for Field {
 }
 
 /// Mistakes in settings, each naming its setting: what a `problems()` check gives, so that a
-/// sweep file's reader says all of them at once and the API the first.
+/// sweep file's reader says all of them at once and the API the first
+/// ([`error::first`](crate::error::first)).
 pub type Problems = Vec<(Setting, String)>;
-
-/// The first of `problems` as an error; none: Ok.
-pub fn first(problems: Problems) -> crate::error::Result<()> {
-    match problems.into_iter().next() {
-        Some((setting, message)) => Err(crate::error::Error::config(setting, message)),
-        None => Ok(()),
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,531 @@
+//! What Prometheus scrapes of a sweep: `GET /metrics`, served by the sweep's driver, in the
+//! OpenMetrics text format (made by the `prometheus-client` crate) for a scraper that asks for
+//! it, as Prometheus does, and else in Prometheus' text format 0.0.4 (what `curl` and
+//! `promtool check metrics` read): the same samples, with a counter's family named as its
+//! samples (`x_total`) and no `# EOF`.
+//!
+//! A [`Monitor`] is a callback of the sweep (it hears of each trial's start, results and end)
+//! and reads the resource pool when it is scraped; [`serve`] puts it on an address, loopback by
+//! default. An address other than loopback needs the cluster token, which a scraper sends as a
+//! bearer token (`authorization: Bearer TOKEN`; Prometheus' `authorization.credentials`).
+//!
+//! The names, all prefixed `rtune_`, are stable; units are seconds and bytes:
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `rtune_trials` | gauge | `status` | trials by status (PENDING, RUNNING, PAUSED, TERMINATED, ERROR) |
+//! | `rtune_results_total` | counter | | results the trials reported (`rate()` of it: results per second) |
+//! | `rtune_scheduler_decisions_total` | counter | `decision` | trials stopped (`stop`) or paused (`pause`) by the scheduler or the sweep |
+//! | `rtune_best_metric` | gauge | `metric`, `mode` | the best value of the sweep's metric so far (a sweep with one) |
+//! | `rtune_pool_capacity` | gauge | `node`, `resource` | what each alive node offers (CPU, GPU, custom resources) |
+//! | `rtune_pool_used` | gauge | `node`, `resource` | what of it is reserved |
+//! | `rtune_pool_memory_capacity_bytes` | gauge | `node` | the node's memory |
+//! | `rtune_pool_memory_used_bytes` | gauge | `node` | what of it is reserved |
+//! | `rtune_pool_waiting_groups` | gauge | | worker groups (trials) waiting for resources |
+//! | `rtune_driver_resident_memory_bytes` | gauge | | the driver process's resident memory |
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use rtune_searchers::{Metrics, Mode, TrialStatus};
+
+use crate::callback::{Callback, ExperimentInfo, TrialInfo};
+use crate::cluster::pool::{GroupState, PoolStatus};
+use crate::error::{Error, Result};
+use crate::setting::Setting;
+
+/// The content type of an answer in OpenMetrics' text format.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of an answer in Prometheus' text format.
+pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The address the endpoint takes by default: loopback, a free port (`driver.json` says which).
+pub const DEFAULT_ADDRESS: &str = "127.0.0.1:0";
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabel {
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectiveLabels {
+    metric: String,
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabel {
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    node: String,
+    resource: String,
+}
+
+/// The statuses a live sweep's trials have, each a series from the start.
+const STATUSES: [TrialStatus; 5] = [
+    TrialStatus::Pending,
+    TrialStatus::Running,
+    TrialStatus::Paused,
+    TrialStatus::Terminated,
+    TrialStatus::Error,
+];
+
+/// A sweep's metrics (see the module docs): a callback of the sweep, cheap to clone.
+#[derive(Clone)]
+pub struct Monitor(Arc<Inner>);
+
+struct Inner {
+    registry: Registry,
+    trials: Family<StatusLabel, Gauge>,
+    results: Counter,
+    decisions: Family<DecisionLabel, Counter>,
+    best: Family<ObjectiveLabels, FloatGauge>,
+    capacity: Family<ResourceLabels, FloatGauge>,
+    used: Family<ResourceLabels, FloatGauge>,
+    memory_capacity: Family<NodeLabel, Gauge>,
+    memory_used: Family<NodeLabel, Gauge>,
+    waiting: Gauge,
+    resident: Gauge,
+    sweep: Mutex<Sweep>,
+    /// The pool as it is now, where this process knows it.
+    pool: Box<dyn Fn() -> Option<PoolStatus> + Send + Sync>,
+}
+
+/// What the callbacks have said of the sweep so far.
+#[derive(Default)]
+struct Sweep {
+    status: HashMap<String, TrialStatus>,
+    objective: Option<(String, Mode)>,
+    best: Option<f64>,
+}
+
+impl Monitor {
+    /// A monitor whose pool figures come from `pool` (read at each scrape; None: no pool
+    /// figures, as for a sweep on a cluster, whose head serves them).
+    pub fn new(pool: impl Fn() -> Option<PoolStatus> + Send + Sync + 'static) -> Monitor {
+        let mut registry = Registry::with_prefix("rtune");
+        let trials = Family::<StatusLabel, Gauge>::default();
+        registry.register("trials", "Trials by status", trials.clone());
+        let results = Counter::default();
+        registry.register("results", "Results the trials reported", results.clone());
+        let decisions = Family::<DecisionLabel, Counter>::default();
+        let what = "Trials stopped (stop) or paused (pause) by the scheduler or the sweep";
+        registry.register("scheduler_decisions", what, decisions.clone());
+        let best = Family::<ObjectiveLabels, FloatGauge>::default();
+        registry.register(
+            "best_metric",
+            "The best value of the sweep's metric so far",
+            best.clone(),
+        );
+        let capacity = Family::<ResourceLabels, FloatGauge>::default();
+        registry.register("pool_capacity", "What each alive node offers", capacity.clone());
+        let used = Family::<ResourceLabels, FloatGauge>::default();
+        registry.register("pool_used", "What of each node's resources is reserved", used.clone());
+        let memory_capacity = Family::<NodeLabel, Gauge>::default();
+        let what = "Each alive node's memory, in bytes";
+        registry.register("pool_memory_capacity_bytes", what, memory_capacity.clone());
+        let memory_used = Family::<NodeLabel, Gauge>::default();
+        let what = "What of each node's memory is reserved, in bytes";
+        registry.register("pool_memory_used_bytes", what, memory_used.clone());
+        let waiting = Gauge::default();
+        let what = "Worker groups (trials) waiting for resources";
+        registry.register("pool_waiting_groups", what, waiting.clone());
+        let resident = Gauge::default();
+        let what = "The driver process's resident memory, in bytes";
+        registry.register("driver_resident_memory_bytes", what, resident.clone());
+        // Every status and decision is a series from the start (at 0), not from its first.
+        for status in STATUSES {
+            trials.get_or_create(&StatusLabel { status: status.name() }).set(0);
+        }
+        for decision in ["stop", "pause"] {
+            decisions.get_or_create(&DecisionLabel { decision }).inc_by(0);
+        }
+        Monitor(Arc::new(Inner {
+            registry,
+            trials,
+            results,
+            decisions,
+            best,
+            capacity,
+            used,
+            memory_capacity,
+            memory_used,
+            waiting,
+            resident,
+            sweep: Mutex::new(Sweep::default()),
+            pool: Box::new(pool),
+        }))
+    }
+
+    /// A monitor of a sweep on this machine: the pool is the driver's own.
+    pub fn local() -> Monitor {
+        Monitor::new(|| crate::runtime::Driver::get().ok()?.local_status())
+    }
+
+    /// The metrics now, in OpenMetrics' text format.
+    pub fn render(&self) -> String {
+        let inner = &self.0;
+        if let Some(pool) = (inner.pool)() {
+            inner.show_pool(&pool);
+        }
+        if let Some(bytes) = resident_bytes() {
+            inner.resident.set(bytes);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &inner.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+
+    fn sweep(&self) -> std::sync::MutexGuard<'_, Sweep> {
+        self.0.sweep.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `trial` is now `status`: the counts by status follow.
+    fn set_status(&self, trial: &TrialInfo, status: TrialStatus) {
+        let mut sweep = self.sweep();
+        sweep.status.insert(trial.trial_id.clone(), status);
+        for each in STATUSES {
+            let n = sweep.status.values().filter(|s| **s == each).count();
+            self.0.trials.get_or_create(&StatusLabel { status: each.name() }).set(n as i64);
+        }
+    }
+
+    fn decided(&self, decision: &'static str) {
+        self.0.decisions.get_or_create(&DecisionLabel { decision }).inc();
+    }
+}
+
+/// Prometheus' text format (0.0.4) of `openmetrics`, an OpenMetrics text of gauges, counters
+/// and histograms: a counter's `# HELP` and `# TYPE` name its family as its samples are named
+/// (`x_total`), and the `# EOF` marker goes.
+pub fn text_format(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut text = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines().filter(|l| *l != "# EOF") {
+        let named = ["# HELP ", "# TYPE "].into_iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(name).then(|| format!("{tag}{name}_total {tail}"))
+        });
+        text.push_str(named.as_deref().unwrap_or(line));
+        text.push('\n');
+    }
+    text
+}
+
+impl Inner {
+    fn show_pool(&self, pool: &PoolStatus) {
+        self.capacity.clear();
+        self.used.clear();
+        self.memory_capacity.clear();
+        self.memory_used.clear();
+        for node in pool.nodes.iter().filter(|n| n.alive) {
+            let (total, free) = (&node.total, &node.free);
+            let mut resources = vec![("CPU".to_owned(), total.cpu, free.cpu)];
+            resources.push(("GPU".to_owned(), total.gpu, free.gpu));
+            for (name, &amount) in &total.custom {
+                resources.push((
+                    name.clone(),
+                    amount,
+                    free.custom.get(name).copied().unwrap_or(0.0),
+                ));
+            }
+            for (resource, total, free) in resources {
+                let labels = ResourceLabels { node: node.address.clone(), resource };
+                self.capacity.get_or_create(&labels).set(total);
+                self.used.get_or_create(&labels).set(total - free);
+            }
+            let labels = NodeLabel { node: node.address.clone() };
+            let memory = i64::try_from(total.memory_bytes).unwrap_or(i64::MAX);
+            let reserved = total.memory_bytes.saturating_sub(free.memory_bytes);
+            self.memory_capacity.get_or_create(&labels).set(memory);
+            self.memory_used
+                .get_or_create(&labels)
+                .set(i64::try_from(reserved).unwrap_or(i64::MAX));
+        }
+        let waiting = pool.groups.iter().filter(|g| matches!(g.state, GroupState::Pending { .. }));
+        self.waiting.set(waiting.count() as i64);
+    }
+}
+
+impl Callback for Monitor {
+    fn name(&self) -> String {
+        "metrics endpoint".into()
+    }
+
+    fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
+        self.sweep().objective = experiment.metric.clone();
+        Ok(())
+    }
+
+    fn on_trial_add(&self, trial: &TrialInfo) -> Result<()> {
+        self.set_status(trial, TrialStatus::Pending);
+        Ok(())
+    }
+
+    fn on_trial_start(&self, trial: &TrialInfo) -> Result<()> {
+        self.set_status(trial, TrialStatus::Running);
+        Ok(())
+    }
+
+    fn on_trial_result(&self, _trial: &TrialInfo, result: &Metrics) -> Result<()> {
+        self.0.results.inc();
+        let mut sweep = self.sweep();
+        let Some((metric, mode)) = sweep.objective.clone() else { return Ok(()) };
+        let Some(value) = result.get(&metric).copied().filter(|v| v.is_finite()) else {
+            return Ok(());
+        };
+        let better = match (sweep.best, mode) {
+            (None, _) => true,
+            (Some(best), Mode::Max) => value > best,
+            (Some(best), Mode::Min) => value < best,
+        };
+        if better {
+            sweep.best = Some(value);
+            let mode = match mode {
+                Mode::Max => "max",
+                Mode::Min => "min",
+            };
+            self.0.best.get_or_create(&ObjectiveLabels { metric, mode }).set(value);
+        }
+        Ok(())
+    }
+
+    fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
+        self.set_status(trial, TrialStatus::Terminated);
+        if trial.stopped {
+            self.decided("stop");
+        }
+        Ok(())
+    }
+
+    fn on_trial_error(&self, trial: &TrialInfo, _error: &str) -> Result<()> {
+        self.set_status(trial, TrialStatus::Error);
+        Ok(())
+    }
+
+    fn on_trial_pause(&self, trial: &TrialInfo) -> Result<()> {
+        self.set_status(trial, TrialStatus::Paused);
+        self.decided("pause");
+        Ok(())
+    }
+}
+
+/// The driver's resident memory (Linux' `/proc/self/statm`), in bytes.
+fn resident_bytes() -> Option<i64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: i64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    (page > 0).then(|| pages * page)
+}
+
+/// The address the endpoint may take: `HOST:PORT`, loopback unless `token` (the cluster token)
+/// is given. The reason otherwise, in the sweep file's words.
+pub fn check_address(
+    address: &str,
+    token: Option<&str>,
+) -> std::result::Result<SocketAddr, String> {
+    let resolved = address.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+        format!("is {address:?}; use HOST:PORT, e.g. \"127.0.0.1:9464\" (port 0: any free port)")
+    })?;
+    if !resolved.ip().is_loopback() && token.is_none_or(str::is_empty) {
+        return Err(format!(
+            "is {address:?}, which is not loopback: set the cluster token ({}), which scrapers \
+             then send as a bearer token",
+            crate::config::TOKEN_ENV
+        ));
+    }
+    Ok(resolved)
+}
+
+/// The endpoint of a [`Monitor`]; stops when dropped.
+pub struct MetricsServer {
+    address: SocketAddr,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl MetricsServer {
+    /// Where it listens (the port chosen, for port 0).
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+/// Serves `monitor` at `address` (see [`check_address`]) on `runtime`: `GET /metrics`, with
+/// `token` required as a bearer token where given.
+pub fn serve(
+    monitor: Monitor,
+    address: &str,
+    token: Option<String>,
+    runtime: &tokio::runtime::Handle,
+) -> Result<MetricsServer> {
+    let at = check_address(address, token.as_deref())
+        .map_err(|why| Error::config(Setting::Metrics, why))?;
+    let listener = std::net::TcpListener::bind(at)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| {
+            Error::config(Setting::Metrics, format!("is {address:?}: cannot listen there: {e}"))
+        })?;
+    let address = listener.local_addr().map_err(|e| Error::io("metrics endpoint", e))?;
+    let _entered = runtime.enter();
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| Error::io("metrics endpoint", e))?;
+    let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let token: Option<Arc<str>> = token.filter(|t| !t.is_empty()).map(Into::into);
+    runtime.spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::debug!("metrics endpoint: {e}");
+                        continue;
+                    }
+                },
+                _ = &mut stopped => break,
+            };
+            let (monitor, token) = (monitor.clone(), token.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let answer = answer(&monitor, token.as_deref(), &request);
+                    async move { Ok::<_, std::convert::Infallible>(answer) }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                if let Err(e) =
+                    hyper::server::conn::http1::Builder::new().serve_connection(io, service).await
+                {
+                    tracing::debug!("metrics endpoint: {e}");
+                }
+            });
+        }
+    });
+    Ok(MetricsServer { address, _shutdown: shutdown })
+}
+
+type Answer = hyper::Response<http_body_util::Full<bytes::Bytes>>;
+
+fn answer<B>(monitor: &Monitor, token: Option<&str>, request: &hyper::Request<B>) -> Answer {
+    let reply = |status: u16, content_type: &'static str, body: String| {
+        hyper::Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .expect("a valid response")
+    };
+    let plain = "text/plain; charset=utf-8";
+    if let Some(token) = token {
+        let given = request.headers().get("authorization").and_then(|v| v.to_str().ok());
+        if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(token) {
+            let why = "this endpoint needs the cluster token as a bearer token\n";
+            let mut refused = reply(401, plain, why.into());
+            refused
+                .headers_mut()
+                .insert("www-authenticate", hyper::header::HeaderValue::from_static("Bearer"));
+            return refused;
+        }
+    }
+    if (request.method(), request.uri().path()) != (&hyper::Method::GET, "/metrics") {
+        return reply(404, plain, "the metrics are at GET /metrics\n".into());
+    }
+    let accept = request.headers().get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("application/openmetrics-text") {
+        reply(200, OPENMETRICS, monitor.render())
+    } else {
+        reply(200, TEXT_FORMAT, text_format(&monitor.render()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(id: &str) -> TrialInfo {
+        TrialInfo {
+            trial_id: id.into(),
+            status: TrialStatus::Pending,
+            params: Default::default(),
+            path: id.into(),
+            stopped: false,
+        }
+    }
+
+    /// Trials by status, results, decisions and the best metric follow what the callbacks say.
+    #[test]
+    fn the_sweep_is_counted() {
+        let monitor = Monitor::new(|| None);
+        let info = ExperimentInfo {
+            path: "x".into(),
+            name: "x".into(),
+            metric: Some(("acc".into(), Mode::Max)),
+            objectives: Vec::new(),
+            param_space: Default::default(),
+            settings: Default::default(),
+            restored: false,
+        };
+        monitor.on_experiment_begin(&info).unwrap();
+        let (a, b) = (trial("a"), trial("b"));
+        monitor.on_trial_add(&a).unwrap();
+        monitor.on_trial_add(&b).unwrap();
+        monitor.on_trial_start(&a).unwrap();
+        for acc in [0.5, 0.9, 0.7] {
+            monitor.on_trial_result(&a, &Metrics::from([("acc".to_string(), acc)])).unwrap();
+        }
+        monitor.on_trial_complete(&TrialInfo { stopped: true, ..a.clone() }).unwrap();
+        let text = monitor.render();
+        for line in [
+            "rtune_trials{status=\"PENDING\"} 1\n",
+            "rtune_trials{status=\"RUNNING\"} 0\n",
+            "rtune_trials{status=\"TERMINATED\"} 1\n",
+            "rtune_results_total 3\n",
+            "rtune_scheduler_decisions_total{decision=\"stop\"} 1\n",
+            "rtune_scheduler_decisions_total{decision=\"pause\"} 0\n",
+            "rtune_best_metric{metric=\"acc\",mode=\"max\"} 0.9\n",
+            "# EOF\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
+    }
+
+    /// Prometheus' text format names a counter's family as its samples and has no EOF.
+    #[test]
+    fn the_text_format_names_counters_by_their_samples() {
+        let open = "# HELP a_results Results.\n# TYPE a_results counter\na_results_total 3\n\
+                    # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n# EOF\n";
+        let text = "# HELP a_results_total Results.\n# TYPE a_results_total counter\n\
+                    a_results_total 3\n# HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n";
+        assert_eq!(text_format(open), text);
+    }
+
+    /// Loopback takes no token; any other address needs one; a non-address is refused.
+    #[test]
+    fn addresses_off_loopback_need_the_token() {
+        assert!(check_address("127.0.0.1:0", None).is_ok());
+        assert!(check_address("localhost:9464", None).is_ok());
+        let why = check_address("0.0.0.0:9464", None).unwrap_err();
+        assert!(why.contains("not loopback") && why.contains("RTUNE_TOKEN"), "{why}");
+        assert!(check_address("0.0.0.0:9464", Some("t")).is_ok());
+        assert!(check_address("9464", None).unwrap_err().contains("HOST:PORT"));
+    }
+}

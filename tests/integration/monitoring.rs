@@ -1,0 +1,210 @@
+//! The sweep's metrics endpoint, as Prometheus sees it: a real `prometheus` server (Debian's;
+//! `make test` installs it) scrapes a running sweep, and its query API answers what the sweep
+//! is doing; `promtool check metrics` accepts the endpoint's answer; an endpoint off loopback
+//! needs the cluster token.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::cli::{RTUNE, rtune};
+use crate::common::{text, wait_for};
+
+/// Two quick trials and one that sleeps 30 s before its first report: while it sleeps, the
+/// sweep holds still (2 TERMINATED with 3 results each, 1 RUNNING).
+const SWEEP: &str = r#"
+name = "watched"
+storage_path = "{storage}"
+
+[trainable]
+builtin = "synthetic-curve"
+
+[param_space]
+sleep_s = { grid_search = [0.0, 0.0, 30.0] }
+iterations = 3
+
+[tune]
+metric = "score"
+mode = "max"
+max_concurrent_trials = 3
+"#;
+
+/// A process stopped (killed) when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The answer to `GET path` on 127.0.0.1:`port` (HTTP/1.0): its status line and body.
+fn get(port: u16, path: &str, token: Option<&str>) -> Result<(String, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP response")?;
+    Ok((head.lines().next().unwrap_or_default().to_owned(), body.to_owned()))
+}
+
+/// Prometheus on 127.0.0.1, scraping `target` every second, with its data in `dir`.
+fn prometheus(dir: &Path, target: &str) -> Result<(Killed, u16)> {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  \
+             - job_name: rtune\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )?;
+    let port = free_port()?;
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("prometheus (make test installs Debian's prometheus package)")?;
+    let server = Killed(child);
+    wait_for(Duration::from_secs(60), || {
+        Ok(get(port, "/-/ready", None).is_ok_and(|(s, _)| s.contains("200")))
+    })?;
+    Ok((server, port))
+}
+
+/// The value Prometheus' query API gives for `query` (an instant vector of one sample).
+fn query(port: u16, query: &str) -> Result<Option<f64>> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, body) = get(port, &format!("/api/v1/query?query={encoded}"), None)?;
+    ensure!(status.contains("200"), "{status}: {body}");
+    let json: serde_json::Value = serde_json::from_str(&body)?;
+    let result = &json["data"]["result"];
+    match result.as_array().map(Vec::as_slice) {
+        Some([]) | None => Ok(None),
+        Some([one]) => Ok(one["value"][1].as_str().and_then(|v| v.parse().ok())),
+        Some(_) => bail!("{query}: more than one series: {body}"),
+    }
+}
+
+/// Prometheus scrapes a running sweep: trials by status, the results reported and the best
+/// score are what the sweep's files say; `rtune show` names the endpoint; `promtool` accepts
+/// its answer.
+pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, SWEEP.replace("{storage}", &storage.display().to_string()))?;
+    let port = free_port()?;
+    let target = format!("127.0.0.1:{port}");
+    let (_prometheus, prometheus_port) = prometheus(dir.path(), &target)?;
+    let sweep = Killed(
+        Command::new(RTUNE)
+            .args(["run", file.to_str().unwrap(), "--no-tui", "--metrics", &target])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    let experiment = storage.join("watched");
+    // The two quick trials end; the third sleeps.
+    let settled = || -> Result<bool> {
+        Ok(query(prometheus_port, "rtune_trials{status=\"TERMINATED\"}")? == Some(2.0)
+            && query(prometheus_port, "rtune_trials{status=\"RUNNING\"}")? == Some(1.0))
+    };
+    if let Err(e) = wait_for(Duration::from_secs(60), settled) {
+        let (_, body) = get(port, "/metrics", None).unwrap_or_default();
+        bail!(
+            "{e}: Prometheus never saw 2 trials TERMINATED and 1 RUNNING; the endpoint says:\n{body}"
+        );
+    }
+    let grid = rtune::tune::ResultGrid::from_path(&experiment)?;
+    let reported: usize = grid.trials.iter().map(|t| t.history().len()).sum();
+    ensure!(reported == 6, "the files hold {reported} results");
+    ensure!(query(prometheus_port, "rtune_results_total")? == Some(6.0), "results");
+    ensure!(query(prometheus_port, "rtune_trials{status=\"PENDING\"}")? == Some(0.0), "pending");
+    let best =
+        grid.trials.iter().flat_map(|t| t.history()).map(|r| r["score"]).fold(f64::MIN, f64::max);
+    let seen = query(prometheus_port, "rtune_best_metric{metric=\"score\",mode=\"max\"}")?;
+    ensure!(seen == Some(best), "best score: Prometheus {seen:?}, the files {best}");
+    // The pool of this machine: its CPUs, of which the running trial holds one.
+    let cpus = query(prometheus_port, "sum(rtune_pool_capacity{resource=\"CPU\"})")?;
+    ensure!(cpus.is_some_and(|c| c >= 1.0), "pool capacity {cpus:?}");
+    let used = query(prometheus_port, "sum(rtune_pool_used{resource=\"CPU\"})")?;
+    ensure!(used == Some(1.0), "pool use {used:?}");
+    // What promtool says of the endpoint's answer.
+    let (_, body) = get(port, "/metrics", None)?;
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    promtool.stdin.take().context("stdin")?.write_all(body.as_bytes())?;
+    let checked = promtool.wait_with_output()?;
+    ensure!(checked.status.success(), "promtool check metrics: {}\n{body}", text(&checked));
+    // `rtune show` names the endpoint of the running sweep.
+    let out = rtune(&["show", experiment.to_str().unwrap()])?;
+    let wanted = format!("metrics for Prometheus: http://{target}/metrics");
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(&wanted), "{}", text(&out));
+    let out = rtune(&["stop", experiment.to_str().unwrap()])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    drop(sweep);
+    Ok(())
+}
+
+/// Off loopback the endpoint needs the cluster token: refused before anything runs without
+/// one, and a request without it gets 401.
+pub fn the_endpoint_off_loopback_needs_the_token() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let file = dir.path().join("sweep.toml");
+    let sweep = SWEEP.replace("{storage}", &storage.display().to_string());
+    std::fs::write(&file, sweep.replace("30.0]", "15.0]"))?;
+    let port = free_port()?;
+    let all = format!("0.0.0.0:{port}");
+    let f = file.to_str().unwrap();
+    let out = Command::new(RTUNE)
+        .args(["run", f, "--no-tui", "--metrics", &all])
+        .env_remove(rtune::config::TOKEN_ENV)
+        .output()?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(stderr.contains("`--metrics`") && stderr.contains("not loopback"), "{}", text(&out));
+    ensure!(!storage.exists(), "the sweep ran anyway");
+    let sweep = Killed(
+        Command::new(RTUNE)
+            .args(["run", f, "--no-tui", "--metrics", &all])
+            .env(rtune::config::TOKEN_ENV, "s3cret")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    wait_for(Duration::from_secs(60), || Ok(get(port, "/metrics", Some("s3cret")).is_ok()))?;
+    let (status, _) = get(port, "/metrics", None)?;
+    ensure!(status.contains("401"), "without the token: {status}");
+    let (status, _) = get(port, "/metrics", Some("wrong"))?;
+    ensure!(status.contains("401"), "with another token: {status}");
+    let (status, body) = get(port, "/metrics", Some("s3cret"))?;
+    ensure!(status.contains("200") && body.contains("rtune_trials"), "{status}\n{body}");
+    let out = rtune(&["stop", storage.join("watched").to_str().unwrap()])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    drop(sweep);
+    Ok(())
+}
