@@ -199,13 +199,16 @@ impl Monitor {
     }
 
     /// `trial` is now `status`: the counts by status follow.
+    /// `trial` is now `status`: one series goes up, the one it left (if any) down.
     fn set_status(&self, trial: &TrialInfo, status: TrialStatus) {
-        let mut sweep = self.sweep();
-        sweep.status.insert(trial.trial_id.clone(), status);
-        for each in STATUSES {
-            let n = sweep.status.values().filter(|s| **s == each).count();
-            self.0.trials.get_or_create(&StatusLabel { status: each.name() }).set(n as i64);
+        let was = self.sweep().status.insert(trial.trial_id.clone(), status);
+        if was == Some(status) {
+            return;
         }
+        if let Some(was) = was {
+            self.0.trials.get_or_create(&StatusLabel { status: was.name() }).dec();
+        }
+        self.0.trials.get_or_create(&StatusLabel { status: status.name() }).inc();
     }
 
     fn decided(&self, decision: &'static str) {
