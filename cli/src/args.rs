@@ -191,6 +191,10 @@ pub enum Command {
         /// Seconds of silence after which a node is dead.
         #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
         heartbeat_timeout: Duration,
+        /// Serve the cluster's pool for Prometheus (GET /metrics) at HOST:PORT; off loopback it
+        /// needs the cluster token, as a bearer token.
+        #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:0")]
+        metrics: String,
     },
     /// Offer this machine to a head and run worker processes on its command. Workers run the
     /// driver's binary, fetched from the head once by its SHA-256 and kept in

@@ -339,6 +339,10 @@ fn main() {
             monitoring::the_endpoint_off_loopback_needs_the_token,
         ),
         test(
+            "monitoring::the_head_serves_its_pool_to_prometheus",
+            monitoring::the_head_serves_its_pool_to_prometheus,
+        ),
+        test(
             "tracking::optuna_reads_the_sweep_as_a_study",
             tracking::optuna_reads_the_sweep_as_a_study,
         ),

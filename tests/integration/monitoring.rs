@@ -1,7 +1,8 @@
 //! The sweep's metrics endpoint, as Prometheus sees it: a real `prometheus` server (Debian's;
 //! `make test` installs it) scrapes a running sweep, and its query API answers what the sweep
-//! is doing; `promtool check metrics` accepts the endpoint's answer; an endpoint off loopback
-//! needs the cluster token.
+//! is doing, and every query of the Grafana dashboard; `promtool check metrics` accepts the
+//! endpoint's answer; an endpoint off loopback needs the cluster token; a cluster's head
+//! serves its pool.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -84,8 +85,8 @@ fn prometheus(dir: &Path, target: &str) -> Result<(Killed, u16)> {
     Ok((server, port))
 }
 
-/// The value Prometheus' query API gives for `query` (an instant vector of one sample).
-fn query(port: u16, query: &str) -> Result<Option<f64>> {
+/// The series Prometheus' query API answers `query` with (an instant vector).
+fn series(port: u16, query: &str) -> Result<Vec<serde_json::Value>> {
     let encoded: String = query
         .bytes()
         .map(|b| match b {
@@ -96,11 +97,16 @@ fn query(port: u16, query: &str) -> Result<Option<f64>> {
     let (status, body) = get(port, &format!("/api/v1/query?query={encoded}"), None)?;
     ensure!(status.contains("200"), "{status}: {body}");
     let json: serde_json::Value = serde_json::from_str(&body)?;
-    let result = &json["data"]["result"];
-    match result.as_array().map(Vec::as_slice) {
-        Some([]) | None => Ok(None),
-        Some([one]) => Ok(one["value"][1].as_str().and_then(|v| v.parse().ok())),
-        Some(_) => bail!("{query}: more than one series: {body}"),
+    ensure!(json["status"] == "success", "{query}: {body}");
+    Ok(json["data"]["result"].as_array().cloned().unwrap_or_default())
+}
+
+/// The value of the one sample Prometheus answers `query` with; None for none.
+fn query(port: u16, query: &str) -> Result<Option<f64>> {
+    match series(port, query)?.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(one["value"][1].as_str().and_then(|v| v.parse().ok())),
+        more => bail!("{query}: more than one series: {more:?}"),
     }
 }
 
@@ -159,6 +165,22 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
     promtool.stdin.take().context("stdin")?.write_all(body.as_bytes())?;
     let checked = promtool.wait_with_output()?;
     ensure!(checked.status.success(), "promtool check metrics: {}\n{body}", text(&checked));
+    // Every query of the Grafana dashboard (deploy/grafana/rtune.json) is one Prometheus
+    // reads, and answers with data.
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../../deploy/grafana/rtune.json"))?;
+    let panels = dashboard["panels"].as_array().context("panels")?;
+    let exprs: Vec<String> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(|e| e.replace("$job", ".*")))
+        .collect();
+    ensure!(exprs.len() >= panels.len(), "a panel without a query");
+    for expr in &exprs {
+        let answered =
+            wait_for(Duration::from_secs(30), || Ok(!series(prometheus_port, expr)?.is_empty()));
+        ensure!(answered.is_ok(), "the dashboard's {expr} has no data");
+    }
     // `rtune show` names the endpoint of the running sweep.
     let out = rtune(&["show", experiment.to_str().unwrap()])?;
     let wanted = format!("metrics for Prometheus: http://{target}/metrics");
@@ -206,5 +228,52 @@ pub fn the_endpoint_off_loopback_needs_the_token() -> Result<()> {
     let out = rtune(&["stop", storage.join("watched").to_str().unwrap()])?;
     ensure!(out.status.success(), "{}", text(&out));
     drop(sweep);
+    Ok(())
+}
+
+/// A cluster's head serves its pool: what each node offers, as its agent said when it joined.
+pub fn the_head_serves_its_pool_to_prometheus() -> Result<()> {
+    use std::io::BufRead;
+    let mut head = Killed(
+        Command::new(RTUNE)
+            .args(["head", "--port", "0", "--heartbeat-timeout", "2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(head.0.stdout.take().context("stdout")?).read_line(&mut line)?;
+    let address = line.trim().strip_prefix("rtune head listening on ").context(line.clone())?;
+    // The metrics line comes on stderr; the rest of it is drained so that the head never
+    // blocks on a full pipe.
+    let stderr = std::io::BufReader::new(head.0.stderr.take().context("stderr")?);
+    let (found, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = found.send(line);
+        }
+    });
+    let metrics = loop {
+        let line = lines.recv_timeout(Duration::from_secs(30)).context("no metrics line")?;
+        if let Some(url) = line.strip_prefix("rtune head: metrics for Prometheus at http://") {
+            break url.trim_end_matches("/metrics").to_owned();
+        }
+    };
+    let port: u16 = metrics.rsplit(':').next().context("port")?.parse()?;
+    let _node = Killed(
+        Command::new(RTUNE)
+            .args(["node", "--address", address, "--num-cpus", "3", "--num-gpus", "0"])
+            .args(["--resources", "tpu=1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let wanted = ["resource=\"CPU\"} 3.0", "resource=\"tpu\"} 1.0", "rtune_pool_waiting_groups 0"];
+    let mut body = String::new();
+    let seen = wait_for(Duration::from_secs(30), || {
+        body = get(port, "/metrics", None)?.1;
+        Ok(wanted.iter().all(|w| body.contains(w)))
+    });
+    ensure!(seen.is_ok(), "the head's metrics never showed the node:\n{body}");
     Ok(())
 }

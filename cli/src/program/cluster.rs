@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use rtune_driver::cluster::{self, head, node, pool};
+use rtune_driver::monitor::Monitor;
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
@@ -18,6 +19,7 @@ pub(super) fn head(
     bind: std::net::IpAddr,
     token: Option<String>,
     heartbeat_timeout: Duration,
+    metrics: &str,
 ) -> Result<()> {
     let token = match token {
         Some(t) => Some(t),
@@ -34,9 +36,19 @@ pub(super) fn head(
         heartbeat_timeout,
         heartbeat_interval: (heartbeat_timeout / 5).min(Duration::from_secs(1)),
     };
-    runtime()?.block_on(async {
-        let handle = head::serve(config).await?;
+    let check = rtune_driver::monitor::check_address(metrics, config.token.as_deref());
+    check.map_err(|why| anyhow::anyhow!("invalid `--metrics`: {why}"))?;
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let handle = head::serve(config.clone()).await?;
         println!("rtune head listening on {}", handle.address);
+        // The cluster's pool, for Prometheus: what its nodes offer and what trials hold.
+        let pool = handle.pool.clone();
+        let monitor = Monitor::new(move || pool.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        let server =
+            rtune_driver::monitor::serve(monitor, metrics, config.token.clone(), runtime.handle())?;
+        // On stderr: stdout's first line is the head's address, which scripts read.
+        eprintln!("rtune head: metrics for Prometheus at http://{}/metrics", server.address());
         tokio::signal::ctrl_c().await?;
         Ok(())
     })

@@ -213,8 +213,8 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
             println!("{}", torch.predict(&args, None).map_err(input_error)?);
             Ok(0)
         }
-        Command::Head { port, bind, token, heartbeat_timeout } => {
-            cluster::head(port, bind, token, heartbeat_timeout)?;
+        Command::Head { port, bind, token, heartbeat_timeout, metrics } => {
+            cluster::head(port, bind, token, heartbeat_timeout, &metrics)?;
             Ok(0)
         }
         Command::Node { address, num_cpus, num_gpus, resources, node_ip, token } => {

@@ -20,6 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
@@ -27,7 +28,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::cluster::pool::{NodeId, NodeSpec, PgId, PlacementRequest, Pool, Resources};
+use crate::cluster::pool::{NodeId, NodeSpec, PgId, PlacementRequest, Pool, PoolStatus, Resources};
 use crate::error::{Error, Result};
 use crate::proto::head_server::{Head, HeadServer};
 use crate::proto::{
@@ -80,6 +81,8 @@ impl HeadConfig {
 /// A running head; stops when dropped.
 pub struct HeadHandle {
     pub address: SocketAddr,
+    /// The pool as of the head's last tick (twice a heartbeat interval), for its metrics.
+    pub pool: Arc<std::sync::Mutex<Option<PoolStatus>>>,
     _shutdown: oneshot::Sender<()>,
 }
 
@@ -91,7 +94,8 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
     })?;
     let address = listener.local_addr().map_err(|e| Error::io("head socket", e))?;
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run_state(HeadState::new(config.clone()), rx));
+    let pool = Arc::new(std::sync::Mutex::new(None));
+    tokio::spawn(run_state(HeadState::new(config.clone()), rx, pool.clone()));
     let ticker = tx.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(config.heartbeat_interval / 2);
@@ -114,7 +118,7 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
     let routes = tonic::service::Routes::new(service);
     let keepalive = Some(config.heartbeat_timeout);
     let shutdown = crate::rpc::serve_until_dropped(routes, listener, "head", keepalive);
-    Ok(HeadHandle { address, _shutdown: shutdown })
+    Ok(HeadHandle { address, pool, _shutdown: shutdown })
 }
 
 use crate::rpc::Reply;
@@ -220,9 +224,17 @@ struct Parked {
     reply: Reply<ReserveReply>,
 }
 
-async fn run_state(mut state: HeadState, mut rx: mpsc::UnboundedReceiver<Msg>) {
+async fn run_state(
+    mut state: HeadState,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    pool: Arc<std::sync::Mutex<Option<PoolStatus>>>,
+) {
     while let Some(msg) = rx.recv().await {
+        let tick = matches!(msg, Msg::Tick);
         state.handle(msg);
+        if tick {
+            *pool.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.status());
+        }
     }
 }
 
@@ -476,7 +488,7 @@ impl HeadState {
     }
 
     /// The pool's status with what the nodes said of their GPUs.
-    fn status(&self) -> crate::cluster::pool::PoolStatus {
+    fn status(&self) -> PoolStatus {
         let mut status = self.pool.status();
         for n in &mut status.nodes {
             if let Some(gpus) = self.gpus.get(&n.id) {
