@@ -18,6 +18,12 @@
 //!   sets another count);
 //! * `rss_long`: the same with 1,000 trials that report 100 times each (a sweep of long trials,
 //!   where what an ended trial keeps in memory would grow with its reports);
+//! * `metrics_on_off`: `results_8x500` with no callback, with a callback that does nothing (as
+//!   every `rtune run` has callbacks: its views), and with the metrics endpoint's `Monitor`,
+//!   served on loopback and scraped every 100 ms by a thread; six rounds, each in another
+//!   order: the median results per second of each, and the monitor's over the no-op's;
+//! * `metrics_answer_1000`: a `Monitor` that heard 1,000 trials (each started, 10 results,
+//!   completed) answers `GET /metrics` over HTTP: the median time of 200 answers;
 //! * `digits_95`: the demo sweep (`examples/sweeps/digits_tpe_asha.toml`): wall time from the
 //!   start until a trial's validation accuracy first reaches 95%, and the whole sweep's.
 //!
@@ -188,9 +194,134 @@ fn main() -> anyhow::Result<()> {
     if wanted("rss_long") {
         rss(dir.path(), "rss_long", 1_000, 100)?;
     }
+    if wanted("metrics_on_off") {
+        metrics_on_off(dir.path())?;
+    }
+    if wanted("metrics_answer_1000") {
+        metrics_answer(1000)?;
+    }
     if wanted("digits_95") {
         digits_95(dir.path())?;
     }
+    Ok(())
+}
+
+/// A callback that does nothing.
+struct NoOp;
+
+impl rtune::callback::Callback for NoOp {}
+
+/// A runtime of its own for the endpoint (a sweep's driver shares its own).
+fn server_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()
+}
+
+/// `GET /metrics` on `address`, read whole (HTTP/1.0: the server closes).
+fn scrape(address: std::net::SocketAddr) -> std::io::Result<usize> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    Ok(answer.len())
+}
+
+fn metrics_on_off(dir: &std::path::Path) -> anyhow::Result<()> {
+    sweep(dir, "warm_up_metrics", 8, 1)?;
+    let runtime = server_runtime()?;
+    // No callback; a callback that does nothing (every `rtune run` has callbacks, its views:
+    // any callback has each result cross to the sweep's loop); the Monitor, served and scraped
+    // every 100 ms. Each round runs the three in another order, so none always runs right
+    // after another.
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    let orders = [[0, 1, 2], [2, 0, 1], [1, 2, 0], [0, 2, 1], [1, 0, 2], [2, 1, 0]];
+    for (round, order) in orders.iter().enumerate() {
+        for &variant in order {
+            let name = format!("metrics_{variant}_{round}");
+            let rate = match variant {
+                0 => 4000.0 / sweep(dir, &name, 8, 500)?,
+                1 => {
+                    let run = RunConfig::new(name).callback(NoOp);
+                    4000.0 / sweep_with(dir, 8, 500, true, run)?
+                }
+                _ => {
+                    let monitor = rtune::monitor::Monitor::local();
+                    let handle = runtime.handle();
+                    let server =
+                        rtune::monitor::serve(monitor.clone(), "127.0.0.1:0", None, handle)?;
+                    let address = server.address();
+                    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let scraper = {
+                        let stop = stop.clone();
+                        std::thread::spawn(move || {
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                let _ = scrape(address);
+                                std::thread::sleep(std::time::Duration::from_millis(100));
+                            }
+                        })
+                    };
+                    let run = RunConfig::new(name).callback(monitor);
+                    let rate = 4000.0 / sweep_with(dir, 8, 500, true, run)?;
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = scraper.join();
+                    rate
+                }
+            };
+            rates[variant].push(rate);
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [none, noop, monitor] = [median(&rates[0]), median(&rates[1]), median(&rates[2])];
+    println!(
+        "metrics_on_off results/s: no callback {none:.0}, a no-op callback {noop:.0} ({:.3}x), \
+         the monitor served and scraped {monitor:.0} ({:.3}x of the no-op); rounds: {rates:.0?}",
+        noop / none,
+        monitor / noop
+    );
+    figure("metrics_none_results_8x500", none, "results/s");
+    figure("metrics_noop_callback_results_8x500", noop, "results/s");
+    figure("metrics_monitor_results_8x500", monitor, "results/s");
+    figure("metrics_monitor / noop_callback", monitor / noop, "x");
+    Ok(())
+}
+
+fn metrics_answer(trials: usize) -> anyhow::Result<()> {
+    use rtune::callback::{Callback, TrialInfo};
+    let monitor = rtune::monitor::Monitor::local();
+    for i in 0..trials {
+        let trial = TrialInfo {
+            trial_id: format!("t_{i:05}"),
+            status: rtune::search::TrialStatus::Pending,
+            params: rtune::Params::new(),
+            path: std::path::PathBuf::from("t"),
+            stopped: false,
+        };
+        monitor.on_trial_add(&trial)?;
+        monitor.on_trial_start(&trial)?;
+        for r in 0..10 {
+            monitor.on_trial_result(
+                &trial,
+                &rtune::search::Metrics::from([("score".to_string(), r as f64)]),
+            )?;
+        }
+        monitor.on_trial_complete(&trial)?;
+    }
+    let runtime = server_runtime()?;
+    let server = rtune::monitor::serve(monitor, "127.0.0.1:0", None, runtime.handle())?;
+    let mut times: Vec<f64> = (0..200)
+        .map(|_| {
+            let began = Instant::now();
+            scrape(server.address()).map(|_| began.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<std::io::Result<_>>()?;
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!("metrics_answer_{trials} median {median:.3} ms, max {:.3} ms", times[times.len() - 1]);
+    figure(&format!("metrics_answer_{trials}"), median, "ms");
     Ok(())
 }
 

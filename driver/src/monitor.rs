@@ -104,6 +104,8 @@ struct Inner {
     waiting: Gauge,
     resident: Gauge,
     sweep: Mutex<Sweep>,
+    /// The sweep's metric and its best value's series, once it began (a sweep with one).
+    objective: std::sync::OnceLock<Objective>,
     /// The pool as it is now, where this process knows it.
     pool: Box<dyn Fn() -> Option<PoolStatus> + Send + Sync>,
 }
@@ -112,8 +114,15 @@ struct Inner {
 #[derive(Default)]
 struct Sweep {
     status: HashMap<String, TrialStatus>,
-    objective: Option<(String, Mode)>,
-    best: Option<f64>,
+}
+
+/// The sweep's metric, and the series of its best value (a handle: setting it needs no lookup).
+struct Objective {
+    metric: String,
+    mode: Mode,
+    best: FloatGauge,
+    /// Whether `best` holds a value yet.
+    seen: std::sync::atomic::AtomicBool,
 }
 
 impl Monitor {
@@ -170,6 +179,7 @@ impl Monitor {
             waiting,
             resident,
             sweep: Mutex::new(Sweep::default()),
+            objective: std::sync::OnceLock::new(),
             pool: Box::new(pool),
         }))
     }
@@ -278,7 +288,15 @@ impl Callback for Monitor {
     }
 
     fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
-        self.sweep().objective = experiment.metric.clone();
+        if let Some((metric, mode)) = experiment.metric.clone() {
+            let labels = ObjectiveLabels {
+                metric: metric.clone(),
+                mode: if mode == Mode::Max { "max" } else { "min" },
+            };
+            let best = self.0.best.get_or_create(&labels).clone();
+            let _ =
+                self.0.objective.set(Objective { metric, mode, best, seen: Default::default() });
+        }
         Ok(())
     }
 
@@ -292,25 +310,24 @@ impl Callback for Monitor {
         Ok(())
     }
 
+    /// Called for every result: no lock, no allocation, and no lookup but the metric's.
     fn on_trial_result(&self, _trial: &TrialInfo, result: &Metrics) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
         self.0.results.inc();
-        let mut sweep = self.sweep();
-        let Some((metric, mode)) = sweep.objective.clone() else { return Ok(()) };
-        let Some(value) = result.get(&metric).copied().filter(|v| v.is_finite()) else {
+        let Some(o) = self.0.objective.get() else { return Ok(()) };
+        let Some(value) = result.get(&o.metric).copied().filter(|v| v.is_finite()) else {
             return Ok(());
         };
-        let better = match (sweep.best, mode) {
-            (None, _) => true,
-            (Some(best), Mode::Max) => value > best,
-            (Some(best), Mode::Min) => value < best,
-        };
-        if better {
-            sweep.best = Some(value);
-            let mode = match mode {
-                Mode::Max => "max",
-                Mode::Min => "min",
+        // Callbacks are called one at a time: no other result comes between the read and the
+        // write.
+        let better = !o.seen.load(Relaxed)
+            || match o.mode {
+                Mode::Max => value > o.best.get(),
+                Mode::Min => value < o.best.get(),
             };
-            self.0.best.get_or_create(&ObjectiveLabels { metric, mode }).set(value);
+        if better {
+            o.best.set(value);
+            o.seen.store(true, Relaxed);
         }
         Ok(())
     }
