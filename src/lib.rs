@@ -31,8 +31,8 @@
 //!
 //! ```text
 //! rtune (this crate), above all of the driver's:
-//! 5  cli         the `rtune` command: sweep files (sweep/), experiments on disk, cluster
-//!                commands, export and predict
+//! 5  cli         the train functions and models this binary registers (`Registry`), which
+//!                `rtune-cli`'s command line runs (it implements `rtune_cli::program::Torch`)
 //! 4  builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
 //! 3  model       a trained model: export, TorchPredictor, BatchPredictor
 //! 2  worker      the worker process: init, TrainContext, link, distributed and sharded
