@@ -11,6 +11,15 @@ pub use rtune_searchers::Metrics;
 pub const AUTO_METRICS: [&str; 5] =
     ["training_iteration", "time_total_s", "time_this_iter_s", "timestamp", "checkpoint_dir_name"];
 
+/// Names rtune adds to a report where the workers measured them: rank 0's time (see
+/// `record`'s rows); with several ranks, each rank's is under `ranks/R/`.
+pub const RANK_METRICS: [&str; 3] = ["time_step_s", "time_data_s", "time_collective_s"];
+
+/// Whether rtune, not the train function, puts `name` into reports.
+pub fn added_by_rtune(name: &str) -> bool {
+    AUTO_METRICS.contains(&name) || RANK_METRICS.contains(&name) || name.starts_with("ranks/")
+}
+
 /// Anything `TrainContext::report` accepts as metrics.
 pub trait IntoMetrics {
     fn into_metrics(self) -> Result<Metrics>;

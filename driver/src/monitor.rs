@@ -23,6 +23,14 @@
 //! | `rtune_pool_memory_used_bytes` | gauge | `node` | what of it is reserved |
 //! | `rtune_pool_waiting_groups` | gauge | | worker groups (trials) waiting for resources |
 //! | `rtune_driver_resident_memory_bytes` | gauge | | the driver process's resident memory |
+//! | `rtune_rank_step_seconds` | histogram | `trial`, `rank` | each step's time (from one report to the next) |
+//! | `rtune_rank_data_wait_seconds_total` | counter | `trial`, `rank` | time waiting for the next batch |
+//! | `rtune_rank_collective_seconds_total` | counter | `trial`, `rank` | time in collectives |
+//! | `rtune_rank_collective_bytes_total` | counter | `trial`, `rank` | bytes put into collectives |
+//!
+//! The per-rank series ride on the results (the rows' `time_step_s`, `time_data_s`,
+//! `time_collective_s`, and with several ranks `ranks/R/..`); a trial's series leave the
+//! endpoint when it ends, so their number stays that of the running trials' ranks.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -33,6 +41,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use rtune_searchers::{Metrics, Mode, TrialStatus};
 
@@ -73,6 +82,19 @@ struct NodeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RankLabels {
+    trial: String,
+    rank: String,
+}
+
+/// Step times' buckets, in seconds: from 1 ms to a minute.
+const STEP_BUCKETS: [f64; 14] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
+
+type Steps = Family<RankLabels, Histogram, fn() -> Histogram>;
+type FloatCounter = Counter<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabels {
     node: String,
     resource: String,
@@ -103,6 +125,10 @@ struct Inner {
     memory_used: Family<NodeLabel, Gauge>,
     waiting: Gauge,
     resident: Gauge,
+    steps: Steps,
+    data_wait: Family<RankLabels, FloatCounter>,
+    collective: Family<RankLabels, FloatCounter>,
+    collective_bytes: Family<RankLabels, Counter>,
     sweep: Mutex<Sweep>,
     /// The sweep's metric and its best value's series, once it began (a sweep with one).
     objective: std::sync::OnceLock<Objective>,
@@ -114,6 +140,8 @@ struct Inner {
 #[derive(Default)]
 struct Sweep {
     status: HashMap<String, TrialStatus>,
+    /// The ranks each running trial has series of.
+    ranks: HashMap<String, usize>,
 }
 
 /// The sweep's metric, and the series of its best value (a handle: setting it needs no lookup).
@@ -160,6 +188,18 @@ impl Monitor {
         let what = "The driver process's resident memory, in bytes";
         registry.register("driver_resident_memory_bytes", what, resident.clone());
         // Every status and decision is a series from the start (at 0), not from its first.
+        let steps: Steps = Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
+        let what = "Each rank's steps (from one report to the next), in seconds";
+        registry.register("rank_step_seconds", what, steps.clone());
+        let data_wait = Family::<RankLabels, FloatCounter>::default();
+        let what = "Each rank's time waiting for the next batch, in seconds";
+        registry.register("rank_data_wait_seconds", what, data_wait.clone());
+        let collective = Family::<RankLabels, FloatCounter>::default();
+        let what = "Each rank's time in collectives, in seconds";
+        registry.register("rank_collective_seconds", what, collective.clone());
+        let collective_bytes = Family::<RankLabels, Counter>::default();
+        let what = "The bytes each rank put into collectives";
+        registry.register("rank_collective_bytes", what, collective_bytes.clone());
         for status in STATUSES {
             trials.get_or_create(&StatusLabel { status: status.name() }).set(0);
         }
@@ -178,6 +218,10 @@ impl Monitor {
             memory_used,
             waiting,
             resident,
+            steps,
+            data_wait,
+            collective,
+            collective_bytes,
             sweep: Mutex::new(Sweep::default()),
             objective: std::sync::OnceLock::new(),
             pool: Box::new(pool),
@@ -219,6 +263,75 @@ impl Monitor {
             self.0.trials.get_or_create(&StatusLabel { status: was.name() }).dec();
         }
         self.0.trials.get_or_create(&StatusLabel { status: status.name() }).inc();
+    }
+
+    /// The ranks' times a result carries, into their series: rank 0's as the row's
+    /// `time_step_s` .. with one rank, each rank's as `ranks/R/..` with several.
+    fn count_ranks(&self, trial: &TrialInfo, result: &Metrics) {
+        let Some(&step) = result.get("time_step_s") else { return };
+        let labels =
+            |rank: usize| RankLabels { trial: trial.trial_id.clone(), rank: rank.to_string() };
+        let mut ranks = 0;
+        if result.contains_key("ranks/0/time_step_s") {
+            while let Some(&step) = result.get(&format!("ranks/{ranks}/time_step_s")) {
+                let figure = |key: &str| result.get(&format!("ranks/{ranks}/{key}")).copied();
+                self.count_rank(
+                    &labels(ranks),
+                    step,
+                    figure("time_data_s"),
+                    figure("time_collective_s"),
+                    figure("collective_bytes"),
+                );
+                ranks += 1;
+            }
+        } else {
+            let figure = |key: &str| result.get(key).copied();
+            self.count_rank(
+                &labels(0),
+                step,
+                figure("time_data_s"),
+                figure("time_collective_s"),
+                None,
+            );
+            ranks = 1;
+        }
+        let mut sweep = self.sweep();
+        let known = sweep.ranks.entry(trial.trial_id.clone()).or_default();
+        *known = (*known).max(ranks);
+    }
+
+    fn count_rank(
+        &self,
+        labels: &RankLabels,
+        step: f64,
+        data: Option<f64>,
+        collective: Option<f64>,
+        bytes: Option<f64>,
+    ) {
+        let inner = &self.0;
+        inner.steps.get_or_create(labels).observe(step);
+        if let Some(data) = data.filter(|d| d.is_finite() && *d >= 0.0) {
+            inner.data_wait.get_or_create(labels).inc_by(data);
+        }
+        if let Some(collective) = collective.filter(|c| c.is_finite() && *c >= 0.0) {
+            inner.collective.get_or_create(labels).inc_by(collective);
+        }
+        if let Some(bytes) = bytes.filter(|b| b.is_finite() && *b >= 0.0) {
+            inner.collective_bytes.get_or_create(labels).inc_by(bytes as u64);
+        }
+    }
+
+    /// The trial's rank series leave the endpoint (it ended, or paused and gave back its
+    /// workers).
+    fn forget_ranks(&self, trial: &TrialInfo) {
+        let Some(ranks) = self.sweep().ranks.remove(&trial.trial_id) else { return };
+        for rank in 0..ranks {
+            let labels = RankLabels { trial: trial.trial_id.clone(), rank: rank.to_string() };
+            self.0.steps.remove(&labels);
+            self.0.data_wait.remove(&labels);
+            self.0.collective.remove(&labels);
+            self.0.collective_bytes.remove(&labels);
+        }
     }
 
     fn decided(&self, decision: &'static str) {
@@ -311,9 +424,10 @@ impl Callback for Monitor {
     }
 
     /// Called for every result: no lock, no allocation, and no lookup but the metric's.
-    fn on_trial_result(&self, _trial: &TrialInfo, result: &Metrics) -> Result<()> {
+    fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
         self.0.results.inc();
+        self.count_ranks(trial, result);
         let Some(o) = self.0.objective.get() else { return Ok(()) };
         let Some(value) = result.get(&o.metric).copied().filter(|v| v.is_finite()) else {
             return Ok(());
@@ -334,6 +448,7 @@ impl Callback for Monitor {
 
     fn on_trial_complete(&self, trial: &TrialInfo) -> Result<()> {
         self.set_status(trial, TrialStatus::Terminated);
+        self.forget_ranks(trial);
         if trial.stopped {
             self.decided("stop");
         }
@@ -342,11 +457,13 @@ impl Callback for Monitor {
 
     fn on_trial_error(&self, trial: &TrialInfo, _error: &str) -> Result<()> {
         self.set_status(trial, TrialStatus::Error);
+        self.forget_ranks(trial);
         Ok(())
     }
 
     fn on_trial_pause(&self, trial: &TrialInfo) -> Result<()> {
         self.set_status(trial, TrialStatus::Paused);
+        self.forget_ranks(trial);
         self.decided("pause");
         Ok(())
     }
@@ -512,13 +629,42 @@ mod tests {
         for acc in [0.5, 0.9, 0.7] {
             monitor.on_trial_result(&a, &Metrics::from([("acc".to_string(), acc)])).unwrap();
         }
+        // Two ranks' times ride on b's results; they leave when b ends.
+        monitor.on_trial_start(&b).unwrap();
+        let times = |step: f64| {
+            Metrics::from([
+                ("time_step_s".to_string(), step),
+                ("ranks/0/time_step_s".to_string(), step),
+                ("ranks/0/time_data_s".to_string(), 0.01),
+                ("ranks/0/time_collective_s".to_string(), 0.2),
+                ("ranks/0/collective_bytes".to_string(), 1000.0),
+                ("ranks/1/time_step_s".to_string(), 0.3),
+                ("ranks/1/time_data_s".to_string(), 0.02),
+                ("ranks/1/time_collective_s".to_string(), 0.001),
+                ("ranks/1/collective_bytes".to_string(), 1000.0),
+            ])
+        };
+        monitor.on_trial_result(&b, &times(0.3)).unwrap();
+        monitor.on_trial_result(&b, &times(0.31)).unwrap();
+        let text = monitor.render();
+        for line in [
+            "rtune_rank_step_seconds_count{trial=\"b\",rank=\"1\"} 2\n",
+            "rtune_rank_step_seconds_bucket{le=\"0.5\",trial=\"b\",rank=\"0\"} 2\n",
+            "rtune_rank_collective_seconds_total{trial=\"b\",rank=\"0\"} 0.4\n",
+            "rtune_rank_data_wait_seconds_total{trial=\"b\",rank=\"1\"} 0.04\n",
+            "rtune_rank_collective_bytes_total{trial=\"b\",rank=\"1\"} 2000\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
+        monitor.on_trial_complete(&b).unwrap();
+        assert!(!monitor.render().contains("trial=\"b\""), "b's series stay after its end");
         monitor.on_trial_complete(&TrialInfo { stopped: true, ..a.clone() }).unwrap();
         let text = monitor.render();
         for line in [
-            "rtune_trials{status=\"PENDING\"} 1\n",
+            "rtune_trials{status=\"PENDING\"} 0\n",
             "rtune_trials{status=\"RUNNING\"} 0\n",
-            "rtune_trials{status=\"TERMINATED\"} 1\n",
-            "rtune_results_total 3\n",
+            "rtune_trials{status=\"TERMINATED\"} 2\n",
+            "rtune_results_total 5\n",
             "rtune_scheduler_decisions_total{decision=\"stop\"} 1\n",
             "rtune_scheduler_decisions_total{decision=\"pause\"} 0\n",
             "rtune_best_metric{metric=\"acc\",mode=\"max\"} 0.9\n",

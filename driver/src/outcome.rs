@@ -112,6 +112,9 @@ pub(crate) struct GroupReport {
     pub checkpoint: String,
     /// Checkpoints of earlier reports now whole in the object store (`upload = "async"`).
     pub uploaded: Vec<String>,
+    /// Where each rank's time went since its last report, in rank order (empty where the
+    /// workers did not say).
+    pub ranks: Vec<crate::proto::RankTimes>,
 }
 
 #[cfg(test)]

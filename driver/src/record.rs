@@ -323,6 +323,7 @@ impl RunState {
         metrics.insert("time_this_iter_s".into(), (now - self.last_report).as_secs_f64());
         metrics.insert("timestamp".into(), unix_time().floor());
         self.last_report = now;
+        add_rank_times(&mut metrics, &report.ranks);
         let mut row: Row = metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
         if !report.checkpoint.is_empty() {
             row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
@@ -602,7 +603,7 @@ fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
         metrics.get("time_total_s").copied().unwrap_or(0.0)
     );
     for (name, value) in metrics {
-        if !crate::metrics::AUTO_METRICS.contains(&name.as_str()) {
+        if !crate::metrics::added_by_rtune(name) {
             line.push_str(&format!("  {name}={value:.4}"));
         }
     }
@@ -610,6 +611,34 @@ fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
         line.push_str(&format!("  [{checkpoint}]"));
     }
     line
+}
+
+/// The ranks' times in a report's row: rank 0's as `time_step_s`, `time_data_s` and
+/// `time_collective_s` (Ray's flat keys), and with several ranks each rank's as
+/// `ranks/R/time_step_s`, .., and `ranks/R/collective_bytes`. A metric the train function
+/// reported under one of these names is kept as it reported it.
+fn add_rank_times(metrics: &mut Metrics, ranks: &[crate::proto::RankTimes]) {
+    let figures = |t: &crate::proto::RankTimes| {
+        [
+            ("time_step_s", t.step_s),
+            ("time_data_s", t.data_s),
+            ("time_collective_s", t.collective_s),
+        ]
+    };
+    if let Some(first) = ranks.first() {
+        for (key, value) in figures(first) {
+            metrics.entry(key.into()).or_insert(value);
+        }
+    }
+    if ranks.len() > 1 {
+        for (rank, t) in ranks.iter().enumerate() {
+            for (key, value) in figures(t) {
+                metrics.entry(format!("ranks/{rank}/{key}")).or_insert(value);
+            }
+            let bytes = t.collective_bytes as f64;
+            metrics.entry(format!("ranks/{rank}/collective_bytes")).or_insert(bytes);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -391,6 +391,7 @@ pub mod frame {
                 metrics_json: r#"{"loss":0.5}"#.into(),
                 checkpoint: String::new(),
                 uploaded: Vec::new(),
+                times: None,
             };
             let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
             ours.set_nonblocking(true).unwrap();

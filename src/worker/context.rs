@@ -84,6 +84,8 @@ pub struct TrainContext<'a> {
     /// Background uploads not yet reported done: each checkpoint's name and its upload.
     uploads: Vec<(String, std::thread::JoinHandle<Result<()>>)>,
     link: &'a mut DriverLink,
+    /// When the train function's current step began: the last report's return (or its start).
+    step_began: std::time::Instant,
 }
 
 // SAFETY: the one type worker processes hand train functions (`worker::process`).
@@ -118,6 +120,7 @@ impl<'a> TrainContext<'a> {
             sharding: parts.sharding,
             uploads: Vec::new(),
             link: parts.link,
+            step_began: std::time::Instant::now(),
         }
     }
 
@@ -317,7 +320,10 @@ impl<'a> TrainContext<'a> {
             _ => String::new(),
         };
         let uploaded = self.uploads_done(false)?;
-        let reply = self.link.report(self.reports + 1, to_wire(&metrics), committed, uploaded)?;
+        let times = super::timing::take(self.step_began);
+        let reply =
+            self.link.report(self.reports + 1, to_wire(&metrics), committed, uploaded, times)?;
+        self.step_began = std::time::Instant::now();
         self.reports += 1;
         if reply.stop {
             self.stop_requested = true;
@@ -410,7 +416,8 @@ impl<'a> TrainContext<'a> {
 
     /// Averages (or sums) `values` across ranks in place, e.g. validation counts.
     pub fn all_reduce(&mut self, values: &mut [f32], op: ReduceOp) -> Result<()> {
-        Ok(self.group.borrow_mut().all_reduce(values, op)?)
+        let bytes = std::mem::size_of_val(values);
+        Ok(super::timing::collective(bytes, || self.group.borrow_mut().all_reduce(values, op))?)
     }
 
     /// Waits until every rank gets here.
@@ -454,17 +461,17 @@ impl Backend {
     }
 
     pub(super) fn all_reduce(&self, flat: &Tensor, op: ReduceOp) -> Result<()> {
-        match self {
+        super::timing::collective(bytes(flat), || match self {
             Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().all_reduce(s, op)),
             Backend::Nccl(n, _) => Ok(n.borrow_mut().all_reduce(flat, op)?),
-        }
+        })
     }
 
     fn broadcast(&self, flat: &Tensor, root: usize) -> Result<()> {
-        match self {
+        super::timing::collective(bytes(flat), || match self {
             Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().broadcast(s, root)),
             Backend::Nccl(n, _) => Ok(n.borrow_mut().broadcast(flat, root)?),
-        }
+        })
     }
 
     /// Reduces `flat` across ranks, leaving each rank its piece (`output`'s length, the same
@@ -475,7 +482,7 @@ impl Backend {
         output: &Tensor,
         op: ReduceOp,
     ) -> Result<()> {
-        match self {
+        super::timing::collective(bytes(flat), || match self {
             Backend::Ring(g) => {
                 let counts = vec![output.numel(); self.world_size()];
                 with_f32_slice(flat, |input| {
@@ -485,18 +492,23 @@ impl Backend {
                 })
             }
             Backend::Nccl(n, _) => Ok(n.borrow_mut().reduce_scatter(flat, output, op)?),
-        }
+        })
     }
 
     /// Every rank's `piece` in rank order into `flat`.
     pub(super) fn all_gather(&self, piece: &Tensor, flat: &Tensor) -> Result<()> {
-        match self {
+        super::timing::collective(bytes(piece), || match self {
             Backend::Ring(g) => with_f32_slice(piece, |input| {
                 with_f32_slice(flat, |output| g.borrow_mut().all_gather(input, output))
             }),
             Backend::Nccl(n, _) => Ok(n.borrow_mut().all_gather(piece, flat)?),
-        }
+        })
     }
+}
+
+/// The bytes of a flat f32 buffer.
+fn bytes(flat: &Tensor) -> usize {
+    flat.numel() * std::mem::size_of::<f32>()
 }
 
 /// A model whose gradients are averaged across ranks (PyTorch's DDP, called explicitly).

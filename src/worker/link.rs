@@ -121,9 +121,11 @@ impl DriverLink {
         metrics_json: String,
         checkpoint: String,
         uploaded: Vec<String>,
+        times: rtune_driver::proto::RankTimes,
     ) -> Result<ReportReply> {
         let key = Some(self.key.clone());
-        let request = ReportRequest { key, seq, metrics_json, checkpoint, uploaded };
+        let times = Some(times);
+        let request = ReportRequest { key, seq, metrics_json, checkpoint, uploaded, times };
         let reports = match self.reports.take() {
             Some(reports) => reports,
             None => self.open_reports()?,

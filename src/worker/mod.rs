@@ -17,6 +17,7 @@ pub(crate) mod process;
 mod shard;
 mod shard_optimizer;
 mod sharded;
+mod timing;
 
 pub use command::{REPORT_PREFIX, run_command};
 pub(crate) use context::ContextParts;

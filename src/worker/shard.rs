@@ -354,7 +354,19 @@ impl Batches<'_> {
 impl Iterator for Batches<'_> {
     type Item = (Tensor, Tensor);
 
+    /// Its time counts as the rank's wait for data (`time_data_s`).
     fn next(&mut self) -> Option<(Tensor, Tensor)> {
+        super::timing::data(|| self.next_batch())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.count - self.next;
+        (left, Some(left))
+    }
+}
+
+impl Batches<'_> {
+    fn next_batch(&mut self) -> Option<(Tensor, Tensor)> {
         if self.next >= self.count {
             return None;
         }
@@ -375,11 +387,6 @@ impl Iterator for Batches<'_> {
             None => (features, labels),
             Some(device) => (to_device_async(&features, device), to_device_async(&labels, device)),
         })
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.count - self.next;
-        (left, Some(left))
     }
 }
 

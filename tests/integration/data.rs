@@ -99,7 +99,15 @@ pub fn shards_partition_rows_and_batch_evenly_across_runs_and_resumes() -> Resul
             )
             .fit()
     };
-    let pad = fit("pad", "pad", 0)?.path;
+    let pad = fit("pad", "pad", 0)?;
+    // Each rank's wait for its batches is in every row.
+    for row in &pad.metrics_history {
+        for rank in 0..2 {
+            let waited = row.get(&format!("ranks/{rank}/time_data_s")).copied();
+            ensure!(waited.is_some_and(|w| w > 0.0), "rank {rank}'s data wait in {row:?}");
+        }
+    }
+    let pad = pad.path;
     let drop = fit("drop", "drop", 0)?.path;
     for (run, balance) in [(&pad, Balance::Pad), (&drop, Balance::Drop)] {
         for epoch in 0..3 {

@@ -103,6 +103,10 @@ fn main() {
         ),
         test("trainer::two_workers_converge_on_digits", trainer::two_workers_converge_on_digits),
         test(
+            "trainer::rank_times_say_where_each_step_goes",
+            trainer::rank_times_say_where_each_step_goes,
+        ),
+        test(
             "gpu::gpus_workers_cannot_use_are_refused_before_any_trial",
             gpu::gpus_workers_cannot_use_are_refused_before_any_trial,
         ),

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 
@@ -86,6 +87,50 @@ pub fn two_workers_converge_on_digits() -> Result<()> {
     for row in rows.lines() {
         let row: serde_json::Value = serde_json::from_str(row)?;
         ensure!(row["placement"] == placement.as_str(), "row placement {}", row["placement"]);
+    }
+    Ok(())
+}
+
+/// Rank 1 sleeps before every all-reduce; rank 0 does not, so it waits for rank 1 inside it.
+fn slow_rank_1(ctx: &mut TrainContext) -> Result<()> {
+    for _ in 0..3 {
+        if ctx.world_rank() == 1 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut sum = [1.0f32; 1000];
+        ctx.all_reduce(&mut sum, rtune::collective::ReduceOp::Sum)?;
+        ctx.report([("sum", f64::from(sum[0]))])?;
+    }
+    Ok(())
+}
+
+/// Each row says where each rank's step went: rank 1's steps hold its sleep, rank 0's steps
+/// are spent waiting in the all-reduce for it; rank 0's figures are also the row's own.
+pub fn rank_times_say_where_each_step_goes() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let result = TorchTrainer::new(slow_rank_1)
+        .scaling(ScalingConfig::workers(2))
+        .run_config(run_config(dir.path()))
+        .fit()?;
+    ensure!(result.metrics_history.len() == 3, "{:?}", result.metrics_history);
+    for (i, row) in result.metrics_history.iter().enumerate() {
+        let figure =
+            |key: &str| row.get(key).copied().with_context(|| format!("no {key} in {row:?}"));
+        ensure!(figure("sum")? == 2.0, "{row:?}");
+        ensure!(figure("ranks/1/time_step_s")? >= 0.3, "rank 1's step holds its sleep: {row:?}");
+        ensure!(figure("ranks/0/collective_bytes")? == 4000.0, "{row:?}");
+        ensure!(figure("time_step_s")? == figure("ranks/0/time_step_s")?, "{row:?}");
+        ensure!(figure("time_collective_s")? == figure("ranks/0/time_collective_s")?, "{row:?}");
+        // After the first report, the ranks start each step together (the report waits for
+        // both): rank 0 then waits for rank 1 in the all-reduce.
+        if i > 0 {
+            let (waited, slow) =
+                (figure("ranks/0/time_collective_s")?, figure("ranks/1/time_collective_s")?);
+            ensure!(
+                waited >= 0.2 && waited > slow,
+                "rank 0 waited {waited} s, rank 1 {slow} s: {row:?}"
+            );
+        }
     }
     Ok(())
 }

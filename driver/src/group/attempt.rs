@@ -345,6 +345,7 @@ impl Attempt<'_> {
             metrics_json: first.metrics_json.clone(),
             checkpoint: first.checkpoint.clone(),
             uploaded: first.uploaded.clone(),
+            ranks: pending.iter().map_while(|(_, request, _)| request.times).collect(),
         };
         match on_report.report(report) {
             Ok(stop) => {

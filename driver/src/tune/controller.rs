@@ -550,9 +550,8 @@ impl Controller {
             self.config.objectives.iter().find(|o| !metrics.contains_key(&o.metric))
         {
             // The trial's own metrics first, then rtune's.
-            let auto = crate::metrics::AUTO_METRICS;
             let mut reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
-            reported.sort_by_key(|m| auto.contains(m));
+            reported.sort_by_key(|m| crate::metrics::added_by_rtune(m));
             let field = match self.config.objectives.len() {
                 1 => Setting::Metric,
                 _ => Setting::Objectives,

@@ -1,0 +1,44 @@
+//! Where a rank's time goes between two reports: its steps (the train function's time from one
+//! report's return to the next report), the part of it spent waiting for the next batch, and the
+//! part spent in collectives (with the bytes they moved). The figures ride on each report
+//! (`ReportRequest.times`): no message of their own.
+//!
+//! One rank is one process, so the counters are the process's.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use rtune_driver::proto::RankTimes;
+
+static DATA_NS: AtomicU64 = AtomicU64::new(0);
+static COLLECTIVE_NS: AtomicU64 = AtomicU64::new(0);
+static COLLECTIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
+    let began = Instant::now();
+    let out = f();
+    counter.fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    out
+}
+
+/// `f`, counted as waiting for data.
+pub(crate) fn data<T>(f: impl FnOnce() -> T) -> T {
+    timed(&DATA_NS, f)
+}
+
+/// `f`, a collective moving `bytes` from this rank, counted as such.
+pub(crate) fn collective<T>(bytes: usize, f: impl FnOnce() -> T) -> T {
+    COLLECTIVE_BYTES.fetch_add(bytes as u64, Relaxed);
+    timed(&COLLECTIVE_NS, f)
+}
+
+/// The figures since `step_began` (the last report's return), the counters set back to 0.
+pub(crate) fn take(step_began: Instant) -> RankTimes {
+    let seconds = |counter: &AtomicU64| counter.swap(0, Relaxed) as f64 * 1e-9;
+    RankTimes {
+        step_s: step_began.elapsed().as_secs_f64(),
+        data_s: seconds(&DATA_NS),
+        collective_s: seconds(&COLLECTIVE_NS),
+        collective_bytes: COLLECTIVE_BYTES.swap(0, Relaxed),
+    }
+}
