@@ -12,7 +12,8 @@
 //!   `[scaling] sharding = "zero2"`): Adam's state split across the ranks.
 //! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
-//!   `seed` (0), `sleep_s` (0), `fail_at` (0: never). Reports `score` (rising to `plateau`)
+//!   `seed` (0), `sleep_s` (0), `fail_at` (0: never), `slow_rank` (-1: none; that rank sleeps
+//!   twice `sleep_s`, a straggler). Reports `score` (rising to `plateau`)
 //!   and `loss` = 1 - score, one result and one checkpoint per iteration; the curve is a
 //!   function of the params and the iteration, so a resumed trial continues it exactly.
 //!
@@ -200,13 +201,16 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
     let seed = p.get::<u64>("seed")?;
     let sleep = p.get::<f64>("sleep_s")?;
     let fail_at = p.get::<u64>("fail_at")?;
+    // Read where given (train_loop_configs written before it have none).
+    let slow = p.contains("slow_rank") && p.get::<i64>("slow_rank")? == ctx.world_rank() as i64;
+    let sleep_s = if slow { 2.0 * sleep } else { sleep };
     anyhow::ensure!(
         sleep.is_finite() && sleep >= 0.0,
         "param `sleep_s` = {sleep}: use a number of seconds >= 0"
     );
     for t in ctx.iteration() + 1..=iterations {
-        if sleep > 0.0 {
-            std::thread::sleep(std::time::Duration::from_secs_f64(sleep));
+        if sleep_s > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(sleep_s));
         }
         anyhow::ensure!(t != fail_at, "synthetic failure at iteration {t} (param `fail_at`)");
         let score = synthetic_score(rate, plateau, noise, seed, t);

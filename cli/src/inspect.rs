@@ -451,10 +451,14 @@ pub fn show(
                 let whole = t.path().join(rtune_driver::tune::ERROR_FILE);
                 println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
+            // The ranks' times have a table of their own, below.
+            let per_rank = |k: &str| {
+                rtune_driver::metrics::RANK_METRICS.contains(&k) || k.starts_with("ranks/")
+            };
             let mut names: Vec<String> = Vec::new();
             for m in t.history() {
                 for k in m.keys() {
-                    if !names.contains(k) && k != "timestamp" && k != "done" {
+                    if !names.contains(k) && k != "timestamp" && k != "done" && !per_rank(k) {
                         names.push(k.clone());
                     }
                 }
@@ -467,6 +471,9 @@ pub fn show(
                 })
                 .collect();
             println!("{}", text_table(&names, &rows));
+            if let Some(ranks) = ranks(t.history()) {
+                print!("{}", ranks_table(&ranks));
+            }
         }
         Format::Json => {
             let history: Vec<serde_json::Value> =
@@ -489,6 +496,130 @@ pub fn show(
         }
     }
     Ok(())
+}
+
+/// Where a trial's ranks spent their steps, over its rows.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Ranks {
+    pub(crate) ranks: Vec<RankSummary>,
+    /// The reports the figures are over.
+    pub(crate) reports: usize,
+    /// The share of the ranks' step time spent waiting for data, when it is above
+    /// [`INPUT_BOUND`]: the trial is input-bound.
+    pub(crate) input_bound: Option<f64>,
+}
+
+/// One rank's means over a trial's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RankSummary {
+    /// Its step: the train function's time from one report to the next.
+    pub(crate) step_s: f64,
+    /// The part of the step it worked: the step less its time in collectives (where a rank
+    /// waits for the others).
+    pub(crate) busy_s: f64,
+    pub(crate) data_share: f64,
+    pub(crate) collective_share: f64,
+    pub(crate) bytes: f64,
+    /// It works at least [`STRAGGLER`] times the ranks' median before the others wait for it.
+    pub(crate) straggler: bool,
+}
+
+/// A rank that works this many times the ranks' median (or more) is a straggler.
+pub(crate) const STRAGGLER: f64 = 1.2;
+/// Ranks that wait for data more than this share of their steps make a trial input-bound.
+pub(crate) const INPUT_BOUND: f64 = 0.2;
+
+/// The ranks' figures of a trial's rows (`time_step_s` .., `ranks/R/..`); None where no
+/// worker measured them.
+pub(crate) fn ranks(history: &[Metrics]) -> Option<Ranks> {
+    let last = history.last()?;
+    let several =
+        (0..).take_while(|r| last.contains_key(&format!("ranks/{r}/time_step_s"))).count();
+    if several == 0 && !last.contains_key("time_step_s") {
+        return None;
+    }
+    let key = |rank: usize, name: &str| match several {
+        0 => name.to_owned(),
+        _ => format!("ranks/{rank}/{name}"),
+    };
+    let rows: Vec<&Metrics> =
+        history.iter().filter(|m| m.contains_key(&key(0, "time_step_s"))).collect();
+    let sum = |rank: usize, name: &str| -> f64 {
+        let key = key(rank, name);
+        rows.iter().filter_map(|m| m.get(&key)).sum()
+    };
+    let n = rows.len() as f64;
+    let share = |part: f64, whole: f64| if whole > 0.0 { part / whole } else { 0.0 };
+    let mut ranks: Vec<RankSummary> = (0..several.max(1))
+        .map(|rank| {
+            let (step, data, collective) = (
+                sum(rank, "time_step_s"),
+                sum(rank, "time_data_s"),
+                sum(rank, "time_collective_s"),
+            );
+            RankSummary {
+                step_s: step / n,
+                busy_s: (step - collective).max(0.0) / n,
+                data_share: share(data, step),
+                collective_share: share(collective, step),
+                bytes: sum(rank, "collective_bytes") / n,
+                straggler: false,
+            }
+        })
+        .collect();
+    if ranks.len() > 1 {
+        let mut busy: Vec<f64> = ranks.iter().map(|r| r.busy_s).collect();
+        busy.sort_by(f64::total_cmp);
+        let median = match busy.len() % 2 {
+            1 => busy[busy.len() / 2],
+            _ => (busy[busy.len() / 2 - 1] + busy[busy.len() / 2]) / 2.0,
+        };
+        // A millisecond's difference is noise, whatever its ratio.
+        for r in &mut ranks {
+            r.straggler = r.busy_s >= STRAGGLER * median && r.busy_s - median >= 1e-3;
+        }
+    }
+    let (data, step): (f64, f64) = (0..ranks.len())
+        .map(|r| (sum(r, "time_data_s"), sum(r, "time_step_s")))
+        .fold((0.0, 0.0), |(d, s), (d1, s1)| (d + d1, s + s1));
+    let input_bound = Some(share(data, step)).filter(|s| *s > INPUT_BOUND);
+    Some(Ranks { ranks, reports: rows.len(), input_bound })
+}
+
+/// `rtune show DIR TRIAL`'s table of its ranks.
+fn ranks_table(ranks: &Ranks) -> String {
+    let names: Vec<String> = ["rank", "step", "busy", "data wait", "collective", "sent/step", ""]
+        .map(String::from)
+        .into();
+    let rows: Vec<Vec<String>> = ranks
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(rank, r)| {
+            vec![
+                rank.to_string(),
+                format!("{:.3}s", r.step_s),
+                format!("{:.3}s", r.busy_s),
+                format!("{:.0}%", r.data_share * 100.0),
+                format!("{:.0}%", r.collective_share * 100.0),
+                format!("{:.0} B", r.bytes),
+                if r.straggler { "straggler".into() } else { String::new() },
+            ]
+        })
+        .collect();
+    let mut text = format!(
+        "ranks, means over {} reports (busy: the step less its time in collectives; a \
+         straggler is busy {STRAGGLER}x the ranks' median or more):\n{}\n",
+        ranks.reports,
+        text_table(&names, &rows)
+    );
+    if let Some(share) = ranks.input_bound {
+        text.push_str(&format!(
+            "input-bound: the ranks wait for data {:.0}% of their steps\n",
+            share * 100.0
+        ));
+    }
+    text
 }
 
 pub(crate) fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
@@ -519,5 +650,39 @@ mod tests {
         assert_eq!(number(3.0), "3");
         assert_eq!(number(0.123456), "0.1235");
         assert_eq!(number(1e-5), "1.000e-5");
+    }
+
+    /// A rank that works 1.2x the median or more is a straggler, whatever its step (the ranks
+    /// wait for each other in collectives); ranks waiting for data over 20% of their steps
+    /// make the trial input-bound; one rank's figures are the row's own keys.
+    #[test]
+    fn stragglers_and_starved_inputs_are_found() {
+        let row = |ranks: &[(f64, f64, f64)]| -> Metrics {
+            let mut m = Metrics::new();
+            for (r, &(step, data, collective)) in ranks.iter().enumerate() {
+                m.insert(format!("ranks/{r}/time_step_s"), step);
+                m.insert(format!("ranks/{r}/time_data_s"), data);
+                m.insert(format!("ranks/{r}/time_collective_s"), collective);
+                m.insert(format!("ranks/{r}/collective_bytes"), 100.0);
+            }
+            m
+        };
+        // Rank 2 works 0.3 s; the others work 0.1 s and wait 0.2 s for it.
+        let slow = [(0.3, 0.0, 0.2), (0.3, 0.0, 0.2), (0.3, 0.0, 0.0)];
+        let found = ranks(&[row(&slow), row(&slow)]).unwrap();
+        let marked: Vec<bool> = found.ranks.iter().map(|r| r.straggler).collect();
+        assert_eq!(marked, [false, false, true]);
+        assert_eq!((found.reports, found.input_bound), (2, None));
+        // Even ranks: none marked; data waits of 30% make it input-bound.
+        let starved = [(1.0, 0.3, 0.1), (1.0, 0.3, 0.1)];
+        let found = ranks(&[row(&starved)]).unwrap();
+        assert!(found.ranks.iter().all(|r| !r.straggler));
+        assert!(found.input_bound.is_some_and(|s| (s - 0.3).abs() < 1e-9), "{found:?}");
+        // One rank: the row's keys.
+        let one = Metrics::from([("time_step_s".to_string(), 0.5), ("time_data_s".into(), 0.0)]);
+        let found = ranks(&[one]).unwrap();
+        assert_eq!(found.ranks.len(), 1);
+        assert_eq!(found.ranks[0].step_s, 0.5);
+        assert_eq!(ranks(&[Metrics::from([("loss".to_string(), 1.0)])]), None);
     }
 }

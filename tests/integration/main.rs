@@ -347,6 +347,10 @@ fn main() {
             monitoring::the_head_serves_its_pool_to_prometheus,
         ),
         test(
+            "monitoring::a_slow_rank_is_marked_a_straggler",
+            monitoring::a_slow_rank_is_marked_a_straggler,
+        ),
+        test(
             "tracking::optuna_reads_the_sweep_as_a_study",
             tracking::optuna_reads_the_sweep_as_a_study,
         ),

@@ -277,3 +277,34 @@ pub fn the_head_serves_its_pool_to_prometheus() -> Result<()> {
     ensure!(seen.is_ok(), "the head's metrics never showed the node:\n{body}");
     Ok(())
 }
+
+/// A rank slowed on purpose (`synthetic-curve`'s `slow_rank`) is marked a straggler in
+/// `rtune show DIR TRIAL`, from the trial's files.
+pub fn a_slow_rank_is_marked_a_straggler() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"slow\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [scaling]\nnum_workers = 2\n[param_space]\niterations = 4\nsleep_s = 0.1\n\
+             slow_rank = 1\n",
+            storage.display()
+        ),
+    )?;
+    let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let experiment = storage.join("slow");
+    let out = rtune(&["show", experiment.to_str().unwrap(), "0"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let table = stdout.split_once("ranks, means over 4 reports").context(stdout.to_string())?.1;
+    let row =
+        |rank: &str| table.lines().find(|l| l.trim_start().starts_with(rank)).unwrap_or_default();
+    ensure!(row("1 ").ends_with("straggler"), "rank 1 is not marked:\n{stdout}");
+    ensure!(!row("0 ").contains("straggler"), "rank 0 is marked:\n{stdout}");
+    // The per-rank figures are a table of their own, not columns of the results.
+    ensure!(!stdout.contains("ranks/1/time_step_s"), "{stdout}");
+    Ok(())
+}

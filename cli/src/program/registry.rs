@@ -196,7 +196,8 @@ impl Trainables {
                     .with("iterations", 20)
                     .with("seed", 0)
                     .with("sleep_s", 0.0)
-                    .with("fail_at", 0),
+                    .with("fail_at", 0)
+                    .with("slow_rank", -1),
             )
             .data("digits-mlp", builtins.digits_data)
             .metrics("digits-mlp", &["loss", "val_loss", "val_acc", "params"])
@@ -212,6 +213,7 @@ impl Trainables {
             .range("synthetic-curve", "seed", 0.0..=i64::MAX as f64)
             .range("synthetic-curve", "sleep_s", 0.0..=86_400.0)
             .range("synthetic-curve", "fail_at", 0.0..=1e9)
+            .range("synthetic-curve", "slow_rank", -1.0..=1e5)
     }
 
     /// Adds (or replaces) a train function under `name`. Its `defaults` declare the params it
