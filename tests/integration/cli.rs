@@ -750,6 +750,35 @@ pub fn known_points_run_first_and_brackets_are_shown() -> Result<()> {
     Ok(())
 }
 
+/// In a real terminal, the selected trial's slow rank (`synthetic-curve`'s `slow_rank`) shows
+/// over its log, marked a straggler.
+pub fn tui_marks_a_straggler_in_a_real_terminal() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("slow.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"slow\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [scaling]\nnum_workers = 2\n[param_space]\niterations = 100\nsleep_s = 0.1\n\
+             slow_rank = 1\n",
+            dir.path().join("results").display()
+        ),
+    )?;
+    let tmux = Tmux::new()?;
+    let run_exit = dir.path().join("run.exit");
+    let command =
+        format!("{RTUNE} run {}; echo $? > {}; sleep 600", file.display(), run_exit.display());
+    tmux.start("slow", &command)?;
+    let screen = tmux.wait_for_screen("slow", &["rank 1: step", "straggler"])?;
+    let line = |needle: &str| screen.lines().find(|l| l.contains(needle)).unwrap_or_default();
+    ensure!(line("rank 1: step").contains("straggler"), "{screen}");
+    ensure!(!line("rank 0: step").contains("straggler"), "{screen}");
+    tmux.run(&["send-keys", "-t", "slow", "x"])?;
+    let code = exit_code(&run_exit, Duration::from_secs(60))?;
+    ensure!(code == "3", "rtune run exited {code}");
+    Ok(())
+}
+
 pub fn tui_in_a_real_terminal() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = sweep_file(dir.path(), 0.15)?;

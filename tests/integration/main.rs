@@ -445,6 +445,10 @@ fn main() {
         test("cli::sweep_file_mistakes_are_named", cli::sweep_file_mistakes_are_named),
         test("cli::tui_in_a_real_terminal", cli::tui_in_a_real_terminal),
         test(
+            "cli::tui_marks_a_straggler_in_a_real_terminal",
+            cli::tui_marks_a_straggler_in_a_real_terminal,
+        ),
+        test(
             "cli::tui_at_80x24_keeps_the_chart_and_the_cutoffs",
             cli::tui_at_80x24_keeps_the_chart_and_the_cutoffs,
         ),

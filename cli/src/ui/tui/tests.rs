@@ -338,3 +338,22 @@ fn a_multi_objective_sweep_marks_its_front() {
     // The curve follows the first objective.
     assert!(text.contains("loss by iteration"), "{text}");
 }
+
+/// The selected trial's ranks show over its log, as its latest result measured them: a rank
+/// busy 1.2x the median marked a straggler, ranks starved of data said input-bound.
+#[test]
+fn the_selected_trials_ranks_show_a_straggler_and_starved_inputs() {
+    let mut m = model();
+    let mut last = result(3.0, 0.95);
+    for (rank, (step, data, collective)) in [(0.3, 0.1, 0.2), (0.3, 0.1, 0.0)].iter().enumerate() {
+        last.insert(format!("ranks/{rank}/time_step_s"), *step);
+        last.insert(format!("ranks/{rank}/time_data_s"), *data);
+        last.insert(format!("ranks/{rank}/time_collective_s"), *collective);
+    }
+    m.apply(&Event::Result(info(1, 0.01), last));
+    let text = screen(&m, &best_first(), 120, 30);
+    let line = |needle: &str| text.lines().find(|l| l.contains(needle)).unwrap_or_default();
+    assert!(line("rank 1: step 0.300s, busy 0.300s").contains("straggler"), "{text}");
+    assert!(!line("rank 0: step 0.300s, busy 0.100s").contains("straggler"), "{text}");
+    assert!(text.contains("input-bound: the ranks wait for data 33% of their steps"), "{text}");
+}

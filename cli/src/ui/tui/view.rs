@@ -364,19 +364,54 @@ fn render_chart(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Opti
     frame.render_widget(chart, area);
 }
 
+/// The selected trial's ranks (as its latest result measured them: a straggler marked, an
+/// input-bound trial said), then its log's tail.
 fn render_log(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option<usize>) {
-    let (title, lines) = match selected {
-        Some(i) => (
-            format!(" log of {} ", model.trials()[i].id),
-            model.log_tail(i, area.height.saturating_sub(2) as usize),
-        ),
+    let height = area.height.saturating_sub(2) as usize;
+    let (title, text) = match selected {
+        Some(i) => {
+            let trial = &model.trials()[i];
+            let mut text = rank_lines(&trial.last);
+            let tail = model.log_tail(i, height.saturating_sub(text.len()));
+            text.extend(tail.into_iter().map(Line::from));
+            (format!(" log of {} ", trial.id), text)
+        }
         None => (" log ".into(), Vec::new()),
     };
-    let text: Vec<Line> = lines.into_iter().map(Line::from).collect();
     frame.render_widget(
         Paragraph::new(text).block(Block::default().borders(Borders::ALL).title(title)),
         area,
     );
+}
+
+/// A line per rank of a trial with several (a straggler in yellow), and one where its ranks
+/// wait for data too long; none otherwise.
+fn rank_lines(last: &rtune_searchers::Metrics) -> Vec<Line<'static>> {
+    let Some(ranks) = crate::inspect::ranks(std::slice::from_ref(last)) else { return Vec::new() };
+    let mut lines = Vec::new();
+    if ranks.ranks.len() > 1 {
+        for (rank, r) in ranks.ranks.iter().enumerate() {
+            let text = format!(
+                "rank {rank}: step {:.3}s, busy {:.3}s, data {:.0}%, collective {:.0}%{}",
+                r.step_s,
+                r.busy_s,
+                r.data_share * 100.0,
+                r.collective_share * 100.0,
+                if r.straggler { "  straggler" } else { "" }
+            );
+            let style = match r.straggler {
+                true => Style::default().fg(Color::Yellow),
+                false => Style::default().fg(Color::DarkGray),
+            };
+            lines.push(Line::styled(text, style));
+        }
+    }
+    if let Some(share) = ranks.input_bound {
+        let text =
+            format!("input-bound: the ranks wait for data {:.0}% of their steps", share * 100.0);
+        lines.push(Line::styled(text, Style::default().fg(Color::Yellow)));
+    }
+    lines
 }
 
 /// ASHA's rungs (milestone, results recorded, the cutoff now) or PBT's latest exploits.
