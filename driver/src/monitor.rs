@@ -656,6 +656,16 @@ mod tests {
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }
+        // Every per-rank series the Grafana dashboard names is one the monitor has (the others
+        // are checked against a scraped sweep: tests/integration/monitoring.rs).
+        let dashboard = include_str!("../../deploy/grafana/rtune.json");
+        let names = dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        for name in names.filter(|n| n.starts_with("rtune_rank_")) {
+            assert!(
+                text.contains(&format!("\n{name}")),
+                "the dashboard's {name} is not in\n{text}"
+            );
+        }
         monitor.on_trial_complete(&b).unwrap();
         assert!(!monitor.render().contains("trial=\"b\""), "b's series stay after its end");
         monitor.on_trial_complete(&TrialInfo { stopped: true, ..a.clone() }).unwrap();
