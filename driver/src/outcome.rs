@@ -103,20 +103,6 @@ impl Checkpoint {
     }
 }
 
-/// A report that every rank has made: rank 0's metrics and checkpoint.
-#[derive(Debug)]
-pub(crate) struct GroupReport {
-    /// `training_iteration` of this report (counting iterations before a resume).
-    pub iteration: u64,
-    pub metrics_json: String,
-    pub checkpoint: String,
-    /// Checkpoints of earlier reports now whole in the object store (`upload = "async"`).
-    pub uploaded: Vec<String>,
-    /// Where each rank's time went since its last report, in rank order (empty where the
-    /// workers did not say).
-    pub ranks: Vec<crate::proto::RankTimes>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

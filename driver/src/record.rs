@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::config::{CheckpointConfig, RunConfig};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, from_wire, number_or_tag};
-use crate::outcome::{Checkpoint, GroupReport, TrainResult, WorkerFailure};
+use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 use crate::storage::checkpoint::{self, Fence};
 use crate::storage::remote::Remote;
 use crate::storage::{ResultFiles, Row, read_lines_at, unix_time};
@@ -611,6 +611,20 @@ fn progress_line(metrics: &Metrics, checkpoint: &str) -> String {
         line.push_str(&format!("  [{checkpoint}]"));
     }
     line
+}
+
+/// A report that every rank has made: rank 0's metrics and checkpoint.
+#[derive(Debug)]
+pub(crate) struct GroupReport {
+    /// `training_iteration` of this report (counting iterations before a resume).
+    pub iteration: u64,
+    pub metrics_json: String,
+    pub checkpoint: String,
+    /// Checkpoints of earlier reports now whole in the object store (`upload = "async"`).
+    pub uploaded: Vec<String>,
+    /// Where each rank's time went since its last report, in rank order (empty where the
+    /// workers did not say).
+    pub ranks: Vec<crate::proto::RankTimes>,
 }
 
 /// The ranks' times in a report's row: rank 0's as `time_step_s`, `time_data_s` and

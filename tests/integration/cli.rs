@@ -754,16 +754,7 @@ pub fn known_points_run_first_and_brackets_are_shown() -> Result<()> {
 /// over its log, marked a straggler.
 pub fn tui_marks_a_straggler_in_a_real_terminal() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let file = dir.path().join("slow.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"slow\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
-             [scaling]\nnum_workers = 2\n[param_space]\niterations = 100\nsleep_s = 0.1\n\
-             slow_rank = 1\n",
-            dir.path().join("results").display()
-        ),
-    )?;
+    let file = crate::monitoring::slow_rank_sweep(dir.path(), 100)?;
     let tmux = Tmux::new()?;
     let run_exit = dir.path().join("run.exit");
     let command =

@@ -296,21 +296,29 @@ pub fn the_head_serves_its_pool_to_prometheus() -> Result<()> {
     Ok(())
 }
 
+/// A sweep file (`dir/slow.toml`) of one `synthetic-curve` trial of 2 ranks reporting
+/// `iterations` times, rank 1 slowed on purpose (`slow_rank`); its experiment is
+/// `dir/results/slow`.
+pub(crate) fn slow_rank_sweep(dir: &Path, iterations: u32) -> Result<std::path::PathBuf> {
+    let file = dir.join("slow.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"slow\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [scaling]\nnum_workers = 2\n[param_space]\niterations = {iterations}\n\
+             sleep_s = 0.1\nslow_rank = 1\n",
+            dir.join("results").display()
+        ),
+    )?;
+    Ok(file)
+}
+
 /// A rank slowed on purpose (`synthetic-curve`'s `slow_rank`) is marked a straggler in
 /// `rtune show DIR TRIAL`, from the trial's files.
 pub fn a_slow_rank_is_marked_a_straggler() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let storage = dir.path().join("results");
-    let file = dir.path().join("sweep.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"slow\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
-             [scaling]\nnum_workers = 2\n[param_space]\niterations = 4\nsleep_s = 0.1\n\
-             slow_rank = 1\n",
-            storage.display()
-        ),
-    )?;
+    let file = slow_rank_sweep(dir.path(), 4)?;
     let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.success(), "{}", text(&out));
     let experiment = storage.join("slow");

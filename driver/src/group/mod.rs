@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::error::Result;
-pub(crate) use crate::outcome::GroupReport;
 use crate::outcome::WorkerFailure;
+pub(crate) use crate::record::GroupReport;
 
 pub(crate) use attempt::run_attempt;
 
