@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use rtune_searchers::Metrics;
 use serde_json::json;
 
+use rtune_driver::metrics::{RankFigures, rank_figures};
 use rtune_driver::outcome::error_summary;
 use rtune_driver::tune::experiment::can_restore;
 use rtune_driver::tune::{ResultGrid, SweepState, TrialResult, sweep_state};
@@ -452,9 +453,7 @@ pub fn show(
                 println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
             // The ranks' times have a table of their own, below.
-            let per_rank = |k: &str| {
-                rtune_driver::metrics::RANK_METRICS.contains(&k) || k.starts_with("ranks/")
-            };
+            let per_rank = rtune_driver::metrics::is_rank_figure;
             let mut names: Vec<String> = Vec::new();
             for m in t.history() {
                 for k in m.keys() {
@@ -532,39 +531,32 @@ pub(crate) const INPUT_BOUND: f64 = 0.2;
 /// The ranks' figures of a trial's rows (`time_step_s` .., `ranks/R/..`); None where no
 /// worker measured them.
 pub(crate) fn ranks(history: &[Metrics]) -> Option<Ranks> {
-    let last = history.last()?;
-    let several =
-        (0..).take_while(|r| last.contains_key(&format!("ranks/{r}/time_step_s"))).count();
-    if several == 0 && !last.contains_key("time_step_s") {
-        return None;
+    let rows: Vec<Vec<RankFigures>> =
+        history.iter().map(rank_figures).filter(|r| !r.is_empty()).collect();
+    // The rows of the group as it is now (a resume with other scaling changes its ranks).
+    let count = rows.last()?.len();
+    let rows: Vec<&Vec<RankFigures>> = rows.iter().filter(|r| r.len() == count).collect();
+    // Each rank's sums over the rows: step, data, collective, bytes.
+    let mut sums = vec![[0.0; 4]; count];
+    for row in &rows {
+        for (sum, f) in sums.iter_mut().zip(row.iter()) {
+            let bytes = f.collective_bytes.unwrap_or(0.0);
+            for (s, x) in sum.iter_mut().zip([f.step_s, f.data_s, f.collective_s, bytes]) {
+                *s += x;
+            }
+        }
     }
-    let key = |rank: usize, name: &str| match several {
-        0 => name.to_owned(),
-        _ => format!("ranks/{rank}/{name}"),
-    };
-    let rows: Vec<&Metrics> =
-        history.iter().filter(|m| m.contains_key(&key(0, "time_step_s"))).collect();
-    let sum = |rank: usize, name: &str| -> f64 {
-        let key = key(rank, name);
-        rows.iter().filter_map(|m| m.get(&key)).sum()
-    };
     let n = rows.len() as f64;
     let share = |part: f64, whole: f64| if whole > 0.0 { part / whole } else { 0.0 };
-    let mut ranks: Vec<RankSummary> = (0..several.max(1))
-        .map(|rank| {
-            let (step, data, collective) = (
-                sum(rank, "time_step_s"),
-                sum(rank, "time_data_s"),
-                sum(rank, "time_collective_s"),
-            );
-            RankSummary {
-                step_s: step / n,
-                busy_s: (step - collective).max(0.0) / n,
-                data_share: share(data, step),
-                collective_share: share(collective, step),
-                bytes: sum(rank, "collective_bytes") / n,
-                straggler: false,
-            }
+    let mut ranks: Vec<RankSummary> = sums
+        .iter()
+        .map(|&[step, data, collective, bytes]| RankSummary {
+            step_s: step / n,
+            busy_s: (step - collective).max(0.0) / n,
+            data_share: share(data, step),
+            collective_share: share(collective, step),
+            bytes: bytes / n,
+            straggler: false,
         })
         .collect();
     if ranks.len() > 1 {
@@ -579,9 +571,7 @@ pub(crate) fn ranks(history: &[Metrics]) -> Option<Ranks> {
             r.straggler = r.busy_s >= STRAGGLER * median && r.busy_s - median >= 1e-3;
         }
     }
-    let (data, step): (f64, f64) = (0..ranks.len())
-        .map(|r| (sum(r, "time_data_s"), sum(r, "time_step_s")))
-        .fold((0.0, 0.0), |(d, s), (d1, s1)| (d + d1, s + s1));
+    let (data, step) = sums.iter().fold((0.0, 0.0), |(d, s), sum| (d + sum[1], s + sum[0]));
     let input_bound = Some(share(data, step)).filter(|s| *s > INPUT_BOUND);
     Some(Ranks { ranks, reports: rows.len(), input_bound })
 }

@@ -12,12 +12,96 @@ pub const AUTO_METRICS: [&str; 5] =
     ["training_iteration", "time_total_s", "time_this_iter_s", "timestamp", "checkpoint_dir_name"];
 
 /// Names rtune adds to a report where the workers measured them: rank 0's time (see
-/// `record`'s rows); with several ranks, each rank's is under `ranks/R/`.
+/// [`add_rank_figures`]); with several ranks, each rank's is under `ranks/R/`.
 pub const RANK_METRICS: [&str; 3] = ["time_step_s", "time_data_s", "time_collective_s"];
 
 /// Whether rtune, not the train function, puts `name` into reports.
 pub fn added_by_rtune(name: &str) -> bool {
-    AUTO_METRICS.contains(&name) || RANK_METRICS.contains(&name) || name.starts_with("ranks/")
+    AUTO_METRICS.contains(&name) || is_rank_figure(name)
+}
+
+/// Whether `name` is one of the ranks' figures ([`add_rank_figures`]).
+pub fn is_rank_figure(name: &str) -> bool {
+    RANK_METRICS.contains(&name) || name.starts_with("ranks/")
+}
+
+/// A rank's time between two reports, as a report's metrics hold it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RankFigures {
+    /// The train function's time from the last report's return to this report.
+    pub step_s: f64,
+    /// The part of it spent waiting for the next batch.
+    pub data_s: f64,
+    /// The part of it spent in collectives.
+    pub collective_s: f64,
+    /// The bytes the rank put into them; kept in the metrics with several ranks only.
+    pub collective_bytes: Option<f64>,
+}
+
+impl From<&crate::proto::RankTimes> for RankFigures {
+    fn from(t: &crate::proto::RankTimes) -> Self {
+        RankFigures {
+            step_s: t.step_s,
+            data_s: t.data_s,
+            collective_s: t.collective_s,
+            collective_bytes: Some(t.collective_bytes as f64),
+        }
+    }
+}
+
+/// Writes the ranks' figures (in rank order) into a report's metrics: rank 0's as
+/// `time_step_s`, `time_data_s` and `time_collective_s` (Ray's flat keys), and with several
+/// ranks each rank's as `ranks/R/time_step_s`, .., and `ranks/R/collective_bytes`. A metric the
+/// train function reported under one of these names is kept as it reported it.
+pub fn add_rank_figures(metrics: &mut Metrics, ranks: &[RankFigures]) {
+    let times = |f: &RankFigures| {
+        [
+            ("time_step_s", f.step_s),
+            ("time_data_s", f.data_s),
+            ("time_collective_s", f.collective_s),
+        ]
+    };
+    if let Some(first) = ranks.first() {
+        for (key, value) in times(first) {
+            metrics.entry(key.into()).or_insert(value);
+        }
+    }
+    if ranks.len() > 1 {
+        for (rank, f) in ranks.iter().enumerate() {
+            for (key, value) in times(f) {
+                metrics.entry(format!("ranks/{rank}/{key}")).or_insert(value);
+            }
+            let bytes = f.collective_bytes.unwrap_or(0.0);
+            metrics.entry(format!("ranks/{rank}/collective_bytes")).or_insert(bytes);
+        }
+    }
+}
+
+/// The ranks' figures a report's metrics hold, as [`add_rank_figures`] wrote them, in rank
+/// order; empty where no worker measured them.
+pub fn rank_figures(metrics: &Metrics) -> Vec<RankFigures> {
+    let figure = |key: &str| metrics.get(key).copied();
+    let mut ranks = Vec::new();
+    while let Some(step_s) = figure(&format!("ranks/{}/time_step_s", ranks.len())) {
+        let of = |name: &str| figure(&format!("ranks/{}/{name}", ranks.len()));
+        ranks.push(RankFigures {
+            step_s,
+            data_s: of("time_data_s").unwrap_or(0.0),
+            collective_s: of("time_collective_s").unwrap_or(0.0),
+            collective_bytes: of("collective_bytes"),
+        });
+    }
+    if ranks.is_empty()
+        && let Some(step_s) = figure("time_step_s")
+    {
+        ranks.push(RankFigures {
+            step_s,
+            data_s: figure("time_data_s").unwrap_or(0.0),
+            collective_s: figure("time_collective_s").unwrap_or(0.0),
+            collective_bytes: None,
+        });
+    }
+    ranks
 }
 
 /// Anything `TrainContext::report` accepts as metrics.
@@ -178,6 +262,27 @@ pub fn param_text(v: &rtune_searchers::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ranks' figures read back as they were written; a metric the train function
+    /// reported under one of their names is kept; one rank's bytes are not in the row.
+    #[test]
+    fn rank_figures_read_back_as_written() {
+        let figures = |step: f64| RankFigures {
+            step_s: step,
+            data_s: 0.1,
+            collective_s: 0.2,
+            collective_bytes: Some(4000.0),
+        };
+        let mut two = Metrics::from([("time_data_s".to_string(), 7.0)]);
+        add_rank_figures(&mut two, &[figures(1.0), figures(2.0)]);
+        assert_eq!(rank_figures(&two), [figures(1.0), figures(2.0)]);
+        assert_eq!((two["time_step_s"], two["time_data_s"]), (1.0, 7.0));
+        let mut one = Metrics::new();
+        add_rank_figures(&mut one, &[figures(1.0)]);
+        assert_eq!(rank_figures(&one), [RankFigures { collective_bytes: None, ..figures(1.0) }]);
+        assert!(one.keys().all(|k| is_rank_figure(k)), "{one:?}");
+        assert_eq!(rank_figures(&Metrics::new()), []);
+    }
     use serde_json::json;
 
     #[test]

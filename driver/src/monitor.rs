@@ -42,7 +42,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use rtune_searchers::{Metrics, Mode, TrialStatus};
 
 use crate::callback::{Callback, ExperimentInfo, TrialInfo};
@@ -158,48 +158,37 @@ impl Monitor {
     /// figures, as for a sweep on a cluster, whose head serves them).
     pub fn new(pool: impl Fn() -> Option<PoolStatus> + Send + Sync + 'static) -> Monitor {
         let mut registry = Registry::with_prefix("rtune");
-        let trials = Family::<StatusLabel, Gauge>::default();
-        registry.register("trials", "Trials by status", trials.clone());
-        let results = Counter::default();
-        registry.register("results", "Results the trials reported", results.clone());
-        let decisions = Family::<DecisionLabel, Counter>::default();
+        let r = &mut registry;
+        let trials: Family<StatusLabel, Gauge> =
+            registered(r, "trials", "Trials by status", Family::default());
+        let results = registered(r, "results", "Results the trials reported", Counter::default());
         let what = "Trials stopped (stop) or paused (pause) by the scheduler or the sweep";
-        registry.register("scheduler_decisions", what, decisions.clone());
-        let best = Family::<ObjectiveLabels, FloatGauge>::default();
-        registry.register(
-            "best_metric",
-            "The best value of the sweep's metric so far",
-            best.clone(),
-        );
-        let capacity = Family::<ResourceLabels, FloatGauge>::default();
-        registry.register("pool_capacity", "What each alive node offers", capacity.clone());
-        let used = Family::<ResourceLabels, FloatGauge>::default();
-        registry.register("pool_used", "What of each node's resources is reserved", used.clone());
-        let memory_capacity = Family::<NodeLabel, Gauge>::default();
+        let decisions: Family<DecisionLabel, Counter> =
+            registered(r, "scheduler_decisions", what, Family::default());
+        let what = "The best value of the sweep's metric so far";
+        let best = registered(r, "best_metric", what, Family::default());
+        let what = "What each alive node offers";
+        let capacity = registered(r, "pool_capacity", what, Family::default());
+        let what = "What of each node's resources is reserved";
+        let used = registered(r, "pool_used", what, Family::default());
         let what = "Each alive node's memory, in bytes";
-        registry.register("pool_memory_capacity_bytes", what, memory_capacity.clone());
-        let memory_used = Family::<NodeLabel, Gauge>::default();
+        let memory_capacity = registered(r, "pool_memory_capacity_bytes", what, Family::default());
         let what = "What of each node's memory is reserved, in bytes";
-        registry.register("pool_memory_used_bytes", what, memory_used.clone());
-        let waiting = Gauge::default();
+        let memory_used = registered(r, "pool_memory_used_bytes", what, Family::default());
         let what = "Worker groups (trials) waiting for resources";
-        registry.register("pool_waiting_groups", what, waiting.clone());
-        let resident = Gauge::default();
+        let waiting = registered(r, "pool_waiting_groups", what, Gauge::default());
         let what = "The driver process's resident memory, in bytes";
-        registry.register("driver_resident_memory_bytes", what, resident.clone());
-        // Every status and decision is a series from the start (at 0), not from its first.
-        let steps: Steps = Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
+        let resident = registered(r, "driver_resident_memory_bytes", what, Gauge::default());
         let what = "Each rank's steps (from one report to the next), in seconds";
-        registry.register("rank_step_seconds", what, steps.clone());
-        let data_wait = Family::<RankLabels, FloatCounter>::default();
+        let steps: Steps = Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
+        let steps = registered(r, "rank_step_seconds", what, steps);
         let what = "Each rank's time waiting for the next batch, in seconds";
-        registry.register("rank_data_wait_seconds", what, data_wait.clone());
-        let collective = Family::<RankLabels, FloatCounter>::default();
+        let data_wait = registered(r, "rank_data_wait_seconds", what, Family::default());
         let what = "Each rank's time in collectives, in seconds";
-        registry.register("rank_collective_seconds", what, collective.clone());
-        let collective_bytes = Family::<RankLabels, Counter>::default();
+        let collective = registered(r, "rank_collective_seconds", what, Family::default());
         let what = "The bytes each rank put into collectives";
-        registry.register("rank_collective_bytes", what, collective_bytes.clone());
+        let collective_bytes = registered(r, "rank_collective_bytes", what, Family::default());
+        // Every status and decision is a series from the start (at 0), not from its first.
         for status in STATUSES {
             trials.get_or_create(&StatusLabel { status: status.name() }).set(0);
         }
@@ -268,57 +257,27 @@ impl Monitor {
     /// The ranks' times a result carries, into their series: rank 0's as the row's
     /// `time_step_s` .. with one rank, each rank's as `ranks/R/..` with several.
     fn count_ranks(&self, trial: &TrialInfo, result: &Metrics) {
-        let Some(&step) = result.get("time_step_s") else { return };
-        let labels =
-            |rank: usize| RankLabels { trial: trial.trial_id.clone(), rank: rank.to_string() };
-        let mut ranks = 0;
-        if result.contains_key("ranks/0/time_step_s") {
-            while let Some(&step) = result.get(&format!("ranks/{ranks}/time_step_s")) {
-                let figure = |key: &str| result.get(&format!("ranks/{ranks}/{key}")).copied();
-                self.count_rank(
-                    &labels(ranks),
-                    step,
-                    figure("time_data_s"),
-                    figure("time_collective_s"),
-                    figure("collective_bytes"),
-                );
-                ranks += 1;
+        let ranks = crate::metrics::rank_figures(result);
+        if ranks.is_empty() {
+            return;
+        }
+        let inner = &self.0;
+        for (rank, f) in ranks.iter().enumerate() {
+            let labels = RankLabels { trial: trial.trial_id.clone(), rank: rank.to_string() };
+            inner.steps.get_or_create(&labels).observe(f.step_s);
+            if f.data_s.is_finite() && f.data_s >= 0.0 {
+                inner.data_wait.get_or_create(&labels).inc_by(f.data_s);
             }
-        } else {
-            let figure = |key: &str| result.get(key).copied();
-            self.count_rank(
-                &labels(0),
-                step,
-                figure("time_data_s"),
-                figure("time_collective_s"),
-                None,
-            );
-            ranks = 1;
+            if f.collective_s.is_finite() && f.collective_s >= 0.0 {
+                inner.collective.get_or_create(&labels).inc_by(f.collective_s);
+            }
+            if let Some(bytes) = f.collective_bytes.filter(|b| b.is_finite() && *b >= 0.0) {
+                inner.collective_bytes.get_or_create(&labels).inc_by(bytes as u64);
+            }
         }
         let mut sweep = self.sweep();
         let known = sweep.ranks.entry(trial.trial_id.clone()).or_default();
-        *known = (*known).max(ranks);
-    }
-
-    fn count_rank(
-        &self,
-        labels: &RankLabels,
-        step: f64,
-        data: Option<f64>,
-        collective: Option<f64>,
-        bytes: Option<f64>,
-    ) {
-        let inner = &self.0;
-        inner.steps.get_or_create(labels).observe(step);
-        if let Some(data) = data.filter(|d| d.is_finite() && *d >= 0.0) {
-            inner.data_wait.get_or_create(labels).inc_by(data);
-        }
-        if let Some(collective) = collective.filter(|c| c.is_finite() && *c >= 0.0) {
-            inner.collective.get_or_create(labels).inc_by(collective);
-        }
-        if let Some(bytes) = bytes.filter(|b| b.is_finite() && *b >= 0.0) {
-            inner.collective_bytes.get_or_create(labels).inc_by(bytes as u64);
-        }
+        *known = (*known).max(ranks.len());
     }
 
     /// The trial's rank series leave the endpoint (it ended, or paused and gave back its
@@ -337,6 +296,12 @@ impl Monitor {
     fn decided(&self, decision: &'static str) {
         self.0.decisions.get_or_create(&DecisionLabel { decision }).inc();
     }
+}
+
+/// `metric`, registered in `registry` under `name` with `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 /// Prometheus' text format (0.0.4) of `openmetrics`, an OpenMetrics text of gauges, counters

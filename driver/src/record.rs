@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::config::{CheckpointConfig, RunConfig};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, from_wire, number_or_tag};
+use crate::metrics::{Metrics, RankFigures, from_wire, number_or_tag};
 use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 use crate::storage::checkpoint::{self, Fence};
 use crate::storage::remote::Remote;
@@ -323,7 +323,8 @@ impl RunState {
         metrics.insert("time_this_iter_s".into(), (now - self.last_report).as_secs_f64());
         metrics.insert("timestamp".into(), unix_time().floor());
         self.last_report = now;
-        add_rank_times(&mut metrics, &report.ranks);
+        let ranks: Vec<RankFigures> = report.ranks.iter().map(RankFigures::from).collect();
+        crate::metrics::add_rank_figures(&mut metrics, &ranks);
         let mut row: Row = metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
         if !report.checkpoint.is_empty() {
             row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
@@ -625,34 +626,6 @@ pub(crate) struct GroupReport {
     /// Where each rank's time went since its last report, in rank order (empty where the
     /// workers did not say).
     pub ranks: Vec<crate::proto::RankTimes>,
-}
-
-/// The ranks' times in a report's row: rank 0's as `time_step_s`, `time_data_s` and
-/// `time_collective_s` (Ray's flat keys), and with several ranks each rank's as
-/// `ranks/R/time_step_s`, .., and `ranks/R/collective_bytes`. A metric the train function
-/// reported under one of these names is kept as it reported it.
-fn add_rank_times(metrics: &mut Metrics, ranks: &[crate::proto::RankTimes]) {
-    let figures = |t: &crate::proto::RankTimes| {
-        [
-            ("time_step_s", t.step_s),
-            ("time_data_s", t.data_s),
-            ("time_collective_s", t.collective_s),
-        ]
-    };
-    if let Some(first) = ranks.first() {
-        for (key, value) in figures(first) {
-            metrics.entry(key.into()).or_insert(value);
-        }
-    }
-    if ranks.len() > 1 {
-        for (rank, t) in ranks.iter().enumerate() {
-            for (key, value) in figures(t) {
-                metrics.entry(format!("ranks/{rank}/{key}")).or_insert(value);
-            }
-            let bytes = t.collective_bytes as f64;
-            metrics.entry(format!("ranks/{rank}/collective_bytes")).or_insert(bytes);
-        }
-    }
 }
 
 #[cfg(test)]
