@@ -72,3 +72,28 @@ pub fn python(script: &str, args: &[&std::path::Path]) -> anyhow::Result<Vec<u8>
     );
     Ok(out.stdout)
 }
+
+/// A process killed (and reaped) when dropped: a server a test started.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The answer to `GET path` on 127.0.0.1:`port` (HTTP/1.0, so the server closes), with `token`
+/// as a bearer token where given: its status line and its body.
+pub fn http_get(port: u16, path: &str, token: Option<&str>) -> anyhow::Result<(String, String)> {
+    use anyhow::Context;
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP response")?;
+    Ok((head.lines().next().unwrap_or_default().to_owned(), body.to_owned()))
+}

@@ -4,15 +4,15 @@
 //! endpoint's answer; an endpoint off loopback needs the cluster token; a cluster's head
 //! serves its pool.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::cli::{RTUNE, rtune};
-use crate::common::{text, wait_for};
+use crate::common::{Killed, http_get, text, wait_for};
 
 /// Two quick trials and one that sleeps 30 s before its first report: while it sleeps, the
 /// sweep holds still (2 TERMINATED with 3 results each, 1 RUNNING).
@@ -33,30 +33,8 @@ mode = "max"
 max_concurrent_trials = 3
 "#;
 
-/// A process stopped (killed) when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// The answer to `GET path` on 127.0.0.1:`port` (HTTP/1.0): its status line and body.
-fn get(port: u16, path: &str, token: Option<&str>) -> Result<(String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP response")?;
-    Ok((head.lines().next().unwrap_or_default().to_owned(), body.to_owned()))
 }
 
 /// Prometheus on 127.0.0.1, scraping `target` every second, with its data in `dir`.
@@ -80,7 +58,7 @@ fn prometheus(dir: &Path, target: &str) -> Result<(Killed, u16)> {
         .context("prometheus (make test installs Debian's prometheus package)")?;
     let server = Killed(child);
     wait_for(Duration::from_secs(60), || {
-        Ok(get(port, "/-/ready", None).is_ok_and(|(s, _)| s.contains("200")))
+        Ok(http_get(port, "/-/ready", None).is_ok_and(|(s, _)| s.contains("200")))
     })?;
     Ok((server, port))
 }
@@ -94,7 +72,7 @@ fn series(port: u16, query: &str) -> Result<Vec<serde_json::Value>> {
             _ => format!("%{b:02X}"),
         })
         .collect();
-    let (status, body) = get(port, &format!("/api/v1/query?query={encoded}"), None)?;
+    let (status, body) = http_get(port, &format!("/api/v1/query?query={encoded}"), None)?;
     ensure!(status.contains("200"), "{status}: {body}");
     let json: serde_json::Value = serde_json::from_str(&body)?;
     ensure!(json["status"] == "success", "{query}: {body}");
@@ -135,7 +113,7 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
             && query(prometheus_port, "rtune_trials{status=\"RUNNING\"}")? == Some(1.0))
     };
     if let Err(e) = wait_for(Duration::from_secs(60), settled) {
-        let (_, body) = get(port, "/metrics", None).unwrap_or_default();
+        let (_, body) = http_get(port, "/metrics", None).unwrap_or_default();
         bail!(
             "{e}: Prometheus never saw 2 trials TERMINATED and 1 RUNNING; the endpoint says:\n{body}"
         );
@@ -155,7 +133,7 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
     let used = query(prometheus_port, "sum(rtune_pool_used{resource=\"CPU\"})")?;
     ensure!(used == Some(1.0), "pool use {used:?}");
     // What promtool says of the endpoint's answer.
-    let (_, body) = get(port, "/metrics", None)?;
+    let (_, body) = http_get(port, "/metrics", None)?;
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -168,7 +146,7 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
     // Every query of the Grafana dashboard (deploy/grafana/rtune.json) is one Prometheus
     // reads, naming only series the endpoint has, and answers with data; the per-rank ones
     // have data once a trial with ranks reported (none has yet: the third sleeps).
-    let (_, endpoint) = get(port, "/metrics", None)?;
+    let (_, endpoint) = http_get(port, "/metrics", None)?;
     let families: Vec<&str> =
         endpoint.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
     let dashboard: serde_json::Value =
@@ -236,12 +214,12 @@ pub fn the_endpoint_off_loopback_needs_the_token() -> Result<()> {
             .stderr(Stdio::null())
             .spawn()?,
     );
-    wait_for(Duration::from_secs(60), || Ok(get(port, "/metrics", Some("s3cret")).is_ok()))?;
-    let (status, _) = get(port, "/metrics", None)?;
+    wait_for(Duration::from_secs(60), || Ok(http_get(port, "/metrics", Some("s3cret")).is_ok()))?;
+    let (status, _) = http_get(port, "/metrics", None)?;
     ensure!(status.contains("401"), "without the token: {status}");
-    let (status, _) = get(port, "/metrics", Some("wrong"))?;
+    let (status, _) = http_get(port, "/metrics", Some("wrong"))?;
     ensure!(status.contains("401"), "with another token: {status}");
-    let (status, body) = get(port, "/metrics", Some("s3cret"))?;
+    let (status, body) = http_get(port, "/metrics", Some("s3cret"))?;
     ensure!(status.contains("200") && body.contains("rtune_trials"), "{status}\n{body}");
     let out = rtune(&["stop", storage.join("watched").to_str().unwrap()])?;
     ensure!(out.status.success(), "{}", text(&out));
@@ -289,7 +267,7 @@ pub fn the_head_serves_its_pool_to_prometheus() -> Result<()> {
     let wanted = ["resource=\"CPU\"} 3.0", "resource=\"tpu\"} 1.0", "rtune_pool_waiting_groups 0"];
     let mut body = String::new();
     let seen = wait_for(Duration::from_secs(30), || {
-        body = get(port, "/metrics", None)?.1;
+        body = http_get(port, "/metrics", None)?.1;
         Ok(wanted.iter().all(|w| body.contains(w)))
     });
     ensure!(seen.is_ok(), "the head's metrics never showed the node:\n{body}");

@@ -283,27 +283,11 @@ pub fn bad_optuna_journals_are_refused() -> Result<()> {
     Ok(())
 }
 
-/// A process killed when dropped.
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The body of `GET http://127.0.0.1:{port}{path}` (HTTP/1.0, so the server closes).
+/// The body of `GET http://127.0.0.1:{port}{path}`, which must answer 200.
 fn http_get(port: u16, path: &str) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP response")?;
-    ensure!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
-    Ok(body.to_owned())
+    let (status, body) = crate::common::http_get(port, path, None)?;
+    ensure!(status.starts_with("HTTP/1.0 200") || status.starts_with("HTTP/1.1 200"), "{status}");
+    Ok(body)
 }
 
 /// `optuna-dashboard` serves the sweep's journal: its API lists the study with every trial in
@@ -317,7 +301,7 @@ pub fn optuna_dashboard_shows_the_sweep() -> Result<()> {
     let grid = ResultGrid::from_path(dir.path().join("results/study"))?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dashboard = python().with_file_name("optuna-dashboard");
-    let _server = Server(
+    let _server = crate::common::Killed(
         Command::new(&dashboard)
             .arg(&journal)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
