@@ -12,7 +12,8 @@
 //!   `[scaling] sharding = "zero2"`): Adam's state split across the ranks.
 //! * `synthetic-curve`: a cheap learning-curve simulator for exercising schedulers without ML
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
-//!   `seed` (0), `sleep_s` (0), `fail_at` (0: never), `slow_rank` (-1: none; that rank sleeps
+//!   `seed` (0), `sleep_s` (0), `fail_at` (0: never; an error at that iteration), `panic_at`
+//!   (0: never; a panic at that iteration), `slow_rank` (-1: none; that rank sleeps
 //!   twice `sleep_s`, a straggler). Reports `score` (rising to `plateau`)
 //!   and `loss` = 1 - score, one result and one checkpoint per iteration; the curve is a
 //!   function of the params and the iteration, so a resumed trial continues it exactly.
@@ -201,6 +202,7 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
     let seed = p.get::<u64>("seed")?;
     let sleep = p.get::<f64>("sleep_s")?;
     let fail_at = p.get::<u64>("fail_at")?;
+    let panic_at = if p.contains("panic_at") { p.get::<u64>("panic_at")? } else { 0 };
     // Read where given (train_loop_configs written before it have none).
     let slow = p.contains("slow_rank") && p.get::<i64>("slow_rank")? == ctx.world_rank() as i64;
     let sleep_s = if slow { 2.0 * sleep } else { sleep };
@@ -213,6 +215,7 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
             std::thread::sleep(std::time::Duration::from_secs_f64(sleep_s));
         }
         anyhow::ensure!(t != fail_at, "synthetic failure at iteration {t} (param `fail_at`)");
+        assert!(t != panic_at, "synthetic panic at iteration {t} (param `panic_at`)");
         let score = synthetic_score(rate, plateau, noise, seed, t);
         let checkpoint = ctx.new_checkpoint()?.metadata(serde_json::json!({ "score": score }));
         ctx.report_with_checkpoint([("score", score), ("loss", 1.0 - score)], checkpoint)?;

@@ -38,6 +38,10 @@ pub enum Command {
         /// Override a key of the file: `--set tune.num_samples=8` (the value read as TOML).
         #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
         sets: Vec<String>,
+        /// Local mode, for a debugger or prints: each trial's train function runs in this
+        /// process, one trial at a time (as `--set scaling.num_workers=0`).
+        #[arg(long)]
+        local: bool,
         #[command(flatten)]
         output: Output,
     },

@@ -65,6 +65,7 @@ impl Sharding {
 /// How many workers a run has and what each one holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScalingConfig {
+    /// Worker processes per run; 0 is local mode (see [`ScalingConfig::local`]).
     pub num_workers: usize,
     pub use_gpu: bool,
     /// Resources held by each worker, e.g. `{"CPU": 1}` (the default) or `{"CPU": 2, "GPU": 0.5}`.
@@ -93,6 +94,25 @@ impl ScalingConfig {
             placement_strategy: PlacementStrategy::Pack,
             sharding: None,
         }
+    }
+
+    /// Local mode (Ray Train's `num_workers=0`): the train function runs in the calling process,
+    /// on a thread of its own, as the one rank of its group, with the same `TrainContext`,
+    /// reports, checkpoints and files, so a debugger can step through it and what it prints
+    /// reaches the terminal. Collectives are the identity; a sweep runs its trials one at a time.
+    /// The process must have started with `rtune::init()`.
+    pub fn local() -> Self {
+        ScalingConfig::workers(0)
+    }
+
+    /// Whether this is local mode (`num_workers = 0`).
+    pub fn is_local(&self) -> bool {
+        self.num_workers == 0
+    }
+
+    /// The ranks of the group: `num_workers`, or the one rank of local mode.
+    pub fn ranks(&self) -> usize {
+        self.num_workers.max(1)
     }
 
     /// Shards the optimizer state (ZeRO-1) or it and the gradients (ZeRO-2) across the workers.
@@ -137,10 +157,10 @@ impl ScalingConfig {
     /// Every mistake in the scaling, each naming its setting.
     pub fn problems(&self) -> Problems {
         let mut problems = Problems::new();
-        if !(1..=MAX_WORKERS).contains(&self.num_workers) {
+        if self.num_workers > MAX_WORKERS {
             let n = self.num_workers;
-            let why = if n == 0 { " (a run needs at least 1 worker)" } else { "" };
-            problems.push((Setting::NumWorkers, format!("is {n}; use 1 to {MAX_WORKERS}{why}")));
+            let message = format!("is {n}; use 1 to {MAX_WORKERS}, or 0 for local mode");
+            problems.push((Setting::NumWorkers, message));
         }
         for (name, &amount) in &self.resources_per_worker {
             if !amount.is_finite() || amount < 0.0 {
@@ -655,9 +675,12 @@ mod tests {
     }
 
     #[test]
-    fn zero_workers_is_a_clear_error() {
-        let err = ScalingConfig::workers(0).validate().unwrap_err().to_string();
-        assert!(err.contains("num_workers") && err.contains("is 0; use 1 to"), "{err}");
+    fn zero_workers_is_local_mode_and_too_many_a_clear_error() {
+        let local = ScalingConfig::local();
+        assert!(local.validate().is_ok() && local.is_local());
+        assert_eq!((local.ranks(), ScalingConfig::workers(3).ranks()), (1, 3));
+        let err = ScalingConfig::workers(MAX_WORKERS + 1).validate().unwrap_err().to_string();
+        assert!(err.contains("num_workers") && err.contains("or 0 for local mode"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub fn init() {
     // The driver's fork server (`sys::zygote`) forks workers that go on below, in `run_worker`.
     crate::sys::zygote::serve_if_asked(|| exit_now(run_worker()));
     if std::env::var_os(WORKER_ENV).is_none() {
+        // The driver's process: local mode (`ScalingConfig::local`) runs a worker here.
+        rtune_driver::group::set_in_process_runner(process::run);
         return;
     }
     exit_now(run_worker());

@@ -106,7 +106,10 @@ fn train(
     }
     let threads = reply.num_threads.max(1) as i32;
     tch::set_num_threads(threads);
-    tch::set_num_interop_threads(1);
+    // Once per process: libtorch refuses it after any parallel work (local mode runs one
+    // worker after another in the driver's process).
+    static INTEROP: std::sync::Once = std::sync::Once::new();
+    INTEROP.call_once(|| tch::set_num_interop_threads(1));
     let peers = reply
         .peers
         .iter()
@@ -248,12 +251,16 @@ fn parse_device(text: &str) -> Result<tch::Device> {
 /// lines kept), for the finish message.
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
+/// Once per process: local mode runs one worker after another in the driver's.
 fn install_panic_hook() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if let Ok(mut slot) = PANIC.lock() {
-            *slot = Some(info.to_string().replacen('\n', " ", 1));
-        }
-        default(info);
-    }));
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Ok(mut slot) = PANIC.lock() {
+                *slot = Some(info.to_string().replacen('\n', " ", 1));
+            }
+            default(info);
+        }));
+    });
 }

@@ -8,6 +8,7 @@ mod collective_process;
 mod command;
 mod common;
 mod data;
+mod debugging;
 mod docs;
 mod examples;
 mod front;
@@ -158,6 +159,18 @@ fn main() {
         test(
             "trainer::unrecorded_checkpoints_go_when_the_run_fails",
             trainer::unrecorded_checkpoints_go_when_the_run_fails,
+        ),
+        test(
+            "debugging::the_demo_sweep_runs_in_local_mode",
+            debugging::the_demo_sweep_runs_in_local_mode,
+        ),
+        test(
+            "debugging::a_panic_in_local_mode_fails_the_trial_not_the_sweep",
+            debugging::a_panic_in_local_mode_fails_the_trial_not_the_sweep,
+        ),
+        test(
+            "trainer::local_mode_runs_the_train_function_in_this_process",
+            trainer::local_mode_runs_the_train_function_in_this_process,
         ),
         test(
             "trainer::panicking_worker_fails_the_run_with_rank_and_message",

@@ -183,6 +183,12 @@ pub fn two_half_batches_equal_one_full_batch() -> Result<()> {
     };
     let one = final_weights(&fit(1)?)?;
     let two = final_weights(&fit(2)?)?;
+    // Local mode (0 workers) is one rank in this process: the same steps as 1 worker.
+    let local = final_weights(&fit(0)?)?;
+    for ((name, a), (_, b)) in one.iter().zip(&local) {
+        let diff = (a - b).abs().max().double_value(&[]);
+        ensure!(diff < 1e-6, "{name}: 1 worker and local mode differ by {diff}");
+    }
     let initial = {
         tch::manual_seed(42);
         let vs = nn::VarStore::new(Device::Cpu);
@@ -854,6 +860,47 @@ pub fn panicking_worker_fails_the_run_with_rank_and_message() -> Result<()> {
         let pid: i32 = std::fs::read_to_string(result.path.join(format!("pid_{rank}")))?.parse()?;
         ensure!(!alive(pid), "worker {rank} (pid {pid}) outlived the run");
     }
+    Ok(())
+}
+
+/// Reports the process it runs in and what a sum over the group gives, then panics at the
+/// third report when the params say so.
+fn report_where_it_runs(ctx: &mut TrainContext) -> Result<()> {
+    let panic_at = ctx.params().get::<u64>("panic_at")?;
+    for i in 1..=4u64 {
+        assert!(i != panic_at, "local boom at report {i}");
+        let mut values = [2.0f32];
+        ctx.all_reduce(&mut values, rtune::collective::ReduceOp::Sum)?;
+        let pid = f64::from(std::process::id());
+        ctx.report([("process", pid), ("sum", f64::from(values[0])), ("i", i as f64)])?;
+    }
+    Ok(())
+}
+
+/// Local mode runs the train function in this process, as a group of one whose collectives
+/// are the identity, with the same reports and files; a panic there fails the run and leaves
+/// this process and its next run unharmed.
+pub fn local_mode_runs_the_train_function_in_this_process() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fit = |panic_at: u64| {
+        TorchTrainer::new(report_where_it_runs)
+            .scaling(ScalingConfig::local())
+            .train_loop_config(Params::new().with("panic_at", panic_at))
+            .run_config(run_config(dir.path()))
+            .fit()
+    };
+    let err = fit(3).err().context("the run must fail")?;
+    let message = err.to_string();
+    ensure!(message.contains("rank 0") && message.contains("local boom at report 3"), "{message}");
+    let Error::TrainingFailed(failed) = err else { anyhow::bail!("wrong error kind: {err:?}") };
+    ensure!(failed.metrics_history.len() == 2, "{:?}", failed.metrics_history);
+    let result = fit(0)?;
+    ensure!(result.metrics_history.len() == 4, "{:?}", result.metrics_history);
+    for row in &result.metrics_history {
+        ensure!(row.get("process") == Some(&f64::from(std::process::id())), "{row:?}");
+        ensure!(row.get("sum") == Some(&2.0), "{row:?}");
+    }
+    ensure!(result.path.join("result.json").exists() && result.path.join("params.json").exists());
     Ok(())
 }
 

@@ -130,7 +130,10 @@ fn same_sources_as_rtune(ours: &str) -> std::result::Result<(), String> {
 
 fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, Exit> {
     match cli.command {
-        Command::Run { file, sets, output } => {
+        Command::Run { file, mut sets, local, output } => {
+            if local {
+                sets.push("scaling.num_workers=0".to_owned());
+            }
             run(&file, &sets, &output, registry, &Target::default())
         }
         Command::Resume { dir, sweep, sets, output } => {

@@ -197,6 +197,7 @@ impl Trainables {
                     .with("seed", 0)
                     .with("sleep_s", 0.0)
                     .with("fail_at", 0)
+                    .with("panic_at", 0)
                     .with("slow_rank", -1),
             )
             .data("digits-mlp", builtins.digits_data)
@@ -213,6 +214,7 @@ impl Trainables {
             .range("synthetic-curve", "seed", 0.0..=i64::MAX as f64)
             .range("synthetic-curve", "sleep_s", 0.0..=86_400.0)
             .range("synthetic-curve", "fail_at", 0.0..=1e9)
+            .range("synthetic-curve", "panic_at", 0.0..=1e9)
             .range("synthetic-curve", "slow_rank", -1.0..=1e5)
     }
 

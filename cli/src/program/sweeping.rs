@@ -133,12 +133,14 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> R
     spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
     let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
     say!(
-        "{}: valid; it runs {} of {trainable} ({} worker{} each) with search `{}` and \
-         scheduler `{}`",
+        "{}: valid; it runs {} of {trainable} ({}) with search `{}` and scheduler `{}`",
         source.name,
         samples(&spec),
-        spec.scaling.num_workers,
-        if spec.scaling.num_workers == 1 { "" } else { "s" },
+        match spec.scaling.num_workers {
+            0 => "in this process, one at a time: local mode".to_owned(),
+            1 => "1 worker each".to_owned(),
+            n => format!("{n} workers each"),
+        },
         spec.search.kind,
         spec.scheduler.kind
     );
@@ -349,7 +351,7 @@ fn reporting(
     model.total = total;
     model.time_budget_s = spec.tune.time_budget_s;
     let scaling = &spec.scaling;
-    let workers = scaling.num_workers as f64;
+    let workers = scaling.ranks() as f64;
     model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);
     if spec.run.cluster.is_none()
         && let Ok(node) = rtune_driver::cluster::local_node()
@@ -392,7 +394,8 @@ fn reporting(
         total,
     );
     let metrics = metrics.map(|(server, _)| server);
-    if output.no_tui || !std::io::stdout().is_terminal() {
+    // Local mode's train function prints to this terminal: plain lines, not a screen.
+    if output.no_tui || scaling.is_local() || !std::io::stdout().is_terminal() {
         progress.know(model.into_trials());
         let screen = Screen { ui: None, server, metrics };
         return Ok((run.callback(ui::model::Following(progress)), screen));

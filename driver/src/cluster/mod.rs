@@ -139,7 +139,7 @@ pub(crate) fn worker_bundle(scaling: &ScalingConfig) -> Resources {
 pub(crate) fn worker_request(scaling: &ScalingConfig, label: &str) -> PlacementRequest {
     PlacementRequest::uniform(
         scaling.placement_strategy.into(),
-        scaling.num_workers,
+        scaling.ranks(),
         worker_bundle(scaling),
     )
     .label(label)

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use super::hub::{Hub, HubCall, Reply};
-use super::launch::{spawn_local, spawn_remote};
+use super::launch::{in_process_device, spawn_in_process, spawn_local, spawn_remote};
 use super::logs::forward_cluster_events;
 use super::{
     AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport, Seat, shared_gpus,
@@ -58,6 +58,7 @@ pub(crate) async fn run_attempt(
     for rank in 0..spec.ranks.len() {
         let started = match &spec.launcher {
             Launcher::Local => spawn_local(hub, spec, rank, exit_tx.clone()).await,
+            Launcher::InProcess => spawn_in_process(hub, spec, exit_tx.clone()),
             Launcher::Cluster { client, pg } => {
                 spawn_remote(hub, spec, rank, (**client).clone(), *pg).await
             }
@@ -282,7 +283,12 @@ impl Attempt<'_> {
                 continue;
             };
             let placed = &self.spec.ranks[rank];
-            let device = if placed.cuda_visible_devices.is_some() { "cuda:0" } else { "cpu" };
+            let device = match (&placed.cuda_visible_devices, &self.spec.launcher) {
+                (None, _) => "cpu".to_owned(),
+                (Some(given), Launcher::InProcess) => in_process_device(given),
+                // A worker process sees its GPUs only, the first as `cuda:0`.
+                (Some(_), _) => "cuda:0".to_owned(),
+            };
             let _ = reply.send(Ok(JoinReply {
                 peers: peers.clone(),
                 world_size: world,
@@ -303,7 +309,7 @@ impl Attempt<'_> {
                 start_iteration: self.spec.start_iteration,
                 collective_group_id: group_id,
                 collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
-                device: device.to_owned(),
+                device,
                 num_threads: self.spec.num_threads,
                 trial_id: self.spec.trial.trial_id.clone(),
                 trial_name: self.spec.trial.trial_name.clone(),

@@ -1,19 +1,24 @@
 //! Starting an attempt's worker processes: as children of the driver, or on the nodes of a
 //! reserved placement group through the head. Either way a worker dies with what started it.
 
-use std::process::Stdio;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
 
 use tokio::sync::oneshot;
 
 use super::hub::Hub;
 use super::logs::{Stream, log_path, open_log};
-use super::{AttemptSpec, Exit, ExitTx, HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec, remote_worker_id};
+use super::{
+    AttemptSpec, Exit, ExitTx, HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec, in_process_runner,
+    remote_worker_id,
+};
 use crate::error::{Error, Result};
+use crate::setting::Setting;
 use crate::sys::{build_id, zygote};
 
-/// The `RTUNE_WORKER` spec and environment of rank `rank`, a process on this machine or not.
-fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(String, String)> {
-    let worker = WorkerSpec {
+/// What rank `rank` is told at its start, a process on this machine or not.
+fn worker_spec(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> WorkerSpec {
+    WorkerSpec {
         hub: if local { hub.local_url() } else { hub.url() },
         group: spec.group.clone(),
         attempt: spec.attempt,
@@ -24,7 +29,12 @@ fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(S
         // A node agent's worker of a run on a store shares nothing with this machine but the
         // store (see `cluster::binary` for the binary).
         scratch: !local && spec.store_url.is_some(),
-    };
+    }
+}
+
+/// The `RTUNE_WORKER` spec and environment of rank `rank`, a process on this machine or not.
+fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(String, String)> {
+    let worker = worker_spec(hub, spec, rank, local);
     let mut env = spec.env.clone();
     env.extend([
         (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
@@ -72,6 +82,59 @@ pub(super) async fn spawn_local(
     crate::sys::spawn_supervised(command, on_exit)
         .map(|supervised| supervised.kill)
         .map_err(|e| Error::Worker(format!("cannot start worker {}: {e}", exe.display())))
+}
+
+/// Starts local mode's one rank on a thread of this process. Nothing can kill a thread: the
+/// sender returned does nothing, and a train function whose attempt ended (failed, or the sweep
+/// stopped it) ends at its next report, which the hub refuses, or with the process.
+pub(super) fn spawn_in_process(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    exits: ExitTx,
+) -> Result<oneshot::Sender<()>> {
+    let runner = in_process_runner().ok_or_else(|| {
+        Error::config(
+            Setting::NumWorkers,
+            "is 0 (local mode: the train function runs in this process), which needs \
+             rtune::init() as the first line of main",
+        )
+    })?;
+    if !spec.env.is_empty() {
+        let names: Vec<&str> = spec.env.iter().map(|(name, _)| name.as_str()).collect();
+        tracing::warn!(
+            "local mode runs the train function in this process, whose environment is not \
+             changed: set {} before starting it",
+            names.join(", ")
+        );
+    }
+    let worker = worker_spec(hub, spec, 0, true);
+    std::thread::Builder::new()
+        .name("rtune-local-rank".into())
+        // As much stack as a main thread: the train function is written for one.
+        .stack_size(8 << 20)
+        .spawn(move || {
+            // The runner catches the train function's panics; one of its own must still end
+            // the attempt, as a worker process's would.
+            let exit = match std::panic::catch_unwind(|| runner(worker)) {
+                Ok(code) => Exit::Status(ExitStatus::from_raw(code << 8)),
+                Err(_) => Exit::Lost("the local-mode worker panicked (see the log)".into()),
+            };
+            let _ = exits.send((0, exit));
+        })
+        .map_err(|e| Error::Worker(format!("cannot start the local-mode thread: {e}")))?;
+    Ok(oneshot::channel().0)
+}
+
+/// The CUDA device a rank running in this process uses for the GPU `given` it was placed on
+/// (the first of a `CUDA_VISIBLE_DEVICES`-style list): its position among the devices this
+/// process sees.
+pub(super) fn in_process_device(given: &str) -> String {
+    let first = crate::cluster::device_list(given).into_iter().next().unwrap_or_default();
+    let ordinal = match crate::cluster::local_devices() {
+        Some(visible) => visible.iter().position(|d| *d == first).unwrap_or(0),
+        None => first.parse().unwrap_or(0),
+    };
+    format!("cuda:{ordinal}")
 }
 
 /// Starts rank `rank` on the node its bundle was placed on, through the head.

@@ -161,8 +161,27 @@ fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
 pub(crate) enum Launcher {
     /// Child processes of the driver.
     Local,
+    /// Local mode (`ScalingConfig::local`): the one rank on a thread of the driver's process,
+    /// run by what `set_in_process_runner` registered.
+    InProcess,
     /// Through the head, on the nodes of a reserved placement group.
     Cluster { client: Box<crate::cluster::client::Client>, pg: crate::cluster::pool::PgId },
+}
+
+/// Runs one worker in the calling process to its end (joining the hub like any worker) and
+/// returns what its process would exit with.
+pub type InProcessRunner = fn(WorkerSpec) -> i32;
+
+static IN_PROCESS_RUNNER: std::sync::OnceLock<InProcessRunner> = std::sync::OnceLock::new();
+
+/// Registers the worker side for local mode; `rtune::init()` does, in the driver's process (the
+/// driver does not link the worker side). Later calls change nothing.
+pub fn set_in_process_runner(runner: InProcessRunner) {
+    let _ = IN_PROCESS_RUNNER.set(runner);
+}
+
+fn in_process_runner() -> Option<InProcessRunner> {
+    IN_PROCESS_RUNNER.get().copied()
 }
 
 /// How a worker process ended, as the attempt sees it.

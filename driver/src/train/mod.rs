@@ -262,6 +262,18 @@ impl TorchTrainer {
         self.scaling.validate()?;
         self.run.validate()?;
         self.data.validate()?;
+        if self.scaling.is_local()
+            && let Some((address, _)) = self.run.resolved_cluster()
+        {
+            return Err(Error::config(
+                Setting::NumWorkers,
+                format!(
+                    "is 0 (local mode: the train function runs in this process), but the run \
+                     goes to the cluster at {address} (cluster or ${}); drop one of the two",
+                    crate::config::ADDRESS_ENV
+                ),
+            ));
+        }
         check_finite_params(&self.params)
     }
 
@@ -426,7 +438,9 @@ impl TorchTrainer {
             }
         };
         let mut placement = match target {
-            Target::Local(ranks, held) => Placement::Local { ranks, _held: held },
+            Target::Local(ranks, held) => {
+                Placement::Local { ranks, _held: held, in_process: self.scaling.is_local() }
+            }
             Target::Cluster { address, token } => {
                 let mut client = client::connect_head(&address, token.as_deref()).await?;
                 let label = run_dir.display().to_string();
@@ -683,6 +697,8 @@ enum Placement {
         ranks: Vec<RankPlacement>,
         /// Released in the shared local pool when the run ends.
         _held: LocalReservation,
+        /// Local mode: the one rank runs on a thread of this process.
+        in_process: bool,
     },
     Cluster {
         address: String,
@@ -714,7 +730,10 @@ impl Placement {
 
     async fn for_attempt(&mut self, attempt: u32) -> Result<(Vec<RankPlacement>, Launcher)> {
         match self {
-            Placement::Local { ranks, .. } => Ok((ranks.clone(), Launcher::Local)),
+            Placement::Local { ranks, in_process, .. } => {
+                let launcher = if *in_process { Launcher::InProcess } else { Launcher::Local };
+                Ok((ranks.clone(), launcher))
+            }
             Placement::Cluster { client, request, options, held, .. } => {
                 if held.is_none() {
                     // A group larger than the cluster is a config error at the start; after a

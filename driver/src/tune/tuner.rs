@@ -225,6 +225,8 @@ impl Tuner {
         let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
         let time_budget = settings.time_budget_s.map(Duration::from_secs_f64);
         let max_concurrent_trials = match settings.max_concurrent_trials {
+            // Local mode runs each trial in this process: one at a time.
+            _ if trainer.scaling_config().is_local() => 1,
             Some(n) => n,
             None => side_by_side(&trainer, cluster.as_ref()),
         };
@@ -430,7 +432,7 @@ fn cluster_status(driver: &Driver, address: &str, token: Option<&str>) -> Option
 /// did not answer: one trial at a time).
 fn side_by_side(trainer: &TorchTrainer, cluster: Option<&Option<PoolStatus>>) -> usize {
     let scaling = trainer.scaling_config();
-    let per_trial = scaling.cpus_per_worker() * scaling.num_workers as f64;
+    let per_trial = scaling.cpus_per_worker() * scaling.ranks() as f64;
     let cpus = match cluster {
         Some(Some(status)) => status.nodes.iter().filter(|n| n.alive).map(|n| n.total.cpu).sum(),
         Some(None) => 1.0,

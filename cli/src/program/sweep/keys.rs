@@ -223,7 +223,7 @@ pub(crate) static KEYS: &[Key] = &[
 
     table("scaling", "each trial's worker group (Ray's ScalingConfig)"),
     value!("scaling.num_workers", usize, "1",
-        "worker processes per trial",
+        "worker processes per trial; 0: local mode, each trial in this process, one at a time",
         |f, v| f.scaling.num_workers = v),
     value!("scaling.use_gpu", bool, "false",
         "one GPU per worker (unless resources_per_worker says)",
