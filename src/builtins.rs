@@ -14,7 +14,8 @@
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
 //!   `seed` (0), `sleep_s` (0), `fail_at` (0: never; an error at that iteration), `panic_at`
 //!   (0: never; a panic at that iteration), `slow_rank` (-1: none; that rank sleeps
-//!   twice `sleep_s`, a straggler). Reports `score` (rising to `plateau`)
+//!   twice `sleep_s`, a straggler). The ranks meet in an all-reduce once a step. Reports
+//!   `score` (rising to `plateau`)
 //!   and `loss` = 1 - score, one result and one checkpoint per iteration; the curve is a
 //!   function of the params and the iteration, so a resumed trial continues it exactly.
 //!
@@ -217,6 +218,12 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
         anyhow::ensure!(t != fail_at, "synthetic failure at iteration {t} (param `fail_at`)");
         assert!(t != panic_at, "synthetic panic at iteration {t} (param `panic_at`)");
         let score = synthetic_score(rate, plateau, noise, seed, t);
+        if ctx.world_size() > 1 {
+            // The ranks meet once a step, as data parallelism's gradient all-reduce has them:
+            // a straggler's peers wait for it there.
+            let mut step = [t as f32];
+            ctx.all_reduce(&mut step, ReduceOp::Sum)?;
+        }
         let checkpoint = ctx.new_checkpoint()?.metadata(serde_json::json!({ "score": score }));
         ctx.report_with_checkpoint([("score", score), ("loss", 1.0 - score)], checkpoint)?;
     }

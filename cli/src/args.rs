@@ -64,6 +64,19 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Print where every rank of a running sweep's trials is: each worker's training thread's
+    /// stack (and a command trainable's program: its pid and state), for a trial that hangs in
+    /// a collective or a data loader. The workers go on as they were.
+    #[command(after_help = "Examples:\n  rtune stack rtune_results/digits-asha\n  \
+            rtune stack rtune_results/digits-asha 3\n\n\
+            It reads the ranks that run on the driver's machine (local mode's included).")]
+    Stack {
+        /// The experiment directory of the running sweep.
+        dir: PathBuf,
+        /// A trial: its id (`a1b2c_00003`), its index (3) or its directory name; every
+        /// running trial when left out.
+        trial: Option<String>,
+    },
     /// Check a sweep file as `rtune run` would, and run nothing: every key, the trainable's
     /// params and metrics, whether a trial fits this machine (or the cluster), the searcher
     /// and scheduler.

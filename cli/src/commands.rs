@@ -1,4 +1,4 @@
-//! The commands that need no libtorch: `completions`, `ls`, `show`, `watch` and `status`.
+//! The commands that need no libtorch: `completions`, `ls`, `show`, `watch`, `stack` and `status`.
 //! `rtune` runs them itself (see [`crate::front`]), and so does the full program
 //! (`rtune::cli::main`, a user's binary's included), through [`run`]: one implementation, the
 //! same output and exit codes.
@@ -28,6 +28,7 @@ pub fn run(command: &Command) -> Option<i32> {
             inspect::show(&dir, trial.as_deref(), *format, pareto).map_err(input_error)
         }),
         Command::Watch { dir } => watch(dir.as_deref()),
+        Command::Stack { dir, trial } => local(dir).and_then(|dir| stack(&dir, trial.as_deref())),
         Command::Status { address, format, token } => {
             status(address, *format == Format::Json, token.as_deref())
                 .map_err(|e| (error_code(&e), e))
@@ -54,6 +55,31 @@ fn watch(dir: Option<&Path>) -> Result<(), (i32, anyhow::Error)> {
         return Err((EXIT_INVALID, inspect::not_an_experiment(&dir)));
     }
     ui::tui::watch(&dir).map_err(|e| (EXIT_INVALID, e))
+}
+
+/// `rtune stack DIR [TRIAL]`: where each rank of the sweep's running trials is, as its driver
+/// asks the workers.
+fn stack(dir: &Path, trial: Option<&str>) -> Result<(), (i32, anyhow::Error)> {
+    let invalid = |e: anyhow::Error| (EXIT_INVALID, e);
+    let grid = rtune_driver::tune::ResultGrid::from_path(dir)
+        .map_err(|_| invalid(inspect::not_an_experiment(dir)))?;
+    let trial =
+        trial.map(|which| inspect::find_trial(&grid, which)).transpose().map_err(invalid)?;
+    let not_running = || {
+        anyhow::anyhow!("no sweep is running in {} (it ended, or was interrupted)", dir.display())
+    };
+    let reply = ui::stream::stacks(dir, trial.map(|t| t.trial_id()))
+        .ok_or_else(|| invalid(not_running()))?
+        .map_err(|e| (error_code(&e), e))?;
+    if reply.trials.is_empty() {
+        let e = match trial {
+            Some(t) => anyhow::anyhow!("trial {} is not running ({:?})", t.trial_id(), t.status()),
+            None => anyhow::anyhow!("no trial of the sweep in {} is running", dir.display()),
+        };
+        return Err(invalid(e));
+    }
+    print!("{}", inspect::stacks_text(&reply.trials));
+    Ok(())
 }
 
 /// `rtune status`: a cluster's nodes and placement groups, as a table or JSON.

@@ -4,7 +4,7 @@
 //! Loading libtorch costs a process about 0.2 s and 140 MB before `main` runs (its static
 //! constructors build the operator registry), whatever the command. So `rtune` links none:
 //! `--help`, `--version` and a mistake in the arguments (clap's message, exit 2) are answered
-//! here, and so are `completions`, `ls`, `show`, `watch` and `status` ([`crate::commands`]).
+//! here, and so are `completions`, `ls`, `show`, `watch`, `stack` and `status` ([`crate::commands`]).
 //! Any other command execs [`FULL_PROGRAM`], installed beside `rtune`, with the same arguments:
 //! the command then runs in this very process (its id, its terminal, its signals), so Ctrl-C,
 //! `rtune stop` and a parent waiting on it see nothing different. Both programs come from one
@@ -52,7 +52,7 @@ fn exec_full_program(sources: &str) -> String {
         std::process::Command::new(&full).arg0(arg0).args(args).env(SOURCES_ENV, sources).exec();
     format!(
         "cannot start {} ({e}); rtune runs every command but --help, --version, completions, ls, \
-         show, watch and status with {FULL_PROGRAM}, which belongs in the same folder (cargo \
+         show, watch, stack and status with {FULL_PROGRAM}, which belongs in the same folder (cargo \
          build and cargo install put both there)",
         full.display()
     )

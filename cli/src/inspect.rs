@@ -612,6 +612,25 @@ fn ranks_table(ranks: &Ranks) -> String {
     text
 }
 
+/// The ranks of running trials, each with where its training thread is, as `rtune stack`
+/// prints them.
+pub(crate) fn stacks_text(trials: &[rtune_driver::proto::TrialStacks]) -> String {
+    let mut text = String::new();
+    for trial in trials {
+        text.push_str(&format!("trial {} (attempt {})\n", trial.trial_id, trial.attempt));
+        for rank in &trial.ranks {
+            let at = match (rank.pid, rank.node.as_str()) {
+                (0, _) => String::new(),
+                (pid, "") => format!(" (pid {pid})"),
+                (pid, node) => format!(" (pid {pid} on {node})"),
+            };
+            text.push_str(&format!("rank {}{at}:\n{}", rank.rank, rank.text));
+        }
+        text.push('\n');
+    }
+    text
+}
+
 pub(crate) fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g TrialResult> {
     let by_index = which.parse::<u64>().ok();
     grid.trials

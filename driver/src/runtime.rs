@@ -82,6 +82,19 @@ impl Driver {
         Ok(hub)
     }
 
+    /// Where every rank of the running groups of trial `trial` (of every trial when None) is:
+    /// each worker's training thread's stack, asked of the workers on this machine
+    /// (`sys::stacks`); what `rtune stack` prints.
+    pub async fn stacks(&self, trial: Option<&str>) -> Vec<crate::proto::TrialStacks> {
+        let hubs: Vec<Arc<Hub>> = self.hubs.lock().await.values().cloned().collect();
+        let mut found = Vec::new();
+        for hub in hubs {
+            found.extend(hub.stacks(trial).await);
+        }
+        found.sort_by(|a, b| a.trial_id.cmp(&b.trial_id));
+        found
+    }
+
     /// This machine's pool as it is now; None until a run has asked it for resources.
     pub fn local_status(&self) -> Option<crate::cluster::pool::PoolStatus> {
         self.local.lock().as_ref().map(|state| state.pool.status())

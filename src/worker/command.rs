@@ -73,6 +73,23 @@ enum Line {
     End,
 }
 
+/// Names the running program to `rtune stack` (its pid and state join the worker's stack)
+/// until dropped.
+struct ProgramNamed;
+
+impl ProgramNamed {
+    fn new(pid: u32) -> Self {
+        rtune_driver::sys::stacks::command_child(Some(pid));
+        ProgramNamed
+    }
+}
+
+impl Drop for ProgramNamed {
+    fn drop(&mut self) {
+        rtune_driver::sys::stacks::command_child(None);
+    }
+}
+
 /// The train function of a command trainable (see the module docs).
 pub fn run_command(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let spec: CommandSpec = serde_json::from_str(
@@ -81,6 +98,7 @@ pub fn run_command(ctx: &mut TrainContext) -> anyhow::Result<()> {
     .with_context(|| format!("{COMMAND_ENV} is not a command spec"))?;
     let port = master_port(ctx)?;
     let mut child = start(&spec, ctx, port)?;
+    let _named = ProgramNamed::new(child.id());
     let shown = spec.argv.join(" ");
     let stdin = child.stdin.take().expect("piped");
     let answers = answer_thread(stdin);

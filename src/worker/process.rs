@@ -23,6 +23,8 @@ const EXIT_NO_DRIVER: i32 = 3;
 /// Runs one worker to the end and returns the process exit code.
 pub(crate) fn run(spec: WorkerSpec) -> i32 {
     install_panic_hook();
+    // Before joining: the driver may ask a joined rank for its stack (`rtune stack`).
+    rtune_driver::sys::stacks::training_thread();
     let key = WorkerKey { group: spec.group.clone(), attempt: spec.attempt, rank: spec.rank };
     let (mut link, listener, reply) = match join(&spec, key) {
         Ok(joined) => joined,

@@ -1,11 +1,14 @@
 //! Debugging a sweep as a user would: local mode (`rtune run --local`, `num_workers = 0`) runs
 //! each trial's train function in the driver's process, and its experiment reads like any
-//! other's; a panic there fails the trial, not the sweep.
+//! other's; a panic there fails the trial, not the sweep. `rtune stack` shows where each rank
+//! of a running trial is.
+
+use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::cli::rtune;
-use crate::common::text;
+use crate::cli::{RTUNE, rtune};
+use crate::common::{Killed, text, wait_for};
 use rtune::ResultGrid;
 use rtune::search::TrialStatus;
 
@@ -78,5 +81,53 @@ pub fn a_panic_in_local_mode_fails_the_trial_not_the_sweep() -> Result<()> {
     ensure!(error.contains("synthetic panic at iteration 2"), "{error}");
     let (next, rows, _) = status(0).context("no trial with panic_at = 0")?;
     ensure!(next == TrialStatus::Terminated && rows == 4, "the next trial: {next:?}, {rows} rows");
+    Ok(())
+}
+
+/// `rtune stack` on a trial whose rank 0 sleeps while rank 1 waits for it in the step's
+/// all-reduce shows each rank where it is (the train function's frame, and the collective's for
+/// rank 1); the trial then ends as it would have.
+pub fn rtune_stack_shows_where_each_rank_is() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("stack.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"stack\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [scaling]\nnum_workers = 2\n[param_space]\niterations = 3\nsleep_s = 1.5\n\
+             slow_rank = 0\n",
+            dir.path().display()
+        ),
+    )?;
+    let run = std::process::Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut run = Killed(run);
+    let experiment = dir.path().join("stack");
+    let exp = experiment.to_str().unwrap();
+    // Each step, rank 0 sleeps 3 s and rank 1 1.5 s: then rank 1 waits in the all-reduce.
+    let mut seen = String::new();
+    wait_for(Duration::from_secs(60), || {
+        let out = rtune(&["stack", exp, "0"])?;
+        seen = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (zero, one) = seen.split_once("\nrank 1 ").unwrap_or_default();
+        Ok(out.status.success()
+            && zero.contains("std::thread::functions::sleep")
+            && one.contains("all_reduce")
+            && one.contains("train_synthetic_curve"))
+    })
+    .with_context(|| format!("rtune stack never showed rank 1 in the all-reduce:\n{seen}"))?;
+    ensure!(seen.starts_with("trial ") && seen.contains("rank 0 (pid "), "{seen}");
+    ensure!(!seen.contains("on_capture") && !seen.contains("on_ask"), "{seen}");
+    let status = run.0.wait()?;
+    ensure!(status.success(), "the sweep after rtune stack: {status}");
+    let grid = ResultGrid::from_path(&experiment)?;
+    let trial = &grid.trials[0];
+    ensure!(trial.status() == TrialStatus::Terminated && trial.history().len() == 3);
+    let out = rtune(&["stack", exp])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("no sweep is running"), "{}", text(&out));
     Ok(())
 }

@@ -165,6 +165,10 @@ fn main() {
             debugging::the_demo_sweep_runs_in_local_mode,
         ),
         test(
+            "debugging::rtune_stack_shows_where_each_rank_is",
+            debugging::rtune_stack_shows_where_each_rank_is,
+        ),
+        test(
             "debugging::a_panic_in_local_mode_fails_the_trial_not_the_sweep",
             debugging::a_panic_in_local_mode_fails_the_trial_not_the_sweep,
         ),

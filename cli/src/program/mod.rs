@@ -228,6 +228,7 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
         | Command::Ls { .. }
         | Command::Show { .. }
         | Command::Watch { .. }
+        | Command::Stack { .. }
         | Command::Status { .. } => {
             unreachable!("run by commands::run before dispatch")
         }

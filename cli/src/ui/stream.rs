@@ -208,6 +208,17 @@ impl SweepWatch for WatchService {
         }
         Ok(Response::new(proto::ControlReply {}))
     }
+
+    async fn stacks(
+        &self,
+        request: Request<proto::StacksRequest>,
+    ) -> Result<Response<proto::StacksReply>, Status> {
+        let trial = request.into_inner().trial_id;
+        let driver =
+            rtune_driver::runtime::Driver::get().map_err(|e| Status::unavailable(e.to_string()))?;
+        let trials = driver.stacks(Some(trial.as_str()).filter(|t| !t.is_empty())).await;
+        Ok(Response::new(proto::StacksReply { trials }))
+    }
 }
 
 /// What the watch side hears.
@@ -222,12 +233,7 @@ pub enum Update {
 /// The watch side of a live sweep: updates arrive on `updates`; requests go to its driver.
 pub struct Remote {
     pub updates: mpsc::Receiver<Update>,
-    client: SweepWatchClient<
-        tonic::service::interceptor::InterceptedService<
-            tonic::transport::Channel,
-            rtune_driver::rpc::AddToken,
-        >,
-    >,
+    client: WatchClient,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -277,9 +283,16 @@ pub(crate) fn driver_alive(dir: &Path) -> bool {
     rtune_driver::tune::lease::live_holder(dir).is_some()
 }
 
-/// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a
-/// stream that answers); None when it is not (a finished or interrupted sweep, a dead driver).
-pub(crate) fn attach(dir: &Path) -> Option<Remote> {
+type WatchClient = SweepWatchClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        rtune_driver::rpc::AddToken,
+    >,
+>;
+
+/// A runtime for the watch side and a client of the stream its `driver.json` names; None when
+/// the driver does not answer.
+fn connect(dir: &Path) -> Option<(tokio::runtime::Runtime, WatchClient)> {
     let record = DriverFile::of(dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -287,14 +300,40 @@ pub(crate) fn attach(dir: &Path) -> Option<Remote> {
         .enable_all()
         .build()
         .ok()?;
-    let (client, stream) = runtime.block_on(async {
+    let client = runtime.block_on(async {
         let endpoint =
             tonic::transport::Endpoint::from_shared(format!("http://{}", record.address))
                 .ok()?
                 .connect_timeout(Duration::from_secs(2));
         let channel = endpoint.connect().await.ok()?;
         let token = rtune_driver::rpc::AddToken::bearer(Some(&record.token)).ok()?;
-        let mut client = SweepWatchClient::with_interceptor(channel, token);
+        Some(SweepWatchClient::with_interceptor(channel, token))
+    })?;
+    Some((runtime, client))
+}
+
+/// Where every rank of the running trials of the sweep in `dir` is (of trial `trial` only when
+/// given), as its driver answers; None when no driver answers.
+pub(crate) fn stacks(
+    dir: &Path,
+    trial: Option<&str>,
+) -> Option<anyhow::Result<proto::StacksReply>> {
+    let (runtime, mut client) = connect(dir)?;
+    let request = proto::StacksRequest { trial_id: trial.unwrap_or_default().to_owned() };
+    let answer = runtime.block_on(client.stacks(request));
+    Some(
+        answer
+            .map(tonic::Response::into_inner)
+            .map_err(|e| anyhow::anyhow!("the sweep's driver did not answer: {}", e.message())),
+    )
+}
+
+/// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a
+/// stream that answers); None when it is not (a finished or interrupted sweep, a dead driver).
+pub(crate) fn attach(dir: &Path) -> Option<Remote> {
+    let (runtime, client) = connect(dir)?;
+    let (client, stream) = runtime.block_on(async {
+        let mut client = client;
         let stream = client.follow(proto::FollowRequest {}).await.ok()?.into_inner();
         Some((client, stream))
     })?;

@@ -17,6 +17,7 @@ use super::{
 use crate::error::Result;
 use crate::outcome::WorkerFailure;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
+use crate::sys::stacks;
 use crate::sys::{build_id, sleep_until};
 
 /// Where a rank stands in the rendezvous.
@@ -42,7 +43,7 @@ pub(crate) async fn run_attempt(
     spec: &AttemptSpec,
     on_report: &mut dyn OnReport,
 ) -> Result<AttemptOutcome> {
-    let mut calls = hub.register(&spec.group);
+    let mut calls = hub.register(&spec.group, &spec.trial.trial_id);
     let (exit_tx, mut exits) = mpsc::unbounded_channel::<(usize, Exit)>();
     let mut workers = Vec::with_capacity(spec.ranks.len());
     if let Launcher::Cluster { client, pg } = &spec.launcher {
@@ -81,7 +82,14 @@ pub(crate) async fn run_attempt(
     }
     drop(exit_tx);
 
-    let mut state = Attempt { spec, workers, pending: Vec::new(), failure: None, stopped: false };
+    let mut state = Attempt {
+        spec,
+        workers,
+        seats: Vec::new(),
+        pending: Vec::new(),
+        failure: None,
+        stopped: false,
+    };
     let deadline = tokio::time::Instant::now() + spec.start_timeout;
     while !state.is_over() {
         let joining =
@@ -125,6 +133,8 @@ pub(crate) async fn run_attempt(
 struct Attempt<'s> {
     spec: &'s AttemptSpec,
     workers: Vec<Worker>,
+    /// Where each rank runs, once every rank has joined.
+    seats: Vec<Seat>,
     /// Reports waiting for the other ranks: (rank, request, reply), for the lowest open seq.
     pending: Vec<(usize, ReportRequest, Reply<ReportReply>)>,
     failure: Option<WorkerFailure>,
@@ -198,6 +208,7 @@ impl Attempt<'_> {
                 Ok(rank) => self.on_report(rank, request, reply, on_report),
                 Err(status) => drop(reply.send(Err(status))),
             },
+            HubCall::Stacks(reply) => self.on_stacks(reply),
             HubCall::Finish(request, reply) => {
                 let _ = reply.send(Ok(Default::default()));
                 let rank = request.key.as_ref().map_or(0, |k| k.rank as usize);
@@ -276,6 +287,7 @@ impl Attempt<'_> {
             );
         }
         on_report.placed(&seats);
+        self.seats = seats;
         let group_id = rand::random::<u64>();
         let world = self.workers.len() as u32;
         for (rank, w) in self.workers.iter_mut().enumerate() {
@@ -389,6 +401,52 @@ impl Attempt<'_> {
         }
     }
 
+    /// Where each rank is (`rtune stack`), taken off the attempt's task: each worker process on
+    /// this machine is asked at once, and local mode's rank is this process's to read.
+    fn on_stacks(&self, reply: Reply<crate::proto::TrialStacks>) {
+        let launcher = self.spec.launcher.clone();
+        let ranks: Vec<(Seat, Option<&'static str>)> = match self.seats.is_empty() {
+            // Not every rank has joined: nothing is asked.
+            true => (0..self.workers.len())
+                .map(|_| (Seat { node: String::new(), gpus: None, pid: 0 }, Some("not joined yet")))
+                .collect(),
+            false => self
+                .seats
+                .iter()
+                .zip(&self.workers)
+                .map(|(seat, w)| {
+                    let ended = (w.exited || w.finish.is_some()).then_some("finished");
+                    (seat.clone(), ended)
+                })
+                .collect(),
+        };
+        let (trial_id, attempt) = (self.spec.trial.trial_id.clone(), self.spec.attempt);
+        tokio::task::spawn_blocking(move || {
+            let stack = |(rank, (seat, ended)): (usize, &(Seat, Option<&str>))| {
+                let text = match (ended, &launcher) {
+                    (Some(why), _) => format!("no stack: {why}\n"),
+                    (None, Launcher::InProcess) => stacks::describe(),
+                    (None, Launcher::Local) => {
+                        stacks::ask_process(seat.pid).unwrap_or_else(|e| format!("no stack: {e}\n"))
+                    }
+                    (None, Launcher::Cluster { .. }) => format!(
+                        "no stack: rank {rank} runs on {}; rtune stack reads the ranks on the \
+                         driver's machine only\n",
+                        seat.node
+                    ),
+                };
+                let node = seat.node.clone();
+                crate::proto::RankStack { rank: rank as u32, node, pid: seat.pid, text }
+            };
+            let ranks = std::thread::scope(|scope| {
+                let asked: Vec<_> =
+                    ranks.iter().enumerate().map(|r| scope.spawn(move || stack(r))).collect();
+                asked.into_iter().filter_map(|a| a.join().ok()).collect()
+            });
+            let _ = reply.send(Ok(crate::proto::TrialStacks { trial_id, attempt, ranks }));
+        });
+    }
+
     fn on_exit(&mut self, rank: usize, exit: Exit) {
         let Some(worker) = self.workers.get(rank) else { return };
         if worker.exited {
@@ -484,6 +542,7 @@ fn refuse(call: HubCall, status: Status) {
         HubCall::Join(_, reply) => drop(reply.send(Err(status))),
         HubCall::Report(_, reply) => drop(reply.send(Err(status))),
         HubCall::Finish(_, reply) => drop(reply.send(Ok(Default::default()))),
+        HubCall::Stacks(reply) => drop(reply.send(Err(status))),
     }
 }
 
@@ -556,6 +615,7 @@ mod tests {
         Attempt {
             spec,
             workers: vec![worker(), worker()],
+            seats: Vec::new(),
             pending: Vec::new(),
             failure: None,
             stopped: false,

@@ -37,9 +37,12 @@ pub(crate) enum HubCall {
     Join(JoinRequest, Reply<JoinReply>),
     Report(ReportRequest, Reply<ReportReply>),
     Finish(FinishRequest, Reply<FinishReply>),
+    /// Not a worker's: `rtune stack` asks where the group's ranks are.
+    Stacks(Reply<crate::proto::TrialStacks>),
 }
 
-type Routes = Arc<RwLock<HashMap<String, mpsc::UnboundedSender<HubCall>>>>;
+/// Each running group's trial (empty outside a sweep) and the owner its calls go to.
+type Routes = Arc<RwLock<HashMap<String, (String, mpsc::UnboundedSender<HubCall>)>>>;
 
 /// A running hub; stops serving when dropped.
 pub(crate) struct Hub {
@@ -130,11 +133,30 @@ impl Hub {
         format!("http://{}", self.address)
     }
 
-    /// Routes calls naming `group` to the returned receiver until it is dropped or unregistered.
-    pub(crate) fn register(&self, group: &str) -> mpsc::UnboundedReceiver<HubCall> {
+    /// Routes calls naming `group`, a group of trial `trial`, to the returned receiver until it
+    /// is dropped or unregistered.
+    pub(crate) fn register(&self, group: &str, trial: &str) -> mpsc::UnboundedReceiver<HubCall> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.routes.write().expect("routes lock").insert(group.to_owned(), tx);
+        let route = (trial.to_owned(), tx);
+        self.routes.write().expect("routes lock").insert(group.to_owned(), route);
         rx
+    }
+
+    /// Asks each running group of trial `trial` (of every trial when None) where its ranks are.
+    pub(crate) async fn stacks(&self, trial: Option<&str>) -> Vec<crate::proto::TrialStacks> {
+        let owners: Vec<mpsc::UnboundedSender<HubCall>> = {
+            let routes = self.routes.read().expect("routes lock");
+            let chosen = routes.values().filter(|(t, _)| trial.is_none_or(|wanted| t == wanted));
+            chosen.map(|(_, owner)| owner.clone()).collect()
+        };
+        let mut found = Vec::new();
+        for owner in owners {
+            // A group that ended meanwhile has nothing to say.
+            if let Ok(stacks) = ask(&owner, HubCall::Stacks, |_| Status::aborted("ended")).await {
+                found.push(stacks);
+            }
+        }
+        found
     }
 
     pub(crate) fn unregister(&self, group: &str) {
@@ -225,7 +247,7 @@ async fn forward<T>(
     call: impl FnOnce(Reply<T>) -> HubCall,
 ) -> std::result::Result<T, Status> {
     let group = key.map(|k| k.group.as_str()).unwrap_or_default();
-    let route = routes.read().expect("routes lock").get(group).cloned();
+    let route = routes.read().expect("routes lock").get(group).map(|(_, owner)| owner.clone());
     let Some(route) = route else {
         return Err(Status::not_found(format!("no running worker group {group:?}")));
     };
@@ -323,7 +345,7 @@ mod tests {
     async fn the_report_socket_answers_reports_and_refuses_strangers() {
         let hub = Hub::start(([127, 0, 0, 1], 0).into(), Some("s3cret".into())).await.unwrap();
         let socket = hub.local_url().strip_prefix(UNIX_SCHEME).unwrap().to_owned();
-        let mut calls = hub.register("g");
+        let mut calls = hub.register("g", "");
         // The group's owner: answers report n with stop = (n == 3), at iteration 10 + n.
         tokio::spawn(async move {
             while let Some(call) = calls.recv().await {
