@@ -22,8 +22,9 @@
 //!   every `rtune run` has callbacks: its views), and with the metrics endpoint's `Monitor`,
 //!   served on loopback and scraped every 100 ms by a thread; six rounds, each in another
 //!   order: the median results per second of each, and the monitor's over the no-op's;
-//! * `metrics_answer_1000`: a `Monitor` that heard 1,000 trials (each started, 10 results,
-//!   completed) answers `GET /metrics` over HTTP: the median time of 200 answers;
+//! * `metrics_answer_1000`: a `Monitor` that heard 1,000 trials (each started, 10 results; 750
+//!   completed, 250 running with 40 ranks each: 10,000 rank series) answers `GET /metrics` over
+//!   HTTP: the median time of 200 answers;
 //! * `digits_95`: the demo sweep (`examples/sweeps/digits_tpe_asha.toml`): wall time from the
 //!   start until a trial's validation accuracy first reaches 95%, and the whole sweep's.
 //!
@@ -198,7 +199,8 @@ fn main() -> anyhow::Result<()> {
         metrics_on_off(dir.path())?;
     }
     if wanted("metrics_answer_1000") {
-        metrics_answer(1000)?;
+        // 250 of them running with 40 ranks each: 10,000 rank series.
+        metrics_answer(1000, 250, 40)?;
     }
     if wanted("digits_95") {
         digits_95(dir.path())?;
@@ -289,9 +291,22 @@ fn metrics_on_off(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn metrics_answer(trials: usize) -> anyhow::Result<()> {
+/// A monitor that heard `trials` trials, each started with 10 results; the last `running` of
+/// them still run with `ranks` ranks each (their per-rank series on the endpoint), the others
+/// completed.
+fn metrics_answer(trials: usize, running: usize, ranks: usize) -> anyhow::Result<()> {
     use rtune::callback::{Callback, TrialInfo};
+    use rtune::metrics::{RankFigures, add_rank_figures};
     let monitor = rtune::monitor::Monitor::local();
+    let figures = vec![
+        RankFigures {
+            step_s: 0.1,
+            data_s: 0.01,
+            collective_s: 0.02,
+            collective_bytes: Some(4e6)
+        };
+        ranks
+    ];
     for i in 0..trials {
         let trial = TrialInfo {
             trial_id: format!("t_{i:05}"),
@@ -303,13 +318,17 @@ fn metrics_answer(trials: usize) -> anyhow::Result<()> {
         monitor.on_trial_add(&trial)?;
         monitor.on_trial_start(&trial)?;
         for r in 0..10 {
-            monitor.on_trial_result(
-                &trial,
-                &rtune::search::Metrics::from([("score".to_string(), r as f64)]),
-            )?;
+            let mut result = rtune::search::Metrics::from([("score".to_string(), r as f64)]);
+            add_rank_figures(&mut result, &figures);
+            monitor.on_trial_result(&trial, &result)?;
         }
-        monitor.on_trial_complete(&trial)?;
+        if i < trials - running {
+            monitor.on_trial_complete(&trial)?;
+        }
     }
+    let series =
+        monitor.render().lines().filter(|l| l.starts_with("rtune_rank_step_seconds_count")).count();
+    anyhow::ensure!(series == running * ranks, "{series} rank series, not {}", running * ranks);
     let runtime = server_runtime()?;
     let server = rtune::monitor::serve(monitor, "127.0.0.1:0", None, runtime.handle())?;
     let mut times: Vec<f64> = (0..200)
@@ -320,7 +339,10 @@ fn metrics_answer(trials: usize) -> anyhow::Result<()> {
         .collect::<std::io::Result<_>>()?;
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    println!("metrics_answer_{trials} median {median:.3} ms, max {:.3} ms", times[times.len() - 1]);
+    println!(
+        "metrics_answer_{trials} ({series} rank series) median {median:.3} ms, max {:.3} ms",
+        times[times.len() - 1]
+    );
     figure(&format!("metrics_answer_{trials}"), median, "ms");
     Ok(())
 }

@@ -85,14 +85,21 @@ fn stack(dir: &Path, trial: Option<&str>) -> Result<(), (i32, anyhow::Error)> {
 /// `rtune status`: a cluster's nodes and placement groups, as a table or JSON.
 fn status(address: &str, json: bool, token: Option<&str>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let status = runtime.block_on(async {
+    let (status, metrics) = runtime.block_on(async {
         let mut c = client::connect_head(address, token).await?;
-        client::status(&mut c).await
+        client::head_status(&mut c).await
     })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        let mut value = serde_json::to_value(&status)?;
+        if let (Some(object), Some(metrics)) = (value.as_object_mut(), &metrics) {
+            object.insert("metrics".into(), format!("http://{metrics}/metrics").into());
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_table(&status);
+        if let Some(metrics) = metrics {
+            println!("metrics for Prometheus: http://{metrics}/metrics");
+        }
     }
     Ok(())
 }

@@ -271,6 +271,15 @@ pub fn the_head_serves_its_pool_to_prometheus() -> Result<()> {
         Ok(wanted.iter().all(|w| body.contains(w)))
     });
     ensure!(seen.is_ok(), "the head's metrics never showed the node:\n{body}");
+    // `rtune status` says where they are, in its table and in its JSON.
+    let out = rtune(&["status", "--address", address])?;
+    let url = format!("http://{metrics}/metrics");
+    ensure!(out.status.success(), "{}", text(&out));
+    let said = format!("metrics for Prometheus: {url}");
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(&said), "{}", text(&out));
+    let out = rtune(&["status", "--address", address, "--format", "json"])?;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).context(text(&out))?;
+    ensure!(json["metrics"] == url.as_str() && json["nodes"].is_array(), "{json}");
     Ok(())
 }
 

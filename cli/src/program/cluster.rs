@@ -47,6 +47,7 @@ pub(super) fn head(
         let monitor = Monitor::new(move || pool.lock().unwrap_or_else(|p| p.into_inner()).clone());
         let server =
             rtune_driver::monitor::serve(monitor, metrics, config.token.clone(), runtime.handle())?;
+        handle.metrics_served_at(server.address());
         // On stderr: stdout's first line is the head's address, which scripts read.
         eprintln!("rtune head: metrics for Prometheus at http://{}/metrics", server.address());
         tokio::signal::ctrl_c().await?;

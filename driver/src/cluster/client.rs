@@ -46,8 +46,15 @@ pub(crate) fn status_error(status: Status) -> Error {
 
 /// The head's pool snapshot.
 pub async fn status(client: &mut Client) -> Result<PoolStatus> {
+    head_status(client).await.map(|(pool, _)| pool)
+}
+
+/// The cluster's pool, and where its head serves its metrics (None: nowhere).
+pub async fn head_status(client: &mut Client) -> Result<(PoolStatus, Option<String>)> {
     let reply = client.status(StatusRequest {}).await.map_err(status_error)?.into_inner();
-    serde_json::from_str(&reply.status_json).map_err(|e| Error::Protocol(format!("status: {e}")))
+    let pool = serde_json::from_str(&reply.status_json)
+        .map_err(|e| Error::Protocol(format!("status: {e}")))?;
+    Ok((pool, Some(reply.metrics_address).filter(|a| !a.is_empty())))
 }
 
 /// A reserved placement group on the cluster.

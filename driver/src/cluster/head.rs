@@ -83,7 +83,16 @@ pub struct HeadHandle {
     pub address: SocketAddr,
     /// The pool as of the head's last tick (twice a heartbeat interval), for its metrics.
     pub pool: Arc<std::sync::Mutex<Option<PoolStatus>>>,
+    /// Where its metrics are served, once they are: said in its status (`rtune status`).
+    metrics: Arc<std::sync::OnceLock<SocketAddr>>,
     _shutdown: oneshot::Sender<()>,
+}
+
+impl HeadHandle {
+    /// Says in the head's status where its metrics are served.
+    pub fn metrics_served_at(&self, address: SocketAddr) {
+        let _ = self.metrics.set(address);
+    }
 }
 
 /// Starts a head inside the current tokio runtime.
@@ -95,6 +104,7 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
     let address = listener.local_addr().map_err(|e| Error::io("head socket", e))?;
     let (tx, rx) = mpsc::unbounded_channel();
     let pool = Arc::new(std::sync::Mutex::new(None));
+    let metrics = Arc::new(std::sync::OnceLock::new());
     tokio::spawn(run_state(HeadState::new(config.clone()), rx, pool.clone()));
     let ticker = tx.clone();
     tokio::spawn(async move {
@@ -112,13 +122,14 @@ pub async fn serve(config: HeadConfig) -> Result<HeadHandle> {
             tx,
             heartbeat_interval: config.heartbeat_interval,
             binaries: super::binary::cache_dir(),
+            metrics: metrics.clone(),
         },
         move |req: Request<()>| crate::rpc::check_token(req, token.as_deref()),
     );
     let routes = tonic::service::Routes::new(service);
     let keepalive = Some(config.heartbeat_timeout);
     let shutdown = crate::rpc::serve_until_dropped(routes, listener, "head", keepalive);
-    Ok(HeadHandle { address, pool, _shutdown: shutdown })
+    Ok(HeadHandle { address, pool, metrics, _shutdown: shutdown })
 }
 
 use crate::rpc::Reply;
@@ -323,7 +334,7 @@ impl HeadState {
             Msg::Watch { pg, events } => self.watchers.entry(pg).or_default().push(events),
             Msg::Status { reply } => {
                 let json = serde_json::to_string(&self.status()).expect("status serialises");
-                let _ = reply.send(Ok(StatusReply { status_json: json }));
+                let _ = reply.send(Ok(StatusReply { status_json: json, ..Default::default() }));
             }
             Msg::Tick => {
                 let timeout = self.config.heartbeat_timeout;
@@ -576,6 +587,7 @@ struct HeadService {
     heartbeat_interval: Duration,
     /// Drivers' binaries by content hash, which agents fetch (see `cluster::binary`).
     binaries: std::path::PathBuf,
+    metrics: Arc<std::sync::OnceLock<SocketAddr>>,
 }
 
 impl HeadService {
@@ -721,7 +733,9 @@ impl Head for HeadService {
         &self,
         _: Request<StatusRequest>,
     ) -> std::result::Result<Response<StatusReply>, Status> {
-        self.ask(|reply| Msg::Status { reply }).await.map(Response::new)
+        let mut status = self.ask(|reply| Msg::Status { reply }).await?;
+        status.metrics_address = self.metrics.get().map(ToString::to_string).unwrap_or_default();
+        Ok(Response::new(status))
     }
 
     async fn has_binary(
