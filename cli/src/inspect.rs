@@ -453,7 +453,7 @@ pub fn show(
                 println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
             // The ranks' times have a table of their own, below.
-            let per_rank = rtune_driver::metrics::is_rank_figure;
+            let per_rank = rtune_driver::metrics::is_figure;
             let mut names: Vec<String> = Vec::new();
             for m in t.history() {
                 for k in m.keys() {
@@ -473,6 +473,7 @@ pub fn show(
             if let Some(ranks) = ranks(t.history()) {
                 print!("{}", ranks_table(&ranks));
             }
+            print!("{}", run_text(t.history()));
         }
         Format::Json => {
             let history: Vec<serde_json::Value> =
@@ -495,6 +496,52 @@ pub fn show(
         }
     }
     Ok(())
+}
+
+/// How a trial's worker groups started (one line per attempt), how long its reports kept its
+/// train function waiting, and what its checkpoints weighed and took, from its rows' figures
+/// (`rtune::metrics::{add_group_start, add_run_figures}`); empty where no worker measured them.
+pub(crate) fn run_text(history: &[Metrics]) -> String {
+    use rtune_driver::metrics::{group_start, run_figures};
+    let mut text = String::new();
+    for start in history.iter().filter_map(group_start) {
+        text.push_str(&format!(
+            "attempt {}: its group started in {:.3}s (reserve {:.3}s, spawn {:.3}s, join {:.3}s)\n",
+            start.attempt,
+            start.total_s(),
+            start.reserve_s,
+            start.spawn_s,
+            start.join_s
+        ));
+    }
+    let figures: Vec<_> = history.iter().map(run_figures).collect();
+    let steps: f64 = history.iter().filter_map(|m| m.get("time_step_s")).sum();
+    let blocked: f64 = figures.iter().map(|f| f.report_s).sum();
+    if blocked > 0.0 && steps > 0.0 {
+        text.push_str(&format!(
+            "reports kept the train function waiting {blocked:.3}s, {:.0}% of its steps' time\n",
+            100.0 * blocked / steps
+        ));
+    }
+    let checkpoints: Vec<_> = figures.iter().filter(|f| f.checkpoint_bytes > 0.0).collect();
+    if !checkpoints.is_empty() {
+        let n = checkpoints.len() as f64;
+        let mean = |f: fn(&&rtune_driver::metrics::RunFigures) -> f64| {
+            checkpoints.iter().map(f).sum::<f64>() / n
+        };
+        let uploads: f64 = figures.iter().map(|f| f.checkpoint_upload_s).sum();
+        let uploaded = match uploads > 0.0 {
+            true => format!(", uploads {uploads:.3}s in all"),
+            false => String::new(),
+        };
+        text.push_str(&format!(
+            "checkpoints: {}, {} each on average, written in {:.3}s{uploaded}\n",
+            checkpoints.len(),
+            crate::format::bytes(mean(|f| f.checkpoint_bytes)),
+            mean(|f| f.checkpoint_write_s),
+        ));
+    }
+    text
 }
 
 /// Where a trial's ranks spent their steps, over its rows.
@@ -592,7 +639,7 @@ fn ranks_table(ranks: &Ranks) -> String {
                 format!("{:.3}s", r.busy_s),
                 format!("{:.0}%", r.data_share * 100.0),
                 format!("{:.0}%", r.collective_share * 100.0),
-                format!("{:.0} B", r.bytes),
+                crate::format::bytes(r.bytes),
                 if r.straggler { "straggler".into() } else { String::new() },
             ]
         })

@@ -15,14 +15,117 @@ pub const AUTO_METRICS: [&str; 5] =
 /// [`add_rank_figures`]); with several ranks, each rank's is under `ranks/R/`.
 pub const RANK_METRICS: [&str; 3] = ["time_step_s", "time_data_s", "time_collective_s"];
 
+/// Names rtune adds to a report of how the run went around its steps (rank 0's figures; see
+/// [`add_run_figures`]): the time the previous report kept the train function waiting, and the
+/// checkpoint the report carries.
+pub const RUN_METRICS: [&str; 4] =
+    ["time_report_s", "checkpoint_bytes", "time_checkpoint_write_s", "time_checkpoint_upload_s"];
+
+/// Names rtune adds to the first report of each attempt: how its worker group started (see
+/// [`add_group_start`]).
+pub const START_METRICS: [&str; 4] =
+    ["group_attempt", "time_group_reserve_s", "time_group_spawn_s", "time_group_join_s"];
+
 /// Whether rtune, not the train function, puts `name` into reports.
 pub fn added_by_rtune(name: &str) -> bool {
-    AUTO_METRICS.contains(&name) || is_rank_figure(name)
+    AUTO_METRICS.contains(&name) || is_figure(name)
 }
 
-/// Whether `name` is one of the ranks' figures ([`add_rank_figures`]).
-pub fn is_rank_figure(name: &str) -> bool {
-    RANK_METRICS.contains(&name) || name.starts_with("ranks/")
+/// Whether `name` is one of the figures rtune measures around the train function: the ranks'
+/// ([`add_rank_figures`]), the run's ([`add_run_figures`]) or its group's start
+/// ([`add_group_start`]).
+pub fn is_figure(name: &str) -> bool {
+    RANK_METRICS.contains(&name)
+        || name.starts_with("ranks/")
+        || RUN_METRICS.contains(&name)
+        || START_METRICS.contains(&name)
+}
+
+/// What rank 0 measured around its steps since the last report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RunFigures {
+    /// How long the previous report kept the train function waiting.
+    pub report_s: f64,
+    /// The checkpoint this report carries (0: none): its bytes, and the train function's time
+    /// writing it (from `new_checkpoint` to its commit).
+    pub checkpoint_bytes: f64,
+    pub checkpoint_write_s: f64,
+    /// The time of the uploads to the run's store that ended since the last report.
+    pub checkpoint_upload_s: f64,
+}
+
+impl From<&crate::proto::RankTimes> for RunFigures {
+    fn from(t: &crate::proto::RankTimes) -> Self {
+        RunFigures {
+            report_s: t.report_s,
+            checkpoint_bytes: t.checkpoint_bytes as f64,
+            checkpoint_write_s: t.checkpoint_write_s,
+            checkpoint_upload_s: t.checkpoint_upload_s,
+        }
+    }
+}
+
+/// Writes rank 0's figures around its steps into a report's metrics: `time_report_s` always,
+/// the checkpoint's where the report carries one, the uploads' where some ended. A metric the
+/// train function reported under one of these names is kept as it reported it.
+pub fn add_run_figures(metrics: &mut Metrics, f: &RunFigures) {
+    let [report, bytes, write, upload] = RUN_METRICS;
+    metrics.entry(report.into()).or_insert(f.report_s);
+    if f.checkpoint_bytes > 0.0 {
+        metrics.entry(bytes.into()).or_insert(f.checkpoint_bytes);
+        metrics.entry(write.into()).or_insert(f.checkpoint_write_s);
+    }
+    if f.checkpoint_upload_s > 0.0 {
+        metrics.entry(upload.into()).or_insert(f.checkpoint_upload_s);
+    }
+}
+
+/// Rank 0's figures around its steps, as [`add_run_figures`] wrote them (0 where absent).
+pub fn run_figures(metrics: &Metrics) -> RunFigures {
+    let [report, bytes, write, upload] = RUN_METRICS.map(|k| metrics.get(k).copied());
+    RunFigures {
+        report_s: report.unwrap_or(0.0),
+        checkpoint_bytes: bytes.unwrap_or(0.0),
+        checkpoint_write_s: write.unwrap_or(0.0),
+        checkpoint_upload_s: upload.unwrap_or(0.0),
+    }
+}
+
+/// How an attempt's worker group started: its resources reserved (waiting for them
+/// included), its processes started, and every rank joined.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GroupStart {
+    /// The run's attempt (0 first).
+    pub attempt: u32,
+    pub reserve_s: f64,
+    pub spawn_s: f64,
+    pub join_s: f64,
+}
+
+impl GroupStart {
+    /// The whole start: reserve, spawn and join.
+    pub fn total_s(&self) -> f64 {
+        self.reserve_s + self.spawn_s + self.join_s
+    }
+}
+
+/// Writes how the attempt's group started into (the first of its) report's metrics.
+pub fn add_group_start(metrics: &mut Metrics, start: &GroupStart) {
+    let values = [f64::from(start.attempt), start.reserve_s, start.spawn_s, start.join_s];
+    for (key, value) in START_METRICS.into_iter().zip(values) {
+        metrics.entry(key.into()).or_insert(value);
+    }
+}
+
+/// How the attempt's group started, where a report's metrics say it (its first ones).
+pub fn group_start(metrics: &Metrics) -> Option<GroupStart> {
+    let [attempt, reserve, spawn, join] = START_METRICS.map(|k| metrics.get(k).copied());
+    Some(GroupStart {
+        attempt: attempt? as u32,
+        reserve_s: reserve.unwrap_or(0.0),
+        spawn_s: spawn.unwrap_or(0.0),
+        join_s: join.unwrap_or(0.0),
+    })
 }
 
 /// A rank's time between two reports, as a report's metrics hold it.
@@ -280,8 +383,33 @@ mod tests {
         let mut one = Metrics::new();
         add_rank_figures(&mut one, &[figures(1.0)]);
         assert_eq!(rank_figures(&one), [RankFigures { collective_bytes: None, ..figures(1.0) }]);
-        assert!(one.keys().all(|k| is_rank_figure(k)), "{one:?}");
+        assert!(one.keys().all(|k| is_figure(k)), "{one:?}");
         assert_eq!(rank_figures(&Metrics::new()), []);
+    }
+
+    /// The run's figures and its group's start read back as written: the checkpoint's only
+    /// where the report carries one, the start only where written (an attempt's first row).
+    #[test]
+    fn run_figures_and_group_starts_read_back_as_written() {
+        let run = RunFigures {
+            report_s: 0.5,
+            checkpoint_bytes: 2048.0,
+            checkpoint_write_s: 0.25,
+            checkpoint_upload_s: 0.0,
+        };
+        let mut metrics = Metrics::from([("loss".to_string(), 0.1)]);
+        add_run_figures(&mut metrics, &run);
+        assert_eq!(run_figures(&metrics), run);
+        assert!(!metrics.contains_key("time_checkpoint_upload_s"), "{metrics:?}");
+        let mut plain = Metrics::new();
+        add_run_figures(&mut plain, &RunFigures { report_s: 0.5, ..Default::default() });
+        assert_eq!(plain.keys().collect::<Vec<_>>(), ["time_report_s"]);
+        assert_eq!(group_start(&metrics), None);
+        let start = GroupStart { attempt: 2, reserve_s: 1.0, spawn_s: 0.5, join_s: 0.25 };
+        add_group_start(&mut metrics, &start);
+        assert_eq!(group_start(&metrics), Some(start));
+        assert_eq!(start.total_s(), 1.75);
+        assert!(metrics.keys().filter(|k| *k != "loss").all(|k| added_by_rtune(k)));
     }
     use serde_json::json;
 

@@ -27,10 +27,19 @@
 //! | `rtune_rank_data_wait_seconds_total` | counter | `trial`, `rank` | time waiting for the next batch |
 //! | `rtune_rank_collective_seconds_total` | counter | `trial`, `rank` | time in collectives |
 //! | `rtune_rank_collective_bytes_total` | counter | `trial`, `rank` | bytes put into collectives |
+//! | `rtune_trial_group_start_seconds` | gauge | `trial`, `phase` | how the trial's latest worker group started: `reserve` (waiting for resources included), `spawn`, `join` |
+//! | `rtune_trial_attempts` | gauge | `trial` | the trial's attempts so far (a restart after a failure is one more) |
+//! | `rtune_report_blocked_seconds_total` | counter | | time `report` kept train functions waiting (for their peers and the driver) |
+//! | `rtune_checkpoints_total` | counter | | checkpoints reported |
+//! | `rtune_checkpoint_bytes_total` | counter | | their bytes |
+//! | `rtune_checkpoint_seconds_total` | counter | `phase` | train functions' time writing them (`write`), and uploads' to the store (`upload`) |
+//! | `rtune_callback_backlog` | gauge | `callback` | events a callback has yet to send (MLflow's) |
 //!
-//! The per-rank series ride on the results (the rows' `time_step_s`, `time_data_s`,
-//! `time_collective_s`, and with several ranks `ranks/R/..`); a trial's series leave the
-//! endpoint when it ends, so their number stays that of the running trials' ranks.
+//! The per-rank and per-trial series ride on the results (the rows' `time_step_s`,
+//! `time_data_s`, `time_collective_s`, and with several ranks `ranks/R/..`; `time_report_s`,
+//! `checkpoint_bytes`, `time_checkpoint_write_s`, `time_checkpoint_upload_s`; an attempt's first
+//! row's `group_attempt` and `time_group_*_s`); a trial's series leave the endpoint when it
+//! ends, so their number stays that of the running trials'.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -95,6 +104,30 @@ type Steps = Family<RankLabels, Histogram, fn() -> Histogram>;
 type FloatCounter = Counter<f64, AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrialLabel {
+    trial: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrialPhaseLabels {
+    trial: String,
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallbackLabel {
+    callback: String,
+}
+
+/// The phases of a group's start, as `rtune_trial_group_start_seconds` names them.
+const START_PHASES: [&str; 3] = ["reserve", "spawn", "join"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabels {
     node: String,
     resource: String,
@@ -129,6 +162,15 @@ struct Inner {
     data_wait: Family<RankLabels, FloatCounter>,
     collective: Family<RankLabels, FloatCounter>,
     collective_bytes: Family<RankLabels, Counter>,
+    group_start: Family<TrialPhaseLabels, FloatGauge>,
+    attempts: Family<TrialLabel, Gauge>,
+    report_blocked: FloatCounter,
+    checkpoints: Counter,
+    checkpoint_bytes: Counter,
+    checkpoint_seconds: Family<PhaseLabel, FloatCounter>,
+    backlog: Family<CallbackLabel, Gauge>,
+    /// The callbacks whose backlogs are shown (see [`Monitor::follow_backlogs`]).
+    backlogs: Mutex<Vec<Arc<dyn Callback>>>,
     sweep: Mutex<Sweep>,
     /// The sweep's metric and its best value's series, once it began (a sweep with one).
     objective: std::sync::OnceLock<Objective>,
@@ -188,6 +230,23 @@ impl Monitor {
         let collective = registered(r, "rank_collective_seconds", what, Family::default());
         let what = "The bytes each rank put into collectives";
         let collective_bytes = registered(r, "rank_collective_bytes", what, Family::default());
+        let what = "How the trial's latest worker group started (reserve, spawn, join), in seconds";
+        let group_start = registered(r, "trial_group_start_seconds", what, Family::default());
+        let what = "The trial's attempts so far";
+        let attempts = registered(r, "trial_attempts", what, Family::default());
+        let what = "Time report kept train functions waiting, in seconds";
+        let report_blocked = registered(r, "report_blocked_seconds", what, FloatCounter::default());
+        let checkpoints = registered(r, "checkpoints", "Checkpoints reported", Counter::default());
+        let what = "The bytes of the checkpoints reported";
+        let checkpoint_bytes = registered(r, "checkpoint_bytes", what, Counter::default());
+        let what = "Time writing checkpoints (write) and uploading them (upload), in seconds";
+        let checkpoint_seconds: Family<PhaseLabel, FloatCounter> =
+            registered(r, "checkpoint_seconds", what, Family::default());
+        let what = "Events a callback has yet to send";
+        let backlog = registered(r, "callback_backlog", what, Family::default());
+        for phase in ["write", "upload"] {
+            checkpoint_seconds.get_or_create(&PhaseLabel { phase }).inc_by(0.0);
+        }
         // Every status and decision is a series from the start (at 0), not from its first.
         for status in STATUSES {
             trials.get_or_create(&StatusLabel { status: status.name() }).set(0);
@@ -211,6 +270,14 @@ impl Monitor {
             data_wait,
             collective,
             collective_bytes,
+            group_start,
+            attempts,
+            report_blocked,
+            checkpoints,
+            checkpoint_bytes,
+            checkpoint_seconds,
+            backlog,
+            backlogs: Mutex::new(Vec::new()),
             sweep: Mutex::new(Sweep::default()),
             objective: std::sync::OnceLock::new(),
             pool: Box::new(pool),
@@ -231,10 +298,23 @@ impl Monitor {
         if let Some(bytes) = resident_bytes() {
             inner.resident.set(bytes);
         }
+        for callback in inner.backlogs.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            if let Some(backlog) = callback.backlog() {
+                let labels = CallbackLabel { callback: callback.name() };
+                inner.backlog.get_or_create(&labels).set(backlog as i64);
+            }
+        }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &inner.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+
+    /// Shows the backlogs of `callbacks` (of those that keep one, once they do:
+    /// `Callback::backlog`) at each scrape.
+    pub fn follow_backlogs(&self, callbacks: &[Arc<dyn Callback>]) {
+        let mut followed = self.0.backlogs.lock().unwrap_or_else(|p| p.into_inner());
+        followed.extend(callbacks.iter().cloned());
     }
 
     fn sweep(&self) -> std::sync::MutexGuard<'_, Sweep> {
@@ -280,9 +360,44 @@ impl Monitor {
         *known = (*known).max(ranks.len());
     }
 
-    /// The trial's rank series leave the endpoint (it ended, or paused and gave back its
-    /// workers).
+    /// The run's figures a result carries: its group's start (an attempt's first result), the
+    /// time its last report kept it waiting, its checkpoint.
+    fn count_run(&self, trial: &TrialInfo, result: &Metrics) {
+        let inner = &self.0;
+        if let Some(start) = crate::metrics::group_start(result) {
+            let figures = [start.reserve_s, start.spawn_s, start.join_s];
+            for (phase, seconds) in START_PHASES.into_iter().zip(figures) {
+                let labels = TrialPhaseLabels { trial: trial.trial_id.clone(), phase };
+                inner.group_start.get_or_create(&labels).set(seconds);
+            }
+            let labels = TrialLabel { trial: trial.trial_id.clone() };
+            inner.attempts.get_or_create(&labels).set(i64::from(start.attempt) + 1);
+        }
+        let run = crate::metrics::run_figures(result);
+        let counted = |v: f64| v.is_finite() && v > 0.0;
+        if counted(run.report_s) {
+            inner.report_blocked.inc_by(run.report_s);
+        }
+        if counted(run.checkpoint_bytes) {
+            inner.checkpoints.inc();
+            inner.checkpoint_bytes.inc_by(run.checkpoint_bytes as u64);
+        }
+        for (phase, seconds) in
+            [("write", run.checkpoint_write_s), ("upload", run.checkpoint_upload_s)]
+        {
+            if counted(seconds) {
+                inner.checkpoint_seconds.get_or_create(&PhaseLabel { phase }).inc_by(seconds);
+            }
+        }
+    }
+
+    /// The trial's rank and start series leave the endpoint (it ended, or paused and gave back
+    /// its workers).
     fn forget_ranks(&self, trial: &TrialInfo) {
+        for phase in START_PHASES {
+            self.0.group_start.remove(&TrialPhaseLabels { trial: trial.trial_id.clone(), phase });
+        }
+        self.0.attempts.remove(&TrialLabel { trial: trial.trial_id.clone() });
         let Some(ranks) = self.sweep().ranks.remove(&trial.trial_id) else { return };
         for rank in 0..ranks {
             let labels = RankLabels { trial: trial.trial_id.clone(), rank: rank.to_string() };
@@ -393,6 +508,7 @@ impl Callback for Monitor {
         use std::sync::atomic::Ordering::Relaxed;
         self.0.results.inc();
         self.count_ranks(trial, result);
+        self.count_run(trial, result);
         let Some(o) = self.0.objective.get() else { return Ok(()) };
         let Some(value) = result.get(&o.metric).copied().filter(|v| v.is_finite()) else {
             return Ok(());
@@ -562,6 +678,7 @@ fn answer<B>(monitor: &Monitor, token: Option<&str>, request: &hyper::Request<B>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::{GroupStart, RunFigures};
 
     fn trial(id: &str) -> TrialInfo {
         TrialInfo {
@@ -574,6 +691,19 @@ mod tests {
     }
 
     /// Trials by status, results, decisions and the best metric follow what the callbacks say.
+    /// A callback 7 events behind.
+    struct Behind;
+
+    impl Callback for Behind {
+        fn name(&self) -> String {
+            "behind".into()
+        }
+
+        fn backlog(&self) -> Option<u64> {
+            Some(7)
+        }
+    }
+
     #[test]
     fn the_sweep_is_counted() {
         let monitor = Monitor::new(|| None);
@@ -609,10 +739,35 @@ mod tests {
                 ("ranks/1/collective_bytes".to_string(), 1000.0),
             ])
         };
-        monitor.on_trial_result(&b, &times(0.3)).unwrap();
-        monitor.on_trial_result(&b, &times(0.31)).unwrap();
+        // b's first result also says how its group started (its second attempt), and each
+        // carries a checkpoint and the time the report before it blocked.
+        let mut first = times(0.3);
+        let start = GroupStart { attempt: 1, reserve_s: 0.5, spawn_s: 0.25, join_s: 0.125 };
+        crate::metrics::add_group_start(&mut first, &start);
+        let run = RunFigures {
+            report_s: 0.25,
+            checkpoint_bytes: 1000.0,
+            checkpoint_write_s: 0.5,
+            checkpoint_upload_s: 0.75,
+        };
+        let mut second = times(0.31);
+        for result in [&mut first, &mut second] {
+            crate::metrics::add_run_figures(result, &run);
+        }
+        monitor.follow_backlogs(&[Arc::new(Behind) as Arc<dyn Callback>]);
+        monitor.on_trial_result(&b, &first).unwrap();
+        monitor.on_trial_result(&b, &second).unwrap();
         let text = monitor.render();
         for line in [
+            "rtune_trial_group_start_seconds{trial=\"b\",phase=\"reserve\"} 0.5\n",
+            "rtune_trial_group_start_seconds{trial=\"b\",phase=\"join\"} 0.125\n",
+            "rtune_trial_attempts{trial=\"b\"} 2\n",
+            "rtune_report_blocked_seconds_total 0.5\n",
+            "rtune_checkpoints_total 2\n",
+            "rtune_checkpoint_bytes_total 2000\n",
+            "rtune_checkpoint_seconds_total{phase=\"write\"} 1.0\n",
+            "rtune_checkpoint_seconds_total{phase=\"upload\"} 1.5\n",
+            "rtune_callback_backlog{callback=\"behind\"} 7\n",
             "rtune_rank_step_seconds_count{trial=\"b\",rank=\"1\"} 2\n",
             "rtune_rank_step_seconds_bucket{le=\"0.5\",trial=\"b\",rank=\"0\"} 2\n",
             "rtune_rank_collective_seconds_total{trial=\"b\",rank=\"0\"} 0.4\n",
@@ -621,11 +776,12 @@ mod tests {
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }
-        // Every per-rank series the Grafana dashboard names is one the monitor has (the others
-        // are checked against a scraped sweep: tests/integration/monitoring.rs).
+        // Every per-rank and per-trial series the Grafana dashboard names is one the monitor
+        // has (the others are checked against a scraped sweep: tests/integration/monitoring.rs).
         let dashboard = include_str!("../../deploy/grafana/rtune.json");
         let names = dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
-        for name in names.filter(|n| n.starts_with("rtune_rank_")) {
+        for name in names.filter(|n| n.starts_with("rtune_rank_") || n.starts_with("rtune_trial_"))
+        {
             assert!(
                 text.contains(&format!("\n{name}")),
                 "the dashboard's {name} is not in\n{text}"

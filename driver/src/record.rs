@@ -167,6 +167,8 @@ pub(crate) struct RunState {
     stop: std::collections::BTreeMap<String, f64>,
     /// Where the current attempt's ranks run (`group::describe_seats`), written into its rows.
     placement: Option<String>,
+    /// How the current attempt's group started, for its first row.
+    group_start: Option<crate::metrics::GroupStart>,
     /// The run's folder on a store: a reported checkpoint missing here (its rank does not see
     /// this machine's files) comes down from there.
     store: Option<Remote>,
@@ -189,6 +191,7 @@ impl RunState {
             verbose: run.verbose,
             stop: run.stop.clone(),
             placement: None,
+            group_start: None,
             store: None,
         }
     }
@@ -325,6 +328,12 @@ impl RunState {
         self.last_report = now;
         let ranks: Vec<RankFigures> = report.ranks.iter().map(RankFigures::from).collect();
         crate::metrics::add_rank_figures(&mut metrics, &ranks);
+        if let Some(rank0) = report.ranks.first() {
+            crate::metrics::add_run_figures(&mut metrics, &rank0.into());
+        }
+        if let Some(start) = self.group_start.take() {
+            crate::metrics::add_group_start(&mut metrics, &start);
+        }
         let mut row: Row = metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
         if !report.checkpoint.is_empty() {
             row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
@@ -401,9 +410,15 @@ impl RunState {
     }
 
     /// Where the current attempt's ranks run, and rank 0's process (each row's `pid`, as in
-    /// Ray: the worker's), as its rows will say.
-    pub fn placed(&mut self, placement: String, rank0_pid: Option<u32>) {
+    /// Ray: the worker's), as its rows will say; how its group started, as its first row will.
+    pub fn placed(
+        &mut self,
+        placement: String,
+        rank0_pid: Option<u32>,
+        start: crate::metrics::GroupStart,
+    ) {
         self.placement = Some(placement);
+        self.group_start = Some(start);
         if let Some(pid) = rank0_pid {
             self.identity.pid = pid;
         }

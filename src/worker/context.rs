@@ -286,14 +286,18 @@ impl<'a> TrainContext<'a> {
                     std::fs::write(&path, json).map_err(|e| Error::io(path, e))?;
                 }
                 let name = checkpoint_name(iteration);
+                let created = writer.created();
                 writer.commit(&self.run_dir, &name, iteration, self.link.attempt(), &metrics)?;
+                let bytes =
+                    rtune_driver::storage::checkpoint::folder_bytes(&self.run_dir.join(&name));
+                super::timing::checkpoint(bytes, created);
                 // On an object store the driver never records a checkpoint the store does not
                 // hold whole: the report waits for the upload, or, with background uploads,
                 // names it once it is done.
                 // In a scratch folder, the local copy goes once it is up (the store is its home).
                 let scratch = self.scratch;
                 let up = move |store: &Remote, dir: &Path, name: &str| -> Result<()> {
-                    store.upload_folder(dir, name)?;
+                    super::timing::upload(|| store.upload_folder(dir, name))?;
                     match scratch {
                         true => std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e)),
                         false => Ok(()),
@@ -321,8 +325,9 @@ impl<'a> TrainContext<'a> {
         };
         let uploaded = self.uploads_done(false)?;
         let times = super::timing::take(self.step_began);
+        let (seq, metrics) = (self.reports + 1, to_wire(&metrics));
         let reply =
-            self.link.report(self.reports + 1, to_wire(&metrics), committed, uploaded, times)?;
+            super::timing::report(|| self.link.report(seq, metrics, committed, uploaded, times))?;
         self.step_began = std::time::Instant::now();
         self.reports += 1;
         if reply.stop {

@@ -1,7 +1,9 @@
 //! Where a rank's time goes between two reports: its steps (the train function's time from one
 //! report's return to the next report), the part of it spent waiting for the next batch, and the
-//! part spent in collectives (with the bytes they moved). The figures ride on each report
-//! (`ReportRequest.times`): no message of their own.
+//! part spent in collectives (with the bytes they moved); and around the steps, how long the last
+//! report kept it waiting, what its checkpoint weighed and took to write, and how long its
+//! uploads took. The figures ride on each report (`ReportRequest.times`): no message of their
+//! own.
 //!
 //! One rank is one process, so the counters are the process's.
 
@@ -13,6 +15,10 @@ use rtune_driver::proto::RankTimes;
 static DATA_NS: AtomicU64 = AtomicU64::new(0);
 static COLLECTIVE_NS: AtomicU64 = AtomicU64::new(0);
 static COLLECTIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static REPORT_NS: AtomicU64 = AtomicU64::new(0);
+static CHECKPOINT_BYTES: AtomicU64 = AtomicU64::new(0);
+static CHECKPOINT_WRITE_NS: AtomicU64 = AtomicU64::new(0);
+static UPLOAD_NS: AtomicU64 = AtomicU64::new(0);
 
 fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
     let began = Instant::now();
@@ -32,6 +38,23 @@ pub(crate) fn collective<T>(bytes: usize, f: impl FnOnce() -> T) -> T {
     timed(&COLLECTIVE_NS, f)
 }
 
+/// `f`, a report, counted as the time it kept the train function (said with the next one).
+pub(crate) fn report<T>(f: impl FnOnce() -> T) -> T {
+    REPORT_NS.store(0, Relaxed);
+    timed(&REPORT_NS, f)
+}
+
+/// `f`, an upload of a checkpoint to the run's store (in a report or in the background).
+pub(crate) fn upload<T>(f: impl FnOnce() -> T) -> T {
+    timed(&UPLOAD_NS, f)
+}
+
+/// The checkpoint the next report carries: `bytes`, written since `created`.
+pub(crate) fn checkpoint(bytes: u64, created: Instant) {
+    CHECKPOINT_BYTES.store(bytes, Relaxed);
+    CHECKPOINT_WRITE_NS.store(created.elapsed().as_nanos() as u64, Relaxed);
+}
+
 /// The figures since `step_began` (the last report's return), the counters set back to 0.
 pub(crate) fn take(step_began: Instant) -> RankTimes {
     let seconds = |counter: &AtomicU64| counter.swap(0, Relaxed) as f64 * 1e-9;
@@ -40,5 +63,9 @@ pub(crate) fn take(step_began: Instant) -> RankTimes {
         data_s: seconds(&DATA_NS),
         collective_s: seconds(&COLLECTIVE_NS),
         collective_bytes: COLLECTIVE_BYTES.swap(0, Relaxed),
+        report_s: seconds(&REPORT_NS),
+        checkpoint_bytes: CHECKPOINT_BYTES.swap(0, Relaxed),
+        checkpoint_write_s: seconds(&CHECKPOINT_WRITE_NS),
+        checkpoint_upload_s: seconds(&UPLOAD_NS),
     }
 }

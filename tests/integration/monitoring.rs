@@ -123,6 +123,14 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
     ensure!(reported == 6, "the files hold {reported} results");
     ensure!(query(prometheus_port, "rtune_results_total")? == Some(6.0), "results");
     ensure!(query(prometheus_port, "rtune_trials{status=\"PENDING\"}")? == Some(0.0), "pending");
+    // Each result carried a checkpoint. The trials' group starts ride on their first results:
+    // the ended trials' went with them, and the third has not reported yet.
+    let checkpoints = query(prometheus_port, "rtune_checkpoints_total")?;
+    ensure!(checkpoints == Some(6.0), "checkpoints {checkpoints:?}");
+    let bytes = query(prometheus_port, "rtune_checkpoint_bytes_total")?;
+    ensure!(bytes.is_some_and(|b| b > 0.0), "checkpoint bytes {bytes:?}");
+    let starts = series(prometheus_port, "rtune_trial_group_start_seconds")?;
+    ensure!(starts.is_empty(), "group starts of trials that ended: {starts:?}");
     let best =
         grid.trials.iter().flat_map(|t| t.history()).map(|r| r["score"]).fold(f64::MIN, f64::max);
     let seen = query(prometheus_port, "rtune_best_metric{metric=\"score\",mode=\"max\"}")?;
@@ -144,8 +152,8 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
     let checked = promtool.wait_with_output()?;
     ensure!(checked.status.success(), "promtool check metrics: {}\n{body}", text(&checked));
     // Every query of the Grafana dashboard (deploy/grafana/rtune.json) is one Prometheus
-    // reads, naming only series the endpoint has, and answers with data; the per-rank ones
-    // have data once a trial with ranks reported (none has yet: the third sleeps).
+    // reads, naming only series the endpoint has, and answers with data; the per-rank and
+    // per-trial ones have data once a running trial reported (none has yet: the third sleeps).
     let (_, endpoint) = http_get(port, "/metrics", None)?;
     let families: Vec<&str> =
         endpoint.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
@@ -159,9 +167,9 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
         .collect();
     ensure!(exprs.len() >= panels.len(), "a panel without a query");
     for expr in &exprs {
-        // Which series the per-rank queries name is checked against a monitor that has them
-        // (`monitor::tests`): the endpoint has none yet.
-        if expr.contains("rtune_rank_") {
+        // Which series the per-rank and per-trial queries name is checked against a monitor
+        // that has them (`monitor::tests`): the endpoint has none yet.
+        if expr.contains("rtune_rank_") || expr.contains("rtune_trial_") {
             series(prometheus_port, expr).with_context(|| format!("the dashboard's {expr}"))?;
             continue;
         }
@@ -319,5 +327,9 @@ pub fn a_slow_rank_is_marked_a_straggler() -> Result<()> {
     ensure!(!row("0 ").contains("straggler"), "rank 0 is marked:\n{stdout}");
     // The per-rank figures are a table of their own, not columns of the results.
     ensure!(!stdout.contains("ranks/1/time_step_s"), "{stdout}");
+    // Below it, how the group started and what its checkpoints (one a report) weighed.
+    ensure!(stdout.contains("attempt 0: its group started in "), "{stdout}");
+    ensure!(stdout.contains("checkpoints: 4, "), "{stdout}");
+    ensure!(stdout.contains("reports kept the train function waiting "), "{stdout}");
     Ok(())
 }

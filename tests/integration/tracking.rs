@@ -621,8 +621,18 @@ pub fn a_tracking_server_down_for_a_while_loses_nothing() -> Result<()> {
     let experiment = dir.path().join("results/study");
     wait_for_ended(&experiment, 1)?;
     server.stop();
-    // The sweep goes on without the server: two more trials end meanwhile.
+    // The sweep goes on without the server: two more trials end meanwhile, and what MLflow
+    // has yet to get shows on the sweep's metrics endpoint.
     wait_for_ended(&experiment, 3)?;
+    let record: Json = serde_json::from_slice(&std::fs::read(experiment.join("driver.json"))?)?;
+    let metrics = record["metrics"].as_str().context("no metrics endpoint in driver.json")?;
+    let metrics_port: u16 = metrics.rsplit(':').next().context("port")?.parse()?;
+    let (_, body) = crate::common::http_get(metrics_port, "/metrics", None)?;
+    let backlog = body
+        .lines()
+        .find_map(|l| l.strip_prefix("rtune_callback_backlog{callback=\"MlflowLogger\"} "))
+        .and_then(|v| v.parse::<f64>().ok());
+    ensure!(backlog.is_some_and(|b| b > 0.0), "MLflow's backlog {backlog:?} in\n{body}");
     let _again = MlflowServer::start(dir.path(), Some(port))?;
     let out = child.wait_with_output()?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));

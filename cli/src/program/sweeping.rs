@@ -362,6 +362,8 @@ fn reporting(
     let mut run = run;
     let metrics = metrics_endpoint(spec, output)?;
     if let Some((_, monitor)) = &metrics {
+        // The trackers' backlogs (MLflow's) show at each scrape.
+        monitor.follow_backlogs(&run.callbacks.0);
         run = run.callback(monitor.clone());
     }
     let metrics_address = metrics.as_ref().map(|(server, _)| server.address());

@@ -129,6 +129,13 @@ pub trait Callback: Send + Sync {
         Ok(())
     }
 
+    /// Events this callback has taken and not yet sent on (a tracker that sends in the
+    /// background, as MLflow's does); None for one that keeps none. Read at each scrape of
+    /// the metrics endpoint.
+    fn backlog(&self) -> Option<u64> {
+        None
+    }
+
     /// The scheduler's decisions so far (ASHA's rungs, PBT's exploits), when they changed: at
     /// most once a second, and once more before `on_experiment_end`.
     fn on_scheduler_status(&self, status: &SchedulerStatus) -> Result<()> {
@@ -171,6 +178,9 @@ impl<C: Callback + ?Sized> Callback for Arc<C> {
     }
     fn on_experiment_interrupt(&self) -> Result<()> {
         (**self).on_experiment_interrupt()
+    }
+    fn backlog(&self) -> Option<u64> {
+        (**self).backlog()
     }
     fn on_scheduler_status(&self, status: &SchedulerStatus) -> Result<()> {
         (**self).on_scheduler_status(status)

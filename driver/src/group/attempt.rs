@@ -15,6 +15,7 @@ use super::{
     AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport, Seat, shared_gpus,
 };
 use crate::error::Result;
+use crate::metrics::GroupStart;
 use crate::outcome::WorkerFailure;
 use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
 use crate::sys::stacks;
@@ -56,6 +57,7 @@ pub(crate) async fn run_attempt(
             }
         }
     }
+    let spawning = std::time::Instant::now();
     for rank in 0..spec.ranks.len() {
         let started = match &spec.launcher {
             Launcher::Local => spawn_local(hub, spec, rank, exit_tx.clone()).await,
@@ -81,11 +83,19 @@ pub(crate) async fn run_attempt(
         }
     }
     drop(exit_tx);
+    let spawned = std::time::Instant::now();
+    let start = GroupStart {
+        attempt: spec.attempt,
+        reserve_s: spec.reserve_s,
+        spawn_s: (spawned - spawning).as_secs_f64(),
+        join_s: 0.0,
+    };
 
     let mut state = Attempt {
         spec,
         workers,
         seats: Vec::new(),
+        start: (start, spawned),
         pending: Vec::new(),
         failure: None,
         stopped: false,
@@ -135,6 +145,8 @@ struct Attempt<'s> {
     workers: Vec<Worker>,
     /// Where each rank runs, once every rank has joined.
     seats: Vec<Seat>,
+    /// How the group started so far, and when its processes were all started.
+    start: (GroupStart, std::time::Instant),
     /// Reports waiting for the other ranks: (rank, request, reply), for the lowest open seq.
     pending: Vec<(usize, ReportRequest, Reply<ReportReply>)>,
     failure: Option<WorkerFailure>,
@@ -286,7 +298,9 @@ impl Attempt<'_> {
                  through the CPU ring (NCCL refuses two ranks on one device)"
             );
         }
-        on_report.placed(&seats);
+        let (mut start, spawned) = self.start;
+        start.join_s = spawned.elapsed().as_secs_f64();
+        on_report.placed(&seats, start);
         self.seats = seats;
         let group_id = rand::random::<u64>();
         let world = self.workers.len() as u32;
@@ -606,6 +620,7 @@ mod tests {
             store_settings: Default::default(),
             upload_async: false,
             sharding: None,
+            reserve_s: 0.0,
         }
     }
 
@@ -616,6 +631,7 @@ mod tests {
             spec,
             workers: vec![worker(), worker()],
             seats: Vec::new(),
+            start: (GroupStart::default(), std::time::Instant::now()),
             pending: Vec::new(),
             failure: None,
             stopped: false,
@@ -753,7 +769,7 @@ mod tests {
             Ok(())
         }
 
-        fn placed(&mut self, seats: &[Seat]) {
+        fn placed(&mut self, seats: &[Seat], _: GroupStart) {
             self.0 = seats.to_vec();
         }
 

@@ -227,6 +227,9 @@ pub(crate) struct AttemptSpec {
     pub upload_async: bool,
     /// `ScalingConfig::sharding`, for the train function to read.
     pub sharding: Option<crate::config::Sharding>,
+    /// The seconds the attempt's resources took to reserve (waiting for them included), for
+    /// its group's start figures.
+    pub reserve_s: f64,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).
@@ -261,8 +264,9 @@ pub(crate) trait OnReport: Send {
     /// Writes what recording held back; Err fails the attempt.
     fn flush(&mut self) -> Result<()>;
 
-    /// Every rank has joined, here: recorded with the attempt's reports.
-    fn placed(&mut self, seats: &[Seat]);
+    /// Every rank has joined, here, the group started as `start` says: recorded with the
+    /// attempt's reports.
+    fn placed(&mut self, seats: &[Seat], start: crate::metrics::GroupStart);
 
     /// Checkpoints of earlier reports are whole in the object store now (rank 0 said so as it
     /// finished, `upload = "async"`): recorded now; Err fails the attempt.

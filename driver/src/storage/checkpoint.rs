@@ -160,6 +160,8 @@ pub struct CheckpointWriter {
     sharded: bool,
     /// The files the ranks write there together, which rank 0 checks for before committing.
     shard_files: Vec<String>,
+    /// When it was started: its time to commit is the train function's time saving into it.
+    created: std::time::Instant,
 }
 
 impl CheckpointWriter {
@@ -177,6 +179,7 @@ impl CheckpointWriter {
             kept: rank == 0,
             shards,
             sharded: false,
+            created: std::time::Instant::now(),
             shard_files: Vec::new(),
         })
     }
@@ -251,6 +254,11 @@ impl CheckpointWriter {
     /// Writes metadata.json, fsyncs everything and renames the folder to `run_dir/name`, as
     /// `attempt` of the run. Refused (nothing committed) when that attempt is over, or when
     /// `name` was committed by the same or a newer attempt (see the module docs).
+    /// When it was started (`TrainContext::new_checkpoint`).
+    pub fn created(&self) -> std::time::Instant {
+        self.created
+    }
+
     pub fn commit(
         self,
         run_dir: &Path,
@@ -386,6 +394,19 @@ pub(crate) fn sweep_unrecorded(run_dir: &Path, keep: &[Checkpoint]) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The bytes of the files in `dir` and its folders (0 for what cannot be read).
+pub fn folder_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => folder_bytes(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use crate::group::{
     AttemptOutcome, AttemptSpec, GroupReport, Launcher, OnReport, RankPlacement, Seat, TrialNames,
     describe_seats, run_attempt,
 };
-use crate::metrics::Metrics;
+use crate::metrics::{GroupStart, Metrics};
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::record::{RunIdentity, RunState};
 use crate::runtime::{Driver, LocalReservation};
@@ -412,13 +412,15 @@ impl TorchTrainer {
     /// Reserves the worker group's resources in the process's shared local pool.
     async fn place_locally(&self, driver: &'static Driver) -> Result<Target> {
         let label = self.run.name.as_deref().unwrap_or("TorchTrainer");
+        let began = Instant::now();
         let held = driver.reserve_local(&self.scaling, label).await?;
+        let reserve_s = began.elapsed().as_secs_f64();
         let reservation = held.reservation();
         let nodes: Vec<u64> = reservation.bundles.iter().map(|b| b.node.0).collect();
         let hosts = vec!["127.0.0.1".to_owned(); nodes.len()];
         let devices = devices_of(reservation, crate::cluster::local_devices().as_deref());
         let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
-        Ok(Target::Local(ranks, held))
+        Ok(Target::Local(ranks, held, reserve_s))
     }
 
     async fn run_attempts(
@@ -437,8 +439,11 @@ impl TorchTrainer {
                 Some(token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::rpc::new_token))
             }
         };
+        // The local pool is reserved once for all attempts: the first one says how long.
+        let mut local_reserve_s = 0.0;
         let mut placement = match target {
-            Target::Local(ranks, held) => {
+            Target::Local(ranks, held, reserve_s) => {
+                local_reserve_s = reserve_s;
                 Placement::Local { ranks, _held: held, in_process: self.scaling.is_local() }
             }
             Target::Cluster { address, token } => {
@@ -496,7 +501,9 @@ impl TorchTrainer {
         let mut train_loop_seconds = 0.0;
         let mut unread_params = Vec::new();
         for attempt in first_attempt.. {
+            let began = Instant::now();
             let (ranks, launcher) = placement.for_attempt(attempt).await?;
+            let reserve_s = std::mem::take(&mut local_reserve_s) + began.elapsed().as_secs_f64();
             let resume_url = match (&store, &resume) {
                 (Some(store), Some(checkpoint)) => Some(in_store(store, checkpoint).await?),
                 _ => None,
@@ -524,6 +531,7 @@ impl TorchTrainer {
                 upload_async: self.run.checkpoint_config.upload
                     == crate::config::CheckpointUpload::Async,
                 sharding: self.scaling.sharding,
+                reserve_s,
             };
             run.begin_attempt(attempt, start_iteration)?;
             steering.started();
@@ -633,8 +641,8 @@ impl OnReport for Recording<'_, '_> {
         self.run.flush()
     }
 
-    fn placed(&mut self, seats: &[Seat]) {
-        self.run.placed(describe_seats(seats), seats.first().map(|s| s.pid));
+    fn placed(&mut self, seats: &[Seat], start: GroupStart) {
+        self.run.placed(describe_seats(seats), seats.first().map(|s| s.pid), start);
     }
 
     fn uploaded(&mut self, names: &[String]) -> Result<()> {
@@ -686,8 +694,12 @@ fn devices_of(
 /// Where `fit` was told to run: the local machine (already placed, held until the run ends) or
 /// a head's cluster.
 enum Target {
-    Local(Vec<RankPlacement>, LocalReservation),
-    Cluster { address: String, token: Option<String> },
+    /// The ranks' places, their reservation, and the seconds it took (waiting included).
+    Local(Vec<RankPlacement>, LocalReservation, f64),
+    Cluster {
+        address: String,
+        token: Option<String>,
+    },
 }
 
 /// Where a run's workers go: the embedded one-machine cluster, or a head's cluster (reserved

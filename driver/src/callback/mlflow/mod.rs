@@ -141,6 +141,12 @@ impl Callback for MlflowLogger {
         "MlflowLogger".into()
     }
 
+    fn backlog(&self) -> Option<u64> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let backlog = live.as_ref().map(|live| live.backlog.clone())?;
+        Some(backlog.queued.load(Ordering::Relaxed) + backlog.unsent.load(Ordering::Relaxed))
+    }
+
     /// Checks the server, makes or finds the parent run, and starts the sending thread.
     fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
         let uri = self.tracking_uri().map_err(|why| self.refused(why))?;
@@ -154,7 +160,9 @@ impl Callback for MlflowLogger {
         };
         let (ready_tx, ready) = std::sync::mpsc::sync_channel(1);
         let (tx, rx) = std::sync::mpsc::sync_channel(self.queue_limit);
+        let backlog = Arc::new(Backlog::default());
         let setup = Setup {
+            backlog: backlog.clone(),
             uri: uri.clone(),
             experiment: self.experiment.clone().unwrap_or_else(|| experiment.name.clone()),
             info: experiment.clone(),
@@ -176,7 +184,7 @@ impl Callback for MlflowLogger {
             }
             Err(_) => return Err(self.refused(format!("{uri}: the sending thread ended"))),
         }
-        let live = Live { tx, thread: Some(thread), dropped };
+        let live = Live { tx, thread: Some(thread), dropped, backlog };
         *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(live);
         Ok(())
     }
@@ -274,12 +282,15 @@ struct Live {
     thread: Option<std::thread::JoinHandle<u64>>,
     /// Events the full queue refused.
     dropped: Arc<AtomicU64>,
+    backlog: Arc<Backlog>,
 }
 
 impl Live {
     fn send(&self, event: Event) {
         match self.tx.try_send(event) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.backlog.queued.fetch_add(1, Ordering::Relaxed);
+            }
             Err(TrySendError::Full(_)) => {
                 if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
                     tracing::warn!("MLflow: the server is behind; events are dropped (counted)");
@@ -383,7 +394,16 @@ struct SavedTrial {
     ended: bool,
 }
 
+/// What the sending thread has yet to send: events it has not taken off the queue, and what it
+/// took and has not sent.
+#[derive(Debug, Default)]
+struct Backlog {
+    queued: AtomicU64,
+    unsent: AtomicU64,
+}
+
 struct Setup {
+    backlog: Arc<Backlog>,
     uri: String,
     experiment: String,
     info: ExperimentInfo,

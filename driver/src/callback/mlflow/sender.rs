@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,7 @@ pub(super) fn run(
         let began = client.begin(&setup).await;
         let mut sender = match began {
             Ok(saved) => Sender {
+                backlog: setup.backlog,
                 client,
                 saved,
                 state_path: setup.state_path,
@@ -77,6 +79,8 @@ pub(super) fn run(
 }
 
 pub(super) struct Sender {
+    /// Kept for the metrics endpoint (`Callback::backlog`).
+    backlog: std::sync::Arc<super::Backlog>,
     client: Client,
     saved: Saved,
     state_path: PathBuf,
@@ -119,10 +123,13 @@ impl Sender {
                 };
                 match first {
                     Ok(event) => {
+                        let mut taken = 1;
                         self.take(event);
                         while let Ok(event) = events.try_recv() {
+                            taken += 1;
                             self.take(event);
                         }
+                        self.backlog.queued.fetch_sub(taken, Ordering::Relaxed);
                     }
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                     Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
@@ -131,7 +138,10 @@ impl Sender {
                     }
                 }
             }
-            match self.send_all(info).await {
+            let sent = self.send_all(info).await;
+            let unsent = self.pending.values().map(Pending::count).sum::<usize>();
+            self.backlog.unsent.store(unsent as u64, Ordering::Relaxed);
+            match sent {
                 Ok(()) => {
                     if failing {
                         tracing::info!("MLflow: the server answers again; sending what waited");
@@ -467,6 +477,7 @@ mod tests {
 
     fn sender(dir: &Path) -> Sender {
         Sender {
+            backlog: Default::default(),
             client: Client::new("http://127.0.0.1:9"),
             saved: Saved::default(),
             state_path: dir.join(STATE_FILE),
