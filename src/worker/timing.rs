@@ -20,7 +20,19 @@ static CHECKPOINT_BYTES: AtomicU64 = AtomicU64::new(0);
 static CHECKPOINT_WRITE_NS: AtomicU64 = AtomicU64::new(0);
 static UPLOAD_NS: AtomicU64 = AtomicU64::new(0);
 
+/// `RTUNE_RANK_TIMES=0` in the driver's environment turns the step timers off (no data-wait or
+/// collective figures), to measure what they cost (`bench/ddp_timers.sh`); on by default.
+pub const RANK_TIMES_ENV: &str = "RTUNE_RANK_TIMES";
+
+fn timers_on() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*OFF.get_or_init(|| std::env::var(RANK_TIMES_ENV).is_ok_and(|v| v == "0"))
+}
+
 fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
+    if !timers_on() {
+        return f();
+    }
     let began = Instant::now();
     let out = f();
     counter.fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
@@ -34,7 +46,9 @@ pub(crate) fn data<T>(f: impl FnOnce() -> T) -> T {
 
 /// `f`, a collective moving `bytes` from this rank, counted as such.
 pub(crate) fn collective<T>(bytes: usize, f: impl FnOnce() -> T) -> T {
-    COLLECTIVE_BYTES.fetch_add(bytes as u64, Relaxed);
+    if timers_on() {
+        COLLECTIVE_BYTES.fetch_add(bytes as u64, Relaxed);
+    }
     timed(&COLLECTIVE_NS, f)
 }
 
