@@ -303,7 +303,9 @@ fn metrics_answer(trials: usize, running: usize, ranks: usize) -> anyhow::Result
             step_s: 0.1,
             data_s: 0.01,
             collective_s: 0.02,
-            collective_bytes: Some(4e6)
+            collective_bytes: Some(4e6),
+            gpu_utilization: None,
+            gpu_memory_bytes: None,
         };
         ranks
     ];

@@ -13,7 +13,8 @@ pub const AUTO_METRICS: [&str; 5] =
 
 /// Names rtune adds to a report where the workers measured them: rank 0's time (see
 /// [`add_rank_figures`]); with several ranks, each rank's is under `ranks/R/`.
-pub const RANK_METRICS: [&str; 3] = ["time_step_s", "time_data_s", "time_collective_s"];
+pub const RANK_METRICS: [&str; 5] =
+    ["time_step_s", "time_data_s", "time_collective_s", "gpu_utilization", "gpu_memory_bytes"];
 
 /// Names rtune adds to a report of how the run went around its steps (rank 0's figures; see
 /// [`add_run_figures`]): the time the previous report kept the train function waiting, and the
@@ -139,6 +140,10 @@ pub struct RankFigures {
     pub collective_s: f64,
     /// The bytes the rank put into them; kept in the metrics with several ranks only.
     pub collective_bytes: Option<f64>,
+    /// Its GPU at the report, where NVML has it: the share of the time a kernel ran (0 to 1),
+    /// and the device's memory in use.
+    pub gpu_utilization: Option<f64>,
+    pub gpu_memory_bytes: Option<f64>,
 }
 
 impl From<&crate::proto::RankTimes> for RankFigures {
@@ -148,6 +153,8 @@ impl From<&crate::proto::RankTimes> for RankFigures {
             data_s: t.data_s,
             collective_s: t.collective_s,
             collective_bytes: Some(t.collective_bytes as f64),
+            gpu_utilization: (t.gpu_memory_bytes > 0).then_some(t.gpu_utilization),
+            gpu_memory_bytes: (t.gpu_memory_bytes > 0).then_some(t.gpu_memory_bytes as f64),
         }
     }
 }
@@ -164,14 +171,19 @@ pub fn add_rank_figures(metrics: &mut Metrics, ranks: &[RankFigures]) {
             ("time_collective_s", f.collective_s),
         ]
     };
+    let gpu = |f: &RankFigures| {
+        [("gpu_utilization", f.gpu_utilization), ("gpu_memory_bytes", f.gpu_memory_bytes)]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?)))
+    };
     if let Some(first) = ranks.first() {
-        for (key, value) in times(first) {
+        for (key, value) in times(first).into_iter().chain(gpu(first)) {
             metrics.entry(key.into()).or_insert(value);
         }
     }
     if ranks.len() > 1 {
         for (rank, f) in ranks.iter().enumerate() {
-            for (key, value) in times(f) {
+            for (key, value) in times(f).into_iter().chain(gpu(f)) {
                 metrics.entry(format!("ranks/{rank}/{key}")).or_insert(value);
             }
             let bytes = f.collective_bytes.unwrap_or(0.0);
@@ -192,6 +204,8 @@ pub fn rank_figures(metrics: &Metrics) -> Vec<RankFigures> {
             data_s: of("time_data_s").unwrap_or(0.0),
             collective_s: of("time_collective_s").unwrap_or(0.0),
             collective_bytes: of("collective_bytes"),
+            gpu_utilization: of("gpu_utilization"),
+            gpu_memory_bytes: of("gpu_memory_bytes"),
         });
     }
     if ranks.is_empty()
@@ -202,6 +216,8 @@ pub fn rank_figures(metrics: &Metrics) -> Vec<RankFigures> {
             data_s: figure("time_data_s").unwrap_or(0.0),
             collective_s: figure("time_collective_s").unwrap_or(0.0),
             collective_bytes: None,
+            gpu_utilization: figure("gpu_utilization"),
+            gpu_memory_bytes: figure("gpu_memory_bytes"),
         });
     }
     ranks
@@ -375,6 +391,8 @@ mod tests {
             data_s: 0.1,
             collective_s: 0.2,
             collective_bytes: Some(4000.0),
+            gpu_utilization: None,
+            gpu_memory_bytes: None,
         };
         let mut two = Metrics::from([("time_data_s".to_string(), 7.0)]);
         add_rank_figures(&mut two, &[figures(1.0), figures(2.0)]);
@@ -385,6 +403,16 @@ mod tests {
         assert_eq!(rank_figures(&one), [RankFigures { collective_bytes: None, ..figures(1.0) }]);
         assert!(one.keys().all(|k| is_figure(k)), "{one:?}");
         assert_eq!(rank_figures(&Metrics::new()), []);
+        // A GPU rank's device figures, where NVML had them.
+        let on_gpu = |step: f64| RankFigures {
+            gpu_utilization: Some(0.75),
+            gpu_memory_bytes: Some(3e9),
+            ..figures(step)
+        };
+        let mut gpus = Metrics::new();
+        add_rank_figures(&mut gpus, &[on_gpu(1.0), on_gpu(2.0)]);
+        assert_eq!(rank_figures(&gpus), [on_gpu(1.0), on_gpu(2.0)]);
+        assert_eq!((gpus["gpu_utilization"], gpus["ranks/1/gpu_memory_bytes"]), (0.75, 3e9));
     }
 
     /// The run's figures and its group's start read back as written: the checkpoint's only

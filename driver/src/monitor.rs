@@ -27,6 +27,8 @@
 //! | `rtune_rank_data_wait_seconds_total` | counter | `trial`, `rank` | time waiting for the next batch |
 //! | `rtune_rank_collective_seconds_total` | counter | `trial`, `rank` | time in collectives |
 //! | `rtune_rank_collective_bytes_total` | counter | `trial`, `rank` | bytes put into collectives |
+//! | `rtune_rank_gpu_utilization_ratio` | gauge | `trial`, `rank` | the rank's GPU at its latest report: the share of the time a kernel ran (NVML) |
+//! | `rtune_rank_gpu_memory_bytes` | gauge | `trial`, `rank` | and its memory in use |
 //! | `rtune_trial_group_start_seconds` | gauge | `trial`, `phase` | how the trial's latest worker group started: `reserve` (waiting for resources included), `spawn`, `join` |
 //! | `rtune_trial_attempts` | gauge | `trial` | the trial's attempts so far (a restart after a failure is one more) |
 //! | `rtune_report_blocked_seconds_total` | counter | | time `report` kept train functions waiting (for their peers and the driver) |
@@ -162,6 +164,8 @@ struct Inner {
     data_wait: Family<RankLabels, FloatCounter>,
     collective: Family<RankLabels, FloatCounter>,
     collective_bytes: Family<RankLabels, Counter>,
+    gpu_utilization: Family<RankLabels, FloatGauge>,
+    gpu_memory: Family<RankLabels, Gauge>,
     group_start: Family<TrialPhaseLabels, FloatGauge>,
     attempts: Family<TrialLabel, Gauge>,
     report_blocked: FloatCounter,
@@ -230,6 +234,10 @@ impl Monitor {
         let collective = registered(r, "rank_collective_seconds", what, Family::default());
         let what = "The bytes each rank put into collectives";
         let collective_bytes = registered(r, "rank_collective_bytes", what, Family::default());
+        let what = "The share of the time a kernel ran on each rank's GPU, at its latest report";
+        let gpu_utilization = registered(r, "rank_gpu_utilization_ratio", what, Family::default());
+        let what = "Each rank's GPU memory in use at its latest report, in bytes";
+        let gpu_memory = registered(r, "rank_gpu_memory_bytes", what, Family::default());
         let what = "How the trial's latest worker group started (reserve, spawn, join), in seconds";
         let group_start = registered(r, "trial_group_start_seconds", what, Family::default());
         let what = "The trial's attempts so far";
@@ -270,6 +278,8 @@ impl Monitor {
             data_wait,
             collective,
             collective_bytes,
+            gpu_utilization,
+            gpu_memory,
             group_start,
             attempts,
             report_blocked,
@@ -354,6 +364,10 @@ impl Monitor {
             if let Some(bytes) = f.collective_bytes.filter(|b| b.is_finite() && *b >= 0.0) {
                 inner.collective_bytes.get_or_create(&labels).inc_by(bytes as u64);
             }
+            if let (Some(share), Some(bytes)) = (f.gpu_utilization, f.gpu_memory_bytes) {
+                inner.gpu_utilization.get_or_create(&labels).set(share);
+                inner.gpu_memory.get_or_create(&labels).set(bytes as i64);
+            }
         }
         let mut sweep = self.sweep();
         let known = sweep.ranks.entry(trial.trial_id.clone()).or_default();
@@ -405,6 +419,8 @@ impl Monitor {
             self.0.data_wait.remove(&labels);
             self.0.collective.remove(&labels);
             self.0.collective_bytes.remove(&labels);
+            self.0.gpu_utilization.remove(&labels);
+            self.0.gpu_memory.remove(&labels);
         }
     }
 
@@ -737,6 +753,8 @@ mod tests {
                 ("ranks/1/time_data_s".to_string(), 0.02),
                 ("ranks/1/time_collective_s".to_string(), 0.001),
                 ("ranks/1/collective_bytes".to_string(), 1000.0),
+                ("ranks/1/gpu_utilization".to_string(), 0.5),
+                ("ranks/1/gpu_memory_bytes".to_string(), 3e9),
             ])
         };
         // b's first result also says how its group started (its second attempt), and each
@@ -773,6 +791,8 @@ mod tests {
             "rtune_rank_collective_seconds_total{trial=\"b\",rank=\"0\"} 0.4\n",
             "rtune_rank_data_wait_seconds_total{trial=\"b\",rank=\"1\"} 0.04\n",
             "rtune_rank_collective_bytes_total{trial=\"b\",rank=\"1\"} 2000\n",
+            "rtune_rank_gpu_utilization_ratio{trial=\"b\",rank=\"1\"} 0.5\n",
+            "rtune_rank_gpu_memory_bytes{trial=\"b\",rank=\"1\"} 3000000000\n",
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }

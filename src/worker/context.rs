@@ -324,7 +324,10 @@ impl<'a> TrainContext<'a> {
             _ => String::new(),
         };
         let uploaded = self.uploads_done(false)?;
-        let times = super::timing::take(self.step_began);
+        let mut times = super::timing::take(self.step_began);
+        if let tch::Device::Cuda(ordinal) = self.device {
+            super::timing::gpu(&mut times, ordinal);
+        }
         let (seq, metrics) = (self.reports + 1, to_wire(&metrics));
         let reply =
             super::timing::report(|| self.link.report(seq, metrics, committed, uploaded, times))?;

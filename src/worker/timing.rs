@@ -81,5 +81,20 @@ pub(crate) fn take(step_began: Instant) -> RankTimes {
         checkpoint_bytes: CHECKPOINT_BYTES.swap(0, Relaxed),
         checkpoint_write_s: seconds(&CHECKPOINT_WRITE_NS),
         checkpoint_upload_s: seconds(&UPLOAD_NS),
+        // Set by `gpu` for a GPU rank.
+        gpu_utilization: 0.0,
+        gpu_memory_bytes: 0,
+    }
+}
+
+/// The rank's GPU (its CUDA device `ordinal`) as NVML sees it now, into `times`; nothing where
+/// NVML is not (the figures are then absent, not 0).
+pub(crate) fn gpu(times: &mut RankTimes, ordinal: usize) {
+    use rtune_driver::sys::nvml;
+    let Some(gpus) = nvml::usage() else { return };
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    if let Some(gpu) = nvml::of_device(&gpus, visible.as_deref(), ordinal) {
+        times.gpu_utilization = f64::from(gpu.utilization) / 100.0;
+        times.gpu_memory_bytes = gpu.memory_used;
     }
 }

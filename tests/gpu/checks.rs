@@ -126,6 +126,22 @@ pub fn demo_sweep_on_the_gpu() -> Result<()> {
         ensure!(seats.matches("/gpu:").count() == 2, "{}: placement {seats}", trial.display());
         let log = std::fs::read_to_string(trial.join("logs/rank_0.stderr")).unwrap_or_default();
         ensure!(log.contains("share a GPU"), "{}: rank 0 did not say so: {log}", trial.display());
+        // Each row holds each rank's GPU from NVML (the memory its CUDA context holds, at
+        // least).
+        let rows = std::fs::read_to_string(trial.join("result.json"))?;
+        for row in rows.lines().map(serde_json::from_str::<serde_json::Value>) {
+            let row = row?;
+            for rank in 0..2 {
+                let memory = row[format!("ranks/{rank}/gpu_memory_bytes")].as_f64();
+                let share = row[format!("ranks/{rank}/gpu_utilization")].as_f64();
+                ensure!(
+                    memory.is_some_and(|m| m > 0.0)
+                        && share.is_some_and(|s| (0.0..=1.0).contains(&s)),
+                    "{}: rank {rank}'s GPU figures {memory:?} {share:?} in {row}",
+                    trial.display()
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -136,6 +136,23 @@ impl Api {
     }
 }
 
+/// The GPU a process's CUDA device `ordinal` is, among `gpus`: the `ordinal`-th of the
+/// devices its `CUDA_VISIBLE_DEVICES` names (`visible`), or NVML's device `ordinal` where that
+/// is not set.
+pub fn of_device<'g>(
+    gpus: &'g [GpuUsage],
+    visible: Option<&str>,
+    ordinal: usize,
+) -> Option<&'g GpuUsage> {
+    match visible {
+        Some(list) => {
+            let name = crate::cluster::device_list(list).into_iter().nth(ordinal)?;
+            gpus.iter().find(|g| g.named_in(std::slice::from_ref(&name)))
+        }
+        None => gpus.iter().find(|g| g.index as usize == ordinal),
+    }
+}
+
 /// Every GPU of this machine now; None where NVML cannot be opened (no NVIDIA driver).
 pub fn usage() -> Option<Vec<GpuUsage>> {
     static API: OnceLock<Option<Api>> = OnceLock::new();
@@ -166,5 +183,27 @@ mod tests {
         assert!(gpu.named_in(&["0".into(), "1".into()]));
         assert!(gpu.named_in(&["GPU-1f2e3d4c".into()]));
         assert!(!gpu.named_in(&["0".into()]));
+    }
+
+    /// A process's CUDA device is found by its visible devices' names, or by NVML's index
+    /// where it sees every device.
+    #[test]
+    fn a_cuda_device_is_found_among_the_machines_gpus() {
+        let gpu = |index: u32, uuid: &str| GpuUsage {
+            index,
+            name: "GPU".into(),
+            uuid: uuid.into(),
+            memory_used: 0,
+            memory_total: 1,
+            utilization: 0,
+        };
+        let gpus = [gpu(0, "GPU-aaaa"), gpu(1, "GPU-bbbb"), gpu(2, "GPU-cccc")];
+        assert_eq!(of_device(&gpus, Some("2,0"), 0).map(|g| g.index), Some(2));
+        assert_eq!(of_device(&gpus, Some("2,0"), 1).map(|g| g.index), Some(0));
+        assert_eq!(of_device(&gpus, Some("GPU-bbbb"), 0).map(|g| g.index), Some(1));
+        assert_eq!(of_device(&gpus, None, 1).map(|g| g.index), Some(1));
+        assert!(
+            of_device(&gpus, Some("2"), 1).is_none() && of_device(&gpus, Some("7"), 0).is_none()
+        );
     }
 }
