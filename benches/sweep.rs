@@ -23,8 +23,9 @@
 //!   served on loopback and scraped every 100 ms by a thread; six rounds, each in another
 //!   order: the median results per second of each, and the monitor's over the no-op's;
 //! * `metrics_answer_1000`: a `Monitor` that heard 1,000 trials (each started, 10 results; 750
-//!   completed, 250 running with 40 ranks each: 10,000 rank series) answers `GET /metrics` over
-//!   HTTP: the median time of 200 answers;
+//!   completed, 250 running with 40 ranks each: 10,000 rank series, then 4 each: 1,000) answers
+//!   `GET /metrics` over HTTP, as Prometheus asks and in the text format: the median of 100
+//!   answers of each, and of the monitor's render alone;
 //! * `digits_95`: the demo sweep (`examples/sweeps/digits_tpe_asha.toml`): wall time from the
 //!   start until a trial's validation accuracy first reaches 95%, and the whole sweep's.
 //!
@@ -199,8 +200,9 @@ fn main() -> anyhow::Result<()> {
         metrics_on_off(dir.path())?;
     }
     if wanted("metrics_answer_1000") {
-        // 250 of them running with 40 ranks each: 10,000 rank series.
+        // 250 of them running with 40 ranks each: 10,000 rank series; then with 4 ranks each.
         metrics_answer(1000, 250, 40)?;
+        metrics_answer(1000, 250, 4)?;
     }
     if wanted("digits_95") {
         digits_95(dir.path())?;
@@ -219,10 +221,11 @@ fn server_runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 /// `GET /metrics` on `address`, read whole (HTTP/1.0: the server closes).
-fn scrape(address: std::net::SocketAddr) -> std::io::Result<usize> {
+fn scrape(address: std::net::SocketAddr, openmetrics: bool) -> std::io::Result<usize> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address)?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    let accept = if openmetrics { "Accept: application/openmetrics-text\r\n" } else { "" };
+    write!(stream, "GET /metrics HTTP/1.0\r\n{accept}\r\n")?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer)?;
     Ok(answer.len())
@@ -257,7 +260,7 @@ fn metrics_on_off(dir: &std::path::Path) -> anyhow::Result<()> {
                         let stop = stop.clone();
                         std::thread::spawn(move || {
                             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                                let _ = scrape(address);
+                                let _ = scrape(address, true);
                                 std::thread::sleep(std::time::Duration::from_millis(100));
                             }
                         })
@@ -331,21 +334,30 @@ fn metrics_answer(trials: usize, running: usize, ranks: usize) -> anyhow::Result
     let series =
         monitor.render().lines().filter(|l| l.starts_with("rtune_rank_step_seconds_count")).count();
     anyhow::ensure!(series == running * ranks, "{series} rank series, not {}", running * ranks);
+    let rendered = monitor.render().len();
+    let median_ms = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<(f64, f64)> {
+        let mut times = Vec::new();
+        for _ in 0..100 {
+            let began = Instant::now();
+            f()?;
+            times.push(began.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok((times[times.len() / 2], times[times.len() - 1]))
+    };
+    let (render, _) = median_ms(&mut || Ok(drop(monitor.render())))?;
     let runtime = server_runtime()?;
     let server = rtune::monitor::serve(monitor, "127.0.0.1:0", None, runtime.handle())?;
-    let mut times: Vec<f64> = (0..200)
-        .map(|_| {
-            let began = Instant::now();
-            scrape(server.address()).map(|_| began.elapsed().as_secs_f64() * 1e3)
-        })
-        .collect::<std::io::Result<_>>()?;
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
+    // As Prometheus asks (OpenMetrics), and as curl does (Prometheus' text format).
+    let (open, open_max) = median_ms(&mut || Ok(drop(scrape(server.address(), true)?)))?;
+    let (text, text_max) = median_ms(&mut || Ok(drop(scrape(server.address(), false)?)))?;
     println!(
-        "metrics_answer_{trials} ({series} rank series) median {median:.3} ms, max {:.3} ms",
-        times[times.len() - 1]
+        "metrics_answer_{trials} ({series} rank series, {:.1} MB): answer median {open:.3} ms \
+         (max {open_max:.3}) as Prometheus asks, {text:.3} ms (max {text_max:.3}) in the text \
+         format; of it, the monitor's render {render:.3} ms",
+        rendered as f64 / 1e6
     );
-    figure(&format!("metrics_answer_{trials}"), median, "ms");
+    figure(&format!("metrics_answer_{trials}_ranks_{}", running * ranks), open, "ms");
     Ok(())
 }
 

@@ -175,6 +175,8 @@ struct Inner {
     backlog: Family<CallbackLabel, Gauge>,
     /// The callbacks whose backlogs are shown (see [`Monitor::follow_backlogs`]).
     backlogs: Mutex<Vec<Arc<dyn Callback>>>,
+    /// The length of the last answer.
+    rendered: std::sync::atomic::AtomicUsize,
     sweep: Mutex<Sweep>,
     /// The sweep's metric and its best value's series, once it began (a sweep with one).
     objective: std::sync::OnceLock<Objective>,
@@ -288,6 +290,7 @@ impl Monitor {
             checkpoint_seconds,
             backlog,
             backlogs: Mutex::new(Vec::new()),
+            rendered: Default::default(),
             sweep: Mutex::new(Sweep::default()),
             objective: std::sync::OnceLock::new(),
             pool: Box::new(pool),
@@ -301,6 +304,7 @@ impl Monitor {
 
     /// The metrics now, in OpenMetrics' text format.
     pub fn render(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
         let inner = &self.0;
         if let Some(pool) = (inner.pool)() {
             inner.show_pool(&pool);
@@ -314,9 +318,11 @@ impl Monitor {
                 inner.backlog.get_or_create(&labels).set(backlog as i64);
             }
         }
-        let mut text = String::new();
+        // As long as the last answer: no growing through a dozen copies of a large one.
+        let mut text = String::with_capacity(inner.rendered.load(Relaxed) + 4096);
         prometheus_client::encoding::text::encode(&mut text, &inner.registry)
             .expect("writing to a String cannot fail");
+        inner.rendered.store(text.len(), Relaxed);
         text
     }
 
@@ -439,20 +445,39 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
 /// and histograms: a counter's `# HELP` and `# TYPE` name its family as its samples are named
 /// (`x_total`), and the `# EOF` marker goes.
 pub fn text_format(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+    // Only comment lines change: the samples between them are copied in runs.
+    let comments = || {
+        let first = openmetrics.starts_with("# ").then_some(0);
+        first.into_iter().chain(openmetrics.match_indices("\n# ").map(|(at, _)| at + 1)).map(
+            |start| {
+                let end = openmetrics[start..].find('\n').map_or(openmetrics.len(), |e| start + e);
+                (start, end)
+            },
+        )
+    };
+    let counters: std::collections::HashSet<&str> = comments()
+        .filter_map(|(start, end)| {
+            openmetrics[start..end].strip_prefix("# TYPE ")?.strip_suffix(" counter")
+        })
         .collect();
-    let mut text = String::with_capacity(openmetrics.len());
-    for line in openmetrics.lines().filter(|l| *l != "# EOF") {
-        let named = ["# HELP ", "# TYPE "].into_iter().find_map(|tag| {
-            let rest = line.strip_prefix(tag)?;
-            let (name, tail) = rest.split_once(' ')?;
+    let mut text = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    let mut copied = 0;
+    for (start, end) in comments() {
+        text.push_str(&openmetrics[copied..start]);
+        // The line's end of line goes with the next run (none after `# EOF`, the last line).
+        copied = end;
+        let line = &openmetrics[start..end];
+        if line == "# EOF" {
+            copied = openmetrics.len().min(end + 1);
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].into_iter().find_map(|tag| {
+            let (name, tail) = line.strip_prefix(tag)?.split_once(' ')?;
             counters.contains(name).then(|| format!("{tag}{name}_total {tail}"))
         });
-        text.push_str(named.as_deref().unwrap_or(line));
-        text.push('\n');
+        text.push_str(renamed.as_deref().unwrap_or(line));
     }
+    text.push_str(&openmetrics[copied..]);
     text
 }
 
@@ -833,6 +858,9 @@ mod tests {
         let text = "# HELP a_results_total Results.\n# TYPE a_results_total counter\n\
                     a_results_total 3\n# HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n";
         assert_eq!(text_format(open), text);
+        // A comment on the first line, none at all, and no end of line after the last one.
+        assert_eq!(text_format("# TYPE b counter\nb_total 1"), "# TYPE b_total counter\nb_total 1");
+        assert_eq!(text_format("x 1\ny 2\n"), "x 1\ny 2\n");
     }
 
     /// Loopback takes no token; any other address needs one; a non-address is refused.
