@@ -335,7 +335,8 @@ fn metrics_answer(trials: usize, running: usize, ranks: usize) -> anyhow::Result
         monitor.render().lines().filter(|l| l.starts_with("rtune_rank_step_seconds_count")).count();
     anyhow::ensure!(series == running * ranks, "{series} rank series, not {}", running * ranks);
     let rendered = monitor.render().len();
-    let median_ms = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<(f64, f64)> {
+    // The median and the worst of 100 runs of `f`, in ms.
+    let median_ms = |f: &mut dyn FnMut() -> anyhow::Result<usize>| -> anyhow::Result<(f64, f64)> {
         let mut times = Vec::new();
         for _ in 0..100 {
             let began = Instant::now();
@@ -345,12 +346,12 @@ fn metrics_answer(trials: usize, running: usize, ranks: usize) -> anyhow::Result
         times.sort_by(f64::total_cmp);
         Ok((times[times.len() / 2], times[times.len() - 1]))
     };
-    let (render, _) = median_ms(&mut || Ok(drop(monitor.render())))?;
+    let (render, _) = median_ms(&mut || Ok(monitor.render().len()))?;
     let runtime = server_runtime()?;
     let server = rtune::monitor::serve(monitor, "127.0.0.1:0", None, runtime.handle())?;
     // As Prometheus asks (OpenMetrics), and as curl does (Prometheus' text format).
-    let (open, open_max) = median_ms(&mut || Ok(drop(scrape(server.address(), true)?)))?;
-    let (text, text_max) = median_ms(&mut || Ok(drop(scrape(server.address(), false)?)))?;
+    let (open, open_max) = median_ms(&mut || Ok(scrape(server.address(), true)?))?;
+    let (text, text_max) = median_ms(&mut || Ok(scrape(server.address(), false)?))?;
     println!(
         "metrics_answer_{trials} ({series} rank series, {:.1} MB): answer median {open:.3} ms \
          (max {open_max:.3}) as Prometheus asks, {text:.3} ms (max {text_max:.3}) in the text \

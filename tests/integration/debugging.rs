@@ -53,20 +53,24 @@ pub fn the_demo_sweep_runs_in_local_mode() -> Result<()> {
     Ok(())
 }
 
+/// A sweep file of `synthetic-curve` named `name`, its experiment in `dir`, with `tables`.
+fn synthetic_sweep(dir: &std::path::Path, name: &str, tables: &str) -> Result<std::path::PathBuf> {
+    let file = dir.join(format!("{name}.toml"));
+    let head = format!(
+        "name = \"{name}\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n",
+        dir.display()
+    );
+    std::fs::write(&file, head + tables)?;
+    Ok(file)
+}
+
 /// A trial that panics in local mode fails with the panic's message; the driver lives on and
 /// runs the next trial.
 pub fn a_panic_in_local_mode_fails_the_trial_not_the_sweep() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let file = dir.path().join("panics.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"panics\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
-             [scaling]\nnum_workers = 0\n[param_space]\niterations = 4\n\
-             panic_at = {{ grid_search = [2, 0] }}\n[tune]\nmax_concurrent_trials = 1\n",
-            dir.path().display()
-        ),
-    )?;
+    let tables = "[scaling]\nnum_workers = 0\n[param_space]\niterations = 4\n\
+                  panic_at = { grid_search = [2, 0] }\n[tune]\nmax_concurrent_trials = 1\n";
+    let file = synthetic_sweep(dir.path(), "panics", tables)?;
     let out = rtune(&["run", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(1), "failed trials exit 1: {}", text(&out));
     let grid = ResultGrid::from_path(dir.path().join("panics"))?;
@@ -89,16 +93,9 @@ pub fn a_panic_in_local_mode_fails_the_trial_not_the_sweep() -> Result<()> {
 /// rank 1); the trial then ends as it would have.
 pub fn rtune_stack_shows_where_each_rank_is() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let file = dir.path().join("stack.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"stack\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
-             [scaling]\nnum_workers = 2\n[param_space]\niterations = 3\nsleep_s = 1.5\n\
-             slow_rank = 0\n",
-            dir.path().display()
-        ),
-    )?;
+    let tables = "[scaling]\nnum_workers = 2\n[param_space]\niterations = 3\nsleep_s = 1.5\n\
+                  slow_rank = 0\n";
+    let file = synthetic_sweep(dir.path(), "stack", tables)?;
     let run = std::process::Command::new(RTUNE)
         .args(["run", file.to_str().unwrap(), "--no-tui"])
         .stdout(std::process::Stdio::null())
