@@ -1305,7 +1305,18 @@ pub fn exit_codes_follow_the_table() -> Result<()> {
         (&["export", m, "--to", &format!("{d}/out")], ""),
         (&["predict", m, &format!("{d}/in.csv"), &format!("{d}/out.csv")], ""),
         (&["run", &format!("{d}/nope.toml")], "cannot read the sweep file"),
-        (&["validate", shipped, "--set", "scaling.num_workers=0"], "`scaling.num_workers` is 0"),
+        (&["validate", shipped, "--set", "scaling.num_workers=-1"], "`scaling.num_workers` is -1"),
+        (
+            &[
+                "validate",
+                shipped,
+                "--set",
+                "scaling.num_workers=0",
+                "--set",
+                "run.cluster=\"h:1\"",
+            ],
+            "invalid `scaling.num_workers`: is 0 (local mode",
+        ),
         (&["resume", m], ""),
         (&["watch", m], ""),
     ];

@@ -963,13 +963,22 @@ fn never_called(_: &mut TrainContext) -> Result<()> {
 pub fn config_mistakes_fail_before_start() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let err = TorchTrainer::new(never_called)
-        .scaling(ScalingConfig::workers(0))
+        .scaling(ScalingConfig::workers(rtune::config::MAX_WORKERS + 1))
         .run_config(run_config(dir.path()))
         .fit()
         .err()
-        .context("0 workers must fail")?
+        .context("too many workers must fail")?
         .to_string();
-    ensure!(err.contains("num_workers") && err.contains("at least 1"), "{err}");
+    ensure!(err.contains("num_workers") && err.contains("or 0 for local mode"), "{err}");
+    // Local mode runs in this process: not on a cluster.
+    let err = TorchTrainer::new(never_called)
+        .scaling(ScalingConfig::local())
+        .run_config(run_config(dir.path()).cluster("127.0.0.1:1", None))
+        .fit()
+        .err()
+        .context("local mode on a cluster must fail")?
+        .to_string();
+    ensure!(err.contains("num_workers") && err.contains("local mode"), "{err}");
 
     let file = dir.path().join("a_file");
     std::fs::write(&file, b"")?;
