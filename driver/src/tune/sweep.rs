@@ -147,9 +147,13 @@ impl Sweep {
         let syncer = Arc::new(tokio::sync::Mutex::new(Syncer::new(remote, self.path.clone())));
         let period = self.run.sync_period.max(Duration::from_millis(100));
         let every = syncer.clone();
+        let (stop, mut stopping) = tokio::sync::watch::channel(());
         let task = tokio::spawn(async move {
             loop {
-                tokio::time::sleep(period).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(period) => {}
+                    _ = stopping.changed() => return,
+                }
                 let mut syncer = every.lock().await;
                 if let Err(e) = syncer.sync().await {
                     tracing::warn!("{e}; the next sync tries again");
@@ -157,7 +161,10 @@ impl Sweep {
             }
         });
         let outcome = self.run_here(driver).await;
-        task.abort();
+        // A pass in flight ends before the last one starts: one cut off mid-upload could have
+        // its request land at the store after the last pass's, leaving the older file there.
+        let _ = stop.send(());
+        let _ = task.await;
         let mut syncer = syncer.lock().await;
         match syncer.sync().await {
             Ok(_) => outcome,
