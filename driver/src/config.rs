@@ -154,6 +154,21 @@ impl ScalingConfig {
         crate::error::first(self.problems())
     }
 
+    /// Local mode runs in this process: never with a cluster (`run`'s, or `$RTUNE_ADDRESS`).
+    pub(crate) fn check_placement(&self, run: &RunConfig) -> Result<()> {
+        match run.resolved_cluster() {
+            Some((address, _)) if self.is_local() => Err(crate::error::Error::config(
+                Setting::NumWorkers,
+                format!(
+                    "is 0 (local mode: the train function runs in this process), but the run \
+                     goes to the cluster at {address} (cluster or ${ADDRESS_ENV}); drop one of \
+                     the two"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Every mistake in the scaling, each naming its setting.
     pub fn problems(&self) -> Problems {
         let mut problems = Problems::new();

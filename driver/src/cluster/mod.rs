@@ -62,16 +62,7 @@ pub fn local_devices() -> Option<Vec<String>> {
     std::env::var("CUDA_VISIBLE_DEVICES").ok().map(|list| device_list(&list))
 }
 
-/// A `CUDA_VISIBLE_DEVICES`-style list as device names (`0,2`, or `GPU-<uuid>`s); CUDA stops
-/// at the first invalid entry (`-1`), and Slurm writes `NoDevFiles` for none.
-pub(crate) fn device_list(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(str::trim)
-        .take_while(|d| !d.starts_with('-'))
-        .filter(|d| !d.is_empty() && *d != "NoDevFiles")
-        .map(str::to_owned)
-        .collect()
-}
+pub(crate) use crate::sys::device_list;
 
 /// The pool's device indices (`0,1`) as the names of the node's own devices (`2,3`). An index
 /// beyond the list is kept as it is (the pool never hands one out).

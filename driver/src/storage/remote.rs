@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as Key;
@@ -616,6 +616,34 @@ impl Syncer {
             changed += 1;
         }
         Ok(changed)
+    }
+}
+
+/// A `Syncer`'s passes every `period` on a task of their own, until [`Periodic::stop`].
+pub(crate) struct Periodic {
+    stop: tokio::sync::watch::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Periodic {
+    pub(crate) fn start(syncer: Arc<tokio::sync::Mutex<Syncer>>, period: Duration) -> Periodic {
+        let (stop, mut stopping) = tokio::sync::watch::channel(());
+        let task = tokio::spawn(async move {
+            while tokio::select! { _ = tokio::time::sleep(period) => true, _ = stopping.changed() => false }
+            {
+                if let Err(e) = syncer.lock().await.sync().await {
+                    tracing::warn!("{e}; the next sync tries again");
+                }
+            }
+        });
+        Periodic { stop, task }
+    }
+
+    /// Ends the passes; one in flight ends first (cut off mid-upload, its request could land
+    /// at the store after a later pass's, leaving the older file there).
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
     }
 }
 

@@ -16,6 +16,17 @@ use std::sync::{Mutex, mpsc};
 
 use tokio::sync::oneshot;
 
+/// A `CUDA_VISIBLE_DEVICES`-style list as device names (`0,2`, or `GPU-<uuid>`s); CUDA stops
+/// at the first invalid entry (`-1`), and Slurm writes `NoDevFiles` for none.
+pub(crate) fn device_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .take_while(|d| !d.starts_with('-'))
+        .filter(|d| !d.is_empty() && *d != "NoDevFiles")
+        .map(str::to_owned)
+        .collect()
+}
+
 /// A device as a user names it (`--device`, a worker's assignment): the CPU, or a GPU by its
 /// index among the visible ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -146,7 +146,7 @@ pub fn of_device<'g>(
 ) -> Option<&'g GpuUsage> {
     match visible {
         Some(list) => {
-            let name = crate::cluster::device_list(list).into_iter().nth(ordinal)?;
+            let name = super::device_list(list).into_iter().nth(ordinal)?;
             gpus.iter().find(|g| g.named_in(std::slice::from_ref(&name)))
         }
         None => gpus.iter().find(|g| g.index as usize == ordinal),

@@ -262,18 +262,7 @@ impl TorchTrainer {
         self.scaling.validate()?;
         self.run.validate()?;
         self.data.validate()?;
-        if self.scaling.is_local()
-            && let Some((address, _)) = self.run.resolved_cluster()
-        {
-            return Err(Error::config(
-                Setting::NumWorkers,
-                format!(
-                    "is 0 (local mode: the train function runs in this process), but the run \
-                     goes to the cluster at {address} (cluster or ${}); drop one of the two",
-                    crate::config::ADDRESS_ENV
-                ),
-            ));
-        }
+        self.scaling.check_placement(&self.run)?;
         check_finite_params(&self.params)
     }
 

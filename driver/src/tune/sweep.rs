@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::record::read_run;
 use crate::runtime::Driver;
-use crate::storage::remote::{Remote, Syncer};
+use crate::storage::remote::{Periodic, Remote, Syncer};
 use crate::storage::unix_time;
 use crate::train::TorchTrainer;
 
@@ -146,25 +146,9 @@ impl Sweep {
         crate::storage::remote::mark(&self.path, &remote)?;
         let syncer = Arc::new(tokio::sync::Mutex::new(Syncer::new(remote, self.path.clone())));
         let period = self.run.sync_period.max(Duration::from_millis(100));
-        let every = syncer.clone();
-        let (stop, mut stopping) = tokio::sync::watch::channel(());
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(period) => {}
-                    _ = stopping.changed() => return,
-                }
-                let mut syncer = every.lock().await;
-                if let Err(e) = syncer.sync().await {
-                    tracing::warn!("{e}; the next sync tries again");
-                }
-            }
-        });
+        let passes = Periodic::start(syncer.clone(), period);
         let outcome = self.run_here(driver).await;
-        // A pass in flight ends before the last one starts: one cut off mid-upload could have
-        // its request land at the store after the last pass's, leaving the older file there.
-        let _ = stop.send(());
-        let _ = task.await;
+        passes.stop().await;
         let mut syncer = syncer.lock().await;
         match syncer.sync().await {
             Ok(_) => outcome,
