@@ -20,8 +20,9 @@ static CHECKPOINT_BYTES: AtomicU64 = AtomicU64::new(0);
 static CHECKPOINT_WRITE_NS: AtomicU64 = AtomicU64::new(0);
 static UPLOAD_NS: AtomicU64 = AtomicU64::new(0);
 
-/// `RTUNE_RANK_TIMES=0` in the driver's environment turns the step timers off (no data-wait or
-/// collective figures), to measure what they cost (`bench/ddp_timers.sh`); on by default.
+/// `RTUNE_RANK_TIMES=0` in the driver's environment turns the ranks' timers off (no data-wait,
+/// collective, report or upload figures), to measure what they cost (`bench/ddp_timers.sh`); on
+/// by default.
 pub const RANK_TIMES_ENV: &str = "RTUNE_RANK_TIMES";
 
 fn timers_on() -> bool {
@@ -88,12 +89,26 @@ pub(crate) fn take(step_began: Instant) -> RankTimes {
 }
 
 /// The rank's GPU (its CUDA device `ordinal`) as NVML sees it now, into `times`; nothing where
-/// NVML is not (the figures are then absent, not 0).
+/// NVML is not (the figures are then absent, not 0). Which of the machine's GPUs that is is
+/// found once per device, not at every report: a report then asks NVML of that GPU only.
 pub(crate) fn gpu(times: &mut RankTimes, ordinal: usize) {
     use rtune_driver::sys::nvml;
-    let Some(gpus) = nvml::usage() else { return };
-    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    if let Some(gpu) = nvml::of_device(&gpus, visible.as_deref(), ordinal) {
+    static FOUND: std::sync::Mutex<Option<(usize, Option<u32>)>> = std::sync::Mutex::new(None);
+    let index = {
+        let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
+        match *found {
+            Some((seen, index)) if seen == ordinal => index,
+            _ => {
+                let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+                let index = nvml::usage().and_then(|gpus| {
+                    nvml::of_device(&gpus, visible.as_deref(), ordinal).map(|g| g.index)
+                });
+                *found = Some((ordinal, index));
+                index
+            }
+        }
+    };
+    if let Some(gpu) = index.and_then(nvml::device_usage) {
         times.gpu_utilization = f64::from(gpu.utilization) / 100.0;
         times.gpu_memory_bytes = gpu.memory_used;
     }

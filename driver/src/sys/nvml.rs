@@ -136,6 +136,11 @@ impl Api {
     }
 }
 
+/// The GPU of NVML's index `index` now; None where NVML cannot be opened or has no such device.
+pub fn device_usage(index: u32) -> Option<GpuUsage> {
+    api()?.device(index)
+}
+
 /// The GPU a process's CUDA device `ordinal` is, among `gpus`: the `ordinal`-th of the
 /// devices its `CUDA_VISIBLE_DEVICES` names (`visible`), or NVML's device `ordinal` where that
 /// is not set.
@@ -153,10 +158,15 @@ pub fn of_device<'g>(
     }
 }
 
+/// NVML, opened on first use; None where it cannot be (no NVIDIA driver).
+fn api() -> Option<&'static Api> {
+    static API: OnceLock<Option<Api>> = OnceLock::new();
+    API.get_or_init(Api::open).as_ref()
+}
+
 /// Every GPU of this machine now; None where NVML cannot be opened (no NVIDIA driver).
 pub fn usage() -> Option<Vec<GpuUsage>> {
-    static API: OnceLock<Option<Api>> = OnceLock::new();
-    let api = API.get_or_init(Api::open).as_ref()?;
+    let api = api()?;
     let mut count: c_uint = 0;
     // SAFETY: out-pointer to a local.
     if unsafe { (api.device_get_count)(&mut count) } != 0 {
