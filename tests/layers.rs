@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 /// doc (`driver/src/lib.rs`) and `src/lib.rs`'s picture.
 const DRIVER_LAYERS: &[&[&str]] = &[
     // Leaves: no rtune imports at all.
-    &["collective", "outcome", "sys", "proto", "log", "setting"],
+    &["outcome", "sys", "proto", "log", "setting"],
+    // The CPU collectives (they wait on their sockets with `sys::poll`).
+    &["collective"],
     // One error type for everything above (it carries a failed run's `outcome`).
     &["error"],
     // Hooks into a sweep: the callback trait and the built-in loggers.

@@ -1,10 +1,9 @@
 //! The few places the collective layer needs `unsafe`: viewing element slices as bytes (so
-//! tensors go to the socket without a copy), `poll(2)` (std has no readiness API) and
-//! `setsockopt` for socket buffer sizes. Nothing else in the module uses `unsafe`.
+//! tensors go to the socket without a copy) and `setsockopt` for socket buffer sizes; `poll(2)`
+//! (std has no readiness API) is `crate::sys::poll`'s. Nothing else in the module uses `unsafe`.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::os::fd::AsRawFd;
 
 mod sealed {
     pub(crate) trait Sealed {}
@@ -60,45 +59,7 @@ pub(crate) const POLLRDHUP: i16 = libc::POLLRDHUP;
 pub(crate) const POLLHUP: i16 = libc::POLLHUP;
 pub(crate) const POLLERR: i16 = libc::POLLERR;
 
-/// One entry for [`poll`]; `fd < 0` entries are ignored (as in poll(2)).
-#[derive(Debug, Clone, Copy)]
-#[repr(transparent)]
-pub(crate) struct PollFd(libc::pollfd);
-
-impl PollFd {
-    pub fn new(fd: RawFd, events: i16) -> PollFd {
-        PollFd(libc::pollfd { fd, events, revents: 0 })
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.0.fd
-    }
-
-    pub(crate) fn revents(&self) -> i16 {
-        self.0.revents
-    }
-}
-
-/// Waits until one of `fds` is ready or `timeout` passes; returns the number ready (0 on
-/// timeout). Retries on EINTR with the time that is left.
-pub fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
-    let start = std::time::Instant::now();
-    loop {
-        let left = timeout.saturating_sub(start.elapsed());
-        // Round up so a sub-millisecond remainder still waits instead of spinning.
-        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: `PollFd` is `repr(transparent)` over `libc::pollfd`; the pointer and length
-        // come from a live, exclusively borrowed slice, so the kernel writes `revents` in bounds.
-        let n = unsafe { libc::poll(fds.as_mut_ptr().cast::<libc::pollfd>(), fds.len() as _, ms) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-}
+pub(crate) use crate::sys::poll::{PollFd, poll};
 
 /// Sets SO_SNDBUF and SO_RCVBUF. The kernel doubles the value and caps it at
 /// `net.core.{w,r}mem_max`; setting it also turns off the kernel's buffer autotuning.

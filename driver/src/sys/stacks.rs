@@ -18,6 +18,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::poll::{PollFd, poll};
+
 /// The most frames a stack keeps (deeper ones are cut, said in the text).
 const MAX_FRAMES: usize = 128;
 /// The file of the worker's frame that calls the train function: a stack is printed down to it.
@@ -165,26 +167,26 @@ fn capture() -> Result<Vec<usize>, String> {
     if tid == 0 || *read < 0 {
         return Err("no training thread has started in this process".into());
     }
+    let answered = |wait: Duration| -> Result<bool, String> {
+        let mut fd = [PollFd::new(*read, libc::POLLIN)];
+        let ready = poll(&mut fd, wait).map_err(|e| e.to_string())? == 1;
+        if ready {
+            let mut byte = [0u8];
+            // SAFETY: one byte into a live buffer; the pipe has it (poll said so).
+            unsafe { libc::read(*read, byte.as_mut_ptr().cast(), 1) };
+        }
+        Ok(ready)
+    };
+    // A walk that answered after an earlier capture gave up would pass for this one's.
+    while answered(Duration::ZERO)? {}
     DEPTH.store(0, Ordering::SeqCst);
     // SAFETY: signals a thread of this very process; the handler is installed.
     if unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, capture_signal()) } != 0 {
         return Err(format!("the training thread is gone ({})", std::io::Error::last_os_error()));
     }
-    let mut fd = libc::pollfd { fd: *read, events: libc::POLLIN, revents: 0 };
-    let deadline = Instant::now() + CAPTURE_WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32;
-        // SAFETY: one pollfd.
-        match unsafe { libc::poll(&mut fd, 1, left) } {
-            1 => break,
-            0 => return Err(format!("the training thread did not answer in {CAPTURE_WAIT:?}")),
-            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-            _ => return Err(std::io::Error::last_os_error().to_string()),
-        }
+    if !answered(CAPTURE_WAIT)? {
+        return Err(format!("the training thread did not answer in {CAPTURE_WAIT:?}"));
     }
-    let mut byte = [0u8];
-    // SAFETY: one byte into a live buffer; the pipe has it (poll said so).
-    unsafe { libc::read(*read, byte.as_mut_ptr().cast(), 1) };
     let depth = DEPTH.load(Ordering::SeqCst);
     Ok(FRAMES[..depth].iter().map(|f| f.load(Ordering::Relaxed)).collect())
 }
