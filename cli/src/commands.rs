@@ -89,16 +89,17 @@ fn status(address: &str, json: bool, token: Option<&str>) -> anyhow::Result<()> 
         let mut c = client::connect_head(address, token).await?;
         client::head_status(&mut c).await
     })?;
+    let metrics = metrics.map(rtune_driver::monitor::url);
     if json {
         let mut value = serde_json::to_value(&status)?;
-        if let (Some(object), Some(metrics)) = (value.as_object_mut(), &metrics) {
-            object.insert("metrics".into(), format!("http://{metrics}/metrics").into());
+        if let (Some(object), Some(metrics)) = (value.as_object_mut(), metrics) {
+            object.insert("metrics".into(), metrics.into());
         }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_table(&status);
         if let Some(metrics) = metrics {
-            println!("metrics for Prometheus: http://{metrics}/metrics");
+            println!("metrics for Prometheus: {metrics}");
         }
     }
     Ok(())

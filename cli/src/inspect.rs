@@ -412,7 +412,7 @@ pub fn show(
                     state => println!("{}", state_line(dir, &state)),
                 }
                 if let Some(metrics) = DriverFile::of(dir).and_then(|d| d.metrics) {
-                    println!("metrics for Prometheus: http://{metrics}/metrics");
+                    println!("metrics for Prometheus: {}", rtune_driver::monitor::url(metrics));
                 }
                 println!("{}", trials_table(&grid, 0))
             }
@@ -452,12 +452,12 @@ pub fn show(
                 let whole = t.path().join(rtune_driver::tune::ERROR_FILE);
                 println!("error: {} (the whole text: {})", error_summary(e), whole.display());
             }
-            // The ranks' times have a table of their own, below.
-            let per_rank = rtune_driver::metrics::is_figure;
+            // rtune's figures (the ranks', the run's) have lines of their own, below.
+            let figure = rtune_driver::metrics::is_figure;
             let mut names: Vec<String> = Vec::new();
             for m in t.history() {
                 for k in m.keys() {
-                    if !names.contains(k) && k != "timestamp" && k != "done" && !per_rank(k) {
+                    if !names.contains(k) && k != "timestamp" && k != "done" && !figure(k) {
                         names.push(k.clone());
                     }
                 }

@@ -66,6 +66,11 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 /// The content type of an answer in Prometheus' text format.
 pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The endpoint's URL at `address` (`HOST:PORT`), as the commands show it.
+pub fn url(address: impl std::fmt::Display) -> String {
+    format!("http://{address}/metrics")
+}
+
 /// The address the endpoint takes by default: loopback, a free port (`driver.json` says which).
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:0";
 
@@ -337,7 +342,6 @@ impl Monitor {
         self.0.sweep.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `trial` is now `status`: the counts by status follow.
     /// `trial` is now `status`: one series goes up, the one it left (if any) down.
     fn set_status(&self, trial: &TrialInfo, status: TrialStatus) {
         let was = self.sweep().status.insert(trial.trial_id.clone(), status);
@@ -544,7 +548,8 @@ impl Callback for Monitor {
         Ok(())
     }
 
-    /// Called for every result: no lock, no allocation, and no lookup but the metric's.
+    /// Called for every result: lookups of the figures rtune adds and of the sweep's metric,
+    /// and the sweep's lock and the series' labels only for a result with ranks' figures.
     fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
         self.0.results.inc();

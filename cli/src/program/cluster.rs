@@ -49,7 +49,8 @@ pub(super) fn head(
             rtune_driver::monitor::serve(monitor, metrics, config.token.clone(), runtime.handle())?;
         handle.metrics_served_at(server.address());
         // On stderr: stdout's first line is the head's address, which scripts read.
-        eprintln!("rtune head: metrics for Prometheus at http://{}/metrics", server.address());
+        let url = rtune_driver::monitor::url(server.address());
+        eprintln!("rtune head: metrics for Prometheus at {url}");
         tokio::signal::ctrl_c().await?;
         Ok(())
     })
