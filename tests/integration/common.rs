@@ -97,3 +97,18 @@ pub fn http_get(port: u16, path: &str, token: Option<&str>) -> anyhow::Result<(S
     let (head, body) = response.split_once("\r\n\r\n").context("no HTTP response")?;
     Ok((head.lines().next().unwrap_or_default().to_owned(), body.to_owned()))
 }
+
+/// A sweep file of `synthetic-curve` named `name`, its experiment in `dir`, with `tables`.
+pub fn synthetic_sweep(
+    dir: &std::path::Path,
+    name: &str,
+    tables: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let file = dir.join(format!("{name}.toml"));
+    let head = format!(
+        "name = \"{name}\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n",
+        dir.display()
+    );
+    std::fs::write(&file, head + tables)?;
+    Ok(file)
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 
 use crate::cli::{RTUNE, rtune};
-use crate::common::{Killed, text, wait_for};
+use crate::common::{Killed, synthetic_sweep, text, wait_for};
 use rtune::ResultGrid;
 use rtune::search::TrialStatus;
 
@@ -51,17 +51,6 @@ pub fn the_demo_sweep_runs_in_local_mode() -> Result<()> {
     ensure!(out.status.success(), "{}", text(&out));
     ensure!(to.join("params.json").exists() && to.join("metrics.json").exists());
     Ok(())
-}
-
-/// A sweep file of `synthetic-curve` named `name`, its experiment in `dir`, with `tables`.
-fn synthetic_sweep(dir: &std::path::Path, name: &str, tables: &str) -> Result<std::path::PathBuf> {
-    let file = dir.join(format!("{name}.toml"));
-    let head = format!(
-        "name = \"{name}\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n",
-        dir.display()
-    );
-    std::fs::write(&file, head + tables)?;
-    Ok(file)
 }
 
 /// A trial that panics in local mode fails with the panic's message; the driver lives on and

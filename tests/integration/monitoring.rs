@@ -291,21 +291,17 @@ pub fn the_head_serves_its_pool_to_prometheus() -> Result<()> {
     Ok(())
 }
 
-/// A sweep file (`dir/slow.toml`) of one `synthetic-curve` trial of 2 ranks reporting
+/// A sweep file (`dir/results/slow.toml`) of one `synthetic-curve` trial of 2 ranks reporting
 /// `iterations` times, rank 1 slowed on purpose (`slow_rank`); its experiment is
 /// `dir/results/slow`.
 pub(crate) fn slow_rank_sweep(dir: &Path, iterations: u32) -> Result<std::path::PathBuf> {
-    let file = dir.join("slow.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"slow\"\nstorage_path = \"{}\"\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
-             [scaling]\nnum_workers = 2\n[param_space]\niterations = {iterations}\n\
-             sleep_s = 0.1\nslow_rank = 1\n",
-            dir.join("results").display()
-        ),
-    )?;
-    Ok(file)
+    let storage = dir.join("results");
+    std::fs::create_dir_all(&storage)?;
+    let tables = format!(
+        "[scaling]\nnum_workers = 2\n[param_space]\niterations = {iterations}\nsleep_s = 0.1\n\
+         slow_rank = 1\n"
+    );
+    crate::common::synthetic_sweep(&storage, "slow", &tables)
 }
 
 /// A rank slowed on purpose (`synthetic-curve`'s `slow_rank`) is marked a straggler in

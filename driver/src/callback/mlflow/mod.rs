@@ -143,7 +143,7 @@ impl Callback for MlflowLogger {
 
     fn backlog(&self) -> Option<u64> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let backlog = live.as_ref().map(|live| live.backlog.clone())?;
+        let backlog = &live.as_ref()?.backlog;
         Some(backlog.queued.load(Ordering::Relaxed) + backlog.unsent.load(Ordering::Relaxed))
     }
 
