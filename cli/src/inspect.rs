@@ -474,6 +474,7 @@ pub fn show(
                 print!("{}", ranks_table(&ranks));
             }
             print!("{}", run_text(t.history()));
+            print!("{}", resizes_text(&t.path().join("result.json")));
         }
         Format::Json => {
             let history: Vec<serde_json::Value> =
@@ -504,9 +505,14 @@ pub fn show(
 pub(crate) fn run_text(history: &[Metrics]) -> String {
     use rtune_driver::metrics::{group_start, run_figures};
     let mut text = String::new();
-    for start in history.iter().filter_map(group_start) {
+    for (start, first) in history.iter().filter_map(|m| Some((group_start(m)?, m))) {
+        let of = match first.get(rtune_driver::metrics::GROUP_METRICS[0]) {
+            Some(world) => format!(" of {world} ranks"),
+            None => String::new(),
+        };
         text.push_str(&format!(
-            "attempt {}: its group started in {:.3}s (reserve {:.3}s, spawn {:.3}s, join {:.3}s)\n",
+            "attempt {}: its group{of} started in {:.3}s (reserve {:.3}s, spawn {:.3}s, join \
+             {:.3}s)\n",
             start.attempt,
             start.total_s(),
             start.reserve_s,
@@ -540,6 +546,20 @@ pub(crate) fn run_text(history: &[Metrics]) -> String {
             crate::format::bytes(mean(|f| f.checkpoint_bytes)),
             mean(|f| f.checkpoint_write_s),
         ));
+    }
+    text
+}
+
+/// An elastic trial's resizes, one line each, from the rows that say them
+/// (`rtune::record::RESIZE_KEY`): at which iteration, from what to what size, and why.
+pub(crate) fn resizes_text(result_json: &std::path::Path) -> String {
+    let Ok(rows) = std::fs::read_to_string(result_json) else { return String::new() };
+    let mut text = String::new();
+    for row in rows.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        if let Some(resize) = row[rtune_driver::record::RESIZE_KEY].as_str() {
+            let iteration = row["training_iteration"].as_f64().unwrap_or(0.0);
+            text.push_str(&format!("resized before iteration {iteration}: {resize}\n"));
+        }
     }
     text
 }

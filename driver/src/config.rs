@@ -65,8 +65,12 @@ impl Sharding {
 /// How many workers a run has and what each one holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScalingConfig {
-    /// Worker processes per run; 0 is local mode (see [`ScalingConfig::local`]).
+    /// Worker processes per run; 0 is local mode (see [`ScalingConfig::local`]). For an
+    /// elastic group ([`ScalingConfig::elastic`]), the fewest it runs with.
     pub num_workers: usize,
+    /// An elastic group's most workers (`None`: a fixed group of `num_workers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_workers: Option<usize>,
     pub use_gpu: bool,
     /// Resources held by each worker, e.g. `{"CPU": 1}` (the default) or `{"CPU": 2, "GPU": 0.5}`.
     /// The CPU count is also each worker's number of libtorch intra-op threads.
@@ -89,6 +93,7 @@ impl ScalingConfig {
     pub fn workers(num_workers: usize) -> Self {
         ScalingConfig {
             num_workers,
+            max_workers: None,
             use_gpu: false,
             resources_per_worker: BTreeMap::new(),
             placement_strategy: PlacementStrategy::Pack,
@@ -105,14 +110,43 @@ impl ScalingConfig {
         ScalingConfig::workers(0)
     }
 
+    /// An elastic group (Ray Train's `num_workers=(min, max)`): a run starts once `min` workers
+    /// fit, takes up to `max` where the pool has room and no other run waits for it, grows at
+    /// a report that carries a checkpoint when room appears, and shrinks when a worker is lost
+    /// (killed, or its node gone) instead of failing, down to `min`. A resize starts the group
+    /// again from its latest checkpoint with the new world size; it is not a failure, and does
+    /// not count against `FailureConfig::max_failures` (losing workers below `min` does).
+    pub fn elastic(min: usize, max: usize) -> Self {
+        ScalingConfig { max_workers: Some(max), ..ScalingConfig::workers(min) }
+    }
+
     /// Whether this is local mode (`num_workers = 0`).
     pub fn is_local(&self) -> bool {
         self.num_workers == 0
     }
 
-    /// The ranks of the group: `num_workers`, or the one rank of local mode.
+    /// Whether the group is elastic (see [`ScalingConfig::elastic`]).
+    pub fn is_elastic(&self) -> bool {
+        self.max_workers.is_some()
+    }
+
+    /// The ranks of the group: `num_workers` (an elastic group's fewest), or the one rank of
+    /// local mode.
     pub fn ranks(&self) -> usize {
         self.num_workers.max(1)
+    }
+
+    /// The most ranks the group runs with: an elastic group's `max`, else [`Self::ranks`].
+    pub fn max_ranks(&self) -> usize {
+        self.max_workers.unwrap_or(0).max(self.ranks())
+    }
+
+    /// The group's size as a sweep file writes it: `2`, or `{ min = 2, max = 4 }`.
+    pub fn describe_workers(&self) -> String {
+        match self.max_workers {
+            Some(max) => format!("{{ min = {}, max = {max} }}", self.num_workers),
+            None => self.num_workers.to_string(),
+        }
     }
 
     /// Shards the optimizer state (ZeRO-1) or it and the gradients (ZeRO-2) across the workers.
@@ -165,6 +199,15 @@ impl ScalingConfig {
                      the two"
                 ),
             )),
+            Some((address, _)) if self.is_elastic() => Err(crate::error::Error::config(
+                Setting::NumWorkers,
+                format!(
+                    "is {} (elastic), but the run goes to the cluster at {address} (cluster or \
+                     ${ADDRESS_ENV}): elastic groups grow and shrink in this machine's pool \
+                     only, for now; give a fixed num_workers, or run without the cluster",
+                    self.describe_workers()
+                ),
+            )),
             _ => Ok(()),
         }
     }
@@ -172,10 +215,31 @@ impl ScalingConfig {
     /// Every mistake in the scaling, each naming its setting.
     pub fn problems(&self) -> Problems {
         let mut problems = Problems::new();
-        if self.num_workers > MAX_WORKERS {
-            let n = self.num_workers;
-            let message = format!("is {n}; use 1 to {MAX_WORKERS}, or 0 for local mode");
-            problems.push((Setting::NumWorkers, message));
+        match self.max_workers {
+            None if self.num_workers > MAX_WORKERS => {
+                let n = self.num_workers;
+                let message = format!("is {n}; use 1 to {MAX_WORKERS}, or 0 for local mode");
+                problems.push((Setting::NumWorkers, message));
+            }
+            None => {}
+            Some(max) => {
+                let (min, given) = (self.num_workers, self.describe_workers());
+                let wrong = if min == 0 {
+                    Some("min must be at least 1 (local mode, num_workers = 0, is not elastic)")
+                } else if max < min {
+                    Some("max must be at least min")
+                } else if max > MAX_WORKERS {
+                    Some("max is too large")
+                } else {
+                    None
+                };
+                if let Some(wrong) = wrong {
+                    let message = format!(
+                        "is {given}: {wrong}; e.g. {{ min = 1, max = 4 }} (at most {MAX_WORKERS})"
+                    );
+                    problems.push((Setting::NumWorkers, message));
+                }
+            }
         }
         for (name, &amount) in &self.resources_per_worker {
             if !amount.is_finite() || amount < 0.0 {
@@ -696,6 +760,34 @@ mod tests {
         assert_eq!((local.ranks(), ScalingConfig::workers(3).ranks()), (1, 3));
         let err = ScalingConfig::workers(MAX_WORKERS + 1).validate().unwrap_err().to_string();
         assert!(err.contains("num_workers") && err.contains("or 0 for local mode"), "{err}");
+    }
+
+    #[test]
+    fn an_elastic_group_has_a_min_and_a_max() {
+        let elastic = ScalingConfig::elastic(2, 4);
+        assert!(elastic.validate().is_ok() && elastic.is_elastic() && !elastic.is_local());
+        assert_eq!((elastic.ranks(), elastic.max_ranks()), (2, 4));
+        assert_eq!(elastic.describe_workers(), "{ min = 2, max = 4 }");
+        assert_eq!(ScalingConfig::workers(3).max_ranks(), 3);
+        assert!(ScalingConfig::elastic(3, 3).validate().is_ok(), "min = max is allowed");
+        for (min, max, says) in [
+            (0, 2, "min must be at least 1"),
+            (3, 2, "max must be at least min"),
+            (1, MAX_WORKERS + 1, "max is too large"),
+        ] {
+            let err = ScalingConfig::elastic(min, max).validate().unwrap_err().to_string();
+            assert!(err.contains("num_workers") && err.contains(says), "{min}-{max}: {err}");
+        }
+        // A cluster's pool does not resize groups yet: refused, naming both.
+        let run = RunConfig::new("r").cluster("127.0.0.1:1", None);
+        let err = elastic.check_placement(&run).unwrap_err().to_string();
+        assert!(err.contains("elastic") && err.contains("127.0.0.1:1"), "{err}");
+        // A config from before elastic groups reads as a fixed one.
+        let old: ScalingConfig = serde_json::from_str(
+            r#"{"num_workers":2,"use_gpu":false,"resources_per_worker":{},"placement_strategy":"PACK"}"#,
+        )
+        .unwrap();
+        assert_eq!(old, ScalingConfig::workers(2));
     }
 
     #[test]

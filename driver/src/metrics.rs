@@ -27,6 +27,10 @@ pub const RUN_METRICS: [&str; 4] =
 pub const START_METRICS: [&str; 4] =
     ["group_attempt", "time_group_reserve_s", "time_group_spawn_s", "time_group_join_s"];
 
+/// Names rtune adds to every report of a run with its group's shape: `world_size` (the ranks
+/// the report came from) and, once an elastic group resized, `group_resizes` (how many times).
+pub const GROUP_METRICS: [&str; 2] = ["world_size", "group_resizes"];
+
 /// Whether rtune, not the train function, puts `name` into reports.
 pub fn added_by_rtune(name: &str) -> bool {
     AUTO_METRICS.contains(&name) || is_figure(name)
@@ -40,6 +44,7 @@ pub fn is_figure(name: &str) -> bool {
         || name.starts_with("ranks/")
         || RUN_METRICS.contains(&name)
         || START_METRICS.contains(&name)
+        || GROUP_METRICS.contains(&name)
 }
 
 /// What rank 0 measured around its steps since the last report.

@@ -27,7 +27,7 @@ pub(crate) struct RunIdentity {
 }
 
 /// What a result row holds besides metrics (Ray's auto-filled fields).
-const ROW_FIELDS: [&str; 11] = [
+const ROW_FIELDS: [&str; 12] = [
     "done",
     "trial_id",
     "config",
@@ -39,7 +39,12 @@ const ROW_FIELDS: [&str; 11] = [
     "checkpoint_dir_name",
     "placement",
     UPLOADED_KEY,
+    RESIZE_KEY,
 ];
+
+/// The first row after an elastic group resized says how: `3 -> 2: rank 1 lost: killed by
+/// signal 9 (SIGKILL)`.
+pub const RESIZE_KEY: &str = "group_resize";
 
 /// A row's list of checkpoints of earlier reports that became whole in the object store by its
 /// time (`upload = "async"`): recorded from then on.
@@ -169,6 +174,12 @@ pub(crate) struct RunState {
     placement: Option<String>,
     /// How the current attempt's group started, for its first row.
     group_start: Option<crate::metrics::GroupStart>,
+    /// The current attempt's ranks (0 before it placed them), for every row.
+    world_size: usize,
+    /// How many times an elastic group resized, for every row once it has; the last resize,
+    /// said in the first row after it (`group_resize`).
+    resizes: u32,
+    resize: Option<String>,
     /// The run's folder on a store: a reported checkpoint missing here (its rank does not see
     /// this machine's files) comes down from there.
     store: Option<Remote>,
@@ -192,6 +203,9 @@ impl RunState {
             stop: run.stop.clone(),
             placement: None,
             group_start: None,
+            world_size: 0,
+            resizes: 0,
+            resize: None,
             store: None,
         }
     }
@@ -278,6 +292,7 @@ impl RunState {
             }
         }
         state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
+        state.resizes = state.last_metrics().get("group_resizes").map_or(0, |&n| n as u32);
         Ok((state, last_attempt))
     }
 
@@ -334,7 +349,17 @@ impl RunState {
         if let Some(start) = self.group_start.take() {
             crate::metrics::add_group_start(&mut metrics, &start);
         }
+        let [world, resizes] = crate::metrics::GROUP_METRICS;
+        if self.world_size > 0 {
+            metrics.entry(world.into()).or_insert(self.world_size as f64);
+        }
+        if self.resizes > 0 {
+            metrics.entry(resizes.into()).or_insert(f64::from(self.resizes));
+        }
         let mut row: Row = metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
+        if let Some(resize) = self.resize.take() {
+            row.insert(RESIZE_KEY.into(), resize.into());
+        }
         if !report.checkpoint.is_empty() {
             row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
         }
@@ -414,14 +439,23 @@ impl RunState {
     pub fn placed(
         &mut self,
         placement: String,
+        world_size: usize,
         rank0_pid: Option<u32>,
         start: crate::metrics::GroupStart,
     ) {
         self.placement = Some(placement);
+        self.world_size = world_size;
         self.group_start = Some(start);
         if let Some(pid) = rank0_pid {
             self.identity.pid = pid;
         }
+    }
+
+    /// An elastic group resized from `from` to `to` ranks, for `why` (a lost rank, room in
+    /// the pool): counted in every row from now on, and said in the next one.
+    pub(crate) fn resized(&mut self, from: usize, to: usize, why: &str) {
+        self.resizes += 1;
+        self.resize = Some(format!("{from} -> {to}: {why}"));
     }
 
     /// The metrics of the latest recorded report (empty before the first).

@@ -160,6 +160,37 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Takes up to `want` more workers' bundles of `scaling` for an elastic group, each its own
+    /// placement group, where the pool has room now and no run waits for it (nothing grows while
+    /// a group waits for its start); as many as it got.
+    pub(crate) fn grow_local(
+        &'static self,
+        scaling: &ScalingConfig,
+        label: &str,
+        want: usize,
+    ) -> Vec<LocalReservation> {
+        let one = ScalingConfig { num_workers: 1, max_workers: None, ..scaling.clone() };
+        let mut got = Vec::new();
+        let mut guard = self.local.lock();
+        let Some(state) = guard.as_mut() else { return got };
+        while got.len() < want && state.pool.pending_count() == 0 {
+            let Ok(pg) = state.pool.request(worker_request(&one, label)) else { break };
+            let granted = state.pool.schedule();
+            match granted.into_iter().find(|r| r.pg == pg) {
+                Some(reservation) => {
+                    got.push(LocalReservation { driver: self, pg, reservation: Some(reservation) })
+                }
+                None => {
+                    let _ = state.pool.cancel(pg);
+                    break;
+                }
+            }
+        }
+        got
+    }
+}
+
 /// A placement group in the shared local pool; released (or withdrawn) on drop.
 pub(crate) struct LocalReservation {
     driver: &'static Driver,

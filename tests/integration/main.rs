@@ -10,6 +10,7 @@ mod common;
 mod data;
 mod debugging;
 mod docs;
+mod elastic;
 mod examples;
 mod front;
 mod front_door;
@@ -159,6 +160,14 @@ fn main() {
         test(
             "trainer::unrecorded_checkpoints_go_when_the_run_fails",
             trainer::unrecorded_checkpoints_go_when_the_run_fails,
+        ),
+        test(
+            "elastic::a_lost_rank_shrinks_the_group_and_it_grows_back",
+            elastic::a_lost_rank_shrinks_the_group_and_it_grows_back,
+        ),
+        test(
+            "elastic::losing_a_rank_below_min_fails_the_trial",
+            elastic::losing_a_rank_below_min_fails_the_trial,
         ),
         test(
             "debugging::the_demo_sweep_runs_in_local_mode",

@@ -324,7 +324,7 @@ pub fn a_slow_rank_is_marked_a_straggler() -> Result<()> {
     // The per-rank figures are a table of their own, not columns of the results.
     ensure!(!stdout.contains("ranks/1/time_step_s"), "{stdout}");
     // Below it, how the group started and what its checkpoints (one a report) weighed.
-    ensure!(stdout.contains("attempt 0: its group started in "), "{stdout}");
+    ensure!(stdout.contains("attempt 0: its group of 2 ranks started in "), "{stdout}");
     ensure!(stdout.contains("checkpoints: 4, "), "{stdout}");
     ensure!(stdout.contains("reports kept the train function waiting "), "{stdout}");
     Ok(())

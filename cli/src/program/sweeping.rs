@@ -137,6 +137,11 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> R
         source.name,
         samples(&spec),
         match spec.scaling.num_workers {
+            _ if spec.scaling.is_elastic() => format!(
+                "elastic groups of {} to {} workers",
+                spec.scaling.ranks(),
+                spec.scaling.max_ranks()
+            ),
             0 => "in this process, one at a time: local mode".to_owned(),
             1 => "1 worker each".to_owned(),
             n => format!("{n} workers each"),

@@ -36,6 +36,8 @@ struct Worker {
     finish: Option<FinishRequest>,
     exited: bool,
     kill: Option<oneshot::Sender<()>>,
+    /// Why it was lost, when it ended by a signal the attempt did not send or with its node.
+    lost: Option<String>,
 }
 
 /// Runs one attempt to its end.
@@ -73,6 +75,7 @@ pub(crate) async fn run_attempt(
                 finish: None,
                 exited: false,
                 kill: Some(kill),
+                lost: None,
             }),
             Err(e) => {
                 kill_all(&mut workers);
@@ -99,6 +102,7 @@ pub(crate) async fn run_attempt(
         pending: Vec::new(),
         failure: None,
         stopped: false,
+        kill_at: None,
     };
     let deadline = tokio::time::Instant::now() + spec.start_timeout;
     while !state.is_over() {
@@ -108,6 +112,10 @@ pub(crate) async fn run_attempt(
         tokio::select! {
             Some(call) = calls.recv() => state.on_call(call, on_report),
             Some((rank, status)) = exits.recv() => state.on_exit(rank, status),
+            _ = sleep_until(state.kill_at), if state.kill_at.is_some() => {
+                state.kill_at = None;
+                kill_all(&mut state.workers);
+            }
             _ = sleep_until(flush_due), if flush_due.is_some() => {
                 if let Err(e) = on_report.flush() {
                     state.fail(0, format!("driver could not write results: {e}"), None);
@@ -131,14 +139,30 @@ pub(crate) async fn run_attempt(
     let rank0 = state.workers.first().and_then(|w| w.finish.as_ref());
     let train_seconds = rank0.map_or(0.0, |f| f.train_seconds);
     let unread_params = rank0.map(|f| f.unread_params.clone()).unwrap_or_default();
+    let stopped = rank0.is_some_and(|f| f.stopped);
     if !state.all_exited() {
         reap_in_background(spec.group.clone(), std::mem::take(&mut state.workers), exits);
     }
+    let lost: Vec<(usize, String)> = state
+        .workers
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(rank, w)| Some((rank, w.lost.take()?)))
+        .collect();
     Ok(match state.failure {
+        Some(failure) if spec.elastic && !lost.is_empty() => {
+            AttemptOutcome::Lost { ranks: lost, failure }
+        }
         Some(failure) => AttemptOutcome::Failed(failure),
-        None => AttemptOutcome::Completed { train_seconds, unread_params },
+        None => AttemptOutcome::Completed { train_seconds, unread_params, stopped },
     })
 }
+
+/// How long an elastic group's attempt that failed waits before it kills the ranks still
+/// there: a rank killed from outside makes the others fail on their links at once, and its
+/// own exit may be heard after theirs; it must be heard as its own (a lost rank), not as one
+/// the attempt killed. Ranks that fail on a lost link exit by themselves meanwhile.
+const LOSS_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 struct Attempt<'s> {
     spec: &'s AttemptSpec,
@@ -151,6 +175,8 @@ struct Attempt<'s> {
     pending: Vec<(usize, ReportRequest, Reply<ReportReply>)>,
     failure: Option<WorkerFailure>,
     stopped: bool,
+    /// When to kill the ranks still there, in an elastic group that failed (`LOSS_GRACE`).
+    kill_at: Option<std::time::Instant>,
 }
 
 impl Attempt<'_> {
@@ -189,7 +215,13 @@ impl Attempt<'_> {
                 w.join = Join::Done;
             }
         }
-        kill_all(&mut self.workers);
+        match self.spec.elastic {
+            true if self.kill_at.is_none() => {
+                self.kill_at = Some(std::time::Instant::now() + LOSS_GRACE);
+            }
+            true => {}
+            false => kill_all(&mut self.workers),
+        }
     }
 
     fn rank_of(&self, key: Option<&crate::proto::WorkerKey>) -> std::result::Result<usize, Status> {
@@ -471,12 +503,14 @@ impl Attempt<'_> {
             Exit::Lost(why) => {
                 self.workers[rank].exited = true;
                 self.workers[rank].kill = None;
+                self.workers[rank].lost = Some(why.clone());
                 self.fail(rank, why, None);
                 return;
             }
         };
         self.workers[rank].exited = true;
-        self.workers[rank].kill = None;
+        // Still there to kill: the signal that ended it was not the attempt's.
+        let killed_from_outside = self.workers[rank].kill.take().is_some();
         let finished_ok = self.workers[rank].finish.as_ref().is_some_and(|f| f.ok);
         if status.success() && finished_ok {
             return;
@@ -492,6 +526,9 @@ impl Attempt<'_> {
                 status.code().unwrap_or(-1)
             ),
         };
+        if killed_from_outside && status.signal().is_some() {
+            self.workers[rank].lost = Some(message.clone());
+        }
         self.fail(rank, message, Some(status));
     }
 }
@@ -621,12 +658,19 @@ mod tests {
             upload_async: false,
             sharding: None,
             reserve_s: 0.0,
+            elastic: false,
         }
     }
 
     fn two_workers(spec: &AttemptSpec) -> Attempt<'_> {
-        let worker =
-            || Worker { join: Join::NotYet, reports: 0, finish: None, exited: false, kill: None };
+        let worker = || Worker {
+            join: Join::NotYet,
+            reports: 0,
+            finish: None,
+            exited: false,
+            kill: None,
+            lost: None,
+        };
         Attempt {
             spec,
             workers: vec![worker(), worker()],
@@ -635,6 +679,7 @@ mod tests {
             pending: Vec::new(),
             failure: None,
             stopped: false,
+            kill_at: None,
         }
     }
 

@@ -230,6 +230,10 @@ pub(crate) struct AttemptSpec {
     /// The seconds the attempt's resources took to reserve (waiting for them included), for
     /// its group's start figures.
     pub reserve_s: f64,
+    /// The group is elastic: a rank lost (killed by a signal the attempt did not send, or its
+    /// node gone) ends the attempt as `AttemptOutcome::Lost`, for the run to shrink, instead of
+    /// as a failure.
+    pub elastic: bool,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).
@@ -247,8 +251,16 @@ pub(crate) enum AttemptOutcome {
         train_seconds: f64,
         /// Params rank 0's train function never read.
         unread_params: Vec<String>,
+        /// The train function ended because a report's answer asked it to stop.
+        stopped: bool,
     },
     Failed(WorkerFailure),
+    /// An elastic group lost ranks (see `AttemptSpec::elastic`): each one and why, in rank
+    /// order; `failure` is how the attempt failed as a rigid one would say it.
+    Lost {
+        ranks: Vec<(usize, String)>,
+        failure: WorkerFailure,
+    },
 }
 
 /// What an attempt hands its complete reports to (the run's record and its decisions).

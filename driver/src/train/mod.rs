@@ -12,6 +12,9 @@
 //! driver records of the run is `record`.
 
 pub mod command;
+mod placement;
+
+use placement::{Placement, Target};
 mod train_fn;
 
 use std::path::PathBuf;
@@ -20,19 +23,18 @@ use std::time::Instant;
 
 use rtune_searchers::{Params, Value};
 
-use crate::cluster::client::{self, Client, ReserveOptions};
-use crate::cluster::pool::{PgId, PlacementRequest};
+use crate::cluster::client::{self, ReserveOptions};
 use crate::config::{FailureDecision, RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
 use crate::group::{
-    AttemptOutcome, AttemptSpec, GroupReport, Launcher, OnReport, RankPlacement, Seat, TrialNames,
-    describe_seats, run_attempt,
+    AttemptOutcome, AttemptSpec, GroupReport, OnReport, Seat, TrialNames, describe_seats,
+    run_attempt,
 };
 use crate::metrics::{GroupStart, Metrics};
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::record::{RunIdentity, RunState};
-use crate::runtime::{Driver, LocalReservation};
+use crate::runtime::Driver;
 use crate::setting::Setting;
 use crate::storage::remote::{Remote, Syncer};
 use crate::storage::{self, ResultFiles, unix_time};
@@ -58,6 +60,12 @@ pub(crate) trait Steering: Send {
     /// as a failure.
     fn halting(&self) -> bool {
         false
+    }
+
+    /// Whether an elastic run may take more of the pool now: no other run waits to start
+    /// (a sweep's waiting trials come before growth).
+    fn may_grow(&self) -> bool {
+        true
     }
 }
 
@@ -294,7 +302,7 @@ impl TorchTrainer {
     /// `params.json`, the attempts, and the result (an error when the failures ran out).
     async fn run_placed(
         &self,
-        driver: &Driver,
+        driver: &'static Driver,
         run_dir: PathBuf,
         target: Target,
         steering: &mut dyn Steering,
@@ -403,18 +411,12 @@ impl TorchTrainer {
         let label = self.run.name.as_deref().unwrap_or("TorchTrainer");
         let began = Instant::now();
         let held = driver.reserve_local(&self.scaling, label).await?;
-        let reserve_s = began.elapsed().as_secs_f64();
-        let reservation = held.reservation();
-        let nodes: Vec<u64> = reservation.bundles.iter().map(|b| b.node.0).collect();
-        let hosts = vec!["127.0.0.1".to_owned(); nodes.len()];
-        let devices = devices_of(reservation, crate::cluster::local_devices().as_deref());
-        let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
-        Ok(Target::Local(ranks, held, reserve_s))
+        Ok(Target::Local(held, began.elapsed().as_secs_f64()))
     }
 
     async fn run_attempts(
         &self,
-        driver: &Driver,
+        driver: &'static Driver,
         run_dir: PathBuf,
         params_json: String,
         target: Target,
@@ -431,9 +433,9 @@ impl TorchTrainer {
         // The local pool is reserved once for all attempts: the first one says how long.
         let mut local_reserve_s = 0.0;
         let mut placement = match target {
-            Target::Local(ranks, held, reserve_s) => {
+            Target::Local(held, reserve_s) => {
                 local_reserve_s = reserve_s;
-                Placement::Local { ranks, _held: held, in_process: self.scaling.is_local() }
+                Placement::Local { held: vec![held], in_process: self.scaling.is_local() }
             }
             Target::Cluster { address, token } => {
                 let mut client = client::connect_head(&address, token.as_deref()).await?;
@@ -489,8 +491,23 @@ impl TorchTrainer {
         let mut failed = false;
         let mut train_loop_seconds = 0.0;
         let mut unread_params = Vec::new();
+        let label = self.run.name.as_deref().unwrap_or("TorchTrainer").to_owned();
+        let mut elastic = self.scaling.is_elastic().then(|| Elastic {
+            driver,
+            scaling: &self.scaling,
+            label: &label,
+            grew: None,
+        });
         for attempt in first_attempt.. {
             let began = Instant::now();
+            // An elastic group starts with all the room it may take; later, it grows at its
+            // reports (after a lost rank, too: at its next checkpoint).
+            if let Some(elastic) = &mut elastic
+                && attempt == first_attempt
+                && steering.may_grow()
+            {
+                elastic.grow(&mut placement);
+            }
             let (ranks, launcher) = placement.for_attempt(attempt).await?;
             let reserve_s = std::mem::take(&mut local_reserve_s) + began.elapsed().as_secs_f64();
             let resume_url = match (&store, &resume) {
@@ -521,18 +538,53 @@ impl TorchTrainer {
                     == crate::config::CheckpointUpload::Async,
                 sharding: self.scaling.sharding,
                 reserve_s,
+                elastic: elastic.is_some(),
             };
             run.begin_attempt(attempt, start_iteration)?;
             steering.started();
-            let outcome =
-                run_attempt(&hub, &spec, &mut Recording { run: &mut run, steering }).await?;
+            let world = spec.ranks.len();
+            let mut recording = Recording {
+                run: &mut run,
+                steering,
+                elastic: elastic.as_mut(),
+                placement: &mut placement,
+            };
+            let outcome = run_attempt(&hub, &spec, &mut recording).await?;
+            let grown = elastic.as_mut().and_then(|e| e.grew.take());
+            // A resize: the group starts again from its latest checkpoint, at its new size.
+            let resize = match &outcome {
+                AttemptOutcome::Completed { stopped: true, .. } => {
+                    grown.map(|to| (to, "room appeared in the pool".to_owned()))
+                }
+                AttemptOutcome::Lost { ranks, .. }
+                    if world - ranks.len() >= self.scaling.ranks() =>
+                {
+                    placement.shrink(ranks.len());
+                    let said: Vec<String> = ranks
+                        .iter()
+                        .map(|(rank, why)| format!("rank {rank} lost: {why}"))
+                        .collect();
+                    Some((world - ranks.len(), said.join("; ")))
+                }
+                _ => None,
+            };
+            if let Some((to, why)) = resize {
+                tracing::info!(run = %run_dir.display(), "resized from {world} to {to} ranks: {why}");
+                run.resized(world, to, &why);
+                resume = run.roll_back()?.or_else(|| self.resume.clone());
+                start_iteration = match &resume {
+                    Some(c) => c.iteration()?,
+                    None => 0,
+                };
+                continue;
+            }
             match outcome {
-                AttemptOutcome::Completed { train_seconds, unread_params: unread } => {
+                AttemptOutcome::Completed { train_seconds, unread_params: unread, .. } => {
                     train_loop_seconds = train_seconds;
                     unread_params = unread;
                     break;
                 }
-                AttemptOutcome::Failed(failure) => {
+                AttemptOutcome::Failed(failure) | AttemptOutcome::Lost { failure, .. } => {
                     let decision =
                         self.run.failure_config.decide(failures.len() + 1, steering.halting());
                     match decision {
@@ -610,16 +662,55 @@ async fn in_store(store: &Remote, checkpoint: &Checkpoint) -> Result<String> {
     .map_err(|e| Error::Storage(format!("uploading the checkpoint to resume from: {e}")))?
 }
 
-/// An attempt's reports go into the run's record, then to the caller's decision.
-struct Recording<'r, 'd> {
-    run: &'r mut RunState,
-    steering: &'r mut (dyn Steering + 'd),
+/// An elastic group's growth (`ScalingConfig::elastic`): where it asks for room, and how far
+/// the attempt in flight grew.
+struct Elastic<'s> {
+    driver: &'static Driver,
+    scaling: &'s ScalingConfig,
+    label: &'s str,
+    /// The ranks the next attempt has, once the one in flight took more room.
+    grew: Option<usize>,
 }
 
-impl OnReport for Recording<'_, '_> {
+impl Elastic<'_> {
+    /// Takes room for more ranks, up to the group's max; the group's size after, when it grew.
+    fn grow(&mut self, placement: &mut Placement) -> Option<usize> {
+        let world = placement.local_world()?;
+        let want = self.scaling.max_ranks().saturating_sub(world);
+        if want == 0 {
+            return None;
+        }
+        let got = placement.grow(self.driver, self.scaling, self.label, want);
+        (got > 0).then_some(world + got)
+    }
+}
+
+/// An attempt's reports go into the run's record, then to the caller's decision; an elastic
+/// group that can grow ends its attempt at a report that carries a checkpoint.
+struct Recording<'r, 'd, 's> {
+    run: &'r mut RunState,
+    steering: &'r mut (dyn Steering + 'd),
+    elastic: Option<&'r mut Elastic<'s>>,
+    placement: &'r mut Placement,
+}
+
+impl OnReport for Recording<'_, '_, '_> {
     fn report(&mut self, report: GroupReport) -> Result<bool> {
+        let checkpointed = !report.checkpoint.is_empty();
         let stop = self.run.record(report)?;
-        Ok(self.steering.decide(self.run.last_metrics())? || stop)
+        if self.steering.decide(self.run.last_metrics())? || stop {
+            return Ok(true);
+        }
+        // Room for more ranks: this attempt ends here, the next starts from this checkpoint.
+        if let Some(elastic) = self.elastic.as_deref_mut()
+            && checkpointed
+            && elastic.grew.is_none()
+            && self.steering.may_grow()
+        {
+            elastic.grew = elastic.grow(self.placement);
+            return Ok(elastic.grew.is_some());
+        }
+        Ok(false)
     }
 
     fn flush_due(&self) -> Option<std::time::Instant> {
@@ -631,7 +722,7 @@ impl OnReport for Recording<'_, '_> {
     }
 
     fn placed(&mut self, seats: &[Seat], start: GroupStart) {
-        self.run.placed(describe_seats(seats), seats.first().map(|s| s.pid), start);
+        self.run.placed(describe_seats(seats), seats.len(), seats.first().map(|s| s.pid), start);
     }
 
     fn uploaded(&mut self, names: &[String]) -> Result<()> {
@@ -660,113 +751,6 @@ fn check_finite_params(params: &Params) -> Result<()> {
                 v.describe()
             ),
         )),
-    }
-}
-
-/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids, named through `names` (the
-/// local driver's own `CUDA_VISIBLE_DEVICES`, see `cluster::local_devices`) when given.
-fn devices_of(
-    reservation: &crate::cluster::pool::Reservation,
-    names: Option<&[String]>,
-) -> Vec<Option<String>> {
-    let name = |ids: String| match names {
-        Some(names) => crate::cluster::map_devices(&ids, names),
-        None => ids,
-    };
-    reservation
-        .bundles
-        .iter()
-        .map(|b| (!b.gpu_ids.is_empty()).then(|| name(b.cuda_visible_devices())))
-        .collect()
-}
-
-/// Where `fit` was told to run: the local machine (already placed, held until the run ends) or
-/// a head's cluster.
-enum Target {
-    /// The ranks' places, their reservation, and the seconds it took (waiting included).
-    Local(Vec<RankPlacement>, LocalReservation, f64),
-    Cluster {
-        address: String,
-        token: Option<String>,
-    },
-}
-
-/// Where a run's workers go: the embedded one-machine cluster, or a head's cluster (reserved
-/// per attempt, so a group that lost a node is placed again on the nodes left).
-enum Placement {
-    Local {
-        ranks: Vec<RankPlacement>,
-        /// Released in the shared local pool when the run ends.
-        _held: LocalReservation,
-        /// Local mode: the one rank runs on a thread of this process.
-        in_process: bool,
-    },
-    Cluster {
-        address: String,
-        client: Box<Client>,
-        /// Everything reserved under it is released by the head if this driver dies.
-        _lease: client::Lease,
-        request: PlacementRequest,
-        options: ReserveOptions,
-        held: Option<(PgId, Vec<RankPlacement>)>,
-    },
-}
-
-impl Placement {
-    /// The driver's address as its workers reach it: the interface that reaches the head.
-    /// (tokio's connect resolves the name on its blocking pool, so no runtime thread waits.)
-    async fn hub_ip(&self) -> Result<std::net::IpAddr> {
-        match self {
-            Placement::Local { .. } => Ok([127, 0, 0, 1].into()),
-            Placement::Cluster { address, .. } => {
-                let stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
-                    .await
-                    .map_err(|e| {
-                        Error::Protocol(format!("cannot reach the head at {address}: {e}"))
-                    })?;
-                Ok(stream.local_addr().map_err(|e| Error::io("head connection", e))?.ip())
-            }
-        }
-    }
-
-    async fn for_attempt(&mut self, attempt: u32) -> Result<(Vec<RankPlacement>, Launcher)> {
-        match self {
-            Placement::Local { ranks, in_process, .. } => {
-                let launcher = if *in_process { Launcher::InProcess } else { Launcher::Local };
-                Ok((ranks.clone(), launcher))
-            }
-            Placement::Cluster { client, request, options, held, .. } => {
-                if held.is_none() {
-                    // A group larger than the cluster is a config error at the start; after a
-                    // failure the cluster may have shrunk (a node died): wait for it to grow.
-                    options.wait_for_capacity = attempt > 0;
-                    let r = client::reserve(client, request, options).await?;
-                    let nodes: Vec<u64> = r.reservation.bundles.iter().map(|b| b.node.0).collect();
-                    let hosts: Vec<String> = nodes
-                        .iter()
-                        .map(|n| r.node_addresses.get(n).cloned().unwrap_or_default())
-                        .collect();
-                    // Each node agent maps the pool's device indices to its own devices.
-                    let devices = devices_of(&r.reservation, None);
-                    let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
-                    *held = Some((r.pg(), ranks));
-                }
-                let (pg, ranks) = held.as_ref().expect("reserved above");
-                Ok((ranks.clone(), Launcher::Cluster { client: client.clone(), pg: *pg }))
-            }
-        }
-    }
-
-    /// Gives a cluster reservation back (the next attempt reserves anew). A release that does
-    /// not reach the head is logged: the head still frees the group when this driver's lease
-    /// ends.
-    async fn release(&mut self) {
-        if let Placement::Cluster { client, held, .. } = self
-            && let Some((pg, _)) = held.take()
-            && let Err(e) = client::release(client, pg).await
-        {
-            tracing::warn!("releasing placement group {pg}: {e}");
-        }
     }
 }
 

@@ -434,6 +434,19 @@ impl Controller {
         self.trials.values().filter(|t| t.status == TrialStatus::Running).count()
     }
 
+    /// Whether a running elastic trial may take more of the pool: every started trial holds
+    /// its resources (`placed` of them do), none is waiting (pending or paused) and the
+    /// searcher has no more to give. Waiting trials come before growth.
+    pub(crate) fn room_for_growth(&self, placed: usize) -> bool {
+        let all_made = self.no_more_trials
+            || self.config.num_samples.is_some_and(|n| self.trials.len() + self.ended.len() >= n);
+        let waiting = self
+            .trials
+            .values()
+            .any(|t| matches!(t.status, TrialStatus::Pending | TrialStatus::Paused));
+        !self.finished && placed >= self.started() && all_made && !waiting
+    }
+
     /// The held trials, when nothing else runs: the sweep waits for one to be let go.
     pub(crate) fn waiting_on_held(&self) -> Vec<TrialId> {
         if self.finished || self.started() > 0 {

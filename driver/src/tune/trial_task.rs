@@ -61,6 +61,8 @@ pub(super) struct Running(Arc<Mutex<RunningTrials>>);
 #[derive(Debug, Default)]
 struct RunningTrials {
     halts: BTreeMap<TrialId, HaltFlag>,
+    /// Those whose resources are reserved (their workers started at least once).
+    placed: std::collections::BTreeSet<TrialId>,
     /// Trials asked to pause that then take over another's checkpoint (PBT) → the source.
     exploits: BTreeMap<TrialId, TrialId>,
 }
@@ -81,7 +83,18 @@ impl Running {
     pub(super) fn remove(&self, trial: TrialId) -> Option<TrialId> {
         let mut running = self.lock();
         running.halts.remove(&trial);
+        running.placed.remove(&trial);
         running.exploits.remove(&trial)
+    }
+
+    /// Trial `trial` holds its resources now.
+    fn mark_placed(&self, trial: TrialId) {
+        self.lock().placed.insert(trial);
+    }
+
+    /// How many running trials hold their resources.
+    fn placed(&self) -> usize {
+        self.lock().placed.len()
     }
 
     pub(super) fn contains(&self, trial: TrialId) -> bool {
@@ -250,7 +263,15 @@ impl Steering for TrialSteering {
     }
 
     fn started(&mut self) {
+        self.running.mark_placed(self.trial);
         let _ = self.heard.send(Heard::Started(self.trial));
+    }
+
+    fn may_grow(&self) -> bool {
+        // The trial asking holds its resources (its first attempt asks before `started`).
+        self.running.mark_placed(self.trial);
+        let placed = self.running.placed();
+        self.controller.lock().unwrap_or_else(|p| p.into_inner()).room_for_growth(placed)
     }
 
     fn halting(&self) -> bool {

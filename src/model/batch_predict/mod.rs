@@ -227,7 +227,7 @@ impl BatchPredictor {
             rows,
             workers,
             part_rows,
-            scaling: ScalingConfig { num_workers: workers, ..scaling.clone() },
+            scaling: ScalingConfig { num_workers: workers, max_workers: None, ..scaling.clone() },
             scratch: temp_path(output, "parts")?,
         })
     }

@@ -222,9 +222,10 @@ pub(crate) static KEYS: &[Key] = &[
         |f, v| f.stop_grace = Some(v)),
 
     table("scaling", "each trial's worker group (Ray's ScalingConfig)"),
-    value!("scaling.num_workers", usize, "1",
-        "worker processes per trial; 0: local mode, each trial in this process, one at a time",
-        |f, v| f.scaling.num_workers = v),
+    value!("scaling.num_workers", NumWorkers, "1",
+        "worker processes per trial; 0: local mode, each trial in this process, one at a time; \
+         { min = 2, max = 4 }: elastic, growing into free slots and shrinking when one is lost",
+        |f, v| (f.scaling.num_workers, f.scaling.max_workers) = (v.min, v.max)),
     value!("scaling.use_gpu", bool, "false",
         "one GPU per worker (unless resources_per_worker says)",
         |f, v| f.scaling.use_gpu = v),
@@ -463,6 +464,41 @@ impl Typed for NumSamples {
                 Err(format!("is {n}; use at least 1, or -1 (with time_budget_s)"))
             }
             _ => Self::read(kind).ok_or_else(|| doc::not_a(Self::WHAT, kind)),
+        }
+    }
+}
+
+/// `scaling.num_workers`: a count, or an elastic group's `{ min, max }`.
+struct NumWorkers {
+    min: usize,
+    max: Option<usize>,
+}
+
+impl Typed for NumWorkers {
+    const WHAT: &'static str = "an integer >= 0, or { min = N, max = M }";
+    fn read(kind: &Kind) -> Option<Self> {
+        Self::check(kind).ok()
+    }
+    fn check(kind: &Kind) -> Result<Self, String> {
+        let Kind::Table(entries) = kind else {
+            return usize::check(kind).map(|min| NumWorkers { min, max: None });
+        };
+        let (mut min, mut max) = (None, None);
+        for (name, _, value) in entries {
+            let slot = match name.as_str() {
+                "min" => &mut min,
+                "max" => &mut max,
+                other => {
+                    return Err(format!(
+                        "has `{other}`; an elastic group is {{ min = N, max = M }}, nothing else"
+                    ));
+                }
+            };
+            *slot = Some(usize::check(&value.kind).map_err(|e| format!("`{name}` {e}"))?);
+        }
+        match (min, max) {
+            (Some(min), Some(max)) => Ok(NumWorkers { min, max: Some(max) }),
+            _ => Err("an elastic group needs both: { min = N, max = M }".into()),
         }
     }
 }

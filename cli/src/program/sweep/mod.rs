@@ -664,6 +664,27 @@ mod tests {
         assert!(err.contains("allowed: `none`, `zero1`, `zero2`"), "{err}");
     }
 
+    /// `[scaling] num_workers` is a count or an elastic group's `{ min, max }`; a table with
+    /// anything else, or a bad group, is refused at the key, in sweep-file terms.
+    #[test]
+    fn num_workers_is_a_count_or_an_elastic_range() {
+        use rtune_driver::config::ScalingConfig;
+        let scaling = |text: &str| read_scaling(text).map(|s| s.scaling);
+        assert_eq!(scaling("num_workers = 3"), Ok(ScalingConfig::workers(3)));
+        assert_eq!(scaling("num_workers = { min = 2, max = 4 }"), Ok(ScalingConfig::elastic(2, 4)));
+        for (text, says) in [
+            ("num_workers = { min = 2 }", "needs both: { min = N, max = M }"),
+            ("num_workers = { min = 2, most = 4 }", "has `most`"),
+            ("num_workers = { min = 2, max = -1 }", "`max` must be an integer >= 0"),
+            ("num_workers = { min = 3, max = 2 }", "max must be at least min"),
+            ("num_workers = { min = 0, max = 2 }", "min must be at least 1"),
+            ("num_workers = \"two\"", "an integer >= 0, or { min = N, max = M }"),
+        ] {
+            let err = read_scaling(text).unwrap_err();
+            assert!(err.contains("scaling.num_workers") && err.contains(says), "{text}: {err}");
+        }
+    }
+
     /// `[run] store` reaches the run's settings; credentials and a URL that is no server's are
     /// refused at their key.
     #[test]

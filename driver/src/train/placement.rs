@@ -1,0 +1,178 @@
+//! Where a run's workers go: the local machine's shared pool (reserved once for the run; an
+//! elastic group grows there by a reservation per rank) or a head's cluster (reserved per
+//! attempt, so a group that lost a node is placed again on the nodes left).
+
+use crate::cluster::client::{self, Client, ReserveOptions};
+use crate::cluster::pool::{PgId, PlacementRequest};
+use crate::config::ScalingConfig;
+use crate::error::{Error, Result};
+use crate::group::{Launcher, RankPlacement};
+use crate::runtime::{Driver, LocalReservation};
+
+/// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids, named through `names` (the
+/// local driver's own `CUDA_VISIBLE_DEVICES`, see `cluster::local_devices`) when given.
+fn devices_of(
+    reservation: &crate::cluster::pool::Reservation,
+    names: Option<&[String]>,
+) -> Vec<Option<String>> {
+    reservation.bundles.iter().map(|b| device_of(b, names)).collect()
+}
+
+/// One bundle's `CUDA_VISIBLE_DEVICES` (see `devices_of`).
+fn device_of(
+    bundle: &crate::cluster::pool::BundlePlacement,
+    names: Option<&[String]>,
+) -> Option<String> {
+    let ids = (!bundle.gpu_ids.is_empty()).then(|| bundle.cuda_visible_devices())?;
+    Some(match names {
+        Some(names) => crate::cluster::map_devices(&ids, names),
+        None => ids,
+    })
+}
+
+/// Where `fit` was told to run: the local machine (already placed, held until the run ends) or
+/// a head's cluster.
+pub(super) enum Target {
+    /// The group's reservation and the seconds it took (waiting included).
+    Local(LocalReservation, f64),
+    Cluster {
+        address: String,
+        token: Option<String>,
+    },
+}
+
+/// Where a run's workers go: the embedded one-machine cluster, or a head's cluster (reserved
+/// per attempt, so a group that lost a node is placed again on the nodes left).
+pub(super) enum Placement {
+    Local {
+        /// The group's reservation, then one per rank an elastic group grew by; released in
+        /// the shared local pool when dropped (the run's end, or a shrink).
+        held: Vec<LocalReservation>,
+        /// Local mode: the one rank runs on a thread of this process.
+        in_process: bool,
+    },
+    Cluster {
+        address: String,
+        client: Box<Client>,
+        /// Everything reserved under it is released by the head if this driver dies.
+        _lease: client::Lease,
+        request: PlacementRequest,
+        options: ReserveOptions,
+        held: Option<(PgId, Vec<RankPlacement>)>,
+    },
+}
+
+impl Placement {
+    /// The driver's address as its workers reach it: the interface that reaches the head.
+    /// (tokio's connect resolves the name on its blocking pool, so no runtime thread waits.)
+    pub(super) async fn hub_ip(&self) -> Result<std::net::IpAddr> {
+        match self {
+            Placement::Local { .. } => Ok([127, 0, 0, 1].into()),
+            Placement::Cluster { address, .. } => {
+                let stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
+                    .await
+                    .map_err(|e| {
+                        Error::Protocol(format!("cannot reach the head at {address}: {e}"))
+                    })?;
+                Ok(stream.local_addr().map_err(|e| Error::io("head connection", e))?.ip())
+            }
+        }
+    }
+
+    pub(super) async fn for_attempt(
+        &mut self,
+        attempt: u32,
+    ) -> Result<(Vec<RankPlacement>, Launcher)> {
+        match self {
+            Placement::Local { held, in_process } => {
+                let launcher = if *in_process { Launcher::InProcess } else { Launcher::Local };
+                Ok((local_ranks(held), launcher))
+            }
+            Placement::Cluster { client, request, options, held, .. } => {
+                if held.is_none() {
+                    // A group larger than the cluster is a config error at the start; after a
+                    // failure the cluster may have shrunk (a node died): wait for it to grow.
+                    options.wait_for_capacity = attempt > 0;
+                    let r = client::reserve(client, request, options).await?;
+                    let nodes: Vec<u64> = r.reservation.bundles.iter().map(|b| b.node.0).collect();
+                    let hosts: Vec<String> = nodes
+                        .iter()
+                        .map(|n| r.node_addresses.get(n).cloned().unwrap_or_default())
+                        .collect();
+                    // Each node agent maps the pool's device indices to its own devices.
+                    let devices = devices_of(&r.reservation, None);
+                    let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
+                    *held = Some((r.pg(), ranks));
+                }
+                let (pg, ranks) = held.as_ref().expect("reserved above");
+                Ok((ranks.clone(), Launcher::Cluster { client: client.clone(), pg: *pg }))
+            }
+        }
+    }
+
+    /// Gives a cluster reservation back (the next attempt reserves anew). A release that does
+    /// not reach the head is logged: the head still frees the group when this driver's lease
+    /// ends.
+    pub(super) async fn release(&mut self) {
+        if let Placement::Cluster { client, held, .. } = self
+            && let Some((pg, _)) = held.take()
+            && let Err(e) = client::release(client, pg).await
+        {
+            tracing::warn!("releasing placement group {pg}: {e}");
+        }
+    }
+}
+
+impl Placement {
+    /// How many ranks the local group holds (None on a cluster, reserved per attempt).
+    pub(super) fn local_world(&self) -> Option<usize> {
+        match self {
+            Placement::Local { held, .. } => Some(held.iter().map(bundles).sum()),
+            Placement::Cluster { .. } => None,
+        }
+    }
+
+    /// Grows a local elastic group by up to `want` ranks where the pool has room and no run
+    /// waits for it; how many it got.
+    pub(super) fn grow(
+        &mut self,
+        driver: &'static Driver,
+        scaling: &ScalingConfig,
+        label: &str,
+        want: usize,
+    ) -> usize {
+        let Placement::Local { held, .. } = self else { return 0 };
+        let more = driver.grow_local(scaling, label, want);
+        let got = more.len();
+        held.extend(more);
+        got
+    }
+
+    /// Gives `by` ranks of a local elastic group back to the pool: those it grew by, the last
+    /// first (on one machine every bundle of a kind is as good as another once the attempt's
+    /// processes are gone). Never below its first reservation.
+    pub(super) fn shrink(&mut self, by: usize) {
+        if let Placement::Local { held, .. } = self {
+            for _ in 0..by.min(held.len().saturating_sub(1)) {
+                held.pop();
+            }
+        }
+    }
+}
+
+/// How many ranks a local reservation holds.
+fn bundles(held: &LocalReservation) -> usize {
+    held.reservation().bundles.len()
+}
+
+/// The ranks of a local group, rank by rank in the order its reservations were made.
+pub(super) fn local_ranks(held: &[LocalReservation]) -> Vec<RankPlacement> {
+    let bundles: Vec<&crate::cluster::pool::BundlePlacement> =
+        held.iter().flat_map(|h| &h.reservation().bundles).collect();
+    let nodes: Vec<u64> = bundles.iter().map(|b| b.node.0).collect();
+    let hosts = vec!["127.0.0.1".to_owned(); nodes.len()];
+    let names = crate::cluster::local_devices();
+    let devices: Vec<Option<String>> =
+        bundles.iter().map(|b| device_of(b, names.as_deref())).collect();
+    RankPlacement::from_nodes(&nodes, &hosts, &devices)
+}
