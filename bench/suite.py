@@ -276,6 +276,80 @@ def time_to_good_model(figs, quick):
              "the same sweep to its end")
 
 
+ELASTIC_SWEEP = """name = "{name}"
+storage_path = "{storage}"
+[trainable]
+builtin = "synthetic-curve"
+[scaling]
+num_workers = {workers}
+[param_space]
+rate = {{ loguniform = [0.05, 1.0] }}
+iterations = 16
+work_s = 0.4
+work_serial = 0.25
+[tune]
+metric = "score"
+mode = "max"
+num_samples = 16
+seed = 7
+scheduler = {{ type = "asha", grace_period = 1, max_t = 16, reduction_factor = 4 }}
+"""
+
+
+def rtune_binary():
+    """The rtune binary the sweep-level benches run: the newer of the release and debug builds
+    (these benches wait on their trials' steps, not on rtune's code)."""
+    builds = [os.path.join(TARGET, b, "rtune") for b in ("release", "debug")]
+    return max((b for b in builds if os.path.exists(b)), key=os.path.getmtime)
+
+
+def held_rank_seconds(experiment):
+    """Rank-seconds the trials of an experiment held: each row's time_this_iter_s times its
+    world_size (its group's ranks), summed."""
+    held = 0.0
+    for trial in os.listdir(experiment):
+        result = os.path.join(experiment, trial, "result.json")
+        if not os.path.exists(result):
+            continue
+        with open(result) as f:
+            for line in f:
+                row = json.loads(line)
+                held += row.get("time_this_iter_s", 0.0) * row.get("world_size", 1)
+    return held
+
+
+def elastic_pool(figs, quick):
+    """12. The pool over a sweep: a seeded ASHA sweep of 16 `synthetic-curve` trials whose step
+    time falls with the group's size (work_s = 0.4 s a step on one rank, a quarter of it serial:
+    Amdahl's law, so the CPUs do not limit it) on a pool of 4 CPUs, with elastic groups of 1 to
+    4 workers against rigid groups of 1, 2 and 4, one after the other in each round: the sweep's
+    wall time and its pool use (rank-seconds its trials held / 4 x wall time)."""
+    rtune = rtune_binary()
+    group = "12. Elastic groups"
+    base = os.path.join(TARGET, "bench-elastic")
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    walls = {}
+    for variant, workers in [("elastic_1_4", "{ min = 1, max = 4 }"), ("rigid_1", "1"),
+                             ("rigid_2", "2"), ("rigid_4", "4")]:
+        name = f"pool-{variant}"
+        sweep = os.path.join(base, f"{name}.toml")
+        with open(sweep, "w") as f:
+            f.write(ELASTIC_SWEEP.format(name=name, storage=base, workers=workers))
+        began = time.time()
+        run([rtune, "run", sweep, "--no-tui"], env={"RTUNE_NUM_CPUS": "4"})
+        wall = time.time() - began
+        walls[variant] = wall
+        use = held_rank_seconds(os.path.join(base, name)) / (4 * wall)
+        about = f"num_workers = {workers}, {os.path.relpath(rtune, ROOT)}"
+        figs.add(group, f"pool_{variant} sweep wall time", wall, "s", "lower", about)
+        figs.add(group, f"pool_{variant} pool use", use, "share", "higher", about)
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    best_rigid = min(walls[v] for v in ("rigid_1", "rigid_2", "rigid_4"))
+    figs.add(group, "pool elastic speed-up over the best rigid size", best_rigid / walls["elastic_1_4"],
+             "x", "higher", "same round")
+
+
 def cuda_devices():
     """The CUDA devices PyTorch sees here (their names), asked once; [] without a GPU."""
     if not hasattr(cuda_devices, "names"):
@@ -661,6 +735,7 @@ WORKLOADS = {
     "gpu": gpu,
     "store": object_store,
     "predict": batch_prediction,
+    "elastic": elastic_pool,
 }
 
 

@@ -14,7 +14,11 @@
 //!   compute. Params: `rate` (0.3), `plateau` (1.0), `noise` (0.02), `iterations` (20),
 //!   `seed` (0), `sleep_s` (0), `fail_at` (0: never; an error at that iteration), `panic_at`
 //!   (0: never; a panic at that iteration), `slow_rank` (-1: none; that rank sleeps
-//!   twice `sleep_s`, a straggler). The ranks meet in an all-reduce once a step. Reports
+//!   twice `sleep_s`, a straggler), `work_s` (0: none; an iteration's work on one rank, split
+//!   between the ranks: each sleeps `work_s * (work_serial + (1 - work_serial) / world_size)` a
+//!   step, so a bigger group steps faster, as data parallelism does, without using the CPUs),
+//!   `work_serial` (0: the work splits evenly; Amdahl's serial share, in [0, 1]). The ranks meet
+//!   in an all-reduce once a step. Reports
 //!   `score` (rising to `plateau`)
 //!   and `loss` = 1 - score, one result and one checkpoint per iteration; the curve is a
 //!   function of the params and the iteration, so a resumed trial continues it exactly.
@@ -206,11 +210,21 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
     let panic_at = if p.contains("panic_at") { p.get::<u64>("panic_at")? } else { 0 };
     // Read where given (train_loop_configs written before it have none).
     let slow = p.contains("slow_rank") && p.get::<i64>("slow_rank")? == ctx.world_rank() as i64;
-    let sleep_s = if slow { 2.0 * sleep } else { sleep };
+    let given = |name: &str| -> Result<f64> {
+        Ok(if p.contains(name) { p.get::<f64>(name)? } else { 0.0 })
+    };
+    let (work, serial) = (given("work_s")?, given("work_serial")?);
     anyhow::ensure!(
         sleep.is_finite() && sleep >= 0.0,
         "param `sleep_s` = {sleep}: use a number of seconds >= 0"
     );
+    anyhow::ensure!(
+        work.is_finite() && work >= 0.0,
+        "param `work_s` = {work}: use a number of seconds >= 0"
+    );
+    anyhow::ensure!((0.0..=1.0).contains(&serial), "param `work_serial` = {serial}: use 0 to 1");
+    let share = serial + (1.0 - serial) / ctx.world_size() as f64;
+    let sleep_s = if slow { 2.0 * sleep } else { sleep } + work * share;
     for t in ctx.iteration() + 1..=iterations {
         if sleep_s > 0.0 {
             std::thread::sleep(std::time::Duration::from_secs_f64(sleep_s));

@@ -170,24 +170,13 @@ impl Driver {
         label: &str,
         want: usize,
     ) -> Vec<LocalReservation> {
-        let one = ScalingConfig { num_workers: 1, max_workers: None, ..scaling.clone() };
-        let mut got = Vec::new();
-        let mut guard = self.local.lock();
-        let Some(state) = guard.as_mut() else { return got };
-        while got.len() < want && state.pool.pending_count() == 0 {
-            let Ok(pg) = state.pool.request(worker_request(&one, label)) else { break };
-            let granted = state.pool.schedule();
-            match granted.into_iter().find(|r| r.pg == pg) {
-                Some(reservation) => {
-                    got.push(LocalReservation { driver: self, pg, reservation: Some(reservation) })
-                }
-                None => {
-                    let _ = state.pool.cancel(pg);
-                    break;
-                }
-            }
-        }
-        got
+        let granted = self.local.grow(scaling, label, want);
+        let held = |reservation: Reservation| LocalReservation {
+            driver: self,
+            pg: reservation.pg,
+            reservation: Some(reservation),
+        };
+        granted.into_iter().map(held).collect()
     }
 }
 
@@ -260,6 +249,26 @@ impl LocalPool {
         mine
     }
 
+    /// Up to `want` one-worker reservations of `scaling`, made now where there is room, while
+    /// no request waits (see `Driver::grow_local`).
+    fn grow(&self, scaling: &ScalingConfig, label: &str, want: usize) -> Vec<Reservation> {
+        let one = ScalingConfig { num_workers: 1, max_workers: None, ..scaling.clone() };
+        let mut got = Vec::new();
+        let mut guard = self.lock();
+        let Some(state) = guard.as_mut() else { return got };
+        while got.len() < want && state.pool.pending_count() == 0 {
+            let Ok(pg) = state.pool.request(worker_request(&one, label)) else { break };
+            match state.pool.schedule().into_iter().find(|r| r.pg == pg) {
+                Some(reservation) => got.push(reservation),
+                None => {
+                    let _ = state.pool.cancel(pg);
+                    break;
+                }
+            }
+        }
+        got
+    }
+
     /// Gives `pg` back (reserved or still waiting) and wakes the runs waiting for room.
     fn release(&self, pg: PgId) {
         if let Some(state) = self.lock().as_mut() {
@@ -267,5 +276,34 @@ impl LocalPool {
             let _ = state.pool.cancel(pg);
         }
         self.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::pool::NodeSpec;
+
+    /// An elastic group grows only into room nobody waits for: not while a group waits for its
+    /// start (waiting groups come first), and only as far as the room goes.
+    #[test]
+    fn growth_takes_free_room_only_while_nobody_waits() {
+        let pool = local_pool(NodeSpec::local(4.0, 0)).unwrap();
+        let local = LocalPool {
+            state: Mutex::new(Some(LocalState { pool, granted: HashMap::new() })),
+            changed: Notify::new(),
+        };
+        let first = local.request(&ScalingConfig::workers(2), "elastic").unwrap();
+        assert!(local.take_granted(first).is_some());
+        let waiting = local.request(&ScalingConfig::workers(3), "rigid").unwrap();
+        assert!(local.take_granted(waiting).is_none(), "3 of 4 CPUs: it waits");
+        assert!(local.grow(&ScalingConfig::workers(1), "elastic", 2).is_empty(), "one waits");
+        local.release(waiting);
+        let grown = local.grow(&ScalingConfig::workers(1), "elastic", 5);
+        assert_eq!(grown.len(), 2, "as far as the room goes");
+        assert!(grown.iter().all(|r| r.bundles.len() == 1));
+        assert!(local.grow(&ScalingConfig::workers(1), "elastic", 1).is_empty(), "full");
+        local.release(grown[0].pg);
+        assert_eq!(local.grow(&ScalingConfig::workers(1), "elastic", 1).len(), 1);
     }
 }

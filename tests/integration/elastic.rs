@@ -70,6 +70,9 @@ pub fn a_lost_rank_shrinks_the_group_and_it_grows_back() -> Result<()> {
     let shrunk = worlds.iter().position(|&w| w == 2.0).context(format!("never 2: {worlds:?}"))?;
     ensure!(worlds[shrunk..].contains(&3.0), "it never grew back: {worlds:?}");
     ensure!(trial.last("group_resizes") == Some(2.0), "{:?}", trial.last("group_resizes"));
+    let frame = grid.dataframe()?;
+    let resizes = frame.column("group_resizes")?.f64()?.get(0);
+    ensure!(resizes == Some(2.0), "the dataframe's resize count: {resizes:?}");
     let rows = std::fs::read_to_string(trial.path().join("result.json"))?;
     let said: Vec<String> = rows
         .lines()

@@ -198,7 +198,9 @@ impl Trainables {
                     .with("sleep_s", 0.0)
                     .with("fail_at", 0)
                     .with("panic_at", 0)
-                    .with("slow_rank", -1),
+                    .with("slow_rank", -1)
+                    .with("work_s", 0.0)
+                    .with("work_serial", 0.0),
             )
             .data("digits-mlp", builtins.digits_data)
             .metrics("digits-mlp", &["loss", "val_loss", "val_acc", "params"])
@@ -216,6 +218,8 @@ impl Trainables {
             .range("synthetic-curve", "fail_at", 0.0..=1e9)
             .range("synthetic-curve", "panic_at", 0.0..=1e9)
             .range("synthetic-curve", "slow_rank", -1.0..=1e5)
+            .range("synthetic-curve", "work_s", 0.0..=86_400.0)
+            .range("synthetic-curve", "work_serial", 0.0..=1.0)
     }
 
     /// Adds (or replaces) a train function under `name`. Its `defaults` declare the params it

@@ -358,6 +358,7 @@ fn reporting(
     let scaling = &spec.scaling;
     let workers = scaling.ranks() as f64;
     model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);
+    model.elastic = scaling.is_elastic().then(|| (scaling.ranks(), scaling.max_ranks()));
     if spec.run.cluster.is_none()
         && let Ok(node) = rtune_driver::cluster::local_node()
     {

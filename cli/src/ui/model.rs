@@ -49,6 +49,9 @@ pub struct Model {
     /// CPUs (and GPUs) one trial holds, and the machine's, for the pool bars.
     pub per_trial: (f64, f64),
     pub capacity: (f64, f64),
+    /// An elastic sweep's trials' (min, max) ranks: the table shows each trial's ranks, and
+    /// the pool bar counts what they hold now (`per_trial` is then a group of `min`).
+    pub elastic: Option<(usize, usize)>,
     /// The sweep has ended.
     pub over: bool,
     /// The scheduler's decisions so far (ASHA's rungs, PBT's exploits), when it shows any.
@@ -118,9 +121,28 @@ impl Model {
             index: HashMap::new(),
             per_trial: (0.0, 0.0),
             capacity: (0.0, 0.0),
+            elastic: None,
             over: false,
             scheduler: None,
             gpus: Vec::new(),
+        }
+    }
+
+    /// The (CPUs, GPUs) the running trials hold: `per_trial` each, or in an elastic sweep as
+    /// many workers' as each one's latest result says it has (`world_size`).
+    pub(crate) fn held(&self) -> (f64, f64) {
+        let running = self.trials.iter().filter(|t| t.status == TrialStatus::Running);
+        match self.elastic {
+            None => {
+                let n = running.count() as f64;
+                (n * self.per_trial.0, n * self.per_trial.1)
+            }
+            Some((min, _)) => {
+                let ranks: f64 =
+                    running.map(|t| t.last.get("world_size").copied().unwrap_or(min as f64)).sum();
+                let per_worker = |per_trial: f64| per_trial / min.max(1) as f64;
+                (ranks * per_worker(self.per_trial.0), ranks * per_worker(self.per_trial.1))
+            }
         }
     }
 

@@ -1109,6 +1109,23 @@ mod tests {
         assert_eq!(c.status(TrialId(3)), Some(TrialStatus::Terminated));
     }
 
+    /// Running elastic trials grow only once no trial waits: not while the searcher has more
+    /// to start in a slot that frees, nor while a started trial has not placed its workers.
+    #[test]
+    fn trials_grow_only_once_none_waits() {
+        let mut c = Controller::new(config(3, 2), random(3), Box::new(Fifo::new())).unwrap();
+        let started = c.step(Event::Begin).unwrap();
+        assert_eq!(started.len(), 2);
+        assert!(!c.room_for_growth(2), "a third trial is still to come");
+        let third = c.step(Event::TrialCompleted(TrialId(0))).unwrap();
+        assert!(matches!(third[..], [Command::StartTrial { trial: TrialId(2), .. }]));
+        assert!(!c.room_for_growth(1), "trial 2 has not placed its workers yet");
+        assert!(c.room_for_growth(2), "every trial made and running");
+        c.step(Event::TrialCompleted(TrialId(1))).unwrap();
+        c.step(Event::TrialCompleted(TrialId(2))).unwrap();
+        assert!(!c.room_for_growth(0), "the sweep is over");
+    }
+
     #[test]
     fn a_failed_trial_is_an_error_and_the_sweep_goes_on() {
         let mut c = Controller::new(config(6, 2), random(6), Box::new(Fifo::new())).unwrap();

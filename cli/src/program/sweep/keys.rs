@@ -480,8 +480,10 @@ impl Typed for NumWorkers {
         Self::check(kind).ok()
     }
     fn check(kind: &Kind) -> Result<Self, String> {
-        let Kind::Table(entries) = kind else {
-            return usize::check(kind).map(|min| NumWorkers { min, max: None });
+        let entries = match kind {
+            Kind::Table(entries) => entries,
+            Kind::Int(_) => return usize::check(kind).map(|min| NumWorkers { min, max: None }),
+            _ => return Err(doc::not_a(Self::WHAT, kind)),
         };
         let (mut min, mut max) = (None, None);
         for (name, _, value) in entries {

@@ -675,7 +675,7 @@ mod tests {
         for (text, says) in [
             ("num_workers = { min = 2 }", "needs both: { min = N, max = M }"),
             ("num_workers = { min = 2, most = 4 }", "has `most`"),
-            ("num_workers = { min = 2, max = -1 }", "`max` must be an integer >= 0"),
+            ("num_workers = { min = 2, max = -1 }", "`max` is -1; use an integer >= 0"),
             ("num_workers = { min = 3, max = 2 }", "max must be at least min"),
             ("num_workers = { min = 0, max = 2 }", "min must be at least 1"),
             ("num_workers = \"two\"", "an integer >= 0, or { min = N, max = M }"),

@@ -88,6 +88,25 @@ fn the_screen_shows_status_best_trial_curve_and_error() {
     assert!(text.contains("x stop sweep"), "{text}");
 }
 
+/// An elastic sweep's table says each trial's ranks of its range, and the pool bar counts
+/// the workers the running trials hold now, not their `min`.
+#[test]
+fn an_elastic_trial_shows_its_ranks_and_holds_what_it_grew_to() {
+    let mut m = model();
+    m.per_trial = (1.0, 0.0);
+    m.elastic = Some((1, 4));
+    let mut grown = result(3.0, 0.95);
+    grown.insert("world_size".into(), 3.0);
+    m.apply(&Event::Result(info(1, 0.01), grown));
+    let text = screen(&m, &best_first(), 120, 30);
+    let row = text.lines().find(|l| l.contains("abcde_00001") && !l.contains("best")).unwrap();
+    assert!(row.contains("3/1-4"), "{text}");
+    assert!(text.contains("ranks"), "{text}");
+    assert!(text.contains("CPU ███████████████░░░░░ 3/4"), "{text}");
+    // The metric column keeps its sort mark: the ranks column sorts nothing.
+    assert!(text.contains("acc▼"), "{text}");
+}
+
 #[test]
 fn keys_sort_filter_and_select() {
     let m = model();

@@ -212,11 +212,11 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             Style::default().fg(Color::Green),
         ));
     }
-    let running = model.count(TrialStatus::Running) as f64;
+    let (cpus, gpus) = model.held();
     let pool = format!(
         "{}   {}",
-        bar("CPU", running * model.per_trial.0, model.capacity.0, 20),
-        bar("GPU", running * model.per_trial.1, model.capacity.1, 10)
+        bar("CPU", cpus, model.capacity.0, 20),
+        bar("GPU", gpus, model.capacity.1, 10)
     );
     let mut text = vec![title, Line::from(counts), Line::from(pool)];
     if !model.gpus.is_empty() {
@@ -231,11 +231,21 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     let several = model.objectives.len() > 1;
     let trial = if several { "*front trial" } else { "trial" };
     let mut headers = vec![trial.to_owned(), "status".into(), "iter".into()];
+    if model.elastic.is_some() {
+        headers.push("ranks".into());
+    }
     let metrics = model.shown_metrics();
     headers.push(if metrics.is_empty() { "-".into() } else { metrics.join(" / ") });
     headers.extend(params.iter().cloned());
+    // The ranks column sorts nothing: the sort counts the columns without it.
+    let sorts = |i: usize| match model.elastic {
+        Some(_) if i == 3 => None,
+        Some(_) if i > 3 => Some(i - 1),
+        _ => Some(i),
+    };
     let header = Row::new(headers.iter().enumerate().map(|(i, h)| {
-        let mark = if i == view.sort { if view.descending { "▼" } else { "▲" } } else { "" };
+        let sorted = sorts(i) == Some(view.sort);
+        let mark = if sorted { if view.descending { "▼" } else { "▲" } } else { "" };
         Cell::from(format!("{h}{mark}"))
     }))
     .style(Style::default().add_modifier(Modifier::BOLD));
@@ -259,11 +269,15 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
             Cell::from(id),
             Cell::from(status_name(t.status)).style(Style::default().fg(status_color(t.status))),
             Cell::from(get("training_iteration")),
-            Cell::from(match metrics.as_slice() {
-                [] => "-".into(),
-                some => some.iter().map(|m| get(m)).collect::<Vec<_>>().join(" / "),
-            }),
         ];
+        // An elastic trial's ranks now, of its range: `3/2-4`.
+        if let Some((min, max)) = model.elastic {
+            cells.push(Cell::from(format!("{}/{min}-{max}", get("world_size"))));
+        }
+        cells.extend([Cell::from(match metrics.as_slice() {
+            [] => "-".into(),
+            some => some.iter().map(|m| get(m)).collect::<Vec<_>>().join(" / "),
+        })]);
         for p in &params {
             cells.push(Cell::from(
                 t.params.iter().find(|(k, _)| k == p).map_or(String::new(), |(_, v)| v.clone()),
@@ -279,15 +293,17 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     // Each metric shown 9 wide, with " / " between.
     let metric_width = (metrics.len().max(1) * 12 - 3) as u16;
     let id_width = if several { 14 } else { 13 };
-    let mut widths = vec![
-        Constraint::Length(id_width),
-        Constraint::Length(10),
-        Constraint::Length(5),
-        Constraint::Length(metric_width),
-    ];
+    let mut widths =
+        vec![Constraint::Length(id_width), Constraint::Length(10), Constraint::Length(5)];
+    let ranks_width = if model.elastic.is_some() { 8 } else { 0 };
+    if ranks_width > 0 {
+        widths.push(Constraint::Length(ranks_width));
+    }
+    widths.push(Constraint::Length(metric_width));
     // Params while they fit whole (the table's spacing is a column each): the id and status
     // columns are never cut to fit more.
-    let mut room = area.width.saturating_sub(2 + id_width + 10 + 5 + metric_width + 4) as usize;
+    let used = 2 + id_width + 10 + 5 + ranks_width + u16::from(ranks_width > 0) + metric_width + 4;
+    let mut room = area.width.saturating_sub(used) as usize;
     for p in &params {
         let width = p.len().max(7);
         if width + 1 > room {
