@@ -140,10 +140,11 @@ pub fn train_digits_mlp(ctx: &mut TrainContext) -> Result<()> {
         }
     };
     let weights: i64 = vs.trainable_variables().iter().map(Tensor::numel).map(|n| n as i64).sum();
-    // Each rank's batches are its share of a global batch; a shard smaller than that is one
-    // batch. Padding (the default) gives every rank the same number of steps.
-    let per_rank = (batch / ctx.world_size()).max(1);
-    let spec = BatchSpec::new(per_rank).shuffle(1).drop_last(train.len() >= per_rank);
+    // Each rank's batches are its share of a global batch (in an elastic group, of each
+    // step's, whatever the group's size then); a shard smaller than that is one batch. Padding
+    // (the default) gives every rank the same number of steps.
+    let per_rank = if ctx.is_elastic() { batch } else { (batch / ctx.world_size()).max(1) };
+    let spec = BatchSpec::global(batch).shuffle(1).drop_last(train.len() >= per_rank);
     // Evaluation has no per-batch collective: every rank takes its rows once.
     let whole = BatchSpec::new(4096).balance(Balance::Uneven);
     for _ in ctx.iteration()..epochs {

@@ -458,6 +458,12 @@ impl RunState {
         self.resize = Some(format!("{from} -> {to}: {why}"));
     }
 
+    /// The group goes on with `world_size` ranks (an elastic group, in place), as its next
+    /// rows will say.
+    pub(crate) fn set_world_size(&mut self, world_size: usize) {
+        self.world_size = world_size;
+    }
+
     /// The metrics of the latest recorded report (empty before the first).
     pub(crate) fn last_metrics(&self) -> &Metrics {
         static NONE: Metrics = Metrics::new();

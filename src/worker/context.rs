@@ -9,7 +9,7 @@ use rtune_searchers::Params;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::collective::{ProcessGroup, ReduceOp};
+use crate::collective::ReduceOp;
 use crate::data::{DATA_SCHEMA_FILE, DataPlan};
 use crate::error::{Error, Result};
 use crate::metrics::{IntoMetrics, to_wire};
@@ -20,15 +20,10 @@ use crate::torch::TorchResult;
 use crate::worker::DatasetShard;
 use crate::worker::DriverLink;
 
-pub(crate) type SharedGroup = Rc<RefCell<Box<dyn ProcessGroup>>>;
+pub(crate) type SharedGroup = Rc<super::group::Group>;
 type SharedNccl = Rc<RefCell<crate::nccl::NcclGroup>>;
 
 pub(crate) struct ContextParts<'a> {
-    pub rank: usize,
-    pub world_size: usize,
-    pub local_rank: usize,
-    pub local_world_size: usize,
-    pub node_rank: usize,
     pub master_host: String,
     pub device: Device,
     pub params: Params,
@@ -39,7 +34,8 @@ pub(crate) struct ContextParts<'a> {
     pub trial_name: String,
     pub experiment_name: String,
     pub data: Option<Rc<DataPlan>>,
-    pub group: Box<dyn ProcessGroup>,
+    /// The collective group, with the rank's place in it.
+    pub group: SharedGroup,
     /// Ranks of the group share a GPU: GPU models average through `group` (see `prepare_model`).
     pub gpus_shared: bool,
     /// The run's folder on an object store: rank 0 uploads each checkpoint there.
@@ -54,11 +50,6 @@ pub(crate) struct ContextParts<'a> {
 
 /// The run as one worker sees it. Handed to the train function by `&mut`.
 pub struct TrainContext<'a> {
-    rank: usize,
-    world_size: usize,
-    local_rank: usize,
-    local_world_size: usize,
-    node_rank: usize,
     master_host: String,
     device: Device,
     params: Params,
@@ -94,11 +85,6 @@ unsafe impl rtune_driver::train::TrainContextType for TrainContext<'_> {}
 impl<'a> TrainContext<'a> {
     pub(crate) fn new(parts: ContextParts<'a>) -> Self {
         TrainContext {
-            rank: parts.rank,
-            world_size: parts.world_size,
-            local_rank: parts.local_rank,
-            local_world_size: parts.local_world_size,
-            node_rank: parts.node_rank,
             master_host: parts.master_host,
             device: parts.device,
             params: parts.params,
@@ -111,7 +97,7 @@ impl<'a> TrainContext<'a> {
             data: parts.data,
             reports: 0,
             stop_requested: false,
-            group: Rc::new(RefCell::new(parts.group)),
+            group: parts.group,
             gpus_shared: parts.gpus_shared,
             nccl: None,
             store: parts.store,
@@ -130,24 +116,32 @@ impl<'a> TrainContext<'a> {
         self.group.clone()
     }
 
+    /// This rank's place in the group now: an elastic group that went on in place after
+    /// losing a rank has new ranks and a smaller world from the next step on.
     pub fn world_rank(&self) -> usize {
-        self.rank
+        self.group.shape().rank
     }
 
     pub fn world_size(&self) -> usize {
-        self.world_size
+        self.group.shape().world
     }
 
     pub fn local_rank(&self) -> usize {
-        self.local_rank
+        self.group.shape().local_rank
     }
 
     pub fn local_world_size(&self) -> usize {
-        self.local_world_size
+        self.group.shape().local_world
     }
 
     pub fn node_rank(&self) -> usize {
-        self.node_rank
+        self.group.shape().node_rank
+    }
+
+    /// Whether the group is elastic (`ScalingConfig::elastic`): its size may change between
+    /// steps, and its datasets' batches follow it (see [`DatasetShard`]).
+    pub fn is_elastic(&self) -> bool {
+        self.group.is_elastic()
     }
 
     /// The address of rank 0's host as every rank reaches it (torchrun's `MASTER_ADDR`).
@@ -210,7 +204,16 @@ impl<'a> TrainContext<'a> {
                  TorchTrainer::datasets)"
             ))
         })?;
-        DatasetShard::load(plan, name, self.rank, self.world_size, self.iteration(), self.device)
+        match self.group.is_elastic() {
+            // Every rank holds the whole dataset; each step's batch is cut for the group as it
+            // is at that step.
+            true => DatasetShard::load(plan, name, 0, 1, self.iteration(), self.device)
+                .map(|shard| shard.following(self.group.clone())),
+            false => {
+                let (rank, world) = (self.world_rank(), self.world_size());
+                DatasetShard::load(plan, name, rank, world, self.iteration(), self.device)
+            }
+        }
     }
 
     /// The run's sharding (`ScalingConfig::sharding`): what to give `prepare_model_sharded`,
@@ -231,7 +234,7 @@ impl<'a> TrainContext<'a> {
     /// saves each rank's shard of its optimizer state into it on every rank.
     pub fn new_checkpoint(&self) -> Result<CheckpointWriter> {
         let seq = self.reports + 1;
-        let mut writer = CheckpointWriter::create(&self.run_dir, self.rank, seq)?;
+        let mut writer = CheckpointWriter::create(&self.run_dir, self.world_rank(), seq)?;
         if !self.scratch {
             // One folder for every rank's shard, named alike on every rank.
             let attempt = self.link.attempt();
@@ -278,7 +281,7 @@ impl<'a> TrainContext<'a> {
             self.join_shards(writer, &checkpoint_name(iteration))?;
         }
         let committed = match checkpoint {
-            Some(writer) if self.rank == 0 => {
+            Some(writer) if self.world_rank() == 0 => {
                 // The fitted preprocessor travels with the weights (prediction applies it).
                 if let Some(plan) = &self.data {
                     let path = writer.path().join(DATA_SCHEMA_FILE);
@@ -345,11 +348,12 @@ impl<'a> TrainContext<'a> {
     /// into its checkpoint, which it commits only then: a rank that dies before it wrote its
     /// part fails the barrier, and no checkpoint is recorded without every part.
     fn join_shards(&mut self, writer: &mut CheckpointWriter, name: &str) -> Result<()> {
-        if let Some(store) = self.store.as_ref().filter(|_| self.scratch && self.rank != 0) {
+        if let Some(store) = self.store.as_ref().filter(|_| self.scratch && self.world_rank() != 0)
+        {
             store.join(name).join(SHARDS_DIR).put_files(writer.shards())?;
         }
         self.barrier()?;
-        match self.rank {
+        match self.world_rank() {
             0 => writer.take_shards(),
             _ => Ok(()),
         }
@@ -402,7 +406,7 @@ impl<'a> TrainContext<'a> {
     }
 
     fn backend_for(&mut self, device: Device) -> Result<Backend> {
-        if !device.is_cuda() || self.world_size == 1 {
+        if !device.is_cuda() || self.world_size() == 1 {
             return Ok(Backend::Ring(self.group.clone()));
         }
         if self.gpus_shared {
@@ -446,6 +450,14 @@ pub(super) enum Backend {
 }
 
 impl Backend {
+    /// The CPU ring's group (None for NCCL).
+    pub(super) fn group(&self) -> Option<&SharedGroup> {
+        match self {
+            Backend::Ring(g) => Some(g),
+            Backend::Nccl(..) => None,
+        }
+    }
+
     pub(super) fn rank(&self) -> usize {
         match self {
             Backend::Ring(g) => g.borrow().rank(),
@@ -543,16 +555,32 @@ impl DistributedModel {
     }
 
     /// Averages every parameter's gradient across ranks. Call after `backward`, before the
-    /// optimizer step.
+    /// optimizer step. In an elastic group whose batches come from a dataset shard, each
+    /// rank's gradient weighs by its rows of the step's global batch, so the result is the
+    /// global batch's mean gradient whatever the group's size (its rows split unevenly).
     pub fn sync_gradients(&self) -> Result<()> {
         if self.backend.world_size() == 1 {
             return Ok(());
         }
         let _no_grad = tch::no_grad_guard();
+        let share = self.backend.group().and_then(|g| g.share());
         for bucket in &self.buckets {
             let params = &self.params[bucket.range.clone()];
             gather_into(&bucket.flat, params, Tensor::grad)?;
-            self.backend.all_reduce(&bucket.flat, ReduceOp::Avg)?;
+            let op = match share {
+                None => ReduceOp::Avg,
+                // No rows here: nothing of this rank's (a loss over no rows is NaN).
+                Some((0, _)) => {
+                    let _ = bucket.flat.shallow_clone().f_zero_().torch()?;
+                    ReduceOp::Sum
+                }
+                Some((rows, global)) => {
+                    let weight = rows as f64 / global as f64;
+                    let _ = bucket.flat.shallow_clone().f_mul_scalar_(weight).torch()?;
+                    ReduceOp::Sum
+                }
+            };
+            self.backend.all_reduce(&bucket.flat, op)?;
             let grads: Vec<Tensor> = params.iter().map(Tensor::grad).collect();
             scatter_from(&bucket.flat, &grads)?;
         }
@@ -562,6 +590,11 @@ impl DistributedModel {
     /// `zero_grad`, `backward`, `sync_gradients`, `step`: one data-parallel training step,
     /// with tch's optimizer or rtune's [`ModelOptimizer`](super::ModelOptimizer) (whose state
     /// checkpoints hold).
+    ///
+    /// In an elastic group on the CPU ring, a rank lost during the step does not end the run:
+    /// the others re-form their group in place and this step is dropped (Ok without an
+    /// optimizer step); a dataset shard's batches then give it again, cut for the new group
+    /// (see `worker::group`).
     pub fn backward_step(
         &self,
         optimizer: &mut impl super::OptimizerStep,
@@ -569,8 +602,17 @@ impl DistributedModel {
     ) -> Result<()> {
         optimizer.zero_grad()?;
         loss.f_backward().torch()?;
-        self.sync_gradients()?;
-        optimizer.step()
+        if let Err(e) = self.sync_gradients() {
+            return match self.backend.group() {
+                Some(group) => group.recover(e),
+                None => Err(e),
+            };
+        }
+        optimizer.step()?;
+        if let Some(group) = self.backend.group() {
+            group.step_done();
+        }
+        Ok(())
     }
 }
 

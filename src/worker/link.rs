@@ -15,8 +15,8 @@ use crate::error::{Error, Result};
 use crate::proto::report_answer::Answer;
 use crate::proto::worker_hub_client::WorkerHubClient;
 use crate::proto::{
-    FinishRequest, JoinReply, JoinRequest, ReportAnswer, ReportHello, ReportReply, ReportRequest,
-    WorkerKey,
+    FinishRequest, JoinReply, JoinRequest, RegroupReply, RegroupRequest, ReportAnswer, ReportHello,
+    ReportReply, ReportRequest, WorkerKey,
 };
 use crate::rpc::{AddToken, UNIX_SCHEME, connect_abstract, frame, report_socket_name};
 use crate::sys::build_id;
@@ -179,6 +179,18 @@ impl DriverLink {
             let replies = c.reports(ReceiverStream::new(rx)).await?.into_inner();
             Ok(Reports::Stream(tx, replies))
         })
+    }
+
+    /// Asks to re-form an elastic group after a lost rank, with the steps this rank completed
+    /// and its new collective listener; answered once every live rank has asked.
+    pub(crate) fn regroup(
+        &mut self,
+        steps_done: u64,
+        collective_address: String,
+    ) -> Result<RegroupReply> {
+        let key = Some(self.key.clone());
+        let request = RegroupRequest { key, steps_done, collective_address };
+        self.call("regroup", async |c| Ok(c.regroup(request).await?.into_inner()))
     }
 
     pub(crate) fn finish(&mut self, request: FinishRequest) -> Result<()> {

@@ -11,6 +11,7 @@
 
 pub(crate) mod command;
 mod context;
+pub(crate) mod group;
 mod link;
 mod model_optimizer;
 pub(crate) mod process;

@@ -8,12 +8,13 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::collective::{GroupOptions, ProcessGroup, RingGroup};
+use crate::collective::{GroupOptions, RingGroup};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
 use crate::proto::{FinishRequest, JoinReply, WorkerKey};
 use crate::storage::remote::Remote;
 use crate::sys::build_id;
+use crate::worker::group::{Elastic, Group, Shape};
 use crate::worker::{ContextParts, DriverLink, TrainContext, WorkerSpec};
 
 /// Exit codes the driver reads when no finish message arrived.
@@ -117,18 +118,28 @@ fn train(
         .iter()
         .map(|p| p.parse().map_err(|e| failed(&format!("peer address {p}: {e}"))))
         .collect::<std::result::Result<Vec<std::net::SocketAddr>, _>>()?;
-    let options = GroupOptions::new(reply.collective_group_id)
-        .timeout(Duration::from_millis(reply.collective_timeout_ms));
-    let group: Box<dyn ProcessGroup> = Box::new(
-        RingGroup::connect(
-            spec.rank as usize,
-            reply.world_size as usize,
-            listener,
-            &peers,
-            options,
-        )
-        .map_err(|e| failed(&e))?,
-    );
+    let timeout = Duration::from_millis(reply.collective_timeout_ms);
+    let options = GroupOptions::new(reply.collective_group_id).timeout(timeout);
+    let (rank, world) = (spec.rank as usize, reply.world_size as usize);
+    let ring =
+        RingGroup::connect(rank, world, listener, &peers, options).map_err(|e| failed(&e))?;
+    // An elastic group's ranks ask to re-form it on a connection of their own (a model asks,
+    // while the context holds the link).
+    let elastic = match reply.elastic {
+        true => {
+            let own = DriverLink::connect(&spec.hub, link.key().clone()).map_err(|e| failed(&e))?;
+            Some(Elastic::new(own, spec.bind_host.clone(), timeout))
+        }
+        false => None,
+    };
+    let shape = Shape {
+        rank,
+        world,
+        local_rank: reply.local_rank as usize,
+        local_world: reply.local_world_size as usize,
+        node_rank: reply.node_rank as usize,
+    };
+    let group = Group::new(Box::new(ring), shape, elastic);
     let settings: crate::config::StoreSettings = match reply.store_settings_json.as_str() {
         "" => Default::default(),
         json => serde_json::from_str(json).map_err(|e| failed(&format!("store settings: {e}")))?,
@@ -176,11 +187,6 @@ fn train(
         }
     };
     let mut ctx = TrainContext::new(ContextParts {
-        rank: spec.rank as usize,
-        world_size: reply.world_size as usize,
-        local_rank: reply.local_rank as usize,
-        local_world_size: reply.local_world_size as usize,
-        node_rank: reply.node_rank as usize,
         // Rank 0's collective address: where every rank can reach it.
         master_host: peers.first().map_or_else(|| spec.bind_host.clone(), |p| p.ip().to_string()),
         device,

@@ -19,6 +19,15 @@
 //! checkpoint, goes on with the orders it would have had) and each `iter_batches` moves to the
 //! next epoch; `set_epoch` sets it.
 //!
+//! Elastic groups (`ScalingConfig::elastic`): every rank holds the whole dataset, and each
+//! epoch's order is one permutation of all rows drawn from (seed, epoch). Step t's global batch
+//! is the order's rows `t·B .. (t+1)·B`, and each rank takes its contiguous part of it for the
+//! group as it is at that step (`r·b/W .. (r+1)·b/W` of its b rows): the samples of a step are
+//! the same whatever the group's size, and `DistributedModel` weighs each rank's gradient by its
+//! rows, so the step's mean gradient is too. `B` is `batch_size` for a [`BatchSpec::global`]
+//! spec, else `batch_size` times the group's size when the epoch begins. After a rank is lost
+//! mid-step the batches give that step again, cut for the smaller group.
+//!
 //! Device: batches land on the worker's device (`ctx.device()`), as Ray's
 //! `prepare_data_loader` moves them. On a GPU a shard of up to [`RESIDENT_BYTES`] is moved to
 //! the device once, when it is loaded, and its batches are slices and gathers there, with no
@@ -55,6 +64,7 @@ use tch::{Device, Tensor};
 
 use crate::data::{DataPlan, read_rows, shard_range};
 use crate::error::{Error, Result};
+use crate::worker::context::SharedGroup;
 
 /// How ranks with shards of unequal length get the same number of batches (module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,8 +81,10 @@ pub enum Balance {
 /// How to cut an epoch into batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchSpec {
-    /// Rows per batch on this worker.
+    /// Rows per batch on this worker (or of each step's global batch, with `global`).
     pub batch_size: usize,
+    /// `batch_size` is the global batch of each step, shared by the ranks.
+    pub global: bool,
     /// Shuffle each epoch with this seed; None keeps the file's order.
     pub shuffle_seed: Option<u64>,
     /// Leave out a last batch shorter than `batch_size`.
@@ -84,7 +96,20 @@ impl BatchSpec {
     /// Batches of `batch_size` rows in the file's order, the last one possibly shorter, padded
     /// to equal counts across ranks.
     pub fn new(batch_size: usize) -> Self {
-        BatchSpec { batch_size, shuffle_seed: None, drop_last: false, balance: Balance::Pad }
+        BatchSpec {
+            batch_size,
+            global: false,
+            shuffle_seed: None,
+            drop_last: false,
+            balance: Balance::Pad,
+        }
+    }
+
+    /// Steps of `batch_size` rows in all, shared by the ranks: each takes `batch_size / world`
+    /// rows (at least 1) of its shard, or in an elastic group its part of the step's global
+    /// batch (module docs), so a step's samples do not depend on the group's size.
+    pub fn global(batch_size: usize) -> Self {
+        BatchSpec { global: true, ..BatchSpec::new(batch_size) }
     }
 
     pub fn shuffle(mut self, seed: u64) -> Self {
@@ -119,6 +144,8 @@ pub struct DatasetShard {
     rank: usize,
     world: usize,
     epoch: u64,
+    /// An elastic group's shard (the whole dataset): its batches follow the group's shape.
+    elastic: Option<SharedGroup>,
 }
 
 impl std::fmt::Debug for DatasetShard {
@@ -192,7 +219,15 @@ impl DatasetShard {
             rank,
             world,
             epoch,
+            elastic: None,
         })
+    }
+
+    /// The whole dataset, loaded for an elastic group's rank: its batches are cut for
+    /// `group` as it is at each step (module docs).
+    pub(crate) fn following(mut self, group: SharedGroup) -> DatasetShard {
+        self.elastic = Some(group);
+        self
     }
 
     /// Rows in this shard.
@@ -261,17 +296,37 @@ impl DatasetShard {
                 self.name
             )));
         };
-        let order = self.epoch_order(self.epoch, spec);
+        let epoch = self.epoch;
         self.epoch += 1;
-        let count = batch_count(order.len(), spec);
+        let (order, batch_size, elastic) = match &self.elastic {
+            None => {
+                let mut spec = spec.clone();
+                if spec.global {
+                    spec.batch_size = (spec.batch_size / self.world.max(1)).max(1);
+                }
+                (self.epoch_order(epoch, &spec), spec.batch_size, None)
+            }
+            Some(group) => {
+                let global = match spec.global {
+                    true => spec.batch_size,
+                    false => spec.batch_size * group.shape().world,
+                };
+                // One order of every row: the balance of shards does not apply.
+                let whole = BatchSpec { balance: Balance::Uneven, ..spec.clone() };
+                let order = epoch_order(self.rows, self.rows, 1, 0, epoch, &whole);
+                (order, global, Some((group.clone(), group.batches_made())))
+            }
+        };
+        let count = batch_count(order.len(), &BatchSpec { batch_size, ..spec.clone() });
         Ok(Batches {
             features: &self.features,
             labels,
             copy_to: self.copy_to,
             order,
-            batch_size: spec.batch_size,
+            batch_size,
             next: 0,
             count,
+            elastic,
         })
     }
 }
@@ -342,6 +397,8 @@ pub struct Batches<'a> {
     batch_size: usize,
     next: usize,
     count: usize,
+    /// An elastic group's batches: the group, and these batches' id in it.
+    elastic: Option<(SharedGroup, u64)>,
 }
 
 impl Batches<'_> {
@@ -367,14 +424,26 @@ impl Iterator for Batches<'_> {
 
 impl Batches<'_> {
     fn next_batch(&mut self) -> Option<(Tensor, Tensor)> {
+        if let Some((group, id)) = &self.elastic
+            && group.redo(*id)
+        {
+            // The group went on in place without a lost rank: the step it dropped again.
+            self.next = self.next.saturating_sub(1);
+        }
         if self.next >= self.count {
             return None;
         }
         let start = self.next * self.batch_size;
-        let rows = &self.order[start..(start + self.batch_size).min(self.order.len())];
+        let mut rows = &self.order[start..(start + self.batch_size).min(self.order.len())];
         self.next += 1;
+        if let Some((group, id)) = &self.elastic {
+            let (shape, global) = (group.shape(), rows.len());
+            let part = global * shape.rank / shape.world..global * (shape.rank + 1) / shape.world;
+            rows = &rows[part];
+            group.gave(*id, rows.len(), global);
+        }
         // Consecutive rows (an unshuffled epoch) are a view; others are gathered.
-        let first = rows[0];
+        let first = rows.first().copied().unwrap_or(0);
         let (features, labels) = if rows.iter().enumerate().all(|(i, &r)| r == first + i) {
             let (at, len) = (first as i64, rows.len() as i64);
             (self.features.narrow(0, at, len), self.labels.narrow(0, at, len))

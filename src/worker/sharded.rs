@@ -385,14 +385,20 @@ mod tests {
     use super::*;
     use crate::collective::{GroupOptions, RingGroup};
     use crate::metrics::Metrics;
-    use std::{cell::RefCell, rc::Rc};
 
     /// A one-rank model of a 10 -> `hidden` -> 3 MLP with `optimizer`, and its variables.
     fn one_rank(hidden: i64, optimizer: OptimizerSettings) -> (ShardedModel, VarStore) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let peers = [listener.local_addr().unwrap()];
         let ring = RingGroup::connect(0, 1, listener, &peers, GroupOptions::new(1)).unwrap();
-        let group: crate::worker::context::SharedGroup = Rc::new(RefCell::new(Box::new(ring)));
+        let shape = crate::worker::group::Shape {
+            rank: 0,
+            world: 1,
+            local_rank: 0,
+            local_world: 1,
+            node_rank: 0,
+        };
+        let group = crate::worker::group::Group::new(Box::new(ring), shape, None);
         let vs = VarStore::new(tch::Device::Cpu);
         let _a = tch::nn::linear(vs.root() / "a", 10, hidden, Default::default());
         let _b = tch::nn::linear(vs.root() / "b", hidden, 3, Default::default());

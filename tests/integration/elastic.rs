@@ -103,3 +103,156 @@ pub fn losing_a_rank_below_min_fails_the_trial() -> Result<()> {
     ensure!(trial.last("group_resizes").is_none(), "no resize: {:?}", trial.last("group_resizes"));
     Ok(())
 }
+
+/// The variable that makes this test binary run `elastic_digits` in an elastic group of 2 to 3
+/// ranks and exit (`STORAGE_DIR NAME LOSE_AT`), on a machine of 3 CPUs of its own.
+const FIT_ENV: &str = "RTUNE_TEST_ELASTIC_FIT";
+
+/// In a child started by `a_rank_lost_mid_step_is_survived_in_place`: runs the fit its
+/// variable names, prints its result's failures and exits. Elsewhere: returns at once.
+pub fn run_fit_if_asked() {
+    let Ok(spec) = std::env::var(FIT_ENV) else { return };
+    let mut words = spec.split(' ');
+    let (storage, name, lose_at) = (words.next(), words.next(), words.next());
+    let (Some(storage), Some(name), Some(lose_at)) = (storage, name, lose_at) else {
+        eprintln!("{FIT_ENV}: STORAGE_DIR NAME LOSE_AT");
+        std::process::exit(2)
+    };
+    let trainer = rtune::builtins::digits_data(
+        rtune::TorchTrainer::new(elastic_digits)
+            .train_loop_config(
+                rtune::Params::new().with("lose_at", lose_at.parse::<i64>().unwrap()),
+            )
+            .scaling(rtune::ScalingConfig::elastic(2, 3))
+            .run_config(rtune::RunConfig::new(name).storage_path(storage)),
+    );
+    match trainer.and_then(|t| t.fit()) {
+        Ok(result) => {
+            println!("failures: {}", result.failures.len());
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("fit failed: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// A data-parallel MLP on the digits with global batches of 64 rows (Adam; 3 epochs, a
+/// checkpoint with Adam's state each); on its first attempt, rank 2 SIGKILLs itself at step
+/// `lose_at` (0: never), mid-epoch.
+fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
+    use rtune::worker::{BatchSpec, OptimizerSettings};
+    use rtune::{LoadVarStore, SaveVarStore};
+    use tch::nn::Module;
+    let lose_at = ctx.params().get::<i64>("lose_at")?;
+    let mut train = ctx.dataset_shard("train")?;
+    tch::manual_seed(0);
+    let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    let net = crate::trainer::mlp(&vs.root(), 32);
+    if let Some(checkpoint) = ctx.checkpoint() {
+        checkpoint.load_var_store(&mut vs)?;
+    }
+    let mut adam = OptimizerSettings::adam(1e-2).for_model(&vs)?;
+    if let Some(checkpoint) = ctx.checkpoint() {
+        adam.load(checkpoint)?;
+    }
+    let first = ctx.checkpoint().is_none();
+    let ddp = ctx.prepare_model(&vs)?;
+    let spec = BatchSpec::global(64).shuffle(3).drop_last(true);
+    let mut step = 0;
+    for _ in ctx.iteration()..3 {
+        for (x, y) in train.iter_batches(&spec)? {
+            step += 1;
+            if first && step == lose_at && ctx.world_rank() == 2 {
+                // SAFETY: raise(2) on this process: a rank lost mid-step.
+                unsafe { libc::raise(libc::SIGKILL) };
+            }
+            let loss = net.forward(&x).cross_entropy_for_logits(&y);
+            ddp.backward_step(&mut adam, &loss)?;
+        }
+        let mut checkpoint = ctx.new_checkpoint()?;
+        checkpoint.save_var_store(&vs)?;
+        adam.save(&mut checkpoint)?;
+        ctx.report_with_checkpoint([("ranks", ctx.world_size() as f64)], checkpoint)?;
+    }
+    Ok(())
+}
+
+/// Runs `elastic_digits` in a child of its own (3 CPUs); the run's folder.
+fn fit_in_child(dir: &std::path::Path, name: &str, lose_at: u32) -> Result<std::path::PathBuf> {
+    let out = Command::new(std::env::current_exe()?)
+        .env(FIT_ENV, format!("{} {name} {lose_at}", dir.display()))
+        .env("RTUNE_NUM_CPUS", "3")
+        .output()?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(stdout.contains("failures: 0"), "{}", text(&out));
+    Ok(dir.join(name))
+}
+
+/// The final weights of a run: its last checkpoint's, by name.
+fn final_weights(run: &std::path::Path) -> Result<Vec<(String, Vec<f32>)>> {
+    let mut checkpoints: Vec<std::path::PathBuf> = std::fs::read_dir(run)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_")))
+        .collect();
+    checkpoints.sort();
+    let last = checkpoints.last().context("no checkpoint")?;
+    // The model's weights (`fc1.weight`, ...), not the optimizer's moments beside them.
+    let mut named: Vec<(String, Vec<f32>)> = Vec::new();
+    for file in std::fs::read_dir(last)?.filter_map(|e| e.ok().map(|e| e.path())) {
+        if file.extension().is_none_or(|x| x != "safetensors") {
+            continue;
+        }
+        for (name, t) in tch::Tensor::read_safetensors(&file)? {
+            if name.starts_with("fc") && !name.contains('/') {
+                named.push((name, Vec::<f32>::try_from(t.reshape([-1]))?));
+            }
+        }
+    }
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(named)
+}
+
+/// Rank 2 of 3 SIGKILLed mid-step: the other two re-form their group in place and go on, in
+/// the same attempt (no restart, no checkpoint read), from the step they were in; the run ends
+/// with no failure and the same weights as a run that lost no rank, within float summation
+/// order (each step's samples and mean gradient do not depend on the group's size).
+pub fn a_rank_lost_mid_step_is_survived_in_place() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let calm = fit_in_child(dir.path(), "calm", 0)?;
+    let lost = fit_in_child(dir.path(), "lost", 10)?;
+    let rows = |run: &std::path::Path| -> Result<Vec<serde_json::Value>> {
+        let text = std::fs::read_to_string(run.join("result.json"))?;
+        Ok(text.lines().map(serde_json::from_str).collect::<std::result::Result<_, _>>()?)
+    };
+    let (calm_rows, lost_rows) = (rows(&calm)?, rows(&lost)?);
+    ensure!(calm_rows.iter().all(|r| r["world_size"] == 3), "{calm_rows:?}");
+    // The epoch the rank was lost in ends with 2 ranks, in the attempt it began in.
+    let first = &lost_rows[0];
+    ensure!(first["world_size"] == 2 && first["ranks"] == 2.0, "{first}");
+    ensure!(first["group_attempt"] == 0, "the first epoch ends in attempt 0: {first}");
+    let said = first["group_resize"].as_str().unwrap_or_default();
+    ensure!(
+        said.starts_with("3 -> 2: rank 2 lost: killed by signal 9") && said.ends_with("(in place)"),
+        "{said}"
+    );
+    // Then it grows back at its first checkpoint (this machine has the room again).
+    let grew = lost_rows[1]["group_resize"].as_str().unwrap_or_default();
+    ensure!(grew.starts_with("2 -> 3: room appeared"), "{grew}");
+    ensure!(lost_rows.len() == 3 && lost_rows[2]["world_size"] == 3, "{lost_rows:?}");
+    let (a, b) = (final_weights(&calm)?, final_weights(&lost)?);
+    let names = |w: &[(String, Vec<f32>)]| w.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    ensure!(a.len() == 4 && names(&a) == names(&b), "{:?} against {:?}", names(&a), names(&b));
+    let mut worst = 0f64;
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        let scale = x.iter().map(|v| f64::from(v.abs())).fold(0.0, f64::max).max(1e-12);
+        for (u, v) in x.iter().zip(y) {
+            worst = worst.max(f64::from((u - v).abs()) / scale);
+        }
+        ensure!(x.len() == y.len(), "{name}");
+    }
+    ensure!(worst <= 1e-5, "the final weights differ by {worst:e} (relative to each tensor's max)");
+    Ok(())
+}

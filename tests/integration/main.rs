@@ -90,6 +90,7 @@ fn main() {
     cluster::run_driver_if_asked();
     tune::run_sweep_driver_if_asked();
     storage::run_fit_if_asked();
+    elastic::run_fit_if_asked();
     shared_nothing::run_driver_if_asked();
     // Heads and node agents keep the drivers' binaries (a few hundred MB each, a new one per
     // build) in their cache: the tests' go with the run instead of piling up in ~/.cache.
@@ -164,6 +165,10 @@ fn main() {
         test(
             "elastic::a_lost_rank_shrinks_the_group_and_it_grows_back",
             elastic::a_lost_rank_shrinks_the_group_and_it_grows_back,
+        ),
+        test(
+            "elastic::a_rank_lost_mid_step_is_survived_in_place",
+            elastic::a_rank_lost_mid_step_is_survived_in_place,
         ),
         test(
             "elastic::losing_a_rank_below_min_fails_the_trial",

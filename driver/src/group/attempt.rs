@@ -17,9 +17,13 @@ use super::{
 use crate::error::Result;
 use crate::metrics::GroupStart;
 use crate::outcome::WorkerFailure;
-use crate::proto::{FinishRequest, JoinReply, JoinRequest, ReportReply, ReportRequest};
+use crate::proto::{
+    FinishRequest, JoinReply, JoinRequest, RegroupReply, RegroupRequest, ReportReply, ReportRequest,
+};
 use crate::sys::stacks;
 use crate::sys::{build_id, sleep_until};
+
+mod regroup;
 
 /// Where a rank stands in the rendezvous.
 enum Join {
@@ -38,6 +42,25 @@ struct Worker {
     kill: Option<oneshot::Sender<()>>,
     /// Why it was lost, when it ended by a signal the attempt did not send or with its node.
     lost: Option<String>,
+    /// It left an elastic group that went on in place without it.
+    gone: bool,
+    /// Its call to re-form the group after a lost rank, waiting for the other live ranks'.
+    regroup: Option<(RegroupRequest, Reply<RegroupReply>)>,
+}
+
+impl Worker {
+    fn started(kill: Option<oneshot::Sender<()>>) -> Worker {
+        Worker {
+            join: Join::NotYet,
+            reports: 0,
+            finish: None,
+            exited: false,
+            kill,
+            lost: None,
+            gone: false,
+            regroup: None,
+        }
+    }
 }
 
 /// Runs one attempt to its end.
@@ -69,14 +92,7 @@ pub(crate) async fn run_attempt(
             }
         };
         match started {
-            Ok(kill) => workers.push(Worker {
-                join: Join::NotYet,
-                reports: 0,
-                finish: None,
-                exited: false,
-                kill: Some(kill),
-                lost: None,
-            }),
+            Ok(kill) => workers.push(Worker::started(Some(kill))),
             Err(e) => {
                 kill_all(&mut workers);
                 drain_exits(workers.len(), &mut exits).await;
@@ -103,6 +119,8 @@ pub(crate) async fn run_attempt(
         failure: None,
         stopped: false,
         kill_at: None,
+        regroup_by: None,
+        left: Vec::new(),
     };
     let deadline = tokio::time::Instant::now() + spec.start_timeout;
     while !state.is_over() {
@@ -111,7 +129,10 @@ pub(crate) async fn run_attempt(
         let flush_due = on_report.flush_due();
         tokio::select! {
             Some(call) = calls.recv() => state.on_call(call, on_report),
-            Some((rank, status)) = exits.recv() => state.on_exit(rank, status),
+            Some((rank, status)) = exits.recv() => state.on_exit(rank, status, on_report),
+            _ = sleep_until(state.regroup_by), if state.regroup_by.is_some() => {
+                state.regroup_timed_out();
+            }
             _ = sleep_until(state.kill_at), if state.kill_at.is_some() => {
                 state.kill_at = None;
                 kill_all(&mut state.workers);
@@ -136,13 +157,16 @@ pub(crate) async fn run_attempt(
     while let Ok(call) = calls.try_recv() {
         refuse(call, Status::aborted("the attempt has ended"));
     }
-    let rank0 = state.workers.first().and_then(|w| w.finish.as_ref());
+    // The lowest rank still in the group speaks for it (rank 0 may have left in place).
+    let rank0 = state.workers.iter().find(|w| !w.gone).and_then(|w| w.finish.as_ref());
     let train_seconds = rank0.map_or(0.0, |f| f.train_seconds);
     let unread_params = rank0.map(|f| f.unread_params.clone()).unwrap_or_default();
     let stopped = rank0.is_some_and(|f| f.stopped);
     if !state.all_exited() {
         reap_in_background(spec.group.clone(), std::mem::take(&mut state.workers), exits);
     }
+    // The group's shape before its last losses: the ranks that had not left it in place.
+    let world = state.workers.iter().filter(|w| !w.gone || w.lost.is_some()).count();
     let lost: Vec<(usize, String)> = state
         .workers
         .iter_mut()
@@ -150,8 +174,8 @@ pub(crate) async fn run_attempt(
         .filter_map(|(rank, w)| Some((rank, w.lost.take()?)))
         .collect();
     Ok(match state.failure {
-        Some(failure) if spec.elastic && !lost.is_empty() => {
-            AttemptOutcome::Lost { ranks: lost, failure }
+        Some(failure) if spec.elastic.is_some() && !lost.is_empty() => {
+            AttemptOutcome::Lost { ranks: lost, world, failure }
         }
         Some(failure) => AttemptOutcome::Failed(failure),
         None => AttemptOutcome::Completed { train_seconds, unread_params, stopped },
@@ -177,6 +201,10 @@ struct Attempt<'s> {
     stopped: bool,
     /// When to kill the ranks still there, in an elastic group that failed (`LOSS_GRACE`).
     kill_at: Option<std::time::Instant>,
+    /// When ranks asked to re-form the group: the others must by then (see `regroup`).
+    regroup_by: Option<std::time::Instant>,
+    /// Ranks that left an elastic group in place since it last re-formed, and why.
+    left: Vec<(usize, String)>,
 }
 
 impl Attempt<'_> {
@@ -193,10 +221,14 @@ impl Attempt<'_> {
     /// Every rank's train function returned (or stopped as asked) and told the driver so.
     fn finished_cleanly(&self) -> bool {
         self.failure.is_none()
-            && self.workers.iter().all(|w| w.finish.as_ref().is_some_and(|f| f.ok))
+            && self.workers.iter().all(|w| w.gone || w.finish.as_ref().is_some_and(|f| f.ok))
     }
 
     fn fail(&mut self, rank: usize, message: String, status: Option<ExitStatus>) {
+        // Ranks that left in place, the group not re-formed yet: lost with the attempt.
+        for (r, why) in std::mem::take(&mut self.left) {
+            self.workers[r].lost = Some(why);
+        }
         if self.failure.is_none() {
             self.failure = Some(WorkerFailure {
                 attempt: self.spec.attempt,
@@ -214,13 +246,17 @@ impl Attempt<'_> {
             if matches!(w.join, Join::Waiting(..)) {
                 w.join = Join::Done;
             }
+            if let Some((_, reply)) = w.regroup.take() {
+                let _ = reply.send(Err(Status::aborted("the attempt is failing")));
+            }
         }
+        self.regroup_by = None;
         match self.spec.elastic {
-            true if self.kill_at.is_none() => {
+            Some(_) if self.kill_at.is_none() => {
                 self.kill_at = Some(std::time::Instant::now() + LOSS_GRACE);
             }
-            true => {}
-            false => kill_all(&mut self.workers),
+            Some(_) => {}
+            None => kill_all(&mut self.workers),
         }
     }
 
@@ -253,6 +289,10 @@ impl Attempt<'_> {
                 Err(status) => drop(reply.send(Err(status))),
             },
             HubCall::Stacks(reply) => self.on_stacks(reply),
+            HubCall::Regroup(request, reply) => match self.rank_of(request.key.as_ref()) {
+                Ok(rank) => self.on_regroup(rank, request, reply, on_report),
+                Err(status) => drop(reply.send(Err(status))),
+            },
             HubCall::Finish(request, reply) => {
                 let _ = reply.send(Ok(Default::default()));
                 let rank = request.key.as_ref().map_or(0, |k| k.rank as usize);
@@ -377,6 +417,7 @@ impl Attempt<'_> {
                 store_url: self.spec.store_url.clone().unwrap_or_default(),
                 upload_async: self.spec.upload_async,
                 sharding: self.spec.sharding.map(|s| s.name().to_owned()).unwrap_or_default(),
+                elastic: self.spec.elastic.is_some(),
             }));
         }
     }
@@ -397,10 +438,21 @@ impl Attempt<'_> {
         }
         self.workers[rank].reports = expected;
         self.pending.push((rank, request, reply));
-        if self.pending.len() < self.workers.len() {
+        self.complete_report(on_report);
+    }
+
+    /// The ranks still in the group.
+    fn live(&self) -> usize {
+        self.workers.iter().filter(|w| !w.gone).count()
+    }
+
+    /// Records the report every live rank has made, when they all have: the lowest rank's is
+    /// the run's.
+    fn complete_report(&mut self, on_report: &mut dyn OnReport) {
+        if self.pending.is_empty() || self.pending.len() < self.live() {
             return;
         }
-        // Every rank has made report `expected`: rank 0's is the run's.
+        let expected = self.pending[0].1.seq;
         let mut pending = std::mem::take(&mut self.pending);
         pending.sort_by_key(|(rank, ..)| *rank);
         let first = &pending[0].1;
@@ -432,7 +484,7 @@ impl Attempt<'_> {
         self.workers[rank].finish = Some(request);
         if !ok {
             self.fail(rank, error, None);
-        } else if let Some(max) = self.workers.iter().map(|w| w.reports).max()
+        } else if let Some(max) = self.workers.iter().filter(|w| !w.gone).map(|w| w.reports).max()
             && max > reports
             && !self.stopped
         {
@@ -493,7 +545,7 @@ impl Attempt<'_> {
         });
     }
 
-    fn on_exit(&mut self, rank: usize, exit: Exit) {
+    fn on_exit(&mut self, rank: usize, exit: Exit, on_report: &mut dyn OnReport) {
         let Some(worker) = self.workers.get(rank) else { return };
         if worker.exited {
             return;
@@ -503,8 +555,10 @@ impl Attempt<'_> {
             Exit::Lost(why) => {
                 self.workers[rank].exited = true;
                 self.workers[rank].kill = None;
-                self.workers[rank].lost = Some(why.clone());
-                self.fail(rank, why, None);
+                if !self.leave_in_place(rank, &why, on_report) {
+                    self.workers[rank].lost = Some(why.clone());
+                    self.fail(rank, why, None);
+                }
                 return;
             }
         };
@@ -527,6 +581,9 @@ impl Attempt<'_> {
             ),
         };
         if killed_from_outside && status.signal().is_some() {
+            if self.leave_in_place(rank, &message, on_report) {
+                return;
+            }
             self.workers[rank].lost = Some(message.clone());
         }
         self.fail(rank, message, Some(status));
@@ -594,6 +651,7 @@ fn refuse(call: HubCall, status: Status) {
         HubCall::Report(_, reply) => drop(reply.send(Err(status))),
         HubCall::Finish(_, reply) => drop(reply.send(Ok(Default::default()))),
         HubCall::Stacks(reply) => drop(reply.send(Err(status))),
+        HubCall::Regroup(_, reply) => drop(reply.send(Err(status))),
     }
 }
 
@@ -658,19 +716,12 @@ mod tests {
             upload_async: false,
             sharding: None,
             reserve_s: 0.0,
-            elastic: false,
+            elastic: None,
         }
     }
 
     fn two_workers(spec: &AttemptSpec) -> Attempt<'_> {
-        let worker = || Worker {
-            join: Join::NotYet,
-            reports: 0,
-            finish: None,
-            exited: false,
-            kill: None,
-            lost: None,
-        };
+        let worker = || Worker::started(None);
         Attempt {
             spec,
             workers: vec![worker(), worker()],
@@ -680,6 +731,8 @@ mod tests {
             failure: None,
             stopped: false,
             kill_at: None,
+            regroup_by: None,
+            left: Vec::new(),
         }
     }
 
@@ -821,5 +874,7 @@ mod tests {
         fn uploaded(&mut self, _: &[String]) -> Result<()> {
             Ok(())
         }
+
+        fn resized(&mut self, _: usize, _: usize, _: &str) {}
     }
 }

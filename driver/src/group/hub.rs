@@ -22,8 +22,8 @@ use crate::error::{Error, Result};
 use crate::proto::report_answer::Answer;
 use crate::proto::worker_hub_server::{WorkerHub, WorkerHubServer};
 use crate::proto::{
-    FinishReply, FinishRequest, JoinReply, JoinRequest, ReportAnswer, ReportHello, ReportReply,
-    ReportRequest, WorkerKey,
+    FinishReply, FinishRequest, JoinReply, JoinRequest, RegroupReply, RegroupRequest, ReportAnswer,
+    ReportHello, ReportReply, ReportRequest, WorkerKey,
 };
 use crate::rpc::{
     HUB_ONLY, UNIX_SCHEME, Unanswered, ask, frame, report_socket_name, token_matches,
@@ -37,6 +37,7 @@ pub(crate) enum HubCall {
     Join(JoinRequest, Reply<JoinReply>),
     Report(ReportRequest, Reply<ReportReply>),
     Finish(FinishRequest, Reply<FinishReply>),
+    Regroup(RegroupRequest, Reply<RegroupReply>),
     /// Not a worker's: `rtune stack` asks where the group's ranks are.
     Stacks(Reply<crate::proto::TrialStacks>),
 }
@@ -304,6 +305,17 @@ impl WorkerHub for HubService {
         let request = request.into_inner();
         let key = request.key.clone();
         forward(&self.routes, key.as_ref(), |reply| HubCall::Finish(request, reply))
+            .await
+            .map(Response::new)
+    }
+
+    async fn regroup(
+        &self,
+        request: Request<RegroupRequest>,
+    ) -> std::result::Result<Response<RegroupReply>, Status> {
+        let request = request.into_inner();
+        let key = request.key.clone();
+        forward(&self.routes, key.as_ref(), |reply| HubCall::Regroup(request, reply))
             .await
             .map(Response::new)
     }

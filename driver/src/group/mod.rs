@@ -230,10 +230,11 @@ pub(crate) struct AttemptSpec {
     /// The seconds the attempt's resources took to reserve (waiting for them included), for
     /// its group's start figures.
     pub reserve_s: f64,
-    /// The group is elastic: a rank lost (killed by a signal the attempt did not send, or its
-    /// node gone) ends the attempt as `AttemptOutcome::Lost`, for the run to shrink, instead of
-    /// as a failure.
-    pub elastic: bool,
+    /// An elastic group's fewest ranks: a rank lost (killed by a signal the attempt did not
+    /// send, or its node gone) is survived in place where the others can re-form their group
+    /// (`Regroup`) with at least this many, else it ends the attempt as
+    /// `AttemptOutcome::Lost`, for the run to shrink, instead of as a failure. None: rigid.
+    pub elastic: Option<usize>,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).
@@ -256,9 +257,11 @@ pub(crate) enum AttemptOutcome {
     },
     Failed(WorkerFailure),
     /// An elastic group lost ranks (see `AttemptSpec::elastic`): each one and why, in rank
-    /// order; `failure` is how the attempt failed as a rigid one would say it.
+    /// order, of the `world` ranks it had then; `failure` is how the attempt failed as a rigid
+    /// one would say it.
     Lost {
         ranks: Vec<(usize, String)>,
+        world: usize,
         failure: WorkerFailure,
     },
 }
@@ -279,6 +282,10 @@ pub(crate) trait OnReport: Send {
     /// Every rank has joined, here, the group started as `start` says: recorded with the
     /// attempt's reports.
     fn placed(&mut self, seats: &[Seat], start: crate::metrics::GroupStart);
+
+    /// An elastic group went on in place after losing ranks: from `from` ranks to `to`, for
+    /// `why` (each lost rank and why).
+    fn resized(&mut self, from: usize, to: usize, why: &str);
 
     /// Checkpoints of earlier reports are whole in the object store now (rank 0 said so as it
     /// finished, `upload = "async"`): recorded now; Err fails the attempt.

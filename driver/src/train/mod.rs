@@ -538,11 +538,10 @@ impl TorchTrainer {
                     == crate::config::CheckpointUpload::Async,
                 sharding: self.scaling.sharding,
                 reserve_s,
-                elastic: elastic.is_some(),
+                elastic: elastic.is_some().then(|| self.scaling.ranks()),
             };
             run.begin_attempt(attempt, start_iteration)?;
             steering.started();
-            let world = spec.ranks.len();
             let mut recording = Recording {
                 run: &mut run,
                 steering,
@@ -554,9 +553,9 @@ impl TorchTrainer {
             // A resize: the group starts again from its latest checkpoint, at its new size.
             let resize = match &outcome {
                 AttemptOutcome::Completed { stopped: true, .. } => {
-                    grown.map(|to| (to, "room appeared in the pool".to_owned()))
+                    grown.map(|(from, to)| (from, to, "room appeared in the pool".to_owned()))
                 }
-                AttemptOutcome::Lost { ranks, .. }
+                AttemptOutcome::Lost { ranks, world, .. }
                     if world - ranks.len() >= self.scaling.ranks() =>
                 {
                     placement.shrink(ranks.len());
@@ -564,13 +563,13 @@ impl TorchTrainer {
                         .iter()
                         .map(|(rank, why)| format!("rank {rank} lost: {why}"))
                         .collect();
-                    Some((world - ranks.len(), said.join("; ")))
+                    Some((*world, world - ranks.len(), said.join("; ")))
                 }
                 _ => None,
             };
-            if let Some((to, why)) = resize {
-                tracing::info!(run = %run_dir.display(), "resized from {world} to {to} ranks: {why}");
-                run.resized(world, to, &why);
+            if let Some((from, to, why)) = resize {
+                tracing::info!(run = %run_dir.display(), "resized from {from} to {to} ranks: {why}");
+                run.resized(from, to, &why);
                 resume = run.roll_back()?.or_else(|| self.resume.clone());
                 start_iteration = match &resume {
                     Some(c) => c.iteration()?,
@@ -668,20 +667,21 @@ struct Elastic<'s> {
     driver: &'static Driver,
     scaling: &'s ScalingConfig,
     label: &'s str,
-    /// The ranks the next attempt has, once the one in flight took more room.
-    grew: Option<usize>,
+    /// The group's size before and after the attempt in flight took more room.
+    grew: Option<(usize, usize)>,
 }
 
 impl Elastic<'_> {
-    /// Takes room for more ranks, up to the group's max; the group's size after, when it grew.
-    fn grow(&mut self, placement: &mut Placement) -> Option<usize> {
+    /// Takes room for more ranks, up to the group's max; its size before and after, when it
+    /// grew.
+    fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize)> {
         let world = placement.local_world()?;
         let want = self.scaling.max_ranks().saturating_sub(world);
         if want == 0 {
             return None;
         }
         let got = placement.grow(self.driver, self.scaling, self.label, want);
-        (got > 0).then_some(world + got)
+        (got > 0).then_some((world, world + got))
     }
 }
 
@@ -727,6 +727,14 @@ impl OnReport for Recording<'_, '_, '_> {
 
     fn uploaded(&mut self, names: &[String]) -> Result<()> {
         self.run.record_uploaded(names)
+    }
+
+    fn resized(&mut self, from: usize, to: usize, why: &str) {
+        tracing::info!("resized from {from} to {to} ranks: {why}");
+        self.run.resized(from, to, why);
+        self.run.set_world_size(to);
+        // The lost ranks' room goes back to the pool, where the group may grow into it again.
+        self.placement.shrink(from - to);
     }
 }
 
