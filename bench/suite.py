@@ -350,6 +350,29 @@ def elastic_pool(figs, quick):
              "x", "higher", "same round")
 
 
+def recovery(figs, quick):
+    """13. Recovery from a lost rank: a 3-rank data-parallel MLP on the digits loses rank 2 to
+    SIGKILL mid-epoch; as an elastic group it goes on in place, as a rigid one FailureConfig
+    restarts it from its latest checkpoint; one after the other in each round: the seconds
+    from the kill to the next completed step and to the first step beyond where it was, and the
+    steps taken again."""
+    builds = [os.path.join(TARGET, b, "examples", "bench_recovery") for b in ("release", "debug")]
+    exe = max((b for b in builds if os.path.exists(b)), key=os.path.getmtime)
+    out = bench_lines(run([exe]))
+    group = "13. Recovery from a lost rank"
+    about = f"3 ranks, rank 2 SIGKILLed at step 30 (epoch 2 of 4), {os.path.relpath(exe, ROOT)}"
+    for way in ("in_place", "restart"):
+        figs.add(group, f"recovery_{way}: kill to next step", out[f"recovery_{way}_s"][0], "s",
+                 "lower", about)
+        figs.add(group, f"recovery_{way}: kill to progress beyond it", out[f"recovery_{way}_back_s"][0],
+                 "s", "lower", about)
+        figs.add(group, f"recovery_{way}: steps taken again", out[f"recovery_{way}_steps_lost"][0],
+                 "steps", "lower", about)
+    figs.add(group, "recovery restart / in place (to progress beyond the kill)",
+             out["recovery_restart_back_s"][0] / max(out["recovery_in_place_back_s"][0], 1e-9),
+             "x", "higher", "same round")
+
+
 def cuda_devices():
     """The CUDA devices PyTorch sees here (their names), asked once; [] without a GPU."""
     if not hasattr(cuda_devices, "names"):
@@ -736,6 +759,7 @@ WORKLOADS = {
     "store": object_store,
     "predict": batch_prediction,
     "elastic": elastic_pool,
+    "recovery": recovery,
 }
 
 

@@ -217,6 +217,12 @@ impl OptimizerStep for ModelOptimizer {
 }
 
 impl ModelOptimizer {
+    /// The steps it has taken, those before a restore included (a checkpoint holds them): a
+    /// step index that goes on across restarts, for a learning-rate schedule or a log.
+    pub fn steps(&self) -> u64 {
+        self.vars.iter().map(|v| v.state.step).max().unwrap_or(0).max(0) as u64
+    }
+
     /// Saves the state into `checkpoint` (`optimizer.safetensors` and `optimizer.json`), on the
     /// rank whose checkpoint is kept (rank 0; every rank holds the same state): call it on
     /// every rank, as `save_var_store`.

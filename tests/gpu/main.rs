@@ -52,6 +52,10 @@ fn main() {
         test("gpus_workers_cannot_use_are_refused", checks::unusable_gpus_are_refused),
         test("rtune_status_shows_the_nodes_gpus", checks::status_shows_the_gpus),
         test("batch_prediction_on_gpu_workers", checks::batch_prediction_on_gpu_workers),
+        test(
+            "elastic_group_on_one_gpu_goes_on_in_place",
+            checks::elastic_group_on_one_gpu_goes_on_in_place,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }

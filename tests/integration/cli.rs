@@ -450,7 +450,7 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             "[scaling]\nnum_workers = \"two\"\n",
             &[
                 "sweep.toml:5:15",
-                "`scaling.num_workers` must be an integer, not the string \"two\"",
+                "`scaling.num_workers` must be an integer >= 0, or { min = N, max = M }, not the string \"two\"",
             ],
         ),
         (
