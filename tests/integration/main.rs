@@ -171,6 +171,10 @@ fn main() {
             elastic::a_rank_lost_mid_step_is_survived_in_place,
         ),
         test(
+            "elastic::a_sharded_group_goes_back_to_its_checkpoint",
+            elastic::a_sharded_group_goes_back_to_its_checkpoint,
+        ),
+        test(
             "elastic::losing_a_rank_below_min_fails_the_trial",
             elastic::losing_a_rank_below_min_fails_the_trial,
         ),

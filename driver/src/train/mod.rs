@@ -563,7 +563,12 @@ impl TorchTrainer {
                         .iter()
                         .map(|(rank, why)| format!("rank {rank} lost: {why}"))
                         .collect();
-                    Some((*world, world - ranks.len(), said.join("; ")))
+                    let how = match self.scaling.sharding {
+                        // ZeRO: the lost rank held optimizer state nobody else has.
+                        Some(_) => "from the latest checkpoint's optimizer shards (ZeRO)",
+                        None => "from the latest checkpoint",
+                    };
+                    Some((*world, world - ranks.len(), format!("{} ({how})", said.join("; "))))
                 }
                 _ => None,
             };
