@@ -13,8 +13,6 @@
 
 pub mod command;
 mod placement;
-
-use placement::{Placement, Target};
 mod train_fn;
 
 use std::path::PathBuf;
@@ -39,6 +37,7 @@ use crate::setting::Setting;
 use crate::storage::remote::{Remote, Syncer};
 use crate::storage::{self, ResultFiles, unix_time};
 pub use command::CommandTrainable;
+use placement::{Placement, Target};
 pub use train_fn::{TrainContextType, TrainFnId};
 
 /// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.

@@ -116,12 +116,6 @@ impl Attempt<'_> {
         let why: Vec<String> =
             left.iter().map(|(r, why)| format!("rank {r} lost: {why}")).collect();
         let from = live.len() + left.len();
-        tracing::info!(
-            group = %self.spec.group,
-            "went on in place with {} ranks of {from}: {}",
-            live.len(),
-            why.join("; ")
-        );
         on_report.resized(from, live.len(), &format!("{} (in place)", why.join("; ")));
     }
 
