@@ -81,6 +81,11 @@ pub struct ScalingConfig {
     /// reads it (`TrainContext::sharding`); `digits-mlp` follows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharding: Option<Sharding>,
+    /// An elastic group that grew gives its room back (down to its `min`, at its next
+    /// checkpoint) when another run waits for room in the pool (see
+    /// [`ScalingConfig::shrink_for_waiting`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shrink_for_waiting: bool,
 }
 
 impl Default for ScalingConfig {
@@ -98,6 +103,7 @@ impl ScalingConfig {
             resources_per_worker: BTreeMap::new(),
             placement_strategy: PlacementStrategy::Pack,
             sharding: None,
+            shrink_for_waiting: false,
         }
     }
 
@@ -147,6 +153,16 @@ impl ScalingConfig {
             Some(max) => format!("{{ min = {}, max = {max} }}", self.num_workers),
             None => self.num_workers.to_string(),
         }
+    }
+
+    /// An elastic group that grew shrinks back to its `min` to admit another run that waits
+    /// for room in the pool (a paused trial resuming, another sweep's trial, another `fit`):
+    /// at its next report with a checkpoint it starts again from that checkpoint with `min`
+    /// ranks, and may grow again once nobody waits. Off by default: then a waiting run waits
+    /// for a running one to end.
+    pub fn shrink_for_waiting(mut self, on: bool) -> Self {
+        self.shrink_for_waiting = on;
+        self
     }
 
     /// Shards the optimizer state (ZeRO-1) or it and the gradients (ZeRO-2) across the workers.
@@ -240,6 +256,14 @@ impl ScalingConfig {
                     problems.push((Setting::NumWorkers, message));
                 }
             }
+        }
+        if self.shrink_for_waiting && !self.is_elastic() {
+            let message = format!(
+                "is true, but num_workers = {} is a fixed group; give num_workers = {{ min = N, \
+                 max = M }} for a group that can shrink",
+                self.num_workers
+            );
+            problems.push((Setting::ShrinkForWaiting, message));
         }
         for (name, &amount) in &self.resources_per_worker {
             if !amount.is_finite() || amount < 0.0 {
@@ -770,6 +794,9 @@ mod tests {
         assert_eq!(elastic.describe_workers(), "{ min = 2, max = 4 }");
         assert_eq!(ScalingConfig::workers(3).max_ranks(), 3);
         assert!(ScalingConfig::elastic(3, 3).validate().is_ok(), "min = max is allowed");
+        assert!(elastic.clone().shrink_for_waiting(true).validate().is_ok());
+        let err = ScalingConfig::workers(2).shrink_for_waiting(true).validate().unwrap_err();
+        assert!(err.to_string().contains("shrink_for_waiting"), "{err}");
         for (min, max, says) in [
             (0, 2, "min must be at least 1"),
             (3, 2, "max must be at least min"),

@@ -49,6 +49,7 @@ settings! {
     ResourcesPerWorker => "ScalingConfig.resources_per_worker", "scaling.resources_per_worker";
     PlacementStrategy => "ScalingConfig.placement_strategy", "scaling.placement_strategy";
     Sharding => "ScalingConfig.sharding", "scaling.sharding";
+    ShrinkForWaiting => "ScalingConfig.shrink_for_waiting", "scaling.shrink_for_waiting";
     Metric => "TuneConfig.metric", "tune.metric";
     Mode => "TuneConfig.mode", "tune.mode";
     /// Several objectives: a sweep file writes them as arrays in `metric` and `mode`.

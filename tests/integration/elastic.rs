@@ -317,3 +317,70 @@ pub fn a_sharded_group_goes_back_to_its_checkpoint() -> Result<()> {
     ensure!(second["group_attempt"] == 1 && second["world_size"] == 2, "{second}");
     Ok(())
 }
+
+/// The variable that makes this test binary run `give_way_runs` in `STORAGE_DIR` and exit.
+const GIVE_WAY_ENV: &str = "RTUNE_TEST_ELASTIC_GIVE_WAY";
+
+/// In a child started by `a_grown_group_gives_way_to_a_waiting_run` (a machine of 4 CPUs of
+/// its own): an elastic `synthetic-curve` run of 1 to 4 ranks that shrinks for waiting runs;
+/// once it holds 4, a rigid run of 2 in the same process, which must wait for room. Prints
+/// each run's failures and exits. Elsewhere: returns at once.
+pub fn run_give_way_if_asked() {
+    let Ok(storage) = std::env::var(GIVE_WAY_ENV) else { return };
+    let storage: &'static std::path::Path = Box::leak(std::path::PathBuf::from(storage).into());
+    let fit = move |name: &str, scaling: rtune::ScalingConfig, iterations: i64| {
+        let builtin = rtune::cli::Registry::builtin();
+        let defaults = &builtin.trainables().get("synthetic-curve").expect("a builtin").defaults;
+        let config = defaults.clone().with("iterations", iterations).with("sleep_s", 0.1);
+        rtune::TorchTrainer::new(rtune::builtins::train_synthetic_curve)
+            .train_loop_config(config)
+            .scaling(scaling)
+            .run_config(rtune::RunConfig::new(name).storage_path(storage))
+            .fit()
+    };
+    let elastic = rtune::ScalingConfig::elastic(1, 4).shrink_for_waiting(true);
+    let grown = std::thread::spawn(move || fit("elastic", elastic, 40));
+    let rows = storage.join("elastic").join("result.json");
+    let holds_4 = || std::fs::read_to_string(&rows).is_ok_and(|t| t.contains("\"world_size\":4"));
+    if wait_for(Duration::from_secs(60), || Ok(holds_4())).is_err() {
+        eprintln!("the elastic run never held 4 ranks");
+        std::process::exit(1)
+    }
+    let waiting = fit("rigid", rtune::ScalingConfig::workers(2), 3);
+    let grown = grown.join().expect("the elastic run's thread");
+    for (name, result) in [("rigid", waiting), ("elastic", grown)] {
+        match result {
+            Ok(result) => println!("{name}: {} failures", result.failures.len()),
+            Err(e) => println!("{name}: failed: {e}"),
+        }
+    }
+    std::process::exit(0)
+}
+
+/// An elastic run that grew to 4 of 4 CPUs gives its room back, down to its `min`, at its next
+/// checkpoint when a rigid run of 2 waits for room (`shrink_for_waiting`); the rigid run then
+/// runs, and the elastic one grows again once nobody waits. Neither counts a failure.
+pub fn a_grown_group_gives_way_to_a_waiting_run() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(std::env::current_exe()?)
+        .env(GIVE_WAY_ENV, dir.path())
+        .env("RTUNE_NUM_CPUS", "4")
+        .output()?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        stdout.contains("rigid: 0 failures") && stdout.contains("elastic: 0 failures"),
+        "{stdout}"
+    );
+    let said: Vec<String> = rows(&dir.path().join("elastic"))?
+        .iter()
+        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
+        .collect();
+    let gave = said.iter().position(|s| s == "4 -> 1: another run waits for room in the pool");
+    let gave = gave.with_context(|| format!("it never gave way: {said:?}"))?;
+    ensure!(
+        said[gave + 1..].iter().any(|s| s.ends_with("room appeared in the pool")),
+        "it never grew again: {said:?}"
+    );
+    Ok(())
+}

@@ -91,6 +91,7 @@ fn main() {
     tune::run_sweep_driver_if_asked();
     storage::run_fit_if_asked();
     elastic::run_fit_if_asked();
+    elastic::run_give_way_if_asked();
     shared_nothing::run_driver_if_asked();
     // Heads and node agents keep the drivers' binaries (a few hundred MB each, a new one per
     // build) in their cache: the tests' go with the run instead of piling up in ~/.cache.
@@ -173,6 +174,10 @@ fn main() {
         test(
             "elastic::a_sharded_group_goes_back_to_its_checkpoint",
             elastic::a_sharded_group_goes_back_to_its_checkpoint,
+        ),
+        test(
+            "elastic::a_grown_group_gives_way_to_a_waiting_run",
+            elastic::a_grown_group_gives_way_to_a_waiting_run,
         ),
         test(
             "elastic::losing_a_rank_below_min_fails_the_trial",

@@ -495,7 +495,7 @@ impl TorchTrainer {
             driver,
             scaling: &self.scaling,
             label: &label,
-            grew: None,
+            resize: None,
         });
         for attempt in first_attempt.. {
             let began = Instant::now();
@@ -548,11 +548,14 @@ impl TorchTrainer {
                 placement: &mut placement,
             };
             let outcome = run_attempt(&hub, &spec, &mut recording).await?;
-            let grown = elastic.as_mut().and_then(|e| e.grew.take());
+            let asked = elastic.as_mut().and_then(|e| e.resize.take());
             // A resize: the group starts again from its latest checkpoint, at its new size.
             let resize = match &outcome {
                 AttemptOutcome::Completed { stopped: true, .. } => {
-                    grown.map(|(from, to)| (from, to, "room appeared in the pool".to_owned()))
+                    asked.inspect(|(from, to, _)| {
+                        // Its processes are gone: their room goes to the run that waits.
+                        placement.shrink(from.saturating_sub(*to));
+                    })
                 }
                 AttemptOutcome::Lost { ranks, world, .. }
                     if world - ranks.len() >= self.scaling.ranks() =>
@@ -671,21 +674,28 @@ struct Elastic<'s> {
     driver: &'static Driver,
     scaling: &'s ScalingConfig,
     label: &'s str,
-    /// The group's size before and after the attempt in flight took more room.
-    grew: Option<(usize, usize)>,
+    /// The resize the attempt in flight ended for: the group's size before and after, and why.
+    resize: Option<(usize, usize, String)>,
 }
 
 impl Elastic<'_> {
-    /// Takes room for more ranks, up to the group's max; its size before and after, when it
-    /// grew.
-    fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize)> {
+    /// Takes room for more ranks, up to the group's max; the resize, when it grew.
+    fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize, String)> {
         let world = placement.local_world()?;
         let want = self.scaling.max_ranks().saturating_sub(world);
         if want == 0 {
             return None;
         }
         let got = placement.grow(self.driver, self.scaling, self.label, want);
-        (got > 0).then_some((world, world + got))
+        (got > 0).then(|| (world, world + got, "room appeared in the pool".to_owned()))
+    }
+
+    /// The resize back to `min` a group that grew makes when another run waits for room
+    /// (`ScalingConfig::shrink_for_waiting`).
+    fn give_way(&self, placement: &Placement) -> Option<(usize, usize, String)> {
+        let (world, min) = (placement.local_world()?, self.scaling.ranks());
+        let waits = self.scaling.shrink_for_waiting && world > min && self.driver.local_waiting();
+        waits.then(|| (world, min, "another run waits for room in the pool".to_owned()))
     }
 }
 
@@ -705,16 +715,19 @@ impl OnReport for Recording<'_, '_, '_> {
         if self.steering.decide(self.run.last_metrics())? || stop {
             return Ok(true);
         }
-        // Room for more ranks: this attempt ends here, the next starts from this checkpoint.
-        if let Some(elastic) = self.elastic.as_deref_mut()
-            && checkpointed
-            && elastic.grew.is_none()
-            && self.steering.may_grow()
-        {
-            elastic.grew = elastic.grow(self.placement);
-            return Ok(elastic.grew.is_some());
+        // Room to give back, or room for more ranks: this attempt ends here, the next starts
+        // from this checkpoint.
+        let Some(elastic) = self.elastic.as_deref_mut().filter(|e| e.resize.is_none()) else {
+            return Ok(false);
+        };
+        if checkpointed {
+            elastic.resize = match elastic.give_way(self.placement) {
+                Some(shrink) => Some(shrink),
+                None if self.steering.may_grow() => elastic.grow(self.placement),
+                None => None,
+            };
         }
-        Ok(false)
+        Ok(elastic.resize.is_some())
     }
 
     fn flush_due(&self) -> Option<std::time::Instant> {
