@@ -61,9 +61,10 @@ pub(crate) trait Steering: Send {
         false
     }
 
-    /// Whether an elastic run may take more of the pool now: no other run waits to start
-    /// (a sweep's waiting trials come before growth).
-    fn may_grow(&self) -> bool {
+    /// Whether an elastic run of at most `max_ranks` may take more of the pool now: no other
+    /// run waits to start (a sweep's waiting trials come before growth), and it is the one to
+    /// grow first (a sweep's trial furthest along).
+    fn may_grow(&self, _max_ranks: usize) -> bool {
         true
     }
 }
@@ -503,7 +504,7 @@ impl TorchTrainer {
             // reports (after a lost rank, too: at its next checkpoint).
             if let Some(elastic) = &mut elastic
                 && attempt == first_attempt
-                && steering.may_grow()
+                && steering.may_grow(self.scaling.max_ranks())
             {
                 elastic.grow(&mut placement);
             }
@@ -723,7 +724,9 @@ impl OnReport for Recording<'_, '_, '_> {
         if checkpointed {
             elastic.resize = match elastic.give_way(self.placement) {
                 Some(shrink) => Some(shrink),
-                None if self.steering.may_grow() => elastic.grow(self.placement),
+                None if self.steering.may_grow(elastic.scaling.max_ranks()) => {
+                    elastic.grow(self.placement)
+                }
                 None => None,
             };
         }

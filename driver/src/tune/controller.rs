@@ -434,17 +434,34 @@ impl Controller {
         self.trials.values().filter(|t| t.status == TrialStatus::Running).count()
     }
 
-    /// Whether a running elastic trial may take more of the pool: every started trial holds
-    /// its resources (`placed` of them do), none is waiting (pending or paused) and the
-    /// searcher has no more to give. Waiting trials come before growth.
-    pub(crate) fn room_for_growth(&self, placed: usize) -> bool {
+    /// Whether running elastic trial `trial` (of at most `max_ranks`) may take more of the
+    /// pool: every started trial holds its resources (`placed` of them do), none is waiting
+    /// (pending or paused) and the searcher has no more to give, since waiting trials come
+    /// before growth; and of the running trials below `max_ranks`, `trial` is the one furthest
+    /// along (the highest `training_iteration`, ASHA's highest rung; the first made on a tie).
+    pub(crate) fn room_for_growth(&self, trial: TrialId, placed: usize, max_ranks: usize) -> bool {
         let all_made = self.no_more_trials
             || self.config.num_samples.is_some_and(|n| self.trials.len() + self.ended.len() >= n);
         let waiting = self
             .trials
             .values()
             .any(|t| matches!(t.status, TrialStatus::Pending | TrialStatus::Paused));
-        !self.finished && placed >= self.started() && all_made && !waiting
+        if self.finished || placed < self.started() || !all_made || waiting {
+            return false;
+        }
+        let last = |t: &Trial, key: &str| {
+            t.reported.last.as_ref().and_then(|m| m.get(key)).copied().unwrap_or(0.0)
+        };
+        let first = self
+            .trials
+            .iter()
+            .filter(|(_, t)| t.status == TrialStatus::Running)
+            .filter(|(_, t)| last(t, "world_size") < max_ranks as f64)
+            .max_by(|(a, x), (b, y)| {
+                let (x, y) = (last(x, "training_iteration"), last(y, "training_iteration"));
+                x.total_cmp(&y).then(b.cmp(a))
+            });
+        first.is_some_and(|(id, _)| *id == trial)
     }
 
     /// The held trials, when nothing else runs: the sweep waits for one to be let go.
@@ -1110,20 +1127,35 @@ mod tests {
     }
 
     /// Running elastic trials grow only once no trial waits: not while the searcher has more
-    /// to start in a slot that frees, nor while a started trial has not placed its workers.
+    /// to start in a slot that frees, nor while a started trial has not placed its workers;
+    /// then the trial furthest along first, unless it has all the ranks it may have.
     #[test]
-    fn trials_grow_only_once_none_waits() {
+    fn trials_grow_only_once_none_waits_furthest_along_first() {
+        let (one, two) = (TrialId(1), TrialId(2));
         let mut c = Controller::new(config(3, 2), random(3), Box::new(Fifo::new())).unwrap();
         let started = c.step(Event::Begin).unwrap();
         assert_eq!(started.len(), 2);
-        assert!(!c.room_for_growth(2), "a third trial is still to come");
+        assert!(!c.room_for_growth(one, 2, 4), "a third trial is still to come");
         let third = c.step(Event::TrialCompleted(TrialId(0))).unwrap();
         assert!(matches!(third[..], [Command::StartTrial { trial: TrialId(2), .. }]));
-        assert!(!c.room_for_growth(1), "trial 2 has not placed its workers yet");
-        assert!(c.room_for_growth(2), "every trial made and running");
-        c.step(Event::TrialCompleted(TrialId(1))).unwrap();
-        c.step(Event::TrialCompleted(TrialId(2))).unwrap();
-        assert!(!c.room_for_growth(0), "the sweep is over");
+        assert!(!c.room_for_growth(one, 1, 4), "trial 2 has not placed its workers yet");
+        assert!(c.room_for_growth(one, 2, 4), "every trial made and running; 1 came first");
+        assert!(!c.room_for_growth(two, 2, 4), "trial 1 is as far along, and came first");
+        let report = |c: &mut Controller, trial, iteration: f64, world: f64| {
+            let metrics = Metrics::from([
+                ("training_iteration".to_string(), iteration),
+                ("score".to_string(), 0.5),
+                ("world_size".to_string(), world),
+            ]);
+            c.step(Event::ResultReported { trial, metrics }).unwrap();
+        };
+        report(&mut c, two, 3.0, 1.0);
+        assert!(c.room_for_growth(two, 2, 4) && !c.room_for_growth(one, 2, 4), "2 is further");
+        report(&mut c, two, 4.0, 4.0);
+        assert!(c.room_for_growth(one, 2, 4), "2 has all it may have: 1 is next");
+        c.step(Event::TrialCompleted(one)).unwrap();
+        c.step(Event::TrialCompleted(two)).unwrap();
+        assert!(!c.room_for_growth(two, 0, 4), "the sweep is over");
     }
 
     #[test]

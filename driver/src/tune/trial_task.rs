@@ -267,11 +267,12 @@ impl Steering for TrialSteering {
         let _ = self.heard.send(Heard::Started(self.trial));
     }
 
-    fn may_grow(&self) -> bool {
+    fn may_grow(&self, max_ranks: usize) -> bool {
         // The trial asking holds its resources (its first attempt asks before `started`).
         self.running.mark_placed(self.trial);
         let placed = self.running.placed();
-        self.controller.lock().unwrap_or_else(|p| p.into_inner()).room_for_growth(placed)
+        let controller = self.controller.lock().unwrap_or_else(|p| p.into_inner());
+        controller.room_for_growth(self.trial, placed, max_ranks)
     }
 
     fn halting(&self) -> bool {
