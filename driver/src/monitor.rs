@@ -31,6 +31,8 @@
 //! | `rtune_rank_gpu_memory_bytes` | gauge | `trial`, `rank` | and its memory in use |
 //! | `rtune_trial_group_start_seconds` | gauge | `trial`, `phase` | how the trial's latest worker group started: `reserve` (waiting for resources included), `spawn`, `join` |
 //! | `rtune_trial_attempts` | gauge | `trial` | the trial's attempts so far (a restart after a failure is one more) |
+//! | `rtune_trial_world_size` | gauge | `trial` | the ranks of the trial's group at its latest result (an elastic group's change) |
+//! | `rtune_trial_resizes` | gauge | `trial` | how many times an elastic trial's group resized (from its first resize on) |
 //! | `rtune_report_blocked_seconds_total` | counter | | time `report` kept train functions waiting (for their peers and the driver) |
 //! | `rtune_checkpoints_total` | counter | | checkpoints reported |
 //! | `rtune_checkpoint_bytes_total` | counter | | their bytes |
@@ -173,6 +175,8 @@ struct Inner {
     gpu_memory: Family<RankLabels, Gauge>,
     group_start: Family<TrialPhaseLabels, FloatGauge>,
     attempts: Family<TrialLabel, Gauge>,
+    world_size: Family<TrialLabel, Gauge>,
+    resizes: Family<TrialLabel, Gauge>,
     report_blocked: FloatCounter,
     checkpoints: Counter,
     checkpoint_bytes: Counter,
@@ -249,6 +253,10 @@ impl Monitor {
         let group_start = registered(r, "trial_group_start_seconds", what, Family::default());
         let what = "The trial's attempts so far";
         let attempts = registered(r, "trial_attempts", what, Family::default());
+        let what = "The ranks of the trial's group at its latest result";
+        let world_size = registered(r, "trial_world_size", what, Family::default());
+        let what = "How many times the trial's elastic group resized";
+        let resizes = registered(r, "trial_resizes", what, Family::default());
         let what = "Time report kept train functions waiting, in seconds";
         let report_blocked = registered(r, "report_blocked_seconds", what, FloatCounter::default());
         let checkpoints = registered(r, "checkpoints", "Checkpoints reported", Counter::default());
@@ -289,6 +297,8 @@ impl Monitor {
             gpu_memory,
             group_start,
             attempts,
+            world_size,
+            resizes,
             report_blocked,
             checkpoints,
             checkpoint_bytes,
@@ -397,6 +407,12 @@ impl Monitor {
             let labels = TrialLabel { trial: trial.trial_id.clone() };
             inner.attempts.get_or_create(&labels).set(i64::from(start.attempt) + 1);
         }
+        let [world, resizes] = crate::metrics::GROUP_METRICS;
+        for (key, family) in [(world, &inner.world_size), (resizes, &inner.resizes)] {
+            if let Some(&n) = result.get(key).filter(|n| n.is_finite() && **n >= 0.0) {
+                family.get_or_create(&TrialLabel { trial: trial.trial_id.clone() }).set(n as i64);
+            }
+        }
         let run = crate::metrics::run_figures(result);
         let counted = |v: f64| v.is_finite() && v > 0.0;
         if counted(run.report_s) {
@@ -421,7 +437,10 @@ impl Monitor {
         for phase in START_PHASES {
             self.0.group_start.remove(&TrialPhaseLabels { trial: trial.trial_id.clone(), phase });
         }
-        self.0.attempts.remove(&TrialLabel { trial: trial.trial_id.clone() });
+        let labels = TrialLabel { trial: trial.trial_id.clone() };
+        self.0.attempts.remove(&labels);
+        self.0.world_size.remove(&labels);
+        self.0.resizes.remove(&labels);
         let Some(ranks) = self.sweep().ranks.remove(&trial.trial_id) else { return };
         for rank in 0..ranks {
             let labels = RankLabels { trial: trial.trial_id.clone(), rank: rank.to_string() };
@@ -802,6 +821,9 @@ mod tests {
         for result in [&mut first, &mut second] {
             crate::metrics::add_run_figures(result, &run);
         }
+        // An elastic group of 2 that resized once since its first result.
+        first.insert("world_size".into(), 3.0);
+        second.extend([("world_size".to_owned(), 2.0), ("group_resizes".to_owned(), 1.0)]);
         monitor.follow_backlogs(&[Arc::new(Behind) as Arc<dyn Callback>]);
         monitor.on_trial_result(&b, &first).unwrap();
         monitor.on_trial_result(&b, &second).unwrap();
@@ -810,6 +832,8 @@ mod tests {
             "rtune_trial_group_start_seconds{trial=\"b\",phase=\"reserve\"} 0.5\n",
             "rtune_trial_group_start_seconds{trial=\"b\",phase=\"join\"} 0.125\n",
             "rtune_trial_attempts{trial=\"b\"} 2\n",
+            "rtune_trial_world_size{trial=\"b\"} 2\n",
+            "rtune_trial_resizes{trial=\"b\"} 1\n",
             "rtune_report_blocked_seconds_total 0.5\n",
             "rtune_checkpoints_total 2\n",
             "rtune_checkpoint_bytes_total 2000\n",
