@@ -37,7 +37,7 @@ use crate::setting::Setting;
 use crate::storage::remote::{Remote, Syncer};
 use crate::storage::{self, ResultFiles, unix_time};
 pub use command::CommandTrainable;
-use placement::{Placement, Target};
+use placement::{Elastic, Placement, Target};
 pub use train_fn::{TrainContextType, TrainFnId};
 
 /// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.
@@ -667,37 +667,6 @@ async fn in_store(store: &Remote, checkpoint: &Checkpoint) -> Result<String> {
     })
     .await
     .map_err(|e| Error::Storage(format!("uploading the checkpoint to resume from: {e}")))?
-}
-
-/// An elastic group's growth (`ScalingConfig::elastic`): where it asks for room, and how far
-/// the attempt in flight grew.
-struct Elastic<'s> {
-    driver: &'static Driver,
-    scaling: &'s ScalingConfig,
-    label: &'s str,
-    /// The resize the attempt in flight ended for: the group's size before and after, and why.
-    resize: Option<(usize, usize, String)>,
-}
-
-impl Elastic<'_> {
-    /// Takes room for more ranks, up to the group's max; the resize, when it grew.
-    fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize, String)> {
-        let world = placement.local_world()?;
-        let want = self.scaling.max_ranks().saturating_sub(world);
-        if want == 0 {
-            return None;
-        }
-        let got = placement.grow(self.driver, self.scaling, self.label, want);
-        (got > 0).then(|| (world, world + got, "room appeared in the pool".to_owned()))
-    }
-
-    /// The resize back to `min` a group that grew makes when another run waits for room
-    /// (`ScalingConfig::shrink_for_waiting`).
-    fn give_way(&self, placement: &Placement) -> Option<(usize, usize, String)> {
-        let (world, min) = (placement.local_world()?, self.scaling.ranks());
-        let waits = self.scaling.shrink_for_waiting && world > min && self.driver.local_waiting();
-        waits.then(|| (world, min, "another run waits for room in the pool".to_owned()))
-    }
 }
 
 /// An attempt's reports go into the run's record, then to the caller's decision; an elastic

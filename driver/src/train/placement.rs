@@ -1,6 +1,8 @@
 //! Where a run's workers go: the local machine's shared pool (reserved once for the run; an
-//! elastic group grows there by a reservation per rank) or a head's cluster (reserved per
-//! attempt, so a group that lost a node is placed again on the nodes left).
+//! elastic group grows there by a reservation per rank, and gives them back as it shrinks) or
+//! a head's cluster (reserved per attempt, so a group that lost a node is placed again on the
+//! nodes left). `Elastic` decides an elastic group's resizes at its checkpoints: room to take,
+//! or room to give back to a run that waits.
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
@@ -175,4 +177,35 @@ pub(super) fn local_ranks(held: &[LocalReservation]) -> Vec<RankPlacement> {
     let devices: Vec<Option<String>> =
         bundles.iter().map(|b| device_of(b, names.as_deref())).collect();
     RankPlacement::from_nodes(&nodes, &hosts, &devices)
+}
+
+/// An elastic group's growth (`ScalingConfig::elastic`): where it asks for room, and how far
+/// the attempt in flight grew.
+pub(super) struct Elastic<'s> {
+    pub(super) driver: &'static Driver,
+    pub(super) scaling: &'s ScalingConfig,
+    pub(super) label: &'s str,
+    /// The resize the attempt in flight ended for: the group's size before and after, and why.
+    pub(super) resize: Option<(usize, usize, String)>,
+}
+
+impl Elastic<'_> {
+    /// Takes room for more ranks, up to the group's max; the resize, when it grew.
+    pub(super) fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize, String)> {
+        let world = placement.local_world()?;
+        let want = self.scaling.max_ranks().saturating_sub(world);
+        if want == 0 {
+            return None;
+        }
+        let got = placement.grow(self.driver, self.scaling, self.label, want);
+        (got > 0).then(|| (world, world + got, "room appeared in the pool".to_owned()))
+    }
+
+    /// The resize back to `min` a group that grew makes when another run waits for room
+    /// (`ScalingConfig::shrink_for_waiting`).
+    pub(super) fn give_way(&self, placement: &Placement) -> Option<(usize, usize, String)> {
+        let (world, min) = (placement.local_world()?, self.scaling.ranks());
+        let waits = self.scaling.shrink_for_waiting && world > min && self.driver.local_waiting();
+        waits.then(|| (world, min, "another run waits for room in the pool".to_owned()))
+    }
 }
