@@ -42,8 +42,8 @@
 //! The per-rank and per-trial series ride on the results (the rows' `time_step_s`,
 //! `time_data_s`, `time_collective_s`, and with several ranks `ranks/R/..`; `time_report_s`,
 //! `checkpoint_bytes`, `time_checkpoint_write_s`, `time_checkpoint_upload_s`; an attempt's first
-//! row's `group_attempt` and `time_group_*_s`); a trial's series leave the endpoint when it
-//! ends, so their number stays that of the running trials'.
+//! row's `group_attempt` and `time_group_*_s`; `world_size` and `group_resizes`); a trial's
+//! series leave the endpoint when it ends, so their number stays that of the running trials'.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -292,7 +292,8 @@ impl RunState {
             }
         }
         state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
-        state.resizes = state.last_metrics().get("group_resizes").map_or(0, |&n| n as u32);
+        let resizes = state.last_metrics().get(crate::metrics::GROUP_METRICS[1]);
+        state.resizes = resizes.map_or(0, |&n| n as u32);
         Ok((state, last_attempt))
     }
 

@@ -158,17 +158,15 @@ impl Driver {
             changed.await;
         }
     }
-}
 
-impl Driver {
-    /// Takes up to `want` more workers' bundles of `scaling` for an elastic group, each its own
-    /// placement group, where the pool has room now and no run waits for it (nothing grows while
-    /// a group waits for its start); as many as it got.
     /// Whether a run waits for room in this machine's pool.
     pub(crate) fn local_waiting(&self) -> bool {
         self.local.lock().as_ref().is_some_and(|state| state.pool.pending_count() > 0)
     }
 
+    /// Takes up to `want` more workers' bundles of `scaling` for an elastic group, each its own
+    /// placement group, where the pool has room now and no run waits for it (nothing grows while
+    /// a group waits for its start); as many as it got.
     pub(crate) fn grow_local(
         &'static self,
         scaling: &ScalingConfig,

@@ -160,17 +160,10 @@ impl Group {
     fn regroup(&self, elastic: &Elastic) -> Result<()> {
         // Closing the old links first: ranks blocked on them find out now, not at a timeout.
         drop(self.ring.borrow_mut().take());
-        let listener = TcpListener::bind((elastic.bind_host.as_str(), 0)).map_err(|e| {
-            Error::Worker(format!("collective listener on {}: {e}", elastic.bind_host))
-        })?;
-        let address = listener.local_addr().map_err(|e| Error::Worker(e.to_string()))?;
+        let (listener, address) = listen(&elastic.bind_host)?;
         let steps = elastic.steps_done.get();
-        let reply = elastic.link.borrow_mut().regroup(steps, address.to_string())?;
-        let peers = reply
-            .peers
-            .iter()
-            .map(|p| p.parse().map_err(|e| Error::Protocol(format!("peer address {p}: {e}"))))
-            .collect::<Result<Vec<std::net::SocketAddr>>>()?;
+        let reply = elastic.link.borrow_mut().regroup(steps, address)?;
+        let peers = peer_addresses(&reply.peers)?;
         let (rank, world) = (reply.rank as usize, reply.world_size as usize);
         let options = GroupOptions::new(reply.collective_group_id).timeout(elastic.timeout);
         let ring = RingGroup::connect(rank, world, listener, &peers, options)?;
@@ -185,4 +178,20 @@ impl Group {
         tracing::info!("the group goes on in place: rank {rank} of {world}");
         Ok(())
     }
+}
+
+/// A collective listener on `host` (a free port), and its address as the driver hands it to
+/// the peers.
+pub(crate) fn listen(host: &str) -> Result<(TcpListener, String)> {
+    let listener = TcpListener::bind((host, 0))
+        .map_err(|e| Error::Worker(format!("collective listener on {host}: {e}")))?;
+    let address = listener.local_addr().map_err(|e| Error::Worker(e.to_string()))?;
+    Ok((listener, address.to_string()))
+}
+
+/// The peers' collective listeners as the driver named them, index = rank.
+pub(crate) fn peer_addresses(peers: &[String]) -> Result<Vec<std::net::SocketAddr>> {
+    let parse =
+        |p: &String| p.parse().map_err(|e| Error::Protocol(format!("peer address {p}: {e}")));
+    peers.iter().map(parse).collect()
 }

@@ -14,7 +14,7 @@ use crate::outcome::Checkpoint;
 use crate::proto::{FinishRequest, JoinReply, WorkerKey};
 use crate::storage::remote::Remote;
 use crate::sys::build_id;
-use crate::worker::group::{Elastic, Group, Shape};
+use crate::worker::group::{Elastic, Group, Shape, listen, peer_addresses};
 use crate::worker::{ContextParts, DriverLink, TrainContext, WorkerSpec};
 
 /// Exit codes the driver reads when no finish message arrived.
@@ -71,10 +71,8 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
 
 fn join(spec: &WorkerSpec, key: WorkerKey) -> Result<(DriverLink, TcpListener, JoinReply)> {
     let mut link = DriverLink::connect(&spec.hub, key)?;
-    let listener = TcpListener::bind((spec.bind_host.as_str(), 0))
-        .map_err(|e| Error::Worker(format!("collective listener on {}: {e}", spec.bind_host)))?;
-    let address = listener.local_addr().map_err(|e| Error::Worker(e.to_string()))?;
-    let reply = link.join(address.to_string())?;
+    let (listener, address) = listen(&spec.bind_host)?;
+    let reply = link.join(address)?;
     Ok((link, listener, reply))
 }
 
@@ -113,11 +111,7 @@ fn train(
     // worker after another in the driver's process).
     static INTEROP: std::sync::Once = std::sync::Once::new();
     INTEROP.call_once(|| tch::set_num_interop_threads(1));
-    let peers = reply
-        .peers
-        .iter()
-        .map(|p| p.parse().map_err(|e| failed(&format!("peer address {p}: {e}"))))
-        .collect::<std::result::Result<Vec<std::net::SocketAddr>, _>>()?;
+    let peers = peer_addresses(&reply.peers).map_err(|e| failed(&e))?;
     let timeout = Duration::from_millis(reply.collective_timeout_ms);
     let options = GroupOptions::new(reply.collective_group_id).timeout(timeout);
     let (rank, world) = (spec.rank as usize, reply.world_size as usize);

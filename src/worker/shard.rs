@@ -438,8 +438,7 @@ impl Batches<'_> {
         self.next += 1;
         if let Some((group, id)) = &self.elastic {
             let (shape, global) = (group.shape(), rows.len());
-            let part = global * shape.rank / shape.world..global * (shape.rank + 1) / shape.world;
-            rows = &rows[part];
+            rows = &rows[shard_range(global, shape.rank, shape.world)];
             group.gave(*id, rows.len(), global);
         }
         // Consecutive rows (an unshuffled epoch) are a view; others are gathered.

@@ -110,18 +110,7 @@ pub(crate) async fn run_attempt(
         join_s: 0.0,
     };
 
-    let mut state = Attempt {
-        spec,
-        workers,
-        seats: Vec::new(),
-        start: (start, spawned),
-        pending: Vec::new(),
-        failure: None,
-        stopped: false,
-        kill_at: None,
-        regroup_by: None,
-        left: Vec::new(),
-    };
+    let mut state = Attempt::new(spec, workers, (start, spawned));
     let deadline = tokio::time::Instant::now() + spec.start_timeout;
     while !state.is_over() {
         let joining =
@@ -207,7 +196,27 @@ struct Attempt<'s> {
     left: Vec<(usize, String)>,
 }
 
-impl Attempt<'_> {
+impl<'s> Attempt<'s> {
+    /// The attempt of `spec` whose `workers` were all started as `start` says.
+    fn new(
+        spec: &'s AttemptSpec,
+        workers: Vec<Worker>,
+        start: (GroupStart, std::time::Instant),
+    ) -> Attempt<'s> {
+        Attempt {
+            spec,
+            workers,
+            seats: Vec::new(),
+            start,
+            pending: Vec::new(),
+            failure: None,
+            stopped: false,
+            kill_at: None,
+            regroup_by: None,
+            left: Vec::new(),
+        }
+    }
+
     fn all_exited(&self) -> bool {
         self.workers.iter().all(|w| w.exited)
     }
@@ -721,19 +730,8 @@ mod tests {
     }
 
     fn two_workers(spec: &AttemptSpec) -> Attempt<'_> {
-        let worker = || Worker::started(None);
-        Attempt {
-            spec,
-            workers: vec![worker(), worker()],
-            seats: Vec::new(),
-            start: (GroupStart::default(), std::time::Instant::now()),
-            pending: Vec::new(),
-            failure: None,
-            stopped: false,
-            kill_at: None,
-            regroup_by: None,
-            left: Vec::new(),
-        }
+        let workers = vec![Worker::started(None), Worker::started(None)];
+        Attempt::new(spec, workers, (GroupStart::default(), std::time::Instant::now()))
     }
 
     fn join(

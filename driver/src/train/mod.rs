@@ -406,11 +406,15 @@ impl TorchTrainer {
         Ok(run_dir)
     }
 
+    /// What the run's reservations in the local pool are labelled.
+    fn pool_label(&self) -> &str {
+        self.run.name.as_deref().unwrap_or("TorchTrainer")
+    }
+
     /// Reserves the worker group's resources in the process's shared local pool.
     async fn place_locally(&self, driver: &'static Driver) -> Result<Target> {
-        let label = self.run.name.as_deref().unwrap_or("TorchTrainer");
         let began = Instant::now();
-        let held = driver.reserve_local(&self.scaling, label).await?;
+        let held = driver.reserve_local(&self.scaling, self.pool_label()).await?;
         Ok(Target::Local(held, began.elapsed().as_secs_f64()))
     }
 
@@ -491,18 +495,17 @@ impl TorchTrainer {
         let mut failed = false;
         let mut train_loop_seconds = 0.0;
         let mut unread_params = Vec::new();
-        let label = self.run.name.as_deref().unwrap_or("TorchTrainer").to_owned();
         let mut elastic = self.scaling.is_elastic().then(|| Elastic {
             driver,
             scaling: &self.scaling,
-            label: &label,
+            label: self.pool_label(),
             resize: None,
         });
         for attempt in first_attempt.. {
             let began = Instant::now();
             // An elastic group starts with all the room it may take; later, it grows at its
             // reports (after a lost rank, too: at its next checkpoint).
-            if let Some(elastic) = &mut elastic
+            if let Some(elastic) = &elastic
                 && attempt == first_attempt
                 && steering.may_grow(self.scaling.max_ranks())
             {

@@ -191,7 +191,7 @@ pub(super) struct Elastic<'s> {
 
 impl Elastic<'_> {
     /// Takes room for more ranks, up to the group's max; the resize, when it grew.
-    pub(super) fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize, String)> {
+    pub(super) fn grow(&self, placement: &mut Placement) -> Option<(usize, usize, String)> {
         let world = placement.local_world()?;
         let want = self.scaling.max_ranks().saturating_sub(world);
         if want == 0 {

@@ -274,10 +274,10 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
         if let Some((min, max)) = model.elastic {
             cells.push(Cell::from(format!("{}/{min}-{max}", get("world_size"))));
         }
-        cells.extend([Cell::from(match metrics.as_slice() {
+        cells.push(Cell::from(match metrics.as_slice() {
             [] => "-".into(),
             some => some.iter().map(|m| get(m)).collect::<Vec<_>>().join(" / "),
-        })]);
+        }));
         for p in &params {
             cells.push(Cell::from(
                 t.params.iter().find(|(k, _)| k == p).map_or(String::new(), |(_, v)| v.clone()),
