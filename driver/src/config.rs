@@ -215,15 +215,6 @@ impl ScalingConfig {
                      the two"
                 ),
             )),
-            Some((address, _)) if self.is_elastic() => Err(crate::error::Error::config(
-                Setting::NumWorkers,
-                format!(
-                    "is {} (elastic), but the run goes to the cluster at {address} (cluster or \
-                     ${ADDRESS_ENV}): elastic groups grow and shrink in this machine's pool \
-                     only, for now; give a fixed num_workers, or run without the cluster",
-                    self.describe_workers()
-                ),
-            )),
             _ => Ok(()),
         }
     }

@@ -201,12 +201,18 @@ pub fn wrong_token_is_refused() -> Result<()> {
     Ok(())
 }
 
-/// Each rank writes the node id its agent gave it, then reports.
-fn record_node(ctx: &mut TrainContext) -> Result<()> {
+/// Rank `ctx.world_rank()` writes the node id its agent gave it (see `node_of`).
+fn mark_node(ctx: &TrainContext) -> Result<()> {
     let node = std::env::var("RTUNE_NODE_ID").unwrap_or_default();
     let marker = ctx.run_dir().join(format!("rank_{}.node", ctx.world_rank()));
     std::fs::write(marker, format!("{node} {} {}", ctx.node_rank(), std::process::id()))?;
     println!("rank {} starts on node {node}", ctx.world_rank());
+    Ok(())
+}
+
+/// Each rank writes the node id its agent gave it, then reports.
+fn record_node(ctx: &mut TrainContext) -> Result<()> {
+    mark_node(ctx)?;
     let iterations = ctx.params().get::<u64>("iterations")?;
     let pause = Duration::from_millis(ctx.params().get::<u64>("pause_ms")?);
     for i in ctx.iteration() + 1..=iterations {
@@ -287,6 +293,92 @@ pub fn killed_node_agent_fails_over_to_the_other_node() -> Result<()> {
         "worker {victim_pid} outlived its node agent (state {:?})",
         process_state(victim_pid)
     );
+    Ok(())
+}
+
+/// Each rank writes its node (`mark_node`), then trains a linear model data-parallel
+/// (`DistributedModel`, which goes on in place in an elastic group): `iterations` reports of 4
+/// steps, `pause_ms` before each step; each report has a checkpoint and the group's size.
+fn elastic_steps(ctx: &mut TrainContext) -> Result<()> {
+    use tch::nn::Module;
+    mark_node(ctx)?;
+    let iterations = ctx.params().get::<u64>("iterations")?;
+    let pause = Duration::from_millis(ctx.params().get::<u64>("pause_ms")?);
+    tch::manual_seed(ctx.world_rank() as i64);
+    let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    let net = tch::nn::linear(vs.root(), 4, 1, Default::default());
+    let mut sgd = rtune::worker::OptimizerSettings::sgd(0.01, 0.0).for_model(&vs)?;
+    let ddp = ctx.prepare_model(&vs)?;
+    for i in ctx.iteration() + 1..=iterations {
+        for _ in 0..4 {
+            std::thread::sleep(pause);
+            let x = tch::Tensor::randn([8, 4], (tch::Kind::Float, tch::Device::Cpu));
+            ddp.backward_step(&mut sgd, &net.forward(&x).square().mean(None))?;
+        }
+        let ck = ctx.new_checkpoint()?;
+        ctx.report_with_checkpoint([("value", i as f64)], ck)?;
+    }
+    Ok(())
+}
+
+/// An elastic group (2 to 4 ranks) takes the 4 CPUs of 2 nodes; the agent of the node without
+/// rank 0 is SIGKILLed (its workers die with it): the head keeps the group, the 2 ranks left
+/// re-form it in place and finish, in the first attempt, with no failure and every iteration
+/// once; the rows say the group's size and the resize says the node was lost.
+pub fn a_lost_node_shrinks_an_elastic_group_in_place() -> Result<()> {
+    let mut cluster = Cluster::start(None)?;
+    let pids = [cluster.add_node(&["--num-cpus", "2"])?, cluster.add_node(&["--num-cpus", "2"])?];
+    let ids = cluster.node_ids()?;
+    let dir = tempfile::tempdir()?;
+    let run_dir = dir.path().join("elastic");
+    let trainer = TorchTrainer::new(elastic_steps)
+        .train_loop_config(Params::new().with("iterations", 10).with("pause_ms", 100))
+        .scaling(ScalingConfig::elastic(2, 4).placement_strategy(PlacementStrategy::Pack))
+        .run_config(cluster.run_config(dir.path(), "elastic"));
+    let fit = std::thread::spawn(move || trainer.fit());
+    wait_for(Duration::from_secs(60), || {
+        Ok(std::fs::read_to_string(run_dir.join("result.json"))
+            .is_ok_and(|t| t.lines().count() >= 3))
+    })?;
+    let (home, _, _) = node_of(&run_dir, 0)?;
+    let mut victims = Vec::new();
+    for rank in 1..4 {
+        let (node, _, pid) = node_of(&run_dir, rank)?;
+        if node != home {
+            victims.push(pid);
+        }
+    }
+    ensure!(victims.len() == 2, "2 ranks on the other node: {victims:?}");
+    let index = ids.iter().position(|id| *id != home).context("the other node")?;
+    // SAFETY: kill(2) on a child we started.
+    unsafe { libc::kill(pids[index] as i32, libc::SIGKILL) };
+    let result = fit.join().map_err(|_| anyhow::anyhow!("fit panicked"))??;
+    ensure!(result.failures.is_empty(), "a resize, not a failure: {:?}", result.failures);
+    let column = |key: &str| -> Vec<f64> {
+        result.metrics_history.iter().map(|m| m.get(key).copied().unwrap_or(-1.0)).collect()
+    };
+    let iterations = column("training_iteration");
+    ensure!(iterations == (1..=10).map(f64::from).collect::<Vec<_>>(), "{iterations:?}");
+    let worlds = column("world_size");
+    ensure!(worlds[0] == 4.0 && worlds[9] == 2.0, "4 ranks, then 2: {worlds:?}");
+    // An attempt's first row says which it is: one attempt, no restart.
+    let attempts = column("group_attempt");
+    ensure!(attempts[0] == 0.0 && attempts[1..].iter().all(|&a| a < 0.0), "{attempts:?}");
+    let rows = std::fs::read_to_string(result.path.join("result.json"))?;
+    let said: Vec<String> = rows
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
+        .collect();
+    ensure!(said.len() == 1, "{said:?}");
+    ensure!(said[0].starts_with("4 -> 2: rank "), "{said:?}");
+    ensure!(said[0].contains("was lost") && said[0].ends_with("(in place)"), "{said:?}");
+    for pid in victims {
+        ensure!(!alive(pid as i32), "worker {pid} outlived its node agent");
+    }
+    wait_for(Duration::from_secs(10), || {
+        Ok(cluster.status()?["placement_groups"] == serde_json::json!([]))
+    })?;
     Ok(())
 }
 

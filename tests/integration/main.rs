@@ -549,6 +549,10 @@ fn main() {
             "cluster::killed_node_agent_fails_over_to_the_other_node",
             cluster::killed_node_agent_fails_over_to_the_other_node,
         ),
+        test(
+            "cluster::a_lost_node_shrinks_an_elastic_group_in_place",
+            cluster::a_lost_node_shrinks_an_elastic_group_in_place,
+        ),
     ];
     let conclusion = libtest_mimic::run(&args, tests);
     let failures = FAILURES.lock().unwrap();

@@ -121,6 +121,9 @@ pub(crate) struct ReserveOptions {
     pub(crate) wait_for_capacity: bool,
     /// Give up after this long (None: wait as long as it takes).
     pub timeout: Option<Duration>,
+    /// An elastic group: a node's death shrinks it (its driver goes on with the workers left)
+    /// instead of releasing it.
+    pub(crate) elastic: bool,
 }
 
 /// How often a waiting reservation says what it waits for.
@@ -138,6 +141,8 @@ pub(crate) async fn reserve(
         request_json,
         lease_id: options.lease,
         wait_for_capacity: options.wait_for_capacity,
+        if_free_now: false,
+        elastic: options.elastic,
     };
     let mut asking = client.clone();
     let call = asking.reserve(message);
@@ -177,7 +182,40 @@ pub(crate) async fn reserve(
             status_error(s)
         }
     })?;
-    let reply = reply.into_inner();
+    reservation_of(reply.into_inner())
+}
+
+/// Reserves `request` if it fits the cluster's free room now and no other request waits for
+/// room (they come first); None if not, at once.
+pub(crate) async fn reserve_if_free(
+    client: &mut Client,
+    request: &PlacementRequest,
+    options: &ReserveOptions,
+) -> Result<Option<ClusterReservation>> {
+    let message = ReserveRequest {
+        request_json: serde_json::to_string(request).expect("request serialises"),
+        lease_id: options.lease,
+        wait_for_capacity: false,
+        if_free_now: true,
+        elastic: options.elastic,
+    };
+    match client.reserve(message).await {
+        Ok(reply) => reservation_of(reply.into_inner()).map(Some),
+        // No room now, or more than the alive cluster holds: not now, either way.
+        Err(s)
+            if matches!(
+                s.code(),
+                tonic::Code::ResourceExhausted | tonic::Code::InvalidArgument
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(s) => Err(status_error(s)),
+    }
+}
+
+/// The reservation a head's reply carries.
+fn reservation_of(reply: crate::proto::ReserveReply) -> Result<ClusterReservation> {
     let reservation = serde_json::from_str(&reply.reservation_json)
         .map_err(|e| Error::Protocol(format!("reservation: {e}")))?;
     Ok(ClusterReservation {

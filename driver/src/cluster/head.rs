@@ -10,13 +10,17 @@
 //!   heartbeat timeout, is dead: its resources leave the pool, every worker it ran is reported
 //!   lost to the drivers watching it (which fail over under their `FailureConfig`), and each
 //!   placement group with a bundle on it is released as above: its surviving workers on other
-//!   nodes are killed, and their resources come back once they have exited. A node that comes
-//!   back registers anew and starts clean.
+//!   nodes are killed, and their resources come back once they have exited. An elastic group
+//!   is not: it keeps its bundles on the other nodes, whose workers go on without the lost ones,
+//!   until its driver releases it. A node that comes back registers anew and starts clean.
 //! * **Driver leases.** A driver opens a `DriverSession` stream and reserves under its lease;
 //!   when the stream ends (the driver died) its groups are released as above and its waiting
 //!   requests withdrawn, so a dead driver holds nothing.
 //! * **Waiting for capacity.** A request the alive cluster is too small for is refused, unless
 //!   it asks to wait (a retry after a node was lost): then it is parked until nodes join.
+//! * **Room now, or not.** A request may ask to be reserved only if it fits the free room at
+//!   once and nothing else waits (an elastic group taking more than its min): waiting requests
+//!   come before growth.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -166,7 +170,7 @@ enum Msg {
     Reserve {
         request: PlacementRequest,
         lease: u64,
-        wait: bool,
+        asked: Asked,
         reply: Reply<ReserveReply>,
     },
     OpenLease {
@@ -218,6 +222,8 @@ struct HeadState {
     next_lease: u64,
     /// Requests waiting for the cluster to grow.
     parked: Vec<Parked>,
+    /// Elastic groups: a node's death shrinks them instead of releasing them.
+    elastic: HashSet<PgId>,
     /// What each node said of its GPUs: why they are unusable (at registration), what they
     /// are doing (with each heartbeat). For `Status`, and for refusals of GPU requests.
     gpus: HashMap<NodeId, NodeGpus>,
@@ -232,7 +238,19 @@ struct NodeGpus {
 struct Parked {
     request: PlacementRequest,
     lease: u64,
+    elastic: bool,
     reply: Reply<ReserveReply>,
+}
+
+/// How a reservation was asked for (`ReserveRequest`'s flags).
+#[derive(Debug, Clone, Copy, Default)]
+struct Asked {
+    /// Park it while the alive cluster is too small, instead of refusing it.
+    wait: bool,
+    /// Reserve it now or refuse it: no queueing, and not while anything else waits.
+    if_free_now: bool,
+    /// Keep its bundles on the other nodes when a node under it dies.
+    elastic: bool,
 }
 
 async fn run_state(
@@ -263,6 +281,7 @@ impl HeadState {
             leases: HashMap::new(),
             next_lease: 1,
             parked: Vec::new(),
+            elastic: HashSet::new(),
             gpus: HashMap::new(),
         }
     }
@@ -302,8 +321,13 @@ impl HeadState {
                     self.node_lost(node, "its agent disconnected");
                 }
             }
-            Msg::Reserve { request, lease, wait, reply } => {
-                self.reserve(Parked { request, lease, reply }, wait);
+            Msg::Reserve { request, lease, asked, reply } => {
+                let parked = Parked { request, lease, elastic: asked.elastic, reply };
+                if asked.if_free_now {
+                    self.reserve_if_free(parked);
+                } else {
+                    self.reserve(parked, asked.wait);
+                }
             }
             Msg::OpenLease { name, reply } => {
                 let lease = self.next_lease;
@@ -399,8 +423,11 @@ impl HeadState {
         // The broken groups keep what they hold elsewhere until their survivors have exited.
         let broken = self.pool.mark_node_dead_keeping_survivors(node).unwrap_or_default();
         self.lose_workers_on(node, &format!("node {node} ({address}) was lost: {why}"));
+        // An elastic group's driver shrinks it to its workers left; it releases it later.
         for pg in broken {
-            self.release(pg);
+            if !self.elastic.contains(&pg) {
+                self.release(pg);
+            }
         }
         self.schedule();
     }
@@ -457,6 +484,7 @@ impl HeadState {
             return;
         }
         self.releasing.remove(&pg);
+        self.elastic.remove(&pg);
         // A group that ended already (a node's death, a release before) is not an error here.
         let _ = self.pool.cancel(pg);
         self.watchers.remove(&pg);
@@ -468,25 +496,29 @@ impl HeadState {
 
     /// Queues a reservation, parks it while the cluster is too small (when it may wait), or
     /// refuses it.
-    fn reserve(&mut self, parked: Parked, wait: bool) {
-        let Parked { request, lease, reply } = parked;
+    fn reserve(&mut self, parked: Parked, wait: bool) -> Option<PgId> {
+        let Parked { request, lease, elastic, reply } = parked;
         if lease != 0 && !self.leases.contains_key(&lease) {
             let _ = reply.send(Err(Status::failed_precondition(format!(
                 "driver lease {lease} has ended; open a new session"
             ))));
-            return;
+            return None;
         }
         match self.pool.request(request.clone()) {
             Ok(pg) => {
                 if let Some((_, groups)) = self.leases.get_mut(&lease) {
                     groups.insert(pg);
                 }
+                if elastic {
+                    self.elastic.insert(pg);
+                }
                 self.waiting.insert(pg, reply);
                 self.schedule();
+                return Some(pg);
             }
             Err(e) if wait && e.is_capacity() => {
                 tracing::info!("{} waits for the cluster to grow: {e}", request.label);
-                self.parked.push(Parked { request, lease, reply });
+                self.parked.push(Parked { request, lease, elastic, reply });
             }
             Err(e) => {
                 let note = match e.is_capacity() {
@@ -495,6 +527,29 @@ impl HeadState {
                 };
                 drop(reply.send(Err(Status::invalid_argument(format!("{e}{note}")))))
             }
+        }
+        None
+    }
+
+    /// Reserves `parked` if it fits the free room now and no other request waits for room;
+    /// else refuses it with RESOURCE_EXHAUSTED, holding nothing.
+    fn reserve_if_free(&mut self, parked: Parked) {
+        if !self.waiting.is_empty() || !self.parked.is_empty() {
+            let _ = parked.reply.send(Err(Status::resource_exhausted(
+                "other placement groups wait for room; they come first",
+            )));
+            return;
+        }
+        // Queued as any request and scheduled at once (its reply goes out then); one the pass
+        // did not reserve is withdrawn.
+        let Some(pg) = self.reserve(parked, false) else { return };
+        if let Some(reply) = self.waiting.remove(&pg) {
+            let _ = self.pool.cancel(pg);
+            self.elastic.remove(&pg);
+            for (_, groups) in self.leases.values_mut() {
+                groups.remove(&pg);
+            }
+            let _ = reply.send(Err(Status::resource_exhausted("no room for it now")));
         }
     }
 
@@ -515,7 +570,7 @@ impl HeadState {
     fn unpark(&mut self) {
         for parked in std::mem::take(&mut self.parked) {
             if !parked.reply.is_closed() {
-                self.reserve(parked, true);
+                let _ = self.reserve(parked, true);
             }
         }
     }
@@ -685,8 +740,13 @@ impl Head for HeadService {
         let request = request.into_inner();
         let placement: PlacementRequest = serde_json::from_str(&request.request_json)
             .map_err(|e| Status::invalid_argument(format!("placement request: {e}")))?;
-        let (lease, wait) = (request.lease_id, request.wait_for_capacity);
-        self.ask(|reply| Msg::Reserve { request: placement, lease, wait, reply })
+        let asked = Asked {
+            wait: request.wait_for_capacity,
+            if_free_now: request.if_free_now,
+            elastic: request.elastic,
+        };
+        let lease = request.lease_id;
+        self.ask(|reply| Msg::Reserve { request: placement, lease, asked, reply })
             .await
             .map(Response::new)
     }
@@ -795,7 +855,7 @@ mod tests {
     fn reserve(head: &mut HeadState, bundle: Resources) -> std::result::Result<u64, Status> {
         let (reply, answer) = oneshot::channel();
         let request = PlacementRequest::uniform(Strategy::Pack, 1, bundle);
-        head.handle(Msg::Reserve { request, lease: 0, wait: false, reply });
+        head.handle(Msg::Reserve { request, lease: 0, asked: Asked::default(), reply });
         answer.blocking_recv().unwrap().map(|r| r.pg_id)
     }
 
@@ -854,10 +914,39 @@ mod tests {
         let mut head = HeadState::new(HeadConfig::default());
         let (a, session_a, _inbox_a) = register(&mut head, 1.0);
         let (b, session_b, mut inbox_b) = register(&mut head, 1.0);
+        let pg = spread_over_two(&mut head, Asked::default());
+        let _ = kills(&mut inbox_b);
+
+        head.handle(Msg::SessionEnded { node: a, session: session_a });
+        let survivor = format!("w{}", b.0);
+        assert_eq!(kills(&mut inbox_b), vec![survivor.clone()], "the survivor is told to die");
+        assert_eq!(free_cpu(&head, b), 0.0, "held while the survivor may still run");
+        // Another group waiting for that CPU does not get it yet.
+        let (reply, mut next) = oneshot::channel();
+        let one = PlacementRequest::uniform(Strategy::Pack, 1, Resources::new().cpu(1.0));
+        head.handle(Msg::Reserve { request: one, lease: 0, asked: Asked::default(), reply });
+        assert!(next.try_recv().is_err(), "reserved on a CPU a live worker still uses");
+
+        let exit = WorkerExit {
+            worker_id: survivor,
+            pg_id: pg.0,
+            code: -1,
+            signal: 9,
+            ..Default::default()
+        };
+        head.handle(Msg::Exited { node: b, session: session_b, exit });
+        let reserved = next.try_recv().expect("reserved once the survivor exited").unwrap();
+        assert_eq!(head.pool.placement(PgId(reserved.pg_id)).unwrap()[0].node, b);
+        head.pool.check_invariants().unwrap();
+    }
+
+    /// Reserves a group of 2 one-CPU bundles on distinct nodes, asked as `asked`, and starts a
+    /// worker `w<node>` in each bundle.
+    fn spread_over_two(head: &mut HeadState, asked: Asked) -> PgId {
         let (reply, answer) = oneshot::channel();
         let request =
             PlacementRequest::uniform(Strategy::StrictSpread, 2, Resources::new().cpu(1.0));
-        head.handle(Msg::Reserve { request, lease: 0, wait: false, reply });
+        head.handle(Msg::Reserve { request, lease: 0, asked, reply });
         let pg = PgId(answer.blocking_recv().unwrap().unwrap().pg_id);
         let placement = head.pool.placement(pg).unwrap();
         for (bundle, p) in placement.iter().enumerate() {
@@ -872,18 +961,27 @@ mod tests {
             head.handle(Msg::Start { request, reply });
             answer.blocking_recv().unwrap().unwrap();
         }
+        pg
+    }
+
+    /// An elastic group that loses a node keeps its worker on the other one running (not told
+    /// to die, its CPU held) until its driver releases it; then it goes as any group does.
+    #[test]
+    fn an_elastic_group_keeps_its_survivors_when_a_node_dies() {
+        let mut head = HeadState::new(HeadConfig::default());
+        let (a, session_a, _inbox_a) = register(&mut head, 1.0);
+        let (b, session_b, mut inbox_b) = register(&mut head, 1.0);
+        let pg = spread_over_two(&mut head, Asked { elastic: true, ..Asked::default() });
         let _ = kills(&mut inbox_b);
 
         head.handle(Msg::SessionEnded { node: a, session: session_a });
-        let survivor = format!("w{}", b.0);
-        assert_eq!(kills(&mut inbox_b), vec![survivor.clone()], "the survivor is told to die");
-        assert_eq!(free_cpu(&head, b), 0.0, "held while the survivor may still run");
-        // Another group waiting for that CPU does not get it yet.
-        let (reply, mut next) = oneshot::channel();
-        let one = PlacementRequest::uniform(Strategy::Pack, 1, Resources::new().cpu(1.0));
-        head.handle(Msg::Reserve { request: one, lease: 0, wait: false, reply });
-        assert!(next.try_recv().is_err(), "reserved on a CPU a live worker still uses");
+        assert_eq!(kills(&mut inbox_b), Vec::<String>::new(), "the survivor runs on");
+        assert_eq!(free_cpu(&head, b), 0.0, "its CPU stays with the group");
+        head.pool.check_invariants().unwrap();
 
+        head.handle(Msg::Release { pg });
+        let survivor = format!("w{}", b.0);
+        assert_eq!(kills(&mut inbox_b), vec![survivor.clone()], "released: told to die");
         let exit = WorkerExit {
             worker_id: survivor,
             pg_id: pg.0,
@@ -892,8 +990,44 @@ mod tests {
             ..Default::default()
         };
         head.handle(Msg::Exited { node: b, session: session_b, exit });
-        let reserved = next.try_recv().expect("reserved once the survivor exited").unwrap();
-        assert_eq!(head.pool.placement(PgId(reserved.pg_id)).unwrap()[0].node, b);
+        assert_eq!(free_cpu(&head, b), 1.0, "free once it exited");
+        assert!(!head.elastic.contains(&pg), "forgotten once released");
+        head.pool.check_invariants().unwrap();
+    }
+
+    /// Asks for `cpus` in one bundle if free now; the pg reserved, or the refusal's code.
+    fn if_free(head: &mut HeadState, cpus: f64) -> std::result::Result<u64, tonic::Code> {
+        let (reply, answer) = oneshot::channel();
+        let request = PlacementRequest::uniform(Strategy::Pack, 1, Resources::new().cpu(cpus));
+        let asked = Asked { if_free_now: true, ..Asked::default() };
+        head.handle(Msg::Reserve { request, lease: 0, asked, reply });
+        answer.blocking_recv().unwrap().map(|r| r.pg_id).map_err(|s| s.code())
+    }
+
+    /// A request for room now is reserved only when it fits what is free and nothing waits;
+    /// refused, it holds nothing and queues nothing.
+    #[test]
+    fn room_now_is_given_only_when_free_and_nobody_waits() {
+        let mut head = HeadState::new(HeadConfig::default());
+        let (node, _, _inbox) = register(&mut head, 2.0);
+        let held = reserve(&mut head, Resources::new().cpu(1.0)).unwrap();
+        assert_eq!(if_free(&mut head, 2.0), Err(tonic::Code::ResourceExhausted));
+        assert_eq!(if_free(&mut head, 3.0), Err(tonic::Code::InvalidArgument), "never fits");
+        assert_eq!(free_cpu(&head, node), 1.0, "a refusal holds nothing");
+        assert!(head.waiting.is_empty() && head.pool.status().groups.len() == 1, "nor queues");
+
+        // A plain request waits for 2 CPUs: room for 1 now goes to nobody else first.
+        let (reply, mut waits) = oneshot::channel();
+        let two = PlacementRequest::uniform(Strategy::Pack, 1, Resources::new().cpu(2.0));
+        head.handle(Msg::Reserve { request: two, lease: 0, asked: Asked::default(), reply });
+        assert_eq!(if_free(&mut head, 1.0), Err(tonic::Code::ResourceExhausted));
+        head.handle(Msg::Release { pg: PgId(held) });
+        let two = PgId(waits.try_recv().expect("the waiting one was reserved").unwrap().pg_id);
+        head.handle(Msg::Release { pg: two });
+
+        let got = if_free(&mut head, 2.0).expect("free now, and nobody waits");
+        assert!(head.pool.placement(PgId(got)).is_some());
+        assert_eq!(free_cpu(&head, node), 0.0);
         head.pool.check_invariants().unwrap();
     }
 }

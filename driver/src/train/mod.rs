@@ -450,6 +450,7 @@ impl TorchTrainer {
                     lease: lease.id(),
                     wait_for_capacity: false,
                     timeout: self.run.placement_timeout,
+                    elastic: self.scaling.is_elastic(),
                 };
                 Placement::Cluster {
                     address,
@@ -457,6 +458,7 @@ impl TorchTrainer {
                     _lease: lease,
                     request,
                     options,
+                    most: self.scaling.max_ranks(),
                     held: None,
                 }
             }
@@ -504,14 +506,13 @@ impl TorchTrainer {
         for attempt in first_attempt.. {
             let began = Instant::now();
             // An elastic group starts with all the room it may take; later, it grows at its
-            // reports (after a lost rank, too: at its next checkpoint).
-            if let Some(elastic) = &elastic
-                && attempt == first_attempt
-                && steering.may_grow(self.scaling.max_ranks())
-            {
+            // reports (after a lost rank, too: at its next checkpoint), or on a cluster at its
+            // next start.
+            let grow = elastic.is_some() && steering.may_grow(self.scaling.max_ranks());
+            if let Some(elastic) = elastic.as_ref().filter(|_| grow && attempt == first_attempt) {
                 elastic.grow(&mut placement);
             }
-            let (ranks, launcher) = placement.for_attempt(attempt).await?;
+            let (ranks, launcher) = placement.for_attempt(attempt, grow).await?;
             let reserve_s = std::mem::take(&mut local_reserve_s) + began.elapsed().as_secs_f64();
             let resume_url = match (&store, &resume) {
                 (Some(store), Some(checkpoint)) => Some(in_store(store, checkpoint).await?),
@@ -581,6 +582,8 @@ impl TorchTrainer {
             if let Some((from, to, why)) = resize {
                 tracing::info!(run = %run_dir.display(), "resized from {from} to {to} ranks: {why}");
                 run.resized(from, to, &why);
+                // On a cluster: placed anew, on the nodes left.
+                placement.release().await;
                 resume = run.roll_back()?.or_else(|| self.resume.clone());
                 start_iteration = match &resume {
                     Some(c) => c.iteration()?,

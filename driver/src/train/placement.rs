@@ -1,7 +1,7 @@
 //! Where a run's workers go: the local machine's shared pool (reserved once for the run; an
 //! elastic group grows there by a reservation per rank, and gives them back as it shrinks) or
 //! a head's cluster (reserved per attempt, so a group that lost a node is placed again on the
-//! nodes left). `Elastic` decides an elastic group's resizes at its checkpoints: room to take,
+//! nodes left; an elastic group takes as many ranks as are free then, up to its max). `Elastic` decides an elastic group's resizes at its checkpoints: room to take,
 //! or room to give back to a run that waits.
 
 use crate::cluster::client::{self, Client, ReserveOptions};
@@ -58,8 +58,11 @@ pub(super) enum Placement {
         client: Box<Client>,
         /// Everything reserved under it is released by the head if this driver dies.
         _lease: client::Lease,
+        /// The group at its size (an elastic group's min).
         request: PlacementRequest,
         options: ReserveOptions,
+        /// The most ranks it takes when they are free (an elastic group's max).
+        most: usize,
         held: Option<(PgId, Vec<RankPlacement>)>,
     },
 }
@@ -81,21 +84,37 @@ impl Placement {
         }
     }
 
+    /// The ranks of attempt `attempt` and how they start. On a cluster a group that may `grow`
+    /// takes the most ranks free now, up to its max, else waits for its size.
     pub(super) async fn for_attempt(
         &mut self,
         attempt: u32,
+        grow: bool,
     ) -> Result<(Vec<RankPlacement>, Launcher)> {
         match self {
             Placement::Local { held, in_process } => {
                 let launcher = if *in_process { Launcher::InProcess } else { Launcher::Local };
                 Ok((local_ranks(held), launcher))
             }
-            Placement::Cluster { client, request, options, held, .. } => {
+            Placement::Cluster { client, request, options, most, held, .. } => {
                 if held.is_none() {
                     // A group larger than the cluster is a config error at the start; after a
                     // failure the cluster may have shrunk (a node died): wait for it to grow.
                     options.wait_for_capacity = attempt > 0;
-                    let r = client::reserve(client, request, options).await?;
+                    let larger = if grow { *most } else { 0 };
+                    let mut reserved = None;
+                    for size in (request.bundles.len() + 1..=larger).rev() {
+                        let mut asked = request.clone();
+                        asked.bundles.resize(size, request.bundles[0].clone());
+                        reserved = client::reserve_if_free(client, &asked, options).await?;
+                        if reserved.is_some() {
+                            break;
+                        }
+                    }
+                    let r = match reserved {
+                        Some(r) => r,
+                        None => client::reserve(client, request, options).await?,
+                    };
                     let nodes: Vec<u64> = r.reservation.bundles.iter().map(|b| b.node.0).collect();
                     let hosts: Vec<String> = nodes
                         .iter()

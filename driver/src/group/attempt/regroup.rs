@@ -26,8 +26,8 @@ impl Attempt<'_> {
         // Before every rank has joined there is no group to go on with; a rank in this
         // process (local mode) is never lost alone.
         let joined = !self.seats.is_empty();
-        let local = matches!(self.spec.launcher, Launcher::Local);
-        if self.failure.is_some() || !joined || !local || self.live() <= min {
+        let in_process = matches!(self.spec.launcher, Launcher::InProcess);
+        if self.failure.is_some() || !joined || in_process || self.live() <= min {
             return false;
         }
         self.workers[rank].gone = true;
