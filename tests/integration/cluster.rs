@@ -322,24 +322,26 @@ fn elastic_steps(ctx: &mut TrainContext) -> Result<()> {
 }
 
 /// An elastic group (2 to 4 ranks) takes the 4 CPUs of 2 nodes; the agent of the node without
-/// rank 0 is SIGKILLed (its workers die with it): the head keeps the group, the 2 ranks left
-/// re-form it in place and finish, in the first attempt, with no failure and every iteration
-/// once; the rows say the group's size and the resize says the node was lost.
-pub fn a_lost_node_shrinks_an_elastic_group_in_place() -> Result<()> {
+/// rank 0 is SIGKILLed (its workers die with it): the head keeps the group, and the 2 ranks
+/// left re-form it in place and go on in the same attempt. A new node joins: the group grows
+/// back to 4 ranks on it at a checkpoint. The run ends with no failure and every iteration
+/// once; its rows say the group's size, and the resizes say why.
+pub fn a_lost_node_shrinks_an_elastic_group_in_place_and_it_grows_back() -> Result<()> {
     let mut cluster = Cluster::start(None)?;
     let pids = [cluster.add_node(&["--num-cpus", "2"])?, cluster.add_node(&["--num-cpus", "2"])?];
     let ids = cluster.node_ids()?;
     let dir = tempfile::tempdir()?;
     let run_dir = dir.path().join("elastic");
     let trainer = TorchTrainer::new(elastic_steps)
-        .train_loop_config(Params::new().with("iterations", 10).with("pause_ms", 100))
+        .train_loop_config(Params::new().with("iterations", 24).with("pause_ms", 100))
         .scaling(ScalingConfig::elastic(2, 4).placement_strategy(PlacementStrategy::Pack))
         .run_config(cluster.run_config(dir.path(), "elastic"));
     let fit = std::thread::spawn(move || trainer.fit());
-    wait_for(Duration::from_secs(60), || {
-        Ok(std::fs::read_to_string(run_dir.join("result.json"))
-            .is_ok_and(|t| t.lines().count() >= 3))
-    })?;
+    let rows = || -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(run_dir.join("result.json")).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    };
+    wait_for(Duration::from_secs(60), || Ok(rows().len() >= 3))?;
     let (home, _, _) = node_of(&run_dir, 0)?;
     let mut victims = Vec::new();
     for rank in 1..4 {
@@ -352,29 +354,31 @@ pub fn a_lost_node_shrinks_an_elastic_group_in_place() -> Result<()> {
     let index = ids.iter().position(|id| *id != home).context("the other node")?;
     // SAFETY: kill(2) on a child we started.
     unsafe { libc::kill(pids[index] as i32, libc::SIGKILL) };
+    wait_for(Duration::from_secs(30), || Ok(rows().iter().any(|r| r["world_size"] == 2)))?;
+    cluster.add_node(&["--num-cpus", "2"])?;
     let result = fit.join().map_err(|_| anyhow::anyhow!("fit panicked"))??;
-    ensure!(result.failures.is_empty(), "a resize, not a failure: {:?}", result.failures);
+    ensure!(result.failures.is_empty(), "resizes, not failures: {:?}", result.failures);
     let column = |key: &str| -> Vec<f64> {
         result.metrics_history.iter().map(|m| m.get(key).copied().unwrap_or(-1.0)).collect()
     };
     let iterations = column("training_iteration");
-    ensure!(iterations == (1..=10).map(f64::from).collect::<Vec<_>>(), "{iterations:?}");
+    ensure!(iterations == (1..=24).map(f64::from).collect::<Vec<_>>(), "{iterations:?}");
     let worlds = column("world_size");
-    ensure!(worlds[0] == 4.0 && worlds[9] == 2.0, "4 ranks, then 2: {worlds:?}");
-    // An attempt's first row says which it is: one attempt, no restart.
+    let shrunk = worlds.iter().position(|&w| w == 2.0).context(format!("never 2: {worlds:?}"))?;
+    ensure!(worlds[0] == 4.0 && worlds[23] == 4.0, "4 ranks, 2, then 4 again: {worlds:?}");
+    // Shrunk in the first attempt (an attempt's first row says which it is); grown in the next.
     let attempts = column("group_attempt");
-    ensure!(attempts[0] == 0.0 && attempts[1..].iter().all(|&a| a < 0.0), "{attempts:?}");
-    let rows = std::fs::read_to_string(result.path.join("result.json"))?;
-    let said: Vec<String> = rows
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
-        .collect();
-    ensure!(said.len() == 1, "{said:?}");
+    let began: Vec<(usize, f64)> =
+        attempts.iter().copied().enumerate().filter(|(_, a)| *a >= 0.0).collect();
+    ensure!(began.len() == 2 && began[0] == (0, 0.0) && began[1].0 > shrunk, "{attempts:?}");
+    let said: Vec<String> =
+        rows().iter().filter_map(|row| row["group_resize"].as_str().map(str::to_owned)).collect();
+    ensure!(said.len() == 2, "{said:?}");
     ensure!(said[0].starts_with("4 -> 2: rank "), "{said:?}");
     ensure!(said[0].contains("was lost") && said[0].ends_with("(in place)"), "{said:?}");
+    ensure!(said[1].starts_with("2 -> 4: room appeared on the cluster"), "{said:?}");
     for pid in victims {
-        ensure!(!alive(pid as i32), "worker {pid} outlived its node agent");
+        ensure!(!alive(pid), "worker {pid} outlived its node agent");
     }
     wait_for(Duration::from_secs(10), || {
         Ok(cluster.status()?["placement_groups"] == serde_json::json!([]))

@@ -550,8 +550,8 @@ fn main() {
             cluster::killed_node_agent_fails_over_to_the_other_node,
         ),
         test(
-            "cluster::a_lost_node_shrinks_an_elastic_group_in_place",
-            cluster::a_lost_node_shrinks_an_elastic_group_in_place,
+            "cluster::a_lost_node_shrinks_an_elastic_group_in_place_and_it_grows_back",
+            cluster::a_lost_node_shrinks_an_elastic_group_in_place_and_it_grows_back,
         ),
     ];
     let conclusion = libtest_mimic::run(&args, tests);

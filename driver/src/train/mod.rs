@@ -460,6 +460,8 @@ impl TorchTrainer {
                     options,
                     most: self.scaling.max_ranks(),
                     held: None,
+                    world: 0,
+                    room: None,
                 }
             }
         };
@@ -502,14 +504,19 @@ impl TorchTrainer {
             scaling: &self.scaling,
             label: self.pool_label(),
             resize: None,
+            asked: None,
         });
+        // Whether the next attempt's group takes what room there is, up to its max: at the
+        // start, after growing, and after a failure; after shrinking, not until a checkpoint.
+        let mut take_room = true;
         for attempt in first_attempt.. {
             let began = Instant::now();
             // An elastic group starts with all the room it may take; later, it grows at its
             // reports (after a lost rank, too: at its next checkpoint), or on a cluster at its
             // next start.
-            let grow = elastic.is_some() && steering.may_grow(self.scaling.max_ranks());
-            if let Some(elastic) = elastic.as_ref().filter(|_| grow && attempt == first_attempt) {
+            let grow =
+                elastic.is_some() && take_room && steering.may_grow(self.scaling.max_ranks());
+            if let Some(elastic) = elastic.as_mut().filter(|_| grow && attempt == first_attempt) {
                 elastic.grow(&mut placement);
             }
             let (ranks, launcher) = placement.for_attempt(attempt, grow).await?;
@@ -582,8 +589,9 @@ impl TorchTrainer {
             if let Some((from, to, why)) = resize {
                 tracing::info!(run = %run_dir.display(), "resized from {from} to {to} ranks: {why}");
                 run.resized(from, to, &why);
-                // On a cluster: placed anew, on the nodes left.
+                // On a cluster: placed anew, on the nodes left (and in the room it grew into).
                 placement.release().await;
+                take_room = to > from;
                 resume = run.roll_back()?.or_else(|| self.resume.clone());
                 start_iteration = match &resume {
                     Some(c) => c.iteration()?,
@@ -628,6 +636,7 @@ impl TorchTrainer {
                         failed = true;
                         break;
                     }
+                    take_room = true;
                     // Resume from the latest recorded checkpoint (or from the start).
                     resume = run.roll_back()?.or_else(|| self.resume.clone());
                     start_iteration = match &resume {

@@ -10,6 +10,7 @@ use crate::config::ScalingConfig;
 use crate::error::{Error, Result};
 use crate::group::{Launcher, RankPlacement};
 use crate::runtime::{Driver, LocalReservation};
+use tokio::sync::oneshot;
 
 /// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids, named through `names` (the
 /// local driver's own `CUDA_VISIBLE_DEVICES`, see `cluster::local_devices`) when given.
@@ -64,6 +65,12 @@ pub(super) enum Placement {
         /// The most ranks it takes when they are free (an elastic group's max).
         most: usize,
         held: Option<(PgId, Vec<RankPlacement>)>,
+        /// The ranks of the held group still running (fewer than it holds once an elastic
+        /// group lost some in place).
+        world: usize,
+        /// Room an elastic group was given to grow into (see `Elastic::grow`): released with
+        /// the group, which is then reserved anew at its new size.
+        room: Option<PgId>,
     },
 }
 
@@ -96,7 +103,7 @@ impl Placement {
                 let launcher = if *in_process { Launcher::InProcess } else { Launcher::Local };
                 Ok((local_ranks(held), launcher))
             }
-            Placement::Cluster { client, request, options, most, held, .. } => {
+            Placement::Cluster { client, request, options, most, held, world, .. } => {
                 if held.is_none() {
                     // A group larger than the cluster is a config error at the start; after a
                     // failure the cluster may have shrunk (a node died): wait for it to grow.
@@ -123,6 +130,7 @@ impl Placement {
                     // Each node agent maps the pool's device indices to its own devices.
                     let devices = devices_of(&r.reservation, None);
                     let ranks = RankPlacement::from_nodes(&nodes, &hosts, &devices);
+                    *world = ranks.len();
                     *held = Some((r.pg(), ranks));
                 }
                 let (pg, ranks) = held.as_ref().expect("reserved above");
@@ -135,11 +143,11 @@ impl Placement {
     /// not reach the head is logged: the head still frees the group when this driver's lease
     /// ends.
     pub(super) async fn release(&mut self) {
-        if let Placement::Cluster { client, held, .. } = self
-            && let Some((pg, _)) = held.take()
-            && let Err(e) = client::release(client, pg).await
-        {
-            tracing::warn!("releasing placement group {pg}: {e}");
+        let Placement::Cluster { client, held, room, .. } = self else { return };
+        for pg in held.take().map(|(pg, _)| pg).into_iter().chain(room.take()) {
+            if let Err(e) = client::release(client, pg).await {
+                tracing::warn!("releasing placement group {pg}: {e}");
+            }
         }
     }
 }
@@ -171,13 +179,49 @@ impl Placement {
 
     /// Gives `by` ranks of a local elastic group back to the pool: those it grew by, the last
     /// first (on one machine every bundle of a kind is as good as another once the attempt's
-    /// processes are gone). Never below its first reservation.
+    /// processes are gone). Never below its first reservation. On a cluster the group holds
+    /// its bundles until it is released (its lost ranks' died with their node).
     pub(super) fn shrink(&mut self, by: usize) {
-        if let Placement::Local { held, .. } = self {
-            for _ in 0..by.min(held.len().saturating_sub(1)) {
-                held.pop();
+        match self {
+            Placement::Local { held, .. } => {
+                for _ in 0..by.min(held.len().saturating_sub(1)) {
+                    held.pop();
+                }
             }
+            Placement::Cluster { world, .. } => *world = world.saturating_sub(by),
         }
+    }
+
+    /// On a cluster, asks the head in the background for room for up to `want` more ranks,
+    /// now (none while another group waits for room): the most that fit, the answer.
+    fn ask_for_room(&self, want: usize) -> Option<oneshot::Receiver<Option<(usize, PgId)>>> {
+        let Placement::Cluster { client, request, options, .. } = self else { return None };
+        let (mut client, mut asked, options) =
+            ((**client).clone(), request.clone(), options.clone());
+        let (tell, answer) = oneshot::channel();
+        tokio::spawn(async move {
+            let bundle = asked.bundles[0].clone();
+            let mut got = None;
+            for more in (1..=want).rev() {
+                asked.bundles = vec![bundle.clone(); more];
+                match client::reserve_if_free(&mut client, &asked, &options).await {
+                    Ok(Some(r)) => {
+                        got = Some((more, r.pg()));
+                        break;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!("asking the head for room to grow: {e}");
+                        break;
+                    }
+                }
+            }
+            // The run went on without waiting for it: the room is given back.
+            if let Err(Some((_, pg))) = tell.send(got) {
+                let _ = client::release(&mut client, pg).await;
+            }
+        });
+        Some(answer)
     }
 }
 
@@ -206,11 +250,36 @@ pub(super) struct Elastic<'s> {
     pub(super) label: &'s str,
     /// The resize the attempt in flight ended for: the group's size before and after, and why.
     pub(super) resize: Option<(usize, usize, String)>,
+    /// On a cluster: the head's answer to an ask for room to grow (see `grow`).
+    pub(super) asked: Option<oneshot::Receiver<Option<(usize, PgId)>>>,
 }
 
 impl Elastic<'_> {
-    /// Takes room for more ranks, up to the group's max; the resize, when it grew.
-    pub(super) fn grow(&self, placement: &mut Placement) -> Option<(usize, usize, String)> {
+    /// Takes room for more ranks, up to the group's max; the resize, when it grew. On a
+    /// cluster the head is asked in the background, and room it gave is taken at the next
+    /// call (the next checkpoint).
+    pub(super) fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize, String)> {
+        if let Placement::Cluster { world, room, held, .. } = placement {
+            // A group not placed yet takes the room there is when it is (`for_attempt`).
+            if held.is_none() {
+                return None;
+            }
+            let world = *world;
+            if let Some(answer) = &mut self.asked {
+                match answer.try_recv() {
+                    Err(oneshot::error::TryRecvError::Empty) => return None,
+                    Ok(Some((more, pg))) => {
+                        self.asked = None;
+                        *room = Some(pg);
+                        return Some((world, world + more, "room appeared on the cluster".into()));
+                    }
+                    Ok(None) | Err(_) => self.asked = None,
+                }
+            }
+            let want = self.scaling.max_ranks().saturating_sub(world);
+            self.asked = (want > 0).then(|| placement.ask_for_room(want)).flatten();
+            return None;
+        }
         let world = placement.local_world()?;
         let want = self.scaling.max_ranks().saturating_sub(world);
         if want == 0 {
