@@ -152,17 +152,38 @@ pub fn run_command(ctx: &mut TrainContext) -> anyhow::Result<()> {
         return Ok(());
     }
     let tail = tail.lines();
-    let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+    let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+    let how = match (status.code(), signal) {
         (Some(code), _) => format!("exited with status {code}"),
         (None, Some(signal)) => format!("was killed by signal {signal}"),
         (None, None) => format!("ended with {status}"),
     };
     // The last line first (a Python traceback ends with the exception), for one-line views.
-    match tail.last() {
-        None => bail!("`{shown}` {how} (its stderr was empty)"),
-        Some(last) => bail!("`{shown}` {how}: {last}\nthe end of its stderr:\n{}", tail.join("\n")),
+    let message = match tail.last() {
+        None => format!("`{shown}` {how} (its stderr was empty)"),
+        Some(last) => {
+            format!("`{shown}` {how}: {last}\nthe end of its stderr:\n{}", tail.join("\n"))
+        }
+    };
+    match signal {
+        Some(signal) => Err(anyhow::Error::new(CommandKilled(signal)).context(message)),
+        None => Err(anyhow!(message)),
     }
 }
+
+/// A command killed by a signal nobody in rtune sent (SIGKILL, the OOM killer): its worker
+/// tells the driver why, then ends by the same signal, so that the driver sees the rank lost
+/// (an elastic group restarts at its new size) rather than failed.
+#[derive(Debug)]
+pub(crate) struct CommandKilled(pub(crate) i32);
+
+impl std::fmt::Display for CommandKilled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "killed by signal {}", self.0)
+    }
+}
+
+impl std::error::Error for CommandKilled {}
 
 /// torchrun's `MASTER_PORT`: a port free on rank 0's host now, chosen there and shared with
 /// every rank through the group (a sum where only rank 0 adds; ports are exact in an f32).

@@ -65,7 +65,21 @@ pub(crate) fn exit_now(code: i32) -> ! {
 fn run_worker() -> i32 {
     let spec = std::env::var(WORKER_ENV).unwrap_or_default();
     match serde_json::from_str::<WorkerSpec>(&spec) {
-        Ok(spec) => process::run(spec),
+        Ok(spec) => match process::run_to_end(spec) {
+            (code, None) => code,
+            (code, Some(signal)) => {
+                // Told the driver why already; ends as its command did (`CommandKilled`).
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                let _ = std::io::stderr().flush();
+                // SAFETY: signal(2) and raise(2) on this worker process, which is done.
+                unsafe {
+                    libc::signal(signal, libc::SIG_DFL);
+                    libc::raise(signal);
+                }
+                code
+            }
+        },
         Err(e) => {
             tracing::error!("bad {WORKER_ENV}: {e}");
             2

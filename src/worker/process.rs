@@ -14,6 +14,7 @@ use crate::outcome::Checkpoint;
 use crate::proto::{FinishRequest, JoinReply, WorkerKey};
 use crate::storage::remote::Remote;
 use crate::sys::build_id;
+use crate::worker::command::CommandKilled;
 use crate::worker::group::{Elastic, Group, Shape, listen, peer_addresses};
 use crate::worker::{ContextParts, DriverLink, TrainContext, WorkerSpec};
 
@@ -21,8 +22,15 @@ use crate::worker::{ContextParts, DriverLink, TrainContext, WorkerSpec};
 const EXIT_FAILED: i32 = 1;
 const EXIT_NO_DRIVER: i32 = 3;
 
-/// Runs one worker to the end and returns the process exit code.
+/// Runs one worker to the end and returns the process exit code (local mode's, in the
+/// driver's process).
 pub(crate) fn run(spec: WorkerSpec) -> i32 {
+    run_to_end(spec).0
+}
+
+/// Runs one worker to the end: the exit code, and the signal a worker process ends by instead
+/// (its command was killed by it: see `CommandKilled`).
+pub(crate) fn run_to_end(spec: WorkerSpec) -> (i32, Option<i32>) {
     install_panic_hook();
     // Before joining: the driver may ask a joined rank for its stack (`rtune stack`).
     rtune_driver::sys::stacks::training_thread();
@@ -31,7 +39,7 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         Ok(joined) => joined,
         Err(e) => {
             tracing::error!("worker rank {}: {e}", spec.rank);
-            return EXIT_NO_DRIVER;
+            return (EXIT_NO_DRIVER, None);
         }
     };
     let started = Instant::now();
@@ -47,12 +55,12 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         unread_params: ended.unread_params.clone(),
         uploaded: ended.uploaded.clone(),
     };
-    let (request, code) = match outcome {
+    let (request, code) = match &outcome {
         Ok(()) => (finish(true, false, String::new()), 0),
         Err(TrainEnd::Stopped) => (finish(true, true, String::new()), 0),
-        Err(TrainEnd::Failed(message)) => {
+        Err(TrainEnd::Failed(message) | TrainEnd::Killed(message, _)) => {
             tracing::error!("worker rank {}: {message}", spec.rank);
-            (finish(false, false, message), EXIT_FAILED)
+            (finish(false, false, message.clone()), EXIT_FAILED)
         }
     };
     // What the train function printed is in the logs before the driver hears of the end (it
@@ -66,7 +74,10 @@ pub(crate) fn run(spec: WorkerSpec) -> i32 {
         tracing::error!("worker rank {}: could not tell the driver: {e}", spec.rank);
     }
     drop(ended.links.take());
-    code
+    match outcome {
+        Err(TrainEnd::Killed(_, signal)) => (code, Some(signal)),
+        _ => (code, None),
+    }
 }
 
 fn join(spec: &WorkerSpec, key: WorkerKey) -> Result<(DriverLink, TcpListener, JoinReply)> {
@@ -79,6 +90,8 @@ fn join(spec: &WorkerSpec, key: WorkerKey) -> Result<(DriverLink, TcpListener, J
 enum TrainEnd {
     Stopped,
     Failed(String),
+    /// A command killed by a signal from outside: the worker ends by it too (`CommandKilled`).
+    Killed(String, i32),
 }
 
 /// What the finish message says besides how the train function ended.
@@ -216,7 +229,10 @@ fn train(
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) if is_stop(&e) => Err(TrainEnd::Stopped),
-        Ok(Err(e)) => Err(TrainEnd::Failed(format!("{e:#}"))),
+        Ok(Err(e)) => match e.chain().find_map(|c| c.downcast_ref::<CommandKilled>()) {
+            Some(killed) => Err(TrainEnd::Killed(e.to_string(), killed.0)),
+            None => Err(TrainEnd::Failed(format!("{e:#}"))),
+        },
         Err(_) => Err(TrainEnd::Failed(
             PANIC.lock().ok().and_then(|mut p| p.take()).unwrap_or_else(|| "panicked".into()),
         )),

@@ -35,7 +35,8 @@ fn rtune(args: &[&str]) -> Result<Output> {
 /// A probe that speaks the protocol through the example helper: it records its environment
 /// (`env_RANK_START.json`), checks that a resumed start finds its state in the checkpoint,
 /// reports `score = rate * i` with a checkpoint holding `i`, fails on purpose once at `fail_at`,
-/// and writes `stopped_RANK.txt` when told to stop.
+/// SIGKILLs its rank 2 once at `lose_at` (when given), and writes `stopped_RANK.txt` when told
+/// to stop.
 const PROBE: &str = r#"
 import json, os, sys, tempfile
 sys.path.insert(0, {helper!r})
@@ -59,6 +60,10 @@ assert state == start, f"checkpoint holds {state}, rtune says {start}"
 for i in range(start + 1, p["iterations"] + 1):
     if i == p["fail_at"] and checkpoint() is None:
         sys.exit(f"failing on purpose at {i}")
+    lost = os.path.join(run, "lost")
+    if i == p.get("lose_at") and rank == "2" and not os.path.exists(lost):
+        open(lost, "w").close()
+        os.kill(os.getpid(), 9)
     print(f"plain output {i}")
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "state.json"), "w") as f:
@@ -210,6 +215,53 @@ pub fn failed_command_resumes_from_its_checkpoint() -> Result<()> {
     // The first attempt's failure names the command and the last line of its stderr.
     let log = std::fs::read_to_string(dir.path().join("results/probe/driver.log"))?;
     ensure!(log.contains("exited with status 1: failing on purpose at 4"), "{log}");
+    Ok(())
+}
+
+/// An elastic command trainable (2 to 3 ranks) whose rank 2 is SIGKILLed does not go on in
+/// place (torchrun's environment has no way to): its ranks start again from the latest
+/// checkpoint with WORLD_SIZE 2, then with 3 at the next checkpoint (the CPU is free again).
+/// Neither restart is a failure (none are allowed), and every iteration is there once.
+pub fn elastic_command_restarts_with_the_new_world_size() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = probe_sweep(dir.path(), 0, "")?;
+    let path = format!("{}:{}", venv_bin()?.display(), std::env::var("PATH").unwrap_or_default());
+    let sets = [
+        "scaling.num_workers={ min = 2, max = 3 }",
+        "param_space.rate=3.0",
+        "param_space.lose_at=3",
+    ];
+    let mut command = Command::new(RTUNE);
+    command.args(["run", file.to_str().unwrap(), "--no-tui"]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let out = command.env("PATH", path).env("RTUNE_NUM_CPUS", "3").output()?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("results/probe"))?;
+    let trial = grid.trials.first().context("no trial")?;
+    let scores: Vec<f64> = trial.history().iter().map(|m| m["score"]).collect();
+    ensure!(scores == [3.0, 6.0, 9.0, 12.0, 15.0, 18.0], "{scores:?}");
+    let worlds: Vec<f64> = trial.history().iter().map(|m| m["world_size"]).collect();
+    ensure!(worlds == [3.0, 3.0, 2.0, 3.0, 3.0, 3.0], "{worlds:?}");
+    // Each start's ranks were told their group: 3, then 2 from checkpoint 2, then 3 from 3.
+    for (start, world) in [(0, 3), (2, 2), (3, 3)] {
+        for rank in 0..world {
+            let env = read_json(&trial.path().join(format!("env_{rank}_{start}.json")))?;
+            ensure!(env["WORLD_SIZE"] == world.to_string().as_str(), "start {start}: {env}");
+        }
+    }
+    ensure!(!trial.path().join("env_2_2.json").exists(), "rank 2 started with 2 ranks");
+    let said: Vec<String> = std::fs::read_to_string(trial.path().join("result.json"))?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
+        .collect();
+    ensure!(said.len() == 2, "{said:?}");
+    ensure!(said[0].starts_with("3 -> 2: rank 2 lost: `"), "{said:?}");
+    ensure!(said[0].contains("probe.py` was killed by signal 9"), "{said:?}");
+    ensure!(said[0].ends_with("(from the latest checkpoint)"), "{said:?}");
+    ensure!(said[1].starts_with("2 -> 3: room appeared"), "{said:?}");
     Ok(())
 }
 

@@ -534,6 +534,10 @@ fn main() {
             command::failed_command_resumes_from_its_checkpoint,
         ),
         test("command::command_mistakes_are_named", command::command_mistakes_are_named),
+        test(
+            "command::elastic_command_restarts_with_the_new_world_size",
+            command::elastic_command_restarts_with_the_new_world_size,
+        ),
         test("command::ddp_script_sweeps_with_asha", command::ddp_script_sweeps_with_asha),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),

@@ -726,6 +726,7 @@ mod tests {
             sharding: None,
             reserve_s: 0.0,
             elastic: None,
+            in_place: false,
         }
     }
 

@@ -235,6 +235,9 @@ pub(crate) struct AttemptSpec {
     /// (`Regroup`) with at least this many, else it ends the attempt as
     /// `AttemptOutcome::Lost`, for the run to shrink, instead of as a failure. None: rigid.
     pub elastic: Option<usize>,
+    /// Whether its ranks may re-form their group in place (`Regroup`); a command's ranks
+    /// (torchrun's environment) cannot: an elastic one's losses always end the attempt.
+    pub in_place: bool,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).

@@ -550,6 +550,8 @@ impl TorchTrainer {
                 sharding: self.scaling.sharding,
                 reserve_s,
                 elastic: elastic.is_some().then(|| self.scaling.ranks()),
+                // A command's ranks (torchrun's environment) restart with the new WORLD_SIZE.
+                in_place: self.train_fn != TrainFnId::COMMAND,
             };
             run.begin_attempt(attempt, start_iteration)?;
             steering.started();

@@ -24,10 +24,11 @@ impl Attempt<'_> {
     ) -> bool {
         let Some(min) = self.spec.elastic else { return false };
         // Before every rank has joined there is no group to go on with; a rank in this
-        // process (local mode) is never lost alone.
+        // process (local mode) is never lost alone; a command's cannot re-form their group.
         let joined = !self.seats.is_empty();
         let in_process = matches!(self.spec.launcher, Launcher::InProcess);
-        if self.failure.is_some() || !joined || in_process || self.live() <= min {
+        let stays = self.spec.in_place && !in_process;
+        if self.failure.is_some() || !joined || !stays || self.live() <= min {
             return false;
         }
         self.workers[rank].gone = true;
