@@ -796,10 +796,9 @@ mod tests {
             let err = ScalingConfig::elastic(min, max).validate().unwrap_err().to_string();
             assert!(err.contains("num_workers") && err.contains(says), "{min}-{max}: {err}");
         }
-        // A cluster's pool does not resize groups yet: refused, naming both.
+        // A cluster's pool resizes groups as this machine's does.
         let run = RunConfig::new("r").cluster("127.0.0.1:1", None);
-        let err = elastic.check_placement(&run).unwrap_err().to_string();
-        assert!(err.contains("elastic") && err.contains("127.0.0.1:1"), "{err}");
+        assert!(elastic.check_placement(&run).is_ok());
         // A config from before elastic groups reads as a fixed one.
         let old: ScalingConfig = serde_json::from_str(
             r#"{"num_workers":2,"use_gpu":false,"resources_per_worker":{},"placement_strategy":"PACK"}"#,

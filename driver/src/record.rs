@@ -581,6 +581,13 @@ impl RunState {
 
     /// After a failure: forget reports made after the latest checkpoint, rewrite the result
     /// files, clear half-written checkpoints, and return the checkpoint to resume from.
+    /// The checkpoint of the last report, if it had one and it is kept.
+    pub(crate) fn last_report_checkpoint(&self) -> Option<&Checkpoint> {
+        let (checkpoint, metrics) = self.checkpoints.last()?;
+        let last = self.history.last()?;
+        (iteration_of(metrics) == iteration_of(last)).then_some(checkpoint)
+    }
+
     pub(crate) fn roll_back(&mut self) -> Result<Option<Checkpoint>> {
         let latest = self.checkpoints.last().cloned();
         self.truncate(latest.as_ref().map_or(0.0, |(_, m)| iteration_of(m)))?;
@@ -682,6 +689,9 @@ pub(crate) struct GroupReport {
     /// Where each rank's time went since its last report, in rank order (empty where the
     /// workers did not say).
     pub ranks: Vec<crate::proto::RankTimes>,
+    /// Ranks can join the group in place at this report (every rank said it can, and the
+    /// attempt can add ranks: see `OnReport::joiners`).
+    pub joinable: bool,
 }
 
 #[cfg(test)]

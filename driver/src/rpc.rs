@@ -392,6 +392,7 @@ pub mod frame {
                 checkpoint: String::new(),
                 uploaded: Vec::new(),
                 times: None,
+                joinable: false,
             };
             let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
             ours.set_nonblocking(true).unwrap();

@@ -275,6 +275,8 @@ impl<'a> TrainContext<'a> {
         metrics: impl IntoMetrics,
         mut checkpoint: Option<CheckpointWriter>,
     ) -> Result<()> {
+        // Whether ranks can join at this report: asked before anything here calls a collective.
+        let joinable = self.group.take_joinable();
         let metrics = metrics.into_metrics()?;
         let iteration = self.iteration() + 1;
         if let Some(writer) = checkpoint.as_mut().filter(|w| w.is_sharded()) {
@@ -331,14 +333,25 @@ impl<'a> TrainContext<'a> {
         if let tch::Device::Cuda(ordinal) = self.device {
             super::timing::gpu(&mut times, ordinal);
         }
-        let (seq, metrics) = (self.reports + 1, to_wire(&metrics));
-        let reply =
-            super::timing::report(|| self.link.report(seq, metrics, committed, uploaded, times))?;
+        let request = rtune_driver::proto::ReportRequest {
+            key: None,
+            seq: self.reports + 1,
+            metrics_json: to_wire(&metrics),
+            checkpoint: committed,
+            uploaded,
+            times: Some(times),
+            joinable,
+        };
+        let reply = super::timing::report(|| self.link.report(request))?;
         self.step_began = std::time::Instant::now();
         self.reports += 1;
         if reply.stop {
             self.stop_requested = true;
             return Err(Error::StopRequested);
+        }
+        if reply.regroup {
+            super::join::take_in(&self.group)?;
+            self.group.forget_first_op();
         }
         Ok(())
     }
@@ -487,7 +500,7 @@ impl Backend {
         })
     }
 
-    fn broadcast(&self, flat: &Tensor, root: usize) -> Result<()> {
+    pub(super) fn broadcast(&self, flat: &Tensor, root: usize) -> Result<()> {
         super::timing::collective(bytes(flat), || match self {
             Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().broadcast(s, root)),
             Backend::Nccl(n, _) => Ok(n.borrow_mut().broadcast(flat, root)?),
@@ -548,7 +561,17 @@ struct Bucket {
 impl DistributedModel {
     fn new(backend: Backend, vs: &VarStore) -> Result<Self> {
         let named = sorted_variables(vs);
-        broadcast_from_rank_0(&backend, &named)?;
+        let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
+        broadcast_from_rank_0(&backend, &all)?;
+        if let Some(group) = backend.group() {
+            // A rank that joined a running group takes its optimizer's state now too.
+            if group.take_joins_running() {
+                let handed = super::join::hand_over_optimizer(&backend, None)?;
+                handed.into_iter().for_each(|state| group.set_received(state));
+            }
+            group.keep_vars(&all);
+            group.forget_first_op();
+        }
         let params: Vec<Tensor> = trainable(named).into_iter().map(|(_, t)| t).collect();
         let buckets = buckets_of(&params, backend.device());
         Ok(DistributedModel { backend, params, buckets })
@@ -600,6 +623,9 @@ impl DistributedModel {
         optimizer: &mut impl super::OptimizerStep,
         loss: &Tensor,
     ) -> Result<()> {
+        if let Some(group) = self.backend.group() {
+            group.first_op(optimizer.model_optimizer().is_some());
+        }
         optimizer.zero_grad()?;
         loss.f_backward().torch()?;
         if let Err(e) = self.sync_gradients() {
@@ -608,9 +634,24 @@ impl DistributedModel {
                 None => Err(e),
             };
         }
+        let group = self.backend.group();
+        if let Some(handed) = group.and_then(|g| g.take_received()) {
+            let Some(taker) = optimizer.model_optimizer() else {
+                return Err(Error::Worker(
+                    "this rank joined its group in place, but its optimizer cannot take the \
+                     group's state: step with rtune's ModelOptimizer (OptimizerSettings::\
+                     for_model)"
+                        .into(),
+                ));
+            };
+            taker.take_over(&handed)?;
+        }
         optimizer.step()?;
-        if let Some(group) = self.backend.group() {
+        if let Some(group) = group {
             group.step_done();
+            if let Some(kept) = optimizer.model_optimizer() {
+                group.keep_optimizer(|| kept.handover());
+            }
         }
         Ok(())
     }
@@ -628,15 +669,14 @@ pub(super) fn trainable(named: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
     named.into_iter().filter(|(_, t)| t.requires_grad()).collect()
 }
 
-/// Copies rank 0's `named` variables (every one, trainable or not) to every rank, a bucket at
-/// a time.
-pub(super) fn broadcast_from_rank_0(backend: &Backend, named: &[(String, Tensor)]) -> Result<()> {
+/// Copies rank 0's variables `all` (every one of a model, trainable or not, in name order) to
+/// every rank, a bucket at a time.
+pub(super) fn broadcast_from_rank_0(backend: &Backend, all: &[Tensor]) -> Result<()> {
     if backend.world_size() == 1 {
         return Ok(());
     }
-    let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
     let _no_grad = tch::no_grad_guard();
-    for bucket in buckets_of(&all, backend.device()) {
+    for bucket in buckets_of(all, backend.device()) {
         let flat = &bucket.flat;
         gather_into(flat, &all[bucket.range.clone()], |t| t.shallow_clone())?;
         backend.broadcast(flat, 0)?;

@@ -12,6 +12,11 @@
 //! compute is lost. Everything else that fails on a lost peer (a train function's own
 //! `all_reduce`, a sharded model's collectives, NCCL) fails the attempt, and the run starts the
 //! group again from its latest checkpoint, at its new size.
+//!
+//! Growing in place (see `worker::join`): at a report, the driver may answer that ranks join;
+//! the rank re-forms the group with them (`Regroup`) and hands them, from rank 0, the model's
+//! variables and optimizer state it keeps handles to here. Whether it can (`joinable`) is what
+//! it tells the driver with each report.
 
 use std::cell::{Cell, Ref, RefCell, RefMut};
 use std::net::TcpListener;
@@ -21,6 +26,7 @@ use std::time::Duration;
 use crate::collective::{CollectiveError, GroupOptions, ProcessGroup, RingGroup};
 use crate::error::{Error, Result};
 use crate::worker::DriverLink;
+use crate::worker::join::OptimizerState;
 
 /// A rank's place in its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +62,24 @@ pub(crate) struct Elastic {
     last_batches: Cell<u64>,
     redo: Cell<Option<u64>>,
     batches_made: Cell<u64>,
+    /// Since the last report: None, no collective yet; else whether the first was a
+    /// data-parallel step with an optimizer whose state can be handed over.
+    first_op: Cell<Option<bool>>,
+    /// A rank that joined a running group: its model's start takes the optimizer state too.
+    joins_running: Cell<bool>,
+    /// What this rank hands over to ranks that join, and what it was handed when it joined.
+    handover: RefCell<Handover>,
+}
+
+/// See `Elastic::handover`.
+#[derive(Default)]
+struct Handover {
+    /// The model's variables, every one in name order (handles sharing their data).
+    vars: Vec<tch::Tensor>,
+    /// Its optimizer's state, as of its last step.
+    optimizer: Option<OptimizerState>,
+    /// On a rank that joined: the state it was handed, for its optimizer's first step.
+    received: Option<OptimizerState>,
 }
 
 impl Elastic {
@@ -69,7 +93,17 @@ impl Elastic {
             last_batches: Cell::new(0),
             redo: Cell::new(None),
             batches_made: Cell::new(0),
+            first_op: Cell::new(None),
+            joins_running: Cell::new(false),
+            handover: RefCell::new(Handover::default()),
         }
+    }
+
+    /// This rank joins a running group that has completed `steps_done` steps.
+    pub(crate) fn joining(self, steps_done: u64) -> Elastic {
+        self.steps_done.set(steps_done);
+        self.joins_running.set(true);
+        self
     }
 }
 
@@ -84,7 +118,78 @@ impl Group {
 
     /// The ring, to call a collective on.
     pub(crate) fn borrow_mut(&self) -> RefMut<'_, Box<dyn ProcessGroup>> {
+        self.first_op(false);
         RefMut::map(self.ring.borrow_mut(), |r| r.as_mut().expect("the group is being re-formed"))
+    }
+
+    /// A collective is called: a data-parallel step whose optimizer's state can be handed over
+    /// (`steps_in_place`), or anything else. The first since the last report says whether
+    /// ranks can join at the next (`joinable`).
+    pub(crate) fn first_op(&self, steps_in_place: bool) {
+        if let Some(e) = self.elastic.as_ref().filter(|e| e.first_op.get().is_none()) {
+            e.first_op.set(Some(steps_in_place));
+        }
+    }
+
+    /// Whether ranks can join in place now (see `first_op`); starts over until the next report.
+    pub(crate) fn take_joinable(&self) -> bool {
+        self.elastic.as_ref().is_some_and(|e| e.first_op.take() == Some(true))
+    }
+
+    /// A model's start (its first broadcast) is not the loop's first collective.
+    pub(crate) fn forget_first_op(&self) {
+        if let Some(e) = &self.elastic {
+            e.first_op.set(None);
+        }
+    }
+
+    /// Keeps handles to a model's variables (every one, in name order), to hand to joiners.
+    pub(crate) fn keep_vars(&self, vars: &[tch::Tensor]) {
+        if let Some(e) = &self.elastic {
+            e.handover.borrow_mut().vars = vars.iter().map(tch::Tensor::shallow_clone).collect();
+        }
+    }
+
+    /// Keeps an optimizer's state as of its last step, to hand to joiners.
+    pub(crate) fn keep_optimizer(&self, state: impl FnOnce() -> OptimizerState) {
+        if let Some(e) = &self.elastic {
+            e.handover.borrow_mut().optimizer = Some(state());
+        }
+    }
+
+    /// What this rank hands over: its model's variables and its optimizer's state.
+    pub(crate) fn handover(&self) -> (Vec<tch::Tensor>, Option<OptimizerState>) {
+        let Some(e) = &self.elastic else { return (Vec::new(), None) };
+        let h = e.handover.borrow();
+        (
+            h.vars.iter().map(tch::Tensor::shallow_clone).collect(),
+            h.optimizer.as_ref().map(OptimizerState::handles),
+        )
+    }
+
+    /// On a rank that joins a running group, once: true (its model's start takes the optimizer
+    /// state as well as the variables).
+    pub(crate) fn take_joins_running(&self) -> bool {
+        self.elastic.as_ref().is_some_and(|e| e.joins_running.replace(false))
+    }
+
+    /// The optimizer state this rank was handed when it joined, for its optimizer.
+    pub(crate) fn set_received(&self, state: OptimizerState) {
+        if let Some(e) = &self.elastic {
+            e.handover.borrow_mut().received = Some(state);
+        }
+    }
+
+    pub(crate) fn take_received(&self) -> Option<OptimizerState> {
+        self.elastic.as_ref().and_then(|e| e.handover.borrow_mut().received.take())
+    }
+
+    /// Ranks join at this report: the group re-forms with them (`Regroup`).
+    pub(crate) fn grow(&self) -> Result<()> {
+        match &self.elastic {
+            Some(elastic) => self.regroup(elastic),
+            None => Err(Error::Protocol("ranks join a group that is not elastic".into())),
+        }
     }
 
     pub(crate) fn borrow(&self) -> Ref<'_, Box<dyn ProcessGroup>> {

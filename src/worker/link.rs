@@ -115,17 +115,9 @@ impl DriverLink {
         self.key.attempt
     }
 
-    pub(crate) fn report(
-        &mut self,
-        seq: u64,
-        metrics_json: String,
-        checkpoint: String,
-        uploaded: Vec<String>,
-        times: rtune_driver::proto::RankTimes,
-    ) -> Result<ReportReply> {
-        let key = Some(self.key.clone());
-        let times = Some(times);
-        let request = ReportRequest { key, seq, metrics_json, checkpoint, uploaded, times };
+    /// Sends `request` as this rank's (its key set here); waits for the driver's answer.
+    pub(crate) fn report(&mut self, mut request: ReportRequest) -> Result<ReportReply> {
+        request.key = Some(self.key.clone());
         let reports = match self.reports.take() {
             Some(reports) => reports,
             None => self.open_reports()?,

@@ -12,6 +12,7 @@
 pub(crate) mod command;
 mod context;
 pub(crate) mod group;
+mod join;
 mod link;
 mod model_optimizer;
 pub(crate) mod process;

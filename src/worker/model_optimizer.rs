@@ -20,6 +20,7 @@ use tch::nn::{Optimizer, VarStore};
 use tch::{Device, Tensor};
 
 use super::context::{sorted_variables, trainable};
+use super::join::OptimizerState;
 use super::shard_optimizer::{OptimizerSettings, Parameter, Scratch, ShardState, read_index};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;
@@ -33,6 +34,13 @@ pub trait OptimizerStep {
     fn zero_grad(&mut self) -> Result<()>;
     /// Updates the variables from their gradients.
     fn step(&mut self) -> Result<()>;
+
+    /// rtune's optimizer, whose state ranks that join a group in place can be handed (see
+    /// `worker::join`); None for any other.
+    #[doc(hidden)]
+    fn model_optimizer(&mut self) -> Option<&mut ModelOptimizer> {
+        None
+    }
 }
 
 impl OptimizerStep for Optimizer {
@@ -173,6 +181,10 @@ impl Variable {
 }
 
 impl OptimizerStep for ModelOptimizer {
+    fn model_optimizer(&mut self) -> Option<&mut ModelOptimizer> {
+        Some(self)
+    }
+
     fn zero_grad(&mut self) -> Result<()> {
         for var in &self.vars {
             let mut grad = var.tensor.grad();
@@ -221,6 +233,37 @@ impl ModelOptimizer {
     /// step index that goes on across restarts, for a learning-rate schedule or a log.
     pub fn steps(&self) -> u64 {
         self.vars.iter().map(|v| v.state.step).max().unwrap_or(0).max(0) as u64
+    }
+
+    /// Handles to its state, for ranks that join the group in place (see `worker::join`).
+    pub(crate) fn handover(&self) -> OptimizerState {
+        OptimizerState {
+            buffers: self.state.buffers.iter().map(Tensor::shallow_clone).collect(),
+            steps: self.vars.iter().map(|v| v.state.step).collect(),
+        }
+    }
+
+    /// Takes the state rank 0 handed over (`handover` there) when this rank joined its group.
+    pub(crate) fn take_over(&mut self, handed: &OptimizerState) -> Result<()> {
+        let lens: Vec<i64> = self.state.buffers.iter().map(|b| b.numel() as i64).collect();
+        let given: Vec<i64> = handed.buffers.iter().map(|b| b.numel() as i64).collect();
+        if lens != given || handed.steps.len() != self.vars.len() {
+            return Err(Error::Worker(format!(
+                "the optimizer state rank 0 handed over ({} variables, buffers of {given:?} \
+                 numbers) does not fit this rank's ({} variables, {lens:?}): every rank must \
+                 make the same model and optimizer",
+                handed.steps.len(),
+                self.vars.len()
+            )));
+        }
+        let _no_grad = tch::no_grad_guard();
+        for (mine, theirs) in self.state.buffers.iter_mut().zip(&handed.buffers) {
+            mine.f_copy_(theirs).torch()?;
+        }
+        for (var, &step) in self.vars.iter_mut().zip(&handed.steps) {
+            var.state.step = step;
+        }
+        Ok(())
     }
 
     /// Saves the state into `checkpoint` (`optimizer.safetensors` and `optimizer.json`), on the

@@ -127,7 +127,9 @@ fn train(
     let peers = peer_addresses(&reply.peers).map_err(|e| failed(&e))?;
     let timeout = Duration::from_millis(reply.collective_timeout_ms);
     let options = GroupOptions::new(reply.collective_group_id).timeout(timeout);
-    let (rank, world) = (spec.rank as usize, reply.world_size as usize);
+    // A rank that joins a running group has the place the group gave it, not its spec's.
+    let rank = if reply.joins_running { reply.group_rank } else { spec.rank } as usize;
+    let world = reply.world_size as usize;
     let ring =
         RingGroup::connect(rank, world, listener, &peers, options).map_err(|e| failed(&e))?;
     // An elastic group's ranks ask to re-form it on a connection of their own (a model asks,
@@ -135,7 +137,11 @@ fn train(
     let elastic = match reply.elastic {
         true => {
             let own = DriverLink::connect(&spec.hub, link.key().clone()).map_err(|e| failed(&e))?;
-            Some(Elastic::new(own, spec.bind_host.clone(), timeout))
+            let elastic = Elastic::new(own, spec.bind_host.clone(), timeout);
+            Some(match reply.joins_running {
+                true => elastic.joining(reply.steps_done),
+                false => elastic,
+            })
         }
         false => None,
     };

@@ -88,7 +88,8 @@ impl ShardedModel {
             ));
         }
         // Rank 0's weights everywhere first, as `prepare_model` does.
-        broadcast_from_rank_0(&backend, &named)?;
+        let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
+        broadcast_from_rank_0(&backend, &all)?;
         let (layout, params): (Vec<Parameter>, Vec<Tensor>) = trainable(named)
             .into_iter()
             .map(|(name, t)| (Parameter { name, shape: t.size() }, t))

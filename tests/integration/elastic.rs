@@ -153,7 +153,10 @@ enum Parallel {
 
 /// A data-parallel MLP on the digits with global batches of 64 rows (Adam, its state whole or
 /// sharded as `ScalingConfig::sharding` says; 3 epochs, a checkpoint with Adam's state each);
-/// on its first attempt, rank 2 SIGKILLs itself at step `lose_at` (0: never), mid-epoch.
+/// on its first attempt, rank 2 SIGKILLs itself at step `lose_at` (0: never), mid-epoch. Each
+/// rank saves its weights at each epoch's end (`weights_RANK_EPOCH.safetensors`). With its
+/// state whole the group never restarts: it reads no checkpoint's weights or moments (a rank
+/// that joins in place takes them from rank 0), only where its epochs begin.
 fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
     use rtune::worker::{BatchSpec, OptimizerSettings};
     use rtune::{LoadVarStore, SaveVarStore};
@@ -163,16 +166,13 @@ fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
     tch::manual_seed(0);
     let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
     let net = crate::trainer::mlp(&vs.root(), 32);
-    if let Some(checkpoint) = ctx.checkpoint() {
+    if let Some(checkpoint) = ctx.checkpoint().filter(|_| ctx.sharding().is_some()) {
         checkpoint.load_var_store(&mut vs)?;
     }
     let adam = OptimizerSettings::adam(1e-2);
     let mut model = match ctx.sharding() {
         None => {
-            let mut whole = adam.for_model(&vs)?;
-            if let Some(checkpoint) = ctx.checkpoint() {
-                whole.load(checkpoint)?;
-            }
+            let whole = adam.for_model(&vs)?;
             Parallel::Whole(ctx.prepare_model(&vs)?, whole)
         }
         Some(sharding) => {
@@ -186,7 +186,7 @@ fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
     let first = ctx.checkpoint().is_none();
     let spec = BatchSpec::global(64).shuffle(3).drop_last(true);
     let mut step = 0;
-    for _ in ctx.iteration()..3 {
+    for epoch in ctx.iteration()..3 {
         for (x, y) in train.iter_batches(&spec)? {
             step += 1;
             if first && step == lose_at && ctx.world_rank() == 2 {
@@ -199,6 +199,7 @@ fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
                 Parallel::Sharded(sharded) => sharded.backward_step(&loss)?,
             }
         }
+        vs.save(ctx.run_dir().join(format!("weights_{}_{epoch}.safetensors", ctx.world_rank())))?;
         let mut checkpoint = ctx.new_checkpoint()?;
         checkpoint.save_var_store(&vs)?;
         match &model {
@@ -259,9 +260,10 @@ fn final_weights(run: &std::path::Path) -> Result<Vec<(String, Vec<f32>)>> {
 }
 
 /// Rank 2 of 3 SIGKILLed mid-step: the other two re-form their group in place and go on, in
-/// the same attempt (no restart, no checkpoint read), from the step they were in; the run ends
-/// with no failure and the same weights as a run that lost no rank, within float summation
-/// order (each step's samples and mean gradient do not depend on the group's size).
+/// the same attempt (no restart, no checkpoint read), from the step they were in; at the next
+/// checkpoint a new rank joins in place, handed rank 0's state. The run ends with no failure
+/// and the same weights as a run that lost no rank, within float summation order (each step's
+/// samples and mean gradient do not depend on the group's size).
 pub fn a_rank_lost_mid_step_is_survived_in_place() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let calm = fit_in_child(dir.path(), "calm", 0, "none")?;
@@ -277,10 +279,31 @@ pub fn a_rank_lost_mid_step_is_survived_in_place() -> Result<()> {
         said.starts_with("3 -> 2: rank 2 lost: killed by signal 9") && said.ends_with("(in place)"),
         "{said}"
     );
-    // Then it grows back at its first checkpoint (this machine has the room again).
+    // Then it grows back at its first checkpoint (this machine has the room again), in place:
+    // the new rank joins the running group, which never starts again.
     let grew = lost_rows[1]["group_resize"].as_str().unwrap_or_default();
-    ensure!(grew.starts_with("2 -> 3: room appeared"), "{grew}");
+    ensure!(grew == "2 -> 3: room appeared in the pool (in place)", "{grew}");
     ensure!(lost_rows.len() == 3 && lost_rows[2]["world_size"] == 3, "{lost_rows:?}");
+    ensure!(lost_rows[1..].iter().all(|r| r["group_attempt"].is_null()), "{lost_rows:?}");
+    // The rank that joined took rank 0's weights and Adam's moments and steps, bit for bit: it
+    // read no checkpoint, and after an epoch of the same mean gradients its weights are rank
+    // 0's exactly (anything else in its state would show).
+    let weights = |rank: usize| -> Result<Vec<(String, tch::Tensor)>> {
+        let file = lost.join(format!("weights_{rank}_2.safetensors"));
+        let mut named = tch::Tensor::read_safetensors(&file)?;
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(named)
+    };
+    let (rank0, joiner) = (weights(0)?, weights(2)?);
+    ensure!(
+        rank0.len() == 4 && rank0.len() == joiner.len(),
+        "{} and {}",
+        rank0.len(),
+        joiner.len()
+    );
+    for ((name, a), (_, b)) in rank0.iter().zip(&joiner) {
+        ensure!(a.equal(b), "`{name}` of the rank that joined differs from rank 0's");
+    }
     let (a, b) = (final_weights(&calm)?, final_weights(&lost)?);
     let names = |w: &[(String, Vec<f32>)]| w.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     ensure!(a.len() == 4 && names(&a) == names(&b), "{:?} against {:?}", names(&a), names(&b));

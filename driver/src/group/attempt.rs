@@ -12,7 +12,8 @@ use super::hub::{Hub, HubCall, Reply};
 use super::launch::{in_process_device, spawn_in_process, spawn_local, spawn_remote};
 use super::logs::forward_cluster_events;
 use super::{
-    AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport, Seat, shared_gpus,
+    AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport, RankPlacement, Seat,
+    shared_gpus,
 };
 use crate::error::Result;
 use crate::metrics::GroupStart;
@@ -46,6 +47,9 @@ struct Worker {
     gone: bool,
     /// Its call to re-form the group after a lost rank, waiting for the other live ranks'.
     regroup: Option<(RegroupRequest, Reply<RegroupReply>)>,
+    /// The reports its group made before it joined in place (0 for a rank there from the
+    /// start): its own count starts after them.
+    skipped: u64,
 }
 
 impl Worker {
@@ -59,6 +63,7 @@ impl Worker {
             lost: None,
             gone: false,
             regroup: None,
+            skipped: 0,
         }
     }
 }
@@ -85,7 +90,9 @@ pub(crate) async fn run_attempt(
     let spawning = std::time::Instant::now();
     for rank in 0..spec.ranks.len() {
         let started = match &spec.launcher {
-            Launcher::Local => spawn_local(hub, spec, rank, exit_tx.clone()).await,
+            Launcher::Local => {
+                spawn_local(hub, spec, (rank, &spec.ranks[rank]), exit_tx.clone()).await
+            }
             Launcher::InProcess => spawn_in_process(hub, spec, exit_tx.clone()),
             Launcher::Cluster { client, pg } => {
                 spawn_remote(hub, spec, rank, (**client).clone(), *pg).await
@@ -101,7 +108,6 @@ pub(crate) async fn run_attempt(
             }
         }
     }
-    drop(exit_tx);
     let spawned = std::time::Instant::now();
     let start = GroupStart {
         attempt: spec.attempt,
@@ -113,6 +119,14 @@ pub(crate) async fn run_attempt(
     let mut state = Attempt::new(spec, workers, (start, spawned));
     let deadline = tokio::time::Instant::now() + spec.start_timeout;
     while !state.is_over() {
+        // Ranks that join the group in place (see `regroup`).
+        for rank in std::mem::take(&mut state.to_spawn) {
+            let placed = state.placed(rank).clone();
+            match spawn_local(hub, spec, (rank, &placed), exit_tx.clone()).await {
+                Ok(kill) => state.workers[rank].kill = Some(kill),
+                Err(e) => state.fail(rank, format!("could not start a rank that joins: {e}"), None),
+            }
+        }
         let joining =
             state.failure.is_none() && state.workers.iter().any(|w| matches!(w.join, Join::NotYet));
         let flush_due = on_report.flush_due();
@@ -140,6 +154,7 @@ pub(crate) async fn run_attempt(
             }
         }
     }
+    drop(exit_tx);
     hub.unregister(&spec.group);
     // Answer calls that raced with the end, so no worker waits on a dropped group.
     calls.close();
@@ -194,6 +209,12 @@ struct Attempt<'s> {
     regroup_by: Option<std::time::Instant>,
     /// Ranks that left an elastic group in place since it last re-formed, and why.
     left: Vec<(usize, String)>,
+    /// Ranks joining the group in place, not in it yet (see `regroup`).
+    joining: Option<super::Joiners>,
+    /// Where the ranks that joined in place are, after `spec.ranks`'.
+    joined: Vec<RankPlacement>,
+    /// Ranks to start now (they join in place).
+    to_spawn: Vec<usize>,
 }
 
 impl<'s> Attempt<'s> {
@@ -214,7 +235,16 @@ impl<'s> Attempt<'s> {
             kill_at: None,
             regroup_by: None,
             left: Vec::new(),
+            joining: None,
+            joined: Vec::new(),
+            to_spawn: Vec::new(),
         }
+    }
+
+    /// Where rank `rank` runs.
+    fn placed(&self, rank: usize) -> &RankPlacement {
+        let first = self.spec.ranks.len();
+        self.spec.ranks.get(rank).unwrap_or_else(|| &self.joined[rank - first])
     }
 
     fn all_exited(&self) -> bool {
@@ -344,6 +374,11 @@ impl<'s> Attempt<'s> {
             return;
         }
         self.workers[rank].join = Join::Waiting(request, reply);
+        if !self.seats.is_empty() {
+            // A rank joining the running group: answered as it re-forms.
+            self.try_regroup(on_report);
+            return;
+        }
         if self.workers.iter().any(|w| matches!(w.join, Join::NotYet)) {
             return;
         }
@@ -356,21 +391,8 @@ impl<'s> Attempt<'s> {
             })
             .collect();
         let peers: Vec<String> = joined.iter().map(|r| r.collective_address.clone()).collect();
-        let seats: Vec<Seat> = joined
-            .iter()
-            .zip(&self.spec.ranks)
-            .map(|(request, placed)| Seat {
-                node: Some(request.hostname.clone())
-                    .filter(|h| !h.is_empty())
-                    .unwrap_or_else(|| placed.bind_host.clone()),
-                gpus: placed.cuda_visible_devices.as_ref().map(|given| {
-                    Some(request.cuda_visible_devices.clone())
-                        .filter(|d| !d.is_empty())
-                        .unwrap_or_else(|| given.clone())
-                }),
-                pid: request.pid,
-            })
-            .collect();
+        let seats: Vec<Seat> =
+            joined.iter().zip(&self.spec.ranks).map(|(r, placed)| seat(r, placed)).collect();
         let shared = shared_gpus(&seats);
         for (node, device, ranks) in &shared {
             tracing::info!(
@@ -384,50 +406,63 @@ impl<'s> Attempt<'s> {
         on_report.placed(&seats, start);
         self.seats = seats;
         let group_id = rand::random::<u64>();
-        let world = self.workers.len() as u32;
-        for (rank, w) in self.workers.iter_mut().enumerate() {
+        for rank in 0..self.workers.len() {
+            let w = &mut self.workers[rank];
             let Join::Waiting(_, reply) = std::mem::replace(&mut w.join, Join::Done) else {
                 continue;
             };
-            let placed = &self.spec.ranks[rank];
-            let device = match (&placed.cuda_visible_devices, &self.spec.launcher) {
-                (None, _) => "cpu".to_owned(),
-                (Some(given), Launcher::InProcess) => in_process_device(given),
-                // A worker process sees its GPUs only, the first as `cuda:0`.
-                (Some(_), _) => "cuda:0".to_owned(),
-            };
-            let _ = reply.send(Ok(JoinReply {
-                peers: peers.clone(),
-                world_size: world,
-                local_rank: placed.local_rank,
-                local_world_size: placed.local_world_size,
-                node_rank: placed.node_rank,
-                params_json: self.spec.params_json.clone(),
-                run_dir: self.spec.run_dir.display().to_string(),
-                resume_checkpoint: self
-                    .spec
-                    .resume
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                resume_url: self.spec.resume_url.clone().unwrap_or_default(),
-                store_settings_json: serde_json::to_string(&self.spec.store_settings)
-                    .expect("settings serialise"),
-                start_iteration: self.spec.start_iteration,
-                collective_group_id: group_id,
-                collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
-                device,
-                num_threads: self.spec.num_threads,
-                trial_id: self.spec.trial.trial_id.clone(),
-                trial_name: self.spec.trial.trial_name.clone(),
-                experiment_name: self.spec.trial.experiment_name.clone(),
-                data_json: self.spec.data_json.to_string(),
-                gpus_shared: !shared.is_empty(),
-                store_url: self.spec.store_url.clone().unwrap_or_default(),
-                upload_async: self.spec.upload_async,
-                sharding: self.spec.sharding.map(|s| s.name().to_owned()).unwrap_or_default(),
-                elastic: self.spec.elastic.is_some(),
-            }));
+            let reply_for = self.join_reply(rank, &self.spec.ranks[rank], &peers, group_id);
+            let _ = reply.send(Ok(JoinReply { gpus_shared: !shared.is_empty(), ..reply_for }));
+        }
+    }
+
+    /// What the rank of the group `group_rank`, placed at `placed`, is told as it joins a group
+    /// of `peers` (its collective listeners, by rank), `group_id`.
+    fn join_reply(
+        &self,
+        group_rank: usize,
+        placed: &RankPlacement,
+        peers: &[String],
+        group_id: u64,
+    ) -> JoinReply {
+        let device = match (&placed.cuda_visible_devices, &self.spec.launcher) {
+            (None, _) => "cpu".to_owned(),
+            (Some(given), Launcher::InProcess) => in_process_device(given),
+            // A worker process sees its GPUs only, the first as `cuda:0`.
+            (Some(_), _) => "cuda:0".to_owned(),
+        };
+        JoinReply {
+            peers: peers.to_vec(),
+            world_size: peers.len() as u32,
+            local_rank: placed.local_rank,
+            local_world_size: placed.local_world_size,
+            node_rank: placed.node_rank,
+            params_json: self.spec.params_json.clone(),
+            run_dir: self.spec.run_dir.display().to_string(),
+            resume_checkpoint: self
+                .spec
+                .resume
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            resume_url: self.spec.resume_url.clone().unwrap_or_default(),
+            store_settings_json: serde_json::to_string(&self.spec.store_settings)
+                .expect("settings serialise"),
+            start_iteration: self.spec.start_iteration,
+            collective_group_id: group_id,
+            collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
+            device,
+            num_threads: self.spec.num_threads,
+            trial_id: self.spec.trial.trial_id.clone(),
+            trial_name: self.spec.trial.trial_name.clone(),
+            experiment_name: self.spec.trial.experiment_name.clone(),
+            data_json: self.spec.data_json.to_string(),
+            store_url: self.spec.store_url.clone().unwrap_or_default(),
+            upload_async: self.spec.upload_async,
+            sharding: self.spec.sharding.map(|s| s.name().to_owned()).unwrap_or_default(),
+            elastic: self.spec.elastic.is_some(),
+            group_rank: group_rank as u32,
+            ..Default::default()
         }
     }
 
@@ -461,23 +496,32 @@ impl<'s> Attempt<'s> {
         if self.pending.is_empty() || self.pending.len() < self.live() {
             return;
         }
-        let expected = self.pending[0].1.seq;
         let mut pending = std::mem::take(&mut self.pending);
         pending.sort_by_key(|(rank, ..)| *rank);
+        // The group's count of reports (a rank that joined in place counts from there).
+        let expected = pending[0].1.seq + self.workers[pending[0].0].skipped;
         let first = &pending[0].1;
+        let joinable = self.can_take_joiners() && pending.iter().all(|(_, r, _)| r.joinable);
         let report = GroupReport {
             iteration: self.spec.start_iteration + expected,
             metrics_json: first.metrics_json.clone(),
             checkpoint: first.checkpoint.clone(),
             uploaded: first.uploaded.clone(),
             ranks: pending.iter().map_while(|(_, request, _)| request.times).collect(),
+            joinable,
         };
         match on_report.report(report) {
             Ok(stop) => {
                 self.stopped |= stop;
+                let joiners = (!stop && joinable).then(|| on_report.joiners()).flatten();
+                let regroup = joiners.is_some();
                 let iteration = self.spec.start_iteration + expected;
                 for (_, _, reply) in pending {
-                    let _ = reply.send(Ok(ReportReply { stop, training_iteration: iteration }));
+                    let answer = ReportReply { stop, training_iteration: iteration, regroup };
+                    let _ = reply.send(Ok(answer));
+                }
+                if let Some(joiners) = joiners {
+                    self.take_in(joiners, expected);
                 }
             }
             Err(e) => {
@@ -489,11 +533,12 @@ impl<'s> Attempt<'s> {
 
     fn on_finish(&mut self, rank: usize, request: FinishRequest) {
         let (ok, error) = (request.ok, request.error.clone());
-        let reports = self.workers[rank].reports;
+        let reports = self.workers[rank].reports + self.workers[rank].skipped;
         self.workers[rank].finish = Some(request);
+        let made = |w: &Worker| w.reports + w.skipped;
         if !ok {
             self.fail(rank, error, None);
-        } else if let Some(max) = self.workers.iter().filter(|w| !w.gone).map(|w| w.reports).max()
+        } else if let Some(max) = self.workers.iter().filter(|w| !w.gone).map(made).max()
             && max > reports
             && !self.stopped
         {
@@ -596,6 +641,21 @@ impl<'s> Attempt<'s> {
             self.workers[rank].lost = Some(message.clone());
         }
         self.fail(rank, message, Some(status));
+    }
+}
+
+/// Where a rank placed at `placed` that joined with `request` runs.
+fn seat(request: &JoinRequest, placed: &RankPlacement) -> Seat {
+    Seat {
+        node: Some(request.hostname.clone())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| placed.bind_host.clone()),
+        gpus: placed.cuda_visible_devices.as_ref().map(|given| {
+            Some(request.cuda_visible_devices.clone())
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| given.clone())
+        }),
+        pid: request.pid,
     }
 }
 

@@ -363,8 +363,11 @@ mod tests {
             while let Some(call) = calls.recv().await {
                 if let HubCall::Report(request, reply) = call {
                     let seq = request.seq;
-                    let _ = reply
-                        .send(Ok(ReportReply { stop: seq == 3, training_iteration: 10 + seq }));
+                    let _ = reply.send(Ok(ReportReply {
+                        stop: seq == 3,
+                        training_iteration: 10 + seq,
+                        regroup: false,
+                    }));
                 }
             }
         });
@@ -389,7 +392,7 @@ mod tests {
         .await
         .unwrap();
         let reply = |stop, training_iteration| {
-            Some(Answer::Reply(ReportReply { stop, training_iteration }))
+            Some(Answer::Reply(ReportReply { stop, training_iteration, regroup: false }))
         };
         assert_eq!(answers[..4], [None, reply(false, 11), reply(false, 12), reply(true, 13)]);
         match &answers[4] {

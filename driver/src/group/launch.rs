@@ -9,15 +9,21 @@ use tokio::sync::oneshot;
 use super::hub::Hub;
 use super::logs::{Stream, log_path, open_log};
 use super::{
-    AttemptSpec, Exit, ExitTx, HUB_TOKEN_ENV, WORKER_ENV, WorkerSpec, in_process_runner,
-    remote_worker_id,
+    AttemptSpec, Exit, ExitTx, HUB_TOKEN_ENV, RankPlacement, WORKER_ENV, WorkerSpec,
+    in_process_runner, remote_worker_id,
 };
 use crate::error::{Error, Result};
 use crate::setting::Setting;
 use crate::sys::{build_id, zygote};
 
-/// What rank `rank` is told at its start, a process on this machine or not.
-fn worker_spec(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> WorkerSpec {
+/// What rank `rank` is told at its start, a process on this machine or not, placed at
+/// `placed`.
+fn worker_spec(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    (rank, placed): (usize, &RankPlacement),
+    local: bool,
+) -> WorkerSpec {
     WorkerSpec {
         hub: if local { hub.local_url() } else { hub.url() },
         group: spec.group.clone(),
@@ -25,22 +31,28 @@ fn worker_spec(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Worke
         rank: rank as u32,
         train_fn: spec.train_fn,
         build_id: build_id::hex(build_id::build_id()),
-        bind_host: spec.ranks[rank].bind_host.clone(),
+        bind_host: placed.bind_host.clone(),
         // A node agent's worker of a run on a store shares nothing with this machine but the
         // store (see `cluster::binary` for the binary).
         scratch: !local && spec.store_url.is_some(),
     }
 }
 
-/// The `RTUNE_WORKER` spec and environment of rank `rank`, a process on this machine or not.
-fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(String, String)> {
-    let worker = worker_spec(hub, spec, rank, local);
+/// The `RTUNE_WORKER` spec and environment of rank `rank` placed at `placed`, a process on
+/// this machine or not.
+fn worker_env(
+    hub: &Hub,
+    spec: &AttemptSpec,
+    (rank, placed): (usize, &RankPlacement),
+    local: bool,
+) -> Vec<(String, String)> {
+    let worker = worker_spec(hub, spec, (rank, placed), local);
     let mut env = spec.env.clone();
     env.extend([
         (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
         ("OMP_NUM_THREADS".to_owned(), spec.num_threads.to_string()),
     ]);
-    if let Some(devices) = &spec.ranks[rank].cuda_visible_devices {
+    if let Some(devices) = &placed.cuda_visible_devices {
         env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
     }
     if let Some(token) = hub.token() {
@@ -49,13 +61,14 @@ fn worker_env(hub: &Hub, spec: &AttemptSpec, rank: usize, local: bool) -> Vec<(S
     env
 }
 
-/// Starts rank `rank` on this machine; returns the sender that kills it. With `warm_start`, it
-/// is forked by the driver's fork server (a fresh process without the cost of loading the
-/// binary and libtorch again; see `sys::zygote`), else started as a child with exec.
+/// Starts rank `rank` on this machine, placed at `placed`; returns the sender that kills it.
+/// With `warm_start`, it is forked by the driver's fork server (a fresh process without the
+/// cost of loading the binary and libtorch again; see `sys::zygote`), else started as a child
+/// with exec.
 pub(super) async fn spawn_local(
     hub: &Hub,
     spec: &AttemptSpec,
-    rank: usize,
+    (rank, placed): (usize, &RankPlacement),
     exits: ExitTx,
 ) -> Result<oneshot::Sender<()>> {
     let (stdout_path, stderr_path) =
@@ -68,7 +81,7 @@ pub(super) async fn spawn_local(
         };
         let _ = exits.send((rank, exit));
     };
-    let env = worker_env(hub, spec, rank, true);
+    let env = worker_env(hub, spec, (rank, placed), true);
     if spec.warm_start && zygote::warm_start_allowed() {
         let on_exit = on_exit.clone();
         match zygote::spawn_warm(env.clone(), &stdout_path, &stderr_path, on_exit).await {
@@ -107,7 +120,7 @@ pub(super) fn spawn_in_process(
             names.join(", ")
         );
     }
-    let worker = worker_spec(hub, spec, 0, true);
+    let worker = worker_spec(hub, spec, (0, &spec.ranks[0]), true);
     std::thread::Builder::new()
         .name("rtune-local-rank".into())
         // As much stack as a main thread: the train function is written for one.
@@ -156,7 +169,7 @@ pub(super) async fn spawn_remote(
         bundle: rank as u32,
         executable: exe.display().to_string(),
         build_id: build_id::hex(build_id::build_id()),
-        env: worker_env(hub, spec, rank, false).into_iter().collect(),
+        env: worker_env(hub, spec, (rank, &spec.ranks[rank]), false).into_iter().collect(),
         binary_sha256,
     };
     crate::cluster::client::start_worker(&mut client, request).await?;

@@ -269,6 +269,18 @@ pub(crate) enum AttemptOutcome {
     },
 }
 
+/// Ranks that join a running elastic group in place (`OnReport::joiners`).
+pub(crate) struct Joiners {
+    /// Where each one goes.
+    pub ranks: Vec<RankPlacement>,
+    /// Why the group grows ("room appeared in the pool").
+    pub why: String,
+    /// What their train function starts from: the checkpoint of the report they join at
+    /// (None if it was not kept), and that report's iteration.
+    pub resume: Option<PathBuf>,
+    pub iteration: u64,
+}
+
 /// What an attempt hands its complete reports to (the run's record and its decisions).
 pub(crate) trait OnReport: Send {
     /// Records and decides one complete report: Ok(true) asks the run to stop; Err fails the
@@ -286,9 +298,15 @@ pub(crate) trait OnReport: Send {
     /// attempt's reports.
     fn placed(&mut self, seats: &[Seat], start: crate::metrics::GroupStart);
 
-    /// An elastic group went on in place after losing ranks: from `from` ranks to `to`, for
-    /// `why` (each lost rank and why).
+    /// An elastic group went on in place after losing ranks or taking in new ones: from
+    /// `from` ranks to `to`, for `why` (each lost rank and why, or the room it grew into).
     fn resized(&mut self, from: usize, to: usize, why: &str);
+
+    /// After a report that did not stop the run, and that said ranks can join in place
+    /// (`GroupReport::joinable`): the ranks that join the group now, if it grows.
+    fn joiners(&mut self) -> Option<Joiners> {
+        None
+    }
 
     /// Checkpoints of earlier reports are whole in the object store now (rank 0 said so as it
     /// finished, `upload = "async"`): recorded now; Err fails the attempt.

@@ -26,7 +26,7 @@ use crate::config::{FailureDecision, RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
 use crate::group::{
-    AttemptOutcome, AttemptSpec, GroupReport, OnReport, Seat, TrialNames, describe_seats,
+    AttemptOutcome, AttemptSpec, GroupReport, Joiners, OnReport, Seat, TrialNames, describe_seats,
     run_attempt,
 };
 use crate::metrics::{GroupStart, Metrics};
@@ -560,6 +560,7 @@ impl TorchTrainer {
                 steering,
                 elastic: elastic.as_mut(),
                 placement: &mut placement,
+                joiners: None,
             };
             let outcome = run_attempt(&hub, &spec, &mut recording).await?;
             let asked = elastic.as_mut().and_then(|e| e.resize.take());
@@ -693,11 +694,14 @@ struct Recording<'r, 'd, 's> {
     steering: &'r mut (dyn Steering + 'd),
     elastic: Option<&'r mut Elastic<'s>>,
     placement: &'r mut Placement,
+    /// Ranks that join in place after the last report (the room it grew into).
+    joiners: Option<Joiners>,
 }
 
 impl OnReport for Recording<'_, '_, '_> {
     fn report(&mut self, report: GroupReport) -> Result<bool> {
         let checkpointed = !report.checkpoint.is_empty();
+        let (joinable, iteration) = (report.joinable, report.iteration);
         let stop = self.run.record(report)?;
         if self.steering.decide(self.run.last_metrics())? || stop {
             return Ok(true);
@@ -708,15 +712,31 @@ impl OnReport for Recording<'_, '_, '_> {
             return Ok(false);
         };
         if checkpointed {
-            elastic.resize = match elastic.give_way(self.placement) {
+            let resize = match elastic.give_way(self.placement) {
                 Some(shrink) => Some(shrink),
                 None if self.steering.may_grow(elastic.scaling.max_ranks()) => {
                     elastic.grow(self.placement)
                 }
                 None => None,
             };
+            match resize {
+                // Where the ranks can take them, the new ranks join the running group.
+                Some((from, to, why)) if to > from && joinable => {
+                    self.joiners = Some(Joiners {
+                        ranks: self.placement.local_ranks_from(from),
+                        why,
+                        resume: self.run.last_report_checkpoint().map(|c| c.path().to_owned()),
+                        iteration,
+                    });
+                }
+                resize => elastic.resize = resize,
+            }
         }
         Ok(elastic.resize.is_some())
+    }
+
+    fn joiners(&mut self) -> Option<Joiners> {
+        self.joiners.take()
     }
 
     fn flush_due(&self) -> Option<std::time::Instant> {
@@ -740,7 +760,9 @@ impl OnReport for Recording<'_, '_, '_> {
         self.run.resized(from, to, why);
         self.run.set_world_size(to);
         // The lost ranks' room goes back to the pool, where the group may grow into it again.
-        self.placement.shrink(from - to);
+        if to < from {
+            self.placement.shrink(from - to);
+        }
     }
 }
 

@@ -153,6 +153,14 @@ impl Placement {
 }
 
 impl Placement {
+    /// The places of a local group's ranks from rank `from` on (those it just grew by).
+    pub(super) fn local_ranks_from(&self, from: usize) -> Vec<RankPlacement> {
+        match self {
+            Placement::Local { held, .. } => local_ranks(held).split_off(from),
+            Placement::Cluster { .. } => Vec::new(),
+        }
+    }
+
     /// How many ranks the local group holds (None on a cluster, reserved per attempt).
     pub(super) fn local_world(&self) -> Option<usize> {
         match self {

@@ -6,12 +6,19 @@
 //! the run records the resize, and the attempt goes on. Anything else (ranks at different
 //! steps, a rank waiting in a report meanwhile, a rank that never asks, too few left) fails the
 //! attempt as a lost rank's, and the run starts the group again from its latest checkpoint.
+//!
+//! Growing in place (`take_in`): at a report every rank said it can take joiners at, and the
+//! run gives the group more room (`OnReport::joiners`), the answer to that report asks the ranks
+//! to re-form the group, and the new ranks start. Once every live rank has asked and every new
+//! one has joined, all are answered with the group that has them (the new ones after the
+//! others, told the steps it has completed); rank 0 then hands them the model and its
+//! optimizer's state (`rtune::worker::join`).
 
 use tonic::Status;
 
-use super::{Attempt, Reply};
-use crate::group::{Launcher, OnReport, RankPlacement};
-use crate::proto::{RegroupReply, RegroupRequest};
+use super::{Attempt, Join, Reply, Worker, seat};
+use crate::group::{Joiners, Launcher, OnReport, RankPlacement, Seat, shared_gpus};
+use crate::proto::{JoinReply, RegroupReply, RegroupRequest};
 
 impl Attempt<'_> {
     /// Rank `rank` was lost for `why`: it leaves the group, which goes on in place without it,
@@ -61,10 +68,45 @@ impl Attempt<'_> {
         self.try_regroup(on_report);
     }
 
-    /// Answers every live rank's call to re-form the group, once all have asked.
-    fn try_regroup(&mut self, on_report: &mut dyn OnReport) {
+    /// Whether ranks can join the group in place now: an elastic group whose ranks go on in
+    /// place, of processes on this machine (a cluster's grow by a restart), whose optimizer
+    /// state is whole on every rank (not ZeRO), not re-forming already.
+    pub(super) fn can_take_joiners(&self) -> bool {
+        self.spec.elastic.is_some()
+            && self.spec.in_place
+            && self.spec.sharding.is_none()
+            && matches!(self.spec.launcher, Launcher::Local)
+            && self.failure.is_none()
+            && self.left.is_empty()
+            && self.joining.is_none()
+            && self.workers.iter().all(|w| w.regroup.is_none())
+    }
+
+    /// `joiners` join the group after its report `seq` (its ranks were told to re-form it):
+    /// they start now, and must have joined within the start timeout.
+    pub(super) fn take_in(&mut self, joiners: Joiners, seq: u64) {
+        for placed in &joiners.ranks {
+            let mut worker = Worker::started(None);
+            worker.skipped = seq;
+            self.to_spawn.push(self.workers.len());
+            self.workers.push(worker);
+            self.joined.push(placed.clone());
+            let node = placed.bind_host.clone();
+            self.seats.push(Seat { node, gpus: placed.cuda_visible_devices.clone(), pid: 0 });
+        }
+        self.regroup_by = Some(std::time::Instant::now() + self.spec.start_timeout);
+        self.joining = Some(joiners);
+    }
+
+    /// Answers every live rank's call to re-form the group, once all have asked (and every
+    /// rank joining in place has joined).
+    pub(super) fn try_regroup(&mut self, on_report: &mut dyn OnReport) {
         let live: Vec<usize> = (0..self.workers.len()).filter(|&r| !self.workers[r].gone).collect();
-        let asked = |r: &usize| self.workers[*r].regroup.is_some();
+        let first_new = self.workers.len() - self.joining.as_ref().map_or(0, |j| j.ranks.len());
+        let asked = |r: &usize| match *r >= first_new {
+            true => matches!(self.workers[*r].join, Join::Waiting(..)),
+            false => self.workers[*r].regroup.is_some(),
+        };
         if !live.iter().any(asked) {
             return;
         }
@@ -77,7 +119,7 @@ impl Attempt<'_> {
             }
             return;
         }
-        if self.left.is_empty() {
+        if self.left.is_empty() && self.joining.is_none() {
             self.fail_regroup("the ranks' collectives failed with every rank still there");
             return;
         }
@@ -92,31 +134,66 @@ impl Attempt<'_> {
         }
         let peers: Vec<String> = live
             .iter()
-            .filter_map(|&r| self.workers[r].regroup.as_ref())
-            .map(|(q, _)| q.collective_address.clone())
+            .map(|&r| match (&self.workers[r].regroup, &self.workers[r].join) {
+                (Some((q, _)), _) => q.collective_address.clone(),
+                (None, Join::Waiting(q, _)) => q.collective_address.clone(),
+                (None, _) => unreachable!("every live rank asked"),
+            })
             .collect();
+        for &r in live.iter().filter(|&&r| r >= first_new) {
+            if let Join::Waiting(q, _) = &self.workers[r].join {
+                self.seats[r] = seat(q, self.placed(r));
+            }
+        }
         // Node and local ranks as a fresh group of the live ranks' seats would have them.
         let nodes: Vec<&str> = live.iter().map(|&r| self.seats[r].node.as_str()).collect();
         let placed = RankPlacement::from_nodes(&nodes, &[], &[]);
         let group_id = rand::random::<u64>();
         let world = live.len() as u32;
+        let gpus_shared = !shared_gpus(&self.seats).is_empty();
         for (new_rank, &r) in live.iter().enumerate() {
-            let Some((_, reply)) = self.workers[r].regroup.take() else { continue };
-            let _ = reply.send(Ok(RegroupReply {
-                rank: new_rank as u32,
-                world_size: world,
-                peers: peers.clone(),
-                collective_group_id: group_id,
-                local_rank: placed[new_rank].local_rank,
-                local_world_size: placed[new_rank].local_world_size,
-                node_rank: placed[new_rank].node_rank,
+            let at = &placed[new_rank];
+            if let Some((_, reply)) = self.workers[r].regroup.take() {
+                let _ = reply.send(Ok(RegroupReply {
+                    rank: new_rank as u32,
+                    world_size: world,
+                    peers: peers.clone(),
+                    collective_group_id: group_id,
+                    local_rank: at.local_rank,
+                    local_world_size: at.local_world_size,
+                    node_rank: at.node_rank,
+                }));
+                continue;
+            }
+            let Join::Waiting(_, reply) = std::mem::replace(&mut self.workers[r].join, Join::Done)
+            else {
+                continue;
+            };
+            let joining = self.joining.as_ref().expect("only ranks joining in place join now");
+            let _ = reply.send(Ok(JoinReply {
+                joins_running: true,
+                steps_done: steps.first().copied().unwrap_or(0),
+                resume_checkpoint: joining
+                    .resume
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                resume_url: String::new(),
+                start_iteration: joining.iteration,
+                local_rank: at.local_rank,
+                local_world_size: at.local_world_size,
+                node_rank: at.node_rank,
+                gpus_shared,
+                ..self.join_reply(new_rank, self.placed(r), &peers, group_id)
             }));
         }
         self.regroup_by = None;
         let left = std::mem::take(&mut self.left);
-        let why: Vec<String> =
+        let mut why: Vec<String> =
             left.iter().map(|(r, why)| format!("rank {r} lost: {why}")).collect();
-        let from = live.len() + left.len();
+        let joined = self.joining.take();
+        why.extend(joined.as_ref().map(|j| j.why.clone()));
+        let from = live.len() + left.len() - joined.map_or(0, |j| j.ranks.len());
         on_report.resized(from, live.len(), &format!("{} (in place)", why.join("; ")));
     }
 
