@@ -23,10 +23,14 @@ use std::net::TcpListener;
 use std::rc::Rc;
 use std::time::Duration;
 
+use tch::Tensor;
+
 use crate::collective::{CollectiveError, GroupOptions, ProcessGroup, RingGroup};
 use crate::error::{Error, Result};
 use crate::worker::DriverLink;
-use crate::worker::join::OptimizerState;
+
+/// A rank's group, shared by its context and its models.
+pub(crate) type SharedGroup = Rc<Group>;
 
 /// A rank's place in its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,11 +75,25 @@ pub(crate) struct Elastic {
     handover: RefCell<Handover>,
 }
 
+/// An optimizer's state as ranks hand it over: its flat buffers, and each variable's steps.
+pub(crate) struct OptimizerState {
+    pub(crate) buffers: Vec<Tensor>,
+    pub(crate) steps: Vec<i64>,
+}
+
+impl OptimizerState {
+    /// Handles sharing the buffers' data.
+    pub(crate) fn handles(&self) -> OptimizerState {
+        let buffers = self.buffers.iter().map(Tensor::shallow_clone).collect();
+        OptimizerState { buffers, steps: self.steps.clone() }
+    }
+}
+
 /// See `Elastic::handover`.
 #[derive(Default)]
 struct Handover {
     /// The model's variables, every one in name order (handles sharing their data).
-    vars: Vec<tch::Tensor>,
+    vars: Vec<Tensor>,
     /// Its optimizer's state, as of its last step.
     optimizer: Option<OptimizerState>,
     /// On a rank that joined: the state it was handed, for its optimizer's first step.
@@ -144,9 +162,9 @@ impl Group {
     }
 
     /// Keeps handles to a model's variables (every one, in name order), to hand to joiners.
-    pub(crate) fn keep_vars(&self, vars: &[tch::Tensor]) {
+    pub(crate) fn keep_vars(&self, vars: &[Tensor]) {
         if let Some(e) = &self.elastic {
-            e.handover.borrow_mut().vars = vars.iter().map(tch::Tensor::shallow_clone).collect();
+            e.handover.borrow_mut().vars = vars.iter().map(Tensor::shallow_clone).collect();
         }
     }
 
@@ -158,11 +176,11 @@ impl Group {
     }
 
     /// What this rank hands over: its model's variables and its optimizer's state.
-    pub(crate) fn handover(&self) -> (Vec<tch::Tensor>, Option<OptimizerState>) {
+    pub(crate) fn handover(&self) -> (Vec<Tensor>, Option<OptimizerState>) {
         let Some(e) = &self.elastic else { return (Vec::new(), None) };
         let h = e.handover.borrow();
         (
-            h.vars.iter().map(tch::Tensor::shallow_clone).collect(),
+            h.vars.iter().map(Tensor::shallow_clone).collect(),
             h.optimizer.as_ref().map(OptimizerState::handles),
         )
     }

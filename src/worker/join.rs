@@ -12,23 +12,10 @@
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use super::context::{Backend, SharedGroup, broadcast_from_rank_0, gather_into, scatter_from};
+use super::backend::{Backend, broadcast_from_rank_0, gather_into, scatter_from};
+use super::group::{OptimizerState, SharedGroup};
 use crate::error::{Error, Result};
 use crate::torch::TorchResult;
-
-/// An optimizer's state as ranks hand it over: its flat buffers, and each variable's steps.
-pub(crate) struct OptimizerState {
-    pub(crate) buffers: Vec<Tensor>,
-    pub(crate) steps: Vec<i64>,
-}
-
-impl OptimizerState {
-    /// Handles sharing the buffers' data.
-    pub(crate) fn handles(&self) -> OptimizerState {
-        let buffers = self.buffers.iter().map(Tensor::shallow_clone).collect();
-        OptimizerState { buffers, steps: self.steps.clone() }
-    }
-}
 
 /// What rank 0 says of its optimizer's state before sending the buffers.
 #[derive(Serialize, Deserialize)]

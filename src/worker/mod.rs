@@ -9,6 +9,7 @@
 //! Train functions travel as an offset from `init` into the binary, which is why the build id of
 //! the worker's binary must match the driver's.
 
+mod backend;
 pub(crate) mod command;
 mod context;
 pub(crate) mod group;

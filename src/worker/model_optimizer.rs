@@ -20,7 +20,7 @@ use tch::nn::{Optimizer, VarStore};
 use tch::{Device, Tensor};
 
 use super::context::{sorted_variables, trainable};
-use super::join::OptimizerState;
+use super::group::OptimizerState;
 use super::shard_optimizer::{OptimizerSettings, Parameter, Scratch, ShardState, read_index};
 use crate::error::{Error, Result};
 use crate::outcome::Checkpoint;

@@ -31,9 +31,8 @@ use serde::{Deserialize, Serialize};
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
-use super::context::{
-    Backend, broadcast_from_rank_0, gather_into, scatter_from, sorted_variables, trainable,
-};
+use super::backend::{Backend, broadcast_from_rank_0, gather_into, scatter_from};
+use super::context::{sorted_variables, trainable};
 use super::shard_optimizer::{OptimizerSettings, Parameter, Scratch, ShardState, read_index};
 use crate::collective::ReduceOp;
 pub use crate::config::Sharding;

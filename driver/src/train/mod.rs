@@ -13,6 +13,7 @@
 
 pub mod command;
 mod placement;
+mod recording;
 mod train_fn;
 
 use std::path::PathBuf;
@@ -25,11 +26,8 @@ use crate::cluster::client::{self, ReserveOptions};
 use crate::config::{FailureDecision, RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
-use crate::group::{
-    AttemptOutcome, AttemptSpec, GroupReport, Joiners, OnReport, Seat, TrialNames, describe_seats,
-    run_attempt,
-};
-use crate::metrics::{GroupStart, Metrics};
+use crate::group::{AttemptOutcome, AttemptSpec, TrialNames, run_attempt};
+use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::record::{RunIdentity, RunState};
 use crate::runtime::Driver;
@@ -38,6 +36,7 @@ use crate::storage::remote::{Remote, Syncer};
 use crate::storage::{self, ResultFiles, unix_time};
 pub use command::CommandTrainable;
 use placement::{Elastic, Placement, Target};
+use recording::Recording;
 pub use train_fn::{TrainContextType, TrainFnId};
 
 /// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.
@@ -685,85 +684,6 @@ async fn in_store(store: &Remote, checkpoint: &Checkpoint) -> Result<String> {
     })
     .await
     .map_err(|e| Error::Storage(format!("uploading the checkpoint to resume from: {e}")))?
-}
-
-/// An attempt's reports go into the run's record, then to the caller's decision; an elastic
-/// group that can grow ends its attempt at a report that carries a checkpoint.
-struct Recording<'r, 'd, 's> {
-    run: &'r mut RunState,
-    steering: &'r mut (dyn Steering + 'd),
-    elastic: Option<&'r mut Elastic<'s>>,
-    placement: &'r mut Placement,
-    /// Ranks that join in place after the last report (the room it grew into).
-    joiners: Option<Joiners>,
-}
-
-impl OnReport for Recording<'_, '_, '_> {
-    fn report(&mut self, report: GroupReport) -> Result<bool> {
-        let checkpointed = !report.checkpoint.is_empty();
-        let (joinable, iteration) = (report.joinable, report.iteration);
-        let stop = self.run.record(report)?;
-        if self.steering.decide(self.run.last_metrics())? || stop {
-            return Ok(true);
-        }
-        // Room to give back, or room for more ranks: this attempt ends here, the next starts
-        // from this checkpoint.
-        let Some(elastic) = self.elastic.as_deref_mut().filter(|e| e.resize.is_none()) else {
-            return Ok(false);
-        };
-        if checkpointed {
-            let resize = match elastic.give_way(self.placement) {
-                Some(shrink) => Some(shrink),
-                None if self.steering.may_grow(elastic.scaling.max_ranks()) => {
-                    elastic.grow(self.placement)
-                }
-                None => None,
-            };
-            match resize {
-                // Where the ranks can take them, the new ranks join the running group.
-                Some((from, to, why)) if to > from && joinable => {
-                    self.joiners = Some(Joiners {
-                        ranks: self.placement.local_ranks_from(from),
-                        why,
-                        resume: self.run.last_report_checkpoint().map(|c| c.path().to_owned()),
-                        iteration,
-                    });
-                }
-                resize => elastic.resize = resize,
-            }
-        }
-        Ok(elastic.resize.is_some())
-    }
-
-    fn joiners(&mut self) -> Option<Joiners> {
-        self.joiners.take()
-    }
-
-    fn flush_due(&self) -> Option<std::time::Instant> {
-        self.run.flush_due()
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        self.run.flush()
-    }
-
-    fn placed(&mut self, seats: &[Seat], start: GroupStart) {
-        self.run.placed(describe_seats(seats), seats.len(), seats.first().map(|s| s.pid), start);
-    }
-
-    fn uploaded(&mut self, names: &[String]) -> Result<()> {
-        self.run.record_uploaded(names)
-    }
-
-    fn resized(&mut self, from: usize, to: usize, why: &str) {
-        tracing::info!("resized from {from} to {to} ranks: {why}");
-        self.run.resized(from, to, why);
-        self.run.set_world_size(to);
-        // The lost ranks' room goes back to the pool, where the group may grow into it again.
-        if to < from {
-            self.placement.shrink(from - to);
-        }
-    }
 }
 
 /// Params travel to workers and into `params.json` as JSON, which has no NaN or infinity
