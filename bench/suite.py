@@ -355,7 +355,9 @@ def recovery(figs, quick):
     SIGKILL mid-epoch; as an elastic group it goes on in place, as a rigid one FailureConfig
     restarts it from its latest checkpoint; one after the other in each round: the seconds
     from the kill to the next completed step and to the first step beyond where it was, and the
-    steps taken again."""
+    steps taken again. Then the elastic group grows back at its next checkpoint, in place, and
+    (a third run, whose epochs begin with a barrier) by a restart: the seconds from that report
+    to its first step at 3 ranks."""
     builds = [os.path.join(TARGET, b, "examples", "bench_recovery") for b in ("release", "debug")]
     exe = max((b for b in builds if os.path.exists(b)), key=os.path.getmtime)
     out = bench_lines(run([exe]))
@@ -370,6 +372,13 @@ def recovery(figs, quick):
                  "steps", "lower", about)
     figs.add(group, "recovery restart / in place (to progress beyond the kill)",
              out["recovery_restart_back_s"][0] / max(out["recovery_in_place_back_s"][0], 1e-9),
+             "x", "higher", "same round")
+    grow = "then it grows back to 3 at its next checkpoint"
+    for way in ("in_place", "grow_restart"):
+        figs.add(group, f"growth_{way}: report to first step at 3 ranks",
+                 out[f"recovery_{way}_grow_s"][0], "s", "lower", grow)
+    figs.add(group, "growth by a restart / in place",
+             out["recovery_grow_restart_grow_s"][0] / max(out["recovery_in_place_grow_s"][0], 1e-9),
              "x", "higher", "same round")
 
 

@@ -121,6 +121,11 @@ pub(crate) async fn run_attempt(
     while !state.is_over() {
         // Ranks that join the group in place (see `regroup`).
         for rank in std::mem::take(&mut state.to_spawn) {
+            if state.failure.is_some() {
+                // The attempt ended before it started them: nothing to wait for.
+                state.workers[rank].exited = true;
+                continue;
+            }
             let placed = state.placed(rank).clone();
             match spawn_local(hub, spec, (rank, &placed), exit_tx.clone()).await {
                 Ok(kill) => state.workers[rank].kill = Some(kill),
