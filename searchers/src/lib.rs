@@ -88,8 +88,8 @@ pub use scheduler::{
     SchedulerState, SchedulerStatus, TrialScheduler,
 };
 pub use searcher::{
-    BasicVariant, Bohb, ConcurrencyLimiter, Nsga2, Repeater, Searcher, SearcherState, Suggestion,
-    Tpe,
+    BasicVariant, Bohb, CmaEs, CmaEsRestart, ConcurrencyLimiter, Nsga2, Repeater, Searcher,
+    SearcherState, Suggestion, Tpe,
 };
 pub use space::domain::{
     Domain, choice, lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform,

@@ -38,6 +38,7 @@ macro_rules! searcher_builders {
 
 mod basic_variant;
 mod bohb;
+mod cmaes;
 mod limiter;
 mod nsga2;
 mod points;
@@ -50,6 +51,7 @@ use serde::{Deserialize, Serialize};
 
 pub use basic_variant::{BasicVariant, BasicVariantState};
 pub use bohb::{Bohb, BohbState};
+pub use cmaes::{CmaEs, CmaEsRestart, CmaEsState};
 pub use limiter::{ConcurrencyLimiter, LimiterState};
 pub use nsga2::{Nsga2, Nsga2State};
 pub use repeater::{Repeater, RepeaterState, TRIAL_INDEX_KEY};
@@ -201,6 +203,8 @@ pub enum SearcherState {
     Bohb(BohbState),
     /// [`Nsga2`].
     Nsga2(Nsga2State),
+    /// [`CmaEs`].
+    CmaEs(CmaEsState),
     /// [`ConcurrencyLimiter`].
     ConcurrencyLimiter(LimiterState),
     /// [`Repeater`].
@@ -222,6 +226,7 @@ impl SearcherState {
             SearcherState::Tpe(_) => "tpe",
             SearcherState::Bohb(_) => "bohb",
             SearcherState::Nsga2(_) => "nsga2",
+            SearcherState::CmaEs(_) => "cma_es",
             SearcherState::ConcurrencyLimiter(_) => "concurrency_limiter",
             SearcherState::Repeater(_) => "repeater",
             SearcherState::Custom { name, .. } => name,

@@ -4,8 +4,8 @@
 //! go by that table, so an option is known to both or to neither: a new option is one row.
 
 use rtune_searchers::{
-    Asha, BasicVariant, Bohb, Fifo, HyperBand, MedianStopping, Nsga2, Params, Pbt, SearchSpace,
-    Searcher, Tpe, TrialScheduler, Value,
+    Asha, BasicVariant, Bohb, CmaEs, Fifo, HyperBand, MedianStopping, Nsga2, Params, Pbt,
+    SearchSpace, Searcher, Tpe, TrialScheduler, Value,
 };
 
 use super::space::{add_space_error, read_space};
@@ -222,8 +222,20 @@ static NSGA2: Table<Nsga2, dyn Searcher> = Table {
     finish: |s| Box::new(s),
 };
 
+static CMAES: Table<CmaEs, dyn Searcher> = Table {
+    name: "cmaes",
+    start: |c| CmaEs::new().seed(c.seed),
+    options: &[
+        ("restart", Setter::Str(CmaEs::restart_named)),
+        ("popsize", Setter::Count(CmaEs::popsize)),
+        ("sigma0", Setter::Num(CmaEs::sigma0)),
+    ],
+    finish: |s| Box::new(s),
+};
+
 /// The searchers a sweep file can name.
-pub(super) static SEARCHERS: &[&dyn Blueprint<dyn Searcher>] = &[&RANDOM, &TPE, &BOHB, &NSGA2];
+pub(super) static SEARCHERS: &[&dyn Blueprint<dyn Searcher>] =
+    &[&RANDOM, &TPE, &BOHB, &NSGA2, &CMAES];
 
 static FIFO: Table<Fifo, dyn TrialScheduler> =
     Table { name: "fifo", start: |_| Fifo::new(), options: &[], finish: |s| Box::new(s) };

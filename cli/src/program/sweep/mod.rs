@@ -630,7 +630,7 @@ mod tests {
     /// the Tuner hands it, refuses a grid in it at `param_space`, before anything runs.
     #[test]
     fn a_grid_for_a_modelling_searcher_is_refused_at_the_param_space() {
-        for search in ["tpe", "bohb", "nsga2"] {
+        for search in ["tpe", "bohb", "nsga2", "cmaes"] {
             let text = format!(
                 "[trainable]\nbuiltin = \"synthetic-curve\"\n[param_space]\n\
                  rate = {{ grid_search = [0.1, 0.2] }}\n[tune]\nmetric = \"score\"\n\
@@ -647,6 +647,29 @@ mod tests {
         let source = Source { name: "sweep.toml".into(), text: fine.into() };
         let spec = SweepSpec::read(&source, &[], &crate::program::registry::declared_builtins());
         assert!(spec.is_ok(), "{:?}", spec.err().map(|p| p.to_string()));
+    }
+
+    /// CMA-ES's mistakes are refused before anything runs, each at its key: a space with no
+    /// numeric param (at `param_space`), a restart strategy it does not know; its options are
+    /// read otherwise.
+    #[test]
+    fn cmaes_options_and_mistakes() {
+        let sweep = |space: &str, search: &str| {
+            let text = format!(
+                "[trainable]\nbuiltin = \"synthetic-curve\"\n[param_space]\n{space}\n[tune]\n\
+                 metric = \"score\"\nmode = \"max\"\nsearch = {search}\n"
+            );
+            let source = Source { name: "sweep.toml".into(), text };
+            let registry = crate::program::registry::declared_builtins();
+            SweepSpec::read(&source, &[], &registry).map_err(|p| p.to_string())
+        };
+        let numeric = "rate = { uniform = [0.1, 0.2] }";
+        let fine = "{ type = \"cmaes\", restart = \"bipop\", popsize = 8, sigma0 = 0.2 }";
+        assert!(sweep(numeric, fine).is_ok(), "{:?}", sweep(numeric, fine).err());
+        let err = sweep("act = { choice = [\"relu\", \"tanh\"] }", "\"cmaes\"").unwrap_err();
+        assert!(err.contains("param_space") && err.contains("no numeric parameter"), "{err}");
+        let err = sweep(numeric, "{ type = \"cmaes\", restart = \"pipop\" }").unwrap_err();
+        assert!(err.contains("tune.search.restart") && err.contains("bipop"), "{err}");
     }
 
     /// `[scaling] sharding` reaches the trials' `ScalingConfig`; other names are refused at
