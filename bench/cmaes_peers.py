@@ -7,7 +7,8 @@ median and quartiles over the seeds of the best value found after 100 and 500 tr
 (lower is better; every minimum is 0), and the time per suggestion.
 
 Usage (the Python of `.venv`, with Optuna 5.0 and cmaes; e.g. `make bench-cmaes`):
-    python bench/cmaes_peers.py [--seeds 30] [--trials 500] [--restart none|ipop|bipop]
+    python bench/cmaes_peers.py [--seeds 30] [--trials 500] [--dims 5,10]
+        [--functions sphere,ellipsoid,rosenbrock,rastrigin] [--restart none|ipop|bipop]
 """
 import argparse
 import json
@@ -75,7 +76,8 @@ def run_cmaes(function, dims, seed, trials, restart):
 def run_optuna(function, dims, seed, trials, restart):
     import optuna
     optuna.logging.set_verbosity(logging.WARNING)
-    kwargs = {"seed": seed, "n_startup_trials": 0}
+    # Its first trial is a random one whatever it is told (the space is not known yet).
+    kwargs = {"seed": seed, "n_startup_trials": 0, "warn_independent_sampling": False}
     if restart != "none":
         kwargs["restart_strategy"] = restart
     sampler = optuna.samplers.CmaEsSampler(**kwargs)
@@ -101,13 +103,15 @@ def main():
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--trials", type=int, default=500)
     parser.add_argument("--dims", default="5,10")
+    parser.add_argument("--functions", default=",".join(FUNCTIONS))
     parser.add_argument("--restart", default="none", choices=["none", "ipop", "bipop"])
     parser.add_argument("--rtune", default=os.path.join(ROOT, "target/release/examples/cmaes_vs"))
     args = parser.parse_args()
     dims = [int(d) for d in args.dims.split(",")]
+    functions = args.functions.split(",")
     out = subprocess.run(
         [args.rtune, "--seeds", str(args.seeds), "--trials", str(args.trials), "--dims", args.dims,
-         "--restart", args.restart],
+         "--functions", args.functions, "--restart", args.restart],
         check=True, capture_output=True, text=True).stdout
     curves = {}  # (searcher, function, dims) -> [curve], seconds
     for line in out.splitlines():
@@ -116,7 +120,7 @@ def main():
         curves.setdefault(key, ([], []))
         curves[key][0].append(run["best"])
         curves[key][1].append(run["seconds"])
-    for function in FUNCTIONS:
+    for function in functions:
         for d in dims:
             for name, runner in [("cmaes library", run_cmaes), ("Optuna CmaEsSampler", run_optuna)]:
                 key = (name, function, d)
@@ -132,7 +136,7 @@ def main():
         f"{s} @{b}" for s in ("rtune CmaEs", "cmaes library", "Optuna CmaEsSampler") for b in budgets)
     print(header + " |")
     print("|---|--:|" + "--:|" * (3 * len(budgets)))
-    for function in FUNCTIONS:
+    for function in functions:
         for d in dims:
             cells = []
             for s in ("rtune CmaEs", "cmaes library", "Optuna CmaEsSampler"):

@@ -5,7 +5,8 @@
 //! (condition 1e6), Rosenbrock (at (1, ..., 1)), Rastrigin.
 //!
 //! `cargo run --release -p rtune-searchers --example cmaes_vs -- [--seeds N] [--trials N]
-//! [--dims D,..] [--restart none|ipop|bipop]` (default 30 seeds, 500 trials, dims 5,10, none).
+//! [--dims D,..] [--functions F,..] [--restart none|ipop|bipop]` (default 30 seeds, 500
+//! trials, dims 5,10, every function, no restarts).
 
 use rtune_searchers::{
     CmaEs, CmaEsRestart, Metrics, Mode, Params, SearchSpace, Searcher, Suggestion, TrialId, uniform,
@@ -68,6 +69,8 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let (mut seeds, mut trials, mut dims, mut restart) =
         (30u64, 500u64, vec![5usize, 10], CmaEsRestart::None);
+    let mut functions: Vec<String> =
+        ["sphere", "ellipsoid", "rosenbrock", "rastrigin"].map(String::from).to_vec();
     while let Some(flag) = args.next() {
         let value = args.next().expect("a flag's value");
         match flag.as_str() {
@@ -75,10 +78,11 @@ fn main() {
             "--trials" => trials = value.parse().expect("a count"),
             "--dims" => dims = value.split(',').map(|d| d.parse().expect("a count")).collect(),
             "--restart" => restart = CmaEsRestart::from_name(&value).expect("none, ipop or bipop"),
+            "--functions" => functions = value.split(',').map(String::from).collect(),
             other => panic!("unknown flag {other}"),
         }
     }
-    for function in ["sphere", "ellipsoid", "rosenbrock", "rastrigin"] {
+    for function in &functions {
         for &d in &dims {
             for seed in 0..seeds {
                 let started = std::time::Instant::now();

@@ -21,6 +21,14 @@
 //!
 //! The state (the searches, every trial's draw, the random stream) is serde data: a restored
 //! sweep suggests as the uninterrupted one would.
+//!
+//! # Against the `cmaes` library and Optuna
+//!
+//! On sphere, ellipsoid, Rosenbrock and Rastrigin in 5 and 10 dimensions, 30 seeds, its median
+//! best value after 100 and 500 trials lies inside the quartiles of both the `cmaes` library's
+//! and Optuna's `CmaEsSampler`'s at 14 of 16 points, below both at one and above the library's
+//! (inside Optuna's) at one (`make bench-cmaes`; the figures are in BENCHMARKS.md). A
+//! suggestion takes 2 µs (the library: 18 µs, Optuna: 0.48 ms).
 
 use std::collections::BTreeMap;
 
