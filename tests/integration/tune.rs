@@ -1414,3 +1414,49 @@ pub fn nsga2_sweeps_two_objectives_and_saves_its_generations() -> Result<()> {
     ensure!(restored.generation() >= 2, "generation {} after 16 trials", restored.generation());
     Ok(())
 }
+
+/// A sphere over `x` and `y` centred at (0.3, -0.2), reported once as `loss`.
+fn sphere_trial(ctx: &mut TrainContext) -> Result<()> {
+    let (x, y) = (ctx.params().get::<f64>("x")?, ctx.params().get::<f64>("y")?);
+    ctx.report([("loss", (x - 0.3).powi(2) + (y + 0.2).powi(2))]).map_err(Into::into)
+}
+
+/// CMA-ES through the Tuner, two trials at a time (a trial still running when its generation
+/// filled teaches nothing): every trial ends, the searcher learns (the last 8 trials are 8
+/// times better than the first 8 on average), and the experiment's saved state restores.
+pub fn cmaes_sweeps_and_saves_its_search() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let space = SearchSpace::new()
+        .add("x", rtune_searchers::uniform(-2.0, 2.0)?)
+        .add("y", rtune_searchers::uniform(-2.0, 2.0)?);
+    let cmaes = rtune_searchers::CmaEs::with_space(space.clone())?.seed(3).popsize(4);
+    let grid = Tuner::new(TorchTrainer::new(sphere_trial), space.clone())
+        .tune_config(
+            TuneConfig::new()
+                .metric("loss")
+                .mode(Mode::Min)
+                .num_samples(64)
+                .max_concurrent_trials(2)
+                .search_alg(cmaes),
+        )
+        .run_config(RunConfig::new("cmaes").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 64, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated));
+    let losses: Vec<f64> = grid.trials.iter().map(|t| t.last("loss").unwrap_or(f64::NAN)).collect();
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+    let (first, last) = (mean(&losses[..8]), mean(&losses[56..]));
+    ensure!(last < first / 8.0, "it did not learn: {first} then {last}: {losses:?}");
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(
+        dir.path().join("cmaes").join(rtune::tune::STATE_FILE),
+    )?)?;
+    let saved = state["controller"]["searcher"].clone();
+    let searcher: rtune_searchers::SearcherState = serde_json::from_value(saved.clone())
+        .or_else(|_| serde_json::from_value(saved["inner"].clone()))
+        .with_context(|| format!("the saved searcher: {saved}"))?;
+    ensure!(searcher.kind() == "cma_es", "{}", searcher.kind());
+    let mut restored = rtune_searchers::CmaEs::with_space(space)?.popsize(4);
+    rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;
+    ensure!(restored.current_popsize() == Some(4), "{:?}", restored.current_popsize());
+    Ok(())
+}
