@@ -371,8 +371,7 @@ pub fn a_lost_node_shrinks_an_elastic_group_in_place_and_it_grows_back() -> Resu
     let began: Vec<(usize, f64)> =
         attempts.iter().copied().enumerate().filter(|(_, a)| *a >= 0.0).collect();
     ensure!(began.len() == 2 && began[0] == (0, 0.0) && began[1].0 > shrunk, "{attempts:?}");
-    let said: Vec<String> =
-        rows().iter().filter_map(|row| row["group_resize"].as_str().map(str::to_owned)).collect();
+    let said = crate::common::resizes_said(&result.path)?;
     ensure!(said.len() == 2, "{said:?}");
     ensure!(said[0].starts_with("4 -> 2: rank "), "{said:?}");
     ensure!(said[0].contains("was lost") && said[0].ends_with("(in place)"), "{said:?}");

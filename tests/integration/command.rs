@@ -252,11 +252,7 @@ pub fn elastic_command_restarts_with_the_new_world_size() -> Result<()> {
         }
     }
     ensure!(!trial.path().join("env_2_2.json").exists(), "rank 2 started with 2 ranks");
-    let said: Vec<String> = std::fs::read_to_string(trial.path().join("result.json"))?
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
-        .collect();
+    let said = crate::common::resizes_said(trial.path())?;
     ensure!(said.len() == 2, "{said:?}");
     ensure!(said[0].starts_with("3 -> 2: rank 2 lost: `"), "{said:?}");
     ensure!(said[0].contains("probe.py` was killed by signal 9"), "{said:?}");

@@ -112,3 +112,13 @@ pub fn synthetic_sweep(
     std::fs::write(&file, head + tables)?;
     Ok(file)
 }
+
+/// What the rows of the run in `run` say of its group's resizes (`group_resize`), in order.
+pub fn resizes_said(run: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let rows = std::fs::read_to_string(run.join("result.json"))?;
+    Ok(rows
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
+        .collect())
+}

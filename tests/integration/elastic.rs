@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 
 use crate::cli::{RTUNE, rtune};
-use crate::common::{Killed, synthetic_sweep, text, wait_for};
+use crate::common::{Killed, resizes_said, synthetic_sweep, text, wait_for};
 use rtune::ResultGrid;
 use rtune::search::TrialStatus;
 
@@ -73,12 +73,7 @@ pub fn a_lost_rank_shrinks_the_group_and_it_grows_back() -> Result<()> {
     let frame = grid.dataframe()?;
     let resizes = frame.column("group_resizes")?.f64()?.get(0);
     ensure!(resizes == Some(2.0), "the dataframe's resize count: {resizes:?}");
-    let rows = std::fs::read_to_string(trial.path().join("result.json"))?;
-    let said: Vec<String> = rows
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
-        .collect();
+    let said = resizes_said(trial.path())?;
     ensure!(said.len() == 2, "{said:?}");
     // synthetic-curve meets the others in its own all_reduce, which does not go on in place.
     ensure!(said[0].starts_with("3 -> 2: rank 2 lost: killed by signal 9 (SIGKILL)"), "{said:?}");
@@ -395,10 +390,7 @@ pub fn a_grown_group_gives_way_to_a_waiting_run() -> Result<()> {
         stdout.contains("rigid: 0 failures") && stdout.contains("elastic: 0 failures"),
         "{stdout}"
     );
-    let said: Vec<String> = rows(&dir.path().join("elastic"))?
-        .iter()
-        .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
-        .collect();
+    let said = resizes_said(&dir.path().join("elastic"))?;
     let gave = said.iter().position(|s| s == "4 -> 1: another run waits for room in the pool");
     let gave = gave.with_context(|| format!("it never gave way: {said:?}"))?;
     ensure!(

@@ -1361,6 +1361,17 @@ pub fn bohb_with_hyperband_sweeps_and_saves_its_model() -> Result<()> {
     Ok(())
 }
 
+/// The searcher's state the experiment in `experiment` saved (the searcher's own, or inside the
+/// concurrency limiter around it).
+fn saved_searcher(experiment: &Path) -> Result<rtune_searchers::SearcherState> {
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(experiment.join(rtune::tune::STATE_FILE))?)?;
+    let saved = state["controller"]["searcher"].clone();
+    serde_json::from_value(saved.clone())
+        .or_else(|_| serde_json::from_value(saved["inner"].clone()))
+        .with_context(|| format!("the saved searcher: {saved}"))
+}
+
 /// ZDT1 over `x0` and `x1`: `f1` and `f2`, both to minimise, reported once.
 fn zdt1_trial(ctx: &mut TrainContext) -> Result<()> {
     let (x0, x1) = (ctx.params().get::<f64>("x0")?, ctx.params().get::<f64>("x1")?);
@@ -1402,13 +1413,7 @@ pub fn nsga2_sweeps_two_objectives_and_saves_its_generations() -> Result<()> {
     // Read back from its files, the grid knows its objectives.
     let read = ResultGrid::from_path(dir.path().join("nsga2"))?;
     ensure!(read.objectives() == [("f1", Mode::Min), ("f2", Mode::Min)] && read.metric.is_none());
-    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(
-        dir.path().join("nsga2").join(rtune::tune::STATE_FILE),
-    )?)?;
-    let saved = state["controller"]["searcher"].clone();
-    let searcher: rtune_searchers::SearcherState = serde_json::from_value(saved.clone())
-        .or_else(|_| serde_json::from_value(saved["inner"].clone()))
-        .with_context(|| format!("the saved searcher: {saved}"))?;
+    let searcher = saved_searcher(&dir.path().join("nsga2"))?;
     let mut restored = rtune_searchers::Nsga2::with_space(space)?.population_size(4);
     rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;
     ensure!(restored.generation() >= 2, "generation {} after 16 trials", restored.generation());
@@ -1447,13 +1452,7 @@ pub fn cmaes_sweeps_and_saves_its_search() -> Result<()> {
     let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
     let (first, last) = (mean(&losses[..8]), mean(&losses[56..]));
     ensure!(last < first / 8.0, "it did not learn: {first} then {last}: {losses:?}");
-    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(
-        dir.path().join("cmaes").join(rtune::tune::STATE_FILE),
-    )?)?;
-    let saved = state["controller"]["searcher"].clone();
-    let searcher: rtune_searchers::SearcherState = serde_json::from_value(saved.clone())
-        .or_else(|_| serde_json::from_value(saved["inner"].clone()))
-        .with_context(|| format!("the saved searcher: {saved}"))?;
+    let searcher = saved_searcher(&dir.path().join("cmaes"))?;
     ensure!(searcher.kind() == "cma_es", "{}", searcher.kind());
     let mut restored = rtune_searchers::CmaEs::with_space(space)?.popsize(4);
     rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;

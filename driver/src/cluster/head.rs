@@ -735,17 +735,22 @@ mod tests {
         head.handle(Msg::Reserve { request: one, lease: 0, asked: Asked::default(), reply });
         assert!(next.try_recv().is_err(), "reserved on a CPU a live worker still uses");
 
+        killed(&mut head, (b, session_b), survivor, pg);
+        let reserved = next.try_recv().expect("reserved once the survivor exited").unwrap();
+        assert_eq!(head.pool.placement(PgId(reserved.pg_id)).unwrap()[0].node, b);
+        head.pool.check_invariants().unwrap();
+    }
+
+    /// `worker` of `pg` on `node` (its session) exited, killed by SIGKILL.
+    fn killed(head: &mut HeadState, (node, session): (NodeId, u64), worker: String, pg: PgId) {
         let exit = WorkerExit {
-            worker_id: survivor,
+            worker_id: worker,
             pg_id: pg.0,
             code: -1,
             signal: 9,
             ..Default::default()
         };
-        head.handle(Msg::Exited { node: b, session: session_b, exit });
-        let reserved = next.try_recv().expect("reserved once the survivor exited").unwrap();
-        assert_eq!(head.pool.placement(PgId(reserved.pg_id)).unwrap()[0].node, b);
-        head.pool.check_invariants().unwrap();
+        head.handle(Msg::Exited { node, session, exit });
     }
 
     /// Reserves a group of 2 one-CPU bundles on distinct nodes, asked as `asked`, and starts a
@@ -790,14 +795,7 @@ mod tests {
         head.handle(Msg::Release { pg });
         let survivor = format!("w{}", b.0);
         assert_eq!(kills(&mut inbox_b), vec![survivor.clone()], "released: told to die");
-        let exit = WorkerExit {
-            worker_id: survivor,
-            pg_id: pg.0,
-            code: -1,
-            signal: 9,
-            ..Default::default()
-        };
-        head.handle(Msg::Exited { node: b, session: session_b, exit });
+        killed(&mut head, (b, session_b), survivor, pg);
         assert_eq!(free_cpu(&head, b), 1.0, "free once it exited");
         assert!(!head.elastic.contains(&pg), "forgotten once released");
         head.pool.check_invariants().unwrap();
