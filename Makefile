@@ -30,7 +30,7 @@ LIBTORCH_LINK := .libtorch
 # and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
-.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-gp bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -163,6 +163,11 @@ bench-cmaes: $(TRACKING)
 	$(VENV)/bin/python $(PIP_INSTALL) cmaes==0.13.1
 	cargo build --release -p rtune-searchers --example cmaes_vs
 	$(VENV)/bin/python bench/cmaes_peers.py $(BENCH_ARGS)
+
+# The GP searcher against Optuna's GPSampler and TPESampler on Branin, Hartmann-6, Rosenbrock-5.
+bench-gp: $(TRACKING)
+	cargo build --release -p rtune-searchers --example gp_vs
+	$(VENV)/bin/python bench/gp_peers.py $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

@@ -88,7 +88,7 @@ pub use scheduler::{
     SchedulerState, SchedulerStatus, TrialScheduler,
 };
 pub use searcher::{
-    BasicVariant, Bohb, CmaEs, CmaEsRestart, ConcurrencyLimiter, Nsga2, Repeater, Searcher,
+    BasicVariant, Bohb, CmaEs, CmaEsRestart, ConcurrencyLimiter, Gp, Nsga2, Repeater, Searcher,
     SearcherState, Suggestion, Tpe,
 };
 pub use space::domain::{

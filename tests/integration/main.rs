@@ -293,6 +293,7 @@ fn main() {
             tune::nsga2_sweeps_two_objectives_and_saves_its_generations,
         ),
         test("tune::cmaes_sweeps_and_saves_its_search", tune::cmaes_sweeps_and_saves_its_search),
+        test("tune::gp_sweeps_and_saves_its_search", tune::gp_sweeps_and_saves_its_search),
         test(
             "tune::an_attempt_failing_while_the_sweep_stops_is_no_failure",
             tune::an_attempt_failing_while_the_sweep_stops_is_no_failure,

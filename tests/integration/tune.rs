@@ -1459,3 +1459,35 @@ pub fn cmaes_sweeps_and_saves_its_search() -> Result<()> {
     ensure!(restored.current_popsize() == Some(4), "{:?}", restored.current_popsize());
     Ok(())
 }
+
+/// The GP through the Tuner, two trials at a time: every trial ends, its model's trials find a
+/// better value than the random start-up's, and the experiment's saved state restores.
+pub fn gp_sweeps_and_saves_its_search() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let space = SearchSpace::new()
+        .add("x", rtune_searchers::uniform(-2.0, 2.0)?)
+        .add("y", rtune_searchers::uniform(-2.0, 2.0)?);
+    let gp = rtune_searchers::Gp::with_space(space.clone())?.seed(3).n_startup_trials(6);
+    let grid = Tuner::new(TorchTrainer::new(sphere_trial), space.clone())
+        .tune_config(
+            TuneConfig::new()
+                .metric("loss")
+                .mode(Mode::Min)
+                .num_samples(20)
+                .max_concurrent_trials(2)
+                .search_alg(gp),
+        )
+        .run_config(RunConfig::new("gp").storage_path(dir.path()))
+        .fit()?;
+    ensure!(grid.trials.len() == 20, "{} trials", grid.trials.len());
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated));
+    let losses: Vec<f64> = grid.trials.iter().map(|t| t.last("loss").unwrap_or(f64::NAN)).collect();
+    let best = |xs: &[f64]| xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let (start, model) = (best(&losses[..6]), best(&losses[6..]));
+    ensure!(model < start / 10.0 && model < 0.01, "{start} then {model}: {losses:?}");
+    let searcher = saved_searcher(&dir.path().join("gp"))?;
+    ensure!(searcher.kind() == "gp", "{}", searcher.kind());
+    let mut restored = rtune_searchers::Gp::with_space(space)?;
+    rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;
+    Ok(())
+}

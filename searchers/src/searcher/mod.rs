@@ -39,6 +39,7 @@ macro_rules! searcher_builders {
 mod basic_variant;
 mod bohb;
 mod cmaes;
+mod gp;
 mod limiter;
 mod nsga2;
 mod points;
@@ -52,6 +53,7 @@ use serde::{Deserialize, Serialize};
 pub use basic_variant::{BasicVariant, BasicVariantState};
 pub use bohb::{Bohb, BohbState};
 pub use cmaes::{CmaEs, CmaEsRestart, CmaEsState};
+pub use gp::{Gp, GpState};
 pub use limiter::{ConcurrencyLimiter, LimiterState};
 pub use nsga2::{Nsga2, Nsga2State};
 pub use repeater::{Repeater, RepeaterState, TRIAL_INDEX_KEY};
@@ -205,6 +207,8 @@ pub enum SearcherState {
     Nsga2(Nsga2State),
     /// [`CmaEs`].
     CmaEs(CmaEsState),
+    /// [`Gp`].
+    Gp(GpState),
     /// [`ConcurrencyLimiter`].
     ConcurrencyLimiter(LimiterState),
     /// [`Repeater`].
@@ -227,6 +231,7 @@ impl SearcherState {
             SearcherState::Bohb(_) => "bohb",
             SearcherState::Nsga2(_) => "nsga2",
             SearcherState::CmaEs(_) => "cma_es",
+            SearcherState::Gp(_) => "gp",
             SearcherState::ConcurrencyLimiter(_) => "concurrency_limiter",
             SearcherState::Repeater(_) => "repeater",
             SearcherState::Custom { name, .. } => name,

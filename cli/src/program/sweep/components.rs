@@ -4,7 +4,7 @@
 //! go by that table, so an option is known to both or to neither: a new option is one row.
 
 use rtune_searchers::{
-    Asha, BasicVariant, Bohb, CmaEs, Fifo, HyperBand, MedianStopping, Nsga2, Params, Pbt,
+    Asha, BasicVariant, Bohb, CmaEs, Fifo, Gp, HyperBand, MedianStopping, Nsga2, Params, Pbt,
     SearchSpace, Searcher, Tpe, TrialScheduler, Value,
 };
 
@@ -233,9 +233,19 @@ static CMAES: Table<CmaEs, dyn Searcher> = Table {
     finish: |s| Box::new(s),
 };
 
+static GP: Table<Gp, dyn Searcher> = Table {
+    name: "gp",
+    start: |c| Gp::new().seed(c.seed),
+    options: &[
+        ("n_startup_trials", Setter::Count(Gp::n_startup_trials)),
+        ("n_candidates", Setter::Count(Gp::n_candidates)),
+    ],
+    finish: |s| Box::new(s),
+};
+
 /// The searchers a sweep file can name.
 pub(super) static SEARCHERS: &[&dyn Blueprint<dyn Searcher>] =
-    &[&RANDOM, &TPE, &BOHB, &NSGA2, &CMAES];
+    &[&RANDOM, &TPE, &BOHB, &NSGA2, &CMAES, &GP];
 
 static FIFO: Table<Fifo, dyn TrialScheduler> =
     Table { name: "fifo", start: |_| Fifo::new(), options: &[], finish: |s| Box::new(s) };

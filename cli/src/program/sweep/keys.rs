@@ -265,7 +265,7 @@ pub(crate) static KEYS: &[Key] = &[
         "trials to run (with a grid: times the grid); -1: until time_budget_s ends",
         |f, v| f.tune.num_samples = v.0),
     item!("tune.search", "a searcher's name, or { type = NAME, option = .. }", "\"random\"",
-        "the searcher: random, tpe, bohb, nsga2, cmaes (a grid with grid_search)",
+        "the searcher: random, tpe, bohb, nsga2, cmaes, gp (a grid with grid_search)",
         search),
     item!("tune.scheduler", "a scheduler's name, or { type = NAME, option = .. }", "\"fifo\"",
         "the trial scheduler: fifo, asha, hyperband, median_stopping, pbt",

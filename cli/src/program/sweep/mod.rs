@@ -630,7 +630,7 @@ mod tests {
     /// the Tuner hands it, refuses a grid in it at `param_space`, before anything runs.
     #[test]
     fn a_grid_for_a_modelling_searcher_is_refused_at_the_param_space() {
-        for search in ["tpe", "bohb", "nsga2", "cmaes"] {
+        for search in ["tpe", "bohb", "nsga2", "cmaes", "gp"] {
             let text = format!(
                 "[trainable]\nbuiltin = \"synthetic-curve\"\n[param_space]\n\
                  rate = {{ grid_search = [0.1, 0.2] }}\n[tune]\nmetric = \"score\"\n\
@@ -649,11 +649,11 @@ mod tests {
         assert!(spec.is_ok(), "{:?}", spec.err().map(|p| p.to_string()));
     }
 
-    /// CMA-ES's mistakes are refused before anything runs, each at its key: a space with no
-    /// numeric param (at `param_space`), a restart strategy it does not know; its options are
-    /// read otherwise.
+    /// CMA-ES's and the GP's mistakes are refused before anything runs, each at its key: a
+    /// space with no numeric param (at `param_space`), a restart strategy CMA-ES does not know,
+    /// no start-up trials for the GP; their options are read otherwise.
     #[test]
-    fn cmaes_options_and_mistakes() {
+    fn cmaes_and_gp_options_and_mistakes() {
         let sweep = |space: &str, search: &str| {
             let text = format!(
                 "[trainable]\nbuiltin = \"synthetic-curve\"\n[param_space]\n{space}\n[tune]\n\
@@ -670,6 +670,11 @@ mod tests {
         assert!(err.contains("param_space") && err.contains("no numeric parameter"), "{err}");
         let err = sweep(numeric, "{ type = \"cmaes\", restart = \"pipop\" }").unwrap_err();
         assert!(err.contains("tune.search.restart") && err.contains("bipop"), "{err}");
+        // The GP's options, and one it refuses.
+        let gp = "{ type = \"gp\", n_startup_trials = 5, n_candidates = 512 }";
+        assert!(sweep(numeric, gp).is_ok(), "{:?}", sweep(numeric, gp).err());
+        let err = sweep(numeric, "{ type = \"gp\", n_startup_trials = 0 }").unwrap_err();
+        assert!(err.contains("tune.search.n_startup_trials"), "{err}");
     }
 
     /// `[scaling] sharding` reaches the trials' `ScalingConfig`; other names are refused at

@@ -1,0 +1,162 @@
+use super::*;
+use crate::params::Params;
+use crate::space::domain::{choice, uniform};
+
+fn searcher(space: SearchSpace) -> Gp {
+    let mut gp = Gp::with_space(space).unwrap().seed(5).n_candidates(256);
+    gp.set_metric("loss", Mode::Min).unwrap();
+    gp
+}
+
+fn float(params: &Params, key: &str) -> f64 {
+    params.get::<f64>(key).unwrap()
+}
+
+/// Runs trials `from..to` one after the other, each reporting `f` of its params as `loss`.
+fn run(gp: &mut Gp, from: u64, to: u64, f: impl Fn(&Params) -> f64) -> Vec<Params> {
+    let mut seen = Vec::new();
+    for id in from..to {
+        let Suggestion::Params(params) = gp.suggest(TrialId(id)).unwrap() else {
+            panic!("GP always suggests")
+        };
+        let loss = f(&params);
+        gp.on_trial_complete(TrialId(id), Some(&Metrics::from([("loss".into(), loss)])), false)
+            .unwrap();
+        seen.push(params);
+    }
+    seen
+}
+
+/// Branin over x in [-5, 10), y in [0, 15): its minimum is 0.397887.
+fn branin(p: &Params) -> f64 {
+    let (x, y) = (float(p, "x"), float(p, "y"));
+    let pi = std::f64::consts::PI;
+    let (b, c, t) = (5.1 / (4.0 * pi * pi), 5.0 / pi, 1.0 / (8.0 * pi));
+    (y - b * x * x + c * x - 6.0).powi(2) + 10.0 * (1.0 - t) * x.cos() + 10.0
+}
+
+fn branin_space() -> SearchSpace {
+    SearchSpace::new().add("x", uniform(-5.0, 10.0).unwrap()).add("y", uniform(0.0, 15.0).unwrap())
+}
+
+/// The marginal likelihood's gradient is its derivative: against central differences in
+/// every parameter, on random points of 3 coordinates.
+#[test]
+fn the_likelihood_gradient_is_its_derivative() {
+    let mut rng = SearchRng::seed_from_u64(1);
+    let xs: Vec<Vec<f64>> =
+        (0..12).map(|_| (0..3).map(|_| rng.random::<f64>()).collect()).collect();
+    let y: Vec<f64> = xs.iter().map(|x| (x[0] * 3.0).sin() + x[1] * x[1] - 0.5 * x[2]).collect();
+    let theta = vec![-0.7, 0.2, -1.1, 0.3, -4.0];
+    let (_, grad) = log_posterior(&xs, &y, &theta).unwrap();
+    for j in 0..theta.len() {
+        let h = 1e-5;
+        let mut up = theta.clone();
+        up[j] += h;
+        let mut down = theta.clone();
+        down[j] -= h;
+        let numeric = (log_posterior(&xs, &y, &up).unwrap().0
+            - log_posterior(&xs, &y, &down).unwrap().0)
+            / (2.0 * h);
+        assert!(
+            (numeric - grad[j]).abs() < 1e-4 * (1.0 + numeric.abs()),
+            "{j}: {numeric} {}",
+            grad[j]
+        );
+    }
+}
+
+/// With little noise the posterior goes through the observations, with almost no spread there,
+/// and the Cholesky factor reproduces the kernel matrix.
+#[test]
+fn the_posterior_interpolates_its_observations() {
+    let xs = vec![vec![0.1, 0.2], vec![0.5, 0.9], vec![0.8, 0.3], vec![0.3, 0.6]];
+    let y = [1.0, -0.5, 0.25, 2.0];
+    let model = Model::fit(xs.clone(), &y, None);
+    for (x, want) in xs.iter().zip(&model.y) {
+        let (mean, sd) = model.mean_sd(x);
+        assert!((mean - want).abs() < 0.05 && sd < 0.1, "{mean} {want} {sd}");
+    }
+    let n = xs.len();
+    let k = kernel_matrix(&xs, &model.theta);
+    for i in 0..n {
+        for j in 0..n {
+            let back: f64 = (0..n).map(|q| model.chol[i * n + q] * model.chol[j * n + q]).sum();
+            assert!((back - k[i * n + j]).abs() < 1e-9);
+        }
+    }
+}
+
+/// On Branin, 40 trials get within 0.1 of its minimum, where random search's 40 do not.
+#[test]
+fn it_finds_branins_minimum_sooner_than_random_search() {
+    let mut gp = searcher(branin_space());
+    let best = run(&mut gp, 0, 40, branin).iter().map(branin).fold(f64::INFINITY, f64::min);
+    assert!(best < 0.397887 + 0.1, "best {best}");
+    let mut random = Gp::with_space(branin_space()).unwrap().seed(5).n_startup_trials(40);
+    random.set_metric("loss", Mode::Min).unwrap();
+    let rand_best =
+        run(&mut random, 0, 40, branin).iter().map(branin).fold(f64::INFINITY, f64::min);
+    assert!(best < rand_best, "{best} against random {rand_best}");
+}
+
+/// Trials in flight spread: four asked for at once after the start-up are four points.
+#[test]
+fn trials_in_flight_spread() {
+    let mut gp = searcher(branin_space());
+    run(&mut gp, 0, 12, branin);
+    let asked: Vec<(f64, f64)> = (12..16)
+        .map(|id| match gp.suggest(TrialId(id)).unwrap() {
+            Suggestion::Params(p) => (float(&p, "x"), float(&p, "y")),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    for (i, a) in asked.iter().enumerate() {
+        for b in &asked[..i] {
+            assert!((a.0 - b.0).abs() + (a.1 - b.1).abs() > 1e-3, "{asked:?}");
+        }
+    }
+}
+
+/// A categorical parameter is modelled: with one category far better, the model's trials
+/// mostly take it.
+#[test]
+fn a_better_category_is_learned() {
+    let space = SearchSpace::new()
+        .add("x", uniform(0.0, 1.0).unwrap())
+        .add("act", choice(["relu", "tanh", "gelu"]));
+    let mut gp = searcher(space);
+    let f = |p: &Params| {
+        let penalty = if p.get::<String>("act").unwrap() == "gelu" { 0.0 } else { 1.0 };
+        (float(p, "x") - 0.3).powi(2) + penalty
+    };
+    let seen = run(&mut gp, 0, 30, f);
+    let gelu = seen[10..].iter().filter(|p| p.get::<String>("act").unwrap() == "gelu").count();
+    assert!(gelu >= 15, "{gelu} of 20 model trials took the better category");
+}
+
+/// A search saved mid-way and restored suggests what the uninterrupted one does; a state of
+/// another width is refused.
+#[test]
+fn a_restored_search_goes_on_as_the_uninterrupted_one() {
+    let mut first = searcher(branin_space());
+    run(&mut first, 0, 14, branin);
+    first.suggest(TrialId(14)).unwrap();
+    let saved = serde_json::to_string(&first.save_state()).unwrap();
+    let mut second = searcher(branin_space());
+    second.restore_state(serde_json::from_str(&saved).unwrap()).unwrap();
+    assert_eq!(run(&mut first, 15, 20, branin), run(&mut second, 15, 20, branin));
+    let mut narrow = searcher(SearchSpace::new().add("x", uniform(0.0, 1.0).unwrap()));
+    assert!(narrow.restore_state(serde_json::from_str(&saved).unwrap()).is_err());
+}
+
+/// Its settings and spaces it cannot model are refused.
+#[test]
+fn what_it_cannot_do_is_refused() {
+    let grid = SearchSpace::new().add("x", crate::space::grid_search([1, 2]));
+    assert!(Gp::with_space(grid).unwrap_err().to_string().contains("grid_search"));
+    let gp = Gp::with_space(branin_space()).unwrap();
+    for bad in [gp.clone().n_startup_trials(0), gp.n_candidates(0)] {
+        assert!(bad.validate().is_err());
+    }
+}
