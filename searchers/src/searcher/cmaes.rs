@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tpe::ModelSpace;
 use super::tpe::parzen::{NumericSpec, ParamKind};
-use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
+use super::{Searcher, SearcherState, Suggestion, objective_of, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Mode, Objective};
 use crate::rng::SearchRng;
@@ -596,9 +596,7 @@ impl Searcher for CmaEs {
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
         self.model.check()?;
-        if self.metric.is_none() || self.mode.is_none() {
-            return Err(Error::NotConfigured { component: NAME });
-        }
+        objective_of(NAME, &self.metric, self.mode)?;
         self.check_settings()?;
         let specs = self.specs();
         let n = specs.iter().flatten().count();
@@ -635,11 +633,8 @@ impl Searcher for CmaEs {
         let drawn =
             self.state.drawn.get(&trial).ok_or(Error::UnknownTrial { component: NAME, trial })?;
         let Some(result) = result.filter(|_| !error) else { return Ok(()) };
-        let (Some(metric), Some(mode)) = (&self.metric, self.mode) else {
-            return Err(Error::NotConfigured { component: NAME });
-        };
         // Minimised: the score is higher-is-better, a NaN the worst.
-        let value = -Objective { metric: metric.clone(), mode }.score(result)?;
+        let value = -objective_of(NAME, &self.metric, self.mode)?.score(result)?;
         let Some(search) = self.state.search.as_mut() else { return Ok(()) };
         if (drawn.search, drawn.generation) != (search.id, search.generation) {
             return Ok(());

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tpe::ModelSpace;
 use super::tpe::parzen::{NumericSpec, ParamKind};
-use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
+use super::{Searcher, SearcherState, Suggestion, objective_of, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::math::norm_cdf;
 use crate::metrics::{Metrics, Mode, Objective};
@@ -527,9 +527,7 @@ impl Searcher for Gp {
 
     fn suggest(&mut self, trial: TrialId) -> Result<Suggestion> {
         self.model.check()?;
-        if self.metric.is_none() || self.mode.is_none() {
-            return Err(Error::NotConfigured { component: NAME });
-        }
+        objective_of(NAME, &self.metric, self.mode)?;
         self.check_settings()?;
         let coords = self.coords();
         let x = self.next_point(&coords);
@@ -547,12 +545,10 @@ impl Searcher for Gp {
         result: Option<&Metrics>,
         error: bool,
     ) -> Result<()> {
-        let (Some(metric), Some(mode)) = (&self.metric, self.mode) else {
-            return Err(Error::NotConfigured { component: NAME });
-        };
+        let objective = objective_of(NAME, &self.metric, self.mode)?;
         let value = match result.filter(|_| !error) {
             // Minimised: the score is higher-is-better, a NaN the worst.
-            Some(result) => Some(-Objective { metric: metric.clone(), mode }.score(result)?),
+            Some(result) => Some(-objective.score(result)?),
             None => None,
         };
         let seen = self

@@ -239,6 +239,19 @@ impl SearcherState {
     }
 }
 
+/// The metric and direction a single-objective searcher was given (`set_metric`), as the
+/// objective it minimises the negated score of; an error if it was given none.
+pub(crate) fn objective_of(
+    component: &'static str,
+    metric: &Option<String>,
+    mode: Option<Mode>,
+) -> Result<Objective> {
+    match (metric, mode) {
+        (Some(metric), Some(mode)) => Ok(Objective { metric: metric.clone(), mode }),
+        _ => Err(crate::Error::NotConfigured { component }),
+    }
+}
+
 pub(crate) fn wrong_state(expected: &'static str, found: &SearcherState) -> crate::Error {
     crate::Error::InvalidState {
         expected,
