@@ -558,12 +558,6 @@ fn eigen(a: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
     ((0..n).map(|p| a[p * n + p]).collect(), v)
 }
 
-/// A numeric parameter's model coordinate from its coordinate `u` in [0, 1].
-fn from_unit(spec: &NumericSpec, u: f64) -> f64 {
-    let (lo, hi) = spec.kernel_bounds();
-    spec.untransform(lo + u * (hi - lo))
-}
-
 impl Searcher for CmaEs {
     fn set_space(&mut self, space: &SearchSpace) -> Result<()> {
         self.model.offer(space)?;
@@ -613,7 +607,7 @@ impl Searcher for CmaEs {
         for ((leaf, spec), domain) in self.model.leaves.iter().zip(&specs).zip(&self.model.domains)
         {
             values.push(match spec {
-                Some(spec) => leaf.value(from_unit(spec, *coords.next().expect("one per spec"))),
+                Some(spec) => leaf.value(spec.at_unit(*coords.next().expect("one per spec"))),
                 None => domain.sample(&mut self.state.rng),
             });
         }

@@ -173,8 +173,7 @@ impl Gp {
         for (leaf, c) in self.model.leaves.iter().zip(coords) {
             match c {
                 Coord::Number(spec) => {
-                    let (lo, hi) = spec.kernel_bounds();
-                    values.push(leaf.value(spec.untransform(lo + x[at] * (hi - lo))));
+                    values.push(leaf.value(spec.at_unit(x[at])));
                     at += 1;
                 }
                 Coord::Choice(k) => {

@@ -41,6 +41,13 @@ impl NumericSpec {
         (self.transform(self.low - half), self.transform(self.high + half))
     }
 
+    /// The model coordinate at `u` in [0, 1] of the kernel-space bounds (the scale CMA-ES and
+    /// the GP search in: log domains in their log, steps widened by half a step).
+    pub(crate) fn at_unit(&self, u: f64) -> f64 {
+        let (lo, hi) = self.kernel_bounds();
+        self.untransform(lo + u * (hi - lo))
+    }
+
     /// Put a value on the grid (if any) and inside the bounds.
     pub fn align(&self, x: f64) -> f64 {
         let x = match self.step {
