@@ -214,6 +214,25 @@ pub(crate) async fn reserve_if_free(
     }
 }
 
+/// Reserves the most bundles of `request` in `sizes` (each its first bundle) that fit the
+/// cluster's free room now, trying the largest first (see `reserve_if_free`): how many, and the
+/// reservation; None if no size in `sizes` fits now.
+pub(crate) async fn reserve_most_free(
+    client: &mut Client,
+    request: &PlacementRequest,
+    sizes: std::ops::RangeInclusive<usize>,
+    options: &ReserveOptions,
+) -> Result<Option<(usize, ClusterReservation)>> {
+    let mut asked = request.clone();
+    for size in sizes.rev() {
+        asked.bundles = vec![request.bundles[0].clone(); size];
+        if let Some(r) = reserve_if_free(client, &asked, options).await? {
+            return Ok(Some((size, r)));
+        }
+    }
+    Ok(None)
+}
+
 /// The reservation a head's reply carries.
 fn reservation_of(reply: crate::proto::ReserveReply) -> Result<ClusterReservation> {
     let reservation = serde_json::from_str(&reply.reservation_json)

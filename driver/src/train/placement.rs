@@ -109,17 +109,10 @@ impl Placement {
                     // failure the cluster may have shrunk (a node died): wait for it to grow.
                     options.wait_for_capacity = attempt > 0;
                     let larger = if grow { *most } else { 0 };
-                    let mut reserved = None;
-                    for size in (request.bundles.len() + 1..=larger).rev() {
-                        let mut asked = request.clone();
-                        asked.bundles.resize(size, request.bundles[0].clone());
-                        reserved = client::reserve_if_free(client, &asked, options).await?;
-                        if reserved.is_some() {
-                            break;
-                        }
-                    }
-                    let r = match reserved {
-                        Some(r) => r,
+                    let sizes = request.bundles.len() + 1..=larger;
+                    let r = match client::reserve_most_free(client, request, sizes, options).await?
+                    {
+                        Some((_, r)) => r,
                         None => client::reserve(client, request, options).await?,
                     };
                     let nodes: Vec<u64> = r.reservation.bundles.iter().map(|b| b.node.0).collect();
@@ -204,26 +197,16 @@ impl Placement {
     /// now (none while another group waits for room): the most that fit, the answer.
     fn ask_for_room(&self, want: usize) -> Option<oneshot::Receiver<Option<(usize, PgId)>>> {
         let Placement::Cluster { client, request, options, .. } = self else { return None };
-        let (mut client, mut asked, options) =
-            ((**client).clone(), request.clone(), options.clone());
+        let (mut client, request, options) = ((**client).clone(), request.clone(), options.clone());
         let (tell, answer) = oneshot::channel();
         tokio::spawn(async move {
-            let bundle = asked.bundles[0].clone();
-            let mut got = None;
-            for more in (1..=want).rev() {
-                asked.bundles = vec![bundle.clone(); more];
-                match client::reserve_if_free(&mut client, &asked, &options).await {
-                    Ok(Some(r)) => {
-                        got = Some((more, r.pg()));
-                        break;
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!("asking the head for room to grow: {e}");
-                        break;
-                    }
-                }
-            }
+            let got = client::reserve_most_free(&mut client, &request, 1..=want, &options)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!("asking the head for room to grow: {e}");
+                    None
+                })
+                .map(|(more, r)| (more, r.pg()));
             // The run went on without waiting for it: the room is given back.
             if let Err(Some((_, pg))) = tell.send(got) {
                 let _ = client::release(&mut client, pg).await;
