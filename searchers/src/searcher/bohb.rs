@@ -58,7 +58,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tpe::parzen::ParamKind;
 use super::tpe::{Leaf, ModelSpace};
-use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
+use super::{Searcher, SearcherState, Suggestion, checked_metric, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::math::{norm_cdf, norm_ppf};
 use crate::metrics::{Metrics, Mode, Objective, Score, get_metric};
@@ -472,9 +472,7 @@ impl Searcher for Bohb {
     }
 
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
-        Objective::new(NAME, metric, mode)?;
-        self.metric = Some(metric.to_string());
-        self.mode = Some(mode);
+        (self.metric, self.mode) = checked_metric(NAME, metric, mode)?;
         Ok(())
     }
 
@@ -509,9 +507,7 @@ impl Searcher for Bohb {
             .zip(&point)
             .map(|((leaf, dim), u)| leaf.value(dim.coord_of(*u)))
             .collect();
-        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
-            Ok(values.get(i).cloned().unwrap_or(Value::Null))
-        })?;
+        let params = self.model.params(&values, &mut self.state.rng)?;
         // The point as the model will see it: where its values really are.
         let point = self
             .model

@@ -38,13 +38,14 @@ use serde::{Deserialize, Serialize};
 
 use super::tpe::ModelSpace;
 use super::tpe::parzen::{NumericSpec, ParamKind};
-use super::{Searcher, SearcherState, Suggestion, objective_of, wrong_state, wrong_width};
+use super::{
+    Searcher, SearcherState, Suggestion, checked_metric, objective_of, wrong_state, wrong_width,
+};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Mode, Objective};
+use crate::metrics::{Metrics, Mode};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::trial::TrialId;
-use crate::value::Value;
 
 const NAME: &str = "CMA-ES";
 
@@ -574,8 +575,7 @@ impl Searcher for CmaEs {
     }
 
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
-        Objective::new(NAME, metric, mode)?;
-        (self.metric, self.mode) = (Some(metric.to_owned()), Some(mode));
+        (self.metric, self.mode) = checked_metric(NAME, metric, mode)?;
         Ok(())
     }
 
@@ -611,9 +611,7 @@ impl Searcher for CmaEs {
                 None => domain.sample(&mut self.state.rng),
             });
         }
-        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
-            Ok(values.get(i).cloned().unwrap_or(Value::Null))
-        })?;
+        let params = self.model.params(&values, &mut self.state.rng)?;
         self.state.drawn.insert(trial, Drawn { search: id, generation, x });
         Ok(Suggestion::Params(params))
     }

@@ -32,10 +32,12 @@ use serde::{Deserialize, Serialize};
 
 use super::tpe::ModelSpace;
 use super::tpe::parzen::{NumericSpec, ParamKind};
-use super::{Searcher, SearcherState, Suggestion, objective_of, wrong_state, wrong_width};
+use super::{
+    Searcher, SearcherState, Suggestion, checked_metric, objective_of, wrong_state, wrong_width,
+};
 use crate::error::{Error, Result};
 use crate::math::norm_cdf;
-use crate::metrics::{Metrics, Mode, Objective};
+use crate::metrics::{Metrics, Mode};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::trial::TrialId;
@@ -510,8 +512,7 @@ impl Searcher for Gp {
     }
 
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
-        Objective::new(NAME, metric, mode)?;
-        (self.metric, self.mode) = (Some(metric.to_owned()), Some(mode));
+        (self.metric, self.mode) = checked_metric(NAME, metric, mode)?;
         Ok(())
     }
 
@@ -531,9 +532,7 @@ impl Searcher for Gp {
         let coords = self.coords();
         let x = self.next_point(&coords);
         let values = self.values_of(&coords, &x);
-        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
-            Ok(values.get(i).cloned().unwrap_or(Value::Null))
-        })?;
+        let params = self.model.params(&values, &mut self.state.rng)?;
         self.state.trials.insert(trial, Seen { x, value: None, done: false });
         Ok(Suggestion::Params(params))
     }

@@ -239,6 +239,16 @@ impl SearcherState {
     }
 }
 
+/// What a single-objective searcher keeps of `set_metric`'s metric and direction, checked.
+pub(crate) fn checked_metric(
+    component: &'static str,
+    metric: &str,
+    mode: Mode,
+) -> Result<(Option<String>, Option<Mode>)> {
+    Objective::new(component, metric, mode)?;
+    Ok((Some(metric.to_owned()), Some(mode)))
+}
+
 /// The metric and direction a single-objective searcher was given (`set_metric`), as the
 /// objective it minimises the negated score of; an error if it was given none.
 pub(crate) fn objective_of(

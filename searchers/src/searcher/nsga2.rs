@@ -357,9 +357,7 @@ impl Searcher for Nsga2 {
         }
         self.check_settings()?;
         let (generation, values) = self.child();
-        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
-            Ok(values.get(i).cloned().unwrap_or(Value::Null))
-        })?;
+        let params = self.model.params(&values, &mut self.state.rng)?;
         self.state.members.insert(trial, Member { generation, values, scores: None });
         Ok(Suggestion::Params(params))
     }

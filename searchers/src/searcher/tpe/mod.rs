@@ -90,7 +90,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) use self::model_space::ModelSpace;
 use self::parzen::{Estimator, NumericSpec, ParamKind, ParzenSettings, default_weights};
 use super::points::Points;
-use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
+use super::{Searcher, SearcherState, Suggestion, checked_metric, wrong_state, wrong_width};
 use crate::error::{Error, Result};
 use crate::math::{clamp_f64, norm_cdf, norm_ppf};
 use crate::metrics::{
@@ -607,9 +607,7 @@ impl Searcher for Tpe {
     }
 
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
-        Objective::new(NAME, metric, mode)?;
-        self.metric = Some(metric.to_string());
-        self.mode = Some(mode);
+        (self.metric, self.mode) = checked_metric(NAME, metric, mode)?;
         Ok(())
     }
 
@@ -667,9 +665,7 @@ impl Searcher for Tpe {
                 *slot = v.clone();
             }
         }
-        let params = self.model.space.resolve(&mut self.state.rng, &mut |i, _, _| {
-            Ok(values.get(i).cloned().unwrap_or(Value::Null))
-        })?;
+        let params = self.model.params(&values, &mut self.state.rng)?;
         let live = LiveTrial { coords, last_score: None, last_scores: Vec::new() };
         self.state.live.insert(trial, live);
         if point.is_some() {

@@ -3,8 +3,11 @@
 
 use super::Leaf;
 use crate::error::{Error, Result};
+use crate::params::Params;
+use crate::rng::SearchRng;
 use crate::space::domain::Domain;
 use crate::space::{Param, SearchSpace};
+use crate::value::Value;
 
 /// The sampled parameters of `space` as a model sees them, with their domains (for random
 /// draws); a `grid_search` is refused for `searcher` (a grid promises every value, a model
@@ -65,6 +68,12 @@ impl ModelSpace {
         self.space = space.clone();
         self.given = true;
         Ok(true)
+    }
+
+    /// The params of a trial whose sampled leaves take `values`, in the leaves' order (its
+    /// dependent values drawn from `rng`).
+    pub fn params(&self, values: &[Value], rng: &mut SearchRng) -> Result<Params> {
+        self.space.resolve(rng, &mut |i, _, _| Ok(values.get(i).cloned().unwrap_or(Value::Null)))
     }
 
     /// An error unless it has a space.
