@@ -142,6 +142,16 @@ pub enum Error {
         takes: &'static str,
     },
 
+    /// Constraints were given to a searcher that cannot steer by them.
+    #[error(
+        "{component} does not take constraints (metrics that must be <= 0): TPE, NSGA-II, the GP \
+         and random search do"
+    )]
+    NoConstraints {
+        /// The searcher (`this searcher` where the trait's default refuses).
+        component: &'static str,
+    },
+
     /// An event named a trial the searcher or scheduler has never seen (or already forgot).
     #[error("{component}: unknown trial {trial}")]
     UnknownTrial {

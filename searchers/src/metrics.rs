@@ -77,6 +77,37 @@ pub(crate) fn check_objectives(component: &'static str, objectives: &[Objective]
     Ok(())
 }
 
+/// How far a result is from feasible under `constraints`, metrics that must be <= 0 (Optuna's
+/// `constraints_func`): the sum of their positive parts, 0 for a feasible result. A constraint
+/// the result does not hold, or holds as NaN, makes it infinitely far.
+pub fn violation(constraints: &[String], result: &Metrics) -> f64 {
+    constraints
+        .iter()
+        .map(|c| match result.get(c) {
+            Some(v) if !v.is_nan() => v.max(0.0),
+            _ => f64::INFINITY,
+        })
+        .sum()
+}
+
+/// For `skip_serializing_if`: a violation of 0 (a feasible result) is not written.
+pub(crate) fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// Checks constraints for `component`: each metric named, and once.
+pub(crate) fn check_constraints(component: &'static str, constraints: &[String]) -> Result<()> {
+    for (i, c) in constraints.iter().enumerate() {
+        if c.is_empty() {
+            return Err(Error::config(component, "constraints", "\"\"", "non-empty metric names"));
+        }
+        if constraints[..i].contains(c) {
+            return Err(Error::config(component, "constraints", c, "each metric once"));
+        }
+    }
+    Ok(())
+}
+
 /// A metric's raw value, or [`Error::MissingMetric`] naming the keys present.
 pub fn get_metric(result: &Metrics, name: &str) -> Result<f64> {
     result.get(name).copied().ok_or_else(|| Error::MissingMetric {

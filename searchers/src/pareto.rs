@@ -73,15 +73,31 @@ pub(crate) fn dominates(a: &[f64], b: &[f64]) -> bool {
     a.iter().zip(b).all(|(x, y)| x >= y) && a.iter().zip(b).any(|(x, y)| x > y)
 }
 
+/// Deb's constrained domination of scores `a` violating the constraints by `va` over `b`
+/// violating them by `vb` (0: feasible): a feasible point dominates an infeasible one, of two
+/// infeasible ones the one that violates less, and of two feasible ones as [`dominates`].
+pub(crate) fn constrained_dominates(a: &[f64], va: f64, b: &[f64], vb: f64) -> bool {
+    match (va == 0.0, vb == 0.0) {
+        (true, true) => dominates(a, b),
+        (true, false) => true,
+        (false, true) => false,
+        (false, false) => va < vb,
+    }
+}
+
 /// Deb's fast non-dominated sort: the indices of `scores` front by front, the first front
 /// dominated by none.
 pub(crate) fn fronts(scores: &[Vec<f64>]) -> Vec<Vec<usize>> {
-    let n = scores.len();
+    fronts_by(scores.len(), |i, j| dominates(&scores[i], &scores[j]))
+}
+
+/// Deb's fast non-dominated sort of `n` points under `dominates(i, j)`.
+pub(crate) fn fronts_by(n: usize, dominates: impl Fn(usize, usize) -> bool) -> Vec<Vec<usize>> {
     let mut dominated_by = vec![0usize; n];
     let mut dominating: Vec<Vec<usize>> = vec![Vec::new(); n];
     for i in 0..n {
         for j in 0..n {
-            if i != j && dominates(&scores[i], &scores[j]) {
+            if i != j && dominates(i, j) {
                 dominating[i].push(j);
                 dominated_by[j] += 1;
             }

@@ -160,6 +160,11 @@ impl Searcher for BasicVariant {
         Ok(())
     }
 
+    /// Random draws and grids do not learn from results: constraints change nothing here.
+    fn set_constraints(&mut self, constraints: &[String]) -> Result<()> {
+        crate::metrics::check_constraints(NAME, constraints)
+    }
+
     fn validate(&self) -> Result<()> {
         self.points.check()
     }

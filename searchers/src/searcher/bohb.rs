@@ -471,6 +471,10 @@ impl Searcher for Bohb {
         self.check_settings()
     }
 
+    fn set_constraints(&mut self, _: &[String]) -> Result<()> {
+        Err(Error::NoConstraints { component: NAME })
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (self.metric, self.mode) = checked_metric(NAME, metric, mode)?;
         Ok(())

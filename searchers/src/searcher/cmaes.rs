@@ -574,6 +574,10 @@ impl Searcher for CmaEs {
         Ok(())
     }
 
+    fn set_constraints(&mut self, _: &[String]) -> Result<()> {
+        Err(Error::NoConstraints { component: NAME })
+    }
+
     fn set_metric(&mut self, metric: &str, mode: Mode) -> Result<()> {
         (self.metric, self.mode) = checked_metric(NAME, metric, mode)?;
         Ok(())

@@ -13,6 +13,12 @@
 //!   (the "kriging believer"), so trials in flight spread instead of landing on one point.
 //! * The first `n_startup_trials` (10) trials are random draws from the domains. Failed trials
 //!   teach nothing; a NaN value counts as the worst seen.
+//! * Constraints ([`Searcher::set_constraints`]: metrics that must be <= 0), as Optuna's
+//!   `GPSampler` takes them: a Gaussian process more per constraint, fitted the same way, and
+//!   the acquisition is the log expected improvement over the best *feasible* trial plus the
+//!   log probability that each constraint is <= 0 there; while no trial is feasible, the log
+//!   probability alone. A constraint a result lacks, or holds as NaN, counts as its worst
+//!   value seen.
 //!
 //! The state (every trial's point and value, the last fit, the random stream) is serde data: a
 //! restored sweep suggests as the uninterrupted one would.
@@ -36,8 +42,8 @@ use super::{
     Searcher, SearcherState, Suggestion, checked_metric, objective_of, wrong_state, wrong_width,
 };
 use crate::error::{Error, Result};
-use crate::math::norm_cdf;
-use crate::metrics::{Metrics, Mode};
+use crate::math::{log_gauss_mass, norm_cdf};
+use crate::metrics::{Metrics, Mode, Score, check_constraints};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::trial::TrialId;
@@ -59,6 +65,8 @@ pub struct Gp {
     model: ModelSpace,
     metric: Option<String>,
     mode: Option<Mode>,
+    /// Metrics that must be <= 0: see the module docs.
+    constraints: Vec<String>,
     n_startup_trials: usize,
     n_candidates: usize,
     state: GpState,
@@ -73,6 +81,9 @@ pub struct GpState {
     /// The logs of the length scales, the kernel scale and the noise variance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fitted: Option<Vec<f64>>,
+    /// The same for each constraint's process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    fitted_constraints: Vec<Vec<f64>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -83,6 +94,9 @@ struct Seen {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     value: Option<f64>,
     done: bool,
+    /// Completed: each constraint's value (NaN where the result lacks it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    constraints: Vec<Score>,
 }
 
 /// How a parameter of the space sits in the model's coordinates.
@@ -102,12 +116,14 @@ impl Gp {
             model: ModelSpace::none(NAME),
             metric: None,
             mode: None,
+            constraints: Vec::new(),
             n_startup_trials: 10,
             n_candidates: 1024,
             state: GpState {
                 rng: SearchRng::seed_from_u64(0),
                 trials: BTreeMap::new(),
                 fitted: None,
+                fitted_constraints: Vec::new(),
             },
         }
     }
@@ -191,35 +207,54 @@ impl Gp {
 
     /// The next point: a random one during start-up, else the acquisition's best.
     fn next_point(&mut self, coords: &[Coord]) -> Vec<f64> {
-        let done: Vec<(&Vec<f64>, f64)> = self
+        let done: Vec<(&Vec<f64>, f64, &[Score])> = self
             .state
             .trials
             .values()
             .filter(|t| t.done)
-            .filter_map(|t| t.value.map(|v| (&t.x, v)))
+            .filter_map(|t| t.value.map(|v| (&t.x, v, t.constraints.as_slice())))
             .collect();
         if done.len() < self.n_startup_trials {
             return Self::random_point(coords, &mut self.state.rng);
         }
-        // NaN and infinite values count as the worst finite one seen.
-        let worst = done.iter().map(|d| d.1).filter(|v| v.is_finite()).fold(f64::MIN, f64::max);
-        let worst = if worst == f64::MIN { 0.0 } else { worst };
         let xs: Vec<Vec<f64>> = done.iter().map(|d| d.0.clone()).collect();
-        let ys: Vec<f64> = done.iter().map(|d| if d.1.is_finite() { d.1 } else { worst }).collect();
+        let ys = worst_for_missing(done.iter().map(|d| d.1));
+        // How far each trial is from feasible, and a process per constraint.
+        let violations: Vec<f64> = done
+            .iter()
+            .map(|d| d.2.iter().map(|c| if c.0.is_nan() { f64::INFINITY } else { c.0.max(0.0) }))
+            .map(|v| v.sum())
+            .collect();
+        let mut feasibility = Vec::with_capacity(self.constraints.len());
+        for k in 0..self.constraints.len() {
+            let cs = worst_for_missing(done.iter().map(|d| d.2.get(k).map_or(f64::NAN, |c| c.0)));
+            let warm = self.state.fitted_constraints.get(k).map(Vec::as_slice);
+            feasibility.push(Model::fit(xs.clone(), &cs, warm));
+        }
+        self.state.fitted_constraints = feasibility.iter().map(|m| m.theta.clone()).collect();
         let pending: Vec<Vec<f64>> =
             self.state.trials.values().filter(|t| !t.done).map(|t| t.x.clone()).collect();
         let model = Model::fit(xs, &ys, self.state.fitted.as_deref());
         self.state.fitted = Some(model.theta.clone());
+        // The improvement is over the best feasible trial; with none, only feasibility counts.
+        let best = (0..done.len())
+            .filter(|&i| violations[i] == 0.0)
+            .map(|i| model.y[i])
+            .min_by(f64::total_cmp);
         let model = model.believing(&pending);
-        let best = model.best;
-        let acquisition = |x: &[f64]| model.log_ei(x, best);
-        // Random candidates, and the best trials so far.
+        let acquisition = |x: &[f64]| {
+            let improvement = best.map_or(0.0, |best| model.log_ei(x, best));
+            improvement + feasibility.iter().map(|m| m.log_prob_below(x, 0.0)).sum::<f64>()
+        };
+        // Random candidates, and the best trials so far (the feasible first).
         let mut candidates: Vec<Vec<f64>> = (0..self.n_candidates)
             .map(|_| Self::random_point(coords, &mut self.state.rng))
             .collect();
-        let mut ranked: Vec<&(&Vec<f64>, f64)> = done.iter().collect();
-        ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
-        candidates.extend(ranked.iter().take(5).map(|d| d.0.clone()));
+        let mut ranked: Vec<usize> = (0..done.len()).collect();
+        ranked.sort_by(|&a, &b| {
+            violations[a].total_cmp(&violations[b]).then(done[a].1.total_cmp(&done[b].1))
+        });
+        candidates.extend(ranked.iter().take(5).map(|&i| done[i].0.clone()));
         let mut scored: Vec<(f64, Vec<f64>)> =
             candidates.into_iter().map(|x| (acquisition(&x), x)).collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -288,8 +323,9 @@ struct Model {
     /// The Cholesky factor of the kernel matrix (lower, row-major) and `K⁻¹ y`.
     chol: Vec<f64>,
     alpha: Vec<f64>,
-    /// The best standardised value observed.
-    best: f64,
+    /// The mean and standard deviation the values were standardised by.
+    shift: f64,
+    spread: f64,
 }
 
 impl Model {
@@ -324,8 +360,7 @@ impl Model {
             }
         }
         let (chol, alpha) = factor(&xs, &y, &theta);
-        let best = y.iter().copied().fold(f64::INFINITY, f64::min);
-        Model { xs, y, theta, chol, alpha, best }
+        Model { xs, y, theta, chol, alpha, shift: mean, spread: sd }
     }
 
     /// The model with `pending` points observed at its mean there (the kernel's parameters
@@ -355,12 +390,26 @@ impl Model {
         (mean, var.sqrt())
     }
 
+    /// The log of the probability that the value at `x` is at most `bound` (in the values'
+    /// own units).
+    fn log_prob_below(&self, x: &[f64], bound: f64) -> f64 {
+        let (mean, sd) = self.mean_sd(x);
+        log_gauss_mass(f64::NEG_INFINITY, ((bound - self.shift) / self.spread - mean) / sd)
+    }
+
     /// The log of the expected improvement below `best` at `x`.
     fn log_ei(&self, x: &[f64], best: f64) -> f64 {
         let (mean, sd) = self.mean_sd(x);
         let z = (best - mean) / sd;
         sd.ln() + log_h(z)
     }
+}
+
+/// Values to model, with NaN and infinite ones as the worst finite one seen (0 if none is).
+fn worst_for_missing(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
+    let worst = values.clone().filter(|v| v.is_finite()).fold(f64::MIN, f64::max);
+    let worst = if worst == f64::MIN { 0.0 } else { worst };
+    values.map(|v| if v.is_finite() { v } else { worst }).collect()
 }
 
 /// `log(φ(z) + z Φ(z))`, stable for very negative `z`.
@@ -516,6 +565,12 @@ impl Searcher for Gp {
         Ok(())
     }
 
+    fn set_constraints(&mut self, constraints: &[String]) -> Result<()> {
+        check_constraints(NAME, constraints)?;
+        self.constraints = constraints.to_vec();
+        Ok(())
+    }
+
     fn validate(&self) -> Result<()> {
         self.model.check()?;
         self.check_settings()
@@ -533,7 +588,8 @@ impl Searcher for Gp {
         let x = self.next_point(&coords);
         let values = self.values_of(&coords, &x);
         let params = self.model.params(&values, &mut self.state.rng)?;
-        self.state.trials.insert(trial, Seen { x, value: None, done: false });
+        let seen = Seen { x, value: None, done: false, constraints: Vec::new() };
+        self.state.trials.insert(trial, seen);
         Ok(Suggestion::Params(params))
     }
 
@@ -549,6 +605,11 @@ impl Searcher for Gp {
             Some(result) => Some(-objective.score(result)?),
             None => None,
         };
+        let constrained = |r: &Metrics| {
+            let value = |c: &String| Score(r.get(c).copied().unwrap_or(f64::NAN));
+            self.constraints.iter().map(value).collect()
+        };
+        let constraints = result.filter(|_| value.is_some()).map_or(Vec::new(), constrained);
         let seen = self
             .state
             .trials
@@ -556,6 +617,7 @@ impl Searcher for Gp {
             .ok_or(Error::UnknownTrial { component: NAME, trial })?;
         seen.value = value;
         seen.done = true;
+        seen.constraints = constraints;
         Ok(())
     }
 

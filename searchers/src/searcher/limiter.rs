@@ -80,6 +80,10 @@ impl<S: Searcher> Searcher for ConcurrencyLimiter<S> {
         self.inner.set_objectives(objectives)
     }
 
+    fn set_constraints(&mut self, constraints: &[String]) -> Result<()> {
+        self.inner.set_constraints(constraints)
+    }
+
     fn trial_count(&self) -> Option<u64> {
         self.inner.trial_count()
     }

@@ -39,6 +39,8 @@ macro_rules! searcher_builders {
 mod basic_variant;
 mod bohb;
 mod cmaes;
+#[cfg(test)]
+mod constrained;
 mod gp;
 mod limiter;
 mod nsga2;
@@ -110,6 +112,17 @@ pub trait Searcher: Send {
         })
     }
 
+    /// Tell the searcher the sweep's constraints, after its metric or objectives: metrics
+    /// every result holds that must be <= 0 for the trial to be feasible (Optuna's
+    /// `constraints_func`). Called only when there are some. The default refuses them
+    /// ([`Error::NoConstraints`]): the searcher cannot steer by them.
+    ///
+    /// [`Error::NoConstraints`]: crate::Error::NoConstraints
+    fn set_constraints(&mut self, constraints: &[String]) -> Result<()> {
+        let _ = constraints;
+        Err(crate::Error::NoConstraints { component: "this searcher" })
+    }
+
     /// Checks its settings before any trial runs: a setting it refuses is an
     /// `Error::InvalidConfig` naming it. The default accepts everything.
     fn validate(&self) -> Result<()> {
@@ -161,6 +174,9 @@ impl<S: Searcher + ?Sized> Searcher for Box<S> {
     }
     fn set_objectives(&mut self, objectives: &[Objective]) -> Result<()> {
         (**self).set_objectives(objectives)
+    }
+    fn set_constraints(&mut self, constraints: &[String]) -> Result<()> {
+        (**self).set_constraints(constraints)
     }
     fn validate(&self) -> Result<()> {
         (**self).validate()

@@ -17,6 +17,11 @@
 //!   parent's parameters. Then each parameter is drawn again from its domain with probability
 //!   `mutation_prob` (1 / the number of parameters).
 //!
+//! * With constraints ([`Searcher::set_constraints`]: metrics that must be <= 0), domination
+//!   is Deb's constrained domination, in the sorts and the tournaments as in Optuna's: a
+//!   feasible trial dominates an infeasible one, and of two infeasible ones the one whose
+//!   constraints exceed 0 by less in sum ([`violation`]) dominates.
+//!
 //! A trial's objectives are those of its last result; a trial that fails is no member of any
 //! population. A NaN objective is the worst value. Domains are those [`Tpe`](crate::Tpe) takes;
 //! `grid_search` is refused. The state (every trial's generation, values and scores, and the
@@ -50,8 +55,11 @@ use serde::{Deserialize, Serialize};
 use super::tpe::ModelSpace;
 use super::{Searcher, SearcherState, Suggestion, wrong_state, wrong_width};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Mode, Objective, Score, check_objectives};
-use crate::pareto::{dominates, fronts};
+use crate::metrics::{
+    Metrics, Mode, Objective, Score, check_constraints, check_objectives, is_zero, score_serde,
+    violation,
+};
+use crate::pareto::{constrained_dominates, fronts_by};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::trial::TrialId;
@@ -65,6 +73,8 @@ pub struct Nsga2 {
     /// Its own (`with_space`) or the Tuner's, with its sampled params' domains.
     model: ModelSpace,
     objectives: Vec<Objective>,
+    /// Metrics that must be <= 0: see the module docs.
+    constraints: Vec<String>,
     population_size: usize,
     mutation_prob: Option<f64>,
     crossover_prob: f64,
@@ -92,7 +102,13 @@ struct Member {
     /// for good if it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scores: Option<Vec<Score>>,
+    /// How far it is from meeting the constraints ([`violation`]; 0: feasible).
+    #[serde(default, with = "score_serde", skip_serializing_if = "is_zero")]
+    violation: f64,
 }
+
+/// A member as selection sees it: its trial, scores and violation of the constraints.
+type Ranked<'a> = (TrialId, &'a [Score], f64);
 
 impl Nsga2 {
     /// An NSGA-II searcher with Optuna's defaults and seed 0, over the param space of the Tuner
@@ -101,6 +117,7 @@ impl Nsga2 {
         Nsga2 {
             model: ModelSpace::none(NAME),
             objectives: Vec::new(),
+            constraints: Vec::new(),
             population_size: 50,
             mutation_prob: None,
             crossover_prob: 0.9,
@@ -195,47 +212,52 @@ impl Nsga2 {
             if population.len() < self.population_size {
                 return;
             }
-            let scores = |id: &TrialId| -> (TrialId, &[Score]) {
-                (*id, self.state.members[id].scores.as_deref().unwrap_or_default())
-            };
-            let mut pool: Vec<(TrialId, &[Score])> =
+            let scores = |id: &TrialId| self.ranked(*id);
+            let mut pool: Vec<Ranked<'_>> =
                 self.state.elites.last().map_or(Vec::new(), |p| p.iter().map(scores).collect());
             pool.extend(population.iter().map(scores));
-            let next = elite(pool, self.population_size).into_iter().map(|(id, _)| id).collect();
+            let next =
+                elite(pool, self.population_size).into_iter().map(|(id, _, _)| id).collect();
             self.state.elites.push(next);
         }
     }
 
+    /// A completed member as selection sees it.
+    fn ranked(&self, id: TrialId) -> Ranked<'_> {
+        let member = &self.state.members[&id];
+        (id, member.scores.as_deref().unwrap_or_default(), member.violation)
+    }
+
     /// The generation of the next trial and its parents, oldest first.
-    fn parents(&self) -> (u32, Vec<(TrialId, &[Score])>) {
-        let parents = self.state.elites.last().map_or(Vec::new(), |p| {
-            p.iter()
-                .map(|id| (*id, self.state.members[id].scores.as_deref().unwrap_or_default()))
-                .collect()
-        });
+    fn parents(&self) -> (u32, Vec<Ranked<'_>>) {
+        let parents = self
+            .state
+            .elites
+            .last()
+            .map_or(Vec::new(), |p| p.iter().map(|id| self.ranked(*id)).collect());
         (self.generation(), parents)
     }
 
-    /// Binary tournament among `parents` less `not`.
-    fn tournament(&mut self, parents: &[(TrialId, &[Score])], not: Option<TrialId>) -> TrialId {
-        let pool: Vec<&(TrialId, &[Score])> =
-            parents.iter().filter(|(id, _)| Some(*id) != not).collect();
+    /// Binary tournament among `parents` less `not` (by constrained domination).
+    fn tournament(&mut self, parents: &[Ranked<'_>], not: Option<TrialId>) -> TrialId {
+        let pool: Vec<&Ranked<'_>> =
+            parents.iter().filter(|(id, _, _)| Some(*id) != not).collect();
         let a = pool[self.state.rng.random_range(0..pool.len())];
         let b = pool[self.state.rng.random_range(0..pool.len())];
-        if dominates(&raw(b.1), &raw(a.1)) { b.0 } else { a.0 }
+        if constrained_dominates(&raw(b.1), b.2, &raw(a.1), a.2) { b.0 } else { a.0 }
     }
 
     /// A child's values: see the module docs.
     fn child(&mut self) -> (u32, Vec<Value>) {
         self.advance();
         let (generation, parents) = self.parents();
-        let parents: Vec<(TrialId, Vec<Score>)> =
-            parents.into_iter().map(|(id, s)| (id, s.to_vec())).collect();
+        let parents: Vec<(TrialId, Vec<Score>, f64)> =
+            parents.into_iter().map(|(id, s, v)| (id, s.to_vec(), v)).collect();
         let n = self.model.domains.len();
         let mut values: Vec<Option<Value>> = vec![None; n];
         if !parents.is_empty() {
-            let view: Vec<(TrialId, &[Score])> =
-                parents.iter().map(|(id, s)| (*id, s.as_slice())).collect();
+            let view: Vec<Ranked<'_>> =
+                parents.iter().map(|(id, s, v)| (*id, s.as_slice(), *v)).collect();
             let first = self.tournament(&view, None);
             let crossover = view.len() > 1 && self.state.rng.random::<f64>() < self.crossover_prob;
             let second = crossover.then(|| self.tournament(&view, Some(first)));
@@ -270,15 +292,18 @@ fn raw(scores: &[Score]) -> Vec<f64> {
     scores.iter().map(|s| s.0).collect()
 }
 
-/// The `size` best of `pool`: whole non-dominated fronts while they fit, then the next front's
-/// points by crowding distance, largest first (of equals the older trial). In trial order.
-fn elite(pool: Vec<(TrialId, &[Score])>, size: usize) -> Vec<(TrialId, &[Score])> {
+/// The `size` best of `pool`: whole non-dominated fronts (by constrained domination) while
+/// they fit, then the next front's points by crowding distance, largest first (of equals the
+/// older trial). In trial order.
+fn elite(pool: Vec<Ranked<'_>>, size: usize) -> Vec<Ranked<'_>> {
     if pool.len() <= size {
         return pool;
     }
-    let scores: Vec<Vec<f64>> = pool.iter().map(|(_, s)| raw(s)).collect();
+    let scores: Vec<Vec<f64>> = pool.iter().map(|(_, s, _)| raw(s)).collect();
     let mut kept: Vec<usize> = Vec::with_capacity(size);
-    for front in fronts(&scores) {
+    let dominates =
+        |i: usize, j: usize| constrained_dominates(&scores[i], pool[i].2, &scores[j], pool[j].2);
+    for front in fronts_by(pool.len(), dominates) {
         if kept.len() + front.len() <= size {
             kept.extend(front);
             continue;
@@ -340,6 +365,12 @@ impl Searcher for Nsga2 {
         Ok(())
     }
 
+    fn set_constraints(&mut self, constraints: &[String]) -> Result<()> {
+        check_constraints(NAME, constraints)?;
+        self.constraints = constraints.to_vec();
+        Ok(())
+    }
+
     fn validate(&self) -> Result<()> {
         self.model.check()?;
         self.check_settings()?;
@@ -358,7 +389,8 @@ impl Searcher for Nsga2 {
         self.check_settings()?;
         let (generation, values) = self.child();
         let params = self.model.params(&values, &mut self.state.rng)?;
-        self.state.members.insert(trial, Member { generation, values, scores: None });
+        let member = Member { generation, values, scores: None, violation: 0.0 };
+        self.state.members.insert(trial, member);
         Ok(Suggestion::Params(params))
     }
 
@@ -382,6 +414,10 @@ impl Searcher for Nsga2 {
             .members
             .get_mut(&trial)
             .ok_or(Error::UnknownTrial { component: NAME, trial })?;
+        member.violation = match (&scores, result) {
+            (Some(_), Some(result)) => violation(&self.constraints, result),
+            _ => 0.0,
+        };
         member.scores = scores;
         self.advance();
         Ok(())
@@ -480,12 +516,20 @@ mod tests {
             s(&[1.0, 1.0]),  // front 3
             s(&[6.0, 6.5]),  // front 1: crowded next to 1
         ];
-        let pool: Vec<(TrialId, &[Score])> =
-            points.iter().enumerate().map(|(i, p)| (TrialId(i as u64), p.as_slice())).collect();
-        let kept: Vec<u64> = elite(pool.clone(), 3).iter().map(|(id, _)| id.0).collect();
+        let pool: Vec<Ranked<'_>> = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (TrialId(i as u64), p.as_slice(), 0.0))
+            .collect();
+        let kept: Vec<u64> = elite(pool.clone(), 3).iter().map(|(id, _, _)| id.0).collect();
         assert_eq!(kept, [0, 2, 5], "the extremes, then the larger crowding distance");
-        let kept: Vec<u64> = elite(pool, 5).iter().map(|(id, _)| id.0).collect();
+        let kept: Vec<u64> = elite(pool.clone(), 5).iter().map(|(id, _, _)| id.0).collect();
         assert_eq!(kept, [0, 1, 2, 3, 5]);
+        // Infeasible trials come after every feasible one, the least violating first.
+        let mut constrained = pool;
+        (constrained[5].2, constrained[4].2, constrained[0].2) = (0.5, 0.1, 0.2);
+        let kept: Vec<u64> = elite(constrained, 4).iter().map(|(id, _, _)| id.0).collect();
+        assert_eq!(kept, [1, 2, 3, 4]);
     }
 
     #[test]
@@ -543,5 +587,19 @@ mod tests {
         assert!(matches!(e, Error::UnknownTrial { .. }), "{e}");
         let grid = SearchSpace::new().add("g", grid_search([1, 2]));
         assert!(Nsga2::with_space(grid).unwrap_err().to_string().contains("grid_search"));
+    }
+
+    /// With constraints, feasible trials dominate: after a few generations most children are
+    /// feasible (without, most chase the infeasible optimum).
+    #[test]
+    fn constraints_make_feasible_trials_dominate() {
+        use crate::searcher::constrained;
+        let make = |seed| -> Box<dyn Searcher> {
+            Box::new(Nsga2::with_space(constrained::space()).unwrap().population_size(10).seed(seed))
+        };
+        let [free, held, worst_best] = constrained::compare(make, 100, 40);
+        eprintln!("NSGA-II feasible: {free} without constraints, {held} with; best {worst_best}");
+        assert!(held > 0.5 && held > free + 0.3, "{free} {held}");
+        assert!(worst_best < 0.25, "{worst_best}");
     }
 }
