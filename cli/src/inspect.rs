@@ -43,10 +43,14 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
     out.join("\n")
 }
 
-/// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all).
+/// The trials, best first when the sweep had a metric (at most `limit` rows, 0 = all). With
+/// constraints, a line on how many trials met them first, and the feasible trials before the
+/// others (a column says which).
 pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     let mut trials: Vec<&TrialResult> = grid.trials.iter().collect();
     let objectives = grid.objectives();
+    let constrained = !grid.constraints.is_empty();
+    let feasible = |t: &TrialResult| !constrained || grid.feasible(t);
     // A multi-objective sweep's front is marked, and comes first.
     let front: Option<Vec<&str>> = (objectives.len() > 1).then(|| {
         let front = grid.pareto_front().unwrap_or_default();
@@ -57,7 +61,8 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
         let key =
             |t: &TrialResult| t.last(metric).filter(|v| v.is_finite()).map(|v| mode.sign() * v);
         trials.sort_by(|a, b| {
-            on_front(b).cmp(&on_front(a)).then_with(|| match (key(a), key(b)) {
+            let first = feasible(b).cmp(&feasible(a)).then(on_front(b).cmp(&on_front(a)));
+            first.then_with(|| match (key(a), key(b)) {
                 (Some(x), Some(y)) => y.total_cmp(&x),
                 (Some(_), None) => std::cmp::Ordering::Less,
                 (None, Some(_)) => std::cmp::Ordering::Greater,
@@ -85,10 +90,14 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
             .collect()
     };
     let mut headers = vec!["trial".to_owned(), "status".into(), "iter".into()];
+    if constrained {
+        headers.push("feasible".into());
+    }
     if front.is_some() {
         headers.push("pareto".into());
     }
     headers.extend(objectives.iter().map(|(metric, _)| metric.to_string()));
+    headers.extend(grid.constraints.iter().cloned());
     headers.extend(params.iter().cloned());
     let shown = if limit == 0 { trials.len() } else { limit.min(trials.len()) };
     let rows: Vec<Vec<String>> = trials[..shown]
@@ -98,17 +107,30 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
             let get = |k: &str| last.and_then(|m| m.get(k)).map_or("-".into(), |v| number(*v));
             let mut row =
                 vec![t.trial_id().to_owned(), status_name(t.status()), get("training_iteration")];
+            if constrained {
+                let mark = match (last, feasible(t)) {
+                    (None, _) => "-",
+                    (Some(_), true) => "yes",
+                    (Some(_), false) => "no",
+                };
+                row.push(mark.into());
+            }
             if front.is_some() {
                 row.push(if on_front(t) { "*".into() } else { String::new() });
             }
             row.extend(objectives.iter().map(|(metric, _)| get(metric)));
+            row.extend(grid.constraints.iter().map(|c| get(c)));
             let flat: BTreeMap<String, String> =
                 t.params().flatten().into_iter().map(|(k, v)| (k, param_text(&v))).collect();
             row.extend(params.iter().map(|p| flat.get(p).cloned().unwrap_or_default()));
             row
         })
         .collect();
-    let mut text = text_table(&headers, &rows);
+    let mut text = match constrained {
+        true => format!("{}\n", feasible_line(grid)),
+        false => String::new(),
+    };
+    text.push_str(&text_table(&headers, &rows));
     if shown < trials.len() {
         text.push_str(&format!(
             "\n… {} more (rtune show {})",
@@ -117,6 +139,24 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
         ));
     }
     text
+}
+
+/// How many trials met the sweep's constraints, and what that means for its best trial.
+pub(crate) fn feasible_line(grid: &ResultGrid) -> String {
+    let reported = grid.trials.iter().filter(|t| !t.history().is_empty());
+    let (reported, feasible) =
+        reported.fold((0, 0), |(r, f), t| (r + 1, f + usize::from(grid.feasible(t))));
+    let rule = grid.constraints_text();
+    match feasible {
+        0 if reported > 0 => format!(
+            "no trial met the constraints ({rule}) of the {reported} that reported: there is no \
+             best trial"
+        ),
+        _ => format!(
+            "{feasible} of {reported} trials met the constraints ({rule}); the best is chosen \
+             among them"
+        ),
+    }
 }
 
 fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
@@ -154,6 +194,10 @@ pub fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
         "unread_params": grid.unread_params().into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
         "time_s": time_s,
     });
+    if !grid.constraints.is_empty() {
+        summary["constraints"] = json!(grid.constraints);
+        summary["feasible"] = json!(grid.trials.iter().filter(|t| grid.feasible(t)).count());
+    }
     if grid.objectives.len() > 1 {
         let front: Vec<serde_json::Value> =
             grid.pareto_front().unwrap_or_default().into_iter().map(trial).collect();

@@ -54,6 +54,7 @@ settings! {
     Mode => "TuneConfig.mode", "tune.mode";
     /// Several objectives: a sweep file writes them as arrays in `metric` and `mode`.
     Objectives => "TuneConfig.objectives", "tune.metric";
+    Constraints => "TuneConfig.constraints", "tune.constraints";
     NumSamples => "TuneConfig.num_samples", "tune.num_samples";
     MaxConcurrentTrials => "TuneConfig.max_concurrent_trials", "tune.max_concurrent_trials";
     TimeBudget => "TuneConfig.time_budget_s", "tune.time_budget_s";

@@ -81,13 +81,11 @@ pub(crate) fn check_objectives(component: &'static str, objectives: &[Objective]
 /// `constraints_func`): the sum of their positive parts, 0 for a feasible result. A constraint
 /// the result does not hold, or holds as NaN, makes it infinitely far.
 pub fn violation(constraints: &[String], result: &Metrics) -> f64 {
-    constraints
-        .iter()
-        .map(|c| match result.get(c) {
-            Some(v) if !v.is_nan() => v.max(0.0),
-            _ => f64::INFINITY,
-        })
-        .sum()
+    // Folded from +0 (an empty `sum` of floats is -0, which `total_cmp` orders before +0).
+    constraints.iter().fold(0.0, |total, c| match result.get(c) {
+        Some(v) if !v.is_nan() => total + v.max(0.0),
+        _ => f64::INFINITY,
+    })
 }
 
 /// For `skip_serializing_if`: a violation of 0 (a feasible result) is not written.

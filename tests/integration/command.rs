@@ -356,3 +356,164 @@ pub fn ddp_script_sweeps_with_asha() -> Result<()> {
     ensure!(state.exists(), "no PyTorch checkpoint at {}", state.display());
     Ok(())
 }
+
+/// A script with an objective and a constraint: `loss` is the distance² to (0.8, 0.8),
+/// `excess = x + y - slack` must be <= 0. Each trial reports once, with a checkpoint holding
+/// its point.
+const CONSTRAINED: &str = r#"
+import json, os, sys, tempfile
+sys.path.insert(0, {helper!r})
+from rtune_report import params, report
+
+p = params()
+x, y = p["x"], p["y"]
+with tempfile.TemporaryDirectory() as folder:
+    with open(os.path.join(folder, "point.json"), "w") as f:
+        json.dump([x, y], f)
+    report({"loss": (x - 0.8) ** 2 + (y - 0.8) ** 2, "excess": x + y - p["slack"]},
+           checkpoint_dir=folder)
+"#;
+
+const CONSTRAINED_SWEEP: &str = r#"
+name = "constrained"
+storage_path = {storage}
+
+[trainable]
+command = ["python3", "constrained.py"]
+
+[param_space]
+x = { uniform = [0.0, 1.0] }
+y = { uniform = [0.0, 1.0] }
+slack = 1.0
+
+[tune]
+metric = "loss"
+mode = "min"
+constraints = ["excess"]
+num_samples = 16
+max_concurrent_trials = 2
+search = { type = "tpe", n_startup_trials = 6 }
+seed = 3
+"#;
+
+/// Constraints through a sweep file: TPE steers by them, the best trial (run's summary,
+/// `rtune show`, `export --best`) is the best feasible one and each says so, the table marks
+/// the infeasible ones; a sweep where none is feasible says so and `export --best` refuses.
+/// Mistakes, each one line and exit 2: a constraint no trial reports (at its first report),
+/// and CMA-ES, which takes none (before any trial).
+pub fn constraints_choose_among_feasible_trials() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let helper = Path::new(ROOT).join("examples/command");
+    let script = CONSTRAINED.replace("{helper!r}", &format!("{:?}", helper.display().to_string()));
+    std::fs::write(dir.path().join("constrained.py"), script)?;
+    let storage = format!("{:?}", dir.path().join("results").display().to_string());
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, CONSTRAINED_SWEEP.replace("{storage}", &storage))?;
+    let file = file.to_str().unwrap();
+    let summary = dir.path().join("summary.json");
+    let out = rtune(&["run", file, "--no-tui", "--json", summary.to_str().unwrap()])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let experiment = dir.path().join("results/constrained");
+    let grid = ResultGrid::from_path(&experiment)?;
+    ensure!(grid.constraints == ["excess"] && grid.trials.len() == 16);
+    let value = |t: &rtune::TrialResult, m: &str| t.last(m).context("reported");
+    let mut feasible = Vec::new();
+    for t in &grid.trials {
+        if value(t, "excess")? <= 0.0 {
+            feasible.push((value(t, "loss")?, t.trial_id()));
+        }
+    }
+    feasible.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (best_loss, best) = *feasible.first().context("no feasible trial")?;
+    // The unconstrained optimum is infeasible: the best loss of all is some infeasible trial's.
+    let lowest = grid.trials.iter().map(|t| value(t, "loss")).collect::<Result<Vec<_>>>()?;
+    ensure!(lowest.iter().any(|l| *l < best_loss), "no infeasible trial beat the best feasible");
+    ensure!(grid.best_result()?.trial_id() == best);
+    // TPE preferred feasible trials after its random start.
+    let late = grid.trials[6..].iter().filter(|t| grid.feasible(t)).count();
+    ensure!(late >= 6, "only {late} of the 10 model-based trials were feasible");
+    let json = read_json(&summary)?;
+    ensure!(json["best"]["trial_id"] == best && json["feasible"] == feasible.len(), "{json}");
+    ensure!(json["constraints"] == serde_json::json!(["excess"]), "{json}");
+
+    let exp = experiment.to_str().unwrap();
+    let out = rtune(&["show", exp])?;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let said = format!(
+        "{} of 16 trials met the constraints (excess <= 0); the best is chosen among them",
+        feasible.len()
+    );
+    ensure!(shown.lines().next() == Some(said.as_str()), "{shown}");
+    // Feasible trials first, the best on top; each row says whether it met them.
+    let rows: Vec<Vec<&str>> =
+        shown.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+    ensure!(rows[0][0] == best && rows[0][3] == "yes", "{shown}");
+    let marks: Vec<&str> = rows.iter().map(|r| r[3]).collect();
+    let yes = marks.iter().take_while(|m| **m == "yes").count();
+    ensure!(yes == feasible.len() && marks[yes..].iter().all(|m| *m == "no"), "{shown}");
+
+    let to = dir.path().join("best");
+    let out = rtune(&["export", exp, "--best", "--to", to.to_str().unwrap()])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    ensure!(text(&out).contains("the best feasible one (excess <= 0)"), "{}", text(&out));
+    let point: Vec<f64> = serde_json::from_slice(&std::fs::read(to.join("point.json"))?)?;
+    let chosen = grid.best_result()?.params();
+    ensure!(point == [chosen.get::<f64>("x")?, chosen.get::<f64>("y")?], "{point:?}");
+
+    // No slack: no trial is feasible.
+    let named = |name: &str| format!("name={name:?}");
+    let out = rtune(&[
+        "run",
+        file,
+        "--no-tui",
+        "--set",
+        &named("none"),
+        "--set",
+        "param_space.slack=-5",
+    ])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let said = "no trial met the constraints (excess <= 0): the sweep has no best trial";
+    ensure!(text(&out).contains(said), "{}", text(&out));
+    let none = dir.path().join("results/none");
+    let out = rtune(&["show", none.to_str().unwrap()])?;
+    let said = "no trial met the constraints (excess <= 0) of the 16 that reported";
+    ensure!(String::from_utf8_lossy(&out.stdout).starts_with(said), "{}", text(&out));
+    let to = dir.path().join("nothing");
+    let out = rtune(&["export", none.to_str().unwrap(), "--best", "--to", to.to_str().unwrap()])?;
+    let said = "none of the 16 trials that reported it met the sweep's constraints (excess <= 0)";
+    ensure!(out.status.code() == Some(2) && text(&out).contains(said), "{}", text(&out));
+    ensure!(!to.exists());
+
+    // A constraint no trial reports: at the first report.
+    let out = rtune(&[
+        "run",
+        file,
+        "--no-tui",
+        "--set",
+        &named("unreported"),
+        "--set",
+        "tune.constraints=[\"mem_gb\"]",
+    ])?;
+    let said = "rtune: invalid `tune.constraints`: names `mem_gb`, which is not among the \
+                metrics a trial reported (excess, loss, ";
+    ensure!(out.status.code() == Some(2) && text(&out).contains(said), "{}", text(&out));
+    // The sweep ended there: the two trials running then, and no more.
+    let started = std::fs::read_dir(dir.path().join("results/unreported"))?
+        .filter(|e| e.as_ref().is_ok_and(|e| e.path().is_dir()))
+        .count();
+    ensure!(started <= 2, "{started} trials started after the mistake was found");
+    // CMA-ES takes no constraints: before any trial.
+    let out = rtune(&[
+        "run",
+        file,
+        "--no-tui",
+        "--set",
+        &named("cma"),
+        "--set",
+        "tune.search=\"cmaes\"",
+    ])?;
+    let said = "CMA-ES does not take constraints";
+    ensure!(out.status.code() == Some(2) && text(&out).contains(said), "{}", text(&out));
+    ensure!(!dir.path().join("results/cma").exists(), "a trial ran");
+    Ok(())
+}

@@ -541,6 +541,10 @@ fn main() {
             command::elastic_command_restarts_with_the_new_world_size,
         ),
         test("command::ddp_script_sweeps_with_asha", command::ddp_script_sweeps_with_asha),
+        test(
+            "command::constraints_choose_among_feasible_trials",
+            command::constraints_choose_among_feasible_trials,
+        ),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

@@ -105,8 +105,12 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
         .and_then(|m| Some(format!(" ({m}={})", number(metrics.get(m)?.as_f64()?))))
         .unwrap_or_default();
     let with = if torchscript { " with TorchScript (model.pt)" } else { "" };
+    let among = match (args.trial, grid.constraints.is_empty()) {
+        (None, false) => format!(", the best feasible one ({})", grid.constraints_text()),
+        _ => String::new(),
+    };
     Ok(format!(
-        "exported trial {}'s {}{shown}{with} to {}",
+        "exported trial {}'s {}{shown}{among}{with} to {}",
         trial.trial_id(),
         checkpoint.path().file_name().map_or(String::new(), |n| n.to_string_lossy().into()),
         args.to.display()

@@ -560,6 +560,16 @@ fn finish(
     if let Some(e) = error {
         return Err(in_sweep_terms(e));
     }
+    let feasible = grid.trials.iter().any(|t| grid.feasible(t));
+    let reported = grid.trials.iter().any(|t| !t.history().is_empty());
+    if !grid.constraints.is_empty() && !feasible && reported {
+        eprintln!(
+            "rtune: warning: no trial met the constraints ({}): the sweep has no best trial, and \
+             `rtune export {} --best` refuses (export one with --trial ID)",
+            grid.constraints_text(),
+            path.display()
+        );
+    }
     let errors: Vec<String> =
         grid.errors().iter().filter_map(|t| t.error()).map(error_summary).collect();
     if errors.len() >= 2

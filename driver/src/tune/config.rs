@@ -58,6 +58,11 @@ pub struct TuneSettings {
     /// and `mode`: trials are judged by their Pareto front, not ranked by one metric.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objectives: Vec<Objective>,
+    /// Metrics every result reports that must be <= 0 for its trial to be feasible (Optuna's
+    /// `constraints_func`): the searcher prefers feasible trials, and the best trial and the
+    /// Pareto front are chosen among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<String>,
     pub num_samples: Samples,
     /// Trials started at once; default: as many as the local machine holds side by side.
     pub max_concurrent_trials: Option<usize>,
@@ -85,6 +90,7 @@ impl Default for TuneSettings {
             metric: None,
             mode: None,
             objectives: Vec::new(),
+            constraints: Vec::new(),
             num_samples: Samples::Count(1),
             max_concurrent_trials: None,
             time_budget_s: None,
@@ -135,6 +141,21 @@ impl TuneSettings {
                 let message = format!("names `{}` twice; each metric is one objective", o.metric);
                 add(Setting::Objectives, message);
             }
+        }
+        for (i, c) in self.constraints.iter().enumerate() {
+            if c.is_empty() {
+                add(
+                    Setting::Constraints,
+                    format!("has an empty metric (constraint {}); name one", i + 1),
+                );
+            } else if self.constraints[..i].contains(c) {
+                add(Setting::Constraints, format!("names `{c}` twice; name each metric once"));
+            }
+        }
+        if !self.constraints.is_empty() && self.metric.is_none() && many.is_empty() {
+            let message = "are given without a metric to optimise: constraints choose among the \
+                           trials that a metric ranks; give metric and mode too";
+            add(Setting::Constraints, message.into());
         }
         if self.num_samples == Samples::Count(0) {
             add(Setting::NumSamples, "is 0; use at least 1".into());
@@ -222,6 +243,15 @@ impl TuneConfig {
         self
     }
 
+    /// Metrics every result reports that must be <= 0 for its trial to be feasible (Optuna's
+    /// `constraints_func`): `.constraints(["mem_gb_over"])`. The searcher steers towards
+    /// feasible trials (`Tpe`, `Nsga2`, `Gp`; random search ignores them, others refuse them);
+    /// `ResultGrid::best_result` and `pareto_front` choose among feasible trials only.
+    pub fn constraints<S: Into<String>>(mut self, metrics: impl IntoIterator<Item = S>) -> Self {
+        self.settings.constraints = metrics.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Trials to run (see [`Samples`]).
     pub fn num_samples(mut self, n: u64) -> Self {
         self.settings.num_samples = Samples::Count(n);
@@ -306,6 +336,25 @@ mod tests {
             e,
             "invalid TuneConfig.mode: is missing for metric `loss`; use Mode::Max or Mode::Min"
         );
+        let constrained = |constraints: &[&str], metric: Option<&str>| TuneSettings {
+            metric: metric.map(Into::into),
+            mode: metric.map(|_| Mode::Min),
+            constraints: constraints.iter().map(|c| c.to_string()).collect(),
+            ..TuneSettings::default()
+        };
+        assert_eq!(constrained(&["mem"], Some("loss")).problems(), Problems::new());
+        let problems = |t: TuneSettings| -> Vec<String> {
+            t.problems().into_iter().map(|(s, m)| format!("{}: {m}", s.key())).collect()
+        };
+        assert_eq!(
+            problems(constrained(&["mem", "", "mem"], Some("loss"))),
+            [
+                "tune.constraints: has an empty metric (constraint 2); name one",
+                "tune.constraints: names `mem` twice; name each metric once"
+            ]
+        );
+        let alone = problems(constrained(&["mem"], None));
+        assert!(alone[0].starts_with("tune.constraints: are given without a metric"), "{alone:?}");
         let far = TuneSettings { time_budget_s: Some(1e300), ..TuneSettings::default() };
         assert!(far.problems()[0].1.contains("from 0 to"), "{:?}", far.problems());
     }

@@ -30,6 +30,8 @@ pub(crate) struct ControllerConfig {
     /// What to optimise: nothing, one metric and its mode, or several (a multi-objective
     /// sweep).
     pub objectives: Vec<Objective>,
+    /// Metrics every result reports that must be <= 0 for its trial to be feasible.
+    pub constraints: Vec<String>,
     /// How many trials to create; `None` until the searcher is finished (or the time budget,
     /// which the shell reports as [`Event::TimeBudgetSpent`]).
     pub num_samples: Option<usize>,
@@ -209,6 +211,14 @@ impl Controller {
                     .set_objectives(several)
                     .map_err(|e| refused(Setting::Scheduler, scheduler.save_state().kind(), e))?;
             }
+        }
+        if !config.constraints.is_empty() {
+            searcher.set_constraints(&config.constraints).map_err(|e| {
+                Error::config(
+                    Setting::SearchAlg,
+                    format!("`{}`: {e}", searcher.save_state().kind()),
+                )
+            })?;
         }
         Ok(Controller {
             config,
@@ -576,17 +586,19 @@ impl Controller {
             commands.push(Command::StopTrial(id));
             return Ok(());
         }
-        if let Some(missing) =
-            self.config.objectives.iter().find(|o| !metrics.contains_key(&o.metric))
+        let wanted = self.config.objectives.iter().map(|o| (o.metric.as_str(), false));
+        let wanted = wanted.chain(self.config.constraints.iter().map(|c| (c.as_str(), true)));
+        if let Some((name, constraint)) =
+            wanted.into_iter().find(|(m, _)| !metrics.contains_key(*m))
         {
             // The trial's own metrics first, then rtune's.
             let mut reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
             reported.sort_by_key(|m| crate::metrics::added_by_rtune(m));
-            let field = match self.config.objectives.len() {
-                1 => Setting::Metric,
+            let field = match (constraint, self.config.objectives.len()) {
+                (true, _) => Setting::Constraints,
+                (false, 1) => Setting::Metric,
                 _ => Setting::Objectives,
             };
-            let name = &missing.metric;
             let hint = crate::config::nearest(name, &reported)
                 .map_or_else(String::new, |m| format!("did you mean `{m}`? Else "));
             return Err(Error::config(
@@ -789,6 +801,7 @@ mod tests {
     fn config(num_samples: usize, max_concurrent_trials: usize) -> ControllerConfig {
         ControllerConfig {
             objectives: vec![Objective { metric: "score".into(), mode: Mode::Max }],
+            constraints: Vec::new(),
             num_samples: Some(num_samples),
             max_concurrent_trials,
             fail_fast: false,

@@ -103,6 +103,11 @@ impl Settings {
                 format!("{:?}", saved.objectives),
                 format!("{:?}", given.objectives),
             ),
+            (
+                Setting::Constraints,
+                format!("{:?}", saved.constraints),
+                format!("{:?}", given.constraints),
+            ),
             (Setting::NumSamples, saved.num_samples.to_string(), given.num_samples.to_string()),
             (Setting::Seed, saved.seed.to_string(), given.seed.to_string()),
             (Setting::Scheduler, self.scheduler.clone(), scheduler),
@@ -177,6 +182,9 @@ pub(crate) struct SavedExperiment {
     /// A multi-objective sweep's objectives (its metric and mode are then null).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objectives: Vec<rtune_searchers::Objective>,
+    /// Metrics that must be <= 0 for a trial to be feasible.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<String>,
     pub rtune_version: String,
     pub timestamp: f64,
     /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
@@ -611,6 +619,7 @@ mod tests {
             metric: None,
             mode: None,
             objectives: Vec::new(),
+            constraints: Vec::new(),
             rtune_version: "test".into(),
             timestamp: 0.0,
             time_spent_s: 1.0,

@@ -35,6 +35,9 @@ pub struct ResultGrid {
     /// A multi-objective sweep's objectives (`metric` and `mode` are then None); empty for
     /// a sweep with one objective or none.
     pub objectives: Vec<Objective>,
+    /// Metrics that must be <= 0 for a trial to be feasible; the best trial and the Pareto
+    /// front are chosen among feasible trials only.
+    pub constraints: Vec<String>,
     /// Every trial, in creation order.
     pub trials: Vec<TrialResult>,
 }
@@ -67,6 +70,7 @@ impl ResultGrid {
             metric: saved.metric,
             mode: saved.mode,
             objectives: saved.objectives,
+            constraints: saved.constraints,
             trials: trials.into_values().collect(),
         };
         Ok((grid, saved.time_spent_s))
@@ -81,7 +85,8 @@ impl ResultGrid {
     /// The trial whose `metric` is best in `mode` (the sweep's own metric and mode when `None`),
     /// comparing each trial's last result (`Scope::Last`) or its best one (`Scope::All`). NaN
     /// and infinities are left out, and so are trials that never reported the metric; of
-    /// equally good trials the first wins (as in Ray).
+    /// equally good trials the first wins (as in Ray). With constraints, only feasible results
+    /// count ([`feasible`](Self::feasible)); an error says so when none is.
     pub fn best_result_by(
         &self,
         metric: Option<&str>,
@@ -90,26 +95,67 @@ impl ResultGrid {
     ) -> Result<&TrialResult> {
         let (metric, mode) = self.target(metric, mode, "ResultGrid::best_result")?;
         let value = |t: &TrialResult| match scope {
-            Scope::Last => t.last(metric).filter(|v| v.is_finite()),
-            Scope::All => t.best(metric, mode),
+            Scope::Last => t.last(metric).filter(|v| v.is_finite() && self.feasible(t)),
+            Scope::All => self.best_feasible(t, metric, mode),
         };
-        self.trials
+        let best = self
+            .trials
             .iter()
             .filter_map(|t| value(t).map(|v| (t, mode.sign() * v)))
             // The first of equals, as Ray's `max` picks.
             .reduce(|best, t| if t.1 > best.1 { t } else { best })
-            .map(|(t, _)| t)
-            .ok_or_else(|| Error::Metric {
-                name: metric.to_owned(),
-                problem: match self.metric_names().as_slice() {
-                    [] => "has no value in any trial of this sweep: no trial reported a result"
-                        .to_owned(),
-                    names => format!(
-                        "has no finite value in any trial of this sweep; reported were: {}",
-                        names.join(", ")
-                    ),
-                },
-            })
+            .map(|(t, _)| t);
+        let ranked = |t: &TrialResult| t.last(metric).is_some_and(f64::is_finite);
+        if best.is_none() && self.trials.iter().any(ranked) {
+            return Err(self.none_feasible(metric));
+        }
+        best.ok_or_else(|| Error::Metric {
+            name: metric.to_owned(),
+            problem: match self.metric_names().as_slice() {
+                [] => {
+                    "has no value in any trial of this sweep: no trial reported a result".to_owned()
+                }
+                names => format!(
+                    "has no finite value in any trial of this sweep; reported were: {}",
+                    names.join(", ")
+                ),
+            },
+        })
+    }
+
+    /// Whether a trial's last result meets the sweep's constraints: each reported and <= 0.
+    /// Every trial does in a sweep without constraints.
+    pub fn feasible(&self, t: &TrialResult) -> bool {
+        self.constraints.iter().all(|c| t.last(c).is_some_and(|v| v <= 0.0))
+    }
+
+    /// The best finite value of `metric` over a trial's feasible reports.
+    fn best_feasible(&self, t: &TrialResult, metric: &str, mode: Mode) -> Option<f64> {
+        let feasible =
+            |m: &&Metrics| self.constraints.iter().all(|c| m.get(c).is_some_and(|v| *v <= 0.0));
+        t.history()
+            .iter()
+            .filter(feasible)
+            .filter_map(|m| m.get(metric).copied().filter(|v| v.is_finite()))
+            .max_by(|a, b| (mode.sign() * a).total_cmp(&(mode.sign() * b)))
+    }
+
+    /// The constraints as a reader checks them: `mem_gb <= 0, latency_over <= 0`.
+    pub fn constraints_text(&self) -> String {
+        self.constraints.iter().map(|c| format!("{c} <= 0")).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The error for a sweep whose ranked trials all violate its constraints.
+    fn none_feasible(&self, metric: &str) -> Error {
+        let ranked = self.trials.iter().filter(|t| t.last(metric).is_some()).count();
+        Error::Metric {
+            name: metric.to_owned(),
+            problem: format!(
+                "ranks no feasible trial: none of the {ranked} trials that reported it met the \
+                 sweep's constraints ({}) in its last result",
+                self.constraints_text()
+            ),
+        }
     }
 
     /// The metric and mode to rank by: the ones given, else the sweep's.
@@ -173,9 +219,17 @@ impl ResultGrid {
             ));
         }
         let modes: Vec<Mode> = objectives.iter().map(|(_, mode)| *mode).collect();
-        let front = rtune_searchers::pareto_front_where_finite(&self.trials, &modes, |t, k| {
+        let feasible: Vec<&TrialResult> = self.trials.iter().filter(|t| self.feasible(t)).collect();
+        let front = rtune_searchers::pareto_front_where_finite(&feasible, &modes, |t, k| {
             t.last(objectives[k].0)
         });
+        if front.is_empty() && feasible.len() < self.trials.len() {
+            let ranked = |t: &&TrialResult| objectives.iter().all(|(m, _)| t.last(m).is_some());
+            if self.trials.iter().any(|t| ranked(&t)) {
+                let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
+                return Err(self.none_feasible(&names.join("`, `")));
+            }
+        }
         if front.is_empty() {
             let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
             return Err(Error::Metric {
@@ -186,7 +240,7 @@ impl ResultGrid {
                 ),
             });
         }
-        Ok(front.into_iter().map(|i| &self.trials[i]).collect())
+        Ok(front.into_iter().map(|i| feasible[i]).collect())
     }
 
     /// Params some trial's train function never read, each with the number of such trials:
@@ -211,8 +265,9 @@ impl ResultGrid {
 
     /// One row per trial: `trial_id`, `status`, every param as `config/<name>`, the last
     /// reported metrics, `best/<metric>` (the best value of the sweep's metric over the trial's
-    /// reports, when the sweep had one), `pareto` (whether the trial is on the Pareto front of
-    /// a multi-objective sweep's objectives), `checkpoint_path`, `placement` (where its ranks ran:
+    /// reports, its feasible ones with constraints, when the sweep had one), `feasible`
+    /// (whether its last result met the constraints, with constraints), `pareto` (whether the
+    /// trial is on the Pareto front of a multi-objective sweep's objectives), `checkpoint_path`, `placement` (where its ranks ran:
     /// `node/gpu:0 node/cpu`, rank by rank), `error` and `path`.
     pub fn dataframe(&self) -> Result<DataFrame> {
         self.table(None)
@@ -257,8 +312,15 @@ impl ResultGrid {
             columns.push(Column::new("bracket".into(), brackets));
         }
         if let (Some(metric), Some(mode)) = (&self.metric, self.mode) {
-            let best: Vec<Option<f64>> = self.trials.iter().map(|t| t.best(metric, mode)).collect();
+            let best: Vec<Option<f64>> =
+                self.trials.iter().map(|t| self.best_feasible(t, metric, mode)).collect();
             columns.push(Column::new(format!("best/{metric}").into(), best));
+        }
+        if !self.constraints.is_empty() {
+            // Null where the trial reported nothing yet.
+            let feasible: Vec<Option<bool>> =
+                self.trials.iter().map(|t| t.history().last().map(|_| self.feasible(t))).collect();
+            columns.push(Column::new("feasible".into(), feasible));
         }
         if self.objectives.len() > 1 {
             // Null where the front is undefined (no trial has every objective yet).
@@ -458,6 +520,7 @@ mod tests {
             metric: Some("acc".into()),
             mode: Some(Mode::Max),
             objectives: Vec::new(),
+            constraints: Vec::new(),
             trials: vec![
                 // Peaks high, ends low.
                 trial(
@@ -587,5 +650,48 @@ mod tests {
         assert_eq!(numbers("loss"), [None, Some(1.0), None]);
         assert_eq!(numbers("best/acc"), [Some(0.9), Some(0.5), None]);
         assert_eq!(grid().results_history().unwrap().height(), 5);
+    }
+
+    /// With constraints, the best trial, its best report (`Scope::All`), the front and the
+    /// `best/` column count feasible results only, a `feasible` column says which trial met
+    /// them, and a sweep where none did says so instead of naming a best.
+    #[test]
+    fn constraints_leave_infeasible_trials_out() {
+        let t = |id: &str, rows: &[&[(&str, f64)]]| trial(id, Params::new(), rows);
+        let g = ResultGrid {
+            constraints: vec!["mem".into()],
+            trials: vec![
+                // The best accuracy, over the memory limit at its end.
+                t("over", &[&[("acc", 0.99), ("mem", -1.0)], &[("acc", 0.95), ("mem", 2.0)]]),
+                t("fits", &[&[("acc", 0.7), ("mem", -0.5)]]),
+                // Exactly at the limit counts as feasible; a NaN constraint does not.
+                t("edge", &[&[("acc", 0.6), ("mem", 0.0)]]),
+                t("nan", &[&[("acc", 0.9), ("mem", f64::NAN)]]),
+                t("quiet", &[]),
+            ],
+            ..grid()
+        };
+        assert_eq!(g.best_result().unwrap().trial_id, "fits");
+        // Over all reports, `over`'s first (feasible) report is the best.
+        assert_eq!(g.best_result_by(None, None, Scope::All).unwrap().trial_id, "over");
+        let df = g.dataframe().unwrap();
+        let column = df.column("feasible").unwrap().bool().unwrap().clone();
+        let feasible: Vec<Option<bool>> = (0..df.height()).map(|i| column.get(i)).collect();
+        assert_eq!(feasible, [Some(false), Some(true), Some(true), Some(false), None]);
+        let best = df.column("best/acc").unwrap().f64().unwrap().clone();
+        assert_eq!(
+            (0..4).map(|i| best.get(i)).collect::<Vec<_>>(),
+            [Some(0.99), Some(0.7), Some(0.6), None]
+        );
+        // `over` would dominate both if it were feasible.
+        let front = g.pareto_front_by(&[("acc", Mode::Max), ("mem", Mode::Max)]).unwrap();
+        let ids: Vec<&str> = front.iter().map(|t| t.trial_id()).collect();
+        assert_eq!(ids, ["fits", "edge"]);
+
+        let none = ResultGrid { trials: vec![g.trials[0].clone(), g.trials[3].clone()], ..g };
+        let e = none.best_result().unwrap_err().to_string();
+        assert!(e.contains("none of the 2 trials") && e.contains("(mem <= 0)"), "{e}");
+        let e = none.pareto_front_by(&[("acc", Mode::Max), ("mem", Mode::Min)]).unwrap_err();
+        assert!(e.to_string().contains("ranks no feasible trial"), "{e}");
     }
 }

@@ -92,6 +92,8 @@ pub(super) struct Sweep {
     pub(super) experiment: String,
     /// What the sweep optimises: nothing, one metric, or several.
     pub(super) objectives: Vec<Objective>,
+    /// Metrics a trial's results must hold at <= 0 for it to be feasible.
+    pub(super) constraints: Vec<String>,
     /// What trials are drawn from, and the sweep's settings (callbacks are told).
     pub(super) param_space: rtune_searchers::SearchSpace,
     pub(super) settings: BTreeMap<String, String>,
@@ -349,6 +351,7 @@ impl Sweep {
             metric,
             mode,
             objectives: several(&self.objectives),
+            constraints: self.constraints.clone(),
             trials: trials.into_values().collect(),
         };
         grid.write_parquet(self.path.join(RESULTS_PARQUET))?;
@@ -404,6 +407,7 @@ impl Sweep {
             metric,
             mode,
             objectives: several(&self.objectives),
+            constraints: self.constraints.clone(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
             timestamp: unix_time(),
             time_spent_s: (self.spent_before + self.began.elapsed()).as_secs_f64(),
@@ -546,16 +550,19 @@ impl Sweep {
     ) {
         let commands = match commands {
             Ok(commands) => commands,
-            Err(e) => {
-                self.fatal.get_or_insert(e);
-                return;
-            }
+            // The sweep's mistake (a metric no trial reports): the running trials stop.
+            Err(e) => return self.abort(e),
         };
         for command in commands {
             match self.running.dispatch(command) {
                 None => {}
                 Some(Command::StartTrial { trial, params, resume }) => {
                     let new = !self.trials.contains_key(&trial);
+                    // A sweep that is ending with an error starts no new trial (resumed, the
+                    // sweep starts it afresh).
+                    if new && self.fatal.is_some() {
+                        continue;
+                    }
                     self.start(driver, trial, params, resume, heard.clone(), self.fatal.is_some());
                     if new && self.trials.contains_key(&trial) {
                         let info = self.info(trial);

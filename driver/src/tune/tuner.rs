@@ -232,6 +232,7 @@ impl Tuner {
         };
         let config = ControllerConfig {
             objectives: objectives.clone(),
+            constraints: settings.constraints.clone(),
             num_samples: trial_limit,
             max_concurrent_trials,
             fail_fast: settings.fail_fast,
@@ -288,6 +289,7 @@ impl Tuner {
         // The controller's settings are checked before anything is made: a new sweep's
         // controller is made now, a restored one's once its state is read back.
         let restored = restoring.is_some();
+        let constraints = config.constraints.clone();
         let start = match restoring {
             None => Start::New(Controller::new(config, searcher, scheduler)?),
             Some(_) => Start::Restore(config, searcher, scheduler),
@@ -340,6 +342,7 @@ impl Tuner {
             path,
             experiment,
             objectives,
+            constraints,
             param_space,
             settings,
             restored,

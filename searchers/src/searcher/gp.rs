@@ -220,11 +220,10 @@ impl Gp {
         let xs: Vec<Vec<f64>> = done.iter().map(|d| d.0.clone()).collect();
         let ys = worst_for_missing(done.iter().map(|d| d.1));
         // How far each trial is from feasible, and a process per constraint.
-        let violations: Vec<f64> = done
-            .iter()
-            .map(|d| d.2.iter().map(|c| if c.0.is_nan() { f64::INFINITY } else { c.0.max(0.0) }))
-            .map(|v| v.sum())
-            .collect();
+        let violation = |cs: &[Score]| {
+            cs.iter().fold(0.0, |t, c| if c.0.is_nan() { f64::INFINITY } else { t + c.0.max(0.0) })
+        };
+        let violations: Vec<f64> = done.iter().map(|d| violation(d.2)).collect();
         let mut feasibility = Vec::with_capacity(self.constraints.len());
         for k in 0..self.constraints.len() {
             let cs = worst_for_missing(done.iter().map(|d| d.2.get(k).map_or(f64::NAN, |c| c.0)));

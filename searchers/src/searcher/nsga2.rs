@@ -216,8 +216,7 @@ impl Nsga2 {
             let mut pool: Vec<Ranked<'_>> =
                 self.state.elites.last().map_or(Vec::new(), |p| p.iter().map(scores).collect());
             pool.extend(population.iter().map(scores));
-            let next =
-                elite(pool, self.population_size).into_iter().map(|(id, _, _)| id).collect();
+            let next = elite(pool, self.population_size).into_iter().map(|(id, _, _)| id).collect();
             self.state.elites.push(next);
         }
     }
@@ -240,8 +239,7 @@ impl Nsga2 {
 
     /// Binary tournament among `parents` less `not` (by constrained domination).
     fn tournament(&mut self, parents: &[Ranked<'_>], not: Option<TrialId>) -> TrialId {
-        let pool: Vec<&Ranked<'_>> =
-            parents.iter().filter(|(id, _, _)| Some(*id) != not).collect();
+        let pool: Vec<&Ranked<'_>> = parents.iter().filter(|(id, _, _)| Some(*id) != not).collect();
         let a = pool[self.state.rng.random_range(0..pool.len())];
         let b = pool[self.state.rng.random_range(0..pool.len())];
         if constrained_dominates(&raw(b.1), b.2, &raw(a.1), a.2) { b.0 } else { a.0 }
@@ -595,7 +593,9 @@ mod tests {
     fn constraints_make_feasible_trials_dominate() {
         use crate::searcher::constrained;
         let make = |seed| -> Box<dyn Searcher> {
-            Box::new(Nsga2::with_space(constrained::space()).unwrap().population_size(10).seed(seed))
+            Box::new(
+                Nsga2::with_space(constrained::space()).unwrap().population_size(10).seed(seed),
+            )
         };
         let [free, held, worst_best] = constrained::compare(make, 100, 40);
         eprintln!("NSGA-II feasible: {free} without constraints, {held} with; best {worst_best}");

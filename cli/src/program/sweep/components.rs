@@ -548,7 +548,12 @@ pub(super) fn check_components(spec: &Tuning<'_>, root: &Item, report: &mut Repo
             },
             None => Ok(()),
         };
-        checks.push(("search", searcher.validate().and(metric)));
+        let constraints = &spec.tune.constraints;
+        let constrained = match constraints.is_empty() {
+            true => Ok(()),
+            false => searcher.set_constraints(constraints),
+        };
+        checks.push(("search", searcher.validate().and(metric).and(constrained)));
     }
     if let Some(mut scheduler) = spec.scheduler() {
         let metric = target.map_or(Ok(()), |(metric, mode)| scheduler.set_metric(metric, mode));

@@ -261,6 +261,9 @@ pub(crate) static KEYS: &[Key] = &[
     item!("tune.mode", "\"max\" or \"min\", or an array of them", "",
         "whether the metric is better high or low; one for each metric",
         mode),
+    value!("tune.constraints", Vec<String>, "",
+        "metrics a trial reports that must be <= 0 for it to count (feasible)",
+        |f, v| f.tune.constraints = v),
     value!("tune.num_samples", NumSamples, "1",
         "trials to run (with a grid: times the grid); -1: until time_budget_s ends",
         |f, v| f.tune.num_samples = v.0),
@@ -594,7 +597,7 @@ mod tests {
         assert!(
             text.contains(
                 "sweep.toml:2:1: `tune.metrc` is not a key here; allowed: `metric`, `mode`, \
-                 `num_samples`"
+                 `constraints`, `num_samples`"
             ) && text.contains("did you mean `metric`?"),
             "{text}"
         );

@@ -185,7 +185,8 @@ fn constraints_steer_toward_feasible_trials() {
     assert_eq!(state.fitted_constraints.len(), 1);
     let mut restored = make(2);
     constrained::configure(&mut *restored, true);
-    restored.restore_state(serde_json::from_str(&serde_json::to_string(&saved).unwrap()).unwrap())
+    restored
+        .restore_state(serde_json::from_str(&serde_json::to_string(&saved).unwrap()).unwrap())
         .unwrap();
     assert_eq!(restored.suggest(TrialId(14)).unwrap(), s.suggest(TrialId(14)).unwrap());
 }

@@ -98,8 +98,8 @@ use super::{Searcher, SearcherState, Suggestion, checked_metric, wrong_state, wr
 use crate::error::{Error, Result};
 use crate::math::{clamp_f64, norm_cdf, norm_ppf};
 use crate::metrics::{
-    Metrics, Mode, Objective, Score, check_constraints, check_objectives, is_zero,
-    opt_score_serde, score_serde, violation,
+    Metrics, Mode, Objective, Score, check_constraints, check_objectives, is_zero, opt_score_serde,
+    score_serde, violation,
 };
 use crate::params::Params;
 use crate::pareto::best_by_fronts;
