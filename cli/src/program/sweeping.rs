@@ -92,7 +92,13 @@ pub(super) fn run(
     };
     let copy = serde_json::to_vec_pretty(&copy)?;
     let control = Control::new();
-    say!("sweep {} ({}) in {}", source.name, samples(&spec), path.display());
+    say!(
+        "sweep {} ({}, search {}) in {}",
+        source.name,
+        samples(&spec),
+        spec.search_said(),
+        path.display()
+    );
     let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new())?;
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
@@ -133,7 +139,7 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> R
     spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
     let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
     say!(
-        "{}: valid; it runs {} of {trainable} ({}) with search `{}` and scheduler `{}`",
+        "{}: valid; it runs {} of {trainable} ({}) with search {} and scheduler `{}`",
         source.name,
         samples(&spec),
         match spec.scaling.num_workers {
@@ -146,7 +152,7 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> R
             1 => "1 worker each".to_owned(),
             n => format!("{n} workers each"),
         },
-        spec.search.kind,
+        spec.search_said(),
         spec.scheduler.kind
     );
     say!("{}", super::plan::plan(&spec, registry));

@@ -63,7 +63,7 @@ use rtune_searchers::{Mode, Objective, SearchSpace};
 use super::registry::Trainables;
 use crate::doc::{self, Item, Kind, Origin, Problems, Report, Source};
 pub use components::Component;
-use components::{SCHEDULERS, SEARCHERS, check_components, read_component};
+use components::{AUTO, SCHEDULERS, SEARCHERS, check_components, read_component};
 pub use keys::MlflowSettings;
 use rtune_driver::config::{RunConfig, ScalingConfig};
 use rtune_driver::error::Error;
@@ -94,6 +94,8 @@ pub struct SweepSpec {
     /// them, then its searcher and scheduler.
     pub tune: TuneSettings,
     pub search: Component,
+    /// Why `search = "auto"` (the default) chose `search`; None where the file names one.
+    pub auto: Option<String>,
     pub scheduler: Component,
     /// `[run.mlflow]`: the MLflow tracking server the sweep is also logged to.
     pub mlflow: Option<MlflowSettings>,
@@ -217,13 +219,22 @@ fn read_root(
     // No objective to rank by: none written, or a metric without its mode (or a mode without
     // its metric), which is said where it is written and where it is needed.
     let unranked = written.is_none() || file.metric.is_some() != file.mode.is_some();
-    let search = read_component(file.search, "search", SEARCHERS, "random", report);
+    let search = read_component(file.search, "search", SEARCHERS, AUTO, report);
     let scheduler = read_component(file.scheduler, "scheduler", SCHEDULERS, "fifo", report);
     let tune = TuneSettings {
         metric: single_metric(&objectives).map(|(metric, _)| metric),
         mode: single_metric(&objectives).map(|(_, mode)| mode),
         objectives: several(&objectives),
         ..file.tune.clone()
+    };
+    // `auto` (the default) is the searcher it picks from here on; the start line says why.
+    let (search, auto) = match (search, &space, &scheduler) {
+        (Some(c), Some(space), Some(scheduler)) if c.kind == AUTO => {
+            let (kind, why) = components::auto(space, &tune, &scheduler.kind);
+            (Some(Component::plain(kind)), Some(why))
+        }
+        (Some(c), _, _) if c.kind == AUTO => (Some(Component::plain("random")), None),
+        (other, _, _) => (other, None),
     };
     // What each value may be, as the library checks it, at the key that gave it.
     let scaling_problems = file.scaling.problems();
@@ -330,6 +341,7 @@ fn read_root(
         space: space?,
         tune,
         search,
+        auto,
         scheduler,
         mlflow,
         optuna: file.optuna,
@@ -624,6 +636,38 @@ mod tests {
         let source = Source { name: "sweep.toml".into(), text };
         SweepSpec::read(&source, &[], &crate::program::registry::declared_builtins())
             .map_err(|p| p.to_string())
+    }
+
+    /// A file without `search` runs `auto`'s pick and says why; `search = "auto"` is the same;
+    /// `auto` takes no options; a wrong name lists it first.
+    #[test]
+    fn auto_is_the_default_search() {
+        let spec = |text: String| {
+            let source = Source { name: "sweep.toml".into(), text };
+            SweepSpec::read(&source, &[], &crate::program::registry::declared_builtins())
+                .map_err(|p| p.to_string())
+        };
+        let file = |search: &str| {
+            format!(
+                "[trainable]\nbuiltin = \"synthetic-curve\"\n[param_space]\n\
+                 rate = {{ uniform = [0.1, 0.9] }}\n[tune]\nmetric = \"score\"\n\
+                 mode = \"max\"\nnum_samples = 40\n{search}"
+            )
+        };
+        for search in ["", "search = \"auto\"\n"] {
+            let spec = spec(file(search)).unwrap();
+            assert_eq!(spec.search.kind, "gp");
+            assert_eq!(
+                spec.search_said(),
+                "gp (search = \"auto\": 1 numeric params and 40 trials)"
+            );
+        }
+        let named = spec(file("search = \"tpe\"\n")).unwrap();
+        assert_eq!((named.search.kind.as_str(), named.auto.as_deref()), ("tpe", None));
+        let err = spec(file("search = { type = \"auto\", seed = 1 }\n")).unwrap_err();
+        assert!(err.contains("is not an option of search `auto`, which takes none"), "{err}");
+        let err = spec(file("search = \"autp\"\n")).unwrap_err();
+        assert!(err.contains("allowed: `auto`, `random`") && err.contains("`auto`?"), "{err}");
     }
 
     /// A searcher that models the space (TPE, BOHB, NSGA-II), handed the file's param space as
