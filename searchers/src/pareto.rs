@@ -93,15 +93,11 @@ pub(crate) fn fronts(scores: &[Vec<f64>]) -> Vec<Vec<usize>> {
 
 /// Deb's fast non-dominated sort of `n` points under `dominates(i, j)`.
 pub(crate) fn fronts_by(n: usize, dominates: impl Fn(usize, usize) -> bool) -> Vec<Vec<usize>> {
+    let dominating: Vec<Vec<usize>> =
+        (0..n).map(|i| (0..n).filter(|&j| i != j && dominates(i, j)).collect()).collect();
     let mut dominated_by = vec![0usize; n];
-    let mut dominating: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for i in 0..n {
-        for j in 0..n {
-            if i != j && dominates(i, j) {
-                dominating[i].push(j);
-                dominated_by[j] += 1;
-            }
-        }
+    for &j in dominating.iter().flatten() {
+        dominated_by[j] += 1;
     }
     let mut fronts = Vec::new();
     let mut current: Vec<usize> = (0..n).filter(|&i| dominated_by[i] == 0).collect();

@@ -310,14 +310,50 @@ pub fn grid_sweeps_are_counted_as_ray_counts_them() -> Result<()> {
     let out = rtune(&["run", &file, "--no-tui"])?;
     ensure!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    ensure!(stdout.contains("(8 trials) in "), "{}", text(&out));
+    let said = "(8 trials, search random (search = \"auto\": the space has a grid_search";
+    ensure!(stdout.contains(said), "{}", text(&out));
     ensure!(stdout.contains("== 8 trials (100%): 8 TERMINATED"), "{}", text(&out));
     ensure!(ResultGrid::from_path(storage.join("grid"))?.trials.len() == 8);
     let points = "tune.search={ type = \"random\", points_to_evaluate = [{ rate = 0.2 }] }";
     let out = rtune(&["run", &file, "--no-tui", "--set", "name=\"points\"", "--set", points])?;
     ensure!(out.status.success(), "{}", text(&out));
-    ensure!(String::from_utf8_lossy(&out.stdout).contains("(5 trials) in "), "{}", text(&out));
+    let said = "(5 trials, search random) in ";
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(said), "{}", text(&out));
     ensure!(ResultGrid::from_path(storage.join("points"))?.trials.len() == 5);
+    Ok(())
+}
+
+/// A sweep file that names no searcher runs `auto`'s pick, and the start line and `rtune
+/// validate` say which and why: the GP for a numeric space and 12 trials (recorded as the
+/// experiment's searcher), TPE once a param is categorical.
+pub fn auto_picks_the_searcher_and_says_why() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let file = write(
+        dir.path(),
+        "auto.toml",
+        &format!(
+            "name = \"auto\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [param_space]\nrate = {{ loguniform = [0.02, 1.0] }}\n\
+             plateau = {{ uniform = [0.5, 1.0] }}\niterations = 2\n\
+             [tune]\nmetric = \"score\"\nmode = \"max\"\nnum_samples = 12\n",
+            storage.display().to_string()
+        ),
+    )?;
+    let why = "search gp (search = \"auto\": 2 numeric params and 12 trials)";
+    let out = rtune(&["validate", &file])?;
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(why), "{}", text(&out));
+    let out = rtune(&["run", &file, "--no-tui"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(why), "{}", text(&out));
+    let tuner: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(storage.join("auto/tuner.json"))?)?;
+    ensure!(tuner["search_alg"] == "gp", "{tuner}");
+    ensure!(ResultGrid::from_path(storage.join("auto"))?.trials.len() == 12);
+    let categorical = "param_space.plateau={ choice = [0.6, 0.9] }";
+    let out = rtune(&["validate", &file, "--set", categorical])?;
+    let why = "search tpe (search = \"auto\": 1 of the 2 params are categorical)";
+    ensure!(String::from_utf8_lossy(&out.stdout).contains(why), "{}", text(&out));
     Ok(())
 }
 

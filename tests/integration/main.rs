@@ -326,6 +326,10 @@ fn main() {
             front_door::grid_sweeps_are_counted_as_ray_counts_them,
         ),
         test(
+            "front_door::auto_picks_the_searcher_and_says_why",
+            front_door::auto_picks_the_searcher_and_says_why,
+        ),
+        test(
             "front_door::all_mistakes_come_in_one_report",
             front_door::all_mistakes_come_in_one_report,
         ),

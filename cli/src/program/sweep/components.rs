@@ -700,7 +700,7 @@ mod tests {
     #[test]
     fn auto_picks_by_space_budget_and_objectives() {
         use rtune_driver::tune::TuneSettings;
-        use rtune_searchers::{Mode, Objective, choice, grid_search, loguniform, randint, uniform};
+        use rtune_searchers::{Mode, Objective, choice, grid_search, loguniform, randint};
         let numeric =
             SearchSpace::new().add("lr", loguniform(1e-4, 1e-1).unwrap()).add("n", randint(1, 9));
         let mixed = numeric.clone().add("act", choice(["relu", "tanh"]));

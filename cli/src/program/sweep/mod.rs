@@ -27,7 +27,7 @@
 //! metric = "val_acc"
 //! mode = "max"
 //! num_samples = 16
-//! search = { type = "tpe", n_startup_trials = 6 }    # or search = "random"
+//! search = { type = "tpe", n_startup_trials = 6 }    # or "random"; none: "auto" picks
 //! # either with points_to_evaluate = [{ lr = 0.01 }] (run first), evaluated_rewards = [0.9]
 //! # or search = "bohb" with scheduler = { type = "hyperband", max_t = 12 } (BOHB)
 //! # several objectives: metric = ["val_loss", "params"], mode = ["min", "min"], with
