@@ -89,7 +89,7 @@ pub use scheduler::{
 };
 pub use searcher::{
     BasicVariant, Bohb, CmaEs, CmaEsRestart, ConcurrencyLimiter, Gp, Nsga2, Repeater, Searcher,
-    SearcherState, Suggestion, Tpe,
+    SearcherState, Suggestion, Tpe, auto,
 };
 pub use space::domain::{
     Domain, choice, lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform,

@@ -36,6 +36,7 @@ macro_rules! searcher_builders {
     };
 }
 
+mod auto;
 mod basic_variant;
 mod bohb;
 mod cmaes;
@@ -52,6 +53,7 @@ mod zdt;
 
 use serde::{Deserialize, Serialize};
 
+pub use auto::auto;
 pub use basic_variant::{BasicVariant, BasicVariantState};
 pub use bohb::{Bohb, BohbState};
 pub use cmaes::{CmaEs, CmaEsRestart, CmaEsState};

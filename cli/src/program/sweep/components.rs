@@ -4,8 +4,8 @@
 //! go by that table, so an option is known to both or to neither: a new option is one row.
 
 use rtune_searchers::{
-    Asha, BasicVariant, Bohb, CmaEs, Domain, Fifo, Gp, HyperBand, MedianStopping, Nsga2, Param,
-    Params, Pbt, SearchSpace, Searcher, Tpe, TrialScheduler, Value,
+    Asha, BasicVariant, Bohb, CmaEs, Fifo, Gp, HyperBand, MedianStopping, Nsga2, Params, Pbt,
+    SearchSpace, Searcher, Tpe, TrialScheduler, Value,
 };
 
 use super::space::{add_space_error, read_space};
@@ -308,64 +308,18 @@ static PBT: Table<Pbt, dyn TrialScheduler> = Table {
 /// `search = "auto"`, the default: the searcher a sweep file gets when it names none.
 pub(super) const AUTO: &str = "auto";
 
-/// The most trials `auto` gives the GP (past them its fit, cubic in the trials, costs seconds a
-/// suggestion) and the fewest it gives NSGA-II for several objectives.
-const GP_TRIALS: u64 = 200;
-const NSGA2_TRIALS: u64 = 500;
-
 /// What `search = "auto"` runs for this space, these settings and this scheduler, and why (for
-/// the start line). The rule, with the figures behind it, is docs/sweep-files.md's "Which
-/// searcher: auto"; in order:
-///
-/// * a grid, nothing to search, PBT (which explores itself), no metric, or 10 trials or fewer
-///   (every model's first 10 are random draws): random search;
-/// * several objectives: TPE up to 500 trials, NSGA-II from there (and unbounded);
-/// * a categorical param: TPE;
-/// * numeric params only: the GP up to 200 trials, TPE past them (and unbounded).
+/// the start line): [`rtune_searchers::auto`], PBT being a scheduler that explores itself.
 pub(super) fn auto(
     space: &SearchSpace,
     tune: &rtune_driver::tune::TuneSettings,
     scheduler: &str,
 ) -> (&'static str, String) {
-    let sampled = space.sampled();
     let budget = match tune.num_samples {
         Samples::Count(n) => Some(n),
         Samples::UntilStopped => None,
     };
-    let trials = budget.map_or("no trial count".to_owned(), |n| format!("{n} trials"));
-    let objectives = tune.objectives().len();
-    let categorical = |(_, p): &&(String, &Param)| matches!(p, Param::Sample(Domain::Choice(_)));
-    let choices = sampled.iter().filter(categorical).count();
-    if sampled.iter().any(|(_, p)| matches!(p, Param::Grid(_))) {
-        return ("random", "the space has a grid_search: its every point runs".into());
-    }
-    if sampled.is_empty() {
-        return ("random", "the space has no param to search".into());
-    }
-    if scheduler == "pbt" {
-        return ("random", "PBT explores the params itself from random draws".into());
-    }
-    if objectives == 0 {
-        return ("random", "no metric to rank trials by".into());
-    }
-    if budget.is_some_and(|n| n <= 10) {
-        return ("random", format!("{trials}: a model's first 10 trials are random draws"));
-    }
-    match budget {
-        _ if objectives > 1 && budget.is_some_and(|n| n < NSGA2_TRIALS) => {
-            ("tpe", format!("{objectives} objectives and {trials}"))
-        }
-        _ if objectives > 1 => {
-            ("nsga2", format!("{objectives} objectives and {trials} (TPE below {NSGA2_TRIALS})"))
-        }
-        _ if choices > 0 => {
-            ("tpe", format!("{choices} of the {} params are categorical", sampled.len()))
-        }
-        Some(n) if n <= GP_TRIALS => {
-            ("gp", format!("{} numeric params and {trials}", sampled.len()))
-        }
-        _ => ("tpe", format!("{trials} (the GP up to {GP_TRIALS})")),
-    }
+    rtune_searchers::auto(space, tune.objectives().len(), budget, scheduler == "pbt")
 }
 
 /// The schedulers a sweep file can name.
@@ -693,52 +647,5 @@ mod tests {
         check(SCHEDULERS, &context);
         let names: Vec<&str> = SCHEDULERS.iter().map(|k| k.name()).collect();
         assert_eq!(names, ["fifo", "asha", "hyperband", "median_stopping", "pbt"]);
-    }
-
-    /// `auto` picks by the rule its docs write down, for each kind of space, budget, objective
-    /// and scheduler, and says why.
-    #[test]
-    fn auto_picks_by_space_budget_and_objectives() {
-        use rtune_driver::tune::TuneSettings;
-        use rtune_searchers::{Mode, Objective, choice, grid_search, loguniform, randint};
-        let numeric =
-            SearchSpace::new().add("lr", loguniform(1e-4, 1e-1).unwrap()).add("n", randint(1, 9));
-        let mixed = numeric.clone().add("act", choice(["relu", "tanh"]));
-        let grid = numeric.clone().add("g", grid_search([1, 2]));
-        let constants = SearchSpace::new().add("lr", 0.1);
-        let one = |n: i64| TuneSettings {
-            metric: Some("loss".into()),
-            mode: Some(Mode::Min),
-            num_samples: if n < 0 { Samples::UntilStopped } else { Samples::Count(n as u64) },
-            ..TuneSettings::default()
-        };
-        let two = |n: i64| TuneSettings {
-            metric: None,
-            mode: None,
-            objectives: ["loss", "size"]
-                .map(|m| Objective { metric: m.into(), mode: Mode::Min })
-                .to_vec(),
-            ..one(n)
-        };
-        let unranked = TuneSettings { metric: None, mode: None, ..one(50) };
-        let cases: [(&SearchSpace, TuneSettings, &str, &str, &str); 12] = [
-            (&numeric, one(50), "fifo", "gp", "2 numeric params and 50 trials"),
-            (&numeric, one(200), "asha", "gp", "200 trials"),
-            (&numeric, one(201), "fifo", "tpe", "201 trials (the GP up to 200)"),
-            (&numeric, one(-1), "fifo", "tpe", "no trial count"),
-            (&mixed, one(50), "fifo", "tpe", "1 of the 3 params are categorical"),
-            (&numeric, two(100), "fifo", "tpe", "2 objectives and 100 trials"),
-            (&mixed, two(500), "fifo", "nsga2", "2 objectives and 500 trials"),
-            (&grid, one(50), "fifo", "random", "grid_search"),
-            (&constants, one(50), "fifo", "random", "no param to search"),
-            (&numeric, one(50), "pbt", "random", "PBT explores"),
-            (&numeric, unranked, "fifo", "random", "no metric"),
-            (&numeric, one(10), "fifo", "random", "10 trials: a model's first 10"),
-        ];
-        for (space, tune, scheduler, kind, why) in cases {
-            let (chosen, reason) = auto(space, &tune, scheduler);
-            assert_eq!(chosen, kind, "{reason}");
-            assert!(reason.contains(why), "{kind}: {reason}");
-        }
     }
 }

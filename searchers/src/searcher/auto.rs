@@ -1,0 +1,102 @@
+//! `auto`: the searcher a sweep's space, budget and objectives call for (the default of sweep
+//! files, `search = "auto"`).
+
+use crate::space::domain::Domain;
+use crate::space::{Param, SearchSpace};
+
+/// The most trials `auto` gives the GP (past them its fit, cubic in the trials, costs seconds a
+/// suggestion) and the fewest it gives NSGA-II for several objectives.
+const GP_TRIALS: u64 = 200;
+const NSGA2_TRIALS: u64 = 500;
+
+/// Which searcher a sweep calls for, by the name a sweep file gives it (`random`, `tpe`,
+/// `nsga2`, `gp`), and why, in a phrase: what `search = "auto"` runs. `objectives` is how many
+/// the sweep ranks by (0: none), `budget` its trial count (None: unbounded), `explores` whether
+/// its scheduler explores the params itself (PBT). The rule, with the figures behind it, is
+/// docs/sweep-files.md's "Which searcher: auto"; in order:
+///
+/// * a grid, nothing to search, PBT (which explores itself), no metric, or 10 trials or fewer
+///   (every model's first 10 are random draws): random search;
+/// * several objectives: TPE up to 500 trials, NSGA-II from there (and unbounded);
+/// * a categorical param: TPE;
+/// * numeric params only: the GP up to 200 trials, TPE past them (and unbounded).
+pub fn auto(
+    space: &SearchSpace,
+    objectives: usize,
+    budget: Option<u64>,
+    explores: bool,
+) -> (&'static str, String) {
+    let sampled = space.sampled();
+    let trials = budget.map_or("no trial count".to_owned(), |n| format!("{n} trials"));
+    let categorical = |(_, p): &&(String, &Param)| matches!(p, Param::Sample(Domain::Choice(_)));
+    let choices = sampled.iter().filter(categorical).count();
+    if sampled.iter().any(|(_, p)| matches!(p, Param::Grid(_))) {
+        return ("random", "the space has a grid_search: its every point runs".into());
+    }
+    if sampled.is_empty() {
+        return ("random", "the space has no param to search".into());
+    }
+    if explores {
+        return ("random", "PBT explores the params itself from random draws".into());
+    }
+    if objectives == 0 {
+        return ("random", "no metric to rank trials by".into());
+    }
+    if budget.is_some_and(|n| n <= 10) {
+        return ("random", format!("{trials}: a model's first 10 trials are random draws"));
+    }
+    match budget {
+        _ if objectives > 1 && budget.is_some_and(|n| n < NSGA2_TRIALS) => {
+            ("tpe", format!("{objectives} objectives and {trials}"))
+        }
+        _ if objectives > 1 => {
+            ("nsga2", format!("{objectives} objectives and {trials} (TPE below {NSGA2_TRIALS})"))
+        }
+        _ if choices > 0 => {
+            ("tpe", format!("{choices} of the {} params are categorical", sampled.len()))
+        }
+        Some(n) if n <= GP_TRIALS => {
+            ("gp", format!("{} numeric params and {trials}", sampled.len()))
+        }
+        _ => ("tpe", format!("{trials} (the GP up to {GP_TRIALS})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `auto` picks by the rule its docs write down, for each kind of space, budget, objective
+    /// and scheduler, and says why.
+    #[test]
+    fn auto_picks_by_space_budget_and_objectives() {
+        use crate::space::domain::{choice, loguniform, randint};
+        use crate::space::grid_search;
+        let numeric =
+            SearchSpace::new().add("lr", loguniform(1e-4, 1e-1).unwrap()).add("n", randint(1, 9));
+        let mixed = numeric.clone().add("act", choice(["relu", "tanh"]));
+        let grid = numeric.clone().add("g", grid_search([1, 2]));
+        let constants = SearchSpace::new().add("lr", 0.1);
+        // (space, objectives, budget, PBT, pick, why)
+        type Case<'a> = (&'a SearchSpace, usize, Option<u64>, bool, &'a str, &'a str);
+        let cases: [Case<'_>; 12] = [
+            (&numeric, 1, Some(50), false, "gp", "2 numeric params and 50 trials"),
+            (&numeric, 1, Some(200), false, "gp", "200 trials"),
+            (&numeric, 1, Some(201), false, "tpe", "201 trials (the GP up to 200)"),
+            (&numeric, 1, None, false, "tpe", "no trial count"),
+            (&mixed, 1, Some(50), false, "tpe", "1 of the 3 params are categorical"),
+            (&numeric, 2, Some(100), false, "tpe", "2 objectives and 100 trials"),
+            (&mixed, 2, Some(500), false, "nsga2", "2 objectives and 500 trials"),
+            (&grid, 1, Some(50), false, "random", "grid_search"),
+            (&constants, 1, Some(50), false, "random", "no param to search"),
+            (&numeric, 1, Some(50), true, "random", "PBT explores"),
+            (&numeric, 0, Some(50), false, "random", "no metric"),
+            (&numeric, 1, Some(10), false, "random", "10 trials: a model's first 10"),
+        ];
+        for (space, objectives, budget, explores, kind, why) in cases {
+            let (chosen, reason) = auto(space, objectives, budget, explores);
+            assert_eq!(chosen, kind, "{reason}");
+            assert!(reason.contains(why), "{kind}: {reason}");
+        }
+    }
+}
