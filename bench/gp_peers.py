@@ -1,5 +1,5 @@
 """The GP searcher against Optuna's, side by side: rtune's Gp, TPE and random search
-(`searchers/examples/gp_vs.rs`) and Optuna's GPSampler and TPESampler, one trial at a time, on
+(`searchers/examples/hpo_vs.rs`) and Optuna's GPSampler and TPESampler, one trial at a time, on
 Branin (2-D), Hartmann-6 and Rosenbrock-5, the same seeds and budget. Prints, per function,
 the median and quartiles over the seeds of the best value found after 25, 50 and 100 trials
 (lower is better; the minima: Branin 0.397887, Hartmann-6 -3.32237, Rosenbrock 0), and each
@@ -23,6 +23,11 @@ FUNCTIONS = {
     "hartmann6": [(0.0, 1.0)] * 6,
     "rosenbrock5": [(-5.0, 5.0)] * 5,
 }
+# More functions for `bench/hpo.py` (the same as hpo_vs.rs's).
+MORE_FUNCTIONS = {
+    "rosenbrock10": [(-5.0, 10.0)] * 10,
+    "levy10": [(-10.0, 10.0)] * 10,
+}
 A = [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8],
      [17, 8, 0.05, 10, 0.1, 14]]
 P = [[0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886],
@@ -39,8 +44,13 @@ def value(name, x):
     if name == "hartmann6":
         return -sum(ALPHA[i] * math.exp(-sum(A[i][j] * (x[j] - P[i][j]) ** 2 for j in range(6)))
                     for i in range(4))
-    if name == "rosenbrock5":
+    if name.startswith("rosenbrock"):
         return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
+    if name == "levy10":
+        w = [1 + (v - 1) / 4 for v in x]
+        middle = sum((wi - 1) ** 2 * (1 + 10 * math.sin(math.pi * wi + 1) ** 2) for wi in w[:-1])
+        return (math.sin(math.pi * w[0]) ** 2 + middle
+                + (w[-1] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[-1]) ** 2))
     raise ValueError(name)
 
 
@@ -50,12 +60,17 @@ def run_optuna(sampler_name, function, seed, trials):
     sampler = {"Optuna GPSampler": optuna.samplers.GPSampler,
                "Optuna TPESampler": optuna.samplers.TPESampler}[sampler_name](seed=seed)
     study = optuna.create_study(sampler=sampler)
-    bounds = FUNCTIONS[function]
+    bounds = {**FUNCTIONS, **MORE_FUNCTIONS}[function]
 
     def objective(trial):
         return value(function, [trial.suggest_float(f"x{i}", lo, hi)
                                 for i, (lo, hi) in enumerate(bounds)])
 
+    return best_curve(study, objective, trials)
+
+
+def best_curve(study, objective, trials):
+    """Runs `trials` trials of the study: its best value after each, and the seconds taken."""
     started = time.perf_counter()
     study.optimize(objective, n_trials=trials)
     seconds = time.perf_counter() - started
@@ -66,12 +81,54 @@ def run_optuna(sampler_name, function, seed, trials):
     return curve, seconds
 
 
+def optuna_time_at(function, at, asks=5):
+    """Optuna's GPSampler: seconds for each of `asks` suggestions after `at` completed random
+    trials (the same protocol as `hpo_vs --time-at`)."""
+    import random
+    import optuna
+    optuna.logging.set_verbosity(logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.GPSampler(seed=0))
+    bounds = FUNCTIONS[function]
+    names = [f"x{i}" for i in range(len(bounds))]
+    dists = {n: optuna.distributions.FloatDistribution(lo, hi) for n, (lo, hi) in zip(names, bounds)}
+    rng = random.Random(0)
+    for _ in range(at):
+        x = [rng.uniform(lo, hi) for lo, hi in bounds]
+        study.add_trial(optuna.trial.create_trial(params=dict(zip(names, x)), distributions=dists,
+                                                  value=value(function, x)))
+    seconds = []
+    for _ in range(asks):
+        started = time.perf_counter()
+        trial = study.ask()
+        x = [trial.suggest_float(n, lo, hi) for n, (lo, hi) in zip(names, bounds)]
+        seconds.append(time.perf_counter() - started)
+        study.tell(trial, value(function, x))
+    return seconds
+
+
+def time_at(args):
+    """`--time-at N`: each GP's seconds a suggestion after N trials, the median of the last 4 of
+    5 (the first fits from scratch), side by side."""
+    for function in FUNCTIONS:
+        out = subprocess.run([args.rtune, "--time-at", str(args.time_at), "--functions", function],
+                             check=True, capture_output=True, text=True).stdout
+        ours = json.loads(out)["seconds"]
+        theirs = optuna_time_at(function, args.time_at)
+        print(f"| {function} | {args.time_at} | {statistics.median(ours[1:]) * 1e3:.1f} ms "
+              f"(first {ours[0] * 1e3:.0f} ms) | {statistics.median(theirs[1:]) * 1e3:.1f} ms "
+              f"(first {theirs[0] * 1e3:.0f} ms) |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--rtune", default=os.path.join(ROOT, "target/release/examples/gp_vs"))
+    parser.add_argument("--time-at", type=int, help="only the seconds a suggestion after N trials")
+    parser.add_argument("--rtune", default=os.path.join(ROOT, "target/release/examples/hpo_vs"))
     args = parser.parse_args()
+    if args.time_at:
+        print("| function | trials | rtune Gp | Optuna GPSampler |\n|---|--:|--:|--:|")
+        return time_at(args)
     out = subprocess.run([args.rtune, "--seeds", str(args.seeds), "--trials", str(args.trials)],
                          check=True, capture_output=True, text=True).stdout
     names = {"gp": "rtune Gp", "tpe": "rtune Tpe", "random": "rtune random"}

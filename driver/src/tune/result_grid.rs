@@ -126,16 +126,20 @@ impl ResultGrid {
     /// Whether a trial's last result meets the sweep's constraints: each reported and <= 0.
     /// Every trial does in a sweep without constraints.
     pub fn feasible(&self, t: &TrialResult) -> bool {
-        self.constraints.iter().all(|c| t.last(c).is_some_and(|v| v <= 0.0))
+        let last = t.result().and_then(|r| r.metrics.as_ref());
+        self.constraints.is_empty() || last.is_some_and(|m| self.meets(m))
+    }
+
+    /// Whether a result meets the sweep's constraints.
+    fn meets(&self, m: &Metrics) -> bool {
+        self.constraints.iter().all(|c| m.get(c).is_some_and(|v| *v <= 0.0))
     }
 
     /// The best finite value of `metric` over a trial's feasible reports.
     fn best_feasible(&self, t: &TrialResult, metric: &str, mode: Mode) -> Option<f64> {
-        let feasible =
-            |m: &&Metrics| self.constraints.iter().all(|c| m.get(c).is_some_and(|v| *v <= 0.0));
         t.history()
             .iter()
-            .filter(feasible)
+            .filter(|m| self.meets(m))
             .filter_map(|m| m.get(metric).copied().filter(|v| v.is_finite()))
             .max_by(|a, b| (mode.sign() * a).total_cmp(&(mode.sign() * b)))
     }
@@ -223,15 +227,13 @@ impl ResultGrid {
         let front = rtune_searchers::pareto_front_where_finite(&feasible, &modes, |t, k| {
             t.last(objectives[k].0)
         });
-        if front.is_empty() && feasible.len() < self.trials.len() {
-            let ranked = |t: &&TrialResult| objectives.iter().all(|(m, _)| t.last(m).is_some());
-            if self.trials.iter().any(|t| ranked(&t)) {
-                let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
-                return Err(self.none_feasible(&names.join("`, `")));
-            }
+        let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
+        let ranked = |t: &TrialResult| names.iter().all(|m| t.last(m).is_some());
+        if front.is_empty() && self.trials.iter().any(ranked) && !feasible.iter().any(|t| ranked(t))
+        {
+            return Err(self.none_feasible(&names.join("`, `")));
         }
         if front.is_empty() {
-            let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
             return Err(Error::Metric {
                 name: names.join("`, `"),
                 problem: format!(

@@ -6,7 +6,9 @@
 //! * The model: a Gaussian process with a Matérn 5/2 kernel, a length scale per coordinate, a
 //!   kernel scale and a noise variance, fitted to the completed trials' standardised values by
 //!   maximising the marginal likelihood (with weak log-normal priors, by Adam on the logs of
-//!   the parameters, warm-started from the last fit).
+//!   the parameters, warm-started from the last fit): at every suggestion up to 100 completed
+//!   trials, then each time they have grown by a tenth (a fit is cubic in the trials, and
+//!   each adds little to it then).
 //! * The next trial maximises the log expected improvement over the best value: `n_candidates`
 //!   random points and the completed trials' best few, then the best of them refined by a
 //!   shrinking local search. Trials still running count as observed at the model's mean there
@@ -48,6 +50,9 @@ use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::trial::TrialId;
 use crate::value::Value;
+use linalg::{backward, cholesky, forward, inverse_from};
+
+mod linalg;
 
 const NAME: &str = "GP";
 
@@ -57,6 +62,8 @@ const LOG_SCALE: (f64, f64) = (-6.9, 6.9);
 const LOG_NOISE: (f64, f64) = (-13.8, 0.0);
 /// Added to the kernel's diagonal, for a Cholesky factor that never fails.
 const JITTER: f64 = 1e-9;
+/// Up to this many completed trials the kernels are fitted again at every suggestion.
+const REFIT_ALWAYS: usize = 100;
 
 /// The Gaussian-process searcher. See the module docs.
 #[derive(Clone, Debug)]
@@ -81,6 +88,9 @@ pub struct GpState {
     /// The logs of the length scales, the kernel scale and the noise variance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fitted: Option<Vec<f64>>,
+    /// How many completed trials the last fit saw.
+    #[serde(default)]
+    fitted_at: usize,
     /// The same for each constraint's process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     fitted_constraints: Vec<Vec<f64>>,
@@ -123,6 +133,7 @@ impl Gp {
                 rng: SearchRng::seed_from_u64(0),
                 trials: BTreeMap::new(),
                 fitted: None,
+                fitted_at: 0,
                 fitted_constraints: Vec::new(),
             },
         }
@@ -224,16 +235,23 @@ impl Gp {
             cs.iter().fold(0.0, |t, c| if c.0.is_nan() { f64::INFINITY } else { t + c.0.max(0.0) })
         };
         let violations: Vec<f64> = done.iter().map(|d| violation(d.2)).collect();
+        // The kernels' parameters are fitted again at every trial up to 100, then each time
+        // the trials have grown by a tenth (a fit is cubic in them; each adds little then).
+        let n = done.len();
+        let refit = n < REFIT_ALWAYS || n * 10 >= self.state.fitted_at * 11;
+        if refit {
+            self.state.fitted_at = n;
+        }
         let mut feasibility = Vec::with_capacity(self.constraints.len());
         for k in 0..self.constraints.len() {
             let cs = worst_for_missing(done.iter().map(|d| d.2.get(k).map_or(f64::NAN, |c| c.0)));
             let warm = self.state.fitted_constraints.get(k).map(Vec::as_slice);
-            feasibility.push(Model::fit(xs.clone(), &cs, warm));
+            feasibility.push(Model::fit(xs.clone(), &cs, warm, refit));
         }
         self.state.fitted_constraints = feasibility.iter().map(|m| m.theta.clone()).collect();
         let pending: Vec<Vec<f64>> =
             self.state.trials.values().filter(|t| !t.done).map(|t| t.x.clone()).collect();
-        let model = Model::fit(xs, &ys, self.state.fitted.as_deref());
+        let model = Model::fit(xs, &ys, self.state.fitted.as_deref(), refit);
         self.state.fitted = Some(model.theta.clone());
         // The improvement is over the best feasible trial; with none, only feasibility counts.
         let best = (0..done.len())
@@ -241,9 +259,12 @@ impl Gp {
             .map(|i| model.y[i])
             .min_by(f64::total_cmp);
         let model = model.believing(&pending);
-        let acquisition = |x: &[f64]| {
-            let improvement = best.map_or(0.0, |best| model.log_ei(x, best));
-            improvement + feasibility.iter().map(|m| m.log_prob_below(x, 0.0)).sum::<f64>()
+        let acquisition = |xs: &[Vec<f64>]| {
+            let mut total = best.map_or(vec![0.0; xs.len()], |best| model.log_ei(xs, best));
+            for m in &feasibility {
+                total.iter_mut().zip(m.log_prob_below(xs, 0.0)).for_each(|(t, p)| *t += p);
+            }
+            total
         };
         // Random candidates, and the best trials so far (the feasible first).
         let mut candidates: Vec<Vec<f64>> = (0..self.n_candidates)
@@ -255,7 +276,7 @@ impl Gp {
         });
         candidates.extend(ranked.iter().take(5).map(|&i| done[i].0.clone()));
         let mut scored: Vec<(f64, Vec<f64>)> =
-            candidates.into_iter().map(|x| (acquisition(&x), x)).collect();
+            acquisition(&candidates).into_iter().zip(candidates).collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         scored.truncate(5);
         // A shrinking local search from the best few.
@@ -264,7 +285,7 @@ impl Gp {
             let mut step = 0.1;
             for _ in 0..40 {
                 let y = self.perturb(coords, &x, step);
-                let s = acquisition(&y);
+                let s = acquisition(std::slice::from_ref(&y))[0];
                 if s > score {
                     (score, x) = (s, y);
                 } else {
@@ -329,8 +350,8 @@ struct Model {
 
 impl Model {
     /// Fits the kernel's parameters to `xs` and their values `ys` (to minimise), from `warm`
-    /// where given.
-    fn fit(xs: Vec<Vec<f64>>, ys: &[f64], warm: Option<&[f64]>) -> Model {
+    /// where given; with `refit` false, takes `warm`'s as they are.
+    fn fit(xs: Vec<Vec<f64>>, ys: &[f64], warm: Option<&[f64]>, refit: bool) -> Model {
         let d = xs[0].len();
         let mean = ys.iter().sum::<f64>() / ys.len() as f64;
         let sd = (ys.iter().map(|y| (y - mean).powi(2)).sum::<f64>() / ys.len() as f64).sqrt();
@@ -345,7 +366,11 @@ impl Model {
             }
         };
         // Adam on the log posterior (see `log_posterior`).
-        let iterations = if warm.is_some() { 25 } else { 80 };
+        let iterations = match (warm.is_some(), refit) {
+            (true, false) => 0,
+            (true, true) => 25,
+            (false, _) => 80,
+        };
         let (mut m, mut v) = (vec![0.0; d + 2], vec![0.0; d + 2]);
         let (lr, b1, b2) = (0.05, 0.9, 0.999);
         for t in 1..=iterations {
@@ -379,28 +404,49 @@ impl Model {
 
     /// The posterior mean and standard deviation at `x`.
     fn mean_sd(&self, x: &[f64]) -> (f64, f64) {
-        let n = self.xs.len();
-        let d = x.len();
-        let scale = self.theta[d].exp();
-        let k: Vec<f64> = self.xs.iter().map(|xi| matern(xi, x, &self.theta)).collect();
-        let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
-        let v = forward(&self.chol, &k, n);
-        let var = (scale - v.iter().map(|v| v * v).sum::<f64>()).max(1e-12);
-        (mean, var.sqrt())
+        self.mean_sd_at(std::slice::from_ref(&x.to_vec()))[0]
     }
 
-    /// The log of the probability that the value at `x` is at most `bound` (in the values'
-    /// own units).
-    fn log_prob_below(&self, x: &[f64], bound: f64) -> f64 {
-        let (mean, sd) = self.mean_sd(x);
-        log_gauss_mass(f64::NEG_INFINITY, ((bound - self.shift) / self.spread - mean) / sd)
+    /// The posterior mean and standard deviation at each of `xs`, solved all at once.
+    fn mean_sd_at(&self, xs: &[Vec<f64>]) -> Vec<(f64, f64)> {
+        let (n, m) = (self.xs.len(), xs.len());
+        let kernel = Matern::new(&self.theta);
+        // The kernel between each observation (a row) and each point (a column).
+        let mut k = vec![0.0; n * m];
+        for (row, xi) in k.chunks_exact_mut(m).zip(&self.xs) {
+            for (cell, x) in row.iter_mut().zip(xs) {
+                *cell = kernel.at(xi, x);
+            }
+        }
+        let mut mean = vec![0.0; m];
+        for (row, a) in k.chunks_exact(m).zip(&self.alpha) {
+            mean.iter_mut().zip(row).for_each(|(s, v)| *s += a * v);
+        }
+        if m == 1 {
+            // One point (the local search's): the solve as dot products, which vectorise.
+            k = forward(&self.chol, &k, n);
+        } else {
+            linalg::forward_many(&self.chol, &mut k, n, m);
+        }
+        let mut explained = vec![0.0; m];
+        for row in k.chunks_exact(m) {
+            explained.iter_mut().zip(row).for_each(|(s, v)| *s += v * v);
+        }
+        let sd = |e: f64| (kernel.scale - e).max(1e-12).sqrt();
+        mean.into_iter().zip(explained).map(|(mean, e)| (mean, sd(e))).collect()
     }
 
-    /// The log of the expected improvement below `best` at `x`.
-    fn log_ei(&self, x: &[f64], best: f64) -> f64 {
-        let (mean, sd) = self.mean_sd(x);
-        let z = (best - mean) / sd;
-        sd.ln() + log_h(z)
+    /// The log of the probability that the value is at most `bound` (in the values' own
+    /// units), at each of `xs`.
+    fn log_prob_below(&self, xs: &[Vec<f64>], bound: f64) -> Vec<f64> {
+        let z = |(mean, sd): (f64, f64)| ((bound - self.shift) / self.spread - mean) / sd;
+        self.mean_sd_at(xs).into_iter().map(|p| log_gauss_mass(f64::NEG_INFINITY, z(p))).collect()
+    }
+
+    /// The log of the expected improvement below `best`, at each of `xs`.
+    fn log_ei(&self, xs: &[Vec<f64>], best: f64) -> Vec<f64> {
+        let at = |(mean, sd): (f64, f64)| sd.ln() + log_h((best - mean) / sd);
+        self.mean_sd_at(xs).into_iter().map(at).collect()
     }
 }
 
@@ -431,61 +477,48 @@ fn clamp_theta(j: usize, d: usize, value: f64) -> f64 {
     value.clamp(lo, hi)
 }
 
-/// The Matérn 5/2 kernel between `a` and `b` under `theta` (without the noise).
-fn matern(a: &[f64], b: &[f64], theta: &[f64]) -> f64 {
-    let d = a.len();
-    let r2: f64 = (0..d).map(|i| ((a[i] - b[i]) / theta[i].exp()).powi(2)).sum();
-    let r = r2.sqrt();
-    let s5r = 5f64.sqrt() * r;
-    theta[d].exp() * (1.0 + s5r + 5.0 / 3.0 * r2) * (-s5r).exp()
+/// The Matérn 5/2 kernel under `theta`, its exponentials taken once.
+struct Matern {
+    inverse_lengths: Vec<f64>,
+    scale: f64,
+}
+
+impl Matern {
+    fn new(theta: &[f64]) -> Matern {
+        let d = theta.len() - 2;
+        Matern {
+            inverse_lengths: theta[..d].iter().map(|t| (-t).exp()).collect(),
+            scale: theta[d].exp(),
+        }
+    }
+
+    /// The squared scaled distance between `a` and `b`.
+    fn r2(&self, a: &[f64], b: &[f64]) -> f64 {
+        a.iter().zip(b).zip(&self.inverse_lengths).map(|((a, b), w)| ((a - b) * w).powi(2)).sum()
+    }
+
+    /// The kernel between `a` and `b` (without the noise).
+    fn at(&self, a: &[f64], b: &[f64]) -> f64 {
+        let r2 = self.r2(a, b);
+        let s5r = (5.0 * r2).sqrt();
+        self.scale * (1.0 + s5r + 5.0 / 3.0 * r2) * (-s5r).exp()
+    }
 }
 
 /// The kernel matrix of `xs` with the noise on its diagonal.
 fn kernel_matrix(xs: &[Vec<f64>], theta: &[f64]) -> Vec<f64> {
     let n = xs.len();
+    let kernel = Matern::new(theta);
     let noise = theta[theta.len() - 1].exp() + JITTER;
     let mut k = vec![0.0; n * n];
     for i in 0..n {
         for j in 0..=i {
-            let v = matern(&xs[i], &xs[j], theta) + if i == j { noise } else { 0.0 };
+            let v = kernel.at(&xs[i], &xs[j]) + if i == j { noise } else { 0.0 };
             k[i * n + j] = v;
             k[j * n + i] = v;
         }
     }
     k
-}
-
-/// The lower Cholesky factor of the symmetric positive-definite `a` (n × n); a failing pivot
-/// is floored (the jitter keeps it from happening in practice).
-fn cholesky(a: &[f64], n: usize) -> Vec<f64> {
-    let mut l = vec![0.0; n * n];
-    for i in 0..n {
-        for j in 0..=i {
-            let s: f64 = a[i * n + j] - (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum::<f64>();
-            l[i * n + j] = if i == j { s.max(1e-12).sqrt() } else { s / l[j * n + j] };
-        }
-    }
-    l
-}
-
-/// `L⁻¹ b` for the lower triangular `l`.
-fn forward(l: &[f64], b: &[f64], n: usize) -> Vec<f64> {
-    let mut x = vec![0.0; n];
-    for i in 0..n {
-        let s: f64 = b[i] - (0..i).map(|k| l[i * n + k] * x[k]).sum::<f64>();
-        x[i] = s / l[i * n + i];
-    }
-    x
-}
-
-/// `L⁻ᵀ b` for the lower triangular `l`.
-fn backward(l: &[f64], b: &[f64], n: usize) -> Vec<f64> {
-    let mut x = vec![0.0; n];
-    for i in (0..n).rev() {
-        let s: f64 = b[i] - (i + 1..n).map(|k| l[k * n + i] * x[k]).sum::<f64>();
-        x[i] = s / l[i * n + i];
-    }
-    x
 }
 
 /// The Cholesky factor of the kernel matrix of `xs`, and `K⁻¹ y`.
@@ -508,15 +541,9 @@ fn log_posterior(xs: &[Vec<f64>], y: &[f64], theta: &[f64]) -> Option<(f64, Vec<
     let log_det: f64 = (0..n).map(|i| chol[i * n + i].ln()).sum::<f64>() * 2.0;
     let fit: f64 = y.iter().zip(&alpha).map(|(a, b)| a * b).sum();
     let mut value = -0.5 * fit - 0.5 * log_det;
-    // K⁻¹, column by column, for W = α αᵀ − K⁻¹.
-    let mut inv = vec![0.0; n * n];
-    for c in 0..n {
-        let e: Vec<f64> = (0..n).map(|i| if i == c { 1.0 } else { 0.0 }).collect();
-        let col = backward(&chol, &forward(&chol, &e, n), n);
-        for r in 0..n {
-            inv[r * n + c] = col[r];
-        }
-    }
+    // K⁻¹, for W = α αᵀ − K⁻¹.
+    let inv = inverse_from(&chol, n);
+    let kernel = Matern::new(theta);
     let w = |i: usize, j: usize| alpha[i] * alpha[j] - inv[i * n + j];
     let mut grad = vec![0.0; d + 2];
     let noise = theta[d + 1].exp();
@@ -529,11 +556,10 @@ fn log_posterior(xs: &[Vec<f64>], y: &[f64], theta: &[f64]) -> Option<(f64, Vec<
                 grad[d + 1] += 0.5 * wij * noise;
                 continue;
             }
-            let r2: f64 = (0..d).map(|q| ((xs[i][q] - xs[j][q]) / theta[q].exp()).powi(2)).sum();
-            let s5r = (5.0 * r2).sqrt();
-            let common = theta[d].exp() * 5.0 / 3.0 * (1.0 + s5r) * (-s5r).exp();
+            let s5r = (5.0 * kernel.r2(&xs[i], &xs[j])).sqrt();
+            let common = kernel.scale * 5.0 / 3.0 * (1.0 + s5r) * (-s5r).exp();
             for (q, g) in grad.iter_mut().enumerate().take(d) {
-                let u = (xs[i][q] - xs[j][q]) / theta[q].exp();
+                let u = (xs[i][q] - xs[j][q]) * kernel.inverse_lengths[q];
                 *g += 0.5 * wij * common * u * u;
             }
         }

@@ -72,7 +72,7 @@ fn the_likelihood_gradient_is_its_derivative() {
 fn the_posterior_interpolates_its_observations() {
     let xs = vec![vec![0.1, 0.2], vec![0.5, 0.9], vec![0.8, 0.3], vec![0.3, 0.6]];
     let y = [1.0, -0.5, 0.25, 2.0];
-    let model = Model::fit(xs.clone(), &y, None);
+    let model = Model::fit(xs.clone(), &y, None, true);
     for (x, want) in xs.iter().zip(&model.y) {
         let (mean, sd) = model.mean_sd(x);
         assert!((mean - want).abs() < 0.05 && sd < 0.1, "{mean} {want} {sd}");
@@ -189,4 +189,20 @@ fn constraints_steer_toward_feasible_trials() {
         .restore_state(serde_json::from_str(&serde_json::to_string(&saved).unwrap()).unwrap())
         .unwrap();
     assert_eq!(restored.suggest(TrialId(14)).unwrap(), s.suggest(TrialId(14)).unwrap());
+}
+
+/// Past 100 completed trials the kernel is fitted again only once they have grown by a tenth:
+/// the parameters stay as they were in between, and the state says when it last fitted.
+#[test]
+fn past_100_trials_the_kernel_is_refitted_as_the_trials_grow_by_a_tenth() {
+    let mut gp = searcher(branin_space()).n_startup_trials(100).n_candidates(64);
+    run(&mut gp, 0, 101, branin);
+    let fitted = |gp: &Gp| (gp.state.fitted_at, gp.state.fitted.clone().unwrap());
+    let (at, theta) = fitted(&gp);
+    assert_eq!(at, 100);
+    run(&mut gp, 101, 110, branin);
+    assert_eq!(fitted(&gp), (100, theta.clone()), "fitted again before 110 trials");
+    run(&mut gp, 110, 111, branin);
+    let (at, refitted) = fitted(&gp);
+    assert!(at == 110 && refitted != theta, "{at} {refitted:?}");
 }
