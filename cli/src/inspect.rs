@@ -50,7 +50,7 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     let mut trials: Vec<&TrialResult> = grid.trials.iter().collect();
     let objectives = grid.objectives();
     let constrained = !grid.constraints.is_empty();
-    let feasible = |t: &TrialResult| !constrained || grid.feasible(t);
+    let feasible = |t: &TrialResult| grid.feasible(t);
     // A multi-objective sweep's front is marked, and comes first.
     let front: Option<Vec<&str>> = (objectives.len() > 1).then(|| {
         let front = grid.pareto_front().unwrap_or_default();

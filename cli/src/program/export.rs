@@ -78,7 +78,7 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
         (Some(metric), Some(mode)) => (Some(metric), mode),
         _ => (None, Mode::Max),
     };
-    let (checkpoint, metrics) = checkpoint_of(trial, metric, mode).with_context(|| {
+    let (checkpoint, metrics) = checkpoint_of(&grid, trial, metric, mode).with_context(|| {
         format!(
             "trial {} has no checkpoint to export (its train function reported none, or none was \
              kept)",
@@ -145,15 +145,19 @@ fn best_trial<'g>(
 }
 
 /// The trial's checkpoint to export and its metrics: among its kept checkpoints the one whose
-/// `metric` is best, else the first it keeps (its checkpoint score's best, or its newest).
+/// `metric` is best (of those that met the sweep's constraints), else the first it keeps (its
+/// checkpoint score's best, or its newest).
 fn checkpoint_of(
+    grid: &ResultGrid,
     trial: &TrialResult,
     metric: Option<&str>,
     mode: Mode,
 ) -> Option<(Checkpoint, serde_json::Map<String, serde_json::Value>)> {
     let result = trial.result()?;
-    let finite =
-        |m: &Metrics| metric.and_then(|name| m.get(name)).copied().filter(|v| v.is_finite());
+    let finite = |m: &Metrics| {
+        let value = metric.and_then(|name| m.get(name)).copied();
+        value.filter(|v| v.is_finite() && grid.meets(m))
+    };
     let ranked = result
         .best_checkpoints
         .iter()

@@ -587,10 +587,8 @@ impl Controller {
             return Ok(());
         }
         let wanted = self.config.objectives.iter().map(|o| (o.metric.as_str(), false));
-        let wanted = wanted.chain(self.config.constraints.iter().map(|c| (c.as_str(), true)));
-        if let Some((name, constraint)) =
-            wanted.into_iter().find(|(m, _)| !metrics.contains_key(*m))
-        {
+        let mut wanted = wanted.chain(self.config.constraints.iter().map(|c| (c.as_str(), true)));
+        if let Some((name, constraint)) = wanted.find(|(m, _)| !metrics.contains_key(*m)) {
             // The trial's own metrics first, then rtune's.
             let mut reported: Vec<&str> = metrics.keys().map(String::as_str).collect();
             reported.sort_by_key(|m| crate::metrics::added_by_rtune(m));

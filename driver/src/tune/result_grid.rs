@@ -130,8 +130,8 @@ impl ResultGrid {
         self.constraints.is_empty() || last.is_some_and(|m| self.meets(m))
     }
 
-    /// Whether a result meets the sweep's constraints.
-    fn meets(&self, m: &Metrics) -> bool {
+    /// Whether a result meets the sweep's constraints (every result does without them).
+    pub fn meets(&self, m: &Metrics) -> bool {
         self.constraints.iter().all(|c| m.get(c).is_some_and(|v| *v <= 0.0))
     }
 
