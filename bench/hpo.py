@@ -18,6 +18,7 @@ timing is in the regret figures).
 
 Usage (the Python of `.venv`, which has Optuna 5.0 and PyTorch; `make bench-hpo`):
     python bench/hpo.py [--seeds 30] [--trials 100] [--jobs 2] [--only branin,hpolib:...]
+                        [--cache FILE]
 """
 import argparse
 import json
@@ -120,6 +121,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="tasks, comma-separated (hpolib:NAME for tables)")
     ap.add_argument("--rtune", default=os.path.join(ROOT, "target/release/examples/hpo_vs"))
+    ap.add_argument("--cache", help="a file of the peers' runs, kept as they end: a rerun with "
+                    "the same file runs only those missing (the peers' runs are the long part)")
     args = ap.parse_args()
     tasks = SYNTHETIC + [f"hpolib:{n}" for n in HPOLIB]
     if args.only:
@@ -154,13 +157,28 @@ def main():
                 if r["searcher"] == "auto":
                     picks[r["function"]] = r["pick"]
     print(f"rtune: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    cached = set()
+    if args.cache and os.path.exists(args.cache):
+        with open(args.cache) as f:
+            for line in f:
+                r = json.loads(line)
+                if r["trials"] == args.trials and r["seed"] < args.seeds and r["task"] in tasks:
+                    keep(r["system"], r["task"], r["curve"], r["seconds"])
+                    cached.add((r["system"], r["task"], r["seed"]))
     jobs = [(system, task, seed, args.trials) for task in tasks for system in OPTUNA
             for seed in range(args.seeds)
-            if not (system == "Optuna CMA-ES" and task.startswith("hpolib:"))]
+            if not (system == "Optuna CMA-ES" and task.startswith("hpolib:"))
+            and (system, task, seed) not in cached]
+    cache = open(args.cache, "a") if args.cache else None
     with multiprocessing.Pool(args.jobs) as pool:
         for done, (system, task, seed, curve, seconds) in enumerate(
                 pool.imap_unordered(optuna_run, jobs), 1):
             keep(system, task, curve, seconds)
+            if cache:
+                cache.write(json.dumps({"system": system, "task": task, "seed": seed,
+                                        "trials": args.trials, "curve": curve,
+                                        "seconds": seconds}) + "\n")
+                cache.flush()
             if done % 50 == 0:
                 print(f"optuna: {done}/{len(jobs)} runs, {time.perf_counter() - began:.0f} s",
                       file=sys.stderr)
