@@ -29,8 +29,9 @@
 //!
 //! On Branin, Hartmann-6 and Rosenbrock-5, 20 seeds, its median best value after 25, 50 and 100
 //! trials is inside the quartiles of Optuna 5.0's `GPSampler`, or better, at 8 of 9 points and
-//! above them at one; a suggestion takes 9-13 ms at 100 trials (Optuna's: 49-80 ms). The figures
-//! and the command (`make bench-gp`) are in BENCHMARKS.md.
+//! above them at one. A suggestion after 100 completed trials takes 2.5-2.7 ms, after 500
+//! 37-39 ms (Optuna's: 67-107 ms and 384-658 ms). The figures and the commands (`make
+//! bench-gp`, `bench/gp_peers.py --time-at 500`) are in BENCHMARKS.md.
 
 use std::collections::BTreeMap;
 
