@@ -81,11 +81,15 @@ pub(crate) fn check_objectives(component: &'static str, objectives: &[Objective]
 /// `constraints_func`): the sum of their positive parts, 0 for a feasible result. A constraint
 /// the result does not hold, or holds as NaN, makes it infinitely far.
 pub fn violation(constraints: &[String], result: &Metrics) -> f64 {
+    violation_of(constraints.iter().map(|c| result.get(c).copied().unwrap_or(f64::NAN)))
+}
+
+/// [`violation`] of constraint values given as they are (NaN where one is missing).
+pub(crate) fn violation_of(values: impl IntoIterator<Item = f64>) -> f64 {
     // Folded from +0 (an empty `sum` of floats is -0, which `total_cmp` orders before +0).
-    constraints.iter().fold(0.0, |total, c| match result.get(c) {
-        Some(v) if !v.is_nan() => total + v.max(0.0),
-        _ => f64::INFINITY,
-    })
+    values
+        .into_iter()
+        .fold(0.0, |total, v| if v.is_nan() { f64::INFINITY } else { total + v.max(0.0) })
 }
 
 /// For `skip_serializing_if`: a violation of 0 (a feasible result) is not written.

@@ -46,7 +46,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::math::{log_gauss_mass, norm_cdf};
-use crate::metrics::{Metrics, Mode, Score, check_constraints};
+use crate::metrics::{Metrics, Mode, Score, check_constraints, violation_of};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::trial::TrialId;
@@ -232,10 +232,8 @@ impl Gp {
         let xs: Vec<Vec<f64>> = done.iter().map(|d| d.0.clone()).collect();
         let ys = worst_for_missing(done.iter().map(|d| d.1));
         // How far each trial is from feasible, and a process per constraint.
-        let violation = |cs: &[Score]| {
-            cs.iter().fold(0.0, |t, c| if c.0.is_nan() { f64::INFINITY } else { t + c.0.max(0.0) })
-        };
-        let violations: Vec<f64> = done.iter().map(|d| violation(d.2)).collect();
+        let violations: Vec<f64> =
+            done.iter().map(|d| violation_of(d.2.iter().map(|c| c.0))).collect();
         // The kernels' parameters are fitted again at every trial up to 100, then each time
         // the trials have grown by a tenth (a fit is cubic in them; each adds little then).
         let n = done.len();
