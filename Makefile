@@ -117,7 +117,8 @@ test: libtorch tmux chromium prometheus $(TRACKING) $(VENV)/.tensorboard-$(TENSO
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a
 # GPU, a GPU checkpoint on the CPU and in PyTorch, refusals. Not part of `make test`: without a
 # CUDA device it prints "GPU tests: not run (no CUDA device)". On a GPU machine without Rust:
-# tests/gpu/pack.sh here, then tests/gpu/device.sh there.
+# tests/gpu/pack.sh here, then tests/gpu/device.sh there (--bench on both: bench/suite.py's GPU
+# group after the tests).
 test-gpu: libtorch $(VENV)/.safetensors-$(SAFETENSORS_VERSION)
 	cargo test --test gpu -- --test-threads 1
 
