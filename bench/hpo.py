@@ -45,12 +45,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BOUNDS = {**FUNCTIONS, **MORE_FUNCTIONS}
 SYNTHETIC = ["branin", "hartmann6", "rosenbrock10", "levy10"]
 MINIMA = {"branin": 0.397887, "hartmann6": -3.32237, "rosenbrock10": 0.0, "levy10": 0.0}
-RTUNE = {"random": "rtune random", "tpe": "rtune TPE", "gp": "rtune GP", "cmaes": "rtune CMA-ES",
-         "auto": "rtune auto"}
+RTUNE = {"random": "rtune random", "tpe": "rtune TPE", "tpe-uni": "rtune TPE, one at a time",
+         "gp": "rtune GP", "cmaes": "rtune CMA-ES", "auto": "rtune auto"}
 OPTUNA = ["Optuna TPE", "Optuna GP", "Optuna CMA-ES"]
 # SMAC3's runs come from the cache, where bench/smac_peers.py (in .venv-hpo) puts them.
 SYSTEMS = ["rtune auto", "rtune GP", "Optuna GP", "SMAC3 BO", "rtune TPE", "Optuna TPE",
-           "rtune CMA-ES", "Optuna CMA-ES", "rtune random"]
+           "rtune TPE, one at a time", "rtune CMA-ES", "Optuna CMA-ES", "rtune random"]
 
 
 def table_values(name):

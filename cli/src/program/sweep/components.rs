@@ -191,6 +191,7 @@ static TPE: Table<Tpe, dyn Searcher> = Table {
         ("consider_magic_clip", Setter::Bool(Tpe::consider_magic_clip)),
         ("consider_endpoints", Setter::Bool(Tpe::consider_endpoints)),
         ("constant_liar", Setter::Bool(Tpe::constant_liar)),
+        ("multivariate", Setter::Bool(Tpe::multivariate)),
     ],
     finish: |s| Box::new(s),
 };

@@ -114,18 +114,7 @@ impl Estimator {
     /// Build from observations (`obs` in parameter units, or choice indices) with per-observation
     /// weights (same length).
     pub fn build(kind: &ParamKind, obs: &[f64], weights: &[f64], s: &ParzenSettings) -> Self {
-        let mut mix: Vec<f64> = if obs.is_empty() {
-            vec![1.0]
-        } else {
-            weights.iter().copied().chain(std::iter::once(s.prior_weight)).collect()
-        };
-        let total: f64 = mix.iter().sum();
-        if total > 0.0 && total.is_finite() {
-            mix.iter_mut().for_each(|w| *w /= total);
-        } else {
-            let n = mix.len() as f64;
-            mix.iter_mut().for_each(|w| *w = 1.0 / n);
-        }
+        let mix = mixture(obs.len(), weights, s.prior_weight);
         match kind {
             ParamKind::Categorical(n_choices) => categorical(*n_choices, obs, &mix, s),
             ParamKind::Numeric(spec) => Estimator::Numeric(numeric(*spec, obs, &mix, s)),
@@ -152,6 +141,140 @@ impl Estimator {
             }
             Estimator::Numeric(e) => e.log_pdf(x),
         }
+    }
+}
+
+/// The mixture's weights: the observations' then the prior's, normalised (the prior alone
+/// without observations).
+fn mixture(n_obs: usize, weights: &[f64], prior_weight: f64) -> Vec<f64> {
+    let mut mix: Vec<f64> = if n_obs == 0 {
+        vec![1.0]
+    } else {
+        weights.iter().copied().chain(std::iter::once(prior_weight)).collect()
+    };
+    let total: f64 = mix.iter().sum();
+    if total > 0.0 && total.is_finite() {
+        mix.iter_mut().for_each(|w| *w /= total);
+    } else {
+        let n = mix.len() as f64;
+        mix.iter_mut().for_each(|w| *w = 1.0 / n);
+    }
+    mix
+}
+
+fn cumulative(w: &[f64]) -> Vec<f64> {
+    let mut sum = 0.0;
+    w.iter()
+        .map(|w| {
+            sum += w;
+            sum
+        })
+        .collect()
+}
+
+/// Several parameters modelled together (multivariate TPE, Optuna's default since 5.0): a
+/// mixture whose kernel k is the product over the parameters of observation k's kernels (the
+/// prior's last), each with its univariate bandwidth. A draw picks a kernel, then every
+/// parameter from it; the density sums the kernels' products, so what the good trials had
+/// together (a valley along a diagonal) is kept together.
+pub(crate) struct Joint {
+    cum_weights: Vec<f64>,
+    log_weights: Vec<f64>,
+    params: Vec<Kernels>,
+}
+
+/// One parameter's kernels, kept apart.
+enum Kernels {
+    /// Built with unit weights: each kernel's coefficient is its own normalisation.
+    Numeric { e: NumericEstimator, log_coef: Vec<f64> },
+    /// Per kernel, its choices' cumulative probabilities and their logs.
+    Categorical { cum: Vec<Vec<f64>>, logs: Vec<Vec<f64>> },
+}
+
+impl Joint {
+    /// From `rows` (per observation, a coordinate for each parameter of `kinds`) with their
+    /// weights.
+    pub fn build(
+        kinds: &[ParamKind],
+        rows: &[Vec<f64>],
+        weights: &[f64],
+        s: &ParzenSettings,
+    ) -> Self {
+        let mix = mixture(rows.len(), weights, s.prior_weight);
+        let unit = vec![1.0; mix.len()];
+        let params = kinds
+            .iter()
+            .enumerate()
+            .map(|(j, kind)| {
+                let column: Vec<f64> = rows.iter().map(|r| r[j]).collect();
+                match kind {
+                    ParamKind::Numeric(spec) => {
+                        let e = numeric(*spec, &column, &unit, s);
+                        let log_coef = e.coef.iter().map(|c| c.ln()).collect();
+                        Kernels::Numeric { e, log_coef }
+                    }
+                    ParamKind::Categorical(n) => categorical_kernels(*n, &column, s),
+                }
+            })
+            .collect();
+        let log_weights = mix.iter().map(|w| w.ln()).collect();
+        Joint { cum_weights: cumulative(&mix), log_weights, params }
+    }
+
+    /// Draw `n` points, a coordinate per parameter.
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R, n: usize) -> Vec<Vec<f64>> {
+        (0..n)
+            .map(|_| {
+                let k = pick(rng, &self.cum_weights, true);
+                self.params.iter().map(|p| p.sample(rng, k)).collect()
+            })
+            .collect()
+    }
+
+    /// Log density of the point `x` (a coordinate per parameter).
+    pub fn log_pdf(&self, x: &[f64]) -> f64 {
+        logsumexp_iter(self.log_weights.iter().enumerate().map(|(k, w)| {
+            w + self.params.iter().zip(x).map(|(p, x)| p.log_kernel(k, *x)).sum::<f64>()
+        }))
+    }
+}
+
+impl Kernels {
+    fn sample<R: Rng + ?Sized>(&self, rng: &mut R, k: usize) -> f64 {
+        match self {
+            Kernels::Numeric { e, .. } => e.sample_kernel(rng, k),
+            Kernels::Categorical { cum, .. } => pick(rng, &cum[k], true) as f64,
+        }
+    }
+
+    fn log_kernel(&self, k: usize, x: f64) -> f64 {
+        match self {
+            Kernels::Numeric { e, log_coef } => e.log_kernel(k, log_coef[k], x),
+            Kernels::Categorical { logs, .. } => {
+                logs[k].get(x as usize).copied().unwrap_or(f64::NEG_INFINITY)
+            }
+        }
+    }
+}
+
+/// Optuna's categorical kernels: an observation's is `prior_weight / kernels` on every choice
+/// plus 1 on its own, normalised; the prior's is flat.
+fn categorical_kernels(n_choices: usize, obs: &[f64], s: &ParzenSettings) -> Kernels {
+    let n_choices = n_choices.max(1);
+    let flat = vec![1.0 / n_choices as f64; n_choices];
+    let base = s.prior_weight / (obs.len() + 1) as f64;
+    let rows: Vec<Vec<f64>> = obs
+        .iter()
+        .map(|&o| {
+            let idx = (o as usize).min(n_choices - 1);
+            let total = base * n_choices as f64 + 1.0;
+            (0..n_choices).map(|c| (base + if c == idx { 1.0 } else { 0.0 }) / total).collect()
+        })
+        .chain(std::iter::once(flat))
+        .collect();
+    Kernels::Categorical {
+        cum: rows.iter().map(|r| cumulative(r)).collect(),
+        logs: rows.iter().map(|r| r.iter().map(|p| p.ln()).collect()).collect(),
     }
 }
 
@@ -239,14 +362,7 @@ fn numeric(spec: NumericSpec, obs: &[f64], mix: &[f64], s: &ParzenSettings) -> N
     mus.push(prior_mu);
     sigmas.push(width);
 
-    let mut cum = 0.0;
-    let cum_weights = mix
-        .iter()
-        .map(|w| {
-            cum += w;
-            cum
-        })
-        .collect();
+    let cum_weights = cumulative(mix);
     let continuous = spec.step.is_none();
     let coef = mix
         .iter()
@@ -270,6 +386,14 @@ impl NumericEstimator {
             return self.spec.low;
         }
         let k = pick(rng, &self.cum_weights, true);
+        self.sample_kernel(rng, k)
+    }
+
+    /// A draw from kernel `k` alone.
+    fn sample_kernel<R: Rng + ?Sized>(&self, rng: &mut R, k: usize) -> f64 {
+        if self.hi.partial_cmp(&self.lo) != Some(std::cmp::Ordering::Greater) {
+            return self.spec.low;
+        }
         let (mu, sigma) = (self.mus[k], self.sigmas[k].max(1e-300));
         // Rejection from the untruncated normal: every kernel centre lies inside the bounds and
         // sigma ≤ high − low, so at least ~34% of draws land inside.
@@ -284,6 +408,26 @@ impl NumericEstimator {
         }
         let z = z.unwrap_or_else(|| clamp_f64(mu, self.lo, self.hi));
         self.spec.align(self.spec.untransform(z))
+    }
+
+    /// Kernel `k`'s log density (or log mass on a grid) at `x`, `log_coef` its coefficient's
+    /// log.
+    fn log_kernel(&self, k: usize, log_coef: f64, x: f64) -> f64 {
+        if self.hi.partial_cmp(&self.lo) != Some(std::cmp::Ordering::Greater) {
+            return 0.0;
+        }
+        let (mu, inv) = (self.mus[k], self.inv_sigmas[k]);
+        match self.spec.step {
+            None => {
+                let d = (self.spec.transform(x) - mu) * inv;
+                log_coef - 0.5 * d * d
+            }
+            Some(step) => {
+                let a = self.spec.transform(x - step / 2.0).max(self.lo);
+                let b = self.spec.transform(x + step / 2.0).min(self.hi);
+                log_coef + log_gauss_mass((a - mu) * inv, (b - mu) * inv)
+            }
+        }
     }
 
     fn log_pdf(&self, x: f64) -> f64 {
@@ -378,6 +522,50 @@ mod tests {
         for x in e.sample(&mut rng, 100) {
             assert_eq!(x, x.round());
             assert!((1.0..=64.0).contains(&x));
+        }
+    }
+
+    /// Good points in two clusters on a diagonal: the joint model puts its mass on them, where the
+    /// product of the two marginals rates the off-diagonal corners as high; it is a density
+    /// over the box (numerical and categorical parameters alike) and draws stay inside.
+    #[test]
+    fn joint_estimator_keeps_what_observations_had_together() {
+        let unit = ParamKind::Numeric(NumericSpec { low: 0.0, high: 1.0, step: None, log: false });
+        let along = [0.18, 0.2, 0.22, 0.78, 0.8, 0.82];
+        let rows: Vec<Vec<f64>> = along.iter().map(|&v| vec![v, v]).collect();
+        let joint = Joint::build(&[unit.clone(), unit.clone()], &rows, &[1.0; 6], &S);
+        let x = Estimator::build(&unit, &along, &[1.0; 6], &S);
+        let product = |a: f64, b: f64| x.log_pdf(a) + x.log_pdf(b);
+        assert!((product(0.2, 0.2) - product(0.2, 0.8)).abs() < 1e-12);
+        assert!(joint.log_pdf(&[0.2, 0.2]) > joint.log_pdf(&[0.2, 0.8]) + 1.0);
+        let n = 400;
+        let h = 1.0 / n as f64;
+        let integral: f64 = (0..n * n)
+            .map(|i| {
+                let (a, b) = ((i / n) as f64 + 0.5, (i % n) as f64 + 0.5);
+                joint.log_pdf(&[a * h, b * h]).exp() * h * h
+            })
+            .sum();
+        assert!((integral - 1.0).abs() < 1e-2, "{integral}");
+
+        let mixed = Joint::build(
+            &[ParamKind::Categorical(3), unit],
+            &[vec![1.0, 0.3], vec![2.0, 0.9]],
+            &[1.0; 2],
+            &S,
+        );
+        let total: f64 = (0..3)
+            .map(|c| {
+                (0..n)
+                    .map(|i| mixed.log_pdf(&[c as f64, (i as f64 + 0.5) * h]).exp() * h)
+                    .sum::<f64>()
+            })
+            .sum();
+        assert!((total - 1.0).abs() < 1e-3, "{total}");
+        assert!(mixed.log_pdf(&[1.0, 0.3]) > mixed.log_pdf(&[1.0, 0.9]));
+        let mut rng = SearchRng::seed_from_u64(3);
+        for point in mixed.sample(&mut rng, 200) {
+            assert!([0.0, 1.0, 2.0].contains(&point[0]) && (0.0..=1.0).contains(&point[1]));
         }
     }
 
