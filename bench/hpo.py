@@ -124,6 +124,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="tasks, comma-separated (hpolib:NAME for tables)")
     ap.add_argument("--rtune", default=os.path.join(ROOT, "target/release/examples/hpo_vs"))
+    ap.add_argument("--cached-only", action="store_true",
+                    help="report from the cache without running the peers' missing runs")
     ap.add_argument("--cache", help="a file of the peers' runs, kept as they end: a rerun with "
                     "the same file runs only those missing (the peers' runs are the long part)")
     args = ap.parse_args()
@@ -171,7 +173,7 @@ def main():
     jobs = [(system, task, seed, args.trials) for task in tasks for system in OPTUNA
             for seed in range(args.seeds)
             if not (system == "Optuna CMA-ES" and task.startswith("hpolib:"))
-            and (system, task, seed) not in cached]
+            and (system, task, seed) not in cached and not args.cached_only]
     cache = open(args.cache, "a") if args.cache else None
     with multiprocessing.Pool(args.jobs) as pool:
         for done, (system, task, seed, curve, seconds) in enumerate(
@@ -209,7 +211,8 @@ def main():
                 if b == args.trials:
                     finals[system] = iqm(regret)
             per = statistics.median(seconds) / args.trials
-            print(f"| {system} | " + " | ".join(cells) + f" | {per * 1e3:.2f} ms |")
+            name = system if len(curves) == args.seeds else f"{system} ({len(curves)} seeds)"
+            print(f"| {name} | " + " | ".join(cells) + f" | {per * 1e3:.2f} ms |")
         for system, mine in finals.items():
             # Ties share their ranks' mean (auto and the searcher it ran are equal).
             better = sum(v < mine for v in finals.values())

@@ -493,6 +493,8 @@ def main():
     ap.add_argument("--no-rtune", action="store_true", help="the peers only")
     ap.add_argument("--syne-tune-backend", action="store_true",
                     help="Syne Tune's systems through Syne Tune's own simulator")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="report from the cache without running the peers' missing runs")
     args = ap.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     tasks = [t for t in TASKS if not args.only or t in args.only.split(",")]
@@ -528,11 +530,12 @@ def main():
                         and sim == (simulator if r["system"] in SYNE_TUNE else "events")):
                     runs.append(r)
                     cached.add(key)
-    # The slowest first (BOHB refits its KDEs at every suggestion), for an even pool.
-    jobs = [(system, task, w, seed, simulator)
+    # Seed by seed (a run cut short leaves whole seeds), the slowest first within a seed (BOHB
+    # refits its KDEs at every suggestion), for an even pool.
+    jobs = [(system, task, w, seed, simulator) for seed in range(args.seeds)
             for system in ["Syne Tune BOHB", "DEHB", "Syne Tune ASHA"]
             for w in sorted(workers, reverse=True) for task in tasks
-            for seed in range(args.seeds) if (system, task, w, seed) not in cached]
+            if (system, task, w, seed) not in cached and not args.cached_only]
     if jobs:
         cache = open(args.cache, "a") if args.cache else None
         with multiprocessing.Pool(args.jobs, maxtasksperchild=20) as pool:

@@ -1,6 +1,7 @@
 //! Parzen estimators for TPE, one parameter at a time (Optuna's univariate estimator): a
 //! mixture of truncated normals (numerical parameters, optionally log-scaled and/or on a step
-//! grid) or of smoothed one-hot rows (categorical), plus a prior kernel.
+//! grid) or of smoothed one-hot rows (categorical), plus a prior kernel; and [`Joint`], the same
+//! kernels multiplied across parameters (multivariate TPE).
 //!
 //! Bandwidths follow Optuna: each kernel's sigma is the larger gap to its sorted neighbours
 //! (the outermost kernels use their inner gap, `consider_endpoints = false`), clipped to
