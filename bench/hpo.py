@@ -35,11 +35,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gp_peers import FUNCTIONS, MORE_FUNCTIONS, best_curve, value  # noqa: E402
 from moo_peers import HPOLIB, hpolib_bench  # noqa: E402
+from stats import bootstrap, cached_runs, iqm  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BOUNDS = {**FUNCTIONS, **MORE_FUNCTIONS}
@@ -104,19 +103,6 @@ def optuna_run(job):
     return system, task, seed, curve, seconds
 
 
-def iqm(values):
-    v = np.sort(np.asarray(values))
-    n = len(v)
-    return float(v[n // 4: n - n // 4].mean()) if n >= 4 else float(v.mean())
-
-
-def bootstrap(values, rounds=2000):
-    rng = np.random.default_rng(0)
-    v = np.asarray(values)
-    means = [iqm(rng.choice(v, size=len(v), replace=True)) for _ in range(rounds)]
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=30)
@@ -163,17 +149,17 @@ def main():
                     picks[r["function"]] = r["pick"]
     print(f"rtune: {time.perf_counter() - began:.0f} s", file=sys.stderr)
     cached = set()
-    if args.cache and os.path.exists(args.cache):
-        with open(args.cache) as f:
-            for line in f:
-                r = json.loads(line)
-                if r["trials"] == args.trials and r["seed"] < args.seeds and r["task"] in tasks:
-                    keep(r["system"], r["task"], r["curve"], r["seconds"])
-                    cached.add((r["system"], r["task"], r["seed"]))
+    for r in cached_runs(args.cache):
+        if r["trials"] == args.trials and r["seed"] < args.seeds and r["task"] in tasks:
+            keep(r["system"], r["task"], r["curve"], r["seconds"])
+            cached.add((r["system"], r["task"], r["seed"]))
     jobs = [(system, task, seed, args.trials) for task in tasks for system in OPTUNA
             for seed in range(args.seeds)
             if not (system == "Optuna CMA-ES" and task.startswith("hpolib:"))
             and (system, task, seed) not in cached and not args.cached_only]
+    # Optuna's GP on a table takes minutes a run: those last, seed by seed over the tables, so
+    # that a run cut short leaves whole seeds.
+    jobs.sort(key=lambda j: (j[0] == "Optuna GP" and j[1].startswith("hpolib:"), j[2]))
     cache = open(args.cache, "a") if args.cache else None
     with multiprocessing.Pool(args.jobs) as pool:
         for done, (system, task, seed, curve, seconds) in enumerate(

@@ -106,6 +106,9 @@ import warnings
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import bootstrap, cached_runs, iqm  # noqa: E402
+
 # benchmark_apis warns at import that its table benchmarks' extras are missing (unused here).
 warnings.filterwarnings("ignore", message=".*requirements not found")
 
@@ -413,19 +416,6 @@ def regret_at(trajectory, t):
     return value
 
 
-def iqm(values):
-    v = np.sort(np.asarray(values))
-    n = len(v)
-    return float(v[n // 4: n - n // 4].mean()) if n >= 4 else float(v.mean())
-
-
-def bootstrap(values, rounds=2000):
-    rng = np.random.default_rng(0)
-    v = np.asarray(values)
-    means = [iqm(rng.choice(v, size=len(v), replace=True)) for _ in range(rounds)]
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
 def fmt(v):
     return f"{v:.4f}" if abs(v) >= 1e-3 or v == 0 else f"{v:.1e}"
 
@@ -519,17 +509,14 @@ def main():
                         runs.append(r)
         print(f"rtune: {time.perf_counter() - began:.0f} s", file=sys.stderr)
     cached = set()
-    if args.cache and os.path.exists(args.cache):
-        with open(args.cache) as f:
-            for line in f:
-                r = json.loads(line)
-                sim = r.get("simulator", "events")
-                key = (r["system"], r["task"], r["workers"], r["seed"])
-                if (r["task"] in tasks and r["workers"] in workers and r["seed"] < args.seeds
-                        and r["system"] in PEERS and key not in cached
-                        and sim == (simulator if r["system"] in SYNE_TUNE else "events")):
-                    runs.append(r)
-                    cached.add(key)
+    for r in cached_runs(args.cache):
+        sim = r.get("simulator", "events")
+        key = (r["system"], r["task"], r["workers"], r["seed"])
+        if (r["task"] in tasks and r["workers"] in workers and r["seed"] < args.seeds
+                and r["system"] in PEERS and key not in cached
+                and sim == (simulator if r["system"] in SYNE_TUNE else "events")):
+            runs.append(r)
+            cached.add(key)
     # Seed by seed (a run cut short leaves whole seeds), the slowest first within a seed (BOHB
     # refits its KDEs at every suggestion), for an even pool.
     jobs = [(system, task, w, seed, simulator) for seed in range(args.seeds)

@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gp_peers import FUNCTIONS, MORE_FUNCTIONS, value  # noqa: E402
+from stats import cached_runs  # noqa: E402
 
 BOUNDS = {**FUNCTIONS, **MORE_FUNCTIONS}
 # bench/hpo.py's tasks.
@@ -100,13 +101,8 @@ def main():
     tasks = SYNTHETIC + [f"hpolib:{n}" for n in HPOLIB]
     if args.only:
         tasks = [t for t in tasks if t in args.only.split(",")]
-    cached = set()
-    if os.path.exists(args.cache):
-        with open(args.cache) as f:
-            for line in f:
-                r = json.loads(line)
-                if r["system"] == SYSTEM and r["trials"] == args.trials:
-                    cached.add((r["task"], r["seed"]))
+    cached = {(r["task"], r["seed"]) for r in cached_runs(args.cache)
+              if r["system"] == SYSTEM and r["trials"] == args.trials}
     jobs = [(task, seed, args.trials) for task in tasks for seed in range(args.seeds)
             if (task, seed) not in cached]
     began = time.perf_counter()

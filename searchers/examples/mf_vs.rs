@@ -26,6 +26,9 @@
 //! `cargo run --release -p rtune-searchers --example mf_vs -- [--seeds N] [--workers W]
 //! [--tasks mf-hartmann6,mf-branin] [--check]` (default 30 seeds, 1 worker, both tasks).
 
+#[path = "../tests/it/problems.rs"]
+mod problems;
+
 use std::collections::BTreeMap;
 use std::f64::consts::PI;
 
@@ -55,27 +58,14 @@ struct Task {
     optimum: f64,
 }
 
-const H_A: [[f64; 6]; 4] = [
-    [10.0, 3.0, 17.0, 3.5, 1.7, 8.0],
-    [0.05, 10.0, 17.0, 0.1, 8.0, 14.0],
-    [3.0, 3.5, 1.7, 10.0, 17.0, 8.0],
-    [17.0, 8.0, 0.05, 10.0, 0.1, 14.0],
-];
-const H_P: [[f64; 6]; 4] = [
-    [0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886],
-    [0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991],
-    [0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650],
-    [0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381],
-];
-
 /// Hartmann-6 whose weights shrink by 0.1·(1 − z) at lower fidelities (the Dragonfly paper's
 /// bias, the package's default).
 fn mf_hartmann6(x: &[f64], z: f64) -> f64 {
-    let alphas = [1.0, 1.2, 3.0, 3.2];
+    use problems::{H_A, H_ALPHA, H_P};
     -(0..4)
         .map(|k| {
             let r: f64 = (0..6).map(|j| H_A[k][j] * (x[j] - H_P[k][j]).powi(2)).sum();
-            (alphas[k] - 0.1 * (1.0 - z)) * (-r).exp()
+            (H_ALPHA[k] - 0.1 * (1.0 - z)) * (-r).exp()
         })
         .sum::<f64>()
 }
