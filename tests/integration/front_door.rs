@@ -352,7 +352,7 @@ pub fn auto_picks_the_searcher_and_says_why() -> Result<()> {
     ensure!(ResultGrid::from_path(storage.join("auto"))?.trials.len() == 12);
     let categorical = "param_space.plateau={ choice = [0.6, 0.9] }";
     let out = rtune(&["validate", &file, "--set", categorical])?;
-    let why = "search tpe (search = \"auto\": 1 of the 2 params are categorical)";
+    let why = "search gp (search = \"auto\": 2 params (1 categorical) and 12 trials)";
     ensure!(String::from_utf8_lossy(&out.stdout).contains(why), "{}", text(&out));
     Ok(())
 }

@@ -18,8 +18,8 @@ const NSGA2_TRIALS: u64 = 500;
 /// * a grid, nothing to search, PBT (which explores itself), no metric, or 10 trials or fewer
 ///   (every model's first 10 are random draws): random search;
 /// * several objectives: TPE up to 500 trials, NSGA-II from there (and unbounded);
-/// * a categorical param: TPE;
-/// * numeric params only: the GP up to 200 trials, TPE past them (and unbounded).
+/// * otherwise the GP up to 200 trials (categorical params one-hot: it led TPE on all four
+///   HPOLib tables of nine choices at 100 trials), TPE past them (and unbounded).
 pub fn auto(
     space: &SearchSpace,
     objectives: usize,
@@ -52,8 +52,8 @@ pub fn auto(
         _ if objectives > 1 => {
             ("nsga2", format!("{objectives} objectives and {trials} (TPE below {NSGA2_TRIALS})"))
         }
-        _ if choices > 0 => {
-            ("tpe", format!("{choices} of the {} params are categorical", sampled.len()))
+        Some(n) if n <= GP_TRIALS && choices > 0 => {
+            ("gp", format!("{} params ({choices} categorical) and {trials}", sampled.len()))
         }
         Some(n) if n <= GP_TRIALS => {
             ("gp", format!("{} numeric params and {trials}", sampled.len()))
@@ -79,12 +79,13 @@ mod tests {
         let constants = SearchSpace::new().add("lr", 0.1);
         // (space, objectives, budget, PBT, pick, why)
         type Case<'a> = (&'a SearchSpace, usize, Option<u64>, bool, &'a str, &'a str);
-        let cases: [Case<'_>; 12] = [
+        let cases: [Case<'_>; 13] = [
             (&numeric, 1, Some(50), false, "gp", "2 numeric params and 50 trials"),
             (&numeric, 1, Some(200), false, "gp", "200 trials"),
             (&numeric, 1, Some(201), false, "tpe", "201 trials (the GP up to 200)"),
             (&numeric, 1, None, false, "tpe", "no trial count"),
-            (&mixed, 1, Some(50), false, "tpe", "1 of the 3 params are categorical"),
+            (&mixed, 1, Some(50), false, "gp", "3 params (1 categorical) and 50 trials"),
+            (&mixed, 1, Some(201), false, "tpe", "201 trials (the GP up to 200)"),
             (&numeric, 2, Some(100), false, "tpe", "2 objectives and 100 trials"),
             (&mixed, 2, Some(500), false, "nsga2", "2 objectives and 500 trials"),
             (&grid, 1, Some(50), false, "random", "grid_search"),
