@@ -494,7 +494,7 @@ impl Tpe {
         let leaves = &self.model.leaves;
         let mut coords = vec![0.0; leaves.len()];
         // Multivariate: the parameters every trial has, drawn and scored together.
-        let joint: Vec<usize> = match self.multivariate.unwrap_or(self.objectives.is_empty()) {
+        let mut joint: Vec<usize> = match self.multivariate.unwrap_or(self.objectives.is_empty()) {
             true => (0..leaves.len())
                 .filter(|&j| {
                     below.iter().chain(&above).all(|(_, c)| matches!(c.get(j), Some(Some(_))))
@@ -502,7 +502,11 @@ impl Tpe {
                 .collect(),
             false => Vec::new(),
         };
-        if joint.len() >= 2 {
+        // One parameter alone is modelled as the univariate loop below does.
+        if joint.len() < 2 {
+            joint.clear();
+        }
+        if !joint.is_empty() {
             let kinds: Vec<ParamKind> = joint.iter().map(|&j| leaves[j].kind()).collect();
             let rows = |group: &[Row<'_>]| -> Vec<Vec<f64>> {
                 group
@@ -524,7 +528,6 @@ impl Tpe {
                 coords[j] = c;
             }
         }
-        let joint = if joint.len() >= 2 { joint } else { Vec::new() };
         let mut column = Vec::with_capacity(above.len().max(below.len()));
         for (j, leaf) in leaves.iter().enumerate() {
             if joint.contains(&j) {

@@ -258,19 +258,36 @@ impl Kernels {
     }
 }
 
-/// Optuna's categorical kernels: an observation's is `prior_weight / kernels` on every choice
-/// plus 1 on its own, normalised; the prior's is flat.
+/// Optuna's categorical kernel of an observation: `prior_weight / kernels` on every choice plus
+/// 1 on the observed one, over the row's sum `total` (the prior's kernel is flat).
+struct ChoiceKernel {
+    base: f64,
+    total: f64,
+    n_choices: usize,
+}
+
+impl ChoiceKernel {
+    /// For `n_obs` observations of a parameter of `n_choices` (at least 1).
+    fn new(n_choices: usize, n_obs: usize, s: &ParzenSettings) -> Self {
+        let base = s.prior_weight / (n_obs + 1) as f64;
+        ChoiceKernel { base, total: base * n_choices as f64 + 1.0, n_choices }
+    }
+
+    /// The observation `o`'s cell at choice `c`, before dividing by `total`.
+    fn cell(&self, o: f64, c: usize) -> f64 {
+        let idx = (o as usize).min(self.n_choices - 1);
+        self.base + if c == idx { 1.0 } else { 0.0 }
+    }
+}
+
+/// Each observation's categorical kernel, then the prior's, kept apart.
 fn categorical_kernels(n_choices: usize, obs: &[f64], s: &ParzenSettings) -> Kernels {
     let n_choices = n_choices.max(1);
+    let kernel = ChoiceKernel::new(n_choices, obs.len(), s);
     let flat = vec![1.0 / n_choices as f64; n_choices];
-    let base = s.prior_weight / (obs.len() + 1) as f64;
     let rows: Vec<Vec<f64>> = obs
         .iter()
-        .map(|&o| {
-            let idx = (o as usize).min(n_choices - 1);
-            let total = base * n_choices as f64 + 1.0;
-            (0..n_choices).map(|c| (base + if c == idx { 1.0 } else { 0.0 }) / total).collect()
-        })
+        .map(|&o| (0..n_choices).map(|c| kernel.cell(o, c) / kernel.total).collect())
         .chain(std::iter::once(flat))
         .collect();
     Kernels::Categorical {
@@ -305,18 +322,13 @@ fn categorical(n_choices: usize, obs: &[f64], mix: &[f64], s: &ParzenSettings) -
     if obs.is_empty() {
         probs.iter_mut().for_each(|p| *p = 1.0 / n_choices as f64);
     } else {
-        let n_kernels = obs.len() + 1;
-        let base = s.prior_weight / n_kernels as f64;
-        // Observation kernels: `base` everywhere plus 1 at the observed choice, row-normalised.
-        let obs_row_sum = base * n_choices as f64 + 1.0;
+        let kernel = ChoiceKernel::new(n_choices, obs.len(), s);
         let prior_row = 1.0 / n_choices as f64;
         for (k, w) in mix.iter().enumerate() {
             match obs.get(k) {
                 Some(&o) => {
-                    let idx = (o as usize).min(n_choices - 1);
                     for (c, p) in probs.iter_mut().enumerate() {
-                        let cell = base + if c == idx { 1.0 } else { 0.0 };
-                        *p += w * cell / obs_row_sum;
+                        *p += w * kernel.cell(o, c) / kernel.total;
                     }
                 }
                 None => probs.iter_mut().for_each(|p| *p += w * prior_row),
