@@ -17,7 +17,9 @@
 //!   twice `sleep_s`, a straggler), `work_s` (0: none; an iteration's work on one rank, split
 //!   between the ranks: each sleeps `work_s * (work_serial + (1 - work_serial) / world_size)` a
 //!   step, so a bigger group steps faster, as data parallelism does, without using the CPUs),
-//!   `work_serial` (0: the work splits evenly; Amdahl's serial share, in [0, 1]). The ranks meet
+//!   `work_serial` (0: the work splits evenly; Amdahl's serial share, in [0, 1]),
+//!   `checkpoint_kb` (0: none; a file of that many KiB in each checkpoint, as a model's
+//!   weights would be). The ranks meet
 //!   in an all-reduce once a step. Reports
 //!   `score` (rising to `plateau`)
 //!   and `loss` = 1 - score, one result and one checkpoint per iteration; the curve is a
@@ -215,6 +217,8 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
         Ok(if p.contains(name) { p.get::<f64>(name)? } else { 0.0 })
     };
     let (work, serial) = (given("work_s")?, given("work_serial")?);
+    // Each checkpoint can carry a file of that many KiB (`state.bin`), as a model would.
+    let state_kib = given("checkpoint_kb")?;
     anyhow::ensure!(
         sleep.is_finite() && sleep >= 0.0,
         "param `sleep_s` = {sleep}: use a number of seconds >= 0"
@@ -240,6 +244,10 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
             ctx.all_reduce(&mut step, ReduceOp::Sum)?;
         }
         let checkpoint = ctx.new_checkpoint()?.metadata(serde_json::json!({ "score": score }));
+        if state_kib > 0.0 && checkpoint.is_kept() {
+            let state = checkpoint.path().join("state.bin");
+            std::fs::write(&state, vec![t as u8; (state_kib * 1024.0) as usize])?;
+        }
         ctx.report_with_checkpoint([("score", score), ("loss", 1.0 - score)], checkpoint)?;
     }
     Ok(())

@@ -32,7 +32,7 @@ impl SaveVarStore for CheckpointWriter {
 
 impl LoadVarStore for Checkpoint {
     fn load_var_store(&self, vs: &mut VarStore) -> Result<()> {
-        let path = self.path().join(MODEL_FILE);
+        let path = self.files()?.join(MODEL_FILE);
         if !path.is_file() {
             return Err(Error::Checkpoint {
                 path: self.path().to_owned(),

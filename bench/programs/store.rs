@@ -1,8 +1,10 @@
 //! Checkpoint upload and download throughput against an S3-compatible store, as a rank uploads
 //! a checkpoint (`Remote::upload_folder`) and a reader fetches one (`Remote::download`):
 //!
-//!     bench_store upload s3://bucket/prefix DIR     # DIR goes up as prefix/<DIR's name>
-//!     bench_store download s3://bucket/prefix DIR   # prefix's objects come down into DIR
+//!     bench_store upload s3://bucket/prefix DIR [N]    # DIR goes up as prefix/<DIR's name>
+//!     bench_store download s3://bucket/prefix DIR [N]  # prefix's objects come down into DIR
+//!
+//! (`N`: requests in flight at once, `run.store.connections`; rtune's default without it)
 //!
 //! and the training time a checkpoint every epoch costs with each upload mode (`none`: a local
 //! storage path, the baseline), one fit of one worker doing the same work each epoch:
@@ -99,10 +101,15 @@ fn main() -> anyhow::Result<()> {
         println!(r#"{{"op": "train", "mode": "{mode}", "seconds": {seconds:.3}}}"#);
         return Ok(());
     }
-    let [op, url, dir] = args.as_slice() else {
-        anyhow::bail!("usage: bench_store upload|download s3://bucket/prefix DIR");
+    let (op, url, dir, connections) = match args.as_slice() {
+        [op, url, dir] => (op, url, dir, None),
+        [op, url, dir, n] => (op, url, dir, Some(n.parse()?)),
+        _ => {
+            anyhow::bail!("usage: bench_store upload|download s3://bucket/prefix DIR [CONNECTIONS]")
+        }
     };
-    let remote = Remote::parse(url)?;
+    let settings = rtune::config::StoreSettings { connections, ..Default::default() };
+    let remote = Remote::with_settings(url, &settings)?;
     let dir = Path::new(dir);
     let began = Instant::now();
     match op.as_str() {
@@ -112,8 +119,7 @@ fn main() -> anyhow::Result<()> {
             remote.upload_folder(dir, &name)?;
         }
         "download" => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            runtime.block_on(remote.download(dir))?;
+            rtune::storage::remote::blocking(remote.download(dir))?;
         }
         other => anyhow::bail!("{other}: use upload or download"),
     }

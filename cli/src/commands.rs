@@ -143,7 +143,12 @@ fn input_error(e: anyhow::Error) -> (i32, anyhow::Error) {
 /// A folder argument as a local folder: itself, or, for an `s3://` URL, its staging copy
 /// brought up to date from the store (a store that cannot be read: exit 2).
 pub fn local(dir: &Path) -> Result<PathBuf, (i32, anyhow::Error)> {
-    rtune_driver::storage::remote::local_copy(dir).map_err(|e| (EXIT_INVALID, e.into()))
+    let local =
+        rtune_driver::storage::staging::local_copy(dir).map_err(|e| (EXIT_INVALID, e.into()))?;
+    if local.as_path() != dir {
+        rtune_driver::tune::prune_staging(&local);
+    }
+    Ok(local)
 }
 
 /// A command that only prints what it reads (`ls`, `show`, `status`, `builtins`,

@@ -354,7 +354,15 @@ pub struct StoreSettings {
     /// (then a rank's upload fails its attempt, which `FailureConfig` retries); default 3
     /// minutes.
     pub retry_timeout: Option<Duration>,
+    /// How many requests one transfer (a checkpoint's files and their parts, up or down) has
+    /// in flight at once; default 16 (`storage::remote::DEFAULT_CONNECTIONS`). A connection
+    /// to S3 carries about 85-90 MB/s: more of them fill a faster network.
+    #[serde(default)]
+    pub connections: Option<usize>,
 }
+
+/// The most requests a transfer may have in flight at once (`StoreSettings::connections`).
+pub const MAX_CONNECTIONS: usize = 256;
 
 impl StoreSettings {
     pub fn problems(&self) -> Problems {
@@ -365,6 +373,10 @@ impl StoreSettings {
             let why =
                 format!("is {endpoint:?}; use the server's URL, e.g. \"http://127.0.0.1:9000\"");
             problems.push((Setting::StoreEndpoint, why));
+        }
+        if let Some(n) = self.connections.filter(|n| !(1..=MAX_CONNECTIONS).contains(n)) {
+            let why = format!("is {n}; use 1 to {MAX_CONNECTIONS}");
+            problems.push((Setting::StoreConnections, why));
         }
         if self.retry_timeout.is_some_and(|t| t.is_zero()) {
             let why = "is 0; use a number of seconds > 0".to_owned();

@@ -527,8 +527,11 @@ impl RunState {
 
     fn recorded_checkpoint(&self, name: &str) -> Result<Checkpoint> {
         let dir = self.run_dir.join(name);
-        if let Some(store) = self.store.as_ref().filter(|_| !dir.exists()) {
-            store.join(name).download_folder(&dir)?;
+        // Recorded as a stub: its files come down when something reads them.
+        if let Some(store) =
+            self.store.as_ref().filter(|_| !dir.join(checkpoint::METADATA_FILE).exists())
+        {
+            crate::storage::staging::download_stub(&store.join(name), &dir)?;
         }
         let ck = Checkpoint::from_directory(dir)?;
         let by = ck.metadata()?.attempt;

@@ -75,6 +75,7 @@ settings! {
     StoreEndpoint => "StoreSettings.endpoint", "run.store.endpoint";
     StoreRegion => "StoreSettings.region", "run.store.region";
     StoreRetryTimeout => "StoreSettings.retry_timeout", "run.store.retry_timeout_s";
+    StoreConnections => "StoreSettings.connections", "run.store.connections";
     Optuna => "OptunaJournal", "run.optuna";
     Mlflow => "MlflowLogger", "run.mlflow";
     MlflowTrackingUri => "MlflowLogger.tracking_uri", "run.mlflow.tracking_uri";

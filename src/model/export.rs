@@ -118,7 +118,7 @@ impl Export {
 
     /// Writes everything into `partial` (which becomes `dest`).
     fn fill(&self, checkpoint: &Checkpoint, partial: &Path, dest: &Path) -> Result<()> {
-        storage::checkpoint::copy_dir(checkpoint.path(), partial)?;
+        storage::checkpoint::copy_dir(checkpoint.files()?, partial)?;
         let metadata = checkpoint.metadata()?;
         let run_dir = checkpoint.path().parent();
         let params = match &self.params {

@@ -282,7 +282,7 @@ impl<'a> TrainContext<'a> {
         let metrics = metrics.into_metrics()?;
         let iteration = self.iteration() + 1;
         if let Some(writer) = checkpoint.as_mut().filter(|w| w.is_sharded()) {
-            self.join_shards(writer, &checkpoint_name(iteration))?;
+            self.join_shards(writer, &checkpoint_name(iteration, self.link.attempt()))?;
         }
         let committed = match checkpoint {
             Some(writer) if self.world_rank() == 0 => {
@@ -292,7 +292,7 @@ impl<'a> TrainContext<'a> {
                     let json = serde_json::to_vec_pretty(&plan.schema).expect("schema serialises");
                     std::fs::write(&path, json).map_err(|e| Error::io(path, e))?;
                 }
-                let name = checkpoint_name(iteration);
+                let name = checkpoint_name(iteration, self.link.attempt());
                 let created = writer.created();
                 writer.commit(&self.run_dir, &name, iteration, self.link.attempt(), &metrics)?;
                 let bytes =

@@ -305,7 +305,7 @@ impl ModelOptimizer {
     pub fn load(&mut self, checkpoint: &Checkpoint) -> Result<()> {
         let bad =
             |message: String| Error::Checkpoint { path: checkpoint.path().to_owned(), message };
-        let path = checkpoint.path().join(OPTIMIZER_INDEX);
+        let path = checkpoint.files()?.join(OPTIMIZER_INDEX);
         let missing = "optimizer state (saved by ModelOptimizer::save)";
         let saved: SavedOptimizer = read_index(&path, FORMAT, missing).map_err(bad)?;
         let here: Vec<Parameter> = self

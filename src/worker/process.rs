@@ -174,7 +174,11 @@ fn train(
             remote.download_folder(&local).map_err(|e| failed(&e))?;
             Some(Checkpoint::from_directory(local).map_err(|e| failed(&e))?)
         }
-        (path, _) => Some(Checkpoint::from_directory(path).map_err(|e| failed(&e))?),
+        (path, _) => {
+            let checkpoint = Checkpoint::from_directory(path).map_err(|e| failed(&e))?;
+            checkpoint.files().map_err(|e| failed(&e))?;
+            Some(checkpoint)
+        }
     };
     let mut params: rtune_searchers::Params = serde_json::from_str(&reply.params_json)
         .map_err(|e| failed(&format!("train loop config: {e}")))?;

@@ -322,7 +322,7 @@ impl ShardedModel {
     /// load them first (`Checkpoint::load_var_store`). Call it on every rank. The optimizer's
     /// settings may differ from the saved ones (a new learning rate), its kind may not.
     pub fn load_optimizer(&mut self, checkpoint: &Checkpoint) -> Result<()> {
-        let dir = checkpoint.path().join(SHARDS_DIR);
+        let dir = checkpoint.files()?.join(SHARDS_DIR);
         let bad = |message: String| Error::Checkpoint { path: dir.clone(), message };
         let missing = "sharded optimizer state (saved by ShardedModel::save_optimizer)";
         let index: ShardIndex =

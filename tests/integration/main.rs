@@ -21,6 +21,8 @@ mod monitoring;
 mod mutations;
 mod predict;
 mod shared_nothing;
+mod staging;
+mod stale_writer;
 mod storage;
 mod tch_basics;
 mod tracking;
@@ -442,6 +444,15 @@ fn main() {
             storage::a_large_checkpoint_goes_up_in_parts_and_comes_back_whole,
         ),
         test("storage::pbt_exploits_on_the_store", storage::pbt_exploits_on_the_store),
+        test(
+            "staging::resumes_and_exports_fetch_only_the_checkpoints_they_read",
+            staging::resumes_and_exports_fetch_only_the_checkpoints_they_read,
+        ),
+        test("staging::names_are_decided_by_the_store", staging::names_are_decided_by_the_store),
+        test(
+            "stale_writer::a_dead_attempts_late_upload_replaces_no_recorded_checkpoint",
+            stale_writer::a_dead_attempts_late_upload_replaces_no_recorded_checkpoint,
+        ),
         test(
             "storage::the_store_lease_refuses_a_second_driver_and_yields_to_a_dead_one",
             storage::the_store_lease_refuses_a_second_driver_and_yields_to_a_dead_one,

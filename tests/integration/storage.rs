@@ -24,6 +24,8 @@ fn python() -> PathBuf {
 pub(crate) struct S3Server {
     child: Child,
     pub(crate) endpoint: String,
+    /// Every request it logged: `GET /bucket/key?query`, in order.
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl S3Server {
@@ -36,15 +38,30 @@ impl S3Server {
             .context("moto's server (make test installs moto[server] into .venv)")?;
         let stderr = child.stderr.take().context("stderr")?;
         let (tx, rx) = std::sync::mpsc::channel();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = requests.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(at) = line.find("Running on http://") {
                     let _ = tx.send(line[at + "Running on ".len()..].trim().to_owned());
                 }
+                // werkzeug's access log: `127.0.0.1 - - [date] "GET /b/k HTTP/1.1" 200 -`,
+                // colored by status (a range's 206 too).
+                let line = without_colors(&line);
+                if let Some((_, request)) = line.split_once('"')
+                    && let Some((request, _)) = request.rsplit_once(" HTTP/")
+                {
+                    log.lock().unwrap().push(request.to_owned());
+                }
             }
         });
         let endpoint = rx.recv_timeout(Duration::from_secs(60)).context("moto did not start")?;
-        Ok(S3Server { child, endpoint })
+        Ok(S3Server { child, endpoint, requests })
+    }
+
+    /// The requests it has logged so far (`GET /bucket/key?query`), in order.
+    pub(crate) fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
     }
 
     /// The environment an S3 client of this server needs.
@@ -102,6 +119,20 @@ impl S3Server {
     }
 }
 
+/// `text` without its ANSI color sequences (`ESC [ .. m`).
+fn without_colors(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl Drop for S3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -110,11 +141,22 @@ impl Drop for S3Server {
 }
 
 /// The synthetic-curve sweep on `storage`, each trial checkpointed every iteration.
-fn sweep_file(dir: &Path, storage: &str, sleep: f64) -> Result<PathBuf> {
-    sweep_file_uploading(dir, storage, sleep, "sync")
+pub(crate) fn sweep_file(dir: &Path, storage: &str, sleep: f64) -> Result<PathBuf> {
+    sweep_file_with(dir, storage, sleep, "sync", "")
 }
 
 fn sweep_file_uploading(dir: &Path, storage: &str, sleep: f64, upload: &str) -> Result<PathBuf> {
+    sweep_file_with(dir, storage, sleep, upload, "")
+}
+
+/// `sweep_file_uploading`, with `params` (TOML lines) added to its param space.
+pub(crate) fn sweep_file_with(
+    dir: &Path,
+    storage: &str,
+    sleep: f64,
+    upload: &str,
+    params: &str,
+) -> Result<PathBuf> {
     let text = format!(
         r#"
 name = "curves"
@@ -130,6 +172,7 @@ noise = 0.01
 iterations = 6
 sleep_s = {sleep:?}
 seed = 3
+{params}
 
 [tune]
 metric = "score"
@@ -148,7 +191,7 @@ sync_period_s = 0.2
     Ok(path)
 }
 
-fn rtune(server: &S3Server, staging: &Path, args: &[&str]) -> Result<Output> {
+pub(crate) fn rtune(server: &S3Server, staging: &Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(RTUNE)
         .args(args)
         .envs(server.env())
@@ -255,23 +298,10 @@ pub fn a_killed_sweep_resumes_from_the_store_alone() -> Result<()> {
     server.boto3("s3.create_bucket(Bucket='exp')")?;
     let dir = tempfile::tempdir()?;
     let file = sweep_file(dir.path(), "s3://exp/runs", 0.1)?;
-    let first = dir.path().join("first");
-    let mut child = Command::new(RTUNE)
-        .args(["run", file.to_str().unwrap(), "--no-tui"])
-        .envs(server.env())
-        .env("RTUNE_STAGING", &first)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
     // Killed once the store holds a checkpoint of the second trial.
     let began = Instant::now();
-    wait_for(Duration::from_secs(120), || {
-        let keys = server.keys("exp", "runs/curves/")?;
-        Ok(keys.iter().any(|k| k.contains("_00001_") && k.ends_with("metadata.json")))
-    })?;
-    child.kill()?;
-    child.wait()?;
-    std::fs::remove_dir_all(&first)?;
+    let stored = |k: &str| k.contains("_00001_") && k.ends_with("metadata.json");
+    kill_sweep_once(&server, &file, &dir.path().join("first"), "runs/curves/", stored)?;
     let second = dir.path().join("second");
     let out = rtune(&server, &second, &["resume", "s3://exp/runs/curves", "--no-tui"])?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));
@@ -283,6 +313,33 @@ pub fn a_killed_sweep_resumes_from_the_store_alone() -> Result<()> {
     if began.elapsed() > Duration::from_secs(600) {
         bail!("took {:?}", began.elapsed());
     }
+    Ok(())
+}
+
+/// Runs the sweep `file` on `server`, staging in `staging`, until the store holds a key under
+/// `prefix` that `stored` picks; then SIGKILLs its driver and loses the staging folder (its
+/// machine is gone).
+pub(crate) fn kill_sweep_once(
+    server: &S3Server,
+    file: &Path,
+    staging: &Path,
+    prefix: &str,
+    stored: impl Fn(&str) -> bool,
+) -> Result<()> {
+    let mut child = Command::new(RTUNE)
+        .args(["run", file.to_str().context("a path")?, "--no-tui"])
+        .envs(server.env())
+        .env("RTUNE_STAGING", staging)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let waited = wait_for(Duration::from_secs(120), || {
+        Ok(server.keys("exp", prefix)?.iter().any(|k| stored(k)))
+    });
+    child.kill()?;
+    child.wait()?;
+    waited?;
+    std::fs::remove_dir_all(staging)?;
     Ok(())
 }
 

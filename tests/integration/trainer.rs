@@ -585,8 +585,8 @@ pub fn optimizer_checkpoints_resume_and_reshard() -> Result<()> {
             killed.failures
         );
         // Attempt 0 saved report 4's checkpoint but rank 1 died before the commit: the
-        // report's checkpoint is attempt 1's, and nothing half-written is left.
-        let fourth = rtune::Checkpoint::from_directory(killed.path.join("checkpoint_000004"))?;
+        // report's checkpoint is attempt 1's (named so), and nothing half-written is left.
+        let fourth = rtune::Checkpoint::from_directory(killed.path.join("checkpoint_000004_a1"))?;
         ensure!(fourth.metadata()?.attempt == 1, "checkpoint 4 recorded from the killed attempt");
         let names: Vec<String> = std::fs::read_dir(&killed.path)?
             .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))

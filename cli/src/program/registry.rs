@@ -200,7 +200,8 @@ impl Trainables {
                     .with("panic_at", 0)
                     .with("slow_rank", -1)
                     .with("work_s", 0.0)
-                    .with("work_serial", 0.0),
+                    .with("work_serial", 0.0)
+                    .with("checkpoint_kb", 0.0),
             )
             .data("digits-mlp", builtins.digits_data)
             .metrics("digits-mlp", &["loss", "val_loss", "val_acc", "params"])
@@ -220,6 +221,7 @@ impl Trainables {
             .range("synthetic-curve", "slow_rank", -1.0..=1e5)
             .range("synthetic-curve", "work_s", 0.0..=86_400.0)
             .range("synthetic-curve", "work_serial", 0.0..=1.0)
+            .range("synthetic-curve", "checkpoint_kb", 0.0..=1e7)
     }
 
     /// Adds (or replaces) a train function under `name`. Its `defaults` declare the params it

@@ -58,7 +58,12 @@ pub(super) fn run(
     });
     run.name = Some(name.clone());
     let mut path = rtune_driver::tune::experiment_path(&run);
-    if rtune_driver::tune::holds_experiment(&path) {
+    if rtune_driver::tune::experiment_exists(&run)? {
+        // On a store, what the store holds decides (the staging copy here is brought up to
+        // date to tell it).
+        if let Some(store) = rtune_driver::tune::experiment_store(&run) {
+            rtune_driver::storage::staging::local_copy(Path::new(store?.url()))?;
+        }
         if target.resume_existing {
             say!("{} already holds this experiment (a requeued job): resuming it", path.display());
             return resume(&path, None, output, registry, target);
@@ -67,7 +72,7 @@ pub(super) fn run(
             // A sweep that stopped before its first result (a mistake found when it began):
             // its fix runs under the same name.
             say!("replacing {}: its sweep recorded no result", path.display());
-            std::fs::remove_dir_all(&path)
+            rtune_driver::tune::remove_experiment(&run)
                 .with_context(|| format!("cannot replace {}", path.display()))?;
         } else {
             // The name is taken by another sweep: this run gets a fresh folder beside it.
@@ -75,7 +80,11 @@ pub(super) fn run(
             for n in 2.. {
                 run.name = Some(format!("{name}-{n}"));
                 path = rtune_driver::tune::experiment_path(&run);
-                if !path.exists() {
+                let taken = match run.store_url() {
+                    Some(_) => rtune_driver::tune::experiment_exists(&run)?,
+                    None => path.exists(),
+                };
+                if !taken {
                     break;
                 }
             }

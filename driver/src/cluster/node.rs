@@ -74,6 +74,7 @@ impl NodeConfig {
 /// if not, it offers none and tells the head why, so that a driver asking for GPUs is refused
 /// with this node's name and the cause instead of trials failing on it.
 pub async fn run(mut config: NodeConfig) -> Result<()> {
+    remove_dead_scratch(&scratch_root());
     let gpu_error = match config.spec.resources.gpu > 0.0 {
         true => check_gpus(&mut config.spec).await,
         false => None,
@@ -334,6 +335,36 @@ fn ready_or_fetch(
     None
 }
 
+/// Where node agents give their workers scratch folders: one folder per agent process,
+/// `<cache>/runs/<pid>-<start time>`, holding one per worker.
+fn scratch_root() -> std::path::PathBuf {
+    crate::config::cache_root().join("runs")
+}
+
+/// This agent's folder of scratch folders.
+fn own_scratch() -> std::path::PathBuf {
+    let pid = std::process::id();
+    let start = crate::sys::process_start(pid).unwrap_or_default();
+    scratch_root().join(format!("{pid}-{start}"))
+}
+
+/// Removes the scratch folders of agents no longer running (one SIGKILLed leaves its workers'
+/// folders: its workers died with it) from `root`; those of agents alive (sharing this cache)
+/// stay. What cannot be removed is left.
+pub(crate) fn remove_dead_scratch(root: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let owner = name
+            .split_once('-')
+            .and_then(|(pid, start)| Some((pid.parse::<u32>().ok()?, start.parse::<u64>().ok()?)));
+        let alive = owner.is_some_and(|(pid, start)| crate::sys::process_start(pid) == Some(start));
+        if !alive && std::fs::remove_dir_all(entry.path()).is_ok() {
+            tracing::info!("removed {}: scratch folders of a node agent that is gone", name);
+        }
+    }
+}
+
 /// Starts a worker whose binary is here (`exe`, or why it could not be fetched), unless it was
 /// `killed` while it was being fetched.
 fn start_ready(
@@ -371,7 +402,7 @@ fn spawn(
     let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
     let exe = exe.unwrap_or_else(|| start.executable.clone().into());
     // The worker's own folder on this node, gone with it (see `config::SCRATCH_ENV`).
-    let scratch = crate::config::cache_root().join("runs").join(&worker_id);
+    let scratch = own_scratch().join(&worker_id);
     let mut command = std::process::Command::new(&exe);
     command
         .envs(&start.env)
@@ -478,4 +509,33 @@ fn stream_output(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// A SIGKILLed agent's scratch folders go when an agent starts; those of a live agent
+    /// (here, this process) stay, and so does a folder of a pid the kernel gave to another
+    /// process since (its start time differs).
+    #[test]
+    fn dead_agents_scratch_folders_go() {
+        let root = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        let start = crate::sys::process_start(pid).unwrap();
+        let dead = root.path().join(format!("{pid}-{start}"));
+        std::fs::create_dir_all(dead.join("worker-1")).unwrap();
+        std::fs::write(dead.join("worker-1/checkpoint.bin"), b"x").unwrap();
+        let me = std::process::id();
+        let live = root.path().join(format!("{me}-{}", crate::sys::process_start(me).unwrap()));
+        std::fs::create_dir_all(live.join("worker-2")).unwrap();
+        let reused = root.path().join(format!("{me}-1"));
+        std::fs::create_dir_all(&reused).unwrap();
+        super::remove_dead_scratch(root.path());
+        assert!(dead.exists() && live.exists(), "the agent is alive: its folder stays");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        super::remove_dead_scratch(root.path());
+        assert!(!dead.exists() && !reused.exists());
+        assert!(live.join("worker-2").exists());
+    }
 }

@@ -19,12 +19,14 @@
 //! shard to the store's checkpoint instead, before the barrier.)
 //!
 //! Stale writers. A worker of a failed attempt may outlive its attempt for a while (a node cut
-//! off from the driver, a process slow to die) and try to commit. Checkpoint names carry the
-//! iteration, not the attempt, so the run directory holds an attempt fence (`.rtune_attempt`,
+//! off from the driver, a process slow to die, an upload still in flight) and try to commit or
+//! upload. Checkpoint names carry the attempt after the first ([`checkpoint_name`]:
+//! `checkpoint_000012_a1`), so what a straggler writes, here or in a store, never lands on a
+//! later attempt's checkpoint. The run directory also holds an attempt fence (`.rtune_attempt`,
 //! written by the driver before each attempt and closed when the run ends), and every
-//! checkpoint records the attempt that wrote it. A commit is refused when its attempt is not the
-//! fence's, and a committed checkpoint is replaced only by a newer attempt (one left behind by a
-//! failed attempt, never recorded); a recorded checkpoint is therefore never overwritten.
+//! checkpoint records the attempt that wrote it: a commit is refused when its attempt is not the
+//! fence's, and a committed checkpoint is replaced only by a newer attempt; a recorded
+//! checkpoint is therefore never overwritten.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -376,9 +378,16 @@ pub(crate) fn read_fence(run_dir: &Path) -> Result<Fence> {
     }
 }
 
-/// `checkpoint_000012` for iteration 12 (Ray's naming).
-pub fn checkpoint_name(iteration: u64) -> String {
-    format!("checkpoint_{iteration:06}")
+/// The name of the checkpoint of iteration 12 by attempt 0: `checkpoint_000012` (Ray's
+/// naming), and by a later attempt, `checkpoint_000012_a2`: a name of its own, so that no
+/// straggler of an earlier attempt writes over it, in the run directory or in a store (where a
+/// partitioned worker's upload may land after the next attempt recorded its checkpoint). Names
+/// still sort by iteration.
+pub fn checkpoint_name(iteration: u64, attempt: u32) -> String {
+    match attempt {
+        0 => format!("checkpoint_{iteration:06}"),
+        n => format!("checkpoint_{iteration:06}_a{n}"),
+    }
 }
 
 /// Removes temporary checkpoint folders and committed checkpoints the driver never recorded
@@ -421,7 +430,7 @@ mod tests {
         let metrics = Metrics::from([("loss".to_string(), 0.5)]);
         let ck = writer
             .metadata(serde_json::json!({"epoch": 3}))
-            .commit(dir.path(), &checkpoint_name(3), 3, 0, &metrics)
+            .commit(dir.path(), &checkpoint_name(3, 0), 3, 0, &metrics)
             .unwrap();
         assert_eq!(ck.name(), "checkpoint_000003");
         assert_eq!(ck.iteration().unwrap(), 3);

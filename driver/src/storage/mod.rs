@@ -23,8 +23,28 @@ use std::time::{Duration, Instant};
 
 use crate::error::{IoContext, Result};
 
+/// The file a finished sweep leaves its table in (`ResultGrid::dataframe`): a staging copy
+/// that holds it is a finished experiment's.
+pub const RESULTS_PARQUET: &str = "results.parquet";
+
 pub mod checkpoint;
 pub mod remote;
+pub mod staging;
+pub(crate) mod sync;
+
+/// Runs `f` while holding an exclusive `flock` of the file `path` (made if missing): one
+/// process of this machine at a time.
+pub(crate) fn locked<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    use std::os::fd::AsRawFd;
+    let file = OpenOptions::new().create(true).truncate(false).write(true).open(path).at(path)?;
+    // SAFETY: flock on a descriptor this function owns; the lock goes when `file` is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(crate::error::Error::io(path, std::io::Error::last_os_error()));
+    }
+    let out = f();
+    drop(file);
+    out
+}
 
 /// `2026-11-23_11-58-10` (UTC) for seconds since the Unix epoch: Ray's `date` field and the
 /// date in trial directory names.

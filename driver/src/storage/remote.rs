@@ -1,14 +1,11 @@
 //! Experiments on S3 or an S3-compatible store: `storage_path = "s3://bucket/prefix"` (Ray's
 //! `RunConfig(storage_path="s3://...")`).
 //!
-//! The driver works in a local staging copy of the experiment (`$RTUNE_STAGING`, else
-//! `~/.cache/rtune/staging`, then the bucket and prefix) and [`Syncer`] mirrors it to the store
-//! every `RunConfig::sync_period`, when the sweep ends, and when it is interrupted; a reader
-//! ([`local_copy`]: `rtune resume/show/ls/export s3://..`, `ResultGrid::from_path`,
-//! `Tuner::restore`) mirrors it back first. What is mirrored is what the experiment's files
-//! hold: whole files only (rtune's own temporary names, which start with a dot, never go up),
-//! the experiment's state last, so the state in the store never names a checkpoint that is not
-//! there whole.
+//! [`Remote`] is a folder in a store and what moves objects in and out of it: files up (a large
+//! one in parts, the files of a folder side by side, `run.store.connections` requests at once)
+//! and down (in ranges, as many at once). The driver works in a local staging copy of the
+//! experiment (see [`staging`](super::staging): readers bring it up to date, checkpoints as
+//! stubs) that [`Syncer`](super::sync::Syncer) mirrors to the store.
 //!
 //! Credentials, region and endpoint come from the standard `AWS_*` environment
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL` for an
@@ -16,13 +13,11 @@
 //!
 //! A checkpoint goes up from the rank that commits it ([`Remote::upload_folder`], before its
 //! report, or in the background with `CheckpointUpload::Async`), and the mirror leaves it be.
-//! Not yet: clusters without a shared file system (datasets, the binary and resumed
-//! checkpoints are still read by path).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as Key;
@@ -35,19 +30,34 @@ use crate::setting::Setting;
 
 pub use crate::config::STORE_SCHEME as SCHEME;
 
-/// Files larger than this go up (and come down) in parts of this size, `PARALLEL` at once.
-const PART_BYTES: usize = 16 << 20;
-const PARALLEL: usize = 8;
+/// The most parts S3 takes for one object.
+const MAX_PARTS: u64 = 10_000;
+
+/// Parts are at least this large (S3 takes 5 MiB and up; fewer requests go faster), and files
+/// larger go up (and come down) in parts.
+const MIN_PART_BYTES: u64 = 16 << 20;
+
+/// Requests in flight at once for one transfer (a checkpoint's files, a file's parts) when the
+/// run's settings do not say (`run.store.connections`).
+pub const DEFAULT_CONNECTIONS: usize = 16;
+
+/// The size of the parts a file of `size` bytes goes up and comes down in: at least
+/// `MIN_PART_BYTES`, and large enough for S3's 10,000 parts to hold it (whole MiB).
+pub(crate) fn part_bytes(size: u64) -> u64 {
+    size.div_ceil(MAX_PARTS).max(MIN_PART_BYTES).next_multiple_of(1 << 20)
+}
+
+/// One transfer's requests in flight: each holds a permit.
+type Permits = Arc<tokio::sync::Semaphore>;
 
 type RangeTask = (u64, object_store::Result<prost::bytes::Bytes>);
 
-/// Writes the next fetched range into `file` at its offset.
-async fn join_range(
-    tasks: &mut tokio::task::JoinSet<RangeTask>,
+/// Writes a fetched range into `file` at its offset.
+fn write_range(
+    joined: std::result::Result<RangeTask, tokio::task::JoinError>,
     file: &std::fs::File,
 ) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    let joined = tasks.join_next().await.expect("a task is running");
     let (offset, bytes) = joined.map_err(|e| Error::Storage(format!("a range task: {e}")))?;
     let bytes = bytes.map_err(|e| Error::Storage(first_line(&e.to_string()).to_owned()))?;
     file.write_all_at(&bytes, offset).map_err(|e| Error::Storage(e.to_string()))
@@ -65,6 +75,8 @@ pub struct Remote {
     bucket: String,
     prefix: String,
     store: Arc<dyn ObjectStore>,
+    /// The run's settings it was made with (a stub checkpoint keeps them to fetch itself).
+    settings: StoreSettings,
 }
 
 impl std::fmt::Debug for Remote {
@@ -79,6 +91,11 @@ impl Remote {
         Remote::parse_with(url, &[])
     }
 
+    /// The run's settings this one was made with.
+    pub(crate) fn settings(&self) -> &StoreSettings {
+        &self.settings
+    }
+
     /// `parse`, with a run's settings over the environment's.
     pub fn with_settings(url: &str, store: &StoreSettings) -> Result<Remote> {
         let mut settings = Vec::new();
@@ -91,7 +108,9 @@ impl Remote {
         let retry = store
             .retry_timeout
             .map(|retry_timeout| object_store::RetryConfig { retry_timeout, ..Default::default() });
-        Remote::build(url, &settings, retry)
+        let mut remote = Remote::build(url, &settings, retry)?;
+        remote.settings = store.clone();
+        Ok(remote)
     }
 
     /// `parse`, with settings of object_store's S3 builder by name over the environment's
@@ -120,6 +139,7 @@ impl Remote {
             bucket: bucket.to_owned(),
             prefix: prefix.to_owned(),
             store: Arc::new(store),
+            settings: StoreSettings::default(),
         })
     }
 
@@ -241,70 +261,43 @@ impl Remote {
     /// Copies the objects under this folder into `local` that it lacks or holds older copies
     /// of (a staging copy ahead of the store, a killed driver's on this machine, is kept);
     /// returns how many were fetched. rtune's own objects (a name starting with a dot: the
-    /// driver's lease) stay in the store.
+    /// driver's lease) stay in the store. ([`staging::download_lazy`](super::staging) leaves
+    /// checkpoints in the store.)
     pub async fn download(&self, local: &Path) -> Result<usize> {
-        let mut fetched = 0;
+        let permits = self.permits();
+        let mut fetches = tokio::task::JoinSet::new();
         for (relative, (size, written)) in self.list().await? {
-            if relative.split('/').any(|part| part.starts_with('.')) {
+            let target = local.join(&relative);
+            if relative.split('/').any(|part| part.starts_with('.')) || is_current(&target, written)
+            {
                 continue;
             }
-            if self.fetch_if_newer(&relative, size, written, &local.join(&relative)).await? {
-                fetched += 1;
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).at(parent)?;
             }
+            let (folder, permits) = (self.clone(), permits.clone());
+            fetches.spawn(
+                async move { folder.fetch_within(&relative, size, &target, &permits).await },
+            );
+        }
+        let mut fetched = 0;
+        while let Some(done) = fetches.join_next().await {
+            done.map_err(|e| Error::Storage(format!("a download: {e}")))??;
+            fetched += 1;
         }
         Ok(fetched)
     }
 
-    /// The size of object `relative` in this folder.
-    pub async fn size(&self, relative: &str) -> Result<u64> {
-        let meta =
-            self.store.head(&self.key(relative)).await.map_err(|e| self.failed("head", e))?;
-        Ok(meta.size)
-    }
-
-    /// Writes byte ranges `ranges` of object `relative` into `file` at their own offsets (the
-    /// rest of the file is left as it is), in parts of at most `PART_BYTES`, `PARALLEL` at once.
-    pub(crate) async fn fetch_ranges(
-        &self,
-        relative: &str,
-        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
-        file: &std::fs::File,
-    ) -> Result<()> {
-        let key = self.key(relative);
-        let mut tasks = tokio::task::JoinSet::new();
-        for range in ranges {
-            let mut start = range.start;
-            while start < range.end {
-                while tasks.len() >= PARALLEL {
-                    join_range(&mut tasks, file).await?;
-                }
-                let end = (start + PART_BYTES as u64).min(range.end);
-                let (store, key) = (self.store.clone(), key.clone());
-                tasks.spawn(async move { (start, store.get_range(&key, start..end).await) });
-                start = end;
-            }
-        }
-        while !tasks.is_empty() {
-            join_range(&mut tasks, file).await?;
-        }
-        Ok(())
-    }
-
     /// Fetches object `relative` of `size` bytes, written at `written` (milliseconds since the
     /// epoch), into `target`, unless the file there is as new; whether it fetched.
-    async fn fetch_if_newer(
+    pub(crate) async fn fetch_if_newer(
         &self,
         relative: &str,
         size: u64,
         written: i64,
         target: &Path,
     ) -> Result<bool> {
-        let local_ms = std::fs::metadata(target)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64);
-        if local_ms.is_some_and(|ms| ms >= written) {
+        if is_current(target, written) {
             return Ok(false);
         }
         if let Some(parent) = target.parent() {
@@ -314,15 +307,99 @@ impl Remote {
         Ok(true)
     }
 
+    /// Whether this folder holds the object `relative`.
+    pub async fn holds(&self, relative: &str) -> Result<bool> {
+        match self.store.head(&self.key(relative)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.failed("head", e)),
+        }
+    }
+
+    /// Deletes every object under this folder (rtune's own too).
+    pub async fn delete_all(&self) -> Result<()> {
+        for relative in self.list().await?.into_keys() {
+            self.delete(&relative).await?;
+        }
+        Ok(())
+    }
+
+    /// The size of object `relative` in this folder.
+    pub async fn size(&self, relative: &str) -> Result<u64> {
+        let meta =
+            self.store.head(&self.key(relative)).await.map_err(|e| self.failed("head", e))?;
+        Ok(meta.size)
+    }
+
+    /// Permits for one transfer: `run.store.connections` requests at once.
+    fn permits(&self) -> Permits {
+        let connections = self.settings.connections.unwrap_or(DEFAULT_CONNECTIONS);
+        Arc::new(tokio::sync::Semaphore::new(connections.max(1)))
+    }
+
+    /// Writes byte ranges `ranges` of object `relative` into `file` at their own offsets (the
+    /// rest of the file is left as it is), in parts of at most `MIN_PART_BYTES`, as many at
+    /// once as the settings' connections.
+    pub(crate) async fn fetch_ranges(
+        &self,
+        relative: &str,
+        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
+        file: &std::fs::File,
+    ) -> Result<()> {
+        self.fetch_ranges_within(relative, ranges, file, &self.permits()).await
+    }
+
+    async fn fetch_ranges_within(
+        &self,
+        relative: &str,
+        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
+        file: &std::fs::File,
+        permits: &Permits,
+    ) -> Result<()> {
+        let key = self.key(relative);
+        let mut tasks = tokio::task::JoinSet::new();
+        for range in ranges {
+            let mut start = range.start;
+            while start < range.end {
+                let permit = permits.clone().acquire_owned().await.expect("never closed");
+                while let Some(done) = tasks.try_join_next() {
+                    write_range(done, file)?;
+                }
+                let end = (start + MIN_PART_BYTES).min(range.end);
+                let (store, key) = (self.store.clone(), key.clone());
+                tasks.spawn(async move {
+                    let got = store.get_range(&key, start..end).await;
+                    drop(permit);
+                    (start, got)
+                });
+                start = end;
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            write_range(done, file)?;
+        }
+        Ok(())
+    }
+
     /// Fetches object `relative` of `size` bytes into `target`, replaced whole at the end: a
-    /// large one in ranges of `PART_BYTES`, `PARALLEL` at once.
-    async fn fetch(&self, relative: &str, size: u64, target: &Path) -> Result<()> {
+    /// large one in ranges, several at once.
+    pub(crate) async fn fetch(&self, relative: &str, size: u64, target: &Path) -> Result<()> {
+        self.fetch_within(relative, size, target, &self.permits()).await
+    }
+
+    async fn fetch_within(
+        &self,
+        relative: &str,
+        size: u64,
+        target: &Path,
+        permits: &Permits,
+    ) -> Result<()> {
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = target.with_file_name(format!(".tmp_fetch_{name}_{}", std::process::id()));
         let file = std::fs::File::create(&tmp).at(&tmp)?;
         let fetched = async {
             // (An empty object is an empty file: nothing to fetch.)
-            self.fetch_ranges(relative, std::iter::once(0..size), &file).await?;
+            self.fetch_ranges_within(relative, std::iter::once(0..size), &file, permits).await?;
             file.sync_all().at(&tmp)
         }
         .await
@@ -341,23 +418,57 @@ impl Remote {
 
     /// Uploads the file `file` as `relative` in this folder (in parts when it is large).
     pub async fn upload(&self, relative: &str, file: &Path) -> Result<()> {
-        let bytes = std::fs::read(file).at(file)?;
+        self.upload_within(relative, file, &self.permits()).await
+    }
+
+    /// Uploads `file` as `relative`, each request holding one of `permits` (which the files of
+    /// one folder share): one put when it fits in a part, else a multipart upload whose parts
+    /// are read from the file as permits free up (in memory: a part per permit at most), S3's
+    /// 10,000 parts at most (see [`part_bytes`]). Every request carries its body's SHA-256
+    /// (signed payloads), which the store checks.
+    async fn upload_within(&self, relative: &str, file: &Path, permits: &Permits) -> Result<()> {
+        let size = std::fs::metadata(file).at(file)?.len();
+        let part = part_bytes(size);
         let key = self.key(relative);
-        if bytes.len() <= PART_BYTES {
-            self.store
-                .put(&key, PutPayload::from(bytes))
-                .await
-                .map_err(|e| self.failed("upload", e))?;
+        let failed = |e| self.failed("upload", e);
+        if size <= part {
+            let _permit = permits.acquire().await.expect("never closed");
+            let bytes = read_part(file, 0, size).await?;
+            self.store.put(&key, bytes.into()).await.map_err(failed)?;
             return Ok(());
         }
-        let upload = self.store.put_multipart(&key).await.map_err(|e| self.failed("upload", e))?;
-        let mut parts = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-        for chunk in bytes.chunks(PART_BYTES) {
-            parts.wait_for_capacity(PARALLEL).await.map_err(|e| self.failed("upload", e))?;
-            parts.write(chunk);
+        let mut upload = self.store.put_multipart(&key).await.map_err(failed)?;
+        let mut parts = tokio::task::JoinSet::new();
+        let check =
+            |done: std::result::Result<object_store::Result<()>, tokio::task::JoinError>| {
+                done.map_err(|e| Error::Storage(format!("a part's upload: {e}")))?.map_err(failed)
+            };
+        let sent = async {
+            for offset in (0..size).step_by(part as usize) {
+                let permit = permits.clone().acquire_owned().await.expect("never closed");
+                // A part that failed ends the upload before more are read.
+                while let Some(done) = parts.try_join_next() {
+                    check(done)?;
+                }
+                let bytes = read_part(file, offset, part.min(size - offset)).await?;
+                let put = upload.put_part(bytes.into());
+                parts.spawn(async move {
+                    let put = put.await;
+                    drop(permit);
+                    put
+                });
+            }
+            while let Some(done) = parts.join_next().await {
+                check(done)?;
+            }
+            upload.complete().await.map_err(failed)
         }
-        parts.finish().await.map_err(|e| self.failed("upload", e))?;
-        Ok(())
+        .await;
+        if sent.is_err() {
+            parts.abort_all();
+            let _ = upload.abort().await;
+        }
+        sent.map(drop)
     }
 
     /// Uploads the folder `dir` (a committed checkpoint) as `name` in this one, its files in
@@ -374,10 +485,21 @@ impl Remote {
     pub fn put_files(&self, dir: &Path) -> Result<()> {
         let mut files = Vec::new();
         walk(dir, "", &mut files)?;
-        files.sort_by_key(|(relative, ..)| relative == "metadata.json");
+        let (last, first): (Vec<_>, Vec<_>) =
+            files.into_iter().map(|(relative, ..)| relative).partition(|r| r == "metadata.json");
+        let permits = self.permits();
         blocking(async {
-            for (relative, ..) in &files {
-                self.upload(relative, &dir.join(relative)).await?;
+            let mut uploads = tokio::task::JoinSet::new();
+            for relative in first {
+                let (folder, file, permits) = (self.clone(), dir.join(&relative), permits.clone());
+                uploads
+                    .spawn(async move { folder.upload_within(&relative, &file, &permits).await });
+            }
+            while let Some(done) = uploads.join_next().await {
+                done.map_err(|e| Error::Storage(format!("an upload: {e}")))??;
+            }
+            for relative in last {
+                self.upload_within(&relative, &dir.join(&relative), &permits).await?;
             }
             Ok::<_, Error>(())
         })
@@ -542,117 +664,55 @@ pub fn blocking<T: Send>(work: impl Future<Output = Result<T>> + Send) -> Result
     }
 }
 
+/// Whether the file `target` is as new as an object written at `written` (milliseconds since
+/// the epoch).
+pub(crate) fn is_current(target: &Path, written: i64) -> bool {
+    std::fs::metadata(target)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .is_some_and(|d| d.as_millis() as i64 >= written)
+}
+
+/// For a path inside a checkpoint folder (`T_1/checkpoint_000002/model.safetensors`, or a
+/// trial's exploited checkpoint), the folder and the path in it.
+pub(crate) fn split_checkpoint(relative: &str) -> Option<(&str, &str)> {
+    let mut at = 0;
+    for part in relative.split('/') {
+        at += part.len();
+        if part.starts_with("checkpoint_") || part == super::checkpoint::EXPLOITED_DIR {
+            return relative
+                .get(at + 1..)
+                .filter(|rest| !rest.is_empty())
+                .map(|rest| (&relative[..at], rest));
+        }
+        at += 1;
+    }
+    None
+}
+
+/// `len` bytes of `file` from `offset`.
+async fn read_part(file: &Path, offset: u64, len: u64) -> Result<Vec<u8>> {
+    let file = file.to_owned();
+    let read = tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = vec![0; len as usize];
+        std::fs::File::open(&file).and_then(|f| f.read_exact_at(&mut bytes, offset)).at(&file)?;
+        Ok(bytes)
+    });
+    read.await.map_err(|e| Error::Storage(format!("reading a part: {e}")))?
+}
+
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or(text)
 }
 
-/// Mirrors a local folder to a store's: files that changed since the last sync go up (the
-/// experiment's state files last), files gone here are deleted there.
-pub(crate) struct Syncer {
-    remote: Remote,
-    local: PathBuf,
-    /// Each file uploaded: its size and modification time then.
-    sent: HashMap<String, (u64, SystemTime)>,
-}
-
-/// Files that say what the others hold: uploaded after everything they may name.
-const LAST: [&str; 3] = ["tuner.json", "experiment_state.json", "results.parquet"];
-
-/// When a file goes up in a pass: a checkpoint's files first (its `metadata.json`, which
-/// makes it whole, after the rest), then the rows that name checkpoints, then the experiment's
-/// state: the store never names a checkpoint it does not hold whole.
-fn upload_order(relative: &str) -> u8 {
-    let in_checkpoint = relative.split('/').any(|s| s.starts_with("checkpoint_"));
-    match relative.rsplit('/').next() {
-        _ if LAST.contains(&relative) => 3,
-        Some("metadata.json") if in_checkpoint => 1,
-        _ if in_checkpoint => 0,
-        _ => 2,
-    }
-}
-
-impl Syncer {
-    pub fn new(remote: Remote, local: PathBuf) -> Syncer {
-        Syncer { remote, local, sent: HashMap::new() }
-    }
-
-    /// One pass; returns the number of files uploaded and deleted.
-    pub async fn sync(&mut self) -> Result<usize> {
-        let mut files = Vec::new();
-        walk(&self.local, "", &mut files)?;
-        files.sort_by_key(|(relative, ..)| upload_order(relative));
-        let mut changed = 0;
-        let mut here = std::collections::HashSet::new();
-        for (relative, size, modified, uploaded) in files {
-            here.insert(relative.clone());
-            if self.sent.get(&relative) == Some(&(size, modified)) {
-                continue;
-            }
-            if !uploaded {
-                self.remote.upload(&relative, &self.local.join(&relative)).await?;
-            }
-            self.sent.insert(relative, (size, modified));
-            changed += 1;
-        }
-        let mut gone: Vec<String> =
-            self.sent.keys().filter(|k| !here.contains(*k)).cloned().collect();
-        // Checkpoints their ranks uploaded and the run pruned before a pass saw them (looked
-        // for here again now: one committed since the walk is not gone).
-        for relative in self.remote.list().await?.into_keys() {
-            let in_checkpoint = relative.split('/').any(|s| s.starts_with("checkpoint_"));
-            if in_checkpoint && !self.local.join(&relative).exists() && !gone.contains(&relative) {
-                gone.push(relative);
-            }
-        }
-        for relative in gone {
-            if self.local.join(&relative).exists() {
-                continue;
-            }
-            match self.remote.store.delete(&self.remote.key(&relative)).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.remote.failed("delete", e)),
-            }
-            self.sent.remove(&relative);
-            changed += 1;
-        }
-        Ok(changed)
-    }
-}
-
-/// A `Syncer`'s passes every `period` on a task of their own, until [`Periodic::stop`].
-pub(crate) struct Periodic {
-    stop: tokio::sync::watch::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Periodic {
-    pub(crate) fn start(syncer: Arc<tokio::sync::Mutex<Syncer>>, period: Duration) -> Periodic {
-        let (stop, mut stopping) = tokio::sync::watch::channel(());
-        let task = tokio::spawn(async move {
-            while tokio::select! { _ = tokio::time::sleep(period) => true, _ = stopping.changed() => false }
-            {
-                if let Err(e) = syncer.lock().await.sync().await {
-                    tracing::warn!("{e}; the next sync tries again");
-                }
-            }
-        });
-        Periodic { stop, task }
-    }
-
-    /// Ends the passes; one in flight ends first (cut off mid-upload, its request could land
-    /// at the store after a later pass's, leaving the older file there).
-    pub(crate) async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
-    }
-}
-
 /// A file to mirror: its path relative to the top, size, modification time, and whether its
 /// folder was uploaded whole by the rank that wrote it.
-type Found = (String, u64, SystemTime, bool);
+pub(crate) type Found = (String, u64, SystemTime, bool);
 
 /// Every file under `dir` but rtune's own (a name starting with a dot, files or folders).
-fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> Result<()> {
+pub(crate) fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> Result<()> {
     let uploaded = dir.join(UPLOADED).exists();
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -697,7 +757,7 @@ pub(crate) fn mark_uploaded(dir: &Path, url: &str) -> Result<()> {
 }
 
 /// In a staging copy: the URL of the experiment it mirrors (a dot name: never uploaded).
-const MARK: &str = ".rtune_remote";
+pub(crate) const MARK: &str = ".rtune_remote";
 
 /// Notes in the staging copy `local` that it mirrors `remote`.
 pub fn mark(local: &Path, remote: &Remote) -> Result<()> {
@@ -752,13 +812,7 @@ pub fn staged_object_path(url: &str) -> Result<PathBuf> {
 /// Whether the object at `url` exists.
 pub fn object_exists(url: &str) -> Result<bool> {
     let (folder, name) = split_object(url)?;
-    blocking(async {
-        match folder.store.head(&folder.key(&name)).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(folder.failed("head", e)),
-        }
-    })
+    blocking(folder.holds(&name))
 }
 
 /// Uploads the file `file` as the object at `url`.
@@ -767,35 +821,49 @@ pub fn put_object(url: &str, file: &Path) -> Result<()> {
     blocking(folder.upload(&name, file))
 }
 
-/// The folder to read `path` from: itself, or, for an `s3://` URL, its staging copy brought up
-/// to date from the store first.
-pub fn local_copy(path: &Path) -> Result<PathBuf> {
-    let Some(url) = path.to_str().filter(|_| is_url(path)) else {
-        return Ok(crate::config::expand_home(path));
-    };
-    let remote = Remote::parse(url)?;
-    let local = remote.staging();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Storage(format!("tokio runtime: {e}")))?;
-    let fetched = runtime.block_on(async {
-        remote.check().await?;
-        remote.download(&local).await
-    })?;
-    if fetched == 0 && !local.exists() {
-        return Err(Error::Storage(format!("{url} holds nothing (see `rtune ls` of its parent)")));
-    }
-    mark(&local, &remote)?;
-    Ok(local)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A mark names where its checkpoint is; one that names its run (written before marks
     /// named checkpoints) or no store is no answer.
+    /// Whatever an object's size up to S3's largest (5 TiB), its parts are 5 MiB to 5 GiB
+    /// and at most 10,000 of them; a 5 GiB checkpoint file goes in 320 parts of 16 MiB.
+    #[test]
+    fn parts_fit_s3s_limits() {
+        for size in [0, 1, 16 << 20, (16 << 20) + 1, 5 << 30, 157 << 30, 200 << 30, 5 << 40] {
+            let part = part_bytes(size);
+            assert!(size.div_ceil(part) <= MAX_PARTS, "{size}: {part}");
+            assert!((5 << 20..=5 << 30).contains(&part), "{size}: {part}");
+        }
+        assert_eq!((part_bytes(5 << 30), (5u64 << 30).div_ceil(16 << 20)), (16 << 20, 320));
+        assert_eq!((200u64 << 30).div_ceil(part_bytes(200 << 30)), 9_753);
+    }
+
+    #[test]
+    fn checkpoint_files_are_told_by_their_folder() {
+        let cases = [
+            (
+                "T_1/checkpoint_000002/model.safetensors",
+                Some(("T_1/checkpoint_000002", "model.safetensors")),
+            ),
+            (
+                "T_1/checkpoint_000002/zero/0.safetensors",
+                Some(("T_1/checkpoint_000002", "zero/0.safetensors")),
+            ),
+            (
+                "T_1/exploited_checkpoint/metadata.json",
+                Some(("T_1/exploited_checkpoint", "metadata.json")),
+            ),
+            ("T_1/checkpoint_000002", None),
+            ("T_1/result.json", None),
+            ("tuner.json", None),
+        ];
+        for (path, split) in cases {
+            assert_eq!(split_checkpoint(path), split, "{path}");
+        }
+    }
+
     #[test]
     fn upload_marks_name_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
@@ -808,21 +876,5 @@ mod tests {
         assert_eq!(uploaded_to(&ck), None);
         mark_uploaded(&ck, "/local/exp/T_1/checkpoint_000002").unwrap();
         assert_eq!(uploaded_to(&ck), None);
-    }
-
-    #[test]
-    fn checkpoints_go_up_before_what_names_them() {
-        let mut files = [
-            "experiment_state.json",
-            "T_1/result.json",
-            "T_1/checkpoint_000002/metadata.json",
-            "tuner.json",
-            "T_1/checkpoint_000002/model.safetensors",
-            "driver.log",
-        ];
-        files.sort_by_key(|f| upload_order(f));
-        assert_eq!(files[0], "T_1/checkpoint_000002/model.safetensors");
-        assert_eq!(files[1], "T_1/checkpoint_000002/metadata.json");
-        assert_eq!(&files[4..], ["experiment_state.json", "tuner.json"]);
     }
 }

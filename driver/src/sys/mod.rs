@@ -127,6 +127,20 @@ fn fork_on_spawner(
     answer.recv().map_err(|_| gone())?
 }
 
+/// The start time of process `pid` (clock ticks after boot); None when no such process runs
+/// (a zombie has ended).
+pub(crate) fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`: comm may hold spaces and parentheses; the rest does not.
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if matches!(fields.first(), None | Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    // Field 22 of the line is starttime; `rest` begins at field 3.
+    fields.get(22 - 3)?.parse().ok()
+}
+
 /// This machine's host name ("" if it has none).
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

@@ -15,10 +15,11 @@ use super::config::{TuneConfig, TuneSettings};
 use super::controller::ControllerState;
 use super::trial::{LiveTrial, TrialResult};
 use crate::config::RunConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::outcome::WorkerFailure;
 use crate::record::{read_run, read_run_to_resume};
 use crate::setting::Setting;
+use crate::storage::remote::Remote;
 use crate::storage::unix_time;
 
 /// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
@@ -137,8 +138,7 @@ pub const DRIVER_FILE: &str = "driver.json";
 /// written with the new experiment, as a `Tuner::experiment_file`.
 pub const SWEEP_FILE: &str = "sweep.json";
 
-/// The file a finished sweep leaves its table in (`ResultGrid::dataframe`).
-pub const RESULTS_PARQUET: &str = "results.parquet";
+pub use crate::storage::RESULTS_PARQUET;
 
 /// A failed trial's whole error, in its directory (progress lines and the terminal UI show
 /// its first line: `outcome::error_summary`).
@@ -375,7 +375,7 @@ fn read_experiment_file<T: serde::de::DeserializeOwned>(
 /// Whether `path` holds an experiment that `Tuner::restore` can go on with (for a store URL:
 /// its staging copy, brought up to date first).
 pub fn can_restore(path: &Path) -> bool {
-    let Ok(path) = crate::storage::remote::local_copy(path) else { return false };
+    let Ok(path) = crate::storage::staging::local_copy(path) else { return false };
     Settings::read(&path).is_ok() && SavedExperiment::read(&path).is_ok()
 }
 
@@ -437,10 +437,62 @@ pub fn experiment_path(run: &RunConfig) -> PathBuf {
     run.resolved_storage_path().join(name)
 }
 
-/// Where `run`'s new experiment goes: an error when that already holds one.
+/// Whether `run`'s experiment already exists: for one on a store, whether the store holds it
+/// (a staging copy here may be of an experiment since removed from the store).
+pub fn experiment_exists(run: &RunConfig) -> Result<bool> {
+    let (Some(root), Some(store)) = (Remote::of_run(run), experiment_store(run)) else {
+        return Ok(holds_experiment(&experiment_path(run)));
+    };
+    let (root, store) = (root?, store?);
+    crate::storage::remote::blocking(async {
+        // A store that cannot be read is said as the storage path's mistake.
+        root.check().await?;
+        Ok(store.holds(SETTINGS_FILE).await? || store.holds(STATE_FILE).await?)
+    })
+}
+
+/// Keeps this machine's staging copies within their budget (`storage::staging::prune`):
+/// `keep` and the copies live drivers hold stay.
+pub fn prune_staging(keep: &Path) {
+    use crate::storage::staging;
+    let held = |dir: &Path| super::lease::live_holder(dir).is_some();
+    staging::prune(&staging::staging_root(), staging::budget(), keep, held);
+}
+
+/// `run`'s experiment's folder in its store, if it has one.
+pub fn experiment_store(run: &RunConfig) -> Option<Result<Remote>> {
+    let path = experiment_path(run);
+    let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    Remote::of_run(run).map(|store| Ok(store?.join(&name)))
+}
+
+/// Removes `run`'s experiment: its directory (a staging copy) and its folder in its store.
+pub fn remove_experiment(run: &RunConfig) -> Result<()> {
+    if let Some(store) = experiment_store(run) {
+        let store = store?;
+        crate::storage::remote::blocking(store.delete_all())?;
+    }
+    let path = experiment_path(run);
+    match std::fs::remove_dir_all(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&path, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Where `run`'s new experiment goes: an error when that already holds one. On a store, a
+/// staging copy here of an experiment the store no longer holds goes first (unless a live
+/// driver holds it).
 pub(crate) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
     let path = experiment_path(run);
-    if holds_experiment(&path) {
+    let exists = experiment_exists(run)?;
+    if !exists && run.store_url().is_some() && path.exists() {
+        if let Some(holder) = super::lease::live_holder(&path) {
+            let path = path.display().to_string();
+            return Err(Error::Held { path, holder: holder.to_string() });
+        }
+        std::fs::remove_dir_all(&path).at(&path)?;
+    }
+    if exists {
         return Err(Error::config(
             Setting::Name,
             format!(

@@ -22,8 +22,6 @@
 //! it runs (it was thought dead: a node cut off from the store) interrupts its sweep, which
 //! ends with [`Error::LeaseLost`].
 
-use std::fs::OpenOptions;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -33,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::control::Control;
 use crate::error::{Error, IoContext, Result};
 use crate::storage::remote::{self, Put, Remote, Version, When};
-use crate::sys::{hostname, unix_time};
+use crate::sys::{hostname, process_start, unix_time};
 
 /// The lease in the experiment directory, and the object in its folder on a store.
 pub const LEASE_FILE: &str = ".driver_lease.json";
@@ -120,20 +118,6 @@ impl std::fmt::Display for Holder {
     }
 }
 
-/// The start time of process `pid` (clock ticks after boot); None when no such process runs
-/// (a zombie has ended).
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid ...`: comm may hold spaces and parentheses; the rest does not.
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if matches!(fields.first(), None | Some(&"Z") | Some(&"X")) {
-        return None;
-    }
-    // Field 22 of the line is starttime; `rest` begins at field 3.
-    fields.get(22 - 3)?.parse().ok()
-}
-
 /// This boot of this machine ("" where the kernel does not say).
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -190,15 +174,7 @@ fn read_local(dir: &Path) -> Option<Holder> {
 
 /// Runs `f` while holding the exclusive lock of `dir`'s lease.
 fn locked<T>(dir: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path).at(&path)?;
-    // SAFETY: flock on a descriptor this function owns; the lock goes when `file` is closed.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(Error::io(&path, std::io::Error::last_os_error()));
-    }
-    let out = f();
-    drop(file);
-    out
+    crate::storage::locked(&dir.join(LOCK_FILE), f)
 }
 
 fn held(path: &str, holder: &Holder) -> Error {

@@ -27,7 +27,8 @@ pub use control::Control;
 pub use controller::{Command, Event, Trial};
 pub use experiment::{
     DRIVER_FILE, DRIVER_LOG, ERROR_FILE, RESULTS_PARQUET, SETTINGS_FILE, STATE_FILE, SWEEP_FILE,
-    SweepState, experiment_path, holds_experiment, sweep_state,
+    SweepState, experiment_exists, experiment_path, experiment_store, holds_experiment,
+    prune_staging, remove_experiment, sweep_state,
 };
 pub use result_grid::{ResultGrid, Scope};
 pub use trial::TrialResult;

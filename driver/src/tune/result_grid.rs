@@ -46,7 +46,7 @@ impl ResultGrid {
     /// Reads the experiment in `path` back, finished or interrupted (a trial that was running
     /// when its driver died keeps that status and the rows it had written).
     pub fn from_path(path: impl AsRef<Path>) -> Result<ResultGrid> {
-        let path = crate::storage::remote::local_copy(path.as_ref())?;
+        let path = crate::storage::staging::local_copy(path.as_ref())?;
         Ok(Self::read_with_time_spent(&path)?.0)
     }
 

@@ -35,7 +35,8 @@ use crate::error::{Error, Result};
 use crate::outcome::TrainResult;
 use crate::record::read_run;
 use crate::runtime::Driver;
-use crate::storage::remote::{Periodic, Remote, Syncer};
+use crate::storage::remote::Remote;
+use crate::storage::sync::{Periodic, Syncer};
 use crate::storage::unix_time;
 use crate::train::TorchTrainer;
 
@@ -146,6 +147,7 @@ impl Sweep {
         let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned());
         let remote = remote?.join(&name.unwrap_or_default());
         crate::storage::remote::mark(&self.path, &remote)?;
+        super::experiment::prune_staging(&self.path);
         let syncer = Arc::new(tokio::sync::Mutex::new(Syncer::new(remote, self.path.clone())));
         let period = self.run.sync_period.max(Duration::from_millis(100));
         let passes = Periodic::start(syncer.clone(), period);

@@ -86,7 +86,7 @@ impl Tuner {
     pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
         let lease = Lease::take(path.as_ref())?;
         // An experiment on an object store goes on from its staging copy (brought up to date).
-        let path = crate::storage::remote::local_copy(path.as_ref())?;
+        let path = crate::storage::staging::local_copy(path.as_ref())?;
         let settings = Settings::read(&path)?;
         SavedExperiment::read(&path)?;
         let space = settings.param_space.clone();

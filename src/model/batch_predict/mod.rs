@@ -26,7 +26,7 @@ use crate::collective::ReduceOp;
 use crate::config::{FailureConfig, RunConfig, ScalingConfig};
 use crate::error::{Error, IoContext, Result};
 use crate::outcome::TrainResult;
-use crate::storage::remote;
+use crate::storage::{remote, staging};
 use crate::train::TorchTrainer;
 use crate::worker::TrainContext;
 
@@ -157,7 +157,7 @@ impl BatchPredictor {
             }
             None => output.to_owned(),
         };
-        let model = remote::local_copy(&self.model)?;
+        let model = staging::local_copy(&self.model)?;
         let local_input = remote::staged_file(input)?;
         let tmp = temp_path(&local_output, "partial")?;
         let done = match &self.workers {
@@ -377,7 +377,7 @@ fn predict_into(
 /// an earlier attempt made whole.
 fn predict_rank(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let p = ctx.params();
-    let model_dir = remote::local_copy(Path::new(&p.get::<String>("model")?))?;
+    let model_dir = staging::local_copy(Path::new(&p.get::<String>("model")?))?;
     let input = remote::staged_file(Path::new(&p.get::<String>("input")?))?;
     let parts = PathBuf::from(p.get::<String>("parts")?);
     let no_header = p.get::<bool>("no_header")?;

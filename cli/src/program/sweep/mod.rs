@@ -763,13 +763,14 @@ mod tests {
     fn store_settings_are_read_and_credentials_refused() {
         let spec = read(
             "store = { endpoint = \"http://127.0.0.1:9000\", region = \"eu-west-1\", \
-             retry_timeout_s = 2.5 }",
+             retry_timeout_s = 2.5, connections = 32 }",
         )
         .unwrap();
         let store = spec.run_config().store;
         assert_eq!(store.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(store.region.as_deref(), Some("eu-west-1"));
         assert_eq!(store.retry_timeout, Some(std::time::Duration::from_millis(2500)));
+        assert_eq!(store.connections, Some(32));
         assert_eq!(read("").unwrap().run_config().store, Default::default());
 
         let err = read("store = { secret_access_key = \"x\" }").unwrap_err();
@@ -778,6 +779,8 @@ mod tests {
         assert!(err.contains("run.store.endpoint") && err.contains("http://"), "{err}");
         let err = read("store = { retry_timeout_s = 0 }").unwrap_err();
         assert!(err.contains("run.store.retry_timeout_s") && err.contains("> 0"), "{err}");
+        let err = read("store = { connections = 0 }").unwrap_err();
+        assert!(err.contains("run.store.connections") && err.contains("1 to 256"), "{err}");
         let err = read("store = { endpont = \"http://x\" }").unwrap_err();
         assert!(err.contains("endpoint"), "the nearest key is named: {err}");
     }
