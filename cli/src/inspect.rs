@@ -580,9 +580,13 @@ pub(crate) fn run_text(history: &[Metrics]) -> String {
             checkpoints.iter().map(f).sum::<f64>() / n
         };
         let uploads: f64 = figures.iter().map(|f| f.checkpoint_upload_s).sum();
-        let uploaded = match uploads > 0.0 {
-            true => format!(", uploads {uploads:.3}s in all"),
-            false => String::new(),
+        let waits: f64 = figures.iter().map(|f| f.checkpoint_wait_s).sum();
+        let uploaded = match (uploads > 0.0, waits > 0.0) {
+            (true, true) => format!(
+                ", uploads {uploads:.3}s in all; reports waited {waits:.3}s for uploads behind"
+            ),
+            (true, false) => format!(", uploads {uploads:.3}s in all"),
+            _ => String::new(),
         };
         text.push_str(&format!(
             "checkpoints: {}, {} each on average, written in {:.3}s{uploaded}\n",

@@ -17,10 +17,16 @@ pub const RANK_METRICS: [&str; 5] =
     ["time_step_s", "time_data_s", "time_collective_s", "gpu_utilization", "gpu_memory_bytes"];
 
 /// Names rtune adds to a report of how the run went around its steps (rank 0's figures; see
-/// [`add_run_figures`]): the time the previous report kept the train function waiting, and the
-/// checkpoint the report carries.
-pub const RUN_METRICS: [&str; 4] =
-    ["time_report_s", "checkpoint_bytes", "time_checkpoint_write_s", "time_checkpoint_upload_s"];
+/// [`add_run_figures`]): the time the previous report kept the train function waiting, the
+/// checkpoint the report carries, the uploads that ended, and the report's wait for an earlier
+/// checkpoint's upload (uploads behind the checkpoints).
+pub const RUN_METRICS: [&str; 5] = [
+    "time_report_s",
+    "checkpoint_bytes",
+    "time_checkpoint_write_s",
+    "time_checkpoint_upload_s",
+    "time_checkpoint_wait_s",
+];
 
 /// Names rtune adds to the first report of each attempt: how its worker group started (see
 /// [`add_group_start`]).
@@ -58,6 +64,8 @@ pub struct RunFigures {
     pub checkpoint_write_s: f64,
     /// The time of the uploads to the run's store that ended since the last report.
     pub checkpoint_upload_s: f64,
+    /// How long this report waited for an earlier checkpoint's background upload.
+    pub checkpoint_wait_s: f64,
 }
 
 impl From<&crate::proto::RankTimes> for RunFigures {
@@ -67,6 +75,7 @@ impl From<&crate::proto::RankTimes> for RunFigures {
             checkpoint_bytes: t.checkpoint_bytes as f64,
             checkpoint_write_s: t.checkpoint_write_s,
             checkpoint_upload_s: t.checkpoint_upload_s,
+            checkpoint_wait_s: t.checkpoint_wait_s,
         }
     }
 }
@@ -75,7 +84,7 @@ impl From<&crate::proto::RankTimes> for RunFigures {
 /// the checkpoint's where the report carries one, the uploads' where some ended. A metric the
 /// train function reported under one of these names is kept as it reported it.
 pub fn add_run_figures(metrics: &mut Metrics, f: &RunFigures) {
-    let [report, bytes, write, upload] = RUN_METRICS;
+    let [report, bytes, write, upload, wait] = RUN_METRICS;
     metrics.entry(report.into()).or_insert(f.report_s);
     if f.checkpoint_bytes > 0.0 {
         metrics.entry(bytes.into()).or_insert(f.checkpoint_bytes);
@@ -84,16 +93,20 @@ pub fn add_run_figures(metrics: &mut Metrics, f: &RunFigures) {
     if f.checkpoint_upload_s > 0.0 {
         metrics.entry(upload.into()).or_insert(f.checkpoint_upload_s);
     }
+    if f.checkpoint_wait_s > 0.0 {
+        metrics.entry(wait.into()).or_insert(f.checkpoint_wait_s);
+    }
 }
 
 /// Rank 0's figures around its steps, as [`add_run_figures`] wrote them (0 where absent).
 pub fn run_figures(metrics: &Metrics) -> RunFigures {
-    let [report, bytes, write, upload] = RUN_METRICS.map(|k| metrics.get(k).copied());
+    let [report, bytes, write, upload, wait] = RUN_METRICS.map(|k| metrics.get(k).copied());
     RunFigures {
         report_s: report.unwrap_or(0.0),
         checkpoint_bytes: bytes.unwrap_or(0.0),
         checkpoint_write_s: write.unwrap_or(0.0),
         checkpoint_upload_s: upload.unwrap_or(0.0),
+        checkpoint_wait_s: wait.unwrap_or(0.0),
     }
 }
 
@@ -429,6 +442,7 @@ mod tests {
             checkpoint_bytes: 2048.0,
             checkpoint_write_s: 0.25,
             checkpoint_upload_s: 0.0,
+            checkpoint_wait_s: 0.0,
         };
         let mut metrics = Metrics::from([("loss".to_string(), 0.1)]);
         add_run_figures(&mut metrics, &run);

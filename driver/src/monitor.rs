@@ -36,12 +36,13 @@
 //! | `rtune_report_blocked_seconds_total` | counter | | time `report` kept train functions waiting (for their peers and the driver) |
 //! | `rtune_checkpoints_total` | counter | | checkpoints reported |
 //! | `rtune_checkpoint_bytes_total` | counter | | their bytes |
-//! | `rtune_checkpoint_seconds_total` | counter | `phase` | train functions' time writing them (`write`), and uploads' to the store (`upload`) |
+//! | `rtune_checkpoint_seconds_total` | counter | `phase` | train functions' time writing them (`write`), uploads' to the store (`upload`), and reports' waiting for an earlier upload (`wait`: uploads behind the checkpoints) |
 //! | `rtune_callback_backlog` | gauge | `callback` | events a callback has yet to send (MLflow's) |
 //!
 //! The per-rank and per-trial series ride on the results (the rows' `time_step_s`,
 //! `time_data_s`, `time_collective_s`, and with several ranks `ranks/R/..`; `time_report_s`,
-//! `checkpoint_bytes`, `time_checkpoint_write_s`, `time_checkpoint_upload_s`; an attempt's first
+//! `checkpoint_bytes`, `time_checkpoint_write_s`, `time_checkpoint_upload_s`,
+//! `time_checkpoint_wait_s`; an attempt's first
 //! row's `group_attempt` and `time_group_*_s`; `world_size` and `group_resizes`); a trial's
 //! series leave the endpoint when it ends, so their number stays that of the running trials'.
 
@@ -262,12 +263,13 @@ impl Monitor {
         let checkpoints = registered(r, "checkpoints", "Checkpoints reported", Counter::default());
         let what = "The bytes of the checkpoints reported";
         let checkpoint_bytes = registered(r, "checkpoint_bytes", what, Counter::default());
-        let what = "Time writing checkpoints (write) and uploading them (upload), in seconds";
+        let what = "Time writing checkpoints (write), uploading them (upload), and reports \
+                    waiting for an earlier upload (wait), in seconds";
         let checkpoint_seconds: Family<PhaseLabel, FloatCounter> =
             registered(r, "checkpoint_seconds", what, Family::default());
         let what = "Events a callback has yet to send";
         let backlog = registered(r, "callback_backlog", what, Family::default());
-        for phase in ["write", "upload"] {
+        for phase in ["write", "upload", "wait"] {
             checkpoint_seconds.get_or_create(&PhaseLabel { phase }).inc_by(0.0);
         }
         // Every status and decision is a series from the start (at 0), not from its first.
@@ -424,6 +426,8 @@ impl Monitor {
         }
         for (phase, seconds) in
             [("write", run.checkpoint_write_s), ("upload", run.checkpoint_upload_s)]
+                .into_iter()
+                .chain([("wait", run.checkpoint_wait_s)])
         {
             if counted(seconds) {
                 inner.checkpoint_seconds.get_or_create(&PhaseLabel { phase }).inc_by(seconds);
@@ -816,6 +820,7 @@ mod tests {
             checkpoint_bytes: 1000.0,
             checkpoint_write_s: 0.5,
             checkpoint_upload_s: 0.75,
+            checkpoint_wait_s: 0.125,
         };
         let mut second = times(0.31);
         for result in [&mut first, &mut second] {
@@ -839,6 +844,7 @@ mod tests {
             "rtune_checkpoint_bytes_total 2000\n",
             "rtune_checkpoint_seconds_total{phase=\"write\"} 1.0\n",
             "rtune_checkpoint_seconds_total{phase=\"upload\"} 1.5\n",
+            "rtune_checkpoint_seconds_total{phase=\"wait\"} 0.25\n",
             "rtune_callback_backlog{callback=\"behind\"} 7\n",
             "rtune_rank_step_seconds_count{trial=\"b\",rank=\"1\"} 2\n",
             "rtune_rank_step_seconds_bucket{le=\"0.5\",trial=\"b\",rank=\"0\"} 2\n",

@@ -76,6 +76,8 @@ pub struct TrainContext<'a> {
     sharding: Option<super::Sharding>,
     /// Background uploads not yet reported done: each checkpoint's name and its upload.
     uploads: Vec<(String, std::thread::JoinHandle<Result<()>>)>,
+    /// Whether a report has waited for an upload yet (said once in the log).
+    said_uploads_behind: bool,
     link: &'a mut DriverLink,
     /// When the train function's current step began: the last report's return (or its start).
     step_began: std::time::Instant,
@@ -107,6 +109,7 @@ impl<'a> TrainContext<'a> {
             scratch: parts.scratch,
             sharding: parts.sharding,
             uploads: Vec::new(),
+            said_uploads_behind: false,
             link: parts.link,
             step_began: std::time::Instant::now(),
         }
@@ -284,6 +287,8 @@ impl<'a> TrainContext<'a> {
         if let Some(writer) = checkpoint.as_mut().filter(|w| w.is_sharded()) {
             self.join_shards(writer, &checkpoint_name(iteration, self.link.attempt()))?;
         }
+        // Background uploads that a report had to wait for (see below).
+        let mut waited = Vec::new();
         let committed = match checkpoint {
             Some(writer) if self.world_rank() == 0 => {
                 // The fitted preprocessor travels with the weights (prediction applies it).
@@ -310,6 +315,20 @@ impl<'a> TrainContext<'a> {
                         false => Ok(()),
                     }
                 };
+                // One background upload in flight at most: uploads that cannot keep up with
+                // the checkpoints hold the report back rather than pile up (said once).
+                let behind = self.uploads.iter().any(|(_, upload)| !upload.is_finished());
+                if self.store.is_some() && self.upload_async && behind {
+                    if !self.said_uploads_behind {
+                        tracing::warn!(
+                            "checkpoint uploads cannot keep up: reports wait for the previous \
+                             checkpoint's upload (checkpoint less often, or give the store more \
+                             connections)"
+                        );
+                        self.said_uploads_behind = true;
+                    }
+                    waited = super::timing::upload_wait(|| self.uploads_done(true))?;
+                }
                 match &self.store {
                     Some(store) if self.upload_async => {
                         let (store, dir) = (store.clone(), self.run_dir.join(&name));
@@ -330,7 +349,8 @@ impl<'a> TrainContext<'a> {
             }
             _ => String::new(),
         };
-        let uploaded = self.uploads_done(false)?;
+        let mut uploaded = waited;
+        uploaded.extend(self.uploads_done(false)?);
         let mut times = super::timing::take(self.step_began);
         if let tch::Device::Cuda(ordinal) = self.device {
             super::timing::gpu(&mut times, ordinal);

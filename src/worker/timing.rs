@@ -19,6 +19,7 @@ static REPORT_NS: AtomicU64 = AtomicU64::new(0);
 static CHECKPOINT_BYTES: AtomicU64 = AtomicU64::new(0);
 static CHECKPOINT_WRITE_NS: AtomicU64 = AtomicU64::new(0);
 static UPLOAD_NS: AtomicU64 = AtomicU64::new(0);
+static UPLOAD_WAIT_NS: AtomicU64 = AtomicU64::new(0);
 
 /// `RTUNE_RANK_TIMES=0` in the driver's environment turns the ranks' timers off (no data-wait,
 /// collective, report or upload figures), to measure what they cost (`bench/ddp_timers.sh`); on
@@ -64,6 +65,11 @@ pub(crate) fn upload<T>(f: impl FnOnce() -> T) -> T {
     timed(&UPLOAD_NS, f)
 }
 
+/// `f`, a report's wait for an earlier checkpoint's background upload.
+pub(crate) fn upload_wait<T>(f: impl FnOnce() -> T) -> T {
+    timed(&UPLOAD_WAIT_NS, f)
+}
+
 /// The checkpoint the next report carries: `bytes`, written since `created`.
 pub(crate) fn checkpoint(bytes: u64, created: Instant) {
     CHECKPOINT_BYTES.store(bytes, Relaxed);
@@ -82,6 +88,7 @@ pub(crate) fn take(step_began: Instant) -> RankTimes {
         checkpoint_bytes: CHECKPOINT_BYTES.swap(0, Relaxed),
         checkpoint_write_s: seconds(&CHECKPOINT_WRITE_NS),
         checkpoint_upload_s: seconds(&UPLOAD_NS),
+        checkpoint_wait_s: seconds(&UPLOAD_WAIT_NS),
         // Set by `gpu` for a GPU rank.
         gpu_utilization: 0.0,
         gpu_memory_bytes: 0,

@@ -20,6 +20,7 @@ mod libtorch;
 mod monitoring;
 mod mutations;
 mod predict;
+mod relay;
 mod shared_nothing;
 mod staging;
 mod stale_writer;

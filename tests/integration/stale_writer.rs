@@ -2,124 +2,19 @@
 //! the network while its worker died, delivered after the next attempt recorded its own
 //! checkpoint of the same iteration) writes nothing the trial recorded.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use rtune::ResultGrid;
 
 use crate::common::{text, wait_for};
+use crate::relay::{Action, Relay};
 use crate::storage::S3Server;
 
 const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
-
-/// A relay in front of the S3 server that holds the first request whose request line holds
-/// `trigger` (read whole, passed on to nobody) until [`release`](Holdup::release), then
-/// delivers it to the server; every other request passes.
-struct Holdup {
-    endpoint: String,
-    held: Arc<AtomicBool>,
-    released: Arc<AtomicBool>,
-    /// The server's answer to the held request once delivered (its status line).
-    answer: Arc<Mutex<Option<String>>>,
-}
-
-impl Holdup {
-    fn start(server: &S3Server, trigger: &str) -> Result<Holdup> {
-        let upstream = server.endpoint.trim_start_matches("http://").to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let endpoint = format!("http://{}", listener.local_addr()?);
-        let (held, released) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let answer = Arc::new(Mutex::new(None));
-        let (h, r, a, trigger) =
-            (held.clone(), released.clone(), answer.clone(), trigger.to_owned());
-        std::thread::spawn(move || {
-            for client in listener.incoming().flatten() {
-                let Ok(server) = TcpStream::connect(&upstream) else { continue };
-                let (h, r, a, trigger) = (h.clone(), r.clone(), a.clone(), trigger.clone());
-                std::thread::spawn(move || relay(client, server, &trigger, &h, &r, &a));
-            }
-        });
-        Ok(Holdup { endpoint, held, released, answer })
-    }
-
-    fn held(&self) -> bool {
-        self.held.load(Ordering::SeqCst)
-    }
-
-    fn release(&self) {
-        self.released.store(true, Ordering::SeqCst);
-    }
-
-    fn answer(&self) -> Option<String> {
-        self.answer.lock().unwrap().clone()
-    }
-}
-
-/// Passes `client`'s requests to `server` one at a time and the answers back; holds the first
-/// request (of all connections) that names `trigger` until `released`.
-fn relay(
-    client: TcpStream,
-    mut server: TcpStream,
-    trigger: &str,
-    held: &AtomicBool,
-    released: &AtomicBool,
-    answer: &Mutex<Option<String>>,
-) {
-    let mut requests = BufReader::new(client.try_clone().unwrap());
-    let (mut back, mut to_client) = (server.try_clone().unwrap(), client);
-    let answers = std::thread::spawn(move || std::io::copy(&mut back, &mut to_client));
-    while let Some(request) = read_request(&mut requests) {
-        let line = String::from_utf8_lossy(&request[..request.len().min(300)]).into_owned();
-        let hold = line.lines().next().is_some_and(|l| l.contains(trigger))
-            && !held.swap(true, Ordering::SeqCst);
-        if !hold {
-            if server.write_all(&request).is_err() {
-                return;
-            }
-            continue;
-        }
-        while !released.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Delivered late, on a connection of its own; the answer is kept.
-        let Ok(mut late) = TcpStream::connect(server.peer_addr().unwrap()) else { return };
-        let _ = late.write_all(&request);
-        let mut status = String::new();
-        let _ = BufReader::new(late).read_line(&mut status);
-        *answer.lock().unwrap() = Some(status.trim().to_owned());
-        return;
-    }
-    drop(answers);
-}
-
-/// One HTTP/1.1 request, whole (its head and its `Content-Length` of body); None at the end.
-fn read_request(from: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
-    let mut request = Vec::new();
-    let mut length = 0;
-    loop {
-        let mut line = Vec::new();
-        if from.read_until(b'\n', &mut line).ok()? == 0 {
-            return None;
-        }
-        let text = String::from_utf8_lossy(&line).to_ascii_lowercase();
-        if let Some(value) = text.strip_prefix("content-length:") {
-            length = value.trim().parse().ok()?;
-        }
-        request.extend_from_slice(&line);
-        if line == b"\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0; length];
-    from.read_exact(&mut body).ok()?;
-    request.extend_from_slice(&body);
-    Some(request)
-}
 
 /// A trial's rank 0 is killed while the upload of its third checkpoint is held in the network;
 /// the retry goes on from the second and records its own third; then the held upload lands.
@@ -129,7 +24,15 @@ fn read_request(from: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
 pub fn a_dead_attempts_late_upload_replaces_no_recorded_checkpoint() -> Result<()> {
     let server = S3Server::start()?;
     server.boto3("s3.create_bucket(Bucket='exp')")?;
-    let proxy = Holdup::start(&server, "/checkpoint_000003/state.bin ")?;
+    // The first upload of the third checkpoint's file is held in the network.
+    let held = Arc::new(AtomicBool::new(false));
+    let hold = held.clone();
+    let proxy = Relay::start(&server, move |line| {
+        match line.contains("/checkpoint_000003/state.bin ") && !hold.swap(true, Ordering::SeqCst) {
+            true => Action::Hold,
+            false => Action::Pass,
+        }
+    })?;
     let dir = tempfile::tempdir()?;
     let staging = dir.path().join("staging");
     let file = dir.path().join("late.toml");
@@ -170,7 +73,7 @@ store = {{ endpoint = "{}" }}
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    wait_for(Duration::from_secs(60), || Ok(proxy.held()))?;
+    wait_for(Duration::from_secs(60), || Ok(held.load(Ordering::SeqCst)))?;
     // Rank 0 (each row names its process) dies with its upload in flight.
     let experiment = staging.join("exp/stale/late");
     let rows = std::fs::read_dir(&experiment)?

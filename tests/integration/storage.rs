@@ -414,12 +414,24 @@ pub fn bad_store_urls_are_refused_before_anything_runs() -> Result<()> {
 
 /// `upload = "async"`: reports go on while checkpoints upload, and each is recorded once it is
 /// whole in the store: every trial ends with its kept checkpoints recorded and in the store,
-/// uploaded by its rank, its rows complete.
+/// uploaded by its rank, its rows complete. The checkpoints' uploads go through a slow link
+/// (each request 0.2 s), slower than the checkpoints come: a report waits for the upload
+/// before it rather than queue a second, which each rank says once.
 pub fn async_uploads_record_checkpoints_once_they_are_in_the_store() -> Result<()> {
+    use crate::relay::{Action, Relay};
     let server = S3Server::start()?;
     server.boto3("s3.create_bucket(Bucket='exp')")?;
+    let slow = Relay::start(&server, |line| match line.contains("/checkpoint_") {
+        true => Action::Delay(Duration::from_millis(200)),
+        false => Action::Pass,
+    })?;
     let dir = tempfile::tempdir()?;
     let file = sweep_file_uploading(dir.path(), "s3://exp/async", 0.0, "async")?;
+    let text_with_store = std::fs::read_to_string(&file)?.replace(
+        "sync_period_s = 0.2",
+        &format!("sync_period_s = 0.2\nstore = {{ endpoint = \"{}\" }}", slow.endpoint),
+    );
+    std::fs::write(&file, text_with_store)?;
     let staging = dir.path().join("staging");
     let out = rtune(&server, &staging, &["run", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));
@@ -456,6 +468,9 @@ pub fn async_uploads_record_checkpoints_once_they_are_in_the_store() -> Result<(
         let named: usize =
             rows.iter().filter_map(|r| r["checkpoints_uploaded"].as_array()).map(Vec::len).sum();
         ensure!(named == 6, "{} checkpoints named as uploaded: {rows:?}", named);
+        let log = std::fs::read_to_string(t.path().join("logs/rank_0.stderr"))?;
+        let said = log.matches("checkpoint uploads cannot keep up").count();
+        ensure!(said == 1, "{}: said {said} times:\n{log}", t.trial_id());
     }
     Ok(())
 }

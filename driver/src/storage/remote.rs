@@ -264,11 +264,23 @@ impl Remote {
     /// driver's lease) stay in the store. ([`staging::download_lazy`](super::staging) leaves
     /// checkpoints in the store.)
     pub async fn download(&self, local: &Path) -> Result<usize> {
+        self.download_where(local, |_| true).await
+    }
+
+    /// [`download`](Self::download) of the objects `wanted` picks by their path (asked only of
+    /// those this folder lacks or holds older copies of), side by side.
+    pub(crate) async fn download_where(
+        &self,
+        local: &Path,
+        mut wanted: impl FnMut(&str) -> bool,
+    ) -> Result<usize> {
         let permits = self.permits();
         let mut fetches = tokio::task::JoinSet::new();
         for (relative, (size, written)) in self.list().await? {
             let target = local.join(&relative);
-            if relative.split('/').any(|part| part.starts_with('.')) || is_current(&target, written)
+            if relative.split('/').any(|part| part.starts_with('.'))
+                || is_current(&target, written)
+                || !wanted(&relative)
             {
                 continue;
             }
@@ -307,13 +319,19 @@ impl Remote {
         Ok(true)
     }
 
-    /// Whether this folder holds the object `relative`.
-    pub async fn holds(&self, relative: &str) -> Result<bool> {
+    /// The size of the object `relative` in this folder and when it was written (milliseconds
+    /// since the epoch); None when there is none.
+    pub async fn head(&self, relative: &str) -> Result<Option<(u64, i64)>> {
         match self.store.head(&self.key(relative)).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Ok(meta) => Ok(Some((meta.size, meta.last_modified.timestamp_millis()))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.failed("head", e)),
         }
+    }
+
+    /// Whether this folder holds the object `relative`.
+    pub async fn holds(&self, relative: &str) -> Result<bool> {
+        Ok(self.head(relative).await?.is_some())
     }
 
     /// Deletes every object under this folder (rtune's own too).
@@ -754,71 +772,6 @@ pub(crate) fn uploaded_to(dir: &Path) -> Option<String> {
 /// Marks the checkpoint folder `dir` as whole in the store at `url` (the mirror leaves it be).
 pub(crate) fn mark_uploaded(dir: &Path, url: &str) -> Result<()> {
     crate::storage::atomic_write(&dir.join(UPLOADED), url.as_bytes())
-}
-
-/// In a staging copy: the URL of the experiment it mirrors (a dot name: never uploaded).
-pub(crate) const MARK: &str = ".rtune_remote";
-
-/// Notes in the staging copy `local` that it mirrors `remote`.
-pub fn mark(local: &Path, remote: &Remote) -> Result<()> {
-    std::fs::create_dir_all(local).at(local)?;
-    crate::storage::atomic_write(&local.join(MARK), remote.url.as_bytes())
-}
-
-/// The experiment on a store that the staging copy `local` mirrors, if it is one.
-pub fn marked(local: &Path) -> Option<Result<Remote>> {
-    let url = std::fs::read_to_string(local.join(MARK)).ok()?;
-    Some(Remote::parse(url.trim()))
-}
-
-/// One object (a file) on a store: the folder that holds it, and its name there.
-fn split_object(url: &str) -> Result<(Remote, String)> {
-    match url.rsplit_once('/') {
-        Some((folder, name)) if !name.is_empty() && folder.len() > SCHEME.len() => {
-            Ok((Remote::parse(folder)?, name.to_owned()))
-        }
-        _ => {
-            Err(Error::config("store URL", format!("{url} names no file (s3://bucket/path/file)")))
-        }
-    }
-}
-
-/// The file `path` on this machine: itself, or, for an `s3://` URL of one object, its staging
-/// copy, fetched unless the copy is as new as the object (another process of this machine may
-/// have fetched it first: each writes its own temporary file and renames it).
-pub fn staged_file(path: &Path) -> Result<PathBuf> {
-    let Some(url) = path.to_str().filter(|_| is_url(path)) else {
-        return Ok(crate::config::expand_home(path));
-    };
-    let (folder, name) = split_object(url)?;
-    let local = folder.staging().join(&name);
-    blocking(async {
-        let meta = folder.store.head(&folder.key(&name)).await.map_err(|e| match e {
-            object_store::Error::NotFound { .. } => Error::Data(format!("{url} does not exist")),
-            e => folder.failed("head", e),
-        })?;
-        let written = meta.last_modified.timestamp_millis();
-        folder.fetch_if_newer(&name, meta.size, written, &local).await.map(drop)
-    })?;
-    Ok(local)
-}
-
-/// Where the object at `url` is staged on this machine.
-pub fn staged_object_path(url: &str) -> Result<PathBuf> {
-    let (folder, name) = split_object(url)?;
-    Ok(folder.staging().join(name))
-}
-
-/// Whether the object at `url` exists.
-pub fn object_exists(url: &str) -> Result<bool> {
-    let (folder, name) = split_object(url)?;
-    blocking(folder.holds(&name))
-}
-
-/// Uploads the file `file` as the object at `url`.
-pub fn put_object(url: &str, file: &Path) -> Result<()> {
-    let (folder, name) = split_object(url)?;
-    blocking(folder.upload(&name, file))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! `.uploaded` naming where it is whole), and [`fetch_stub`] brings the rest down when
 //! something reads its files (a resumed rank, an export, a predictor, PBT's exploit outside the
 //! store). The driver records the checkpoints that ranks working away from its files uploaded
-//! the same way. The mirror ([`Syncer`](super::remote::Syncer)) neither uploads a stub nor
+//! the same way. The mirror ([`Syncer`](super::sync::Syncer)) neither uploads a stub nor
 //! deletes the store's files of one.
 //!
 //! The copies are a cache: [`prune`] keeps them within a budget, least recently used first,
@@ -20,7 +20,7 @@ use crate::error::{Error, IoContext, Result};
 
 use super::checkpoint::METADATA_FILE;
 use super::remote::{
-    MARK, Remote, blocking, is_current, is_url, mark, mark_uploaded, split_checkpoint, uploaded_to,
+    Remote, SCHEME, blocking, is_url, mark_uploaded, split_checkpoint, uploaded_to,
 };
 
 /// In a checkpoint folder: only its `metadata.json` is here, the rest is in the store where
@@ -29,6 +29,21 @@ const STUB: &str = ".stub";
 
 /// Locked while a stub is fetched, so that the ranks of one machine fetch it once.
 const FETCH_LOCK: &str = ".fetch.lock";
+
+/// In a staging copy: the URL of the experiment it mirrors (a dot name: never uploaded).
+pub(crate) const MARK: &str = ".rtune_remote";
+
+/// Notes in the staging copy `local` that it mirrors `remote`.
+pub fn mark(local: &Path, remote: &Remote) -> Result<()> {
+    std::fs::create_dir_all(local).at(local)?;
+    crate::storage::atomic_write(&local.join(MARK), remote.url().as_bytes())
+}
+
+/// The experiment on a store that the staging copy `local` mirrors, if it is one.
+pub fn marked(local: &Path) -> Option<Result<Remote>> {
+    let url = std::fs::read_to_string(local.join(MARK)).ok()?;
+    Some(Remote::parse(url.trim()))
+}
 
 /// The folder to read `path` from: itself, or, for an `s3://` URL, its staging copy brought up
 /// to date from the store first, its checkpoints as stubs.
@@ -56,24 +71,16 @@ pub fn local_copy(path: &Path) -> Result<PathBuf> {
 /// [`Remote::download`], but of each checkpoint only its `metadata.json`: one that lacks the
 /// rest here (or holds older copies) is left a stub. Returns how many files were fetched.
 pub(crate) async fn download_lazy(remote: &Remote, local: &Path) -> Result<usize> {
-    let mut fetched = 0;
     let mut stubs = std::collections::BTreeSet::new();
-    for (relative, (size, written)) in remote.list().await? {
-        if relative.split('/').any(|part| part.starts_with('.')) {
-            continue;
-        }
-        let target = local.join(&relative);
-        match split_checkpoint(&relative) {
+    let fetched = remote
+        .download_where(local, |relative| match split_checkpoint(relative) {
             Some((folder, file)) if file != METADATA_FILE => {
-                if !is_current(&target, written) {
-                    stubs.insert(folder.to_owned());
-                }
+                stubs.insert(folder.to_owned());
+                false
             }
-            _ => {
-                fetched += remote.fetch_if_newer(&relative, size, written, &target).await? as usize
-            }
-        }
-    }
+            _ => true,
+        })
+        .await?;
     for folder in stubs {
         let dir = local.join(&folder);
         if dir.join(METADATA_FILE).is_file() {
@@ -136,6 +143,54 @@ impl crate::outcome::Checkpoint {
         fetch_stub(self.path())?;
         Ok(self.path())
     }
+}
+
+/// One object (a file) on a store: the folder that holds it, and its name there.
+fn split_object(url: &str) -> Result<(Remote, String)> {
+    match url.rsplit_once('/') {
+        Some((folder, name)) if !name.is_empty() && folder.len() > SCHEME.len() => {
+            Ok((Remote::parse(folder)?, name.to_owned()))
+        }
+        _ => {
+            Err(Error::config("store URL", format!("{url} names no file (s3://bucket/path/file)")))
+        }
+    }
+}
+
+/// The file `path` on this machine: itself, or, for an `s3://` URL of one object, its staging
+/// copy, fetched unless the copy is as new as the object (another process of this machine may
+/// have fetched it first: each writes its own temporary file and renames it).
+pub fn staged_file(path: &Path) -> Result<PathBuf> {
+    let Some(url) = path.to_str().filter(|_| is_url(path)) else {
+        return Ok(crate::config::expand_home(path));
+    };
+    let (folder, name) = split_object(url)?;
+    let local = folder.staging().join(&name);
+    blocking(async {
+        let Some((size, written)) = folder.head(&name).await? else {
+            return Err(Error::Data(format!("{url} does not exist")));
+        };
+        folder.fetch_if_newer(&name, size, written, &local).await.map(drop)
+    })?;
+    Ok(local)
+}
+
+/// Where the object at `url` is staged on this machine.
+pub fn staged_object_path(url: &str) -> Result<PathBuf> {
+    let (folder, name) = split_object(url)?;
+    Ok(folder.staging().join(name))
+}
+
+/// Whether the object at `url` exists.
+pub fn object_exists(url: &str) -> Result<bool> {
+    let (folder, name) = split_object(url)?;
+    blocking(folder.holds(&name))
+}
+
+/// Uploads the file `file` as the object at `url`.
+pub fn put_object(url: &str, file: &Path) -> Result<()> {
+    let (folder, name) = split_object(url)?;
+    blocking(folder.upload(&name, file))
 }
 
 /// Where staging copies live on this machine.

@@ -159,7 +159,7 @@ fn places(path: &Path) -> Result<(PathBuf, Option<Remote>)> {
         }
         None => {
             let dir = crate::config::expand_home(path);
-            let store = remote::marked(&dir).transpose()?;
+            let store = crate::storage::staging::marked(&dir).transpose()?;
             Ok((dir, store))
         }
     }

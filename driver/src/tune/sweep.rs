@@ -146,7 +146,7 @@ impl Sweep {
         let Some(remote) = Remote::of_run(&self.run) else { return self.run_here(driver).await };
         let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned());
         let remote = remote?.join(&name.unwrap_or_default());
-        crate::storage::remote::mark(&self.path, &remote)?;
+        crate::storage::staging::mark(&self.path, &remote)?;
         super::experiment::prune_staging(&self.path);
         let syncer = Arc::new(tokio::sync::Mutex::new(Syncer::new(remote, self.path.clone())));
         let period = self.run.sync_period.max(Duration::from_millis(100));

@@ -162,7 +162,7 @@ impl Tuner {
         let mut run = run.unwrap_or_else(|| trainer.run().clone());
         if let Some((path, _)) = &restoring {
             run.name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-            run.storage_path = match crate::storage::remote::marked(path) {
+            run.storage_path = match crate::storage::staging::marked(path) {
                 // A staging copy goes on mirroring to its store.
                 Some(remote) => {
                     let url = remote?.url().to_owned();

@@ -138,7 +138,7 @@ impl BatchPredictor {
         let format = FileFormat::of_output(output)?;
         let store_output = output.to_str().filter(|_| remote::is_url(output));
         let exists = match store_output {
-            Some(url) => remote::object_exists(url)?,
+            Some(url) => staging::object_exists(url)?,
             None => output.exists(),
         };
         if exists {
@@ -149,7 +149,7 @@ impl BatchPredictor {
         }
         let local_output = match store_output {
             Some(url) => {
-                let path = remote::staged_object_path(url)?;
+                let path = staging::staged_object_path(url)?;
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent).at(parent)?;
                 }
@@ -158,7 +158,7 @@ impl BatchPredictor {
             None => output.to_owned(),
         };
         let model = staging::local_copy(&self.model)?;
-        let local_input = remote::staged_file(input)?;
+        let local_input = staging::staged_file(input)?;
         let tmp = temp_path(&local_output, "partial")?;
         let done = match &self.workers {
             None => self.predict_here(&model, &local_input, &tmp, format),
@@ -168,7 +168,7 @@ impl BatchPredictor {
         };
         let done = done.and_then(|done| {
             match store_output {
-                Some(url) => remote::put_object(url, &tmp)?,
+                Some(url) => staging::put_object(url, &tmp)?,
                 None => std::fs::rename(&tmp, output).at(output)?,
             }
             Ok(done)
@@ -378,7 +378,7 @@ fn predict_into(
 fn predict_rank(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let p = ctx.params();
     let model_dir = staging::local_copy(Path::new(&p.get::<String>("model")?))?;
-    let input = remote::staged_file(Path::new(&p.get::<String>("input")?))?;
+    let input = staging::staged_file(Path::new(&p.get::<String>("input")?))?;
     let parts = PathBuf::from(p.get::<String>("parts")?);
     let no_header = p.get::<bool>("no_header")?;
     let batch_rows = p.get::<usize>("batch_rows")?;

@@ -400,11 +400,19 @@ fn render_log(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Option
     );
 }
 
-/// A line per rank of a trial with several (a straggler in yellow), and one where its ranks
-/// wait for data too long; none otherwise.
+/// A line per rank of a trial with several (a straggler in yellow), one where its ranks wait
+/// for data too long, and one where its checkpoints' uploads are behind (its latest report
+/// waited for the previous one's); none otherwise.
 fn rank_lines(last: &rtune_searchers::Metrics) -> Vec<Line<'static>> {
-    let Some(ranks) = crate::inspect::ranks(std::slice::from_ref(last)) else { return Vec::new() };
     let mut lines = Vec::new();
+    let wait = rtune_driver::metrics::run_figures(last).checkpoint_wait_s;
+    if wait > 0.0 {
+        let text = format!(
+            "uploads behind: the latest report waited {wait:.3}s for the previous checkpoint's"
+        );
+        lines.push(Line::styled(text, Style::default().fg(Color::Yellow)));
+    }
+    let Some(ranks) = crate::inspect::ranks(std::slice::from_ref(last)) else { return lines };
     if ranks.ranks.len() > 1 {
         for (rank, r) in ranks.ranks.iter().enumerate() {
             let text = format!(
@@ -475,4 +483,21 @@ fn render_scheduler(frame: &mut Frame<'_>, area: Rect, status: &SchedulerStatus)
         Paragraph::new(text).block(Block::default().borders(Borders::ALL).title(title)),
         area,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    /// A trial whose latest report waited for an earlier upload says its uploads are behind;
+    /// one whose did not says nothing of them.
+    #[test]
+    fn uploads_behind_are_said() {
+        let said = |metrics: &[(&str, f64)]| {
+            let last = metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            super::rank_lines(&last).iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n")
+        };
+        let behind = said(&[("time_step_s", 0.5), ("time_checkpoint_wait_s", 1.25)]);
+        assert!(behind.contains("uploads behind") && behind.contains("1.250s"), "{behind}");
+        let keeping_up = said(&[("time_step_s", 0.5), ("time_checkpoint_upload_s", 1.25)]);
+        assert!(!keeping_up.contains("uploads behind"), "{keeping_up}");
+    }
 }
