@@ -2,8 +2,10 @@
 """rtune's benchmark suite: every speed figure the README claims, measured side by side with its
 baseline, written to bench-report.md and bench-report.json.
 
-    make bench          # the full suite (about 25 minutes on 2 cores once built)
-    make bench-quick    # smaller workloads, under 5 minutes once built
+    make bench          # the full suite (about 25 minutes on 2 cores once built, and group
+                        # 10 about 30 minutes a round more: 1 GiB and 4 GiB checkpoints through
+                        # a capped link, some clients on one connection)
+    make bench-quick    # smaller workloads, under 5 minutes once built (group 10: about 10)
     python3 bench/suite.py [--quick] [--runs N] [--only GROUP[,GROUP]] [--out DIR]
 
 Every figure is the median of at least 5 runs, with its min and max. The suite runs in rounds:
@@ -54,7 +56,8 @@ def run(cmd, env=None, timeout=1800):
     if p.returncode != 0:
         tail = (p.stdout + p.stderr)[-3000:]
         raise RuntimeError(f"`{' '.join(cmd)}` exited {p.returncode}:\n{tail}")
-    log(f"    {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}: {time.time() - started:.1f} s")
+    shown = ["<script>" if "\n" in a else a for a in cmd[:6]]
+    log(f"    {' '.join(shown)}{' ...' if len(cmd) > 6 else ''}: {time.time() - started:.1f} s")
     return p.stdout
 
 
@@ -530,10 +533,16 @@ def store_server():
     ports = {k: free_port() for k in ("s3", "master", "volume", "filer")}
     data = tempfile.mkdtemp(prefix="rtune-bench-s3-")
     weed = os.path.join(ROOT, ".venv", "bin", "weed")
+    # Its Iceberg and Lance listeners (fixed ports 8181 and 9101 by default) off: unused, and a
+    # second server on the machine would fail on them. Room for 100 volumes, not 8: a bucket
+    # takes 7 when first written, and group 10 deletes and recreates one for every upload (a
+    # deleted bucket's volumes come free a heartbeat later; with 8, PutObject failed with
+    # InternalError after a few). Volumes are not preallocated: they cost no disk until written.
     proc = subprocess.Popen(
         [weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-s3", f"-s3.port={ports['s3']}",
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
-         f"-filer.port={ports['filer']}"],
+         f"-filer.port={ports['filer']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+         "-volume.max=100"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     atexit.register(lambda: (proc.kill(), shutil.rmtree(data, ignore_errors=True)))
     endpoint = f"http://127.0.0.1:{ports['s3']}"
@@ -557,84 +566,328 @@ def store_env(endpoint):
             "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-# Anonymous: SeaweedFS refuses pyarrow's signed UploadPart without configured identities (rtune
-# and the AWS CLI sign every request), so pyarrow is spared the signing work here.
+# The object-storage group (10) reaches the S3 server through bench/throttle, a TCP proxy that
+# caps each connection's rate in each direction and adds a round-trip delay, as the network to a
+# remote store would: a client's figure is then its own (how many connections it keeps busy, and
+# what each request costs it), not the server's. The server shares this machine's two cores
+# with the client and the proxy, so the caps sit below what it can do. Measured here on
+# 2026-11-28 (load average 1-3), 16 curls at a time, unthrottled: SeaweedFS serves downloads at
+# 450-675 MB/s (4 MiB objects) to 980-2,400 MB/s (64 MiB ones), but takes uploads at only
+# 105-130 MB/s (4 MiB) to 90-250 MB/s (64 MiB); the AWS CLI's own upload, unthrottled, 105-225
+# MB/s. So one cap for both directions cannot serve: 25 MB/s a connection (400 MB/s at 16) is
+# well under the server's downloads, but uploads would meet the server's limit from 5 to 10
+# connections on, every client's default included. Downloads: 25 MB/s a connection. Uploads:
+# 8 MB/s, 64-80 MB/s at the clients' defaults (8-10 connections) and 128 MB/s at 16, about half
+# the server's rate for 16 and 64 MiB objects (the full mode's many files) and about its rate
+# for 4 MiB ones (quick). Each round measures the server unthrottled again, and a ratio to the
+# link's ceiling is against min(cap x 16 connections, that rate).
+THROTTLE_MB = 25  # MB/s per connection, server to client (downloads)
+THROTTLE_UP_MB = 8  # MB/s per connection, client to server (uploads)
+THROTTLE_DELAY_MS = 20  # round trip
+STORE_CONNECTIONS = 16  # every client's best connection count
+STORE_FILES = 64  # the files of a many-files checkpoint
+STORE_CLIENTS = {
+    "rtune": "rtune (bench_store), its default connections",
+    "rtune_16": f"rtune, {STORE_CONNECTIONS} connections",
+    "pyarrow": "pyarrow's S3FileSystem and copy_files, defaults (8 I/O threads, 1 MiB reads)",
+    "pyarrow_16": f"pyarrow, {STORE_CONNECTIONS} I/O threads and 8 MiB reads",
+    "awscli": "the AWS CLI's s3 cp, defaults (10 requests at a time, 8 MiB parts)",
+    "awscli_16": f"the AWS CLI, {STORE_CONNECTIONS} requests at a time, 16 MiB parts",
+}
+
+
+def store_link():
+    """bench/throttle in front of the S3 server (built here once, into target/throttle),
+    started once, stopped when the suite ends; its endpoint."""
+    if "link" in STORE:
+        return STORE["link"]
+    import atexit
+
+    server = store_server()
+    run(["cargo", "build", "--release", "-q", "--manifest-path",
+         os.path.join(ROOT, "bench", "throttle", "Cargo.toml"),
+         "--target-dir", os.path.join(TARGET, "throttle")])
+    proc = subprocess.Popen(
+        [os.path.join(TARGET, "throttle", "release", "throttle"), "--listen", "127.0.0.1:0",
+         "--upstream", server.removeprefix("http://"), "--rate-mb", str(THROTTLE_MB),
+         "--up-rate-mb", str(THROTTLE_UP_MB), "--delay-ms", str(THROTTLE_DELAY_MS)],
+        stdout=subprocess.PIPE, text=True)
+    atexit.register(proc.kill)
+    address = proc.stdout.readline().strip()
+    if not address:
+        raise RuntimeError("bench/throttle did not start")
+    STORE["link"], STORE["link_pid"] = f"http://{address}", proc.pid
+    return STORE["link"]
+
+
+def store_link_about(op):
+    cap = THROTTLE_UP_MB if op == "upload" else THROTTLE_MB
+    return f"through a link of {cap} MB/s per connection, {THROTTLE_DELAY_MS} ms round trip"
+
+
+def cpu_seconds(pid):
+    """User and system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def store_checkpoints(quick):
+    """The checkpoints the group moves (random bytes), created once under target/bench-store:
+    [(size's label, its words, bytes, [(label, directory)] for one file and STORE_FILES files)]."""
+    base = os.path.join(TARGET, "bench-store")
+    shutil.rmtree(os.path.join(base, "checkpoint_000001"), ignore_errors=True)  # the old layout
+    out = []
+    for mib in [256] if quick else [1024, 4096]:
+        size = f"{mib >> 10}GiB" if mib >= 1024 else f"{mib}MiB"
+        shapes = []
+        for files in (1, STORE_FILES):
+            label = f"{size}_1_file" if files == 1 else f"{size}_{files}_files"
+            directory = os.path.join(base, label)
+            names = (["model.safetensors"] if files == 1 else
+                     [f"model-{i:05}-of-{files:05}.safetensors" for i in range(1, files + 1)])
+            each = (mib << 20) // files
+            have = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+            if have != names or any(os.path.getsize(os.path.join(directory, n)) != each
+                                    for n in names):
+                log(f"    writing {directory}")
+                shutil.rmtree(directory, ignore_errors=True)
+                os.makedirs(directory)
+                for n in names:
+                    with open(os.path.join(directory, n), "wb") as f:
+                        for _ in range(each >> 20):
+                            f.write(os.urandom(1 << 20))
+            shapes.append((label, directory))
+        words = f"{mib >> 10} GiB" if mib >= 1024 else f"{mib} MiB"
+        out.append((size, words, mib << 20, shapes))
+    return out
+
+
+def store_bucket(method, bucket):
+    """Creates (PUT, empty) or deletes (DELETE) a bucket of the S3 server, unsigned. SeaweedFS
+    deletes a bucket with its objects and drops its volumes at once, freeing the disk."""
+    import urllib.error
+    import urllib.request
+
+    def call(method):
+        request = urllib.request.Request(f"{store_server()}/{bucket}", method=method)
+        urllib.request.urlopen(request, timeout=300).read()
+
+    if method == "PUT":
+        try:
+            call("DELETE")
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
+    call(method)
+
+
+def store_listed(bucket):
+    """Bytes in a bucket of the S3 server (ListObjectsV2, unsigned, up to 1,000 keys)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{store_server()}/{bucket}?list-type=2", timeout=60) as r:
+        listing = r.read().decode()
+    return sum(int(s) for s in re.findall(r"<Size>(\d+)</Size>", listing))
+
+
+def local_bytes(directory):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(directory) for f in fs)
+
+
+def store_aws_configs(base):
+    """AWS_CONFIG_FILEs for the CLI: its defaults (an empty file, so that no ~/.aws/config
+    counts), and STORE_CONNECTIONS requests at a time with 16 MiB parts."""
+    configs = {"awscli": os.path.join(base, "aws-defaults.config"),
+               "awscli_16": os.path.join(base, f"aws-{STORE_CONNECTIONS}.config")}
+    with open(configs["awscli"], "w"):
+        pass
+    with open(configs["awscli_16"], "w") as f:
+        f.write(f"[default]\ns3 =\n    max_concurrent_requests = {STORE_CONNECTIONS}\n"
+                "    multipart_chunksize = 16MB\n")
+    return configs
+
+
+# Signed, as rtune and the AWS CLI. AWS_REQUEST_CHECKSUM_CALCULATION=WHEN_REQUIRED (set in
+# store_copy): by default pyarrow 26's AWS SDK sends every part aws-chunked with a CRC trailer,
+# which SeaweedFS 4.48 refuses when signed (INVALID_ACCESS_KEY_ID on UploadPart) and, unsigned,
+# stores framing and all (a 256 MiB file came out 38,008 bytes longer). S3FileSystem has no
+# connection count: its connections follow the I/O thread pool (8 threads by default), which
+# bounds the files copy_files copies at once and the parts an upload sends at once. A file comes
+# down as one stream of ranged GETs of `chunk_size` each, one after the other.
 PYARROW_COPY = """
-import sys, time, pyarrow.fs as fs
-op, endpoint, local, remote = sys.argv[1:5]
-s3 = fs.S3FileSystem(endpoint_override=endpoint, scheme="http", anonymous=True,
-                     region="us-east-1")
+import sys, time, pyarrow, pyarrow.fs as fs
+op, endpoint, local, remote, threads, chunk = sys.argv[1:7]
+if int(threads):
+    pyarrow.set_io_thread_count(int(threads))
+options = {"chunk_size": int(chunk)} if int(chunk) else {}
+s3 = fs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1")
 began = time.time()
 if op == "upload":
     fs.copy_files(local, remote, source_filesystem=fs.LocalFileSystem(),
-                  destination_filesystem=s3)
+                  destination_filesystem=s3, use_threads=True, **options)
 else:
     fs.copy_files(remote, local, source_filesystem=s3,
-                  destination_filesystem=fs.LocalFileSystem())
+                  destination_filesystem=fs.LocalFileSystem(), use_threads=True, **options)
 print(time.time() - began)
 """
 
+# The AWS CLI in-process, timed after its start-up, as pyarrow and rtune are.
+AWSCLI_COPY = """
+import sys, time
+from awscli.clidriver import create_clidriver
+driver = create_clidriver()
+began = time.time()
+code = driver.main(sys.argv[1:])
+print(time.time() - began)
+sys.exit(code)
+"""
+
+
+def store_copy(client, op, local, remote, endpoint, aws_configs):
+    """Seconds `client` takes to copy the directory `local` up as s3://`remote`/<its name>, or
+    the objects under s3://`remote` down into `local`, through `endpoint`."""
+    env = store_env(endpoint)
+    if client.startswith("rtune"):
+        tool = os.path.join(TARGET, "release", "examples", "bench_store")
+        more = [str(STORE_CONNECTIONS)] if client == "rtune_16" else []
+        return json.loads(run([tool, op, f"s3://{remote}", local] + more, env=env))["seconds"]
+    if client.startswith("pyarrow"):
+        env["AWS_REQUEST_CHECKSUM_CALCULATION"] = "WHEN_REQUIRED"
+        threads, chunk = (STORE_CONNECTIONS, 8 << 20) if client == "pyarrow_16" else (0, 0)
+        if op == "upload":
+            paths = [local, f"{remote}/{os.path.basename(local)}"]
+        else:
+            paths = [local, remote]
+        return float(run([PYTHON, "-c", PYARROW_COPY, op, endpoint] + paths
+                         + [str(threads), str(chunk)], env=env))
+    env["AWS_CONFIG_FILE"] = aws_configs[client]
+    if op == "upload":
+        paths = [local, f"s3://{remote}/{os.path.basename(local)}"]
+    else:
+        paths = [f"s3://{remote}", local]
+    out = run([PYTHON, "-c", AWSCLI_COPY, "s3", "cp", "--recursive", "--only-show-errors",
+               "--endpoint-url", endpoint] + paths, env=env)
+    return float(out.split()[-1])
+
+
+def store_server_rate(op, directory, remote):
+    """MB/s of the S3 server itself, unthrottled: the files of `directory` put into s3://`remote`
+    (upload) or fetched from it (download), STORE_CONNECTIONS curls at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = sorted(os.listdir(directory))
+
+    def one(name):
+        url = f"{store_server()}/{remote}/{name}"
+        cmd = ["curl", "-sSf", "-H", "Expect:", "-o", "/dev/null", url]
+        if op == "upload":
+            cmd += ["-T", os.path.join(directory, name)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
+
+    began = time.time()
+    with ThreadPoolExecutor(STORE_CONNECTIONS) as pool:
+        list(pool.map(one, names))
+    return local_bytes(directory) / 1e6 / (time.time() - began)
+
+
+def store_transfer(client, op, label, directory, nbytes, aws_configs):
+    """`client` moves checkpoint `label` (`directory`, `nbytes`) through the link: up into the
+    empty bucket bench-up, or down from its reference copy into an empty directory. The bytes
+    that arrived are checked, then that copy deleted. Its seconds (as the client times itself)
+    and the wall time."""
+    down = os.path.join(TARGET, "bench-store", f"down-{client}")
+    shutil.rmtree(down, ignore_errors=True)
+    if op == "upload":
+        store_bucket("PUT", "bench-up")
+        local, remote = directory, f"bench-up/{client}"
+    else:
+        os.makedirs(down)
+        local, remote = down, f"bench/ref-{label}"
+    began = time.time()
+    seconds = store_copy(client, op, local, remote, store_link(), aws_configs)
+    wall = time.time() - began
+    moved = store_listed("bench-up") if op == "upload" else local_bytes(down)
+    if moved != nbytes:
+        raise RuntimeError(f"{client}'s {op} of {label}: {moved} bytes, not {nbytes}")
+    if op == "upload":
+        store_bucket("DELETE", "bench-up")
+    shutil.rmtree(down, ignore_errors=True)
+    return seconds, wall
+
 
 def object_store(figs, quick):
-    """10. A checkpoint (1 GB; 256 MB quick) up to and down from a local S3 server: rtune's
-    upload (as a rank uploads it) and download (as a reader fetches it) against pyarrow's S3
-    file system (what Ray uses) and the AWS CLI, one right after the other; then the training
-    time that a checkpoint every epoch costs with `upload = "sync"` and `"async"`."""
-    endpoint = store_server()
-    env = store_env(endpoint)
-    size = (256 if quick else 1024) << 20
+    """10. Checkpoints of 1 GiB and 4 GiB (256 MiB quick), each as one file and as 64 files,
+    up to and down from a local SeaweedFS S3 server through bench/throttle, a link of
+    THROTTLE_UP_MB MB/s (uploads) and THROTTLE_MB MB/s (downloads) per connection with a
+    THROTTLE_DELAY_MS round trip: rtune (as a rank uploads a checkpoint, as a reader fetches
+    one), pyarrow's S3 file system (what Ray uses) and the AWS CLI, each with its defaults and
+    with 16 connections, interleaved (each round starts one client further on); per size, the
+    server's own rate unthrottled. Then the training time that a checkpoint every epoch costs
+    with `upload = "sync"` and `"async"` (straight to the server)."""
+    server = store_server()
+    store_link()
     base = os.path.join(TARGET, "bench-store")
-    checkpoint = os.path.join(base, "checkpoint_000001")
-    weights = os.path.join(checkpoint, "model.safetensors")
-    if not os.path.exists(weights) or os.path.getsize(weights) != size:
-        os.makedirs(checkpoint, exist_ok=True)
-        with open(weights, "wb") as f:
-            for _ in range(size >> 20):
-                f.write(os.urandom(1 << 20))
-        with open(os.path.join(checkpoint, "metadata.json"), "w") as f:
-            f.write("{}")
-    mb = size / 1e6
-    round_ = len(figs.figures.get("store_upload_rtune", {}).get("values", [])) + 1
-    tool = os.path.join(TARGET, "release", "examples", "bench_store")
+    os.makedirs(base, exist_ok=True)
+    checkpoints = store_checkpoints(quick)
+    aws_configs = store_aws_configs(base)
+    STORE["round"] = round_ = STORE.get("round", 0) + 1
+    clients = list(STORE_CLIENTS)
+    turn = (round_ - 1) % len(clients)
+    clients = clients[turn:] + clients[:turn]
     group = "10. Object storage"
-    results = {}
-    for who in ("rtune", "pyarrow", "awscli"):
-        prefix = f"bench/{who}-{round_}"
-        down = os.path.join(base, f"down-{who}")
-        shutil.rmtree(down, ignore_errors=True)
-        if who == "rtune":
-            up = json.loads(run([tool, "upload", f"s3://{prefix}", checkpoint], env=env))
-            got = json.loads(run([tool, "download", f"s3://{prefix}", down], env=env))
-            results[who] = (mb / up["seconds"], mb / got["seconds"])
-        elif who == "pyarrow":
-            up = float(run([PYTHON, "-c", PYARROW_COPY, "upload", endpoint, checkpoint,
-                            f"{prefix}/checkpoint_000001"], env=env))
-            os.makedirs(down)
-            got = float(run([PYTHON, "-c", PYARROW_COPY, "download", endpoint, down,
-                             f"{prefix}/checkpoint_000001"], env=env))
-            results[who] = (mb / up, mb / got)
-        else:
-            aws = os.path.join(ROOT, ".venv", "bin", "aws")
-            began = time.time()
-            run([aws, "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint,
-                 checkpoint, f"s3://{prefix}/checkpoint_000001"], env=env)
-            up = time.time() - began
-            began = time.time()
-            run([aws, "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint,
-                 f"s3://{prefix}", down], env=env)
-            results[who] = (mb / up, mb / (time.time() - began))
-        shutil.rmtree(down, ignore_errors=True)
-    for who, (up, down) in results.items():
-        figs.add(group, f"store_upload_{who}", up, "MB/s", "higher",
-                 f"a {size >> 20} MiB checkpoint up to a local SeaweedFS S3 server, by {who}")
-        figs.add(group, f"store_download_{who}", down, "MB/s", "higher",
-                 f"the same checkpoint down, by {who}")
-    for op, i in (("upload", 0), ("download", 1)):
-        figs.add(group, f"store_{op} rtune / pyarrow", results["rtune"][i] / results["pyarrow"][i],
-                 "x", "higher", "same round")
+    link_cpu, link_wall = cpu_seconds(STORE["link_pid"]), 0.0
+    for size, words, nbytes, shapes in checkpoints:
+        # The downloads' source, put up once per server straight to it, by the AWS CLI.
+        for label, directory in shapes:
+            if label not in STORE.setdefault("references", set()):
+                store_copy("awscli_16", "upload", directory, f"bench/ref-{label}", server,
+                           aws_configs)
+                STORE["references"].add(label)
+        # The server's own rate, on the many-files checkpoint of this size.
+        label, directory = shapes[-1]
+        store_bucket("PUT", "bench-up")
+        ceiling = {"upload": store_server_rate("upload", directory, "bench-up/server"),
+                   "download": store_server_rate("download", directory,
+                                                 f"bench/ref-{label}/{label}")}
+        store_bucket("DELETE", "bench-up")
+        each = nbytes // STORE_FILES >> 20
+        for op in ("upload", "download"):
+            figs.add(group, f"store_server_{op}_{size}", ceiling[op], "MB/s", "higher",
+                     f"SeaweedFS itself, unthrottled: {STORE_FILES} files of {each} MiB, "
+                     f"{STORE_CONNECTIONS} curls at a time")
+        for label, directory in shapes:
+            shape = "one file" if label.endswith("_1_file") else f"{STORE_FILES} files"
+            rates = {}
+            for op in ("upload", "download"):
+                for client in clients:
+                    seconds, wall = store_transfer(client, op, label, directory, nbytes,
+                                                   aws_configs)
+                    link_wall += wall
+                    rates[op, client] = nbytes / 1e6 / seconds
+                    figs.add(group, f"store_{op}_{label} {client}", rates[op, client], "MB/s",
+                             "higher", f"a {words} checkpoint as {shape}, {op} by "
+                             f"{STORE_CLIENTS[client]}, {store_link_about(op)}")
+            for op in ("upload", "download"):
+                rtune = max(rates[op, "rtune"], rates[op, "rtune_16"])
+                pyarrow = max(rates[op, "pyarrow"], rates[op, "pyarrow_16"])
+                cap = THROTTLE_UP_MB if op == "upload" else THROTTLE_MB
+                top = min(cap * STORE_CONNECTIONS, ceiling[op])
+                figs.add(group, f"store_{op}_{label} rtune / pyarrow", rtune / pyarrow, "x",
+                         "higher", f"the better of each one's two, same round, "
+                         f"{store_link_about(op)}")
+                figs.add(group, f"store_{op}_{label} rtune / link ceiling", rtune / top, "x",
+                         "higher", f"rtune's better against min({STORE_CONNECTIONS} x {cap} "
+                         f"MB/s, store_server_{op}_{size}), same round, {THROTTLE_DELAY_MS} ms "
+                         "round trip")
+    figs.add(group, "store link proxy CPU",
+             100 * (cpu_seconds(STORE["link_pid"]) - link_cpu) / link_wall, "% of a core",
+             "lower", "bench/throttle's CPU time over the clients' transfers (their wall time)")
     # The training time a checkpoint every epoch costs: one worker, the same work each epoch,
     # a checkpoint of `mb` MiB after each, kept on local disk (the baseline), uploaded before
     # the report returns (sync), or uploaded while training goes on (async).
+    tool = os.path.join(TARGET, "release", "examples", "bench_store")
+    env = store_env(server)
     mb, epochs, matmuls = (64, 4, 1500) if quick else (256, 6, 3000)
     seconds = {}
     for mode in ("none", "sync", "async"):

@@ -117,6 +117,10 @@ fn main() -> anyhow::Result<()> {
             let name =
                 dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             remote.upload_folder(dir, &name)?;
+            // Not a run's checkpoint: the mark a rank leaves (where it is whole) goes, so that
+            // the next client uploads the same files.
+            let mark = dir.join(".uploaded");
+            std::fs::remove_file(&mark).map_err(|e| anyhow::anyhow!("{}: {e}", mark.display()))?;
         }
         "download" => {
             rtune::storage::remote::blocking(remote.download(dir))?;
