@@ -33,18 +33,23 @@ pub use crate::config::STORE_SCHEME as SCHEME;
 /// The most parts S3 takes for one object.
 const MAX_PARTS: u64 = 10_000;
 
-/// Parts are at least this large (S3 takes 5 MiB and up; fewer requests go faster), and files
-/// larger go up (and come down) in parts.
-const MIN_PART_BYTES: u64 = 16 << 20;
+/// The smallest part S3 takes (but the last).
+const MIN_PART_BYTES: u64 = 5 << 20;
+
+/// Parts are at most this large while S3's part count allows: a file spreads over the
+/// connections, and fewer, larger requests beyond that gain nothing.
+const PART_BYTES: u64 = 16 << 20;
 
 /// Requests in flight at once for one transfer (a checkpoint's files, a file's parts) when the
 /// run's settings do not say (`run.store.connections`).
 pub const DEFAULT_CONNECTIONS: usize = 16;
 
-/// The size of the parts a file of `size` bytes goes up and comes down in: at least
-/// `MIN_PART_BYTES`, and large enough for S3's 10,000 parts to hold it (whole MiB).
-pub(crate) fn part_bytes(size: u64) -> u64 {
-    size.div_ceil(MAX_PARTS).max(MIN_PART_BYTES).next_multiple_of(1 << 20)
+/// The size of the parts a file of `size` bytes goes up and comes down in, `connections` at a
+/// time: small enough that the file keeps every connection busy (16 MiB at most, 5 MiB at
+/// least: S3's smallest), and large enough for S3's 10,000 parts to hold it (whole MiB).
+pub(crate) fn part_bytes(size: u64, connections: usize) -> u64 {
+    let spread = size.div_ceil(connections.max(1) as u64).clamp(MIN_PART_BYTES, PART_BYTES);
+    size.div_ceil(MAX_PARTS).max(spread).next_multiple_of(1 << 20)
 }
 
 /// One transfer's requests in flight: each holds a permit.
@@ -349,15 +354,19 @@ impl Remote {
         Ok(meta.size)
     }
 
-    /// Permits for one transfer: `run.store.connections` requests at once.
+    /// Requests one transfer has in flight at once: `run.store.connections`.
+    fn connections(&self) -> usize {
+        self.settings.connections.unwrap_or(DEFAULT_CONNECTIONS).max(1)
+    }
+
+    /// Permits for one transfer: its connections.
     fn permits(&self) -> Permits {
-        let connections = self.settings.connections.unwrap_or(DEFAULT_CONNECTIONS);
-        Arc::new(tokio::sync::Semaphore::new(connections.max(1)))
+        Arc::new(tokio::sync::Semaphore::new(self.connections()))
     }
 
     /// Writes byte ranges `ranges` of object `relative` into `file` at their own offsets (the
-    /// rest of the file is left as it is), in parts of at most `MIN_PART_BYTES`, as many at
-    /// once as the settings' connections.
+    /// rest of the file is left as it is), in parts (see [`part_bytes`]), as many at once as
+    /// the settings' connections.
     pub(crate) async fn fetch_ranges(
         &self,
         relative: &str,
@@ -378,12 +387,13 @@ impl Remote {
         let mut tasks = tokio::task::JoinSet::new();
         for range in ranges {
             let mut start = range.start;
+            let part = part_bytes(range.end - range.start, self.connections());
             while start < range.end {
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
                 while let Some(done) = tasks.try_join_next() {
                     write_range(done, file)?;
                 }
-                let end = (start + MIN_PART_BYTES).min(range.end);
+                let end = (start + part).min(range.end);
                 let (store, key) = (self.store.clone(), key.clone());
                 tasks.spawn(async move {
                     let got = store.get_range(&key, start..end).await;
@@ -446,7 +456,7 @@ impl Remote {
     /// (signed payloads), which the store checks.
     async fn upload_within(&self, relative: &str, file: &Path, permits: &Permits) -> Result<()> {
         let size = std::fs::metadata(file).at(file)?.len();
-        let part = part_bytes(size);
+        let part = part_bytes(size, self.connections());
         let key = self.key(relative);
         let failed = |e| self.failed("upload", e);
         if size <= part {
@@ -778,19 +788,22 @@ pub(crate) fn mark_uploaded(dir: &Path, url: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// A mark names where its checkpoint is; one that names its run (written before marks
-    /// named checkpoints) or no store is no answer.
-    /// Whatever an object's size up to S3's largest (5 TiB), its parts are 5 MiB to 5 GiB
-    /// and at most 10,000 of them; a 5 GiB checkpoint file goes in 320 parts of 16 MiB.
+    /// Whatever an object's size up to S3's largest (5 TiB) and the connections, its parts are
+    /// 5 MiB to 5 GiB and at most 10,000 of them; a 5 GiB checkpoint file goes in 320 parts of
+    /// 16 MiB, a 64 MiB one in 13 of 5 MiB over 16 connections (4 of 16 MiB over 4).
     #[test]
     fn parts_fit_s3s_limits() {
-        for size in [0, 1, 16 << 20, (16 << 20) + 1, 5 << 30, 157 << 30, 200 << 30, 5 << 40] {
-            let part = part_bytes(size);
+        let sizes = [0, 1, 16 << 20, (16 << 20) + 1, 64 << 20, 5 << 30, 157 << 30, 5 << 40];
+        for (size, connections) in sizes.into_iter().flat_map(|s| [(s, 1), (s, 16), (s, 256)]) {
+            let part = part_bytes(size, connections);
             assert!(size.div_ceil(part) <= MAX_PARTS, "{size}: {part}");
             assert!((5 << 20..=5 << 30).contains(&part), "{size}: {part}");
         }
-        assert_eq!((part_bytes(5 << 30), (5u64 << 30).div_ceil(16 << 20)), (16 << 20, 320));
-        assert_eq!((200u64 << 30).div_ceil(part_bytes(200 << 30)), 9_753);
+        let parts = |size: u64, connections| size.div_ceil(part_bytes(size, connections));
+        assert_eq!((part_bytes(5 << 30, 16), parts(5 << 30, 16)), (16 << 20, 320));
+        assert_eq!(parts(200 << 30, 16), 9_753);
+        assert_eq!((parts(64 << 20, 16), parts(64 << 20, 4)), (13, 4));
+        assert_eq!(parts(256 << 20, 16), 16);
     }
 
     #[test]
@@ -817,6 +830,8 @@ mod tests {
         }
     }
 
+    /// A mark names where its checkpoint is; one that names its run (written before marks
+    /// named checkpoints) or no store is no answer.
     #[test]
     fn upload_marks_name_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
