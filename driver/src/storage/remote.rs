@@ -289,9 +289,6 @@ impl Remote {
             {
                 continue;
             }
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).at(parent)?;
-            }
             let (folder, permits) = (self.clone(), permits.clone());
             fetches.spawn(
                 async move { folder.fetch_within(&relative, size, &target, &permits).await },
@@ -303,25 +300,6 @@ impl Remote {
             fetched += 1;
         }
         Ok(fetched)
-    }
-
-    /// Fetches object `relative` of `size` bytes, written at `written` (milliseconds since the
-    /// epoch), into `target`, unless the file there is as new; whether it fetched.
-    pub(crate) async fn fetch_if_newer(
-        &self,
-        relative: &str,
-        size: u64,
-        written: i64,
-        target: &Path,
-    ) -> Result<bool> {
-        if is_current(target, written) {
-            return Ok(false);
-        }
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).at(parent)?;
-        }
-        self.fetch(relative, size, target).await?;
-        Ok(true)
     }
 
     /// The size of the object `relative` in this folder and when it was written (milliseconds
@@ -409,8 +387,8 @@ impl Remote {
         Ok(())
     }
 
-    /// Fetches object `relative` of `size` bytes into `target`, replaced whole at the end: a
-    /// large one in ranges, several at once.
+    /// Fetches object `relative` of `size` bytes into `target` (its folder made if missing),
+    /// replaced whole at the end: a large one in ranges, several at once.
     pub(crate) async fn fetch(&self, relative: &str, size: u64, target: &Path) -> Result<()> {
         self.fetch_within(relative, size, target, &self.permits()).await
     }
@@ -424,6 +402,9 @@ impl Remote {
     ) -> Result<()> {
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = target.with_file_name(format!(".tmp_fetch_{name}_{}", std::process::id()));
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).at(parent)?;
+        }
         let file = std::fs::File::create(&tmp).at(&tmp)?;
         let fetched = async {
             // (An empty object is an empty file: nothing to fetch.)

@@ -20,14 +20,15 @@ use crate::error::{Error, IoContext, Result};
 
 use super::checkpoint::METADATA_FILE;
 use super::remote::{
-    Remote, SCHEME, blocking, is_url, mark_uploaded, split_checkpoint, uploaded_to,
+    Remote, SCHEME, blocking, is_current, is_url, mark_uploaded, split_checkpoint, uploaded_to,
 };
 
 /// In a checkpoint folder: only its `metadata.json` is here, the rest is in the store where
 /// `.uploaded` says; the file holds the run's store settings, to fetch it with.
 const STUB: &str = ".stub";
 
-/// Locked while a stub is fetched, so that the ranks of one machine fetch it once.
+/// Beside a stub (`.<name>.fetch.lock`), locked while it is fetched, so that the ranks of one
+/// machine fetch it once (outside it: an export copies the checkpoint's folder whole).
 const FETCH_LOCK: &str = ".fetch.lock";
 
 /// In a staging copy: the URL of the experiment it mirrors (a dot name: never uploaded).
@@ -120,7 +121,9 @@ pub fn fetch_stub(dir: &Path) -> Result<()> {
     if !is_stub(dir) {
         return Ok(());
     }
-    crate::storage::locked(&dir.join(FETCH_LOCK), || {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let lock = dir.with_file_name(format!(".{name}{FETCH_LOCK}"));
+    crate::storage::locked(&lock, || {
         let Ok(settings) = std::fs::read(dir.join(STUB)) else {
             return Ok(()); // fetched by another process meanwhile
         };
@@ -170,7 +173,10 @@ pub fn staged_file(path: &Path) -> Result<PathBuf> {
         let Some((size, written)) = folder.head(&name).await? else {
             return Err(Error::Data(format!("{url} does not exist")));
         };
-        folder.fetch_if_newer(&name, size, written, &local).await.map(drop)
+        match is_current(&local, written) {
+            true => Ok(()),
+            false => folder.fetch(&name, size, &local).await,
+        }
     })?;
     Ok(local)
 }
@@ -220,9 +226,9 @@ struct Copy {
 
 /// Keeps the staging copies under `root` within `budget` bytes: removes finished experiments'
 /// copies first, then the others, least recently used first, until the rest fit; never `keep`
-/// nor a copy `held` says a live driver holds. Everything a copy
-/// holds is in its store (a driver mirrors it there before it lets go of its lease), so a
-/// removed copy comes back from there when it is read again. Returns the bytes freed.
+/// nor a copy `held` says a live driver holds. Everything a copy holds is in its store (a
+/// driver mirrors it there before it lets go of its lease), so a removed copy comes back from
+/// there when it is read again. Returns the bytes freed.
 pub fn prune(root: &Path, budget: u64, keep: &Path, held: impl Fn(&Path) -> bool) -> u64 {
     let mut copies = Vec::new();
     find_copies(root, &mut copies);

@@ -440,10 +440,11 @@ pub fn experiment_path(run: &RunConfig) -> PathBuf {
 /// Whether `run`'s experiment already exists: for one on a store, whether the store holds it
 /// (a staging copy here may be of an experiment since removed from the store).
 pub fn experiment_exists(run: &RunConfig) -> Result<bool> {
-    let (Some(root), Some(store)) = (Remote::of_run(run), experiment_store(run)) else {
+    let Some(root) = Remote::of_run(run) else {
         return Ok(holds_experiment(&experiment_path(run)));
     };
-    let (root, store) = (root?, store?);
+    let root = root?;
+    let store = root.join(&experiment_name(run));
     crate::storage::remote::blocking(async {
         // A store that cannot be read is said as the storage path's mistake.
         root.check().await?;
@@ -461,9 +462,12 @@ pub fn prune_staging(keep: &Path) {
 
 /// `run`'s experiment's folder in its store, if it has one.
 pub fn experiment_store(run: &RunConfig) -> Option<Result<Remote>> {
-    let path = experiment_path(run);
-    let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-    Remote::of_run(run).map(|store| Ok(store?.join(&name)))
+    Remote::of_run(run).map(|store| Ok(store?.join(&experiment_name(run))))
+}
+
+/// The name of `run`'s experiment folder.
+fn experiment_name(run: &RunConfig) -> String {
+    experiment_path(run).file_name().unwrap_or_default().to_string_lossy().into_owned()
 }
 
 /// Removes `run`'s experiment: its directory (a staging copy) and its folder in its store.
@@ -484,15 +488,7 @@ pub fn remove_experiment(run: &RunConfig) -> Result<()> {
 /// driver holds it).
 pub(crate) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
     let path = experiment_path(run);
-    let exists = experiment_exists(run)?;
-    if !exists && run.store_url().is_some() && path.exists() {
-        if let Some(holder) = super::lease::live_holder(&path) {
-            let path = path.display().to_string();
-            return Err(Error::Held { path, holder: holder.to_string() });
-        }
-        std::fs::remove_dir_all(&path).at(&path)?;
-    }
-    if exists {
+    if experiment_exists(run)? {
         return Err(Error::config(
             Setting::Name,
             format!(
@@ -501,6 +497,13 @@ pub(crate) fn new_experiment_path(run: &RunConfig) -> Result<PathBuf> {
                 path.display()
             ),
         ));
+    }
+    if run.store_url().is_some() && path.exists() {
+        if let Some(holder) = super::lease::live_holder(&path) {
+            let path = path.display().to_string();
+            return Err(Error::Held { path, holder: holder.to_string() });
+        }
+        std::fs::remove_dir_all(&path).at(&path)?;
     }
     Ok(path)
 }
