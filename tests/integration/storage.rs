@@ -580,7 +580,10 @@ sync_period_s = 0.2
             "import json\nprint(json.loads(s3.get_object(Bucket='exp', Key='{key}')['Body']\
              .read())['training_iteration'])"
         ))?;
-        let source: u64 = from.rsplit('_').next().context("a checkpoint name")?.parse()?;
+        // `…/checkpoint_000004`, or `…/checkpoint_000004_a1` when a retry wrote it.
+        let name = from.rsplit('/').next().and_then(|n| n.strip_prefix("checkpoint_"));
+        let digits = name.and_then(|n| n.split('_').next()).context(from.to_owned())?;
+        let source: u64 = digits.parse().with_context(|| from.to_owned())?;
         ensure!(iteration.trim() == source.to_string(), "{to} copies {from}: {iteration}");
     }
     let elsewhere = dir.path().join("elsewhere");
