@@ -3,16 +3,23 @@
 //! * The space as the model sees it: each numeric parameter scaled to [0, 1] (log domains in
 //!   their log, steps widened by half a step each side, as CMA-ES's); each categorical one a
 //!   one-hot block.
-//! * The model: a Gaussian process with a Matérn 5/2 kernel, a length scale per coordinate, a
-//!   kernel scale and a noise variance, fitted to the completed trials' standardised values by
-//!   maximising the marginal likelihood (with weak log-normal priors, by Adam on the logs of
-//!   the parameters, warm-started from the last fit): at every suggestion up to 100 completed
-//!   trials, then each time they have grown by a tenth (a fit is cubic in the trials, and
-//!   each adds little to it then).
-//! * The next trial maximises the log expected improvement over the best value: `n_candidates`
-//!   random points and the completed trials' best few, then the best of them refined by a
-//!   shrinking local search. Trials still running count as observed at the model's mean there
-//!   (the "kriging believer"), so trials in flight spread instead of landing on one point.
+//! * The model ([`model`]): a Gaussian process with a Matérn 5/2 kernel, a length scale per
+//!   parameter (a categorical one's block shares its own, which makes the kernel Optuna's
+//!   Hamming distance), a kernel scale and a noise variance, fitted to the completed trials'
+//!   standardised values by maximising the marginal likelihood with Optuna's priors, by
+//!   L-BFGS within bounds ([`lbfgs`]) on the logs of the parameters, from all ones at the
+//!   first fit and from the last fit after: at every suggestion up to 100 completed trials,
+//!   then each time they have grown by a tenth (a fit is cubic in the trials, and each adds
+//!   little to it then).
+//! * The next trial maximises the log expected improvement over the best value, as Optuna's:
+//!   it is evaluated at `n_candidates` random points and the completed trials' best few; local
+//!   searches start from the best trial, the best candidate and up to 8 others drawn in
+//!   proportion to their expected improvement; each climbs the numeric coordinates by L-BFGS
+//!   on the acquisition's gradient (in units of each coordinate's length scale) and sets each
+//!   categorical block to its best category, in turn until neither moves. A parameter with a
+//!   step is then put on its grid, so the model sees the point that ran. Trials still running
+//!   count as observed at the model's mean there (the "kriging believer"), so trials in flight
+//!   spread instead of landing on one point.
 //! * The first `n_startup_trials` (10) trials are random draws from the domains. Failed trials
 //!   teach nothing; a NaN value counts as the worst seen.
 //! * Constraints ([`Searcher::set_constraints`]: metrics that must be <= 0), as Optuna's
@@ -36,7 +43,6 @@
 use std::collections::BTreeMap;
 
 use rand::RngExt;
-use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use super::tpe::ModelSpace;
@@ -45,24 +51,19 @@ use super::{
     Searcher, SearcherState, Suggestion, checked_metric, objective_of, wrong_state, wrong_width,
 };
 use crate::error::{Error, Result};
-use crate::math::{log_gauss_mass, norm_cdf};
 use crate::metrics::{Metrics, Mode, Score, check_constraints, violation_of};
 use crate::rng::SearchRng;
 use crate::space::SearchSpace;
 use crate::trial::TrialId;
 use crate::value::Value;
-use linalg::{backward, cholesky, forward, inverse_from};
+use model::Model;
 
+mod lbfgs;
 mod linalg;
+mod model;
 
 const NAME: &str = "GP";
 
-/// Bounds of the fitted parameters' logs: length scales, kernel scale, noise variance.
-const LOG_LENGTH: (f64, f64) = (-4.6, 4.6);
-const LOG_SCALE: (f64, f64) = (-6.9, 6.9);
-const LOG_NOISE: (f64, f64) = (-13.8, 0.0);
-/// Added to the kernel's diagonal, for a Cholesky factor that never fails.
-const JITTER: f64 = 1e-9;
 /// Up to this many completed trials the kernels are fitted again at every suggestion.
 const REFIT_ALWAYS: usize = 100;
 
@@ -217,6 +218,16 @@ impl Gp {
         values
     }
 
+    /// Which length scale each coordinate has: a numeric parameter's own, a categorical
+    /// one's shared by its block.
+    fn scale_of(coords: &[Coord]) -> Vec<usize> {
+        let width = |c: &Coord| match *c {
+            Coord::Number(_) => 1,
+            Coord::Choice(k) => k,
+        };
+        coords.iter().enumerate().flat_map(|(j, c)| std::iter::repeat_n(j, width(c))).collect()
+    }
+
     /// The next point: a random one during start-up, else the acquisition's best.
     fn next_point(&mut self, coords: &[Coord]) -> Vec<f64> {
         let done: Vec<(&Vec<f64>, f64, &[Score])> = self
@@ -229,6 +240,7 @@ impl Gp {
         if done.len() < self.n_startup_trials {
             return Self::random_point(coords, &mut self.state.rng);
         }
+        let scale_of = Self::scale_of(coords);
         let xs: Vec<Vec<f64>> = done.iter().map(|d| d.0.clone()).collect();
         let ys = worst_for_missing(done.iter().map(|d| d.1));
         // How far each trial is from feasible, and a process per constraint.
@@ -245,26 +257,19 @@ impl Gp {
         for k in 0..self.constraints.len() {
             let cs = worst_for_missing(done.iter().map(|d| d.2.get(k).map_or(f64::NAN, |c| c.0)));
             let warm = self.state.fitted_constraints.get(k).map(Vec::as_slice);
-            feasibility.push(Model::fit(xs.clone(), &cs, warm, refit));
+            feasibility.push(Model::fit(xs.clone(), &cs, &scale_of, warm, refit));
         }
         self.state.fitted_constraints = feasibility.iter().map(|m| m.theta.clone()).collect();
         let pending: Vec<Vec<f64>> =
             self.state.trials.values().filter(|t| !t.done).map(|t| t.x.clone()).collect();
-        let model = Model::fit(xs, &ys, self.state.fitted.as_deref(), refit);
+        let model = Model::fit(xs, &ys, &scale_of, self.state.fitted.as_deref(), refit);
         self.state.fitted = Some(model.theta.clone());
         // The improvement is over the best feasible trial; with none, only feasibility counts.
         let best = (0..done.len())
             .filter(|&i| violations[i] == 0.0)
             .map(|i| model.y[i])
             .min_by(f64::total_cmp);
-        let model = model.believing(&pending);
-        let acquisition = |xs: &[Vec<f64>]| {
-            let mut total = best.map_or(vec![0.0; xs.len()], |best| model.log_ei(xs, best));
-            for m in &feasibility {
-                total.iter_mut().zip(m.log_prob_below(xs, 0.0)).for_each(|(t, p)| *t += p);
-            }
-            total
-        };
+        let acquisition = Acquisition { model: model.believing(&pending), best, feasibility };
         // Random candidates, and the best trials so far (the feasible first).
         let mut candidates: Vec<Vec<f64>> = (0..self.n_candidates)
             .map(|_| Self::random_point(coords, &mut self.state.rng))
@@ -274,178 +279,181 @@ impl Gp {
             violations[a].total_cmp(&violations[b]).then(done[a].1.total_cmp(&done[b].1))
         });
         candidates.extend(ranked.iter().take(5).map(|&i| done[i].0.clone()));
-        let mut scored: Vec<(f64, Vec<f64>)> =
-            acquisition(&candidates).into_iter().zip(candidates).collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        scored.truncate(5);
-        // A shrinking local search from the best few.
-        let mut best_point = scored[0].clone();
-        for (mut score, mut x) in scored {
-            let mut step = 0.1;
-            for _ in 0..40 {
-                let y = self.perturb(coords, &x, step);
-                let s = acquisition(std::slice::from_ref(&y))[0];
-                if s > score {
-                    (score, x) = (s, y);
-                } else {
-                    step *= 0.8;
-                }
-            }
-            if score > best_point.0 {
-                best_point = (score, x);
+        let values = acquisition.values(&candidates);
+        // The local searches start from the best trial, the best candidate, and others drawn
+        // with a chance in proportion to their expected improvement (Optuna's roulette).
+        let mut starts = vec![self.n_candidates];
+        starts.extend(roulette(&values, LOCAL_SEARCHES - 1, &mut self.state.rng));
+        starts.dedup();
+        let mut best_point = (f64::NEG_INFINITY, Vec::new());
+        for i in starts {
+            let (value, x) = acquisition.local_search(coords, candidates[i].clone(), values[i]);
+            if value > best_point.0 || best_point.1.is_empty() {
+                best_point = (value, x);
             }
         }
-        best_point.1
+        Self::on_grid(coords, best_point.1)
     }
 
-    /// `x` moved by a Gaussian step of `step` in each numeric coordinate, and, with a small
-    /// chance, another category in each block.
-    fn perturb(&mut self, coords: &[Coord], x: &[f64], step: f64) -> Vec<f64> {
-        let rng = &mut self.state.rng;
-        let mut y = x.to_vec();
+    /// `x` with each numeric coordinate of a parameter with a step moved to the grid point
+    /// its value rounds to: the point the trial runs at.
+    fn on_grid(coords: &[Coord], mut x: Vec<f64>) -> Vec<f64> {
         let mut at = 0;
         for c in coords {
-            match *c {
-                Coord::Number(_) => {
-                    let z: f64 = StandardNormal.sample(rng);
-                    y[at] = (y[at] + step * z).clamp(0.0, 1.0);
+            match c {
+                Coord::Number(spec) => {
+                    if spec.step.is_some() {
+                        x[at] = spec.unit_of(spec.align(spec.at_unit(x[at])));
+                    }
                     at += 1;
                 }
-                Coord::Choice(k) => {
-                    if rng.random::<f64>() < 0.1 {
-                        let pick = rng.random_range(0..k.max(1));
-                        for i in 0..k {
-                            y[at + i] = if i == pick { 1.0 } else { 0.0 };
-                        }
-                    }
-                    at += k;
-                }
+                Coord::Choice(k) => at += k,
             }
         }
-        y
+        x
     }
 }
+
+/// Local searches from the acquisition's random candidates, at most (Optuna's 10).
+const LOCAL_SEARCHES: usize = 10;
+/// A local search's rounds (a climb, then each categorical block), at most.
+const LOCAL_ROUNDS: usize = 10;
+
+/// `n` of the indices of `values` (log weights): the largest, then others drawn without
+/// replacement with a chance in proportion to their weight; fewer where the rest weigh 0.
+fn roulette(values: &[f64], n: usize, rng: &mut SearchRng) -> Vec<usize> {
+    let Some(top) = (0..values.len()).max_by(|&a, &b| values[a].total_cmp(&values[b])) else {
+        return Vec::new();
+    };
+    let mut weights: Vec<f64> = values.iter().map(|v| (v - values[top]).exp()).collect();
+    weights[top] = 0.0;
+    weights.iter_mut().for_each(|w| *w = if w.is_finite() { *w } else { 0.0 });
+    let mut chosen = vec![top];
+    while chosen.len() < n {
+        let total: f64 = weights.iter().sum();
+        if total <= 0.0 {
+            break;
+        }
+        let mut u = rng.random::<f64>() * total;
+        let pick = weights.iter().position(|&w| {
+            u -= w;
+            u < 0.0 && w > 0.0
+        });
+        let Some(pick) = pick.or_else(|| weights.iter().rposition(|&w| w > 0.0)) else { break };
+        weights[pick] = 0.0;
+        chosen.push(pick);
+    }
+    chosen
+}
+
+/// What the next trial maximises: the log expected improvement over the best feasible trial
+/// (standardised; with none, nothing) plus, for each constraint, the log probability that it
+/// is met.
+struct Acquisition {
+    model: Model,
+    best: Option<f64>,
+    feasibility: Vec<Model>,
+}
+
+impl Acquisition {
+    /// At each of `xs`.
+    fn values(&self, xs: &[Vec<f64>]) -> Vec<f64> {
+        let mut total = self.best.map_or(vec![0.0; xs.len()], |best| self.model.log_ei(xs, best));
+        for m in &self.feasibility {
+            total.iter_mut().zip(m.log_prob_below(xs, 0.0)).for_each(|(t, p)| *t += p);
+        }
+        total
+    }
+
+    /// At `x`, with its gradient.
+    fn value_grad(&self, x: &[f64]) -> (f64, Vec<f64>) {
+        let (mut value, mut grad) = match self.best {
+            Some(best) => self.model.log_ei_grad(x, best),
+            None => (0.0, vec![0.0; x.len()]),
+        };
+        for m in &self.feasibility {
+            let (v, g) = m.log_prob_below_grad(x, 0.0);
+            value += v;
+            grad.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+        }
+        (value, grad)
+    }
+
+    /// From `x` (where the acquisition is `value`): the numeric coordinates climbed by
+    /// L-BFGS, each in units of its length scale (so that every direction curves alike, as
+    /// Optuna's preconditioning), then each categorical block set to its best category; again
+    /// until a round moves nothing. The best point found and its value.
+    fn local_search(&self, coords: &[Coord], mut x: Vec<f64>, mut value: f64) -> (f64, Vec<f64>) {
+        let (mut numeric, mut blocks, mut at) = (Vec::new(), Vec::new(), 0);
+        for c in coords {
+            match *c {
+                Coord::Number(_) => numeric.push(at),
+                Coord::Choice(k) => blocks.push((at, k)),
+            }
+            at += match *c {
+                Coord::Number(_) => 1,
+                Coord::Choice(k) => k,
+            };
+        }
+        let lengths = self.model.lengths();
+        let scale: Vec<f64> = numeric.iter().map(|&q| lengths[q]).collect();
+        let (lo, hi) =
+            (vec![0.0; numeric.len()], scale.iter().map(|l| 1.0 / l).collect::<Vec<_>>());
+        for _ in 0..LOCAL_ROUNDS {
+            let mut moved = false;
+            if !numeric.is_empty() {
+                let place = |z: &[f64], x: &[f64]| {
+                    let mut y = x.to_vec();
+                    for ((&q, z), s) in numeric.iter().zip(z).zip(&scale) {
+                        y[q] = (z * s).clamp(0.0, 1.0);
+                    }
+                    y
+                };
+                let f = |z: &[f64]| {
+                    let (v, g) = self.value_grad(&place(z, &x));
+                    let g = numeric.iter().zip(&scale).map(|(&q, s)| g[q] * s).collect();
+                    v.is_finite().then_some((v, g))
+                };
+                let z0: Vec<f64> = numeric.iter().zip(&scale).map(|(&q, s)| x[q] / s).collect();
+                let climb = lbfgs::maximise(f, &z0, (&lo, &hi), CLIMB_STEPS, CLIMB_GTOL);
+                if let Some(climb) = climb.filter(|c| c.value > value && c.steps > 0) {
+                    (value, x) = (climb.value, place(&climb.x, &x));
+                    moved = true;
+                }
+            }
+            for &(start, k) in &blocks {
+                let options: Vec<Vec<f64>> = (0..k)
+                    .map(|pick| {
+                        let mut y = x.clone();
+                        y[start..start + k].iter_mut().enumerate().for_each(|(i, v)| {
+                            *v = if i == pick { 1.0 } else { 0.0 };
+                        });
+                        y
+                    })
+                    .collect();
+                let scores = self.values(&options);
+                let top = (0..k).max_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+                if let Some(top) = top.filter(|&t| scores[t] > value) {
+                    (value, x) = (scores[top], options[top].clone());
+                    moved = true;
+                }
+            }
+            if !moved || blocks.is_empty() {
+                break;
+            }
+        }
+        (value, x)
+    }
+}
+
+/// The acquisition's climb: at most this many steps, until its gradient (in length-scale
+/// units) is below this (Optuna's `pgtol`).
+const CLIMB_STEPS: usize = 200;
+const CLIMB_GTOL: f64 = 1e-2;
 
 impl Default for Gp {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// A fitted Gaussian process over standardised values.
-struct Model {
-    xs: Vec<Vec<f64>>,
-    /// The standardised values at `xs`.
-    y: Vec<f64>,
-    /// The logs of the length scales, the kernel scale and the noise variance.
-    theta: Vec<f64>,
-    /// The Cholesky factor of the kernel matrix (lower, row-major) and `K⁻¹ y`.
-    chol: Vec<f64>,
-    alpha: Vec<f64>,
-    /// The mean and standard deviation the values were standardised by.
-    shift: f64,
-    spread: f64,
-}
-
-impl Model {
-    /// Fits the kernel's parameters to `xs` and their values `ys` (to minimise), from `warm`
-    /// where given; with `refit` false, takes `warm`'s as they are.
-    fn fit(xs: Vec<Vec<f64>>, ys: &[f64], warm: Option<&[f64]>, refit: bool) -> Model {
-        let d = xs[0].len();
-        let mean = ys.iter().sum::<f64>() / ys.len() as f64;
-        let sd = (ys.iter().map(|y| (y - mean).powi(2)).sum::<f64>() / ys.len() as f64).sqrt();
-        let sd = if sd > 0.0 { sd } else { 1.0 };
-        let y: Vec<f64> = ys.iter().map(|v| (v - mean) / sd).collect();
-        let mut theta = match warm.filter(|w| w.len() == d + 2) {
-            Some(w) => w.to_vec(),
-            None => {
-                let mut t = vec![(0.5f64).ln(); d];
-                t.extend([0.0, (1e-3f64).ln()]);
-                t
-            }
-        };
-        // Adam on the log posterior (see `log_posterior`).
-        let iterations = match (warm.is_some(), refit) {
-            (true, false) => 0,
-            (true, true) => 25,
-            (false, _) => 80,
-        };
-        let (mut m, mut v) = (vec![0.0; d + 2], vec![0.0; d + 2]);
-        let (lr, b1, b2) = (0.05, 0.9, 0.999);
-        for t in 1..=iterations {
-            let Some((_, grad)) = log_posterior(&xs, &y, &theta) else { break };
-            for j in 0..d + 2 {
-                m[j] = b1 * m[j] + (1.0 - b1) * grad[j];
-                v[j] = b2 * v[j] + (1.0 - b2) * grad[j] * grad[j];
-                let step =
-                    lr * (m[j] / (1.0 - b1.powi(t))) / ((v[j] / (1.0 - b2.powi(t))).sqrt() + 1e-8);
-                theta[j] = clamp_theta(j, d, theta[j] + step);
-            }
-        }
-        let (chol, alpha) = factor(&xs, &y, &theta);
-        Model { xs, y, theta, chol, alpha, shift: mean, spread: sd }
-    }
-
-    /// The model with `pending` points observed at its mean there (the kernel's parameters
-    /// kept).
-    fn believing(self, pending: &[Vec<f64>]) -> Model {
-        if pending.is_empty() {
-            return self;
-        }
-        let (mut xs, mut y) = (self.xs.clone(), self.y.clone());
-        for p in pending {
-            y.push(self.mean_sd(p).0);
-            xs.push(p.clone());
-        }
-        let (chol, alpha) = factor(&xs, &y, &self.theta);
-        Model { xs, y, chol, alpha, ..self }
-    }
-
-    /// The posterior mean and standard deviation at `x`.
-    fn mean_sd(&self, x: &[f64]) -> (f64, f64) {
-        self.mean_sd_at(std::slice::from_ref(&x.to_vec()))[0]
-    }
-
-    /// The posterior mean and standard deviation at each of `xs`, solved all at once.
-    fn mean_sd_at(&self, xs: &[Vec<f64>]) -> Vec<(f64, f64)> {
-        let (n, m) = (self.xs.len(), xs.len());
-        let kernel = Matern::new(&self.theta);
-        // The kernel between each observation (a row) and each point (a column).
-        let mut k = vec![0.0; n * m];
-        for (row, xi) in k.chunks_exact_mut(m).zip(&self.xs) {
-            for (cell, x) in row.iter_mut().zip(xs) {
-                *cell = kernel.at(xi, x);
-            }
-        }
-        let mut mean = vec![0.0; m];
-        for (row, a) in k.chunks_exact(m).zip(&self.alpha) {
-            mean.iter_mut().zip(row).for_each(|(s, v)| *s += a * v);
-        }
-        if m == 1 {
-            // One point (the local search's): the solve as dot products, which vectorise.
-            k = forward(&self.chol, &k, n);
-        } else {
-            linalg::forward_many(&self.chol, &mut k, n, m);
-        }
-        let mut explained = vec![0.0; m];
-        for row in k.chunks_exact(m) {
-            explained.iter_mut().zip(row).for_each(|(s, v)| *s += v * v);
-        }
-        let sd = |e: f64| (kernel.scale - e).max(1e-12).sqrt();
-        mean.into_iter().zip(explained).map(|(mean, e)| (mean, sd(e))).collect()
-    }
-
-    /// The log of the probability that the value is at most `bound` (in the values' own
-    /// units), at each of `xs`.
-    fn log_prob_below(&self, xs: &[Vec<f64>], bound: f64) -> Vec<f64> {
-        let z = |(mean, sd): (f64, f64)| ((bound - self.shift) / self.spread - mean) / sd;
-        self.mean_sd_at(xs).into_iter().map(|p| log_gauss_mass(f64::NEG_INFINITY, z(p))).collect()
-    }
-
-    /// The log of the expected improvement below `best`, at each of `xs`.
-    fn log_ei(&self, xs: &[Vec<f64>], best: f64) -> Vec<f64> {
-        let at = |(mean, sd): (f64, f64)| sd.ln() + log_h((best - mean) / sd);
-        self.mean_sd_at(xs).into_iter().map(at).collect()
     }
 }
 
@@ -454,129 +462,6 @@ fn worst_for_missing(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
     let worst = values.clone().filter(|v| v.is_finite()).fold(f64::MIN, f64::max);
     let worst = if worst == f64::MIN { 0.0 } else { worst };
     values.map(|v| if v.is_finite() { v } else { worst }).collect()
-}
-
-/// `log(φ(z) + z Φ(z))`, stable for very negative `z`.
-fn log_h(z: f64) -> f64 {
-    let log_phi = -0.5 * z * z - 0.5 * (2.0 * std::f64::consts::PI).ln();
-    if z > -5.0 {
-        (log_phi.exp() + z * norm_cdf(z)).max(1e-300).ln()
-    } else {
-        let z2 = z * z;
-        log_phi - 2.0 * (-z).ln() + (1.0 - 3.0 / z2 + 15.0 / (z2 * z2)).ln()
-    }
-}
-
-fn clamp_theta(j: usize, d: usize, value: f64) -> f64 {
-    let (lo, hi) = match j {
-        j if j < d => LOG_LENGTH,
-        j if j == d => LOG_SCALE,
-        _ => LOG_NOISE,
-    };
-    value.clamp(lo, hi)
-}
-
-/// The Matérn 5/2 kernel under `theta`, its exponentials taken once.
-struct Matern {
-    inverse_lengths: Vec<f64>,
-    scale: f64,
-}
-
-impl Matern {
-    fn new(theta: &[f64]) -> Matern {
-        let d = theta.len() - 2;
-        Matern {
-            inverse_lengths: theta[..d].iter().map(|t| (-t).exp()).collect(),
-            scale: theta[d].exp(),
-        }
-    }
-
-    /// The squared scaled distance between `a` and `b`.
-    fn r2(&self, a: &[f64], b: &[f64]) -> f64 {
-        a.iter().zip(b).zip(&self.inverse_lengths).map(|((a, b), w)| ((a - b) * w).powi(2)).sum()
-    }
-
-    /// The kernel between `a` and `b` (without the noise).
-    fn at(&self, a: &[f64], b: &[f64]) -> f64 {
-        let r2 = self.r2(a, b);
-        let s5r = (5.0 * r2).sqrt();
-        self.scale * (1.0 + s5r + 5.0 / 3.0 * r2) * (-s5r).exp()
-    }
-}
-
-/// The kernel matrix of `xs` with the noise on its diagonal.
-fn kernel_matrix(xs: &[Vec<f64>], theta: &[f64]) -> Vec<f64> {
-    let n = xs.len();
-    let kernel = Matern::new(theta);
-    let noise = theta[theta.len() - 1].exp() + JITTER;
-    let mut k = vec![0.0; n * n];
-    for i in 0..n {
-        for j in 0..=i {
-            let v = kernel.at(&xs[i], &xs[j]) + if i == j { noise } else { 0.0 };
-            k[i * n + j] = v;
-            k[j * n + i] = v;
-        }
-    }
-    k
-}
-
-/// The Cholesky factor of the kernel matrix of `xs`, and `K⁻¹ y`.
-fn factor(xs: &[Vec<f64>], y: &[f64], theta: &[f64]) -> (Vec<f64>, Vec<f64>) {
-    let n = xs.len();
-    let chol = cholesky(&kernel_matrix(xs, theta), n);
-    let alpha = backward(&chol, &forward(&chol, y, n), n);
-    (chol, alpha)
-}
-
-/// The log marginal likelihood of `y` at `xs` under `theta`, plus weak log-normal priors on
-/// the parameters (length scales about 0.5, the kernel scale about 1, the noise about 1e-3,
-/// each within a factor of e² or so), and its gradient in `theta`.
-fn log_posterior(xs: &[Vec<f64>], y: &[f64], theta: &[f64]) -> Option<(f64, Vec<f64>)> {
-    let n = xs.len();
-    let d = theta.len() - 2;
-    let k = kernel_matrix(xs, theta);
-    let chol = cholesky(&k, n);
-    let alpha = backward(&chol, &forward(&chol, y, n), n);
-    let log_det: f64 = (0..n).map(|i| chol[i * n + i].ln()).sum::<f64>() * 2.0;
-    let fit: f64 = y.iter().zip(&alpha).map(|(a, b)| a * b).sum();
-    let mut value = -0.5 * fit - 0.5 * log_det;
-    // K⁻¹, for W = α αᵀ − K⁻¹.
-    let inv = inverse_from(&chol, n);
-    let kernel = Matern::new(theta);
-    let w = |i: usize, j: usize| alpha[i] * alpha[j] - inv[i * n + j];
-    let mut grad = vec![0.0; d + 2];
-    let noise = theta[d + 1].exp();
-    for i in 0..n {
-        for j in 0..n {
-            let wij = w(i, j);
-            let kij = k[i * n + j] - if i == j { noise + JITTER } else { 0.0 };
-            grad[d] += 0.5 * wij * kij;
-            if i == j {
-                grad[d + 1] += 0.5 * wij * noise;
-                continue;
-            }
-            let s5r = (5.0 * kernel.r2(&xs[i], &xs[j])).sqrt();
-            let common = kernel.scale * 5.0 / 3.0 * (1.0 + s5r) * (-s5r).exp();
-            for (q, g) in grad.iter_mut().enumerate().take(d) {
-                let u = (xs[i][q] - xs[j][q]) * kernel.inverse_lengths[q];
-                *g += 0.5 * wij * common * u * u;
-            }
-        }
-    }
-    // Priors: log-normal, their logs' means and standard deviations.
-    let prior =
-        |t: f64, mean: f64, sd: f64| (-0.5 * ((t - mean) / sd).powi(2), -(t - mean) / (sd * sd));
-    for (j, g) in grad.iter_mut().enumerate() {
-        let (mean, sd) = match j {
-            j if j < d => ((0.5f64).ln(), 1.5),
-            j if j == d => (0.0, 2.0),
-            _ => ((1e-3f64).ln(), 2.5),
-        };
-        let (p, dp) = prior(theta[j], mean, sd);
-        value += p;
-        *g += dp;
-    }
-    value.is_finite().then_some((value, grad))
 }
 
 impl Searcher for Gp {

@@ -49,6 +49,12 @@ impl NumericSpec {
         self.untransform(lo + u * (hi - lo))
     }
 
+    /// Where `x` sits in [0, 1] of the kernel-space bounds: [`NumericSpec::at_unit`]'s inverse.
+    pub(crate) fn unit_of(&self, x: f64) -> f64 {
+        let (lo, hi) = self.kernel_bounds();
+        if hi > lo { ((self.transform(x) - lo) / (hi - lo)).clamp(0.0, 1.0) } else { 0.5 }
+    }
+
     /// Put a value on the grid (if any) and inside the bounds.
     pub fn align(&self, x: f64) -> f64 {
         let x = match self.step {
