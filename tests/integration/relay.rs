@@ -1,7 +1,7 @@
 //! A relay in front of the test S3 server that reads each HTTP/1.1 request whole and, by its
-//! request line, passes it on, passes it on late, or holds it (read, answered to nobody) until
-//! released, then delivers it on a connection of its own: a request held in the network while
-//! its sender dies, landing afterwards.
+//! request line, passes it on, passes it on late, refuses it, or holds it (read, answered to
+//! nobody) until released, then delivers it on a connection of its own: a request held in the
+//! network while its sender dies, landing afterwards.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,6 +20,8 @@ pub(crate) enum Action {
     Delay(Duration),
     /// Held until [`Relay::release`].
     Hold,
+    /// Answered `403 Forbidden` by the relay, never passed on.
+    Refuse,
 }
 
 pub(crate) struct Relay {
@@ -76,6 +78,7 @@ fn relay(
 ) {
     let Ok(reader) = client.try_clone() else { return };
     let Ok(mut back) = server.try_clone() else { return };
+    let Ok(mut refusals) = client.try_clone() else { return };
     let mut requests = BufReader::new(reader);
     let mut to_client = client;
     std::thread::spawn(move || std::io::copy(&mut back, &mut to_client));
@@ -94,6 +97,15 @@ fn relay(
                 let _ = BufReader::new(late).read_line(&mut status);
                 *answer.lock().unwrap() = Some(status.trim().to_owned());
                 return;
+            }
+            Action::Refuse => {
+                // One request at a time on a connection: no answer of the server's is under
+                // way to interleave with this one.
+                let refusal = "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n";
+                if refusals.write_all(refusal.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
             }
         }
         if server.write_all(&request).is_err() {

@@ -124,3 +124,45 @@ store = {{ endpoint = "{}" }}
     }
     Ok(())
 }
+
+/// A checkpoint's upload that fails on one file leaves no parts of the others in the store:
+/// the large file's multipart upload, under way beside it (two connections, each part held a
+/// second in the network), is given up and aborted, and the error said is the file's that
+/// failed (the relay refuses its PUT).
+pub fn a_failed_file_leaves_no_parts_of_its_siblings() -> Result<()> {
+    use rtune::storage::remote::Remote;
+    let server = S3Server::start()?;
+    server.boto3("s3.create_bucket(Bucket='parts')")?;
+    let proxy = Relay::start(&server, |line| match line {
+        l if l.contains("/bad.json ") => Action::Refuse,
+        l if l.contains("/weights.bin?") && l.contains("partNumber=") => {
+            Action::Delay(Duration::from_secs(1))
+        }
+        _ => Action::Pass,
+    })?;
+    let dir = tempfile::tempdir()?;
+    let checkpoint = dir.path().join("checkpoint_000001");
+    std::fs::create_dir_all(&checkpoint)?;
+    // 96 MiB: six parts of 16 MiB, two at a time.
+    std::fs::write(checkpoint.join("weights.bin"), vec![7u8; 96 << 20])?;
+    std::fs::write(checkpoint.join("bad.json"), b"{}")?;
+    std::fs::write(checkpoint.join("metadata.json"), b"{}")?;
+    let settings = [
+        ("aws_endpoint", proxy.endpoint.as_str()),
+        ("aws_access_key_id", "testing"),
+        ("aws_secret_access_key", "testing"),
+        ("aws_region", "us-east-1"),
+    ];
+    let remote = Remote::parse_with("s3://parts/run", &settings)?.with_connections(2);
+    let Err(failed) = remote.upload_folder(&checkpoint, "checkpoint_000001") else {
+        anyhow::bail!("the upload succeeded through a refusal");
+    };
+    let said = failed.to_string();
+    ensure!(said.contains("bad.json") && !said.contains("given up"), "{said}");
+    let open =
+        server.boto3("print(len(s3.list_multipart_uploads(Bucket='parts').get('Uploads', [])))")?;
+    ensure!(open.trim() == "0", "{} multipart uploads left open", open.trim());
+    let keys = server.keys("parts", "run/")?;
+    ensure!(!keys.iter().any(|k| k.ends_with("metadata.json")), "{keys:?}");
+    Ok(())
+}

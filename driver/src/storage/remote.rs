@@ -57,6 +57,11 @@ type Permits = Arc<tokio::sync::Semaphore>;
 
 type RangeTask = (u64, object_store::Result<prost::bytes::Bytes>);
 
+/// What an upload given up for a sibling's failure returns (that failure is the one said).
+fn cancelled() -> Error {
+    Error::Storage("an upload given up: another file of its folder failed".into())
+}
+
 /// Writes a fetched range into `file` at its offset.
 fn write_range(
     joined: std::result::Result<RangeTask, tokio::task::JoinError>,
@@ -94,6 +99,12 @@ impl Remote {
     /// `s3://bucket/prefix`, with the credentials, region and endpoint of the environment.
     pub fn parse(url: &str) -> Result<Remote> {
         Remote::parse_with(url, &[])
+    }
+
+    /// This folder with `n` requests in flight per transfer (`run.store.connections`).
+    pub fn with_connections(mut self, n: usize) -> Remote {
+        self.settings.connections = Some(n);
+        self
     }
 
     /// The run's settings this one was made with.
@@ -441,7 +452,7 @@ impl Remote {
         let key = self.key(relative);
         let failed = |e| self.failed("upload", e);
         if size <= part {
-            let _permit = permits.acquire().await.expect("never closed");
+            let _permit = permits.acquire().await.map_err(|_| cancelled())?;
             let bytes = read_part(file, 0, size).await?;
             self.store.put(&key, bytes.into()).await.map_err(failed)?;
             return Ok(());
@@ -454,7 +465,8 @@ impl Remote {
             };
         let sent = async {
             for offset in (0..size).step_by(part as usize) {
-                let permit = permits.clone().acquire_owned().await.expect("never closed");
+                // Closed when a sibling file's upload failed: this one is given up too.
+                let permit = permits.clone().acquire_owned().await.map_err(|_| cancelled())?;
                 // A part that failed ends the upload before more are read.
                 while let Some(done) = parts.try_join_next() {
                     check(done)?;
@@ -504,8 +516,18 @@ impl Remote {
                 uploads
                     .spawn(async move { folder.upload_within(&relative, &file, &permits).await });
             }
+            // The first failure closes the permits: the other files' uploads stop at their
+            // next request and abort their multipart uploads, so the store keeps no parts.
+            let mut failure = None;
             while let Some(done) = uploads.join_next().await {
-                done.map_err(|e| Error::Storage(format!("an upload: {e}")))??;
+                let done = done.map_err(|e| Error::Storage(format!("an upload: {e}"))).flatten();
+                if let (Err(e), None) = (done, &failure) {
+                    permits.close();
+                    failure = Some(e);
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
             }
             for relative in last {
                 self.upload_within(&relative, &dir.join(&relative), &permits).await?;
