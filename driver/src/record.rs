@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::config::{CheckpointConfig, RunConfig};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, RankFigures, from_wire, number_or_tag};
+use crate::metrics::{Metrics, RankFigures, START_METRICS, from_wire, number_or_tag};
 use crate::outcome::{Checkpoint, TrainResult, WorkerFailure};
 use crate::storage::checkpoint::{self, Fence};
 use crate::storage::remote::Remote;
@@ -290,6 +290,17 @@ impl RunState {
                     state.keep_uploaded(ck)?;
                 }
             }
+        }
+        // Every attempt that reported, and every checkpoint left under an attempt's name,
+        // recorded or not (a staging copy of a store has no fence): the next attempt comes
+        // after them all, so that no late upload of theirs lands on a name it writes.
+        let reported = state.history.iter().filter_map(|m| m.get(START_METRICS[0]));
+        let named = std::fs::read_dir(run_dir).into_iter().flatten().flatten().filter_map(|e| {
+            checkpoint::attempt_in_name(&e.file_name().to_string_lossy()).map(f64::from)
+        });
+        for attempt in reported.copied().chain(named) {
+            let attempt = attempt as u32;
+            last_attempt = Some(last_attempt.map_or(attempt, |a| a.max(attempt)));
         }
         state.time_offset = state.last_metrics().get("time_total_s").copied().unwrap_or(0.0);
         let resizes = state.last_metrics().get(crate::metrics::GROUP_METRICS[1]);
@@ -722,5 +733,32 @@ mod tests {
         let row: StoredRow = serde_json::from_str(r#"{"checkpoint_dir_name":null}"#).unwrap();
         assert_eq!((row.checkpoint, row.metrics.len()), (None, 0));
         assert!(serde_json::from_str::<StoredRow>("[1]").is_err());
+    }
+
+    /// A run picked up where no fence says its last attempt (a staging copy of a store) goes
+    /// on after every attempt that reported and every attempt a checkpoint's name carries,
+    /// recorded or not: attempt 2 reported, attempt 5 left a checkpoint it never reported.
+    #[test]
+    fn a_picked_up_run_starts_after_every_attempt_it_shows() {
+        let first_attempt = |rows: &str, folder: Option<&str>| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(ResultFiles::RESULT_JSON), rows).unwrap();
+            if let Some(folder) = folder {
+                std::fs::create_dir(dir.path().join(folder)).unwrap();
+            }
+            let identity = RunIdentity {
+                trial_id: None,
+                config: serde_json::Value::Null,
+                pid: 0,
+                hostname: String::new(),
+                node_ip: String::new(),
+            };
+            RunState::pick_up(dir.path(), &RunConfig::new("run"), identity).unwrap().2
+        };
+        let rows = "{\"training_iteration\":1,\"group_attempt\":2}\n{\"training_iteration\":2}\n";
+        assert_eq!(first_attempt("", None), 0);
+        assert_eq!(first_attempt(rows, None), 3);
+        assert_eq!(first_attempt(rows, Some("checkpoint_000003_a5")), 6);
+        assert_eq!(first_attempt(rows, Some("checkpoint_000003_b5")), 3);
     }
 }

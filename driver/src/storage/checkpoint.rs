@@ -390,6 +390,18 @@ pub fn checkpoint_name(iteration: u64, attempt: u32) -> String {
     }
 }
 
+/// The attempt a checkpoint's name says ([`checkpoint_name`]'s inverse): 0 for
+/// `checkpoint_000012`, 2 for `checkpoint_000012_a2`; None for another name.
+pub(crate) fn attempt_in_name(name: &str) -> Option<u32> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let rest = name.strip_prefix("checkpoint_")?;
+    match rest.split_once("_a") {
+        Some((iteration, attempt)) if digits(iteration) && digits(attempt) => attempt.parse().ok(),
+        None if digits(rest) => Some(0),
+        _ => None,
+    }
+}
+
 /// Removes temporary checkpoint folders and committed checkpoints the driver never recorded
 /// (`keep` are the recorded ones), so a new attempt starts from a clean run directory.
 pub(crate) fn sweep_unrecorded(run_dir: &Path, keep: &[Checkpoint]) -> Result<()> {
@@ -421,6 +433,18 @@ pub fn folder_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint's name says its attempt: Ray's names attempt 0, a retry's its own.
+    #[test]
+    fn a_name_says_its_attempt() {
+        for (iteration, attempt) in [(3, 0), (12, 2), (1_000_000, 41)] {
+            assert_eq!(attempt_in_name(&checkpoint_name(iteration, attempt)), Some(attempt));
+        }
+        for other in ["checkpoint_", "checkpoint_0003_a", "checkpoint_x_a1", "exploited_checkpoint"]
+        {
+            assert_eq!(attempt_in_name(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn commit_is_complete_and_drop_leaves_nothing() {
