@@ -26,6 +26,19 @@ pub(crate) struct RunIdentity {
     pub node_ip: String,
 }
 
+impl RunIdentity {
+    /// No one's: a run read back from its files, whose rows say who it was.
+    fn unknown() -> RunIdentity {
+        RunIdentity {
+            trial_id: None,
+            config: serde_json::Value::Null,
+            pid: 0,
+            hostname: String::new(),
+            node_ip: String::new(),
+        }
+    }
+}
+
 /// What a result row holds besides metrics (Ray's auto-filled fields).
 const ROW_FIELDS: [&str; 12] = [
     "done",
@@ -247,14 +260,7 @@ impl RunState {
     /// The run in `run_dir` as a run's result, read back from its files (with `to_resume`,
     /// only up to its `resume_point`).
     fn read_result(run_dir: &Path, run: &RunConfig, to_resume: bool) -> Result<TrainResult> {
-        let identity = RunIdentity {
-            trial_id: None,
-            config: serde_json::Value::Null,
-            pid: 0,
-            hostname: String::new(),
-            node_ip: String::new(),
-        };
-        let (mut state, _) = Self::load(run_dir, run, identity)?;
+        let (mut state, _) = Self::load(run_dir, run, RunIdentity::unknown())?;
         if to_resume {
             let (_, until) = state.resume_point()?;
             state.checkpoints.retain(|(_, m)| iteration_of(m) <= until);
@@ -746,14 +752,7 @@ mod tests {
             if let Some(folder) = folder {
                 std::fs::create_dir(dir.path().join(folder)).unwrap();
             }
-            let identity = RunIdentity {
-                trial_id: None,
-                config: serde_json::Value::Null,
-                pid: 0,
-                hostname: String::new(),
-                node_ip: String::new(),
-            };
-            RunState::pick_up(dir.path(), &RunConfig::new("run"), identity).unwrap().2
+            RunState::pick_up(dir.path(), &RunConfig::new("run"), RunIdentity::unknown()).unwrap().2
         };
         let rows = "{\"training_iteration\":1,\"group_attempt\":2}\n{\"training_iteration\":2}\n";
         assert_eq!(first_attempt("", None), 0);

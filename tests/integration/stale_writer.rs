@@ -130,7 +130,6 @@ store = {{ endpoint = "{}" }}
 /// second in the network), is given up and aborted, and the error said is the file's that
 /// failed (the relay refuses its PUT).
 pub fn a_failed_file_leaves_no_parts_of_its_siblings() -> Result<()> {
-    use rtune::storage::remote::Remote;
     let server = S3Server::start()?;
     server.boto3("s3.create_bucket(Bucket='parts')")?;
     let proxy = Relay::start(&server, |line| match line {
@@ -147,13 +146,7 @@ pub fn a_failed_file_leaves_no_parts_of_its_siblings() -> Result<()> {
     std::fs::write(checkpoint.join("weights.bin"), vec![7u8; 96 << 20])?;
     std::fs::write(checkpoint.join("bad.json"), b"{}")?;
     std::fs::write(checkpoint.join("metadata.json"), b"{}")?;
-    let settings = [
-        ("aws_endpoint", proxy.endpoint.as_str()),
-        ("aws_access_key_id", "testing"),
-        ("aws_secret_access_key", "testing"),
-        ("aws_region", "us-east-1"),
-    ];
-    let remote = Remote::parse_with("s3://parts/run", &settings)?.with_connections(2);
+    let remote = server.remote("s3://parts/run", &proxy.endpoint)?.with_connections(2);
     let Err(failed) = remote.upload_folder(&checkpoint, "checkpoint_000001") else {
         anyhow::bail!("the upload succeeded through a refusal");
     };

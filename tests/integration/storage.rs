@@ -74,6 +74,22 @@ impl S3Server {
         ]
     }
 
+    /// A folder of this server's bucket as rtune reaches it, through `endpoint` (this server's,
+    /// or a relay's in front of it).
+    pub(crate) fn remote(
+        &self,
+        url: &str,
+        endpoint: &str,
+    ) -> Result<rtune::storage::remote::Remote> {
+        let settings = [
+            ("aws_endpoint", endpoint),
+            ("aws_access_key_id", "testing"),
+            ("aws_secret_access_key", "testing"),
+            ("aws_region", "us-east-1"),
+        ];
+        Ok(rtune::storage::remote::Remote::parse_with(url, &settings)?)
+    }
+
     /// Every key under `prefix` in `bucket`, as boto3 lists them (sorted; none if none).
     pub(crate) fn keys(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
         let listed = self.boto3(&format!(
@@ -479,7 +495,6 @@ pub fn async_uploads_record_checkpoints_once_they_are_in_the_store() -> Result<(
 /// goes up whole with its `metadata.json`, and comes back byte for byte; boto3 reads the same
 /// bytes.
 pub fn a_large_checkpoint_goes_up_in_parts_and_comes_back_whole() -> Result<()> {
-    use rtune::storage::remote::Remote;
     let server = S3Server::start()?;
     server.boto3("s3.create_bucket(Bucket='big')")?;
     let dir = tempfile::tempdir()?;
@@ -489,13 +504,7 @@ pub fn a_large_checkpoint_goes_up_in_parts_and_comes_back_whole() -> Result<()> 
         (0..40u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     std::fs::write(checkpoint.join("model.safetensors"), &weights)?;
     std::fs::write(checkpoint.join("metadata.json"), b"{}")?;
-    let settings = [
-        ("aws_endpoint", server.endpoint.as_str()),
-        ("aws_access_key_id", "testing"),
-        ("aws_secret_access_key", "testing"),
-        ("aws_region", "us-east-1"),
-    ];
-    let remote = Remote::parse_with("s3://big/run", &settings)?;
+    let remote = server.remote("s3://big/run", &server.endpoint)?;
     remote.upload_folder(&checkpoint, "checkpoint_000001")?;
     let size = server.boto3(
         "print(s3.head_object(Bucket='big', Key='run/checkpoint_000001/model.safetensors')['ContentLength'])",
