@@ -121,6 +121,16 @@ enum Coord {
     Choice(usize),
 }
 
+impl Coord {
+    /// How many coordinates it takes.
+    fn width(&self) -> usize {
+        match *self {
+            Coord::Number(_) => 1,
+            Coord::Choice(k) => k,
+        }
+    }
+}
+
 impl Gp {
     /// A GP searcher with seed 0, over the param space of the Tuner it is handed to
     /// ([`Searcher::set_space`]).
@@ -222,11 +232,7 @@ impl Gp {
     /// Which length scale each coordinate has: a numeric parameter's own, a categorical
     /// one's shared by its block.
     fn scale_of(coords: &[Coord]) -> Vec<usize> {
-        let width = |c: &Coord| match *c {
-            Coord::Number(_) => 1,
-            Coord::Choice(k) => k,
-        };
-        coords.iter().enumerate().flat_map(|(j, c)| std::iter::repeat_n(j, width(c))).collect()
+        coords.iter().enumerate().flat_map(|(j, c)| std::iter::repeat_n(j, c.width())).collect()
     }
 
     /// The next point: a random one during start-up, else the acquisition's best.
@@ -391,10 +397,7 @@ impl Acquisition {
                 Coord::Number(_) => numeric.push(at),
                 Coord::Choice(k) => blocks.push((at, k)),
             }
-            at += match *c {
-                Coord::Number(_) => 1,
-                Coord::Choice(k) => k,
-            };
+            at += c.width();
         }
         let lengths = self.model.lengths();
         let scale: Vec<f64> = numeric.iter().map(|&q| lengths[q]).collect();
@@ -538,14 +541,7 @@ impl Searcher for Gp {
     fn restore_state(&mut self, state: SearcherState) -> Result<()> {
         match state {
             SearcherState::Gp(s) => {
-                let width: usize = self
-                    .coords()
-                    .iter()
-                    .map(|c| match c {
-                        Coord::Number(_) => 1,
-                        Coord::Choice(k) => *k,
-                    })
-                    .sum();
+                let width: usize = self.coords().iter().map(Coord::width).sum();
                 if !s.trials.values().all(|t| t.x.len() == width) {
                     return Err(wrong_width(NAME, self.model.leaves.len()));
                 }
