@@ -110,7 +110,7 @@ fn table(path: &str) -> Task {
 /// The searcher `kind` (and for `auto`, what it picked).
 fn searcher(kind: &str, task: &Task, seed: u64, trials: u64) -> (Box<dyn Searcher>, &'static str) {
     let kind = match kind {
-        "auto" => rtune_searchers::auto(&task.space, 1, Some(trials), false).0,
+        "auto" => rtune_searchers::auto(&task.space, 1, Some(trials), false, false).0,
         "gp" => "gp",
         "tpe" => "tpe",
         "tpe-uni" => "tpe-uni",

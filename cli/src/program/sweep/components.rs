@@ -320,7 +320,8 @@ pub(super) fn auto(
         Samples::Count(n) => Some(n),
         Samples::UntilStopped => None,
     };
-    rtune_searchers::auto(space, tune.objectives().len(), budget, scheduler == "pbt")
+    let constrained = !tune.constraints.is_empty();
+    rtune_searchers::auto(space, tune.objectives().len(), budget, scheduler == "pbt", constrained)
 }
 
 /// The schedulers a sweep file can name.

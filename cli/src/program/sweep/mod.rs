@@ -662,6 +662,12 @@ mod tests {
                 "gp (search = \"auto\": 1 numeric params and 40 trials)"
             );
         }
+        // Past 200 trials over numeric params, CMA-ES; with constraints (it takes none), the
+        // GP.
+        let many = |extra: &str| file(extra).replace("num_samples = 40", "num_samples = 300");
+        assert_eq!(spec(many("")).unwrap().search.kind, "cmaes");
+        let constrained = spec(many("constraints = [\"loss\"]\n")).unwrap();
+        assert_eq!(constrained.search.kind, "gp", "{:?}", constrained.auto);
         let named = spec(file("search = \"tpe\"\n")).unwrap();
         assert_eq!((named.search.kind.as_str(), named.auto.as_deref()), ("tpe", None));
         let err = spec(file("search = { type = \"auto\", seed = 1 }\n")).unwrap_err();
