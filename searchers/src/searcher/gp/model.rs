@@ -86,10 +86,8 @@ impl Model {
             return self;
         }
         let (mut xs, mut y) = (self.xs.clone(), self.y.clone());
-        for p in pending {
-            y.push(self.posterior(p).mean);
-            xs.push(p.clone());
-        }
+        y.extend(self.mean_sd_at(pending).into_iter().map(|(mean, _)| mean));
+        xs.extend_from_slice(pending);
         let (chol, alpha) = factor(&xs, &y, &self.scale_of, &self.theta);
         Model { xs, y, chol, alpha, ..self }
     }
