@@ -274,6 +274,12 @@ impl<'a> TrainContext<'a> {
         self.report_maybe_with(metrics, Some(checkpoint))
     }
 
+    /// The attempt number this rank's checkpoints are named by: the attempt's, or the one the
+    /// driver gave when the group re-formed in place.
+    fn checkpoint_attempt(&self) -> u32 {
+        self.group.checkpoint_attempt().unwrap_or(self.link.attempt())
+    }
+
     /// `report`, with a checkpoint or without one.
     pub(crate) fn report_maybe_with(
         &mut self,
@@ -285,7 +291,7 @@ impl<'a> TrainContext<'a> {
         let metrics = metrics.into_metrics()?;
         let iteration = self.iteration() + 1;
         if let Some(writer) = checkpoint.as_mut().filter(|w| w.is_sharded()) {
-            self.join_shards(writer, &checkpoint_name(iteration, self.link.attempt()))?;
+            self.join_shards(writer, &checkpoint_name(iteration, self.checkpoint_attempt()))?;
         }
         // Background uploads that a report had to wait for (see below).
         let mut waited = Vec::new();
@@ -297,7 +303,7 @@ impl<'a> TrainContext<'a> {
                     let json = serde_json::to_vec_pretty(&plan.schema).expect("schema serialises");
                     std::fs::write(&path, json).map_err(|e| Error::io(path, e))?;
                 }
-                let name = checkpoint_name(iteration, self.link.attempt());
+                let name = checkpoint_name(iteration, self.checkpoint_attempt());
                 let created = writer.created();
                 writer.commit(&self.run_dir, &name, iteration, self.link.attempt(), &metrics)?;
                 let bytes =

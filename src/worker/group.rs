@@ -73,6 +73,9 @@ pub(crate) struct Elastic {
     joins_running: Cell<bool>,
     /// What this rank hands over to ranks that join, and what it was handed when it joined.
     handover: RefCell<Handover>,
+    /// The attempt number checkpoints are named by since the group last re-formed (the
+    /// driver's answer); None before, when the attempt's own is.
+    checkpoint_attempt: Cell<Option<u32>>,
 }
 
 /// An optimizer's state as ranks hand it over: its flat buffers, and each variable's steps.
@@ -114,6 +117,7 @@ impl Elastic {
             first_op: Cell::new(None),
             joins_running: Cell::new(false),
             handover: RefCell::new(Handover::default()),
+            checkpoint_attempt: Cell::new(None),
         }
     }
 
@@ -222,6 +226,12 @@ impl Group {
         self.elastic.is_some()
     }
 
+    /// The attempt number the driver gave checkpoints' names when the group last re-formed in
+    /// place (a fresh one if it lost its rank 0); None if it never did.
+    pub(crate) fn checkpoint_attempt(&self) -> Option<u32> {
+        self.elastic.as_ref().and_then(|e| e.checkpoint_attempt.get())
+    }
+
     /// A data-parallel step completed (its optimizer stepped).
     pub(crate) fn step_done(&self) {
         if let Some(e) = &self.elastic {
@@ -288,6 +298,7 @@ impl Group {
         let reply = elastic.link.borrow_mut().regroup(steps, address)?;
         let peers = peer_addresses(&reply.peers)?;
         let (rank, world) = (reply.rank as usize, reply.world_size as usize);
+        elastic.checkpoint_attempt.set(Some(reply.checkpoint_attempt));
         let options = GroupOptions::new(reply.collective_group_id).timeout(elastic.timeout);
         let ring = RingGroup::connect(rank, world, listener, &peers, options)?;
         *self.ring.borrow_mut() = Some(Box::new(ring));

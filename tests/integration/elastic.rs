@@ -102,8 +102,8 @@ pub fn losing_a_rank_below_min_fails_the_trial() -> Result<()> {
 }
 
 /// The variable that makes this test binary run `elastic_digits` in an elastic group of 2 to 3
-/// ranks and exit (`STORAGE_DIR NAME LOSE_AT SHARDING`, the sharding `none` or `zero1`), on a
-/// machine of 3 CPUs of its own.
+/// ranks and exit (`STORAGE_DIR NAME LOSE_AT SHARDING LOSE_RANK`, the sharding `none` or
+/// `zero1`), on a machine of 3 CPUs of its own.
 const FIT_ENV: &str = "RTUNE_TEST_ELASTIC_FIT";
 
 /// In a child started by `a_rank_lost_mid_step_is_survived_in_place`: runs the fit its
@@ -113,17 +113,20 @@ pub fn run_fit_if_asked() {
     let mut words = spec.split(' ');
     let (storage, name, lose_at) = (words.next(), words.next(), words.next());
     let (Some(storage), Some(name), Some(lose_at)) = (storage, name, lose_at) else {
-        eprintln!("{FIT_ENV}: STORAGE_DIR NAME LOSE_AT SHARDING");
+        eprintln!("{FIT_ENV}: STORAGE_DIR NAME LOSE_AT SHARDING LOSE_RANK");
         std::process::exit(2)
     };
     let mut scaling = rtune::ScalingConfig::elastic(2, 3);
     if let Some(sharding) = words.next().and_then(rtune::config::Sharding::from_name) {
         scaling = scaling.sharding(sharding);
     }
+    let lose_rank = words.next().map_or(2, |r| r.parse::<i64>().unwrap());
     let trainer = rtune::builtins::digits_data(
         rtune::TorchTrainer::new(elastic_digits)
             .train_loop_config(
-                rtune::Params::new().with("lose_at", lose_at.parse::<i64>().unwrap()),
+                rtune::Params::new()
+                    .with("lose_at", lose_at.parse::<i64>().unwrap())
+                    .with("lose_rank", lose_rank),
             )
             .scaling(scaling)
             .run_config(rtune::RunConfig::new(name).storage_path(storage)),
@@ -148,7 +151,8 @@ enum Parallel {
 
 /// A data-parallel MLP on the digits with global batches of 64 rows (Adam, its state whole or
 /// sharded as `ScalingConfig::sharding` says; 3 epochs, a checkpoint with Adam's state each);
-/// on its first attempt, rank 2 SIGKILLs itself at step `lose_at` (0: never), mid-epoch. Each
+/// on its first attempt, rank `lose_rank` SIGKILLs itself at step `lose_at` (0: never),
+/// mid-epoch. Each
 /// rank saves its weights at each epoch's end (`weights_RANK_EPOCH.safetensors`). With its
 /// state whole the group never restarts: it reads no checkpoint's weights or moments (a rank
 /// that joins in place takes them from rank 0), only where its epochs begin.
@@ -157,6 +161,7 @@ fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
     use rtune::{LoadVarStore, SaveVarStore};
     use tch::nn::Module;
     let lose_at = ctx.params().get::<i64>("lose_at")?;
+    let lose_rank = ctx.params().get::<i64>("lose_rank")? as usize;
     let mut train = ctx.dataset_shard("train")?;
     tch::manual_seed(0);
     let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
@@ -184,7 +189,7 @@ fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
     for epoch in ctx.iteration()..3 {
         for (x, y) in train.iter_batches(&spec)? {
             step += 1;
-            if first && step == lose_at && ctx.world_rank() == 2 {
+            if first && step == lose_at && ctx.world_rank() == lose_rank {
                 // SAFETY: raise(2) on this process: a rank lost mid-step.
                 unsafe { libc::raise(libc::SIGKILL) };
             }
@@ -206,16 +211,27 @@ fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `elastic_digits` in a child of its own (3 CPUs) with `sharding` (`none`, `zero1`);
-/// the run's folder.
+/// Runs `elastic_digits` in a child of its own (3 CPUs) with `sharding` (`none`, `zero1`),
+/// rank 2 lost at step `lose_at`; the run's folder.
 fn fit_in_child(
     dir: &std::path::Path,
     name: &str,
     lose_at: u32,
     sharding: &str,
 ) -> Result<std::path::PathBuf> {
+    fit_losing(dir, name, lose_at, sharding, 2)
+}
+
+/// `fit_in_child`, losing rank `rank`.
+fn fit_losing(
+    dir: &std::path::Path,
+    name: &str,
+    lose_at: u32,
+    sharding: &str,
+    rank: usize,
+) -> Result<std::path::PathBuf> {
     let out = Command::new(std::env::current_exe()?)
-        .env(FIT_ENV, format!("{} {name} {lose_at} {sharding}", dir.display()))
+        .env(FIT_ENV, format!("{} {name} {lose_at} {sharding} {rank}", dir.display()))
         .env("RTUNE_NUM_CPUS", "3")
         .output()?;
     ensure!(out.status.success(), "{}", text(&out));
@@ -299,7 +315,13 @@ pub fn a_rank_lost_mid_step_is_survived_in_place() -> Result<()> {
     for ((name, a), (_, b)) in rank0.iter().zip(&joiner) {
         ensure!(a.equal(b), "`{name}` of the rank that joined differs from rank 0's");
     }
-    let (a, b) = (final_weights(&calm)?, final_weights(&lost)?);
+    same_final_weights(&calm, &lost)
+}
+
+/// The last checkpoints of runs `a` and `b` hold the same weights, within float summation
+/// order (1e-5 of each tensor's largest value).
+fn same_final_weights(a: &std::path::Path, b: &std::path::Path) -> Result<()> {
+    let (a, b) = (final_weights(a)?, final_weights(b)?);
     let names = |w: &[(String, Vec<f32>)]| w.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     ensure!(a.len() == 4 && names(&a) == names(&b), "{:?} against {:?}", names(&a), names(&b));
     let mut worst = 0f64;
@@ -312,6 +334,34 @@ pub fn a_rank_lost_mid_step_is_survived_in_place() -> Result<()> {
     }
     ensure!(worst <= 1e-5, "the final weights differ by {worst:e} (relative to each tensor's max)");
     Ok(())
+}
+
+/// Rank 0 (the one that writes checkpoints) SIGKILLed mid-step: the other two go on in place
+/// as before, and the new rank 0 names its checkpoints by a fresh attempt number
+/// (`checkpoint_000001_a1`), one no attempt of the run has: had the old rank 0 been cut off
+/// rather than killed, and finished the step the others took again, its checkpoint of that
+/// iteration (`checkpoint_000001`) could never land on the one the run recorded. The rows
+/// still say attempt 0 (no restart), and the run ends with a run's weights that lost no rank.
+pub fn a_lost_rank_0_goes_on_under_checkpoint_names_of_its_own() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let calm = fit_in_child(dir.path(), "calm", 0, "none")?;
+    let lost = fit_losing(dir.path(), "lost", 10, "none", 0)?;
+    let rows = rows(&lost)?;
+    let first = &rows[0];
+    ensure!(first["world_size"] == 2 && first["group_attempt"] == 0, "{first}");
+    let said = first["group_resize"].as_str().unwrap_or_default();
+    ensure!(said.starts_with("3 -> 2: rank 0 lost: killed by signal 9"), "{said}");
+    let mut names: Vec<String> = std::fs::read_dir(&lost)?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("checkpoint_"))
+        .collect();
+    names.sort();
+    let want = ["checkpoint_000001_a1", "checkpoint_000002_a1", "checkpoint_000003_a1"];
+    ensure!(names == want, "checkpoints {names:?}, not {want:?}");
+    let recorded: Vec<&str> =
+        rows.iter().filter_map(|r| r["checkpoint_dir_name"].as_str()).collect();
+    ensure!(recorded == want, "rows name {recorded:?}");
+    same_final_weights(&calm, &lost)
 }
 
 /// A sharded (ZeRO-1) elastic group that loses a rank mid-step cannot go on in place (the

@@ -175,6 +175,10 @@ fn main() {
             elastic::a_rank_lost_mid_step_is_survived_in_place,
         ),
         test(
+            "elastic::a_lost_rank_0_goes_on_under_checkpoint_names_of_its_own",
+            elastic::a_lost_rank_0_goes_on_under_checkpoint_names_of_its_own,
+        ),
+        test(
             "elastic::a_sharded_group_goes_back_to_its_checkpoint",
             elastic::a_sharded_group_goes_back_to_its_checkpoint,
         ),

@@ -220,6 +220,8 @@ struct Attempt<'s> {
     joined: Vec<RankPlacement>,
     /// Ranks to start now (they join in place).
     to_spawn: Vec<usize>,
+    /// The attempt number the group's checkpoints are named by (see `regroup`).
+    checkpoint_attempt: u32,
 }
 
 impl<'s> Attempt<'s> {
@@ -243,6 +245,7 @@ impl<'s> Attempt<'s> {
             joining: None,
             joined: Vec::new(),
             to_spawn: Vec::new(),
+            checkpoint_attempt: spec.attempt,
         }
     }
 
@@ -940,5 +943,9 @@ mod tests {
         }
 
         fn resized(&mut self, _: usize, _: usize, _: &str) {}
+
+        fn fresh_attempt(&mut self) -> u32 {
+            unreachable!("no group re-forms in these tests")
+        }
     }
 }

@@ -302,6 +302,10 @@ pub(crate) trait OnReport: Send {
     /// `from` ranks to `to`, for `why` (each lost rank and why, or the room it grew into).
     fn resized(&mut self, from: usize, to: usize, why: &str);
 
+    /// An attempt number of the run that no attempt has or will have: the checkpoints of a
+    /// group that went on in place without its rank 0 are named by it.
+    fn fresh_attempt(&mut self) -> u32;
+
     /// After a report that did not stop the run, and that said ranks can join in place
     /// (`GroupReport::joinable`): the ranks that join the group now, if it grows.
     fn joiners(&mut self) -> Option<Joiners> {

@@ -509,7 +509,12 @@ impl TorchTrainer {
         // Whether the next attempt's group takes what room there is, up to its max: at the
         // start, after growing, and after a failure; after shrinking, not until a checkpoint.
         let mut take_room = true;
-        for attempt in first_attempt.. {
+        // Attempts are numbered in turn; a group that re-forms in place without its rank 0
+        // takes the next number for its checkpoints' names (`Recording::fresh_attempt`).
+        let mut next_attempt = first_attempt;
+        loop {
+            let attempt = next_attempt;
+            next_attempt += 1;
             let began = Instant::now();
             // An elastic group starts with all the room it may take; later, it grows at its
             // reports (after a lost rank, too: at its next checkpoint), or on a cluster at its
@@ -561,6 +566,7 @@ impl TorchTrainer {
                 elastic: elastic.as_mut(),
                 placement: &mut placement,
                 joiners: None,
+                next_attempt: &mut next_attempt,
             };
             let outcome = run_attempt(&hub, &spec, &mut recording).await?;
             let asked = elastic.as_mut().and_then(|e| e.resize.take());

@@ -17,6 +17,8 @@ pub(super) struct Recording<'r, 'd, 's> {
     pub(super) placement: &'r mut Placement,
     /// Ranks that join in place after the last report (the room it grew into).
     pub(super) joiners: Option<Joiners>,
+    /// The run's next attempt number: a group that re-forms without its rank 0 takes one.
+    pub(super) next_attempt: &'r mut u32,
 }
 
 impl OnReport for Recording<'_, '_, '_> {
@@ -84,5 +86,12 @@ impl OnReport for Recording<'_, '_, '_> {
         if to < from {
             self.placement.shrink(from - to);
         }
+    }
+
+    fn fresh_attempt(&mut self) -> u32 {
+        let fresh = *self.next_attempt;
+        *self.next_attempt += 1;
+        tracing::info!("checkpoints are named by attempt {fresh} from here (rank 0 was lost)");
+        fresh
     }
 }

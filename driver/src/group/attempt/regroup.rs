@@ -148,6 +148,13 @@ impl Attempt<'_> {
         // Node and local ranks as a fresh group of the live ranks' seats would have them.
         let nodes: Vec<&str> = live.iter().map(|&r| self.seats[r].node.as_str()).collect();
         let placed = RankPlacement::from_nodes(&nodes, &[], &[]);
+        // Rank 0 writes the checkpoints: one that left may still run, cut off from this
+        // driver, and finish a step the others take again. The new rank 0 names its checkpoints
+        // by an attempt number of their own, so none is ever the old one's.
+        let rank_0 = live.iter().chain(self.left.iter().map(|(r, _)| r)).min();
+        if rank_0.is_some_and(|r| self.left.iter().any(|(left, _)| left == r)) {
+            self.checkpoint_attempt = on_report.fresh_attempt();
+        }
         let group_id = rand::random::<u64>();
         let world = live.len() as u32;
         let gpus_shared = !shared_gpus(&self.seats).is_empty();
@@ -162,6 +169,7 @@ impl Attempt<'_> {
                     local_rank: at.local_rank,
                     local_world_size: at.local_world_size,
                     node_rank: at.node_rank,
+                    checkpoint_attempt: self.checkpoint_attempt,
                 }));
                 continue;
             }
