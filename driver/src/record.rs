@@ -235,10 +235,14 @@ impl RunState {
         identity: RunIdentity,
     ) -> Result<(Self, Option<Checkpoint>, u32)> {
         let (mut state, last_attempt) = Self::load(run_dir, run, identity)?;
+        // A group that went on in place without its rank 0 named its checkpoints by a number
+        // after its attempt's (`OnReport::fresh_attempt`), which no row says: a number more
+        // per resize of the run keeps clear of every one it may have taken.
+        let first = last_attempt.map_or(0, |a| a + 1 + state.resizes);
         let (resume, until) = state.resume_point()?;
         state.checkpoints.retain(|(_, m)| iteration_of(m) <= until);
         state.truncate(until)?;
-        Ok((state, resume, last_attempt.map_or(0, |a| a + 1)))
+        Ok((state, resume, first))
     }
 
     /// Where a picked-up run goes on from, and the iteration its kept rows end at: its latest
@@ -743,7 +747,8 @@ mod tests {
 
     /// A run picked up where no fence says its last attempt (a staging copy of a store) goes
     /// on after every attempt that reported and every attempt a checkpoint's name carries,
-    /// recorded or not: attempt 2 reported, attempt 5 left a checkpoint it never reported.
+    /// recorded or not: attempt 2 reported, attempt 5 left a checkpoint it never reported; and
+    /// after the numbers its resizes may have taken.
     #[test]
     fn a_picked_up_run_starts_after_every_attempt_it_shows() {
         let first_attempt = |rows: &str, folder: Option<&str>| {
@@ -759,5 +764,8 @@ mod tests {
         assert_eq!(first_attempt(rows, None), 3);
         assert_eq!(first_attempt(rows, Some("checkpoint_000003_a5")), 6);
         assert_eq!(first_attempt(rows, Some("checkpoint_000003_b5")), 3);
+        // Two resizes: either may have been in place without rank 0, and taken a number.
+        let resized = "{\"training_iteration\":1,\"group_attempt\":2,\"group_resizes\":2}\n";
+        assert_eq!(first_attempt(resized, None), 5);
     }
 }
