@@ -152,10 +152,10 @@ enum Parallel {
 /// A data-parallel MLP on the digits with global batches of 64 rows (Adam, its state whole or
 /// sharded as `ScalingConfig::sharding` says; 3 epochs, a checkpoint with Adam's state each);
 /// on its first attempt, rank `lose_rank` SIGKILLs itself at step `lose_at` (0: never),
-/// mid-epoch. Each
-/// rank saves its weights at each epoch's end (`weights_RANK_EPOCH.safetensors`). With its
-/// state whole the group never restarts: it reads no checkpoint's weights or moments (a rank
-/// that joins in place takes them from rank 0), only where its epochs begin.
+/// mid-epoch. Each rank saves its weights at each epoch's end
+/// (`weights_RANK_EPOCH.safetensors`). With its state whole the group never restarts: it reads
+/// no checkpoint's weights or moments (a rank that joins in place takes them from rank 0), only
+/// where its epochs begin.
 fn elastic_digits(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
     use rtune::worker::{BatchSpec, OptimizerSettings};
     use rtune::{LoadVarStore, SaveVarStore};
