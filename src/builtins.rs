@@ -34,16 +34,16 @@ use rtune_searchers::{Params, SearchRng};
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
-use crate::collective::ReduceOp;
-use crate::data::{Columns, Dataset, StandardScaler};
 use crate::digits::{DIGIT_CLASSES, DIGIT_FEATURES, DIGIT_LABEL, Digits};
 use crate::model::TorchPredictor;
-use crate::train::TorchTrainer;
 use crate::var_store::{LoadVarStore, SaveVarStore};
 use crate::worker::{
     Balance, BatchSpec, DistributedModel, ModelOptimizer, OptimizerSettings, ShardedModel,
     TrainContext,
 };
+use rtune_collective::ReduceOp;
+use rtune_driver::data::{Columns, Dataset, StandardScaler};
+use rtune_driver::train::TorchTrainer;
 
 /// Fixes the train/validation/test split of the digits.
 pub const DIGITS_SPLIT_SEED: u64 = 0;
@@ -59,13 +59,16 @@ pub fn digits_mlp(vs: &nn::Path, hidden: i64) -> impl Module + use<> {
 }
 
 /// `digits-mlp`'s model for a trial's params (its `hidden`).
-pub fn digits_model(vs: &nn::Path, params: &Params) -> crate::error::Result<Box<dyn nn::ModuleT>> {
+pub fn digits_model(
+    vs: &nn::Path,
+    params: &Params,
+) -> rtune_driver::error::Result<Box<dyn nn::ModuleT>> {
     Ok(Box::new(digits_mlp(vs, params.get::<i64>("hidden")?)))
 }
 
 /// `digits-mlp`'s data: the fixed split's `train` and `valid` as datasets, label `digit`, every
 /// pixel standardized by a `StandardScaler` fitted on `train`.
-pub fn digits_data(trainer: TorchTrainer) -> crate::error::Result<TorchTrainer> {
+pub fn digits_data(trainer: TorchTrainer) -> rtune_driver::error::Result<TorchTrainer> {
     let split = Digits::split(DIGITS_SPLIT_SEED)?;
     Ok(trainer
         .datasets([

@@ -25,9 +25,9 @@ use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use crate::sys::cuda_probe::{CudaError, PROBE_ENV, Probe};
-use crate::sys::cuda_probe::{ProbeAnswer, TORCH_CPU, TORCH_CUDA, no_device};
-use crate::sys::{Device, hostname};
+pub use rtune_driver::sys::cuda_probe::{CudaError, PROBE_ENV, Probe};
+use rtune_driver::sys::cuda_probe::{ProbeAnswer, TORCH_CPU, TORCH_CUDA, no_device};
+use rtune_driver::sys::{Device, hostname};
 
 /// The NVIDIA driver's user-space library.
 const DRIVER: &str = "libcuda.so.1";

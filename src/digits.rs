@@ -6,8 +6,8 @@ use std::io::Read;
 use polars::prelude::{Column, DataFrame};
 use tch::{Kind, Tensor};
 
-use crate::data::shuffle;
-use crate::error::{Error, Result};
+use rtune_driver::data::shuffle;
+use rtune_driver::error::{Error, Result};
 
 const DIGITS_CSV_GZ: &[u8] = include_bytes!("../data/digits.csv.gz");
 

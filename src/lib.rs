@@ -105,11 +105,12 @@
 //! that binary started again.
 
 // The driver's modules, whole (see `rtune-driver`).
+/// The CPU collectives (the `rtune-collective` crate): the ring a group's ranks average through.
+pub use rtune_collective as collective;
 pub use rtune_driver::{
-    callback, cluster, collective, config, data, error, log, metrics, monitor, outcome, setting,
-    storage, train, tune,
+    callback, cluster, config, data, error, log, metrics, monitor, outcome, setting, storage,
+    train, tune,
 };
-use rtune_driver::{proto, rpc, sys};
 
 pub mod builtins;
 pub mod cli;

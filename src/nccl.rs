@@ -18,7 +18,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 
 use tch::{Kind, Tensor};
 
-use crate::collective::{CollectiveError, ProcessGroup, ReduceOp, Result};
+use rtune_collective::{CollectiveError, ProcessGroup, ReduceOp, Result};
 
 const UNIQUE_ID_BYTES: usize = 128;
 const NCCL_FLOAT32: c_int = 7;

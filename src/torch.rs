@@ -5,9 +5,9 @@
 
 use tch::Tensor;
 
-use crate::data::table::Table;
-use crate::data::{DataSchema, Labels};
-use crate::error::{Error, Result};
+use rtune_driver::data::table::Table;
+use rtune_driver::data::{DataSchema, Labels};
+use rtune_driver::error::{Error, Result};
 
 pub(crate) trait TorchResult<T> {
     /// The result, its `tch::TchError` as `Error::Torch`.

@@ -4,10 +4,10 @@
 
 use tch::nn::VarStore;
 
-use crate::error::{Error, Result};
-use crate::outcome::Checkpoint;
-use crate::storage::checkpoint::{CheckpointWriter, MODEL_FILE};
 use crate::torch::TorchResult;
+use rtune_driver::error::{Error, Result};
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::checkpoint::{CheckpointWriter, MODEL_FILE};
 
 /// `writer.save_var_store(&vs)?`: a model into the checkpoint being written.
 pub trait SaveVarStore {

@@ -16,8 +16,6 @@ use std::path::{Path, PathBuf};
 const DRIVER_LAYERS: &[&[&str]] = &[
     // Leaves: no rtune imports at all.
     &["outcome", "sys", "proto", "log", "setting"],
-    // The CPU collectives (they wait on their sockets with `sys::poll`).
-    &["collective"],
     // One error type for everything above (it carries a failed run's `outcome`).
     &["error"],
     // Hooks into a sweep: the callback trait and the built-in loggers.

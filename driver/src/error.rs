@@ -48,7 +48,7 @@ pub enum Error {
     Protocol(String),
 
     #[error(transparent)]
-    Collective(#[from] crate::collective::CollectiveError),
+    Collective(#[from] rtune_collective::CollectiveError),
 
     /// libtorch failed (a `tch::TchError`, boxed: this crate links no libtorch).
     #[error(transparent)]

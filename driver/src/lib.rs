@@ -9,7 +9,6 @@
 
 pub mod callback;
 pub mod cluster;
-pub mod collective;
 pub mod config;
 pub mod data;
 pub mod error;

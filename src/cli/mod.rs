@@ -36,9 +36,9 @@ use tch::nn;
 
 use crate::builtins::{digits_data, digits_model, train_digits_mlp, train_synthetic_curve};
 use crate::digits::DIGIT_FEATURES;
-use crate::error::Result;
 use crate::model::Model;
 use crate::worker::TrainFn;
+use rtune_driver::error::Result;
 
 /// Runs the `rtune` command line with `registry`'s train functions and exits. Call it first
 /// in `main`: it also makes the binary's worker processes work (`rtune::init`).

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use anyhow::{Result, anyhow};
 use rtune_cli::PredictArgs;
 
-use crate::config::ScalingConfig;
 use crate::model::BatchPredictor;
+use rtune_driver::config::ScalingConfig;
 
 /// Predicts every row of the input, on workers of `cluster` (address, token) when given;
 /// returns a line about what was written.

@@ -18,11 +18,11 @@ use rtune_searchers::{Mode, Params};
 use tch::nn;
 
 use super::TorchPredictor;
-use crate::data::{DATA_SCHEMA_FILE, DataSchema};
-use crate::error::{Error, IoContext, Result};
-use crate::metrics::{number_text, param_text};
-use crate::outcome::Checkpoint;
-use crate::storage::{self, PARAMS_FILE};
+use rtune_driver::data::{DATA_SCHEMA_FILE, DataSchema};
+use rtune_driver::error::{Error, IoContext, Result};
+use rtune_driver::metrics::{number_text, param_text};
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::{self, PARAMS_FILE};
 
 /// The TorchScript module's file in an export.
 pub const TORCHSCRIPT_FILE: &str = "model.pt";
@@ -147,7 +147,7 @@ impl Export {
             params: &params,
             metrics: &metrics,
             metric: self.metric.as_ref().map(|(m, mode)| (m.as_str(), *mode)),
-            files: crate::sys::relative_files(partial),
+            files: rtune_driver::sys::relative_files(partial),
             schema: DataSchema::read(partial)?,
             to: dest,
         };

@@ -10,11 +10,11 @@ use polars::prelude::DataFrame;
 use tch::nn::{self, ModuleT};
 use tch::{Device, Tensor};
 
-use crate::data::{DATA_SCHEMA_FILE, DataSchema};
-use crate::error::{Error, Result};
-use crate::outcome::Checkpoint;
 use crate::torch::TorchResult;
 use crate::var_store::LoadVarStore;
+use rtune_driver::data::{DATA_SCHEMA_FILE, DataSchema};
+use rtune_driver::error::{Error, Result};
+use rtune_driver::outcome::Checkpoint;
 
 /// A trained model, ready to predict.
 pub struct TorchPredictor {

@@ -43,11 +43,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
 
-use crate::collective::ReduceOp;
-use crate::error::Error;
-use crate::metrics::Metrics;
-use crate::train::command::{COMMAND_ENV, CommandSpec};
 use crate::worker::{HUB_TOKEN_ENV, TrainContext, WORKER_ENV};
+use rtune_collective::ReduceOp;
+use rtune_driver::error::Error;
+use rtune_driver::metrics::Metrics;
+use rtune_driver::train::command::{COMMAND_ENV, CommandSpec};
 
 pub const REPORT_PREFIX: &str = "@rtune ";
 /// Lines of the command's stderr kept for the error of a failed run.
@@ -204,9 +204,9 @@ fn start(spec: &CommandSpec, ctx: &TrainContext, port: u16) -> anyhow::Result<Ch
     // The command gets every param; what it reads is its own affair.
     ctx.params().read_all();
     let params = serde_json::to_string(ctx.params()).context("params as JSON")?;
-    let params_file = ctx.run_dir().join(crate::storage::PARAMS_FILE);
+    let params_file = ctx.run_dir().join(rtune_driver::storage::PARAMS_FILE);
     if !params_file.exists() {
-        crate::storage::atomic_write(&params_file, params.as_bytes())?;
+        rtune_driver::storage::atomic_write(&params_file, params.as_bytes())?;
     }
     let mut command = std::process::Command::new(program);
     command
@@ -382,14 +382,14 @@ fn take_checkpoint(
     ctx: &TrainContext,
     working_dir: &Path,
     folder: &Path,
-) -> anyhow::Result<crate::storage::checkpoint::CheckpointWriter> {
+) -> anyhow::Result<rtune_driver::storage::checkpoint::CheckpointWriter> {
     let writer = ctx.new_checkpoint()?;
     if writer.is_kept() {
         let folder = working_dir.join(folder);
         if !folder.is_dir() {
             bail!("the reported checkpoint {} is not a folder", folder.display());
         }
-        crate::storage::checkpoint::copy_dir(&folder, writer.path())?;
+        rtune_driver::storage::checkpoint::copy_dir(&folder, writer.path())?;
     }
     Ok(writer)
 }

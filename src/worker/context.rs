@@ -1,7 +1,6 @@
 //! `TrainContext`: what a train function sees of its run (Ray's `ray.train.get_context()` plus
 //! `report`), and `DistributedModel`, the data-parallel wrapper `prepare_model` returns.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -9,19 +8,22 @@ use rtune_searchers::Params;
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
 
-use super::backend::{
-    Backend, Bucket, SharedNccl, broadcast_from_rank_0, buckets_of, gather_into, scatter_from,
+use super::backend::Backend;
+use super::buckets::{
+    Bucket, ModelGroup, broadcast_from_rank_0, buckets_of, gather_into, scatter_from,
 };
-use crate::collective::ReduceOp;
-use crate::data::{DATA_SCHEMA_FILE, DataPlan};
-use crate::error::{Error, Result};
-use crate::metrics::{IntoMetrics, to_wire};
-use crate::outcome::Checkpoint;
-use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR, TMP_PREFIX, checkpoint_name};
-use crate::storage::remote::Remote;
 use crate::torch::TorchResult;
 use crate::worker::DatasetShard;
 use crate::worker::DriverLink;
+use rtune_collective::ReduceOp;
+use rtune_driver::data::{DATA_SCHEMA_FILE, DataPlan};
+use rtune_driver::error::{Error, Result};
+use rtune_driver::metrics::{IntoMetrics, to_wire};
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::checkpoint::{
+    CheckpointWriter, SHARDS_DIR, TMP_PREFIX, checkpoint_name,
+};
+use rtune_driver::storage::remote::Remote;
 
 pub(crate) use super::group::SharedGroup;
 
@@ -38,10 +40,10 @@ pub(crate) struct ContextParts<'a> {
     pub data: Option<Rc<DataPlan>>,
     /// The collective group, with the rank's place in it.
     pub group: SharedGroup,
-    /// Ranks of the group share a GPU: GPU models average through `group` (see `prepare_model`).
-    pub gpus_shared: bool,
+    /// What the group's framework set up around the train function (see `prepare_model`).
+    pub backend: Box<dyn Backend>,
     /// The run's folder on an object store: rank 0 uploads each checkpoint there.
-    pub store: Option<crate::storage::remote::Remote>,
+    pub store: Option<rtune_driver::storage::remote::Remote>,
     /// Those uploads go on in the background (`CheckpointUpload::Async`).
     pub upload_async: bool,
     /// `run_dir` is this rank's scratch folder on its node: a checkpoint goes once it is up.
@@ -66,11 +68,8 @@ pub struct TrainContext<'a> {
     reports: u64,
     stop_requested: bool,
     group: SharedGroup,
-    /// Two or more ranks share a physical GPU, so NCCL cannot be used (see `prepare_model`).
-    gpus_shared: bool,
-    /// Made on first use by a model on a GPU, bootstrapped over `group`.
-    nccl: Option<SharedNccl>,
-    store: Option<crate::storage::remote::Remote>,
+    backend: Box<dyn Backend>,
+    store: Option<rtune_driver::storage::remote::Remote>,
     upload_async: bool,
     scratch: bool,
     sharding: Option<super::Sharding>,
@@ -102,8 +101,7 @@ impl<'a> TrainContext<'a> {
             reports: 0,
             stop_requested: false,
             group: parts.group,
-            gpus_shared: parts.gpus_shared,
-            nccl: None,
+            backend: parts.backend,
             store: parts.store,
             upload_async: parts.upload_async,
             scratch: parts.scratch,
@@ -119,6 +117,11 @@ impl<'a> TrainContext<'a> {
     /// `worker::process::Ended::links`).
     pub(crate) fn links(&self) -> SharedGroup {
         self.group.clone()
+    }
+
+    /// Tears down what the group's backend set up, once the train function has returned.
+    pub(crate) fn shut_down_backend(&mut self) {
+        self.backend.on_shutdown();
     }
 
     /// This rank's place in the group now: an elastic group that went on in place after
@@ -428,7 +431,7 @@ impl<'a> TrainContext<'a> {
     /// `GPU` per worker), which NCCL refuses: then through the CPU ring as well, each bucket
     /// copied to the host and back (the driver decides that from where the ranks are).
     pub fn prepare_model(&mut self, vs: &VarStore) -> Result<DistributedModel> {
-        DistributedModel::new(self.backend_for(vs.device())?, vs)
+        DistributedModel::new(self.model_group(vs.device())?, vs)
     }
 
     /// Makes `vs` data-parallel with its optimizer state (and with ZeRO-2 its averaged
@@ -442,29 +445,18 @@ impl<'a> TrainContext<'a> {
         sharding: super::Sharding,
         optimizer: super::OptimizerSettings,
     ) -> Result<super::ShardedModel> {
-        let backend = self.backend_for(vs.device())?;
-        super::ShardedModel::new(backend, vs, sharding, optimizer)
+        let group = self.model_group(vs.device())?;
+        super::ShardedModel::new(group, vs, sharding, optimizer)
     }
 
-    fn backend_for(&mut self, device: Device) -> Result<Backend> {
-        if !device.is_cuda() || self.world_size() == 1 {
-            return Ok(Backend::Ring(self.group.clone()));
+    /// The process group a model on `device` averages through, as the Torch backend has it.
+    fn model_group(&mut self, device: Device) -> Result<ModelGroup> {
+        match self.backend.torch() {
+            Some(torch) => torch.model_group(device),
+            None => Err(Error::Worker(
+                "prepare_model needs the Torch backend; this run's group has another".into(),
+            )),
         }
-        if self.gpus_shared {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                tracing::info!(
-                    "ranks of this group share a GPU: gradients are averaged through the CPU \
-                     ring (NCCL refuses two ranks on one device)"
-                )
-            });
-            return Ok(Backend::Ring(self.group.clone()));
-        }
-        if self.nccl.is_none() {
-            let nccl = crate::nccl::NcclGroup::new(&mut **self.group.borrow_mut())?;
-            self.nccl = Some(Rc::new(RefCell::new(nccl)));
-        }
-        Ok(Backend::Nccl(self.nccl.clone().expect("made above"), device))
     }
 
     /// Averages (or sums) `values` across ranks in place, e.g. validation counts.
@@ -481,7 +473,7 @@ impl<'a> TrainContext<'a> {
 
 /// A model whose gradients are averaged across ranks (PyTorch's DDP, called explicitly).
 pub struct DistributedModel {
-    backend: Backend,
+    backend: ModelGroup,
     /// Variables sorted by name, the same order on every rank.
     params: Vec<Tensor>,
     /// Consecutive runs of `params` and the flat buffer each is reduced through.
@@ -489,7 +481,7 @@ pub struct DistributedModel {
 }
 
 impl DistributedModel {
-    fn new(backend: Backend, vs: &VarStore) -> Result<Self> {
+    fn new(backend: ModelGroup, vs: &VarStore) -> Result<Self> {
         let named = sorted_variables(vs);
         let all: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
         broadcast_from_rank_0(&backend, &all)?;

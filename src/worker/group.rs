@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use tch::Tensor;
 
-use crate::collective::{CollectiveError, GroupOptions, ProcessGroup, RingGroup};
-use crate::error::{Error, Result};
 use crate::worker::DriverLink;
+use rtune_collective::{CollectiveError, GroupOptions, ProcessGroup, RingGroup};
+use rtune_driver::error::{Error, Result};
 
 /// A rank's group, shared by its context and its models.
 pub(crate) type SharedGroup = Rc<Group>;

@@ -12,10 +12,10 @@
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use super::backend::{Backend, broadcast_from_rank_0, gather_into, scatter_from};
+use super::buckets::{ModelGroup, broadcast_from_rank_0, gather_into, scatter_from};
 use super::group::{OptimizerState, SharedGroup};
-use crate::error::{Error, Result};
 use crate::torch::TorchResult;
+use rtune_driver::error::{Error, Result};
 
 /// What rank 0 says of its optimizer's state before sending the buffers.
 #[derive(Serialize, Deserialize)]
@@ -28,7 +28,7 @@ struct Header {
 /// then hands them its model's variables and optimizer state from rank 0.
 pub(super) fn take_in(group: &SharedGroup) -> Result<()> {
     group.grow()?;
-    let backend = Backend::Ring(group.clone());
+    let backend = ModelGroup::Ring(group.clone());
     let (vars, optimizer) = group.handover();
     broadcast_from_rank_0(&backend, &vars)?;
     hand_over_optimizer(&backend, optimizer.as_ref())?;
@@ -38,7 +38,7 @@ pub(super) fn take_in(group: &SharedGroup) -> Result<()> {
 /// Rank 0's optimizer state to every rank (see the module docs): into `held` on the ranks
 /// that hold one; a rank that just joined (None) gets what it was handed.
 pub(super) fn hand_over_optimizer(
-    backend: &Backend,
+    backend: &ModelGroup,
     held: Option<&OptimizerState>,
 ) -> Result<Option<OptimizerState>> {
     let group = backend.group().ok_or_else(|| {

@@ -11,16 +11,16 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
-use crate::error::{Error, Result};
-use crate::proto::report_answer::Answer;
-use crate::proto::worker_hub_client::WorkerHubClient;
-use crate::proto::{
+use crate::worker::HUB_TOKEN_ENV;
+use rtune_driver::error::{Error, Result};
+use rtune_driver::proto::report_answer::Answer;
+use rtune_driver::proto::worker_hub_client::WorkerHubClient;
+use rtune_driver::proto::{
     FinishRequest, JoinReply, JoinRequest, RegroupReply, RegroupRequest, ReportAnswer, ReportHello,
     ReportReply, ReportRequest, WorkerKey,
 };
-use crate::rpc::{AddToken, UNIX_SCHEME, connect_abstract, frame, report_socket_name};
-use crate::sys::build_id;
-use crate::worker::HUB_TOKEN_ENV;
+use rtune_driver::rpc::{AddToken, UNIX_SCHEME, connect_abstract, frame, report_socket_name};
+use rtune_driver::sys::build_id;
 
 /// The worker's connection to its driver: blocking calls from the training thread.
 type HubClient = WorkerHubClient<InterceptedService<Channel, AddToken>>;
@@ -100,7 +100,7 @@ impl DriverLink {
             build_id: build_id::build_id().to_vec(),
             pid: std::process::id(),
             collective_address,
-            hostname: crate::sys::hostname(),
+            hostname: rtune_driver::sys::hostname(),
             cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default(),
         };
         self.call("join", async |c| Ok(c.join(request).await?.into_inner()))

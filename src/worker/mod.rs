@@ -10,6 +10,7 @@
 //! the worker's binary must match the driver's.
 
 mod backend;
+mod buckets;
 pub(crate) mod command;
 mod context;
 pub(crate) mod group;
@@ -39,11 +40,11 @@ pub type TrainFn = fn(&mut TrainContext) -> anyhow::Result<()>;
 /// Turns this process into a worker when the driver started it as one (and never returns then);
 /// does nothing in any other process. Call it first in `main`.
 pub fn init() {
-    crate::log::install();
+    rtune_driver::log::install();
     // A process started to probe CUDA for its driver answers and exits (see `cuda`).
     crate::cuda::probe_if_asked();
     // The driver's fork server (`sys::zygote`) forks workers that go on below, in `run_worker`.
-    crate::sys::zygote::serve_if_asked(|| exit_now(run_worker()));
+    rtune_driver::sys::zygote::serve_if_asked(|| exit_now(run_worker()));
     if std::env::var_os(WORKER_ENV).is_none() {
         // The driver's process: local mode (`ScalingConfig::local`) runs a worker here.
         rtune_driver::group::set_in_process_runner(process::run);

@@ -22,10 +22,10 @@ use tch::{Device, Tensor};
 use super::context::{sorted_variables, trainable};
 use super::group::OptimizerState;
 use super::shard_optimizer::{OptimizerSettings, Parameter, Scratch, ShardState, read_index};
-use crate::error::{Error, Result};
-use crate::outcome::Checkpoint;
-use crate::storage::checkpoint::{CheckpointWriter, OPTIMIZER_FILE, OPTIMIZER_INDEX};
 use crate::torch::TorchResult;
+use rtune_driver::error::{Error, Result};
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::checkpoint::{CheckpointWriter, OPTIMIZER_FILE, OPTIMIZER_INDEX};
 
 /// An optimizer a data-parallel model steps with (`DistributedModel::backward_step`): tch's
 /// `nn::Optimizer`, or rtune's [`ModelOptimizer`].
@@ -342,8 +342,8 @@ impl ModelOptimizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
     use crate::var_store::{LoadVarStore, SaveVarStore};
+    use rtune_driver::metrics::Metrics;
     use tch::Kind;
     use tch::nn::{Module, OptimizerConfig};
 

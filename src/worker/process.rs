@@ -1,6 +1,7 @@
-//! The worker side of a worker process: join the driver, build the collective group, run the
-//! train function on this thread (libtorch tensors are not Sync; one training thread per worker),
-//! catch its panic, and tell the driver how it ended.
+//! The worker side of a worker process: join the driver, build the collective group and set up
+//! the group's backend, run the train function on this thread (libtorch tensors are not Sync;
+//! one training thread per worker), catch its panic, tear the backend down, and tell the driver
+//! how it ended.
 
 use std::net::TcpListener;
 use std::panic::AssertUnwindSafe;
@@ -8,15 +9,15 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::collective::{GroupOptions, RingGroup};
-use crate::error::{Error, Result};
-use crate::outcome::Checkpoint;
-use crate::proto::{FinishRequest, JoinReply, WorkerKey};
-use crate::storage::remote::Remote;
-use crate::sys::build_id;
 use crate::worker::command::CommandKilled;
 use crate::worker::group::{Elastic, Group, Shape, listen, peer_addresses};
 use crate::worker::{ContextParts, DriverLink, TrainContext, WorkerSpec};
+use rtune_collective::{GroupOptions, RingGroup};
+use rtune_driver::error::{Error, Result};
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::proto::{FinishRequest, JoinReply, WorkerKey};
+use rtune_driver::storage::remote::Remote;
+use rtune_driver::sys::build_id;
 
 /// Exit codes the driver reads when no finish message arrived.
 const EXIT_FAILED: i32 = 1;
@@ -153,7 +154,7 @@ fn train(
         node_rank: reply.node_rank as usize,
     };
     let group = Group::new(Box::new(ring), shape, elastic);
-    let settings: crate::config::StoreSettings = match reply.store_settings_json.as_str() {
+    let settings: rtune_driver::config::StoreSettings = match reply.store_settings_json.as_str() {
         "" => Default::default(),
         json => serde_json::from_str(json).map_err(|e| failed(&format!("store settings: {e}")))?,
     };
@@ -186,14 +187,13 @@ fn train(
     params.track_reads();
     let tracked = params.clone();
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
-    if device.is_cuda() {
-        // Before anything asks libtorch about CUDA (see `crate::cuda`).
-        crate::cuda::load().map_err(|e| failed(&e))?;
-    }
+    let backend =
+        super::backend::on_start(&reply.backend, &reply.backend_setup_json, device, &group)
+            .map_err(|e| failed(&e))?;
     let data = match reply.data_json.as_str() {
         "" => None,
         json => {
-            let mut plan: crate::data::DataPlan =
+            let mut plan: rtune_driver::data::DataPlan =
                 serde_json::from_str(json).map_err(|e| failed(&format!("datasets: {e}")))?;
             if spec.scratch {
                 let (rank, world) = (spec.rank as usize, reply.world_size as usize);
@@ -216,11 +216,11 @@ fn train(
         experiment_name: reply.experiment_name.clone(),
         data,
         group,
-        gpus_shared: reply.gpus_shared,
+        backend,
         store,
         upload_async: reply.upload_async,
         scratch: spec.scratch,
-        sharding: crate::config::Sharding::from_name(&reply.sharding),
+        sharding: rtune_driver::config::Sharding::from_name(&reply.sharding),
         link,
     });
     // SAFETY: the offset came from the driver, whose build id equals ours (checked above and by
@@ -228,6 +228,7 @@ fn train(
     let train_fn = unsafe { crate::worker::train_fn_at(spec.train_fn) };
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| train_fn(&mut ctx)));
     ended.links = Some(ctx.links());
+    ctx.shut_down_backend();
     ended.unread_params = tracked.unread();
     // A run that ended well waits for its checkpoints' uploads: the finish names them.
     if matches!(&result, Ok(Ok(()))) || matches!(&result, Ok(Err(e)) if is_stop(e)) {
@@ -252,7 +253,7 @@ fn train(
 /// The folder a scratch worker works in: the one its node agent gave it, else a new one in the
 /// system's temporary folder.
 fn scratch_dir() -> Result<PathBuf> {
-    let dir = match std::env::var_os(crate::config::SCRATCH_ENV) {
+    let dir = match std::env::var_os(rtune_driver::config::SCRATCH_ENV) {
         Some(dir) => PathBuf::from(dir),
         None => std::env::temp_dir().join(format!("rtune-worker-{}", std::process::id())),
     };
@@ -267,8 +268,8 @@ fn is_stop(e: &anyhow::Error) -> bool {
 /// The device the pool assigned (none: the CPU).
 fn parse_device(text: &str) -> Result<tch::Device> {
     let device = match text {
-        "" => Some(crate::sys::Device::Cpu),
-        text => crate::sys::Device::parse(text),
+        "" => Some(rtune_driver::sys::Device::Cpu),
+        text => rtune_driver::sys::Device::parse(text),
     };
     device
         .map(crate::cuda::torch_device)

@@ -62,9 +62,9 @@
 
 use tch::{Device, Tensor};
 
-use crate::data::{DataPlan, read_rows, shard_range};
-use crate::error::{Error, Result};
 use crate::worker::context::SharedGroup;
+use rtune_driver::data::{DataPlan, read_rows, shard_range};
+use rtune_driver::error::{Error, Result};
 
 /// How ranks with shards of unequal length get the same number of batches (module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -369,7 +369,7 @@ fn epoch_order(
         let mixed = seed
             ^ epoch.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
             ^ (rank as u64).wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03);
-        crate::data::shuffle(&mut order, mixed);
+        rtune_driver::data::shuffle(&mut order, mixed);
     }
     match spec.balance {
         Balance::Pad if rows > 0 => {

@@ -15,8 +15,8 @@
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use crate::error::{Error, Result};
 use crate::torch::TorchResult;
+use rtune_driver::error::{Error, Result};
 
 /// rtune's optimizer, with PyTorch's meaning of each setting: what a sharded model runs on its
 /// shard, and what [`for_model`](OptimizerSettings::for_model) runs over a whole model.

@@ -31,20 +31,20 @@ use serde::{Deserialize, Serialize};
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
-use super::backend::{Backend, broadcast_from_rank_0, gather_into, scatter_from};
+use super::buckets::{ModelGroup, broadcast_from_rank_0, gather_into, scatter_from};
 use super::context::{sorted_variables, trainable};
 use super::shard_optimizer::{OptimizerSettings, Parameter, Scratch, ShardState, read_index};
-use crate::collective::ReduceOp;
-pub use crate::config::Sharding;
-use crate::error::{Error, Result};
-use crate::outcome::Checkpoint;
-use crate::storage::checkpoint::{CheckpointWriter, SHARDS_DIR};
 use crate::torch::TorchResult;
+use rtune_collective::ReduceOp;
+pub use rtune_driver::config::Sharding;
+use rtune_driver::error::{Error, Result};
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::checkpoint::{CheckpointWriter, SHARDS_DIR};
 
 /// A data-parallel model whose optimizer state (and with ZeRO-2 gradients) is sharded across
 /// the ranks. See the module docs.
 pub struct ShardedModel {
-    backend: Backend,
+    backend: ModelGroup,
     sharding: Sharding,
     settings: OptimizerSettings,
     /// The optimizer's state for `shard` alone, and its step's scratch.
@@ -73,7 +73,7 @@ pub struct ShardedModel {
 
 impl ShardedModel {
     pub(super) fn new(
-        backend: Backend,
+        backend: ModelGroup,
         vs: &VarStore,
         sharding: Sharding,
         optimizer: OptimizerSettings,
@@ -383,8 +383,8 @@ impl ShardedModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collective::{GroupOptions, RingGroup};
-    use crate::metrics::Metrics;
+    use rtune_collective::{GroupOptions, RingGroup};
+    use rtune_driver::metrics::Metrics;
 
     /// A one-rank model of a 10 -> `hidden` -> 3 MLP with `optimizer`, and its variables.
     fn one_rank(hidden: i64, optimizer: OptimizerSettings) -> (ShardedModel, VarStore) {
@@ -403,7 +403,7 @@ mod tests {
         let _a = tch::nn::linear(vs.root() / "a", 10, hidden, Default::default());
         let _b = tch::nn::linear(vs.root() / "b", hidden, 3, Default::default());
         let model =
-            ShardedModel::new(Backend::Ring(group), &vs, Sharding::Zero1, optimizer).unwrap();
+            ShardedModel::new(ModelGroup::Ring(group), &vs, Sharding::Zero1, optimizer).unwrap();
         (model, vs)
     }
 

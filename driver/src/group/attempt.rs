@@ -13,7 +13,6 @@ use super::launch::{in_process_device, spawn_in_process, spawn_local, spawn_remo
 use super::logs::forward_cluster_events;
 use super::{
     AttemptOutcome, AttemptSpec, Exit, GroupReport, Launcher, OnReport, RankPlacement, Seat,
-    shared_gpus,
 };
 use crate::error::Result;
 use crate::metrics::GroupStart;
@@ -74,7 +73,7 @@ pub(crate) async fn run_attempt(
     spec: &AttemptSpec,
     on_report: &mut dyn OnReport,
 ) -> Result<AttemptOutcome> {
-    let mut calls = hub.register(&spec.group, &spec.trial.trial_id);
+    let mut calls = hub.register(&spec.run.group, &spec.run.trial.trial_id);
     let (exit_tx, mut exits) = mpsc::unbounded_channel::<(usize, Exit)>();
     let mut workers = Vec::with_capacity(spec.ranks.len());
     if let Launcher::Cluster { client, pg } = &spec.launcher {
@@ -82,7 +81,7 @@ pub(crate) async fn run_attempt(
         match crate::cluster::client::watch(&mut (**client).clone(), *pg).await {
             Ok(stream) => forward_cluster_events(stream, spec, exit_tx.clone()),
             Err(e) => {
-                hub.unregister(&spec.group);
+                hub.unregister(&spec.run.group);
                 return Err(e);
             }
         }
@@ -103,7 +102,7 @@ pub(crate) async fn run_attempt(
             Err(e) => {
                 kill_all(&mut workers);
                 drain_exits(workers.len(), &mut exits).await;
-                hub.unregister(&spec.group);
+                hub.unregister(&spec.run.group);
                 return Err(e);
             }
         }
@@ -117,7 +116,7 @@ pub(crate) async fn run_attempt(
     };
 
     let mut state = Attempt::new(spec, workers, (start, spawned));
-    let deadline = tokio::time::Instant::now() + spec.start_timeout;
+    let deadline = tokio::time::Instant::now() + spec.run.start_timeout;
     while !state.is_over() {
         // Ranks that join the group in place (see `regroup`).
         for rank in std::mem::take(&mut state.to_spawn) {
@@ -154,13 +153,13 @@ pub(crate) async fn run_attempt(
                 let rank = state.workers.iter().position(|w| matches!(w.join, Join::NotYet)).unwrap_or(0);
                 state.fail(rank, format!(
                     "did not join within {:?} (see logs/rank_{rank}.stderr in the run directory)",
-                    spec.start_timeout
+                    spec.run.start_timeout
                 ), None);
             }
         }
     }
     drop(exit_tx);
-    hub.unregister(&spec.group);
+    hub.unregister(&spec.run.group);
     // Answer calls that raced with the end, so no worker waits on a dropped group.
     calls.close();
     while let Ok(call) = calls.try_recv() {
@@ -172,7 +171,7 @@ pub(crate) async fn run_attempt(
     let unread_params = rank0.map(|f| f.unread_params.clone()).unwrap_or_default();
     let stopped = rank0.is_some_and(|f| f.stopped);
     if !state.all_exited() {
-        reap_in_background(spec.group.clone(), std::mem::take(&mut state.workers), exits);
+        reap_in_background(spec.run.group.clone(), std::mem::take(&mut state.workers), exits);
     }
     // The group's shape before its last losses: the ranks that had not left it in place.
     let world = state.workers.iter().filter(|w| !w.gone || w.lost.is_some()).count();
@@ -183,7 +182,7 @@ pub(crate) async fn run_attempt(
         .filter_map(|(rank, w)| Some((rank, w.lost.take()?)))
         .collect();
     Ok(match state.failure {
-        Some(failure) if spec.elastic.is_some() && !lost.is_empty() => {
+        Some(failure) if spec.run.elastic.is_some() && !lost.is_empty() => {
             AttemptOutcome::Lost { ranks: lost, world, failure }
         }
         Some(failure) => AttemptOutcome::Failed(failure),
@@ -298,7 +297,7 @@ impl<'s> Attempt<'s> {
             }
         }
         self.regroup_by = None;
-        match self.spec.elastic {
+        match self.spec.run.elastic {
             Some(_) if self.kill_at.is_none() => {
                 self.kill_at = Some(std::time::Instant::now() + LOSS_GRACE);
             }
@@ -401,14 +400,7 @@ impl<'s> Attempt<'s> {
         let peers: Vec<String> = joined.iter().map(|r| r.collective_address.clone()).collect();
         let seats: Vec<Seat> =
             joined.iter().zip(&self.spec.ranks).map(|(r, placed)| seat(r, placed)).collect();
-        let shared = shared_gpus(&seats);
-        for (node, device, ranks) in &shared {
-            tracing::info!(
-                group = %self.spec.group,
-                "ranks {ranks:?} share GPU {device} on {node}: the group averages its gradients \
-                 through the CPU ring (NCCL refuses two ranks on one device)"
-            );
-        }
+        let setup = self.spec.run.backend.setup(&self.spec.run.group, &seats);
         let (mut start, spawned) = self.start;
         start.join_s = spawned.elapsed().as_secs_f64();
         on_report.placed(&seats, start);
@@ -419,20 +411,26 @@ impl<'s> Attempt<'s> {
             let Join::Waiting(_, reply) = std::mem::replace(&mut w.join, Join::Done) else {
                 continue;
             };
-            let reply_for = self.join_reply(rank, &self.spec.ranks[rank], &peers, group_id);
-            let _ = reply.send(Ok(JoinReply { gpus_shared: !shared.is_empty(), ..reply_for }));
+            let _ = reply.send(Ok(self.join_reply(
+                rank,
+                &self.spec.ranks[rank],
+                (&peers, group_id),
+                &setup,
+            )));
         }
     }
 
     /// What the rank of the group `group_rank`, placed at `placed`, is told as it joins a group
-    /// of `peers` (its collective listeners, by rank), `group_id`.
+    /// of `peers` (its collective listeners, by rank) whose ring is `group_id`, with its
+    /// backend's `setup`.
     fn join_reply(
         &self,
         group_rank: usize,
         placed: &RankPlacement,
-        peers: &[String],
-        group_id: u64,
+        (peers, group_id): (&[String], u64),
+        setup: &str,
     ) -> JoinReply {
+        let run = &self.spec.run;
         let device = match (&placed.cuda_visible_devices, &self.spec.launcher) {
             (None, _) => "cpu".to_owned(),
             (Some(given), Launcher::InProcess) => in_process_device(given),
@@ -445,8 +443,8 @@ impl<'s> Attempt<'s> {
             local_rank: placed.local_rank,
             local_world_size: placed.local_world_size,
             node_rank: placed.node_rank,
-            params_json: self.spec.params_json.clone(),
-            run_dir: self.spec.run_dir.display().to_string(),
+            params_json: run.params_json.clone(),
+            run_dir: run.run_dir.display().to_string(),
             resume_checkpoint: self
                 .spec
                 .resume
@@ -454,22 +452,24 @@ impl<'s> Attempt<'s> {
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             resume_url: self.spec.resume_url.clone().unwrap_or_default(),
-            store_settings_json: serde_json::to_string(&self.spec.store_settings)
+            store_settings_json: serde_json::to_string(&run.store_settings)
                 .expect("settings serialise"),
             start_iteration: self.spec.start_iteration,
             collective_group_id: group_id,
-            collective_timeout_ms: self.spec.collective_timeout.as_millis() as u64,
+            collective_timeout_ms: run.collective_timeout.as_millis() as u64,
             device,
-            num_threads: self.spec.num_threads,
-            trial_id: self.spec.trial.trial_id.clone(),
-            trial_name: self.spec.trial.trial_name.clone(),
-            experiment_name: self.spec.trial.experiment_name.clone(),
-            data_json: self.spec.data_json.to_string(),
-            store_url: self.spec.store_url.clone().unwrap_or_default(),
-            upload_async: self.spec.upload_async,
-            sharding: self.spec.sharding.map(|s| s.name().to_owned()).unwrap_or_default(),
-            elastic: self.spec.elastic.is_some(),
+            num_threads: run.num_threads,
+            trial_id: run.trial.trial_id.clone(),
+            trial_name: run.trial.trial_name.clone(),
+            experiment_name: run.trial.experiment_name.clone(),
+            data_json: run.data_json.to_string(),
+            store_url: run.store_url.clone().unwrap_or_default(),
+            upload_async: run.upload_async,
+            sharding: run.sharding.map(|s| s.name().to_owned()).unwrap_or_default(),
+            elastic: run.elastic.is_some(),
             group_rank: group_rank as u32,
+            backend: run.backend.name().to_owned(),
+            backend_setup_json: setup.to_owned(),
             ..Default::default()
         }
     }
@@ -580,7 +580,7 @@ impl<'s> Attempt<'s> {
                 })
                 .collect(),
         };
-        let (trial_id, attempt) = (self.spec.trial.trial_id.clone(), self.spec.attempt);
+        let (trial_id, attempt) = (self.spec.run.trial.trial_id.clone(), self.spec.attempt);
         tokio::task::spawn_blocking(move || {
             let stack = |(rank, (seat, ended)): (usize, &(Seat, Option<&str>))| {
                 let text = match (ended, &launcher) {
@@ -770,31 +770,35 @@ mod tests {
 
     fn spec(world: usize) -> AttemptSpec {
         let nodes = vec![0u64; world];
-        AttemptSpec {
+        let run = crate::group::GroupSpec {
             group: "g".into(),
-            attempt: 0,
             train_fn: 0,
             params_json: "{}".into(),
             run_dir: PathBuf::from("/nonexistent"),
-            resume: None,
-            start_iteration: 0,
+            store_settings: Default::default(),
             num_threads: 1,
             trial: Default::default(),
-            ranks: RankPlacement::from_nodes(&nodes, &[], &[]),
-            launcher: Launcher::Local,
             collective_timeout: Duration::from_secs(1),
             start_timeout: Duration::from_secs(1),
             warm_start: false,
             env: Vec::new(),
             data_json: "".into(),
             store_url: None,
-            resume_url: None,
-            store_settings: Default::default(),
             upload_async: false,
             sharding: None,
-            reserve_s: 0.0,
             elastic: None,
             in_place: false,
+            backend: std::sync::Arc::new(crate::group::TorchConfig::new()),
+        };
+        AttemptSpec {
+            run: std::sync::Arc::new(run),
+            attempt: 0,
+            ranks: RankPlacement::from_nodes(&nodes, &[], &[]),
+            launcher: Launcher::Local,
+            resume: None,
+            resume_url: None,
+            start_iteration: 0,
+            reserve_s: 0.0,
         }
     }
 
@@ -881,15 +885,17 @@ mod tests {
         assert_eq!(x.peers, y.peers);
         assert_eq!(x.collective_group_id, y.collective_group_id);
         assert_eq!((y.local_rank, y.local_world_size, y.node_rank), (1, 2, 0));
-        assert!(!x.gpus_shared && !y.gpus_shared);
+        // The group's backend and its setup, the same for every rank.
+        assert_eq!((x.backend.as_str(), y.backend.as_str()), ("torch", "torch"));
+        assert_eq!(x.backend_setup_json, y.backend_setup_json);
         let nodes: Vec<(&str, Option<&str>)> =
             placed.0.iter().map(|s| (s.node.as_str(), s.gpus.as_deref())).collect();
         assert_eq!(nodes, [("127.0.0.1", None); 2]);
         assert!(attempt.failure.is_none());
     }
 
-    /// Two ranks given the same GPU (half of it each) are told to average through the CPU
-    /// ring; given two GPUs, NCCL. The device each rank reports (after a node agent's mapping)
+    /// Two ranks given the same GPU (half of it each) are told by the Torch backend to average
+    /// through the CPU ring; given two GPUs, NCCL. The device each rank reports (after a node agent's mapping)
     /// is what counts, and what the run records.
     #[test]
     fn ranks_sharing_a_physical_gpu_are_told_so_at_join() {
@@ -909,7 +915,10 @@ mod tests {
             }
             for mut answer in answers {
                 let reply = answer.try_recv().unwrap().unwrap();
-                assert_eq!(reply.gpus_shared, shared, "{devices:?}");
+                let setup: crate::group::backend::TorchSetup =
+                    serde_json::from_str(&reply.backend_setup_json).unwrap();
+                let host_ring = setup.gpu == crate::group::backend::GpuCollective::HostRing;
+                assert_eq!(host_ring, shared, "{devices:?}");
                 assert_eq!(reply.device, "cuda:0");
             }
             let recorded: Vec<Option<String>> = placed.0.iter().map(|s| s.gpus.clone()).collect();

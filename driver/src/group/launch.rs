@@ -26,15 +26,15 @@ fn worker_spec(
 ) -> WorkerSpec {
     WorkerSpec {
         hub: if local { hub.local_url() } else { hub.url() },
-        group: spec.group.clone(),
+        group: spec.run.group.clone(),
         attempt: spec.attempt,
         rank: rank as u32,
-        train_fn: spec.train_fn,
+        train_fn: spec.run.train_fn,
         build_id: build_id::hex(build_id::build_id()),
         bind_host: placed.bind_host.clone(),
         // A node agent's worker of a run on a store shares nothing with this machine but the
         // store (see `cluster::binary` for the binary).
-        scratch: !local && spec.store_url.is_some(),
+        scratch: !local && spec.run.store_url.is_some(),
     }
 }
 
@@ -47,10 +47,10 @@ fn worker_env(
     local: bool,
 ) -> Vec<(String, String)> {
     let worker = worker_spec(hub, spec, (rank, placed), local);
-    let mut env = spec.env.clone();
+    let mut env = spec.run.env.clone();
     env.extend([
         (WORKER_ENV.to_owned(), serde_json::to_string(&worker).expect("spec serialises")),
-        ("OMP_NUM_THREADS".to_owned(), spec.num_threads.to_string()),
+        ("OMP_NUM_THREADS".to_owned(), spec.run.num_threads.to_string()),
     ]);
     if let Some(devices) = &placed.cuda_visible_devices {
         env.push(("CUDA_VISIBLE_DEVICES".to_owned(), devices.clone()));
@@ -82,7 +82,7 @@ pub(super) async fn spawn_local(
         let _ = exits.send((rank, exit));
     };
     let env = worker_env(hub, spec, (rank, placed), true);
-    if spec.warm_start && zygote::warm_start_allowed() {
+    if spec.run.warm_start && zygote::warm_start_allowed() {
         let on_exit = on_exit.clone();
         match zygote::spawn_warm(env.clone(), &stdout_path, &stderr_path, on_exit).await {
             Ok(kill) => return Ok(kill),
@@ -112,8 +112,8 @@ pub(super) fn spawn_in_process(
              rtune::init() as the first line of main",
         )
     })?;
-    if !spec.env.is_empty() {
-        let names: Vec<&str> = spec.env.iter().map(|(name, _)| name.as_str()).collect();
+    if !spec.run.env.is_empty() {
+        let names: Vec<&str> = spec.run.env.iter().map(|(name, _)| name.as_str()).collect();
         tracing::warn!(
             "local mode runs the train function in this process, whose environment is not \
              changed: set {} before starting it",

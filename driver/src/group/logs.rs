@@ -23,7 +23,7 @@ pub(super) fn log_path(spec: &AttemptSpec, rank: usize, stream: Stream) -> PathB
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
     };
-    spec.run_dir.join("logs").join(format!("rank_{rank}.{name}"))
+    spec.run.run_dir.join("logs").join(format!("rank_{rank}.{name}"))
 }
 
 /// Opens a log for appending (making `logs/` when needed): a restarted attempt's output follows

@@ -17,6 +17,7 @@
 //! `PR_SET_PDEATHSIG = SIGKILL`, so workers die with their driver instead of being orphaned.
 
 mod attempt;
+pub mod backend;
 pub(crate) mod hub;
 mod launch;
 mod logs;
@@ -33,6 +34,7 @@ use crate::outcome::WorkerFailure;
 pub(crate) use crate::record::GroupReport;
 
 pub(crate) use attempt::run_attempt;
+pub use backend::{Backend, TorchConfig};
 
 /// The environment variable that makes a process a worker.
 pub const WORKER_ENV: &str = "RTUNE_WORKER";
@@ -105,40 +107,11 @@ impl RankPlacement {
 /// node's host name and, for a GPU worker, its `CUDA_VISIBLE_DEVICES` after any node agent
 /// mapped it to the node's own device names (so, its physical devices).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Seat {
+pub struct Seat {
     pub node: String,
     pub gpus: Option<String>,
     /// The worker's process id.
     pub pid: u32,
-}
-
-impl Seat {
-    /// The physical device a GPU rank's CUDA work goes to (its first visible one, `cuda:0`), on
-    /// its node.
-    fn device(&self) -> Option<(&str, &str)> {
-        let first = self.gpus.as_deref()?.split(',').next()?.trim();
-        (!first.is_empty()).then_some((self.node.as_str(), first))
-    }
-}
-
-/// The physical GPUs that two or more ranks share: (node, device, ranks), in rank order.
-/// NCCL refuses two ranks on one device, so a group with any of them averages its GPU
-/// gradients through the CPU ring instead (decided here, from where the ranks are, before any
-/// collective is tried).
-pub(crate) fn shared_gpus(seats: &[Seat]) -> Vec<(String, String, Vec<usize>)> {
-    let mut by_device: Vec<((&str, &str), Vec<usize>)> = Vec::new();
-    for (rank, seat) in seats.iter().enumerate() {
-        let Some(device) = seat.device() else { continue };
-        match by_device.iter_mut().find(|(d, _)| *d == device) {
-            Some((_, ranks)) => ranks.push(rank),
-            None => by_device.push((device, vec![rank])),
-        }
-    }
-    by_device
-        .into_iter()
-        .filter(|(_, ranks)| ranks.len() > 1)
-        .map(|((node, device), ranks)| (node.to_owned(), device.to_owned(), ranks))
-        .collect()
 }
 
 /// The seats in one line, rank by rank, as result rows record it: `node/gpu:0 node/cpu`.
@@ -153,7 +126,7 @@ pub(crate) fn describe_seats(seats: &[Seat]) -> String {
 /// The name a worker started through the head goes by (in its start request, and in the
 /// exits and logs its node reports).
 fn remote_worker_id(spec: &AttemptSpec, rank: usize) -> String {
-    format!("{}/{}/{rank}", spec.group, spec.attempt)
+    format!("{}/{}/{rank}", spec.run.group, spec.attempt)
 }
 
 /// How an attempt starts its processes.
@@ -194,29 +167,22 @@ pub(crate) enum Exit {
 
 type ExitTx = mpsc::UnboundedSender<(usize, Exit)>;
 
-/// Everything one attempt needs.
-#[derive(Clone)]
-pub(crate) struct AttemptSpec {
+/// What every attempt of a run's worker group shares: made once per run.
+pub(crate) struct GroupSpec {
+    /// The group's name, unique to the run (its attempts' worker keys start with it).
     pub group: String,
-    pub attempt: u32,
     pub train_fn: i64,
     pub params_json: String,
     pub run_dir: PathBuf,
-    pub resume: Option<PathBuf>,
-    /// `resume`'s URL in the run's store, for ranks that do not see the driver's files.
-    pub resume_url: Option<String>,
     /// How the workers reach the run's store.
-    pub(crate) store_settings: crate::config::StoreSettings,
-    pub start_iteration: u64,
+    pub store_settings: crate::config::StoreSettings,
     pub num_threads: u32,
     /// Who the run is in a sweep (all empty outside one).
     pub trial: TrialNames,
-    pub ranks: Vec<RankPlacement>,
-    pub(crate) launcher: Launcher,
-    pub(crate) collective_timeout: Duration,
-    pub(crate) start_timeout: Duration,
+    pub collective_timeout: Duration,
+    pub start_timeout: Duration,
     /// Start local workers from the driver's fork server (see `sys::zygote`).
-    pub(crate) warm_start: bool,
+    pub warm_start: bool,
     /// Extra environment variables of every worker (`TorchTrainer::env`).
     pub env: Vec<(String, String)>,
     /// The prepared datasets (`TorchTrainer::datasets`) as JSON; empty for none.
@@ -227,17 +193,34 @@ pub(crate) struct AttemptSpec {
     pub upload_async: bool,
     /// `ScalingConfig::sharding`, for the train function to read.
     pub sharding: Option<crate::config::Sharding>,
-    /// The seconds the attempt's resources took to reserve (waiting for them included), for
-    /// its group's start figures.
-    pub reserve_s: f64,
     /// An elastic group's fewest ranks: a rank lost (killed by a signal the attempt did not
     /// send, or its node gone) is survived in place where the others can re-form their group
     /// (`Regroup`) with at least this many, else it ends the attempt as
     /// `AttemptOutcome::Lost`, for the run to shrink, instead of as a failure. None: rigid.
     pub elastic: Option<usize>,
-    /// Whether its ranks may re-form their group in place (`Regroup`); a command's ranks
-    /// (torchrun's environment) cannot: an elastic one's losses always end the attempt.
+    /// Whether its ranks may re-form their group in place (`Regroup`): its backend's process
+    /// group can, and its train function is no command (whose ranks, in torchrun's
+    /// environment, start again with a new `WORLD_SIZE`): else an elastic group's losses
+    /// always end the attempt.
     pub in_place: bool,
+    /// What the group sets up around its train function (see `backend`).
+    pub backend: std::sync::Arc<dyn Backend>,
+}
+
+/// One attempt of a run's group: where its ranks go and what they start from.
+#[derive(Clone)]
+pub(crate) struct AttemptSpec {
+    pub run: std::sync::Arc<GroupSpec>,
+    pub attempt: u32,
+    pub ranks: Vec<RankPlacement>,
+    pub(crate) launcher: Launcher,
+    pub resume: Option<PathBuf>,
+    /// `resume`'s URL in the run's store, for ranks that do not see the driver's files.
+    pub resume_url: Option<String>,
+    pub start_iteration: u64,
+    /// The seconds the attempt's resources took to reserve (waiting for them included), for
+    /// its group's start figures.
+    pub reserve_s: f64,
 }
 
 /// A run's names in a sweep, as its train function sees them (Ray's `get_context()`).
@@ -326,24 +309,9 @@ mod tests {
     }
 
     #[test]
-    fn ranks_on_one_physical_gpu_are_found_from_their_seats() {
-        // Two halves of GPU 0 on one node: shared. The same device name on another node, a
-        // rank whose first GPU differs, and CPU ranks: not.
-        let seats = [
-            seat("a", Some("0")),
-            seat("a", Some("0")),
-            seat("b", Some("0")),
-            seat("a", Some("1,0")),
-            seat("a", None),
-            seat("a", None),
-        ];
-        assert_eq!(shared_gpus(&seats), vec![("a".into(), "0".into(), vec![0, 1])]);
-        assert!(shared_gpus(&seats[1..]).is_empty());
-        // Devices named by a node agent's mapping (Slurm gives `2,5`) or by UUID compare as
-        // named.
-        let uuids = [seat("a", Some("GPU-1f2e")), seat("a", Some("GPU-1f2e"))];
-        assert_eq!(shared_gpus(&uuids)[0].2, vec![0, 1]);
-        assert_eq!(describe_seats(&seats[2..5]), "b/gpu:0 a/gpu:1,0 a/cpu");
+    fn seats_are_described_rank_by_rank() {
+        let seats = [seat("b", Some("0")), seat("a", Some("1,0")), seat("a", None)];
+        assert_eq!(describe_seats(&seats), "b/gpu:0 a/gpu:1,0 a/cpu");
     }
 
     #[test]

@@ -7,7 +7,6 @@
 pub mod build_id;
 pub mod cuda_probe;
 pub mod nvml;
-pub(crate) mod poll;
 pub mod stacks;
 pub mod zygote;
 

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::poll::{PollFd, poll};
+use rtune_collective::poll::{PollFd, poll};
 
 /// The most frames a stack keeps (deeper ones are cut, said in the text).
 const MAX_FRAMES: usize = 128;

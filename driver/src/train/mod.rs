@@ -7,13 +7,16 @@
 //! result.json / progress.csv), so the history holds every iteration exactly once.
 //! Scheduling decisions (stop a trial early) come from the Tuner, not from here.
 //!
-//! Here: `TorchTrainer` and the run loop around worker-group attempts: where a run goes (the local
-//! machine or a head's cluster), one attempt after another, and what `fit` returns. What the
-//! driver records of the run is `record`.
+//! Here: `TorchTrainer`, what `fit` returns, and the run around its worker group's attempts as
+//! explicit states (`run`), decided by two pure policies side by side (`policy`: failures and
+//! scaling); where a run goes (the local machine or a head's cluster) is `placement`. What the
+//! driver records of the run is `record`; the group's framework set-up, its `Backend`.
 
 pub mod command;
 mod placement;
+mod policy;
 mod recording;
+mod run;
 mod train_fn;
 
 use std::path::PathBuf;
@@ -22,22 +25,20 @@ use std::time::Instant;
 
 use rtune_searchers::{Params, Value};
 
-use crate::cluster::client::{self, ReserveOptions};
-use crate::config::{FailureDecision, RunConfig, ScalingConfig};
+use crate::config::{RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
-use crate::group::{AttemptOutcome, AttemptSpec, TrialNames, run_attempt};
+pub use crate::group::TorchConfig;
+use crate::group::{Backend, TrialNames};
 use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
-use crate::record::{RunIdentity, RunState};
 use crate::runtime::Driver;
 use crate::setting::Setting;
 use crate::storage::remote::Remote;
 use crate::storage::sync::Syncer;
 use crate::storage::{self, ResultFiles, unix_time};
 pub use command::CommandTrainable;
-use placement::{Elastic, Placement, Target};
-use recording::Recording;
+use placement::Target;
 pub use train_fn::{TrainContextType, TrainFnId};
 
 /// Where a run (or a sweep, in its experiment directory) keeps datasets written as parquet.
@@ -102,6 +103,8 @@ pub struct TorchTrainer {
     data: DataConfig,
     /// The same once prepared (`prepare_data`), as JSON for the workers; empty for none.
     data_json: Arc<str>,
+    /// What its worker group sets up around the train function (Ray's `torch_config`).
+    backend: Arc<dyn Backend>,
 }
 
 impl TorchTrainer {
@@ -125,6 +128,7 @@ impl TorchTrainer {
             env: Vec::new(),
             data: DataConfig::default(),
             data_json: "".into(),
+            backend: Arc::new(TorchConfig::new()),
         }
     }
 
@@ -234,6 +238,13 @@ impl TorchTrainer {
         !self.data.is_empty() && self.data_json.is_empty()
     }
 
+    /// The Torch backend's settings (Ray's `torch_config`): what models on a GPU average
+    /// their gradients through (see [`TorchConfig`]).
+    pub fn torch_config(mut self, config: TorchConfig) -> Self {
+        self.backend = Arc::new(config);
+        self
+    }
+
     pub fn scaling(mut self, scaling: ScalingConfig) -> Self {
         self.scaling = scaling;
         self
@@ -310,7 +321,8 @@ impl TorchTrainer {
     ) -> Result<TrainResult> {
         let params_json = serde_json::to_string(&self.params).expect("params serialise");
         storage::atomic_write(&run_dir.join(storage::PARAMS_FILE), params_json.as_bytes())?;
-        let mut result = self.run_attempts(driver, run_dir, params_json, target, steering).await?;
+        let mut result =
+            run::Run::to_end(self, driver, (run_dir, params_json), target, steering).await?;
         result.fit_seconds = started_at.elapsed().as_secs_f64();
         match result.error {
             Some(_) => Err(Error::TrainingFailed(Box::new(result))),
@@ -417,280 +429,6 @@ impl TorchTrainer {
         let held = driver.reserve_local(&self.scaling, self.pool_label()).await?;
         Ok(Target::Local(held, began.elapsed().as_secs_f64()))
     }
-
-    async fn run_attempts(
-        &self,
-        driver: &'static Driver,
-        run_dir: PathBuf,
-        params_json: String,
-        target: Target,
-        steering: &mut dyn Steering,
-    ) -> Result<TrainResult> {
-        // On a cluster the hub is reachable from other hosts: only this run's workers may call
-        // it, with the cluster token (or a token of its own when the cluster has none).
-        let hub_token = match &target {
-            Target::Local(..) => None,
-            Target::Cluster { token, .. } => {
-                Some(token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::rpc::new_token))
-            }
-        };
-        // The local pool is reserved once for all attempts: the first one says how long.
-        let mut local_reserve_s = 0.0;
-        let mut placement = match target {
-            Target::Local(held, reserve_s) => {
-                local_reserve_s = reserve_s;
-                Placement::Local { held: vec![held], in_process: self.scaling.is_local() }
-            }
-            Target::Cluster { address, token } => {
-                let mut client = client::connect_head(&address, token.as_deref()).await?;
-                let label = run_dir.display().to_string();
-                let lease = client::open_lease(&mut client, &label).await?;
-                let request = crate::cluster::worker_request(&self.scaling, &label);
-                let options = ReserveOptions {
-                    lease: lease.id(),
-                    wait_for_capacity: false,
-                    timeout: self.run.placement_timeout,
-                    elastic: self.scaling.is_elastic(),
-                };
-                Placement::Cluster {
-                    address,
-                    client: Box::new(client),
-                    _lease: lease,
-                    request,
-                    options,
-                    most: self.scaling.max_ranks(),
-                    held: None,
-                    world: 0,
-                    room: None,
-                }
-            }
-        };
-        let hub = driver.hub(placement.hub_ip().await?, hub_token).await?;
-        let identity = RunIdentity {
-            trial_id: self.trial_id.clone(),
-            config: serde_json::to_value(&self.params).expect("params serialise"),
-            pid: std::process::id(),
-            hostname: crate::sys::hostname(),
-            node_ip: hub.ip().to_string(),
-        };
-        let (mut run, mut resume, first_attempt) = if self.pick_up {
-            let (run, resume, first) = RunState::pick_up(&run_dir, &self.run, identity)?;
-            (run, resume.or_else(|| self.resume.clone()), first)
-        } else {
-            (RunState::new(&run_dir, &self.run, identity), self.resume.clone(), 0)
-        };
-        let mut start_iteration = match &resume {
-            Some(c) => c.iteration()?,
-            None => 0,
-        };
-        // On a store, ranks that do not see this machine's files resume from the store, and
-        // checkpoints they report come down into the run's folder here.
-        let store = match &self.store_url {
-            Some(url) => Some(Remote::with_settings(url, &self.run.store)?),
-            None => None,
-        };
-        run.fetch_from(store.clone());
-        let group = format!(
-            "{}-{:016x}",
-            run_dir.file_name().unwrap_or_default().to_string_lossy(),
-            rand::random::<u64>()
-        );
-        let mut failures = Vec::new();
-        let mut failed = false;
-        let mut train_loop_seconds = 0.0;
-        let mut unread_params = Vec::new();
-        let mut elastic = self.scaling.is_elastic().then(|| Elastic {
-            driver,
-            scaling: &self.scaling,
-            label: self.pool_label(),
-            resize: None,
-            asked: None,
-        });
-        // Whether the next attempt's group takes what room there is, up to its max: at the
-        // start, after growing, and after a failure; after shrinking, not until a checkpoint.
-        let mut take_room = true;
-        // Attempts are numbered in turn; a group that re-forms in place without its rank 0
-        // takes the next number for its checkpoints' names (`Recording::fresh_attempt`).
-        let mut next_attempt = first_attempt;
-        loop {
-            let attempt = next_attempt;
-            next_attempt += 1;
-            let began = Instant::now();
-            // An elastic group starts with all the room it may take; later, it grows at its
-            // reports (after a lost rank, too: at its next checkpoint), or on a cluster at its
-            // next start.
-            let grow =
-                elastic.is_some() && take_room && steering.may_grow(self.scaling.max_ranks());
-            if let Some(elastic) = elastic.as_mut().filter(|_| grow && attempt == first_attempt) {
-                elastic.grow(&mut placement);
-            }
-            let (ranks, launcher) = placement.for_attempt(attempt, grow).await?;
-            let reserve_s = std::mem::take(&mut local_reserve_s) + began.elapsed().as_secs_f64();
-            let resume_url = match (&store, &resume) {
-                (Some(store), Some(checkpoint)) => Some(in_store(store, checkpoint).await?),
-                _ => None,
-            };
-            let spec = AttemptSpec {
-                group: group.clone(),
-                attempt,
-                train_fn: self.train_fn.offset(),
-                params_json: params_json.clone(),
-                run_dir: run_dir.clone(),
-                resume: resume.as_ref().map(|c| c.path().to_owned()),
-                resume_url,
-                store_settings: self.run.store.clone(),
-                start_iteration,
-                num_threads: self.scaling.cpus_per_worker().max(1.0) as u32,
-                trial: self.trial_names(&run_dir),
-                ranks,
-                launcher,
-                collective_timeout: self.run.collective_timeout,
-                start_timeout: self.run.start_timeout,
-                warm_start: self.warm_start,
-                env: self.env.clone(),
-                data_json: self.data_json.clone(),
-                store_url: self.store_url.clone(),
-                upload_async: self.run.checkpoint_config.upload
-                    == crate::config::CheckpointUpload::Async,
-                sharding: self.scaling.sharding,
-                reserve_s,
-                elastic: elastic.is_some().then(|| self.scaling.ranks()),
-                // A command's ranks (torchrun's environment) restart with the new WORLD_SIZE.
-                in_place: self.train_fn != TrainFnId::COMMAND,
-            };
-            run.begin_attempt(attempt, start_iteration)?;
-            steering.started();
-            let mut recording = Recording {
-                run: &mut run,
-                steering,
-                elastic: elastic.as_mut(),
-                placement: &mut placement,
-                joiners: None,
-                next_attempt: &mut next_attempt,
-            };
-            let outcome = run_attempt(&hub, &spec, &mut recording).await?;
-            let asked = elastic.as_mut().and_then(|e| e.resize.take());
-            // A resize: the group starts again from its latest checkpoint, at its new size.
-            let resize = match &outcome {
-                AttemptOutcome::Completed { stopped: true, .. } => {
-                    asked.inspect(|(from, to, _)| {
-                        // Its processes are gone: their room goes to the run that waits.
-                        placement.shrink(from.saturating_sub(*to));
-                    })
-                }
-                AttemptOutcome::Lost { ranks, world, .. }
-                    if world - ranks.len() >= self.scaling.ranks() =>
-                {
-                    placement.shrink(ranks.len());
-                    let said: Vec<String> = ranks
-                        .iter()
-                        .map(|(rank, why)| format!("rank {rank} lost: {why}"))
-                        .collect();
-                    let how = match self.scaling.sharding {
-                        // ZeRO: the lost rank held optimizer state nobody else has.
-                        Some(_) => "from the latest checkpoint's optimizer shards (ZeRO)",
-                        None => "from the latest checkpoint",
-                    };
-                    Some((*world, world - ranks.len(), format!("{} ({how})", said.join("; "))))
-                }
-                _ => None,
-            };
-            if let Some((from, to, why)) = resize {
-                tracing::info!(run = %run_dir.display(), "resized from {from} to {to} ranks: {why}");
-                run.resized(from, to, &why);
-                // On a cluster: placed anew, on the nodes left (and in the room it grew into).
-                placement.release().await;
-                take_room = to > from;
-                resume = run.roll_back()?.or_else(|| self.resume.clone());
-                start_iteration = match &resume {
-                    Some(c) => c.iteration()?,
-                    None => 0,
-                };
-                continue;
-            }
-            match outcome {
-                AttemptOutcome::Completed { train_seconds, unread_params: unread, .. } => {
-                    train_loop_seconds = train_seconds;
-                    unread_params = unread;
-                    break;
-                }
-                AttemptOutcome::Failed(failure) | AttemptOutcome::Lost { failure, .. } => {
-                    let decision =
-                        self.run.failure_config.decide(failures.len() + 1, steering.halting());
-                    match decision {
-                        FailureDecision::Halted => tracing::info!(
-                            run = %run_dir.display(),
-                            "attempt {attempt} ended while the run was being stopped, not \
-                             counted as a failure: {failure}"
-                        ),
-                        // Retried from the latest checkpoint: said as it happens.
-                        FailureDecision::Retry => tracing::warn!(
-                            run = %run_dir.display(),
-                            "attempt {attempt} failed: {failure}"
-                        ),
-                        // The run's end, which says it too (a sweep shows it once).
-                        FailureDecision::Fail => tracing::warn!(
-                            target: crate::log::TRIAL_FAILED,
-                            run = %run_dir.display(),
-                            "attempt {attempt} failed: {failure}"
-                        ),
-                    }
-                    if decision == FailureDecision::Halted {
-                        break;
-                    }
-                    failures.push(failure);
-                    // A cluster group may have lost a node: ask for a fresh placement.
-                    placement.release().await;
-                    if decision == FailureDecision::Fail {
-                        failed = true;
-                        break;
-                    }
-                    take_room = true;
-                    // Resume from the latest recorded checkpoint (or from the start).
-                    resume = run.roll_back()?.or_else(|| self.resume.clone());
-                    start_iteration = match &resume {
-                        Some(c) => c.iteration()?,
-                        None => 0,
-                    };
-                }
-            }
-        }
-        placement.release().await;
-        // The group's resources go back before the run's end is made durable (its syncs): a
-        // trial waiting for them need not wait for those.
-        drop(placement);
-        run.end()?;
-        let error = if failed {
-            let last = failures.last().expect("a failure was recorded");
-            Some(format!("training failed after {} attempt(s); {last}", failures.len()))
-        } else if self.run.strict_params && !unread_params.is_empty() {
-            Some(format!(
-                "{} (strict_params: read it in the train function, or take it out of the \
-                 params)",
-                unread_note(&unread_params, &self.params)
-            ))
-        } else {
-            None
-        };
-        let mut result = run.into_result(run_dir, error, failures, train_loop_seconds);
-        result.unread_params = unread_params;
-        Ok(result)
-    }
-}
-
-/// Where `checkpoint` is whole in the run's store `store`: where it was uploaded or came down
-/// from, else uploaded now (a checkpoint given to resume from) as the run's `resume_from`.
-async fn in_store(store: &Remote, checkpoint: &Checkpoint) -> Result<String> {
-    if let Some(url) = crate::storage::remote::uploaded_to(checkpoint.path()) {
-        return Ok(url);
-    }
-    let (store, dir) = (store.clone(), checkpoint.path().to_owned());
-    tokio::task::spawn_blocking(move || {
-        store.upload_folder(&dir, "resume_from")?;
-        Ok(store.join("resume_from").url().to_owned())
-    })
-    .await
-    .map_err(|e| Error::Storage(format!("uploading the checkpoint to resume from: {e}")))?
 }
 
 /// Params travel to workers and into `params.json` as JSON, which has no NaN or infinity

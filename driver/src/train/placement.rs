@@ -1,8 +1,9 @@
 //! Where a run's workers go: the local machine's shared pool (reserved once for the run; an
 //! elastic group grows there by a reservation per rank, and gives them back as it shrinks) or
 //! a head's cluster (reserved per attempt, so a group that lost a node is placed again on the
-//! nodes left; an elastic group takes as many ranks as are free then, up to its max). `Elastic` decides an elastic group's resizes at its checkpoints: room to take,
-//! or room to give back to a run that waits.
+//! nodes left; an elastic group takes as many ranks as are free then, up to its max).
+//! `Elastic` carries out an elastic group's resizes at its checkpoints as its scaling policy
+//! decides them: room to take, or room to give back to a run that waits.
 
 use crate::cluster::client::{self, Client, ReserveOptions};
 use crate::cluster::pool::{PgId, PlacementRequest};
@@ -11,6 +12,8 @@ use crate::error::{Error, Result};
 use crate::group::{Launcher, RankPlacement};
 use crate::runtime::{Driver, LocalReservation};
 use tokio::sync::oneshot;
+
+use super::policy::{Resize, ResizeDecision, ScalingPolicy};
 
 /// Each rank's `CUDA_VISIBLE_DEVICES` from its bundle's GPU ids, named through `names` (the
 /// local driver's own `CUDA_VISIBLE_DEVICES`, see `cluster::local_devices`) when given.
@@ -162,6 +165,15 @@ impl Placement {
         }
     }
 
+    /// How many ranks the group holds now (on a cluster: those of its held group still
+    /// running; none before it is placed).
+    pub(super) fn world(&self) -> usize {
+        match self {
+            Placement::Local { .. } => self.local_world().unwrap_or(0),
+            Placement::Cluster { world, .. } => *world,
+        }
+    }
+
     /// Grows a local elastic group by up to `want` ranks where the pool has room and no run
     /// waits for it; how many it got.
     pub(super) fn grow(
@@ -233,23 +245,43 @@ pub(super) fn local_ranks(held: &[LocalReservation]) -> Vec<RankPlacement> {
     RankPlacement::from_nodes(&nodes, &hosts, &devices)
 }
 
-/// An elastic group's growth (`ScalingConfig::elastic`): where it asks for room, and how far
-/// the attempt in flight grew.
+/// An elastic group's resizes (`ScalingConfig::elastic`), carried out: its scaling policy
+/// decides, this takes the room or asks for it.
 pub(super) struct Elastic<'s> {
     pub(super) driver: &'static Driver,
     pub(super) scaling: &'s ScalingConfig,
     pub(super) label: &'s str,
-    /// The resize the attempt in flight ended for: the group's size before and after, and why.
-    pub(super) resize: Option<(usize, usize, String)>,
+    pub(super) policy: ScalingPolicy,
+    /// The resize the attempt in flight ended for.
+    pub(super) resize: Option<Resize>,
     /// On a cluster: the head's answer to an ask for room to grow (see `grow`).
     pub(super) asked: Option<oneshot::Receiver<Option<(usize, PgId)>>>,
 }
 
 impl Elastic<'_> {
-    /// Takes room for more ranks, up to the group's max; the resize, when it grew. On a
-    /// cluster the head is asked in the background, and room it gave is taken at the next
-    /// call (the next checkpoint).
-    pub(super) fn grow(&mut self, placement: &mut Placement) -> Option<(usize, usize, String)> {
+    /// At a report that carries a checkpoint: the resize the policy decided, once there is
+    /// room for it (`may_grow`: the run is the one to grow now).
+    pub(super) fn at_checkpoint(
+        &mut self,
+        placement: &mut Placement,
+        may_grow: impl FnOnce() -> bool,
+    ) -> Option<Resize> {
+        let (world, gives_back) = match placement.local_world() {
+            Some(world) => (world, true),
+            None => (placement.world(), false),
+        };
+        let driver = self.driver;
+        match self.policy.at_checkpoint((world, gives_back), || driver.local_waiting(), may_grow) {
+            ResizeDecision::Nothing => None,
+            ResizeDecision::Shrink(resize) => Some(resize),
+            ResizeDecision::Grow(by) => self.grow(placement, by),
+        }
+    }
+
+    /// Takes room for up to `by` more ranks; the resize, when it grew. On a cluster the head
+    /// is asked in the background, and room it gave is taken at the next call (the next
+    /// checkpoint).
+    pub(super) fn grow(&mut self, placement: &mut Placement, by: usize) -> Option<Resize> {
         if let Placement::Cluster { world, room, held, .. } = placement {
             // A group not placed yet takes the room there is when it is (`for_attempt`).
             if held.is_none() {
@@ -262,29 +294,20 @@ impl Elastic<'_> {
                     Ok(Some((more, pg))) => {
                         self.asked = None;
                         *room = Some(pg);
-                        return Some((world, world + more, "room appeared on the cluster".into()));
+                        return Some(Resize::new(
+                            world,
+                            world + more,
+                            "room appeared on the cluster",
+                        ));
                     }
                     Ok(None) | Err(_) => self.asked = None,
                 }
             }
-            let want = self.scaling.max_ranks().saturating_sub(world);
-            self.asked = (want > 0).then(|| placement.ask_for_room(want)).flatten();
+            self.asked = (by > 0).then(|| placement.ask_for_room(by)).flatten();
             return None;
         }
         let world = placement.local_world()?;
-        let want = self.scaling.max_ranks().saturating_sub(world);
-        if want == 0 {
-            return None;
-        }
-        let got = placement.grow(self.driver, self.scaling, self.label, want);
-        (got > 0).then(|| (world, world + got, "room appeared in the pool".to_owned()))
-    }
-
-    /// The resize back to `min` a group that grew makes when another run waits for room
-    /// (`ScalingConfig::shrink_for_waiting`).
-    pub(super) fn give_way(&self, placement: &Placement) -> Option<(usize, usize, String)> {
-        let (world, min) = (placement.local_world()?, self.scaling.ranks());
-        let waits = self.scaling.shrink_for_waiting && world > min && self.driver.local_waiting();
-        waits.then(|| (world, min, "another run waits for room in the pool".to_owned()))
+        let got = placement.grow(self.driver, self.scaling, self.label, by);
+        (got > 0).then(|| Resize::new(world, world + got, "room appeared in the pool"))
     }
 }

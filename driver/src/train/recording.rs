@@ -35,19 +35,14 @@ impl OnReport for Recording<'_, '_, '_> {
             return Ok(false);
         };
         if checkpointed {
-            let resize = match elastic.give_way(self.placement) {
-                Some(shrink) => Some(shrink),
-                None if self.steering.may_grow(elastic.scaling.max_ranks()) => {
-                    elastic.grow(self.placement)
-                }
-                None => None,
-            };
-            match resize {
+            let steering = &*self.steering;
+            let max = elastic.policy.max();
+            match elastic.at_checkpoint(self.placement, || steering.may_grow(max)) {
                 // Where the ranks can take them, the new ranks join the running group.
-                Some((from, to, why)) if to > from && joinable => {
+                Some(resize) if resize.grows() && joinable => {
                     self.joiners = Some(Joiners {
-                        ranks: self.placement.local_ranks_from(from),
-                        why,
+                        ranks: self.placement.local_ranks_from(resize.from),
+                        why: resize.why,
                         resume: self.run.last_report_checkpoint().map(|c| c.path().to_owned()),
                         iteration,
                     });

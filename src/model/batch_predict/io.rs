@@ -12,8 +12,8 @@ use polars::prelude::{
     SerWriter,
 };
 
-use crate::data::{DataSchema, read_rows};
-use crate::error::{Error, IoContext, Result};
+use rtune_driver::data::{DataSchema, read_rows};
+use rtune_driver::error::{Error, IoContext, Result};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum FileFormat {

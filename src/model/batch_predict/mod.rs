@@ -22,13 +22,13 @@ use rtune_searchers::Params;
 
 use self::io::{FileFormat, Reader, Writer, temp_path};
 use self::model::ExportedModel;
-use crate::collective::ReduceOp;
-use crate::config::{FailureConfig, RunConfig, ScalingConfig};
-use crate::error::{Error, IoContext, Result};
-use crate::outcome::TrainResult;
-use crate::storage::{remote, staging};
-use crate::train::TorchTrainer;
 use crate::worker::TrainContext;
+use rtune_collective::ReduceOp;
+use rtune_driver::config::{FailureConfig, RunConfig, ScalingConfig};
+use rtune_driver::error::{Error, IoContext, Result};
+use rtune_driver::outcome::TrainResult;
+use rtune_driver::storage::{remote, staging};
+use rtune_driver::train::TorchTrainer;
 
 /// Predicts files with an export, here or across workers (see the module's docs).
 #[derive(Debug, Clone)]
@@ -443,7 +443,7 @@ fn assemble(pieces: &[Range<usize>], parts: &Path, format: FileFormat, tmp: &Pat
         FileFormat::Parquet => {
             let mut writer: Option<Writer> = None;
             for path in &paths {
-                let frame = crate::data::read_rows(path, None, 0..usize::MAX, "a part")?;
+                let frame = rtune_driver::data::read_rows(path, None, 0..usize::MAX, "a part")?;
                 match &mut writer {
                     Some(w) => w.write(&frame)?,
                     None => writer = Some(Writer::create(tmp, format, &frame)?),

@@ -6,10 +6,10 @@ use std::path::Path;
 use polars::prelude::{Column, DataFrame};
 use tch::Kind;
 
-use crate::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind};
-use crate::error::{Error, Result};
 use crate::model::TORCHSCRIPT_FILE;
 use crate::torch::TorchResult;
+use rtune_driver::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind};
+use rtune_driver::error::{Error, Result};
 
 pub(super) struct ExportedModel {
     pub schema: DataSchema,

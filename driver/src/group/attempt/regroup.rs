@@ -17,7 +17,7 @@
 use tonic::Status;
 
 use super::{Attempt, Join, Reply, Worker, seat};
-use crate::group::{Joiners, Launcher, OnReport, RankPlacement, Seat, shared_gpus};
+use crate::group::{Joiners, Launcher, OnReport, RankPlacement, Seat};
 use crate::proto::{JoinReply, RegroupReply, RegroupRequest};
 
 impl Attempt<'_> {
@@ -29,12 +29,12 @@ impl Attempt<'_> {
         why: &str,
         on_report: &mut dyn OnReport,
     ) -> bool {
-        let Some(min) = self.spec.elastic else { return false };
+        let Some(min) = self.spec.run.elastic else { return false };
         // Before every rank has joined there is no group to go on with; a rank in this
         // process (local mode) is never lost alone; a command's cannot re-form their group.
         let joined = !self.seats.is_empty();
         let in_process = matches!(self.spec.launcher, Launcher::InProcess);
-        let stays = self.spec.in_place && !in_process;
+        let stays = self.spec.run.in_place && !in_process;
         if self.failure.is_some() || !joined || !stays || self.live() <= min {
             return false;
         }
@@ -57,13 +57,13 @@ impl Attempt<'_> {
         reply: Reply<RegroupReply>,
         on_report: &mut dyn OnReport,
     ) {
-        if self.spec.elastic.is_none() || self.workers[rank].gone {
+        if self.spec.run.elastic.is_none() || self.workers[rank].gone {
             let _ = reply.send(Err(Status::failed_precondition("not in an elastic group")));
             return;
         }
         self.workers[rank].regroup = Some((request, reply));
         if self.regroup_by.is_none() {
-            self.regroup_by = Some(std::time::Instant::now() + self.spec.collective_timeout);
+            self.regroup_by = Some(std::time::Instant::now() + self.spec.run.collective_timeout);
         }
         self.try_regroup(on_report);
     }
@@ -72,9 +72,9 @@ impl Attempt<'_> {
     /// place, of processes on this machine (a cluster's grow by a restart), whose optimizer
     /// state is whole on every rank (not ZeRO), not re-forming already.
     pub(super) fn can_take_joiners(&self) -> bool {
-        self.spec.elastic.is_some()
-            && self.spec.in_place
-            && self.spec.sharding.is_none()
+        self.spec.run.elastic.is_some()
+            && self.spec.run.in_place
+            && self.spec.run.sharding.is_none()
             && matches!(self.spec.launcher, Launcher::Local)
             && self.failure.is_none()
             && self.left.is_empty()
@@ -94,7 +94,7 @@ impl Attempt<'_> {
             let node = placed.bind_host.clone();
             self.seats.push(Seat { node, gpus: placed.cuda_visible_devices.clone(), pid: 0 });
         }
-        self.regroup_by = Some(std::time::Instant::now() + self.spec.start_timeout);
+        self.regroup_by = Some(std::time::Instant::now() + self.spec.run.start_timeout);
         self.joining = Some(joiners);
     }
 
@@ -157,7 +157,10 @@ impl Attempt<'_> {
         }
         let group_id = rand::random::<u64>();
         let world = live.len() as u32;
-        let gpus_shared = !shared_gpus(&self.seats).is_empty();
+        // Ranks that join get the backend's setup for the group as it is now; the others keep
+        // theirs (their ring re-forms, their backend goes on).
+        let seats: Vec<Seat> = live.iter().map(|&r| self.seats[r].clone()).collect();
+        let setup = self.spec.run.backend.setup(&self.spec.run.group, &seats);
         for (new_rank, &r) in live.iter().enumerate() {
             let at = &placed[new_rank];
             if let Some((_, reply)) = self.workers[r].regroup.take() {
@@ -191,8 +194,7 @@ impl Attempt<'_> {
                 local_rank: at.local_rank,
                 local_world_size: at.local_world_size,
                 node_rank: at.node_rank,
-                gpus_shared,
-                ..self.join_reply(new_rank, self.placed(r), &peers, group_id)
+                ..self.join_reply(new_rank, self.placed(r), (&peers, group_id), &setup)
             }));
         }
         self.regroup_by = None;
@@ -212,7 +214,7 @@ impl Attempt<'_> {
             .collect();
         let message = format!(
             "ranks {silent:?} did not re-form the group within {:?}",
-            self.spec.collective_timeout
+            self.spec.run.collective_timeout
         );
         self.fail_regroup(&message);
     }

@@ -3,7 +3,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::thread;
 
-use rtune::collective::{GroupOptions, RingGroup};
+use rtune_collective::{GroupOptions, RingGroup};
 
 /// Binds one listener per rank on 127.0.0.1:0 and returns them with their addresses
 /// (what the rendezvous would publish).

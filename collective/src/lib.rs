@@ -1,7 +1,9 @@
 //! Collectives for data-parallel training on CPU: the process group a trial's workers average
 //! their gradients through.
 //!
-//! Place in the pipeline: under `worker`. A trial runs N worker processes; after the
+//! Place in the pipeline: a crate of its own, under both the driver (whose errors carry a
+//! [`CollectiveError`]) and the worker side (`rtune::worker`, whose Torch backend builds the
+//! group), as burn keeps burn-collective apart. A trial runs N worker processes; after the
 //! rendezvous has collected every rank's listener address and sent the list to all ranks,
 //! each worker builds a [`RingGroup`] and the training loop calls
 //! [`ProcessGroup::all_reduce`] on its flattened gradients every step (and
@@ -30,11 +32,10 @@
 //!
 //! ```no_run
 //! use std::net::{SocketAddr, TcpListener};
-//! # use rtune_driver::collective;
-//! use collective::{GroupOptions, ProcessGroup, ReduceOp, RingGroup};
+//! use rtune_collective::{GroupOptions, ProcessGroup, ReduceOp, RingGroup};
 //!
 //! # fn publish(_: SocketAddr) -> Vec<SocketAddr> { Vec::new() }
-//! # fn main() -> collective::Result<()> {
+//! # fn main() -> rtune_collective::Result<()> {
 //! let (rank, world) = (0, 2);
 //! let listener = TcpListener::bind("127.0.0.1:0").unwrap();
 //! // The rendezvous: send our address to the driver, get every rank's back (index = rank).
@@ -50,6 +51,7 @@
 
 mod engine;
 mod error;
+pub mod poll;
 mod ring;
 mod sys;
 mod wire;

@@ -1,71 +1,73 @@
-//! How a model's buffers travel between ranks (`Backend`: the CPU ring or NCCL), and the flat
-//! buffers they travel in: tensors gathered into one, sent, and scattered back.
+//! How a model's buffers travel between ranks (`ModelGroup`: the CPU ring or NCCL, as the
+//! Torch backend chose), and the flat buffers they travel in: tensors gathered into one, sent,
+//! and scattered back.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use tch::{Device, Kind, Tensor};
 
-use crate::collective::ReduceOp;
-use crate::error::{Error, Result};
 use crate::torch::TorchResult;
 use crate::worker::group::SharedGroup;
+use rtune_collective::ReduceOp;
+use rtune_driver::error::{Error, Result};
 
-pub(super) type SharedNccl = Rc<RefCell<crate::nccl::NcclGroup>>;
+pub(crate) type SharedNccl = Rc<RefCell<crate::nccl::NcclGroup>>;
 
 /// Gradients of up to this many f32 values are all-reduced in one call (PyTorch DDP's 25 MB).
 pub(super) const BUCKET_ELEMS: usize = 25 * 1024 * 1024 / 4;
 
-/// How a model's buffers travel between ranks.
-pub(super) enum Backend {
+/// The process group a model's buffers travel through, as the Torch backend chose it for the
+/// model's device (`TorchBackend::model_group`).
+pub(crate) enum ModelGroup {
     /// rtune's ring all-reduce over TCP, through CPU buffers.
     Ring(SharedGroup),
     /// NCCL, through buffers on the model's GPU.
     Nccl(SharedNccl, Device),
 }
 
-impl Backend {
+impl ModelGroup {
     /// The CPU ring's group (None for NCCL).
     pub(super) fn group(&self) -> Option<&SharedGroup> {
         match self {
-            Backend::Ring(g) => Some(g),
-            Backend::Nccl(..) => None,
+            ModelGroup::Ring(g) => Some(g),
+            ModelGroup::Nccl(..) => None,
         }
     }
 
     pub(super) fn rank(&self) -> usize {
         match self {
-            Backend::Ring(g) => g.borrow().rank(),
-            Backend::Nccl(n, _) => n.borrow().rank(),
+            ModelGroup::Ring(g) => g.borrow().rank(),
+            ModelGroup::Nccl(n, _) => n.borrow().rank(),
         }
     }
 
     pub(super) fn world_size(&self) -> usize {
         match self {
-            Backend::Ring(g) => g.borrow().world_size(),
-            Backend::Nccl(n, _) => n.borrow().world_size(),
+            ModelGroup::Ring(g) => g.borrow().world_size(),
+            ModelGroup::Nccl(n, _) => n.borrow().world_size(),
         }
     }
 
     /// Where the flat buffers live.
     pub(super) fn device(&self) -> Device {
         match self {
-            Backend::Ring(_) => Device::Cpu,
-            Backend::Nccl(_, device) => *device,
+            ModelGroup::Ring(_) => Device::Cpu,
+            ModelGroup::Nccl(_, device) => *device,
         }
     }
 
     pub(super) fn all_reduce(&self, flat: &Tensor, op: ReduceOp) -> Result<()> {
         super::timing::collective(bytes(flat), || match self {
-            Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().all_reduce(s, op)),
-            Backend::Nccl(n, _) => Ok(n.borrow_mut().all_reduce(flat, op)?),
+            ModelGroup::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().all_reduce(s, op)),
+            ModelGroup::Nccl(n, _) => Ok(n.borrow_mut().all_reduce(flat, op)?),
         })
     }
 
     pub(super) fn broadcast(&self, flat: &Tensor, root: usize) -> Result<()> {
         super::timing::collective(bytes(flat), || match self {
-            Backend::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().broadcast(s, root)),
-            Backend::Nccl(n, _) => Ok(n.borrow_mut().broadcast(flat, root)?),
+            ModelGroup::Ring(g) => with_f32_slice(flat, |s| g.borrow_mut().broadcast(s, root)),
+            ModelGroup::Nccl(n, _) => Ok(n.borrow_mut().broadcast(flat, root)?),
         })
     }
 
@@ -78,7 +80,7 @@ impl Backend {
         op: ReduceOp,
     ) -> Result<()> {
         super::timing::collective(bytes(flat), || match self {
-            Backend::Ring(g) => {
+            ModelGroup::Ring(g) => {
                 let counts = vec![output.numel(); self.world_size()];
                 with_f32_slice(flat, |input| {
                     with_f32_slice(output, |out| {
@@ -86,17 +88,17 @@ impl Backend {
                     })
                 })
             }
-            Backend::Nccl(n, _) => Ok(n.borrow_mut().reduce_scatter(flat, output, op)?),
+            ModelGroup::Nccl(n, _) => Ok(n.borrow_mut().reduce_scatter(flat, output, op)?),
         })
     }
 
     /// Every rank's `piece` in rank order into `flat`.
     pub(super) fn all_gather(&self, piece: &Tensor, flat: &Tensor) -> Result<()> {
         super::timing::collective(bytes(piece), || match self {
-            Backend::Ring(g) => with_f32_slice(piece, |input| {
+            ModelGroup::Ring(g) => with_f32_slice(piece, |input| {
                 with_f32_slice(flat, |output| g.borrow_mut().all_gather(input, output))
             }),
-            Backend::Nccl(n, _) => Ok(n.borrow_mut().all_gather(piece, flat)?),
+            ModelGroup::Nccl(n, _) => Ok(n.borrow_mut().all_gather(piece, flat)?),
         })
     }
 }
@@ -114,7 +116,7 @@ pub(super) struct Bucket {
 
 /// Copies rank 0's variables `all` (every one of a model, trainable or not, in name order) to
 /// every rank, a bucket at a time.
-pub(super) fn broadcast_from_rank_0(backend: &Backend, all: &[Tensor]) -> Result<()> {
+pub(super) fn broadcast_from_rank_0(backend: &ModelGroup, all: &[Tensor]) -> Result<()> {
     if backend.world_size() == 1 {
         return Ok(());
     }

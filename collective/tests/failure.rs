@@ -8,7 +8,7 @@ use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rtune::collective::{CollectiveError, GroupOptions, Op, ProcessGroup, ReduceOp, RingGroup};
+use rtune_collective::{CollectiveError, GroupOptions, Op, ProcessGroup, ReduceOp, RingGroup};
 
 use crate::common::{listeners, run_ranks};
 

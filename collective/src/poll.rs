@@ -1,5 +1,5 @@
-//! `poll(2)`, which std has no API for: the collectives wait on their sockets with it, and
-//! `stacks` on its pipe.
+//! `poll(2)`, which std has no API for: the collectives wait on their sockets with it (and the
+//! driver's `rtune stack` on its pipe).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -8,7 +8,7 @@ use std::time::Duration;
 /// One entry for [`poll`]; `fd < 0` entries are ignored (as in poll(2)).
 #[derive(Debug, Clone, Copy)]
 #[repr(transparent)]
-pub(crate) struct PollFd(libc::pollfd);
+pub struct PollFd(libc::pollfd);
 
 impl PollFd {
     pub fn new(fd: RawFd, events: i16) -> PollFd {
@@ -19,7 +19,7 @@ impl PollFd {
         self.0.fd
     }
 
-    pub(crate) fn revents(&self) -> i16 {
+    pub fn revents(&self) -> i16 {
         self.0.revents
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rtune::collective::{GroupOptions, ProcessGroup, ReduceOp};
+use rtune_collective::{GroupOptions, ProcessGroup, ReduceOp};
 
 use crate::common::{bits, run_ranks, value};
 

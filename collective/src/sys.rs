@@ -1,6 +1,6 @@
 //! The few places the collective layer needs `unsafe`: viewing element slices as bytes (so
 //! tensors go to the socket without a copy) and `setsockopt` for socket buffer sizes; `poll(2)`
-//! (std has no readiness API) is `crate::sys::poll`'s. Nothing else in the module uses `unsafe`.
+//! (std has no readiness API) is `crate::poll`'s. Nothing else in the module uses `unsafe`.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -59,7 +59,7 @@ pub(crate) const POLLRDHUP: i16 = libc::POLLRDHUP;
 pub(crate) const POLLHUP: i16 = libc::POLLHUP;
 pub(crate) const POLLERR: i16 = libc::POLLERR;
 
-pub(crate) use crate::sys::poll::{PollFd, poll};
+pub(crate) use crate::poll::{PollFd, poll};
 
 /// Sets SO_SNDBUF and SO_RCVBUF. The kernel doubles the value and caps it at
 /// `net.core.{w,r}mem_max`; setting it also turns off the kernel's buffer autotuning.

@@ -1,0 +1,48 @@
+//! A Backend per framework, the worker's half (Ray Train's `Backend.on_start` and
+//! `on_shutdown`, run in each rank): what a rank sets up around its train function once its
+//! group is whole, from what the driver's half (`rtune::train::TorchConfig`, a
+//! `rtune_driver::group::Backend`) told every rank, and what it tears down after.
+//!
+//! Every group's ranks have rtune's CPU ring first (`worker::group`: each rank's place, the
+//! barrier, `TrainContext::all_reduce`, and what a backend bootstraps over); a backend adds its
+//! framework's on top. Torch's (`torch`): the device's CUDA runtime, and the process group
+//! each model averages through (the ring, NCCL, or the ring through the host for ranks that
+//! share a GPU).
+
+mod torch;
+
+use tch::Device;
+
+use crate::worker::group::SharedGroup;
+use rtune_driver::error::{Error, Result};
+pub(crate) use torch::TorchBackend;
+
+/// The worker's half of a framework's backend (see the module docs).
+pub(crate) trait Backend {
+    /// The Torch backend, for what only it offers (`prepare_model`); None for another.
+    fn torch(&mut self) -> Option<&mut TorchBackend> {
+        None
+    }
+
+    /// The train function has returned: what the backend set up goes, before the rank tells
+    /// the driver how it ended (the group's ring stays open until then).
+    fn on_shutdown(&mut self);
+}
+
+/// Sets up the backend the driver named, `name`, from its `setup` (JSON), for a rank on
+/// `device` in `group`.
+pub(crate) fn on_start(
+    name: &str,
+    setup: &str,
+    device: Device,
+    group: &SharedGroup,
+) -> Result<Box<dyn Backend>> {
+    match name {
+        rtune_driver::group::TorchConfig::NAME => {
+            Ok(Box::new(TorchBackend::on_start(setup, device, group.clone())?))
+        }
+        other => Err(Error::Protocol(format!(
+            "the driver asked for backend {other:?}, which this worker's rtune does not have"
+        ))),
+    }
+}
