@@ -14,7 +14,7 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use rtune::cluster::pool::{NodeSpec, PlacementRequest, Pool, Resources, Strategy};
+use rtune_driver::cluster::pool::{NodeSpec, PlacementRequest, Pool, Resources, Strategy};
 
 const NODES: usize = 100;
 const PENDING: usize = 10_000;

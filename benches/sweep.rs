@@ -299,7 +299,7 @@ fn metrics_on_off(dir: &std::path::Path) -> anyhow::Result<()> {
 /// completed.
 fn metrics_answer(trials: usize, running: usize, ranks: usize) -> anyhow::Result<()> {
     use rtune::callback::{Callback, TrialInfo};
-    use rtune::metrics::{RankFigures, add_rank_figures};
+    use rtune_driver::metrics::{RankFigures, add_rank_figures};
     let monitor = rtune::monitor::Monitor::local();
     let figures = vec![
         RankFigures {

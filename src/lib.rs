@@ -17,12 +17,15 @@
 //!
 //! # Crates and layers
 //!
-//! rtune is four crates, split by side: what decides (`rtune-searchers`: spaces, searchers,
+//! rtune is five crates, split by side: what decides (`rtune-searchers`: spaces, searchers,
 //! schedulers; pure, no I/O), what runs trials (`rtune-driver`: plans, places, launches and
 //! records them, with no libtorch), what a user types (`rtune-cli`: the command line's grammar,
-//! its views and `rtune` itself, which links no libtorch), and what touches tensors (this
-//! crate: the worker side and models, plus the facade a user imports; it re-exports the
-//! driver's modules whole, `rtune::tune` is `rtune_driver::tune`).
+//! its views and `rtune` itself, which links no libtorch), the CPU collectives a group's ranks
+//! average through (`rtune-collective`, under both the driver and the worker side), and what
+//! touches tensors (this crate: the worker side and models, plus the facade a user imports).
+//! The facade names its items one by one (`rtune::tune::Tuner` is `rtune_driver::tune::Tuner`):
+//! what it names is rtune's API; the driver's other `pub` items are plumbing for rtune's own
+//! crates. This crate's code names the driver's modules as `rtune_driver::..`.
 //!
 //! Inside the driver and this crate, imports point down only, and no two files import each
 //! other around a circle (both checked by `tests/layers.rs`, which also keeps every file under
@@ -35,8 +38,9 @@
 //!                `rtune-cli`'s command line runs (it implements `rtune_cli::program::Torch`)
 //! 4  builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
 //! 3  model       a trained model: export, TorchPredictor, BatchPredictor
-//! 2  worker      the worker process: init, TrainContext, link, distributed and sharded
-//!                models, optimizers, dataset shards and batches, command trainables
+//! 2  worker      the worker process: init, TrainContext, link, the group's backend (Torch:
+//!                CUDA, each model's process group), distributed and sharded models,
+//!                optimizers, dataset shards and batches, command trainables
 //! 1  nccl        NCCL behind the collective trait │ var_store  a VarStore in a checkpoint
 //!    digits      the 8x8 digits shipped with rtune
 //! 0  torch       libtorch's errors, a table's tensors │ cuda  CUDA opened at run time
@@ -44,10 +48,11 @@
 //! rtune-driver:
 //! 10 tune        Tuner (config, control, tuner), the controller core, the shell (sweep,
 //!                trial_task), the experiment directory and its lease, the ResultGrid
-//! 9  train       TorchTrainer: attempts of a worker group (Ray Train) │ monitor  the
-//!                sweep's metrics endpoint for Prometheus
+//! 9  train       TorchTrainer, and its run as states over two pure policies (failures,
+//!                scaling) (Ray Train) │ monitor  the sweep's metrics endpoint for Prometheus
 //! 8  runtime     what every run of the process shares: one runtime, hubs, the local pool
-//! 7  group       driver side of a worker group: attempt state machine, launching, logs, hub
+//! 7  group       driver side of a worker group: attempt state machine, launching, logs, hub,
+//!                the Backend per framework's driver half (TorchConfig)
 //! 6  cluster     resource pool, head, node agents, client
 //! 5  data        datasets, their preparation, preprocessors │ record  a run's result files,
 //!                written and read back
@@ -55,8 +60,8 @@
 //! 3  config      run settings │ metrics  reports │ rpc  gRPC plumbing
 //! 2  callback    hooks into a sweep: TensorBoard, MLflow, Optuna's journal
 //! 1  error       the one error type
-//! 0  collective  the process group trait, the CPU ring │ outcome  TrainResult, WorkerFailure,
-//!                Checkpoint │ sys  supervised processes, build id, the CUDA probe, NVML
+//! 0  outcome     TrainResult, WorkerFailure, Checkpoint │ sys  supervised processes, build
+//!                id, the CUDA probe, NVML
 //!    proto       wire types │ log  tracing │ setting  each user setting's two names (the
 //!                API's, the sweep file's), which configuration errors carry
 //! ```
@@ -104,14 +109,6 @@
 //! `init()` must be the first line of `main` in any binary that trains: worker processes are
 //! that binary started again.
 
-// The driver's modules, whole (see `rtune-driver`).
-/// The CPU collectives (the `rtune-collective` crate): the ring a group's ranks average through.
-pub use rtune_collective as collective;
-pub use rtune_driver::{
-    callback, cluster, config, data, error, log, metrics, monitor, outcome, setting, storage,
-    train, tune,
-};
-
 pub mod builtins;
 pub mod cli;
 pub mod cuda;
@@ -122,22 +119,84 @@ mod torch;
 mod var_store;
 pub mod worker;
 
+// rtune's API: the items below, by name (as Ray groups them). The driver's other items are
+// plumbing for rtune's own crates, not promised to users.
+
 /// Search spaces, searchers and schedulers (the `rtune-searchers` crate), for sweeps:
 /// `rtune::search::{SearchSpace, loguniform, choice, Asha, Tpe, ..}`.
 pub use rtune_searchers as search;
 
-pub use config::{
-    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
-};
-pub use error::{Error, Result};
-pub use model::ExportCheckpoint;
-pub use outcome::{Checkpoint, TrainResult};
+/// The CPU collectives (the `rtune-collective` crate): the ring a group's ranks average
+/// through, `ReduceOp` for [`TrainContext::all_reduce`].
+pub use rtune_collective as collective;
+
 /// The polars rtune's tables are built with (`ResultGrid::dataframe`), for matching versions.
 pub use polars;
+
+/// Sweeps (Ray Tune): the `Tuner`, its settings, and what it returns.
+pub mod tune {
+    pub use rtune_driver::tune::{
+        Control, ResultGrid, Samples, Scope, TrialResult, TuneConfig, Tuner,
+    };
+}
+
+/// One distributed training run (Ray Train): the trainer, its backend's settings, command
+/// trainables.
+pub mod train {
+    pub use rtune_driver::train::{CommandTrainable, TorchConfig, TorchTrainer};
+}
+
+/// A run's settings (Ray's `ScalingConfig`, `RunConfig`, `FailureConfig`, `CheckpointConfig`).
+pub mod config {
+    pub use rtune_driver::config::{
+        ADDRESS_ENV, CheckpointConfig, CheckpointUpload, FailureConfig, MAX_WORKERS,
+        PlacementStrategy, RunConfig, ScalingConfig, Sharding, StoreSettings, TOKEN_ENV,
+    };
+}
+
+/// Datasets, their columns and preprocessors (see the guide's docs/data.md).
+pub mod data {
+    pub use rtune_driver::data::{
+        Chain, Columns, Dataset, Fill, LabelKind, MinMaxScaler, OneHotEncoder, OrdinalEncoder,
+        Preprocessor, SimpleImputer, StandardScaler, Strategy, UNKNOWN_CATEGORY, Unknown,
+    };
+}
+
+/// Hooks into a sweep, and the trackers built on them (MLflow, Optuna's journal,
+/// TensorBoard).
+pub mod callback {
+    pub use rtune_driver::callback::{
+        Callback, ExperimentInfo, MlflowLogger, OptunaJournal, TensorBoardLogger, TrialInfo,
+    };
+}
+
+/// The sweep's metrics endpoint, for Prometheus.
+pub mod monitor {
+    pub use rtune_driver::monitor::{Monitor, serve};
+}
+
+/// rtune's logging.
+pub mod log {
+    pub use rtune_driver::log::quiet_stderr;
+}
+
+/// The settings a configuration error names (`Error::Config`), by their API and sweep-file
+/// names.
+pub mod setting {
+    pub use rtune_driver::setting::{Field, Setting};
+}
+
+pub use model::ExportCheckpoint;
+pub use rtune_driver::config::{
+    CheckpointConfig, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, StoreSettings,
+};
+pub use rtune_driver::error::{Error, Result};
+pub use rtune_driver::metrics::IntoMetrics;
+pub use rtune_driver::outcome::{Checkpoint, TrainResult, WorkerFailure};
+pub use rtune_driver::storage::checkpoint::CheckpointWriter;
+pub use rtune_driver::train::{TorchConfig, TorchTrainer};
+pub use rtune_driver::tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
 pub use rtune_searchers::{Mode, Params};
-pub use storage::checkpoint::CheckpointWriter;
-pub use train::TorchTrainer;
-pub use tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
 pub use var_store::{LoadVarStore, SaveVarStore};
 pub use worker::{TrainContext, TrainFn, init};
 

@@ -4,6 +4,9 @@
 //!   lower layers only (its own submodules aside). A new module must be given a layer here.
 //! * Inside the `rtune-searchers` crate and inside `cluster::pool`, the modules import each other
 //!   without cycles (ids and errors at the bottom).
+//! * The CPU collectives are a crate under both the driver and the worker side; `rtune`
+//!   re-exports named items of the driver, never its modules whole; no file is over 800 lines
+//!   before its test module.
 //!
 //! References are read from the code (comments skipped): `crate::a`, `crate::{a, b::c}` and
 //! `super::` chains that climb to the crate root.
@@ -40,7 +43,7 @@ const DRIVER_LAYERS: &[&[&str]] = &[
 ];
 
 /// The worker and model side (`rtune`), lowest layer first, all above the driver's modules
-/// (which it re-exports whole). Edit with `src/lib.rs`'s picture.
+/// (which it names as `rtune_driver::..`). Edit with `src/lib.rs`'s picture.
 const RTUNE_LAYERS: &[&[&str]] = &[
     // Where plain data meets libtorch (errors, tensors of a table); CUDA opened at run time.
     &["torch", "cuda"],
@@ -420,25 +423,139 @@ fn files_import_no_circle(src: &Path) {
     }
 }
 
-/// The most lines a file of `src`, `searchers/src` or `cli/src` may have before its `#[cfg(test)]`
-/// module:
-/// past it, a file holds more than one concern (split it).
+/// The most lines a file of rtune's crates may have before its test module (an inline
+/// `#[cfg(test)] mod tests { .. }`): past it, a file holds more than one concern (split it).
 const MAX_LINES: usize = 800;
+
+/// The lines of `text` before its inline test module: every line counts (a test module
+/// declared by `#[cfg(test)] mod name;` is one line of the file, not its end).
+fn lines_before_tests(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    let inline_test_module = |i: usize| {
+        lines[i].starts_with("#[cfg(test)]")
+            && lines[i + 1..]
+                .iter()
+                .find(|l| !l.trim().is_empty() && !l.starts_with("#["))
+                .is_some_and(|l| {
+                    let item = l.trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+                    item.starts_with("mod ") && l.trim_end().ends_with('{')
+                })
+    };
+    (0..lines.len()).find(|&i| inline_test_module(i)).unwrap_or(lines.len())
+}
 
 #[test]
 fn no_file_is_too_long() {
     let mut files = Vec::new();
-    rust_files(&root().join("src"), &mut files);
-    rust_files(&root().join("driver/src"), &mut files);
-    rust_files(&root().join("searchers/src"), &mut files);
-    rust_files(&root().join("cli/src"), &mut files);
+    for src in ["src", "driver/src", "searchers/src", "cli/src", "collective/src"] {
+        rust_files(&root().join(src), &mut files);
+    }
     let long: Vec<String> = files
         .iter()
         .filter_map(|file| {
-            let text = std::fs::read_to_string(file).unwrap();
-            let lines = text.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).count();
+            let lines = lines_before_tests(&std::fs::read_to_string(file).unwrap());
             (lines > MAX_LINES).then(|| format!("{}: {lines} lines", file.display()))
         })
         .collect();
     assert!(long.is_empty(), "over {MAX_LINES} lines before the tests:\n{}", long.join("\n"));
+}
+
+/// The count goes past test modules declared at the top and stops at the inline one.
+#[test]
+fn lines_are_counted_up_to_the_inline_test_module() {
+    let text = "mod a;\n#[cfg(test)]\nmod checks;\nfn f() {}\n\n#[cfg(test)]\n#[allow(x)]\nmod tests {\n}\n";
+    assert_eq!(lines_before_tests(text), 5);
+    assert_eq!(lines_before_tests("fn f() {}\n#[cfg(test)]\nfn helper() {}\n"), 3);
+}
+
+/// A crate's `[dependencies]` on other rtune crates, by package name.
+fn rtune_dependencies(manifest: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(manifest)).unwrap();
+    let deps = text.split("[dependencies]").nth(1).unwrap_or_default();
+    let deps = deps.split("\n[").next().unwrap_or_default();
+    deps.lines()
+        .filter_map(|l| l.split(['.', ' ', '=']).next())
+        .filter(|name| name.starts_with("rtune-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The CPU collectives are a crate of their own under both sides: they depend on no rtune
+/// crate; the driver and the worker side (`rtune`) depend on them; and the driver names only
+/// what a run's errors carry and `poll`, never a ring (the worker side builds groups).
+#[test]
+fn the_collectives_sit_under_driver_and_worker() {
+    assert!(rtune_dependencies("collective/Cargo.toml").is_empty());
+    for manifest in ["driver/Cargo.toml", "Cargo.toml"] {
+        assert!(rtune_dependencies(manifest).contains("rtune-collective"), "{manifest}");
+    }
+    let mut files = Vec::new();
+    rust_files(&root().join("driver/src"), &mut files);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (at, _) in text.match_indices("rtune_collective::") {
+            let named = ident_at(&text[at + "rtune_collective::".len()..]);
+            assert!(
+                ["CollectiveError", "poll"].contains(&named.as_str()),
+                "{}: the driver names rtune_collective::{named}; groups are the worker side's",
+                file.display()
+            );
+        }
+    }
+}
+
+/// Every `pub use rtune_driver::..` in rtune's `src/lib.rs` names items, not driver modules:
+/// what rtune promises is what it names, not everything a driver module makes `pub`.
+#[test]
+fn rtune_re_exports_named_items_only() {
+    let driver = root().join("driver/src");
+    // A driver module is found as one (what a whole-module re-export would name).
+    assert_eq!(module_of(&driver, &["tune".to_owned()]), Some(vec!["tune".to_owned()]));
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let mut named = 0;
+    for (at, _) in lib.match_indices("pub use rtune_driver::") {
+        let rest = &lib[at + "pub use rtune_driver::".len()..];
+        let statement = &rest[..rest.find(';').unwrap()];
+        for path in use_paths(statement) {
+            let path: Vec<String> = path.split("::").map(str::to_owned).collect();
+            assert!(
+                module_of(&driver, &path).is_none_or(|m| m != path),
+                "src/lib.rs re-exports the driver module `{}` whole: name its items",
+                path.join("::")
+            );
+            named += 1;
+        }
+    }
+    assert!(named > 20, "{named} items re-exported");
+}
+
+/// The paths of a `use` tree without its root: `a::{b, c::{d, e}}` gives a::b, a::c::d, a::c::e.
+fn use_paths(tree: &str) -> Vec<String> {
+    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(open) = tree.find('{') else { return vec![tree] };
+    let (prefix, group) = (&tree[..open], &tree[open + 1..tree.len() - 1]);
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&group[start..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| use_paths(p).into_iter().map(move |q| format!("{prefix}{q}")))
+        .collect()
+}
+
+#[test]
+fn use_trees_are_spelled_out() {
+    assert_eq!(use_paths("a::{b, c::{d, e}, }"), ["a::b", "a::c::d", "a::c::e"]);
+    assert_eq!(use_paths("tune::Tuner"), ["tune::Tuner"]);
 }

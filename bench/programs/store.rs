@@ -26,8 +26,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rtune::config::{CheckpointConfig, CheckpointUpload};
-use rtune::storage::remote::Remote;
 use rtune::{Params, RunConfig, SaveVarStore, TorchTrainer, TrainContext};
+use rtune_driver::storage::remote::Remote;
 use tch::nn::{Init, VarStore};
 use tch::{Device, Kind, Tensor};
 
@@ -174,7 +174,7 @@ fn main() -> anyhow::Result<()> {
             std::fs::remove_file(&mark).map_err(|e| anyhow::anyhow!("{}: {e}", mark.display()))?;
         }
         "download" => {
-            rtune::storage::remote::blocking(remote.download(dir))?;
+            rtune_driver::storage::remote::blocking(remote.download(dir))?;
         }
         other => anyhow::bail!("{other}: use upload or download"),
     }

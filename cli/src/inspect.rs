@@ -545,7 +545,7 @@ pub fn show(
 
 /// How a trial's worker groups started (one line per attempt), how long its reports kept its
 /// train function waiting, and what its checkpoints weighed and took, from its rows' figures
-/// (`rtune::metrics::{add_group_start, add_run_figures}`); empty where no worker measured them.
+/// (`rtune_driver::metrics::{add_group_start, add_run_figures}`); empty where no worker measured them.
 pub(crate) fn run_text(history: &[Metrics]) -> String {
     use rtune_driver::metrics::{group_start, run_figures};
     let mut text = String::new();
@@ -599,7 +599,7 @@ pub(crate) fn run_text(history: &[Metrics]) -> String {
 }
 
 /// An elastic trial's resizes, one line each, from the rows that say them
-/// (`rtune::record::RESIZE_KEY`): at which iteration, from what to what size, and why.
+/// (`rtune_driver::record::RESIZE_KEY`): at which iteration, from what to what size, and why.
 pub(crate) fn resizes_text(result_json: &std::path::Path) -> String {
     let Ok(rows) = std::fs::read_to_string(result_json) else { return String::new() };
     let mut text = String::new();

@@ -148,7 +148,7 @@ impl ScalingConfig {
     }
 
     /// The group's size as a sweep file writes it: `2`, or `{ min = 2, max = 4 }`.
-    pub fn describe_workers(&self) -> String {
+    pub(crate) fn describe_workers(&self) -> String {
         match self.max_workers {
             Some(max) => format!("{{ min = {}, max = {max} }}", self.num_workers),
             None => self.num_workers.to_string(),
@@ -362,7 +362,7 @@ pub struct StoreSettings {
 }
 
 /// The most requests a transfer may have in flight at once (`StoreSettings::connections`).
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 
 impl StoreSettings {
     pub fn problems(&self) -> Problems {
@@ -625,11 +625,11 @@ impl RunConfig {
 }
 
 /// The URL scheme of an experiment on S3 or an S3-compatible store (`storage::remote`).
-pub const STORE_SCHEME: &str = "s3://";
+pub(crate) const STORE_SCHEME: &str = "s3://";
 
 /// `s3://bucket/prefix` as its bucket and prefix (without slashes at its ends); why not, when
 /// it names no bucket.
-pub fn split_store_url(url: &str) -> std::result::Result<(&str, &str), String> {
+pub(crate) fn split_store_url(url: &str) -> std::result::Result<(&str, &str), String> {
     let bad = |why: &str| format!("{url:?} {why} (e.g. s3://bucket/prefix)");
     let rest = url.strip_prefix(STORE_SCHEME).ok_or_else(|| bad("is not an s3:// URL"))?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -646,7 +646,7 @@ pub fn split_store_url(url: &str) -> std::result::Result<(&str, &str), String> {
 
 /// Where an experiment folder on a store is staged on this machine: `$RTUNE_STAGING`, else
 /// `~/.cache/rtune/staging`, then the bucket and the prefix.
-pub fn staging_for(bucket: &str, prefix: &str) -> PathBuf {
+pub(crate) fn staging_for(bucket: &str, prefix: &str) -> PathBuf {
     let root = std::env::var_os("RTUNE_STAGING")
         .map(PathBuf::from)
         .unwrap_or_else(|| home().join(".cache/rtune/staging"));
@@ -656,7 +656,7 @@ pub fn staging_for(bucket: &str, prefix: &str) -> PathBuf {
 
 /// rtune's cache on this machine: `$RTUNE_CACHE`, else `~/.cache/rtune`. Node agents keep the
 /// drivers' binaries there, and their workers' scratch folders.
-pub fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     std::env::var_os("RTUNE_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| home().join(".cache/rtune"))
@@ -668,7 +668,7 @@ pub const SCRATCH_ENV: &str = "RTUNE_SCRATCH";
 
 /// The most seconds a setting may be (about 31 years): past it, a number of seconds is a
 /// mistake (and no `Duration` holds `1e30` seconds).
-pub const MAX_SECONDS: f64 = 1e9;
+pub(crate) const MAX_SECONDS: f64 = 1e9;
 
 /// `seconds` as a `Duration`: finite, at least 0 and at most `MAX_SECONDS`; why not, when not.
 pub fn duration(seconds: f64) -> std::result::Result<Duration, String> {
@@ -701,7 +701,7 @@ pub fn expand_home(path: &Path) -> PathBuf {
 /// Whether `name` can be a run's or an experiment's folder under its storage path: not empty or
 /// blank, no `/` nor control character (a newline), not `.` or `..`, not starting with `-` (a
 /// folder a command line would take for an option). Why not, when not.
-pub fn check_folder_name(name: &str) -> std::result::Result<(), String> {
+pub(crate) fn check_folder_name(name: &str) -> std::result::Result<(), String> {
     let bad = name.trim().is_empty()
         || name.contains('/')
         || name.chars().any(char::is_control)

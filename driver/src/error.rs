@@ -103,7 +103,7 @@ impl Error {
 }
 
 /// The first of `problems` as an error; none: Ok.
-pub fn first(problems: Problems) -> Result<()> {
+pub(crate) fn first(problems: Problems) -> Result<()> {
     match problems.into_iter().next() {
         Some((setting, message)) => Err(Error::config(setting, message)),
         None => Ok(()),

@@ -13,14 +13,14 @@ pub const AUTO_METRICS: [&str; 5] =
 
 /// Names rtune adds to a report where the workers measured them: rank 0's time (see
 /// [`add_rank_figures`]); with several ranks, each rank's is under `ranks/R/`.
-pub const RANK_METRICS: [&str; 5] =
+pub(crate) const RANK_METRICS: [&str; 5] =
     ["time_step_s", "time_data_s", "time_collective_s", "gpu_utilization", "gpu_memory_bytes"];
 
 /// Names rtune adds to a report of how the run went around its steps (rank 0's figures; see
 /// [`add_run_figures`]): the time the previous report kept the train function waiting, the
 /// checkpoint the report carries, the uploads that ended, and the report's wait for an earlier
 /// checkpoint's upload (uploads behind the checkpoints).
-pub const RUN_METRICS: [&str; 5] = [
+pub(crate) const RUN_METRICS: [&str; 5] = [
     "time_report_s",
     "checkpoint_bytes",
     "time_checkpoint_write_s",
@@ -30,7 +30,7 @@ pub const RUN_METRICS: [&str; 5] = [
 
 /// Names rtune adds to the first report of each attempt: how its worker group started (see
 /// [`add_group_start`]).
-pub const START_METRICS: [&str; 4] =
+pub(crate) const START_METRICS: [&str; 4] =
     ["group_attempt", "time_group_reserve_s", "time_group_spawn_s", "time_group_join_s"];
 
 /// Names rtune adds to every report of a run with its group's shape: `world_size` (the ranks
@@ -38,7 +38,7 @@ pub const START_METRICS: [&str; 4] =
 pub const GROUP_METRICS: [&str; 2] = ["world_size", "group_resizes"];
 
 /// Whether rtune, not the train function, puts `name` into reports.
-pub fn added_by_rtune(name: &str) -> bool {
+pub(crate) fn added_by_rtune(name: &str) -> bool {
     AUTO_METRICS.contains(&name) || is_figure(name)
 }
 
@@ -83,7 +83,7 @@ impl From<&crate::proto::RankTimes> for RunFigures {
 /// Writes rank 0's figures around its steps into a report's metrics: `time_report_s` always,
 /// the checkpoint's where the report carries one, the uploads' where some ended. A metric the
 /// train function reported under one of these names is kept as it reported it.
-pub fn add_run_figures(metrics: &mut Metrics, f: &RunFigures) {
+pub(crate) fn add_run_figures(metrics: &mut Metrics, f: &RunFigures) {
     let [report, bytes, write, upload, wait] = RUN_METRICS;
     metrics.entry(report.into()).or_insert(f.report_s);
     if f.checkpoint_bytes > 0.0 {
@@ -129,7 +129,7 @@ impl GroupStart {
 }
 
 /// Writes how the attempt's group started into (the first of its) report's metrics.
-pub fn add_group_start(metrics: &mut Metrics, start: &GroupStart) {
+pub(crate) fn add_group_start(metrics: &mut Metrics, start: &GroupStart) {
     let values = [f64::from(start.attempt), start.reserve_s, start.spawn_s, start.join_s];
     for (key, value) in START_METRICS.into_iter().zip(values) {
         metrics.entry(key.into()).or_insert(value);
@@ -347,7 +347,7 @@ pub(crate) fn from_wire(text: &str) -> Result<Metrics> {
 }
 
 /// The number a JSON value written by [`number_or_tag`] stands for; `None` for anything else.
-pub fn number_of(v: &serde_json::Value) -> Option<f64> {
+pub(crate) fn number_of(v: &serde_json::Value) -> Option<f64> {
     match v {
         serde_json::Value::String(s) => number_of_tag(s),
         _ => v.as_f64(),

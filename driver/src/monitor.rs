@@ -65,9 +65,9 @@ use crate::error::{Error, Result};
 use crate::setting::Setting;
 
 /// The content type of an answer in OpenMetrics' text format.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The content type of an answer in Prometheus' text format.
-pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The endpoint's URL at `address` (`HOST:PORT`), as the commands show it.
 pub fn url(address: impl std::fmt::Display) -> String {
@@ -471,7 +471,7 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
 /// Prometheus' text format (0.0.4) of `openmetrics`, an OpenMetrics text of gauges, counters
 /// and histograms: a counter's `# HELP` and `# TYPE` name its family as its samples are named
 /// (`x_total`), and the `# EOF` marker goes.
-pub fn text_format(openmetrics: &str) -> String {
+pub(crate) fn text_format(openmetrics: &str) -> String {
     // Only comment lines change: the samples between them are copied in runs.
     let comments = || {
         let first = openmetrics.starts_with("# ").then_some(0);

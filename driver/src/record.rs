@@ -669,7 +669,7 @@ fn iteration_of(metrics: &Metrics) -> f64 {
 
 /// The run in `run_dir` as its files hold it: every kept row and the recorded checkpoints
 /// still there (ranked by `run`'s checkpoint settings).
-pub fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
+pub(crate) fn read_run(run_dir: &Path, run: &RunConfig) -> Result<TrainResult> {
     RunState::read_result(run_dir, run, false)
 }
 

@@ -11,7 +11,7 @@ use tonic::{Request, Status};
 use crate::error::{Error, Result};
 
 /// Where the owner of some state puts its answer to one call.
-pub type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
+pub(crate) type Reply<T> = oneshot::Sender<std::result::Result<T, Status>>;
 
 /// Why an owner gave no answer.
 pub(crate) enum Unanswered {

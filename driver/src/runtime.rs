@@ -96,7 +96,7 @@ impl Driver {
     }
 
     /// This machine's pool as it is now; None until a run has asked it for resources.
-    pub fn local_status(&self) -> Option<crate::cluster::pool::PoolStatus> {
+    pub(crate) fn local_status(&self) -> Option<crate::cluster::pool::PoolStatus> {
         self.local.lock().as_ref().map(|state| state.pool.status())
     }
 

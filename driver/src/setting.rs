@@ -86,7 +86,7 @@ settings! {
 
 impl Setting {
     /// The setting the API names so, if any.
-    pub fn from_api(api: &str) -> Option<Setting> {
+    pub(crate) fn from_api(api: &str) -> Option<Setting> {
         Setting::ALL.iter().copied().find(|s| s.api() == api)
     }
 }

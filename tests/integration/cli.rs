@@ -256,7 +256,7 @@ fn interrupt_then_resume(times: usize) -> Result<()> {
         .process_group(0)
         .spawn()?;
     let experiment = dir.path().join("results/curves");
-    let state = experiment.join(rtune::tune::STATE_FILE);
+    let state = experiment.join(rtune_driver::tune::STATE_FILE);
     wait_for(Duration::from_secs(120), || {
         let rows = std::fs::read_dir(&experiment).ok().into_iter().flatten().flatten().any(|e| {
             let progress = e.path().join("progress.csv");
@@ -794,7 +794,7 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     // The scheduler's view: ASHA's first rung (grace_period 2) once a trial has reached it.
     tmux.wait_for_screen("run", &["ASHA rungs", "t≥     2"])?;
     // The state file names the trials watch will show.
-    let state = experiment.join(rtune::tune::STATE_FILE);
+    let state = experiment.join(rtune_driver::tune::STATE_FILE);
     wait_for(Duration::from_secs(60), || Ok(state.exists()))?;
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state)?)?;
     let first =
@@ -873,7 +873,7 @@ pub fn watch_follows_a_live_sweep_and_steers_it() -> Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let driver_file = experiment.join(rtune::tune::DRIVER_FILE);
+    let driver_file = experiment.join(rtune_driver::tune::DRIVER_FILE);
     wait_for(Duration::from_secs(60), || Ok(driver_file.exists()))?;
     let mode = std::fs::metadata(&driver_file)?.permissions().mode() & 0o777;
     ensure!(mode == 0o600, "driver.json is readable by others: {mode:o}");
@@ -1432,13 +1432,15 @@ pub fn resume_takes_a_corrected_sweep_file() -> Result<()> {
             std::fs::read_to_string(e.path().join("progress.csv"))
                 .is_ok_and(|t| t.lines().count() >= 2)
         });
-        Ok(rows && experiment.join(rtune::tune::STATE_FILE).exists())
+        Ok(rows && experiment.join(rtune_driver::tune::STATE_FILE).exists())
     })?;
     run.kill()?;
     run.wait()?;
     let exp = experiment.to_str().unwrap();
     let kept = || -> Result<serde_json::Value> {
-        Ok(serde_json::from_slice(&std::fs::read(experiment.join(rtune::tune::SWEEP_FILE))?)?)
+        Ok(serde_json::from_slice(&std::fs::read(
+            experiment.join(rtune_driver::tune::SWEEP_FILE),
+        )?)?)
     };
     let before = kept()?;
     // Another param space: what was recorded was sampled from the old one.

@@ -6,14 +6,13 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use polars::prelude::{Column, DataFrame, ParquetWriter};
-use rtune::data::{
-    Chain, Columns, DataSchema, Dataset, OneHotEncoder, Preprocessor, StandardScaler,
-};
+use rtune::data::{Chain, Columns, Dataset, OneHotEncoder, Preprocessor, StandardScaler};
 use rtune::model::TorchPredictor;
 use rtune::worker::{Balance, BatchSpec};
 use rtune::{
     FailureConfig, Params, RunConfig, SaveVarStore, ScalingConfig, TorchTrainer, TrainContext,
 };
+use rtune_driver::data::DataSchema;
 use serde_json::json;
 use tch::nn;
 

@@ -33,7 +33,7 @@ fn wait_for_rows(experiment: &Path) -> Result<()> {
             let progress = e.path().join("progress.csv");
             std::fs::read_to_string(progress).is_ok_and(|t| t.lines().count() >= 3)
         });
-        Ok(rows && experiment.join(rtune::tune::STATE_FILE).exists())
+        Ok(rows && experiment.join(rtune_driver::tune::STATE_FILE).exists())
     })
 }
 
@@ -82,11 +82,11 @@ pub fn a_second_driver_is_refused() -> Result<()> {
     ensure!(!String::from_utf8_lossy(&out.stdout).contains("TERMINATED"), "{}", text(&out));
     ensure!(std::fs::read(experiment.join("driver.json"))? == driver_json, "driver.json changed");
     // `rtune resume --sweep` would write the sweep file's copy: refused before that too.
-    let sweep_json = std::fs::read(experiment.join(rtune::tune::SWEEP_FILE))?;
+    let sweep_json = std::fs::read(experiment.join(rtune_driver::tune::SWEEP_FILE))?;
     let file = dir.path().join("sweep.toml");
     let out = rtune(&["resume", exp, "--sweep", file.to_str().unwrap(), "--no-tui"])?;
     ensure!(out.status.code() == Some(2), "{}", text(&out));
-    ensure!(std::fs::read(experiment.join(rtune::tune::SWEEP_FILE))? == sweep_json);
+    ensure!(std::fs::read(experiment.join(rtune_driver::tune::SWEEP_FILE))? == sweep_json);
     // And from Rust: Tuner::restore takes the lease first.
     fn nothing(_: &mut rtune::TrainContext) -> anyhow::Result<()> {
         Ok(())
@@ -100,7 +100,10 @@ pub fn a_second_driver_is_refused() -> Result<()> {
     let out = child.wait_with_output()?;
     ensure!(out.status.code() == Some(0), "the first driver: {}", text(&out));
     all_terminated_once(&experiment)?;
-    ensure!(!experiment.join(rtune::tune::lease::LEASE_FILE).exists(), "the lease outlived it");
+    ensure!(
+        !experiment.join(rtune_driver::tune::lease::LEASE_FILE).exists(),
+        "the lease outlived it"
+    );
     Ok(())
 }
 
@@ -111,7 +114,7 @@ pub fn a_second_driver_is_refused() -> Result<()> {
 pub fn a_dead_drivers_lease_is_taken_over() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let experiment = killed_run(dir.path())?;
-    let lease = experiment.join(rtune::tune::lease::LEASE_FILE);
+    let lease = experiment.join(rtune_driver::tune::lease::LEASE_FILE);
     ensure!(lease.exists(), "a SIGKILLed driver leaves its lease");
     let exp = experiment.to_str().unwrap();
     let hint = format!("interrupted: `rtune resume {exp}` goes on with it");

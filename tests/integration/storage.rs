@@ -80,14 +80,14 @@ impl S3Server {
         &self,
         url: &str,
         endpoint: &str,
-    ) -> Result<rtune::storage::remote::Remote> {
+    ) -> Result<rtune_driver::storage::remote::Remote> {
         let settings = [
             ("aws_endpoint", endpoint),
             ("aws_access_key_id", "testing"),
             ("aws_secret_access_key", "testing"),
             ("aws_region", "us-east-1"),
         ];
-        Ok(rtune::storage::remote::Remote::parse_with(url, &settings)?)
+        Ok(rtune_driver::storage::remote::Remote::parse_with(url, &settings)?)
     }
 
     /// Every key under `prefix` in `bucket`, as boto3 lists them (sorted; none if none).

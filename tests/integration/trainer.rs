@@ -8,12 +8,12 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 
 use crate::common::alive;
-use rtune::data::shard;
 use rtune::digits::{DIGIT_CLASSES, DIGIT_FEATURES, Digits};
 use rtune::{
     Error, FailureConfig, Params, RunConfig, ScalingConfig, TorchTrainer, TrainContext, TrainResult,
 };
 use rtune::{LoadVarStore, SaveVarStore};
+use rtune_driver::data::shard;
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
@@ -799,7 +799,7 @@ fn mark_start_and_end(ctx: &mut TrainContext) -> Result<()> {
 pub fn concurrent_fits_share_the_machine() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let events = dir.path().join("events");
-    let cpus = rtune::cluster::local_node()?.resources.cpu;
+    let cpus = rtune_driver::cluster::local_node()?.resources.cpu;
     let fit = |name: &'static str| {
         let trainer = TorchTrainer::new(mark_start_and_end)
             .train_loop_config(

@@ -106,7 +106,7 @@ pub fn asha_stops_poor_trials_and_the_best_checkpoint_loads() -> Result<()> {
 
     // The experiment state snapshot lists every trial as it ended.
     let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(grid.path.join(rtune::tune::STATE_FILE))?)?;
+        serde_json::from_slice(&std::fs::read(grid.path.join(rtune_driver::tune::STATE_FILE))?)?;
     let trials = state["trials"].as_array().context("trials in the state")?;
     ensure!(trials.len() == 6 && state["metric"] == "val_acc", "{state}");
     for (row, t) in trials.iter().zip(&grid.trials) {
@@ -164,7 +164,7 @@ fn check_tables(grid: &ResultGrid, lengths: &[usize]) -> Result<()> {
         "read back:\n{}\n{df}",
         from_disk.dataframe()?
     );
-    let parquet = std::fs::File::open(grid.path.join(rtune::tune::RESULTS_PARQUET))?;
+    let parquet = std::fs::File::open(grid.path.join(rtune_driver::tune::RESULTS_PARQUET))?;
     let saved = ParquetReader::new(parquet).finish()?;
     ensure!(saved.equals_missing(&df), "results.parquet:\n{saved}\n{df}");
     let csv_path = grid.path.join("export.csv");
@@ -230,7 +230,7 @@ pub fn tuner_mistakes_are_named() -> Result<()> {
     // A file of its own in the experiment may not be one of rtune's.
     let own = Tuner::new(sweep_trainer(), space())
         .run_config(RunConfig::new("own").storage_path(dir.path()))
-        .experiment_file(rtune::tune::SETTINGS_FILE, "{}")
+        .experiment_file(rtune_driver::tune::SETTINGS_FILE, "{}")
         .fit();
     let err = own.err().map(|e| e.to_string()).unwrap_or_default();
     ensure!(err.contains("Tuner::experiment_file") && err.contains("tuner.json"), "{err}");
@@ -255,7 +255,7 @@ fn cheap_trial(ctx: &mut TrainContext) -> Result<()> {
 pub fn trials_never_run_beyond_the_pool() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let events = dir.path().join("events");
-    let half = rtune::cluster::local_node()?.resources.cpu / 2.0;
+    let half = rtune_driver::cluster::local_node()?.resources.cpu / 2.0;
     let trainer = TorchTrainer::new(cheap_trial)
         .train_loop_config(Params::new().with("events", events.display().to_string()))
         .scaling(
@@ -376,7 +376,7 @@ pub fn killed_driver_is_restored_exactly() -> Result<()> {
         .spawn()?;
     // (trials, of which terminated) in the saved state.
     let saved = || -> Result<(usize, usize)> {
-        let Ok(text) = std::fs::read(experiment.join(rtune::tune::STATE_FILE)) else {
+        let Ok(text) = std::fs::read(experiment.join(rtune_driver::tune::STATE_FILE)) else {
             return Ok((0, 0));
         };
         let state: serde_json::Value = serde_json::from_slice(&text)?;
@@ -883,7 +883,7 @@ pub fn callbacks_hear_every_trial_and_tensorboard_reads_the_logs() -> Result<()>
         ensure!(result.fit_seconds > 0.0, "{}: fit took {} s", t.trial_id(), result.fit_seconds);
     }
     // The driver's log in the experiment directory tells each trial's end, in its span.
-    let log = std::fs::read_to_string(grid.path.join(rtune::tune::DRIVER_LOG))?;
+    let log = std::fs::read_to_string(grid.path.join(rtune_driver::tune::DRIVER_LOG))?;
     for t in &grid.trials {
         let end = if t.params().get::<i64>("index")? == 2 { "failed" } else { "completed" };
         let line = log
@@ -1119,7 +1119,8 @@ pub fn a_held_trial_waits_and_goes_on_from_its_checkpoint() -> Result<()> {
         .context("0 never went on")?;
     ensure!(at("result 1 12")? < paused + resumed_first, "trial 0 ran while held: {heard:?}");
     // While only the held trial was left, the log said what the sweep waited for (once).
-    let log = std::fs::read_to_string(dir.path().join("hold").join(rtune::tune::DRIVER_LOG))?;
+    let log =
+        std::fs::read_to_string(dir.path().join("hold").join(rtune_driver::tune::DRIVER_LOG))?;
     let held = &grid.trials[0];
     ensure!(
         log.matches("only held trials are left").count() == 1
@@ -1144,7 +1145,7 @@ pub fn the_saved_state_keeps_up_with_reports() -> Result<()> {
         .tune_config(TuneConfig::new().metric("step").mode(Mode::Max).scheduler(median))
         .run_config(RunConfig::new("keeps_up").storage_path(dir.path()));
     let sweep = std::thread::spawn(move || tuner.fit());
-    let state = dir.path().join("keeps_up").join(rtune::tune::STATE_FILE);
+    let state = dir.path().join("keeps_up").join(rtune_driver::tune::STATE_FILE);
     let mut scores = 0;
     let seen = wait_for(Duration::from_secs(60), || {
         ensure!(!sweep.is_finished(), "the sweep ended before it was told to go");
@@ -1193,7 +1194,8 @@ pub fn a_param_never_read_is_named() -> Result<()> {
     ensure!(grid.trials.iter().all(|t| t.last("score") == Some(0.1)));
     let again = ResultGrid::from_path(dir.path().join("lenient"))?;
     ensure!(again.unread_params() == grid.unread_params(), "{:?}", again.unread_params());
-    let log = std::fs::read_to_string(dir.path().join("lenient").join(rtune::tune::DRIVER_LOG))?;
+    let log =
+        std::fs::read_to_string(dir.path().join("lenient").join(rtune_driver::tune::DRIVER_LOG))?;
     ensure!(
         log.matches("param `LR` never read by the train function").count() == 1
             && log.contains("did you mean `lr`?"),
@@ -1282,7 +1284,7 @@ pub fn an_attempt_failing_while_the_sweep_stops_is_no_failure() -> Result<()> {
         Ok(reported)
     })?;
     control.interrupt();
-    let log = experiment.join(rtune::tune::DRIVER_LOG);
+    let log = experiment.join(rtune_driver::tune::DRIVER_LOG);
     wait_for(Duration::from_secs(60), || {
         Ok(std::fs::read_to_string(&log).is_ok_and(|t| t.contains("interrupted: stopping")))
     })?;
@@ -1347,7 +1349,7 @@ pub fn bohb_with_hyperband_sweeps_and_saves_its_model() -> Result<()> {
     );
     ensure!(grid.trials.iter().any(|t| t.history().len() < 9), "HyperBand stopped none early");
     let state: serde_json::Value = serde_json::from_slice(&std::fs::read(
-        dir.path().join("bohb").join(rtune::tune::STATE_FILE),
+        dir.path().join("bohb").join(rtune_driver::tune::STATE_FILE),
     )?)?;
     let saved = state["controller"]["searcher"].to_string();
     let searcher: rtune_searchers::SearcherState = serde_json::from_str(&saved)
@@ -1365,7 +1367,7 @@ pub fn bohb_with_hyperband_sweeps_and_saves_its_model() -> Result<()> {
 /// concurrency limiter around it).
 fn saved_searcher(experiment: &Path) -> Result<rtune_searchers::SearcherState> {
     let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(experiment.join(rtune::tune::STATE_FILE))?)?;
+        serde_json::from_slice(&std::fs::read(experiment.join(rtune_driver::tune::STATE_FILE))?)?;
     let saved = state["controller"]["searcher"].clone();
     serde_json::from_value(saved.clone())
         .or_else(|_| serde_json::from_value(saved["inner"].clone()))

@@ -225,7 +225,7 @@ pub struct Callbacks(pub Vec<Arc<dyn Callback>>);
 impl Callbacks {
     /// Calls `f` on every callback in turn; the first error, naming its callback (unless it is
     /// a settings mistake, which names the setting), stops it.
-    pub fn each(&self, mut f: impl FnMut(&dyn Callback) -> Result<()>) -> Result<()> {
+    pub(crate) fn each(&self, mut f: impl FnMut(&dyn Callback) -> Result<()>) -> Result<()> {
         for callback in &self.0 {
             f(callback.as_ref()).map_err(|e| match e {
                 // A mistake in its settings stays one (nothing runs; exit 2 from `rtune run`).

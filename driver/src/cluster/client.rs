@@ -280,7 +280,7 @@ async fn waiting_for(client: &mut Client, request: &PlacementRequest) -> String 
     text
 }
 
-pub async fn release(client: &mut Client, pg: PgId) -> Result<()> {
+pub(crate) async fn release(client: &mut Client, pg: PgId) -> Result<()> {
     client.release(ReleaseRequest { pg_id: pg.0 }).await.map_err(status_error)?;
     Ok(())
 }
@@ -296,7 +296,7 @@ pub(crate) async fn kill_worker(client: &mut Client, worker_id: String) -> Resul
 }
 
 /// The output and exits of `pg`'s workers, as they happen.
-pub async fn watch(client: &mut Client, pg: PgId) -> Result<tonic::Streaming<WorkerEvent>> {
+pub(crate) async fn watch(client: &mut Client, pg: PgId) -> Result<tonic::Streaming<WorkerEvent>> {
     Ok(client
         .watch_workers(WatchWorkersRequest { pg_id: pg.0 })
         .await

@@ -3,7 +3,7 @@
 //! driver's machine is the whole cluster. Head and node agents over gRPC build on the same pool
 //! (`head`, `node`, `client`).
 
-pub mod binary;
+pub(crate) mod binary;
 pub mod client;
 pub mod head;
 pub mod node;

@@ -143,7 +143,7 @@ pub(crate) enum Launcher {
 
 /// Runs one worker in the calling process to its end (joining the hub like any worker) and
 /// returns what its process would exit with.
-pub type InProcessRunner = fn(WorkerSpec) -> i32;
+pub(crate) type InProcessRunner = fn(WorkerSpec) -> i32;
 
 static IN_PROCESS_RUNNER: std::sync::OnceLock<InProcessRunner> = std::sync::OnceLock::new();
 

@@ -149,7 +149,7 @@ pub(crate) fn ensure_writable_dir(dir: &Path) -> Result<()> {
 }
 
 /// One reported row: metric name → value, in column order.
-pub type Row = BTreeMap<String, serde_json::Value>;
+pub(crate) type Row = BTreeMap<String, serde_json::Value>;
 
 /// How often at most a run's appended rows are written out while reports come faster: a row
 /// that comes later than this after the last write is written at once, one that comes sooner

@@ -28,7 +28,7 @@ use crate::config::StoreSettings;
 use crate::error::{Error, IoContext, Result};
 use crate::setting::Setting;
 
-pub use crate::config::STORE_SCHEME as SCHEME;
+pub(crate) use crate::config::STORE_SCHEME as SCHEME;
 
 /// The most parts S3 takes for one object.
 const MAX_PARTS: u64 = 10_000;
@@ -42,7 +42,7 @@ const PART_BYTES: u64 = 16 << 20;
 
 /// Requests in flight at once for one transfer (a checkpoint's files, a file's parts) when the
 /// run's settings do not say (`run.store.connections`).
-pub const DEFAULT_CONNECTIONS: usize = 16;
+pub(crate) const DEFAULT_CONNECTIONS: usize = 16;
 
 /// The size of the parts a file of `size` bytes goes up and comes down in, `connections` at a
 /// time: small enough that the file keeps every connection busy (16 MiB at most, 5 MiB at
@@ -194,7 +194,7 @@ impl Remote {
 
     /// The folder at `url` in the same bucket, through this one's client (its settings);
     /// another bucket is reached with the environment's settings.
-    pub fn at(&self, url: &str) -> Result<Remote> {
+    pub(crate) fn at(&self, url: &str) -> Result<Remote> {
         let (bucket, prefix) =
             crate::config::split_store_url(url).map_err(|why| Error::config("store URL", why))?;
         if bucket != self.bucket {
@@ -315,7 +315,7 @@ impl Remote {
 
     /// The size of the object `relative` in this folder and when it was written (milliseconds
     /// since the epoch); None when there is none.
-    pub async fn head(&self, relative: &str) -> Result<Option<(u64, i64)>> {
+    pub(crate) async fn head(&self, relative: &str) -> Result<Option<(u64, i64)>> {
         match self.store.head(&self.key(relative)).await {
             Ok(meta) => Ok(Some((meta.size, meta.last_modified.timestamp_millis()))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -324,12 +324,12 @@ impl Remote {
     }
 
     /// Whether this folder holds the object `relative`.
-    pub async fn holds(&self, relative: &str) -> Result<bool> {
+    pub(crate) async fn holds(&self, relative: &str) -> Result<bool> {
         Ok(self.head(relative).await?.is_some())
     }
 
     /// Deletes every object under this folder (rtune's own too).
-    pub async fn delete_all(&self) -> Result<()> {
+    pub(crate) async fn delete_all(&self) -> Result<()> {
         for relative in self.list().await?.into_keys() {
             self.delete(&relative).await?;
         }
@@ -337,7 +337,7 @@ impl Remote {
     }
 
     /// The size of object `relative` in this folder.
-    pub async fn size(&self, relative: &str) -> Result<u64> {
+    pub(crate) async fn size(&self, relative: &str) -> Result<u64> {
         let meta =
             self.store.head(&self.key(relative)).await.map_err(|e| self.failed("head", e))?;
         Ok(meta.size)
@@ -437,7 +437,7 @@ impl Remote {
     }
 
     /// Uploads the file `file` as `relative` in this folder (in parts when it is large).
-    pub async fn upload(&self, relative: &str, file: &Path) -> Result<()> {
+    pub(crate) async fn upload(&self, relative: &str, file: &Path) -> Result<()> {
         self.upload_within(relative, file, &self.permits()).await
     }
 
@@ -625,7 +625,7 @@ impl Remote {
     }
 
     /// Deletes object `relative` in this folder (one that is not there is no error).
-    pub async fn delete(&self, relative: &str) -> Result<()> {
+    pub(crate) async fn delete(&self, relative: &str) -> Result<()> {
         match self.store.delete(&self.key(relative)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.failed("delete", e)),

@@ -35,13 +35,13 @@ const FETCH_LOCK: &str = ".fetch.lock";
 pub(crate) const MARK: &str = ".rtune_remote";
 
 /// Notes in the staging copy `local` that it mirrors `remote`.
-pub fn mark(local: &Path, remote: &Remote) -> Result<()> {
+pub(crate) fn mark(local: &Path, remote: &Remote) -> Result<()> {
     std::fs::create_dir_all(local).at(local)?;
     crate::storage::atomic_write(&local.join(MARK), remote.url().as_bytes())
 }
 
 /// The experiment on a store that the staging copy `local` mirrors, if it is one.
-pub fn marked(local: &Path) -> Option<Result<Remote>> {
+pub(crate) fn marked(local: &Path) -> Option<Result<Remote>> {
     let url = std::fs::read_to_string(local.join(MARK)).ok()?;
     Some(Remote::parse(url.trim()))
 }
@@ -111,13 +111,13 @@ pub(crate) fn make_stub(dir: &Path, remote: &Remote) -> Result<()> {
 }
 
 /// Whether the checkpoint folder `dir` is a stub (its files but `metadata.json` in the store).
-pub fn is_stub(dir: &Path) -> bool {
+pub(crate) fn is_stub(dir: &Path) -> bool {
     dir.join(STUB).exists()
 }
 
 /// Brings the files of the stub checkpoint `dir` down from the store (nothing to do for a
 /// whole one); the ranks of one machine reading it at once fetch it once.
-pub fn fetch_stub(dir: &Path) -> Result<()> {
+pub(crate) fn fetch_stub(dir: &Path) -> Result<()> {
     if !is_stub(dir) {
         return Ok(());
     }
@@ -200,13 +200,13 @@ pub fn put_object(url: &str, file: &Path) -> Result<()> {
 }
 
 /// Where staging copies live on this machine.
-pub fn staging_root() -> PathBuf {
+pub(crate) fn staging_root() -> PathBuf {
     crate::config::staging_for("", "")
 }
 
 /// How many bytes of staging copies this machine keeps (`RTUNE_STAGING_BUDGET_MB`, default
 /// 20 GiB), beyond those live drivers hold.
-pub fn budget() -> u64 {
+pub(crate) fn budget() -> u64 {
     std::env::var("RTUNE_STAGING_BUDGET_MB")
         .ok()
         .and_then(|mb| mb.trim().parse::<f64>().ok())
@@ -229,7 +229,7 @@ struct Copy {
 /// nor a copy `held` says a live driver holds. Everything a copy holds is in its store (a
 /// driver mirrors it there before it lets go of its lease), so a removed copy comes back from
 /// there when it is read again. Returns the bytes freed.
-pub fn prune(root: &Path, budget: u64, keep: &Path, held: impl Fn(&Path) -> bool) -> u64 {
+pub(crate) fn prune(root: &Path, budget: u64, keep: &Path, held: impl Fn(&Path) -> bool) -> u64 {
     let mut copies = Vec::new();
     find_copies(root, &mut copies);
     let total: u64 = copies.iter().map(|c| c.bytes).sum();

@@ -193,7 +193,7 @@ fn capture() -> Result<Vec<usize>, String> {
 
 /// This process's training thread, named frame by frame (the signal handler's own frames left
 /// out), and the command trainable's program where there is one.
-pub fn describe() -> String {
+pub(crate) fn describe() -> String {
     let mut text = String::new();
     match capture() {
         Ok(ips) => text.push_str(&name_frames(&ips)),
@@ -265,7 +265,7 @@ fn short_path(path: &std::path::Path) -> String {
 }
 
 /// `pid N (name), state S (sleeping), waiting in W`, from /proc.
-pub fn process_state(pid: u32) -> String {
+pub(crate) fn process_state(pid: u32) -> String {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // `pid (comm) S ...`: the name may hold spaces and parentheses; the state follows the last ')'.
     let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
@@ -304,7 +304,7 @@ fn write_answer(pid: u32, text: &str) -> std::io::Result<()> {
 /// Asks the worker process `pid` on this machine for its training thread's stack (see the
 /// module's doc); blocks until it answers. Only for processes that called
 /// [`training_thread`] (a worker that has joined): the signal would end any other.
-pub fn ask_process(pid: u32) -> Result<String, String> {
+pub(crate) fn ask_process(pid: u32) -> Result<String, String> {
     let path = stack_file(pid);
     let _ = std::fs::remove_file(&path);
     // SAFETY: kill(2) with a signal the worker handles.

@@ -31,14 +31,14 @@ struct ControlState {
 
 /// What [`Control`] may ask about one trial.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum TrialRequest {
+pub(crate) enum TrialRequest {
     Stop,
     Pause,
     Resume,
 }
 
 impl TrialRequest {
-    pub fn verb(self) -> &'static str {
+    pub(crate) fn verb(self) -> &'static str {
         match self {
             TrialRequest::Stop => "stop",
             TrialRequest::Pause => "pause",
@@ -84,14 +84,14 @@ impl Control {
         self.0.requests_notify.notify_one();
     }
 
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         while !self.is_interrupted() {
             self.0.notify.notified().await;
         }
     }
 
     /// The requests about single trials since the last call, once there are some.
-    pub async fn trial_requests(&self) -> Vec<(TrialRequest, String)> {
+    pub(crate) async fn trial_requests(&self) -> Vec<(TrialRequest, String)> {
         loop {
             let asked =
                 std::mem::take(&mut *self.0.requests.lock().unwrap_or_else(|p| p.into_inner()));

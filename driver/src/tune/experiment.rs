@@ -24,7 +24,7 @@ use crate::storage::unix_time;
 
 /// The version of the experiment files (`tuner.json`, `experiment_state.json`); `restore`
 /// refuses others.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 
 /// The sweep's settings file in the experiment directory.
 pub const SETTINGS_FILE: &str = "tuner.json";
@@ -614,7 +614,7 @@ pub(crate) fn find_trial_dir(
 }
 
 /// Now, as trial directory names and experiment names write it.
-pub fn date() -> String {
+pub(crate) fn date() -> String {
     crate::storage::date_string(unix_time())
 }
 

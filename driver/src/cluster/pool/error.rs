@@ -4,7 +4,7 @@
 use super::ids::{NodeId, PgId, Strategy};
 
 /// Result alias of the resource pool.
-pub type Result<T, E = PoolError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = PoolError> = std::result::Result<T, E>;
 
 /// Everything that can go wrong when talking to the [`Pool`](super::Pool).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -168,7 +168,7 @@ pub enum PoolError {
 impl PoolError {
     /// Whether the request is well formed but the alive cluster is too small for it now: nodes
     /// that join (or come back) can make it fit, unlike a malformed request.
-    pub fn is_capacity(&self) -> bool {
+    pub(crate) fn is_capacity(&self) -> bool {
         matches!(
             self,
             PoolError::NoAliveNodes

@@ -19,7 +19,7 @@ pub struct PlacementRequest {
 
 impl PlacementRequest {
     /// A request for `bundles` laid out by `strategy`, without a label.
-    pub fn new(strategy: Strategy, bundles: Vec<Resources>) -> Self {
+    pub(crate) fn new(strategy: Strategy, bundles: Vec<Resources>) -> Self {
         Self { bundles, strategy, label: String::new() }
     }
 
@@ -50,7 +50,7 @@ pub struct BundlePlacement {
 
 impl BundlePlacement {
     /// `gpu_ids` as the value of `CUDA_VISIBLE_DEVICES` (`"0,1"`; empty without GPUs).
-    pub fn cuda_visible_devices(&self) -> String {
+    pub(crate) fn cuda_visible_devices(&self) -> String {
         let ids: Vec<String> = self.gpu_ids.iter().map(u32::to_string).collect();
         ids.join(",")
     }
