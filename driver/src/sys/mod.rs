@@ -111,9 +111,8 @@ fn fork_on_spawner(
                 std::thread::Builder::new().name("rtune-spawner".into()).spawn(move || {
                     for (command, handle, reply) in requests {
                         let _runtime = handle.enter();
-                        let child =
-                            tokio::process::Command::from(command).kill_on_drop(true).spawn();
-                        let _ = reply.send(child);
+                        let mut command = tokio::process::Command::from(command);
+                        let _ = reply.send(spawn_when_written(command.kill_on_drop(true)));
                     }
                 })?;
                 spawner.insert(inbox).clone()
@@ -124,6 +123,25 @@ fn fork_on_spawner(
     let gone = || std::io::Error::other("the rtune-spawner thread is gone");
     inbox.send((command, handle, reply)).map_err(|_| gone())?;
     answer.recv().map_err(|_| gone())?
+}
+
+/// Spawns `command`, trying again for a while if its program is busy being written
+/// (`ETXTBSY`): a binary just written (a node agent's copy of a driver's) can be held open for
+/// writing a moment longer by a child another thread forked meanwhile, which inherited the
+/// descriptor and has not exec'd yet (the close-on-exec flag closes it only then).
+fn spawn_when_written(
+    command: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    let mut wait = std::time::Duration::from_millis(1);
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && wait.as_millis() < 500 => {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+            spawned => return spawned,
+        }
+    }
 }
 
 /// The start time of process `pid` (clock ticks after boot); None when no such process runs
@@ -225,6 +243,29 @@ pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A program still open for writing cannot be exec'd (`ETXTBSY`); once the writer lets go,
+    /// the spawn that was waiting for it goes through.
+    #[tokio::test]
+    async fn a_program_being_written_is_spawned_once_it_is_closed() {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("program");
+        let mut writer = std::fs::File::create(&program).unwrap();
+        writer.write_all(b"#!/bin/sh\nexit 7\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut command = tokio::process::Command::new(&program);
+        let busy = command.spawn().map(|_| ()).unwrap_err();
+        assert_eq!(busy.raw_os_error(), Some(libc::ETXTBSY), "{busy}");
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            drop(writer);
+        });
+        let status = spawn_when_written(&mut command).unwrap().wait().await.unwrap();
+        closer.join().unwrap();
+        assert_eq!(status.code(), Some(7));
+    }
 
     /// Python's `datetime.isoformat(timespec="microseconds")` of an aware UTC time, and the
     /// civil date across a leap day and before 1970.
