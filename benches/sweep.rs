@@ -319,6 +319,7 @@ fn metrics_answer(trials: usize, running: usize, ranks: usize) -> anyhow::Result
             params: rtune::Params::new(),
             path: std::path::PathBuf::from("t"),
             stopped: false,
+            checkpoint: None,
         };
         monitor.on_trial_add(&trial)?;
         monitor.on_trial_start(&trial)?;

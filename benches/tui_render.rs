@@ -33,6 +33,7 @@ fn info(i: usize) -> TrialInfo {
             .with("batch_size", [16, 32][i % 2]),
         path: PathBuf::from(format!("/nonexistent/trial_{i}")),
         stopped: false,
+        checkpoint: None,
     }
 }
 

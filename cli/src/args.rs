@@ -164,7 +164,9 @@ pub enum Command {
         rtune export rtune_results/digits-asha --metric val_loss --mode min --to lowest-loss\n  \
         rtune export rtune_results/digits-asha --trial 3 --to trial-3\n\n\
         The best trial is the one whose last result is best; its checkpoint is the kept one with \
-        the best value of the metric."
+        the best value of run.checkpoint.score_attribute when the sweep set one, else of the \
+        metric (among reports that meet the sweep's constraints), else its latest. The export \
+        holds what prediction needs: not the optimizer's state."
     )]
     Export {
         /// The experiment directory.
@@ -357,14 +359,19 @@ pub enum Format {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example:\n  rtune predict --model best-model --input test.csv --output predicted.parquet\n\n\
+    after_help = "Examples:\n  rtune predict --model best-model --input test.csv --output predicted.parquet\n  \
+    rtune predict --best rtune_results/digits-asha --input test.csv --output predicted.parquet\n\n\
     The output holds the input's rows with a `prediction` column (a class, or a value) and, \
     for a classifier, a `prob_<class>` column per class."
 )]
 pub struct PredictArgs {
     /// A folder `rtune export` wrote (a path or an `s3://` URL).
-    #[arg(long, alias = "checkpoint")]
-    pub model: PathBuf,
+    #[arg(long, alias = "checkpoint", required_unless_present = "best")]
+    pub model: Option<PathBuf>,
+    /// Predict with the best checkpoint of this experiment (as `rtune export DIR --best`
+    /// chooses it), exported to a temporary folder first.
+    #[arg(long, value_name = "EXPERIMENT", conflicts_with_all = ["model", "workers"])]
+    pub best: Option<PathBuf>,
     /// A .parquet, .csv or .csv.gz file with the model's input columns (a path or an `s3://`
     /// URL).
     #[arg(long)]

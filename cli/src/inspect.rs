@@ -165,11 +165,9 @@ fn metrics_json(m: Option<&Metrics>) -> serde_json::Value {
     })
 }
 
-/// The trial's checkpoint to use: its best kept one, else its latest.
+/// The trial's checkpoint to use: its best by the sweep's rule (`TrialResult::checkpoint`).
 fn checkpoint_of(t: &TrialResult) -> Option<String> {
-    let r = t.result()?;
-    let ck = r.best_checkpoint().or(r.checkpoint.as_ref())?;
-    Some(ck.path().display().to_string())
+    t.checkpoint().ok().map(|c| c.path().display().to_string())
 }
 
 /// `rtune run --json`: name, path, metric, mode, best trial, trials by status, time; for a

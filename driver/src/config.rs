@@ -15,6 +15,7 @@ use rtune_searchers::Mode;
 
 use crate::callback::{Callback, Callbacks};
 use crate::error::Result;
+use crate::outcome::CheckpointRanking;
 
 use crate::setting::{Problems, Setting};
 
@@ -410,6 +411,29 @@ impl Default for CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    /// Which kept checkpoint of a run is its best ([`CheckpointRanking`]): by `score_attribute`
+    /// when set, else by `sweep`'s metric and mode (a sweep with one objective) among reports
+    /// that meet its `constraints`, else the latest.
+    pub fn ranking(
+        &self,
+        sweep: Option<(&str, Mode)>,
+        constraints: &[String],
+    ) -> CheckpointRanking {
+        match (&self.score_attribute, sweep) {
+            (Some(attribute), _) => CheckpointRanking::By {
+                metric: attribute.clone(),
+                mode: self.score_order,
+                constraints: Vec::new(),
+            },
+            (None, Some((metric, mode))) => CheckpointRanking::By {
+                metric: metric.to_owned(),
+                mode,
+                constraints: constraints.to_vec(),
+            },
+            (None, None) => CheckpointRanking::Latest,
+        }
+    }
+
     pub fn new() -> Self {
         CheckpointConfig::default()
     }
@@ -751,6 +775,24 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one rule's order: the checkpoint score (without the sweep's constraints), else the
+    /// sweep's metric with its constraints, else the latest.
+    #[test]
+    fn checkpoints_rank_by_the_score_then_the_sweep_metric_then_recency() {
+        let constraints = ["mem_over".to_owned()];
+        let by = |metric: &str, mode, constraints: &[String]| CheckpointRanking::By {
+            metric: metric.into(),
+            mode,
+            constraints: constraints.to_vec(),
+        };
+        let scored = CheckpointConfig::default().score("loss", Mode::Min);
+        let sweep = Some(("acc", Mode::Max));
+        assert_eq!(scored.ranking(sweep, &constraints), by("loss", Mode::Min, &[]));
+        let plain = CheckpointConfig::default();
+        assert_eq!(plain.ranking(sweep, &constraints), by("acc", Mode::Max, &constraints));
+        assert_eq!(plain.ranking(None, &constraints), CheckpointRanking::Latest);
+    }
 
     #[test]
     fn store_urls_name_a_bucket_and_a_prefix() {

@@ -756,6 +756,7 @@ mod tests {
             params: Default::default(),
             path: id.into(),
             stopped: false,
+            checkpoint: None,
         }
     }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use rtune_searchers::Metrics;
+use rtune_searchers::{Metrics, Mode};
 
 /// What `fit` returns (Ray's `Result`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -16,7 +16,8 @@ pub struct TrainResult {
     pub metrics: Option<Metrics>,
     /// The latest checkpoint.
     pub checkpoint: Option<Checkpoint>,
-    /// The kept checkpoints, best first (by `CheckpointConfig::score_attribute`, else newest).
+    /// The kept checkpoints, in the order `CheckpointConfig` keeps them by: best first by its
+    /// `score_attribute`, else newest first. Which one is *the* best is [`CheckpointRanking`]'s.
     pub best_checkpoints: Vec<(Checkpoint, Metrics)>,
     /// Why the run failed for good, if it did.
     pub error: Option<String>,
@@ -38,9 +39,16 @@ pub struct TrainResult {
 }
 
 impl TrainResult {
-    /// The best kept checkpoint (by the checkpoint score, else the newest).
+    /// The best kept checkpoint of a run on its own: by `CheckpointConfig::score_attribute`
+    /// when set, else the latest. (A sweep's trial ranks by the sweep's metric too:
+    /// `TrialResult::checkpoint`.)
     pub fn best_checkpoint(&self) -> Option<&Checkpoint> {
-        self.best_checkpoints.first().map(|(c, _)| c)
+        self.best_checkpoints.first().map(|(c, _)| c).or(self.checkpoint.as_ref())
+    }
+
+    /// The best kept checkpoint by `ranking`, else the latest (see [`CheckpointRanking`]).
+    pub fn best_checkpoint_by(&self, ranking: &CheckpointRanking) -> Option<&Checkpoint> {
+        ranking.best(&self.best_checkpoints).map(|(c, _)| c).or(self.checkpoint.as_ref())
     }
 
     /// Seconds of `fit` spent outside the train function: start-up, joins, teardown.
@@ -86,6 +94,43 @@ pub fn error_summary(text: &str) -> String {
 /// How much of an error's first line [`error_summary`] keeps.
 pub(crate) const SUMMARY_CHARS: usize = 300;
 
+/// Which of a run's kept checkpoints is its best: one rule for `TrialResult::checkpoint`, the
+/// result grid, `rtune export --best`, `rtune predict --best` and the MLflow logger's artifact.
+/// By `CheckpointConfig::score_attribute` when it is set; else by the sweep's metric and mode,
+/// among the checkpoints whose report meets the sweep's constraints; else (no metric, or no
+/// checkpoint's report has a finite value of it) the latest. See
+/// `CheckpointConfig::ranking`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckpointRanking {
+    /// The most recent.
+    #[default]
+    Latest,
+    /// The best finite value of `metric` in `mode`, among reports that meet `constraints`
+    /// (every one reported and <= 0); the latest of equals.
+    By { metric: String, mode: Mode, constraints: Vec<String> },
+}
+
+impl CheckpointRanking {
+    /// The best of `kept` (checkpoints with the metrics of their reports) by this rule; None
+    /// when the rule picks none (`Latest`, or no report qualifies): then the latest is best.
+    pub fn best<'k>(&self, kept: &'k [(Checkpoint, Metrics)]) -> Option<&'k (Checkpoint, Metrics)> {
+        let CheckpointRanking::By { metric, mode, constraints } = self else { return None };
+        let meets = |m: &Metrics| constraints.iter().all(|c| m.get(c).is_some_and(|v| *v <= 0.0));
+        let score = |m: &Metrics| {
+            let value = m.get(metric).copied().filter(|v| v.is_finite() && meets(m))?;
+            Some(mode.sign() * value)
+        };
+        let iteration = |m: &Metrics| m.get("training_iteration").copied().unwrap_or(0.0);
+        kept.iter()
+            .filter_map(|k| Some((k, score(&k.1)?)))
+            // The best score; among equals, the latest report.
+            .max_by(|(a, x), (b, y)| {
+                x.total_cmp(y).then(iteration(&a.1).total_cmp(&iteration(&b.1)))
+            })
+            .map(|(k, _)| k)
+    }
+}
+
 /// A committed checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -106,6 +151,46 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn kept(reports: &[(u64, f64, f64)]) -> Vec<(Checkpoint, Metrics)> {
+        reports
+            .iter()
+            .map(|&(iteration, acc, mem)| {
+                let checkpoint = Checkpoint { path: format!("checkpoint_{iteration:06}").into() };
+                let metrics = Metrics::from([
+                    ("training_iteration".to_owned(), iteration as f64),
+                    ("acc".to_owned(), acc),
+                    ("mem_over".to_owned(), mem),
+                ]);
+                (checkpoint, metrics)
+            })
+            .collect()
+    }
+
+    /// By the metric among reports that meet the constraints (the latest of equals, NaN left
+    /// out); none qualifying, or no metric: the rule picks none (the latest is best).
+    #[test]
+    fn the_best_checkpoint_is_the_best_feasible_report_else_none() {
+        let kept = kept(&[
+            (1, 0.5, -1.0),
+            (2, 0.9, 3.0),
+            (3, 0.7, -1.0),
+            (4, 0.7, 0.0),
+            (5, f64::NAN, -1.0),
+        ]);
+        let by = |metric: &str, mode, constraints: &[&str]| CheckpointRanking::By {
+            metric: metric.into(),
+            mode,
+            constraints: constraints.iter().map(|c| c.to_string()).collect(),
+        };
+        let name = |rank: CheckpointRanking| rank.best(&kept).map(|(c, _)| c.name());
+        assert_eq!(name(by("acc", Mode::Max, &[])).as_deref(), Some("checkpoint_000002"));
+        assert_eq!(name(by("acc", Mode::Max, &["mem_over"])).as_deref(), Some("checkpoint_000004"));
+        assert_eq!(name(by("acc", Mode::Min, &["mem_over"])).as_deref(), Some("checkpoint_000001"));
+        assert_eq!(name(by("loss", Mode::Min, &[])), None);
+        assert_eq!(name(by("acc", Mode::Max, &["unreported"])), None);
+        assert_eq!(name(CheckpointRanking::Latest), None);
+    }
 
     #[test]
     fn an_error_is_summed_up_by_its_first_line() {

@@ -24,8 +24,9 @@ macro_rules! settings {
                 }
             }
 
-            /// Its key path in a sweep file: `tune.num_samples`.
-            pub fn key(self) -> &'static str {
+            /// Its key path in a sweep file: `tune.num_samples` (a const: the sweep file's rows
+            /// name their key by it).
+            pub const fn key(self) -> &'static str {
                 match self {
                     $(Setting::$name => $key,)*
                 }

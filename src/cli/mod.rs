@@ -26,10 +26,13 @@ mod predict;
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
+use std::path::Path;
 
 use rtune_cli::PredictArgs;
-use rtune_cli::program::{AddData, Builtins, Export, Torch, Trainables};
+use rtune_cli::program::{AddData, Builtins, Torch, Trainables};
 pub use rtune_cli::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
+use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::checkpoint::ExportCard;
 use rtune_driver::train::TrainFnId;
 use rtune_searchers::Params;
 use tch::nn;
@@ -131,19 +134,19 @@ impl Registry {
 }
 
 impl Torch for Registry {
-    fn export(&self, export: &Export<'_>) -> Result<bool> {
-        let mut writer = crate::model::Export::new()
-            .params(export.params.clone())
-            .metrics(export.metrics.clone())
-            .title(export.title.clone());
-        if let Some((metric, mode)) = export.metric {
-            writer = writer.metric(metric, mode);
-        }
-        let model = export.trainable.and_then(|name| self.models.get(name));
+    fn export(
+        &self,
+        checkpoint: &Checkpoint,
+        to: &Path,
+        card: ExportCard,
+        trainable: Option<&str>,
+    ) -> Result<bool> {
+        let model = trainable.and_then(|name| self.models.get(name));
+        let mut writer = crate::model::Export::from(card);
         if let Some(model) = model {
             writer = writer.model(model.clone());
         }
-        writer.write(export.checkpoint, export.to)?;
+        writer.write(checkpoint, to)?;
         Ok(model.is_some())
     }
 

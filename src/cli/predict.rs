@@ -13,7 +13,8 @@ use rtune_driver::config::ScalingConfig;
 /// Predicts every row of the input, on workers of `cluster` (address, token) when given;
 /// returns a line about what was written.
 pub(super) fn predict(args: &PredictArgs, cluster: Option<(String, String)>) -> Result<String> {
-    let mut predictor = BatchPredictor::new(&args.model)
+    let model = args.model.as_ref().ok_or_else(|| anyhow!("no model to predict with"))?;
+    let mut predictor = BatchPredictor::new(model)
         .batch_rows(args.batch_rows)
         .no_header(args.no_header)
         .allow_extra(args.allow_extra);

@@ -22,6 +22,7 @@ use rtune_driver::data::{DATA_SCHEMA_FILE, DataSchema};
 use rtune_driver::error::{Error, IoContext, Result};
 use rtune_driver::metrics::{number_text, param_text};
 use rtune_driver::outcome::Checkpoint;
+use rtune_driver::storage::checkpoint::{ExportCard, copy_dir_where, is_training_state};
 use rtune_driver::storage::{self, PARAMS_FILE};
 
 /// The TorchScript module's file in an export.
@@ -37,15 +38,19 @@ pub struct Model {
     pub input_shape: Vec<i64>,
 }
 
-/// What goes into an export beyond the checkpoint's own files; each part has a default read
-/// from the checkpoint and the run directory it lies in.
+/// What goes into an export beyond the checkpoint's own files: its model card ([`ExportCard`],
+/// each part with a default read from the checkpoint and the run directory it lies in) and the
+/// code that builds its model.
 #[derive(Debug, Clone, Default)]
 pub struct Export {
-    params: Option<Params>,
-    metrics: Option<serde_json::Map<String, serde_json::Value>>,
-    metric: Option<(String, Mode)>,
+    card: ExportCard,
     model: Option<Model>,
-    title: Option<String>,
+}
+
+impl From<ExportCard> for Export {
+    fn from(card: ExportCard) -> Self {
+        Export { card, model: None }
+    }
 }
 
 impl Export {
@@ -57,19 +62,19 @@ impl Export {
 
     /// The params the model was trained with (default: the run directory's `params.json`).
     pub fn params(mut self, params: Params) -> Self {
-        self.params = Some(params);
+        self.card.params = Some(params);
         self
     }
 
     /// The metrics to record with it (default: those reported with the checkpoint).
     pub fn metrics(mut self, metrics: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.metrics = Some(metrics);
+        self.card.metrics = Some(metrics);
         self
     }
 
     /// The metric the model was chosen by, shown first in the model card.
     pub fn metric(mut self, name: impl Into<String>, mode: Mode) -> Self {
-        self.metric = Some((name.into(), mode));
+        self.card.metric = Some((name.into(), mode));
         self
     }
 
@@ -81,7 +86,7 @@ impl Export {
 
     /// The model card's heading (default: the checkpoint's and its run's names).
     pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+        self.card.title = Some(title.into());
         self
     }
 
@@ -118,15 +123,20 @@ impl Export {
 
     /// Writes everything into `partial` (which becomes `dest`).
     fn fill(&self, checkpoint: &Checkpoint, partial: &Path, dest: &Path) -> Result<()> {
-        storage::checkpoint::copy_dir(checkpoint.files()?, partial)?;
+        // What prediction needs: not the optimizer's state, nor the folder's bookkeeping.
+        let wanted = |relative: &str| {
+            !is_training_state(relative) && !relative.split('/').any(|p| p.starts_with('.'))
+        };
+        copy_dir_where(checkpoint.model_files()?, partial, &wanted)?;
         let metadata = checkpoint.metadata()?;
         let run_dir = checkpoint.path().parent();
-        let params = match &self.params {
+        let card = &self.card;
+        let params = match &card.params {
             Some(p) => p.clone(),
             None => read_params(run_dir)?,
         };
         write_json(&partial.join(PARAMS_FILE), &params)?;
-        let mut metrics = self.metrics.clone().unwrap_or(metadata.metrics);
+        let mut metrics = card.metrics.clone().unwrap_or(metadata.metrics);
         metrics
             .entry("training_iteration")
             .or_insert_with(|| serde_json::Value::from(metadata.training_iteration));
@@ -142,11 +152,11 @@ impl Export {
             predictor.save_torchscript(partial.join(TORCHSCRIPT_FILE), &example)?;
         }
         let card = Card {
-            title: self.title.clone().unwrap_or_else(|| default_title(checkpoint.path())),
+            title: card.title.clone().unwrap_or_else(|| default_title(checkpoint.path())),
             source: checkpoint.path(),
             params: &params,
             metrics: &metrics,
-            metric: self.metric.as_ref().map(|(m, mode)| (m.as_str(), *mode)),
+            metric: card.metric.as_ref().map(|(m, mode)| (m.as_str(), *mode)),
             files: rtune_driver::sys::relative_files(partial),
             schema: DataSchema::read(partial)?,
             to: dest,

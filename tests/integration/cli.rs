@@ -924,6 +924,22 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
     let out =
         rtune(&["export", experiment.to_str().unwrap(), "--best", "--to", to.to_str().unwrap()])?;
     ensure!(out.status.success(), "{}", text(&out));
+    // The export holds what prediction needs: the weights, not the Adam state its checkpoint
+    // keeps for resuming (twice the weights' size); and it is the checkpoint the one rule
+    // names (the best trial's best report by the sweep's metric).
+    let best = grid.best_result()?.checkpoint()?;
+    ensure!(best.path().join("optimizer.safetensors").is_file(), "{}", best.path().display());
+    let exported: Vec<String> = std::fs::read_dir(&to)?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_>>()?;
+    ensure!(
+        exported.iter().all(|f| !f.starts_with("optimizer") && !f.starts_with('.')),
+        "the export holds training state: {exported:?}"
+    );
+    let metadata = |dir: &Path| -> Result<serde_json::Value> {
+        Ok(serde_json::from_slice(&std::fs::read(dir.join("metadata.json"))?)?)
+    };
+    ensure!(metadata(&to)? == metadata(best.path())?, "the export is not TrialResult::checkpoint");
     let params: rtune::Params = serde_json::from_slice(&std::fs::read(to.join("params.json"))?)?;
     let hidden = params.get::<i64>("hidden")?;
     let predictor =
@@ -932,6 +948,20 @@ pub fn demo_sweep_exports_a_model_that_predicts_the_test_set() -> Result<()> {
     let accuracy = rtune::builtins::predictor_accuracy(&predictor, &test)?;
     ensure!(accuracy >= 0.95, "the exported best model is {accuracy:.4} right on the test set");
     batch_prediction_matches(&to, &test, accuracy, dir.path())?;
+    // `rtune predict --best` predicts with that same checkpoint, exported on the way.
+    let (input, by_export) = (dir.path().join("test.csv"), dir.path().join("predicted.parquet"));
+    let by_best = dir.path().join("predicted_best.parquet");
+    let (i, o) = (input.to_str().unwrap(), by_best.to_str().unwrap());
+    let out =
+        rtune(&["predict", "--best", experiment.to_str().unwrap(), "--input", i, "--output", o])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    ensure!(text(&out).contains("rtune predict --best: exported trial"), "{}", text(&out));
+    let predictions = |file: &Path| -> Result<Vec<i64>> {
+        use rtune::polars::prelude::{ParquetReader, SerReader};
+        let frame = ParquetReader::new(std::fs::File::open(file)?).finish()?;
+        Ok(frame.column("prediction")?.i64()?.into_no_null_iter().collect())
+    };
+    ensure!(predictions(&by_best)? == predictions(&by_export)?, "predict --best differs");
     // PyTorch alone gets the same outputs from the export's TorchScript module and from its
     // safetensors weights.
     let x =

@@ -11,12 +11,12 @@ use anyhow::{Context, Result, bail};
 use rtune_searchers::{Mode, Params, TrialStatus};
 
 use rtune_driver::error::Error;
-use rtune_driver::metrics::Metrics;
 use rtune_driver::outcome::Checkpoint;
 use rtune_driver::storage::PARAMS_FILE;
+use rtune_driver::storage::checkpoint::ExportCard;
 use rtune_driver::tune::{ResultGrid, Scope, TrialResult};
 
-use super::{Export, Torch};
+use super::Torch;
 use crate::ui::format::number;
 
 /// What to export, from the command line.
@@ -91,16 +91,13 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_else(|| trial.params().clone());
     let experiment = grid.path.file_name().map_or(String::new(), |n| n.to_string_lossy().into());
-    let export = Export {
-        checkpoint: &checkpoint,
-        to: args.to,
-        params,
-        metrics: metrics.clone(),
-        title: format!("Trial {} of the sweep `{experiment}`", trial.trial_id()),
-        metric: metric.map(|m| (m, mode)),
-        trainable: args.trainable,
+    let card = ExportCard {
+        params: Some(params),
+        metrics: Some(metrics.clone()),
+        metric: metric.map(|m| (m.to_owned(), mode)),
+        title: Some(format!("Trial {} of the sweep `{experiment}`", trial.trial_id())),
     };
-    let torchscript = torch.export(&export)?;
+    let torchscript = torch.export(&checkpoint, args.to, card, args.trainable)?;
     let shown = metric
         .and_then(|m| Some(format!(" ({m}={})", number(metrics.get(m)?.as_f64()?))))
         .unwrap_or_default();
@@ -144,36 +141,64 @@ fn best_trial<'g>(
     grid.trials.iter().find(|t| t.trial_id() == best.trial_id()).context("the best trial")
 }
 
-/// The trial's checkpoint to export and its metrics: among its kept checkpoints the one whose
-/// `metric` is best (of those that met the sweep's constraints), else the first it keeps (its
-/// checkpoint score's best, or its newest).
+/// The trial's checkpoint to export and its metrics: its best by the sweep's rule
+/// (`ResultGrid::checkpoint_ranking`), `metric` in `mode` standing for the sweep's metric.
 fn checkpoint_of(
     grid: &ResultGrid,
     trial: &TrialResult,
     metric: Option<&str>,
     mode: Mode,
 ) -> Option<(Checkpoint, serde_json::Map<String, serde_json::Value>)> {
-    let result = trial.result()?;
-    let finite = |m: &Metrics| {
-        let value = metric.and_then(|name| m.get(name)).copied();
-        value.filter(|v| v.is_finite() && grid.meets(m))
-    };
-    let ranked = result
-        .best_checkpoints
-        .iter()
-        .filter_map(|(c, m)| Some((c, m, mode.sign() * finite(m)?)))
-        .reduce(|best, c| if c.2 > best.2 { c } else { best })
-        .map(|(c, m, _)| (c, m));
-    let (checkpoint, metrics) = match ranked {
-        Some((c, m)) => (c.clone(), Some(m)),
-        None => match result.best_checkpoints.first() {
-            Some((c, m)) => (c.clone(), Some(m)),
-            None => (result.checkpoint.clone()?, None),
-        },
-    };
-    let metrics = match metrics {
-        Some(m) => rtune_driver::metrics::to_json(m),
+    let ranking = grid.checkpoint_ranking(metric.map(|m| (m, mode)));
+    let checkpoint = trial.checkpoint_by(&ranking).ok()?.clone();
+    let recorded = trial.result()?.best_checkpoints.iter().find(|(c, _)| *c == checkpoint);
+    let metrics = match recorded {
+        Some((_, m)) => rtune_driver::metrics::to_json(m),
         None => checkpoint.metadata().ok()?.metrics,
     };
     Some((checkpoint, metrics))
+}
+
+/// An export in a temporary folder of its own, which goes when this is dropped.
+pub(super) struct TemporaryExport {
+    folder: std::path::PathBuf,
+    model: std::path::PathBuf,
+}
+
+impl TemporaryExport {
+    /// The exported model's folder.
+    pub(super) fn model(&self) -> &Path {
+        &self.model
+    }
+}
+
+impl Drop for TemporaryExport {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.folder);
+    }
+}
+
+/// The best checkpoint of the experiment in `dir`, as `rtune export DIR --best` chooses it,
+/// exported to a temporary folder (`rtune predict --best`); what was exported is said on
+/// stderr.
+pub(super) fn best_to_temporary(
+    dir: &Path,
+    registry: &crate::program::Trainables,
+    torch: &dyn Torch,
+) -> Result<TemporaryExport, crate::exit::Exit> {
+    let name = format!("rtune-predict-{}-{:08x}", std::process::id(), rand::random::<u32>());
+    let folder = std::env::temp_dir().join(name);
+    let exported = TemporaryExport { model: folder.join("best-model"), folder };
+    let trainable = super::sweeping::trainable(dir, registry);
+    let args = ExportArgs {
+        dir,
+        trial: None,
+        metric: None,
+        mode: None,
+        to: &exported.model,
+        trainable: trainable.as_deref(),
+    };
+    let said = export(&args, torch).map_err(crate::exit::input_error)?;
+    eprintln!("rtune predict --best: {said}");
+    Ok(exported)
 }

@@ -23,7 +23,8 @@ use clap::Parser;
 use rtune_driver::config::RunConfig;
 use rtune_driver::error::Error;
 use rtune_driver::outcome::Checkpoint;
-use rtune_searchers::{Mode, Params};
+use rtune_driver::storage::checkpoint::ExportCard;
+use rtune_searchers::Mode;
 
 use crate::args::{Cli, Command, ModeArg, PredictArgs, SlurmCommand};
 use crate::exit::{EXIT_FAILED, EXIT_INVALID, Exit, input_error};
@@ -34,31 +35,19 @@ use sweeping::{resume, run, stop, validate};
 /// What the command line does with tensors, which this crate links no code for: the `rtune`
 /// crate provides it (`rtune::cli::main`), with the models its registry knows.
 pub trait Torch {
-    /// Writes `export` into its new folder; says whether it holds TorchScript (when the
-    /// binary knows the model of the trainable the sweep ran).
-    fn export(&self, export: &Export<'_>) -> rtune_driver::error::Result<bool>;
+    /// Writes `checkpoint` with `card` into the new folder `to`; says whether it holds
+    /// TorchScript (when the binary knows the model of `trainable`, the one the sweep ran).
+    fn export(
+        &self,
+        checkpoint: &Checkpoint,
+        to: &Path,
+        card: ExportCard,
+        trainable: Option<&str>,
+    ) -> rtune_driver::error::Result<bool>;
 
     /// `rtune predict` (and `rtune slurm predict`): every row of the input predicted, on
     /// workers of `cluster` (address, token) when given; a line about what was written.
     fn predict(&self, args: &PredictArgs, cluster: Option<(String, String)>) -> Result<String>;
-}
-
-/// A checkpoint to export, with what the export says of it (`rtune export`).
-#[derive(Debug)]
-pub struct Export<'a> {
-    pub checkpoint: &'a Checkpoint,
-    /// The folder to write, which does not exist yet.
-    pub to: &'a Path,
-    /// What the model was trained with.
-    pub params: Params,
-    /// The metrics of the report it was saved with.
-    pub metrics: serde_json::Map<String, serde_json::Value>,
-    /// The model card's title.
-    pub title: String,
-    /// The metric it was chosen by, and which way is better.
-    pub metric: Option<(&'a str, Mode)>,
-    /// The registered trainable the sweep ran, if it was one.
-    pub trainable: Option<&'a str>,
 }
 
 /// Where `run` and `resume` run the sweep.
@@ -212,7 +201,16 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
             }
             Ok(0)
         }
-        Command::Predict(args) => {
+        Command::Predict(mut args) => {
+            // The best checkpoint, exported where this process can read it, for as long as it
+            // predicts.
+            let exported = match args.best.take() {
+                Some(dir) => Some(export::best_to_temporary(&local(&dir)?, registry, torch)?),
+                None => None,
+            };
+            if let Some(export) = &exported {
+                args.model = Some(export.model().to_owned());
+            }
             println!("{}", torch.predict(&args, None).map_err(input_error)?);
             Ok(0)
         }

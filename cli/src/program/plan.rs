@@ -5,6 +5,7 @@
 use rtune_searchers::{Param, SearchSpace, Value};
 
 use rtune_driver::metrics::number_text;
+use rtune_driver::setting::Setting;
 
 use super::registry::{Trainable, Trainables};
 use super::sweep::SweepSpec;
@@ -75,10 +76,7 @@ pub(super) fn recorded_differences(
             _ => ("nothing".into(), "nothing".into()),
         }
     };
-    let samples = |s: &SweepSpec| match s.tune.num_samples {
-        rtune_driver::tune::Samples::Count(n) => n.to_string(),
-        rtune_driver::tune::Samples::UntilStopped => "-1".into(),
-    };
+    let samples = |s: &SweepSpec| s.tune.num_samples.written();
     let (old_metric, new_metric) = (metric(old), metric(new));
     let mut pairs = vec![
         (
@@ -86,14 +84,18 @@ pub(super) fn recorded_differences(
             text(old.builtin.as_deref()),
             text(new.builtin.as_deref()),
         ),
-        ("trainable.command".into(), text(old.command.as_deref()), text(new.command.as_deref())),
-        ("tune.metric".into(), old_metric.0, new_metric.0),
-        ("tune.mode".into(), old_metric.1, new_metric.1),
-        ("tune.num_samples".into(), samples(old), samples(new)),
-        ("tune.seed".into(), old.tune.seed.to_string(), new.tune.seed.to_string()),
-        ("tune.search".into(), format!("{:?}", old.search.kind), format!("{:?}", new.search.kind)),
+        (Setting::Command.key().into(), text(old.command.as_deref()), text(new.command.as_deref())),
+        (Setting::Metric.key().into(), old_metric.0, new_metric.0),
+        (Setting::Mode.key().into(), old_metric.1, new_metric.1),
+        (Setting::NumSamples.key().into(), samples(old), samples(new)),
+        (Setting::Seed.key().into(), old.tune.seed.to_string(), new.tune.seed.to_string()),
         (
-            "tune.scheduler".into(),
+            Setting::SearchAlg.key().into(),
+            format!("{:?}", old.search.kind),
+            format!("{:?}", new.search.kind),
+        ),
+        (
+            Setting::Scheduler.key().into(),
             format!("{:?}", old.scheduler.kind),
             format!("{:?}", new.scheduler.kind),
         ),

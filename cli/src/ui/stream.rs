@@ -383,6 +383,7 @@ fn info_from(t: &proto::TrialInfo) -> TrialInfo {
         params: serde_json::from_str::<Params>(&t.params_json).unwrap_or_default(),
         path: PathBuf::from(&t.path),
         stopped: false,
+        checkpoint: None,
     }
 }
 
@@ -525,6 +526,7 @@ mod tests {
             params: Params::new().with("lr", 0.01 * i as f64),
             path: PathBuf::from(format!("/tmp/x/trial_{i}")),
             stopped: false,
+            checkpoint: None,
         }
     }
 

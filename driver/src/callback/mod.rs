@@ -57,6 +57,9 @@ pub struct TrialInfo {
     /// decision, the time budget, the sweep ending), not by returning or by a stop criterion.
     /// False elsewhere.
     pub stopped: bool,
+    /// In `on_experiment_end`: its best checkpoint by the sweep's rule (`TrialResult::
+    /// checkpoint`), if it kept one. None elsewhere.
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// See the module docs. Every method does nothing unless overridden.

@@ -657,6 +657,7 @@ mod tests {
             params: Params::new().with("lr", 0.01).with("opt", opt).with("epochs", 3),
             path: PathBuf::from("/nowhere"),
             stopped: false,
+            checkpoint: None,
         }
     }
 

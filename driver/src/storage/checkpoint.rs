@@ -48,6 +48,29 @@ pub const OPTIMIZER_INDEX: &str = "optimizer.json";
 pub const SHARDS_DIR: &str = "zero";
 pub const TMP_PREFIX: &str = ".tmp_checkpoint_";
 
+/// What an export says of its checkpoint beyond the checkpoint's own files, its model card's
+/// parts: one description for `rtune export` and `ExportCheckpoint::export`. A part left out
+/// is read from the checkpoint and its run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExportCard {
+    /// What the model was trained with (default: its run's `params.json`).
+    pub params: Option<rtune_searchers::Params>,
+    /// The metrics reported with it (default: its `metadata.json`'s).
+    pub metrics: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The metric it was chosen by, and which way is better: shown first in the card.
+    pub metric: Option<(String, rtune_searchers::Mode)>,
+    /// The card's heading (default: the checkpoint's and its run's names).
+    pub title: Option<String>,
+}
+
+/// Whether `relative`, a path in a checkpoint folder, is what training needs to go on and
+/// prediction does not: an optimizer's state (`ModelOptimizer`'s, a sharded model's). An
+/// export leaves it out, and does not fetch it from a store.
+pub fn is_training_state(relative: &str) -> bool {
+    [OPTIMIZER_FILE, OPTIMIZER_INDEX].contains(&relative)
+        || relative.split('/').next() == Some(SHARDS_DIR)
+}
+
 /// What `metadata.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMetadata {
@@ -136,17 +159,31 @@ pub(crate) fn exploit_into(source: &Checkpoint, run_dir: &Path) -> Result<Checkp
 
 /// Copies the folder `from` (files and subfolders) into `to`, made if missing.
 pub fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    fs::create_dir_all(to).at(to)?;
-    for entry in fs::read_dir(from).at(from)? {
-        let entry = entry.at(from)?;
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            fs::copy(entry.path(), &target).at(&target)?;
+    copy_dir_where(from, to, &|_| true)
+}
+
+/// [`copy_dir`] of the files and folders `wanted` picks by their path relative to `from`
+/// (`zero/optimizer.json`): a folder it refuses is not entered.
+pub fn copy_dir_where(from: &Path, to: &Path, wanted: &dyn Fn(&str) -> bool) -> Result<()> {
+    fn copy(from: &Path, to: &Path, at: &str, wanted: &dyn Fn(&str) -> bool) -> Result<()> {
+        fs::create_dir_all(to).at(to)?;
+        for entry in fs::read_dir(from).at(from)? {
+            let entry = entry.at(from)?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let relative = if at.is_empty() { name } else { format!("{at}/{name}") };
+            if !wanted(&relative) {
+                continue;
+            }
+            let target = to.join(entry.file_name());
+            if entry.path().is_dir() {
+                copy(&entry.path(), &target, &relative, wanted)?;
+            } else {
+                fs::copy(entry.path(), &target).at(&target)?;
+            }
         }
+        Ok(())
     }
-    Ok(())
+    copy(from, to, "", wanted)
 }
 
 /// A checkpoint being written: save the model, add files under `path()`, then pass it to
@@ -433,6 +470,27 @@ pub fn folder_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What prediction needs of a checkpoint: everything but the optimizer's state, whose
+    /// folder is not entered.
+    #[test]
+    fn a_copy_for_prediction_leaves_the_training_state_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("checkpoint_000001");
+        for file in
+            [MODEL_FILE, METADATA_FILE, OPTIMIZER_FILE, OPTIMIZER_INDEX, "zero/rank_0", "own/notes"]
+        {
+            let path = from.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "x").unwrap();
+        }
+        let to = dir.path().join("export");
+        copy_dir_where(&from, &to, &|relative| !is_training_state(relative)).unwrap();
+        let mut copied = crate::sys::relative_files(&to);
+        copied.sort();
+        assert_eq!(copied, [METADATA_FILE, MODEL_FILE, "own/notes"]);
+        assert!(!to.join(SHARDS_DIR).exists());
+    }
 
     /// A checkpoint's name says its attempt: Ray's names attempt 0, a retry's its own.
     #[test]

@@ -118,6 +118,13 @@ pub(crate) fn is_stub(dir: &Path) -> bool {
 /// Brings the files of the stub checkpoint `dir` down from the store (nothing to do for a
 /// whole one); the ranks of one machine reading it at once fetch it once.
 pub(crate) fn fetch_stub(dir: &Path) -> Result<()> {
+    fetch_stub_files(dir, true)
+}
+
+/// [`fetch_stub`], of every file (`all`: the folder is whole then) or of those prediction
+/// needs (not the optimizer's state, `checkpoint::is_training_state`): it stays a stub, and
+/// a later fetch of every file brings only what is missing.
+fn fetch_stub_files(dir: &Path, all: bool) -> Result<()> {
     if !is_stub(dir) {
         return Ok(());
     }
@@ -133,6 +140,10 @@ pub(crate) fn fetch_stub(dir: &Path) -> Result<()> {
             message: "a stub that names no place in a store".into(),
         })?;
         let remote = Remote::with_settings(&url, &settings)?;
+        if !all {
+            let wanted = |relative: &str| !super::checkpoint::is_training_state(relative);
+            return blocking(remote.download_where(dir, wanted)).map(|_| ());
+        }
         blocking(remote.download(dir))?;
         let stub = dir.join(STUB);
         std::fs::remove_file(&stub).at(&stub)
@@ -144,6 +155,13 @@ impl crate::outcome::Checkpoint {
     /// first (see [`fetch_stub`]). What reads a checkpoint's files calls it.
     pub fn files(&self) -> Result<&Path> {
         fetch_stub(self.path())?;
+        Ok(self.path())
+    }
+
+    /// The checkpoint's folder with what prediction needs here: a stub's files but the
+    /// optimizer's state come down from the store first (an export's, which leaves it out).
+    pub fn model_files(&self) -> Result<&Path> {
+        fetch_stub_files(self.path(), false)?;
         Ok(self.path())
     }
 }

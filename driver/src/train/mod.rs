@@ -287,7 +287,8 @@ impl TorchTrainer {
 
     /// One trial of a sweep: like `fit`, on the process's shared driver, in `run_dir` (made
     /// here), steered by `steering` (a scheduler's decision is answered to the workers with
-    /// the report that led to it).
+    /// the report that led to it). Its settings are the sweep's, checked once by `Tuner::plan`:
+    /// only its params are its own.
     pub(crate) async fn run_trial(
         &self,
         driver: &'static Driver,
@@ -295,7 +296,7 @@ impl TorchTrainer {
         steering: &mut dyn Steering,
     ) -> Result<TrainResult> {
         let started_at = Instant::now();
-        self.validate()?;
+        check_finite_params(&self.params)?;
         if self.data_unprepared() {
             return Err(Error::Data("the sweep's datasets were not prepared".into()));
         }

@@ -17,6 +17,21 @@ pub enum Samples {
     UntilStopped,
 }
 
+impl Samples {
+    /// The most samples: the count, or None until stopped.
+    pub fn limit(self) -> Option<u64> {
+        match self {
+            Samples::Count(n) => Some(n),
+            Samples::UntilStopped => None,
+        }
+    }
+
+    /// As a sweep file writes it: the count, or -1.
+    pub fn written(self) -> String {
+        self.limit().map_or_else(|| "-1".to_owned(), |n| n.to_string())
+    }
+}
+
 /// `tuner.json` and sweep files write `Samples` as Ray does: a count, or -1.
 impl Serialize for Samples {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {

@@ -185,6 +185,9 @@ pub(crate) struct SavedExperiment {
     /// Metrics that must be <= 0 for a trial to be feasible.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<String>,
+    /// `CheckpointConfig`'s score attribute and order, which rank a trial's checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_score: Option<(String, Mode)>,
     pub rtune_version: String,
     pub timestamp: f64,
     /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
@@ -421,6 +424,7 @@ pub(crate) fn read_trial(
         error: row.error.clone(),
         path: dir,
         bracket: row.bracket,
+        ranking: Default::default(),
     })
 }
 
@@ -675,6 +679,7 @@ mod tests {
             mode: None,
             objectives: Vec::new(),
             constraints: Vec::new(),
+            checkpoint_score: None,
             rtune_version: "test".into(),
             timestamp: 0.0,
             time_spent_s: 1.0,

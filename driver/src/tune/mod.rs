@@ -17,6 +17,7 @@ pub mod controller;
 pub mod experiment;
 pub mod lease;
 pub mod result_grid;
+mod snapshots;
 mod sweep;
 pub mod trial;
 mod trial_task;

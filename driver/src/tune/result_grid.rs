@@ -14,6 +14,7 @@ use super::experiment::{SweepState, read_experiment};
 use super::trial::TrialResult;
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
+use crate::outcome::CheckpointRanking;
 
 /// Which of a trial's results `ResultGrid::best_result_by` compares (Ray's `scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,6 +39,9 @@ pub struct ResultGrid {
     /// Metrics that must be <= 0 for a trial to be feasible; the best trial and the Pareto
     /// front are chosen among feasible trials only.
     pub constraints: Vec<String>,
+    /// `CheckpointConfig`'s score attribute and order: what ranks each trial's checkpoints
+    /// before the sweep's metric does (see [`checkpoint_ranking`](Self::checkpoint_ranking)).
+    pub checkpoint_score: Option<(String, Mode)>,
     /// Every trial, in creation order.
     pub trials: Vec<TrialResult>,
 }
@@ -71,9 +75,33 @@ impl ResultGrid {
             mode: saved.mode,
             objectives: saved.objectives,
             constraints: saved.constraints,
+            checkpoint_score: saved.checkpoint_score,
             trials: trials.into_values().collect(),
         };
-        Ok((grid, saved.time_spent_s))
+        Ok((grid.ranking_checkpoints(), saved.time_spent_s))
+    }
+
+    /// The grid with each trial's checkpoints ranked by the sweep's rule.
+    pub(crate) fn ranking_checkpoints(mut self) -> ResultGrid {
+        let ranking = self.checkpoint_ranking(None);
+        for t in &mut self.trials {
+            t.ranking = ranking.clone();
+        }
+        self
+    }
+
+    /// How a trial's checkpoints rank ([`CheckpointRanking`]): by the sweep's checkpoint
+    /// score when it has one, else by `metric` and its mode (the sweep's metric when None)
+    /// among reports that meet the sweep's constraints, else the latest.
+    pub fn checkpoint_ranking(&self, metric: Option<(&str, Mode)>) -> CheckpointRanking {
+        let score = self.checkpoint_score.clone();
+        let config = crate::config::CheckpointConfig {
+            score_attribute: score.as_ref().map(|(attribute, _)| attribute.clone()),
+            score_order: score.map_or(Mode::Max, |(_, order)| order),
+            ..Default::default()
+        };
+        let sweep = self.metric.as_deref().zip(self.mode);
+        config.ranking(metric.or(sweep), &self.constraints)
     }
 
     /// The best trial by the sweep's own metric and mode, comparing each trial's last result
@@ -513,6 +541,7 @@ mod tests {
             error: None,
             path: PathBuf::from(id),
             bracket: None,
+            ranking: Default::default(),
         }
     }
 
@@ -523,6 +552,7 @@ mod tests {
             mode: Some(Mode::Max),
             objectives: Vec::new(),
             constraints: Vec::new(),
+            checkpoint_score: None,
             trials: vec![
                 // Peaks high, ends low.
                 trial(

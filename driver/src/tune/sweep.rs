@@ -27,6 +27,7 @@ use super::experiment::{
     find_trial_dir, read_experiment, short_params, trial_dir_name,
 };
 use super::result_grid::ResultGrid;
+pub(super) use super::snapshots::Snapshots;
 use super::trial::{LiveTrial, TrialResult};
 use super::trial_task::{Halt, Heard, Running, TrialTask};
 use crate::callback::{Callback, ExperimentInfo, TrialInfo};
@@ -39,49 +40,6 @@ use crate::storage::remote::Remote;
 use crate::storage::sync::{Periodic, Syncer};
 use crate::storage::unix_time;
 use crate::train::TorchTrainer;
-
-/// When the state snapshot is written: after a change, but at most once per 20 times what the
-/// last write cost, so persistence takes at most about 5% of the driver's time however large
-/// the experiment grows.
-///
-/// Trials starting and ending are changes the loop hears of (`dirty`). Reports are not: they
-/// come by the thousand per second, and waking the loop for each cost the report path a
-/// thread wake-up (about 8% of the driver's CPU at 8 trials x 5,000 reports). They mark
-/// `Sweep::reports_unsaved` instead, which the loop looks at every `REPORTS_CHECKED_EVERY` while
-/// trials run.
-pub(super) struct Snapshots {
-    dirty: bool,
-    last: Instant,
-    cost: Duration,
-    /// When the loop last found no report since the last snapshot.
-    checked: Instant,
-}
-
-/// How often a running sweep looks for reports not in the snapshot yet.
-const REPORTS_CHECKED_EVERY: Duration = Duration::from_millis(100);
-
-impl Snapshots {
-    pub(super) fn new() -> Self {
-        let now = Instant::now();
-        Snapshots { dirty: true, last: now, cost: Duration::ZERO, checked: now }
-    }
-
-    fn due_at(&self) -> Instant {
-        self.last + self.cost * 20
-    }
-
-    /// When the loop should wake to write the snapshot or look for reports: None while nothing
-    /// changed and no trial runs.
-    fn wake_at(&self, running: bool) -> Option<Instant> {
-        if self.dirty {
-            Some(self.due_at())
-        } else if running {
-            Some(self.due_at().max(self.checked + REPORTS_CHECKED_EVERY))
-        } else {
-            None
-        }
-    }
-}
 
 pub(super) struct Sweep {
     /// The experiment's lease: this driver's while the sweep runs, given back when it is
@@ -328,24 +286,6 @@ impl Sweep {
             Ok((_, trials)) => trials,
             Err(e) => return Err(self.fatal.take().unwrap_or(e)),
         };
-        let count = |s: TrialStatus| trials.values().filter(|t| t.status == s).count();
-        tracing::info!(
-            "sweep {} ended: {} trials, {} terminated, {} errors{}",
-            self.experiment,
-            trials.len(),
-            count(TrialStatus::Terminated),
-            count(TrialStatus::Error),
-            self.fatal.as_ref().map(|e| format!("; stopped by: {e}")).unwrap_or_default()
-        );
-        self.show_scheduler(true);
-        let infos: Vec<TrialInfo> = trials.values().map(trial_info).collect();
-        if let Some(error) = self.fatal.as_ref().map(|e| e.to_string()) {
-            self.call_back(|c| c.on_experiment_error(&error));
-        }
-        self.call_back(|c| c.on_experiment_end(&infos));
-        if let Some(e) = self.fatal.take() {
-            return Err(e);
-        }
         let (metric, mode) =
             single_metric(&self.objectives).map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let grid = ResultGrid {
@@ -354,8 +294,28 @@ impl Sweep {
             mode,
             objectives: several(&self.objectives),
             constraints: self.constraints.clone(),
+            checkpoint_score: self.checkpoint_score(),
             trials: trials.into_values().collect(),
-        };
+        }
+        .ranking_checkpoints();
+        let count = |s: TrialStatus| grid.trials.iter().filter(|t| t.status == s).count();
+        tracing::info!(
+            "sweep {} ended: {} trials, {} terminated, {} errors{}",
+            self.experiment,
+            grid.trials.len(),
+            count(TrialStatus::Terminated),
+            count(TrialStatus::Error),
+            self.fatal.as_ref().map(|e| format!("; stopped by: {e}")).unwrap_or_default()
+        );
+        self.show_scheduler(true);
+        let infos: Vec<TrialInfo> = grid.trials.iter().map(trial_info).collect();
+        if let Some(error) = self.fatal.as_ref().map(|e| e.to_string()) {
+            self.call_back(|c| c.on_experiment_error(&error));
+        }
+        self.call_back(|c| c.on_experiment_end(&infos));
+        if let Some(e) = self.fatal.take() {
+            return Err(e);
+        }
         grid.write_parquet(self.path.join(RESULTS_PARQUET))?;
         Ok(grid)
     }
@@ -410,6 +370,7 @@ impl Sweep {
             mode,
             objectives: several(&self.objectives),
             constraints: self.constraints.clone(),
+            checkpoint_score: self.checkpoint_score(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
             timestamp: unix_time(),
             time_spent_s: (self.spent_before + self.began.elapsed()).as_secs_f64(),
@@ -480,7 +441,14 @@ impl Sweep {
             params: t.params.clone(),
             path: t.path.clone(),
             stopped: false,
+            checkpoint: None,
         }
+    }
+
+    /// `CheckpointConfig`'s score attribute and order, when the sweep's trials have one.
+    fn checkpoint_score(&self) -> Option<(String, rtune_searchers::Mode)> {
+        let config = &self.run.checkpoint_config;
+        config.score_attribute.clone().map(|attribute| (attribute, config.score_order))
     }
 
     /// A started trial's status as the sweep shows it (see `status_of`).
@@ -793,5 +761,6 @@ fn trial_info(t: &TrialResult) -> TrialInfo {
         params: t.params.clone(),
         path: t.path.clone(),
         stopped: false,
+        checkpoint: t.checkpoint().ok().map(|c| c.path().to_owned()),
     }
 }

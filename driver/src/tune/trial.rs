@@ -8,7 +8,7 @@ use rtune_searchers::{Metrics, Mode, Params, TrialStatus};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::outcome::{Checkpoint, TrainResult};
+use crate::outcome::{Checkpoint, CheckpointRanking, TrainResult};
 
 /// One trial as the sweep ended it (read it through its methods: a sweep fills it as the
 /// trial goes).
@@ -28,6 +28,9 @@ pub struct TrialResult {
     /// The bracket its scheduler put it in (ASHA and HyperBand; None for the others).
     #[serde(default)]
     pub(crate) bracket: Option<usize>,
+    /// Which of its checkpoints is best: the sweep's rule, which its `ResultGrid` sets.
+    #[serde(skip)]
+    pub(crate) ranking: CheckpointRanking,
 }
 
 impl TrialResult {
@@ -71,20 +74,25 @@ impl TrialResult {
         self.result.as_ref()?.metrics.as_ref()?.get(metric).copied()
     }
 
-    /// The checkpoint it keeps first (by its `CheckpointConfig` score, else its newest), as
-    /// Ray's `Result.checkpoint`: `grid.best_result()?.checkpoint()?.export("best")` (with
+    /// Its best checkpoint by the sweep's rule ([`CheckpointRanking`]): by the sweep's
+    /// `CheckpointConfig::score_attribute` when set, else by the sweep's metric and mode among
+    /// the checkpoints whose report meets its constraints, else its latest. As Ray's
+    /// `Result.checkpoint`: `grid.best_result()?.checkpoint()?.export("best")` (with
     /// `rtune::ExportCheckpoint`).
     pub fn checkpoint(&self) -> Result<&Checkpoint> {
+        self.checkpoint_by(&self.ranking)
+    }
+
+    /// Its best checkpoint by `ranking` (else its latest).
+    pub fn checkpoint_by(&self, ranking: &CheckpointRanking) -> Result<&Checkpoint> {
         let result = self.result.as_ref();
-        result.and_then(|r| r.best_checkpoint().or(r.checkpoint.as_ref())).ok_or_else(|| {
-            Error::Checkpoint {
-                path: self.path.clone(),
-                message: format!(
-                    "trial {} kept no checkpoint (its train function reported none, or none \
+        result.and_then(|r| r.best_checkpoint_by(ranking)).ok_or_else(|| Error::Checkpoint {
+            path: self.path.clone(),
+            message: format!(
+                "trial {} kept no checkpoint (its train function reported none, or none \
                      was kept)",
-                    self.trial_id
-                ),
-            }
+                self.trial_id
+            ),
         })
     }
 

@@ -155,7 +155,7 @@ impl Tuner {
 
     /// The checked settings of the sweep (see `validate`).
     fn plan(self, driver: &'static Driver) -> Result<Plan> {
-        let Tuner { trainer, space, tune, run, restoring, lease, control, files } = self;
+        let Tuner { mut trainer, space, tune, run, restoring, lease, control, files } = self;
         for (name, _) in &files {
             check_experiment_file(name)?;
         }
@@ -176,6 +176,9 @@ impl Tuner {
         if let Some(remote) = crate::storage::remote::Remote::of_run(&run) {
             driver.block_on(remote?.check())?;
         }
+        // One run config for the sweep: the Tuner's is every trial's (its cluster, its store,
+        // its trackers), and what the trainer is checked and prepared with.
+        trainer = trainer.run_config(run.clone());
         trainer.validate()?;
         // A trial bigger than the machine or the cluster, or asking for GPUs its workers could
         // not use, could never start: say so before any does.
@@ -203,10 +206,7 @@ impl Tuner {
         let TuneConfig { settings, search_alg, scheduler } = tune;
         settings.check()?;
         let objectives = settings.objectives();
-        let num_samples = match settings.num_samples {
-            Samples::UntilStopped => None,
-            Samples::Count(n) => Some(n),
-        };
+        let num_samples = settings.num_samples.limit();
         // Known where samples are counted (PBT makes its whole population at once).
         let trial_limit = trial_count(&space, settings.num_samples, search_alg.as_deref())
             .and_then(|t| usize::try_from(t).ok());
@@ -400,10 +400,7 @@ pub fn trial_count(
     num_samples: Samples,
     search_alg: Option<&dyn Searcher>,
 ) -> Option<u64> {
-    let samples = match num_samples {
-        Samples::Count(n) => Some(n),
-        Samples::UntilStopped => None,
-    };
+    let samples = num_samples.limit();
     match search_alg {
         Some(searcher) => searcher.trial_count().or(samples),
         None => {

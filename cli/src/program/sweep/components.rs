@@ -158,10 +158,7 @@ impl<B: 'static, T: ?Sized + 'static> Blueprint<T> for Table<B, T> {
 
 /// `num_samples` for a searcher: until stopped is every sample there is.
 fn samples(context: &Context<'_>) -> u64 {
-    match context.num_samples {
-        Samples::Count(n) => n,
-        Samples::UntilStopped => u64::MAX,
-    }
+    context.num_samples.limit().unwrap_or(u64::MAX)
 }
 
 static RANDOM: Table<BasicVariant, dyn Searcher> = Table {
@@ -316,10 +313,7 @@ pub(super) fn auto(
     tune: &rtune_driver::tune::TuneSettings,
     scheduler: &str,
 ) -> (&'static str, String) {
-    let budget = match tune.num_samples {
-        Samples::Count(n) => Some(n),
-        Samples::UntilStopped => None,
-    };
+    let budget = tune.num_samples.limit();
     let constrained = !tune.constraints.is_empty();
     rtune_searchers::auto(space, tune.objectives().len(), budget, scheduler == "pbt", constrained)
 }

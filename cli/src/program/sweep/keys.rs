@@ -2,8 +2,10 @@
 //! takes, its default, what it does, and how its value is read into a [`SweepFile`]. The reader
 //! walks the file against the rows, so a key no row has is named with the nearest that is;
 //! `rtune validate --keys` and the reference in docs/sweep-files.md are printed from them. A new
-//! key is one row. Values are only read here: what a value may be is the library's check
-//! (`ScalingConfig::problems`, `TuneSettings::problems`, `RunConfig::problems`), made once.
+//! key is one row; a key the library names in its errors is its `Setting`'s, whose path the
+//! row takes (`Setting::NumSamples.key()`), so it is written once. Values are only read here:
+//! what a value may be is the library's check (`ScalingConfig::problems`,
+//! `TuneSettings::problems`, `RunConfig::problems`), made once.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,6 +14,7 @@ use std::time::Duration;
 use rtune_driver::config::{
     CheckpointUpload, FailureConfig, PlacementStrategy, RunConfig, ScalingConfig, Sharding,
 };
+use rtune_driver::setting::Setting;
 use rtune_driver::tune::{Samples, TuneSettings};
 use rtune_searchers::Mode;
 
@@ -56,7 +59,7 @@ impl SweepFile<'_> {
 pub struct MlflowSettings {
     pub tracking_uri: Option<String>,
     pub experiment: Option<String>,
-    /// The best trial's latest checkpoint goes into the parent run's artifacts.
+    /// The best trial's best checkpoint goes into the parent run's artifacts.
     pub log_artifacts: bool,
 }
 
@@ -138,7 +141,7 @@ impl<'i> At<'i> {
 /// A row whose value reads as `$ty` (its `Typed::WHAT` says what it takes) and is set by
 /// `$set` with the value as `$v`.
 macro_rules! value {
-    ($path:literal, $ty:ty, $default:literal, $doc:literal, |$f:ident, $v:ident| $set:expr) => {
+    ($path:expr, $ty:ty, $default:literal, $doc:literal, |$f:ident, $v:ident| $set:expr) => {
         Key {
             path: $path,
             takes: <$ty as Typed>::WHAT,
@@ -155,7 +158,7 @@ macro_rules! value {
 
 /// A row whose value is one of the strings `$allowed`, set by `$set` with it as `$v`.
 macro_rules! one_of {
-    ($path:literal, $takes:literal, $allowed:expr, $default:literal, $doc:literal,
+    ($path:expr, $takes:literal, $allowed:expr, $default:literal, $doc:literal,
      |$f:ident, $v:ident| $set:expr) => {
         Key {
             path: $path,
@@ -173,7 +176,7 @@ macro_rules! one_of {
 
 /// A row read as written (`$field`, its item), checked with the keys it goes with.
 macro_rules! item {
-    ($path:literal, $takes:literal, $default:literal, $doc:literal, $field:ident) => {
+    ($path:expr, $takes:literal, $default:literal, $doc:literal, $field:ident) => {
         Key {
             path: $path,
             takes: $takes,
@@ -200,10 +203,10 @@ const fn refused(path: &'static str, why: &'static str) -> Key {
 /// how it is set (kept one row to a key, not as rustfmt would spread it).
 #[rustfmt::skip]
 pub(crate) static KEYS: &[Key] = &[
-    value!("name", String, "the file's name and the time",
+    value!(Setting::Name.key(), String, "the file's name and the time",
         "the experiment's folder under storage_path",
         |f, v| f.run.name = Some(v)),
-    value!("storage_path", String, "$RTUNE_STORAGE_PATH, else ~/rtune_results",
+    value!(Setting::StoragePath.key(), String, "$RTUNE_STORAGE_PATH, else ~/rtune_results",
         "where experiments go: a folder (relative to the current one) or s3://bucket/prefix",
         |f, v| f.run.storage_path = Some(v.into())),
 
@@ -211,28 +214,28 @@ pub(crate) static KEYS: &[Key] = &[
     item!("trainable.builtin", "a string", "",
         "a train function this binary registers (`rtune builtins` lists them)",
         builtin),
-    value!("trainable.command", Vec<String>, "",
+    value!(Setting::Command.key(), Vec<String>, "",
         "a program and its arguments, run once per worker with torchrun's environment",
         |f, v| f.command = Some(v)),
-    value!("trainable.working_dir", String, ".",
+    value!(Setting::WorkingDir.key(), String, ".",
         "where a command runs, from the sweep file's folder",
         |f, v| f.working_dir = Some(v)),
-    value!("trainable.stop_grace_s", Duration, "30",
+    value!(Setting::StopGrace.key(), Duration, "30",
         "how long a command told to stop has to exit before SIGTERM",
         |f, v| f.stop_grace = Some(v)),
 
-    table("scaling", "each trial's worker group (Ray's ScalingConfig)"),
-    value!("scaling.num_workers", NumWorkers, "1",
+    table(Setting::Scaling.key(), "each trial's worker group (Ray's ScalingConfig)"),
+    value!(Setting::NumWorkers.key(), NumWorkers, "1",
         "worker processes per trial; 0: local mode, each trial in this process, one at a time; \
          { min = 2, max = 4 }: elastic, growing into free slots and shrinking when one is lost",
         |f, v| (f.scaling.num_workers, f.scaling.max_workers) = (v.min, v.max)),
-    value!("scaling.use_gpu", bool, "false",
+    value!(Setting::UseGpu.key(), bool, "false",
         "one GPU per worker (unless resources_per_worker says)",
         |f, v| f.scaling.use_gpu = v),
-    value!("scaling.resources_per_worker", Resources, "{ CPU = 1 }",
+    value!(Setting::ResourcesPerWorker.key(), Resources, "{ CPU = 1 }",
         "what each worker takes: { CPU = 2, GPU = 0.5 }, custom resources too",
         |f, v| f.scaling.resources_per_worker = v.0),
-    one_of!("scaling.placement_strategy",
+    one_of!(Setting::PlacementStrategy.key(),
         "\"PACK\", \"SPREAD\", \"STRICT_PACK\" or \"STRICT_SPREAD\"",
         ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"], "\"PACK\"",
         "how a trial's workers are placed on nodes (Ray's placement strategies)",
@@ -242,119 +245,119 @@ pub(crate) static KEYS: &[Key] = &[
             "STRICT_SPREAD" => PlacementStrategy::StrictSpread,
             _ => PlacementStrategy::Pack,
         }),
-    value!("scaling.shrink_for_waiting", bool, "false",
+    value!(Setting::ShrinkForWaiting.key(), bool, "false",
         "an elastic trial that grew shrinks back to its min when another waits for room",
         |f, v| f.scaling.shrink_for_waiting = v),
-    one_of!("scaling.sharding", "\"none\", \"zero1\" or \"zero2\"",
+    one_of!(Setting::Sharding.key(), "\"none\", \"zero1\" or \"zero2\"",
         ["none", "zero1", "zero2"], "\"none\"",
         "ZeRO: optimizer state (zero1) and gradients (zero2) split across the workers",
         |f, v| f.scaling.sharding = Sharding::from_name(v)),
 
-    item!("param_space", "a table of params", "{}",
+    item!(Setting::Params.key(), "a table of params", "{}",
         "domains ({ loguniform = [1e-4, 1e-1] }), constants and groups of params",
         param_space),
 
     table("tune", "how the sweep searches (Ray's TuneConfig)"),
-    item!("tune.metric", "a metric name, or an array of them", "",
+    item!(Setting::Metric.key(), "a metric name, or an array of them", "",
         "what trials are ranked by; an array: several objectives (a Pareto front)",
         metric),
-    item!("tune.mode", "\"max\" or \"min\", or an array of them", "",
+    item!(Setting::Mode.key(), "\"max\" or \"min\", or an array of them", "",
         "whether the metric is better high or low; one for each metric",
         mode),
-    value!("tune.constraints", Vec<String>, "",
+    value!(Setting::Constraints.key(), Vec<String>, "",
         "metrics a trial reports that must be <= 0 for it to count (feasible)",
         |f, v| f.tune.constraints = v),
-    value!("tune.num_samples", NumSamples, "1",
+    value!(Setting::NumSamples.key(), NumSamples, "1",
         "trials to run (with a grid: times the grid); -1: until time_budget_s ends",
         |f, v| f.tune.num_samples = v.0),
-    item!("tune.search", "a searcher's name, or { type = NAME, option = .. }", "\"auto\"",
+    item!(Setting::SearchAlg.key(), "a searcher's name, or { type = NAME, option = .. }", "\"auto\"",
         "the searcher: auto, random, tpe, bohb, nsga2, cmaes, gp (a grid with grid_search)",
         search),
-    item!("tune.scheduler", "a scheduler's name, or { type = NAME, option = .. }", "\"fifo\"",
+    item!(Setting::Scheduler.key(), "a scheduler's name, or { type = NAME, option = .. }", "\"fifo\"",
         "the trial scheduler: fifo, asha, hyperband, median_stopping, pbt",
         scheduler),
-    value!("tune.max_concurrent_trials", usize, "as many as fit side by side",
+    value!(Setting::MaxConcurrentTrials.key(), usize, "as many as fit side by side",
         "trials started at once",
         |f, v| f.tune.max_concurrent_trials = Some(v)),
-    value!("tune.time_budget_s", f64, "",
+    value!(Setting::TimeBudget.key(), f64, "",
         "the sweep ends after this many seconds",
         |f, v| f.tune.time_budget_s = Some(v)),
-    value!("tune.seed", u64, "0",
+    value!(Setting::Seed.key(), u64, "0",
         "seeds the searcher's sampling: the same seed, the same trials",
         |f, v| f.tune.seed = v),
-    value!("tune.reuse_actors", bool, "true",
+    value!(Setting::ReuseActors.key(), bool, "true",
         "trials' workers start warm, forked from a server that has libtorch loaded",
         |f, v| f.tune.reuse_actors = v),
-    value!("tune.fail_fast", bool, "false",
+    value!(Setting::FailFast.key(), bool, "false",
         "the sweep ends at the first trial that fails for good",
         |f, v| f.tune.fail_fast = v),
 
     table("run", "how trials run and what is kept (Ray's RunConfig)"),
-    value!("run.stop", Thresholds, "",
+    value!(Setting::Stop.key(), Thresholds, "",
         "{ metric = threshold }: a trial stops at its first report >= it",
         |f, v| f.run.stop = v.0),
     table("run.failure", "failures (Ray's FailureConfig)"),
-    value!("run.failure.max_failures", i32, "0",
+    value!(Setting::MaxFailures.key(), i32, "0",
         "failures a trial survives, each retried from its last checkpoint; -1: unlimited",
         |f, v| f.run.failure_config = FailureConfig::max_failures(v)),
     table("run.checkpoint", "checkpoints (Ray's CheckpointConfig)"),
-    value!("run.checkpoint.num_to_keep", usize, "every one",
+    value!(Setting::NumToKeep.key(), usize, "every one",
         "checkpoints kept per trial (the best by score_attribute, and the latest)",
         |f, v| f.run.checkpoint_config.num_to_keep = Some(v)),
-    value!("run.checkpoint.score_attribute", String, "the most recent",
+    value!(Setting::ScoreAttribute.key(), String, "the most recent",
         "the metric that ranks checkpoints",
         |f, v| f.run.checkpoint_config.score_attribute = Some(v)),
-    one_of!("run.checkpoint.score_order", "\"max\" or \"min\"", ["max", "min"], "\"max\"",
+    one_of!(Setting::ScoreOrder.key(), "\"max\" or \"min\"", ["max", "min"], "\"max\"",
         "whether a higher or lower score_attribute is better",
         |f, v| f.run.checkpoint_config.score_order = if v == "min" { Mode::Min } else { Mode::Max }),
-    one_of!("run.checkpoint.upload", "\"sync\" or \"async\"", ["sync", "async"], "\"sync\"",
+    one_of!(Setting::CheckpointUpload.key(), "\"sync\" or \"async\"", ["sync", "async"], "\"sync\"",
         "on an object store: async lets reports go on while checkpoints upload",
         |f, v| f.run.checkpoint_config.upload = match v {
             "async" => CheckpointUpload::Async,
             _ => CheckpointUpload::Sync,
         }),
-    value!("run.cluster", String, "$RTUNE_ADDRESS, else this machine",
+    value!(Setting::Cluster.key(), String, "$RTUNE_ADDRESS, else this machine",
         "HOST:PORT of a cluster's head (`rtune head`)",
         |f, v| f.run.cluster = Some(v)),
-    value!("run.strict_params", bool, "false",
+    value!(Setting::StrictParams.key(), bool, "false",
         "a param the train function never reads fails its trial (else: a warning)",
         |f, v| f.run.strict_params = v),
-    value!("run.sync_period_s", Duration, "10",
+    value!(Setting::SyncPeriod.key(), Duration, "10",
         "with an s3:// storage_path: how often the experiment is mirrored there",
         |f, v| f.run.sync_period = v),
     table("run.store", "how the object store of an s3:// storage_path is reached"),
-    value!("run.store.endpoint", String, "$AWS_ENDPOINT_URL",
+    value!(Setting::StoreEndpoint.key(), String, "$AWS_ENDPOINT_URL",
         "an S3-compatible server's URL (http:// allowed)",
         |f, v| f.run.store.endpoint = Some(v)),
-    value!("run.store.region", String, "$AWS_REGION, else us-east-1",
+    value!(Setting::StoreRegion.key(), String, "$AWS_REGION, else us-east-1",
         "the bucket's region",
         |f, v| f.run.store.region = Some(v)),
-    value!("run.store.retry_timeout_s", Duration, "180",
+    value!(Setting::StoreRetryTimeout.key(), Duration, "180",
         "how long a request to the store is retried before the transfer fails",
         |f, v| f.run.store.retry_timeout = Some(v)),
-    value!("run.store.connections", usize, "16",
+    value!(Setting::StoreConnections.key(), usize, "16",
         "requests one transfer (a checkpoint's files and their parts) has in flight at once",
         |f, v| f.run.store.connections = Some(v)),
     refused("run.store.access_key_id", CREDENTIALS),
     refused("run.store.secret_access_key", CREDENTIALS),
     refused("run.store.session_token", CREDENTIALS),
-    table("run.mlflow", "the sweep is also logged as MLflow runs (see docs/tracking.md)"),
-    value!("run.mlflow.tracking_uri", String, "$MLFLOW_TRACKING_URI",
+    table(Setting::Mlflow.key(), "the sweep is also logged as MLflow runs (see docs/tracking.md)"),
+    value!(Setting::MlflowTrackingUri.key(), String, "$MLFLOW_TRACKING_URI",
         "the MLflow server",
         |f, v| f.mlflow.tracking_uri = Some(v)),
     value!("run.mlflow.experiment", String, "the sweep's name",
         "the MLflow experiment",
         |f, v| f.mlflow.experiment = Some(v)),
     value!("run.mlflow.log_artifacts", bool, "false",
-        "the best trial's latest checkpoint goes into the parent run's artifacts",
+        "the best trial's best checkpoint goes into the parent run's artifacts",
         |f, v| f.mlflow.log_artifacts = v),
-    value!("run.optuna", String, "",
+    value!(Setting::Optuna.key(), String, "",
         "also an Optuna study in this journal file (optuna-dashboard FILE)",
         |f, v| f.optuna = Some(v.into())),
-    value!("run.tensorboard", bool, "false",
+    value!(Setting::TensorBoard.key(), bool, "false",
         "TensorBoard event files in each trial's folder (tensorboard --logdir EXPERIMENT)",
         |f, v| f.tensorboard = v),
-    value!("run.metrics", String, "127.0.0.1:0",
+    value!(Setting::Metrics.key(), String, "127.0.0.1:0",
         "HOST:PORT of the sweep's Prometheus endpoint (GET /metrics); off loopback: RTUNE_TOKEN",
         |f, v| f.metrics = Some(v)),
 ];
@@ -579,7 +582,7 @@ mod tests {
     /// Every setting the library names in its errors has the row of its key.
     #[test]
     fn every_setting_has_its_row() {
-        for setting in rtune_driver::setting::Setting::ALL {
+        for setting in Setting::ALL {
             assert!(KEYS.iter().any(|k| k.path == setting.key()), "no row for {setting:?}");
         }
     }

@@ -67,7 +67,7 @@ use components::{AUTO, SCHEDULERS, SEARCHERS, check_components, read_component};
 pub use keys::MlflowSettings;
 use rtune_driver::config::{RunConfig, ScalingConfig};
 use rtune_driver::error::Error;
-use rtune_driver::setting::Field;
+use rtune_driver::setting::{Field, Setting};
 use rtune_driver::train::CommandTrainable;
 use rtune_driver::train::TorchTrainer;
 use rtune_driver::tune::{
@@ -156,14 +156,15 @@ impl SweepSpec {
         }
     }
 
-    /// The trainer: the registered function, its defaults as `train_loop_config`, the scaling,
-    /// and the run settings (the Tuner merges each trial's params over the defaults).
+    /// The trainer: the registered function, its defaults as `train_loop_config`, and the
+    /// scaling (the Tuner merges each trial's params over the defaults, and gives each trial
+    /// its run config, the one `run_config` made for the sweep).
     pub fn trainer(&self) -> TorchTrainer {
-        self.trainable.clone().scaling(self.scaling.clone()).run_config(self.run_config())
+        self.trainable.clone().scaling(self.scaling.clone())
     }
 
-    /// The run's settings with its trackers (made anew: they hold state, one per sweep) and the
-    /// cluster's token.
+    /// The run's settings with its trackers (made anew: they hold state; once per sweep, for
+    /// its Tuner) and the cluster's token.
     pub fn run_config(&self) -> RunConfig {
         let mut run = self.run.clone();
         if let Some(mlflow) = &self.mlflow {
@@ -247,7 +248,7 @@ fn read_root(
     // Unbounded: random sampling never runs out, and neither does TPE.
     if tune.num_samples == Samples::UntilStopped && tune.time_budget_s.is_none() {
         let message = "is -1 (unbounded): set tune.time_budget_s too";
-        report.add("tune.num_samples", &place(root, "tune.num_samples"), message);
+        report.add(Setting::NumSamples.key(), &place(root, Setting::NumSamples.key()), message);
     }
     let tune_origin = place(root, "tune");
     let needs_metric = [(&search, "search", "random"), (&scheduler, "scheduler", "fifo")]
@@ -287,25 +288,29 @@ fn read_root(
         fits_here(&file, root, report);
     }
     if let Some(journal) = &file.optuna {
-        let at = place(root, "run.optuna");
+        let at = place(root, Setting::Optuna.key());
         if let Err(why) = rtune_driver::callback::OptunaJournal::new(journal).check() {
-            report.add("run.optuna", &at, format!("is {journal:?}: {why}"));
+            report.add(Setting::Optuna.key(), &at, format!("is {journal:?}: {why}"));
         }
         if unranked {
             let why = "needs tune.metric and tune.mode: an Optuna study has one objective (e.g. \
                        metric = \"val_acc\", mode = \"max\")";
-            report.add("run.optuna", &at, why);
+            report.add(Setting::Optuna.key(), &at, why);
         }
     }
     if let Some(address) = &file.metrics {
         let token = std::env::var(rtune_driver::config::TOKEN_ENV).ok();
         if let Err(why) = rtune_driver::monitor::check_address(address, token.as_deref()) {
-            report.add("run.metrics", &place(root, "run.metrics"), why);
+            report.add(Setting::Metrics.key(), &place(root, Setting::Metrics.key()), why);
         }
     }
-    let mlflow = file.wrote("run.mlflow").then(|| file.mlflow.clone());
+    let mlflow = file.wrote(Setting::Mlflow.key()).then(|| file.mlflow.clone());
     if let Some(Err(why)) = mlflow.as_ref().map(|m| m.logger().tracking_uri()) {
-        report.add("run.mlflow.tracking_uri", &place(root, "run.mlflow.tracking_uri"), why);
+        report.add(
+            Setting::MlflowTrackingUri.key(),
+            &place(root, Setting::MlflowTrackingUri.key()),
+            why,
+        );
     }
     let builtin = match file.builtin.map(|item| &item.kind) {
         Some(Kind::Str(name)) => Some(name.clone()),
@@ -328,8 +333,8 @@ fn read_root(
         scheduler: &scheduler,
     };
     check_components(&tuning, root, report);
-    let command = find_key(root, "trainable.command").map(|c| {
-        let dir = find_key(root, "trainable.working_dir").map(doc::to_value);
+    let command = find_key(root, Setting::Command.key()).map(|c| {
+        let dir = find_key(root, Setting::WorkingDir.key()).map(doc::to_value);
         format!("{} in {}", doc::to_value(c), dir.map_or(".".into(), |d| d.to_string()))
     });
     Some(SweepSpec {
@@ -399,13 +404,13 @@ fn read_objectives(
         }
         texts.map(|t| (t, item))
     }
-    let metrics = list(metric_item, "a metric name", "tune.metric", report);
+    let metrics = list(metric_item, "a metric name", Setting::Metric.key(), report);
     let modes = match mode_item {
         // One mode: a mistake in it gets the nearest allowed.
-        Some(item @ Item { kind: Kind::Str(_), .. }) => keys::At::new("tune.mode", item)
+        Some(item @ Item { kind: Kind::Str(_), .. }) => keys::At::new(Setting::Mode.key(), item)
             .one_of(&["max", "min"], report)
             .map(|m| (vec![m.to_owned()], item)),
-        _ => list(mode_item, "\"max\" or \"min\"", "tune.mode", report),
+        _ => list(mode_item, "\"max\" or \"min\"", Setting::Mode.key(), report),
     };
     let modes = modes.and_then(|(modes, item)| {
         let read: Option<Vec<Mode>> = modes
@@ -418,7 +423,7 @@ fn read_objectives(
             .collect();
         if read.is_none() {
             let message = format!("is {}; each mode is \"max\" or \"min\"", doc::to_value(item));
-            report.add("tune.mode", &item.origin, message);
+            report.add(Setting::Mode.key(), &item.origin, message);
         }
         read.map(|r| (r, item))
     });
@@ -430,12 +435,12 @@ fn read_objectives(
                      metric)",
                     doc::to_value(metric)
                 );
-                report.add("tune.metric", &metric.origin, message);
+                report.add(Setting::Metric.key(), &metric.origin, message);
                 Some(Vec::new())
             }
             (None, Some(mode)) => {
                 let message = "is given without tune.metric: name the metric it is the mode of";
-                report.add("tune.mode", &mode.origin, message);
+                report.add(Setting::Mode.key(), &mode.origin, message);
                 Some(Vec::new())
             }
             // Both written, one a mistake (reported), or neither.
@@ -451,7 +456,7 @@ fn read_objectives(
             metrics.len(),
             vec!["\"min\""; metrics.len()].join(", ")
         );
-        report.add("tune.mode", &mode_item.origin, message);
+        report.add(Setting::Mode.key(), &mode_item.origin, message);
         return Some(Vec::new());
     }
     Some(metrics.into_iter().zip(modes).map(|(metric, mode)| Objective { metric, mode }).collect())
@@ -475,10 +480,10 @@ fn check_declared(
         }
     }
     let mut named: Vec<(String, &str)> = Vec::new();
-    match find_key(root, "tune.metric").map(|i| &i.kind) {
-        Some(Kind::Str(metric)) => named.push(("tune.metric".into(), metric)),
+    match find_key(root, Setting::Metric.key()).map(|i| &i.kind) {
+        Some(Kind::Str(metric)) => named.push((Setting::Metric.key().into(), metric)),
         Some(Kind::Array(items)) => named.extend(items.iter().filter_map(|i| match &i.kind {
-            Kind::Str(metric) => Some(("tune.metric".into(), metric.as_str())),
+            Kind::Str(metric) => Some((Setting::Metric.key().into(), metric.as_str())),
             _ => None,
         })),
         _ => {}
@@ -490,7 +495,7 @@ fn check_declared(
         named.push((format!("run.stop.{metric}"), metric));
     }
     if let Some(attribute) = &file.run.checkpoint_config.score_attribute {
-        named.push(("run.checkpoint.score_attribute".into(), attribute));
+        named.push((Setting::ScoreAttribute.key().into(), attribute));
     }
     for (key, metric) in named {
         if let Some(why) = t.check_metric(metric) {
@@ -547,11 +552,11 @@ fn read_trainable(
         report.add("trainable", &root.origin, message);
         return None;
     }
-    let command_only = ["trainable.working_dir", "trainable.stop_grace_s"];
-    match (file.builtin, file.wrote("trainable.command")) {
+    let command_only = [Setting::WorkingDir.key(), Setting::StopGrace.key()];
+    match (file.builtin, file.wrote(Setting::Command.key())) {
         (Some(_), true) => {
             let message = "and `trainable.builtin` are both set: give one";
-            report.add("trainable.command", &place(root, "trainable.command"), message);
+            report.add(Setting::Command.key(), &place(root, Setting::Command.key()), message);
             None
         }
         (Some(b), false) => {
@@ -568,7 +573,7 @@ fn read_trainable(
             if let Some(grace) = file.stop_grace {
                 command = command.stop_grace(grace);
             }
-            command.trainer().map_err(|e| add_error(e, "trainable.command", root, report)).ok()
+            command.trainer().map_err(|e| add_error(e, Setting::Command.key(), root, report)).ok()
         }
         (None, false) => {
             let message = format!(

@@ -18,6 +18,7 @@ fn info(i: usize, lr: f64) -> TrialInfo {
         params: Params::new().with("lr", lr).with("hidden", 64),
         path: PathBuf::from(format!("/nonexistent/trial_{i}")),
         stopped: false,
+        checkpoint: None,
     }
 }
 

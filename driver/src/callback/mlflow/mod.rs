@@ -89,9 +89,9 @@ impl MlflowLogger {
         self
     }
 
-    /// At the end, the best trial's latest checkpoint folder (its weights, metadata and data
-    /// schema) goes into the parent run's artifacts as `best_checkpoint/`, through the
-    /// server's artifact proxy.
+    /// At the end, the best trial's best checkpoint folder (`TrialResult::checkpoint`: its
+    /// weights, metadata and data schema) goes into the parent run's artifacts as
+    /// `best_checkpoint/`, through the server's artifact proxy.
     pub fn log_artifacts(mut self, yes: bool) -> Self {
         self.log_artifacts = yes;
         self
@@ -347,6 +347,8 @@ struct Ended {
     path: PathBuf,
     status: TrialStatus,
     params: Vec<(String, String)>,
+    /// At the sweep's end: its best checkpoint (`TrialInfo::checkpoint`).
+    checkpoint: Option<PathBuf>,
 }
 
 impl Ended {
@@ -354,7 +356,8 @@ impl Ended {
         let mut params = Vec::new();
         flatten_params(&trial.params, &mut params);
         let (path, status) = (trial.path.clone(), trial.status);
-        Ended { trial: trial.trial_id.clone(), path, status, params }
+        let checkpoint = trial.checkpoint.clone();
+        Ended { trial: trial.trial_id.clone(), path, status, params, checkpoint }
     }
 
     /// Its run's end, MLflow's and rtune's.

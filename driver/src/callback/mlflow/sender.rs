@@ -67,6 +67,7 @@ pub(super) fn run(
                 refused: 0,
                 restored: setup.info.restored,
                 log_artifacts: setup.log_artifacts,
+                best_checkpoints: BTreeMap::new(),
             },
             Err(why) => {
                 let _ = ready.send(Err(why.text));
@@ -93,6 +94,8 @@ pub(super) struct Sender {
     /// A restored sweep's: a trial's run may exist though `mlflow.json` does not name it.
     restored: bool,
     log_artifacts: bool,
+    /// Each ended trial's best checkpoint, as the sweep's end named it.
+    best_checkpoints: BTreeMap<String, PathBuf>,
 }
 
 impl Sender {
@@ -183,6 +186,9 @@ impl Sender {
             Event::Finish { status, trials, error } => {
                 self.finish_error = error;
                 for ended in trials {
+                    if let Some(checkpoint) = &ended.checkpoint {
+                        self.best_checkpoints.insert(ended.trial.clone(), checkpoint.clone());
+                    }
                     let (trial, status) = (&ended.trial, ended.status);
                     let done = self.saved.trials.get(trial).is_some_and(|t| t.ended);
                     let ending = self.pending.get(trial).is_some_and(|p| p.end.is_some());
@@ -388,24 +394,21 @@ impl Sender {
         Ok(())
     }
 
-    /// The latest checkpoint of trial `best` into the parent run's artifacts, as
-    /// `best_checkpoint/...`; an artifact store the server does not proxy is a warning.
+    /// The best checkpoint of trial `best` (by the sweep's rule, `TrialResult::checkpoint`)
+    /// into the parent run's artifacts, as `best_checkpoint/...`, its files down from the store
+    /// first where it is a stub; an artifact store the server does not proxy is a warning.
     async fn send_best_checkpoint(&mut self, best: &str) -> std::result::Result<(), String> {
-        let dir = self.saved.trials.get(best).map(|t| t.path.clone()).unwrap_or_default();
-        let latest = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.join("metadata.json").is_file())
-            .filter(|p| {
-                p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
-            })
-            .max();
-        let Some(checkpoint) = latest else {
+        let Some(checkpoint) = self.best_checkpoints.get(best).cloned() else {
             tracing::warn!("MLflow: trial {best} has no checkpoint to log as an artifact");
             return Ok(());
         };
-        for name in crate::sys::relative_files(&checkpoint) {
+        let whole = crate::outcome::Checkpoint { path: checkpoint.clone() };
+        let fetched = tokio::task::spawn_blocking(move || whole.files().map(|_| ()));
+        fetched.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        let files = crate::sys::relative_files(&checkpoint);
+        // Its bookkeeping (`.uploaded`, ..) is no part of the checkpoint.
+        let files = files.into_iter().filter(|name| !name.split('/').any(|p| p.starts_with('.')));
+        for name in files {
             let file = checkpoint.join(&name);
             let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
             let at = format!("best_checkpoint/{name}");
@@ -487,6 +490,7 @@ mod tests {
             refused: 0,
             restored: false,
             log_artifacts: false,
+            best_checkpoints: BTreeMap::new(),
         }
     }
 
@@ -546,6 +550,7 @@ mod tests {
             path: dir.path().join(trial),
             status,
             params: vec![("rate".into(), "0.1".into())],
+            checkpoint: None,
         };
         // Ended by a scheduler on resume, with no start in this driver.
         let tags = vec![("rtune.decision".into(), "stopped early".into())];
