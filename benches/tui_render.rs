@@ -48,7 +48,7 @@ fn result(iteration: usize, i: usize) -> Metrics {
 }
 
 fn big_model() -> Model {
-    let metric = Some(("val_acc".to_owned(), Mode::Max));
+    let metric = rtune::search::Objectives::one("val_acc", Mode::Max);
     let mut model = Model::new("bench".into(), "/nonexistent".into(), metric);
     model.total = Some(TRIALS as u64);
     model.capacity = (16.0, 0.0);

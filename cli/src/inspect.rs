@@ -48,7 +48,7 @@ fn text_table(headers: &[String], rows: &[Vec<String>]) -> String {
 /// others (a column says which).
 pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     let mut trials: Vec<&TrialResult> = grid.trials.iter().collect();
-    let objectives = grid.objectives();
+    let objectives = grid.objectives.as_slice();
     let constrained = !grid.constraints.is_empty();
     let feasible = |t: &TrialResult| grid.feasible(t);
     // A multi-objective sweep's front is marked, and comes first.
@@ -57,7 +57,7 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
         front.into_iter().map(|t| t.trial_id()).collect()
     });
     let on_front = |t: &TrialResult| front.as_ref().is_some_and(|f| f.contains(&t.trial_id()));
-    if let Some((metric, mode)) = objectives.first() {
+    if let Some(rtune_searchers::Objective { metric, mode }) = objectives.first() {
         let key =
             |t: &TrialResult| t.last(metric).filter(|v| v.is_finite()).map(|v| mode.sign() * v);
         trials.sort_by(|a, b| {
@@ -96,7 +96,7 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
     if front.is_some() {
         headers.push("pareto".into());
     }
-    headers.extend(objectives.iter().map(|(metric, _)| metric.to_string()));
+    headers.extend(objectives.iter().map(|o| o.metric.clone()));
     headers.extend(grid.constraints.iter().cloned());
     headers.extend(params.iter().cloned());
     let shown = if limit == 0 { trials.len() } else { limit.min(trials.len()) };
@@ -118,7 +118,7 @@ pub(crate) fn trials_table(grid: &ResultGrid, limit: usize) -> String {
             if front.is_some() {
                 row.push(if on_front(t) { "*".into() } else { String::new() });
             }
-            row.extend(objectives.iter().map(|(metric, _)| get(metric)));
+            row.extend(objectives.iter().map(|o| get(&o.metric)));
             row.extend(grid.constraints.iter().map(|c| get(c)));
             let flat: BTreeMap<String, String> =
                 t.params().flatten().into_iter().map(|(k, v)| (k, param_text(&v))).collect();
@@ -185,8 +185,8 @@ pub fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
     let mut summary = json!({
         "name": grid.path.file_name().map(|n| n.to_string_lossy().into_owned()),
         "path": grid.path.display().to_string(),
-        "metric": grid.metric,
-        "mode": grid.mode.map(|m| format!("{m:?}").to_lowercase()),
+        "metric": grid.objectives.metric(),
+        "mode": grid.objectives.mode().map(|m| format!("{m:?}").to_lowercase()),
         "best": best,
         "trials": counts(grid.trials.iter().map(|t| t.status())),
         "unread_params": grid.unread_params().into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
@@ -196,10 +196,10 @@ pub fn summary(grid: &ResultGrid, time_s: f64) -> serde_json::Value {
         summary["constraints"] = json!(grid.constraints);
         summary["feasible"] = json!(grid.trials.iter().filter(|t| grid.feasible(t)).count());
     }
-    if grid.objectives.len() > 1 {
+    if !grid.objectives.several().is_empty() {
         let front: Vec<serde_json::Value> =
             grid.pareto_front().unwrap_or_default().into_iter().map(trial).collect();
-        summary["objectives"] = json!(grid.objectives);
+        summary["objectives"] = json!(grid.objectives.several());
         summary["pareto_front"] = json!(front);
     }
     summary
@@ -377,9 +377,9 @@ fn listed(path: &Path) -> Listed {
             sweep: sweep_label(&sweep_state(path)),
             trials: grid.trials.len(),
             status: counts(grid.trials.iter().map(|t| t.status())),
-            best: grid.metric.as_deref().and_then(|m| grid.best_result().ok()?.last(m)),
+            best: grid.objectives.metric().and_then(|m| grid.best_result().ok()?.last(m)),
             front: (grid.objectives.len() > 1).then(|| grid.pareto_front().map_or(0, |f| f.len())),
-            metric: grid.metric,
+            metric: grid.objectives.metric().map(str::to_owned),
         },
         Err(e) => Read::Unreadable { error: e.to_string() },
     };
@@ -423,8 +423,13 @@ pub fn show(
     }
     let mut grid = ResultGrid::from_path(dir)?;
     if !pareto.is_empty() {
-        let objectives: Vec<(&str, rtune_searchers::Mode)> =
-            pareto.iter().map(|(m, mode)| (m.as_str(), *mode)).collect();
+        let objectives: Vec<rtune_searchers::Objective> = pareto
+            .iter()
+            .map(|(metric, mode)| rtune_searchers::Objective {
+                metric: metric.clone(),
+                mode: *mode,
+            })
+            .collect();
         let front: Vec<TrialResult> =
             grid.pareto_front_by(&objectives)?.into_iter().cloned().collect();
         if format == Format::Table {

@@ -549,7 +549,9 @@ impl Callback for Monitor {
     }
 
     fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
-        if let Some((metric, mode)) = experiment.metric.clone() {
+        if let Some(rtune_searchers::Objective { metric, mode }) =
+            experiment.objectives.single().cloned()
+        {
             let labels = ObjectiveLabels {
                 metric: metric.clone(),
                 mode: if mode == Mode::Max { "max" } else { "min" },
@@ -780,8 +782,7 @@ mod tests {
         let info = ExperimentInfo {
             path: "x".into(),
             name: "x".into(),
-            metric: Some(("acc".into(), Mode::Max)),
-            objectives: Vec::new(),
+            objectives: rtune_searchers::Objectives::one("acc", Mode::Max),
             param_space: Default::default(),
             settings: Default::default(),
             restored: false,

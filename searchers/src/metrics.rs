@@ -66,6 +66,99 @@ impl Objective {
     }
 }
 
+/// What a sweep optimises: nothing, one objective, or several (its trials judged by their
+/// Pareto front, not ranked by one metric). One shape for the checked settings, the controller,
+/// the results table, the views and the experiment's files, which write it as Ray does:
+/// `metric` and `mode` for one objective, `objectives` for several.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WrittenObjectives", into = "WrittenObjectives")]
+pub struct Objectives(Vec<Objective>);
+
+/// How the experiment's files write [`Objectives`].
+#[derive(Serialize, Deserialize)]
+struct WrittenObjectives {
+    metric: Option<String>,
+    mode: Option<Mode>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    objectives: Vec<Objective>,
+}
+
+impl From<WrittenObjectives> for Objectives {
+    fn from(w: WrittenObjectives) -> Self {
+        let one = w.metric.zip(w.mode).map(|(metric, mode)| Objective { metric, mode });
+        Objectives(one.into_iter().chain(w.objectives).collect())
+    }
+}
+
+impl From<Objectives> for WrittenObjectives {
+    fn from(o: Objectives) -> Self {
+        let one = o.single().cloned();
+        WrittenObjectives {
+            metric: one.as_ref().map(|o| o.metric.clone()),
+            mode: one.map(|o| o.mode),
+            objectives: o.several().to_vec(),
+        }
+    }
+}
+
+impl From<Vec<Objective>> for Objectives {
+    fn from(objectives: Vec<Objective>) -> Self {
+        Objectives(objectives)
+    }
+}
+
+impl Objectives {
+    /// One objective.
+    pub fn one(metric: impl Into<String>, mode: Mode) -> Self {
+        Objectives(vec![Objective { metric: metric.into(), mode }])
+    }
+
+    /// The objective of a sweep with exactly one.
+    pub fn single(&self) -> Option<&Objective> {
+        match self.0.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The metric of a sweep with one objective.
+    pub fn metric(&self) -> Option<&str> {
+        self.single().map(|o| o.metric.as_str())
+    }
+
+    /// The mode of a sweep with one objective.
+    pub fn mode(&self) -> Option<Mode> {
+        self.single().map(|o| o.mode)
+    }
+
+    /// The objectives of a sweep with several; empty for one or none.
+    pub fn several(&self) -> &[Objective] {
+        if self.0.len() > 1 { &self.0 } else { &[] }
+    }
+
+    /// Every objective: none, one, or several.
+    pub fn as_slice(&self) -> &[Objective] {
+        &self.0
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Objective> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The mode of the objective on `metric`, if it is one.
+    pub fn mode_of(&self, metric: &str) -> Option<Mode> {
+        self.0.iter().find(|o| o.metric == metric).map(|o| o.mode)
+    }
+}
+
 /// Checks a multi-objective setting for `component`: each metric named, and once.
 pub(crate) fn check_objectives(component: &'static str, objectives: &[Objective]) -> Result<()> {
     for (i, o) in objectives.iter().enumerate() {
@@ -212,6 +305,36 @@ pub(crate) mod opt_score_serde {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One objective is written as `metric` and `mode`, several as `objectives`, none as nulls:
+    /// the experiment files' format, read back the same.
+    #[test]
+    fn objectives_are_written_as_ray_writes_them() {
+        let several = Objectives::from(vec![
+            Objective { metric: "loss".into(), mode: Mode::Min },
+            Objective { metric: "size".into(), mode: Mode::Min },
+        ]);
+        for (objectives, json) in [
+            (Objectives::default(), r#"{"metric":null,"mode":null}"#),
+            (Objectives::one("acc", Mode::Max), r#"{"metric":"acc","mode":"max"}"#),
+            (
+                several.clone(),
+                r#"{"metric":null,"mode":null,"objectives":[{"metric":"loss","mode":"min"},{"metric":"size","mode":"min"}]}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&objectives).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Objectives>(json).unwrap(), objectives);
+        }
+        let one = Objectives::one("acc", Mode::Max);
+        assert_eq!(
+            (one.metric(), one.mode(), one.several().len()),
+            (Some("acc"), Some(Mode::Max), 0)
+        );
+        assert_eq!(
+            (several.metric(), several.several().len(), several.mode_of("size")),
+            (None, 2, Some(Mode::Min))
+        );
+    }
 
     #[test]
     fn scores_normalise_direction_and_non_finite() {

@@ -119,7 +119,9 @@ pub fn run_show_ls_and_json() -> Result<()> {
     ensure!(trials.as_array().map(Vec::len) == Some(6), "{trials}");
     // The Pareto front of score (max) against training iterations (min): the trials it
     // prints are the grid's front, the best-scoring one among them.
-    let objectives = [("score", rtune::Mode::Max), ("training_iteration", rtune::Mode::Min)];
+    let objective = |metric: &str, mode| rtune::search::Objective { metric: metric.into(), mode };
+    let objectives =
+        [objective("score", rtune::Mode::Max), objective("training_iteration", rtune::Mode::Min)];
     let front: Vec<&str> =
         grid.pareto_front_by(&objectives)?.iter().map(|t| t.trial_id()).collect();
     ensure!(front.contains(&best.trial_id()), "{front:?}");
@@ -1153,8 +1155,10 @@ pub fn a_multi_objective_sweep_gives_its_pareto_front() -> Result<()> {
     ensure!(!sizes.is_empty() && sizes.iter().all(|s| s.parse::<u64>().is_ok()), "{sizes:?}");
     let experiment = dir.path().join("digits-nsga2");
     let grid = ResultGrid::from_path(&experiment)?;
+    let named: Vec<(&str, rtune::Mode)> =
+        grid.objectives.iter().map(|o| (o.metric.as_str(), o.mode)).collect();
     let objectives = [("val_loss", rtune::Mode::Min), ("params", rtune::Mode::Min)];
-    ensure!(grid.metric.is_none() && grid.objectives() == objectives, "{:?}", grid.objectives);
+    ensure!(grid.objectives.metric().is_none() && named == objectives, "{:?}", grid.objectives);
     ensure!(
         grid.trials.len() == 24
             && grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated)

@@ -1414,7 +1414,9 @@ pub fn nsga2_sweeps_two_objectives_and_saves_its_generations() -> Result<()> {
     ensure!(front == expected && !front.is_empty(), "{front:?} against {expected:?}");
     // Read back from its files, the grid knows its objectives.
     let read = ResultGrid::from_path(dir.path().join("nsga2"))?;
-    ensure!(read.objectives() == [("f1", Mode::Min), ("f2", Mode::Min)] && read.metric.is_none());
+    let named: Vec<(&str, Mode)> =
+        read.objectives.iter().map(|o| (o.metric.as_str(), o.mode)).collect();
+    ensure!(named == [("f1", Mode::Min), ("f2", Mode::Min)] && read.objectives.metric().is_none());
     let searcher = saved_searcher(&dir.path().join("nsga2"))?;
     let mut restored = rtune_searchers::Nsga2::with_space(space)?.population_size(4);
     rtune_searchers::Searcher::restore_state(&mut restored, searcher)?;

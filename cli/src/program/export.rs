@@ -39,15 +39,14 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
         bail!("{} already exists; export to a new folder", args.to.display());
     }
     let grid = ResultGrid::from_path(args.dir)?;
-    let objectives = grid.objectives();
-    let named = |metric: &str| objectives.iter().find(|(m, _)| *m == metric).map(|(_, mode)| *mode);
+    let objectives = grid.objectives.as_slice();
     // One of the sweep's objectives has its mode; another metric says nothing of which way is
     // better.
-    let mode = args.mode.or_else(|| args.metric.and_then(named));
+    let mode = args.mode.or_else(|| args.metric.and_then(|m| grid.objectives.mode_of(m)));
     if let (Some(metric), None) = (args.metric, mode) {
-        let sweeps = match objectives.as_slice() {
+        let sweeps = match objectives {
             [] => "none".to_owned(),
-            some => some.iter().map(|(m, _)| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+            some => some.iter().map(|o| format!("`{}`", o.metric)).collect::<Vec<_>>().join(", "),
         };
         return Err(Error::config(
             "--mode",
@@ -58,8 +57,8 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
         )
         .into());
     }
-    if let (None, None, [_, _, ..]) = (args.trial, args.metric, objectives.as_slice()) {
-        let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
+    if let (None, None, [_, _, ..]) = (args.trial, args.metric, objectives) {
+        let names: Vec<&str> = objectives.iter().map(|o| o.metric.as_str()).collect();
         bail!(
             "{} is a sweep with {} objectives ({}), and no trial is best in all: export a trial \
              of its Pareto front with --trial ID (`rtune show {}` marks it), or the best by one \
@@ -74,7 +73,8 @@ pub(super) fn export(args: &ExportArgs<'_>, torch: &dyn Torch) -> Result<String>
         Some(which) => find_trial(&grid, which)?,
         None => best_trial(&grid, args.metric, mode, args.dir)?,
     };
-    let (metric, mode) = match (args.metric.or(grid.metric.as_deref()), mode.or(grid.mode)) {
+    let sweep = (grid.objectives.metric(), grid.objectives.mode());
+    let (metric, mode) = match (args.metric.or(sweep.0), mode.or(sweep.1)) {
         (Some(metric), Some(mode)) => (Some(metric), mode),
         _ => (None, Mode::Max),
     };

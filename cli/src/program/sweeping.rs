@@ -362,12 +362,9 @@ fn reporting(
     control: &Control,
     ended: Vec<ui::model::TrialRow>,
 ) -> Result<(RunConfig, Screen), Exit> {
-    let metric = spec.tune.metric.clone().zip(spec.tune.mode);
+    let objectives = spec.tune.objectives();
     let total = spec.trial_count();
-    let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), metric.clone());
-    let objectives: Vec<(String, rtune_searchers::Mode)> =
-        spec.tune.objectives.iter().map(|o| (o.metric.clone(), o.mode)).collect();
-    model.objectives = objectives.clone();
+    let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), objectives.clone());
     model.total = total;
     model.time_budget_s = spec.tune.time_budget_s;
     let scaling = &spec.scaling;
@@ -409,13 +406,8 @@ fn reporting(
             None
         }
     };
-    let progress = ui::progress::Progress::new(
-        std::io::stdout(),
-        Duration::from_secs(5),
-        metric,
-        objectives,
-        total,
-    );
+    let progress =
+        ui::progress::Progress::new(std::io::stdout(), Duration::from_secs(5), objectives, total);
     let metrics = metrics.map(|(server, _)| server);
     // Local mode's train function prints to this terminal: plain lines, not a screen.
     if output.no_tui || scaling.is_local() || !std::io::stdout().is_terminal() {

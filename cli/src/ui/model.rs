@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rtune_searchers::{Metrics, Mode, SchedulerStatus, TrialStatus};
+use rtune_searchers::{Metrics, Mode, Objectives, SchedulerStatus, TrialStatus};
 
 use super::format::{param_text, status_name};
 use rtune_driver::callback::{Callback, ExperimentInfo, TrialInfo};
@@ -33,10 +33,9 @@ pub struct TrialRow {
 pub struct Model {
     pub name: String,
     pub path: PathBuf,
-    pub metric: Option<(String, Mode)>,
-    /// A multi-objective sweep's objectives (`metric` is then None): the table marks their
-    /// Pareto front. Empty for one objective or none.
-    pub objectives: Vec<(String, Mode)>,
+    /// What the sweep optimises: nothing, one metric (the best trial is marked), or several
+    /// (the table marks their Pareto front).
+    pub objectives: Objectives,
     /// Trials the sweep was set up for (`None`: until its time budget ends).
     pub total: Option<u64>,
     pub time_budget_s: Option<f64>,
@@ -108,12 +107,11 @@ pub(crate) const FILTERS: [Option<TrialStatus>; 7] = [
 ];
 
 impl Model {
-    pub fn new(name: String, path: PathBuf, metric: Option<(String, Mode)>) -> Self {
+    pub fn new(name: String, path: PathBuf, objectives: Objectives) -> Self {
         Model {
             name,
             path,
-            metric,
-            objectives: Vec::new(),
+            objectives,
             total: None,
             time_budget_s: None,
             elapsed_s: 0.0,
@@ -245,8 +243,7 @@ impl Model {
     pub fn read(dir: &Path) -> rtune_driver::error::Result<Model> {
         let (grid, time_spent_s) = ResultGrid::read_with_time_spent(dir)?;
         let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-        let mut model = Model::new(name, dir.to_owned(), grid.metric.clone().zip(grid.mode));
-        model.objectives = grid.objectives.iter().map(|o| (o.metric.clone(), o.mode)).collect();
+        let mut model = Model::new(name, dir.to_owned(), grid.objectives.clone());
         if let Ok(text) = std::fs::read(dir.join(rtune_driver::tune::SETTINGS_FILE))
             && let Ok(settings) = serde_json::from_slice::<serde_json::Value>(&text)
         {
@@ -300,31 +297,30 @@ impl Model {
 
     /// The metric the learning curves follow: the sweep's, or its first objective.
     pub(crate) fn charted(&self) -> Option<&str> {
-        let first = self.objectives.first();
-        self.metric.as_ref().or(first).map(|(m, _)| m.as_str())
+        self.objectives.iter().next().map(|o| o.metric.as_str())
     }
 
     /// The metrics the table shows beside the params: the sweep's, or its objectives.
     pub(crate) fn shown_metrics(&self) -> Vec<&str> {
-        let one = self.metric.iter();
-        one.chain(&self.objectives).map(|(m, _)| m.as_str()).collect()
+        self.objectives.iter().map(|o| o.metric.as_str()).collect()
     }
 
     /// A multi-objective sweep's trials on the Pareto front of their latest results (those
     /// with every objective finite), as indices; empty for other sweeps.
     pub fn front(&self) -> Vec<usize> {
-        if self.objectives.len() < 2 {
+        let several = self.objectives.several();
+        if several.is_empty() {
             return Vec::new();
         }
-        let modes: Vec<Mode> = self.objectives.iter().map(|(_, mode)| *mode).collect();
+        let modes: Vec<Mode> = several.iter().map(|o| o.mode).collect();
         rtune_searchers::pareto_front_where_finite(&self.trials, &modes, |t, k| {
-            t.last.get(&self.objectives[k].0).copied()
+            t.last.get(&several[k].metric).copied()
         })
     }
 
     /// The best trial's index by the sweep's metric (latest results).
     pub fn best(&self) -> Option<usize> {
-        let (metric, mode) = self.metric.as_ref()?;
+        let (metric, mode) = (self.objectives.metric()?, self.objectives.mode()?);
         self.trials
             .iter()
             .enumerate()
@@ -392,8 +388,8 @@ impl Model {
                 0 => (None, t.id.clone()),
                 1 => (None, status_name(t.status)),
                 2 => (t.last.get("training_iteration").copied(), String::new()),
-                3 => match &self.metric {
-                    Some((m, mode)) => (t.last.get(m).map(|v| mode.sign() * v), String::new()),
+                3 => match self.objectives.single() {
+                    Some(o) => (t.last.get(&o.metric).map(|v| o.mode.sign() * v), String::new()),
                     // Several objectives: the front first.
                     None if !self.objectives.is_empty() => {
                         (Some(f64::from(u8::from(front.contains(&i)))), String::new())

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rtune_searchers::{Metrics, Mode};
+use rtune_searchers::Metrics;
 
 use rtune_driver::outcome::error_summary;
 
@@ -34,13 +34,11 @@ impl<W: Write + Send> Progress<W> {
     pub fn new(
         out: W,
         every: Duration,
-        metric: Option<(String, Mode)>,
-        objectives: Vec<(String, Mode)>,
+        objectives: rtune_searchers::Objectives,
         total: Option<u64>,
     ) -> Self {
-        let mut model = Model::new(String::new(), PathBuf::new(), metric);
+        let mut model = Model::new(String::new(), PathBuf::new(), objectives);
         model.total = total;
-        model.objectives = objectives;
         let board = Board { model, last_block: None, out, same_failure_said: false };
         Progress { began: Instant::now(), every, board: Mutex::new(board) }
     }
@@ -92,12 +90,12 @@ impl<W: Write + Send> Progress<W> {
         if model.pending() > 0 {
             parts.push(format!("{} PENDING", model.pending()));
         }
-        let best = model.best().zip(model.metric.as_ref()).map(|(i, (name, _))| {
+        let best = model.best().zip(model.objectives.metric()).map(|(i, name)| {
             let t = &model.trials()[i];
             format!("; best {name}={} ({})", number(t.last[name]), t.id)
         });
         let best = best.or_else(|| {
-            (model.objectives.len() > 1)
+            (!model.objectives.several().is_empty())
                 .then(|| format!("; Pareto front: {} trials", model.front().len()))
         });
         let all = model.total.map_or(seen, |t| t.max(seen));

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rtune_searchers::{Mode, Params, TrialStatus};
+use rtune_searchers::{Mode, Objective, Objectives, Params, TrialStatus};
 use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 
@@ -432,8 +432,8 @@ fn event_from(e: &proto::TrialEvent) -> Option<Event> {
 }
 
 fn snapshot(model: &Model, elapsed_s: f64) -> proto::Snapshot {
-    let (metric, mode) = match &model.metric {
-        Some((m, mode)) => (m.clone(), if *mode == Mode::Max { "max" } else { "min" }.to_owned()),
+    let (metric, mode) = match model.objectives.single() {
+        Some(o) => (o.metric.clone(), if o.mode == Mode::Max { "max" } else { "min" }.to_owned()),
         None => (String::new(), String::new()),
     };
     proto::Snapshot {
@@ -452,7 +452,7 @@ fn snapshot(model: &Model, elapsed_s: f64) -> proto::Snapshot {
             .scheduler
             .as_ref()
             .map_or(String::new(), |s| serde_json::to_string(s).unwrap_or_default()),
-        objectives_json: match model.objectives.as_slice() {
+        objectives_json: match model.objectives.several() {
             [] => String::new(),
             several => serde_json::to_string(several).unwrap_or_default(),
         },
@@ -478,19 +478,18 @@ fn snapshot(model: &Model, elapsed_s: f64) -> proto::Snapshot {
 }
 
 fn model_from(s: proto::Snapshot) -> Model {
-    let metric = match s.mode.as_str() {
-        "max" => Some((s.metric, Mode::Max)),
-        "min" => Some((s.metric, Mode::Min)),
-        _ => None,
+    let objectives = match s.mode.as_str() {
+        "max" => Objectives::one(s.metric, Mode::Max),
+        "min" => Objectives::one(s.metric, Mode::Min),
+        _ => serde_json::from_str::<Vec<Objective>>(&s.objectives_json).unwrap_or_default().into(),
     };
-    let mut model = Model::new(s.name, PathBuf::from(s.path), metric);
+    let mut model = Model::new(s.name, PathBuf::from(s.path), objectives);
     model.total = s.total;
     model.time_budget_s = s.time_budget_s;
     model.elapsed_s = s.elapsed_s;
     model.per_trial = (s.per_trial_cpu, s.per_trial_gpu);
     model.capacity = (s.capacity_cpu, s.capacity_gpu);
     model.scheduler = serde_json::from_str(&s.scheduler_json).ok();
-    model.objectives = serde_json::from_str(&s.objectives_json).unwrap_or_default();
     model.set_trials(
         s.trials
             .into_iter()
@@ -536,7 +535,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_and_the_events_after_it_rebuild_the_drivers_model() {
-        let metric = Some(("acc".to_owned(), Mode::Max));
+        let metric = Objectives::one("acc", Mode::Max);
         let record =
             DriverFile { address: "127.0.0.1:1".into(), token: "t".into(), pid: 1, metrics: None };
         let broadcast =
@@ -568,7 +567,7 @@ mod tests {
             model.apply(&event);
         }
         let driver = &broadcast.state.lock().unwrap().0;
-        assert_eq!(model.metric, metric);
+        assert_eq!(model.objectives, metric);
         assert_eq!(model.trials().len(), 2);
         for (got, want) in model.trials().iter().zip(driver.trials()) {
             assert_eq!(got.id, want.id);

@@ -15,7 +15,7 @@ mod tensorboard;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rtune_searchers::{Metrics, Mode, Params, SchedulerStatus, SearchSpace, TrialStatus};
+use rtune_searchers::{Metrics, Params, SchedulerStatus, SearchSpace, TrialStatus};
 
 use crate::error::Result;
 
@@ -30,10 +30,8 @@ pub struct ExperimentInfo {
     pub path: PathBuf,
     /// Its name (the directory's).
     pub name: String,
-    /// The metric trials are compared by and its mode, where the sweep has one.
-    pub metric: Option<(String, Mode)>,
-    /// Every objective: the metric's alone where the sweep has one, none where it has none.
-    pub objectives: Vec<rtune_searchers::Objective>,
+    /// What trials are compared by: nothing, one metric and its mode, or several.
+    pub objectives: rtune_searchers::Objectives,
     /// The space trials' params are drawn from.
     pub param_space: SearchSpace,
     /// The sweep's settings (`tuner.json`'s, the space included) as flat keys and text values:

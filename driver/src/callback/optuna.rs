@@ -638,8 +638,7 @@ mod tests {
         ExperimentInfo {
             path: dir.join("sweep"),
             name: "sweep".into(),
-            metric: Some(("acc".into(), Mode::Max)),
-            objectives: vec![rtune_searchers::Objective { metric: "acc".into(), mode: Mode::Max }],
+            objectives: rtune_searchers::Objectives::one("acc", Mode::Max),
             param_space: SearchSpace::new()
                 .add("lr", loguniform(1e-4, 1e-1))
                 .add("opt", SearchSpace::new().add("kind", choice(["sgd", "adam"])))

@@ -3,7 +3,7 @@
 //! the searcher and scheduler. (A restored sweep's `TuneConfig` comes from its `tuner.json`:
 //! `experiment::Settings`.)
 
-use rtune_searchers::{Mode, Objective, Searcher, TrialScheduler};
+use rtune_searchers::{Mode, Objective, Objectives, Searcher, TrialScheduler};
 
 use crate::setting::{Problems, Setting};
 use serde::{Deserialize, Serialize};
@@ -119,10 +119,10 @@ impl Default for TuneSettings {
 impl TuneSettings {
     /// What the sweep optimises: nothing, one metric (`metric` and `mode`), or several
     /// (`objectives`), once [`problems`](Self::problems) has none.
-    pub fn objectives(&self) -> Vec<Objective> {
+    pub fn objectives(&self) -> Objectives {
         let one =
             self.metric.clone().zip(self.mode).map(|(metric, mode)| Objective { metric, mode });
-        one.into_iter().chain(self.objectives.iter().cloned()).collect()
+        one.into_iter().chain(self.objectives.iter().cloned()).collect::<Vec<_>>().into()
     }
 
     /// Every mistake in the settings, each naming its setting: the one check of them, which the
@@ -199,19 +199,6 @@ impl TuneSettings {
     pub fn check(&self) -> crate::error::Result<()> {
         crate::error::first(self.problems())
     }
-}
-
-/// The metric and mode of a sweep with one objective; None for none or several.
-pub fn single_metric(objectives: &[Objective]) -> Option<(String, Mode)> {
-    match objectives {
-        [one] => Some((one.metric.clone(), one.mode)),
-        _ => None,
-    }
-}
-
-/// A multi-objective sweep's objectives; empty for one or none.
-pub fn several(objectives: &[Objective]) -> Vec<Objective> {
-    if objectives.len() > 1 { objectives.to_vec() } else { Vec::new() }
 }
 
 /// How a sweep searches (Ray's `TuneConfig`): its settings, and the searcher and scheduler.

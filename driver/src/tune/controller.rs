@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rtune_searchers::{
-    Decision, Metrics, Objective, Params, SchedulerState, Searcher, SearcherState, Suggestion,
+    Decision, Metrics, Objectives, Params, SchedulerState, Searcher, SearcherState, Suggestion,
     TrialId, TrialScheduler, TrialStatus, TrialsView,
 };
 use serde::{Deserialize, Serialize};
@@ -29,7 +29,7 @@ use crate::setting::Setting;
 pub(crate) struct ControllerConfig {
     /// What to optimise: nothing, one metric and its mode, or several (a multi-objective
     /// sweep).
-    pub objectives: Vec<Objective>,
+    pub objectives: Objectives,
     /// Metrics every result reports that must be <= 0 for its trial to be feasible.
     pub constraints: Vec<String>,
     /// How many trials to create; `None` until the searcher is finished (or the time budget,
@@ -586,7 +586,7 @@ impl Controller {
             commands.push(Command::StopTrial(id));
             return Ok(());
         }
-        let wanted = self.config.objectives.iter().map(|o| (o.metric.as_str(), false));
+        let wanted = self.config.objectives.as_slice().iter().map(|o| (o.metric.as_str(), false));
         let mut wanted = wanted.chain(self.config.constraints.iter().map(|c| (c.as_str(), true)));
         if let Some((name, constraint)) = wanted.find(|(m, _)| !metrics.contains_key(*m)) {
             // The trial's own metrics first, then rtune's.
@@ -798,7 +798,7 @@ mod tests {
 
     fn config(num_samples: usize, max_concurrent_trials: usize) -> ControllerConfig {
         ControllerConfig {
-            objectives: vec![Objective { metric: "score".into(), mode: Mode::Max }],
+            objectives: Objectives::one("score", Mode::Max),
             constraints: Vec::new(),
             num_samples: Some(num_samples),
             max_concurrent_trials,

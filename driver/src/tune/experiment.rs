@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rtune_searchers::{Metrics, Mode, Params, SearchSpace, TrialId, TrialStatus, Value};
+use rtune_searchers::{
+    Metrics, Mode, Objectives, Params, SearchSpace, TrialId, TrialStatus, Value,
+};
 use serde::{Deserialize, Serialize};
 
 use super::config::{TuneConfig, TuneSettings};
@@ -177,11 +179,10 @@ pub(crate) struct SavedExperiment {
     pub format: u32,
     pub name: Option<String>,
     pub experiment_id: String,
-    pub metric: Option<String>,
-    pub mode: Option<Mode>,
-    /// A multi-objective sweep's objectives (its metric and mode are then null).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub objectives: Vec<rtune_searchers::Objective>,
+    /// What the sweep optimises (`metric` and `mode` for one objective, `objectives` for
+    /// several).
+    #[serde(flatten)]
+    pub objectives: Objectives,
     /// Metrics that must be <= 0 for a trial to be feasible.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<String>,
@@ -675,9 +676,7 @@ mod tests {
             format: FORMAT,
             name: Some("e".into()),
             experiment_id: "e".into(),
-            metric: None,
-            mode: None,
-            objectives: Vec::new(),
+            objectives: Objectives::default(),
             constraints: Vec::new(),
             checkpoint_score: None,
             rtune_version: "test".into(),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::{
     Column, CsvWriter, DataFrame, NamedFrom, ParquetWriter, PlSmallStr, SerWriter, Series,
 };
-use rtune_searchers::{Metrics, Mode, Objective, Params, TrialStatus, Value};
+use rtune_searchers::{Metrics, Mode, Objective, Objectives, Params, TrialStatus, Value};
 
 use super::experiment::{SweepState, read_experiment};
 use super::trial::TrialResult;
@@ -31,11 +31,9 @@ pub enum Scope {
 pub struct ResultGrid {
     /// The experiment directory.
     pub path: PathBuf,
-    pub metric: Option<String>,
-    pub mode: Option<Mode>,
-    /// A multi-objective sweep's objectives (`metric` and `mode` are then None); empty for
-    /// a sweep with one objective or none.
-    pub objectives: Vec<Objective>,
+    /// What the sweep optimises: nothing, one metric and its mode, or several (then trials
+    /// are judged by their Pareto front).
+    pub objectives: Objectives,
     /// Metrics that must be <= 0 for a trial to be feasible; the best trial and the Pareto
     /// front are chosen among feasible trials only.
     pub constraints: Vec<String>,
@@ -71,8 +69,6 @@ impl ResultGrid {
         }
         let grid = ResultGrid {
             path: path.to_owned(),
-            metric: saved.metric,
-            mode: saved.mode,
             objectives: saved.objectives,
             constraints: saved.constraints,
             checkpoint_score: saved.checkpoint_score,
@@ -100,7 +96,7 @@ impl ResultGrid {
             score_order: score.map_or(Mode::Max, |(_, order)| order),
             ..Default::default()
         };
-        let sweep = self.metric.as_deref().zip(self.mode);
+        let sweep = self.objectives.metric().zip(self.objectives.mode());
         config.ranking(metric.or(sweep), &self.constraints)
     }
 
@@ -197,65 +193,57 @@ impl ResultGrid {
         mode: Option<Mode>,
         caller: &'static str,
     ) -> Result<(&'a str, Mode)> {
-        let metric = metric.or(self.metric.as_deref()).ok_or_else(|| match self.objectives() {
-            several if several.len() > 1 => Error::config(
-                caller,
-                format!(
-                    "the sweep has {} objectives ({}): name the metric to rank by, or take the \
-                     trials of its Pareto front (pareto_front)",
-                    several.len(),
-                    several.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
+        let metric =
+            metric.or(self.objectives.metric()).ok_or_else(|| match self.objectives.several() {
+                [] => Error::config(caller, "no metric given and the sweep had none; name one"),
+                several => Error::config(
+                    caller,
+                    format!(
+                        "the sweep has {} objectives ({}): name the metric to rank by, or take \
+                         the trials of its Pareto front (pareto_front)",
+                        several.len(),
+                        several.iter().map(|o| o.metric.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
                 ),
-            ),
-            _ => Error::config(caller, "no metric given and the sweep had none; name one"),
-        })?;
-        let mode = mode.or(self.mode).ok_or_else(|| {
+            })?;
+        let mode = mode.or(self.objectives.mode()).ok_or_else(|| {
             Error::config(caller, "no mode given and the sweep had none; use Mode::Max or Min")
         })?;
         Ok((metric, mode))
     }
 
-    /// The sweep's objectives, each a metric and its mode: several, one (its metric and
-    /// mode) or none.
-    pub fn objectives(&self) -> Vec<(&str, Mode)> {
-        match (&self.metric, self.mode) {
-            (Some(metric), Some(mode)) => vec![(metric.as_str(), mode)],
-            _ => self.objectives.iter().map(|o| (o.metric.as_str(), o.mode)).collect(),
-        }
-    }
-
     /// The trials on the Pareto front of the sweep's objectives (a multi-objective sweep's);
     /// see [`pareto_front_by`](Self::pareto_front_by).
     pub fn pareto_front(&self) -> Result<Vec<&TrialResult>> {
-        let objectives = self.objectives();
-        if objectives.len() < 2 {
+        let objectives = self.objectives.several();
+        if objectives.is_empty() {
             return Err(Error::config(
                 "ResultGrid::pareto_front",
                 "the sweep had fewer than two objectives: name them (pareto_front_by), or take \
                  its best trial (best_result)",
             ));
         }
-        self.pareto_front_by(&objectives)
+        self.pareto_front_by(objectives)
     }
 
     /// The trials on the Pareto front of several objectives, each a metric and its mode
-    /// (e.g. `[("val_loss", Mode::Min), ("model_size", Mode::Min)]`), judged by each trial's
+    /// (`Objective { metric: "val_loss".into(), mode: Mode::Min }`, ..), judged by each trial's
     /// last result: those no other trial beats in one objective without doing worse in
     /// another. Trials without a finite value of every objective are left out.
-    pub fn pareto_front_by(&self, objectives: &[(&str, Mode)]) -> Result<Vec<&TrialResult>> {
+    pub fn pareto_front_by(&self, objectives: &[Objective]) -> Result<Vec<&TrialResult>> {
         if objectives.len() < 2 {
             return Err(Error::config(
                 "ResultGrid::pareto_front_by",
-                "give two objectives or more, e.g. [(\"val_loss\", Mode::Min), (\"size\", \
-                 Mode::Min)]; for one, use best_result_by",
+                "give two objectives or more (each a metric and its mode, e.g. val_loss and \
+                 Mode::Min); for one, use best_result_by",
             ));
         }
-        let modes: Vec<Mode> = objectives.iter().map(|(_, mode)| *mode).collect();
+        let modes: Vec<Mode> = objectives.iter().map(|o| o.mode).collect();
         let feasible: Vec<&TrialResult> = self.trials.iter().filter(|t| self.feasible(t)).collect();
         let front = rtune_searchers::pareto_front_where_finite(&feasible, &modes, |t, k| {
-            t.last(objectives[k].0)
+            t.last(&objectives[k].metric)
         });
-        let names: Vec<&str> = objectives.iter().map(|(m, _)| *m).collect();
+        let names: Vec<&str> = objectives.iter().map(|o| o.metric.as_str()).collect();
         let ranked = |t: &TrialResult| names.iter().all(|m| t.last(m).is_some());
         if front.is_empty() && self.trials.iter().any(ranked) && !feasible.iter().any(|t| ranked(t))
         {
@@ -313,7 +301,7 @@ impl ResultGrid {
         match filter_metric {
             None => self.table(None),
             Some(metric) => {
-                let mode = filter_mode.or(self.mode).ok_or_else(|| {
+                let mode = filter_mode.or(self.objectives.mode()).ok_or_else(|| {
                     Error::config("ResultGrid::get_dataframe", "filter_metric needs a mode")
                 })?;
                 self.table(Some((metric, mode)))
@@ -341,9 +329,9 @@ impl ResultGrid {
                 self.trials.iter().map(|t| t.bracket.map(|b| b as u32)).collect();
             columns.push(Column::new("bracket".into(), brackets));
         }
-        if let (Some(metric), Some(mode)) = (&self.metric, self.mode) {
+        if let Some(Objective { metric, mode }) = self.objectives.single() {
             let best: Vec<Option<f64>> =
-                self.trials.iter().map(|t| self.best_feasible(t, metric, mode)).collect();
+                self.trials.iter().map(|t| self.best_feasible(t, metric, *mode)).collect();
             columns.push(Column::new(format!("best/{metric}").into(), best));
         }
         if !self.constraints.is_empty() {
@@ -545,12 +533,14 @@ mod tests {
         }
     }
 
+    fn objectives(pairs: &[(&str, Mode)]) -> Vec<Objective> {
+        pairs.iter().map(|&(metric, mode)| Objective { metric: metric.into(), mode }).collect()
+    }
+
     fn grid() -> ResultGrid {
         ResultGrid {
             path: PathBuf::from("exp"),
-            metric: Some("acc".into()),
-            mode: Some(Mode::Max),
-            objectives: Vec::new(),
+            objectives: Objectives::one("acc", Mode::Max),
             constraints: Vec::new(),
             checkpoint_score: None,
             trials: vec![
@@ -579,7 +569,7 @@ mod tests {
         assert_eq!(g.best_result_by(None, Some(Mode::Min), Scope::Last).unwrap().trial_id, "a");
         let e = g.best_result_by(Some("f1"), None, Scope::Last).unwrap_err().to_string();
         assert!(e.contains("`f1`") && e.contains("acc, loss"), "{e}");
-        let no_metric = ResultGrid { metric: None, ..g };
+        let no_metric = ResultGrid { objectives: Objectives::default(), ..g };
         let e = no_metric.best_result().unwrap_err().to_string();
         assert!(e.contains("no metric"), "{e}");
     }
@@ -606,12 +596,14 @@ mod tests {
             ],
             ..grid()
         };
-        let front = g.pareto_front_by(&[("acc", Mode::Max), ("size", Mode::Min)]).unwrap();
+        let front =
+            g.pareto_front_by(&objectives(&[("acc", Mode::Max), ("size", Mode::Min)])).unwrap();
         let ids: Vec<&str> = front.iter().map(|t| t.trial_id.as_str()).collect();
         assert_eq!(ids, ["big", "small", "mid"]);
-        let e = g.pareto_front_by(&[("acc", Mode::Max)]).unwrap_err().to_string();
+        let e = g.pareto_front_by(&objectives(&[("acc", Mode::Max)])).unwrap_err().to_string();
         assert!(e.contains("two objectives"), "{e}");
-        let e = g.pareto_front_by(&[("acc", Mode::Max), ("f1", Mode::Max)]).unwrap_err();
+        let e =
+            g.pareto_front_by(&objectives(&[("acc", Mode::Max), ("f1", Mode::Max)])).unwrap_err();
         let e = e.to_string();
         assert!(e.contains("`acc`, `f1`") && e.contains("acc, size"), "{e}");
         // A sweep with one metric has no front of its own.
@@ -620,9 +612,7 @@ mod tests {
         // A multi-objective sweep: its own front, marked in the table; no single best.
         let objective = |metric: &str, mode| Objective { metric: metric.into(), mode };
         let g = ResultGrid {
-            metric: None,
-            mode: None,
-            objectives: vec![objective("acc", Mode::Max), objective("size", Mode::Min)],
+            objectives: vec![objective("acc", Mode::Max), objective("size", Mode::Min)].into(),
             ..g
         };
         let front: Vec<&str> = g.pareto_front().unwrap().iter().map(|t| t.trial_id()).collect();
@@ -716,14 +706,17 @@ mod tests {
             [Some(0.99), Some(0.7), Some(0.6), None]
         );
         // `over` would dominate both if it were feasible.
-        let front = g.pareto_front_by(&[("acc", Mode::Max), ("mem", Mode::Max)]).unwrap();
+        let front =
+            g.pareto_front_by(&objectives(&[("acc", Mode::Max), ("mem", Mode::Max)])).unwrap();
         let ids: Vec<&str> = front.iter().map(|t| t.trial_id()).collect();
         assert_eq!(ids, ["fits", "edge"]);
 
         let none = ResultGrid { trials: vec![g.trials[0].clone(), g.trials[3].clone()], ..g };
         let e = none.best_result().unwrap_err().to_string();
         assert!(e.contains("none of the 2 trials") && e.contains("(mem <= 0)"), "{e}");
-        let e = none.pareto_front_by(&[("acc", Mode::Max), ("mem", Mode::Min)]).unwrap_err();
+        let e = none
+            .pareto_front_by(&objectives(&[("acc", Mode::Max), ("mem", Mode::Min)]))
+            .unwrap_err();
         assert!(e.to_string().contains("ranks no feasible trial"), "{e}");
     }
 }

@@ -15,9 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rtune_searchers::{Objective, Params, TrialId, TrialStatus};
+use rtune_searchers::{Objectives, Params, TrialId, TrialStatus};
 
-use super::config::{several, single_metric};
 use tokio::sync::mpsc;
 
 use super::control::{Control, TrialRequest};
@@ -50,7 +49,7 @@ pub(super) struct Sweep {
     pub(super) path: PathBuf,
     pub(super) experiment: String,
     /// What the sweep optimises: nothing, one metric, or several.
-    pub(super) objectives: Vec<Objective>,
+    pub(super) objectives: Objectives,
     /// Metrics a trial's results must hold at <= 0 for it to be feasible.
     pub(super) constraints: Vec<String>,
     /// What trials are drawn from, and the sweep's settings (callbacks are told).
@@ -135,7 +134,6 @@ impl Sweep {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            metric: single_metric(&self.objectives),
             objectives: self.objectives.clone(),
             param_space: self.param_space.clone(),
             settings: self.settings.clone(),
@@ -286,13 +284,9 @@ impl Sweep {
             Ok((_, trials)) => trials,
             Err(e) => return Err(self.fatal.take().unwrap_or(e)),
         };
-        let (metric, mode) =
-            single_metric(&self.objectives).map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let grid = ResultGrid {
             path: self.path.clone(),
-            metric,
-            mode,
-            objectives: several(&self.objectives),
+            objectives: self.objectives.clone(),
             constraints: self.constraints.clone(),
             checkpoint_score: self.checkpoint_score(),
             trials: trials.into_values().collect(),
@@ -360,15 +354,11 @@ impl Sweep {
                 .collect();
             (trials, controller.snapshot())
         };
-        let (metric, mode) =
-            single_metric(&self.objectives).map_or((None, None), |(m, d)| (Some(m), Some(d)));
         let state = SavedExperiment {
             format: FORMAT,
             name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
             experiment_id: self.experiment.clone(),
-            metric,
-            mode,
-            objectives: several(&self.objectives),
+            objectives: self.objectives.clone(),
             constraints: self.constraints.clone(),
             checkpoint_score: self.checkpoint_score(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),

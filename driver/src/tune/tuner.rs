@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rtune_searchers::{BasicVariant, Fifo, Objective, SearchSpace, Searcher};
+use rtune_searchers::{BasicVariant, Fifo, SearchSpace, Searcher};
 
 use super::config::{Samples, TuneConfig};
 use super::control::Control;
@@ -205,7 +205,6 @@ impl Tuner {
         };
         let TuneConfig { settings, search_alg, scheduler } = tune;
         settings.check()?;
-        let objectives = settings.objectives();
         let num_samples = settings.num_samples.limit();
         // Known where samples are counted (PBT makes its whole population at once).
         let trial_limit = trial_count(&space, settings.num_samples, search_alg.as_deref())
@@ -231,7 +230,7 @@ impl Tuner {
             None => side_by_side(&trainer, cluster.as_ref()),
         };
         let config = ControllerConfig {
-            objectives: objectives.clone(),
+            objectives: settings.objectives(),
             constraints: settings.constraints.clone(),
             num_samples: trial_limit,
             max_concurrent_trials,
@@ -260,7 +259,6 @@ impl Tuner {
             config,
             searcher,
             scheduler,
-            objectives,
             time_budget,
             reuse_actors,
         })
@@ -278,10 +276,10 @@ impl Tuner {
             config,
             searcher,
             scheduler,
-            objectives,
             time_budget,
             reuse_actors,
         } = self.plan(driver)?;
+        let objectives = config.objectives.clone();
         let path = match &restoring {
             Some((path, _)) => path.clone(),
             None => new_experiment_path(&run)?,
@@ -386,7 +384,6 @@ struct Plan {
     config: ControllerConfig,
     searcher: Box<dyn Searcher>,
     scheduler: Box<dyn rtune_searchers::TrialScheduler>,
-    objectives: Vec<Objective>,
     time_budget: Option<Duration>,
     reuse_actors: bool,
 }

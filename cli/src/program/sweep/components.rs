@@ -562,17 +562,19 @@ pub(super) fn check_components(spec: &Tuning<'_>, root: &Item, report: &mut Repo
             );
         }
     }
-    let target = spec.tune.metric.as_deref().zip(spec.tune.mode);
-    let several = &spec.tune.objectives;
+    let objectives = spec.tune.objectives();
+    let target = objectives.single();
     let mut checks: Vec<(&str, rtune_searchers::Result<()>)> = Vec::new();
     // (Several objectives with a searcher or scheduler that takes one are named when read.)
     if let Some(mut searcher) = searcher {
         let metric = match target {
-            Some((metric, mode)) => searcher.set_metric(metric, mode),
-            None if several.len() > 1 => match searcher.set_objectives(several) {
-                Err(rtune_searchers::Error::SingleObjective { .. }) => Ok(()),
-                other => other,
-            },
+            Some(one) => searcher.set_metric(&one.metric, one.mode),
+            None if !objectives.several().is_empty() => {
+                match searcher.set_objectives(objectives.several()) {
+                    Err(rtune_searchers::Error::SingleObjective { .. }) => Ok(()),
+                    other => other,
+                }
+            }
             None => Ok(()),
         };
         let constraints = &spec.tune.constraints;
@@ -583,7 +585,7 @@ pub(super) fn check_components(spec: &Tuning<'_>, root: &Item, report: &mut Repo
         checks.push(("search", searcher.validate().and(metric).and(constrained)));
     }
     if let Some(mut scheduler) = spec.scheduler() {
-        let metric = target.map_or(Ok(()), |(metric, mode)| scheduler.set_metric(metric, mode));
+        let metric = target.map_or(Ok(()), |one| scheduler.set_metric(&one.metric, one.mode));
         checks.push(("scheduler", scheduler.validate().and(metric)));
     }
     for (section, result) in checks {

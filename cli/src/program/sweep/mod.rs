@@ -58,7 +58,7 @@ mod guesses;
 pub(crate) mod keys;
 mod space;
 
-use rtune_searchers::{Mode, Objective, SearchSpace};
+use rtune_searchers::{Mode, Objective, Objectives, SearchSpace};
 
 use super::registry::Trainables;
 use crate::doc::{self, Item, Kind, Origin, Problems, Report, Source};
@@ -70,10 +70,7 @@ use rtune_driver::error::Error;
 use rtune_driver::setting::{Field, Setting};
 use rtune_driver::train::CommandTrainable;
 use rtune_driver::train::TorchTrainer;
-use rtune_driver::tune::{
-    Control, Samples, TuneConfig, TuneSettings, Tuner,
-    config::{several, single_metric},
-};
+use rtune_driver::tune::{Control, Samples, TuneConfig, TuneSettings, Tuner};
 use space::{param_origin, read_space};
 
 /// A valid sweep file.
@@ -216,16 +213,16 @@ fn read_root(
     // None where metric or mode is not written; empty where what is written is a mistake
     // (reported).
     let written = read_objectives(file.metric, file.mode, report);
-    let objectives = written.clone().unwrap_or_default();
+    let objectives = Objectives::from(written.clone().unwrap_or_default());
     // No objective to rank by: none written, or a metric without its mode (or a mode without
     // its metric), which is said where it is written and where it is needed.
     let unranked = written.is_none() || file.metric.is_some() != file.mode.is_some();
     let search = read_component(file.search, "search", SEARCHERS, AUTO, report);
     let scheduler = read_component(file.scheduler, "scheduler", SCHEDULERS, "fifo", report);
     let tune = TuneSettings {
-        metric: single_metric(&objectives).map(|(metric, _)| metric),
-        mode: single_metric(&objectives).map(|(_, mode)| mode),
-        objectives: several(&objectives),
+        metric: objectives.metric().map(str::to_owned),
+        mode: objectives.mode(),
+        objectives: objectives.several().to_vec(),
         ..file.tune.clone()
     };
     // `auto` (the default) is the searcher it picks from here on; the start line says why.

@@ -250,7 +250,7 @@ pub fn watch(dir: &Path) -> anyhow::Result<()> {
     );
     let mut remote = super::stream::attach(dir);
     let mut model = match remote {
-        Some(_) => Model::new(String::new(), dir.to_owned(), None),
+        Some(_) => Model::new(String::new(), dir.to_owned(), Default::default()),
         None => Model::read(dir)?,
     };
     let mut view = View { sort: 3, descending: true, live: remote.is_some(), ..View::default() };

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
-use rtune_searchers::{Metrics, Mode, Params, TrialStatus};
+use rtune_searchers::{Metrics, Mode, Objectives, Params, TrialStatus};
 
 use super::{Action, on_key, view};
 use crate::ui::model::{Event, Model, View};
@@ -28,7 +28,7 @@ fn result(iteration: f64, acc: f64) -> Metrics {
 
 /// Three trials: 0 ends at acc 0.5, 1 runs at 0.9 (the best), 2 failed.
 fn model() -> Model {
-    let mut m = Model::new("demo".into(), "/tmp/demo".into(), Some(("acc".into(), Mode::Max)));
+    let mut m = Model::new("demo".into(), "/tmp/demo".into(), Objectives::one("acc", Mode::Max));
     m.total = Some(5);
     m.per_trial = (2.0, 0.0);
     m.capacity = (4.0, 0.0);
@@ -174,7 +174,7 @@ fn a_small_terminal_gets_a_message() {
 
 #[test]
 fn ten_thousand_trials_draw_only_what_fits() {
-    let mut m = Model::new("big".into(), "/tmp/big".into(), Some(("acc".into(), Mode::Max)));
+    let mut m = Model::new("big".into(), "/tmp/big".into(), Objectives::one("acc", Mode::Max));
     for i in 0..10_000 {
         let t = info(i, 1e-3 * (i % 97) as f64);
         m.apply(&Event::Result(t, result(1.0, (i % 1000) as f64 / 1000.0)));
@@ -224,7 +224,7 @@ fn a_failed_trials_log_shows_the_errors_first_line_then_the_log() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("logs")).unwrap();
     std::fs::write(dir.path().join("logs/rank_0.stderr"), "one\ntwo\nthree\n").unwrap();
-    let mut m = Model::new("demo".into(), "/tmp/demo".into(), None);
+    let mut m = Model::new("demo".into(), "/tmp/demo".into(), Objectives::default());
     let mut failed = info(0, 0.1);
     failed.path = dir.path().to_owned();
     let torch = "rank 0 (attempt 0): Internal torch error: CUDA out of memory.\nException raised \
@@ -328,8 +328,12 @@ fn a_narrow_terminal_shows_ids_statuses_and_keys_whole() {
 /// objective, and sorting by that column puts the front first.
 #[test]
 fn a_multi_objective_sweep_marks_its_front() {
-    let mut m = Model::new("moo".into(), "/tmp/moo".into(), None);
-    m.objectives = vec![("loss".into(), Mode::Min), ("size".into(), Mode::Min)];
+    let mut m = Model::new("moo".into(), "/tmp/moo".into(), Objectives::default());
+    m.objectives = vec![
+        rtune_searchers::Objective { metric: "loss".into(), mode: Mode::Min },
+        rtune_searchers::Objective { metric: "size".into(), mode: Mode::Min },
+    ]
+    .into();
     let point = |loss: f64, size: f64| -> Metrics {
         [
             ("training_iteration".to_owned(), 1.0),

@@ -198,13 +198,13 @@ fn render_header(frame: &mut Frame<'_>, area: Rect, model: &Model) {
         counts.push(Span::raw(format!("{} PENDING ", model.pending())));
     }
     if model.objectives.len() > 1 {
-        let names: Vec<&str> = model.objectives.iter().map(|(m, _)| m.as_str()).collect();
+        let names: Vec<&str> = model.objectives.iter().map(|o| o.metric.as_str()).collect();
         counts.push(Span::styled(
             format!("· Pareto front of {}: {} trials", names.join(", "), model.front().len()),
             Style::default().fg(Color::Green),
         ));
     }
-    if let (Some(best), Some((metric, _))) = (model.best(), &model.metric) {
+    if let (Some(best), Some(metric)) = (model.best(), model.objectives.metric()) {
         let t = &model.trials()[best];
         let v = t.last.get(metric).copied().unwrap_or(f64::NAN);
         counts.push(Span::styled(

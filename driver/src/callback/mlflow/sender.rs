@@ -429,8 +429,8 @@ impl Sender {
 
     /// The best trial by the sweep's metric (its last value), with its last metrics and step.
     fn best(&self, info: &ExperimentInfo) -> Option<(String, BTreeMap<String, f64>, i64)> {
-        let (metric, mode) = info.metric.as_ref()?;
-        let better = |a: f64, b: f64| if *mode == Mode::Max { a > b } else { a < b };
+        let (metric, mode) = (info.objectives.metric()?, info.objectives.mode()?);
+        let better = |a: f64, b: f64| if mode == Mode::Max { a > b } else { a < b };
         let mut best: Option<(&String, &SavedTrial, f64)> = None;
         for (id, t) in &self.saved.trials {
             let Some(&v) = t.last.get(metric).filter(|v| v.is_finite()) else { continue };
