@@ -419,19 +419,8 @@ impl CheckpointConfig {
         sweep: Option<(&str, Mode)>,
         constraints: &[String],
     ) -> CheckpointRanking {
-        match (&self.score_attribute, sweep) {
-            (Some(attribute), _) => CheckpointRanking::By {
-                metric: attribute.clone(),
-                mode: self.score_order,
-                constraints: Vec::new(),
-            },
-            (None, Some((metric, mode))) => CheckpointRanking::By {
-                metric: metric.to_owned(),
-                mode,
-                constraints: constraints.to_vec(),
-            },
-            (None, None) => CheckpointRanking::Latest,
-        }
+        let score = self.score_attribute.as_deref().map(|attribute| (attribute, self.score_order));
+        CheckpointRanking::of(score, sweep, constraints)
     }
 
     pub fn new() -> Self {

@@ -111,6 +111,29 @@ pub enum CheckpointRanking {
 }
 
 impl CheckpointRanking {
+    /// The rule: by `score` (a checkpoint score attribute and its order) when there is one,
+    /// else by `sweep`'s metric and mode among reports that meet `constraints`, else the
+    /// latest.
+    pub fn of(
+        score: Option<(&str, Mode)>,
+        sweep: Option<(&str, Mode)>,
+        constraints: &[String],
+    ) -> CheckpointRanking {
+        match (score, sweep) {
+            (Some((attribute, order)), _) => CheckpointRanking::By {
+                metric: attribute.to_owned(),
+                mode: order,
+                constraints: Vec::new(),
+            },
+            (None, Some((metric, mode))) => CheckpointRanking::By {
+                metric: metric.to_owned(),
+                mode,
+                constraints: constraints.to_vec(),
+            },
+            (None, None) => CheckpointRanking::Latest,
+        }
+    }
+
     /// The best of `kept` (checkpoints with the metrics of their reports) by this rule; None
     /// when the rule picks none (`Latest`, or no report qualifies): then the latest is best.
     pub fn best<'k>(&self, kept: &'k [(Checkpoint, Metrics)]) -> Option<&'k (Checkpoint, Metrics)> {

@@ -90,14 +90,10 @@ impl ResultGrid {
     /// score when it has one, else by `metric` and its mode (the sweep's metric when None)
     /// among reports that meet the sweep's constraints, else the latest.
     pub fn checkpoint_ranking(&self, metric: Option<(&str, Mode)>) -> CheckpointRanking {
-        let score = self.checkpoint_score.clone();
-        let config = crate::config::CheckpointConfig {
-            score_attribute: score.as_ref().map(|(attribute, _)| attribute.clone()),
-            score_order: score.map_or(Mode::Max, |(_, order)| order),
-            ..Default::default()
-        };
+        let score =
+            self.checkpoint_score.as_ref().map(|(attribute, order)| (attribute.as_str(), *order));
         let sweep = self.objectives.metric().zip(self.objectives.mode());
-        config.ranking(metric.or(sweep), &self.constraints)
+        CheckpointRanking::of(score, metric.or(sweep), &self.constraints)
     }
 
     /// The best trial by the sweep's own metric and mode, comparing each trial's last result
