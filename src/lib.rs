@@ -136,7 +136,7 @@ pub use polars;
 /// Sweeps (Ray Tune): the `Tuner`, its settings, and what it returns.
 pub mod tune {
     pub use rtune_driver::tune::{
-        Control, ResultGrid, Samples, Scope, TrialResult, TuneConfig, Tuner,
+        Checked, Control, ResultGrid, Samples, Scope, TrialResult, TuneConfig, Tuner,
     };
 }
 

@@ -783,9 +783,7 @@ mod tests {
             path: "x".into(),
             name: "x".into(),
             objectives: rtune_searchers::Objectives::one("acc", Mode::Max),
-            param_space: Default::default(),
-            settings: Default::default(),
-            restored: false,
+            ..Default::default()
         };
         monitor.on_experiment_begin(&info).unwrap();
         let (a, b) = (trial("a"), trial("b"));

@@ -793,6 +793,8 @@ pub fn tui_in_a_real_terminal() -> Result<()> {
     )?;
     let screen = tmux.wait_for_screen("run", &["rtune · curves", "RUNNING", "x stop sweep"])?;
     ensure!(screen.contains("score by iteration"), "{screen}");
+    // What the sweep's begin event says: trials not made yet are pending, the pool's bar.
+    ensure!(screen.contains(" PENDING") && screen.contains("CPU "), "{screen}");
     // The scheduler's view: ASHA's first rung (grace_period 2) once a trial has reached it.
     tmux.wait_for_screen("run", &["ASHA rungs", "t≥     2"])?;
     // The state file names the trials watch will show.
@@ -1327,7 +1329,7 @@ pub fn exit_codes_follow_the_table() -> Result<()> {
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     ensure!(
-        said.contains("valid; it runs 12 trials of `synthetic-curve` (1 worker each)"),
+        said.contains("valid; it runs 12 trials of `synthetic-curve` (1 worker each, 1 at a time)"),
         "{said}"
     );
     ensure!(std::fs::read_dir(d)?.next().is_none(), "validate made something in {d}");

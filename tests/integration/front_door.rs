@@ -250,11 +250,12 @@ mode = "min"
 /// `rtune validate --keys` the keys of a sweep file.
 pub fn validate_prints_the_plan_and_builtins_list_the_trainables() -> Result<()> {
     let sweep = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sweeps/digits_tpe_asha.toml");
-    let out = rtune(&["validate", sweep, "--set", "param_space.hidden=64"])?;
+    let set = ["--set", "param_space.hidden=64", "--set", "tune.max_concurrent_trials=3"];
+    let out = rtune(&[&["validate", sweep][..], &set].concat())?;
     ensure!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     for wanted in [
-        "valid; it runs 16 trials of `digits-mlp` (2 workers each)",
+        "valid; it runs 16 trials of `digits-mlp` (2 workers each, 3 at a time)",
         "  lr          searched  { loguniform = [0.0001, 0.03] }",
         "  hidden      constant  64",
         "  batch_size  searched  { choice = [16, 32, 64, 128] }",

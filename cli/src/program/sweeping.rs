@@ -104,7 +104,7 @@ pub(super) fn run(
     say!(
         "sweep {} ({}, search {}) in {}",
         source.name,
-        samples(&spec),
+        samples(spec.trial_count()),
         spec.search_said(),
         path.display()
     );
@@ -145,12 +145,13 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> R
     let (source, spec) = read_spec(file, sets, registry, true)?;
     let mut run = spec.run_config();
     run.name = Some(spec.run.name.clone().unwrap_or_else(|| "validate".into()));
-    spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
+    let checked = spec.tuner(run.clone(), Control::new()).validate().map_err(in_sweep_terms)?;
     let trainable = spec.builtin.as_deref().map_or("a command".to_owned(), |b| format!("`{b}`"));
     say!(
-        "{}: valid; it runs {} of {trainable} ({}) with search {} and scheduler `{}`",
+        "{}: valid; it runs {} of {trainable} ({}, {} at a time) with search {} and scheduler \
+         `{}`",
         source.name,
-        samples(&spec),
+        samples(checked.trials),
         match spec.scaling.num_workers {
             _ if spec.scaling.is_elastic() => format!(
                 "elastic groups of {} to {} workers",
@@ -161,6 +162,7 @@ pub(super) fn validate(file: &Path, sets: &[String], registry: &Trainables) -> R
             1 => "1 worker each".to_owned(),
             n => format!("{n} workers each"),
         },
+        checked.max_concurrent_trials,
         spec.search_said(),
         spec.scheduler.kind
     );
@@ -342,8 +344,8 @@ pub(super) fn trainable(dir: &Path, registry: &Trainables) -> Option<String> {
 }
 
 /// `12 trials`, `1 trial`, or `trials until the time budget is spent`.
-fn samples(spec: &SweepSpec) -> String {
-    match spec.trial_count() {
+fn samples(trials: Option<u64>) -> String {
+    match trials {
         None => "trials until the time budget is spent".into(),
         Some(1) => "1 trial".into(),
         Some(n) => format!("{n} trials"),
@@ -362,20 +364,8 @@ fn reporting(
     control: &Control,
     ended: Vec<ui::model::TrialRow>,
 ) -> Result<(RunConfig, Screen), Exit> {
-    let objectives = spec.tune.objectives();
-    let total = spec.trial_count();
-    let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), objectives.clone());
-    model.total = total;
-    model.time_budget_s = spec.tune.time_budget_s;
-    let scaling = &spec.scaling;
-    let workers = scaling.ranks() as f64;
-    model.per_trial = (scaling.cpus_per_worker() * workers, scaling.gpus_per_worker() * workers);
-    model.elastic = scaling.is_elastic().then(|| (scaling.ranks(), scaling.max_ranks()));
-    if spec.run.cluster.is_none()
-        && let Ok(node) = rtune_driver::cluster::local_node()
-    {
-        model.capacity = (node.resources.cpu, node.resources.gpu);
-    }
+    // The rest of what is shown comes with the sweep's begin event.
+    let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), Default::default());
     model.set_trials(ended);
     let mut run = run;
     let metrics = metrics_endpoint(spec, output)?;
@@ -406,12 +396,11 @@ fn reporting(
             None
         }
     };
-    let progress =
-        ui::progress::Progress::new(std::io::stdout(), Duration::from_secs(5), objectives, total);
+    let progress = ui::progress::Progress::new(std::io::stdout(), Duration::from_secs(5));
     let metrics = metrics.map(|(server, _)| server);
     // Local mode's train function prints to this terminal: plain lines, not a screen.
-    if output.no_tui || scaling.is_local() || !std::io::stdout().is_terminal() {
-        progress.know(model.into_trials());
+    if output.no_tui || spec.scaling.is_local() || !std::io::stdout().is_terminal() {
+        progress.know(model);
         let screen = Screen { ui: None, server, metrics };
         return Ok((run.callback(ui::model::Following(progress)), screen));
     }

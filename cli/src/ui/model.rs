@@ -202,9 +202,26 @@ impl Model {
         &mut self.trials[index]
     }
 
+    /// What the sweep's begin event says of it: all the header shows besides its trials.
+    fn begin(&mut self, experiment: &ExperimentInfo) {
+        self.name = experiment.name.clone();
+        self.path = experiment.path.clone();
+        self.objectives = experiment.objectives.clone();
+        self.total = experiment.trials;
+        self.time_budget_s = experiment.time_budget_s;
+        let scaling = &experiment.scaling;
+        let ranks = scaling.ranks() as f64;
+        self.per_trial = (scaling.cpus_per_worker() * ranks, scaling.gpus_per_worker() * ranks);
+        self.elastic = scaling.is_elastic().then(|| (scaling.ranks(), scaling.max_ranks()));
+        if let Some(capacity) = &experiment.capacity {
+            self.capacity = (capacity.cpu, capacity.gpu);
+        }
+    }
+
     /// A live sweep's event.
     pub fn apply(&mut self, event: &Event) {
         match event {
+            Event::Begin(experiment) => self.begin(experiment),
             Event::Start(t) => self.row(t).status = TrialStatus::Running,
             Event::Result(t, metrics) => {
                 let metric = self.charted().map(str::to_owned);
@@ -453,6 +470,8 @@ fn tail(path: &Path, n: usize) -> Vec<String> {
 /// A live sweep's events, as its callbacks hear them.
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// The sweep begins, in its experiment directory (which exists now).
+    Begin(Box<ExperimentInfo>),
     /// Made, waiting for its resources (PENDING).
     Add(TrialInfo),
     Start(TrialInfo),
@@ -468,20 +487,12 @@ pub enum Event {
 pub(crate) trait Follow: Send + Sync {
     /// Its name in error messages.
     fn name(&self) -> &'static str;
-    /// The sweep begins in its experiment directory `path` (which exists now).
-    fn begin(&self, path: &Path) -> Result<()> {
-        let _ = path;
-        Ok(())
-    }
     fn follow(&self, event: Event);
 }
 
 impl<F: Follow + ?Sized> Follow for std::sync::Arc<F> {
     fn name(&self) -> &'static str {
         (**self).name()
-    }
-    fn begin(&self, path: &Path) -> Result<()> {
-        (**self).begin(path)
     }
     fn follow(&self, event: Event) {
         (**self).follow(event)
@@ -496,7 +507,8 @@ impl<F: Follow> Callback for Following<F> {
         self.0.name().into()
     }
     fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
-        self.0.begin(&experiment.path)
+        self.0.follow(Event::Begin(Box::new(experiment.clone())));
+        Ok(())
     }
     fn on_trial_add(&self, trial: &TrialInfo) -> Result<()> {
         self.0.follow(Event::Add(trial.clone()));

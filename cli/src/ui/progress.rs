@@ -12,7 +12,7 @@ use rtune_searchers::Metrics;
 use rtune_driver::outcome::error_summary;
 
 use super::format::{clock, counts, number};
-use super::model::{Event, Follow, Model, TrialRow};
+use super::model::{Event, Follow, Model};
 
 struct Board<W> {
     model: Model,
@@ -30,24 +30,19 @@ pub struct Progress<W: Write + Send> {
 }
 
 impl<W: Write + Send> Progress<W> {
-    /// A status block at most every `every`; `total` trials when known.
-    pub fn new(
-        out: W,
-        every: Duration,
-        objectives: rtune_searchers::Objectives,
-        total: Option<u64>,
-    ) -> Self {
-        let mut model = Model::new(String::new(), PathBuf::new(), objectives);
-        model.total = total;
+    /// A status block at most every `every`. What the sweep optimises and how many trials it
+    /// runs come with its begin event.
+    pub fn new(out: W, every: Duration) -> Self {
+        let model = Model::new(String::new(), PathBuf::new(), Default::default());
         let board = Board { model, last_block: None, out, same_failure_said: false };
         Progress { began: Instant::now(), every, board: Mutex::new(board) }
     }
 
-    /// The trials known so far (ended before this driver began, or seen by the terminal UI
-    /// before the viewer left it), counted in the status.
-    pub(crate) fn know(&self, trials: Vec<TrialRow>) {
+    /// The sweep as known so far (its trials that ended before this driver began, or all the
+    /// terminal UI saw before the viewer left it): the lines go on from it.
+    pub(crate) fn know(&self, model: Model) {
         self.with_board(|board| {
-            board.model.set_trials(trials);
+            board.model = model;
             Ok(())
         });
     }
@@ -122,6 +117,9 @@ impl<W: Write + Send> Follow for Progress<W> {
                 return self.block(board);
             }
             board.model.apply(&event);
+            if let Event::Begin(_) = event {
+                return Ok(());
+            }
             let last = |t: &rtune_driver::callback::TrialInfo| {
                 board.model.get(&t.trial_id).map(|r| r.last.clone()).unwrap_or_default()
             };

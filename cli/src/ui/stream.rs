@@ -59,6 +59,18 @@ impl Broadcast {
         let update = proto::SweepUpdate { update: Some(sweep_update::Update::Snapshot(snapshot)) };
         (update, self.events.subscribe())
     }
+
+    /// The experiment directory exists: `driver.json` tells `rtune watch` where to follow.
+    /// Watching is a convenience: a `driver.json` that cannot be written is said in the log,
+    /// and the sweep runs on without it.
+    fn advertise(&self, path: &Path) {
+        let file = path.join(DRIVER_FILE);
+        let json = serde_json::to_vec_pretty(&self.record).expect("the record serialises");
+        match rtune_driver::storage::atomic_write_private(&file, &json) {
+            Ok(()) => self.written.store(true, std::sync::atomic::Ordering::SeqCst),
+            Err(e) => tracing::warn!("rtune watch cannot follow this sweep: {e}"),
+        }
+    }
 }
 
 impl Follow for Broadcast {
@@ -66,22 +78,15 @@ impl Follow for Broadcast {
         "watch stream"
     }
 
-    /// The experiment directory exists: `driver.json` tells `rtune watch` where to follow.
-    /// Watching is a convenience: a `driver.json` that cannot be written is said in the log,
-    /// and the sweep runs on without it.
-    fn begin(&self, path: &Path) -> rtune_driver::error::Result<()> {
-        let file = path.join(DRIVER_FILE);
-        let json = serde_json::to_vec_pretty(&self.record).expect("the record serialises");
-        match rtune_driver::storage::atomic_write_private(&file, &json) {
-            Ok(()) => self.written.store(true, std::sync::atomic::Ordering::SeqCst),
-            Err(e) => tracing::warn!("rtune watch cannot follow this sweep: {e}"),
-        }
-        Ok(())
-    }
-
     fn follow(&self, event: Event) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.0.apply(&event);
+        if let Event::Begin(experiment) = &event {
+            // Before this `rtune watch` cannot find the driver, so nobody follows yet: a
+            // watcher's first snapshot is taken after this event.
+            self.advertise(&experiment.path);
+            return;
+        }
         // Most of a sweep nobody watches: no wire message is made for no one.
         if self.events.receiver_count() > 0 {
             let _ = self.events.send(Arc::new(event_to_proto(&event)));
@@ -411,6 +416,7 @@ fn event_to_proto(event: &Event) -> proto::TrialEvent {
             ..make(Kind::Scheduler, None)
         },
         Event::End => make(Kind::End, None),
+        Event::Begin(_) => unreachable!("the begin event is in a watcher's first snapshot"),
     }
 }
 

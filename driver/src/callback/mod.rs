@@ -23,8 +23,9 @@ pub use mlflow::{MlflowLogger, TRACKING_URI_ENV};
 pub use optuna::OptunaJournal;
 pub use tensorboard::TensorBoardLogger;
 
-/// The sweep as callbacks see it when it begins.
-#[derive(Debug, Clone)]
+/// The sweep as callbacks see it when it begins: all a view of it (the terminal UI, the
+/// progress lines, a tracker) needs to know before its first trial.
+#[derive(Debug, Clone, Default)]
 pub struct ExperimentInfo {
     /// Its directory, which exists now.
     pub path: PathBuf,
@@ -39,6 +40,16 @@ pub struct ExperimentInfo {
     pub settings: std::collections::BTreeMap<String, String>,
     /// A restored sweep going on: its trials so far are in its directory.
     pub restored: bool,
+    /// The trials it was set up for, as Ray counts them (a grid times `num_samples`); None:
+    /// until its time budget is spent or its searcher has no more.
+    pub trials: Option<u64>,
+    /// Its time budget, in seconds (for all its drivers together).
+    pub time_budget_s: Option<f64>,
+    /// How each trial's workers are placed: their resources, their ranks, an elastic range.
+    pub scaling: crate::config::ScalingConfig,
+    /// What its trials share when they run on this machine: its CPUs and GPUs (None on a
+    /// cluster, whose size is the head's to say).
+    pub capacity: Option<crate::cluster::pool::Resources>,
 }
 
 /// A trial as callbacks see it.

@@ -643,8 +643,8 @@ mod tests {
                 .add("lr", loguniform(1e-4, 1e-1))
                 .add("opt", SearchSpace::new().add("kind", choice(["sgd", "adam"])))
                 .add("epochs", 3),
-            settings: Default::default(),
             restored,
+            ..Default::default()
         }
     }
 

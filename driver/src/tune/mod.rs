@@ -33,4 +33,4 @@ pub use experiment::{
 };
 pub use result_grid::{ResultGrid, Scope};
 pub use trial::TrialResult;
-pub use tuner::{Tuner, trial_count};
+pub use tuner::{Checked, Tuner, trial_count};

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rtune_searchers::{Objectives, Params, TrialId, TrialStatus};
+use rtune_searchers::{Params, TrialId, TrialStatus};
 
 use tokio::sync::mpsc;
 
@@ -48,15 +48,11 @@ pub(super) struct Sweep {
     pub(super) run: RunConfig,
     pub(super) path: PathBuf,
     pub(super) experiment: String,
-    /// What the sweep optimises: nothing, one metric, or several.
-    pub(super) objectives: Objectives,
+    /// The sweep as callbacks are told it when it begins: its objectives, its space and
+    /// settings, whether an earlier driver ran it, its trial count and scaling.
+    pub(super) info: ExperimentInfo,
     /// Metrics a trial's results must hold at <= 0 for it to be feasible.
     pub(super) constraints: Vec<String>,
-    /// What trials are drawn from, and the sweep's settings (callbacks are told).
-    pub(super) param_space: rtune_searchers::SearchSpace,
-    pub(super) settings: BTreeMap<String, String>,
-    /// Restored: an earlier driver ran this sweep.
-    pub(super) restored: bool,
     pub(super) time_budget: Option<Duration>,
     /// Time spent by earlier drivers of a restored sweep.
     pub(super) spent_before: Duration,
@@ -127,18 +123,7 @@ impl Sweep {
         let log = self.path.join(DRIVER_LOG);
         let _log = crate::log::tee_to(&log).map_err(|e| Error::io(&log, e))?;
         tracing::info!("sweep {} in {}", self.experiment, self.path.display());
-        let experiment = ExperimentInfo {
-            path: self.path.clone(),
-            name: self
-                .path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            objectives: self.objectives.clone(),
-            param_space: self.param_space.clone(),
-            settings: self.settings.clone(),
-            restored: self.restored,
-        };
+        let experiment = self.info.clone();
         self.call_back(|c| c.on_experiment_begin(&experiment));
         if let Some(e) = self.fatal.take() {
             // A callback that cannot begin (a tracker refusing its settings): nothing runs.
@@ -286,7 +271,7 @@ impl Sweep {
         };
         let grid = ResultGrid {
             path: self.path.clone(),
-            objectives: self.objectives.clone(),
+            objectives: self.info.objectives.clone(),
             constraints: self.constraints.clone(),
             checkpoint_score: self.checkpoint_score(),
             trials: trials.into_values().collect(),
@@ -358,7 +343,7 @@ impl Sweep {
             format: FORMAT,
             name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
             experiment_id: self.experiment.clone(),
-            objectives: self.objectives.clone(),
+            objectives: self.info.objectives.clone(),
             constraints: self.constraints.clone(),
             checkpoint_score: self.checkpoint_score(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),

@@ -26,7 +26,8 @@ use super::lease::Lease;
 use super::result_grid::ResultGrid;
 use super::sweep::{Snapshots, Sweep};
 use super::trial_task::Running;
-use crate::cluster::pool::PoolStatus;
+use crate::callback::ExperimentInfo;
+use crate::cluster::pool::{PoolStatus, Resources};
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
 use crate::runtime::Driver;
@@ -143,14 +144,21 @@ impl Tuner {
 
     /// Checks everything `fit` checks before it makes the experiment's directory or starts a
     /// trial (the settings, the trainer, whether a trial fits the machine or the cluster, the
-    /// searcher and scheduler), and does nothing else: `rtune validate`.
-    pub fn validate(self) -> Result<()> {
+    /// searcher and scheduler), and does nothing else: `rtune validate`. Says what `fit`
+    /// would run.
+    pub fn validate(self) -> Result<Checked> {
         let driver = Driver::get()?;
         let plan = self.plan(driver)?;
+        let checked = Checked {
+            trials: plan.saved.trials,
+            max_concurrent_trials: plan.config.max_concurrent_trials,
+            search_alg: plan.saved.search_alg.clone(),
+            scheduler: plan.saved.scheduler.clone(),
+        };
         if plan.restoring.is_none() {
             Controller::new(plan.config, plan.searcher, plan.scheduler)?;
         }
-        Ok(())
+        Ok(checked)
     }
 
     /// The checked settings of the sweep (see `validate`).
@@ -222,6 +230,15 @@ impl Tuner {
             ),
         };
         let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
+        let capacity = match &cluster {
+            None => crate::cluster::local_node().ok().map(|node| node.resources),
+            Some(status) => status.as_ref().map(|status| {
+                let alive = status.nodes.iter().filter(|n| n.alive);
+                alive.fold(Resources::new(), |all, n| {
+                    Resources::new().cpu(all.cpu + n.total.cpu).gpu(all.gpu + n.total.gpu)
+                })
+            }),
+        };
         let time_budget = settings.time_budget_s.map(Duration::from_secs_f64);
         let max_concurrent_trials = match settings.max_concurrent_trials {
             // Local mode runs each trial in this process: one at a time.
@@ -261,6 +278,7 @@ impl Tuner {
             scheduler,
             time_budget,
             reuse_actors,
+            capacity,
         })
     }
 
@@ -278,6 +296,7 @@ impl Tuner {
             scheduler,
             time_budget,
             reuse_actors,
+            capacity,
         } = self.plan(driver)?;
         let objectives = config.objectives.clone();
         let path = match &restoring {
@@ -313,8 +332,18 @@ impl Tuner {
         lease.guard(control.clone());
         // The datasets are read and the preprocessor fitted once, for every trial.
         let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
-        let param_space = saved.param_space.clone();
-        let settings = saved.flat();
+        let info = ExperimentInfo {
+            name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            path: path.clone(),
+            objectives,
+            param_space: saved.param_space.clone(),
+            settings: saved.flat(),
+            restored,
+            trials: saved.trials,
+            time_budget_s: saved.tune.time_budget_s,
+            scaling: trainer.scaling_config().clone(),
+            capacity,
+        };
         let (experiment, spent_before, trials, ended, controller) = match start {
             Start::New(controller) => {
                 let experiment = make_experiment(&path, saved, &files)?;
@@ -339,11 +368,8 @@ impl Tuner {
             run,
             path,
             experiment,
-            objectives,
+            info,
             constraints,
-            param_space,
-            settings,
-            restored,
             time_budget,
             spent_before,
             began: Instant::now(),
@@ -372,6 +398,20 @@ enum Start {
     Restore(ControllerConfig, Box<dyn Searcher>, Box<dyn rtune_searchers::TrialScheduler>),
 }
 
+/// What a checked sweep runs, as `Tuner::validate` says it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// Its trials, as Ray counts them (a grid times `num_samples`); None: until its time
+    /// budget is spent or its searcher has no more.
+    pub trials: Option<u64>,
+    /// How many run at once: `max_concurrent_trials`, else as many as the machine or the
+    /// cluster holds side by side (1 in local mode).
+    pub max_concurrent_trials: usize,
+    /// Its searcher and scheduler, as `tuner.json` names them (`BasicVariant`, `FIFO`, ...).
+    pub search_alg: String,
+    pub scheduler: String,
+}
+
 /// A sweep whose settings were checked, before anything is made.
 struct Plan {
     trainer: TorchTrainer,
@@ -386,6 +426,9 @@ struct Plan {
     scheduler: Box<dyn rtune_searchers::TrialScheduler>,
     time_budget: Option<Duration>,
     reuse_actors: bool,
+    /// What the sweep's trials share (this machine, or the cluster's live nodes when its head
+    /// answered).
+    capacity: Option<Resources>,
 }
 
 /// How many trials a sweep of `space` runs, as Ray counts them: `num_samples`, except where the

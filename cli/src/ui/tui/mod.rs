@@ -161,7 +161,7 @@ pub fn live(
             Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!("no terminal UI ({e}); progress lines instead");
-                progress.know(model.trials().to_vec());
+                progress.know(model.clone());
                 None
             }
         };
@@ -213,7 +213,7 @@ pub fn live(
                     Action::Nothing => {}
                     Action::Quit => {
                         screen = None;
-                        progress.know(model.trials().to_vec());
+                        progress.know(model.clone());
                     }
                     Action::Stop => control.interrupt(),
                     Action::StopTrial(id) => control.stop_trial(&id),

@@ -26,12 +26,24 @@ fn result(iteration: f64, acc: f64) -> Metrics {
     [("training_iteration".to_owned(), iteration), ("acc".to_owned(), acc)].into_iter().collect()
 }
 
-/// Three trials: 0 ends at acc 0.5, 1 runs at 0.9 (the best), 2 failed.
+/// Three trials of a sweep of 5 on 4 CPUs, each of 2 workers of 1 CPU: 0 ends at acc 0.5, 1
+/// runs at 0.9 (the best), 2 failed. The header's figures come from the begin event.
 fn model() -> Model {
-    let mut m = Model::new("demo".into(), "/tmp/demo".into(), Objectives::one("acc", Mode::Max));
-    m.total = Some(5);
-    m.per_trial = (2.0, 0.0);
-    m.capacity = (4.0, 0.0);
+    let mut m = Model::new(String::new(), PathBuf::new(), Objectives::default());
+    let begin = rtune_driver::callback::ExperimentInfo {
+        path: "/tmp/demo".into(),
+        name: "demo".into(),
+        objectives: Objectives::one("acc", Mode::Max),
+        trials: Some(5),
+        scaling: rtune_driver::config::ScalingConfig::workers(2),
+        capacity: Some(rtune_driver::cluster::pool::Resources::new().cpu(4.0)),
+        ..Default::default()
+    };
+    m.apply(&Event::Begin(Box::new(begin)));
+    assert_eq!(
+        (m.total, m.per_trial, m.capacity, m.elastic),
+        (Some(5), (2.0, 0.0), (4.0, 0.0), None)
+    );
     let events = [
         Event::Start(info(0, 0.1)),
         Event::Result(info(0, 0.1), result(1.0, 0.3)),
@@ -94,8 +106,14 @@ fn the_screen_shows_status_best_trial_curve_and_error() {
 #[test]
 fn an_elastic_trial_shows_its_ranks_and_holds_what_it_grew_to() {
     let mut m = model();
-    m.per_trial = (1.0, 0.0);
-    m.elastic = Some((1, 4));
+    let begin = rtune_driver::callback::ExperimentInfo {
+        objectives: Objectives::one("acc", Mode::Max),
+        scaling: rtune_driver::config::ScalingConfig::elastic(1, 4),
+        capacity: Some(rtune_driver::cluster::pool::Resources::new().cpu(4.0)),
+        ..Default::default()
+    };
+    m.apply(&Event::Begin(Box::new(begin)));
+    assert_eq!((m.per_trial, m.elastic), ((1.0, 0.0), Some((1, 4))));
     let mut grown = result(3.0, 0.95);
     grown.insert("world_size".into(), 3.0);
     m.apply(&Event::Result(info(1, 0.01), grown));
