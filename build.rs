@@ -1,5 +1,6 @@
 //! rtune's build script:
-//! - an rpath to libtorch, so binaries, tests and examples run without LD_LIBRARY_PATH (the
+//! - an rpath to libtorch, so binaries, tests and examples run without LD_LIBRARY_PATH, and
+//!   libtorch's folder passed on to dependents' build scripts for theirs (the
 //!   gRPC code is rtune-driver's). Only libtorch's CPU library is linked: CUDA is opened at run
 //!   time by the processes given a GPU (src/cuda.rs). The libtorch version itself is checked
 //!   earlier, by rtune-libtorch-check.
@@ -41,6 +42,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // torch-sys (links = "tch") passes its lib folder on as DEP_TCH_LIBTORCH_LIB.
     let lib = std::env::var("DEP_TCH_LIBTORCH_LIB")?;
     println!("cargo::rustc-link-arg=-Wl,-rpath,{lib}");
+    // And on to the build scripts of crates that depend on rtune (`links = "rtune"`), as
+    // DEP_RTUNE_LIBTORCH_LIB: a user's binaries get the same rpath from one line of their own
+    // build.rs (docs/crate.md; a library's link arguments reach no other package's binaries).
+    println!("cargo::metadata=libtorch_lib={lib}");
     Ok(())
 }
 

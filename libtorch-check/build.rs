@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 /// The PyTorch release that tch 0.24 is written against.
 const TORCH_VERSION: &str = "2.11.0";
 const FIX: &str = "run `make libtorch` in the rtune checkout (installs torch==2.11.0 into .venv), \
-                   or point LIBTORCH at a PyTorch 2.11.0 torch folder";
+                   or point LIBTORCH at a PyTorch 2.11.0 torch folder (outside the checkout: \
+                   `pip install torch==2.11.0` into a venv makes one, see docs/crate.md)";
 
 fn main() {
     println!("cargo::rerun-if-env-changed=LIBTORCH");

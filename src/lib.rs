@@ -166,7 +166,7 @@ pub mod data {
 /// TensorBoard).
 pub mod callback {
     pub use rtune_driver::callback::{
-        Callback, ExperimentInfo, MlflowLogger, OptunaJournal, TensorBoardLogger, TrialInfo,
+        Amount, Callback, ExperimentInfo, MlflowLogger, OptunaJournal, TensorBoardLogger, TrialInfo,
     };
 }
 

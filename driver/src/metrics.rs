@@ -377,24 +377,8 @@ pub(crate) fn number_or_tag(v: f64) -> serde_json::Value {
     }
 }
 
-/// A number as tables and cards show it: integers whole, others to 4 decimals or in e-notation.
-pub fn number_text(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v}")
-    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
-        format!("{v:.3e}")
-    } else {
-        format!("{v:.4}")
-    }
-}
-
-/// A param's value as tables show it: floats as `number_text` does, anything else as written.
-pub fn param_text(v: &rtune_searchers::Value) -> String {
-    match (v.as_i64(), v.as_f64()) {
-        (None, Some(x)) => number_text(x),
-        _ => v.to_string(),
-    }
-}
+/// How numbers and params are written for people (tables, cards, `Display`): the searchers'.
+pub use rtune_searchers::{number_text, param_text};
 
 #[cfg(test)]
 mod tests {

@@ -97,4 +97,4 @@ pub use space::domain::{
 };
 pub use space::{Dependent, IntoParam, Param, SearchSpace, dependent, grid_search, sample_from};
 pub use trial::{TrialId, TrialInfo, TrialStatus, TrialTable, TrialsView};
-pub use value::{FromValue, Map, Value};
+pub use value::{FromValue, Map, Value, number_text, param_text};

@@ -28,6 +28,19 @@ impl PartialEq for Params {
     }
 }
 
+/// As a person reads them, in the sweep file's spelling: `lr=0.0373, opt.kind="adam",
+/// hidden=64` (nested params by their dotted keys, floats short). Reads nothing (a train
+/// function that prints its params is not told it read them all).
+impl std::fmt::Display for Params {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (key, value)) in self.leaves().iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{key}={}", crate::value::param_text(value))?;
+        }
+        Ok(())
+    }
+}
+
 impl Params {
     /// Empty params.
     pub fn new() -> Self {
@@ -145,6 +158,12 @@ impl Params {
     /// Leaves with dotted keys, in order: `{"model": {"lr": 0.1}}` gives `[("model.lr", 0.1)]`.
     /// Lists are leaves. This is the view results tables use for their columns.
     pub fn flatten(&self) -> Vec<(String, Value)> {
+        self.read_all();
+        self.leaves()
+    }
+
+    /// `flatten`'s leaves, read by no one.
+    fn leaves(&self) -> Vec<(String, Value)> {
         fn walk(prefix: &str, m: &Map, out: &mut Vec<(String, Value)>) {
             for (k, v) in m.iter() {
                 let key = if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
@@ -154,7 +173,6 @@ impl Params {
                 }
             }
         }
-        self.read_all();
         let mut out = Vec::new();
         walk("", &self.0, &mut out);
         out
@@ -252,6 +270,19 @@ mod tests {
         assert_eq!(p, sample().with("unused", 1), "reads do not change equality");
         let _ = p.flatten();
         assert!(p.unread().is_empty(), "flattening reads every key");
+    }
+
+    #[test]
+    fn params_print_as_a_sweep_file_spells_them_and_read_nothing() {
+        let mut p = sample().with("lr", 0.037302865731).with("wd", 3e-5);
+        p.track_reads();
+        let text = p.to_string();
+        assert_eq!(
+            text,
+            r#"model.lr=0.0100, model.hidden=128, name="mlp", flag=true, lr=0.0373, wd=3.000e-5"#
+        );
+        assert_eq!(p.unread().len(), 5, "printing reads nothing");
+        assert_eq!(Params::new().to_string(), "");
     }
 
     #[test]

@@ -84,6 +84,27 @@ impl Value {
     }
 }
 
+/// A number as tables and cards show it: integers whole, others to 4 decimals or in e-notation
+/// (`0.0373`, `3.000e-5`, `64`).
+pub fn number_text(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v}")
+    } else if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// A param's value as tables show it: floats as [`number_text`] does, anything else as a sweep
+/// file writes it (`"adam"`, `[64, 64]`, `true`).
+pub fn param_text(v: &Value) -> String {
+    match (v.as_i64(), v.as_f64()) {
+        (None, Some(x)) => number_text(x),
+        _ => v.to_string(),
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -5,6 +5,8 @@
 //! * a fragment of one, preceded by `<!-- base: FILE -->`, passes it merged into that shipped
 //!   sweep file (its top-level keys replace the file's, its tables the file's tables);
 //! * a `toml` block that is no sweep file says so (`<!-- not a sweep file: .. -->`);
+//! * a block preceded by `<!-- file: PATH -->` is that file of the checkout, word for word
+//!   (docs/crate.md shows the template crate `examples/own-crate` so);
 //! * every `rtune` command line of a `sh` block parses as `rtune` reads its arguments, every
 //!   `make` target is the Makefile's, every `--example` is one cargo builds.
 //!
@@ -250,9 +252,14 @@ fn check_commands(block: &Block, makefile: &str, cargo: &str) -> Result<usize> {
 pub fn sweep_files_and_commands_in_the_docs_work() -> Result<()> {
     let makefile = std::fs::read_to_string(Path::new(ROOT).join("Makefile"))?;
     let cargo = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml"))?;
-    let (mut sweep_files, mut commands) = (0, 0);
+    let (mut sweep_files, mut commands, mut files) = (0, 0, 0);
     for page in pages()? {
         for block in blocks(&page)? {
+            if let Some(path) = block.note.as_deref().and_then(|n| n.strip_prefix("file:")) {
+                check_file(&block, path.trim())?;
+                files += 1;
+                continue;
+            }
             match block.lang.split([',', ' ']).next().unwrap_or_default() {
                 "toml" => {
                     check_sweep_file(&block)?;
@@ -264,7 +271,23 @@ pub fn sweep_files_and_commands_in_the_docs_work() -> Result<()> {
         }
     }
     // The pages hold some of each: the check found them.
-    ensure!(sweep_files >= 6 && commands >= 15, "{sweep_files} sweep files, {commands} commands");
+    ensure!(
+        sweep_files >= 6 && commands >= 15 && files >= 4,
+        "{sweep_files} sweep files, {commands} commands, {files} files"
+    );
+    Ok(())
+}
+
+/// A block that shows a file of the checkout is that file.
+fn check_file(block: &Block, path: &str) -> Result<()> {
+    let file = Path::new(ROOT).join(path);
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("{}: shows {path}, which cannot be read", block.at))?;
+    ensure!(
+        text == block.text,
+        "{}: not what {path} holds; copy the file into the page again:\n{text}",
+        block.at
+    );
     Ok(())
 }
 
@@ -287,6 +310,8 @@ pub fn the_docs_checks_refuse_mistakes() -> Result<()> {
     ensure!(check_commands(&block("make no-such-target\n", None), "\ntest:", "").is_err());
     let ok = block("A=1 rtune ls dir --format json   # a comment\n", None);
     ensure!(check_commands(&ok, "", "")? == 1);
+    let shown = Block { lang: "toml".into(), ..block("[workspace]\n", None) };
+    ensure!(check_file(&shown, "examples/own-crate/Cargo.toml").is_err(), "a wrong copy passed");
     let fragment = Block { lang: "toml".into(), ..block("[run]\nsync_period_s = 5\n", None) };
     ensure!(check_sweep_file(&fragment).is_err(), "a fragment with no base passed");
     Ok(())

@@ -116,3 +116,61 @@ pub fn cluster_sweep_runs_on_both_node_agents() -> Result<()> {
     }
     Ok(())
 }
+
+/// The template crate of docs/crate.md, as a user builds it outside rtune's workspace (it is a
+/// workspace of its own), against this checkout: its binary starts with no `LD_LIBRARY_PATH`
+/// (its build.rs gives it the rpath) and prints its best trial readably. It shares this build's
+/// target folder and lock file, so only the template itself is compiled: its `LIBTORCH` is the
+/// workspace's spelling of the same folder (a different spelling would rebuild torch-sys and
+/// all above it), and rtune's crates keep their debug setting as workspace members.
+pub fn own_crate_starts_without_ld_library_path() -> Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let template = root.join("examples/own-crate");
+    let libtorch = std::env::var("LIBTORCH").context("cargo sets LIBTORCH (.cargo/config.toml)")?;
+    let config = std::fs::read_to_string(template.join(".cargo/config.toml"))?;
+    let relative = config
+        .lines()
+        .find_map(|l| l.strip_prefix("LIBTORCH = { value = \"")?.split('"').next())
+        .context("the template's .cargo/config.toml names no LIBTORCH")?;
+    ensure!(
+        template.join(relative).canonicalize()? == Path::new(&libtorch).canonicalize()?,
+        "the template's LIBTORCH ({relative}) is not this checkout's ({libtorch})"
+    );
+    std::fs::copy(root.join("Cargo.lock"), template.join("Cargo.lock"))?;
+    let exe = std::env::current_exe()?;
+    let target = exe.ancestors().nth(3).context("no target dir")?;
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build.arg("build").current_dir(&template).env("CARGO_TARGET_DIR", target);
+    let members = [
+        "rtune",
+        "rtune-driver",
+        "rtune-cli",
+        "rtune-searchers",
+        "rtune-collective",
+        "rtune-libtorch-check",
+    ];
+    for member in members {
+        let debug = format!("profile.dev.package.{member}.debug=\"line-tables-only\"");
+        build.arg("--config").arg(debug);
+    }
+    let out = build.output()?;
+    ensure!(out.status.success(), "cargo build of the template: {}", text(&out));
+    let tmp = tempfile::tempdir()?;
+    let out = Command::new(target.join("debug/mysweep"))
+        .current_dir(tmp.path())
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("RUST_LOG")
+        .env("RTUNE_STORAGE_PATH", tmp.path())
+        .output()?;
+    ensure!(out.status.success(), "the template's binary: {}", text(&out));
+    let stdout = String::from_utf8(out.stdout)?;
+    let best = stdout.lines().find_map(|l| l.strip_prefix("best: ")).context(stdout.clone())?;
+    // `3c1f0_00006 TERMINATED: lr=0.0373 · loss=0.7283 (iteration 10)`
+    let (_, rest) = best.split_once(" TERMINATED: lr=").context(stdout.clone())?;
+    let lr: f64 = rest.split(' ').next().context(stdout.clone())?.parse()?;
+    ensure!((1e-4..=1e-1).contains(&lr), "{best}");
+    ensure!(rest.contains(" · loss=") && rest.ends_with("(iteration 10)"), "{best}");
+    let experiments = std::fs::read_dir(tmp.path())?.filter(|e| e.is_ok()).count();
+    ensure!(experiments == 1, "the sweep's experiment is not in RTUNE_STORAGE_PATH");
+    Ok(())
+}

@@ -540,6 +540,10 @@ fn main() {
             examples::cluster_sweep_runs_on_both_node_agents,
         ),
         test(
+            "examples::own_crate_starts_without_ld_library_path",
+            examples::own_crate_starts_without_ld_library_path,
+        ),
+        test(
             "cli::a_multi_objective_sweep_gives_its_pareto_front",
             cli::a_multi_objective_sweep_gives_its_pareto_front,
         ),

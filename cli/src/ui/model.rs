@@ -209,12 +209,10 @@ impl Model {
         self.objectives = experiment.objectives.clone();
         self.total = experiment.trials;
         self.time_budget_s = experiment.time_budget_s;
-        let scaling = &experiment.scaling;
-        let ranks = scaling.ranks() as f64;
-        self.per_trial = (scaling.cpus_per_worker() * ranks, scaling.gpus_per_worker() * ranks);
-        self.elastic = scaling.is_elastic().then(|| (scaling.ranks(), scaling.max_ranks()));
-        if let Some(capacity) = &experiment.capacity {
-            self.capacity = (capacity.cpu, capacity.gpu);
+        self.per_trial = (experiment.per_trial.cpus, experiment.per_trial.gpus);
+        self.elastic = experiment.elastic;
+        if let Some(capacity) = experiment.capacity {
+            self.capacity = (capacity.cpus, capacity.gpus);
         }
     }
 

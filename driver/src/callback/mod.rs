@@ -45,11 +45,20 @@ pub struct ExperimentInfo {
     pub trials: Option<u64>,
     /// Its time budget, in seconds (for all its drivers together).
     pub time_budget_s: Option<f64>,
-    /// How each trial's workers are placed: their resources, their ranks, an elastic range.
-    pub scaling: crate::config::ScalingConfig,
-    /// What its trials share when they run on this machine: its CPUs and GPUs (None on a
-    /// cluster, whose size is the head's to say).
-    pub capacity: Option<crate::cluster::pool::Resources>,
+    /// What one trial's worker group holds (of an elastic group: its fewest ranks').
+    pub per_trial: Amount,
+    /// An elastic sweep's trials' (min, max) ranks; None when each has a fixed number.
+    pub elastic: Option<(usize, usize)>,
+    /// What its trials share: this machine's CPUs and GPUs, or a cluster's live nodes' when its
+    /// head answered (None: unknown).
+    pub capacity: Option<Amount>,
+}
+
+/// CPUs and GPUs: what a trial holds, or what a machine offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Amount {
+    pub cpus: f64,
+    pub gpus: f64,
 }
 
 /// A trial as callbacks see it.

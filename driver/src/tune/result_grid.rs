@@ -557,6 +557,32 @@ mod tests {
         }
     }
 
+    /// A trial prints as a person reads it: params, what the train function reported (not
+    /// rtune's bookkeeping), the iteration, why it failed.
+    #[test]
+    fn a_trial_prints_readably() {
+        let params = Params::new().with("lr", 0.037302865731).with("opt", "adam");
+        let report = [
+            ("loss", 0.41234),
+            ("training_iteration", 10.0),
+            ("time_total_s", 3.5),
+            ("time_step_s", 0.1),
+            ("world_size", 2.0),
+        ];
+        let mut t = trial("3c1f0_00004", params, &[&report]);
+        assert_eq!(
+            t.to_string(),
+            r#"3c1f0_00004 TERMINATED: lr=0.0373, opt="adam" · loss=0.4123 (iteration 10)"#
+        );
+        t.status = TrialStatus::Error;
+        t.result = None;
+        t.error = Some("worker rank 1 failed: boom\nstack ...".into());
+        assert_eq!(
+            t.to_string(),
+            r#"3c1f0_00004 ERROR: lr=0.0373, opt="adam" · worker rank 1 failed: boom"#
+        );
+    }
+
     #[test]
     fn best_result_by_last_or_all_leaves_out_nan_and_infinity() {
         let g = grid();

@@ -33,6 +33,35 @@ pub struct TrialResult {
     pub(crate) ranking: CheckpointRanking,
 }
 
+/// As a person reads it: its id and status, its params, what it reported last (rtune's own
+/// bookkeeping left out) and why it failed: `3c1f0_00004 TERMINATED: lr=0.0373 · loss=0.4123
+/// (iteration 10)`.
+impl std::fmt::Display for TrialResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.trial_id, self.status.name())?;
+        if !self.params.is_empty() {
+            write!(f, ": {}", self.params)?;
+        }
+        let last = self.result.as_ref().and_then(|r| r.metrics.as_ref());
+        let reported: Vec<String> = last
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| !crate::metrics::added_by_rtune(name))
+            .map(|(name, v)| format!("{name}={}", crate::metrics::number_text(*v)))
+            .collect();
+        if !reported.is_empty() {
+            write!(f, " · {}", reported.join(", "))?;
+        }
+        if let Some(iteration) = last.and_then(|m| m.get("training_iteration")) {
+            write!(f, " (iteration {iteration})")?;
+        }
+        if let Some(error) = &self.error {
+            write!(f, " · {}", crate::outcome::error_summary(error))?;
+        }
+        Ok(())
+    }
+}
+
 impl TrialResult {
     /// `<experiment id>_<index>`, as in Ray.
     pub fn trial_id(&self) -> &str {

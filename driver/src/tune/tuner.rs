@@ -26,7 +26,7 @@ use super::lease::Lease;
 use super::result_grid::ResultGrid;
 use super::sweep::{Snapshots, Sweep};
 use super::trial_task::Running;
-use crate::callback::ExperimentInfo;
+use crate::callback::{Amount, ExperimentInfo};
 use crate::cluster::pool::{PoolStatus, Resources};
 use crate::config::RunConfig;
 use crate::error::{Error, Result};
@@ -230,12 +230,14 @@ impl Tuner {
             ),
         };
         let scheduler = scheduler.unwrap_or_else(|| Box::new(Fifo::new()));
+        let amount = |r: &Resources| Amount { cpus: r.cpu, gpus: r.gpu };
         let capacity = match &cluster {
-            None => crate::cluster::local_node().ok().map(|node| node.resources),
+            None => crate::cluster::local_node().ok().map(|node| amount(&node.resources)),
             Some(status) => status.as_ref().map(|status| {
                 let alive = status.nodes.iter().filter(|n| n.alive);
-                alive.fold(Resources::new(), |all, n| {
-                    Resources::new().cpu(all.cpu + n.total.cpu).gpu(all.gpu + n.total.gpu)
+                alive.fold(Amount::default(), |all, n| Amount {
+                    cpus: all.cpus + n.total.cpu,
+                    gpus: all.gpus + n.total.gpu,
                 })
             }),
         };
@@ -332,6 +334,7 @@ impl Tuner {
         lease.guard(control.clone());
         // The datasets are read and the preprocessor fitted once, for every trial.
         let trainer = trainer.prepare_data(&path.join(DATASETS_DIR), store.as_ref())?;
+        let scaling = trainer.scaling_config();
         let info = ExperimentInfo {
             name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             path: path.clone(),
@@ -341,7 +344,11 @@ impl Tuner {
             restored,
             trials: saved.trials,
             time_budget_s: saved.tune.time_budget_s,
-            scaling: trainer.scaling_config().clone(),
+            per_trial: Amount {
+                cpus: scaling.cpus_per_worker() * scaling.ranks() as f64,
+                gpus: scaling.gpus_per_worker() * scaling.ranks() as f64,
+            },
+            elastic: scaling.is_elastic().then(|| (scaling.ranks(), scaling.max_ranks())),
             capacity,
         };
         let (experiment, spent_before, trials, ended, controller) = match start {
@@ -428,7 +435,7 @@ struct Plan {
     reuse_actors: bool,
     /// What the sweep's trials share (this machine, or the cluster's live nodes when its head
     /// answered).
-    capacity: Option<Resources>,
+    capacity: Option<Amount>,
 }
 
 /// How many trials a sweep of `space` runs, as Ray counts them: `num_samples`, except where the

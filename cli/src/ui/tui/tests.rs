@@ -9,7 +9,7 @@ use rtune_searchers::{Metrics, Mode, Objectives, Params, TrialStatus};
 
 use super::{Action, on_key, view};
 use crate::ui::model::{Event, Model, View};
-use rtune_driver::callback::TrialInfo;
+use rtune_driver::callback::{Amount, TrialInfo};
 
 fn info(i: usize, lr: f64) -> TrialInfo {
     TrialInfo {
@@ -35,8 +35,8 @@ fn model() -> Model {
         name: "demo".into(),
         objectives: Objectives::one("acc", Mode::Max),
         trials: Some(5),
-        scaling: rtune_driver::config::ScalingConfig::workers(2),
-        capacity: Some(rtune_driver::cluster::pool::Resources::new().cpu(4.0)),
+        per_trial: Amount { cpus: 2.0, gpus: 0.0 },
+        capacity: Some(Amount { cpus: 4.0, gpus: 0.0 }),
         ..Default::default()
     };
     m.apply(&Event::Begin(Box::new(begin)));
@@ -108,8 +108,9 @@ fn an_elastic_trial_shows_its_ranks_and_holds_what_it_grew_to() {
     let mut m = model();
     let begin = rtune_driver::callback::ExperimentInfo {
         objectives: Objectives::one("acc", Mode::Max),
-        scaling: rtune_driver::config::ScalingConfig::elastic(1, 4),
-        capacity: Some(rtune_driver::cluster::pool::Resources::new().cpu(4.0)),
+        per_trial: Amount { cpus: 1.0, gpus: 0.0 },
+        elastic: Some((1, 4)),
+        capacity: Some(Amount { cpus: 4.0, gpus: 0.0 }),
         ..Default::default()
     };
     m.apply(&Event::Begin(Box::new(begin)));
