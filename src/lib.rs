@@ -156,6 +156,8 @@ pub mod config {
 
 /// Datasets, their columns and preprocessors (see the guide's docs/data.md).
 pub mod data {
+    /// A rank's rows of a dataset, in batches (`ctx.dataset_shard("train")?.iter_batches(..)`).
+    pub use crate::worker::{Balance, BatchSpec, Batches, DatasetShard};
     pub use rtune_driver::data::{
         Chain, Columns, Dataset, Fill, LabelKind, MinMaxScaler, OneHotEncoder, OrdinalEncoder,
         Preprocessor, SimpleImputer, StandardScaler, Strategy, UNKNOWN_CATEGORY, Unknown,
@@ -200,8 +202,17 @@ pub use rtune_searchers::{Mode, Params};
 pub use var_store::{LoadVarStore, SaveVarStore};
 pub use worker::{TrainContext, TrainFn, init};
 
-/// The README's Rust sweep, compiled as a doc test (`cargo test --doc`) so that the front page's
-/// code stays code that builds.
+/// The README's Rust sweep and the guide's Rust snippets, compiled as doc tests (`cargo test
+/// --doc`) so that the pages' code stays code that builds (tests/integration/docs.rs checks
+/// that every page with a `rust` block is here).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeSweep;
+mod pages {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/crate.md")]
+    struct Crate;
+    #[doc = include_str!("../docs/data.md")]
+    struct Data;
+    #[doc = include_str!("../docs/features.md")]
+    struct Features;
+}

@@ -454,11 +454,14 @@ pub fn show(
     let Some(which) = trial else {
         match format {
             Format::Table => {
-                match sweep_state(dir) {
-                    SweepState::Finished => {}
-                    state => println!("{}", state_line(dir, &state)),
+                let state = sweep_state(dir);
+                if !matches!(state, SweepState::Finished) {
+                    println!("{}", state_line(dir, &state));
                 }
-                if let Some(metrics) = DriverFile::of(dir).and_then(|d| d.metrics) {
+                // A dead driver's `driver.json` (killed, it removed nothing) names an endpoint
+                // nobody serves.
+                let metrics = DriverFile::of(dir).and_then(|d| d.metrics);
+                if let (SweepState::Running(_), Some(metrics)) = (&state, metrics) {
                     println!("metrics for Prometheus: {}", rtune_driver::monitor::url(metrics));
                 }
                 println!("{}", trials_table(&grid, 0))
@@ -554,6 +557,7 @@ pub(crate) fn run_text(history: &[Metrics]) -> String {
     let mut text = String::new();
     for (start, first) in history.iter().filter_map(|m| Some((group_start(m)?, m))) {
         let of = match first.get(rtune_driver::metrics::GROUP_METRICS[0]) {
+            Some(1.0) => " of 1 rank".to_owned(),
             Some(world) => format!(" of {world} ranks"),
             None => String::new(),
         };
@@ -768,6 +772,25 @@ pub(crate) fn find_trial<'g>(grid: &'g ResultGrid, which: &str) -> Result<&'g Tr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group's start is said with its ranks, one rank as one.
+    #[test]
+    fn a_group_start_names_its_ranks() {
+        for (world, said) in [(1.0, "its group of 1 rank started"), (3.0, "group of 3 ranks")] {
+            let first = Metrics::from(
+                [
+                    ("world_size", world),
+                    ("group_attempt", 0.0),
+                    ("time_group_reserve_s", 0.5),
+                    ("time_group_spawn_s", 0.25),
+                    ("time_group_join_s", 0.125),
+                ]
+                .map(|(k, v)| (k.to_owned(), v)),
+            );
+            let text = run_text(&[first]);
+            assert!(text.contains(said), "{text}");
+        }
+    }
 
     #[test]
     fn tables_align_numbers_right() {

@@ -13,10 +13,11 @@
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
-//! | `rtune_trials` | gauge | `status` | trials by status (PENDING, RUNNING, PAUSED, TERMINATED, ERROR) |
+//! | `rtune_trials` | gauge | `status` | the experiment's trials by status (PENDING, RUNNING, PAUSED, TERMINATED, ERROR), those that ended before a resume included; PENDING counts the trials not made yet, as the progress lines do |
+//! | `rtune_sweep_trials` | gauge | | the trials the sweep was set up for (0: until its time budget is spent): progress is `sum(rtune_trials{status=~"TERMINATED\|ERROR"}) / rtune_sweep_trials` |
 //! | `rtune_results_total` | counter | | results the trials reported (`rate()` of it: results per second) |
 //! | `rtune_scheduler_decisions_total` | counter | `decision` | trials stopped (`stop`) or paused (`pause`) by the scheduler or the sweep |
-//! | `rtune_best_metric` | gauge | `metric`, `mode` | the best value of the sweep's metric so far (a sweep with one) |
+//! | `rtune_best_metric` | gauge | `metric`, `mode` | the best trial's value of the sweep's metric (a sweep with one), by the rule its results name the best trial by: each trial's last result, feasible ones only; absent while there is none |
 //! | `rtune_pool_capacity` | gauge | `node`, `resource` | what each alive node offers (CPU, GPU, custom resources) |
 //! | `rtune_pool_used` | gauge | `node`, `resource` | what of it is reserved |
 //! | `rtune_pool_memory_capacity_bytes` | gauge | `node` | the node's memory |
@@ -57,7 +58,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry};
-use rtune_searchers::{Metrics, Mode, TrialStatus};
+use rtune_searchers::{Metrics, Mode, TrialStatus, best_trial};
 
 use crate::callback::{Callback, ExperimentInfo, TrialInfo};
 use crate::cluster::pool::{GroupState, PoolStatus};
@@ -159,6 +160,7 @@ pub struct Monitor(Arc<Inner>);
 struct Inner {
     registry: Registry,
     trials: Family<StatusLabel, Gauge>,
+    sweep_trials: Gauge,
     results: Counter,
     decisions: Family<DecisionLabel, Counter>,
     best: Family<ObjectiveLabels, FloatGauge>,
@@ -189,26 +191,24 @@ struct Inner {
     rendered: std::sync::atomic::AtomicUsize,
     sweep: Mutex<Sweep>,
     /// The sweep's metric and its best value's series, once it began (a sweep with one).
-    objective: std::sync::OnceLock<Objective>,
+    objective: std::sync::OnceLock<ObjectiveLabels>,
     /// The pool as it is now, where this process knows it.
     pool: Box<dyn Fn() -> Option<PoolStatus> + Send + Sync>,
 }
 
-/// What the callbacks have said of the sweep so far.
+/// What the callbacks have said of the sweep so far (a resumed one's ended trials included).
 #[derive(Default)]
 struct Sweep {
     status: HashMap<String, TrialStatus>,
     /// The ranks each running trial has series of.
     ranks: HashMap<String, usize>,
-}
-
-/// The sweep's metric, and the series of its best value (a handle: setting it needs no lookup).
-struct Objective {
-    metric: String,
-    mode: Mode,
-    best: FloatGauge,
-    /// Whether `best` holds a value yet.
-    seen: std::sync::atomic::AtomicBool,
+    /// Each trial's last result, of the sweep's metric and constraints only.
+    lasts: HashMap<String, Metrics>,
+    constraints: Vec<String>,
+    /// The trials it was set up for, where known.
+    total: Option<u64>,
+    /// It ended: no more trials will be made.
+    over: bool,
 }
 
 impl Monitor {
@@ -223,7 +223,9 @@ impl Monitor {
         let what = "Trials stopped (stop) or paused (pause) by the scheduler or the sweep";
         let decisions: Family<DecisionLabel, Counter> =
             registered(r, "scheduler_decisions", what, Family::default());
-        let what = "The best value of the sweep's metric so far";
+        let what = "Trials the sweep was set up for (0: until its time budget is spent)";
+        let sweep_trials = registered(r, "sweep_trials", what, Gauge::default());
+        let what = "The best trial's value of the sweep's metric (last results, feasible ones)";
         let best = registered(r, "best_metric", what, Family::default());
         let what = "What each alive node offers";
         let capacity = registered(r, "pool_capacity", what, Family::default());
@@ -282,6 +284,7 @@ impl Monitor {
         Monitor(Arc::new(Inner {
             registry,
             trials,
+            sweep_trials,
             results,
             decisions,
             best,
@@ -326,6 +329,7 @@ impl Monitor {
         if let Some(pool) = (inner.pool)() {
             inner.show_pool(&pool);
         }
+        self.show_sweep();
         if let Some(bytes) = resident_bytes() {
             inner.resident.set(bytes);
         }
@@ -350,20 +354,50 @@ impl Monitor {
         followed.extend(callbacks.iter().cloned());
     }
 
+    /// Of a result, what the best trial is chosen by: the sweep's metric and constraints.
+    fn kept(&self, constraints: &[String], result: &Metrics) -> Metrics {
+        let metric = self.0.objective.get().map(|o| o.metric.as_str());
+        let wanted = |name: &str| Some(name) == metric || constraints.iter().any(|c| c == name);
+        result.iter().filter(|(k, _)| wanted(k)).map(|(k, &v)| (k.clone(), v)).collect()
+    }
+
     fn sweep(&self) -> std::sync::MutexGuard<'_, Sweep> {
         self.0.sweep.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `trial` is now `status`: one series goes up, the one it left (if any) down.
+    /// `trial` is now `status` (the series are counted at each scrape).
     fn set_status(&self, trial: &TrialInfo, status: TrialStatus) {
-        let was = self.sweep().status.insert(trial.trial_id.clone(), status);
-        if was == Some(status) {
-            return;
+        self.sweep().status.insert(trial.trial_id.clone(), status);
+    }
+
+    /// The trials by status and the best trial's value, as the sweep stands now: counted at
+    /// a scrape, not at every result.
+    fn show_sweep(&self) {
+        let inner = &self.0;
+        let sweep = self.sweep();
+        let mut counts: HashMap<TrialStatus, i64> = STATUSES.iter().map(|&s| (s, 0)).collect();
+        for status in sweep.status.values() {
+            *counts.entry(*status).or_default() += 1;
         }
-        if let Some(was) = was {
-            self.0.trials.get_or_create(&StatusLabel { status: was.name() }).dec();
+        let made = sweep.status.len() as u64;
+        let unmade = if sweep.over { 0 } else { sweep.total.map_or(0, |t| t.saturating_sub(made)) };
+        *counts.entry(TrialStatus::Pending).or_default() += unmade as i64;
+        for (status, n) in counts {
+            inner.trials.get_or_create(&StatusLabel { status: status.name() }).set(n);
         }
-        self.0.trials.get_or_create(&StatusLabel { status: status.name() }).inc();
+        let Some(labels) = inner.objective.get() else { return };
+        let lasts: Vec<&Metrics> = sweep.lasts.values().collect();
+        let mode = if labels.mode == "max" { Mode::Max } else { Mode::Min };
+        let metric = &labels.metric;
+        let best = best_trial(lasts.iter().map(|m| Some(*m)), metric, mode, &sweep.constraints);
+        match best {
+            Some(i) => {
+                inner.best.get_or_create(labels).set(lasts[i][metric]);
+            }
+            None => {
+                inner.best.remove(labels);
+            }
+        }
     }
 
     /// The ranks' times a result carries, into their series: rank 0's as the row's
@@ -548,18 +582,31 @@ impl Callback for Monitor {
         "metrics endpoint".into()
     }
 
+    /// The experiment, not only this driver's run of it: a resumed sweep's ended trials count.
     fn on_experiment_begin(&self, experiment: &ExperimentInfo) -> Result<()> {
         if let Some(rtune_searchers::Objective { metric, mode }) =
             experiment.objectives.single().cloned()
         {
-            let labels = ObjectiveLabels {
-                metric: metric.clone(),
-                mode: if mode == Mode::Max { "max" } else { "min" },
-            };
-            let best = self.0.best.get_or_create(&labels).clone();
-            let _ =
-                self.0.objective.set(Objective { metric, mode, best, seen: Default::default() });
+            let mode = if mode == Mode::Max { "max" } else { "min" };
+            let _ = self.0.objective.set(ObjectiveLabels { metric, mode });
         }
+        self.0.sweep_trials.set(experiment.trials.map_or(0, |n| n as i64));
+        let mut sweep = self.sweep();
+        sweep.total = experiment.trials;
+        sweep.constraints = experiment.constraints.clone();
+        for ended in &experiment.ended_before {
+            let id = &ended.trial.trial_id;
+            sweep.status.insert(id.clone(), ended.trial.status);
+            if let Some(last) = ended.history.last() {
+                let kept = self.kept(&sweep.constraints, last);
+                sweep.lasts.insert(id.clone(), kept);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_experiment_end(&self, _trials: &[TrialInfo]) -> Result<()> {
+        self.sweep().over = true;
         Ok(())
     }
 
@@ -576,24 +623,13 @@ impl Callback for Monitor {
     /// Called for every result: lookups of the figures rtune adds and of the sweep's metric,
     /// and the sweep's lock and the series' labels only for a result with ranks' figures.
     fn on_trial_result(&self, trial: &TrialInfo, result: &Metrics) -> Result<()> {
-        use std::sync::atomic::Ordering::Relaxed;
         self.0.results.inc();
         self.count_ranks(trial, result);
         self.count_run(trial, result);
-        let Some(o) = self.0.objective.get() else { return Ok(()) };
-        let Some(value) = result.get(&o.metric).copied().filter(|v| v.is_finite()) else {
-            return Ok(());
-        };
-        // Callbacks are called one at a time: no other result comes between the read and the
-        // write.
-        let better = !o.seen.load(Relaxed)
-            || match o.mode {
-                Mode::Max => value > o.best.get(),
-                Mode::Min => value < o.best.get(),
-            };
-        if better {
-            o.best.set(value);
-            o.seen.store(true, Relaxed);
+        if self.0.objective.get().is_some() {
+            let mut sweep = self.sweep();
+            let kept = self.kept(&sweep.constraints, result);
+            sweep.lasts.insert(trial.trial_id.clone(), kept);
         }
         Ok(())
     }
@@ -878,8 +914,68 @@ mod tests {
             "rtune_results_total 5\n",
             "rtune_scheduler_decisions_total{decision=\"stop\"} 1\n",
             "rtune_scheduler_decisions_total{decision=\"pause\"} 0\n",
-            "rtune_best_metric{metric=\"acc\",mode=\"max\"} 0.9\n",
+            // By the last result (0.7), not the best report (0.9).
+            "rtune_best_metric{metric=\"acc\",mode=\"max\"} 0.7\n",
             "# EOF\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
+    }
+
+    /// After a resume the endpoint describes the experiment: the trials that ended before
+    /// this driver count, the best is the best feasible last result (an infeasible better one
+    /// is not it), trials not made yet are PENDING, and there is no best before there is one.
+    #[test]
+    fn a_resumed_sweep_is_described_whole() {
+        let monitor = Monitor::new(|| None);
+        let m = |acc: f64, mem: f64| {
+            Metrics::from([("acc".to_string(), acc), ("mem_over".to_string(), mem)])
+        };
+        let ended = |id: &str, status, history: Vec<Metrics>| crate::callback::EndedTrial {
+            trial: TrialInfo { status, ..trial(id) },
+            history,
+            error: None,
+        };
+        let info = ExperimentInfo {
+            objectives: rtune_searchers::Objectives::one("acc", Mode::Max),
+            constraints: vec!["mem_over".into()],
+            restored: true,
+            trials: Some(6),
+            ended_before: vec![
+                ended("a", TrialStatus::Terminated, vec![m(0.9, -1.0), m(0.8, -1.0)]),
+                ended("b", TrialStatus::Terminated, vec![m(0.99, 2.0)]),
+                ended("c", TrialStatus::Error, Vec::new()),
+            ],
+            ..Default::default()
+        };
+        let fresh = Monitor::new(|| None);
+        fresh
+            .on_experiment_begin(&ExperimentInfo { ended_before: Vec::new(), ..info.clone() })
+            .unwrap();
+        assert!(!fresh.render().contains("rtune_best_metric{"), "a best before any result");
+        monitor.on_experiment_begin(&info).unwrap();
+        let d = trial("d");
+        monitor.on_trial_start(&d).unwrap();
+        monitor.on_trial_result(&d, &m(0.85, 0.5)).unwrap();
+        let text = monitor.render();
+        for line in [
+            "rtune_trials{status=\"TERMINATED\"} 2\n",
+            "rtune_trials{status=\"ERROR\"} 1\n",
+            "rtune_trials{status=\"RUNNING\"} 1\n",
+            "rtune_trials{status=\"PENDING\"} 2\n",
+            "rtune_sweep_trials 6\n",
+            "rtune_best_metric{metric=\"acc\",mode=\"max\"} 0.8\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
+        // d's last result becomes feasible and better; once the sweep ends nothing is pending.
+        monitor.on_trial_result(&d, &m(0.86, 0.0)).unwrap();
+        monitor.on_trial_complete(&d).unwrap();
+        monitor.on_experiment_end(&[]).unwrap();
+        let text = monitor.render();
+        for line in [
+            "rtune_best_metric{metric=\"acc\",mode=\"max\"} 0.86\n",
+            "rtune_trials{status=\"PENDING\"} 0\n",
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }

@@ -79,7 +79,7 @@ mod math;
 mod serde_util;
 
 pub use error::{Error, Result};
-pub use metrics::{Metrics, Mode, Objective, Objectives, violation};
+pub use metrics::{Metrics, Mode, Objective, Objectives, best_trial, violation};
 pub use params::Params;
 pub use pareto::{hypervolume, hypervolume_2d, pareto_front, pareto_front_where_finite};
 pub use rng::SearchRng;

@@ -177,6 +177,29 @@ pub fn violation(constraints: &[String], result: &Metrics) -> f64 {
     violation_of(constraints.iter().map(|c| result.get(c).copied().unwrap_or(f64::NAN)))
 }
 
+/// The best trial by a sweep's rule, the one every view of it names (the results, the
+/// terminal UI, the progress lines, `rtune watch`, the metrics endpoint): the best finite
+/// `metric` in `mode` over each trial's last result, among the trials whose last result meets
+/// the `constraints` (each reported, at most 0); of equals the first (as Ray picks). `lasts`:
+/// each trial's last result, None for one that never reported; the index is into them.
+pub fn best_trial<'a>(
+    lasts: impl IntoIterator<Item = Option<&'a Metrics>>,
+    metric: &str,
+    mode: Mode,
+    constraints: &[String],
+) -> Option<usize> {
+    lasts
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, last)| {
+            let last = last.filter(|m| violation(constraints, m) == 0.0)?;
+            Some((i, *last.get(metric)?)).filter(|(_, v)| v.is_finite())
+        })
+        .map(|(i, v)| (i, mode.sign() * v))
+        .reduce(|best, t| if t.1 > best.1 { t } else { best })
+        .map(|(i, _)| i)
+}
+
 /// [`violation`] of constraint values given as they are (NaN where one is missing).
 pub(crate) fn violation_of(values: impl IntoIterator<Item = f64>) -> f64 {
     // Folded from +0 (an empty `sum` of floats is -0, which `total_cmp` orders before +0).
@@ -305,6 +328,32 @@ pub(crate) mod opt_score_serde {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The best trial: by the last result, feasible ones only, finite values, the first of
+    /// equals; none when no trial has a feasible finite value.
+    #[test]
+    fn the_best_trial_is_the_best_feasible_last_result() {
+        let m = |pairs: &[(&str, f64)]| -> Metrics {
+            pairs.iter().map(|&(k, v)| (k.to_owned(), v)).collect()
+        };
+        let lasts = [
+            Some(m(&[("acc", 0.99), ("mem_over", 1.0)])),
+            None,
+            Some(m(&[("acc", 0.8), ("mem_over", 0.0)])),
+            Some(m(&[("acc", f64::NAN), ("mem_over", -1.0)])),
+            Some(m(&[("acc", 0.8), ("mem_over", -2.0)])),
+            Some(m(&[("acc", 0.95)])),
+        ];
+        let best = |constraints: &[String], mode| {
+            best_trial(lasts.iter().map(Option::as_ref), "acc", mode, constraints)
+        };
+        let mem = ["mem_over".to_owned()];
+        assert_eq!(best(&[], Mode::Max), Some(0));
+        assert_eq!(best(&mem, Mode::Max), Some(2), "infeasible, unreported and NaN left out");
+        assert_eq!(best(&mem, Mode::Min), Some(2), "the first of equals");
+        let none = ["never_reported".to_owned()];
+        assert_eq!(best(&none, Mode::Max), None);
+    }
 
     /// One objective is written as `metric` and `mode`, several as `objectives`, none as nulls:
     /// the experiment files' format, read back the same.

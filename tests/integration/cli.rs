@@ -417,6 +417,14 @@ pub fn sweep_file_mistakes_are_named() -> Result<()> {
             &["`tune.metric` names `los`", "did you mean `loss`?"],
         ),
         (
+            "a constraint the trainable does not report",
+            "[tune]\nmetric = \"score\"\nmode = \"max\"\nconstraints = [\"mem_over\"]\n",
+            &[
+                "sweep.toml:",
+                "`tune.constraints` names `mem_over`, which `synthetic-curve` does not report",
+            ],
+        ),
+        (
             "a mode that is neither",
             "[tune]\nmetric = [\"score\", \"loss\"]\nmode = [\"max\", \"lowest\"]\n",
             &["`tune.mode` is [\"max\", \"lowest\"]; each mode is \"max\" or \"min\""],
@@ -720,6 +728,27 @@ impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux").arg("-L").arg(&self.0).arg("kill-server").output();
     }
+}
+
+/// A driver outside its terminal's foreground process group (`timeout` puts it in a group of
+/// its own, as `&` does in an interactive shell) prints progress lines and runs to its end:
+/// setting the terminal UI up there would stop it (SIGTTOU) before anything ran.
+pub fn a_driver_in_the_background_prints_progress_lines() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = sweep_file(dir.path(), 0.0)?;
+    let tmux = Tmux::new()?;
+    let exit = dir.path().join("run.exit");
+    let command = format!(
+        "timeout 300 {RTUNE} run {} --set tune.num_samples=2; echo $? > {}; sleep 600",
+        file.display(),
+        exit.display()
+    );
+    tmux.start("background", &command)?;
+    let code = exit_code(&exit, Duration::from_secs(240))?;
+    let screen = tmux.run(&["capture-pane", "-p", "-t", "background"])?;
+    ensure!(code == "0", "rtune run exited {code}:\n{screen}");
+    ensure!(screen.contains("== 2 trials"), "no progress lines:\n{screen}");
+    Ok(())
 }
 
 /// `rtune run` on a terminal shows the live UI; `rtune watch` shows the same sweep from its

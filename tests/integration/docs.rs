@@ -8,9 +8,8 @@
 //! * a block preceded by `<!-- file: PATH -->` is that file of the checkout, word for word
 //!   (docs/crate.md shows the template crate `examples/own-crate` so);
 //! * every `rtune` command line of a `sh` block parses as `rtune` reads its arguments, every
-//!   `make` target is the Makefile's, every `--example` is one cargo builds.
-//!
-//! (The README's Rust sweep is compiled as a doc test: `src/lib.rs`.)
+//!   `make` target is the Makefile's, every `--example` is one cargo builds;
+//! * every page with a `rust` block is compiled as doc tests (`src/lib.rs`' `pages`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -253,8 +252,15 @@ pub fn sweep_files_and_commands_in_the_docs_work() -> Result<()> {
     let makefile = std::fs::read_to_string(Path::new(ROOT).join("Makefile"))?;
     let cargo = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml"))?;
     let (mut sweep_files, mut commands, mut files) = (0, 0, 0);
+    let lib = std::fs::read_to_string(Path::new(ROOT).join("src/lib.rs"))?;
     for page in pages()? {
-        for block in blocks(&page)? {
+        let blocks = blocks(&page)?;
+        if blocks.iter().any(|b| b.lang.starts_with("rust")) {
+            let name = page.strip_prefix(ROOT).unwrap_or(&page).display().to_string();
+            let included = format!("include_str!(\"../{name}\")");
+            ensure!(lib.contains(&included), "{name}'s Rust is not compiled: src/lib.rs' pages");
+        }
+        for block in blocks {
             if let Some(path) = block.note.as_deref().and_then(|n| n.strip_prefix("file:")) {
                 check_file(&block, path.trim())?;
                 files += 1;

@@ -540,6 +540,10 @@ fn main() {
             examples::cluster_sweep_runs_on_both_node_agents,
         ),
         test(
+            "cli::a_driver_in_the_background_prints_progress_lines",
+            cli::a_driver_in_the_background_prints_progress_lines,
+        ),
+        test(
             "examples::own_crate_starts_without_ld_library_path",
             examples::own_crate_starts_without_ld_library_path,
         ),

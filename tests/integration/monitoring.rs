@@ -189,9 +189,39 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
     let out = rtune(&["show", experiment.to_str().unwrap()])?;
     let wanted = format!("metrics for Prometheus: http://{target}/metrics");
     ensure!(String::from_utf8_lossy(&out.stdout).contains(&wanted), "{}", text(&out));
+    // Killed (its driver.json stays behind), the sweep's endpoint is no more: `show` names none.
+    drop(sweep);
+    let out = rtune(&["show", experiment.to_str().unwrap()])?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    ensure!(said.contains("interrupted") && !said.contains("metrics for Prometheus"), "{said}");
+    // Resumed, the endpoint describes the experiment from its first answer: the trials that
+    // ended before, the best among them, the trials it was set up for.
+    let port = free_port()?;
+    let resumed = Killed(
+        Command::new(RTUNE)
+            .args(["resume", experiment.to_str().unwrap(), "--no-tui"])
+            .args(["--metrics", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let mut body = String::new();
+    wait_for(Duration::from_secs(60), || {
+        body = http_get(port, "/metrics", None).map(|(_, b)| b).unwrap_or_default();
+        Ok(body.contains("rtune_trials{status=\"RUNNING\"} 1"))
+    })
+    .with_context(|| format!("the resumed sweep's endpoint:\n{body}"))?;
+    for line in ["rtune_trials{status=\"TERMINATED\"} 2\n", "rtune_sweep_trials 3\n"] {
+        ensure!(body.contains(line), "no {line:?} after the resume:\n{body}");
+    }
+    let best = grid.best_result()?.last("score").context("no best score")?;
+    let shown = body.lines().find_map(|l| {
+        l.strip_prefix("rtune_best_metric{metric=\"score\",mode=\"max\"} ")?.parse::<f64>().ok()
+    });
+    ensure!(shown == Some(best), "the best is {best}, the endpoint says {shown:?}:\n{body}");
     let out = rtune(&["stop", experiment.to_str().unwrap()])?;
     ensure!(out.status.success(), "{}", text(&out));
-    drop(sweep);
+    drop(resumed);
     Ok(())
 }
 

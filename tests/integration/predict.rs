@@ -213,8 +213,11 @@ pub fn predictions_across_workers_match_one_process() -> Result<()> {
     )?;
     let not_parquet = d.join("broken.parquet");
     std::fs::write(&not_parquet, "not parquet at all")?;
-    let cases: [(&Path, &Path, &str); 3] = [
+    let headerless = d.join("headerless.csv");
+    std::fs::write(&headerless, text_in.split_once('\n').unwrap().1)?;
+    let cases: [(&Path, &Path, &str); 4] = [
         (&model, &without, "lacks the model's input column(s) `pixel_0`"),
+        (&model, &headerless, "has no header row (its first row is numbers): pass --no-header"),
         (&model, &not_parquet, "is not a parquet file"),
         (d, &csv, "has no model.pt"),
     ];

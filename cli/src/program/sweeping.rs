@@ -2,7 +2,6 @@
 //! the experiment it makes or goes on with, how it is shown while it runs (the terminal UI, the
 //! progress lines, the stream `rtune watch` follows), signals, and the exit code at the end.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -108,7 +107,7 @@ pub(super) fn run(
         spec.search_said(),
         path.display()
     );
-    let (run, screen) = reporting(run, &spec, output, &name, &path, &control, Vec::new())?;
+    let (run, screen) = reporting(run, &spec, output, &name, &path, &control)?;
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
         spec.tuner(run, control.clone()).experiment_file(SWEEP_FILE, copy).fit()
@@ -318,17 +317,10 @@ pub(super) fn resume(
         replace_sweep(dir, file, sets, registry)?;
     }
     let (file, spec) = read_sweep(dir, registry)?;
-    let ended: Vec<ui::model::TrialRow> = ui::model::Model::read(dir)
-        .map(ui::model::Model::into_trials)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t.status.is_finished())
-        .collect();
     say!("resuming sweep {file} in {}", dir.display());
     let control = Control::new();
     let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let (run, screen) =
-        reporting(target.run_config(&spec), &spec, output, &name, dir, &control, ended)?;
+    let (run, screen) = reporting(target.run_config(&spec), &spec, output, &name, dir, &control)?;
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
         let tuner = Tuner::restore(dir, spec.trainer())?;
@@ -354,7 +346,6 @@ fn samples(trials: Option<u64>) -> String {
 
 /// How a running sweep is shown: the terminal UI on a terminal (unless `--no-tui`), else plain
 /// progress lines; and to `rtune watch`, through the live stream whatever this terminal shows.
-/// `ended`: trials that ended before this driver began (a resumed sweep).
 fn reporting(
     run: RunConfig,
     spec: &SweepSpec,
@@ -362,11 +353,10 @@ fn reporting(
     name: &str,
     path: &Path,
     control: &Control,
-    ended: Vec<ui::model::TrialRow>,
 ) -> Result<(RunConfig, Screen), Exit> {
-    // The rest of what is shown comes with the sweep's begin event.
-    let mut model = ui::model::Model::new(name.to_owned(), path.to_owned(), Default::default());
-    model.set_trials(ended);
+    // The rest of what is shown (a resumed sweep's trials that ended included) comes with the
+    // sweep's begin event.
+    let model = ui::model::Model::new(name.to_owned(), path.to_owned(), Default::default());
     let mut run = run;
     let metrics = metrics_endpoint(spec, output)?;
     if let Some((_, monitor)) = &metrics {
@@ -399,7 +389,7 @@ fn reporting(
     let progress = ui::progress::Progress::new(std::io::stdout(), Duration::from_secs(5));
     let metrics = metrics.map(|(server, _)| server);
     // Local mode's train function prints to this terminal: plain lines, not a screen.
-    if output.no_tui || spec.scaling.is_local() || !std::io::stdout().is_terminal() {
+    if output.no_tui || spec.scaling.is_local() || !ui::tui::owns_terminal() {
         progress.know(model);
         let screen = Screen { ui: None, server, metrics };
         return Ok((run.callback(ui::model::Following(progress)), screen));

@@ -28,6 +28,26 @@ pub struct TrialRow {
     pub error: Option<String>,
 }
 
+impl TrialRow {
+    /// A trial's params and results as the table shows them: the params written short, the
+    /// last result, and the curve of the `charted` metric. Not yet started, with no id.
+    fn of(params: &rtune_searchers::Params, history: &[Metrics], charted: Option<&str>) -> Self {
+        let curve = charted.map_or(Vec::new(), |m| {
+            let point = |r: &Metrics| Some((*r.get("training_iteration")?, *r.get(m)?));
+            history.iter().filter_map(point).collect()
+        });
+        TrialRow {
+            id: String::new(),
+            status: TrialStatus::Pending,
+            params: params.flatten().iter().map(|(k, v)| (k.clone(), param_text(v))).collect(),
+            last: history.last().cloned().unwrap_or_default(),
+            curve,
+            path: PathBuf::new(),
+            error: None,
+        }
+    }
+}
+
 /// The sweep.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -36,6 +56,8 @@ pub struct Model {
     /// What the sweep optimises: nothing, one metric (the best trial is marked), or several
     /// (the table marks their Pareto front).
     pub objectives: Objectives,
+    /// Metrics a trial's last result must hold at <= 0 to be the best or on the front.
+    pub constraints: Vec<String>,
     /// Trials the sweep was set up for (`None`: until its time budget ends).
     pub total: Option<u64>,
     pub time_budget_s: Option<f64>,
@@ -112,6 +134,7 @@ impl Model {
             name,
             path,
             objectives,
+            constraints: Vec::new(),
             total: None,
             time_budget_s: None,
             elapsed_s: 0.0,
@@ -161,10 +184,6 @@ impl Model {
         &self.trials
     }
 
-    pub(crate) fn into_trials(self) -> Vec<TrialRow> {
-        self.trials
-    }
-
     /// The trial with this id.
     pub fn get(&self, id: &str) -> Option<&TrialRow> {
         self.index.get(id).map(|&i| &self.trials[i])
@@ -180,20 +199,11 @@ impl Model {
         let index = match self.index.get(&trial.trial_id) {
             Some(&i) => i,
             None => {
-                let params = trial
-                    .params
-                    .flatten()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), param_text(v)))
-                    .collect();
                 self.trials.push(TrialRow {
                     id: trial.trial_id.clone(),
                     status: trial.status,
-                    params,
-                    last: Metrics::new(),
-                    curve: Vec::new(),
                     path: trial.path.clone(),
-                    error: None,
+                    ..TrialRow::of(&trial.params, &[], None)
                 });
                 self.index.insert(trial.trial_id.clone(), self.trials.len() - 1);
                 self.trials.len() - 1
@@ -202,11 +212,22 @@ impl Model {
         &mut self.trials[index]
     }
 
-    /// What the sweep's begin event says of it: all the header shows besides its trials.
+    /// What the sweep's begin event says of it: all the header shows, and a restored sweep's
+    /// trials that ended before this driver.
     fn begin(&mut self, experiment: &ExperimentInfo) {
         self.name = experiment.name.clone();
         self.path = experiment.path.clone();
         self.objectives = experiment.objectives.clone();
+        self.constraints = experiment.constraints.clone();
+        let charted = self.charted().map(str::to_owned);
+        let ended = experiment.ended_before.iter().map(|e| TrialRow {
+            id: e.trial.trial_id.clone(),
+            status: e.trial.status,
+            path: e.trial.path.clone(),
+            error: e.error.clone(),
+            ..TrialRow::of(&e.trial.params, &e.history, charted.as_deref())
+        });
+        self.set_trials(ended.collect());
         self.total = experiment.trials;
         self.time_budget_s = experiment.time_budget_s;
         self.per_trial = (experiment.per_trial.cpus, experiment.per_trial.gpus);
@@ -269,30 +290,16 @@ impl Model {
         }
         model.elapsed_s = time_spent_s;
         model.over = dir.join(rtune_driver::tune::RESULTS_PARQUET).exists();
-        let metric = model.charted().map(str::to_owned);
-        let mut rows = Vec::new();
-        for t in &grid.trials {
-            let curve = metric.as_ref().map_or(Vec::new(), |m| {
-                t.history()
-                    .iter()
-                    .filter_map(|r| Some((*r.get("training_iteration")?, *r.get(m)?)))
-                    .collect()
-            });
-            rows.push(TrialRow {
-                id: t.trial_id().to_owned(),
-                status: t.status(),
-                params: t
-                    .params()
-                    .flatten()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), param_text(v)))
-                    .collect(),
-                last: t.history().last().cloned().unwrap_or_default(),
-                curve,
-                path: t.path().to_owned(),
-                error: t.error().map(str::to_owned),
-            });
-        }
+        model.constraints = grid.constraints.clone();
+        let charted = model.charted().map(str::to_owned);
+        let rows = grid.trials.iter().map(|t| TrialRow {
+            id: t.trial_id().to_owned(),
+            status: t.status(),
+            path: t.path().to_owned(),
+            error: t.error().map(str::to_owned),
+            ..TrialRow::of(t.params(), t.history(), charted.as_deref())
+        });
+        let rows = rows.collect();
         model.set_trials(rows);
         Ok(model)
     }
@@ -328,23 +335,21 @@ impl Model {
             return Vec::new();
         }
         let modes: Vec<Mode> = several.iter().map(|o| o.mode).collect();
-        rtune_searchers::pareto_front_where_finite(&self.trials, &modes, |t, k| {
-            t.last.get(&several[k].metric).copied()
-        })
+        let feasible: Vec<usize> = (0..self.trials.len())
+            .filter(|&i| rtune_searchers::violation(&self.constraints, &self.trials[i].last) == 0.0)
+            .collect();
+        let front = rtune_searchers::pareto_front_where_finite(&feasible, &modes, |&i, k| {
+            self.trials[i].last.get(&several[k].metric).copied()
+        });
+        front.into_iter().map(|i| feasible[i]).collect()
     }
 
-    /// The best trial's index by the sweep's metric (latest results).
+    /// The best trial's index by the sweep's rule, as its results name it
+    /// ([`rtune_searchers::best_trial`]: the latest results, feasible ones only).
     pub fn best(&self) -> Option<usize> {
         let (metric, mode) = (self.objectives.metric()?, self.objectives.mode()?);
-        self.trials
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| Some((i, *t.last.get(metric)?)))
-            .filter(|(_, v)| v.is_finite())
-            .map(|(i, v)| (i, mode.sign() * v))
-            // The first of equals, as the results table and Ray pick.
-            .reduce(|best, t| if t.1 > best.1 { t } else { best })
-            .map(|(i, _)| i)
+        let lasts = self.trials.iter().map(|t| (!t.last.is_empty()).then_some(&t.last));
+        rtune_searchers::best_trial(lasts, metric, mode, &self.constraints)
     }
 
     pub fn count(&self, status: TrialStatus) -> usize {

@@ -462,6 +462,7 @@ fn snapshot(model: &Model, elapsed_s: f64) -> proto::Snapshot {
             [] => String::new(),
             several => serde_json::to_string(several).unwrap_or_default(),
         },
+        constraints: model.constraints.clone(),
         trials: model
             .trials()
             .iter()
@@ -490,6 +491,7 @@ fn model_from(s: proto::Snapshot) -> Model {
         _ => serde_json::from_str::<Vec<Objective>>(&s.objectives_json).unwrap_or_default().into(),
     };
     let mut model = Model::new(s.name, PathBuf::from(s.path), objectives);
+    model.constraints = s.constraints;
     model.total = s.total;
     model.time_budget_s = s.time_budget_s;
     model.elapsed_s = s.elapsed_s;

@@ -40,6 +40,12 @@ pub struct ExperimentInfo {
     pub settings: std::collections::BTreeMap<String, String>,
     /// A restored sweep going on: its trials so far are in its directory.
     pub restored: bool,
+    /// A restored sweep's trials that ended before this driver began, as its files keep them
+    /// (the others go on: their events follow). Empty for a new sweep.
+    pub ended_before: Vec<EndedTrial>,
+    /// Metrics a trial's last result must hold at <= 0 for it to be feasible: the best trial
+    /// is the best feasible one ([`rtune_searchers::best_trial`]).
+    pub constraints: Vec<String>,
     /// The trials it was set up for, as Ray counts them (a grid times `num_samples`); None:
     /// until its time budget is spent or its searcher has no more.
     pub trials: Option<u64>,
@@ -52,6 +58,16 @@ pub struct ExperimentInfo {
     /// What its trials share: this machine's CPUs and GPUs, or a cluster's live nodes' when its
     /// head answered (None: unknown).
     pub capacity: Option<Amount>,
+}
+
+/// A trial that ended before this driver began (see [`ExperimentInfo::ended_before`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndedTrial {
+    pub trial: TrialInfo,
+    /// Its results in order (the last is what it ended with).
+    pub history: Vec<Metrics>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
 }
 
 /// CPUs and GPUs: what a trial holds, or what a machine offers.

@@ -114,17 +114,21 @@ impl ResultGrid {
         scope: Scope,
     ) -> Result<&TrialResult> {
         let (metric, mode) = self.target(metric, mode, "ResultGrid::best_result")?;
-        let value = |t: &TrialResult| match scope {
-            Scope::Last => t.last(metric).filter(|v| v.is_finite() && self.feasible(t)),
-            Scope::All => self.best_feasible(t, metric, mode),
+        let best = match scope {
+            // The rule every view of the sweep names its best trial by.
+            Scope::Last => {
+                let lasts = self.trials.iter().map(|t| t.result().and_then(|r| r.metrics.as_ref()));
+                rtune_searchers::best_trial(lasts, metric, mode, &self.constraints)
+                    .map(|i| &self.trials[i])
+            }
+            Scope::All => self
+                .trials
+                .iter()
+                .filter_map(|t| self.best_feasible(t, metric, mode).map(|v| (t, mode.sign() * v)))
+                // The first of equals, as Ray's `max` picks.
+                .reduce(|best, t| if t.1 > best.1 { t } else { best })
+                .map(|(t, _)| t),
         };
-        let best = self
-            .trials
-            .iter()
-            .filter_map(|t| value(t).map(|v| (t, mode.sign() * v)))
-            // The first of equals, as Ray's `max` picks.
-            .reduce(|best, t| if t.1 > best.1 { t } else { best })
-            .map(|(t, _)| t);
         let ranked = |t: &TrialResult| t.last(metric).is_some_and(f64::is_finite);
         if best.is_none() && self.trials.iter().any(ranked) {
             return Err(self.none_feasible(metric));
@@ -152,7 +156,7 @@ impl ResultGrid {
 
     /// Whether a result meets the sweep's constraints (every result does without them).
     pub fn meets(&self, m: &Metrics) -> bool {
-        self.constraints.iter().all(|c| m.get(c).is_some_and(|v| *v <= 0.0))
+        rtune_searchers::violation(&self.constraints, m) == 0.0
     }
 
     /// The best finite value of `metric` over a trial's feasible reports.

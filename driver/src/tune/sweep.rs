@@ -51,8 +51,6 @@ pub(super) struct Sweep {
     /// The sweep as callbacks are told it when it begins: its objectives, its space and
     /// settings, whether an earlier driver ran it, its trial count and scaling.
     pub(super) info: ExperimentInfo,
-    /// Metrics a trial's results must hold at <= 0 for it to be feasible.
-    pub(super) constraints: Vec<String>,
     pub(super) time_budget: Option<Duration>,
     /// Time spent by earlier drivers of a restored sweep.
     pub(super) spent_before: Duration,
@@ -123,7 +121,17 @@ impl Sweep {
         let log = self.path.join(DRIVER_LOG);
         let _log = crate::log::tee_to(&log).map_err(|e| Error::io(&log, e))?;
         tracing::info!("sweep {} in {}", self.experiment, self.path.display());
-        let experiment = self.info.clone();
+        let mut experiment = self.info.clone();
+        if experiment.restored {
+            // The trials that ended before this driver began, for the views to start from.
+            match read_experiment(&self.path, &self.run, false) {
+                Ok((_, trials)) => {
+                    let ended = trials.into_values().filter(|t| t.status().is_finished());
+                    experiment.ended_before = ended.map(TrialResult::into_ended).collect();
+                }
+                Err(e) => tracing::warn!("the views begin without the trials ended before: {e}"),
+            }
+        }
         self.call_back(|c| c.on_experiment_begin(&experiment));
         if let Some(e) = self.fatal.take() {
             // A callback that cannot begin (a tracker refusing its settings): nothing runs.
@@ -272,7 +280,7 @@ impl Sweep {
         let grid = ResultGrid {
             path: self.path.clone(),
             objectives: self.info.objectives.clone(),
-            constraints: self.constraints.clone(),
+            constraints: self.info.constraints.clone(),
             checkpoint_score: self.checkpoint_score(),
             trials: trials.into_values().collect(),
         }
@@ -344,7 +352,7 @@ impl Sweep {
             name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
             experiment_id: self.experiment.clone(),
             objectives: self.info.objectives.clone(),
-            constraints: self.constraints.clone(),
+            constraints: self.info.constraints.clone(),
             checkpoint_score: self.checkpoint_score(),
             rtune_version: env!("CARGO_PKG_VERSION").to_owned(),
             timestamp: unix_time(),

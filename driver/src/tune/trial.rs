@@ -63,6 +63,20 @@ impl std::fmt::Display for TrialResult {
 }
 
 impl TrialResult {
+    /// As callbacks are told of a trial that ended before their driver began.
+    pub(crate) fn into_ended(self) -> crate::callback::EndedTrial {
+        let history = self.result.map(|r| r.metrics_history).unwrap_or_default();
+        let trial = crate::callback::TrialInfo {
+            trial_id: self.trial_id,
+            status: self.status,
+            params: self.params,
+            path: self.path,
+            stopped: false,
+            checkpoint: None,
+        };
+        crate::callback::EndedTrial { trial, history, error: self.error }
+    }
+
     /// `<experiment id>_<index>`, as in Ray.
     pub fn trial_id(&self) -> &str {
         &self.trial_id

@@ -342,6 +342,8 @@ impl Tuner {
             param_space: saved.param_space.clone(),
             settings: saved.flat(),
             restored,
+            ended_before: Vec::new(),
+            constraints,
             trials: saved.trials,
             time_budget_s: saved.tune.time_budget_s,
             per_trial: Amount {
@@ -376,7 +378,6 @@ impl Tuner {
             path,
             experiment,
             info,
-            constraints,
             time_budget,
             spent_before,
             began: Instant::now(),

@@ -62,11 +62,25 @@ impl ExportedModel {
         let names: Vec<String> =
             frame.get_column_names().iter().map(|n| n.as_str().to_owned()).collect();
         let missing: Vec<&String> = schema.features.iter().filter(|f| !names.contains(f)).collect();
-        if !missing.is_empty() {
+        // A CSV file's first row of numbers read as its header (polars renames repeated
+        // values): none of the model's columns, and numbers for names.
+        let numbers = names.first().is_some_and(|n| n.trim().parse::<f64>().is_ok());
+        if missing.len() == schema.features.len() && numbers {
             return Err(Error::Data(format!(
-                "{} lacks the model's input column(s) {}",
+                "{} has no header row (its first row is numbers): pass --no-header to read the \
+                 model's {} input columns in order",
                 input.display(),
-                quoted(missing)
+                schema.features.len()
+            )));
+        }
+        if !missing.is_empty() {
+            let shown = missing.len().min(8);
+            let more = missing.len() - shown;
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            return Err(Error::Data(format!(
+                "{} lacks the model's input column(s) {}{more}",
+                input.display(),
+                quoted(missing[..shown].to_vec())
             )));
         }
         let extra: Vec<&String> = names

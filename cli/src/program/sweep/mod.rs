@@ -485,6 +485,13 @@ fn check_declared(
         })),
         _ => {}
     }
+    // A constraint never reported makes every trial infeasible: named as a metric is.
+    if let Some(Kind::Array(items)) = find_key(root, Setting::Constraints.key()).map(|i| &i.kind) {
+        named.extend(items.iter().filter_map(|i| match &i.kind {
+            Kind::Str(metric) => Some((Setting::Constraints.key().into(), metric.as_str())),
+            _ => None,
+        }));
+    }
     if let Some(attr) = scheduler.and_then(|s| s.text("time_attr")) {
         named.push(("tune.scheduler.time_attr".into(), attr));
     }

@@ -239,6 +239,17 @@ pub fn live(
     })
 }
 
+/// Whether this process may draw on stdout's terminal: stdout is one, and this process is in
+/// its foreground process group. `rtune run .. &` in an interactive shell and `timeout N rtune
+/// run ..` run in a background group, where setting the terminal up would stop the process
+/// (SIGTTOU) before it did anything: they print progress lines instead.
+pub(crate) fn owns_terminal() -> bool {
+    use std::io::IsTerminal;
+    // SAFETY: both only read process group ids (the terminal's, this process's).
+    let (foreground, ours) = unsafe { (libc::tcgetpgrp(libc::STDOUT_FILENO), libc::getpgrp()) };
+    std::io::stdout().is_terminal() && foreground == ours
+}
+
 /// `rtune watch DIR`: live from the sweep's driver while it runs (`x` and `t` reach it), else
 /// from the experiment's files (re-read every second), until `q`.
 pub fn watch(dir: &Path) -> anyhow::Result<()> {

@@ -101,6 +101,38 @@ fn the_screen_shows_status_best_trial_curve_and_error() {
     assert!(text.contains("x stop sweep"), "{text}");
 }
 
+/// A resumed sweep shows the trials that ended before its driver from the begin event, and
+/// its best trial is the best feasible one by the last results, as `rtune ls` and
+/// `export --best` name it: not the trial with the higher acc that broke a constraint.
+#[test]
+fn a_resumed_sweep_shows_its_ended_trials_and_the_feasible_best() {
+    let report = |acc: f64, mem: f64| -> Metrics {
+        [("training_iteration".to_owned(), 2.0), ("acc".to_owned(), acc), ("mem".to_owned(), mem)]
+            .into_iter()
+            .collect()
+    };
+    let ended = |i: usize, acc: f64, mem: f64| rtune_driver::callback::EndedTrial {
+        trial: TrialInfo { status: TrialStatus::Terminated, ..info(i, 0.1) },
+        history: vec![report(acc, mem)],
+        error: None,
+    };
+    let begin = rtune_driver::callback::ExperimentInfo {
+        name: "again".into(),
+        objectives: Objectives::one("acc", Mode::Max),
+        constraints: vec!["mem".into()],
+        restored: true,
+        trials: Some(3),
+        ended_before: vec![ended(0, 0.99, 1.0), ended(1, 0.8, 0.0)],
+        ..Default::default()
+    };
+    let mut m = Model::new(String::new(), PathBuf::new(), Objectives::default());
+    m.apply(&Event::Begin(Box::new(begin)));
+    m.apply(&Event::Start(info(2, 0.2)));
+    let text = screen(&m, &best_first(), 120, 30);
+    assert!(text.contains("2 TERMINATED") && text.contains("1 RUNNING"), "{text}");
+    assert!(text.contains("best acc=0.8000 (abcde_00001)"), "{text}");
+}
+
 /// An elastic sweep's table says each trial's ranks of its range, and the pool bar counts
 /// the workers the running trials hold now, not their `min`.
 #[test]
@@ -183,6 +215,12 @@ fn pending_trials_are_listed_and_an_interrupted_sweep_shows_none_running() {
     assert!(!text.contains("ETA") && text.contains("interrupted"), "{text}");
     assert!(text.contains("2 INTERRUPTED"), "{text}");
     assert_eq!(m.count(TrialStatus::Interrupted), 2, "the running and the waiting trial");
+    // The table writes the status whole, at any width.
+    for width in [80, 120, 200] {
+        let text = screen(&m, &best_first(), width, 30);
+        let row = text.lines().find(|l| l.contains("abcde_00003")).unwrap();
+        assert!(row.contains("INTERRUPTED "), "at {width} columns: {row}");
+    }
 }
 
 #[test]

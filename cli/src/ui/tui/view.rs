@@ -293,8 +293,10 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     // Each metric shown 9 wide, with " / " between.
     let metric_width = (metrics.len().max(1) * 12 - 3) as u16;
     let id_width = if several { 14 } else { 13 };
+    // The status column holds the longest status whole: INTERRUPTED.
+    const STATUS_WIDTH: u16 = 11;
     let mut widths =
-        vec![Constraint::Length(id_width), Constraint::Length(10), Constraint::Length(5)];
+        vec![Constraint::Length(id_width), Constraint::Length(STATUS_WIDTH), Constraint::Length(5)];
     let ranks_width = if model.elastic.is_some() { 8 } else { 0 };
     if ranks_width > 0 {
         widths.push(Constraint::Length(ranks_width));
@@ -302,7 +304,14 @@ fn render_table(frame: &mut Frame<'_>, area: Rect, model: &Model, view: &View, r
     widths.push(Constraint::Length(metric_width));
     // Params while they fit whole (the table's spacing is a column each): the id and status
     // columns are never cut to fit more.
-    let used = 2 + id_width + 10 + 5 + ranks_width + u16::from(ranks_width > 0) + metric_width + 4;
+    let used = 2
+        + id_width
+        + STATUS_WIDTH
+        + 5
+        + ranks_width
+        + u16::from(ranks_width > 0)
+        + metric_width
+        + 4;
     let mut room = area.width.saturating_sub(used) as usize;
     for p in &params {
         let width = p.len().max(7);
