@@ -95,9 +95,9 @@ pub(crate) fn in_sweep_terms(e: Error) -> Exit {
         let dir = path.display();
         return Exit(code, anyhow::anyhow!("interrupted: `rtune resume {dir}` goes on with it"));
     }
-    if let Error::Config { field: Field::Setting(setting), message } = &e {
+    if let Error::Config { field: Field::Setting(_), .. } = &e {
         // The key the file gives, as the file's own mistakes are named.
-        return Exit(code, anyhow::anyhow!("invalid `{}`: {message}", setting.key()));
+        return Exit(code, anyhow::anyhow!(e.in_sweep_terms()));
     }
     Exit(code, e.into())
 }

@@ -311,8 +311,9 @@ pub fn ls(dir: Option<&Path>, format: Format) -> Result<()> {
             let headers = ["experiment", "trials", "sweep", "status", "best"].map(String::from);
             println!("{}", text_table(&headers, &table));
             for row in &rows {
-                if let Read::Grid { sweep: "interrupted", .. } = row.read {
-                    println!("{}", state_line(Path::new(&row.path), &SweepState::Interrupted));
+                if let Read::Grid { sweep: "interrupted" | "stopped", .. } = row.read {
+                    let path = Path::new(&row.path);
+                    println!("{}", state_line(path, &sweep_state(path)));
                 }
             }
         }
@@ -348,11 +349,12 @@ enum Read {
     },
 }
 
-/// A sweep's state in one word: `running`, `interrupted`, `finished`.
+/// A sweep's state in one word: `running`, `interrupted`, `stopped` (on a mistake), `finished`.
 pub(crate) fn sweep_label(state: &SweepState) -> &'static str {
     match state {
         SweepState::Running(_) => "running",
         SweepState::Interrupted => "interrupted",
+        SweepState::Stopped(_) => "stopped",
         SweepState::Finished => "finished",
     }
 }
@@ -364,6 +366,11 @@ pub(crate) fn state_line(dir: &Path, state: &SweepState) -> String {
     let dir = dir.display();
     match state {
         SweepState::Interrupted => format!("interrupted: `rtune resume {dir}` goes on with it"),
+        SweepState::Stopped(mistake) => format!(
+            "stopped on a mistake, its trials cut short: {mistake}\n  fix the sweep file and run \
+             it as a new sweep (`rtune run FIXED.toml`), or `rtune resume {dir} --sweep \
+             FIXED.toml` where the fix changes nothing this sweep recorded"
+        ),
         SweepState::Running(holder) => format!(
             "running ({holder}): `rtune watch {dir}` follows it, `rtune stop {dir}` ends it"
         ),

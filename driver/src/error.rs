@@ -95,6 +95,23 @@ impl Error {
         Error::Io { path: path.into(), source }
     }
 
+    /// As a sweep file's user reads it: a setting named by its key (`invalid `tune.metric`:
+    /// ..`), not by the Rust API's name.
+    pub fn in_sweep_terms(&self) -> String {
+        match self {
+            Error::Config { field: Field::Setting(setting), message } => {
+                format!("invalid `{}`: {message}", setting.key())
+            }
+            other => other.to_string(),
+        }
+    }
+
+    /// A mistake in the settings (a key's value, a metric no trial reports), which running the
+    /// same settings again meets again.
+    pub fn is_mistake(&self) -> bool {
+        matches!(self, Error::Config { .. } | Error::Metric { .. })
+    }
+
     /// A setting (a [`Setting`](crate::setting::Setting)) or something else named (a token, an
     /// environment variable) that can never work.
     pub fn config(field: impl Into<Field>, message: impl Into<String>) -> Self {

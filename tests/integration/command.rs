@@ -187,6 +187,39 @@ pub fn command_trainable_speaks_the_protocol_and_stops_cleanly() -> Result<()> {
     Ok(())
 }
 
+/// A sweep that stops because its metric is never reported (the probe reports `score`, the
+/// sweep ranks by `acc`) exits 2 with its trials cut short INTERRUPTED, not TERMINATED; `ls`
+/// says it stopped on a mistake, and a plain `resume` refuses to meet it again (exit 2, its
+/// trials as they were), naming what goes on: the fixed file as a new sweep, which runs.
+pub fn a_sweep_stopped_on_a_mistake_cuts_its_trials_short() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = probe_sweep(dir.path(), 0, "")?;
+    let f = file.to_str().unwrap();
+    let experiment = dir.path().join("results/probe");
+    let e = experiment.to_str().unwrap();
+    let out = rtune(&["run", f, "--no-tui", "--set", "tune.metric=\"acc\""])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(text(&out).contains("invalid `tune.metric`: names `acc`"), "{}", text(&out));
+    let statuses = || -> Result<Vec<TrialStatus>> {
+        Ok(ResultGrid::from_path(&experiment)?.trials.iter().map(|t| t.status()).collect())
+    };
+    let cut = statuses()?;
+    ensure!(!cut.is_empty() && cut.iter().all(|s| *s == TrialStatus::Interrupted), "{cut:?}");
+    let out = rtune(&["ls", dir.path().join("results").to_str().unwrap()])?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    ensure!(said.contains("stopped on a mistake") && said.contains("`rtune run FIXED.toml`"));
+    ensure!(said.contains("invalid `tune.metric`"), "{said}");
+    let out = rtune(&["resume", e, "--no-tui"])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(text(&out).contains("resuming it unchanged meets it again"), "{}", text(&out));
+    ensure!(statuses()? == cut, "the refused resume changed the trials");
+    let out = rtune(&["run", f, "--no-tui"])?;
+    ensure!(out.status.code() == Some(0), "{}", text(&out));
+    let grid = ResultGrid::from_path(dir.path().join("results/probe-2"))?;
+    ensure!(grid.trials.iter().all(|t| t.status() == TrialStatus::Terminated));
+    Ok(())
+}
+
 /// A command that fails once is restarted from its latest checkpoint: it is told where the
 /// checkpoint is and how many reports came before, finds its own state there (the probe asserts
 /// it), and the history holds every iteration exactly once.

@@ -564,6 +564,10 @@ fn main() {
             command::command_trainable_speaks_the_protocol_and_stops_cleanly,
         ),
         test(
+            "command::a_sweep_stopped_on_a_mistake_cuts_its_trials_short",
+            command::a_sweep_stopped_on_a_mistake_cuts_its_trials_short,
+        ),
+        test(
             "command::failed_command_resumes_from_its_checkpoint",
             command::failed_command_resumes_from_its_checkpoint,
         ),

@@ -191,6 +191,7 @@ fn name_taken(path: &Path) -> String {
         SweepState::Interrupted => {
             format!("{dir} holds an interrupted sweep (`rtune resume {dir}` goes on with it)")
         }
+        SweepState::Stopped(_) => format!("{dir} holds a sweep stopped on a mistake"),
         SweepState::Finished => format!("{dir} holds a finished sweep"),
     }
 }
@@ -311,7 +312,20 @@ pub(super) fn resume(
             say!("{shown} finished; nothing to resume (`rtune show {shown}` shows it)");
             return Ok(0);
         }
-        SweepState::Interrupted => {}
+        // Unchanged, it would meet its mistake again at once.
+        SweepState::Stopped(mistake) if corrected.is_none() => {
+            let shown = dir.display();
+            return Err(Exit(
+                EXIT_INVALID,
+                anyhow::anyhow!(
+                    "{shown} stopped on a mistake in its settings: {mistake}\n  resuming it \
+                     unchanged meets it again: fix the sweep file and run it as a new sweep \
+                     (`rtune run FIXED.toml`), or `rtune resume {shown} --sweep FIXED.toml` \
+                     where the fix changes nothing this sweep recorded"
+                ),
+            ));
+        }
+        SweepState::Interrupted | SweepState::Stopped(_) => {}
     }
     if let Some((file, sets)) = corrected {
         replace_sweep(dir, file, sets, registry)?;

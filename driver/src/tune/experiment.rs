@@ -160,6 +160,9 @@ pub enum SweepState {
     /// Its driver stopped before the end (interrupted, killed, or ended by an error):
     /// `rtune resume` goes on with it.
     Interrupted,
+    /// Its driver stopped it on a mistake in its settings (what the state file says of it), its
+    /// trials cut short: resuming it goes on once the sweep file is fixed.
+    Stopped(String),
     /// It ran to its end (its `results.parquet` is written then).
     Finished,
 }
@@ -170,7 +173,20 @@ pub fn sweep_state(path: &Path) -> SweepState {
     if let Err(Error::Held { holder, .. }) = super::lease::check_free(path) {
         return SweepState::Running(holder);
     }
-    if path.join(RESULTS_PARQUET).exists() { SweepState::Finished } else { SweepState::Interrupted }
+    if path.join(RESULTS_PARQUET).exists() {
+        return SweepState::Finished;
+    }
+    /// Of the state file, only why its driver stopped it.
+    #[derive(Deserialize)]
+    struct Stopped {
+        stopped_by: Option<String>,
+    }
+    let stopped = std::fs::read(path.join(STATE_FILE)).ok();
+    let stopped = stopped.and_then(|text| serde_json::from_slice::<Stopped>(&text).ok());
+    match stopped.and_then(|s| s.stopped_by) {
+        Some(mistake) => SweepState::Stopped(mistake),
+        None => SweepState::Interrupted,
+    }
 }
 
 /// What `experiment_state.json` holds: the sweep as it is now (see `Sweep::save_state`).
@@ -194,6 +210,10 @@ pub(crate) struct SavedExperiment {
     /// Seconds the sweep has run, over all its drivers (for `time_budget_s`).
     pub time_spent_s: f64,
     pub controller: ControllerState,
+    /// The mistake in the sweep's settings its driver stopped it on (a metric or constraint no
+    /// trial reports): resuming it unchanged would meet it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
     /// Every trial the sweep started. Last, so that `write` can add the ended trials' rows.
     pub trials: Vec<SavedTrialRow>,
 }
@@ -690,6 +710,7 @@ mod tests {
                 next_id: 0,
                 no_more_trials: false,
             },
+            stopped_by: None,
             trials,
         }
     }

@@ -146,6 +146,9 @@ impl Sweep {
         // The controller says when the sweep is over (`Command::Finish`, carried out above or
         // in the loop): nothing runs then, and nothing more will.
         while !self.finished {
+            if self.frozen && self.running.is_empty() {
+                break;
+            }
             let message = tokio::select! {
                 message = heard.recv() => message.expect("the loop holds a sender"),
                 _ = async { tokio::time::sleep_until(budget.expect("checked")).await },
@@ -174,7 +177,7 @@ impl Sweep {
                     continue;
                 }
                 _ = self.control.wait(), if !self.frozen => {
-                    self.freeze();
+                    self.freeze(true);
                     if self.running.is_empty() {
                         break;
                     }
@@ -263,6 +266,11 @@ impl Sweep {
         if self.frozen {
             tracing::info!("sweep {} interrupted; it goes on with rtune resume", self.experiment);
             // The sweep is interrupted whatever a callback says of it.
+            if let Some(error) = self.fatal.as_ref().map(|e| e.to_string())
+                && let Err(e) = self.run.callbacks.each(|c| c.on_experiment_error(&error))
+            {
+                tracing::warn!("{e}");
+            }
             if let Err(e) = self.run.callbacks.each(|c| c.on_experiment_interrupt()) {
                 tracing::warn!("{e}");
             }
@@ -359,6 +367,7 @@ impl Sweep {
             time_spent_s: (self.spent_before + self.began.elapsed()).as_secs_f64(),
             trials,
             controller,
+            stopped_by: self.fatal.as_ref().filter(|e| e.is_mistake()).map(Error::in_sweep_terms),
         };
         if let Err(e) = state.write(&self.path, &self.ended) {
             self.fatal.get_or_insert(e);
@@ -369,8 +378,12 @@ impl Sweep {
 
     /// Interrupted: saves the state as it is now (the snapshot restore goes on from) and asks
     /// every running trial to stop; nothing new starts and nothing more is recorded.
-    fn freeze(&mut self) {
-        tracing::warn!("interrupted: stopping {} running trial(s), resumable", self.running.len());
+    /// `said`: say so in the log (an interrupt; an abort says why itself).
+    fn freeze(&mut self, said: bool) {
+        if said {
+            let n = self.running.len();
+            tracing::warn!("interrupted: stopping {n} running trial(s), resumable");
+        }
         self.save_state();
         self.frozen = true;
         self.running.ask_all(Halt::Pause);
@@ -528,10 +541,20 @@ impl Sweep {
         }
     }
 
-    /// Ends the sweep with `e` once the running trials have stopped.
+    /// Ends the sweep with `e`: as an interrupt does (the running trials stop resumably and
+    /// are not recorded as ended: they are cut short, not finished), and the state file says
+    /// why when `e` is a mistake in the settings, which resuming unchanged would meet again.
     fn abort(&mut self, e: Error) {
-        self.fatal.get_or_insert(e);
-        self.running.ask_all(Halt::Stop);
+        if !self.frozen {
+            // Said by whoever gets the sweep's error (the command line prints it); the log
+            // keeps it with what it did.
+            let (n, why) = (self.running.len(), e.in_sweep_terms());
+            tracing::info!("stopping {n} running trial(s), cut short, resumable: {why}");
+            self.fatal.get_or_insert(e);
+            self.freeze(false);
+        } else {
+            self.fatal.get_or_insert(e);
+        }
     }
 
     /// Starts trial `trial` as a task (see `trial_task`): a `TorchTrainer` run in its own
