@@ -168,7 +168,8 @@ pub mod data {
 /// TensorBoard).
 pub mod callback {
     pub use rtune_driver::callback::{
-        Amount, Callback, ExperimentInfo, MlflowLogger, OptunaJournal, TensorBoardLogger, TrialInfo,
+        Amount, Callback, EndedTrial, ExperimentInfo, MlflowLogger, OptunaJournal,
+        TensorBoardLogger, TrialInfo,
     };
 }
 
