@@ -190,10 +190,16 @@ struct Inner {
     /// The length of the last answer.
     rendered: std::sync::atomic::AtomicUsize,
     sweep: Mutex<Sweep>,
-    /// The sweep's metric and its best value's series, once it began (a sweep with one).
-    objective: std::sync::OnceLock<ObjectiveLabels>,
+    /// The sweep's metric and mode, once it began (a sweep with one).
+    objective: std::sync::OnceLock<Objective>,
     /// The pool as it is now, where this process knows it.
     pool: Box<dyn Fn() -> Option<PoolStatus> + Send + Sync>,
+}
+
+/// The sweep's metric, its mode, and the labels of its best value's series.
+struct Objective {
+    labels: ObjectiveLabels,
+    mode: Mode,
 }
 
 /// What the callbacks have said of the sweep so far (a resumed one's ended trials included).
@@ -356,7 +362,7 @@ impl Monitor {
 
     /// Of a result, what the best trial is chosen by: the sweep's metric and constraints.
     fn kept(&self, constraints: &[String], result: &Metrics) -> Metrics {
-        let metric = self.0.objective.get().map(|o| o.metric.as_str());
+        let metric = self.0.objective.get().map(|o| o.labels.metric.as_str());
         let wanted = |name: &str| Some(name) == metric || constraints.iter().any(|c| c == name);
         result.iter().filter(|(k, _)| wanted(k)).map(|(k, &v)| (k.clone(), v)).collect()
     }
@@ -385,11 +391,10 @@ impl Monitor {
         for (status, n) in counts {
             inner.trials.get_or_create(&StatusLabel { status: status.name() }).set(n);
         }
-        let Some(labels) = inner.objective.get() else { return };
+        let Some(Objective { labels, mode }) = inner.objective.get() else { return };
         let lasts: Vec<&Metrics> = sweep.lasts.values().collect();
-        let mode = if labels.mode == "max" { Mode::Max } else { Mode::Min };
         let metric = &labels.metric;
-        let best = best_trial(lasts.iter().map(|m| Some(*m)), metric, mode, &sweep.constraints);
+        let best = best_trial(lasts.iter().map(|m| Some(*m)), metric, *mode, &sweep.constraints);
         match best {
             Some(i) => {
                 inner.best.get_or_create(labels).set(lasts[i][metric]);
@@ -587,8 +592,9 @@ impl Callback for Monitor {
         if let Some(rtune_searchers::Objective { metric, mode }) =
             experiment.objectives.single().cloned()
         {
-            let mode = if mode == Mode::Max { "max" } else { "min" };
-            let _ = self.0.objective.set(ObjectiveLabels { metric, mode });
+            let labels =
+                ObjectiveLabels { metric, mode: if mode == Mode::Max { "max" } else { "min" } };
+            let _ = self.0.objective.set(Objective { labels, mode });
         }
         self.0.sweep_trials.set(experiment.trials.map_or(0, |n| n as i64));
         let mut sweep = self.sweep();

@@ -48,8 +48,9 @@ pub(super) struct Sweep {
     pub(super) run: RunConfig,
     pub(super) path: PathBuf,
     pub(super) experiment: String,
-    /// The sweep as callbacks are told it when it begins: its objectives, its space and
-    /// settings, whether an earlier driver ran it, its trial count and scaling.
+    /// The sweep as callbacks are told it when it begins: its objectives and constraints, its
+    /// space and settings, whether an earlier driver ran it, its trial count and trials' size
+    /// (a restored sweep's ended trials are added then).
     pub(super) info: ExperimentInfo,
     pub(super) time_budget: Option<Duration>,
     /// Time spent by earlier drivers of a restored sweep.
