@@ -237,6 +237,13 @@ impl<'s> Report<'s> {
         self.problems.push((offset, problem));
     }
 
+    /// Whether a problem is reported at `key` or a key under it.
+    pub fn names_under(&self, key: &str) -> bool {
+        self.problems.iter().any(|(_, p)| {
+            p.key.strip_prefix(key).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        })
+    }
+
     pub fn push(&mut self, problem: Problem) {
         self.problems.push((usize::MAX, problem));
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use rtune_searchers::Metrics;
+use rtune_searchers::{Metrics, TrialStatus};
 use serde_json::json;
 
 use rtune_driver::metrics::{RankFigures, rank_figures};
@@ -378,16 +378,43 @@ pub(crate) fn state_line(dir: &Path, state: &SweepState) -> String {
     }
 }
 
+/// The trials the sweep in `dir` runs, as its settings say (a grid times `num_samples`); None
+/// for one that runs until its time budget is spent.
+pub(crate) fn sweep_trials(dir: &Path) -> Option<u64> {
+    let settings = rtune_driver::tune::experiment::Settings::read(dir).ok()?;
+    settings.trials.or(settings.tune.num_samples.limit())
+}
+
+/// The experiment's trials by status, as every view counts them: until the sweep has finished,
+/// the trials it has not made yet are PENDING.
+pub(crate) fn status_counts(grid: &ResultGrid, finished: bool) -> BTreeMap<String, usize> {
+    let mut status = counts(grid.trials.iter().map(|t| t.status()));
+    let made = grid.trials.len() as u64;
+    let unmade = match sweep_trials(&grid.path) {
+        Some(total) if !finished => total.saturating_sub(made) as usize,
+        _ => 0,
+    };
+    if unmade > 0 {
+        *status.entry(status_name(TrialStatus::Pending)).or_default() += unmade;
+    }
+    status
+}
+
 fn listed(path: &Path) -> Listed {
     let read = match ResultGrid::from_path(path) {
-        Ok(grid) => Read::Grid {
-            sweep: sweep_label(&sweep_state(path)),
-            trials: grid.trials.len(),
-            status: counts(grid.trials.iter().map(|t| t.status())),
-            best: grid.objectives.metric().and_then(|m| grid.best_result().ok()?.last(m)),
-            front: (grid.objectives.len() > 1).then(|| grid.pareto_front().map_or(0, |f| f.len())),
-            metric: grid.objectives.metric().map(str::to_owned),
-        },
+        Ok(grid) => {
+            let state = sweep_state(path);
+            let status = status_counts(&grid, matches!(state, SweepState::Finished));
+            Read::Grid {
+                sweep: sweep_label(&state),
+                trials: status.values().sum(),
+                status,
+                best: grid.objectives.metric().and_then(|m| grid.best_result().ok()?.last(m)),
+                front: (grid.objectives.len() > 1)
+                    .then(|| grid.pareto_front().map_or(0, |f| f.len())),
+                metric: grid.objectives.metric().map(str::to_owned),
+            }
+        }
         Err(e) => Read::Unreadable { error: e.to_string() },
     };
     Listed { path: path.display().to_string(), read }

@@ -206,7 +206,7 @@ impl ScalingConfig {
     }
 
     /// Local mode runs in this process: never with a cluster (`run`'s, or `$RTUNE_ADDRESS`).
-    pub(crate) fn check_placement(&self, run: &RunConfig) -> Result<()> {
+    pub fn check_placement(&self, run: &RunConfig) -> Result<()> {
         match run.resolved_cluster() {
             Some((address, _)) if self.is_local() => Err(crate::error::Error::config(
                 Setting::NumWorkers,

@@ -176,6 +176,15 @@ fn shows_interrupted(dir: &Path, experiment: &Path, hint: &str) -> Result<()> {
     ensure!(out.status.success() && stdout.contains(" interrupted "), "{}", text(&out));
     ensure!(stdout.contains("INTERRUPTED") && !stdout.contains("RUNNING"), "{}", text(&out));
     ensure!(stdout.contains(hint), "{}", text(&out));
+    // The sweep's 6 trials, as `rtune watch` and the progress lines count them: those not
+    // made yet are PENDING.
+    let out = rtune(&["ls", dir.join("results").to_str().unwrap(), "--format", "json"])?;
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let counts = listed[0]["status"].as_object().context("status counts")?;
+    let counted: u64 = counts.values().filter_map(|n| n.as_u64()).sum();
+    ensure!(listed[0]["trials"] == 6 && counted == 6, "{listed}");
+    let made = ResultGrid::from_path(experiment)?.trials.len();
+    ensure!(made == 6 || counts.contains_key("PENDING"), "{listed}");
     let out = rtune(&["show", exp])?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     ensure!(stdout.lines().next() == Some(hint), "{}", text(&out));
@@ -406,6 +415,109 @@ scheduler = { type = "asha", grace_period = 0 }
     // Each key allowed is listed once.
     ensure!(!stderr.contains("`mode`, `mode`"), "{}", text(&out));
     Ok(())
+}
+
+/// A mistake that could hide others does not (#63, item 9): a misspelt builtin (the file is
+/// checked against the one it is nearest to), a Ray call's string beside a reversed bound, and
+/// a fractional `max_t` where the scheduler counts iterations.
+pub fn mistakes_behind_others_come_too() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = write(
+        dir.path(),
+        "hidden.toml",
+        r#"[trainable]
+builtin = "digits-mpl"
+[param_space]
+lr = { loguniform = [0.1, 1e-4] }
+hidden = 64.5
+epocs = 3
+wd = "tune.uniform(0, 1)"
+[tune]
+metric = "val_los"
+mode = "min"
+scheduler = { type = "asha", max_t = 16.5 }
+"#,
+    )?;
+    let out = rtune(&["validate", &file])?;
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for key in [
+        "hidden.toml:2:11: `trainable.builtin` is \"digits-mpl\"",
+        "did you mean `digits-mlp`?",
+        "hidden.toml:4:8: `param_space.lr` loguniform(0.1, 0.0001): lower bound 0.1 is not < upper",
+        "hidden.toml:5:1: `param_space.hidden` gives 64.5 (float)",
+        "hidden.toml:6:1: `param_space.epocs` is not a param of `digits-mlp`",
+        "hidden.toml:7:1: `param_space.wd` is the string \"tune.uniform(0, 1)\", which reads as a Ray",
+        "hidden.toml:9:1: `tune.metric` names `val_los`, which `digits-mlp` does not report",
+        "`tune.scheduler.max_t` ASHA: invalid `max_t` = 16.5; expected a whole number of iterations",
+    ] {
+        ensure!(stderr.contains(key), "no {key:?} in {}", text(&out));
+    }
+    Ok(())
+}
+
+/// A refusal is all a refused command prints (#63, item 8): a metrics address off loopback
+/// without a token, local mode with a cluster (the name already taken, which a run would
+/// otherwise say first), and the `rtune resume` that loses the experiment to another one
+/// started at the same moment.
+pub fn a_refusal_is_all_that_is_printed() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = dir.path().join("results");
+    let file = write(
+        dir.path(),
+        "one.toml",
+        &format!(
+            "name = \"one\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"synthetic-curve\"\n\
+             [param_space]\nrate = {{ uniform = [0.1, 0.5] }}\n[tune]\nnum_samples = 1\n",
+            storage.display().to_string()
+        ),
+    )?;
+    let out = rtune(&["run", &file, "--no-tui"])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let refused = |args: &[&str], why: &str| -> Result<()> {
+        let out = Command::new(RTUNE)
+            .args(args)
+            .env("RTUNE_ADDRESS", "127.0.0.1:9")
+            .env_remove("RTUNE_TOKEN")
+            .output()?;
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        ensure!(out.status.code() == Some(2), "{args:?}: {}", text(&out));
+        ensure!(stdout.is_empty() && stderr.contains(why), "{args:?}: {}", text(&out));
+        Ok(())
+    };
+    let metrics = ["run", &file, "--no-tui", "--metrics", "0.0.0.0:0"];
+    refused(&metrics, "invalid `--metrics`: is \"0.0.0.0:0\", which is not loopback")?;
+    let local = ["run", &file, "--no-tui", "--local"];
+    refused(
+        &local,
+        "(local mode: the train function runs in this process), but the run goes to \
+                     the cluster at 127.0.0.1:9",
+    )?;
+    ensure!(!storage.join("one-2").exists(), "a refused run made an experiment");
+    // Two resumes of one interrupted sweep at once: one goes on, the other is refused,
+    // printing nothing, wherever it lost.
+    let experiment = killed_run(dir.path())?;
+    let exp = experiment.to_str().unwrap();
+    let resume = || {
+        Command::new(RTUNE)
+            .args(["resume", exp, "--no-tui"])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+    };
+    let (first, second) = (resume()?, resume()?);
+    let outs = [first.wait_with_output()?, second.wait_with_output()?];
+    let lost: Vec<_> = outs.iter().filter(|o| o.status.code() == Some(2)).collect();
+    ensure!(lost.len() == 1, "{}\n{}", text(&outs[0]), text(&outs[1]));
+    ensure!(lost[0].stdout.is_empty(), "the refused resume printed: {}", text(lost[0]));
+    ensure!(
+        String::from_utf8_lossy(&lost[0].stderr).contains("is being run by another driver"),
+        "{}",
+        text(lost[0])
+    );
+    all_terminated_once(&experiment)
 }
 
 /// `rtune resume --sweep FILE` that changes what decided what was recorded names each key

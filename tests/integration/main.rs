@@ -341,6 +341,14 @@ fn main() {
             front_door::all_mistakes_come_in_one_report,
         ),
         test(
+            "front_door::mistakes_behind_others_come_too",
+            front_door::mistakes_behind_others_come_too,
+        ),
+        test(
+            "front_door::a_refusal_is_all_that_is_printed",
+            front_door::a_refusal_is_all_that_is_printed,
+        ),
+        test(
             "front_door::resume_with_a_differing_file_names_the_keys",
             front_door::resume_with_a_differing_file_names_the_keys,
         ),

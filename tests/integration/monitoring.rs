@@ -140,6 +140,9 @@ pub fn prometheus_scrapes_a_running_sweep() -> Result<()> {
     ensure!(cpus.is_some_and(|c| c >= 1.0), "pool capacity {cpus:?}");
     let used = query(prometheus_port, "sum(rtune_pool_used{resource=\"CPU\"})")?;
     ensure!(used == Some(1.0), "pool use {used:?}");
+    // And its memory, as the machine has it.
+    let memory = query(prometheus_port, "sum(rtune_pool_memory_capacity_bytes)")?;
+    ensure!(memory.is_some_and(|m| m > (64 << 20) as f64), "pool memory {memory:?}");
     // What promtool says of the endpoint's answer.
     let (_, body) = http_get(port, "/metrics", None)?;
     let mut promtool = Command::new("promtool")

@@ -33,7 +33,7 @@ fn check(output: &Output) -> Result<(), Exit> {
 }
 
 /// The sweep file `rtune run` ran, kept in the experiment for `rtune resume`.
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct SweepCopy {
     /// The file's absolute path.
     file: String,
@@ -50,6 +50,8 @@ pub(super) fn run(
 ) -> Result<i32, Exit> {
     check(output)?;
     let (source, spec) = read_spec(file, sets, registry, target.cluster.is_none())?;
+    // What is refused is refused before anything is said or made.
+    let metrics = metrics_endpoint(&spec, output)?;
     let mut run = target.run_config(&spec);
     let mut name = spec.run.name.clone().unwrap_or_else(|| {
         let stem = file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
@@ -107,7 +109,7 @@ pub(super) fn run(
         spec.search_said(),
         path.display()
     );
-    let (run, screen) = reporting(run, &spec, output, &name, &path, &control)?;
+    let (run, screen) = reporting(run, &spec, output, metrics, &name, &path, &control);
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
         spec.tuner(run, control.clone()).experiment_file(SWEEP_FILE, copy).fit()
@@ -228,14 +230,15 @@ fn recorded_nothing(path: &Path) -> bool {
     }
 }
 
-/// `rtune resume DIR --sweep FILE`: the corrected sweep file replaces the copy kept in `dir`
-/// when it changes nothing that decided what was recorded (see `Command::Resume`).
-fn replace_sweep(
+/// `rtune resume DIR --sweep FILE`: the corrected sweep file, to replace the copy kept in `dir`
+/// (see `Command::Resume`), when it changes nothing that decided what was recorded: its copy,
+/// its name and the sweep it reads as.
+fn replacement(
     dir: &Path,
     file: &Path,
     sets: &[String],
     registry: &Trainables,
-) -> Result<(), Exit> {
+) -> Result<(SweepCopy, SweepSpec), Exit> {
     let (_, old) = read_sweep(dir, registry)?;
     let (source, new) = read_spec(file, sets, registry, false)?;
     let differences = super::plan::recorded_differences(&old, &new);
@@ -258,11 +261,7 @@ fn replace_sweep(
     let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
     let copy =
         SweepCopy { file: absolute.display().to_string(), text: source.text, set: sets.to_vec() };
-    let json = serde_json::to_vec_pretty(&copy)?;
-    rtune_driver::storage::atomic_write(&dir.join(SWEEP_FILE), &json)
-        .map_err(|e| Exit(crate::exit::EXIT_FAILED, e.into()))?;
-    say!("going on with {} (it replaces the sweep file kept in {})", source.name, dir.display());
-    Ok(())
+    Ok((copy, new))
 }
 
 /// The sweep `rtune run` ran in `dir`, from the copy of its file kept there: the file's path
@@ -327,17 +326,30 @@ pub(super) fn resume(
         }
         SweepState::Interrupted | SweepState::Stopped(_) => {}
     }
-    if let Some((file, sets)) = corrected {
-        replace_sweep(dir, file, sets, registry)?;
+    let (replacing, (file, spec)) = match corrected {
+        Some((file, sets)) => {
+            let (copy, spec) = replacement(dir, file, sets, registry)?;
+            (Some(copy.clone()), (copy.file, spec))
+        }
+        None => (None, read_sweep(dir, registry)?),
+    };
+    let metrics = metrics_endpoint(&spec, output)?;
+    // The experiment's lease before anything is said or written: a driver that lost it to
+    // another (both resuming at once) is refused having done nothing.
+    let tuner = Tuner::restore(dir, spec.trainer()).map_err(in_sweep_terms)?;
+    if let Some(copy) = replacing {
+        let json = serde_json::to_vec_pretty(&copy)?;
+        rtune_driver::storage::atomic_write(&dir.join(SWEEP_FILE), &json)
+            .map_err(|e| Exit(crate::exit::EXIT_FAILED, e.into()))?;
+        say!("going on with {file} (it replaces the sweep file kept in {})", dir.display());
     }
-    let (file, spec) = read_sweep(dir, registry)?;
     say!("resuming sweep {file} in {}", dir.display());
     let control = Control::new();
     let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let (run, screen) = reporting(target.run_config(&spec), &spec, output, &name, dir, &control)?;
+    let run = target.run_config(&spec);
+    let (run, screen) = reporting(run, &spec, output, metrics, &name, dir, &control);
     let began = Instant::now();
     let outcome = watch_signals(control.clone(), || {
-        let tuner = Tuner::restore(dir, spec.trainer())?;
         tuner.tune_config(spec.tune_config()).run_config(run).control(control.clone()).fit()
     });
     screen.close();
@@ -364,15 +376,15 @@ fn reporting(
     run: RunConfig,
     spec: &SweepSpec,
     output: &Output,
+    metrics: Option<(MetricsServer, Monitor)>,
     name: &str,
     path: &Path,
     control: &Control,
-) -> Result<(RunConfig, Screen), Exit> {
+) -> (RunConfig, Screen) {
     // The rest of what is shown (a resumed sweep's trials that ended included) comes with the
     // sweep's begin event.
     let model = ui::model::Model::new(name.to_owned(), path.to_owned(), Default::default());
     let mut run = run;
-    let metrics = metrics_endpoint(spec, output)?;
     if let Some((_, monitor)) = &metrics {
         // The trackers' backlogs (MLflow's) show at each scrape.
         monitor.follow_backlogs(&run.callbacks.0);
@@ -406,12 +418,12 @@ fn reporting(
     if output.no_tui || spec.scaling.is_local() || !ui::tui::owns_terminal() {
         progress.know(model);
         let screen = Screen { ui: None, server, metrics };
-        return Ok((run.callback(ui::model::Following(progress)), screen));
+        return (run.callback(ui::model::Following(progress)), screen);
     }
     let (feed, events) = ui::tui::Feed::new();
     let thread = ui::tui::live(model, events, control.clone(), progress);
     let screen = Screen { ui: Some((feed.clone(), thread)), server, metrics };
-    Ok((run.callback(ui::model::Following(feed)), screen))
+    (run.callback(ui::model::Following(feed)), screen)
 }
 
 /// The sweep's metrics endpoint, where `--metrics` or `[run] metrics` put it (else on loopback,

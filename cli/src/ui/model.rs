@@ -280,14 +280,10 @@ impl Model {
         let (grid, time_spent_s) = ResultGrid::read_with_time_spent(dir)?;
         let name = dir.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
         let mut model = Model::new(name, dir.to_owned(), grid.objectives.clone());
-        if let Ok(text) = std::fs::read(dir.join(rtune_driver::tune::SETTINGS_FILE))
-            && let Ok(settings) = serde_json::from_slice::<serde_json::Value>(&text)
-        {
-            // The trials it runs (a grid times num_samples), where the experiment says.
-            let count = |key: &str| settings[key].as_i64().and_then(|n| u64::try_from(n).ok());
-            model.total = count("trials").or_else(|| count("num_samples"));
-            model.time_budget_s = settings["time_budget_s"].as_f64();
-        }
+        model.total = crate::inspect::sweep_trials(dir);
+        model.time_budget_s = rtune_driver::tune::experiment::Settings::read(dir)
+            .ok()
+            .and_then(|settings| settings.tune.time_budget_s);
         model.elapsed_s = time_spent_s;
         model.over = dir.join(rtune_driver::tune::RESULTS_PARQUET).exists();
         model.constraints = grid.constraints.clone();
@@ -385,13 +381,27 @@ impl Model {
 
     /// How far a sweep of a known number of trials is after `elapsed_s`: the share of its
     /// trials that ended, and the time left at the pace so far (none before the first end,
-    /// and none once it is over).
+    /// and none once it is over). A running trial counts as the part of an ended trial's
+    /// iterations (on average) it has run, so that the time left shrinks while the last
+    /// trials run.
     pub fn progress(&self, elapsed_s: f64) -> Option<(f64, Option<f64>)> {
         let total = self.total.filter(|&t| t > 0)?;
-        let done = (self.count(TrialStatus::Terminated) + self.count(TrialStatus::Error)) as u64;
+        let ended =
+            |t: &&TrialRow| matches!(t.status, TrialStatus::Terminated | TrialStatus::Error);
+        let done = self.trials.iter().filter(ended).count() as u64;
         let share = (done as f64 / total as f64).min(1.0);
+        let iterations = |t: &TrialRow| t.last.get("training_iteration").copied().unwrap_or(0.0);
+        let ended_iterations: f64 = self.trials.iter().filter(ended).map(iterations).sum();
+        let per_trial = ended_iterations / done.max(1) as f64;
+        let running: f64 = self
+            .trials
+            .iter()
+            .filter(|t| t.status == TrialStatus::Running && per_trial > 0.0)
+            .map(|t| (iterations(t) / per_trial).min(0.95))
+            .sum();
+        let work = done as f64 + running;
         let left = (done > 0 && done < total && !self.over)
-            .then(|| elapsed_s / done as f64 * (total - done) as f64);
+            .then(|| elapsed_s / work * (total as f64 - work).max(0.0));
         Some((share, left))
     }
 

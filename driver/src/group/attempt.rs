@@ -183,7 +183,7 @@ pub(crate) async fn run_attempt(
         .collect();
     Ok(match state.failure {
         Some(failure) if spec.run.elastic.is_some() && !lost.is_empty() => {
-            AttemptOutcome::Lost { ranks: lost, world, failure }
+            AttemptOutcome::Lost { ranks: lost, world, failure, not_in_place: state.not_in_place }
         }
         Some(failure) => AttemptOutcome::Failed(failure),
         None => AttemptOutcome::Completed { train_seconds, unread_params, stopped },
@@ -221,6 +221,8 @@ struct Attempt<'s> {
     to_spawn: Vec<usize>,
     /// The attempt number the group's checkpoints are named by (see `regroup`).
     checkpoint_attempt: u32,
+    /// Why the group could not go on in place after a lost rank (the first reason).
+    not_in_place: Option<String>,
 }
 
 impl<'s> Attempt<'s> {
@@ -245,6 +247,7 @@ impl<'s> Attempt<'s> {
             joined: Vec::new(),
             to_spawn: Vec::new(),
             checkpoint_attempt: spec.attempt,
+            not_in_place: None,
         }
     }
 
@@ -272,6 +275,10 @@ impl<'s> Attempt<'s> {
 
     fn fail(&mut self, rank: usize, message: String, status: Option<ExitStatus>) {
         // Ranks that left in place, the group not re-formed yet: lost with the attempt.
+        if !self.left.is_empty() {
+            let why_not = format!("rank {rank} failed before the group re-formed: {message}");
+            self.not_in_place.get_or_insert(why_not);
+        }
         for (r, why) in std::mem::take(&mut self.left) {
             self.workers[r].lost = Some(why);
         }

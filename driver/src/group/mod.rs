@@ -249,6 +249,8 @@ pub(crate) enum AttemptOutcome {
         ranks: Vec<(usize, String)>,
         world: usize,
         failure: WorkerFailure,
+        /// Why the group did not go on in place without them.
+        not_in_place: Option<String>,
     },
 }
 

@@ -103,14 +103,17 @@ impl ScalingPolicy {
     ) -> Option<Resize> {
         match outcome {
             AttemptOutcome::Completed { stopped: true, .. } => asked,
-            AttemptOutcome::Lost { ranks, world, .. } if world - ranks.len() >= self.min => {
+            AttemptOutcome::Lost { ranks, world, not_in_place, .. }
+                if world - ranks.len() >= self.min =>
+            {
                 let said: Vec<String> =
                     ranks.iter().map(|(rank, why)| format!("rank {rank} lost: {why}")).collect();
                 let how = match self.sharded {
                     true => "from the latest checkpoint's optimizer shards (ZeRO)",
                     false => "from the latest checkpoint",
                 };
-                let why = format!("{} ({how})", said.join("; "));
+                let why_not = not_in_place.as_ref().map(|w| format!("; not in place: {w}"));
+                let why = format!("{} ({how}{})", said.join("; "), why_not.unwrap_or_default());
                 Some(Resize::new(*world, world - ranks.len(), why))
             }
             _ => None,
@@ -181,7 +184,7 @@ mod tests {
 
     fn lost(ranks: &[usize], world: usize) -> AttemptOutcome {
         let ranks = ranks.iter().map(|&r| (r, "killed by signal 9".to_owned())).collect();
-        AttemptOutcome::Lost { ranks, world, failure: failure(0) }
+        AttemptOutcome::Lost { ranks, world, failure: failure(0), not_in_place: None }
     }
 
     fn elastic(min: usize, max: usize) -> ScalingConfig {
@@ -231,6 +234,17 @@ mod tests {
         assert_eq!((shrink.from, shrink.to), (3, 2));
         assert_eq!(shrink.why, "rank 1 lost: killed by signal 9 (from the latest checkpoint)");
         assert_eq!(policy.after_attempt(&lost(&[0, 1], 3), None), None);
+        // Why it was not in place is said with it.
+        let mut refused = lost(&[0], 3);
+        if let AttemptOutcome::Lost { not_in_place, .. } = &mut refused {
+            *not_in_place = Some("rank 2 had failed first: collective timed out".into());
+        }
+        let why = policy.after_attempt(&refused, None).unwrap().why;
+        assert_eq!(
+            why,
+            "rank 0 lost: killed by signal 9 (from the latest checkpoint; not in place: rank 2 had \
+             failed first: collective timed out)"
+        );
         let zero = ScalingPolicy::of(&elastic(1, 2).sharding(crate::config::Sharding::Zero1));
         let why = zero.unwrap().after_attempt(&lost(&[0], 2), None).unwrap().why;
         assert!(why.ends_with("(from the latest checkpoint's optimizer shards (ZeRO))"), "{why}");

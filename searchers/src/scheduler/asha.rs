@@ -244,6 +244,8 @@ impl Asha {
                 "0 < grace_period ≤ max_t",
             ));
         }
+        self.target.whole_iterations("max_t", self.max_t)?;
+        self.target.whole_iterations("grace_period", self.grace_period)?;
         if !(self.reduction_factor.is_finite() && self.reduction_factor > 1.0) {
             return Err(Error::config(
                 NAME,
@@ -554,6 +556,22 @@ mod tests {
         );
         assert!(Asha::new().reduction_factor(1).milestones().is_err());
         assert!(Asha::new().grace_period(0).milestones().is_err());
+    }
+
+    /// Iterations are whole: a fractional max_t or grace_period is refused where time_attr
+    /// counts them, and taken where it is a time.
+    #[test]
+    fn a_fraction_of_an_iteration_is_refused() {
+        let err = Asha::new().max_t(16.5).milestones().unwrap_err().to_string();
+        assert!(
+            err.contains("max_t") && err.contains("whole number of iterations (16 or 17)"),
+            "{err}"
+        );
+        assert!(Asha::new().grace_period(1.5).milestones().is_err());
+        assert!(Asha::new().time_attr("time_total_s").max_t(16.5).milestones().is_ok());
+        use crate::scheduler::{HyperBand, TrialScheduler};
+        assert!(HyperBand::new().max_t(16.5).validate().is_err());
+        assert!(HyperBand::new().max_t(16).validate().is_ok());
     }
 
     #[test]

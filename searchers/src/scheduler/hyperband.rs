@@ -192,6 +192,7 @@ impl HyperBand {
         if !(self.max_t.is_finite() && self.max_t >= 1.0) {
             return Err(Error::config(NAME, "max_t", self.max_t, "a finite number ≥ 1"));
         }
+        self.target.whole_iterations("max_t", self.max_t)?;
         if !(self.eta.is_finite() && self.eta > 1.0) {
             return Err(Error::config(NAME, "reduction_factor", self.eta, "a number > 1"));
         }

@@ -356,6 +356,25 @@ impl Target {
         }
     }
 
+    /// Refuses a fractional `value` of `setting` where the time attribute counts iterations
+    /// (a trial at `max_t = 16.5` iterations would be stopped at 17).
+    fn whole_iterations(&self, setting: &'static str, value: f64) -> Result<()> {
+        if self.time_attr == "training_iteration" && value.is_finite() && value.fract() != 0.0 {
+            return Err(Error::config(
+                self.component,
+                setting,
+                value,
+                format!(
+                    "a whole number of iterations ({} or {}): time_attr is \"training_iteration\"; \
+                     a fraction needs a time attribute that has them, such as \"time_total_s\"",
+                    value.floor(),
+                    value.ceil()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// `(time, score)` of a result. The score is `sign × value`: infinities keep their order
     /// and a NaN stays NaN, for each scheduler to treat as the module docs say.
     fn read(&self, result: &Metrics) -> Result<(f64, f64)> {

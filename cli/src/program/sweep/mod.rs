@@ -242,6 +242,11 @@ fn read_root(
         let key = setting.key();
         report.add(key, &place(root, key), message);
     }
+    if scaling_problems.is_empty()
+        && let Err(e) = file.scaling.check_placement(&file.run)
+    {
+        add_error(e, "scaling", root, report);
+    }
     // Unbounded: random sampling never runs out, and neither does TPE.
     if tune.num_samples == Samples::UntilStopped && tune.time_budget_s.is_none() {
         let message = "is -1 (unbounded): set tune.time_budget_s too";
@@ -313,7 +318,14 @@ fn read_root(
         Some(Kind::Str(name)) => Some(name.clone()),
         _ => None,
     };
-    if let Some(t) = builtin.as_deref().and_then(|b| registry.get(b)) {
+    // A misspelt builtin (refused, with the nearest name) stands for that one here, so that the
+    // file's mistakes against it come in the same report.
+    let declared = builtin.as_deref().and_then(|b| {
+        registry.get(b).or_else(|| {
+            rtune_driver::config::nearest(b, &registry.names()).and_then(|n| registry.get(n))
+        })
+    });
+    if let Some(t) = declared {
         let space = file.param_space.zip(Some(&readable));
         check_declared(t, root, space, scheduler.as_ref(), &file, report);
     }

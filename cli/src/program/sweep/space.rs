@@ -35,7 +35,9 @@ pub(super) fn read_space(
                     readable = readable.add(k, param.clone());
                 }
             }
-            Err(e) if !mistaken => {
+            // Beside a guess refused above (a Ray call's string), the other params' own
+            // mistakes come too.
+            Err(e) if !report.names_under(&format!("{path}.{key}")) => {
                 add_space_error(item, path, &e, report);
                 named = true;
             }

@@ -61,6 +61,32 @@ fn model() -> Model {
     m
 }
 
+/// The time left falls while the last trial runs (it grew with the time spent, at the pace of
+/// the trials that ended, until the last one did).
+#[test]
+fn the_time_left_falls_while_the_last_trial_runs() {
+    let mut m = Model::new(String::new(), PathBuf::new(), Objectives::default());
+    let begin = rtune_driver::callback::ExperimentInfo {
+        objectives: Objectives::one("acc", Mode::Max),
+        trials: Some(2),
+        ..Default::default()
+    };
+    m.apply(&Event::Begin(Box::new(begin)));
+    for i in 1..=10 {
+        m.apply(&Event::Result(info(0, 0.1), result(i as f64, 0.5)));
+    }
+    m.apply(&Event::Complete(info(0, 0.1)));
+    m.apply(&Event::Start(info(1, 0.2)));
+    m.apply(&Event::Result(info(1, 0.2), result(2.0, 0.5)));
+    let (share, early) = m.progress(12.0).unwrap();
+    m.apply(&Event::Result(info(1, 0.2), result(8.0, 0.5)));
+    let (_, late) = m.progress(18.0).unwrap();
+    let (early, late) = (early.unwrap(), late.unwrap());
+    assert_eq!(share, 0.5);
+    // 10 s a trial: 2 of its 10 iterations after 12 s, 8 after 18 s.
+    assert!((early - 8.0).abs() < 1e-9 && (late - 2.0).abs() < 1e-9, "{early} then {late}");
+}
+
 fn screen(model: &Model, view: &View, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|f| view::render(f, model, view)).unwrap();
@@ -362,6 +388,10 @@ fn a_narrow_terminal_shows_ids_statuses_and_keys_whole() {
     assert!(text.contains("━ _00001"), "no legend at 80x24:\n{text}");
     let wide = screen(&m, &View { selected: 1, trial: None, ..best_first() }, 120, 30);
     assert!(wide.contains("━ _00000 ━ best _00001"), "no legend for the best:\n{wide}");
+    // Only there: none in the chart, over its newest points (ratatui draws its own where
+    // there is room for it).
+    let large = screen(&m, &View { selected: 1, trial: None, ..best_first() }, 200, 50);
+    assert_eq!(large.matches("best _00001").count(), 1, "a legend over the curves:\n{large}");
     let last = text.lines().last().unwrap().trim_end();
     assert!(last.ends_with("q quit"), "the keys line is cut: {last:?}");
     for width in [80, 200] {

@@ -373,9 +373,9 @@ fn render_chart(frame: &mut Frame<'_>, area: Rect, model: &Model, selected: Opti
     }
     let datasets = curves
         .iter()
-        .map(|(name, data, color)| {
+        .map(|(_, data, color)| {
+            // Unnamed: ratatui draws no legend of its own over the newest points.
             Dataset::default()
-                .name(name.clone())
                 .marker(Marker::Braille)
                 .graph_type(GraphType::Line)
                 .style(Style::default().fg(*color))

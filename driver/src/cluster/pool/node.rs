@@ -27,7 +27,8 @@ impl NodeSpec {
     }
 
     /// This machine as the OS describes it: CPUs from `std::thread::available_parallelism`, GPUs
-    /// from the number of `/dev/nvidia<N>` device files. The only function of the pool that looks
+    /// from the number of `/dev/nvidia<N>` device files, memory from `/proc/meminfo` (or the
+    /// cgroup's limit where lower). The only function of the pool that looks
     /// at the OS; override what it found with [`cpus`](Self::cpus) / [`gpus`](Self::gpus).
     ///
     /// The GPU ids handed out are indices `0..n`; when the process already runs under a
@@ -47,7 +48,8 @@ impl NodeSpec {
                     .count()
             })
             .unwrap_or(0);
-        Self::local(cpus as f64, u32::try_from(gpus).unwrap_or(u32::MAX))
+        let spec = Self::local(cpus as f64, u32::try_from(gpus).unwrap_or(u32::MAX));
+        spec.memory_bytes(local_memory_bytes().unwrap_or(0))
     }
 
     /// Overrides the CPU count.
@@ -73,4 +75,26 @@ impl NodeSpec {
         self.resources.custom.insert(name.into(), amount);
         self
     }
+}
+
+/// This machine's memory, in bytes: `MemTotal` of `/proc/meminfo`, or the limit of the cgroup
+/// the process runs in (a container's, a Slurm job's) where it is lower.
+fn local_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let total = total_kib.saturating_mul(1024);
+    // cgroup v2: the process's group from /proc/self/cgroup (`0::/PATH`), its memory.max.
+    let limit = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|groups| {
+        let path = groups.lines().find_map(|line| line.strip_prefix("0::"))?;
+        let max = std::fs::read_to_string(format!("/sys/fs/cgroup{}/memory.max", path.trim()));
+        max.ok()?.trim().parse::<u64>().ok()
+    });
+    Some(limit.map_or(total, |limit| limit.min(total)))
 }

@@ -652,9 +652,15 @@ fn status_serialises_like_ray() {
 }
 
 #[test]
-fn detect_local_finds_at_least_one_cpu() {
+fn detect_local_finds_at_least_one_cpu_and_the_memory() {
     let spec = NodeSpec::detect_local().gpus(0);
     assert!(spec.resources.cpu >= 1.0);
+    // More than a few MiB, and no more than the machine has.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    assert!(spec.resources.memory_bytes > 64 << 20, "{}", spec.resources.memory_bytes);
+    let total: u64 =
+        meminfo.lines().next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(spec.resources.memory_bytes <= total * 1024);
     let mut pool = Pool::new();
     pool.add_node(spec).unwrap();
 }

@@ -32,10 +32,23 @@ impl Attempt<'_> {
         let Some(min) = self.spec.run.elastic else { return false };
         // Before every rank has joined there is no group to go on with; a rank in this
         // process (local mode) is never lost alone; a command's cannot re-form their group.
-        let joined = !self.seats.is_empty();
-        let in_process = matches!(self.spec.launcher, Launcher::InProcess);
-        let stays = self.spec.run.in_place && !in_process;
-        if self.failure.is_some() || !joined || !stays || self.live() <= min {
+        let left = self.live().saturating_sub(1);
+        let why_not = match &self.failure {
+            Some(f) => Some(format!("rank {} had failed first: {}", f.rank, f.message)),
+            None if self.seats.is_empty() => Some("not every rank had joined the group".into()),
+            None if matches!(self.spec.launcher, Launcher::InProcess) => {
+                Some("its ranks run in the driver (local mode)".into())
+            }
+            None if !self.spec.run.in_place => {
+                Some("its ranks cannot re-form a group (a command's)".into())
+            }
+            None if left < min => {
+                Some(format!("{left} rank(s) would be left, fewer than the group's min of {min}"))
+            }
+            None => None,
+        };
+        if let Some(why_not) = why_not {
+            self.not_in_place.get_or_insert(why_not);
             return false;
         }
         self.workers[rank].gone = true;
@@ -223,6 +236,7 @@ impl Attempt<'_> {
     /// the group again from its latest checkpoint, at its new size).
     fn fail_regroup(&mut self, why: &str) {
         let rank = self.left.first().map_or(0, |(r, _)| *r);
+        self.not_in_place.get_or_insert_with(|| why.to_owned());
         self.fail(rank, format!("could not go on in place: {why}"), None);
     }
 }
