@@ -558,7 +558,7 @@ pub fn show(
                 print!("{}", ranks_table(&ranks));
             }
             print!("{}", run_text(t.history()));
-            print!("{}", resizes_text(&t.path().join("result.json")));
+            print!("{}", resizes_text(t.path()));
         }
         Format::Json => {
             let history: Vec<serde_json::Value> =
@@ -641,8 +641,22 @@ pub(crate) fn run_text(history: &[Metrics]) -> String {
 
 /// An elastic trial's resizes, one line each, from the rows that say them
 /// (`rtune_driver::record::RESIZE_KEY`): at which iteration, from what to what size, and why.
-pub(crate) fn resizes_text(result_json: &std::path::Path) -> String {
-    let Ok(rows) = std::fs::read_to_string(result_json) else { return String::new() };
+pub(crate) fn resizes_text(run_dir: &Path) -> String {
+    // Every resize as it happened, where the run wrote them down; else (an experiment of an
+    // rtune before that) those its rows say.
+    let resizes = rtune_driver::record::Resized::read(run_dir);
+    if !resizes.is_empty() {
+        let lines = resizes.iter().map(|r| {
+            format!(
+                "resized after iteration {} (attempt {}): {} -> {}: {}\n",
+                r.after_iteration, r.attempt, r.from, r.to, r.why
+            )
+        });
+        return lines.collect();
+    }
+    let Ok(rows) = std::fs::read_to_string(run_dir.join("result.json")) else {
+        return String::new();
+    };
     let mut text = String::new();
     for row in rows.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
         if let Some(resize) = row[rtune_driver::record::RESIZE_KEY].as_str() {

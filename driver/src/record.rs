@@ -56,8 +56,34 @@ const ROW_FIELDS: [&str; 12] = [
 ];
 
 /// The first row after an elastic group resized says how: `3 -> 2: rank 1 lost: killed by
-/// signal 9 (SIGKILL)`.
+/// signal 9 (SIGKILL)`; every resize since the row before, in order, `then` between them.
 pub const RESIZE_KEY: &str = "group_resize";
+
+/// A run's resizes as they happen, one JSON line each (`Resized`): every one is there, those
+/// no row came after included (a group that grew at its last report, a driver killed first).
+pub const RESIZES_FILE: &str = "resizes.jsonl";
+
+/// One line of [`RESIZES_FILE`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Resized {
+    /// The run's latest recorded iteration when it resized.
+    pub after_iteration: u64,
+    /// The attempt it happened in.
+    pub attempt: u32,
+    pub from: usize,
+    pub to: usize,
+    pub why: String,
+    /// Seconds since the epoch.
+    pub timestamp: f64,
+}
+
+impl Resized {
+    /// The run's resizes in `run_dir`, oldest first (none where it never resized).
+    pub fn read(run_dir: &Path) -> Vec<Resized> {
+        let text = std::fs::read_to_string(run_dir.join(RESIZES_FILE)).unwrap_or_default();
+        text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
+    }
+}
 
 /// A row's list of checkpoints of earlier reports that became whole in the object store by its
 /// time (`upload = "async"`): recorded from then on.
@@ -189,10 +215,10 @@ pub(crate) struct RunState {
     group_start: Option<crate::metrics::GroupStart>,
     /// The current attempt's ranks (0 before it placed them), for every row.
     world_size: usize,
-    /// How many times an elastic group resized, for every row once it has; the last resize,
-    /// said in the first row after it (`group_resize`).
+    /// How many times an elastic group resized, for every row once it has; the resizes since
+    /// the last row, said in the next one (`group_resize`).
     resizes: u32,
-    resize: Option<String>,
+    unsaid_resizes: Vec<String>,
     /// The run's folder on a store: a reported checkpoint missing here (its rank does not see
     /// this machine's files) comes down from there.
     store: Option<Remote>,
@@ -218,7 +244,7 @@ impl RunState {
             group_start: None,
             world_size: 0,
             resizes: 0,
-            resize: None,
+            unsaid_resizes: Vec::new(),
             store: None,
         }
     }
@@ -379,8 +405,9 @@ impl RunState {
             metrics.entry(resizes.into()).or_insert(f64::from(self.resizes));
         }
         let mut row: Row = metrics.iter().map(|(k, &v)| (k.clone(), number_or_tag(v))).collect();
-        if let Some(resize) = self.resize.take() {
-            row.insert(RESIZE_KEY.into(), resize.into());
+        if !self.unsaid_resizes.is_empty() {
+            let said = std::mem::take(&mut self.unsaid_resizes).join(" then ");
+            row.insert(RESIZE_KEY.into(), said.into());
         }
         if !report.checkpoint.is_empty() {
             row.insert("checkpoint_dir_name".into(), report.checkpoint.clone().into());
@@ -474,10 +501,28 @@ impl RunState {
     }
 
     /// An elastic group resized from `from` to `to` ranks, for `why` (a lost rank, room in
-    /// the pool): counted in every row from now on, and said in the next one.
-    pub(crate) fn resized(&mut self, from: usize, to: usize, why: &str) {
+    /// the pool): written down at once (`RESIZES_FILE`), counted in every row from now on, and
+    /// said in the next one.
+    pub(crate) fn resized(&mut self, from: usize, to: usize, why: &str) -> Result<()> {
         self.resizes += 1;
-        self.resize = Some(format!("{from} -> {to}: {why}"));
+        self.unsaid_resizes.push(format!("{from} -> {to}: {why}"));
+        let line = Resized {
+            after_iteration: iteration_of(self.last_metrics()) as u64,
+            attempt: self.attempt,
+            from,
+            to,
+            why: why.to_owned(),
+            timestamp: crate::storage::unix_time(),
+        };
+        let path = self.run_dir.join(RESIZES_FILE);
+        let mut text = serde_json::to_string(&line).expect("a resize is JSON");
+        text.push('\n');
+        use crate::error::IoContext as _;
+        use std::io::Write as _;
+        let opened = std::fs::OpenOptions::new().create(true).append(true).open(&path);
+        let mut file = opened.at(&path)?;
+        file.write_all(text.as_bytes()).at(&path)?;
+        file.sync_data().at(&path)
     }
 
     /// The group goes on with `world_size` ranks (an elastic group, in place), as its next
@@ -721,6 +766,48 @@ pub(crate) struct GroupReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every resize is written down as it happens, and the next row says each one since the
+    /// row before (two between rows: both, in order); one after the last row is in the list.
+    #[test]
+    fn every_resize_is_listed_and_said_in_the_next_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = RunState::new(dir.path(), &RunConfig::new("run"), RunIdentity::unknown());
+        let report = |iteration| GroupReport {
+            iteration,
+            metrics_json: "{\"loss\":1.0}".into(),
+            checkpoint: String::new(),
+            uploaded: Vec::new(),
+            ranks: Vec::new(),
+            joinable: false,
+        };
+        state.record(report(1)).unwrap();
+        state.resized(3, 2, "rank 2 lost").unwrap();
+        state.resized(2, 3, "room appeared in the pool").unwrap();
+        state.record(report(2)).unwrap();
+        state.resized(3, 2, "rank 1 lost").unwrap();
+        state.end().unwrap();
+        let rows = std::fs::read_to_string(dir.path().join(ResultFiles::RESULT_JSON)).unwrap();
+        let said: Vec<serde_json::Value> =
+            rows.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect();
+        assert!(said[0].get(RESIZE_KEY).is_none());
+        assert_eq!(
+            said[1][RESIZE_KEY],
+            "3 -> 2: rank 2 lost then 2 -> 3: room appeared in the pool"
+        );
+        assert_eq!(said[1]["group_resizes"], 2.0);
+        let listed = Resized::read(dir.path());
+        let shape: Vec<(u64, usize, usize, &str)> =
+            listed.iter().map(|r| (r.after_iteration, r.from, r.to, r.why.as_str())).collect();
+        assert_eq!(
+            shape,
+            [
+                (1, 3, 2, "rank 2 lost"),
+                (1, 2, 3, "room appeared in the pool"),
+                (2, 3, 2, "rank 1 lost")
+            ]
+        );
+    }
 
     /// A stored row reads back as its metrics (numbers and the tags of NaN and the infinities)
     /// and its checkpoint; Ray's fields, the config and other values are not metrics.

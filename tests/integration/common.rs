@@ -116,9 +116,18 @@ pub fn synthetic_sweep(
 /// What the rows of the run in `run` say of its group's resizes (`group_resize`), in order.
 pub fn resizes_said(run: &std::path::Path) -> anyhow::Result<Vec<String>> {
     let rows = std::fs::read_to_string(run.join("result.json"))?;
-    Ok(rows
+    let said: Vec<String> = rows
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|row| row["group_resize"].as_str().map(str::to_owned))
-        .collect())
+        .flat_map(|said| said.split(" then ").map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    // Every resize the rows say is in the run's own list of them, in the same order (which
+    // has those no row came after too).
+    let listed: Vec<String> = rtune_driver::record::Resized::read(run)
+        .iter()
+        .map(|r| format!("{} -> {}: {}", r.from, r.to, r.why))
+        .collect();
+    anyhow::ensure!(listed.starts_with(&said), "the rows say {said:?}, the run lists {listed:?}");
+    Ok(said)
 }

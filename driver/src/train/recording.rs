@@ -6,7 +6,7 @@ use super::placement::{Elastic, Placement};
 use crate::error::Result;
 use crate::group::{GroupReport, Joiners, OnReport, Seat, describe_seats};
 use crate::metrics::GroupStart;
-use crate::record::RunState;
+use crate::record::{self, RunState};
 
 /// An attempt's reports go into the run's record, then to the caller's decision; an elastic
 /// group that can grow ends its attempt at a report that carries a checkpoint.
@@ -75,7 +75,12 @@ impl OnReport for Recording<'_, '_, '_> {
 
     fn resized(&mut self, from: usize, to: usize, why: &str) {
         tracing::info!("resized from {from} to {to} ranks: {why}");
-        self.run.resized(from, to, why);
+        if let Err(e) = self.run.resized(from, to, why) {
+            tracing::warn!(
+                "the resize is in the next row, but not in {}: {e}",
+                record::RESIZES_FILE
+            );
+        }
         self.run.set_world_size(to);
         // The lost ranks' room goes back to the pool, where the group may grow into it again.
         if to < from {

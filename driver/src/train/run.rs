@@ -182,7 +182,7 @@ impl<'t, 'd> Run<'t, 'd> {
             Phase::Resizing(resize) => {
                 let Resize { from, to, why } = &resize;
                 tracing::info!(run = %self.group.run_dir.display(), "resized from {from} to {to} ranks: {why}");
-                self.record.resized(*from, *to, why);
+                self.record.resized(*from, *to, why)?;
                 // Its processes are gone: their room goes to the run that waits. On a
                 // cluster it is placed anew, on the nodes left (and in the room it grew into).
                 self.placement.shrink(from.saturating_sub(*to));

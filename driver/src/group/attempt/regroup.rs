@@ -33,19 +33,23 @@ impl Attempt<'_> {
         // Before every rank has joined there is no group to go on with; a rank in this
         // process (local mode) is never lost alone; a command's cannot re-form their group.
         let left = self.live().saturating_sub(1);
-        let why_not = match &self.failure {
-            Some(f) => Some(format!("rank {} had failed first: {}", f.rank, f.message)),
-            None if self.seats.is_empty() => Some("not every rank had joined the group".into()),
-            None if matches!(self.spec.launcher, Launcher::InProcess) => {
-                Some("its ranks run in the driver (local mode)".into())
-            }
-            None if !self.spec.run.in_place => {
-                Some("its ranks cannot re-form a group (a command's)".into())
-            }
-            None if left < min => {
-                Some(format!("{left} rank(s) would be left, fewer than the group's min of {min}"))
-            }
-            None => None,
+        let why_not = if matches!(self.spec.launcher, Launcher::InProcess) {
+            Some("its ranks run in the driver (local mode)".to_owned())
+        } else if !self.spec.run.in_place {
+            Some("its ranks cannot re-form a group (a command's)".to_owned())
+        } else if let Some(f) = &self.failure {
+            // Its own failure, heard before its exit, is no reason.
+            Some(if f.rank == rank {
+                "the attempt was failing".to_owned()
+            } else {
+                format!("rank {} had failed first: {}", f.rank, f.message)
+            })
+        } else if self.seats.is_empty() {
+            Some("not every rank had joined the group".to_owned())
+        } else if left < min {
+            Some(format!("{left} rank(s) would be left, fewer than the group's min of {min}"))
+        } else {
+            None
         };
         if let Some(why_not) = why_not {
             self.not_in_place.get_or_insert(why_not);
