@@ -87,6 +87,47 @@ pub fn a_lost_rank_shrinks_the_group_and_it_grows_back() -> Result<()> {
     Ok(())
 }
 
+/// A resumed elastic trial takes all the room it may have when it is free, as a fresh one does
+/// (it started again at `min`, its last report's world size being its old group's, and grew at
+/// its next checkpoint by another restart).
+pub fn a_resumed_elastic_trial_starts_as_large_as_a_fresh_one() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let tables = "[scaling]\nnum_workers = { min = 1, max = 3 }\n[param_space]\niterations = 40\n\
+                  sleep_s = 0.2\n";
+    let file = synthetic_sweep(dir.path(), "resumed", tables)?;
+    let run = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui"])
+        .env("RTUNE_NUM_CPUS", "3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut run = Killed(run);
+    let experiment = dir.path().join("resumed");
+    let rows = || -> usize {
+        let Ok(grid) = ResultGrid::from_path(&experiment) else { return 0 };
+        grid.trials.first().map_or(0, |t| t.history().len())
+    };
+    wait_for(Duration::from_secs(90), || Ok(rows() >= 5)).context("no 5 rows")?;
+    run.0.kill()?;
+    run.0.wait()?;
+    let out = Command::new(RTUNE)
+        .args(["resume", experiment.to_str().unwrap(), "--no-tui"])
+        .env("RTUNE_NUM_CPUS", "3")
+        .output()?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let grid = ResultGrid::from_path(&experiment)?;
+    let trial = &grid.trials[0];
+    let starts: Vec<(f64, f64)> = trial
+        .history()
+        .iter()
+        .filter(|m| m.contains_key("group_attempt"))
+        .map(|m| (m["group_attempt"], m["world_size"]))
+        .collect();
+    ensure!(starts.len() == 2 && starts.iter().all(|&(_, w)| w == 3.0), "starts {starts:?}");
+    ensure!(resizes_said(trial.path())?.is_empty(), "{:?}", resizes_said(trial.path()));
+    Ok(())
+}
+
 /// An elastic group at its `min` that loses a rank fails as a rigid group would, and that
 /// failure counts: with no failures allowed, the trial ends in ERROR naming the signal.
 pub fn losing_a_rank_below_min_fails_the_trial() -> Result<()> {

@@ -171,6 +171,10 @@ fn main() {
             elastic::a_lost_rank_shrinks_the_group_and_it_grows_back,
         ),
         test(
+            "elastic::a_resumed_elastic_trial_starts_as_large_as_a_fresh_one",
+            elastic::a_resumed_elastic_trial_starts_as_large_as_a_fresh_one,
+        ),
+        test(
             "elastic::a_rank_lost_mid_step_is_survived_in_place",
             elastic::a_rank_lost_mid_step_is_survived_in_place,
         ),

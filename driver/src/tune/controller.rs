@@ -447,8 +447,8 @@ impl Controller {
     /// Whether running elastic trial `trial` (of at most `max_ranks`) may take more of the
     /// pool: every started trial holds its resources (`placed` of them do), none is waiting
     /// (pending or paused) and the searcher has no more to give, since waiting trials come
-    /// before growth; and of the running trials below `max_ranks`, `trial` is the one furthest
-    /// along (the highest `training_iteration`, ASHA's highest rung; the first made on a tie).
+    /// before growth; and of the running trials below `max_ranks` (and `trial`, placing its
+    /// group), `trial` is the one furthest along (the highest `training_iteration`, ASHA's highest rung; the first made on a tie).
     pub(crate) fn room_for_growth(&self, trial: TrialId, placed: usize, max_ranks: usize) -> bool {
         let all_made = self.no_more_trials
             || self.config.num_samples.is_some_and(|n| self.trials.len() + self.ended.len() >= n);
@@ -462,11 +462,13 @@ impl Controller {
         let last = |t: &Trial, key: &str| {
             t.reported.last.as_ref().and_then(|m| m.get(key)).copied().unwrap_or(0.0)
         };
+        // The one asking is placing its group, whatever size its last report says (a resumed
+        // trial's is its group's before the resume).
         let first = self
             .trials
             .iter()
             .filter(|(_, t)| t.status == TrialStatus::Running)
-            .filter(|(_, t)| last(t, "world_size") < max_ranks as f64)
+            .filter(|(id, t)| **id == trial || last(t, "world_size") < max_ranks as f64)
             .max_by(|(a, x), (b, y)| {
                 let (x, y) = (last(x, "training_iteration"), last(y, "training_iteration"));
                 x.total_cmp(&y).then(b.cmp(a))
@@ -1164,6 +1166,9 @@ mod tests {
         assert!(c.room_for_growth(two, 2, 4) && !c.room_for_growth(one, 2, 4), "2 is further");
         report(&mut c, two, 4.0, 4.0);
         assert!(c.room_for_growth(one, 2, 4), "2 has all it may have: 1 is next");
+        // 2 placing a group again (resumed, its last report from the group before): it may
+        // take all the room again.
+        assert!(c.room_for_growth(two, 2, 4), "2 asks, and is furthest along");
         c.step(Event::TrialCompleted(one)).unwrap();
         c.step(Event::TrialCompleted(two)).unwrap();
         assert!(!c.room_for_growth(two, 0, 4), "the sweep is over");
