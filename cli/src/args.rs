@@ -64,6 +64,14 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Send a sweep's tracking server (MLflow's) what its end could not send: the server was
+    /// down or too slow then. The rows are in the experiment's files; the runs get what they
+    /// lack, each step once. `rtune resume` of the sweep sends it too.
+    #[command(after_help = "Example:\n  rtune sync rtune_results/digits-asha")]
+    Sync {
+        /// The experiment directory (of a sweep no driver runs now).
+        dir: PathBuf,
+    },
     /// Print where every rank of a running sweep's trials is: each worker's training thread's
     /// stack (and a command trainable's program: its pid and state), for a trial that hangs in
     /// a collective or a data loader. The workers go on as they were.

@@ -1,4 +1,5 @@
-//! The commands that need no libtorch: `completions`, `ls`, `show`, `watch`, `stack` and `status`.
+//! The commands that need no libtorch: `completions`, `ls`, `show`, `watch`, `stack`, `status`
+//! and `sync`.
 //! `rtune` runs them itself (see [`crate::front`]), and so does the full program
 //! (`rtune::cli::main`, a user's binary's included), through [`run`]: one implementation, the
 //! same output and exit codes.
@@ -29,6 +30,7 @@ pub fn run(command: &Command) -> Option<i32> {
         }),
         Command::Watch { dir } => watch(dir.as_deref()),
         Command::Stack { dir, trial } => local(dir).and_then(|dir| stack(&dir, trial.as_deref())),
+        Command::Sync { dir } => local(dir).and_then(|dir| sync(&dir)),
         Command::Status { address, format, token } => {
             status(address, *format == Format::Json, token.as_deref())
                 .map_err(|e| (error_code(&e), e))
@@ -42,6 +44,34 @@ pub fn run(command: &Command) -> Option<i32> {
             code
         }
     })
+}
+
+/// `rtune sync DIR`: what the sweep's end could not send to its MLflow server, sent from the
+/// experiment's files; what is still not sent (the server went away again) fails the command.
+pub(crate) fn sync(dir: &Path) -> Result<(), (i32, anyhow::Error)> {
+    use rtune_driver::tune::Synced;
+    if !rtune_driver::tune::experiment::can_restore(dir) {
+        return Err((EXIT_INVALID, inspect::not_an_experiment(dir)));
+    }
+    let shown = dir.display();
+    match rtune_driver::tune::sync_tracking(dir) {
+        Ok(Synced::NoTracker) => {
+            println!("{shown}: its sweep logged to no tracking server; nothing to send");
+            Ok(())
+        }
+        Ok(Synced::Sent { unsent: 0 }) => {
+            println!("{shown}: its MLflow runs have all it recorded");
+            Ok(())
+        }
+        Ok(Synced::Sent { unsent }) => Err((
+            crate::exit::EXIT_FAILED,
+            anyhow::anyhow!(
+                "{unsent} event(s) of {shown} are still not sent (the MLflow server stopped \
+                 answering); they are kept: `rtune sync {shown}` again sends them"
+            ),
+        )),
+        Err(e) => Err((crate::exit::code_of(&e), e.into())),
+    }
 }
 
 /// `rtune watch [DIR]`: the experiment in `dir` (on a store: its files as they were at the last

@@ -1380,7 +1380,8 @@ pub fn exit_codes_follow_the_table() -> Result<()> {
                 "--set",
                 "run.cluster=\"h:1\"",
             ],
-            "invalid `scaling.num_workers`: is 0 (local mode",
+            "`scaling.num_workers` is 0 (local mode: the train function runs in this process), \
+             but the run goes to the cluster at h:1",
         ),
         (&["resume", m], ""),
         (&["watch", m], ""),

@@ -610,15 +610,24 @@ pub fn an_interrupted_sweep_is_killed_then_goes_on() -> Result<()> {
     check_runs(&server.runs("study")?, &ResultGrid::from_path(&experiment)?)
 }
 
-/// The tracking server killed for part of the sweep and started again on the same store: the
-/// sweep goes on meanwhile, and MLflow ends up with every row once.
+/// The tracking server killed for part of the sweep, the end included (with a flush timeout
+/// of 1 s), and started again on the same store: the sweep goes on and ends meanwhile, says
+/// what it could not send is kept, and `rtune sync` sends it once the server is back (refused,
+/// losing nothing, while it is not), each row once however often it runs. (Timed by the
+/// server's own start: under load it may come back after any timeout the sweep's end has.)
 pub fn a_tracking_server_down_for_a_while_loses_nothing() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let mut server = MlflowServer::start(dir.path(), None)?;
     let (uri, port) = (server.uri(), server.port);
     let file = mlflow_sweep(dir.path(), &uri, 0.1)?;
+    let text_of = std::fs::read_to_string(&file)?;
+    std::fs::write(
+        &file,
+        text_of.replace("log_artifacts = true }", "log_artifacts = true, flush_timeout_s = 1 }"),
+    )?;
     let child = start_run(&file, Stdio::piped())?;
     let experiment = dir.path().join("results/study");
+    let exp = experiment.to_str().unwrap();
     wait_for_ended(&experiment, 1)?;
     server.stop();
     // The sweep goes on without the server: two more trials end meanwhile, and what MLflow
@@ -633,12 +642,27 @@ pub fn a_tracking_server_down_for_a_while_loses_nothing() -> Result<()> {
         .find_map(|l| l.strip_prefix("rtune_callback_backlog{callback=\"MlflowLogger\"} "))
         .and_then(|v| v.parse::<f64>().ok());
     ensure!(backlog.is_some_and(|b| b > 0.0), "MLflow's backlog {backlog:?} in\n{body}");
-    let _again = MlflowServer::start(dir.path(), Some(port))?;
     let out = child.wait_with_output()?;
     ensure!(out.status.code() == Some(0), "{}", text(&out));
     let log = std::fs::read_to_string(experiment.join("driver.log"))?;
     ensure!(log.contains("retrying while the sweep goes on"), "no outage in the log");
-    check_runs(&_again.runs("study")?, &ResultGrid::from_path(&experiment)?)
+    let kept = format!("they are kept, and `rtune sync {exp}` (or the next `rtune resume`)");
+    ensure!(log.contains(&kept), "no word of what was kept in the log:\n{log}");
+    // The server still down: refused, naming it.
+    let out = rtune(&["sync", exp])?;
+    ensure!(!out.status.success() && text(&out).contains(&uri), "{}", text(&out));
+    let again = MlflowServer::start(dir.path(), Some(port))?;
+    for _ in 0..2 {
+        let out = rtune(&["sync", exp])?;
+        ensure!(out.status.success(), "{}", text(&out));
+        let said = format!("{exp}: its MLflow runs have all it recorded");
+        ensure!(String::from_utf8_lossy(&out.stdout).contains(&said), "{}", text(&out));
+        check_runs(&again.runs("study")?, &ResultGrid::from_path(&experiment)?)?;
+    }
+    // Nothing is left for a resume to send either.
+    let out = rtune(&["resume", exp, "--no-tui"])?;
+    ensure!(text(&out).contains("finished; nothing to resume"), "{}", text(&out));
+    Ok(())
 }
 
 /// Tracking mistakes are refused before anything runs, naming `run.mlflow` and the fix: no

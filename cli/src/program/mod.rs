@@ -227,6 +227,7 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
         | Command::Show { .. }
         | Command::Watch { .. }
         | Command::Stack { .. }
+        | Command::Sync { .. }
         | Command::Status { .. } => {
             unreachable!("run by commands::run before dispatch")
         }

@@ -308,6 +308,10 @@ pub(super) fn resume(
         }
         SweepState::Finished => {
             let shown = dir.display();
+            if rtune_driver::callback::MlflowLogger::unsent_in(dir) > 0 {
+                say!("{shown} finished; sending its MLflow server what the sweep's end could not");
+                return crate::commands::sync(dir).map(|()| 0).map_err(|(code, e)| Exit(code, e));
+            }
             say!("{shown} finished; nothing to resume (`rtune show {shown}` shows it)");
             return Ok(0);
         }

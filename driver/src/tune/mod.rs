@@ -7,7 +7,8 @@
 //! * `tuner`: the `Tuner` builder, and `prepare`, which checks every setting before anything
 //!   runs; `config` (`TuneConfig`) and `control` (`Control`) are what a user hands it;
 //! * `experiment`: the experiment directory, every file name and path in it; `trial` and
-//!   `result_grid`: what a sweep returns.
+//!   `result_grid`: what a sweep returns; `tracking`: what a sweep's end could not send to its
+//!   tracking server, sent from its files (`rtune sync`).
 //!
 //! A whole sweep, in code: `rtune`'s crate docs.
 
@@ -19,6 +20,7 @@ pub mod lease;
 pub mod result_grid;
 mod snapshots;
 mod sweep;
+mod tracking;
 pub mod trial;
 mod trial_task;
 mod tuner;
@@ -32,5 +34,6 @@ pub use experiment::{
     prune_staging, remove_experiment, sweep_state,
 };
 pub use result_grid::{ResultGrid, Scope};
+pub use tracking::{Synced, sync_tracking};
 pub use trial::TrialResult;
 pub use tuner::{Checked, Tuner, trial_count};

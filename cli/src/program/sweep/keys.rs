@@ -61,6 +61,8 @@ pub struct MlflowSettings {
     pub experiment: Option<String>,
     /// The best trial's best checkpoint goes into the parent run's artifacts.
     pub log_artifacts: bool,
+    /// How long the sweep's end waits for the server to take what is left.
+    pub flush_timeout: Option<Duration>,
 }
 
 impl MlflowSettings {
@@ -69,7 +71,10 @@ impl MlflowSettings {
             Some(uri) => rtune_driver::callback::MlflowLogger::new(uri),
             None => rtune_driver::callback::MlflowLogger::from_env(),
         };
-        let logger = logger.log_artifacts(self.log_artifacts);
+        let mut logger = logger.log_artifacts(self.log_artifacts);
+        if let Some(timeout) = self.flush_timeout {
+            logger = logger.flush_timeout(timeout);
+        }
         match &self.experiment {
             Some(name) => logger.experiment(name),
             None => logger,
@@ -351,6 +356,10 @@ pub(crate) static KEYS: &[Key] = &[
     value!("run.mlflow.log_artifacts", bool, "false",
         "the best trial's best checkpoint goes into the parent run's artifacts",
         |f, v| f.mlflow.log_artifacts = v),
+    value!("run.mlflow.flush_timeout_s", Duration, "30",
+        "how long the sweep's end waits for the server to take what is left (the rest is kept: \
+         `rtune sync` or `rtune resume` sends it)",
+        |f, v| f.mlflow.flush_timeout = Some(v)),
     value!(Setting::Optuna.key(), String, "",
         "also an Optuna study in this journal file (optuna-dashboard FILE)",
         |f, v| f.optuna = Some(v.into())),

@@ -12,8 +12,11 @@
 //! and an event is only dropped when the queue is full (counted, and said at the end). At the
 //! end the thread gets `flush_timeout` to send what is left.
 //!
-//! Where the runs are is kept in the experiment's `mlflow.json` (run ids, and each trial's last
-//! step sent): a restored sweep goes on with the same runs and sends no step twice.
+//! Where the runs are is kept in the experiment's `mlflow.json` (run ids, each trial's last
+//! step sent and whether its end was, and how much the sweep's end left unsent): a restored
+//! sweep goes on with the same runs and sends no step twice, and what a sweep's end could not
+//! send (its rows are in the trials' files) is sent by the next `rtune resume` or by `rtune
+//! sync` ([`MlflowLogger::for_experiment`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +49,8 @@ pub struct MlflowLogger {
     live: Mutex<Option<Live>>,
     /// The error the sweep ends with, for the parent run's end.
     error: Mutex<Option<String>>,
+    /// What the last end (of the sweep, or of its interruption) could not send.
+    unsent: AtomicU64,
 }
 
 /// The environment variable MLflow's own clients read the tracking server from.
@@ -79,7 +84,27 @@ impl MlflowLogger {
             log_artifacts: false,
             live: Mutex::new(None),
             error: Mutex::new(None),
+            unsent: AtomicU64::new(0),
         }
+    }
+
+    /// The logger the sweep in `experiment` logged with (its `mlflow.json`: the server, whether
+    /// it logs artifacts), to send what its end left unsent; None for a sweep that logged to
+    /// no MLflow server.
+    pub fn for_experiment(experiment: &Path) -> Option<MlflowLogger> {
+        let saved = Saved::read(&experiment.join(STATE_FILE))?;
+        Some(MlflowLogger::new(saved.tracking_uri).log_artifacts(saved.log_artifacts))
+    }
+
+    /// What the end of the sweep in `experiment` could not send to its MLflow server (0: all
+    /// was sent, or it logged to none).
+    pub fn unsent_in(experiment: &Path) -> u64 {
+        Saved::read(&experiment.join(STATE_FILE)).map_or(0, |saved| saved.unsent)
+    }
+
+    /// What this logger's last end could not send (kept for `rtune sync`; 0: all was sent).
+    pub fn unsent(&self) -> u64 {
+        self.unsent.load(Ordering::Relaxed)
     }
 
     /// The MLflow experiment the runs go into (made if missing); by default one named as the
@@ -103,7 +128,8 @@ impl MlflowLogger {
         self
     }
 
-    /// How long the end of the sweep waits for what is still to be sent (30 s).
+    /// How long the end of the sweep waits for what is still to be sent (30 s); what is not
+    /// sent by then is kept, for the next `rtune resume` or `rtune sync` to send.
     pub fn flush_timeout(mut self, timeout: Duration) -> Self {
         self.flush_timeout = timeout;
         self
@@ -152,10 +178,7 @@ impl Callback for MlflowLogger {
         let uri = self.tracking_uri().map_err(|why| self.refused(why))?;
         let state_path = experiment.path.join(STATE_FILE);
         let saved = match experiment.restored {
-            true => std::fs::read(&state_path)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Saved>(&b).ok())
-                .filter(|s| s.tracking_uri == uri),
+            true => Saved::read(&state_path).filter(|s| s.tracking_uri == uri),
             false => None,
         };
         let (ready_tx, ready) = std::sync::mpsc::sync_channel(1);
@@ -184,7 +207,8 @@ impl Callback for MlflowLogger {
             }
             Err(_) => return Err(self.refused(format!("{uri}: the sending thread ended"))),
         }
-        let live = Live { tx, thread: Some(thread), dropped, backlog };
+        let path = experiment.path.clone();
+        let live = Live { tx, thread: Some(thread), dropped, backlog, path };
         *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(live);
         Ok(())
     }
@@ -265,11 +289,20 @@ impl MlflowLogger {
         live.send(last);
         let (tx, thread) = (live.tx, live.thread.take());
         drop(tx);
-        let unsent = thread.map_or(0, |t| t.join().unwrap_or(0));
-        let dropped = live.dropped.load(Ordering::Relaxed) + unsent;
+        let (refused, unsent) = thread.map_or((0, 0), |t| t.join().unwrap_or((0, 0)));
+        self.unsent.store(unsent, Ordering::Relaxed);
+        let dropped = live.dropped.load(Ordering::Relaxed) + refused;
         if dropped > 0 {
             tracing::warn!(
-                "MLflow: {dropped} event(s) were not sent (the server was too slow or down)"
+                "MLflow: {dropped} event(s) were not sent (the server was too slow, or refused \
+                 them)"
+            );
+        }
+        if unsent > 0 {
+            tracing::warn!(
+                "MLflow: the server did not take {unsent} event(s) within the flush timeout; they \
+                 are kept, and `rtune sync {}` (or the next `rtune resume`) sends them",
+                live.path.display()
             );
         }
     }
@@ -279,7 +312,10 @@ impl MlflowLogger {
 #[derive(Debug)]
 struct Live {
     tx: SyncSender<Event>,
-    thread: Option<std::thread::JoinHandle<u64>>,
+    /// Its answer at the end: the events refused, and those not sent in time (kept).
+    thread: Option<std::thread::JoinHandle<(u64, u64)>>,
+    /// The experiment's directory.
+    path: PathBuf,
     /// Events the full queue refused.
     dropped: Arc<AtomicU64>,
     backlog: Arc<Backlog>,
@@ -380,6 +416,23 @@ struct Saved {
     artifact_uri: String,
     /// By rtune trial id.
     trials: BTreeMap<String, SavedTrial>,
+    /// The best trial's best checkpoint goes into the parent run's artifacts.
+    #[serde(default)]
+    log_artifacts: bool,
+    /// What the sweep's end could not send in its flush timeout (its rows and statuses are in
+    /// the experiment's files): the next resume or `rtune sync` sends it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unsent: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Saved {
+    fn read(path: &Path) -> Option<Saved> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

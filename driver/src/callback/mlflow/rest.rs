@@ -66,7 +66,7 @@ impl Client {
     pub(super) async fn begin(&self, setup: &Setup) -> Call<Saved> {
         if let Some(saved) = &setup.saved {
             self.set_running(&saved.parent_run_id).await?;
-            return Ok(saved.clone());
+            return Ok(Saved { log_artifacts: setup.log_artifacts, ..saved.clone() });
         }
         let name = &setup.experiment;
         let path = format!("experiments/get-by-name?experiment_name={}", url_encode(name));
@@ -99,6 +99,8 @@ impl Client {
             parent_run_id,
             artifact_uri,
             trials: BTreeMap::new(),
+            log_artifacts: setup.log_artifacts,
+            unsent: 0,
         };
         save(&setup.state_path, &saved);
         Ok(saved)

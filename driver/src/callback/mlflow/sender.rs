@@ -39,17 +39,18 @@ pub(super) struct Pending {
 
 /// The sending thread: makes the runs (answering `ready`), then sends events until the
 /// callbacks are done and everything is sent or `flush_timeout` is over. Returns how many
-/// events it could not send.
+/// events the server refused, and how many it could not send in time (noted in `mlflow.json`,
+/// for a resume or `rtune sync` to send).
 pub(super) fn run(
     setup: Setup,
     events: Receiver<Event>,
     ready: SyncSender<std::result::Result<(), String>>,
-) -> u64 {
+) -> (u64, u64) {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             let _ = ready.send(Err(e.to_string()));
-            return 0;
+            return (0, 0);
         }
     };
     runtime.block_on(async move {
@@ -71,7 +72,7 @@ pub(super) fn run(
             },
             Err(why) => {
                 let _ = ready.send(Err(why.text));
-                return 0;
+                return (0, 0);
             }
         };
         let _ = ready.send(Ok(()));
@@ -104,7 +105,7 @@ impl Sender {
         events: Receiver<Event>,
         info: &ExperimentInfo,
         flush: Duration,
-    ) -> u64 {
+    ) -> (u64, u64) {
         let mut open = true;
         let mut deadline: Option<Instant> = None;
         let mut backoff = Duration::from_millis(250);
@@ -152,7 +153,11 @@ impl Sender {
                     failing = false;
                     backoff = Duration::from_millis(250);
                     if !open {
-                        return self.refused;
+                        if self.saved.unsent > 0 {
+                            self.saved.unsent = 0;
+                            save(&self.state_path, &self.saved);
+                        }
+                        return (self.refused, 0);
                     }
                 }
                 Err(why) => {
@@ -161,8 +166,12 @@ impl Sender {
                     }
                     failing = true;
                     if deadline.is_some_and(|d| Instant::now() >= d) {
+                        // Kept: the rows are in the trials' files, and what was sent of them
+                        // in mlflow.json.
                         let left = self.pending.values().map(Pending::count).sum::<usize>();
-                        return self.refused + left as u64 + u64::from(self.finish.is_some());
+                        self.saved.unsent = left as u64 + u64::from(self.finish.is_some());
+                        save(&self.state_path, &self.saved);
+                        return (self.refused, self.saved.unsent);
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -206,6 +215,10 @@ impl Sender {
     /// Queues a trial's end, after what its run may lack (a killed driver may have ended the
     /// trial before its run was whole, or made).
     fn end(&mut self, ended: Ended, tags: Vec<(String, String)>) {
+        // Ended and sent already (`rtune sync` tells every trial's end again).
+        if self.saved.trials.get(&ended.trial).is_some_and(|t| t.ended) {
+            return;
+        }
         let status = ended.statuses().0;
         let p = self.catch_up(ended.trial, ended.path, ended.params);
         p.tags.extend(tags);
