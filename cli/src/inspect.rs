@@ -519,8 +519,8 @@ pub(crate) fn run_text(history: &[Metrics]) -> String {
     text
 }
 
-/// An elastic trial's resizes, one line each, from the rows that say them
-/// (`rtune_driver::record::RESIZE_KEY`): at which iteration, from what to what size, and why.
+/// An elastic trial's resizes, one line each, from its list of them (`rtune_driver::record::
+/// RESIZES_FILE`): after which iteration, in which attempt, from what to what size, and why.
 pub(crate) fn resizes_text(run_dir: &Path) -> String {
     // Every resize as it happened, where the run wrote them down; else (an experiment of an
     // rtune before that) those its rows say.

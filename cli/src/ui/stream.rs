@@ -323,14 +323,24 @@ pub(crate) fn stacks(
     dir: &Path,
     trial: Option<&str>,
 ) -> Option<anyhow::Result<proto::StacksReply>> {
-    let (runtime, mut client) = connect(dir)?;
     let request = proto::StacksRequest { trial_id: trial.unwrap_or_default().to_owned() };
-    let answer = runtime.block_on(client.stacks(request));
-    Some(
-        answer
-            .map(tonic::Response::into_inner)
-            .map_err(|e| anyhow::anyhow!("the sweep's driver did not answer: {}", e.message())),
-    )
+    // A connection that breaks (a driver slow to take it, on a loaded machine) is made again: the
+    // question changes nothing.
+    let mut tries = 0;
+    loop {
+        let (runtime, mut client) = connect(dir)?;
+        tries += 1;
+        match runtime.block_on(client.stacks(request.clone())) {
+            Err(e) if e.code() == tonic::Code::Unavailable && tries < 3 => {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            answer => {
+                return Some(answer.map(tonic::Response::into_inner).map_err(|e| {
+                    anyhow::anyhow!("the sweep's driver did not answer: {}", e.message())
+                }));
+            }
+        }
+    }
 }
 
 /// Follows the sweep in `dir` live when its driver is running (its `driver.json` names a

@@ -22,7 +22,7 @@ pub enum Synced {
 /// Sends the MLflow runs of the experiment in `dir` what they lack, from its files: each
 /// trial's rows not sent, its params and end, and the parent run's end (the sweep's outcome, or
 /// KILLED for an interrupted one). The server must answer (else an error naming it). A sweep a
-/// driver runs is refused: its own logger sends as it goes.
+/// driver runs is refused (`Error::Held`): its own logger sends as it goes.
 pub fn sync_tracking(dir: &Path) -> Result<Synced> {
     let Some(logger) = MlflowLogger::for_experiment(dir) else { return Ok(Synced::NoTracker) };
     let state = sweep_state(dir);
@@ -30,6 +30,8 @@ pub fn sync_tracking(dir: &Path) -> Result<Synced> {
         return Err(Error::Held { path: dir.display().to_string(), holder });
     }
     let grid = ResultGrid::from_path(dir)?;
+    // Held while it sends: no driver goes on with the sweep meanwhile.
+    let _lease = super::lease::Lease::take(dir)?;
     let settings = Settings::read(dir)?;
     let info = ExperimentInfo {
         name: dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
