@@ -70,6 +70,14 @@ pub(crate) fn sync(dir: &Path) -> Result<(), (i32, anyhow::Error)> {
                  answering); they are kept: `rtune sync {shown}` again sends them"
             ),
         )),
+        // The server down (or refusing) is no mistake in what was given: said as what it is.
+        Err(rtune_driver::error::Error::Config { message, .. }) => Err((
+            crate::exit::EXIT_FAILED,
+            anyhow::anyhow!(
+                "the sweep's MLflow server did not take it: {message}; what {shown} kept stays \
+                 kept: `rtune sync {shown}` again once the server answers"
+            ),
+        )),
         Err(e) => Err((crate::exit::code_of(&e), e.into())),
     }
 }
