@@ -12,6 +12,33 @@ use crate::common::{Killed, resizes_said, synthetic_sweep, text, wait_for};
 use rtune::ResultGrid;
 use rtune::search::TrialStatus;
 
+/// `rtune run` of the sweep `name` of `synthetic-curve` (`tables` after its trainable) on a
+/// machine of 3 CPUs, in the background, once its first trial has `rows` rows: the run and its
+/// experiment's folder.
+fn run_until_rows(
+    dir: &std::path::Path,
+    name: &str,
+    tables: &str,
+    rows: usize,
+) -> Result<(Killed, std::path::PathBuf)> {
+    let file = synthetic_sweep(dir, name, tables)?;
+    let run = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui"])
+        .env("RTUNE_NUM_CPUS", "3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let run = Killed(run);
+    let experiment = dir.join(name);
+    let made = || -> usize {
+        let Ok(grid) = ResultGrid::from_path(&experiment) else { return 0 };
+        grid.trials.first().map_or(0, |t| t.history().len())
+    };
+    wait_for(Duration::from_secs(90), || Ok(made() >= rows))
+        .with_context(|| format!("no {rows} rows"))?;
+    Ok((run, experiment))
+}
+
 /// Runs the sweep `name` of `synthetic-curve` (20 iterations, a checkpoint each) with
 /// `num_workers`, on a machine of 3 CPUs; once it has 3 rows, SIGKILLs its rank 2 (found with
 /// `rtune stack`); returns the sweep's exit and its experiment's folder.
@@ -24,20 +51,7 @@ fn kill_rank_2(
         "[scaling]\nnum_workers = {num_workers}\n[param_space]\niterations = 20\n\
          sleep_s = 0.25\n"
     );
-    let file = synthetic_sweep(dir, name, &tables)?;
-    let run = Command::new(RTUNE)
-        .args(["run", file.to_str().unwrap(), "--no-tui"])
-        .env("RTUNE_NUM_CPUS", "3")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut run = Killed(run);
-    let experiment = dir.join(name);
-    let rows = || -> usize {
-        let Ok(grid) = ResultGrid::from_path(&experiment) else { return 0 };
-        grid.trials.first().map_or(0, |t| t.history().len())
-    };
-    wait_for(Duration::from_secs(90), || Ok(rows() >= 3)).context("no 3 rows")?;
+    let (mut run, experiment) = run_until_rows(dir, name, &tables, 3)?;
     let exp = experiment.to_str().unwrap();
     let out = rtune(&["stack", exp, "0"])?;
     let stacks = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -94,20 +108,7 @@ pub fn a_resumed_elastic_trial_starts_as_large_as_a_fresh_one() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let tables = "[scaling]\nnum_workers = { min = 1, max = 3 }\n[param_space]\niterations = 40\n\
                   sleep_s = 0.2\n";
-    let file = synthetic_sweep(dir.path(), "resumed", tables)?;
-    let run = Command::new(RTUNE)
-        .args(["run", file.to_str().unwrap(), "--no-tui"])
-        .env("RTUNE_NUM_CPUS", "3")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut run = Killed(run);
-    let experiment = dir.path().join("resumed");
-    let rows = || -> usize {
-        let Ok(grid) = ResultGrid::from_path(&experiment) else { return 0 };
-        grid.trials.first().map_or(0, |t| t.history().len())
-    };
-    wait_for(Duration::from_secs(90), || Ok(rows() >= 5)).context("no 5 rows")?;
+    let (mut run, experiment) = run_until_rows(dir.path(), "resumed", tables, 5)?;
     run.0.kill()?;
     run.0.wait()?;
     let out = Command::new(RTUNE)
