@@ -21,7 +21,12 @@ RAY_VERSION := 2.60.0
 OPTUNA_VERSION := 5.0.0
 OPTUNA_DASHBOARD_VERSION := 0.21.0
 MLFLOW_VERSION := 3.17.2
+# The tree trainers open XGBoost's and LightGBM's libraries from their wheels (src/native.rs);
+# the tests compare their models with the Python packages' own.
+XGBOOST_VERSION := 3.2.0
+LIGHTGBM_VERSION := 4.7.0
 VENV := .venv
+TREES := $(VENV)/.trees-$(XGBOOST_VERSION)-$(LIGHTGBM_VERSION)
 TRACKING := $(VENV)/.tracking-$(OPTUNA_VERSION)-$(MLFLOW_VERSION)
 # A stable link to the venv's torch folder keeps the Python version out of .cargo/config.toml.
 LIBTORCH_LINK := .libtorch
@@ -30,7 +35,7 @@ LIBTORCH_LINK := .libtorch
 # and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
-.PHONY: all libtorch tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-gp bench-hpo bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch trees tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-gp bench-hpo bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -64,6 +69,13 @@ $(VENV)/.moto-$(MOTO_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 $(VENV)/.ray-$(RAY_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python $(PIP_INSTALL) "ray[tune]==$(RAY_VERSION)"
 	@touch $@
+
+# The xgboost wheel (not xgboost-cpu): one library for CPU and GPU trials, as torch's wheel is.
+$(TREES): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python $(PIP_INSTALL) xgboost==$(XGBOOST_VERSION) lightgbm==$(LIGHTGBM_VERSION)
+	@touch $@
+
+trees: $(TREES)
 
 $(TRACKING): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python $(PIP_INSTALL) optuna==$(OPTUNA_VERSION) optuna-dashboard==$(OPTUNA_DASHBOARD_VERSION) mlflow==$(MLFLOW_VERSION)
@@ -111,7 +123,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux chromium prometheus $(TRACKING) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
+test: libtorch tmux chromium prometheus $(TREES) $(TRACKING) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
 	cargo test --workspace
 
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a

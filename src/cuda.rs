@@ -25,6 +25,8 @@ use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::native::{dl_error, loaded_library_dir};
+
 pub use rtune_driver::sys::cuda_probe::{CudaError, PROBE_ENV, Probe};
 use rtune_driver::sys::cuda_probe::{ProbeAnswer, TORCH_CPU, TORCH_CUDA, no_device};
 use rtune_driver::sys::{Device, hostname};
@@ -80,16 +82,6 @@ fn beside(dir: &Path) -> Result<PathBuf, CudaError> {
     if path.is_file() { Ok(path) } else { Err(CudaError::CpuOnlyLibtorch { dir: dir.to_owned() }) }
 }
 
-/// The folder of the first mapping of a file named `name` in a `/proc/<pid>/maps` text.
-fn loaded_library_dir(maps: &str, name: &str) -> Option<PathBuf> {
-    maps.lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .map(Path::new)
-        .find(|path| path.file_name().is_some_and(|f| f == name))
-        .and_then(Path::parent)
-        .map(Path::to_owned)
-}
-
 fn open_global(path: &Path) -> Result<(), CudaError> {
     use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
     // SAFETY: libtorch_cuda's initialisers register CUDA kernels with the libtorch already
@@ -99,14 +91,6 @@ fn open_global(path: &Path) -> Result<(), CudaError> {
     // Never closed: libtorch keeps pointers into it for the life of the process.
     std::mem::forget(library);
     Ok(())
-}
-
-/// libloading's error with the loader's own words (`dlerror`), which it keeps as the source.
-fn dl_error(e: &libloading::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(source) => source.to_string(),
-        None => e.to_string(),
-    }
 }
 
 /// The NVIDIA driver API calls the probe makes (`cuda.h`).

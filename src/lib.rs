@@ -34,16 +34,20 @@
 //!
 //! ```text
 //! rtune (this crate), above all of the driver's:
-//! 5  cli         the train functions and models this binary registers (`Registry`), which
+//! 6  cli         the train functions and models this binary registers (`Registry`), which
 //!                `rtune-cli`'s command line runs (it implements `rtune_cli::program::Torch`)
-//! 4  builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
-//! 3  model       a trained model: export, TorchPredictor, BatchPredictor
-//! 2  worker      the worker process: init, TrainContext, link, the group's backend (Torch:
-//!                CUDA, each model's process group), distributed and sharded models,
-//!                optimizers, dataset shards and batches, command trainables
-//! 1  nccl        NCCL behind the collective trait │ var_store  a VarStore in a checkpoint
+//! 5  builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
+//! 4  model       a trained model: export, TorchPredictor, BatchPredictor, TreeModel │ trees
+//!                the tree trainers (XGBoostTrainer) and their train functions
+//! 3  worker      the worker process: init, TrainContext, link, the group's backend (Torch:
+//!                CUDA, each model's process group; the tree libraries' collectives),
+//!                distributed and sharded models, optimizers, dataset shards and batches,
+//!                command trainables
+//! 2  nccl        NCCL behind the collective trait │ var_store  a VarStore in a checkpoint
+//!    xgboost     XGBoost's C API (matrices, boosters, its tracker and communicator)
 //!    digits      the 8x8 digits shipped with rtune
-//! 0  torch       libtorch's errors, a table's tensors │ cuda  CUDA opened at run time
+//! 1  torch       libtorch's errors, a table's tensors │ cuda  CUDA opened at run time
+//! 0  native      the wheels' native libraries opened at run time (where, their C APIs)
 //!
 //! rtune-driver:
 //! 10 tune        Tuner (config, control, tuner), the controller core, the shell (sweep,
@@ -114,10 +118,13 @@ pub mod cli;
 pub mod cuda;
 pub mod digits;
 pub mod model;
+mod native;
 mod nccl;
 mod torch;
+pub mod trees;
 mod var_store;
 pub mod worker;
+mod xgboost;
 
 // rtune's API: the items below, by name (as Ray groups them). The driver's other items are
 // plumbing for rtune's own crates, not promised to users.
@@ -200,6 +207,7 @@ pub use rtune_driver::storage::checkpoint::CheckpointWriter;
 pub use rtune_driver::train::{TorchConfig, TorchTrainer};
 pub use rtune_driver::tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
 pub use rtune_searchers::{Mode, Params};
+pub use trees::XGBoostTrainer;
 pub use var_store::{LoadVarStore, SaveVarStore};
 pub use worker::{TrainContext, TrainFn, init};
 

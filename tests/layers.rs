@@ -45,14 +45,17 @@ const DRIVER_LAYERS: &[&[&str]] = &[
 /// The worker and model side (`rtune`), lowest layer first, all above the driver's modules
 /// (which it names as `rtune_driver::..`). Edit with `src/lib.rs`'s picture.
 const RTUNE_LAYERS: &[&[&str]] = &[
+    // The wheels' native libraries opened at run time (where they are, their C APIs).
+    &["native"],
     // Where plain data meets libtorch (errors, tensors of a table); CUDA opened at run time.
     &["torch", "cuda"],
-    // NCCL behind the collective trait; a VarStore in a checkpoint; the shipped digits.
-    &["nccl", "var_store", "digits"],
+    // NCCL behind the collective trait; a VarStore in a checkpoint; the shipped digits;
+    // XGBoost's C API.
+    &["nccl", "var_store", "digits", "xgboost"],
     // The worker process: TrainContext, models and optimizers, shards, command trainables.
     &["worker"],
-    // A trained model: export, prediction, batch prediction.
-    &["model"],
+    // A trained model: export, prediction, batch prediction; the tree trainers.
+    &["model", "trees"],
     // The demo's train functions (on the public API, like a user's own).
     &["builtins"],
     // The `rtune` command line: sweep files, experiments on disk, cluster commands.

@@ -40,6 +40,10 @@ settings! {
     StoragePath => "RunConfig.storage_path", "storage_path";
     /// The train function's params: the trainer's defaults with a trial's params over them.
     Params => "train_loop_config", "param_space";
+    /// A builtin train function, and the trainer that runs it (`XGBoostTrainer`'s library).
+    Builtin => "trainer", "trainable.builtin";
+    /// A trainer's datasets, columns and preprocessor.
+    Datasets => "datasets", "datasets";
     Command => "CommandTrainable.argv", "trainable.command";
     WorkingDir => "CommandTrainable.working_dir", "trainable.working_dir";
     StopGrace => "CommandTrainable.stop_grace", "trainable.stop_grace_s";

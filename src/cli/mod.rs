@@ -70,6 +70,8 @@ impl Registry {
             digits_mlp: TrainFnId::of(train_digits_mlp),
             digits_data,
             synthetic_curve: TrainFnId::of(train_synthetic_curve),
+            xgboost: TrainFnId::of(crate::trees::xgboost::train),
+            xgboost_probe: crate::trees::xgboost::probe,
         };
         Registry { trainables: Trainables::builtin(builtins), models: BTreeMap::new() }.model(
             "digits-mlp",
@@ -167,7 +169,7 @@ mod tests {
     fn registering_replaces_by_name_and_forgets_the_old_model() {
         let r =
             Registry::builtin().with("digits-mlp", "mine", train_synthetic_curve, Params::new());
-        assert_eq!(r.trainables().names(), ["synthetic-curve", "digits-mlp"]);
+        assert_eq!(r.trainables().names(), ["synthetic-curve", "xgboost", "digits-mlp"]);
         assert_eq!(r.trainables().get("digits-mlp").unwrap().about, "mine");
         assert!(r.models.is_empty());
     }

@@ -262,7 +262,8 @@ impl Card<'_> {
         )
     }
 
-    /// How to load the weights and the TorchScript module, for an export that has them.
+    /// How to load the weights and the TorchScript module, or the tree model, for an export
+    /// that has them.
     fn loading(&self) -> String {
         let name = self.to.display();
         let has = |f: &str| self.files.iter().any(|x| x == f);
@@ -277,6 +278,20 @@ impl Card<'_> {
                  model = torch.jit.load(\"{name}/{TORCHSCRIPT_FILE}\")\n\
                  outputs = model(inputs)  # a float tensor, one row per example\n\
                  ```\n"
+            ));
+        }
+        if has(crate::xgboost::MODEL_FILE) {
+            let model = crate::xgboost::MODEL_FILE;
+            text.push_str(&format!(
+                "\n## XGBoost\n\n\
+                 `{model}` is the model in XGBoost's JSON format, which its own packages load \
+                 (`pip install xgboost`):\n\n\
+                 ```python\n\
+                 import xgboost\n\
+                 booster = xgboost.Booster(model_file=\"{name}/{model}\")\n\
+                 outputs = booster.predict(xgboost.DMatrix(inputs))  # inputs: after the preprocessor\n\
+                 ```\n\n\
+                 From Rust: `rtune::model::TreeModel::load(\"{name}\".as_ref())?.predict(&inputs, rows)?`.\n"
             ));
         }
         if !has(storage::checkpoint::MODEL_FILE) {

@@ -29,6 +29,8 @@ pub(crate) use super::group::SharedGroup;
 
 pub(crate) struct ContextParts<'a> {
     pub master_host: String,
+    /// The CPUs this rank reserved from the pool (its libtorch threads).
+    pub threads: usize,
     pub device: Device,
     pub params: Params,
     pub run_dir: PathBuf,
@@ -55,6 +57,7 @@ pub(crate) struct ContextParts<'a> {
 /// The run as one worker sees it. Handed to the train function by `&mut`.
 pub struct TrainContext<'a> {
     master_host: String,
+    threads: usize,
     device: Device,
     params: Params,
     run_dir: PathBuf,
@@ -89,6 +92,7 @@ impl<'a> TrainContext<'a> {
     pub(crate) fn new(parts: ContextParts<'a>) -> Self {
         TrainContext {
             master_host: parts.master_host,
+            threads: parts.threads,
             device: parts.device,
             params: parts.params,
             run_dir: parts.run_dir,
@@ -185,6 +189,25 @@ impl<'a> TrainContext<'a> {
     /// The run's (or trial's) directory: result files, checkpoints, worker logs.
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// The CPUs this rank reserved from the pool (`ScalingConfig`'s per-worker CPUs, at least
+    /// 1): the threads its work should use (libtorch's are set to it).
+    pub fn num_cpus(&self) -> usize {
+        self.threads
+    }
+
+    /// The names of the run's datasets, `train` first, then the others in name order.
+    pub fn dataset_names(&self) -> Vec<String> {
+        let Some(plan) = self.data.as_deref() else { return Vec::new() };
+        let mut names: Vec<String> = plan.datasets.keys().cloned().collect();
+        names.sort_by_key(|n| (n != "train", n.clone()));
+        names
+    }
+
+    /// The name of the backend the group's framework set up (`torch`, `xgboost`, `lightgbm`).
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
     }
 
     /// The checkpoint to resume from: the latest one after a failure, or the one given to

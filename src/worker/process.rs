@@ -187,9 +187,16 @@ fn train(
     params.track_reads();
     let tracked = params.clone();
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
-    let backend =
-        super::backend::on_start(&reply.backend, &reply.backend_setup_json, device, &group)
-            .map_err(|e| failed(&e))?;
+    // Rank 0's collective address: where every rank can reach it.
+    let master_host = peers.first().map_or_else(|| spec.bind_host.clone(), |p| p.ip().to_string());
+    let start = super::backend::Start {
+        setup: &reply.backend_setup_json,
+        device,
+        group: &group,
+        master_host: &master_host,
+        timeout,
+    };
+    let backend = super::backend::on_start(&reply.backend, &start).map_err(|e| failed(&e))?;
     let data = match reply.data_json.as_str() {
         "" => None,
         json => {
@@ -204,8 +211,8 @@ fn train(
         }
     };
     let mut ctx = TrainContext::new(ContextParts {
-        // Rank 0's collective address: where every rank can reach it.
-        master_host: peers.first().map_or_else(|| spec.bind_host.clone(), |p| p.ip().to_string()),
+        master_host,
+        threads: threads as usize,
         device,
         params,
         run_dir,

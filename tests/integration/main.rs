@@ -28,6 +28,7 @@ mod storage;
 mod tch_basics;
 mod tracking;
 mod trainer;
+mod trees;
 mod tune;
 
 use libtest_mimic::{Arguments, Trial};
@@ -592,6 +593,26 @@ fn main() {
         test(
             "command::constraints_choose_among_feasible_trials",
             command::constraints_choose_among_feasible_trials,
+        ),
+        test(
+            "trees::one_rank_trains_what_xgboost_trains",
+            trees::one_rank_trains_what_xgboost_trains,
+        ),
+        test(
+            "trees::two_ranks_train_what_xgboosts_own_distributed_run_trains",
+            trees::two_ranks_train_what_xgboosts_own_distributed_run_trains,
+        ),
+        test(
+            "trees::asha_stops_xgboost_trials_at_rounds_and_the_export_predicts_in_python",
+            trees::asha_stops_xgboost_trials_at_rounds_and_the_export_predicts_in_python,
+        ),
+        test(
+            "trees::a_killed_rank_goes_on_from_the_latest_checkpoint",
+            trees::a_killed_rank_goes_on_from_the_latest_checkpoint,
+        ),
+        test(
+            "trees::tree_mistakes_are_refused_before_anything_runs",
+            trees::tree_mistakes_are_refused_before_anything_runs,
         ),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),

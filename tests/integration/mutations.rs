@@ -45,6 +45,9 @@ fn shipped(storage: &Path) -> Result<Vec<Shipped>> {
         let mut lines: Vec<String> = original
             .lines()
             .map(|l| if l.starts_with("storage_path") { storage_line.clone() } else { l.into() })
+            // Paths from the file's folder (its datasets) still name the shipped files from
+            // the case's folder.
+            .map(|l| l.replace("\"../../", &format!("\"{}/", env!("CARGO_MANIFEST_DIR"))))
             .collect();
         if !original.lines().any(|l| l.starts_with("storage_path")) {
             lines.insert(0, storage_line);

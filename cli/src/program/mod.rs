@@ -28,7 +28,7 @@ use rtune_searchers::Mode;
 
 use crate::args::{Cli, Command, ModeArg, PredictArgs, SlurmCommand};
 use crate::exit::{EXIT_FAILED, EXIT_INVALID, Exit, input_error};
-pub use registry::{AddData, Builtins, Trainable, Trainables};
+pub use registry::{AddData, Builtins, Probe, Probed, Trainable, Trainables};
 pub use sweep::SweepSpec;
 use sweeping::{resume, run, stop, validate};
 

@@ -13,7 +13,7 @@
 
 use std::ops::RangeInclusive;
 
-use rtune_driver::train::{TorchTrainer, TrainFnId};
+use rtune_driver::train::{TorchTrainer, TrainFnId, TreeBackend};
 use rtune_searchers::{Param, Params, Value};
 
 /// A train function the CLI can run by name (`[trainable] builtin = "NAME"`).
@@ -33,9 +33,35 @@ pub struct Trainable {
     /// file's metric names (tune.metric, a scheduler's time_attr, run.stop, a checkpoint's
     /// score) are checked against them before anything runs.
     pub metrics: Vec<String>,
+    /// The tree library whose collective its group joins (None: Torch's backend).
+    pub backend: Option<TreeBackend>,
+    /// Asks the library whether it takes a trial's params (a tree builtin's probe).
+    pub probe: Option<Probe>,
+}
+
+/// What a library says of a trial's params (`Probed`).
+pub type Probe = fn(&Params) -> Probed;
+
+/// A library's answer to params: why it refuses them, (param, the library's message) each,
+/// the param empty for a problem of the library itself (not installed), none when it takes
+/// them; and then the evaluation metrics a round reports of each dataset (`mlogloss`: a
+/// dataset `valid` reports `valid-mlogloss`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Probed {
+    pub problems: Vec<(String, String)>,
+    pub metrics: Vec<String>,
 }
 
 impl Trainable {
+    /// Its trainer: the function, its defaults as `train_loop_config`, its backend.
+    pub(crate) fn trainer(&self) -> TorchTrainer {
+        let trainer = TorchTrainer::of(self.train).train_loop_config(self.defaults.clone());
+        match self.backend {
+            Some(backend) => trainer.backend(backend),
+            None => trainer,
+        }
+    }
+
     /// Whether its defaults declare every param it reads (it has some).
     pub(crate) fn declares_params(&self) -> bool {
         !self.defaults.is_empty()
@@ -61,6 +87,38 @@ impl Trainable {
         ))
     }
 
+    /// What its library's probe says of `space`: each param tried at each of its values (a
+    /// domain at its extremes), one at a time over the others' first; the metrics are the
+    /// first values'.
+    pub(crate) fn probe_space(&self, space: &rtune_searchers::SearchSpace) -> Option<Probed> {
+        let probe = self.probe?;
+        let candidates: Vec<(&str, Vec<Value>)> =
+            space.iter().map(|(key, param)| (key, candidate_values(param))).collect();
+        let mut base = self.defaults.clone();
+        for (key, values) in &candidates {
+            if let Some(first) = values.first() {
+                base = base.with(*key, first.clone());
+            }
+        }
+        let mut found = probe(&base);
+        for (key, values) in &candidates {
+            for value in values.iter().skip(1) {
+                let tried = base.clone().with(*key, value.clone());
+                for problem in probe(&tried).problems.into_iter().filter(|(k, _)| k == key) {
+                    if !found.problems.contains(&problem) {
+                        found.problems.push(problem);
+                    }
+                }
+            }
+        }
+        Some(found)
+    }
+
+    /// This trainable as reporting `metrics` (what a probe found it reports).
+    pub(crate) fn reporting(&self, metrics: Vec<String>) -> Trainable {
+        Trainable { metrics, ..self.clone() }
+    }
+
     /// Why `param` cannot be given as `key` to this train function, or None: a param it does
     /// not read (naming the nearest it does), a value of another type than its default's, or a
     /// value (or domain bound) outside its range.
@@ -78,14 +136,11 @@ impl Trainable {
             ));
         };
         let values = match param {
-            Param::Const(v) => vec![v.clone()],
-            Param::Grid(values) => values.clone(),
-            Param::Sample(domain) => domain.extremes(),
             // As written (its constants, and its domains as the file writes them).
             Param::Nested(space) => {
                 vec![space.to_value().unwrap_or(Value::Map(Default::default()))]
             }
-            Param::Dependent(_) => Vec::new(),
+            other => candidate_values(other),
         };
         let range = self.ranges.iter().find(|(k, _)| k == key).map(|(_, r)| r);
         values.iter().find_map(|v| self.check_value(key, default, range, v))
@@ -133,6 +188,17 @@ impl Trainable {
     }
 }
 
+/// The values a param takes that a check tries: a constant, a grid's values, a domain's
+/// extremes; none for a nested space or a value computed from others.
+fn candidate_values(param: &Param) -> Vec<Value> {
+    match param {
+        Param::Const(v) => vec![v.clone()],
+        Param::Grid(values) => values.clone(),
+        Param::Sample(domain) => domain.extremes(),
+        Param::Nested(_) | Param::Dependent(_) => Vec::new(),
+    }
+}
+
 /// A range's end as a message shows it: `1`, `0.5`, `1e-12`.
 fn bound(x: f64) -> String {
     if x.fract() == 0.0 && x.abs() < 1e15 { format!("{x:.0}") } else { short(&Value::Float(x)) }
@@ -164,6 +230,9 @@ pub struct Builtins {
     /// The digits' datasets, for `digits-mlp`'s trainer.
     pub digits_data: AddData,
     pub synthetic_curve: TrainFnId,
+    /// XGBoost's train function and its probe.
+    pub xgboost: TrainFnId,
+    pub xgboost_probe: Probe,
 }
 
 impl Trainables {
@@ -203,6 +272,14 @@ impl Trainables {
                     .with("work_serial", 0.0)
                     .with("checkpoint_kb", 0.0),
             )
+            .with(
+                "xgboost",
+                "XGBoost on the [datasets] (its own params: eta, max_depth, objective, \
+                 num_class..., and num_boost_round)",
+                builtins.xgboost,
+                Params::new(),
+            )
+            .tree("xgboost", TreeBackend::XGBoost, builtins.xgboost_probe)
             .data("digits-mlp", builtins.digits_data)
             .metrics("digits-mlp", &["loss", "val_loss", "val_acc", "params"])
             .metrics("synthetic-curve", &["score", "loss"])
@@ -244,7 +321,18 @@ impl Trainables {
             data: None,
             ranges: Vec::new(),
             metrics: Vec::new(),
+            backend: None,
+            probe: None,
         });
+        self
+    }
+
+    /// Runs `name` on a tree library's backend, its params checked by `probe`.
+    pub fn tree(mut self, name: &str, backend: TreeBackend, probe: Probe) -> Self {
+        if let Some(t) = self.entries.iter_mut().find(|t| t.name == name) {
+            t.backend = Some(backend);
+            t.probe = Some(probe);
+        }
         self
     }
 
@@ -296,11 +384,16 @@ pub(crate) fn declared_builtins() -> Trainables {
     fn no_data(trainer: TorchTrainer) -> rtune_driver::error::Result<TorchTrainer> {
         Ok(trainer)
     }
+    fn takes_all(_: &Params) -> Probed {
+        Probed::default()
+    }
     let never = TrainFnId::of(never);
     Trainables::builtin(Builtins {
         digits_mlp: never,
         digits_data: no_data,
         synthetic_curve: never,
+        xgboost: never,
+        xgboost_probe: takes_all,
     })
 }
 
@@ -316,7 +409,7 @@ mod tests {
             declared_builtins().get("digits-mlp").unwrap().train,
             Params::new(),
         );
-        assert_eq!(r.names(), ["digits-mlp", "synthetic-curve"]);
+        assert_eq!(r.names(), ["digits-mlp", "xgboost", "synthetic-curve"]);
         assert_eq!(r.get("synthetic-curve").unwrap().about, "mine");
     }
 }

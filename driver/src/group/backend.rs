@@ -13,6 +13,11 @@
 //! through the ring; a model on a GPU through NCCL on the device, unless two ranks of the group
 //! share a physical GPU (NCCL refuses two ranks on one device) or the config asks for the ring:
 //! then through the ring as well, each bucket copied to the host and back.
+//!
+//! The tree libraries' backends ([`TreeBackend`]: XGBoost's, LightGBM's) are the next: each
+//! rank joins the library's own collective, bootstrapped over the ring (XGBoost's tracker on
+//! rank 0, whose worker arguments rank 0 broadcasts; LightGBM's machine list, each rank's
+//! address and a port it picked, gathered by every rank). Neither re-forms in place.
 
 use std::fmt;
 
@@ -112,6 +117,40 @@ impl Backend for TorchConfig {
 
     fn resizes_in_place(&self) -> bool {
         true
+    }
+}
+
+/// The backend of a tree library's trainer (Ray's `XGBoostConfig`, `LightGBMConfig`): every
+/// rank of a group of more than one joins the library's collective (module docs). Each rank
+/// decides where it listens itself, so the driver tells it nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TreeBackend {
+    XGBoost,
+    LightGBM,
+}
+
+impl TreeBackend {
+    /// The names its halves go by.
+    pub const XGBOOST: &'static str = "xgboost";
+    pub const LIGHTGBM: &'static str = "lightgbm";
+}
+
+impl Backend for TreeBackend {
+    fn name(&self) -> &'static str {
+        match self {
+            TreeBackend::XGBoost => TreeBackend::XGBOOST,
+            TreeBackend::LightGBM => TreeBackend::LIGHTGBM,
+        }
+    }
+
+    fn setup(&self, _group: &str, _seats: &[Seat]) -> String {
+        "{}".into()
+    }
+
+    /// The libraries' collectives have a fixed size once made: a resize starts the group
+    /// again from its latest checkpoint (and elastic groups are refused).
+    fn resizes_in_place(&self) -> bool {
+        false
     }
 }
 

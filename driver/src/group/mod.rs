@@ -34,7 +34,7 @@ use crate::outcome::WorkerFailure;
 pub(crate) use crate::record::GroupReport;
 
 pub(crate) use attempt::run_attempt;
-pub use backend::{Backend, TorchConfig};
+pub use backend::{Backend, TorchConfig, TreeBackend};
 
 /// The environment variable that makes a process a worker.
 pub const WORKER_ENV: &str = "RTUNE_WORKER";

@@ -28,8 +28,8 @@ use rtune_searchers::{Params, Value};
 use crate::config::{RunConfig, ScalingConfig};
 use crate::data::{Columns, DataConfig, Dataset, Preprocessor};
 use crate::error::{Error, Result};
-pub use crate::group::TorchConfig;
 use crate::group::{Backend, TrialNames};
+pub use crate::group::{TorchConfig, TreeBackend};
 use crate::metrics::Metrics;
 use crate::outcome::{Checkpoint, TrainResult};
 use crate::runtime::Driver;
@@ -245,6 +245,13 @@ impl TorchTrainer {
         self
     }
 
+    /// What its worker group sets up around the train function: Torch's (the default) or a
+    /// tree library's (which `rtune`'s `XGBoostTrainer` and `LightGBMTrainer` set).
+    pub fn backend(mut self, backend: impl Backend + 'static) -> Self {
+        self.backend = Arc::new(backend);
+        self
+    }
+
     pub fn scaling(mut self, scaling: ScalingConfig) -> Self {
         self.scaling = scaling;
         self
@@ -282,6 +289,17 @@ impl TorchTrainer {
         self.run.validate()?;
         self.data.validate()?;
         self.scaling.check_placement(&self.run)?;
+        if self.scaling.is_elastic() && !self.backend.resizes_in_place() {
+            return Err(Error::config(
+                Setting::NumWorkers,
+                format!(
+                    "{} trains on a group of a fixed size (its library's collective cannot \
+                     take ranks in or let them go): give one number of workers, not a min and \
+                     a max",
+                    self.backend.name()
+                ),
+            ));
+        }
         check_finite_params(&self.params)
     }
 

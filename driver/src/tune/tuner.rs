@@ -53,10 +53,11 @@ pub struct Tuner {
 
 impl Tuner {
     /// A sweep of `trainer` over `space`. Each trial's sampled params are merged into the
-    /// trainer's `train_loop_config`, top-level key by key; sampled values win.
-    pub fn new(trainer: TorchTrainer, space: SearchSpace) -> Self {
+    /// trainer's `train_loop_config`, top-level key by key; sampled values win. Any trainer
+    /// that is a `TorchTrainer` with a backend (rtune's `XGBoostTrainer`, `LightGBMTrainer`).
+    pub fn new(trainer: impl Into<TorchTrainer>, space: SearchSpace) -> Self {
         Tuner {
-            trainer,
+            trainer: trainer.into(),
             space,
             tune: None,
             run: None,
@@ -84,7 +85,7 @@ impl Tuner {
     /// One driver at a time goes on with an experiment: another one's live lease on it is an
     /// `Error::Held`, before anything is read or written; a dead driver's is taken over. The
     /// lease is held until `fit` ends (or the `Tuner` is dropped without a `fit`).
-    pub fn restore(path: impl AsRef<Path>, trainer: TorchTrainer) -> Result<Tuner> {
+    pub fn restore(path: impl AsRef<Path>, trainer: impl Into<TorchTrainer>) -> Result<Tuner> {
         let lease = Lease::take(path.as_ref())?;
         // An experiment on an object store goes on from its staging copy (brought up to date).
         let path = crate::storage::staging::local_copy(path.as_ref())?;
@@ -92,7 +93,7 @@ impl Tuner {
         SavedExperiment::read(&path)?;
         let space = settings.param_space.clone();
         Ok(Tuner {
-            trainer,
+            trainer: trainer.into(),
             space,
             tune: None,
             run: None,

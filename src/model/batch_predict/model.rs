@@ -1,5 +1,6 @@
-//! An export's model as prediction uses it: its TorchScript module on a device and its input
-//! schema (the columns and the fitted preprocessor), applied a batch of rows at a time.
+//! An export's model as prediction uses it: its TorchScript module on a device, or its tree
+//! model (XGBoost's), and its input schema (the columns and the fitted preprocessor), applied
+//! a batch of rows at a time.
 
 use std::path::Path;
 
@@ -7,18 +8,33 @@ use polars::prelude::{Column, DataFrame};
 use tch::Kind;
 
 use crate::model::TORCHSCRIPT_FILE;
+use crate::model::tree::{TreeModel, TreeOutput};
 use crate::torch::TorchResult;
 use rtune_driver::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind};
 use rtune_driver::error::{Error, Result};
 
 pub(super) struct ExportedModel {
     pub schema: DataSchema,
-    module: tch::CModule,
-    device: tch::Device,
+    engine: Engine,
+}
+
+/// What computes the outputs.
+enum Engine {
+    Torch { module: tch::CModule, device: tch::Device },
+    Tree(TreeModel),
+}
+
+/// A batch's outputs, before they become columns: a classifier's class scores (logits, or
+/// probabilities already) a row each, or values.
+enum Outputs {
+    Logits(tch::Tensor),
+    Probabilities { classes: usize, values: Vec<f32> },
+    Values(Vec<Vec<f32>>),
 }
 
 impl ExportedModel {
-    /// The export in folder `dir` on `device`; errors say what is missing or wrong.
+    /// The export in folder `dir` on `device` (a TorchScript model's; a tree model predicts on
+    /// the CPU); errors say what is missing or wrong.
     pub(super) fn load(dir: &Path, device: tch::Device) -> Result<ExportedModel> {
         if !dir.is_dir() {
             return Err(Error::Data(format!(
@@ -27,11 +43,14 @@ impl ExportedModel {
             )));
         }
         let script = dir.join(TORCHSCRIPT_FILE);
-        if !script.is_file() {
+        let tree = TreeModel::is_in(dir);
+        if !script.is_file() && !tree {
             return Err(Error::Data(format!(
-                "{} has no {TORCHSCRIPT_FILE}: predict from a folder `rtune export` wrote for a \
-                 trainable whose model it knows (`Registry::model`)",
-                dir.display()
+                "{} has no {TORCHSCRIPT_FILE} and no tree model ({}): predict from a folder \
+                 `rtune export` wrote for a trainable whose model it knows (`Registry::model`) \
+                 or a tree trainer's",
+                dir.display(),
+                crate::xgboost::MODEL_FILE
             )));
         }
         let schema = DataSchema::read(dir)?.ok_or_else(|| {
@@ -41,6 +60,18 @@ impl ExportedModel {
                 dir.display()
             ))
         })?;
+        if tree {
+            let model = TreeModel::load(dir)?;
+            if model.num_features() != schema.model_inputs.len() {
+                return Err(Error::Data(format!(
+                    "{}: the tree model takes {} inputs where {DATA_SCHEMA_FILE} makes {}",
+                    dir.display(),
+                    model.num_features(),
+                    schema.model_inputs.len()
+                )));
+            }
+            return Ok(ExportedModel { schema, engine: Engine::Tree(model) });
+        }
         let mut module = tch::CModule::load_on_device(&script, device).map_err(|e| {
             Error::Data(format!(
                 "{}: not a TorchScript module rtune can load: {e}",
@@ -48,7 +79,7 @@ impl ExportedModel {
             ))
         })?;
         module.set_eval();
-        Ok(ExportedModel { schema, module, device })
+        Ok(ExportedModel { schema, engine: Engine::Torch { module, device } })
     }
 
     /// The input must hold every feature; other columns (the label aside) only when allowed.
@@ -98,50 +129,79 @@ impl ExportedModel {
         Ok(())
     }
 
+    /// The model's outputs for a table's rows.
+    fn outputs(&self, inputs: Vec<f32>, rows: usize) -> Result<Outputs> {
+        let classifier = self.schema.label_kind == Some(LabelKind::Class);
+        match &self.engine {
+            Engine::Torch { module, device } => {
+                let x = tch::Tensor::from_slice(&inputs)
+                    .f_view([rows as i64, self.schema.model_inputs.len() as i64])
+                    .torch()?
+                    .f_to_device(*device)
+                    .torch()?;
+                let outputs = tch::no_grad(|| module.forward_ts(&[x]))
+                    .torch()?
+                    .f_to_device(tch::Device::Cpu)
+                    .torch()?
+                    .f_to_kind(Kind::Float)
+                    .torch()?;
+                if classifier {
+                    return Ok(Outputs::Logits(outputs));
+                }
+                let values: Vec<Vec<f32>> = Vec::try_from(
+                    outputs.f_reshape([rows as i64, -1]).torch()?.f_transpose(0, 1).torch()?,
+                )
+                .torch()?;
+                Ok(Outputs::Values(values))
+            }
+            Engine::Tree(model) => Ok(match model.predict(&inputs, rows)? {
+                TreeOutput::Probabilities { classes, values, .. } => {
+                    Outputs::Probabilities { classes, values }
+                }
+                TreeOutput::Values(values) => Outputs::Values(vec![values]),
+            }),
+        }
+    }
+
     /// `frame` with the model's predictions appended: a `prediction` column (a class, or a
     /// value; `prediction_<j>` for several) and, for a classifier, `prob_<class>` columns.
     pub(super) fn predict(&self, mut frame: DataFrame, what: &str) -> Result<DataFrame> {
         let schema = &self.schema;
         let table = schema.table(&frame, false, what)?;
-        let x = crate::torch::inputs(schema, &table, what)?.f_to_device(self.device).torch()?;
-        let outputs = tch::no_grad(|| self.module.forward_ts(&[x]))
-            .torch()?
-            .f_to_device(tch::Device::Cpu)
-            .torch()?
-            .f_to_kind(Kind::Float)
-            .torch()?;
+        let inputs = schema.inputs(&table, what)?;
+        let names = schema.label_classes();
+        let class_name = |c: usize| names.and_then(|n| n.get(c).cloned());
         let mut columns = Vec::new();
-        match schema.label_kind {
-            Some(LabelKind::Class) => {
+        let classes_column = |classes: Vec<i64>| match names {
+            Some(names) => Column::new(
+                "prediction".into(),
+                classes.iter().map(|&c| names.get(c as usize).cloned()).collect::<Vec<_>>(),
+            ),
+            None => Column::new("prediction".into(), classes),
+        };
+        // Each class's probabilities, a column each.
+        let probs: Vec<Vec<f32>> = match self.outputs(inputs, table.rows)? {
+            Outputs::Logits(logits) => {
                 let classes: Vec<i64> =
-                    Vec::try_from(outputs.f_argmax(-1, false).torch()?).torch()?;
-                let names = schema.label_classes();
-                columns.push(match names {
-                    Some(names) => Column::new(
-                        "prediction".into(),
-                        classes.iter().map(|&c| names.get(c as usize).cloned()).collect::<Vec<_>>(),
-                    ),
-                    None => Column::new("prediction".into(), classes),
-                });
-                let probs: Vec<Vec<f32>> = Vec::try_from(
-                    outputs.f_softmax(-1, Kind::Float).torch()?.f_transpose(0, 1).torch()?,
-                )
-                .torch()?;
-                for (c, p) in probs.into_iter().enumerate() {
-                    let name =
-                        names.and_then(|n| n.get(c).cloned()).unwrap_or_else(|| c.to_string());
-                    columns.push(Column::new(format!("prob_{name}").into(), p));
-                }
+                    Vec::try_from(logits.f_argmax(-1, false).torch()?).torch()?;
+                columns.push(classes_column(classes));
+                Vec::try_from(logits.f_softmax(-1, Kind::Float).torch()?.f_transpose(0, 1).torch()?)
+                    .torch()?
             }
-            _ => {
-                let values: Vec<Vec<f32>> = Vec::try_from(
-                    outputs
-                        .f_reshape([table.rows as i64, -1])
-                        .torch()?
-                        .f_transpose(0, 1)
-                        .torch()?,
-                )
-                .torch()?;
+            Outputs::Probabilities { classes, values } => {
+                let rows: Vec<&[f32]> = values.chunks(classes).collect();
+                let best = |row: &[f32]| {
+                    // The first of the largest, as argmax takes it.
+                    (0..row.len()).fold(0, |b, c| if row[c] > row[b] { c } else { b }) as i64
+                };
+                columns.push(classes_column(rows.iter().map(|r| best(r)).collect()));
+                (0..classes).map(|c| rows.iter().map(|r| r[c]).collect()).collect()
+            }
+            Outputs::Values(values) if schema.label_kind == Some(LabelKind::Class) => {
+                columns.push(classes_column(values[0].iter().map(|&v| v as i64).collect()));
+                Vec::new()
+            }
+            Outputs::Values(values) => {
                 if values.len() == 1 {
                     columns.push(Column::new("prediction".into(), values[0].clone()));
                 } else {
@@ -149,7 +209,12 @@ impl ExportedModel {
                         columns.push(Column::new(format!("prediction_{j}").into(), v));
                     }
                 }
+                Vec::new()
             }
+        };
+        for (c, p) in probs.into_iter().enumerate() {
+            let name = class_name(c).unwrap_or_else(|| c.to_string());
+            columns.push(Column::new(format!("prob_{name}").into(), p));
         }
         frame.hstack_mut(&columns)?;
         // The parquet writer takes a batch whose columns are chunked alike.

@@ -7,18 +7,25 @@
 //! barrier, `TrainContext::all_reduce`, and what a backend bootstraps over); a backend adds its
 //! framework's on top. Torch's (`torch`): the device's CUDA runtime, and the process group
 //! each model averages through (the ring, NCCL, or the ring through the host for ranks that
-//! share a GPU).
+//! share a GPU). The tree libraries' (`trees`): the library's own collective.
 
 mod torch;
+mod trees;
+
+use std::time::Duration;
 
 use tch::Device;
 
 use crate::worker::group::SharedGroup;
 use rtune_driver::error::{Error, Result};
+use rtune_driver::group::{TorchConfig, TreeBackend};
 pub(crate) use torch::TorchBackend;
 
 /// The worker's half of a framework's backend (see the module docs).
 pub(crate) trait Backend {
+    /// The name its halves go by.
+    fn name(&self) -> &'static str;
+
     /// The Torch backend, for what only it offers (`prepare_model`); None for another.
     fn torch(&mut self) -> Option<&mut TorchBackend> {
         None
@@ -29,18 +36,25 @@ pub(crate) trait Backend {
     fn on_shutdown(&mut self);
 }
 
-/// Sets up the backend the driver named, `name`, from its `setup` (JSON), for a rank on
-/// `device` in `group`.
-pub(crate) fn on_start(
-    name: &str,
-    setup: &str,
-    device: Device,
-    group: &SharedGroup,
-) -> Result<Box<dyn Backend>> {
+/// What a rank's backend starts from.
+pub(crate) struct Start<'a> {
+    /// What the driver's half said (JSON).
+    pub setup: &'a str,
+    pub device: Device,
+    pub group: &'a SharedGroup,
+    /// Rank 0's collective address, where every rank reaches it.
+    pub master_host: &'a str,
+    /// How long a collective may wait for a peer.
+    pub timeout: Duration,
+}
+
+/// Sets up the backend the driver named, `name`.
+pub(crate) fn on_start(name: &str, start: &Start<'_>) -> Result<Box<dyn Backend>> {
     match name {
-        rtune_driver::group::TorchConfig::NAME => {
-            Ok(Box::new(TorchBackend::on_start(setup, device, group.clone())?))
+        TorchConfig::NAME => {
+            Ok(Box::new(TorchBackend::on_start(start.setup, start.device, start.group.clone())?))
         }
+        TreeBackend::XGBOOST => Ok(Box::new(trees::XGBoostBackend::on_start(start)?)),
         other => Err(Error::Protocol(format!(
             "the driver asked for backend {other:?}, which this worker's rtune does not have"
         ))),

@@ -58,6 +58,10 @@ impl TorchBackend {
 }
 
 impl Backend for TorchBackend {
+    fn name(&self) -> &'static str {
+        rtune_driver::group::TorchConfig::NAME
+    }
+
     fn torch(&mut self) -> Option<&mut TorchBackend> {
         Some(self)
     }

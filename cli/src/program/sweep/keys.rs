@@ -33,6 +33,8 @@ pub(super) struct SweepFile<'i> {
     pub(super) stop_grace: Option<Duration>,
     pub(super) scaling: ScalingConfig,
     pub(super) param_space: Option<&'i Item>,
+    /// `[datasets]`: the trainer's datasets, label, features and preprocessor.
+    pub(super) datasets: Option<&'i Item>,
     pub(super) metric: Option<&'i Item>,
     pub(super) mode: Option<&'i Item>,
     /// `[tune]`'s plain settings (the objectives are set from `metric` and `mode` later).
@@ -258,6 +260,12 @@ pub(crate) static KEYS: &[Key] = &[
         "ZeRO: optimizer state (zero1) and gradients (zero2) split across the workers",
         |f, v| f.scaling.sharding = Sharding::from_name(v)),
 
+    item!(Setting::Datasets.key(), "a table: NAME = \"FILE\" (parquet or CSV), label, features, preprocessor", "",
+        "the trainer's datasets (`train` fits the preprocessor), label column, features and \
+         preprocessor (a name or a list: standard_scaler, min_max_scaler, impute_mean, \
+         impute_median, impute_most_frequent, one_hot, ordinal)",
+        datasets),
+
     item!(Setting::Params.key(), "a table of params", "{}",
         "domains ({ loguniform = [1e-4, 1e-1] }), constants and groups of params",
         param_space),
@@ -383,6 +391,7 @@ pub(super) fn read<'i>(root: &'i Item, report: &mut Report<'_>) -> SweepFile<'i>
         stop_grace: None,
         scaling: ScalingConfig::workers(1),
         param_space: None,
+        datasets: None,
         metric: None,
         mode: None,
         tune: TuneSettings::default(),
@@ -630,6 +639,16 @@ mod tests {
         let start = "<!-- keys: from cli/src/program/sweep/keys.rs -->\n";
         let table = guide.split_once(start).and_then(|(_, rest)| rest.split_once("<!-- /keys -->"));
         let expected = reference(true);
+        // RTUNE_BLESS=1 writes the rows' reference into the guide, between its markers.
+        if std::env::var_os("RTUNE_BLESS").is_some()
+            && let Some((head, rest)) = guide.split_once(start)
+            && let Some((_, tail)) = rest.split_once("<!-- /keys -->")
+        {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/sweep-files.md");
+            let text = format!("{head}{start}{expected}<!-- /keys -->{tail}");
+            std::fs::write(path, text).expect("the guide is writable");
+            return;
+        }
         assert_eq!(
             table.map(|(t, _)| t),
             Some(expected.as_str()),

@@ -54,6 +54,7 @@
 use std::path::{Path, PathBuf};
 
 mod components;
+mod datasets;
 mod guesses;
 pub(crate) mod keys;
 mod space;
@@ -488,6 +489,30 @@ fn check_declared(
             }
         }
     }
+    // A tree library's probe: its refusals, and the metrics each dataset then reports.
+    let probed = space.and_then(|(item, space)| Some((item, t.probe_space(space)?)));
+    let probed_trainable;
+    let t = match probed {
+        Some((item, probed)) => {
+            let refused = !probed.problems.is_empty();
+            for (key, why) in probed.problems {
+                match key.as_str() {
+                    "" => report.add("trainable.builtin", &place(root, "trainable.builtin"), why),
+                    key => report.add(&format!("param_space.{key}"), param_origin(item, key), why),
+                }
+            }
+            if refused {
+                return;
+            }
+            let metrics = datasets::names(file.datasets)
+                .iter()
+                .flat_map(|d| probed.metrics.iter().map(move |m| format!("{d}-{m}")))
+                .collect();
+            probed_trainable = t.reporting(metrics);
+            &probed_trainable
+        }
+        None => t,
+    };
     let mut named: Vec<(String, &str)> = Vec::new();
     match find_key(root, Setting::Metric.key()).map(|i| &i.kind) {
         Some(Kind::Str(metric)) => named.push((Setting::Metric.key().into(), metric)),
@@ -513,8 +538,22 @@ fn check_declared(
     if let Some(attribute) = &file.run.checkpoint_config.score_attribute {
         named.push((Setting::ScoreAttribute.key().into(), attribute));
     }
+    let datasets = datasets::names(file.datasets);
     for (key, metric) in named {
         if let Some(why) = t.check_metric(metric) {
+            // `valid-mlogloss` where the file names its dataset `valdi`: said there too.
+            let dataset = metric.split_once('-').map(|(d, _)| d);
+            let names: Vec<&str> = datasets.iter().map(String::as_str).collect();
+            if let Some(near) = dataset.and_then(|d| rtune_driver::config::nearest(d, &names))
+                && let Some((origin, _)) = doc::find(root, &format!("datasets.{near}"))
+            {
+                let message = format!(
+                    "is the dataset nearest `{}`, which `{key}` names in `{metric}`: rename one of \
+                     them",
+                    dataset.unwrap_or_default()
+                );
+                report.add(&format!("datasets.{near}"), origin, message);
+            }
             let origin = doc::find(root, &key)
                 .or_else(|| doc::find(root, key.rsplit_once('.').map_or("", |(up, _)| up)))
                 .map_or(root.origin.clone(), |(o, _)| o.clone());
@@ -580,9 +619,17 @@ fn read_trainable(
                 let message = "is for command trainables (`command = [...]`) only";
                 report.add(key, &place(root, key), message);
             }
-            read_builtin(b, registry, report)
+            let trainer = read_builtin(b, registry, file.datasets.is_some(), report);
+            match file.datasets {
+                Some(item) => datasets::read(item, base_dir, trainer?, report),
+                None => trainer,
+            }
         }
         (None, true) => {
+            if let Some(item) = file.datasets {
+                let message = "are for builtins: a command trainable reads its own data";
+                report.add(Setting::Datasets.key(), &item.origin, message);
+            }
             let argv = file.command.clone()?;
             let mut command = CommandTrainable::new(argv)
                 .working_dir(base_dir.join(file.working_dir.as_deref().unwrap_or(".")));
@@ -602,15 +649,21 @@ fn read_trainable(
     }
 }
 
-fn read_builtin(b: &Item, registry: &Trainables, report: &mut Report<'_>) -> Option<TorchTrainer> {
+/// The builtin `b` names, with its own datasets unless the file gives them (`given`).
+fn read_builtin(
+    b: &Item,
+    registry: &Trainables,
+    given: bool,
+    report: &mut Report<'_>,
+) -> Option<TorchTrainer> {
     let Kind::Str(name) = &b.kind else {
         report.add("trainable.builtin", &b.origin, "must be a string naming a train function");
         return None;
     };
     match registry.get(name) {
         Some(t) => {
-            let trainer = TorchTrainer::of(t.train).train_loop_config(t.defaults.clone());
-            let with_data = match t.data {
+            let trainer = t.trainer();
+            let with_data = match t.data.filter(|_| !given) {
                 Some(add) => add(trainer),
                 None => Ok(trainer),
             };

@@ -1,0 +1,329 @@
+//! The tree trainers against the libraries' own Python packages (the same wheels, data, params,
+//! rounds and threads): XGBoost trained by rtune on one rank and on two (through XGBoost's
+//! collective) gives the trees `xgboost.train` gives, alone and in two processes joined by
+//! XGBoost's own tracker; a sweep's scheduler stops trials at rounds; a killed rank's retry goes
+//! on boosting from the latest checkpoint; exports load and predict in Python as in rtune; and
+//! the sweep file's mistakes about them are refused before anything runs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use rtune::data::{Columns, Dataset};
+use rtune::{Params, RunConfig, ScalingConfig, XGBoostTrainer};
+
+use crate::cli::{RTUNE, rtune};
+use crate::common::{Killed, python, text, wait_for};
+
+/// The shipped digits' fixed split, as parquet.
+fn digits(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("data/digits_{name}.parquet"))
+}
+
+/// XGBoost params both sides train with (one thread: the same trees whatever the machine).
+const PARAMS: &str = r#"{"objective": "multi:softprob", "num_class": 10, "eta": 0.3,
+    "max_depth": 4, "eval_metric": "mlogloss", "tree_method": "hist", "nthread": 1}"#;
+
+fn xgboost_params() -> Params {
+    let json: serde_json::Value = serde_json::from_str(PARAMS).expect("PARAMS is JSON");
+    let mut params = Params::new();
+    for (key, value) in json.as_object().expect("an object") {
+        params = match value {
+            serde_json::Value::String(s) => params.with(key.as_str(), s.as_str()),
+            serde_json::Value::Number(n) if n.is_i64() => {
+                params.with(key.as_str(), n.as_i64().unwrap())
+            }
+            serde_json::Value::Number(n) => params.with(key.as_str(), n.as_f64().unwrap()),
+            _ => params,
+        };
+    }
+    params
+}
+
+/// Trains with rtune on `workers` ranks for `rounds`: the run's folder.
+fn train(dir: &Path, workers: usize, rounds: u64) -> Result<rtune::TrainResult> {
+    let result = XGBoostTrainer::new(xgboost_params())
+        .num_boost_round(rounds)
+        .datasets([
+            ("train", Dataset::parquet(digits("train"))),
+            ("valid", Dataset::parquet(digits("valid"))),
+        ])
+        .columns(Columns::new().label("digit"))
+        .scaling(ScalingConfig::workers(workers))
+        .run_config(RunConfig::new(format!("xgb{workers}")).storage_path(dir))
+        .fit()?;
+    Ok(result)
+}
+
+/// Python training the same model: `xgboost.train` on `train` (in `world` processes joined
+/// by XGBoost's RabitTracker, each on its shard, rank r taking rows r*n/W..(r+1)*n/W as rtune
+/// shards them), printing rank 0's tree dump and last valid-mlogloss as JSON.
+const PYTHON_TRAIN: &str = r#"
+import json, sys, multiprocessing as mp
+import numpy as np, pandas as pd, xgboost as xgb
+from xgboost import collective, tracker
+params = json.loads(sys.argv[1]); rounds = int(sys.argv[2]); world = int(sys.argv[3])
+def frame(name):
+    t = pd.read_parquet(sys.argv[4] if name == "train" else sys.argv[5])
+    return t.drop(columns=["digit"]).to_numpy(np.float32), t["digit"].to_numpy(np.float32)
+def fit(rank, out):
+    X, y = frame("train"); Xv, yv = frame("valid")
+    lo, hi = rank * len(X) // world, (rank + 1) * len(X) // world
+    vlo, vhi = rank * len(Xv) // world, (rank + 1) * len(Xv) // world
+    dtrain = xgb.DMatrix(X[lo:hi], label=y[lo:hi])
+    dvalid = xgb.DMatrix(Xv[vlo:vhi], label=yv[vlo:vhi])
+    log = {}
+    booster = xgb.train(params, dtrain, rounds, evals=[(dtrain, "train"), (dvalid, "valid")],
+                        evals_result=log, verbose_eval=False)
+    if rank == 0:
+        out.put({"dump": booster.get_dump(), "valid": log["valid"]["mlogloss"][-1]})
+def run(rank, args, out):
+    with collective.CommunicatorContext(**args, dmlc_task_id=f"{rank:06}"):
+        fit(rank, out)
+out = mp.Queue()
+if world == 1:
+    fit(0, out)
+else:
+    t = tracker.RabitTracker(n_workers=world, host_ip="127.0.0.1", sortby="task")
+    t.start()
+    args = t.worker_args()
+    ps = [mp.Process(target=run, args=(r, args, out)) for r in range(world)]
+    for p in ps: p.start()
+    got = out.get(timeout=120)
+    for p in ps: p.join()
+    t.wait_for()
+    out.put(got)
+print(json.dumps(out.get(timeout=120)))
+"#;
+
+/// rtune's model (the run's last checkpoint) as Python's xgboost dumps it.
+const PYTHON_DUMP: &str = r#"
+import json, sys, xgboost as xgb
+print(json.dumps(xgb.Booster(model_file=sys.argv[1]).get_dump()))
+"#;
+
+/// rtune's model on `workers` ranks equals xgboost's own run on the same shards: every tree,
+/// and the last round's validation log loss.
+fn same_as_python(workers: usize) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let rounds = 12;
+    let result = train(dir.path(), workers, rounds)?;
+    let rows = &result.metrics_history;
+    ensure!(rows.len() == rounds as usize, "{} rows", rows.len());
+    let last = rows.last().context("rows")?;
+    let checkpoint = result.checkpoint.as_ref().context("a checkpoint")?;
+    let model = checkpoint.path().join("model.json");
+    let ours: Vec<String> = serde_json::from_slice(&python(PYTHON_DUMP, &[&model])?)?;
+    let (rounds_text, workers_text) = (rounds.to_string(), workers.to_string());
+    let args = [
+        Path::new(PARAMS),
+        Path::new(&rounds_text),
+        Path::new(&workers_text),
+        &digits("train"),
+        &digits("valid"),
+    ];
+    // The last line: XGBoost's tracker and workers say things on stdout too.
+    let printed = String::from_utf8(python(PYTHON_TRAIN, &args)?)?;
+    let last_line = printed.lines().last().unwrap_or_default();
+    let theirs: serde_json::Value =
+        serde_json::from_str(last_line).with_context(|| format!("Python printed {printed}"))?;
+    let trees: Vec<String> = serde_json::from_value(theirs["dump"].clone())?;
+    ensure!(ours.len() == trees.len(), "{} trees where xgboost has {}", ours.len(), trees.len());
+    if let Some(i) = (0..ours.len()).find(|&i| ours[i] != trees[i]) {
+        anyhow::bail!("tree {i} differs:\nrtune:\n{}\nxgboost:\n{}", ours[i], trees[i]);
+    }
+    let valid = theirs["valid"].as_f64().context("valid")?;
+    let reported = last["valid-mlogloss"];
+    ensure!(
+        (reported - valid).abs() < 1e-6,
+        "valid-mlogloss {reported} where xgboost says {valid}"
+    );
+    ensure!(last.contains_key("train-mlogloss"), "no train-mlogloss in {:?}", last.keys());
+    Ok(())
+}
+
+/// One rank: the same trees as `xgboost.train` in Python.
+pub fn one_rank_trains_what_xgboost_trains() -> Result<()> {
+    same_as_python(1)
+}
+
+/// Two ranks through XGBoost's collective: the trees of two Python processes joined by
+/// XGBoost's own tracker, each on the same shard as rtune's rank.
+pub fn two_ranks_train_what_xgboosts_own_distributed_run_trains() -> Result<()> {
+    same_as_python(2)
+}
+
+/// The shipped XGBoost sweep (16 trials, ASHA on valid-mlogloss, 40 rounds): at least half the
+/// trials are stopped before their last round, every trial's rows are rounds 1..k once, and the
+/// best export predicts the held-out digits in Python's xgboost exactly as `rtune predict` does.
+pub fn asha_stops_xgboost_trials_at_rounds_and_the_export_predicts_in_python() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweeps/digits_xgboost_asha.toml");
+    let storage = format!("storage_path={:?}", dir.path().display().to_string());
+    let out = rtune(&["run", sweep.to_str().unwrap(), "--no-tui", "--set", &storage])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let experiment = dir.path().join("digits-xgboost-asha");
+    let grid = rtune::ResultGrid::from_path(&experiment)?;
+    ensure!(grid.trials.len() == 16, "{} trials", grid.trials.len());
+    let mut stopped = 0;
+    for t in &grid.trials {
+        let rounds: Vec<f64> = t.history().iter().map(|r| r["training_iteration"]).collect();
+        let want: Vec<f64> = (1..=rounds.len()).map(|i| i as f64).collect();
+        ensure!(rounds == want, "{}: rounds {rounds:?}", t.trial_id());
+        stopped += usize::from(rounds.len() < 40);
+    }
+    ensure!(stopped >= 8, "ASHA stopped {stopped} of 16 trials early");
+    let export = dir.path().join("best");
+    let out = rtune(&[
+        "export",
+        experiment.to_str().unwrap(),
+        "--best",
+        "--to",
+        export.to_str().unwrap(),
+    ])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let predictions = dir.path().join("predictions.csv");
+    let test = digits("test");
+    let args = ["predict", "--model", export.to_str().unwrap(), "--input", test.to_str().unwrap()];
+    let out = rtune(&[&args[..], &["--output", predictions.to_str().unwrap()]].concat())?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let script = r#"
+import sys, numpy as np, pandas as pd, xgboost as xgb
+booster = xgb.Booster(model_file=sys.argv[1] + "/model.json")
+test = pd.read_parquet(sys.argv[2])
+theirs = booster.predict(xgb.DMatrix(test.drop(columns=["digit"]).to_numpy(np.float32)))
+ours = pd.read_csv(sys.argv[3])
+probs = ours[[f"prob_{c}" for c in range(10)]].to_numpy(np.float32)
+assert (probs == theirs).all(), np.abs(probs - theirs).max()
+assert (ours["prediction"].to_numpy() == theirs.argmax(1)).all()
+print((theirs.argmax(1) == test["digit"].to_numpy()).mean())
+"#;
+    let accuracy: f64 =
+        String::from_utf8(python(script, &[&export, &test, &predictions])?)?.trim().parse()?;
+    ensure!(accuracy > 0.9, "the best model's test accuracy is {accuracy}");
+    Ok(())
+}
+
+/// A rank SIGKILLed mid-trial: the attempt fails, the retry goes on boosting from the latest
+/// checkpoint's round (its first row is past round 1), and the trial ends TERMINATED with every
+/// round once and a model of every round.
+pub fn a_killed_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("kill.toml");
+    let sweep = format!(
+        "name = \"kill\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"xgboost\"\n\
+         [datasets]\ntrain = {:?}\nvalid = {:?}\nlabel = \"digit\"\n[scaling]\nnum_workers = 2\n\
+         [param_space]\nobjective = \"multi:softprob\"\nnum_class = 10\nmax_depth = 6\n\
+         eta = 0.02\nnum_boost_round = 300\n[tune]\nmetric = \"valid-mlogloss\"\nmode = \"min\"\n\
+         [run]\nfailure = {{ max_failures = 1 }}\n",
+        dir.path().display().to_string(),
+        digits("train"),
+        digits("valid")
+    );
+    std::fs::write(&file, sweep)?;
+    let run = Command::new(RTUNE)
+        .args(["run", file.to_str().unwrap(), "--no-tui"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut run = Killed(run);
+    let experiment = dir.path().join("kill");
+    let rows = || -> usize {
+        let Ok(grid) = rtune::ResultGrid::from_path(&experiment) else { return 0 };
+        grid.trials.first().map_or(0, |t| t.history().len())
+    };
+    wait_for(Duration::from_secs(120), || Ok(rows() >= 10)).context("no 10 rows")?;
+    let out = rtune(&["stack", experiment.to_str().unwrap(), "0"])?;
+    let stacks = String::from_utf8_lossy(&out.stdout).into_owned();
+    let pid: i32 = stacks
+        .split_once("rank 1 (pid ")
+        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok())
+        .with_context(|| format!("no rank 1 in rtune stack:\n{}", text(&out)))?;
+    // SAFETY: kill(2) on a worker of the sweep this test started.
+    ensure!(unsafe { libc::kill(pid, libc::SIGKILL) } == 0, "kill {pid}");
+    let status = run.0.wait()?;
+    ensure!(status.success(), "rtune run ended {status:?}");
+    let grid = rtune::ResultGrid::from_path(&experiment)?;
+    let trial = grid.trials.first().context("a trial")?;
+    ensure!(trial.status() == rtune::search::TrialStatus::Terminated, "{:?}", trial.status());
+    let history = trial.history();
+    let rounds: Vec<f64> = history.iter().map(|r| r["training_iteration"]).collect();
+    ensure!(rounds == (1..=300).map(f64::from).collect::<Vec<_>>(), "rounds {rounds:?}");
+    let attempt = |r: &rtune_driver::metrics::Metrics| r.get("group_attempt").copied();
+    let retried = history.iter().find(|r| attempt(r) == Some(1.0)).with_context(|| {
+        format!("no row of a retry: {:?}", history.iter().map(attempt).collect::<Vec<_>>())
+    })?;
+    ensure!(
+        retried["training_iteration"] >= 10.0,
+        "the retry began at round {}, not after the 10 rounds seen before the kill",
+        retried["training_iteration"],
+    );
+    let best = trial.checkpoint()?;
+    let model: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(best.path().join("model.json"))?)?;
+    let trees =
+        model["learner"]["gradient_booster"]["model"]["trees"].as_array().map_or(0, Vec::len);
+    ensure!(trees == 300 * 10, "the model has {trees} trees, not 300 rounds of 10 classes");
+    Ok(())
+}
+
+/// Mistakes about a tree trial, each refused before anything runs with its key named (exit 2,
+/// no experiment made): a name XGBoost does not use, a value it refuses, `[datasets]` naming a
+/// file that is not there, a preprocessor rtune does not have; the library missing.
+pub fn tree_mistakes_are_refused_before_anything_runs() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("bad.toml");
+    let write = |datasets: &str, params: &str| -> Result<()> {
+        let sweep = format!(
+            "name = \"bad\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"xgboost\"\n\
+             [datasets]\n{datasets}\n[param_space]\nobjective = \"multi:softprob\"\n\
+             num_class = 10\n{params}\n[tune]\nmetric = \"valid-mlogloss\"\nmode = \"min\"\n",
+            dir.path().display().to_string()
+        );
+        Ok(std::fs::write(&file, sweep)?)
+    };
+    let good = format!("train = {:?}\nlabel = \"digit\"", digits("train"));
+    let refused = |wants: &[&str]| -> Result<()> {
+        let out = rtune(&["validate", file.to_str().unwrap()])?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        ensure!(out.status.code() == Some(2), "{}", text(&out));
+        for want in wants {
+            ensure!(said.contains(want), "no {want:?} in:\n{said}");
+        }
+        Ok(())
+    };
+    write(&good, "max_dept = 3\neta = { uniform = [-1.0, 0.3] }")?;
+    refused(&[
+        "`param_space.max_dept` is not a parameter XGBoost uses",
+        "`param_space.eta`",
+        "learning_rate",
+    ])?;
+    write(
+        "train = \"nowhere.parquet\"\nlabel = \"digit\"\npreprocessor = \"standard_scalar\"",
+        "",
+    )?;
+    refused(&[
+        "`datasets.train`",
+        "nowhere.parquet",
+        "`datasets.preprocessor`",
+        "standard_scaler",
+    ])?;
+    write(&good, "")?;
+    let out = Command::new(RTUNE)
+        .args(["validate", file.to_str().unwrap()])
+        .env("RTUNE_XGBOOST_LIB", dir.path().join("libxgboost.so"))
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(
+        said.contains("`trainable.builtin`")
+            && said.contains("xgboost==3.2.0")
+            && said.contains("make trees"),
+        "{said}"
+    );
+    ensure!(!dir.path().join("bad").exists(), "an experiment was made");
+    Ok(())
+}
