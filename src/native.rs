@@ -1,10 +1,9 @@
 //! Native libraries opened at run time from the Python wheels users install (XGBoost's
-//! `libxgboost.so`, LightGBM's `lib_lightgbm.so`): where they are, and their C APIs as tables of
-//! function pointers. Nothing here is linked: a process that never trains or predicts a tree
+//! `libxgboost.so`; LightGBM's `lib_lightgbm.so` next): where they are, and their C APIs as
+//! tables of function pointers. Nothing here is linked: a process that never trains or predicts a tree
 //! model never opens them, and a build needs no C++ step.
 //!
-//! Where: the path in the library's environment variable (`RTUNE_XGBOOST_LIB`,
-//! `RTUNE_LIGHTGBM_LIB`) when set; else the wheel's folder in the `site-packages` that holds the
+//! Where: the path in the library's environment variable (`RTUNE_XGBOOST_LIB`) when set; else the wheel's folder in the `site-packages` that holds the
 //! PyTorch this process runs with (found from the `libtorch_cpu.so` it has mapped, as
 //! `crate::cuda` finds libtorch_cuda), which is where `make trees` installs them (`.venv`).
 //!

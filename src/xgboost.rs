@@ -118,11 +118,11 @@ extern "C" fn on_log(message: *const c_char) {
     }
     // SAFETY: the library passes a NUL-terminated string valid for the call.
     let text = unsafe { CStr::from_ptr(message) }.to_string_lossy().trim().to_owned();
-    if QUIET.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-    } else if text.contains("WARNING") {
-        tracing::warn!(target: "xgboost", "{text}");
-    } else {
-        tracing::info!(target: "xgboost", "{text}");
+    let quiet = QUIET.load(std::sync::atomic::Ordering::SeqCst) > 0;
+    match (quiet, text.contains("WARNING")) {
+        (true, _) => {}
+        (false, true) => tracing::warn!(target: "xgboost", "{text}"),
+        (false, false) => tracing::info!(target: "xgboost", "{text}"),
     }
     let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
     if log.len() >= 256 {

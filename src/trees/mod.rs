@@ -1,4 +1,4 @@
-//! Tree-based trainers (Ray Train's `XGBoostTrainer` and `LightGBMTrainer`): "pass a dataset
+//! Tree-based trainers (Ray Train's `XGBoostTrainer`; `LightGBMTrainer` next): "pass a dataset
 //! and parameters, the training loop is configured automatically". Each is a run of a train
 //! function built into rtune (`xgboost::train`) on a worker group whose backend joins the
 //! library's own collective (`rtune::worker` backends), so a tree trial is a trial like a

@@ -130,15 +130,15 @@ fn check_classes(
     labels: &[f32],
 ) -> anyhow::Result<()> {
     let given = |key: &str| params.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-    let multi = given("objective").is_some_and(|o| o.starts_with("multi:"));
+    // The same params on every rank: all of them return here, or all meet below.
+    if !given("objective").is_some_and(|o| o.starts_with("multi:")) {
+        return Ok(());
+    }
     // Each rank's largest label in its own slot, summed: every rank's, on every rank.
     let mut tops = vec![0f32; ctx.world_size()];
     tops[ctx.world_rank()] = labels.iter().copied().fold(0f32, f32::max);
     ctx.all_reduce(&mut tops, rtune_collective::ReduceOp::Sum)?;
     let classes = tops.iter().copied().fold(0f32, f32::max) as i64 + 1;
-    if !multi {
-        return Ok(());
-    }
     match given("num_class").map(str::parse::<i64>) {
         None => anyhow::bail!(
             "param `num_class` is missing: objective {:?} needs it; the labels of `train` have \

@@ -205,7 +205,7 @@ impl<'a> TrainContext<'a> {
         names
     }
 
-    /// The name of the backend the group's framework set up (`torch`, `xgboost`, `lightgbm`).
+    /// The name of the backend the group's framework set up (`torch`, `xgboost`).
     pub fn backend_name(&self) -> &'static str {
         self.backend.name()
     }

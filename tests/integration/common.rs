@@ -131,3 +131,19 @@ pub fn resizes_said(run: &std::path::Path) -> anyhow::Result<Vec<String>> {
     anyhow::ensure!(listed.starts_with(&said), "the rows say {said:?}, the run lists {listed:?}");
     Ok(said)
 }
+
+/// SIGKILLs rank `rank` of the first trial of the sweep in `experiment`, found by `rtune stack`
+/// (as a user finds it): its pid.
+pub fn kill_rank(experiment: &std::path::Path, rank: usize) -> anyhow::Result<i32> {
+    use anyhow::Context;
+    let out = crate::cli::rtune(&["stack", experiment.to_str().unwrap(), "0"])?;
+    let stacks = String::from_utf8_lossy(&out.stdout).into_owned();
+    let pid: i32 = stacks
+        .split_once(&format!("rank {rank} (pid "))
+        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok())
+        .with_context(|| format!("no rank {rank} in rtune stack:\n{}", text(&out)))?;
+    // SAFETY: kill(2) on a worker of the sweep the test started.
+    anyhow::ensure!(unsafe { libc::kill(pid, libc::SIGKILL) } == 0, "kill {pid}");
+    Ok(pid)
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 
 use crate::cli::{RTUNE, rtune};
-use crate::common::{Killed, resizes_said, synthetic_sweep, text, wait_for};
+use crate::common::{Killed, kill_rank, resizes_said, synthetic_sweep, text, wait_for};
 use rtune::ResultGrid;
 use rtune::search::TrialStatus;
 
@@ -52,16 +52,7 @@ fn kill_rank_2(
          sleep_s = 0.25\n"
     );
     let (mut run, experiment) = run_until_rows(dir, name, &tables, 3)?;
-    let exp = experiment.to_str().unwrap();
-    let out = rtune(&["stack", exp, "0"])?;
-    let stacks = String::from_utf8_lossy(&out.stdout).into_owned();
-    let pid: i32 = stacks
-        .split_once("rank 2 (pid ")
-        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|digits| digits.parse().ok())
-        .with_context(|| format!("no rank 2 in rtune stack:\n{}", text(&out)))?;
-    // SAFETY: kill(2) on a worker of the sweep this test started.
-    ensure!(unsafe { libc::kill(pid, libc::SIGKILL) } == 0, "kill {pid}");
+    kill_rank(&experiment, 2)?;
     let status = run.0.wait()?;
     Ok((status, experiment))
 }

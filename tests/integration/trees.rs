@@ -14,7 +14,7 @@ use rtune::data::{Columns, Dataset};
 use rtune::{Params, RunConfig, ScalingConfig, XGBoostTrainer};
 
 use crate::cli::{RTUNE, rtune};
-use crate::common::{Killed, python, text, wait_for};
+use crate::common::{Killed, kill_rank, python, text, wait_for};
 
 /// The shipped digits' fixed split, as parquet.
 fn digits(name: &str) -> PathBuf {
@@ -235,15 +235,7 @@ pub fn a_killed_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
         grid.trials.first().map_or(0, |t| t.history().len())
     };
     wait_for(Duration::from_secs(120), || Ok(rows() >= 10)).context("no 10 rows")?;
-    let out = rtune(&["stack", experiment.to_str().unwrap(), "0"])?;
-    let stacks = String::from_utf8_lossy(&out.stdout).into_owned();
-    let pid: i32 = stacks
-        .split_once("rank 1 (pid ")
-        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|digits| digits.parse().ok())
-        .with_context(|| format!("no rank 1 in rtune stack:\n{}", text(&out)))?;
-    // SAFETY: kill(2) on a worker of the sweep this test started.
-    ensure!(unsafe { libc::kill(pid, libc::SIGKILL) } == 0, "kill {pid}");
+    kill_rank(&experiment, 1)?;
     let status = run.0.wait()?;
     ensure!(status.success(), "rtune run ended {status:?}");
     let grid = rtune::ResultGrid::from_path(&experiment)?;

@@ -246,7 +246,7 @@ impl TorchTrainer {
     }
 
     /// What its worker group sets up around the train function: Torch's (the default) or a
-    /// tree library's (which `rtune`'s `XGBoostTrainer` and `LightGBMTrainer` set).
+    /// tree library's (which `rtune`'s `XGBoostTrainer` sets).
     pub fn backend(mut self, backend: impl Backend + 'static) -> Self {
         self.backend = Arc::new(backend);
         self

@@ -54,7 +54,7 @@ pub struct Tuner {
 impl Tuner {
     /// A sweep of `trainer` over `space`. Each trial's sampled params are merged into the
     /// trainer's `train_loop_config`, top-level key by key; sampled values win. Any trainer
-    /// that is a `TorchTrainer` with a backend (rtune's `XGBoostTrainer`, `LightGBMTrainer`).
+    /// that is a `TorchTrainer` with a backend (rtune's `XGBoostTrainer`).
     pub fn new(trainer: impl Into<TorchTrainer>, space: SearchSpace) -> Self {
         Tuner {
             trainer: trainer.into(),

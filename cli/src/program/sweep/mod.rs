@@ -489,6 +489,7 @@ fn check_declared(
             }
         }
     }
+    let datasets = datasets::names(file.datasets);
     // A tree library's probe: its refusals, and the metrics each dataset then reports.
     let probed = space.and_then(|(item, space)| Some((item, t.probe_space(space)?)));
     let probed_trainable;
@@ -504,7 +505,7 @@ fn check_declared(
             if refused {
                 return;
             }
-            let metrics = datasets::names(file.datasets)
+            let metrics = datasets
                 .iter()
                 .flat_map(|d| probed.metrics.iter().map(move |m| format!("{d}-{m}")))
                 .collect();
@@ -538,13 +539,13 @@ fn check_declared(
     if let Some(attribute) = &file.run.checkpoint_config.score_attribute {
         named.push((Setting::ScoreAttribute.key().into(), attribute));
     }
-    let datasets = datasets::names(file.datasets);
+    let dataset_names: Vec<&str> = datasets.iter().map(String::as_str).collect();
     for (key, metric) in named {
         if let Some(why) = t.check_metric(metric) {
             // `valid-mlogloss` where the file names its dataset `valdi`: said there too.
             let dataset = metric.split_once('-').map(|(d, _)| d);
-            let names: Vec<&str> = datasets.iter().map(String::as_str).collect();
-            if let Some(near) = dataset.and_then(|d| rtune_driver::config::nearest(d, &names))
+            let names = &dataset_names;
+            if let Some(near) = dataset.and_then(|d| rtune_driver::config::nearest(d, names))
                 && let Some((origin, _)) = doc::find(root, &format!("datasets.{near}"))
             {
                 let message = format!(
