@@ -38,13 +38,15 @@
 //!                `rtune-cli`'s command line runs (it implements `rtune_cli::program::Torch`)
 //! 5  builtins    the demo's train functions (digits MLP, synthetic curve), on the public API
 //! 4  model       a trained model: export, TorchPredictor, BatchPredictor, TreeModel │ trees
-//!                the tree trainers (XGBoostTrainer) and their train functions
+//!                the tree trainers (XGBoostTrainer, LightGBMTrainer), their train functions
+//!                and probes
 //! 3  worker      the worker process: init, TrainContext, link, the group's backend (Torch:
 //!                CUDA, each model's process group; the tree libraries' collectives),
 //!                distributed and sharded models, optimizers, dataset shards and batches,
 //!                command trainables
 //! 2  nccl        NCCL behind the collective trait │ var_store  a VarStore in a checkpoint
 //!    xgboost     XGBoost's C API (matrices, boosters, its tracker and communicator)
+//!    lightgbm    LightGBM's C API (datasets, boosters, its network)
 //!    digits      the 8x8 digits shipped with rtune
 //! 1  torch       libtorch's errors, a table's tensors │ cuda  CUDA opened at run time
 //! 0  native      the wheels' native libraries opened at run time (where, their C APIs)
@@ -117,6 +119,7 @@ pub mod builtins;
 pub mod cli;
 pub mod cuda;
 pub mod digits;
+mod lightgbm;
 pub mod model;
 mod native;
 mod nccl;
@@ -207,7 +210,7 @@ pub use rtune_driver::storage::checkpoint::CheckpointWriter;
 pub use rtune_driver::train::{TorchConfig, TorchTrainer};
 pub use rtune_driver::tune::{ResultGrid, Scope, TrialResult, TuneConfig, Tuner};
 pub use rtune_searchers::{Mode, Params};
-pub use trees::XGBoostTrainer;
+pub use trees::{LightGBMTrainer, XGBoostTrainer};
 pub use var_store::{LoadVarStore, SaveVarStore};
 pub use worker::{TrainContext, TrainFn, init};
 

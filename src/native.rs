@@ -1,15 +1,18 @@
 //! Native libraries opened at run time from the Python wheels users install (XGBoost's
-//! `libxgboost.so`; LightGBM's `lib_lightgbm.so` next): where they are, and their C APIs as
-//! tables of function pointers. Nothing here is linked: a process that never trains or predicts a tree
+//! `libxgboost.so`, LightGBM's `lib_lightgbm.so`): where they are, their C APIs as tables of
+//! function pointers, and what they say through their log callbacks. Nothing here is linked: a process that never trains or predicts a tree
 //! model never opens them, and a build needs no C++ step.
 //!
-//! Where: the path in the library's environment variable (`RTUNE_XGBOOST_LIB`) when set; else the wheel's folder in the `site-packages` that holds the
+//! Where: the path in the library's environment variable (`RTUNE_XGBOOST_LIB`,
+//! `RTUNE_LIGHTGBM_LIB`) when set; else the wheel's folder in the `site-packages` that holds the
 //! PyTorch this process runs with (found from the `libtorch_cpu.so` it has mapped, as
 //! `crate::cuda` finds libtorch_cuda), which is where `make trees` installs them (`.venv`).
 //!
 //! A leaf: it knows nothing of workers, runs or models.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rtune_driver::sys::cuda_probe::TORCH_CPU;
 
@@ -68,6 +71,99 @@ impl Wheel {
             version = self.version,
             env = self.env,
         )
+    }
+}
+
+/// What a library says through its log callback: a bounded tail of its lines, kept for whoever
+/// reads them back (a probe's refusals are warnings to the libraries), and said in rtune's log
+/// (its warnings as warnings) unless a [`Quiet`] is held.
+pub(crate) struct Log {
+    library: &'static str,
+    lines: Mutex<Vec<String>>,
+    quiet: AtomicUsize,
+}
+
+impl Log {
+    pub(crate) const fn new(library: &'static str) -> Log {
+        Log { library, lines: Mutex::new(Vec::new()), quiet: AtomicUsize::new(0) }
+    }
+
+    /// One line the library said.
+    pub(crate) fn line(&self, text: &str) {
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        if self.quiet.load(Ordering::SeqCst) == 0 {
+            match text.contains("WARNING") || text.contains("[Warning]") {
+                true => tracing::warn!("{}: {text}", self.library),
+                false => tracing::info!("{}: {text}", self.library),
+            }
+        }
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() >= 256 {
+            lines.remove(0);
+        }
+        lines.push(text.to_owned());
+    }
+
+    /// The lines since the last call, oldest first.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// While the answer is held, lines are kept, not logged: a probe says its refusals as the
+    /// sweep file's mistakes instead.
+    pub(crate) fn quiet(&'static self) -> Quiet {
+        self.quiet.fetch_add(1, Ordering::SeqCst);
+        Quiet(self)
+    }
+}
+
+/// See [`Log::quiet`].
+pub(crate) struct Quiet(&'static Log);
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.0.quiet.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// While one is held, this process's stderr goes nowhere: LightGBM writes each error it raises
+/// to stderr as well as returning it, and a probe's errors are said as the sweep file's
+/// mistakes instead. (Held by the command line's probe only, before anything else runs.)
+pub(crate) struct HiddenStderr {
+    saved: libc::c_int,
+}
+
+impl HiddenStderr {
+    /// None where stderr could not be moved (it is then left as it is).
+    pub(crate) fn new() -> Option<HiddenStderr> {
+        // SAFETY: plain descriptor calls; fd 2 is restored from `saved` when dropped.
+        unsafe {
+            let saved = libc::dup(2);
+            if saved < 0 {
+                return None;
+            }
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if null < 0 {
+                libc::close(saved);
+                return None;
+            }
+            libc::dup2(null, 2);
+            libc::close(null);
+            Some(HiddenStderr { saved })
+        }
+    }
+}
+
+impl Drop for HiddenStderr {
+    fn drop(&mut self) {
+        // SAFETY: `saved` is the stderr `new` moved away, put back once.
+        unsafe {
+            libc::dup2(self.saved, 2);
+            libc::close(self.saved);
+        }
     }
 }
 

@@ -10,9 +10,9 @@
 //! A leaf: it knows nothing of workers, runs or models; errors are the library's own words.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use crate::native::{Wheel, c_api};
+use crate::native::{Log, Wheel, c_api};
 
 /// The wheel rtune opens XGBoost from.
 pub(crate) const WHEEL: Wheel = Wheel {
@@ -90,49 +90,14 @@ pub(crate) fn api() -> Result<&'static Api> {
     .map_err(Clone::clone)
 }
 
-/// The library's messages since the last [`take_log`], newest last (a bounded tail).
-static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// While one is held, the library's messages are kept (for `Booster::unused_params`), not
-/// logged: a probe's refusals are said as the sweep file's mistakes instead.
-pub(crate) struct Quiet(());
-
-static QUIET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-impl Quiet {
-    pub(crate) fn new() -> Quiet {
-        QUIET.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Quiet(())
-    }
-}
-
-impl Drop for Quiet {
-    fn drop(&mut self) {
-        QUIET.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
+/// What the library says (its warnings include params it does not use).
+pub(crate) static LOG: Log = Log::new("XGBoost");
 
 extern "C" fn on_log(message: *const c_char) {
-    if message.is_null() {
-        return;
+    if !message.is_null() {
+        // SAFETY: the library passes a NUL-terminated string valid for the call.
+        LOG.line(&unsafe { CStr::from_ptr(message) }.to_string_lossy());
     }
-    // SAFETY: the library passes a NUL-terminated string valid for the call.
-    let text = unsafe { CStr::from_ptr(message) }.to_string_lossy().trim().to_owned();
-    let quiet = QUIET.load(std::sync::atomic::Ordering::SeqCst) > 0;
-    match (quiet, text.contains("WARNING")) {
-        (true, _) => {}
-        (false, true) => tracing::warn!(target: "xgboost", "{text}"),
-        (false, false) => tracing::info!(target: "xgboost", "{text}"),
-    }
-    let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
-    if log.len() >= 256 {
-        log.remove(0);
-    }
-    log.push(text);
-}
-
-fn take_log() -> Vec<String> {
-    std::mem::take(&mut *LOG.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The answer of a call: Ok, or the library's last error.
@@ -295,7 +260,7 @@ impl Booster {
     /// "Parameters: { "a", "b" } are not used").
     pub(crate) fn unused_params() -> Vec<String> {
         let mut unused = Vec::new();
-        for line in take_log() {
+        for line in LOG.take() {
             let Some(at) = line.find("Parameters: {") else { continue };
             let rest = &line[at + "Parameters: {".len()..];
             let names = rest.split('}').next().unwrap_or("");
@@ -527,9 +492,9 @@ mod tests {
 
     #[test]
     fn the_unused_parameters_warning_names_them() {
-        LOG.lock().unwrap().push(
-            "WARNING: src/learner.cc:790: \nParameters: { \"etaa\", \"max_dept\" } are not used."
-                .into(),
+        let _quiet = LOG.quiet();
+        LOG.line(
+            "WARNING: src/learner.cc:790: \nParameters: { \"etaa\", \"max_dept\" } are not used.",
         );
         assert_eq!(Booster::unused_params(), ["etaa", "max_dept"]);
         assert!(Booster::unused_params().is_empty());

@@ -50,8 +50,8 @@ const RTUNE_LAYERS: &[&[&str]] = &[
     // Where plain data meets libtorch (errors, tensors of a table); CUDA opened at run time.
     &["torch", "cuda"],
     // NCCL behind the collective trait; a VarStore in a checkpoint; the shipped digits;
-    // XGBoost's C API.
-    &["nccl", "var_store", "digits", "xgboost"],
+    // XGBoost's and LightGBM's C APIs.
+    &["nccl", "var_store", "digits", "xgboost", "lightgbm"],
     // The worker process: TrainContext, models and optimizers, shards, command trainables.
     &["worker"],
     // A trained model: export, prediction, batch prediction; the tree trainers.

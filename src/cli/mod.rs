@@ -72,6 +72,8 @@ impl Registry {
             synthetic_curve: TrainFnId::of(train_synthetic_curve),
             xgboost: TrainFnId::of(crate::trees::xgboost::train),
             xgboost_probe: crate::trees::xgboost::probe,
+            lightgbm: TrainFnId::of(crate::trees::lightgbm::train),
+            lightgbm_probe: crate::trees::lightgbm::probe,
         };
         Registry { trainables: Trainables::builtin(builtins), models: BTreeMap::new() }.model(
             "digits-mlp",
@@ -169,7 +171,10 @@ mod tests {
     fn registering_replaces_by_name_and_forgets_the_old_model() {
         let r =
             Registry::builtin().with("digits-mlp", "mine", train_synthetic_curve, Params::new());
-        assert_eq!(r.trainables().names(), ["synthetic-curve", "xgboost", "digits-mlp"]);
+        assert_eq!(
+            r.trainables().names(),
+            ["synthetic-curve", "xgboost", "lightgbm", "digits-mlp"]
+        );
         assert_eq!(r.trainables().get("digits-mlp").unwrap().about, "mine");
         assert!(r.models.is_empty());
     }

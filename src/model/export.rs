@@ -294,6 +294,20 @@ impl Card<'_> {
                  From Rust: `rtune::model::TreeModel::load(\"{name}\".as_ref())?.predict(&inputs, rows)?`.\n"
             ));
         }
+        if has(crate::lightgbm::MODEL_FILE) {
+            let model = crate::lightgbm::MODEL_FILE;
+            text.push_str(&format!(
+                "\n## LightGBM\n\n\
+                 `{model}` is the model in LightGBM's text format, which its own packages load \
+                 (`pip install lightgbm`):\n\n\
+                 ```python\n\
+                 import lightgbm\n\
+                 booster = lightgbm.Booster(model_file=\"{name}/{model}\")\n\
+                 outputs = booster.predict(inputs)  # inputs: after the preprocessor\n\
+                 ```\n\n\
+                 From Rust: `rtune::model::TreeModel::load(\"{name}\".as_ref())?.predict(&inputs, rows)?`.\n"
+            ));
+        }
         if !has(storage::checkpoint::MODEL_FILE) {
             return text;
         }

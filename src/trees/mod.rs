@@ -1,6 +1,7 @@
-//! Tree-based trainers (Ray Train's `XGBoostTrainer`; `LightGBMTrainer` next): "pass a dataset
+//! Tree-based trainers (Ray Train's `XGBoostTrainer` and `LightGBMTrainer`): "pass a dataset
 //! and parameters, the training loop is configured automatically". Each is a run of a train
-//! function built into rtune (`xgboost::train`) on a worker group whose backend joins the
+//! function built into rtune (`xgboost::train`, `lightgbm::train`) on a worker group whose
+//! backend joins the
 //! library's own collective (`rtune::worker` backends), so a tree trial is a trial like a
 //! Torch one: the same pool, schedulers, checkpoints, rows and views.
 //!
@@ -8,14 +9,20 @@
 //! passed to it as they are, with `num_boost_round` (10) rtune's: one row per boosting round,
 //! `training_iteration` counting rounds, the library's evaluation of each dataset under Ray's
 //! names (`train-mlogloss`, `valid-mlogloss`). Each rank's threads are the CPUs it reserved
-//! (`nthread`; a larger one given is lowered to them). A checkpoint holds the model in the
-//! library's format (`model.json`) with the fitted preprocessor; a retried or resumed trial goes
-//! on boosting from it.
+//! (`nthread`, `num_threads`; a larger one given is lowered to them). A checkpoint holds the
+//! model in the library's format (`model.json`, `model.txt`) with the fitted preprocessor; a
+//! retried or resumed trial goes on boosting from it. Before any trial runs, `probe` sets a
+//! trial's params on a booster over a few rows and says what the library refused.
 //!
 //! Place in the pipeline: beside `model`, on the worker side (`worker`) and the native
-//! libraries (`crate::xgboost`); above them only the builtins and the command line.
+//! libraries (`crate::xgboost`, `crate::lightgbm`); above them only the builtins and the
+//! command line.
 
+pub mod lightgbm;
+mod probe;
 pub mod xgboost;
+
+use std::marker::PhantomData;
 
 use rtune_driver::config::{RunConfig, ScalingConfig};
 use rtune_driver::data::{Columns, Dataset, Preprocessor};
@@ -25,13 +32,51 @@ use rtune_driver::train::{TorchTrainer, TreeBackend};
 use rtune_searchers::{Params, Value};
 use tch::Kind;
 
-use crate::worker::DatasetShard;
+use crate::worker::{DatasetShard, TrainContext};
 
 /// The param rtune reads itself: how many boosting rounds a trial runs.
 pub const NUM_BOOST_ROUND: &str = "num_boost_round";
 
 /// Rounds when `num_boost_round` is not given (Ray's default).
 pub const DEFAULT_ROUNDS: u64 = 10;
+
+/// A library a [`TreeTrainer`] runs.
+pub trait Library {
+    /// The backend that joins its collective.
+    const BACKEND: TreeBackend;
+    /// Its train function (what every rank runs).
+    fn train(ctx: &mut TrainContext) -> anyhow::Result<()>;
+    /// Opens it, or says why it cannot be (not installed, another version).
+    fn check_library() -> Result<()>;
+}
+
+/// XGBoost, for [`XGBoostTrainer`].
+#[derive(Debug, Clone, Copy)]
+pub struct XGBoost;
+
+impl Library for XGBoost {
+    const BACKEND: TreeBackend = TreeBackend::XGBoost;
+    fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
+        xgboost::train(ctx)
+    }
+    fn check_library() -> Result<()> {
+        xgboost::check_library()
+    }
+}
+
+/// LightGBM, for [`LightGBMTrainer`].
+#[derive(Debug, Clone, Copy)]
+pub struct LightGBM;
+
+impl Library for LightGBM {
+    const BACKEND: TreeBackend = TreeBackend::LightGBM;
+    fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
+        lightgbm::train(ctx)
+    }
+    fn check_library() -> Result<()> {
+        lightgbm::check_library()
+    }
+}
 
 /// A distributed XGBoost run (Ray's `XGBoostTrainer`): `params` are XGBoost's (and
 /// `num_boost_round`); datasets `train` (required), `valid` and any other name are evaluated
@@ -52,17 +97,42 @@ pub const DEFAULT_ROUNDS: u64 = 10;
 /// println!("{:?}", result.metrics.as_ref().map(|m| m["valid-mlogloss"]));
 /// # Ok::<(), rtune::Error>(())
 /// ```
+pub type XGBoostTrainer = TreeTrainer<XGBoost>;
+
+/// A distributed LightGBM run (Ray's `LightGBMTrainer`): `params` are LightGBM's (and
+/// `num_boost_round`); datasets as [`XGBoostTrainer`]'s. Its ranks train data-parallel
+/// (`tree_learner = "data"`) over LightGBM's network, on ports each rank picks.
+///
+/// ```no_run
+/// use rtune::data::{Columns, Dataset};
+/// use rtune::{LightGBMTrainer, Params, ScalingConfig};
+///
+/// let result = LightGBMTrainer::new(
+///     Params::new().with("objective", "multiclass").with("num_class", 10).with("num_leaves", 31),
+/// )
+/// .num_boost_round(50)
+/// .datasets([("train", Dataset::csv("train.csv")), ("valid", Dataset::csv("valid.csv"))])
+/// .columns(Columns::new().label("digit"))
+/// .scaling(ScalingConfig::workers(2))
+/// .fit()?;
+/// println!("{:?}", result.metrics.as_ref().map(|m| m["valid-multi_logloss"]));
+/// # Ok::<(), rtune::Error>(())
+/// ```
+pub type LightGBMTrainer = TreeTrainer<LightGBM>;
+
+/// A tree library's trainer: [`XGBoostTrainer`], [`LightGBMTrainer`].
 #[derive(Debug, Clone)]
-pub struct XGBoostTrainer {
+pub struct TreeTrainer<L> {
     trainer: TorchTrainer,
     params: Params,
+    library: PhantomData<L>,
 }
 
-impl XGBoostTrainer {
-    /// A run of XGBoost with `params` (the library's names, as `xgboost.train` takes them).
+impl<L: Library> TreeTrainer<L> {
+    /// A run of the library with `params` (its names, as its Python `train` takes them).
     pub fn new(params: Params) -> Self {
-        let trainer = TorchTrainer::new(xgboost::train).backend(TreeBackend::XGBoost);
-        XGBoostTrainer { trainer, params }
+        let trainer = TorchTrainer::new(L::train).backend(L::BACKEND);
+        TreeTrainer { trainer, params, library: PhantomData }
     }
 
     /// Boosting rounds (Ray's `num_boost_round`; 10 by default).
@@ -76,44 +146,109 @@ impl XGBoostTrainer {
         self,
         datasets: impl IntoIterator<Item = (S, Dataset)>,
     ) -> Self {
-        XGBoostTrainer { trainer: self.trainer.datasets(datasets), ..self }
+        TreeTrainer { trainer: self.trainer.datasets(datasets), ..self }
     }
 
     /// The label column (required) and the features (every other column by default).
     pub fn columns(self, columns: Columns) -> Self {
-        XGBoostTrainer { trainer: self.trainer.columns(columns), ..self }
+        TreeTrainer { trainer: self.trainer.columns(columns), ..self }
     }
 
     /// A preprocessor fitted on `train` (trees need none for numbers; encoders for strings).
     pub fn preprocessor(self, preprocessor: impl Into<Preprocessor>) -> Self {
-        XGBoostTrainer { trainer: self.trainer.preprocessor(preprocessor), ..self }
+        TreeTrainer { trainer: self.trainer.preprocessor(preprocessor), ..self }
     }
 
     /// How many ranks train the one model, each on its shard, with how many CPUs each.
     pub fn scaling(self, scaling: ScalingConfig) -> Self {
-        XGBoostTrainer { trainer: self.trainer.scaling(scaling), ..self }
+        TreeTrainer { trainer: self.trainer.scaling(scaling), ..self }
     }
 
     pub fn run_config(self, run: RunConfig) -> Self {
-        XGBoostTrainer { trainer: self.trainer.run_config(run), ..self }
+        TreeTrainer { trainer: self.trainer.run_config(run), ..self }
     }
 
     /// Goes on boosting from `checkpoint`'s model.
     pub fn resume_from_checkpoint(self, checkpoint: Checkpoint) -> Self {
-        XGBoostTrainer { trainer: self.trainer.resume_from_checkpoint(checkpoint), ..self }
+        TreeTrainer { trainer: self.trainer.resume_from_checkpoint(checkpoint), ..self }
     }
 
     /// Runs the training to its end (see `TorchTrainer::fit`). The library missing, or of
     /// another version, is an error before anything starts.
     pub fn fit(self) -> Result<TrainResult> {
-        xgboost::check_library()?;
+        L::check_library()?;
         TorchTrainer::from(self).fit()
     }
 }
 
-impl From<XGBoostTrainer> for TorchTrainer {
-    fn from(trainer: XGBoostTrainer) -> TorchTrainer {
+impl<L: Library> From<TreeTrainer<L>> for TorchTrainer {
+    fn from(trainer: TreeTrainer<L>) -> TorchTrainer {
         trainer.trainer.train_loop_config(trainer.params)
+    }
+}
+
+/// A trial's params as a library is given them (as text), and those rtune refuses, each at its
+/// key (`param_space.<key>`) with why.
+#[derive(Debug, Default)]
+pub(crate) struct LibraryParams {
+    pub(crate) taken: Vec<(String, String)>,
+    pub(crate) refused: Vec<(String, String)>,
+}
+
+impl LibraryParams {
+    /// The params taken, or the refusals as a train function's error.
+    pub(crate) fn or_refused(self) -> anyhow::Result<Vec<(String, String)>> {
+        if self.refused.is_empty() {
+            return Ok(self.taken);
+        }
+        let said: Vec<String> =
+            self.refused.iter().map(|(k, why)| format!("param `{k}` {why}")).collect();
+        anyhow::bail!("{}", said.join("; "))
+    }
+}
+
+/// The threads a rank gives the library: the CPUs it reserved, or fewer if `key` (the
+/// library's thread count) says so; 0 or less is the library's "all", which is the CPUs.
+pub(crate) fn threads_given(
+    key: &str,
+    value: &Value,
+    reserved: usize,
+) -> std::result::Result<usize, (String, String)> {
+    match value {
+        Value::Int(n) if *n >= 1 => Ok(reserved.min(*n as usize)),
+        Value::Int(_) => Ok(reserved),
+        other => {
+            Err((key.to_owned(), format!("is {}: use a whole number of threads", other.describe())))
+        }
+    }
+}
+
+/// A multiclass objective (`objective`, None for another) needs `num_class`, at least the
+/// labels' classes (the largest label + 1 across every rank's shard).
+pub(crate) fn check_classes(
+    ctx: &mut TrainContext,
+    objective: Option<&str>,
+    num_class: Option<&str>,
+    labels: &[f32],
+) -> anyhow::Result<()> {
+    // The same params on every rank: all of them return here, or all meet below.
+    let Some(objective) = objective else { return Ok(()) };
+    // Each rank's largest label in its own slot, summed: every rank's, on every rank.
+    let mut tops = vec![0f32; ctx.world_size()];
+    tops[ctx.world_rank()] = labels.iter().copied().fold(0f32, f32::max);
+    ctx.all_reduce(&mut tops, rtune_collective::ReduceOp::Sum)?;
+    let classes = tops.iter().copied().fold(0f32, f32::max) as i64 + 1;
+    match num_class.map(str::parse::<i64>) {
+        None => anyhow::bail!(
+            "param `num_class` is missing: objective {objective:?} needs it; the labels of \
+             `train` have {classes} classes (set num_class = {classes})"
+        ),
+        Some(Ok(n)) if n < classes => anyhow::bail!(
+            "param `num_class` = {n}, but the labels of `train` go up to {} ({classes} classes): \
+             set num_class = {classes}",
+            classes - 1
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -147,13 +282,14 @@ pub(crate) struct Dense {
     pub(crate) features: Vec<f32>,
     pub(crate) labels: Vec<f32>,
     pub(crate) rows: usize,
+    pub(crate) cols: usize,
 }
 
 impl Dense {
     pub(crate) fn of(shard: &DatasetShard, name: &str) -> anyhow::Result<Dense> {
         let features = shard.features().to_device(tch::Device::Cpu).contiguous();
         let size = features.size();
-        let rows = size[0] as usize;
+        let (rows, cols) = (size[0] as usize, size.get(1).copied().unwrap_or(0) as usize);
         let labels = shard.labels().ok_or_else(|| {
             anyhow::anyhow!(
                 "dataset `{name}` has no label: give the label column (`[datasets] label` in a \
@@ -165,6 +301,7 @@ impl Dense {
             features: Vec::<f32>::try_from(features.view([-1]))?,
             labels: Vec::<f32>::try_from(labels.view([-1]))?,
             rows,
+            cols,
         })
     }
 }

@@ -488,6 +488,14 @@ impl<'a> TrainContext<'a> {
         Ok(super::timing::collective(bytes, || self.group.borrow_mut().all_reduce(values, op))?)
     }
 
+    /// Every rank's `mine`, in rank order (a few bytes each: see `group::all_gather_bytes`).
+    pub(crate) fn all_gather_bytes(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let bytes = mine.len() * self.world_size();
+        super::timing::collective(bytes, || {
+            super::group::all_gather_bytes(&mut **self.group.borrow_mut(), mine)
+        })
+    }
+
     /// Waits until every rank gets here.
     pub fn barrier(&mut self) -> Result<()> {
         Ok(self.group.borrow_mut().barrier()?)

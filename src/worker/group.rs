@@ -323,6 +323,18 @@ pub(crate) fn listen(host: &str) -> Result<(TcpListener, String)> {
     Ok((listener, address.to_string()))
 }
 
+/// Every rank's `mine`, in rank order, on every rank (each rank broadcasts its own in turn:
+/// for a few bytes a rank, as the tree backends' ports and metrics are).
+pub(crate) fn all_gather_bytes(group: &mut dyn ProcessGroup, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut all = Vec::with_capacity(group.world_size());
+    for root in 0..group.world_size() {
+        let mut bytes = if root == group.rank() { mine.to_vec() } else { Vec::new() };
+        group.broadcast_bytes(&mut bytes, root)?;
+        all.push(bytes);
+    }
+    Ok(all)
+}
+
 /// The peers' collective listeners as the driver named them, index = rank.
 pub(crate) fn peer_addresses(peers: &[String]) -> Result<Vec<std::net::SocketAddr>> {
     let parse =

@@ -189,11 +189,13 @@ fn train(
     let device = parse_device(&reply.device).map_err(|e| failed(&e))?;
     // Rank 0's collective address: where every rank can reach it.
     let master_host = peers.first().map_or_else(|| spec.bind_host.clone(), |p| p.ip().to_string());
+    let hosts: Vec<String> = peers.iter().map(|p| p.ip().to_string()).collect();
     let start = super::backend::Start {
         setup: &reply.backend_setup_json,
         device,
         group: &group,
         master_host: &master_host,
+        hosts: &hosts,
         timeout,
     };
     let backend = super::backend::on_start(&reply.backend, &start).map_err(|e| failed(&e))?;

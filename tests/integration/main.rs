@@ -17,6 +17,7 @@ mod front_door;
 mod gpu;
 #[path = "../shared/libtorch.rs"]
 mod libtorch;
+mod lightgbm;
 mod monitoring;
 mod mutations;
 mod predict;
@@ -613,6 +614,26 @@ fn main() {
         test(
             "trees::tree_mistakes_are_refused_before_anything_runs",
             trees::tree_mistakes_are_refused_before_anything_runs,
+        ),
+        test(
+            "lightgbm::one_rank_trains_what_lightgbm_trains",
+            lightgbm::one_rank_trains_what_lightgbm_trains,
+        ),
+        test(
+            "lightgbm::two_ranks_train_what_lightgbms_own_distributed_run_trains",
+            lightgbm::two_ranks_train_what_lightgbms_own_distributed_run_trains,
+        ),
+        test(
+            "lightgbm::a_resumed_lightgbm_trial_boosts_on_to_the_uninterrupted_trees",
+            lightgbm::a_resumed_lightgbm_trial_boosts_on_to_the_uninterrupted_trees,
+        ),
+        test(
+            "lightgbm::asha_stops_lightgbm_trials_and_the_export_predicts_in_python",
+            lightgbm::asha_stops_lightgbm_trials_and_the_export_predicts_in_python,
+        ),
+        test(
+            "lightgbm::lightgbm_mistakes_are_refused_before_anything_runs",
+            lightgbm::lightgbm_mistakes_are_refused_before_anything_runs,
         ),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),

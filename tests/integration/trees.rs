@@ -17,7 +17,7 @@ use crate::cli::{RTUNE, rtune};
 use crate::common::{Killed, kill_rank, python, text, wait_for};
 
 /// The shipped digits' fixed split, as parquet.
-fn digits(name: &str) -> PathBuf {
+pub(crate) fn digits(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("data/digits_{name}.parquet"))
 }
 

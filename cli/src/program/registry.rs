@@ -233,6 +233,9 @@ pub struct Builtins {
     /// XGBoost's train function and its probe.
     pub xgboost: TrainFnId,
     pub xgboost_probe: Probe,
+    /// LightGBM's train function and its probe.
+    pub lightgbm: TrainFnId,
+    pub lightgbm_probe: Probe,
 }
 
 impl Trainables {
@@ -279,7 +282,15 @@ impl Trainables {
                 builtins.xgboost,
                 Params::new(),
             )
+            .with(
+                "lightgbm",
+                "LightGBM on the [datasets] (its own params: learning_rate, num_leaves, \
+                 objective, num_class..., and num_boost_round)",
+                builtins.lightgbm,
+                Params::new(),
+            )
             .tree("xgboost", TreeBackend::XGBoost, builtins.xgboost_probe)
+            .tree("lightgbm", TreeBackend::LightGBM, builtins.lightgbm_probe)
             .data("digits-mlp", builtins.digits_data)
             .metrics("digits-mlp", &["loss", "val_loss", "val_acc", "params"])
             .metrics("synthetic-curve", &["score", "loss"])
@@ -394,6 +405,8 @@ pub(crate) fn declared_builtins() -> Trainables {
         synthetic_curve: never,
         xgboost: never,
         xgboost_probe: takes_all,
+        lightgbm: never,
+        lightgbm_probe: takes_all,
     })
 }
 
@@ -409,7 +422,7 @@ mod tests {
             declared_builtins().get("digits-mlp").unwrap().train,
             Params::new(),
         );
-        assert_eq!(r.names(), ["digits-mlp", "xgboost", "synthetic-curve"]);
+        assert_eq!(r.names(), ["digits-mlp", "xgboost", "lightgbm", "synthetic-curve"]);
         assert_eq!(r.get("synthetic-curve").unwrap().about, "mine");
     }
 }

@@ -14,9 +14,10 @@
 //! share a physical GPU (NCCL refuses two ranks on one device) or the config asks for the ring:
 //! then through the ring as well, each bucket copied to the host and back.
 //!
-//! The tree libraries' backends ([`TreeBackend`]: XGBoost's) are the next: each rank joins the
-//! library's own collective, bootstrapped over the ring (XGBoost's tracker on rank 0, whose
-//! worker arguments rank 0 broadcasts). It does not re-form in place.
+//! The tree libraries' backends ([`TreeBackend`]: XGBoost's, LightGBM's) are the next: each rank
+//! joins the library's own collective, bootstrapped over the ring (XGBoost's tracker on rank 0,
+//! whose worker arguments rank 0 broadcasts; LightGBM's machine list, each rank's port gathered
+//! by every rank). It does not re-form in place.
 
 use std::fmt;
 
@@ -119,23 +120,26 @@ impl Backend for TorchConfig {
     }
 }
 
-/// The backend of a tree library's trainer (Ray's `XGBoostConfig`): every rank of a group of
-/// more than one joins the library's collective (module docs). Each rank decides where it
-/// listens itself, so the driver tells it nothing.
+/// The backend of a tree library's trainer (Ray's `XGBoostConfig`, `LightGBMConfig`): every
+/// rank of a group of more than one joins the library's collective (module docs). Each rank
+/// decides where it listens itself, so the driver tells it nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TreeBackend {
     XGBoost,
+    LightGBM,
 }
 
 impl TreeBackend {
     /// The names its halves go by.
     pub const XGBOOST: &'static str = "xgboost";
+    pub const LIGHTGBM: &'static str = "lightgbm";
 }
 
 impl Backend for TreeBackend {
     fn name(&self) -> &'static str {
         match self {
             TreeBackend::XGBoost => TreeBackend::XGBOOST,
+            TreeBackend::LightGBM => TreeBackend::LIGHTGBM,
         }
     }
 

@@ -50,7 +50,7 @@ impl ExportedModel {
                  `rtune export` wrote for a trainable whose model it knows (`Registry::model`) \
                  or a tree trainer's",
                 dir.display(),
-                crate::xgboost::MODEL_FILE
+                TreeModel::FILES.join(", ")
             )));
         }
         let schema = DataSchema::read(dir)?.ok_or_else(|| {

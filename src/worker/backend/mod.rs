@@ -7,7 +7,8 @@
 //! barrier, `TrainContext::all_reduce`, and what a backend bootstraps over); a backend adds its
 //! framework's on top. Torch's (`torch`): the device's CUDA runtime, and the process group
 //! each model averages through (the ring, NCCL, or the ring through the host for ranks that
-//! share a GPU). The tree libraries' (`trees`): the library's own collective.
+//! share a GPU). The tree libraries' (`trees`): the library's own collective (XGBoost's
+//! tracker and communicator, LightGBM's network).
 
 mod torch;
 mod trees;
@@ -44,6 +45,8 @@ pub(crate) struct Start<'a> {
     pub group: &'a SharedGroup,
     /// Rank 0's collective address, where every rank reaches it.
     pub master_host: &'a str,
+    /// Every rank's collective host, in rank order.
+    pub hosts: &'a [String],
     /// How long a collective may wait for a peer.
     pub timeout: Duration,
 }
@@ -55,6 +58,7 @@ pub(crate) fn on_start(name: &str, start: &Start<'_>) -> Result<Box<dyn Backend>
             Ok(Box::new(TorchBackend::on_start(start.setup, start.device, start.group.clone())?))
         }
         TreeBackend::XGBOOST => Ok(Box::new(trees::XGBoostBackend::on_start(start)?)),
+        TreeBackend::LIGHTGBM => Ok(Box::new(trees::LightGBMBackend::on_start(start)?)),
         other => Err(Error::Protocol(format!(
             "the driver asked for backend {other:?}, which this worker's rtune does not have"
         ))),

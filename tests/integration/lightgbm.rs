@@ -1,0 +1,316 @@
+//! LightGBM trials against LightGBM's own Python package (the same wheel, data, params, rounds
+//! and threads, `deterministic = true`): one rank and two ranks (data-parallel over LightGBM's
+//! network) give the trees `lightgbm.train` gives, alone and in two processes given the machine
+//! list; a trial resumed from a checkpoint boosts on to the trees of one that was not stopped; a
+//! sweep's scheduler stops trials at rounds and the export predicts in Python as in rtune; the
+//! sweep file's mistakes about LightGBM's params are refused before anything runs.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, ensure};
+use rtune::data::{Columns, Dataset};
+use rtune::{LightGBMTrainer, Params, RunConfig, ScalingConfig};
+
+use crate::cli::rtune;
+use crate::common::{python, text};
+use crate::trees::digits;
+
+/// LightGBM params both sides train with (one thread and `deterministic`: the same trees
+/// whatever the machine).
+const PARAMS: &str = r#"{"objective": "multiclass", "num_class": 10, "learning_rate": 0.3,
+    "num_leaves": 15, "min_data_in_leaf": 5, "metric": "multi_logloss", "num_threads": 1,
+    "deterministic": true, "force_col_wise": true, "verbosity": -1}"#;
+
+fn lightgbm_params() -> Params {
+    let json: serde_json::Value = serde_json::from_str(PARAMS).expect("PARAMS is JSON");
+    let mut params = Params::new();
+    for (key, value) in json.as_object().expect("an object") {
+        params = match value {
+            serde_json::Value::String(s) => params.with(key.as_str(), s.as_str()),
+            serde_json::Value::Bool(b) => params.with(key.as_str(), *b),
+            serde_json::Value::Number(n) if n.is_i64() => {
+                params.with(key.as_str(), n.as_i64().unwrap())
+            }
+            serde_json::Value::Number(n) => params.with(key.as_str(), n.as_f64().unwrap()),
+            _ => params,
+        };
+    }
+    params
+}
+
+fn trainer(workers: usize, rounds: u64, dir: &Path, name: &str) -> LightGBMTrainer {
+    LightGBMTrainer::new(lightgbm_params())
+        .num_boost_round(rounds)
+        .datasets([
+            ("train", Dataset::parquet(digits("train"))),
+            ("valid", Dataset::parquet(digits("valid"))),
+        ])
+        .columns(Columns::new().label("digit"))
+        .scaling(ScalingConfig::workers(workers))
+        .run_config(RunConfig::new(name).storage_path(dir))
+}
+
+/// A model text's trees (its `Tree=` sections), which say the model whatever its parameters
+/// section says of how it was trained.
+fn trees(model: &str) -> Vec<String> {
+    let body = model.split("end of trees").next().unwrap_or("");
+    body.split("\nTree=").skip(1).map(|t| t.trim().to_owned()).collect()
+}
+
+/// The latest checkpoint's model of a run.
+fn model_of(result: &rtune::TrainResult) -> Result<String> {
+    let checkpoint = result.checkpoint.as_ref().context("a checkpoint")?;
+    Ok(std::fs::read_to_string(checkpoint.path().join("model.txt"))?)
+}
+
+/// Python training the same model: `lightgbm.train` on `train` (in `world` processes given
+/// the machine list, each on its shard, rank r taking rows r*n/W..(r+1)*n/W as rtune shards
+/// them), printing rank 0's model text and last valid multi_logloss as JSON.
+const PYTHON_TRAIN: &str = r#"
+import json, socket, sys, multiprocessing as mp
+import numpy as np, pandas as pd, lightgbm as lgb
+params = json.loads(sys.argv[1]); rounds = int(sys.argv[2]); world = int(sys.argv[3])
+def frame(path):
+    t = pd.read_parquet(path)
+    return t.drop(columns=["digit"]).to_numpy(np.float32), t["digit"].to_numpy(np.float32)
+def fit(rank, machines, port, out):
+    X, y = frame(sys.argv[4]); Xv, yv = frame(sys.argv[5])
+    lo, hi = rank * len(X) // world, (rank + 1) * len(X) // world
+    vlo, vhi = rank * len(Xv) // world, (rank + 1) * len(Xv) // world
+    p = dict(params)
+    if world > 1:
+        p.update(machines=machines, local_listen_port=port, num_machines=world,
+                 tree_learner="data", pre_partition=True, time_out=2)
+    train = lgb.Dataset(X[lo:hi], label=y[lo:hi])
+    valid = lgb.Dataset(Xv[vlo:vhi], label=yv[vlo:vhi], reference=train)
+    log = {}
+    booster = lgb.train(p, train, rounds, valid_sets=[train, valid], valid_names=["train", "valid"],
+                        callbacks=[lgb.record_evaluation(log)])
+    if rank == 0:
+        out.put({"model": booster.model_to_string(), "valid": log["valid"]["multi_logloss"][-1]})
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+out = mp.Queue()
+if world == 1:
+    fit(0, None, None, out)
+else:
+    ports = [free_port() for _ in range(world)]
+    machines = ",".join(f"127.0.0.1:{p}" for p in ports)
+    ps = [mp.Process(target=fit, args=(r, machines, ports[r], out)) for r in range(world)]
+    for p in ps: p.start()
+    got = out.get(timeout=120)
+    for p in ps: p.join()
+    out.put(got)
+print(json.dumps(out.get(timeout=120)))
+"#;
+
+/// rtune's model on `workers` ranks equals LightGBM's own run on the same shards: every tree,
+/// and the last round's validation log loss (over both shards: rtune pools the ranks').
+fn same_as_python(workers: usize) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let rounds = 12;
+    let result = trainer(workers, rounds, dir.path(), &format!("lgb{workers}")).fit()?;
+    let rows = &result.metrics_history;
+    ensure!(rows.len() == rounds as usize, "{} rows", rows.len());
+    let ours = trees(&model_of(&result)?);
+    let (rounds_text, workers_text) = (rounds.to_string(), workers.to_string());
+    let args = [
+        Path::new(PARAMS),
+        Path::new(&rounds_text),
+        Path::new(&workers_text),
+        &digits("train"),
+        &digits("valid"),
+    ];
+    let printed = String::from_utf8(python(PYTHON_TRAIN, &args)?)?;
+    let last_line = printed.lines().last().unwrap_or_default();
+    let theirs: serde_json::Value =
+        serde_json::from_str(last_line).with_context(|| format!("Python printed {printed}"))?;
+    let model = theirs["model"].as_str().context("model")?;
+    let expected = trees(model);
+    ensure!(
+        ours.len() == expected.len(),
+        "{} trees where lightgbm has {}",
+        ours.len(),
+        expected.len()
+    );
+    ensure!(ours.len() == rounds as usize * 10, "{} trees", ours.len());
+    if let Some(i) = (0..ours.len()).find(|&i| ours[i] != expected[i]) {
+        anyhow::bail!("tree {i} differs:\nrtune:\n{}\nlightgbm:\n{}", ours[i], expected[i]);
+    }
+    let last = rows.last().context("rows")?;
+    ensure!(
+        last.contains_key("train-multi_logloss"),
+        "no train-multi_logloss in {:?}",
+        last.keys()
+    );
+    let reported = last["valid-multi_logloss"];
+    if workers == 1 {
+        let valid = theirs["valid"].as_f64().context("valid")?;
+        ensure!(
+            (reported - valid).abs() < 1e-9,
+            "valid-multi_logloss {reported} where lightgbm says {valid}"
+        );
+    } else {
+        // LightGBM's own value is rank 0's shard's; rtune's is the whole valid set's, which
+        // the model predicts in Python.
+        let whole = whole_valid_logloss(&model_of(&result)?, dir.path())?;
+        ensure!(
+            (reported - whole).abs() < 1e-6,
+            "valid-multi_logloss {reported} where the model's log loss on all of valid is {whole}"
+        );
+    }
+    Ok(())
+}
+
+/// The multiclass log loss of `model` on every row of the valid set, by LightGBM in Python
+/// (as its metric computes it: a probability below 1e-15 counts as 1e-15).
+fn whole_valid_logloss(model: &str, dir: &Path) -> Result<f64> {
+    let file = dir.join("whole.txt");
+    std::fs::write(&file, model)?;
+    let script = r#"
+import sys, numpy as np, pandas as pd, lightgbm as lgb
+t = pd.read_parquet(sys.argv[2])
+p = lgb.Booster(model_file=sys.argv[1]).predict(t.drop(columns=["digit"]).to_numpy(np.float32))
+y = t["digit"].to_numpy(int)
+print(np.mean(-np.log(np.maximum(p[np.arange(len(y)), y], 1e-15))))
+"#;
+    Ok(String::from_utf8(python(script, &[&file, &digits("valid")])?)?.trim().parse()?)
+}
+
+/// One rank: the same trees as `lightgbm.train` in Python.
+pub fn one_rank_trains_what_lightgbm_trains() -> Result<()> {
+    same_as_python(1)
+}
+
+/// Two ranks over LightGBM's network: the trees of two Python processes given the machine
+/// list, each on the same shard as rtune's rank.
+pub fn two_ranks_train_what_lightgbms_own_distributed_run_trains() -> Result<()> {
+    same_as_python(2)
+}
+
+/// A trial resumed from its 6th round's checkpoint and boosted to 12 (the checkpoint's model
+/// scoring every dataset, as `lightgbm.train(init_model=..)` does) ends with the trees of a
+/// 12-round trial that was never stopped, its rows rounds 7..12.
+pub fn a_resumed_lightgbm_trial_boosts_on_to_the_uninterrupted_trees() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let straight = trainer(1, 12, dir.path(), "straight").fit()?;
+    let first = trainer(1, 6, dir.path(), "first").fit()?;
+    let checkpoint = first.checkpoint.clone().context("a checkpoint")?;
+    let resumed = trainer(1, 12, dir.path(), "resumed").resume_from_checkpoint(checkpoint).fit()?;
+    let rounds: Vec<f64> =
+        resumed.metrics_history.iter().map(|r| r["training_iteration"]).collect();
+    ensure!(rounds == (7..=12).map(f64::from).collect::<Vec<_>>(), "rounds {rounds:?}");
+    let (ours, want) = (trees(&model_of(&resumed)?), trees(&model_of(&straight)?));
+    ensure!(
+        ours.len() == want.len(),
+        "{} trees where the straight run has {}",
+        ours.len(),
+        want.len()
+    );
+    if let Some(i) = (0..ours.len()).find(|&i| ours[i] != want[i]) {
+        anyhow::bail!("tree {i} differs:\nresumed:\n{}\nstraight:\n{}", ours[i], want[i]);
+    }
+    let (a, b) = (
+        resumed.metrics_history.last().context("rows")?["valid-multi_logloss"],
+        straight.metrics_history.last().context("rows")?["valid-multi_logloss"],
+    );
+    ensure!((a - b).abs() < 1e-12, "valid-multi_logloss {a} resumed, {b} straight");
+    Ok(())
+}
+
+/// The shipped LightGBM sweep (16 trials of 2 ranks, ASHA on valid-multi_logloss, 40 rounds):
+/// at least half the trials are stopped before their last round, every trial's rows are rounds
+/// 1..k once, and the best export predicts the held-out digits in Python's lightgbm as
+/// `rtune predict` does.
+pub fn asha_stops_lightgbm_trials_and_the_export_predicts_in_python() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sweep =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweeps/digits_lightgbm_asha.toml");
+    let storage = format!("storage_path={:?}", dir.path().display().to_string());
+    let out = rtune(&["run", sweep.to_str().unwrap(), "--no-tui", "--set", &storage])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let experiment = dir.path().join("digits-lightgbm-asha");
+    let grid = rtune::ResultGrid::from_path(&experiment)?;
+    ensure!(grid.trials.len() == 16, "{} trials", grid.trials.len());
+    let mut stopped = 0;
+    for t in &grid.trials {
+        let rounds: Vec<f64> = t.history().iter().map(|r| r["training_iteration"]).collect();
+        let want: Vec<f64> = (1..=rounds.len()).map(|i| i as f64).collect();
+        ensure!(rounds == want, "{}: rounds {rounds:?}", t.trial_id());
+        stopped += usize::from(rounds.len() < 40);
+    }
+    ensure!(stopped >= 8, "ASHA stopped {stopped} of 16 trials early");
+    let export = dir.path().join("best");
+    let out = rtune(&[
+        "export",
+        experiment.to_str().unwrap(),
+        "--best",
+        "--to",
+        export.to_str().unwrap(),
+    ])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let predictions = dir.path().join("predictions.csv");
+    let test = digits("test");
+    let args = ["predict", "--model", export.to_str().unwrap(), "--input", test.to_str().unwrap()];
+    let out = rtune(&[&args[..], &["--output", predictions.to_str().unwrap()]].concat())?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let script = r#"
+import sys, numpy as np, pandas as pd, lightgbm as lgb
+booster = lgb.Booster(model_file=sys.argv[1] + "/model.txt")
+test = pd.read_parquet(sys.argv[2])
+theirs = booster.predict(test.drop(columns=["digit"]).to_numpy(np.float32)).astype(np.float32)
+ours = pd.read_csv(sys.argv[3])
+probs = ours[[f"prob_{c}" for c in range(10)]].to_numpy(np.float32)
+assert (probs == theirs).all(), np.abs(probs - theirs).max()
+assert (ours["prediction"].to_numpy() == theirs.argmax(1)).all()
+print((theirs.argmax(1) == test["digit"].to_numpy()).mean())
+"#;
+    let accuracy: f64 =
+        String::from_utf8(python(script, &[&export, &test, &predictions])?)?.trim().parse()?;
+    ensure!(accuracy > 0.9, "the best model's test accuracy is {accuracy}");
+    Ok(())
+}
+
+/// Mistakes about LightGBM's params, each refused before anything runs at its key (exit 2, no
+/// experiment made): a name LightGBM does not know, a value it refuses, its own name for the
+/// rounds, a metric no dataset reports.
+pub fn lightgbm_mistakes_are_refused_before_anything_runs() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("bad.toml");
+    let write = |params: &str, metric: &str| -> Result<()> {
+        let sweep = format!(
+            "name = \"bad\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"lightgbm\"\n\
+             [datasets]\ntrain = {:?}\nlabel = \"digit\"\n[param_space]\n\
+             objective = \"multiclass\"\nnum_class = 10\n{params}\n[tune]\nmetric = {metric:?}\n\
+             mode = \"min\"\n",
+            dir.path().display().to_string(),
+            digits("train")
+        );
+        Ok(std::fs::write(&file, sweep)?)
+    };
+    let refused = |wants: &[&str]| -> Result<()> {
+        let out = rtune(&["validate", file.to_str().unwrap()])?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        ensure!(out.status.code() == Some(2), "{}", text(&out));
+        for want in wants {
+            ensure!(said.contains(want), "no {want:?} in:\n{said}");
+        }
+        Ok(())
+    };
+    write("num_leafs = 8\nnum_leaves = { randint = [-3, 1] }", "train-multi_logloss")?;
+    refused(&[
+        "`param_space.num_leafs` is not a parameter LightGBM knows",
+        "`param_space.num_leaves`",
+    ])?;
+    write("n_estimators = 50", "train-multi_logloss")?;
+    refused(&["`param_space.n_estimators`", "num_boost_round"])?;
+    write("", "valid-multi_logloss")?;
+    refused(&["valid-multi_logloss", "train-multi_logloss"])?;
+    write("", "train-multi_logloss")?;
+    let out = rtune(&["validate", file.to_str().unwrap()])?;
+    ensure!(out.status.success(), "a good sweep file was refused: {}", text(&out));
+    ensure!(!dir.path().join("bad").exists(), "an experiment was made");
+    Ok(())
+}
