@@ -227,4 +227,6 @@ mod pages {
     struct Data;
     #[doc = include_str!("../docs/features.md")]
     struct Features;
+    #[doc = include_str!("../docs/trees.md")]
+    struct Trees;
 }

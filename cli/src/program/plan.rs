@@ -131,7 +131,14 @@ fn mode_name(mode: rtune_searchers::Mode) -> &'static str {
 /// `rtune validate`'s plan of `spec`: its params, the trainable's defaults it keeps, and what
 /// the trainable reports.
 pub(super) fn plan(spec: &SweepSpec, registry: &Trainables) -> String {
-    let trainable = spec.builtin.as_deref().and_then(|b| registry.get(b));
+    // A tree library's trainable reports what its probe found.
+    let trainable = spec.builtin.as_deref().and_then(|b| registry.get(b)).map(|t| {
+        match spec.reports.is_empty() {
+            true => t.clone(),
+            false => t.reporting(spec.reports.clone()),
+        }
+    });
+    let trainable = trainable.as_ref();
     let mut params = Vec::new();
     leaves(&spec.space, "", &mut params);
     if let Some(t) = trainable {

@@ -104,6 +104,9 @@ pub struct SweepSpec {
     pub tensorboard: bool,
     /// `[run] metrics`: where the sweep's Prometheus endpoint listens (`HOST:PORT`).
     pub metrics: Option<String>,
+    /// What a tree library's trials report (`valid-mlogloss`..), as its probe found; empty for
+    /// another trainable (it declares its own, or not).
+    pub reports: Vec<String>,
 }
 
 impl SweepSpec {
@@ -326,10 +329,13 @@ fn read_root(
             rtune_driver::config::nearest(b, &registry.names()).and_then(|n| registry.get(n))
         })
     });
-    if let Some(t) = declared {
-        let space = file.param_space.zip(Some(&readable));
-        check_declared(t, root, space, scheduler.as_ref(), &file, report);
-    }
+    let reports = match declared {
+        Some(t) => {
+            let space = file.param_space.zip(Some(&readable));
+            check_declared(t, root, space, scheduler.as_ref(), &file, report)
+        }
+        None => Vec::new(),
+    };
     let (search, scheduler) = (search?, scheduler?);
     // The searcher's and scheduler's own settings, with the file's other mistakes: against the
     // space's params that read when another is a mistake (a searcher's model of the space is
@@ -362,6 +368,7 @@ fn read_root(
         optuna: file.optuna,
         tensorboard: file.tensorboard,
         metrics: file.metrics,
+        reports,
     })
 }
 
@@ -473,7 +480,8 @@ fn read_objectives(
 }
 
 /// What a registered train function declares, against the file: its params (names, types,
-/// ranges) and the metrics it reports (every metric name the sweep relies on).
+/// ranges) and the metrics it reports (every metric name the sweep relies on). The metrics a
+/// tree library's probe found it reports (none for another trainable).
 fn check_declared(
     t: &super::Trainable,
     root: &Item,
@@ -481,7 +489,7 @@ fn check_declared(
     scheduler: Option<&Component>,
     file: &keys::SweepFile<'_>,
     report: &mut Report<'_>,
-) {
+) -> Vec<String> {
     if let Some((item, space)) = space {
         for (key, param) in space.iter() {
             if let Some(why) = t.check_param(key, param) {
@@ -492,6 +500,7 @@ fn check_declared(
     let datasets = datasets::names(file.datasets);
     // A tree library's probe: its refusals, and the metrics each dataset then reports.
     let probed = space.and_then(|(item, space)| Some((item, t.probe_space(space)?)));
+    let from_probe = probed.is_some();
     let probed_trainable;
     let t = match probed {
         Some((item, probed)) => {
@@ -503,7 +512,7 @@ fn check_declared(
                 }
             }
             if refused {
-                return;
+                return Vec::new();
             }
             let metrics = datasets
                 .iter()
@@ -560,6 +569,10 @@ fn check_declared(
                 .map_or(root.origin.clone(), |(o, _)| o.clone());
             report.add(&key, &origin, why);
         }
+    }
+    match from_probe {
+        true => t.metrics.clone(),
+        false => Vec::new(),
     }
 }
 
