@@ -23,7 +23,8 @@ use rtune_searchers::Params;
 
 use super::probe::{Library, Refusal, Tried};
 use super::{
-    Dense, LibraryParams, NUM_BOOST_ROUND, check_classes, param_text, rounds, threads_given,
+    Dense, LibraryParams, Schedule, check_classes, is_rtune_param, param_text, report_round,
+    threads_given,
 };
 use crate::lightgbm::{Booster, Dataset, LOG, main_name, params_text, unknown_params};
 use crate::worker::TrainContext;
@@ -48,7 +49,7 @@ fn library_params(params: &Params, threads: usize, world: usize) -> LibraryParam
     let (mut out, mut refused) = (Vec::new(), Vec::new());
     let (mut num_threads, mut learner_given) = (threads, false);
     for (key, value) in params.iter() {
-        if key == NUM_BOOST_ROUND {
+        if is_rtune_param(key) {
             continue;
         }
         let said = |why: &str| (key.to_owned(), why.to_owned());
@@ -101,8 +102,8 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
             ctx.world_size()
         );
     }
-    let total =
-        rounds(ctx.params()).map_err(|e| anyhow::anyhow!("param `{NUM_BOOST_ROUND}` {e}"))?;
+    let schedule =
+        Schedule::of(ctx.params()).map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
     let params = library_params(ctx.params(), ctx.num_cpus(), ctx.world_size()).or_refused()?;
     let text = params_text(&params);
     let names = ctx.dataset_names();
@@ -163,12 +164,8 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
         "the checkpoint's model has {done} rounds where the run has reported {}",
         ctx.iteration()
     );
-    for round in done..total {
-        if booster.update().map_err(library_error)? {
-            // The round added no tree: every later one would add none either.
-            tracing::info!("LightGBM can split no further after round {round}: the trial ends");
-            break;
-        }
+    for round in done..schedule.rounds {
+        let finished = booster.update().map_err(library_error)?;
         let mut evaluated = Vec::new();
         for (index, (name, dataset)) in sets.iter().enumerate() {
             let values = booster.eval(index, metrics.len()).map_err(library_error)?;
@@ -177,16 +174,16 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
             }
         }
         let evaluated = pool(ctx, &evaluated)?;
-        let mut checkpoint = ctx.new_checkpoint()?;
-        if checkpoint.is_kept() {
-            let model = booster.save_text().map_err(library_error)?;
-            std::fs::write(checkpoint.path().join(MODEL_FILE), model)?;
-            checkpoint = checkpoint.metadata(serde_json::json!({
-                "framework": "lightgbm",
-                "rounds": round + 1,
-            }));
+        // The round added no tree: every later one would add none either, so this one is the
+        // last (and keeps the model).
+        let schedule = if finished { schedule.ending_at(round + 1) } else { schedule };
+        report_round(ctx, &schedule, round + 1, evaluated, ("lightgbm", MODEL_FILE), || {
+            Ok(booster.save_text().map_err(library_error)?.into_bytes())
+        })?;
+        if finished {
+            tracing::info!("LightGBM can split no further after round {round}: the trial ends");
+            break;
         }
-        ctx.report_with_checkpoint(evaluated, checkpoint)?;
     }
     Ok(())
 }

@@ -40,6 +40,14 @@ pub const NUM_BOOST_ROUND: &str = "num_boost_round";
 /// Rounds when `num_boost_round` is not given (Ray's default).
 pub const DEFAULT_ROUNDS: u64 = 10;
 
+/// The param rtune reads itself: every how many rounds a checkpoint is kept (1, the default:
+/// every round, so that a lost rank costs at most a round; 0: only the last round's). The last
+/// round's is always kept.
+pub const CHECKPOINT_FREQUENCY: &str = "checkpoint_frequency";
+
+/// The params rtune reads itself, never passed to a library.
+const RTUNE_PARAMS: [&str; 2] = [NUM_BOOST_ROUND, CHECKPOINT_FREQUENCY];
+
 /// A library a [`TreeTrainer`] runs.
 pub trait Library {
     /// The backend that joins its collective.
@@ -266,8 +274,73 @@ pub(crate) fn param_text(value: &Value) -> Vec<String> {
     }
 }
 
+/// A trial's rounds and which of them keep a checkpoint, from its params; the error names the
+/// param and says what it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Schedule {
+    pub(crate) rounds: u64,
+    checkpoint_every: u64,
+}
+
+impl Schedule {
+    pub(crate) fn of(params: &Params) -> std::result::Result<Schedule, (String, String)> {
+        let rounds = rounds(params).map_err(|e| (NUM_BOOST_ROUND.to_owned(), e.to_string()))?;
+        let checkpoint_every = match params.value(CHECKPOINT_FREQUENCY) {
+            None => 1,
+            Some(Value::Int(n)) if *n >= 0 => *n as u64,
+            Some(other) => {
+                let why = format!(
+                    "is {}: use a whole number of rounds (0: only the last round's)",
+                    other.describe()
+                );
+                return Err((CHECKPOINT_FREQUENCY.to_owned(), why));
+            }
+        };
+        Ok(Schedule { rounds, checkpoint_every })
+    }
+
+    /// Whether round `round` (1-based) keeps a checkpoint.
+    fn keeps(&self, round: u64) -> bool {
+        round == self.rounds || (self.checkpoint_every > 0 && round % self.checkpoint_every == 0)
+    }
+
+    /// The same, ending at round `last` (a library that can boost no further).
+    pub(crate) fn ending_at(self, last: u64) -> Schedule {
+        Schedule { rounds: last, ..self }
+    }
+}
+
+/// Whether `key` is a param rtune reads itself.
+pub(crate) fn is_rtune_param(key: &str) -> bool {
+    RTUNE_PARAMS.contains(&key)
+}
+
+/// Reports round `round`'s (1-based) metrics, with a checkpoint of the model (`save`'s bytes in
+/// `file`) where `schedule` keeps one.
+pub(crate) fn report_round(
+    ctx: &mut TrainContext,
+    schedule: &Schedule,
+    round: u64,
+    metrics: Vec<(String, f64)>,
+    (framework, file): (&str, &str),
+    save: impl FnOnce() -> anyhow::Result<Vec<u8>>,
+) -> anyhow::Result<()> {
+    if !schedule.keeps(round) {
+        return Ok(ctx.report(metrics)?);
+    }
+    let mut checkpoint = ctx.new_checkpoint()?;
+    if checkpoint.is_kept() {
+        std::fs::write(checkpoint.path().join(file), save()?)?;
+        checkpoint = checkpoint.metadata(serde_json::json!({
+            "framework": framework,
+            "rounds": round,
+        }));
+    }
+    Ok(ctx.report_with_checkpoint(metrics, checkpoint)?)
+}
+
 /// The rounds a trial runs, from its params; the error says what `num_boost_round` is.
-pub(crate) fn rounds(params: &Params) -> anyhow::Result<u64> {
+fn rounds(params: &Params) -> anyhow::Result<u64> {
     match params.value(NUM_BOOST_ROUND) {
         None => Ok(DEFAULT_ROUNDS),
         Some(Value::Int(n)) if *n >= 1 => Ok(*n as u64),
@@ -303,5 +376,26 @@ impl Dense {
             rows,
             cols,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_keeps_every_nth_round_and_the_last() {
+        let kept = |params: Params| {
+            let schedule = Schedule::of(&params).unwrap();
+            (1..=schedule.rounds).filter(|&r| schedule.keeps(r)).collect::<Vec<_>>()
+        };
+        let ten = Params::new().with(NUM_BOOST_ROUND, 10);
+        assert_eq!(kept(ten.clone()), (1..=10).collect::<Vec<_>>());
+        assert_eq!(kept(ten.clone().with(CHECKPOINT_FREQUENCY, 4)), [4, 8, 10]);
+        assert_eq!(kept(ten.clone().with(CHECKPOINT_FREQUENCY, 0)), [10]);
+        let (key, why) = Schedule::of(&ten.with(CHECKPOINT_FREQUENCY, -1)).unwrap_err();
+        assert_eq!(key, CHECKPOINT_FREQUENCY);
+        assert!(why.contains("whole number"), "{why}");
+        assert_eq!(Schedule::of(&Params::new()).unwrap().rounds, DEFAULT_ROUNDS);
     }
 }

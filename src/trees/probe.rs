@@ -6,7 +6,7 @@
 use rtune_cli::program::Probed;
 use rtune_searchers::Params;
 
-use super::{LibraryParams, NUM_BOOST_ROUND, rounds};
+use super::{LibraryParams, Schedule};
 
 /// A library's refusal: the param it was setting when it said so (None: while boosting), and
 /// its message.
@@ -45,9 +45,8 @@ pub(super) fn probe(library: &Library, params: &Params) -> Probed {
     if let Err(e) = (library.open)() {
         return refused(e);
     }
-    if let Err(e) = rounds(params) {
-        let problems = vec![(NUM_BOOST_ROUND.into(), e.to_string())];
-        return Probed { problems, metrics: Vec::new() };
+    if let Err(problem) = Schedule::of(params) {
+        return Probed { problems: vec![problem], metrics: Vec::new() };
     }
     let LibraryParams { taken: mut params, refused: mut problems } = (library.params)(params);
     // Each refusal's param is left out and the rest tried again, so that every mistake is

@@ -14,7 +14,8 @@ use rtune_searchers::Params;
 
 use super::probe::{Library, Refusal, Tried};
 use super::{
-    Dense, LibraryParams, NUM_BOOST_ROUND, check_classes, param_text, rounds, threads_given,
+    Dense, LibraryParams, Schedule, check_classes, is_rtune_param, param_text, report_round,
+    threads_given,
 };
 use crate::worker::TrainContext;
 use crate::xgboost::{Booster, DMatrix};
@@ -35,7 +36,7 @@ fn library_params(params: &Params, threads: usize) -> LibraryParams {
     let mut nthread = threads;
     for (key, value) in params.iter() {
         match key {
-            NUM_BOOST_ROUND => {}
+            _ if is_rtune_param(key) => {}
             THREADS => match threads_given(key, value, nthread) {
                 Ok(n) => nthread = n,
                 Err(e) => refused.push(e),
@@ -60,8 +61,8 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
             ctx.world_size()
         );
     }
-    let total =
-        rounds(ctx.params()).map_err(|e| anyhow::anyhow!("param `{NUM_BOOST_ROUND}` {e}"))?;
+    let schedule =
+        Schedule::of(ctx.params()).map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
     let params = library_params(ctx.params(), ctx.num_cpus()).or_refused()?;
     let names = ctx.dataset_names();
     anyhow::ensure!(
@@ -98,20 +99,13 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
         ctx.iteration()
     );
     let train = &matrices.iter().find(|(n, _)| *n == "train").expect("checked above").1;
-    for round in done..total {
+    for round in done..schedule.rounds {
         booster.update(round as u32, train).map_err(library_error)?;
         let metrics =
             booster.eval(round as u32, &matrices_ref(&matrices)).map_err(library_error)?;
-        let mut checkpoint = ctx.new_checkpoint()?;
-        if checkpoint.is_kept() {
-            let model = booster.save_json().map_err(library_error)?;
-            std::fs::write(checkpoint.path().join(MODEL_FILE), model)?;
-            checkpoint = checkpoint.metadata(serde_json::json!({
-                "framework": "xgboost",
-                "rounds": round + 1,
-            }));
-        }
-        ctx.report_with_checkpoint(metrics, checkpoint)?;
+        report_round(ctx, &schedule, round + 1, metrics, ("xgboost", MODEL_FILE), || {
+            booster.save_json().map_err(library_error)
+        })?;
     }
     Ok(())
 }

@@ -207,8 +207,9 @@ print((theirs.argmax(1) == test["digit"].to_numpy()).mean())
 }
 
 /// A rank SIGKILLed mid-trial: the attempt fails, the retry goes on boosting from the latest
-/// checkpoint's round (its first row is past round 1), and the trial ends TERMINATED with every
-/// round once and a model of every round.
+/// checkpoint's round (every 7th round keeps one: its first row is round 7k + 1, past the 10
+/// rounds seen before the kill), and the trial ends TERMINATED with every round once and a
+/// model of every round.
 pub fn a_killed_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("kill.toml");
@@ -216,7 +217,7 @@ pub fn a_killed_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
         "name = \"kill\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"xgboost\"\n\
          [datasets]\ntrain = {:?}\nvalid = {:?}\nlabel = \"digit\"\n[scaling]\nnum_workers = 2\n\
          [param_space]\nobjective = \"multi:softprob\"\nnum_class = 10\nmax_depth = 6\n\
-         eta = 0.02\nnum_boost_round = 300\n[tune]\nmetric = \"valid-mlogloss\"\nmode = \"min\"\n\
+         eta = 0.02\nnum_boost_round = 300\ncheckpoint_frequency = 7\n[tune]\nmetric = \"valid-mlogloss\"\nmode = \"min\"\n\
          [run]\nfailure = {{ max_failures = 1 }}\n",
         dir.path().display().to_string(),
         digits("train"),
@@ -248,10 +249,11 @@ pub fn a_killed_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
     let retried = history.iter().find(|r| attempt(r) == Some(1.0)).with_context(|| {
         format!("no row of a retry: {:?}", history.iter().map(attempt).collect::<Vec<_>>())
     })?;
+    let first = retried["training_iteration"];
     ensure!(
-        retried["training_iteration"] >= 10.0,
-        "the retry began at round {}, not after the 10 rounds seen before the kill",
-        retried["training_iteration"],
+        first >= 8.0 && (first as u64 - 1) % 7 == 0,
+        "the retry began at round {first}, not after a kept checkpoint (every 7th round) past \
+         the 10 rounds seen before the kill"
     );
     let best = trial.checkpoint()?;
     let model: serde_json::Value =
