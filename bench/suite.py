@@ -4,7 +4,8 @@ baseline, written to bench-report.md and bench-report.json.
 
     make bench          # the full suite (about 25 minutes on 2 cores once built, and group
                         # 10 about 30 minutes a round more: 1 GiB and 4 GiB checkpoints through
-                        # a capped link, some clients on one connection)
+                        # a capped link, some clients on one connection; group 14, trees,
+                        # about 15 minutes a round)
     make bench-quick    # smaller workloads, under 5 minutes once built (group 10: about 10)
     python3 bench/suite.py [--quick] [--runs N] [--only GROUP[,GROUP]] [--out DIR]
 
@@ -1027,6 +1028,21 @@ def batch_prediction(figs, quick):
                  "same round")
 
 
+def tree_trials(figs, quick):
+    """14. Tree trials against their libraries from Python (bench/trees.py): a round and a
+    whole run of one XGBoost and one LightGBM trial on a generated 1M x 50 set (100k quick),
+    1 and 2 ranks, and a 32-trial ASHA sweep against Optuna's successive halving."""
+    rows, sweep_rows = ("100000", "20000") if quick else ("1000000", "50000")
+    out = run([PYTHON, "bench/trees.py", "--rows", rows, "--sweep-rows", sweep_rows],
+              timeout=7200)
+    group = "14. Tree trials"
+    for line in out.splitlines():
+        if line.startswith("BENCH "):
+            f = json.loads(line[len("BENCH "):])
+            # Times, ratios of times and log losses: lower is better, every one.
+            figs.add(group, f["name"], f["value"], f["unit"], "lower", f["about"])
+
+
 WORKLOADS = {
     "bookkeeping": sweep_bookkeeping,
     "results": result_throughput,
@@ -1040,6 +1056,7 @@ WORKLOADS = {
     "predict": batch_prediction,
     "elastic": elastic_pool,
     "recovery": recovery,
+    "trees": tree_trials,
 }
 
 

@@ -10,8 +10,11 @@
 * scaling: the same model on 1 and 2 ranks (1 CPU each, data-parallel through the library's own
   collective): seconds a round;
 * a sweep: 32 trials x 200 rounds with ASHA against Optuna 5.0 with the same pruning
-  (successive halving, the library's round as the step) on a smaller set: wall time and the
-  best validation log loss.
+  (successive halving from round 25, halving; the library's round as the step; both evaluate
+  train and valid every round, as Ray's rows do) on a smaller set, 2 trials at a time of one
+  thread each, Optuna given the configurations rtune's random search drew (so that the two
+  sweeps differ only in how they run and prune them): wall time, the best validation log loss and the rounds boosted, rtune with a
+  checkpoint every round (its default) and with only each trial's last.
 
 The data: a generated binary classification set (rows x 50 features, float32, a seeded linear
 and interaction signal with noise), `valid` a tenth the size, as parquet. Prints one JSON line per
@@ -100,6 +103,18 @@ def rows_of(experiment):
         if os.path.exists(result):
             with open(result) as f:
                 out.append([json.loads(line) for line in f])
+    return out
+
+
+def params_of(experiment, keys):
+    """Each trial's drawn values of `keys`, in trial order."""
+    out = []
+    for trial in sorted(os.listdir(experiment)):
+        path = os.path.join(experiment, trial, "params.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                params = json.load(f)
+            out.append({k: params[k] for k in keys if k in params})
     return out
 
 
@@ -196,6 +211,7 @@ OPTUNA = r'''
 import json, sys, time
 import numpy as np, pandas as pd, optuna
 library, rounds, trials, train, valid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+drawn = json.loads(sys.argv[6])
 def frame(path):
     t = pd.read_parquet(path)
     return t.drop(columns=["label"]).to_numpy(np.float32), t["label"].to_numpy(np.float32)
@@ -212,10 +228,12 @@ def objective(trial):
         class Prune(xgb.callback.TrainingCallback):
             def after_iteration(self, model, epoch, evals_log):
                 value = evals_log["valid"]["logloss"][-1]; last["v"] = value
+                last["rounds"] = epoch + 1
                 trial.report(value, epoch + 1)
                 return trial.should_prune()
         d, dv = xgb.DMatrix(x, label=y), xgb.DMatrix(xv, label=yv)
-        xgb.train(params, d, rounds, evals=[(dv, "valid")], verbose_eval=False, callbacks=[Prune()])
+        xgb.train(params, d, rounds, evals=[(d, "train"), (dv, "valid")], verbose_eval=False,
+                  callbacks=[Prune()])
     else:
         import lightgbm as lgb
         params = {"objective": "binary", "metric": "binary_logloss", "verbosity": -1,
@@ -226,20 +244,28 @@ def objective(trial):
         class Pruned(Exception): pass
         def prune(env):
             value = env.evaluation_result_list[-1][2]; last["v"] = value
+            last["rounds"] = env.iteration + 1
             trial.report(value, env.iteration + 1)
             if trial.should_prune(): raise Pruned()
         d = lgb.Dataset(x, label=y); dv = lgb.Dataset(xv, label=yv, reference=d)
         try:
-            lgb.train(params, d, rounds, valid_sets=[dv], valid_names=["valid"], callbacks=[prune])
+            lgb.train(params, d, rounds, valid_sets=[d, dv], valid_names=["train", "valid"],
+                      callbacks=[prune])
         except Pruned:
             pass
+    done.append(last["rounds"])
     return last["v"]
+done = []
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=25, reduction_factor=2)
 study = optuna.create_study(direction="minimize", sampler=optuna.samplers.RandomSampler(seed=0),
                             pruner=pruner)
+# The configurations rtune's sweep drew, in its order: the same trials, pruned each its way.
+for params in drawn:
+    study.enqueue_trial(params)
 study.optimize(objective, n_trials=trials, n_jobs=2)
-print(json.dumps({"wall": time.perf_counter() - started, "best": study.best_value}))
+print(json.dumps({"wall": time.perf_counter() - started, "best": study.best_value,
+                  "rounds": sum(done)}))
 '''
 
 
@@ -259,19 +285,28 @@ def sweep(folder, rows, rounds, trials):
     for library, (space, params) in spaces.items():
         scheduler = (f'{{ type = "asha", grace_period = 25, max_t = {rounds}, '
                      'reduction_factor = 2 }')
-        wall, results = run_rtune(
-            folder, f"{library}-sweep-{time.time_ns()}", library,
-            dict(params, num_boost_round=rounds, **{threads_key(library): 1}), train, valid, 1,
-            1, samples=trials, scheduler=scheduler, space=space)
-        best = min(row[METRIC[library]] for rows in results for row in rows)
-        out = subprocess.run([sys.executable, "-c", OPTUNA, library, str(rounds), str(trials),
-                              train, valid], check=True, capture_output=True, text=True)
-        theirs = json.loads(out.stdout.strip().splitlines()[-1])
         about = f"{trials} trials x {rounds} rounds, {rows:,} rows x 50, 2 at a time"
-        figure(f"{library} sweep: wall, rtune ASHA", wall, "s", about)
+        # rtune as it comes (a checkpoint every round), and keeping only each trial's last.
+        for every, said in ((1, ""), (0, ", checkpoint_frequency = 0")):
+            name = f"{library}-sweep-{every}-{time.time_ns()}"
+            wall, results = run_rtune(
+                folder, name, library,
+                dict(params, num_boost_round=rounds, checkpoint_frequency=every,
+                     **{threads_key(library): 1}),
+                train, valid, 1, 1, samples=trials, scheduler=scheduler, space=space)
+            best = min(row[METRIC[library]] for rows in results for row in rows)
+            figure(f"{library} sweep: wall, rtune ASHA{said}", wall, "s", about)
+            figure(f"{library} sweep: best valid logloss, rtune{said}", best, "", about)
+            figure(f"{library} sweep: rounds boosted, rtune{said}",
+                   sum(len(rows) for rows in results), "rounds", about)
+        keys = [line.split(" = ")[0] for line in space.splitlines()]
+        drawn = json.dumps(params_of(os.path.join(folder, name), keys))
+        out = subprocess.run([sys.executable, "-c", OPTUNA, library, str(rounds), str(trials),
+                              train, valid, drawn], check=True, capture_output=True, text=True)
+        theirs = json.loads(out.stdout.strip().splitlines()[-1])
         figure(f"{library} sweep: wall, Optuna pruning", theirs["wall"], "s", about)
-        figure(f"{library} sweep: best valid logloss, rtune", best, "", about)
         figure(f"{library} sweep: best valid logloss, Optuna", theirs["best"], "", about)
+        figure(f"{library} sweep: rounds boosted, Optuna", theirs["rounds"], "rounds", about)
 
 
 def main():

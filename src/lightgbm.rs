@@ -151,7 +151,7 @@ pub(crate) fn aliases() -> Result<&'static BTreeMap<String, Vec<String>>> {
     ALIASES
         .get_or_init(|| {
             let api = api()?;
-            let text = read_string(api, |len, out_len, out| unsafe {
+            let text = read_string(api, &Cell::new(0), |len, out_len, out| unsafe {
                 // SAFETY: a buffer of `len` bytes.
                 (api.LGBM_DumpParamAliases)(len, out_len, out)
             })?;
@@ -171,17 +171,25 @@ pub(crate) fn main_name(key: &str) -> String {
 }
 
 /// A string the library writes into a buffer it is given, asked again with the length it
-/// said when the first was too short.
-fn read_string(api: &Api, call: impl Fn(i64, *mut i64, *mut c_char) -> c_int) -> Result<String> {
-    let mut buffer = vec![0u8; 1 << 16];
+/// said when the first was too short; `hint` is the length to start from (so that a model
+/// written every round is written once a round), updated.
+fn read_string(
+    api: &Api,
+    hint: &Cell<usize>,
+    call: impl Fn(i64, *mut i64, *mut c_char) -> c_int,
+) -> Result<String> {
+    let mut buffer = vec![0u8; hint.get().max(1 << 16)];
     let mut needed = 0i64;
     check(api, call(buffer.len() as i64, &mut needed, buffer.as_mut_ptr().cast()))?;
     if needed as usize > buffer.len() {
         buffer = vec![0u8; needed as usize];
         check(api, call(buffer.len() as i64, &mut needed, buffer.as_mut_ptr().cast()))?;
     }
-    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-    Ok(String::from_utf8_lossy(&buffer[..end]).into_owned())
+    // A model grows round by round: room for half as much again next time.
+    hint.set(needed.max(0) as usize * 3 / 2);
+    // The length said counts the closing NUL.
+    buffer.truncate((needed.max(1) as usize - 1).min(buffer.len()));
+    String::from_utf8(buffer).map_err(|_| "LightGBM wrote a string that is not UTF-8".into())
 }
 
 /// The answer of a call: Ok, or the library's last error.
@@ -207,6 +215,14 @@ fn said(message: &str) -> String {
         Some(check) => format!("needs {}", check.replace(['(', ')'], "")),
         None => text.to_owned(),
     }
+}
+
+/// `call`, which may talk to the other ranks, with the stack signal held off: LightGBM's
+/// sockets fail on an interrupted receive ("Socket recv error, Interrupted system call"), which
+/// `rtune stack`'s signal would otherwise cause.
+fn networked<T>(call: impl FnOnce() -> T) -> T {
+    let _held = rtune_driver::sys::stacks::Uninterrupted::new("LightGBM");
+    call()
 }
 
 fn c_string(s: &str) -> Result<CString> {
@@ -242,18 +258,21 @@ impl Dataset {
         let mut handle = std::ptr::null_mut();
         let reference = reference.map_or(std::ptr::null_mut(), |r| r.handle);
         // SAFETY: `values` holds rows x cols floats, read for the call; a live reference.
-        check(api, unsafe {
-            (api.LGBM_DatasetCreateFromMat)(
-                values.as_ptr().cast(),
-                FLOAT32,
-                rows as i32,
-                cols as i32,
-                1,
-                params.as_ptr(),
-                reference,
-                &mut handle,
-            )
-        })?;
+        check(
+            api,
+            networked(|| unsafe {
+                (api.LGBM_DatasetCreateFromMat)(
+                    values.as_ptr().cast(),
+                    FLOAT32,
+                    rows as i32,
+                    cols as i32,
+                    1,
+                    params.as_ptr(),
+                    reference,
+                    &mut handle,
+                )
+            }),
+        )?;
         let dataset = Dataset { api, handle, rows };
         dataset.set_field("label", labels.as_ptr().cast(), labels.len(), FLOAT32)?;
         Ok(dataset)
@@ -288,6 +307,8 @@ impl Drop for Dataset {
 pub(crate) struct Booster {
     api: &'static Api,
     handle: Handle,
+    /// The length its model text had last time.
+    text_len: Cell<usize>,
 }
 
 impl Booster {
@@ -297,10 +318,13 @@ impl Booster {
         let params = c_string(params)?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: a live dataset (callers keep it for the booster's life) and a C string.
-        check(api, unsafe {
-            (api.LGBM_BoosterCreate)(train.handle, params.as_ptr(), &mut handle)
-        })?;
-        Ok(Booster { api, handle })
+        check(
+            api,
+            networked(|| unsafe {
+                (api.LGBM_BoosterCreate)(train.handle, params.as_ptr(), &mut handle)
+            }),
+        )?;
+        Ok(Booster { api, handle, text_len: Cell::new(0) })
     }
 
     /// The model saved in `text` (LightGBM's text format).
@@ -312,14 +336,17 @@ impl Booster {
         check(api, unsafe {
             (api.LGBM_BoosterLoadModelFromString)(text.as_ptr(), &mut iterations, &mut handle)
         })?;
-        Ok(Booster { api, handle })
+        Ok(Booster { api, handle, text_len: Cell::new(0) })
     }
 
     /// Evaluates `valid` every round too (after the training set: its index is the count of
     /// sets added before it, plus one).
     pub(crate) fn add_valid(&mut self, valid: &Dataset) -> Result<()> {
         // SAFETY: live handles; callers keep the dataset for the booster's life.
-        check(self.api, unsafe { (self.api.LGBM_BoosterAddValidData)(self.handle, valid.handle) })
+        check(
+            self.api,
+            networked(|| unsafe { (self.api.LGBM_BoosterAddValidData)(self.handle, valid.handle) }),
+        )
     }
 
     /// Puts `earlier`'s trees before this booster's (a model trained on from `earlier`'s
@@ -333,9 +360,12 @@ impl Booster {
     pub(crate) fn update(&mut self) -> Result<bool> {
         let mut finished = 0;
         // SAFETY: a live booster and an out-pointer.
-        check(self.api, unsafe {
-            (self.api.LGBM_BoosterUpdateOneIter)(self.handle, &mut finished)
-        })?;
+        check(
+            self.api,
+            networked(|| unsafe {
+                (self.api.LGBM_BoosterUpdateOneIter)(self.handle, &mut finished)
+            }),
+        )?;
         Ok(finished != 0)
     }
 
@@ -420,7 +450,7 @@ impl Booster {
 
     /// The model in LightGBM's text format (what `lightgbm.Booster(model_file=..)` loads).
     pub(crate) fn save_text(&self) -> Result<String> {
-        read_string(self.api, |len, out_len, out| unsafe {
+        read_string(self.api, &self.text_len, |len, out_len, out| unsafe {
             // SAFETY: a live booster and a buffer of `len` bytes; every round, split counts.
             (self.api.LGBM_BoosterSaveModelToString)(self.handle, 0, -1, 0, len, out_len, out)
         })
@@ -486,14 +516,17 @@ impl Network {
         let api = api()?;
         let list = c_string(&machines.join(","))?;
         // SAFETY: a C string.
-        check(api, unsafe {
-            (api.LGBM_NetworkInit)(
-                list.as_ptr(),
-                c_int::from(port),
-                timeout_min.max(1) as c_int,
-                machines.len() as c_int,
-            )
-        })?;
+        check(
+            api,
+            networked(|| unsafe {
+                (api.LGBM_NetworkInit)(
+                    list.as_ptr(),
+                    c_int::from(port),
+                    timeout_min.max(1) as c_int,
+                    machines.len() as c_int,
+                )
+            }),
+        )?;
         Ok(Network { api })
     }
 }

@@ -23,8 +23,19 @@ pub(crate) const WHEEL: Wheel = Wheel {
     env: "RTUNE_XGBOOST_LIB",
 };
 
-/// An XGBoost model's file in a checkpoint or an export (XGBoost's JSON format).
-pub const MODEL_FILE: &str = "model.json";
+/// An XGBoost model's file in a checkpoint or an export: XGBoost's UBJSON (binary JSON) format,
+/// its own default since 2.1, which writes a model of large trees about 14 times faster than
+/// its JSON and at half the size.
+pub const MODEL_FILE: &str = "model.ubj";
+
+/// The file an earlier rtune wrote models to (XGBoost's JSON), still read.
+pub const JSON_MODEL_FILE: &str = "model.json";
+
+/// The XGBoost model file in `dir`: `model.ubj`, else an earlier rtune's `model.json` (None:
+/// neither is there).
+pub fn model_in(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    [MODEL_FILE, JSON_MODEL_FILE].iter().map(|f| dir.join(f)).find(|p| p.is_file())
+}
 
 /// The library version rtune's calls are written for (major, minor).
 const VERSION: (c_int, c_int) = (3, 2);
@@ -49,6 +60,7 @@ c_api! {
         XGBoosterSaveModelToBuffer: fn(Handle, *const c_char, *mut u64, *mut *const c_char) -> c_int;
         XGBoosterLoadModelFromBuffer: fn(Handle, *const c_void, u64) -> c_int;
         XGBoosterBoostedRounds: fn(Handle, *mut c_int) -> c_int;
+        XGBoosterSaveJsonConfig: fn(Handle, *mut u64, *mut *const c_char) -> c_int;
         XGBoosterGetNumFeature: fn(Handle, *mut u64) -> c_int;
         XGBoosterPredictFromDMatrix:
             fn(Handle, Handle, *const c_char, *mut *const u64, *mut u64, *mut *const f32) -> c_int;
@@ -297,9 +309,10 @@ impl Booster {
         parse_eval(&text)
     }
 
-    /// The model in XGBoost's JSON format (what `xgboost.Booster(model_file=..)` loads).
-    pub(crate) fn save_json(&self) -> Result<Vec<u8>> {
-        let config = c_string(r#"{"format": "json"}"#)?;
+    /// The model in XGBoost's UBJSON format (what `xgboost.Booster(model_file="model.ubj")`
+    /// loads).
+    pub(crate) fn save(&self) -> Result<Vec<u8>> {
+        let config = c_string(r#"{"format": "ubj"}"#)?;
         let (mut len, mut data) = (0u64, std::ptr::null());
         // SAFETY: a live booster; the answer is the library's buffer, valid until its next call.
         check(self.api, unsafe {
@@ -307,6 +320,26 @@ impl Booster {
         })?;
         // SAFETY: `len` bytes at `data`, copied at once.
         Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) }.to_vec())
+    }
+
+    /// The booster's configuration, as XGBoost says it (`learner.objective.name`,
+    /// `learner.generic_param.device`...).
+    pub(crate) fn config(&self) -> Result<serde_json::Value> {
+        let (mut len, mut out) = (0u64, std::ptr::null());
+        // SAFETY: a live booster; the answer is the library's string, copied at once.
+        check(self.api, unsafe {
+            (self.api.XGBoosterSaveJsonConfig)(self.handle, &mut len, &mut out)
+        })?;
+        // SAFETY: `len` bytes at `out`.
+        let text = unsafe { std::slice::from_raw_parts(out.cast::<u8>(), len as usize) };
+        serde_json::from_slice(text)
+            .map_err(|e| format!("XGBoost's configuration is not JSON: {e}"))
+    }
+
+    /// The device the booster trains on, as its configuration says (`cpu`, `cuda:0`).
+    pub(crate) fn device(&self) -> Result<String> {
+        let config = self.config()?;
+        Ok(config["learner"]["generic_param"]["device"].as_str().unwrap_or("cpu").to_owned())
     }
 
     /// Rounds boosted so far (a loaded model's included).

@@ -284,7 +284,7 @@ impl Card<'_> {
             let model = crate::xgboost::MODEL_FILE;
             text.push_str(&format!(
                 "\n## XGBoost\n\n\
-                 `{model}` is the model in XGBoost's JSON format, which its own packages load \
+                 `{model}` is the model in XGBoost's UBJSON format, which its own packages load \
                  (`pip install xgboost`):\n\n\
                  ```python\n\
                  import xgboost\n\

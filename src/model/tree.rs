@@ -1,4 +1,4 @@
-//! A tree model out of its checkpoint or export (XGBoost's `model.json`, LightGBM's
+//! A tree model out of its checkpoint or export (XGBoost's `model.ubj`, LightGBM's
 //! `model.txt`), for prediction: the same rows give what the library's own Python package gives
 //! (`xgboost.Booster(model_file=..).predict(..)`, `lightgbm.Booster(model_file=..)
 //! .predict(..)`), since it is the library that predicts.
@@ -18,8 +18,8 @@ pub enum TreeOutput {
     Values(Vec<f32>),
 }
 
-/// A tree model loaded from a folder that holds its `model.json` (XGBoost) or `model.txt`
-/// (LightGBM).
+/// A tree model loaded from a folder that holds its `model.ubj` (XGBoost; an earlier rtune's
+/// `model.json`) or `model.txt` (LightGBM).
 pub struct TreeModel {
     booster: Booster,
     /// The library's objective, which says what its outputs are.
@@ -41,7 +41,8 @@ impl std::fmt::Debug for TreeModel {
 
 impl TreeModel {
     /// The files tree models are in, one per library.
-    pub const FILES: [&str; 2] = [xgboost::MODEL_FILE, lightgbm::MODEL_FILE];
+    pub const FILES: [&str; 3] =
+        [xgboost::MODEL_FILE, xgboost::JSON_MODEL_FILE, lightgbm::MODEL_FILE];
 
     /// Whether `dir` holds a tree model.
     pub fn is_in(dir: &Path) -> bool {
@@ -53,15 +54,13 @@ impl TreeModel {
         if dir.join(lightgbm::MODEL_FILE).is_file() {
             return Self::load_lightgbm(&dir.join(lightgbm::MODEL_FILE));
         }
-        let path = dir.join(xgboost::MODEL_FILE);
+        let path = xgboost::model_in(dir).unwrap_or_else(|| dir.join(xgboost::MODEL_FILE));
         let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-        let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::Data(format!("{}: not an XGBoost JSON model: {e}", path.display()))
-        })?;
-        let objective = json["learner"]["objective"]["name"].as_str().unwrap_or("").to_owned();
         let refused =
             |e: String| Error::Data(format!("{}: XGBoost refused it: {e}", path.display()));
         let booster = xgboost::Booster::load(&bytes).map_err(refused)?;
+        let config = booster.config().map_err(refused)?;
+        let objective = config["learner"]["objective"]["name"].as_str().unwrap_or("").to_owned();
         let features = booster.num_features().map_err(refused)?;
         Ok(TreeModel { booster: Booster::XGBoost(booster), objective, features })
     }

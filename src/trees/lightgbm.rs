@@ -23,8 +23,8 @@ use rtune_searchers::Params;
 
 use super::probe::{Library, Refusal, Tried};
 use super::{
-    Dense, LibraryParams, Schedule, check_classes, is_rtune_param, param_text, report_round,
-    threads_given,
+    Dense, EarlyStop, LibraryParams, Schedule, check_classes, is_rtune_param, param_text,
+    report_round, stopping_rounds, threads_given,
 };
 use crate::lightgbm::{Booster, Dataset, LOG, main_name, params_text, unknown_params};
 use crate::worker::TrainContext;
@@ -47,7 +47,7 @@ pub fn check_library() -> Result<()> {
 /// those that make the ranks one model; the names rtune decides itself are refused.
 fn library_params(params: &Params, threads: usize, world: usize) -> LibraryParams {
     let (mut out, mut refused) = (Vec::new(), Vec::new());
-    let (mut num_threads, mut learner_given) = (threads, false);
+    let (mut num_threads, mut learner_given, mut early_stopping) = (threads, false, None);
     for (key, value) in params.iter() {
         if is_rtune_param(key) {
             continue;
@@ -70,10 +70,10 @@ fn library_params(params: &Params, threads: usize, world: usize) -> LibraryParam
             | "time_out" => refused.push(said(
                 "is set by rtune from the trial's ranks (`scaling.num_workers`): leave it out",
             )),
-            "early_stopping_round" => refused.push(said(
-                "is not run by rtune's LightGBM trials yet: stop weak trials with a scheduler \
-                 (`[scheduler]`, e.g. ASHA on a valid- metric) instead",
-            )),
+            "early_stopping_round" => match stopping_rounds(key, value) {
+                Ok(n) => early_stopping = Some(n),
+                Err(e) => refused.push(e),
+            },
             main => {
                 learner_given |= main == "tree_learner";
                 out.push((key.to_owned(), param_text(value).join(",")));
@@ -88,7 +88,7 @@ fn library_params(params: &Params, threads: usize, world: usize) -> LibraryParam
             out.push(("tree_learner".into(), "data".into()));
         }
     }
-    LibraryParams { taken: out, refused }
+    LibraryParams { taken: out, refused, early_stopping }
 }
 
 /// `lightgbm`: boosts `num_boost_round` rounds on dataset `train` (this rank's shard), one
@@ -104,8 +104,13 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
     }
     let schedule =
         Schedule::of(ctx.params()).map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
-    let params = library_params(ctx.params(), ctx.num_cpus(), ctx.world_size()).or_refused()?;
+    let sorted = library_params(ctx.params(), ctx.num_cpus(), ctx.world_size());
+    let early_stopping = sorted.early_stopping;
+    let params = sorted.or_refused()?;
     let text = params_text(&params);
+    if ctx.device().is_cuda() {
+        tracing::warn!("LightGBM's wheel boosts on the CPU: this rank's GPU stays idle");
+    }
     let names = ctx.dataset_names();
     anyhow::ensure!(
         names.first().is_some_and(|n| n == "train"),
@@ -158,6 +163,10 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
         booster.merge(earlier).map_err(library_error)?;
     }
     let metrics = booster.eval_names().map_err(library_error)?;
+    let mut early_stop = match early_stopping {
+        Some(rounds) => Some(early_stop(rounds, &params, &names, &metrics)?),
+        None => None,
+    };
     let done = booster.rounds().map_err(library_error)? as u64;
     anyhow::ensure!(
         done == ctx.iteration(),
@@ -175,17 +184,59 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
         }
         let evaluated = pool(ctx, &evaluated)?;
         // The round added no tree: every later one would add none either, so this one is the
-        // last (and keeps the model).
-        let schedule = if finished { schedule.ending_at(round + 1) } else { schedule };
+        // last (and keeps the model); or early stopping ends here.
+        let stops = early_stop.as_mut().is_some_and(|e| e.stops(round + 1, &evaluated));
+        let schedule = if finished || stops { schedule.ending_at(round + 1) } else { schedule };
         report_round(ctx, &schedule, round + 1, evaluated, ("lightgbm", MODEL_FILE), || {
             Ok(booster.save_text().map_err(library_error)?.into_bytes())
         })?;
-        if finished {
-            tracing::info!("LightGBM can split no further after round {round}: the trial ends");
+        if finished || stops {
+            match finished {
+                true => tracing::info!("LightGBM can split no further after round {round}"),
+                false => tracing::info!("early stopping after round {}", round + 1),
+            }
             break;
         }
     }
     Ok(())
+}
+
+/// LightGBM's early stopping (its `early_stopping` callback's): every metric of every dataset
+/// but `train` watched (the first only with `first_metric_only`), better by more than
+/// `early_stopping_min_delta`.
+fn early_stop(
+    rounds: u64,
+    params: &[(String, String)],
+    names: &[String],
+    metrics: &[String],
+) -> anyhow::Result<EarlyStop> {
+    let given = |main: &str| params.iter().find(|(k, _)| main_name(k) == main).map(|(_, v)| v);
+    let first_only = given("first_metric_only").is_some_and(|v| v == "true");
+    let min_delta = match given("early_stopping_min_delta") {
+        Some(v) => v.parse::<f64>().map_err(|_| {
+            anyhow::anyhow!("param `early_stopping_min_delta` is {v:?}: use a number")
+        })?,
+        None => 0.0,
+    };
+    let watched: Vec<(String, bool)> = names
+        .iter()
+        .filter(|name| *name != "train")
+        .flat_map(|name| {
+            let taken = if first_only { 1 } else { metrics.len() };
+            metrics.iter().take(taken).map(move |metric| {
+                let higher = ["auc", "ndcg@", "map@", "average_precision"]
+                    .iter()
+                    .any(|p| metric.starts_with(p));
+                (format!("{name}-{metric}"), higher)
+            })
+        })
+        .collect();
+    anyhow::ensure!(
+        !watched.is_empty(),
+        "param `early_stopping_round` watches a dataset other than `train`, and this run has \
+         none: add one (`valid`) to the datasets"
+    );
+    Ok(EarlyStop::new(rounds, min_delta, watched))
 }
 
 /// The library's words, said as what they are.

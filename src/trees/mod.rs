@@ -10,7 +10,7 @@
 //! `training_iteration` counting rounds, the library's evaluation of each dataset under Ray's
 //! names (`train-mlogloss`, `valid-mlogloss`). Each rank's threads are the CPUs it reserved
 //! (`nthread`, `num_threads`; a larger one given is lowered to them). A checkpoint holds the
-//! model in the library's format (`model.json`, `model.txt`) with the fitted preprocessor; a
+//! model in the library's format (`model.ubj`, `model.txt`) with the fitted preprocessor; a
 //! retried or resumed trial goes on boosting from it. Before any trial runs, `probe` sets a
 //! trial's params on a booster over a few rows and says what the library refused.
 //!
@@ -201,6 +201,8 @@ impl<L: Library> From<TreeTrainer<L>> for TorchTrainer {
 pub(crate) struct LibraryParams {
     pub(crate) taken: Vec<(String, String)>,
     pub(crate) refused: Vec<(String, String)>,
+    /// The rounds without improvement that end boosting (the library's early stopping).
+    pub(crate) early_stopping: Option<u64>,
 }
 
 impl LibraryParams {
@@ -212,6 +214,67 @@ impl LibraryParams {
         let said: Vec<String> =
             self.refused.iter().map(|(k, why)| format!("param `{k}` {why}")).collect();
         anyhow::bail!("{}", said.join("; "))
+    }
+}
+
+/// Early stopping rounds as a param gives them (a whole number, at least 1).
+pub(crate) fn stopping_rounds(
+    key: &str,
+    value: &Value,
+) -> std::result::Result<u64, (String, String)> {
+    match value {
+        Value::Int(n) if *n >= 1 => Ok(*n as u64),
+        other => Err((
+            key.to_owned(),
+            format!("is {}: use a whole number of rounds, at least 1", other.describe()),
+        )),
+    }
+}
+
+/// Early stopping as the libraries' Python `train` does it: boosting ends once a watched metric
+/// has not improved (by more than `min_delta`) for `rounds` rounds; the round it ends at keeps a
+/// checkpoint. Counted from the round a trial starts or resumes at.
+#[derive(Debug)]
+pub(crate) struct EarlyStop {
+    rounds: u64,
+    min_delta: f64,
+    watched: Vec<Watched>,
+}
+
+/// A metric early stopping watches (`valid-mlogloss`), whether higher is better, and its best
+/// value and round so far.
+#[derive(Debug)]
+struct Watched {
+    name: String,
+    higher: bool,
+    best: Option<(f64, u64)>,
+}
+
+impl EarlyStop {
+    pub(crate) fn new(rounds: u64, min_delta: f64, watched: Vec<(String, bool)>) -> EarlyStop {
+        let watched = watched
+            .into_iter()
+            .map(|(name, higher)| Watched { name, higher, best: None })
+            .collect();
+        EarlyStop { rounds, min_delta, watched }
+    }
+
+    /// After round `round`'s metrics: whether boosting ends here.
+    pub(crate) fn stops(&mut self, round: u64, metrics: &[(String, f64)]) -> bool {
+        let mut stops = false;
+        for Watched { name, higher, best } in &mut self.watched {
+            let Some(&(_, value)) = metrics.iter().find(|(n, _)| n == name) else { continue };
+            let better = match *best {
+                None => true,
+                Some((b, _)) if *higher => value > b + self.min_delta,
+                Some((b, _)) => value < b - self.min_delta,
+            };
+            if better {
+                *best = Some((value, round));
+            }
+            stops |= best.is_some_and(|(_, at)| round - at >= self.rounds);
+        }
+        stops
     }
 }
 
@@ -301,7 +364,8 @@ impl Schedule {
 
     /// Whether round `round` (1-based) keeps a checkpoint.
     fn keeps(&self, round: u64) -> bool {
-        round == self.rounds || (self.checkpoint_every > 0 && round % self.checkpoint_every == 0)
+        round == self.rounds
+            || (self.checkpoint_every > 0 && round.is_multiple_of(self.checkpoint_every))
     }
 
     /// The same, ending at round `last` (a library that can boost no further).
@@ -382,6 +446,20 @@ impl Dense {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn early_stopping_ends_after_rounds_without_improvement() {
+        let mut stop = EarlyStop::new(2, 0.0, vec![("valid-auc".into(), true)]);
+        let auc = |v: f64| vec![("valid-auc".to_owned(), v)];
+        assert!(!stop.stops(1, &auc(0.8)));
+        assert!(!stop.stops(2, &auc(0.9)));
+        assert!(!stop.stops(3, &auc(0.9)));
+        assert!(stop.stops(4, &auc(0.85)));
+        let mut loss = EarlyStop::new(1, 0.1, vec![("valid-l2".into(), false)]);
+        assert!(!loss.stops(1, &[("valid-l2".into(), 1.0)]));
+        // Better, but by no more than min_delta.
+        assert!(loss.stops(2, &[("valid-l2".into(), 0.95)]));
+    }
 
     #[test]
     fn a_schedule_keeps_every_nth_round_and_the_last() {

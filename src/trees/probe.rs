@@ -48,7 +48,7 @@ pub(super) fn probe(library: &Library, params: &Params) -> Probed {
     if let Err(problem) = Schedule::of(params) {
         return Probed { problems: vec![problem], metrics: Vec::new() };
     }
-    let LibraryParams { taken: mut params, refused: mut problems } = (library.params)(params);
+    let LibraryParams { taken: mut params, refused: mut problems, .. } = (library.params)(params);
     // Each refusal's param is left out and the rest tried again, so that every mistake is
     // found, not only the first the library stops at.
     let metrics = loop {

@@ -14,8 +14,8 @@ use rtune_searchers::Params;
 
 use super::probe::{Library, Refusal, Tried};
 use super::{
-    Dense, LibraryParams, Schedule, check_classes, is_rtune_param, param_text, report_round,
-    threads_given,
+    Dense, EarlyStop, LibraryParams, Schedule, check_classes, is_rtune_param, param_text,
+    report_round, stopping_rounds, threads_given,
 };
 use crate::worker::TrainContext;
 use crate::xgboost::{Booster, DMatrix};
@@ -25,6 +25,18 @@ pub use crate::xgboost::MODEL_FILE;
 /// Params rtune decides for every rank: the threads are the CPUs it reserved.
 const THREADS: &str = "nthread";
 
+/// `xgboost.train`'s early stopping (not a booster param): rtune's rounds end once the last
+/// dataset's last metric (as `xgboost.train` watches its last eval set's) has not improved for
+/// this many rounds.
+const STOPPING: &str = "early_stopping_rounds";
+
+/// XGBoost's metrics for which higher is better (its early stopping's list).
+fn higher_is_better(metric: &str) -> bool {
+    ["auc", "aucpr", "pre", "map", "ndcg"]
+        .iter()
+        .any(|m| metric == *m || metric.strip_prefix(m).is_some_and(|rest| rest.starts_with('@')))
+}
+
 /// Opens the library (once), or says why it cannot be (not installed, another version).
 pub fn check_library() -> Result<()> {
     crate::xgboost::api().map(|_| ()).map_err(|e| Error::config(Setting::Builtin, e))
@@ -33,10 +45,14 @@ pub fn check_library() -> Result<()> {
 /// The library's params of a trial: every param but rtune's own, as text.
 fn library_params(params: &Params, threads: usize) -> LibraryParams {
     let (mut out, mut refused) = (Vec::new(), Vec::new());
-    let mut nthread = threads;
+    let (mut nthread, mut early_stopping) = (threads, None);
     for (key, value) in params.iter() {
         match key {
             _ if is_rtune_param(key) => {}
+            STOPPING => match stopping_rounds(key, value) {
+                Ok(n) => early_stopping = Some(n),
+                Err(e) => refused.push(e),
+            },
             THREADS => match threads_given(key, value, nthread) {
                 Ok(n) => nthread = n,
                 Err(e) => refused.push(e),
@@ -47,7 +63,7 @@ fn library_params(params: &Params, threads: usize) -> LibraryParams {
     out.push((THREADS.into(), nthread.to_string()));
     // So the library says which names it does not know (see `Booster::unused_params`).
     out.push(("validate_parameters".into(), "1".into()));
-    LibraryParams { taken: out, refused }
+    LibraryParams { taken: out, refused, early_stopping }
 }
 
 /// `xgboost`: boosts `num_boost_round` rounds on dataset `train` (this rank's shard), one
@@ -63,7 +79,15 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
     }
     let schedule =
         Schedule::of(ctx.params()).map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
-    let params = library_params(ctx.params(), ctx.num_cpus()).or_refused()?;
+    let sorted = library_params(ctx.params(), ctx.num_cpus());
+    let early_stopping = sorted.early_stopping;
+    let mut params = sorted.or_refused()?;
+    // A rank the pool gave a GPU boosts on it (its first visible one), unless told otherwise.
+    if let tch::Device::Cuda(index) = ctx.device()
+        && !params.iter().any(|(k, _)| k == "device")
+    {
+        params.push(("device".into(), format!("cuda:{index}")));
+    }
     let names = ctx.dataset_names();
     anyhow::ensure!(
         names.iter().any(|n| n == "train"),
@@ -85,7 +109,8 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let all: Vec<&DMatrix> = matrices.iter().map(|(_, m)| m).collect();
     let mut booster = Booster::new(&all).map_err(library_error)?;
     if let Some(checkpoint) = ctx.checkpoint() {
-        let path = checkpoint.path().join(MODEL_FILE);
+        let path = crate::xgboost::model_in(checkpoint.path())
+            .unwrap_or_else(|| checkpoint.path().join(MODEL_FILE));
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
         booster.load_into(&bytes).map_err(library_error)?;
     }
@@ -99,13 +124,30 @@ pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
         ctx.iteration()
     );
     let train = &matrices.iter().find(|(n, _)| *n == "train").expect("checked above").1;
+    let mut early_stop: Option<EarlyStop> = None;
     for round in done..schedule.rounds {
         booster.update(round as u32, train).map_err(library_error)?;
         let metrics =
             booster.eval(round as u32, &matrices_ref(&matrices)).map_err(library_error)?;
+        if let (Some(rounds), None) = (early_stopping, &early_stop) {
+            let watched = metrics.last().map(|(name, _)| {
+                let metric = name.rsplit_once('-').map_or(name.as_str(), |(_, m)| m);
+                (name.clone(), higher_is_better(metric))
+            });
+            early_stop = Some(EarlyStop::new(rounds, 0.0, watched.into_iter().collect()));
+        }
+        let stops = early_stop.as_mut().is_some_and(|e| e.stops(round + 1, &metrics));
+        let schedule = if stops { schedule.ending_at(round + 1) } else { schedule };
         report_round(ctx, &schedule, round + 1, metrics, ("xgboost", MODEL_FILE), || {
-            booster.save_json().map_err(library_error)
+            booster.save().map_err(library_error)
         })?;
+        if round == done {
+            tracing::info!("XGBoost boosts on {}", booster.device().map_err(library_error)?);
+        }
+        if stops {
+            tracing::info!("early stopping after round {}", round + 1);
+            break;
+        }
     }
     Ok(())
 }

@@ -642,3 +642,51 @@ pub fn elastic_group_on_one_gpu_goes_on_in_place() -> Result<()> {
     ensure!(worst <= 1e-5, "the GPU run's weights differ by {worst:.2e} (relative)");
     Ok(())
 }
+
+/// An XGBoost trial on a GPU worker (half a GPU) boosts on the device the pool gave it, as
+/// XGBoost's own configuration says (`device = cuda:0`, logged by the rank), to a model about
+/// as good as the same trial's on the CPU.
+pub fn xgboost_trial_boosts_on_the_gpu() -> Result<()> {
+    if let Err(e) = rtune::trees::xgboost::check_library() {
+        println!("XGBoost on the GPU: not run (no XGBoost beside this machine's PyTorch: {e})");
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let data = |name: &str| toml_string(&repo().join(format!("data/digits_{name}.parquet")));
+    let body = |gpu: &str| {
+        format!(
+            "[trainable]\nbuiltin = \"xgboost\"\n[datasets]\ntrain = {}\nvalid = {}\n\
+             label = \"digit\"\n[scaling]\nnum_workers = 1\n{gpu}[param_space]\n\
+             objective = \"multi:softprob\"\nnum_class = 10\ntree_method = \"hist\"\n\
+             max_depth = 4\nnum_boost_round = 30\n[tune]\nmetric = \"valid-mlogloss\"\n\
+             mode = \"min\"\n",
+            data("train"),
+            data("valid")
+        )
+    };
+    let gpu = "use_gpu = true\nresources_per_worker = { CPU = 1, GPU = 0.5 }\n";
+    let mut losses = Vec::new();
+    for (name, gpu) in [("xgb-gpu", gpu), ("xgb-cpu", "")] {
+        let mut run = rtune(&["run"]);
+        run.arg(sweep_file(dir.path(), name, &body(gpu))?).arg("--no-tui");
+        succeeded(run)?;
+        let trial = trial_dirs(&dir.path().join(name))?.pop().context("a trial")?;
+        let rows = std::fs::read_to_string(trial.join("result.json"))?;
+        let last: serde_json::Value = serde_json::from_str(rows.lines().last().context("rows")?)?;
+        losses.push(last["valid-mlogloss"].as_f64().context("valid-mlogloss")?);
+        let log = std::fs::read_to_string(trial.join("logs/rank_0.stderr")).unwrap_or_default();
+        let device = if gpu.is_empty() { "cpu" } else { "cuda:0" };
+        ensure!(
+            log.contains(&format!("XGBoost boosts on {device}")),
+            "{name}: rank 0 did not say it boosts on {device}: {log}"
+        );
+    }
+    println!("XGBoost on the GPU: valid-mlogloss {:.4} (on the CPU {:.4})", losses[0], losses[1]);
+    ensure!(
+        (losses[0] - losses[1]).abs() < 0.02,
+        "valid-mlogloss GPU {} CPU {}",
+        losses[0],
+        losses[1]
+    );
+    Ok(())
+}

@@ -56,6 +56,7 @@ fn main() {
             "elastic_group_on_one_gpu_goes_on_in_place",
             checks::elastic_group_on_one_gpu_goes_on_in_place,
         ),
+        test("xgboost_trial_boosts_on_the_gpu", checks::xgboost_trial_boosts_on_the_gpu),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }

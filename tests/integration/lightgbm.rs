@@ -8,12 +8,11 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use rtune::data::{Columns, Dataset};
-use rtune::{LightGBMTrainer, Params, RunConfig, ScalingConfig};
+use rtune::{LightGBMTrainer, Params};
 
 use crate::cli::rtune;
 use crate::common::{python, text};
-use crate::trees::digits;
+use crate::trees::{digits, on_digits, params_of};
 
 /// LightGBM params both sides train with (one thread and `deterministic`: the same trees
 /// whatever the machine).
@@ -22,32 +21,11 @@ const PARAMS: &str = r#"{"objective": "multiclass", "num_class": 10, "learning_r
     "deterministic": true, "force_col_wise": true, "verbosity": -1}"#;
 
 fn lightgbm_params() -> Params {
-    let json: serde_json::Value = serde_json::from_str(PARAMS).expect("PARAMS is JSON");
-    let mut params = Params::new();
-    for (key, value) in json.as_object().expect("an object") {
-        params = match value {
-            serde_json::Value::String(s) => params.with(key.as_str(), s.as_str()),
-            serde_json::Value::Bool(b) => params.with(key.as_str(), *b),
-            serde_json::Value::Number(n) if n.is_i64() => {
-                params.with(key.as_str(), n.as_i64().unwrap())
-            }
-            serde_json::Value::Number(n) => params.with(key.as_str(), n.as_f64().unwrap()),
-            _ => params,
-        };
-    }
-    params
+    params_of(PARAMS)
 }
 
 fn trainer(workers: usize, rounds: u64, dir: &Path, name: &str) -> LightGBMTrainer {
-    LightGBMTrainer::new(lightgbm_params())
-        .num_boost_round(rounds)
-        .datasets([
-            ("train", Dataset::parquet(digits("train"))),
-            ("valid", Dataset::parquet(digits("valid"))),
-        ])
-        .columns(Columns::new().label("digit"))
-        .scaling(ScalingConfig::workers(workers))
-        .run_config(RunConfig::new(name).storage_path(dir))
+    on_digits(lightgbm_params(), workers, rounds, dir, name)
 }
 
 /// A model text's trees (its `Tree=` sections), which say the model whatever its parameters
@@ -223,7 +201,7 @@ pub fn a_resumed_lightgbm_trial_boosts_on_to_the_uninterrupted_trees() -> Result
 /// The shipped LightGBM sweep (16 trials of 2 ranks, ASHA on valid-multi_logloss, 40 rounds):
 /// at least half the trials are stopped before their last round, every trial's rows are rounds
 /// 1..k once, and the best export predicts the held-out digits in Python's lightgbm as
-/// `rtune predict` does.
+/// `rtune predict` does, in one process and across 2 workers.
 pub fn asha_stops_lightgbm_trials_and_the_export_predicts_in_python() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let sweep =
@@ -256,6 +234,12 @@ pub fn asha_stops_lightgbm_trials_and_the_export_predicts_in_python() -> Result<
     let args = ["predict", "--model", export.to_str().unwrap(), "--input", test.to_str().unwrap()];
     let out = rtune(&[&args[..], &["--output", predictions.to_str().unwrap()]].concat())?;
     ensure!(out.status.success(), "{}", text(&out));
+    // Across 2 workers of the pool, in parts of 100 rows: what one process predicts.
+    let across = dir.path().join("across.csv");
+    let more = ["--output", across.to_str().unwrap(), "--workers", "2", "--part-rows", "100"];
+    let out = rtune(&[&args[..], &more].concat())?;
+    ensure!(out.status.success(), "{}", text(&out));
+    crate::predict::same_predictions(&across, &predictions)?;
     let script = r#"
 import sys, numpy as np, pandas as pd, lightgbm as lgb
 booster = lgb.Booster(model_file=sys.argv[1] + "/model.txt")
@@ -312,5 +296,35 @@ pub fn lightgbm_mistakes_are_refused_before_anything_runs() -> Result<()> {
     let out = rtune(&["validate", file.to_str().unwrap()])?;
     ensure!(out.status.success(), "a good sweep file was refused: {}", text(&out));
     ensure!(!dir.path().join("bad").exists(), "an experiment was made");
+    Ok(())
+}
+
+/// Early stopping (`early_stopping_round`) ends the trial at the round LightGBM's own
+/// `lightgbm.train` stops at on the same data and params (its best round, which the model it
+/// returns ends at, and the 3 rounds without improvement after it); the last checkpoint holds
+/// every round trained.
+pub fn lightgbm_early_stopping_ends_where_lightgbm_does() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let params = lightgbm_params().with("learning_rate", 0.5).with("early_stopping_round", 3);
+    let trainer: LightGBMTrainer = on_digits(params, 1, 300, dir.path(), "early");
+    let result = trainer.fit()?;
+    let ours = result.metrics_history.len();
+    let script = r#"
+import json, sys, numpy as np, pandas as pd, lightgbm as lgb
+params = json.loads(sys.argv[1]); params.update(learning_rate=0.5, early_stopping_round=3)
+def frame(path):
+    t = pd.read_parquet(path)
+    return t.drop(columns=["digit"]).to_numpy(np.float32), t["digit"].to_numpy(np.float32)
+(x, y), (xv, yv) = frame(sys.argv[2]), frame(sys.argv[3])
+train = lgb.Dataset(x, label=y); valid = lgb.Dataset(xv, label=yv, reference=train)
+b = lgb.train(params, train, 300, valid_sets=[train, valid], valid_names=["train", "valid"])
+print(b.best_iteration + 3)
+"#;
+    let args = [Path::new(PARAMS), &digits("train"), &digits("valid")];
+    let theirs: usize = String::from_utf8(python(script, &args)?)?.trim().parse()?;
+    ensure!(theirs < 300, "lightgbm did not stop early ({theirs} rounds): the test shows nothing");
+    ensure!(ours == theirs, "rtune stopped after {ours} rounds, lightgbm after {theirs}");
+    let model = trees(&model_of(&result)?);
+    ensure!(model.len() == ours * 10, "the last checkpoint has {} trees", model.len());
     Ok(())
 }

@@ -635,6 +635,18 @@ fn main() {
             "lightgbm::lightgbm_mistakes_are_refused_before_anything_runs",
             lightgbm::lightgbm_mistakes_are_refused_before_anything_runs,
         ),
+        test(
+            "lightgbm::lightgbm_early_stopping_ends_where_lightgbm_does",
+            lightgbm::lightgbm_early_stopping_ends_where_lightgbm_does,
+        ),
+        test(
+            "trees::xgboost_early_stopping_ends_where_xgboost_does",
+            trees::xgboost_early_stopping_ends_where_xgboost_does,
+        ),
+        test(
+            "trees::a_killed_lightgbm_rank_goes_on_from_the_latest_checkpoint",
+            trees::a_killed_lightgbm_rank_goes_on_from_the_latest_checkpoint,
+        ),
         test("cluster::status_json_matches_the_pool", cluster::status_json_matches_the_pool),
         test("cluster::wrong_token_is_refused", cluster::wrong_token_is_refused),
         test(

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use rtune::data::{Columns, Dataset};
+use rtune::trees::{Library, TreeTrainer};
 use rtune::{Params, RunConfig, ScalingConfig, XGBoostTrainer};
 
 use crate::cli::{RTUNE, rtune};
@@ -26,11 +27,17 @@ const PARAMS: &str = r#"{"objective": "multi:softprob", "num_class": 10, "eta": 
     "max_depth": 4, "eval_metric": "mlogloss", "tree_method": "hist", "nthread": 1}"#;
 
 fn xgboost_params() -> Params {
-    let json: serde_json::Value = serde_json::from_str(PARAMS).expect("PARAMS is JSON");
+    params_of(PARAMS)
+}
+
+/// A JSON object of params (strings, booleans and numbers) as Params.
+pub(crate) fn params_of(json: &str) -> Params {
+    let json: serde_json::Value = serde_json::from_str(json).expect("params are JSON");
     let mut params = Params::new();
     for (key, value) in json.as_object().expect("an object") {
         params = match value {
             serde_json::Value::String(s) => params.with(key.as_str(), s.as_str()),
+            serde_json::Value::Bool(b) => params.with(key.as_str(), *b),
             serde_json::Value::Number(n) if n.is_i64() => {
                 params.with(key.as_str(), n.as_i64().unwrap())
             }
@@ -41,9 +48,16 @@ fn xgboost_params() -> Params {
     params
 }
 
-/// Trains with rtune on `workers` ranks for `rounds`: the run's folder.
-fn train(dir: &Path, workers: usize, rounds: u64) -> Result<rtune::TrainResult> {
-    let result = XGBoostTrainer::new(xgboost_params())
+/// A tree trainer of `params` on the digits' train and valid splits, on `workers` ranks for
+/// `rounds`, its run `name` in `dir`.
+pub(crate) fn on_digits<L: Library>(
+    params: Params,
+    workers: usize,
+    rounds: u64,
+    dir: &Path,
+    name: &str,
+) -> TreeTrainer<L> {
+    TreeTrainer::<L>::new(params)
         .num_boost_round(rounds)
         .datasets([
             ("train", Dataset::parquet(digits("train"))),
@@ -51,9 +65,13 @@ fn train(dir: &Path, workers: usize, rounds: u64) -> Result<rtune::TrainResult> 
         ])
         .columns(Columns::new().label("digit"))
         .scaling(ScalingConfig::workers(workers))
-        .run_config(RunConfig::new(format!("xgb{workers}")).storage_path(dir))
-        .fit()?;
-    Ok(result)
+        .run_config(RunConfig::new(name).storage_path(dir))
+}
+
+/// Trains with rtune on `workers` ranks for `rounds`.
+fn train(dir: &Path, workers: usize, rounds: u64) -> Result<rtune::TrainResult> {
+    let trainer: XGBoostTrainer = on_digits(xgboost_params(), workers, rounds, dir, "xgb");
+    Ok(trainer.fit()?)
 }
 
 /// Python training the same model: `xgboost.train` on `train` (in `world` processes joined
@@ -113,7 +131,7 @@ fn same_as_python(workers: usize) -> Result<()> {
     ensure!(rows.len() == rounds as usize, "{} rows", rows.len());
     let last = rows.last().context("rows")?;
     let checkpoint = result.checkpoint.as_ref().context("a checkpoint")?;
-    let model = checkpoint.path().join("model.json");
+    let model = checkpoint.path().join("model.ubj");
     let ours: Vec<String> = serde_json::from_slice(&python(PYTHON_DUMP, &[&model])?)?;
     let (rounds_text, workers_text) = (rounds.to_string(), workers.to_string());
     let args = [
@@ -156,7 +174,8 @@ pub fn two_ranks_train_what_xgboosts_own_distributed_run_trains() -> Result<()> 
 
 /// The shipped XGBoost sweep (16 trials, ASHA on valid-mlogloss, 40 rounds): at least half the
 /// trials are stopped before their last round, every trial's rows are rounds 1..k once, and the
-/// best export predicts the held-out digits in Python's xgboost exactly as `rtune predict` does.
+/// best export predicts the held-out digits in Python's xgboost exactly as `rtune predict` does,
+/// in one process and across 2 workers.
 pub fn asha_stops_xgboost_trials_at_rounds_and_the_export_predicts_in_python() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let sweep =
@@ -189,9 +208,15 @@ pub fn asha_stops_xgboost_trials_at_rounds_and_the_export_predicts_in_python() -
     let args = ["predict", "--model", export.to_str().unwrap(), "--input", test.to_str().unwrap()];
     let out = rtune(&[&args[..], &["--output", predictions.to_str().unwrap()]].concat())?;
     ensure!(out.status.success(), "{}", text(&out));
+    // Across 2 workers of the pool, in parts of 100 rows: what one process predicts.
+    let across = dir.path().join("across.csv");
+    let more = ["--output", across.to_str().unwrap(), "--workers", "2", "--part-rows", "100"];
+    let out = rtune(&[&args[..], &more].concat())?;
+    ensure!(out.status.success(), "{}", text(&out));
+    crate::predict::same_predictions(&across, &predictions)?;
     let script = r#"
 import sys, numpy as np, pandas as pd, xgboost as xgb
-booster = xgb.Booster(model_file=sys.argv[1] + "/model.json")
+booster = xgb.Booster(model_file=sys.argv[1] + "/model.ubj")
 test = pd.read_parquet(sys.argv[2])
 theirs = booster.predict(xgb.DMatrix(test.drop(columns=["digit"]).to_numpy(np.float32)))
 ours = pd.read_csv(sys.argv[3])
@@ -209,18 +234,44 @@ print((theirs.argmax(1) == test["digit"].to_numpy()).mean())
 /// A rank SIGKILLed mid-trial: the attempt fails, the retry goes on boosting from the latest
 /// checkpoint's round (every 7th round keeps one: its first row is round 7k + 1, past the 10
 /// rounds seen before the kill), and the trial ends TERMINATED with every round once and a
-/// model of every round.
+/// model of every round. XGBoost's two ranks.
 pub fn a_killed_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
+    let params = "objective = \"multi:softprob\"\nnum_class = 10\nmax_depth = 6\neta = 0.02";
+    killed_and_retried("xgboost", params, "valid-mlogloss", &digits("train"))
+}
+
+/// The same for LightGBM's two ranks: the survivor's network fails with the lost rank's, and
+/// the retry's ranks join a network of their own, their datasets scored by the checkpoint's
+/// model. (On 20 copies of the digits' train split: LightGBM's rounds on the split alone are
+/// over before the kill lands.)
+pub fn a_killed_lightgbm_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
+    use rtune::polars::prelude::{ParquetReader, ParquetWriter, SerReader};
+    let dir = tempfile::tempdir()?;
+    let split = ParquetReader::new(std::fs::File::open(digits("train"))?).finish()?;
+    let mut copies = split.clone();
+    for _ in 1..20 {
+        copies.vstack_mut(&split)?;
+    }
+    let train = dir.path().join("train20.parquet");
+    ParquetWriter::new(std::fs::File::create(&train)?).finish(&mut copies)?;
+    let params = "objective = \"multiclass\"\nnum_class = 10\nlearning_rate = 0.02\n\
+                  verbosity = -1";
+    killed_and_retried("lightgbm", params, "valid-multi_logloss", &train)
+}
+
+/// A 300-round trial of `builtin` with `params` on 2 ranks boosting on `train`, rank 1
+/// SIGKILLed after 10 rows and the attempt retried: its rows checked, and its last model's
+/// trees (300 rounds of 10).
+fn killed_and_retried(builtin: &str, params: &str, metric: &str, train: &Path) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("kill.toml");
     let sweep = format!(
-        "name = \"kill\"\nstorage_path = {:?}\n[trainable]\nbuiltin = \"xgboost\"\n\
+        "name = \"kill\"\nstorage_path = {:?}\n[trainable]\nbuiltin = {builtin:?}\n\
          [datasets]\ntrain = {:?}\nvalid = {:?}\nlabel = \"digit\"\n[scaling]\nnum_workers = 2\n\
-         [param_space]\nobjective = \"multi:softprob\"\nnum_class = 10\nmax_depth = 6\n\
-         eta = 0.02\nnum_boost_round = 300\ncheckpoint_frequency = 7\n[tune]\nmetric = \"valid-mlogloss\"\nmode = \"min\"\n\
-         [run]\nfailure = {{ max_failures = 1 }}\n",
+         [param_space]\n{params}\nnum_boost_round = 300\ncheckpoint_frequency = 7\n[tune]\n\
+         metric = {metric:?}\nmode = \"min\"\n[run]\nfailure = {{ max_failures = 1 }}\n",
         dir.path().display().to_string(),
-        digits("train"),
+        train,
         digits("valid")
     );
     std::fs::write(&file, sweep)?;
@@ -251,15 +302,13 @@ pub fn a_killed_rank_goes_on_from_the_latest_checkpoint() -> Result<()> {
     })?;
     let first = retried["training_iteration"];
     ensure!(
-        first >= 8.0 && (first as u64 - 1) % 7 == 0,
+        first >= 8.0 && (first as u64 - 1).is_multiple_of(7),
         "the retry began at round {first}, not after a kept checkpoint (every 7th round) past \
          the 10 rounds seen before the kill"
     );
-    let best = trial.checkpoint()?;
-    let model: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(best.path().join("model.json"))?)?;
-    let trees =
-        model["learner"]["gradient_booster"]["model"]["trees"].as_array().map_or(0, Vec::len);
+    // The latest, not the best by the sweep's metric (LightGBM's valid loss turns before 300).
+    let last = trial.checkpoint_by(&rtune_driver::outcome::CheckpointRanking::Latest)?;
+    let trees = rtune::model::TreeModel::load(last.path())?.dump()?.len();
     ensure!(trees == 300 * 10, "the model has {trees} trees, not 300 rounds of 10 classes");
     Ok(())
 }
@@ -319,5 +368,33 @@ pub fn tree_mistakes_are_refused_before_anything_runs() -> Result<()> {
         "{said}"
     );
     ensure!(!dir.path().join("bad").exists(), "an experiment was made");
+    Ok(())
+}
+
+/// Early stopping (`early_stopping_rounds`, watching the last dataset's last metric as
+/// `xgboost.train` watches its last eval set's) ends the trial at the round `xgboost.train`
+/// stops at on the same data and params.
+pub fn xgboost_early_stopping_ends_where_xgboost_does() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let params = xgboost_params().with("eta", 0.5).with("early_stopping_rounds", 3);
+    let trainer: XGBoostTrainer = on_digits(params, 1, 300, dir.path(), "early");
+    let result = trainer.fit()?;
+    let ours = result.metrics_history.len();
+    let script = r#"
+import json, sys, numpy as np, pandas as pd, xgboost as xgb
+params = json.loads(sys.argv[1]); params.update(eta=0.5)
+def frame(path):
+    t = pd.read_parquet(path)
+    return t.drop(columns=["digit"]).to_numpy(np.float32), t["digit"].to_numpy(np.float32)
+(x, y), (xv, yv) = frame(sys.argv[2]), frame(sys.argv[3])
+d, dv = xgb.DMatrix(x, label=y), xgb.DMatrix(xv, label=yv)
+b = xgb.train(params, d, 300, evals=[(d, "train"), (dv, "valid")], early_stopping_rounds=3,
+              verbose_eval=False)
+print(b.num_boosted_rounds())
+"#;
+    let args = [Path::new(PARAMS), &digits("train"), &digits("valid")];
+    let theirs: usize = String::from_utf8(python(script, &args)?)?.trim().parse()?;
+    ensure!(theirs < 300, "xgboost did not stop early ({theirs} rounds): the test shows nothing");
+    ensure!(ours == theirs, "rtune stopped after {ours} rounds, xgboost after {theirs}");
     Ok(())
 }

@@ -10,7 +10,8 @@
 //! the stacks thread again, which names the frames and writes the text for the driver to a file
 //! (`stack_file`). The training thread loses the few microseconds of the walk; a system call it
 //! was in is restarted (`SA_RESTART`), and the collectives, the driver link and `sleep` already
-//! go on after an interruption. Both signals are real-time ones glibc leaves to programs.
+//! go on after an interruption; a library that does not is called under [`Uninterrupted`].
+//! Both signals are real-time ones glibc leaves to programs.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -39,6 +40,31 @@ static ASKED_FD: AtomicI32 = AtomicI32::new(-1);
 static CAPTURED_FD: AtomicI32 = AtomicI32::new(-1);
 /// The read end of the captured pipe; one capture at a time.
 static CAPTURED: Mutex<i32> = Mutex::new(-1);
+
+/// The library the training thread is in with the capture signal blocked (see
+/// [`Uninterrupted`]), if any.
+static IN_LIBRARY: Mutex<Option<&'static str>> = Mutex::new(None);
+
+/// While one is held, the calling thread takes no capture signal: a library whose sockets fail
+/// when a system call is interrupted (LightGBM's: a receive with a timeout is never restarted,
+/// `SA_RESTART` or not) is called under one. A stack asked for meanwhile is taken as the call
+/// returns, or, if it runs longer than the capture waits, said to be in that library.
+pub struct Uninterrupted(std::marker::PhantomData<*const ()>);
+
+impl Uninterrupted {
+    pub fn new(library: &'static str) -> Uninterrupted {
+        set_blocked(capture_signal(), true);
+        *IN_LIBRARY.lock().unwrap_or_else(|p| p.into_inner()) = Some(library);
+        Uninterrupted(std::marker::PhantomData)
+    }
+}
+
+impl Drop for Uninterrupted {
+    fn drop(&mut self) {
+        *IN_LIBRARY.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        set_blocked(capture_signal(), false);
+    }
+}
 
 /// The signal that asks a worker process for its stack.
 fn ask_signal() -> i32 {
@@ -185,6 +211,12 @@ fn capture() -> Result<Vec<usize>, String> {
         return Err(format!("the training thread is gone ({})", std::io::Error::last_os_error()));
     }
     if !answered(CAPTURE_WAIT)? {
+        if let Some(library) = *IN_LIBRARY.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Err(format!(
+                "the training thread has been in a call of {library}'s for {CAPTURE_WAIT:?} \
+                 (its sockets fail on a signal, so its stack is taken between its calls)"
+            ));
+        }
         return Err(format!("the training thread did not answer in {CAPTURE_WAIT:?}"));
     }
     let depth = DEPTH.load(Ordering::SeqCst);
