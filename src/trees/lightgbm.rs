@@ -313,7 +313,7 @@ const LIBRARY: Library = Library {
     params: |params| library_params(params, 1, 1),
     unknown: "is not a parameter LightGBM knows (it said \"Unknown parameter\"); see LightGBM's \
               parameter list",
-    added: &[THREADS, "verbosity"],
+    added: &[THREADS],
     other_names: |key| {
         let main = main_name(key);
         let others = crate::lightgbm::aliases().ok().and_then(|a| a.get(&main)).cloned();
@@ -329,9 +329,10 @@ fn try_params(params: &[(String, String)]) -> Tried {
     let _quiet = LOG.quiet();
     let _hidden = crate::native::HiddenStderr::new();
     let _ = unknown_params();
-    // Its warnings said whatever verbosity the sweep gives (they name unknown params).
-    let mut params: Vec<(String, String)> =
-        params.iter().filter(|(k, _)| main_name(k) != "verbosity").cloned().collect();
+    // Its warnings said whatever verbosity the sweep gives (they name unknown params); a
+    // verbosity that is no whole number is left for LightGBM to refuse.
+    let quiet = |(k, v): &(String, String)| main_name(k) == "verbosity" && v.parse::<i64>().is_ok();
+    let mut params: Vec<(String, String)> = params.iter().filter(|p| !quiet(p)).cloned().collect();
     params.push(("verbosity".into(), "0".into()));
     let text = params_text(&params);
     let rows = [0.0f32, 1.0, 1.0, 0.0, 2.0, 3.0, 3.0, 2.0];

@@ -81,29 +81,43 @@ fn user_keys<'a>(
     params.iter().map(|(k, _)| k).filter(|k| !library.added.contains(&k.as_str()))
 }
 
-/// The param a library message is about: the one it names, else the one whose absence makes
-/// it go away.
+/// The param a library message is about: the one it names (of several, the one whose absence
+/// leaves nothing refused: "Multiclass objective and metrics don't match" is the metric's when
+/// the objective is right), else the one whose absence makes it go away.
 fn blame(library: &Library, params: &[(String, String)], message: &str) -> Option<String> {
-    blame_by_name(library, params, message).or_else(|| {
-        user_keys(library, params)
+    let without = |key: &String| -> Vec<(String, String)> {
+        params.iter().filter(|(k, _)| k != key).cloned().collect()
+    };
+    let named = named_in(library, params, message);
+    match named.as_slice() {
+        [] => user_keys(library, params)
             .find(|&key| {
-                let without: Vec<_> = params.iter().filter(|(k, _)| k != key).cloned().collect();
-                !matches!((library.try_params)(&without).refused, Some((_, m)) if m == message)
+                !matches!((library.try_params)(&without(key)).refused, Some((_, m)) if m == message)
             })
-            .cloned()
-    })
+            .cloned(),
+        [one] => Some(one.clone()),
+        [first, ..] => named
+            .iter()
+            .find(|key| (library.try_params)(&without(key)).refused.is_none())
+            .or(Some(first))
+            .cloned(),
+    }
 }
 
-/// The param a library message names (by its name or another of its names), as a word.
-fn blame_by_name(library: &Library, params: &[(String, String)], message: &str) -> Option<String> {
+/// The params a library message names (by their names or other names, a word each, or its
+/// plural), in the order given.
+fn named_in(library: &Library, params: &[(String, String)], message: &str) -> Vec<String> {
+    let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
     let mentions = |word: &str| {
-        let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-        message.match_indices(word).any(|(at, _)| {
-            !is_word(message[..at].chars().next_back())
-                && !is_word(message[at + word.len()..].chars().next())
+        [word.to_owned(), format!("{word}s")].iter().any(|word| {
+            message.match_indices(word.as_str()).any(|(at, _)| {
+                !is_word(message[..at].chars().next_back())
+                    && !is_word(message[at + word.len()..].chars().next())
+            })
         })
     };
     user_keys(library, params)
-        .find(|key| mentions(key) || (library.other_names)(key).iter().any(|n| mentions(n)))
+        .filter(|key| mentions(key) || (library.other_names)(key).iter().any(|n| mentions(n)))
         .cloned()
+        .collect()
 }
