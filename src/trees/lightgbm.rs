@@ -279,7 +279,8 @@ fn pool(
         .iter()
         .enumerate()
         .map(|(i, (name, _, _))| {
-            let metric = name.split_once('-').map_or(name.as_str(), |(_, m)| m);
+            // After the last `-`: a dataset's name may hold one, LightGBM's metrics none.
+            let metric = name.rsplit_once('-').map_or(name.as_str(), |(_, m)| m);
             let value = pooled(metric, ranks.iter().map(|r| (r[2 * i], r[2 * i + 1])));
             (name.clone(), value)
         })

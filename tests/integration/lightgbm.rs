@@ -12,7 +12,7 @@ use rtune::{LightGBMTrainer, Params};
 
 use crate::cli::rtune;
 use crate::common::{python, text};
-use crate::trees::{digits, on_digits, params_of};
+use crate::trees::{asha_sweep_and_its_export, digits, on_digits, params_of};
 
 /// LightGBM params both sides train with (one thread and `deterministic`: the same trees
 /// whatever the machine).
@@ -199,62 +199,14 @@ pub fn a_resumed_lightgbm_trial_boosts_on_to_the_uninterrupted_trees() -> Result
 }
 
 /// The shipped LightGBM sweep (16 trials of 2 ranks, ASHA on valid-multi_logloss, 40 rounds):
-/// at least half the trials are stopped before their last round, every trial's rows are rounds
-/// 1..k once, and the best export predicts the held-out digits in Python's lightgbm as
-/// `rtune predict` does, in one process and across 2 workers.
+/// see `trees::asha_sweep_and_its_export`.
 pub fn asha_stops_lightgbm_trials_and_the_export_predicts_in_python() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let sweep =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweeps/digits_lightgbm_asha.toml");
-    let storage = format!("storage_path={:?}", dir.path().display().to_string());
-    let out = rtune(&["run", sweep.to_str().unwrap(), "--no-tui", "--set", &storage])?;
-    ensure!(out.status.success(), "{}", text(&out));
-    let experiment = dir.path().join("digits-lightgbm-asha");
-    let grid = rtune::ResultGrid::from_path(&experiment)?;
-    ensure!(grid.trials.len() == 16, "{} trials", grid.trials.len());
-    let mut stopped = 0;
-    for t in &grid.trials {
-        let rounds: Vec<f64> = t.history().iter().map(|r| r["training_iteration"]).collect();
-        let want: Vec<f64> = (1..=rounds.len()).map(|i| i as f64).collect();
-        ensure!(rounds == want, "{}: rounds {rounds:?}", t.trial_id());
-        stopped += usize::from(rounds.len() < 40);
-    }
-    ensure!(stopped >= 8, "ASHA stopped {stopped} of 16 trials early");
-    let export = dir.path().join("best");
-    let out = rtune(&[
-        "export",
-        experiment.to_str().unwrap(),
-        "--best",
-        "--to",
-        export.to_str().unwrap(),
-    ])?;
-    ensure!(out.status.success(), "{}", text(&out));
-    let predictions = dir.path().join("predictions.csv");
-    let test = digits("test");
-    let args = ["predict", "--model", export.to_str().unwrap(), "--input", test.to_str().unwrap()];
-    let out = rtune(&[&args[..], &["--output", predictions.to_str().unwrap()]].concat())?;
-    ensure!(out.status.success(), "{}", text(&out));
-    // Across 2 workers of the pool, in parts of 100 rows: what one process predicts.
-    let across = dir.path().join("across.csv");
-    let more = ["--output", across.to_str().unwrap(), "--workers", "2", "--part-rows", "100"];
-    let out = rtune(&[&args[..], &more].concat())?;
-    ensure!(out.status.success(), "{}", text(&out));
-    crate::predict::same_predictions(&across, &predictions)?;
-    let script = r#"
-import sys, numpy as np, pandas as pd, lightgbm as lgb
+    let predict = r#"
+import lightgbm as lgb
 booster = lgb.Booster(model_file=sys.argv[1] + "/model.txt")
-test = pd.read_parquet(sys.argv[2])
-theirs = booster.predict(test.drop(columns=["digit"]).to_numpy(np.float32)).astype(np.float32)
-ours = pd.read_csv(sys.argv[3])
-probs = ours[[f"prob_{c}" for c in range(10)]].to_numpy(np.float32)
-assert (probs == theirs).all(), np.abs(probs - theirs).max()
-assert (ours["prediction"].to_numpy() == theirs.argmax(1)).all()
-print((theirs.argmax(1) == test["digit"].to_numpy()).mean())
+theirs = booster.predict(test.drop(columns=["digit"]).to_numpy(np.float32))
 "#;
-    let accuracy: f64 =
-        String::from_utf8(python(script, &[&export, &test, &predictions])?)?.trim().parse()?;
-    ensure!(accuracy > 0.9, "the best model's test accuracy is {accuracy}");
-    Ok(())
+    asha_sweep_and_its_export("digits_lightgbm_asha.toml", "digits-lightgbm-asha", predict)
 }
 
 /// Mistakes about LightGBM's params, each refused before anything runs at its key (exit 2, no

@@ -172,18 +172,30 @@ pub fn two_ranks_train_what_xgboosts_own_distributed_run_trains() -> Result<()> 
     same_as_python(2)
 }
 
-/// The shipped XGBoost sweep (16 trials, ASHA on valid-mlogloss, 40 rounds): at least half the
-/// trials are stopped before their last round, every trial's rows are rounds 1..k once, and the
-/// best export predicts the held-out digits in Python's xgboost exactly as `rtune predict` does,
-/// in one process and across 2 workers.
+/// The shipped XGBoost sweep (16 trials, ASHA on valid-mlogloss, 40 rounds): see
+/// [`asha_sweep_and_its_export`].
 pub fn asha_stops_xgboost_trials_at_rounds_and_the_export_predicts_in_python() -> Result<()> {
+    let predict = r#"
+import xgboost as xgb
+booster = xgb.Booster(model_file=sys.argv[1] + "/model.ubj")
+theirs = booster.predict(xgb.DMatrix(test.drop(columns=["digit"]).to_numpy(np.float32)))
+"#;
+    asha_sweep_and_its_export("digits_xgboost_asha.toml", "digits-xgboost-asha", predict)
+}
+
+/// A shipped sweep of 16 tree trials (`examples/sweeps/FILE`, ASHA, 40 rounds; its experiment
+/// `experiment`): at least half the trials are stopped before their last round, every trial's
+/// rows are rounds 1..k once, and the best export predicts the held-out digits in the library's
+/// Python package exactly as `rtune predict` does, in one process and across 2 workers.
+/// `predict` is the Python that sets `theirs` from the export (`sys.argv[1]`) and the test
+/// frame (`test`).
+pub(crate) fn asha_sweep_and_its_export(file: &str, experiment: &str, predict: &str) -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let sweep =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweeps/digits_xgboost_asha.toml");
+    let sweep = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweeps").join(file);
     let storage = format!("storage_path={:?}", dir.path().display().to_string());
     let out = rtune(&["run", sweep.to_str().unwrap(), "--no-tui", "--set", &storage])?;
     ensure!(out.status.success(), "{}", text(&out));
-    let experiment = dir.path().join("digits-xgboost-asha");
+    let experiment = dir.path().join(experiment);
     let grid = rtune::ResultGrid::from_path(&experiment)?;
     ensure!(grid.trials.len() == 16, "{} trials", grid.trials.len());
     let mut stopped = 0;
@@ -214,19 +226,21 @@ pub fn asha_stops_xgboost_trials_at_rounds_and_the_export_predicts_in_python() -
     let out = rtune(&[&args[..], &more].concat())?;
     ensure!(out.status.success(), "{}", text(&out));
     crate::predict::same_predictions(&across, &predictions)?;
-    let script = r#"
-import sys, numpy as np, pandas as pd, xgboost as xgb
-booster = xgb.Booster(model_file=sys.argv[1] + "/model.ubj")
+    let script = format!(
+        r#"
+import sys, numpy as np, pandas as pd
 test = pd.read_parquet(sys.argv[2])
-theirs = booster.predict(xgb.DMatrix(test.drop(columns=["digit"]).to_numpy(np.float32)))
+{predict}
+theirs = theirs.astype(np.float32)
 ours = pd.read_csv(sys.argv[3])
-probs = ours[[f"prob_{c}" for c in range(10)]].to_numpy(np.float32)
+probs = ours[[f"prob_{{c}}" for c in range(10)]].to_numpy(np.float32)
 assert (probs == theirs).all(), np.abs(probs - theirs).max()
 assert (ours["prediction"].to_numpy() == theirs.argmax(1)).all()
 print((theirs.argmax(1) == test["digit"].to_numpy()).mean())
-"#;
+"#
+    );
     let accuracy: f64 =
-        String::from_utf8(python(script, &[&export, &test, &predictions])?)?.trim().parse()?;
+        String::from_utf8(python(&script, &[&export, &test, &predictions])?)?.trim().parse()?;
     ensure!(accuracy > 0.9, "the best model's test accuracy is {accuracy}");
     Ok(())
 }
