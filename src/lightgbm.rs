@@ -53,6 +53,9 @@ c_api! {
         LGBM_BoosterMerge: fn(Handle, Handle) -> c_int;
         LGBM_BoosterFree: fn(Handle) -> c_int;
         LGBM_BoosterUpdateOneIter: fn(Handle, *mut c_int) -> c_int;
+        LGBM_BoosterUpdateOneIterCustom: fn(Handle, *const f32, *const f32, *mut c_int) -> c_int;
+        LGBM_BoosterGetNumPredict: fn(Handle, c_int, *mut i64) -> c_int;
+        LGBM_BoosterGetPredict: fn(Handle, c_int, *mut i64, *mut f64) -> c_int;
         LGBM_BoosterGetEvalCounts: fn(Handle, *mut c_int) -> c_int;
         LGBM_BoosterGetEvalNames:
             fn(Handle, c_int, *mut c_int, usize, *mut usize, *const *mut c_char) -> c_int;
@@ -367,6 +370,62 @@ impl Booster {
             }),
         )?;
         Ok(finished != 0)
+    }
+
+    /// Boosts a round with the gradients and hessians a custom objective gave (one per row and
+    /// class, class-major, for the training set's rows); true as `update`'s.
+    pub(crate) fn boost(&mut self, grad: &[f32], hess: &[f32]) -> Result<bool> {
+        let expected = self.scores_len(0)?;
+        if grad.len() != expected || hess.len() != expected {
+            return Err(format!(
+                "{} gradients and {} hessians where the training set's rows and classes make \
+                 {expected}: give one of each per row and class",
+                grad.len(),
+                hess.len()
+            ));
+        }
+        let mut finished = 0;
+        // SAFETY: a live booster; `expected` floats at each pointer, read for the call.
+        check(
+            self.api,
+            networked(|| unsafe {
+                (self.api.LGBM_BoosterUpdateOneIterCustom)(
+                    self.handle,
+                    grad.as_ptr(),
+                    hess.as_ptr(),
+                    &mut finished,
+                )
+            }),
+        )?;
+        Ok(finished != 0)
+    }
+
+    /// The model's scores of the `index`th dataset (0: the training set, then the eval sets in
+    /// the order added), class-major, as LightGBM's custom objectives get them: raw with
+    /// `objective = "none"`, else through the objective (probabilities for a classifier).
+    pub(crate) fn scores(&self, index: usize) -> Result<Vec<f64>> {
+        let mut scores = vec![0f64; self.scores_len(index)?];
+        let mut len = 0i64;
+        // SAFETY: a live booster; room for the scores the library said it has.
+        check(self.api, unsafe {
+            (self.api.LGBM_BoosterGetPredict)(
+                self.handle,
+                index as c_int,
+                &mut len,
+                scores.as_mut_ptr(),
+            )
+        })?;
+        scores.truncate(len as usize);
+        Ok(scores)
+    }
+
+    fn scores_len(&self, index: usize) -> Result<usize> {
+        let mut len = 0i64;
+        // SAFETY: a live booster and an out-pointer.
+        check(self.api, unsafe {
+            (self.api.LGBM_BoosterGetNumPredict)(self.handle, index as c_int, &mut len)
+        })?;
+        Ok(len as usize)
     }
 
     /// The metrics every round evaluates, by the library's names (`multi_logloss`).

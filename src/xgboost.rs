@@ -51,10 +51,12 @@ c_api! {
         XGDMatrixCreateFromMat: fn(*const f32, u64, u64, f32, *mut Handle) -> c_int;
         XGDMatrixSetFloatInfo: fn(Handle, *const c_char, *const f32, u64) -> c_int;
         XGDMatrixFree: fn(Handle) -> c_int;
+        XGDMatrixNumRow: fn(Handle, *mut u64) -> c_int;
         XGBoosterCreate: fn(*const Handle, u64, *mut Handle) -> c_int;
         XGBoosterFree: fn(Handle) -> c_int;
         XGBoosterSetParam: fn(Handle, *const c_char, *const c_char) -> c_int;
         XGBoosterUpdateOneIter: fn(Handle, c_int, Handle) -> c_int;
+        XGBoosterTrainOneIter: fn(Handle, Handle, c_int, *const c_char, *const c_char) -> c_int;
         XGBoosterEvalOneIter:
             fn(Handle, c_int, *const Handle, *const *const c_char, u64, *mut *const c_char) -> c_int;
         XGBoosterSaveModelToBuffer: fn(Handle, *const c_char, *mut u64, *mut *const c_char) -> c_int;
@@ -190,6 +192,14 @@ impl DMatrix {
         Ok(matrix)
     }
 
+    /// Its rows.
+    pub(crate) fn rows(&self) -> Result<usize> {
+        let mut rows = 0u64;
+        // SAFETY: a live matrix and an out-pointer.
+        check(self.api, unsafe { (self.api.XGDMatrixNumRow)(self.handle, &mut rows) })?;
+        Ok(rows as usize)
+    }
+
     fn set_floats(&self, field: &str, values: &[f32]) -> Result<()> {
         let field = c_string(field)?;
         // SAFETY: a live matrix, a C string, and `values.len()` floats the library copies.
@@ -265,6 +275,44 @@ impl Booster {
         // SAFETY: a live booster and matrix.
         check(self.api, unsafe {
             (self.api.XGBoosterUpdateOneIter)(self.handle, round as c_int, train.handle)
+        })
+    }
+
+    /// Boosts round `round` (0-based) on `train` with the gradients and hessians a custom
+    /// objective gave (one per row and output, row-major; XGBoost's `Booster.boost`).
+    pub(crate) fn boost(
+        &mut self,
+        round: u32,
+        train: &DMatrix,
+        (grad, hess): (&[f32], &[f32]),
+    ) -> Result<()> {
+        let rows = train.rows()?;
+        if grad.len() != hess.len() || rows == 0 || !grad.len().is_multiple_of(rows) {
+            return Err(format!(
+                "{} gradients and {} hessians for {rows} rows: give the same number of each, \
+                 one per row and output",
+                grad.len(),
+                hess.len()
+            ));
+        }
+        let interface = |values: &[f32]| {
+            c_string(&format!(
+                r#"{{"data": [{}, true], "shape": [{rows}, {}], "typestr": "<f4", "version": 3}}"#,
+                values.as_ptr() as usize,
+                values.len() / rows
+            ))
+        };
+        let (grad, hess) = (interface(grad)?, interface(hess)?);
+        // SAFETY: live handles; the array interfaces point at `grad` and `hess`, alive for
+        // the call, of the shape they say.
+        check(self.api, unsafe {
+            (self.api.XGBoosterTrainOneIter)(
+                self.handle,
+                train.handle,
+                round as c_int,
+                grad.as_ptr(),
+                hess.as_ptr(),
+            )
         })
     }
 
@@ -361,9 +409,20 @@ impl Booster {
     /// The model's output for `matrix`'s rows (probabilities for a classifier: one per class
     /// and row for `multi:softprob`), and its shape.
     pub(crate) fn predict(&self, matrix: &DMatrix) -> Result<(Vec<f32>, Vec<usize>)> {
-        let config = c_string(
-            r#"{"type": 0, "training": false, "iteration_begin": 0, "iteration_end": 0, "strict_shape": false}"#,
-        )?;
+        self.predict_as(matrix, false)
+    }
+
+    /// The model's raw scores (margins) of `matrix`'s rows as training sees them (what a
+    /// custom objective takes), and their shape.
+    pub(crate) fn margins(&self, matrix: &DMatrix) -> Result<(Vec<f32>, Vec<usize>)> {
+        self.predict_as(matrix, true)
+    }
+
+    fn predict_as(&self, matrix: &DMatrix, margins: bool) -> Result<(Vec<f32>, Vec<usize>)> {
+        let config = c_string(&format!(
+            r#"{{"type": {}, "training": {margins}, "iteration_begin": 0, "iteration_end": 0, "strict_shape": false}}"#,
+            u8::from(margins)
+        ))?;
         let (mut shape, mut dim, mut out) = (std::ptr::null(), 0u64, std::ptr::null());
         // SAFETY: live handles; the answers are the library's buffers, valid until its next
         // call on this thread.

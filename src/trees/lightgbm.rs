@@ -93,112 +93,240 @@ fn library_params(params: &Params, threads: usize, world: usize) -> LibraryParam
 
 /// `lightgbm`: boosts `num_boost_round` rounds on dataset `train` (this rank's shard), one
 /// report per round with every dataset's evaluation, and a checkpoint of the model; a resumed
-/// run boosts on from the checkpoint's model.
+/// run boosts on from the checkpoint's model. It is the train function [`Boosting`] makes
+/// simplest.
 pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
-    if ctx.world_size() > 1 && ctx.backend_name() != TreeBackend::LIGHTGBM {
-        anyhow::bail!(
-            "LightGBM's train function runs on {} ranks without LightGBM's network: use \
-             LightGBMTrainer (or `builtin = \"lightgbm\"`), whose backend joins it",
-            ctx.world_size()
-        );
-    }
-    let schedule =
-        Schedule::of(ctx.params()).map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
-    let sorted = library_params(ctx.params(), ctx.num_cpus(), ctx.world_size());
-    let early_stopping = sorted.early_stopping;
-    let params = sorted.or_refused()?;
-    let text = params_text(&params);
-    if ctx.device().is_cuda() {
-        tracing::warn!("LightGBM's wheel boosts on the CPU: this rank's GPU stays idle");
-    }
-    let names = ctx.dataset_names();
-    anyhow::ensure!(
-        names.first().is_some_and(|n| n == "train"),
-        "LightGBM needs a dataset named `train` (this run has {})",
-        if names.is_empty() { "none".to_owned() } else { names.join(", ") }
-    );
-    let earlier = match ctx.checkpoint() {
-        Some(checkpoint) => {
-            let path = checkpoint.path().join(MODEL_FILE);
-            let model = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Some(Booster::load(&model).map_err(library_error)?)
-        }
-        None => None,
-    };
-    let predict_params = format!("{THREADS}={}", ctx.num_cpus());
-    let mut sets: Vec<(&str, Dataset)> = Vec::new();
-    for name in &names {
-        let dense = Dense::of(&ctx.dataset_shard(name)?, name)?;
-        let reference = sets.first().map(|(_, train)| train);
-        let dataset = Dataset::dense(
-            &dense.features,
-            dense.rows,
-            dense.cols,
-            &dense.labels,
-            &text,
-            reference,
-        )
-        .map_err(|e| anyhow::anyhow!("LightGBM refused dataset `{name}`: {e}"))?;
-        if name == "train" {
-            let given = |main: &str| {
-                params.iter().find(|(k, _)| main_name(k) == main).map(|(_, v)| v.as_str())
-            };
-            let objective = given("objective").filter(|o| MULTICLASS.contains(o));
-            check_classes(ctx, objective, given("num_class"), &dense.labels)?;
-        }
-        if let Some(earlier) = &earlier {
-            let raw = earlier
-                .predict(&dense.features, dense.rows, dense.cols, true, &predict_params)
-                .map_err(library_error)?;
-            dataset.set_init_score(&class_major(&raw, dense.rows)).map_err(library_error)?;
-        }
-        sets.push((name.as_str(), dataset));
-    }
-    let mut booster = Booster::new(&sets[0].1, &text).map_err(library_error)?;
-    for (_, valid) in &sets[1..] {
-        booster.add_valid(valid).map_err(library_error)?;
-    }
-    if let Some(earlier) = &earlier {
-        booster.merge(earlier).map_err(library_error)?;
-    }
-    let metrics = booster.eval_names().map_err(library_error)?;
-    let mut early_stop = match early_stopping {
-        Some(rounds) => Some(early_stop(rounds, &params, &names, &metrics)?),
-        None => None,
-    };
-    let done = booster.rounds().map_err(library_error)? as u64;
-    anyhow::ensure!(
-        done == ctx.iteration(),
-        "the checkpoint's model has {done} rounds where the run has reported {}",
-        ctx.iteration()
-    );
-    for round in done..schedule.rounds {
-        let finished = booster.update().map_err(library_error)?;
-        let mut evaluated = Vec::new();
-        for (index, (name, dataset)) in sets.iter().enumerate() {
-            let values = booster.eval(index, metrics.len()).map_err(library_error)?;
-            for (metric, value) in metrics.iter().zip(values) {
-                evaluated.push((format!("{name}-{metric}"), value, dataset.rows()));
-            }
-        }
-        let evaluated = pool(ctx, &evaluated)?;
-        // The round added no tree: every later one would add none either, so this one is the
-        // last (and keeps the model); or early stopping ends here.
-        let stops = early_stop.as_mut().is_some_and(|e| e.stops(round + 1, &evaluated));
-        let schedule = if finished || stops { schedule.ending_at(round + 1) } else { schedule };
-        report_round(ctx, &schedule, round + 1, evaluated, ("lightgbm", MODEL_FILE), || {
-            Ok(booster.save_text().map_err(library_error)?.into_bytes())
-        })?;
-        if finished || stops {
-            match finished {
-                true => tracing::info!("LightGBM can split no further after round {round}"),
-                false => tracing::info!("early stopping after round {}", round + 1),
-            }
+    let mut boosting = Boosting::start(ctx)?;
+    for _ in boosting.rounds() {
+        boosting.update()?;
+        let metrics = boosting.eval(ctx)?;
+        if !boosting.report(ctx, metrics)? {
             break;
         }
     }
     Ok(())
+}
+
+/// A rank's LightGBM training as a train function of its own drives it (Ray's newer
+/// `LightGBMTrainer(train_fn)`, given to [`LightGBMTrainer::with_train_fn`]): this rank's
+/// shard of every dataset as a LightGBM `Dataset` (the eval sets binned as `train`), a booster
+/// with the trial's params (rtune's threads, the ranks' network), the checkpoint's model
+/// boosted on from on a retry or resume, and the rows and checkpoints a report makes (every
+/// `checkpoint_frequency` rounds, `early_stopping_round` watched), as `lightgbm.train` with
+/// Ray's report callback gives them. Between rounds the function may boost with its own
+/// objective's gradients (with `objective = "none"`) and add metrics.
+///
+/// [`LightGBMTrainer::with_train_fn`]: super::TreeTrainer::with_train_fn
+///
+/// ```no_run
+/// use rtune::trees::lightgbm::Boosting;
+/// use rtune::TrainContext;
+///
+/// // Squared error as a custom objective (the trial's params say `objective = "none"`).
+/// fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
+///     let mut boosting = Boosting::start(ctx)?;
+///     let labels = boosting.labels("train")?.to_vec();
+///     for _ in boosting.rounds() {
+///         let scores = boosting.scores("train")?;
+///         let grad: Vec<f32> = scores.iter().zip(&labels).map(|(s, y)| *s as f32 - y).collect();
+///         boosting.boost(&grad, &vec![1.0; grad.len()])?;
+///         let metrics = boosting.eval(ctx)?;
+///         if !boosting.report(ctx, metrics)? {
+///             break;
+///         }
+///     }
+///     Ok(())
+/// }
+/// ```
+pub struct Boosting {
+    // Before the datasets it trains on: dropped first.
+    booster: Booster,
+    sets: Vec<(String, Dataset, Vec<f32>)>,
+    metrics: Vec<String>,
+    schedule: Schedule,
+    early_stop: Option<EarlyStop>,
+    /// The last round added no tree (LightGBM can split no further).
+    finished: bool,
+    /// Rounds boosted, and rounds reported.
+    boosted: u64,
+    reported: u64,
+}
+
+impl Boosting {
+    /// This rank's training, ready to boost its next round (the checkpoint's, on a retry or
+    /// resume): the datasets (`train` first, required), the trial's params, the model so far.
+    pub fn start(ctx: &mut TrainContext) -> anyhow::Result<Boosting> {
+        if ctx.world_size() > 1 && ctx.backend_name() != TreeBackend::LIGHTGBM {
+            anyhow::bail!(
+                "LightGBM's train function runs on {} ranks without LightGBM's network: use \
+                 LightGBMTrainer (or `builtin = \"lightgbm\"`), whose backend joins it",
+                ctx.world_size()
+            );
+        }
+        let schedule = Schedule::of(ctx.params())
+            .map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
+        let sorted = library_params(ctx.params(), ctx.num_cpus(), ctx.world_size());
+        let early_stopping = sorted.early_stopping;
+        let params = sorted.or_refused()?;
+        let text = params_text(&params);
+        if ctx.device().is_cuda() {
+            tracing::warn!("LightGBM's wheel boosts on the CPU: this rank's GPU stays idle");
+        }
+        let names = ctx.dataset_names();
+        anyhow::ensure!(
+            names.first().is_some_and(|n| n == "train"),
+            "LightGBM needs a dataset named `train` (this run has {})",
+            if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+        );
+        let earlier = match ctx.checkpoint() {
+            Some(checkpoint) => {
+                let path = checkpoint.path().join(MODEL_FILE);
+                let model = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                Some(Booster::load(&model).map_err(library_error)?)
+            }
+            None => None,
+        };
+        let predict_params = format!("{THREADS}={}", ctx.num_cpus());
+        let mut sets: Vec<(String, Dataset, Vec<f32>)> = Vec::new();
+        for name in names.iter().cloned() {
+            let dense = Dense::of(&ctx.dataset_shard(&name)?, &name)?;
+            let reference = sets.first().map(|(_, train, _)| train);
+            let dataset = Dataset::dense(
+                &dense.features,
+                dense.rows,
+                dense.cols,
+                &dense.labels,
+                &text,
+                reference,
+            )
+            .map_err(|e| anyhow::anyhow!("LightGBM refused dataset `{name}`: {e}"))?;
+            if name == "train" {
+                let given = |main: &str| {
+                    params.iter().find(|(k, _)| main_name(k) == main).map(|(_, v)| v.as_str())
+                };
+                let objective = given("objective").filter(|o| MULTICLASS.contains(o));
+                check_classes(ctx, objective, given("num_class"), &dense.labels)?;
+            }
+            if let Some(earlier) = &earlier {
+                let raw = earlier
+                    .predict(&dense.features, dense.rows, dense.cols, true, &predict_params)
+                    .map_err(library_error)?;
+                dataset.set_init_score(&class_major(&raw, dense.rows)).map_err(library_error)?;
+            }
+            sets.push((name, dataset, dense.labels));
+        }
+        let mut booster = Booster::new(&sets[0].1, &text).map_err(library_error)?;
+        for (_, valid, _) in &sets[1..] {
+            booster.add_valid(valid).map_err(library_error)?;
+        }
+        if let Some(earlier) = &earlier {
+            booster.merge(earlier).map_err(library_error)?;
+        }
+        let metrics = booster.eval_names().map_err(library_error)?;
+        let early_stop = match early_stopping {
+            Some(rounds) => Some(early_stop(rounds, &params, &names, &metrics)?),
+            None => None,
+        };
+        let done = booster.rounds().map_err(library_error)? as u64;
+        anyhow::ensure!(
+            done == ctx.iteration(),
+            "the checkpoint's model has {done} rounds where the run has reported {}",
+            ctx.iteration()
+        );
+        Ok(Boosting {
+            booster,
+            sets,
+            metrics,
+            schedule,
+            early_stop,
+            finished: false,
+            boosted: done,
+            reported: done,
+        })
+    }
+
+    /// The rounds left to boost (0-based: from the model's rounds to `num_boost_round`).
+    pub fn rounds(&self) -> std::ops::Range<u64> {
+        self.boosted..self.schedule.rounds
+    }
+
+    /// Boosts the next round with the trial's objective.
+    pub fn update(&mut self) -> anyhow::Result<()> {
+        self.finished = self.booster.update().map_err(library_error)?;
+        self.boosted += 1;
+        Ok(())
+    }
+
+    /// Boosts the next round with a custom objective's gradients and hessians of `train`'s
+    /// rows (one per row and class, class-major, as [`scores`](Self::scores) gives scores).
+    pub fn boost(&mut self, grad: &[f32], hess: &[f32]) -> anyhow::Result<()> {
+        self.finished = self.booster.boost(grad, hess).map_err(library_error)?;
+        self.boosted += 1;
+        Ok(())
+    }
+
+    fn index(&self, name: &str) -> anyhow::Result<usize> {
+        self.sets.iter().position(|(n, _, _)| n == name).ok_or_else(|| {
+            let names: Vec<&str> = self.sets.iter().map(|(n, _, _)| n.as_str()).collect();
+            anyhow::anyhow!("no dataset `{name}` in this run (it has {})", names.join(", "))
+        })
+    }
+
+    /// This rank's labels of dataset `name`.
+    pub fn labels(&self, name: &str) -> anyhow::Result<&[f32]> {
+        Ok(&self.sets[self.index(name)?].2)
+    }
+
+    /// The model's scores of this rank's rows of dataset `name`, one per row and class
+    /// (class-major), as LightGBM gives a custom objective them: raw with `objective =
+    /// "none"`, through the trial's objective otherwise.
+    pub fn scores(&self, name: &str) -> anyhow::Result<Vec<f64>> {
+        self.booster.scores(self.index(name)?).map_err(library_error)
+    }
+
+    /// The last round's evaluation of every dataset (`valid-multi_logloss`), each over every
+    /// rank's rows (LightGBM evaluates a rank's alone; see the module's words on pooling).
+    pub fn eval(&self, ctx: &mut TrainContext) -> anyhow::Result<Vec<(String, f64)>> {
+        let mut evaluated = Vec::new();
+        for (index, (name, dataset, _)) in self.sets.iter().enumerate() {
+            let values = self.booster.eval(index, self.metrics.len()).map_err(library_error)?;
+            for (metric, value) in self.metrics.iter().zip(values) {
+                evaluated.push((format!("{name}-{metric}"), value, dataset.rows()));
+            }
+        }
+        pool(ctx, &evaluated)
+    }
+
+    /// Reports the last round's row (`metrics`, with `training_iteration` its round), with a
+    /// checkpoint of the model where `checkpoint_frequency` keeps one; false when boosting
+    /// ends here (the last round, early stopping, or a round that added no tree: every later
+    /// one would add none either, so it is the last and keeps the model).
+    pub fn report(
+        &mut self,
+        ctx: &mut TrainContext,
+        metrics: Vec<(String, f64)>,
+    ) -> anyhow::Result<bool> {
+        let round = self.boosted;
+        anyhow::ensure!(
+            round == self.reported + 1,
+            "report once after each round boosted (round {round} is reported already)"
+        );
+        let stops = self.early_stop.as_mut().is_some_and(|e| e.stops(round, &metrics));
+        let ends = self.finished || stops;
+        let schedule = if ends { self.schedule.ending_at(round) } else { self.schedule };
+        let booster = &self.booster;
+        report_round(ctx, &schedule, round, metrics, ("lightgbm", MODEL_FILE), || {
+            Ok(booster.save_text().map_err(library_error)?.into_bytes())
+        })?;
+        self.reported = round;
+        match (self.finished, stops) {
+            (true, _) => tracing::info!("LightGBM can split no further after round {round}"),
+            (false, true) => tracing::info!("early stopping after round {round}"),
+            _ => {}
+        }
+        Ok(!ends && round < self.schedule.rounds)
+    }
 }
 
 /// LightGBM's early stopping (its `early_stopping` callback's): every metric of every dataset

@@ -1,9 +1,9 @@
 //! Tree-based trainers (Ray Train's `XGBoostTrainer` and `LightGBMTrainer`): "pass a dataset
 //! and parameters, the training loop is configured automatically". Each is a run of a train
-//! function built into rtune (`xgboost::train`, `lightgbm::train`) on a worker group whose
-//! backend joins the
-//! library's own collective (`rtune::worker` backends), so a tree trial is a trial like a
-//! Torch one: the same pool, schedulers, checkpoints, rows and views.
+//! function built into rtune (`xgboost::train`, `lightgbm::train`), or of the user's own
+//! through the same `Boosting` handle (Ray's newer form, `with_train_fn`), on a worker group
+//! whose backend joins the library's own collective (`rtune::worker` backends), so a tree
+//! trial is a trial like a Torch one: the same pool, schedulers, checkpoints, rows and views.
 //!
 //! Params keep the library's own names (`eta`, `max_depth`, `objective`, `eval_metric`, ...),
 //! passed to it as they are, with `num_boost_round` (10) rtune's: one row per boosting round,
@@ -32,7 +32,7 @@ use rtune_driver::train::{TorchTrainer, TreeBackend};
 use rtune_searchers::{Params, Value};
 use tch::Kind;
 
-use crate::worker::{DatasetShard, TrainContext};
+use crate::worker::{DatasetShard, TrainContext, TrainFn};
 
 /// The param rtune reads itself: how many boosting rounds a trial runs.
 pub const NUM_BOOST_ROUND: &str = "num_boost_round";
@@ -140,6 +140,16 @@ impl<L: Library> TreeTrainer<L> {
     /// A run of the library with `params` (its names, as its Python `train` takes them).
     pub fn new(params: Params) -> Self {
         let trainer = TorchTrainer::new(L::train).backend(L::BACKEND);
+        TreeTrainer { trainer, params, library: PhantomData }
+    }
+
+    /// A run of `train_fn` on every rank (Ray's newer `XGBoostTrainer(train_fn)` form) instead
+    /// of rtune's own rounds, with `params` its trial's params (`ctx.params()`): the function
+    /// drives the library through `Boosting` (`trees::xgboost::Boosting`,
+    /// `trees::lightgbm::Boosting`), rtune's handle on the rank's shards, booster and
+    /// reports, on the same backend, datasets and checkpoints as [`new`](Self::new)'s.
+    pub fn with_train_fn(train_fn: TrainFn, params: Params) -> Self {
+        let trainer = TorchTrainer::new(train_fn).backend(L::BACKEND);
         TreeTrainer { trainer, params, library: PhantomData }
     }
 

@@ -68,92 +68,236 @@ fn library_params(params: &Params, threads: usize) -> LibraryParams {
 
 /// `xgboost`: boosts `num_boost_round` rounds on dataset `train` (this rank's shard), one
 /// report per round with every dataset's evaluation, and a checkpoint of the model; a resumed
-/// run loads the checkpoint's model and goes on from its round.
+/// run loads the checkpoint's model and goes on from its round. It is the train function
+/// [`Boosting`] makes simplest.
 pub fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
-    if ctx.world_size() > 1 && ctx.backend_name() != rtune_driver::train::TreeBackend::XGBOOST {
-        anyhow::bail!(
-            "XGBoost's train function runs on {} ranks without XGBoost's collective: use \
-             XGBoostTrainer (or `builtin = \"xgboost\"`), whose backend joins it",
-            ctx.world_size()
-        );
-    }
-    let schedule =
-        Schedule::of(ctx.params()).map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
-    let sorted = library_params(ctx.params(), ctx.num_cpus());
-    let early_stopping = sorted.early_stopping;
-    let mut params = sorted.or_refused()?;
-    // A rank the pool gave a GPU boosts on it (its first visible one), unless told otherwise.
-    if let tch::Device::Cuda(index) = ctx.device()
-        && !params.iter().any(|(k, _)| k == "device")
-    {
-        params.push(("device".into(), format!("cuda:{index}")));
-    }
-    let names = ctx.dataset_names();
-    anyhow::ensure!(
-        names.iter().any(|n| n == "train"),
-        "XGBoost needs a dataset named `train` (this run has {})",
-        if names.is_empty() { "none".to_owned() } else { names.join(", ") }
-    );
-    let mut matrices = Vec::new();
-    for name in &names {
-        let dense = Dense::of(&ctx.dataset_shard(name)?, name)?;
-        let matrix = DMatrix::dense(&dense.features, dense.rows, Some(&dense.labels))
-            .map_err(|e| anyhow::anyhow!("XGBoost refused dataset `{name}`: {e}"))?;
-        if name == "train" {
-            let given = |key: &str| params.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-            let objective = given("objective").filter(|o| o.starts_with("multi:"));
-            check_classes(ctx, objective, given("num_class"), &dense.labels)?;
-        }
-        matrices.push((name.as_str(), matrix));
-    }
-    let all: Vec<&DMatrix> = matrices.iter().map(|(_, m)| m).collect();
-    let mut booster = Booster::new(&all).map_err(library_error)?;
-    if let Some(checkpoint) = ctx.checkpoint() {
-        let path = crate::xgboost::model_in(checkpoint.path())
-            .unwrap_or_else(|| checkpoint.path().join(MODEL_FILE));
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        booster.load_into(&bytes).map_err(library_error)?;
-    }
-    for (key, value) in &params {
-        booster.set_param(key, value).map_err(|e| anyhow::anyhow!("param `{key}`: {e}"))?;
-    }
-    let done = booster.rounds().map_err(library_error)? as u64;
-    anyhow::ensure!(
-        done == ctx.iteration(),
-        "the checkpoint's model has {done} rounds where the run has reported {}",
-        ctx.iteration()
-    );
-    let train = &matrices.iter().find(|(n, _)| *n == "train").expect("checked above").1;
-    let mut early_stop: Option<EarlyStop> = None;
-    for round in done..schedule.rounds {
-        booster.update(round as u32, train).map_err(library_error)?;
-        let metrics =
-            booster.eval(round as u32, &matrices_ref(&matrices)).map_err(library_error)?;
-        if let (Some(rounds), None) = (early_stopping, &early_stop) {
-            let watched = metrics.last().map(|(name, _)| {
-                let metric = name.rsplit_once('-').map_or(name.as_str(), |(_, m)| m);
-                (name.clone(), higher_is_better(metric))
-            });
-            early_stop = Some(EarlyStop::new(rounds, 0.0, watched.into_iter().collect()));
-        }
-        let stops = early_stop.as_mut().is_some_and(|e| e.stops(round + 1, &metrics));
-        let schedule = if stops { schedule.ending_at(round + 1) } else { schedule };
-        report_round(ctx, &schedule, round + 1, metrics, ("xgboost", MODEL_FILE), || {
-            booster.save().map_err(library_error)
-        })?;
-        if round == done {
-            tracing::info!("XGBoost boosts on {}", booster.device().map_err(library_error)?);
-        }
-        if stops {
-            tracing::info!("early stopping after round {}", round + 1);
+    let mut boosting = Boosting::start(ctx)?;
+    for _ in boosting.rounds() {
+        boosting.update()?;
+        let metrics = boosting.eval()?;
+        if !boosting.report(ctx, metrics)? {
             break;
         }
     }
     Ok(())
 }
 
-fn matrices_ref<'a>(matrices: &'a [(&'a str, DMatrix)]) -> Vec<(&'a str, &'a DMatrix)> {
-    matrices.iter().map(|(n, m)| (*n, m)).collect()
+/// A rank's XGBoost training as a train function of its own drives it (Ray's newer
+/// `XGBoostTrainer(train_fn)`, given to [`XGBoostTrainer::with_train_fn`]): this rank's shard
+/// of every dataset as a `DMatrix`, a booster with the trial's params (rtune's threads, and a
+/// GPU rank's device), the checkpoint's model loaded on a retry or resume, and the rows and
+/// checkpoints a report makes (every `checkpoint_frequency` rounds, `early_stopping_rounds`
+/// watched), as `xgboost.train` with Ray's report callback gives them. Between rounds the
+/// function may set params, boost with its own objective's gradients, and add metrics.
+///
+/// [`XGBoostTrainer::with_train_fn`]: super::TreeTrainer::with_train_fn
+///
+/// ```no_run
+/// use rtune::trees::xgboost::Boosting;
+/// use rtune::TrainContext;
+///
+/// // Squared error as a custom objective, and a learning rate that decays.
+/// fn train(ctx: &mut TrainContext) -> anyhow::Result<()> {
+///     let mut boosting = Boosting::start(ctx)?;
+///     let labels = boosting.labels("train")?.to_vec();
+///     for round in boosting.rounds() {
+///         boosting.set_param("eta", 0.3 * 0.99f64.powi(round as i32))?;
+///         let scores = boosting.margins("train")?;
+///         let grad: Vec<f32> = scores.iter().zip(&labels).map(|(s, y)| s - y).collect();
+///         boosting.boost(&grad, &vec![1.0; grad.len()])?;
+///         let metrics = boosting.eval()?;
+///         if !boosting.report(ctx, metrics)? {
+///             break;
+///         }
+///     }
+///     Ok(())
+/// }
+/// ```
+pub struct Boosting {
+    // Before the matrices it caches: dropped first.
+    booster: Booster,
+    matrices: Vec<(String, DMatrix, Vec<f32>)>,
+    /// Which of them is `train`.
+    train: usize,
+    schedule: Schedule,
+    early_stopping: Option<u64>,
+    early_stop: Option<EarlyStop>,
+    /// Rounds boosted (the next round's 0-based number), and rounds reported.
+    boosted: u64,
+    reported: u64,
+}
+
+impl Boosting {
+    /// This rank's training, ready to boost its next round (the checkpoint's, on a retry or
+    /// resume): the datasets (`train` required), the trial's params, the model so far.
+    pub fn start(ctx: &mut TrainContext) -> anyhow::Result<Boosting> {
+        if ctx.world_size() > 1 && ctx.backend_name() != rtune_driver::train::TreeBackend::XGBOOST {
+            anyhow::bail!(
+                "XGBoost's train function runs on {} ranks without XGBoost's collective: use \
+                 XGBoostTrainer (or `builtin = \"xgboost\"`), whose backend joins it",
+                ctx.world_size()
+            );
+        }
+        let schedule = Schedule::of(ctx.params())
+            .map_err(|(key, why)| anyhow::anyhow!("param `{key}` {why}"))?;
+        let sorted = library_params(ctx.params(), ctx.num_cpus());
+        let early_stopping = sorted.early_stopping;
+        let mut params = sorted.or_refused()?;
+        // A rank the pool gave a GPU boosts on it (its first visible one), unless told
+        // otherwise.
+        if let tch::Device::Cuda(index) = ctx.device()
+            && !params.iter().any(|(k, _)| k == "device")
+        {
+            params.push(("device".into(), format!("cuda:{index}")));
+        }
+        let names = ctx.dataset_names();
+        let train = names.iter().position(|n| n == "train");
+        let Some(train) = train else {
+            anyhow::bail!(
+                "XGBoost needs a dataset named `train` (this run has {})",
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )
+        };
+        let mut matrices = Vec::new();
+        for name in names {
+            let dense = Dense::of(&ctx.dataset_shard(&name)?, &name)?;
+            let matrix = DMatrix::dense(&dense.features, dense.rows, Some(&dense.labels))
+                .map_err(|e| anyhow::anyhow!("XGBoost refused dataset `{name}`: {e}"))?;
+            if name == "train" {
+                let given =
+                    |key: &str| params.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+                let objective = given("objective").filter(|o| o.starts_with("multi:"));
+                check_classes(ctx, objective, given("num_class"), &dense.labels)?;
+            }
+            matrices.push((name, matrix, dense.labels));
+        }
+        let all: Vec<&DMatrix> = matrices.iter().map(|(_, m, _)| m).collect();
+        let mut booster = Booster::new(&all).map_err(library_error)?;
+        if let Some(checkpoint) = ctx.checkpoint() {
+            let path = crate::xgboost::model_in(checkpoint.path())
+                .unwrap_or_else(|| checkpoint.path().join(MODEL_FILE));
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            booster.load_into(&bytes).map_err(library_error)?;
+        }
+        for (key, value) in &params {
+            booster.set_param(key, value).map_err(|e| anyhow::anyhow!("param `{key}`: {e}"))?;
+        }
+        let done = booster.rounds().map_err(library_error)? as u64;
+        anyhow::ensure!(
+            done == ctx.iteration(),
+            "the checkpoint's model has {done} rounds where the run has reported {}",
+            ctx.iteration()
+        );
+        Ok(Boosting {
+            booster,
+            matrices,
+            train,
+            schedule,
+            early_stopping,
+            early_stop: None,
+            boosted: done,
+            reported: done,
+        })
+    }
+
+    /// The rounds left to boost (0-based: from the model's rounds to `num_boost_round`).
+    pub fn rounds(&self) -> std::ops::Range<u64> {
+        self.boosted..self.schedule.rounds
+    }
+
+    /// Boosts the next round with the trial's objective.
+    pub fn update(&mut self) -> anyhow::Result<()> {
+        let round = self.boosted as u32;
+        let train = &self.matrices[self.train].1;
+        self.booster.update(round, train).map_err(library_error)?;
+        self.boosted_one()
+    }
+
+    /// Boosts the next round with a custom objective's gradients and hessians of `train`'s
+    /// rows (one per row and output, row-major, as [`margins`](Self::margins) gives scores;
+    /// XGBoost's `Booster.boost`).
+    pub fn boost(&mut self, grad: &[f32], hess: &[f32]) -> anyhow::Result<()> {
+        let round = self.boosted as u32;
+        let train = &self.matrices[self.train].1;
+        self.booster.boost(round, train, (grad, hess)).map_err(library_error)?;
+        self.boosted_one()
+    }
+
+    fn boosted_one(&mut self) -> anyhow::Result<()> {
+        if self.boosted == self.reported {
+            tracing::info!("XGBoost boosts on {}", self.booster.device().map_err(library_error)?);
+        }
+        self.boosted += 1;
+        Ok(())
+    }
+
+    fn dataset(&self, name: &str) -> anyhow::Result<&(String, DMatrix, Vec<f32>)> {
+        self.matrices.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
+            let names: Vec<&str> = self.matrices.iter().map(|(n, _, _)| n.as_str()).collect();
+            anyhow::anyhow!("no dataset `{name}` in this run (it has {})", names.join(", "))
+        })
+    }
+
+    /// This rank's labels of dataset `name`.
+    pub fn labels(&self, name: &str) -> anyhow::Result<&[f32]> {
+        Ok(&self.dataset(name)?.2)
+    }
+
+    /// The model's raw scores (margins) of this rank's rows of dataset `name`, one per row
+    /// and output (row-major), as a custom objective takes them.
+    pub fn margins(&self, name: &str) -> anyhow::Result<Vec<f32>> {
+        Ok(self.booster.margins(&self.dataset(name)?.1).map_err(library_error)?.0)
+    }
+
+    /// Sets one of XGBoost's params for the rounds to come (`eta`, ...).
+    pub fn set_param(&mut self, key: &str, value: impl std::fmt::Display) -> anyhow::Result<()> {
+        self.booster
+            .set_param(key, &value.to_string())
+            .map_err(|e| anyhow::anyhow!("param `{key}`: {e}"))
+    }
+
+    /// The last round's evaluation of every dataset (`train-mlogloss`, `valid-mlogloss`),
+    /// summed by the library over the ranks.
+    pub fn eval(&self) -> anyhow::Result<Vec<(String, f64)>> {
+        let round = self.boosted.saturating_sub(1) as u32;
+        let sets: Vec<(&str, &DMatrix)> =
+            self.matrices.iter().map(|(n, m, _)| (n.as_str(), m)).collect();
+        self.booster.eval(round, &sets).map_err(library_error)
+    }
+
+    /// Reports the last round's row (`metrics`, with `training_iteration` its round), with a
+    /// checkpoint of the model where `checkpoint_frequency` keeps one; false when boosting
+    /// ends here (the last round, or early stopping).
+    pub fn report(
+        &mut self,
+        ctx: &mut TrainContext,
+        metrics: Vec<(String, f64)>,
+    ) -> anyhow::Result<bool> {
+        let round = self.boosted;
+        anyhow::ensure!(
+            round == self.reported + 1,
+            "report once after each round boosted (round {round} is reported already)"
+        );
+        if let (Some(rounds), None) = (self.early_stopping, &self.early_stop) {
+            let watched = metrics.last().map(|(name, _)| {
+                let metric = name.rsplit_once('-').map_or(name.as_str(), |(_, m)| m);
+                (name.clone(), higher_is_better(metric))
+            });
+            self.early_stop = Some(EarlyStop::new(rounds, 0.0, watched.into_iter().collect()));
+        }
+        let stops = self.early_stop.as_mut().is_some_and(|e| e.stops(round, &metrics));
+        let schedule = if stops { self.schedule.ending_at(round) } else { self.schedule };
+        let booster = &self.booster;
+        report_round(ctx, &schedule, round, metrics, ("xgboost", MODEL_FILE), || {
+            booster.save().map_err(library_error)
+        })?;
+        self.reported = round;
+        if stops {
+            tracing::info!("early stopping after round {round}");
+        }
+        Ok(!stops && round < self.schedule.rounds)
+    }
 }
 
 /// The library's words, said as what they are.

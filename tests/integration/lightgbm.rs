@@ -12,7 +12,7 @@ use rtune::{LightGBMTrainer, Params};
 
 use crate::cli::rtune;
 use crate::common::{python, text};
-use crate::trees::{asha_sweep_and_its_export, digits, on_digits, params_of};
+use crate::trees::{asha_sweep_and_its_export, digits, on_digits, params_of, with_digits};
 
 /// LightGBM params both sides train with (one thread and `deterministic`: the same trees
 /// whatever the machine).
@@ -278,5 +278,75 @@ print(b.best_iteration + 3)
     ensure!(ours == theirs, "rtune stopped after {ours} rounds, lightgbm after {theirs}");
     let model = trees(&model_of(&result)?);
     ensure!(model.len() == ours * 10, "the last checkpoint has {} trees", model.len());
+    Ok(())
+}
+
+/// Squared error as a train function's own objective, on LightGBM's `Boosting` handle: each
+/// round's gradients (score - label) and hessians (1) of this rank's rows.
+fn squared_error_by_hand(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
+    use rtune::trees::lightgbm::Boosting;
+    let mut boosting = Boosting::start(ctx)?;
+    let labels = boosting.labels("train")?.to_vec();
+    for _ in boosting.rounds() {
+        let scores = boosting.scores("train")?;
+        let grad: Vec<f32> = scores.iter().zip(&labels).map(|(s, y)| *s as f32 - y).collect();
+        boosting.boost(&grad, &vec![1.0; grad.len()])?;
+        let metrics = boosting.eval(ctx)?;
+        if !boosting.report(ctx, metrics)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A train function of the user's own (Ray's newer `LightGBMTrainer(train_fn)`), boosting with
+/// its own squared error (`objective = "none"`) on two ranks over LightGBM's network, trains
+/// the trees rtune's own rounds train with LightGBM's `regression`, and reports the same
+/// pooled metrics, a row per round. The same splits; the leaves' values agree to float
+/// rounding only, since LightGBM's `regression` knows its hessians are 1 and sums counts where
+/// given hessians are summed as floats.
+pub fn a_train_function_of_its_own_boosts_with_its_own_objective() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let params = params_of(
+        r#"{"learning_rate": 0.3, "num_leaves": 15, "min_data_in_leaf": 5, "metric": "l2",
+            "boost_from_average": false, "num_threads": 1, "deterministic": true,
+            "force_col_wise": true, "verbosity": -1}"#,
+    );
+    let rounds = 8;
+    let builtin: LightGBMTrainer =
+        on_digits(params.clone().with("objective", "regression"), 2, rounds, dir.path(), "builtin");
+    let theirs = builtin.fit()?;
+    let own =
+        LightGBMTrainer::with_train_fn(squared_error_by_hand, params.with("objective", "none"))
+            .num_boost_round(rounds);
+    let ours = with_digits(own, 2, dir.path(), "own").fit()?;
+    ensure!(ours.metrics_history.len() == rounds as usize, "{} rows", ours.metrics_history.len());
+    for (round, (a, b)) in ours.metrics_history.iter().zip(&theirs.metrics_history).enumerate() {
+        ensure!(
+            (a["valid-l2"] - b["valid-l2"]).abs() < 1e-6 * b["valid-l2"],
+            "round {}: valid-l2 {} where the builtin's is {}",
+            round + 1,
+            a["valid-l2"],
+            b["valid-l2"]
+        );
+    }
+    // Each tree's splits: the features and thresholds it splits on.
+    let splits = |result: &rtune::TrainResult| -> Result<Vec<String>> {
+        Ok(trees(&model_of(result)?)
+            .iter()
+            .map(|tree| {
+                let lines = tree.lines();
+                let split =
+                    |l: &&str| l.starts_with("split_feature=") || l.starts_with("threshold=");
+                lines.filter(split).collect::<Vec<_>>().join("\n")
+            })
+            .collect())
+    };
+    let (mine, builtin) = (splits(&ours)?, splits(&theirs)?);
+    ensure!(mine.len() == rounds as usize, "{} trees", mine.len());
+    ensure!(mine.iter().all(|s| s.contains("threshold=")), "a tree without splits: {mine:?}");
+    if let Some(i) = (0..mine.len()).find(|&i| mine[i] != builtin[i]) {
+        anyhow::bail!("tree {i} splits differently:\nown:\n{}\nbuiltin:\n{}", mine[i], builtin[i]);
+    }
     Ok(())
 }

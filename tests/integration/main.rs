@@ -644,6 +644,18 @@ fn main() {
             trees::xgboost_early_stopping_ends_where_xgboost_does,
         ),
         test(
+            "trees::a_train_function_of_its_own_boosts_with_its_own_objective",
+            trees::a_train_function_of_its_own_boosts_with_its_own_objective,
+        ),
+        test(
+            "trees::pbt_tree_trials_boost_on_from_the_checkpoint_they_take_over",
+            trees::pbt_tree_trials_boost_on_from_the_checkpoint_they_take_over,
+        ),
+        test(
+            "lightgbm::a_train_function_of_its_own_boosts_with_its_own_objective",
+            lightgbm::a_train_function_of_its_own_boosts_with_its_own_objective,
+        ),
+        test(
             "trees::a_killed_lightgbm_rank_goes_on_from_the_latest_checkpoint",
             trees::a_killed_lightgbm_rank_goes_on_from_the_latest_checkpoint,
         ),

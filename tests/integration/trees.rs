@@ -57,8 +57,18 @@ pub(crate) fn on_digits<L: Library>(
     dir: &Path,
     name: &str,
 ) -> TreeTrainer<L> {
-    TreeTrainer::<L>::new(params)
-        .num_boost_round(rounds)
+    with_digits(TreeTrainer::<L>::new(params).num_boost_round(rounds), workers, dir, name)
+}
+
+/// `trainer` on the digits' train and valid splits, on `workers` ranks, its run `name` in
+/// `dir`.
+pub(crate) fn with_digits<L: Library>(
+    trainer: TreeTrainer<L>,
+    workers: usize,
+    dir: &Path,
+    name: &str,
+) -> TreeTrainer<L> {
+    trainer
         .datasets([
             ("train", Dataset::parquet(digits("train"))),
             ("valid", Dataset::parquet(digits("valid"))),
@@ -410,5 +420,173 @@ print(b.num_boosted_rounds())
     let theirs: usize = String::from_utf8(python(script, &args)?)?.trim().parse()?;
     ensure!(theirs < 300, "xgboost did not stop early ({theirs} rounds): the test shows nothing");
     ensure!(ours == theirs, "rtune stopped after {ours} rounds, xgboost after {theirs}");
+    Ok(())
+}
+
+/// Squared error as a train function's own objective, on XGBoost's `Boosting` handle: each
+/// round's gradients (margin - label) and hessians (1) of this rank's rows.
+fn squared_error_by_hand(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
+    use rtune::trees::xgboost::Boosting;
+    let mut boosting = Boosting::start(ctx)?;
+    let labels = boosting.labels("train")?.to_vec();
+    for _ in boosting.rounds() {
+        let margins = boosting.margins("train")?;
+        let grad: Vec<f32> = margins.iter().zip(&labels).map(|(m, y)| m - y).collect();
+        boosting.boost(&grad, &vec![1.0; grad.len()])?;
+        let metrics = boosting.eval()?;
+        if !boosting.report(ctx, metrics)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A train function of the user's own (Ray's newer `XGBoostTrainer(train_fn)`), boosting with
+/// its own squared error on two ranks through XGBoost's collective, trains the trees rtune's
+/// own rounds train with XGBoost's `reg:squarederror`; its rows are rounds 1..k once, each
+/// with the datasets' metrics, and its checkpoint holds the model Python's xgboost loads.
+pub fn a_train_function_of_its_own_boosts_with_its_own_objective() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let params = params_of(
+        r#"{"base_score": 0.5, "eta": 0.3, "max_depth": 4, "tree_method": "hist",
+            "eval_metric": "rmse", "nthread": 1}"#,
+    );
+    let rounds = 8;
+    let builtin = params.clone().with("objective", "reg:squarederror");
+    let theirs: XGBoostTrainer = on_digits(builtin, 2, rounds, dir.path(), "builtin");
+    let theirs = theirs.fit()?;
+    let own = XGBoostTrainer::with_train_fn(squared_error_by_hand, params).num_boost_round(rounds);
+    let ours = with_digits(own, 2, dir.path(), "own").fit()?;
+    let iterations: Vec<f64> =
+        ours.metrics_history.iter().map(|row| row["training_iteration"]).collect();
+    let expected: Vec<f64> = (1..=rounds).map(|r| r as f64).collect();
+    ensure!(iterations == expected, "the train function's rows are rounds {iterations:?}");
+    let dump = |result: &rtune::TrainResult| -> Result<Vec<String>> {
+        let checkpoint = result.checkpoint.as_ref().context("a checkpoint")?;
+        Ok(serde_json::from_slice(&python(PYTHON_DUMP, &[&checkpoint.path().join("model.ubj")])?)?)
+    };
+    let (mine, builtin) = (dump(&ours)?, dump(&theirs)?);
+    ensure!(mine.len() == rounds as usize, "{} trees", mine.len());
+    if let Some(i) = (0..mine.len()).find(|&i| mine[i] != builtin[i]) {
+        anyhow::bail!("tree {i} differs:\nown:\n{}\nbuiltin:\n{}", mine[i], builtin[i]);
+    }
+    let (a, b) = (&ours.metrics_history[7], &theirs.metrics_history[7]);
+    ensure!(
+        (a["valid-rmse"] - b["valid-rmse"]).abs() < 1e-9,
+        "valid-rmse {} where the builtin's is {}",
+        a["valid-rmse"],
+        b["valid-rmse"]
+    );
+    Ok(())
+}
+
+/// Every tree of a checkpoint's model, as the library's own Python package dumps it.
+const PYTHON_TREES: &str = r#"
+import json, os, sys
+path = sys.argv[1]
+if os.path.exists(os.path.join(path, "model.ubj")):
+    import xgboost as xgb
+    trees = xgb.Booster(model_file=os.path.join(path, "model.ubj")).get_dump()
+else:
+    import lightgbm as lgb
+    info = lgb.Booster(model_file=os.path.join(path, "model.txt")).dump_model()["tree_info"]
+    trees = [json.dumps(t["tree_structure"], sort_keys=True) for t in info]
+print(json.dumps(trees))
+"#;
+
+/// PBT on tree trials is honest: a trial that takes over another's checkpoint boosts on from
+/// that checkpoint's model with its own perturbed params, as Ray's PBT does with a tree trial
+/// (its model's first trees are the taken checkpoint's, the rounds after are its own), and
+/// every trial's rows are rounds 1..13 once. Both libraries.
+pub fn pbt_tree_trials_boost_on_from_the_checkpoint_they_take_over() -> Result<()> {
+    let libraries = [
+        (
+            "xgboost",
+            r#"objective = "multi:softprob"
+eval_metric = "mlogloss"
+tree_method = "hist"
+eta = { loguniform = [0.001, 0.5] }
+max_depth = 4"#,
+            "valid-mlogloss",
+            "eta",
+        ),
+        (
+            "lightgbm",
+            r#"objective = "multiclass"
+metric = "multi_logloss"
+learning_rate = { loguniform = [0.001, 0.5] }
+num_leaves = 7
+verbosity = -1"#,
+            "valid-multi_logloss",
+            "learning_rate",
+        ),
+    ];
+    for (builtin, params, metric, rate) in libraries {
+        let dir = tempfile::tempdir()?;
+        let sweep = format!(
+            r#"
+name = "pbt"
+storage_path = "{storage}"
+
+[trainable]
+builtin = "{builtin}"
+
+[datasets]
+train = "{train}"
+valid = "{valid}"
+label = "digit"
+
+[param_space]
+num_class = 10
+num_boost_round = 13
+{params}
+
+[tune]
+metric = "{metric}"
+mode = "min"
+num_samples = 4
+seed = 0
+scheduler = {{ type = "pbt", time_attr = "training_iteration", perturbation_interval = 3, quantile_fraction = 0.5, hyperparam_mutations = {{ {rate} = {{ loguniform = [0.001, 0.5] }} }} }}
+"#,
+            storage = dir.path().display(),
+            train = digits("train").display(),
+            valid = digits("valid").display(),
+        );
+        let file = dir.path().join("pbt.toml");
+        std::fs::write(&file, sweep)?;
+        let out = rtune(&["run", file.to_str().context("path")?, "--no-tui"])?;
+        ensure!(out.status.success(), "{builtin}: {}", text(&out));
+        let experiment = dir.path().join("pbt");
+        let log = std::fs::read_to_string(experiment.join("driver.log"))?;
+        ensure!(log.contains(" takes over trial "), "{builtin}: PBT exploited nothing:\n{log}");
+        let grid = rtune::ResultGrid::from_path(&experiment)?;
+        let mut took_over = 0;
+        for trial in &grid.trials {
+            let rounds: Vec<f64> =
+                trial.history().iter().map(|r| r["training_iteration"]).collect();
+            let want: Vec<f64> = (1..=13).map(f64::from).collect();
+            ensure!(rounds == want, "{builtin} {}: rounds {rounds:?}", trial.trial_id());
+            let dir = trial.path();
+            // The last checkpoint it took over (at round 12 at the latest: 13 boosts on).
+            let taken = dir.join("exploited_checkpoint");
+            if !taken.is_dir() {
+                continue;
+            }
+            let trees_of = |path: &Path| -> Result<Vec<String>> {
+                Ok(serde_json::from_slice(&python(PYTHON_TREES, &[path])?)?)
+            };
+            let last = trial.checkpoint_by(&rtune_driver::outcome::CheckpointRanking::Latest)?;
+            let (before, after) = (trees_of(&taken)?, trees_of(last.path())?);
+            ensure!(
+                after.len() > before.len() && after[..before.len()] == before[..],
+                "{builtin} {}: its model of {} trees does not start with the {} it took over",
+                trial.trial_id(),
+                after.len(),
+                before.len()
+            );
+            took_over += 1;
+        }
+        ensure!(took_over > 0, "{builtin}: no trial's directory holds a checkpoint taken over");
+    }
     Ok(())
 }
