@@ -648,6 +648,10 @@ fn main() {
             trees::a_train_function_of_its_own_boosts_with_its_own_objective,
         ),
         test(
+            "trees::a_custom_objective_of_the_wrong_length_is_refused",
+            trees::a_custom_objective_of_the_wrong_length_is_refused,
+        ),
+        test(
             "trees::pbt_tree_trials_boost_on_from_the_checkpoint_they_take_over",
             trees::pbt_tree_trials_boost_on_from_the_checkpoint_they_take_over,
         ),

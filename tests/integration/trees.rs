@@ -590,3 +590,35 @@ scheduler = {{ type = "pbt", time_attr = "training_iteration", perturbation_inte
     }
     Ok(())
 }
+
+/// A custom objective that gives one gradient where the rank has many rows.
+fn too_few_gradients_xgboost(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
+    let mut boosting = rtune::trees::xgboost::Boosting::start(ctx)?;
+    boosting.boost(&[0.5], &[1.0])
+}
+
+fn too_few_gradients_lightgbm(ctx: &mut rtune::TrainContext) -> anyhow::Result<()> {
+    let mut boosting = rtune::trees::lightgbm::Boosting::start(ctx)?;
+    boosting.boost(&[0.5], &[1.0])
+}
+
+/// A train function's custom objective of the wrong length fails the run with the library's
+/// name and what it needs (one gradient and hessian per row and output), not a crash.
+pub fn a_custom_objective_of_the_wrong_length_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let xgb = XGBoostTrainer::with_train_fn(too_few_gradients_xgboost, Params::new());
+    let lgb = rtune::LightGBMTrainer::with_train_fn(
+        too_few_gradients_lightgbm,
+        Params::new().with("objective", "none").with("verbosity", -1),
+    );
+    let errors = [
+        ("XGBoost", with_digits(xgb, 1, dir.path(), "xgb").fit().err()),
+        ("LightGBM", with_digits(lgb, 1, dir.path(), "lgb").fit().err()),
+    ];
+    for (library, error) in errors {
+        let said = format!("{:#}", error.with_context(|| format!("{library} trained"))?);
+        let named = said.contains(&format!("{library}: 1 gradients and 1 hessians"));
+        ensure!(named && said.contains(" per row and "), "{library}: {said}");
+    }
+    Ok(())
+}
