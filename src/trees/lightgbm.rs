@@ -23,8 +23,8 @@ use rtune_searchers::Params;
 
 use super::probe::{Library, Refusal, Tried};
 use super::{
-    Dense, EarlyStop, LibraryParams, Schedule, check_classes, is_rtune_param, param_text,
-    report_round, stopping_rounds, threads_given,
+    Dense, EarlyStop, LibraryParams, Rounds, Schedule, check_classes, is_rtune_param, no_dataset,
+    param_text, stopping_rounds, threads_given,
 };
 use crate::lightgbm::{Booster, Dataset, LOG, main_name, params_text, unknown_params};
 use crate::worker::TrainContext;
@@ -143,13 +143,10 @@ pub struct Boosting {
     booster: Booster,
     sets: Vec<(String, Dataset, Vec<f32>)>,
     metrics: Vec<String>,
-    schedule: Schedule,
+    rounds: Rounds,
     early_stop: Option<EarlyStop>,
     /// The last round added no tree (LightGBM can split no further).
     finished: bool,
-    /// Rounds boosted, and rounds reported.
-    boosted: u64,
-    reported: u64,
 }
 
 impl Boosting {
@@ -238,23 +235,21 @@ impl Boosting {
             booster,
             sets,
             metrics,
-            schedule,
+            rounds: Rounds::new(schedule, done),
             early_stop,
             finished: false,
-            boosted: done,
-            reported: done,
         })
     }
 
     /// The rounds left to boost (0-based: from the model's rounds to `num_boost_round`).
     pub fn rounds(&self) -> std::ops::Range<u64> {
-        self.boosted..self.schedule.rounds
+        self.rounds.left()
     }
 
     /// Boosts the next round with the trial's objective.
     pub fn update(&mut self) -> anyhow::Result<()> {
         self.finished = self.booster.update().map_err(library_error)?;
-        self.boosted += 1;
+        self.rounds.boosted_one();
         Ok(())
     }
 
@@ -262,15 +257,13 @@ impl Boosting {
     /// rows (one per row and class, class-major, as [`scores`](Self::scores) gives scores).
     pub fn boost(&mut self, grad: &[f32], hess: &[f32]) -> anyhow::Result<()> {
         self.finished = self.booster.boost(grad, hess).map_err(library_error)?;
-        self.boosted += 1;
+        self.rounds.boosted_one();
         Ok(())
     }
 
     fn index(&self, name: &str) -> anyhow::Result<usize> {
-        self.sets.iter().position(|(n, _, _)| n == name).ok_or_else(|| {
-            let names: Vec<&str> = self.sets.iter().map(|(n, _, _)| n.as_str()).collect();
-            anyhow::anyhow!("no dataset `{name}` in this run (it has {})", names.join(", "))
-        })
+        let names = || self.sets.iter().map(|(n, _, _)| n.as_str());
+        self.sets.iter().position(|(n, _, _)| n == name).ok_or_else(|| no_dataset(name, names()))
     }
 
     /// This rank's labels of dataset `name`.
@@ -307,25 +300,22 @@ impl Boosting {
         ctx: &mut TrainContext,
         metrics: Vec<(String, f64)>,
     ) -> anyhow::Result<bool> {
-        let round = self.boosted;
-        anyhow::ensure!(
-            round == self.reported + 1,
-            "report once after each round boosted (round {round} is reported already)"
-        );
+        let round = self.rounds.to_report()?;
         let stops = self.early_stop.as_mut().is_some_and(|e| e.stops(round, &metrics));
-        let ends = self.finished || stops;
-        let schedule = if ends { self.schedule.ending_at(round) } else { self.schedule };
         let booster = &self.booster;
-        report_round(ctx, &schedule, round, metrics, ("lightgbm", MODEL_FILE), || {
-            Ok(booster.save_text().map_err(library_error)?.into_bytes())
-        })?;
-        self.reported = round;
+        let goes_on = self.rounds.report(
+            ctx,
+            metrics,
+            self.finished || stops,
+            ("lightgbm", MODEL_FILE),
+            || Ok(booster.save_text().map_err(library_error)?.into_bytes()),
+        )?;
         match (self.finished, stops) {
             (true, _) => tracing::info!("LightGBM can split no further after round {round}"),
             (false, true) => tracing::info!("early stopping after round {round}"),
             _ => {}
         }
-        Ok(!ends && round < self.schedule.rounds)
+        Ok(goes_on)
     }
 }
 

@@ -384,6 +384,74 @@ impl Schedule {
     }
 }
 
+/// A rank's rounds as a `Boosting` counts them: those boosted and reported (the same but
+/// while a round waits for its report), and which keep a checkpoint.
+#[derive(Debug)]
+pub(crate) struct Rounds {
+    schedule: Schedule,
+    boosted: u64,
+    reported: u64,
+}
+
+impl Rounds {
+    /// The rounds of `schedule`, `done` of them in the model already.
+    pub(crate) fn new(schedule: Schedule, done: u64) -> Rounds {
+        Rounds { schedule, boosted: done, reported: done }
+    }
+
+    /// The rounds left to boost (0-based).
+    pub(crate) fn left(&self) -> std::ops::Range<u64> {
+        self.boosted..self.schedule.rounds
+    }
+
+    /// Rounds boosted so far: the next round's 0-based number, the last one's 1-based.
+    pub(crate) fn boosted(&self) -> u64 {
+        self.boosted
+    }
+
+    /// Whether no round was boosted yet in this run (a resume's first counts as its first).
+    pub(crate) fn first(&self) -> bool {
+        self.boosted == self.reported
+    }
+
+    pub(crate) fn boosted_one(&mut self) {
+        self.boosted += 1;
+    }
+
+    /// The round a report is for (1-based: the one just boosted), or why there is none.
+    pub(crate) fn to_report(&self) -> anyhow::Result<u64> {
+        let round = self.boosted;
+        anyhow::ensure!(
+            round == self.reported + 1,
+            "report once after each round boosted (round {round} is reported already)"
+        );
+        Ok(round)
+    }
+
+    /// Reports the round [`to_report`](Self::to_report) says (see `report_round`), the last one
+    /// if it `ends` there; whether boosting goes on.
+    pub(crate) fn report(
+        &mut self,
+        ctx: &mut TrainContext,
+        metrics: Vec<(String, f64)>,
+        ends: bool,
+        file: (&str, &str),
+        save: impl FnOnce() -> anyhow::Result<Vec<u8>>,
+    ) -> anyhow::Result<bool> {
+        let round = self.to_report()?;
+        let schedule = if ends { self.schedule.ending_at(round) } else { self.schedule };
+        report_round(ctx, &schedule, round, metrics, file, save)?;
+        self.reported = round;
+        Ok(!ends && round < self.schedule.rounds)
+    }
+}
+
+/// A run has no dataset `name`: it has `names`.
+pub(crate) fn no_dataset<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> anyhow::Error {
+    let names: Vec<&str> = names.collect();
+    anyhow::anyhow!("no dataset `{name}` in this run (it has {})", names.join(", "))
+}
+
 /// Whether `key` is a param rtune reads itself.
 pub(crate) fn is_rtune_param(key: &str) -> bool {
     RTUNE_PARAMS.contains(&key)
@@ -391,7 +459,7 @@ pub(crate) fn is_rtune_param(key: &str) -> bool {
 
 /// Reports round `round`'s (1-based) metrics, with a checkpoint of the model (`save`'s bytes in
 /// `file`) where `schedule` keeps one.
-pub(crate) fn report_round(
+fn report_round(
     ctx: &mut TrainContext,
     schedule: &Schedule,
     round: u64,

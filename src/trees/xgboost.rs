@@ -14,8 +14,8 @@ use rtune_searchers::Params;
 
 use super::probe::{Library, Refusal, Tried};
 use super::{
-    Dense, EarlyStop, LibraryParams, Schedule, check_classes, is_rtune_param, param_text,
-    report_round, stopping_rounds, threads_given,
+    Dense, EarlyStop, LibraryParams, Rounds, Schedule, check_classes, is_rtune_param, no_dataset,
+    param_text, stopping_rounds, threads_given,
 };
 use crate::worker::TrainContext;
 use crate::xgboost::{Booster, DMatrix};
@@ -119,12 +119,9 @@ pub struct Boosting {
     matrices: Vec<(String, DMatrix, Vec<f32>)>,
     /// Which of them is `train`.
     train: usize,
-    schedule: Schedule,
+    rounds: Rounds,
     early_stopping: Option<u64>,
     early_stop: Option<EarlyStop>,
-    /// Rounds boosted (the next round's 0-based number), and rounds reported.
-    boosted: u64,
-    reported: u64,
 }
 
 impl Boosting {
@@ -193,22 +190,20 @@ impl Boosting {
             booster,
             matrices,
             train,
-            schedule,
+            rounds: Rounds::new(schedule, done),
             early_stopping,
             early_stop: None,
-            boosted: done,
-            reported: done,
         })
     }
 
     /// The rounds left to boost (0-based: from the model's rounds to `num_boost_round`).
     pub fn rounds(&self) -> std::ops::Range<u64> {
-        self.boosted..self.schedule.rounds
+        self.rounds.left()
     }
 
     /// Boosts the next round with the trial's objective.
     pub fn update(&mut self) -> anyhow::Result<()> {
-        let round = self.boosted as u32;
+        let round = self.rounds.boosted() as u32;
         let train = &self.matrices[self.train].1;
         self.booster.update(round, train).map_err(library_error)?;
         self.boosted_one()
@@ -218,25 +213,23 @@ impl Boosting {
     /// rows (one per row and output, row-major, as [`margins`](Self::margins) gives scores;
     /// XGBoost's `Booster.boost`).
     pub fn boost(&mut self, grad: &[f32], hess: &[f32]) -> anyhow::Result<()> {
-        let round = self.boosted as u32;
+        let round = self.rounds.boosted() as u32;
         let train = &self.matrices[self.train].1;
         self.booster.boost(round, train, (grad, hess)).map_err(library_error)?;
         self.boosted_one()
     }
 
     fn boosted_one(&mut self) -> anyhow::Result<()> {
-        if self.boosted == self.reported {
+        if self.rounds.first() {
             tracing::info!("XGBoost boosts on {}", self.booster.device().map_err(library_error)?);
         }
-        self.boosted += 1;
+        self.rounds.boosted_one();
         Ok(())
     }
 
     fn dataset(&self, name: &str) -> anyhow::Result<&(String, DMatrix, Vec<f32>)> {
-        self.matrices.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
-            let names: Vec<&str> = self.matrices.iter().map(|(n, _, _)| n.as_str()).collect();
-            anyhow::anyhow!("no dataset `{name}` in this run (it has {})", names.join(", "))
-        })
+        let names = || self.matrices.iter().map(|(n, _, _)| n.as_str());
+        self.matrices.iter().find(|(n, _, _)| n == name).ok_or_else(|| no_dataset(name, names()))
     }
 
     /// This rank's labels of dataset `name`.
@@ -260,7 +253,7 @@ impl Boosting {
     /// The last round's evaluation of every dataset (`train-mlogloss`, `valid-mlogloss`),
     /// summed by the library over the ranks.
     pub fn eval(&self) -> anyhow::Result<Vec<(String, f64)>> {
-        let round = self.boosted.saturating_sub(1) as u32;
+        let round = self.rounds.boosted().saturating_sub(1) as u32;
         let sets: Vec<(&str, &DMatrix)> =
             self.matrices.iter().map(|(n, m, _)| (n.as_str(), m)).collect();
         self.booster.eval(round, &sets).map_err(library_error)
@@ -274,11 +267,7 @@ impl Boosting {
         ctx: &mut TrainContext,
         metrics: Vec<(String, f64)>,
     ) -> anyhow::Result<bool> {
-        let round = self.boosted;
-        anyhow::ensure!(
-            round == self.reported + 1,
-            "report once after each round boosted (round {round} is reported already)"
-        );
+        let round = self.rounds.to_report()?;
         if let (Some(rounds), None) = (self.early_stopping, &self.early_stop) {
             let watched = metrics.last().map(|(name, _)| {
                 let metric = name.rsplit_once('-').map_or(name.as_str(), |(_, m)| m);
@@ -287,16 +276,14 @@ impl Boosting {
             self.early_stop = Some(EarlyStop::new(rounds, 0.0, watched.into_iter().collect()));
         }
         let stops = self.early_stop.as_mut().is_some_and(|e| e.stops(round, &metrics));
-        let schedule = if stops { self.schedule.ending_at(round) } else { self.schedule };
         let booster = &self.booster;
-        report_round(ctx, &schedule, round, metrics, ("xgboost", MODEL_FILE), || {
+        let goes_on = self.rounds.report(ctx, metrics, stops, ("xgboost", MODEL_FILE), || {
             booster.save().map_err(library_error)
         })?;
-        self.reported = round;
         if stops {
             tracing::info!("early stopping after round {round}");
         }
-        Ok(!stops && round < self.schedule.rounds)
+        Ok(goes_on)
     }
 }
 
