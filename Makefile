@@ -25,6 +25,8 @@ MLFLOW_VERSION := 3.17.2
 # the tests compare their models with the Python packages' own.
 XGBOOST_VERSION := 3.2.0
 LIGHTGBM_VERSION := 4.7.0
+# The serving tests talk to `rtune serve` with Triton's own clients (HTTP and gRPC).
+TRITONCLIENT_VERSION := 2.73.0
 VENV := .venv
 TREES := $(VENV)/.trees-$(XGBOOST_VERSION)-$(LIGHTGBM_VERSION)
 TRACKING := $(VENV)/.tracking-$(OPTUNA_VERSION)-$(MLFLOW_VERSION)
@@ -68,6 +70,10 @@ $(VENV)/.moto-$(MOTO_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 
 $(VENV)/.ray-$(RAY_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
 	$(VENV)/bin/python $(PIP_INSTALL) "ray[tune]==$(RAY_VERSION)"
+	@touch $@
+
+$(VENV)/.tritonclient-$(TRITONCLIENT_VERSION): $(VENV)/.torch-$(TORCH_VERSION)
+	$(VENV)/bin/python $(PIP_INSTALL) "tritonclient[http,grpc]==$(TRITONCLIENT_VERSION)"
 	@touch $@
 
 # The xgboost wheel (not xgboost-cpu): one library for CPU and GPU trials, as torch's wheel is.
@@ -123,7 +129,7 @@ demo: libtorch
 	./target/debug/rtune export rtune_results/$$name --best --to rtune_results/$$name/best-model; \
 	./target/debug/examples/demo rtune_results/$$name/best-model
 
-test: libtorch tmux chromium prometheus $(TREES) $(TRACKING) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION)
+test: libtorch tmux chromium prometheus $(TREES) $(TRACKING) $(VENV)/.tensorboard-$(TENSORBOARD_VERSION) $(VENV)/.safetensors-$(SAFETENSORS_VERSION) $(VENV)/.moto-$(MOTO_VERSION) $(VENV)/.ray-$(RAY_VERSION) $(VENV)/.tritonclient-$(TRITONCLIENT_VERSION)
 	cargo test --workspace
 
 # The GPU test group (tests/gpu): the demo sweep on a GPU, fractional trials, ranks sharing a

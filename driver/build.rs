@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "../proto/rtune/v1/worker.proto",
         "../proto/rtune/v1/cluster.proto",
         "../proto/rtune/v1/watch.proto",
+        "../proto/inference/grpc_service.proto",
     ];
     tonic_prost_build::configure().compile_protos(&protos, &["../proto"])?;
     Ok(())

@@ -38,8 +38,9 @@ const DRIVER_LAYERS: &[&[&str]] = &[
     &["runtime"],
     // Ray Train: TorchTrainer and its run loop; the metrics endpoint (Prometheus').
     &["train", "monitor"],
-    // Ray Tune: sweeps of trainers, the controller, experiments and result grids.
-    &["tune"],
+    // Ray Tune: sweeps of trainers, the controller, experiments and result grids; Ray Serve's
+    // part: an exported model behind the Open Inference Protocol.
+    &["tune", "serve"],
 ];
 
 /// The worker and model side (`rtune`), lowest layer first, all above the driver's modules

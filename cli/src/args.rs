@@ -203,6 +203,9 @@ pub enum Command {
         for a classifier, a `prob_<class>` column per class."
     )]
     Predict(PredictArgs),
+    /// Serve an exported model over the Open Inference Protocol (KServe v2, Triton's): HTTP
+    /// and gRPC, batching the requests that arrive together.
+    Serve(ServeArgs),
     /// Serve a cluster: the resource pool that drivers reserve worker groups from. It also
     /// holds the drivers' binaries for the nodes (in `$RTUNE_CACHE/binaries`).
     #[command(after_help = "Example:\n  rtune head --port 6380")]
@@ -419,6 +422,66 @@ pub struct PredictArgs {
     /// may have to predict again.
     #[arg(long, default_value_t = 65_536, requires = "workers")]
     pub part_rows: usize,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    after_help = "Examples:\n  rtune serve best-model\n  rtune serve --best rtune_results/digits-asha --http 127.0.0.1:8000\n\n\
+    Clients speak the Open Inference Protocol: GET /v2/health/ready, GET /v2/models/NAME (its \
+    inputs and outputs), POST /v2/models/NAME/infer, or gRPC's inference.GRPCInferenceService; \
+    GET /metrics is Prometheus'. Rows go in raw, as in the files `rtune predict` reads: the \
+    export's preprocessor scales and encodes them. SIGTERM answers the requests in flight and \
+    exits 0."
+)]
+pub struct ServeArgs {
+    /// A folder `rtune export` wrote.
+    #[arg(value_name = "EXPORT_DIR", required_unless_present = "best")]
+    pub model: Option<PathBuf>,
+    /// Serve the best checkpoint of this experiment (as `rtune export DIR --best` chooses it),
+    /// exported to a temporary folder first.
+    #[arg(long, value_name = "EXPERIMENT", conflicts_with = "model")]
+    pub best: Option<PathBuf>,
+    /// HTTP's address, HOST:PORT (port 0: any free one). Off loopback it needs --token.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8000")]
+    pub http: String,
+    /// gRPC's address, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8001")]
+    pub grpc: String,
+    /// The token clients send as a bearer token (`authorization: Bearer TOKEN`); needed off
+    /// loopback.
+    #[arg(long, env = "RTUNE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The model's name in requests (default: the export folder's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The model's version.
+    #[arg(long, default_value = "1")]
+    pub model_version: String,
+    /// Model replicas, each with a model of its own and a queue.
+    #[arg(long, value_name = "N", default_value = "1", value_parser = count)]
+    pub replicas: u64,
+    /// Rows a batch holds at most (Ray Serve's max_batch_size).
+    #[arg(long, value_name = "ROWS", default_value = "10", value_parser = count)]
+    pub max_batch_size: u64,
+    /// How long a batch waits for more requests after its first, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10.0)]
+    pub batch_wait_ms: f64,
+    /// Requests each replica's queue holds; past it, requests get 503 (RESOURCE_EXHAUSTED)
+    /// with Retry-After at once.
+    #[arg(long, value_name = "N", default_value = "64", value_parser = count)]
+    pub max_queued: u64,
+    /// A request body's size limit, in MiB (past it: 413).
+    #[arg(long, value_name = "MIB", default_value_t = 32.0)]
+    pub max_request_mb: f64,
+    /// A request's deadline, from arrival to answer (past it: 504, DEADLINE_EXCEEDED).
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    pub request_timeout: Duration,
+    /// Where the model runs: cpu, cuda (the first visible GPU) or cuda:N.
+    #[arg(long, default_value = "cpu", value_parser = device)]
+    pub device: Device,
+    /// No line a second of throughput and latency on stderr.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// A `--device` flag: cpu, cuda (the first visible GPU) or cuda:N (clap names the flag in its

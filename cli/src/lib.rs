@@ -24,4 +24,4 @@ pub mod ui;
 
 pub use exit::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
 
-pub use args::{Command, Device, Output, PredictArgs};
+pub use args::{Command, Device, Output, PredictArgs, ServeArgs};

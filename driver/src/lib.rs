@@ -25,6 +25,7 @@ pub mod proto;
 pub mod record;
 pub mod rpc;
 pub mod runtime;
+pub mod serve;
 pub mod setting;
 pub mod storage;
 pub mod sys;

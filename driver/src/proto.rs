@@ -4,3 +4,9 @@
 //! types there.
 
 tonic::include_proto!("rtune.v1");
+
+/// The Open Inference Protocol's gRPC service (`proto/inference/`), which `rtune serve`
+/// answers.
+pub mod inference {
+    tonic::include_proto!("inference");
+}

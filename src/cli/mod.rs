@@ -23,14 +23,15 @@
 //!
 
 mod predict;
+mod serve;
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
-use rtune_cli::PredictArgs;
 use rtune_cli::program::{AddData, Builtins, Torch, Trainables};
 pub use rtune_cli::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
+use rtune_cli::{PredictArgs, ServeArgs};
 use rtune_driver::outcome::Checkpoint;
 use rtune_driver::storage::checkpoint::ExportCard;
 use rtune_driver::train::TrainFnId;
@@ -160,6 +161,10 @@ impl Torch for Registry {
         cluster: Option<(String, String)>,
     ) -> anyhow::Result<String> {
         predict::predict(args, cluster)
+    }
+
+    fn serve(&self, args: &ServeArgs) -> anyhow::Result<()> {
+        serve::serve(args)
     }
 }
 

@@ -6,6 +6,7 @@
 mod batch_predict;
 mod export;
 mod predictor;
+pub mod serve;
 pub mod tree;
 
 pub use batch_predict::{BatchPredictor, Predicted};

@@ -22,6 +22,7 @@ mod monitoring;
 mod mutations;
 mod predict;
 mod relay;
+mod serve;
 mod shared_nothing;
 mod staging;
 mod stale_writer;
@@ -395,6 +396,18 @@ fn main() {
         test(
             "predict::predictions_across_workers_match_one_process",
             predict::predictions_across_workers_match_one_process,
+        ),
+        test(
+            "serve::triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named",
+            serve::triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named,
+        ),
+        test(
+            "serve::concurrent_clients_are_batched_and_every_answer_is_right",
+            serve::concurrent_clients_are_batched_and_every_answer_is_right,
+        ),
+        test(
+            "serve::overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight",
+            serve::overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight,
         ),
         test(
             "cluster::batch_prediction_runs_on_the_cluster",

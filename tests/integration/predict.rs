@@ -49,7 +49,7 @@ num_samples = 1
 }
 
 /// The shipped digits (gzipped, no header) `copies` times over, as a CSV file with a header.
-fn digits_csv(path: &Path, copies: usize) -> Result<()> {
+pub(crate) fn digits_csv(path: &Path, copies: usize) -> Result<()> {
     use std::io::Read;
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/digits.csv.gz");
     let mut rows = String::new();

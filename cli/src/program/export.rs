@@ -179,12 +179,13 @@ impl Drop for TemporaryExport {
 }
 
 /// The best checkpoint of the experiment in `dir`, as `rtune export DIR --best` chooses it,
-/// exported to a temporary folder (`rtune predict --best`); what was exported is said on
+/// exported to a temporary folder (`rtune predict --best`, `rtune serve --best`); what was exported is said on
 /// stderr.
 pub(super) fn best_to_temporary(
     dir: &Path,
     registry: &crate::program::Trainables,
     torch: &dyn Torch,
+    command: &str,
 ) -> Result<TemporaryExport, crate::exit::Exit> {
     let name = format!("rtune-predict-{}-{:08x}", std::process::id(), rand::random::<u32>());
     let folder = std::env::temp_dir().join(name);
@@ -199,6 +200,6 @@ pub(super) fn best_to_temporary(
         trainable: trainable.as_deref(),
     };
     let said = export(&args, torch).map_err(crate::exit::input_error)?;
-    eprintln!("rtune predict --best: {said}");
+    eprintln!("rtune {command} --best: {said}");
     Ok(exported)
 }

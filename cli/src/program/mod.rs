@@ -26,7 +26,7 @@ use rtune_driver::outcome::Checkpoint;
 use rtune_driver::storage::checkpoint::ExportCard;
 use rtune_searchers::Mode;
 
-use crate::args::{Cli, Command, ModeArg, PredictArgs, SlurmCommand};
+use crate::args::{Cli, Command, ModeArg, PredictArgs, ServeArgs, SlurmCommand};
 use crate::exit::{EXIT_FAILED, EXIT_INVALID, Exit, input_error};
 pub use registry::{AddData, Builtins, Probe, Probed, Trainable, Trainables};
 pub use sweep::SweepSpec;
@@ -48,6 +48,9 @@ pub trait Torch {
     /// `rtune predict` (and `rtune slurm predict`): every row of the input predicted, on
     /// workers of `cluster` (address, token) when given; a line about what was written.
     fn predict(&self, args: &PredictArgs, cluster: Option<(String, String)>) -> Result<String>;
+
+    /// `rtune serve`: the export behind the Open Inference Protocol until SIGTERM.
+    fn serve(&self, args: &ServeArgs) -> Result<()>;
 }
 
 /// Where `run` and `resume` run the sweep.
@@ -205,13 +208,28 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
             // The best checkpoint, exported where this process can read it, for as long as it
             // predicts.
             let exported = match args.best.take() {
-                Some(dir) => Some(export::best_to_temporary(&local(&dir)?, registry, torch)?),
+                Some(dir) => {
+                    Some(export::best_to_temporary(&local(&dir)?, registry, torch, "predict")?)
+                }
                 None => None,
             };
             if let Some(export) = &exported {
                 args.model = Some(export.model().to_owned());
             }
             println!("{}", torch.predict(&args, None).map_err(input_error)?);
+            Ok(0)
+        }
+        Command::Serve(mut args) => {
+            let exported = match args.best.take() {
+                Some(dir) => {
+                    Some(export::best_to_temporary(&local(&dir)?, registry, torch, "serve")?)
+                }
+                None => None,
+            };
+            if let Some(export) = &exported {
+                args.model = Some(export.model().to_owned());
+            }
+            torch.serve(&args).map_err(input_error)?;
             Ok(0)
         }
         Command::Head { port, bind, token, heartbeat_timeout, metrics } => {

@@ -12,7 +12,7 @@
 //! file renamed onto the output: a run that fails leaves no output, and no scratch.
 
 mod io;
-mod model;
+pub(super) mod model;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};

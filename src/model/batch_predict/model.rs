@@ -13,7 +13,10 @@ use crate::torch::TorchResult;
 use rtune_driver::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind};
 use rtune_driver::error::{Error, Result};
 
-pub(super) struct ExportedModel {
+/// The fewest rows a TorchScript model is run on (see `ExportedModel::outputs`).
+const MIN_BATCH_ROWS: usize = 16;
+
+pub(crate) struct ExportedModel {
     pub schema: DataSchema,
     engine: Engine,
 }
@@ -35,7 +38,7 @@ enum Outputs {
 impl ExportedModel {
     /// The export in folder `dir` on `device` (a TorchScript model's; a tree model predicts on
     /// the CPU); errors say what is missing or wrong.
-    pub(super) fn load(dir: &Path, device: tch::Device) -> Result<ExportedModel> {
+    pub(crate) fn load(dir: &Path, device: tch::Device) -> Result<ExportedModel> {
         if !dir.is_dir() {
             return Err(Error::Data(format!(
                 "{} is not a folder; give the folder `rtune export` wrote",
@@ -129,17 +132,38 @@ impl ExportedModel {
         Ok(())
     }
 
+    /// The Open Inference Protocol's name for what computes the outputs.
+    pub(crate) fn platform(&self) -> &'static str {
+        match &self.engine {
+            Engine::Torch { .. } => "pytorch_torchscript",
+            Engine::Tree(model) if model.library() == "XGBoost" => "xgboost",
+            Engine::Tree(_) => "lightgbm",
+        }
+    }
+
     /// The model's outputs for a table's rows.
     fn outputs(&self, inputs: Vec<f32>, rows: usize) -> Result<Outputs> {
         let classifier = self.schema.label_kind == Some(LabelKind::Class);
         match &self.engine {
             Engine::Torch { module, device } => {
+                // A row's answer must not depend on the rows batched with it (a server batches
+                // whatever requests arrive together): libtorch's CPU matrix products take
+                // another path for fewer than 12 rows, whose sums round otherwise (measured
+                // with linear layers of 7 to 4096 units: batches of 1-3, 5-7 and 9-11 rows
+                // differ in the last bits from the same rows in a batch of thousands; 12 and
+                // more, never). Small batches are padded with rows of zeros.
+                let width = self.schema.model_inputs.len();
+                let padded = rows.max(MIN_BATCH_ROWS);
+                let mut inputs = inputs;
+                inputs.resize(padded * width, 0.0);
                 let x = tch::Tensor::from_slice(&inputs)
-                    .f_view([rows as i64, self.schema.model_inputs.len() as i64])
+                    .f_view([padded as i64, width as i64])
                     .torch()?
                     .f_to_device(*device)
                     .torch()?;
                 let outputs = tch::no_grad(|| module.forward_ts(&[x]))
+                    .torch()?
+                    .f_narrow(0, 0, rows as i64)
                     .torch()?
                     .f_to_device(tch::Device::Cpu)
                     .torch()?
@@ -165,7 +189,7 @@ impl ExportedModel {
 
     /// `frame` with the model's predictions appended: a `prediction` column (a class, or a
     /// value; `prediction_<j>` for several) and, for a classifier, `prob_<class>` columns.
-    pub(super) fn predict(&self, mut frame: DataFrame, what: &str) -> Result<DataFrame> {
+    pub(crate) fn predict(&self, mut frame: DataFrame, what: &str) -> Result<DataFrame> {
         let schema = &self.schema;
         let table = schema.table(&frame, false, what)?;
         let inputs = schema.inputs(&table, what)?;

@@ -1,0 +1,318 @@
+//! Replicas and dynamic batching: each replica is a thread with a model of its own and a
+//! bounded queue of requests; it runs the requests that arrived together as one batch (up to
+//! `max_batch_size` rows, waiting at most `batch_wait` after the first), then cuts the
+//! predictions back into each request's answer. A full queue is a refusal at once, never a
+//! wait; a model that panics is loaded again and the requests it held get an error.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use polars::prelude::DataFrame;
+
+use super::protocol::{Answer, Code, Model, Outputs, Refusal, Rows};
+use super::stats::Stats;
+use crate::error::Result;
+
+/// What predicts: a model loaded by a replica, used by its thread only.
+pub trait Engine {
+    /// The frame `rtune predict` writes for `frame`'s rows (the export's feature columns):
+    /// those columns, then `prediction` and a classifier's `prob_<class>` columns.
+    fn predict(&mut self, frame: DataFrame) -> Result<DataFrame>;
+}
+
+/// Loads a replica's model (called on the replica's thread, again after a panic).
+pub type Load = Arc<dyn Fn() -> Result<Box<dyn Engine>> + Send + Sync>;
+
+/// How replicas batch and queue.
+#[derive(Debug, Clone)]
+pub struct Batching {
+    /// Rows a batch holds at most (a request of more rows runs alone).
+    pub max_batch_size: usize,
+    /// How long a batch waits for more requests after its first arrived.
+    pub batch_wait: Duration,
+    /// Requests a replica's queue holds; past it, requests are refused as busy.
+    pub max_queued: usize,
+}
+
+/// A request on its way to a replica.
+pub(crate) struct Job {
+    rows: Rows,
+    kinds: Vec<bool>,
+    arrived: Instant,
+    deadline: Instant,
+    reply: tokio::sync::oneshot::Sender<std::result::Result<Answer, Refusal>>,
+}
+
+struct Replica {
+    queue: SyncSender<Job>,
+    /// Requests sent to it and not answered yet.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// The replicas of one model, and the router in front of them.
+pub(crate) struct Replicas {
+    replicas: Vec<Replica>,
+    max_queued: usize,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Replicas {
+    /// Starts `count` replicas, each loading its model on its own thread; returns once every
+    /// one has loaded (or the first error).
+    pub(crate) fn start(
+        count: usize,
+        model: Arc<Model>,
+        load: Load,
+        batching: Batching,
+        stats: Arc<Stats>,
+    ) -> Result<Replicas> {
+        let mut replicas = Vec::with_capacity(count);
+        let mut threads = Vec::with_capacity(count);
+        let mut loaded = Vec::with_capacity(count);
+        for index in 0..count {
+            let (queue, jobs) = sync_channel(batching.max_queued);
+            let in_flight = Arc::new(AtomicUsize::new(0));
+            let (ready, is_ready) = std::sync::mpsc::channel();
+            let worker = Worker {
+                index,
+                model: model.clone(),
+                load: load.clone(),
+                batching: batching.clone(),
+                stats: stats.clone(),
+                in_flight: in_flight.clone(),
+                pending: None,
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("rtune-serve-replica-{index}"))
+                .spawn(move || worker.run(jobs, ready))
+                .map_err(|e| crate::error::Error::io("a serving replica's thread", e))?;
+            threads.push(thread);
+            loaded.push(is_ready);
+            replicas.push(Replica { queue, in_flight });
+        }
+        for is_ready in loaded {
+            is_ready.recv().unwrap_or_else(|_| {
+                Err(crate::error::Error::Data("a serving replica ended while loading".into()))
+            })?;
+        }
+        stats.replicas.set(count as i64);
+        let max_queued = batching.max_queued;
+        Ok(Replicas { replicas, max_queued, threads: Mutex::new(threads) })
+    }
+
+    /// Sends `rows` to the replica with the fewest requests in flight (the next ones if its
+    /// queue is full); the answer comes on the receiver. Every queue full: refused at once.
+    pub(crate) fn submit(
+        &self,
+        rows: Rows,
+        timeout: Duration,
+    ) -> std::result::Result<
+        tokio::sync::oneshot::Receiver<std::result::Result<Answer, Refusal>>,
+        Refusal,
+    > {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let now = Instant::now();
+        let kinds = rows.kinds();
+        let mut job = Job { rows, kinds, arrived: now, deadline: now + timeout, reply };
+        let mut order: Vec<&Replica> = self.replicas.iter().collect();
+        order.sort_by_key(|r| r.in_flight.load(Ordering::Relaxed));
+        for replica in order {
+            replica.in_flight.fetch_add(1, Ordering::Relaxed);
+            match replica.queue.try_send(job) {
+                Ok(()) => return Ok(answer),
+                Err(TrySendError::Full(back) | TrySendError::Disconnected(back)) => {
+                    replica.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    job = back;
+                }
+            }
+        }
+        Err(Refusal::new(
+            Code::Busy,
+            format!(
+                "every replica's queue is full ({} request(s) each, --max-queued): retry later",
+                self.max_queued
+            ),
+        ))
+    }
+
+    /// Requests sent and not answered, by replica.
+    pub(crate) fn in_flight(&self) -> Vec<usize> {
+        self.replicas.iter().map(|r| r.in_flight.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Ends every replica once its queue is empty, and waits for them.
+    pub(crate) fn stop(self) {
+        let Replicas { replicas, threads, .. } = self;
+        drop(replicas);
+        for thread in threads.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A replica's thread.
+struct Worker {
+    index: usize,
+    model: Arc<Model>,
+    load: Load,
+    batching: Batching,
+    stats: Arc<Stats>,
+    in_flight: Arc<AtomicUsize>,
+    /// A request taken from the queue that did not fit the last batch.
+    pending: Option<Job>,
+}
+
+impl Worker {
+    fn run(mut self, jobs: Receiver<Job>, ready: std::sync::mpsc::Sender<Result<()>>) {
+        let mut engine = match (self.load)() {
+            Ok(engine) => {
+                let _ = ready.send(Ok(()));
+                engine
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        while let Some(batch) = self.next_batch(&jobs) {
+            if self.run_batch(engine.as_mut(), batch) {
+                // Its state may be anything now: a model of its own again.
+                self.stats.restarts.inc();
+                tracing::warn!("serving replica {} failed; loading its model again", self.index);
+                match (self.load)() {
+                    Ok(fresh) => engine = fresh,
+                    Err(e) => {
+                        tracing::error!(
+                            "serving replica {} cannot load its model: {e}",
+                            self.index
+                        );
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The requests of the next batch: the first that comes, then those that arrive before
+    /// the wait ends, while they fit and stack with it. None once the queue is closed and
+    /// empty.
+    fn next_batch(&mut self, jobs: &Receiver<Job>) -> Option<Vec<Job>> {
+        let first = match self.pending.take() {
+            Some(job) => job,
+            None => jobs.recv().ok()?,
+        };
+        let until = first.arrived + self.batching.batch_wait;
+        let mut rows = first.rows.count;
+        let mut batch = vec![first];
+        while rows < self.batching.max_batch_size {
+            let wait = until.saturating_duration_since(Instant::now());
+            let job = match jobs.recv_timeout(wait) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            };
+            if job.kinds != batch[0].kinds || rows + job.rows.count > self.batching.max_batch_size {
+                self.pending = Some(job);
+                break;
+            }
+            rows += job.rows.count;
+            batch.push(job);
+        }
+        Some(batch)
+    }
+
+    /// Predicts the batch's live requests and answers each; a batch the model refuses is run
+    /// a request at a time, so only the request at fault gets the error. True when the model
+    /// failed on something no request could be blamed for (a panic, a libtorch error).
+    fn run_batch(&self, engine: &mut dyn Engine, batch: Vec<Job>) -> bool {
+        let now = Instant::now();
+        let mut live = Vec::with_capacity(batch.len());
+        for job in batch {
+            if job.reply.is_closed() {
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            } else if now >= job.deadline {
+                self.answer(
+                    job,
+                    Err(Refusal::new(Code::Timeout, "its deadline passed in the queue")),
+                );
+            } else {
+                live.push(job);
+            }
+        }
+        if live.is_empty() {
+            return false;
+        }
+        match self.predict(engine, &live) {
+            Ok(outputs) => {
+                let outputs = Arc::new(outputs);
+                let mut from = 0;
+                for job in live {
+                    let to = from + job.rows.count;
+                    let answer = outputs.cut(from, to);
+                    from = to;
+                    self.answer(job, Ok(answer));
+                }
+                false
+            }
+            Err(refusal) if refusal.code == Code::Internal => {
+                for job in live {
+                    self.answer(job, Err(refusal.clone()));
+                }
+                true
+            }
+            Err(_) if live.len() > 1 => {
+                let mut failed = false;
+                for job in live {
+                    let alone = self.predict(engine, std::slice::from_ref(&job));
+                    failed |= alone.as_ref().is_err_and(|r| r.code == Code::Internal);
+                    let rows = job.rows.count;
+                    self.answer(job, alone.map(|outputs| Arc::new(outputs).cut(0, rows)));
+                }
+                failed
+            }
+            Err(refusal) => {
+                let job = live.into_iter().next().expect("one job");
+                self.answer(job, Err(refusal));
+                false
+            }
+        }
+    }
+
+    fn predict(
+        &self,
+        engine: &mut dyn Engine,
+        jobs: &[Job],
+    ) -> std::result::Result<Outputs, Refusal> {
+        let schema = &self.model.schema;
+        let rows: Vec<&Rows> = jobs.iter().map(|j| &j.rows).collect();
+        let count: usize = rows.iter().map(|r| r.count).sum();
+        let frame = Rows::frame(schema, &rows)
+            .map_err(|e| Refusal::new(Code::Internal, format!("the batch's rows: {e}")))?;
+        let started = Instant::now();
+        let predicted = std::panic::catch_unwind(AssertUnwindSafe(|| engine.predict(frame)))
+            .map_err(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Refusal::new(Code::Internal, format!("the model panicked: {what}"))
+            })?
+            .map_err(|e| match e {
+                // What a request's rows can be wrong in: a category never seen, a missing
+                // value.
+                crate::error::Error::Data(message) => Refusal::bad(message),
+                other => Refusal::new(Code::Internal, other.to_string()),
+            })?;
+        self.stats.batch(count, jobs.len(), started.elapsed());
+        Outputs::from_frame(&predicted, schema.features.len())
+            .map_err(|e| Refusal::new(Code::Internal, e))
+    }
+
+    fn answer(&self, job: Job, answer: std::result::Result<Answer, Refusal>) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let _ = job.reply.send(answer);
+    }
+}

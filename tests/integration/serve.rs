@@ -1,0 +1,327 @@
+//! `rtune serve`: an export behind the Open Inference Protocol, talked to by Triton's own
+//! clients (tritonclient's HTTP and gRPC, from PyPI) and by plain HTTP load from many threads
+//! (tests/integration/serve_client.py): the answers are `rtune predict`'s for the same rows, bit
+//! for bit; concurrent requests are batched; a full queue is refused at once with Retry-After;
+//! SIGTERM answers what is in flight and exits 0; every bad input is a 400 (INVALID_ARGUMENT)
+//! naming it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+use crate::cli::{RTUNE, rtune};
+use crate::common::{Killed, http_get, text};
+use crate::predict::{digits_csv, digits_export};
+
+/// A running `rtune serve` and where it listens.
+struct Server {
+    process: Killed,
+    http: u16,
+    grpc: u16,
+    stderr: PathBuf,
+}
+
+impl Server {
+    /// `rtune serve model` on free loopback ports, with `more` flags; returns once it says it
+    /// serves.
+    fn start(model: &Path, stderr: PathBuf, more: &[&str]) -> Result<Server> {
+        let mut child = Command::new(RTUNE)
+            .args(["serve", model.to_str().unwrap(), "--http", "127.0.0.1:0"])
+            .args(["--grpc", "127.0.0.1:0", "--name", "model"])
+            .args(more)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr)?)
+            .spawn()?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (said, line) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut first = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut first);
+            let _ = said.send(first);
+        });
+        let process = Killed(child);
+        let line = line.recv_timeout(Duration::from_secs(120)).unwrap_or_default();
+        let port = |after: &str| -> Result<u16> {
+            let at = line.find(after).with_context(|| {
+                format!("`rtune serve` said {line:?}; its stderr: {}", read(&stderr))
+            })?;
+            let rest = &line[at + after.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            Ok(digits.parse()?)
+        };
+        let (http, grpc) = (port("http://127.0.0.1:")?, port("gRPC 127.0.0.1:")?);
+        Ok(Server { process, http, grpc, stderr })
+    }
+
+    fn pid(&self) -> i32 {
+        self.process.0.id() as i32
+    }
+
+    /// Sends SIGTERM and waits for the exit: its code.
+    fn terminate(mut self) -> Result<(Option<i32>, String)> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        let status = wait_exit(&mut self.process.0, Duration::from_secs(60))?;
+        Ok((status, read(&self.stderr)))
+    }
+
+    /// `GET /metrics`' value of `series` (a full sample name with its labels), summed over
+    /// the samples that start with it.
+    fn metric(&self, series: &str) -> Result<f64> {
+        let (status, body) = http_get(self.http, "/metrics", None)?;
+        ensure!(status.contains("200"), "{status}: {body}");
+        Ok(body
+            .lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn wait_exit(child: &mut Child, patience: Duration) -> Result<Option<i32>> {
+    let until = Instant::now() + patience;
+    while Instant::now() < until {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status.code());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("`rtune serve` did not exit within {patience:?} of SIGTERM")
+}
+
+/// tests/integration/serve_client.py's JSON line for `args`.
+fn client(args: &[&str]) -> Result<Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join(".venv/bin/python"))
+        .arg(root.join("tests/integration/serve_client.py"))
+        .args(args)
+        .output()
+        .context("make test installs tritonclient into .venv")?;
+    ensure!(out.status.success(), "the client failed: {}", text(&out));
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.trim()).with_context(|| format!("the client said {line}"))
+}
+
+/// A digits export, its rows as a CSV file with a header, and `rtune predict`'s answers for
+/// them (CSV).
+fn digits_with_predictions(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let model = digits_export(dir)?;
+    let rows = dir.join("rows.csv");
+    digits_csv(&rows, 1)?;
+    let predicted = dir.join("predicted.csv");
+    let (m, i, o) = (model.to_str().unwrap(), rows.to_str().unwrap(), predicted.to_str().unwrap());
+    let out = rtune(&["predict", "--model", m, "--input", i, "--output", o])?;
+    ensure!(out.status.success(), "{}", text(&out));
+    Ok((model, rows, predicted))
+}
+
+/// A POST to `/v2/models/model/infer` that says its body is `length` bytes and sends
+/// `sent` of them: the status line and body of the answer.
+fn post_claiming(port: u16, length: usize, sent: &[u8]) -> Result<(String, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "POST /v2/models/model/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\n\
+         Connection: close\r\n\r\n"
+    )?;
+    stream.write_all(sent)?;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP response")?;
+    Ok((head.lines().next().unwrap_or_default().to_owned(), body.to_owned()))
+}
+
+pub fn triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let (model, rows, predicted) = digits_with_predictions(d)?;
+    let server = Server::start(&model, d.join("serve.err"), &[])?;
+    let (h, g) = (server.http.to_string(), server.grpc.to_string());
+    let seen = client(&["check", &h, &g, rows.to_str().unwrap(), predicted.to_str().unwrap()])?;
+    ensure!(seen["http_health"] == serde_json::json!([true, true, true]), "{seen}");
+    ensure!(seen["grpc_health"] == serde_json::json!([true, true, true]), "{seen}");
+    let metadata = serde_json::json!({
+        "platform": "pytorch_torchscript",
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}],
+        "outputs": [
+            {"name": "prediction", "datatype": "INT64", "shape": [-1]},
+            {"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]},
+        ],
+    });
+    ensure!(seen["http_metadata"] == metadata, "{}", seen["http_metadata"]);
+    ensure!(seen["grpc_metadata"] == metadata, "{}", seen["grpc_metadata"]);
+    for form in ["http_binary", "http_json", "grpc", "per_column"] {
+        ensure!(seen[form] == true, "{form}: not what `rtune predict` gives: {seen}");
+    }
+    // Each bad input: the protocol's refusal, naming what is wrong.
+    let bad = &seen["bad"];
+    let said = |case: &str, front: &str, status: &str, words: &[&str]| -> Result<()> {
+        let answer = &bad[case][front];
+        let (code, message) = (answer[0].to_string(), answer[1].as_str().unwrap_or_default());
+        ensure!(code.contains(status), "{case} over {front}: {answer}");
+        for w in words {
+            ensure!(message.contains(w), "{case} over {front}: {message:?} lacks {w:?}");
+        }
+        Ok(())
+    };
+    for (front, invalid, missing) in
+        [("http", "400", "404"), ("grpc", "INVALID_ARGUMENT", "NOT_FOUND")]
+    {
+        said("unknown_input", front, invalid, &["input `pixels`", "`pixel_0`"])?;
+        said("wrong_datatype", front, invalid, &["`input`", "INT64", "FP32"])?;
+        said("wrong_shape", front, invalid, &["[1, 63]", "[rows, 64]"])?;
+        said("missing_column", front, invalid, &["lacks", "`pixel_1`"])?;
+        said("strings", front, invalid, &["`input`", "BYTES"])?;
+        said("unknown_model", front, missing, &["no model `nope`", "`model`"])?;
+    }
+    said("garbage", "http", "400", &["not JSON"])?;
+    said("no_name", "http", "400", &["input 0 has no `name`"])?;
+    said("non_numeric", "http", "400", &["input `input` holds \"a\"", "not a number"])?;
+    // A body over the limit is refused from its length, before it is read.
+    let (status, body) = post_claiming(server.http, 33 << 20, b"{")?;
+    ensure!(status.contains("413") && body.contains("--max-request-mb"), "{status}: {body}");
+    let (status, body) = http_get(server.http, "/v2/models/nope", None)?;
+    ensure!(status.contains("404") && body.contains("\"error\""), "{status}: {body}");
+    // The metrics count the answers by protocol and code.
+    let ok =
+        server.metric(r#"rtune_serve_requests_total{model="model",protocol="grpc",code="200"}"#)?;
+    ensure!(ok >= 18.0, "{ok} gRPC answers counted");
+    let refused =
+        server.metric(r#"rtune_serve_requests_total{model="model",protocol="http",code="400"}"#)?;
+    ensure!(refused >= 8.0, "{refused} HTTP refusals counted");
+    let (code, stderr) = server.terminate()?;
+    ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    Ok(())
+}
+
+pub fn concurrent_clients_are_batched_and_every_answer_is_right() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let (model, rows, predicted) = digits_with_predictions(d)?;
+    let server = Server::start(&model, d.join("serve.err"), &["--batch-wait-ms", "20"])?;
+    let h = server.http.to_string();
+    let (clients, each) = (64, 8);
+    let seen = client(&[
+        "load",
+        &h,
+        rows.to_str().unwrap(),
+        predicted.to_str().unwrap(),
+        &clients.to_string(),
+        &each.to_string(),
+    ])?;
+    ensure!(seen["wrong"] == serde_json::json!([]), "wrong answers for rows {}", seen["wrong"]);
+    ensure!(seen["right"] == clients * each, "{seen}");
+    let batches = server.metric("rtune_serve_batch_requests_count")?;
+    let requests = server.metric("rtune_serve_batch_requests_sum")?;
+    ensure!(requests == f64::from(clients * each), "{requests} requests batched");
+    let mean = requests / batches;
+    ensure!(mean > 1.0, "{requests} requests in {batches} batches: none batched together");
+    let (code, stderr) = server.terminate()?;
+    ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    ensure!(stderr.contains("rows a batch"), "no line of throughput: {stderr}");
+    Ok(())
+}
+
+/// A copy of the digits export whose TorchScript model takes `steps` products of a 384x384
+/// matrix per batch (a slow model, whatever the batch), then answers as a linear model.
+fn slow_export(model: &Path, to: &Path, steps: u32) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for file in ["preprocessor.json", "metadata.json", "params.json"] {
+        std::fs::copy(model.join(file), to.join(file))?;
+    }
+    let script = format!(
+        r#"
+import sys, torch
+class Slow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(64, 10) * 0.1)
+        self.m = torch.nn.Parameter(torch.randn(384, 384) / 20)
+    def forward(self, x):
+        y = self.m
+        for _ in range({steps}):
+            y = torch.tanh(y @ self.m)
+        return x @ self.w + 0.0 * y.sum()
+torch.jit.trace(Slow(), torch.zeros(16, 64)).save(sys.argv[1])
+"#
+    );
+    crate::common::python(&script, &[&to.join("model.pt")])?;
+    Ok(())
+}
+
+/// Peak resident memory of a process, in bytes.
+fn peak_bytes(pid: i32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM")?;
+    let kb: u64 = line.split_whitespace().nth(1).context("VmHWM")?.parse()?;
+    Ok(kb * 1024)
+}
+
+pub fn overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let (model, rows, _) = digits_with_predictions(d)?;
+    let slow = d.join("slow");
+    slow_export(&model, &slow, 100)?;
+    let rows = rows.to_str().unwrap();
+
+    // A queue of 4 and 200 requests at once: the model runs a batch of 10 while the others
+    // come, so most are refused at once, and every one is answered.
+    let flags = ["--max-queued", "4", "--max-batch-size", "10"];
+    let server = Server::start(&slow, d.join("overload.err"), &flags)?;
+    let seen = client(&["burst", &server.http.to_string(), rows, "200"])?;
+    let codes = seen["codes"].as_object().context("codes")?;
+    let count = |code: &str| codes.get(code).and_then(Value::as_u64).unwrap_or(0);
+    ensure!(count("200") + count("503") == 200, "requests unanswered or refused otherwise: {seen}");
+    // A refusal means 4 were queued then, behind at least one in the model: all answered.
+    ensure!(count("503") > 0 && count("200") >= 5, "{seen}");
+    ensure!(seen["retry_after"] == serde_json::json!(["1"]), "{seen}");
+    let refused =
+        server.metric(r#"rtune_serve_requests_total{model="model",protocol="http",code="503"}"#)?;
+    ensure!(refused == count("503") as f64, "{refused} refusals counted: {seen}");
+    let peak = peak_bytes(server.pid())?;
+    ensure!(peak < 1 << 31, "the server's memory peaked at {peak} bytes");
+    let (code, stderr) = server.terminate()?;
+    ensure!(code == Some(0), "exit {code:?}: {stderr}");
+
+    // SIGTERM with 30 requests queued: each is answered, then the server exits 0.
+    let server = Server::start(&slow, d.join("drain.err"), &[])?;
+    let http = server.http.to_string();
+    let rows_owned = rows.to_owned();
+    let burst = std::thread::spawn(move || client(&["burst", &http, &rows_owned, "30"]));
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting = server.metric("rtune_serve_queue_depth")?;
+        let answered = server.metric("rtune_serve_batch_requests_sum")?;
+        if waiting + answered >= 30.0 {
+            ensure!(waiting > 0.0, "every request was answered before SIGTERM could be sent");
+            break;
+        }
+        ensure!(Instant::now() < until, "30 requests never reached the server");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, stderr) = server.terminate()?;
+    let seen = burst.join().expect("the client's thread")?;
+    ensure!(seen["codes"] == serde_json::json!({"200": 30}), "{seen}; the server: {stderr}");
+    ensure!(code == Some(0), "exit {code:?}: {stderr}");
+
+    // A request past its deadline gets 504 at the deadline, not whenever the model is done.
+    let server = Server::start(&slow, d.join("deadline.err"), &["--request-timeout", "0.05"])?;
+    let body = r#"{"inputs": [{"name": "input", "datatype": "FP32", "shape": [64], "data": [0]}]}"#;
+    let body = body.replace("[0]", &format!("[{}]", vec!["0"; 64].join(",")));
+    let (status, answer) = post_claiming(server.http, body.len(), body.as_bytes())?;
+    ensure!(status.contains("504") && answer.contains("--request-timeout"), "{status}: {answer}");
+    Ok(())
+}
