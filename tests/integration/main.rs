@@ -402,6 +402,10 @@ fn main() {
             serve::triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named,
         ),
         test(
+            "serve::tree_models_are_served_as_rtune_predict_predicts",
+            serve::tree_models_are_served_as_rtune_predict_predicts,
+        ),
+        test(
             "serve::concurrent_clients_are_batched_and_every_answer_is_right",
             serve::concurrent_clients_are_batched_and_every_answer_is_right,
         ),

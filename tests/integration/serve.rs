@@ -142,17 +142,23 @@ fn post_claiming(port: u16, length: usize, sent: &[u8]) -> Result<(String, Strin
     Ok((head.lines().next().unwrap_or_default().to_owned(), body.to_owned()))
 }
 
-pub fn triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let d = dir.path();
-    let (model, rows, predicted) = digits_with_predictions(d)?;
-    let server = Server::start(&model, d.join("serve.err"), &[])?;
+/// `model` served, asked by tritonclient (HTTP and gRPC) for every row of `rows`: the
+/// answers are `predicted`'s (what `rtune predict` wrote), the metadata says `platform`, and
+/// each bad input is refused naming it. Returns the server, still running.
+fn serves_what_predict_gives(
+    model: &Path,
+    rows: &Path,
+    predicted: &Path,
+    platform: &str,
+    dir: &Path,
+) -> Result<Server> {
+    let server = Server::start(model, dir.join(format!("{platform}.err")), &[])?;
     let (h, g) = (server.http.to_string(), server.grpc.to_string());
     let seen = client(&["check", &h, &g, rows.to_str().unwrap(), predicted.to_str().unwrap()])?;
     ensure!(seen["http_health"] == serde_json::json!([true, true, true]), "{seen}");
     ensure!(seen["grpc_health"] == serde_json::json!([true, true, true]), "{seen}");
     let metadata = serde_json::json!({
-        "platform": "pytorch_torchscript",
+        "platform": platform,
         "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}],
         "outputs": [
             {"name": "prediction", "datatype": "INT64", "shape": [-1]},
@@ -175,9 +181,8 @@ pub fn triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named() -> R
         }
         Ok(())
     };
-    for (front, invalid, missing) in
-        [("http", "400", "404"), ("grpc", "INVALID_ARGUMENT", "NOT_FOUND")]
-    {
+    let fronts = [("http", "400", "404"), ("grpc", "INVALID_ARGUMENT", "NOT_FOUND")];
+    for (front, invalid, missing) in fronts {
         said("unknown_input", front, invalid, &["input `pixels`", "`pixel_0`"])?;
         said("wrong_datatype", front, invalid, &["`input`", "INT64", "FP32"])?;
         said("wrong_shape", front, invalid, &["[1, 63]", "[rows, 64]"])?;
@@ -188,20 +193,74 @@ pub fn triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named() -> R
     said("garbage", "http", "400", &["not JSON"])?;
     said("no_name", "http", "400", &["input 0 has no `name`"])?;
     said("non_numeric", "http", "400", &["input `input` holds \"a\"", "not a number"])?;
+    Ok(server)
+}
+
+pub fn triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let (model, rows, predicted) = digits_with_predictions(d)?;
+    let server = serves_what_predict_gives(&model, &rows, &predicted, "pytorch_torchscript", d)?;
     // A body over the limit is refused from its length, before it is read.
     let (status, body) = post_claiming(server.http, 33 << 20, b"{")?;
     ensure!(status.contains("413") && body.contains("--max-request-mb"), "{status}: {body}");
     let (status, body) = http_get(server.http, "/v2/models/nope", None)?;
     ensure!(status.contains("404") && body.contains("\"error\""), "{status}: {body}");
     // The metrics count the answers by protocol and code.
-    let ok =
-        server.metric(r#"rtune_serve_requests_total{model="model",protocol="grpc",code="200"}"#)?;
+    let series = |protocol: &str, code: u16| {
+        format!(
+            r#"rtune_serve_requests_total{{model="model",protocol="{protocol}",code="{code}"}}"#
+        )
+    };
+    let ok = server.metric(&series("grpc", 200))?;
     ensure!(ok >= 18.0, "{ok} gRPC answers counted");
-    let refused =
-        server.metric(r#"rtune_serve_requests_total{model="model",protocol="http",code="400"}"#)?;
+    let refused = server.metric(&series("http", 400))?;
     ensure!(refused >= 8.0, "{refused} HTTP refusals counted");
     let (code, stderr) = server.terminate()?;
     ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    Ok(())
+}
+
+/// XGBoost's and LightGBM's exports are served as `rtune predict` predicts with them.
+pub fn tree_models_are_served_as_rtune_predict_predicts() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let rows = d.join("rows.csv");
+    digits_csv(&rows, 1)?;
+    let sweeps = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweeps");
+    for (file, experiment, rounds, platform) in [
+        (
+            "digits_xgboost_asha.toml",
+            "digits-xgboost-asha",
+            "param_space.num_boost_round=5",
+            "xgboost",
+        ),
+        (
+            "digits_lightgbm_asha.toml",
+            "digits-lightgbm-asha",
+            "param_space.num_boost_round=5",
+            "lightgbm",
+        ),
+    ] {
+        let storage = format!("storage_path={:?}", d.display().to_string());
+        let sweep = sweeps.join(file);
+        let sets = ["--set", &storage, "--set", "tune.num_samples=1", "--set", rounds];
+        let out = rtune(&[&["run", sweep.to_str().unwrap(), "--no-tui"], &sets[..]].concat())?;
+        ensure!(out.status.success(), "{}", text(&out));
+        let model = d.join(platform);
+        let experiment = d.join(experiment);
+        let out =
+            rtune(&["export", experiment.to_str().unwrap(), "--to", model.to_str().unwrap()])?;
+        ensure!(out.status.success(), "{}", text(&out));
+        let predicted = d.join(format!("{platform}.csv"));
+        let (m, i, o) =
+            (model.to_str().unwrap(), rows.to_str().unwrap(), predicted.to_str().unwrap());
+        let out = rtune(&["predict", "--model", m, "--input", i, "--output", o])?;
+        ensure!(out.status.success(), "{}", text(&out));
+        let server = serves_what_predict_gives(&model, &rows, &predicted, platform, d)?;
+        let (code, stderr) = server.terminate()?;
+        ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    }
     Ok(())
 }
 
