@@ -457,9 +457,21 @@ pub struct ServeArgs {
     /// The model's version.
     #[arg(long, default_value = "1")]
     pub model_version: String,
-    /// Model replicas, each with a model of its own and a queue.
+    /// Model replicas: worker processes reserved from the pool trials use (this machine's,
+    /// or the cluster's at $RTUNE_ADDRESS), each with the model, a queue, and its
+    /// resources; one that dies is started again.
     #[arg(long, value_name = "N", default_value = "1", value_parser = count)]
     pub replicas: u64,
+    /// CPUs each replica holds (its libtorch or tree library threads).
+    #[arg(long, value_name = "N", default_value_t = 1.0, value_parser = amount)]
+    pub cpus_per_replica: f64,
+    /// GPUs each replica holds (a fraction shares one); it predicts on its GPU.
+    #[arg(long, value_name = "F", value_parser = amount)]
+    pub gpus_per_replica: Option<f64>,
+    /// The model runs in the server's own process, on --device: one replica, nothing
+    /// reserved from the pool.
+    #[arg(long, conflicts_with_all = ["replicas", "cpus_per_replica", "gpus_per_replica"])]
+    pub in_process: bool,
     /// Rows a batch holds at most (Ray Serve's max_batch_size).
     #[arg(long, value_name = "ROWS", default_value = "10", value_parser = count)]
     pub max_batch_size: u64,
@@ -476,8 +488,8 @@ pub struct ServeArgs {
     /// A request's deadline, from arrival to answer (past it: 504, DEADLINE_EXCEEDED).
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
     pub request_timeout: Duration,
-    /// Where the model runs: cpu, cuda (the first visible GPU) or cuda:N.
-    #[arg(long, default_value = "cpu", value_parser = device)]
+    /// Where the model runs with --in-process: cpu, cuda (the first visible GPU) or cuda:N.
+    #[arg(long, default_value = "cpu", value_parser = device, requires = "in_process")]
     pub device: Device,
     /// No line a second of throughput and latency on stderr.
     #[arg(long)]

@@ -5,13 +5,16 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 use rtune_cli::ServeArgs;
+use std::collections::BTreeMap;
+
+use rtune_driver::config::{RunConfig, ScalingConfig};
 use rtune_driver::serve::{Batching, Limits, ServeConfig};
+
+use crate::model::serve::ReplicaPool;
 
 /// Serves until SIGTERM; the line that says where goes to stdout once every replica is ready.
 pub(super) fn serve(args: &ServeArgs) -> Result<()> {
     let dir = args.model.as_ref().ok_or_else(|| anyhow!("no model to serve"))?;
-    let device = crate::cuda::use_device(crate::cuda::torch_device(args.device))
-        .map_err(|e| anyhow!("--device: {e}; or serve on the CPU (--device cpu)"))?;
     let name = match &args.name {
         Some(name) => name.clone(),
         None => dir
@@ -29,12 +32,27 @@ pub(super) fn serve(args: &ServeArgs) -> Result<()> {
     if !(args.max_request_mb.is_finite() && args.max_request_mb > 0.0) {
         return Err(anyhow!("--max-request-mb is {}: give a positive size", args.max_request_mb));
     }
-    let (model, load) = crate::model::serve::model(dir, name, args.model_version.clone(), device)?;
+    let model = crate::model::serve::describe(dir, name, args.model_version.clone())?;
+    let (load, pool) = if args.in_process {
+        let device = crate::cuda::use_device(crate::cuda::torch_device(args.device))
+            .map_err(|e| anyhow!("--device: {e}; or serve on the CPU (--device cpu)"))?;
+        (crate::model::serve::in_process(dir, device), None)
+    } else {
+        let mut resources = BTreeMap::from([("CPU".to_owned(), args.cpus_per_replica)]);
+        if let Some(gpus) = args.gpus_per_replica {
+            resources.insert("GPU".to_owned(), gpus);
+        }
+        let use_gpu = args.gpus_per_replica.is_some_and(|g| g > 0.0);
+        let scaling = ScalingConfig::workers(1).use_gpu(use_gpu).resources_per_worker(resources);
+        let pool =
+            ReplicaPool::start(dir, args.replicas as usize, scaling, RunConfig::new("serve"))?;
+        (pool.load(), Some(pool))
+    };
     let config = ServeConfig {
         http: args.http.clone(),
         grpc: args.grpc.clone(),
         token: args.token.clone(),
-        replicas: args.replicas as usize,
+        replicas: if args.in_process { 1 } else { args.replicas as usize },
         batching: Batching {
             max_batch_size: args.max_batch_size as usize,
             batch_wait: Duration::from_secs_f64(args.batch_wait_ms / 1e3),
@@ -48,15 +66,21 @@ pub(super) fn serve(args: &ServeArgs) -> Result<()> {
     };
     let (name, version, platform) =
         (model.name.clone(), model.version.clone(), model.platform.clone());
-    let replicas = config.replicas;
-    rtune_driver::serve::serve(config, model, load, |at| {
-        let replicas =
-            if replicas == 1 { "1 replica".to_owned() } else { format!("{replicas} replicas") };
+    let replicas = match (args.in_process, config.replicas) {
+        (true, _) => "this process".to_owned(),
+        (false, 1) => "1 replica".to_owned(),
+        (false, n) => format!("{n} replicas"),
+    };
+    let served = rtune_driver::serve::serve(config, model, load, |at| {
         println!(
             "serving `{name}` (version {version}, {platform}) on {replicas}: HTTP http://{}, gRPC {}",
             at.http, at.grpc
         );
-    })?;
+    });
+    if let Some(pool) = pool {
+        pool.stop();
+    }
+    served?;
     eprintln!("rtune serve: stopped; every request in flight was answered");
     Ok(())
 }

@@ -410,6 +410,10 @@ fn main() {
             serve::concurrent_clients_are_batched_and_every_answer_is_right,
         ),
         test(
+            "serve::a_killed_replica_comes_back_and_every_request_is_answered",
+            serve::a_killed_replica_comes_back_and_every_request_is_answered,
+        ),
+        test(
             "serve::overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight",
             serve::overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight,
         ),

@@ -384,3 +384,59 @@ pub fn overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight() -> Re
     ensure!(status.contains("504") && answer.contains("--request-timeout"), "{status}: {answer}");
     Ok(())
 }
+
+/// The pids of the replicas `rtune serve` said are up (in its stderr at `path`), once there
+/// are `count` such lines.
+fn replicas_up(path: &Path, count: usize, patience: Duration) -> Result<Vec<i32>> {
+    let until = Instant::now() + patience;
+    loop {
+        let said = read(path);
+        let pids: Vec<i32> = said
+            .lines()
+            .filter_map(|l| l.split_once(" is up (pid ")?.1.strip_suffix(')')?.parse().ok())
+            .collect();
+        if pids.len() >= count {
+            return Ok(pids);
+        }
+        ensure!(Instant::now() < until, "{} of {count} replicas up: {said}", pids.len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn a_killed_replica_comes_back_and_every_request_is_answered() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let (model, rows, predicted) = digits_with_predictions(d)?;
+    let server = Server::start(&model, d.join("serve.err"), &["--replicas", "2"])?;
+    let pids = replicas_up(&server.stderr, 2, Duration::from_secs(60))?;
+    let (http, rows, predicted) = (
+        server.http.to_string(),
+        rows.to_str().unwrap().to_owned(),
+        predicted.to_str().unwrap().to_owned(),
+    );
+    let (h, r, p) = (http.clone(), rows.clone(), predicted.clone());
+    let load = std::thread::spawn(move || client(&["load", &h, &r, &p, "8", "300"]));
+    let answered = r#"rtune_serve_requests_total{model="model",protocol="http",code="200"}"#;
+    let until = Instant::now() + Duration::from_secs(60);
+    while server.metric(answered)? < 100.0 {
+        ensure!(Instant::now() < until, "100 requests were never answered");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill(2) on a replica process of the server this test started.
+    unsafe { libc::kill(pids[0], libc::SIGKILL) };
+    let seen = load.join().expect("the client's thread")?;
+    let codes = seen["codes"].as_object().context("codes")?;
+    let total: u64 = codes.values().filter_map(Value::as_u64).sum();
+    ensure!(total == 8 * 300, "{total} of 2400 requests answered: {seen}");
+    ensure!(codes.keys().all(|c| c == "200" || c == "500"), "{seen}");
+    ensure!(seen["wrong"] == serde_json::json!([]), "wrong answers: {seen}");
+    // The replica is started again, in a process of its own, and both serve.
+    let pids = replicas_up(&server.stderr, 3, Duration::from_secs(120))?;
+    ensure!(pids[2] != pids[0], "{pids:?}");
+    ensure!(server.metric("rtune_serve_replica_restarts_total")? >= 1.0, "no restart counted");
+    let seen = client(&["load", &http, &rows, &predicted, "8", "10"])?;
+    ensure!(seen["right"] == 80, "after the restart: {seen}");
+    let (code, stderr) = server.terminate()?;
+    ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    Ok(())
+}

@@ -5,7 +5,7 @@
 //! wait; a model that panics is loaded again and the requests it held get an error.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,14 +16,20 @@ use super::protocol::{Answer, Code, Model, Outputs, Refusal, Rows};
 use super::stats::Stats;
 use crate::error::Result;
 
-/// What predicts: a model loaded by a replica, used by its thread only.
+/// What predicts: a model loaded by a replica (or the link to a replica process), used by its
+/// thread only.
 pub trait Engine {
-    /// The frame `rtune predict` writes for `frame`'s rows (the export's feature columns):
-    /// those columns, then `prediction` and a classifier's `prob_<class>` columns.
+    /// The predictions `rtune predict` writes for `frame`'s rows (the export's feature
+    /// columns): `prediction` (or `prediction_<j>`) and a classifier's `prob_<class>` columns.
     fn predict(&mut self, frame: DataFrame) -> Result<DataFrame>;
+
+    /// Where it runs, as the server's log says it.
+    fn place(&self) -> String {
+        "in this process".into()
+    }
 }
 
-/// Loads a replica's model (called on the replica's thread, again after a panic).
+/// Loads a replica's model (called on the replica's thread, again after it failed).
 pub type Load = Arc<dyn Fn() -> Result<Box<dyn Engine>> + Send + Sync>;
 
 /// How replicas batch and queue.
@@ -50,6 +56,8 @@ struct Replica {
     queue: SyncSender<Job>,
     /// Requests sent to it and not answered yet.
     in_flight: Arc<AtomicUsize>,
+    /// False while its model is loaded again: it gets no requests.
+    up: Arc<AtomicBool>,
 }
 
 /// The replicas of one model, and the router in front of them.
@@ -75,6 +83,7 @@ impl Replicas {
         for index in 0..count {
             let (queue, jobs) = sync_channel(batching.max_queued);
             let in_flight = Arc::new(AtomicUsize::new(0));
+            let up = Arc::new(AtomicBool::new(false));
             let (ready, is_ready) = std::sync::mpsc::channel();
             let worker = Worker {
                 index,
@@ -83,6 +92,7 @@ impl Replicas {
                 batching: batching.clone(),
                 stats: stats.clone(),
                 in_flight: in_flight.clone(),
+                up: up.clone(),
                 pending: None,
             };
             let thread = std::thread::Builder::new()
@@ -91,7 +101,7 @@ impl Replicas {
                 .map_err(|e| crate::error::Error::io("a serving replica's thread", e))?;
             threads.push(thread);
             loaded.push(is_ready);
-            replicas.push(Replica { queue, in_flight });
+            replicas.push(Replica { queue, in_flight, up });
         }
         for is_ready in loaded {
             is_ready.recv().unwrap_or_else(|_| {
@@ -117,7 +127,14 @@ impl Replicas {
         let now = Instant::now();
         let kinds = rows.kinds();
         let mut job = Job { rows, kinds, arrived: now, deadline: now + timeout, reply };
-        let mut order: Vec<&Replica> = self.replicas.iter().collect();
+        let mut order: Vec<&Replica> =
+            self.replicas.iter().filter(|r| r.up.load(Ordering::Relaxed)).collect();
+        if order.is_empty() {
+            return Err(Refusal::new(
+                Code::Busy,
+                "no replica is up (their models are loading again after a failure): retry later",
+            ));
+        }
         order.sort_by_key(|r| r.in_flight.load(Ordering::Relaxed));
         for replica in order {
             replica.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -161,6 +178,7 @@ struct Worker {
     batching: Batching,
     stats: Arc<Stats>,
     in_flight: Arc<AtomicUsize>,
+    up: Arc<AtomicBool>,
     /// A request taken from the queue that did not fit the last batch.
     pending: Option<Job>,
 }
@@ -169,6 +187,7 @@ impl Worker {
     fn run(mut self, jobs: Receiver<Job>, ready: std::sync::mpsc::Sender<Result<()>>) {
         let mut engine = match (self.load)() {
             Ok(engine) => {
+                self.say_up(engine.as_ref());
                 let _ = ready.send(Ok(()));
                 engine
             }
@@ -178,22 +197,37 @@ impl Worker {
             }
         };
         while let Some(batch) = self.next_batch(&jobs) {
-            if self.run_batch(engine.as_mut(), batch) {
-                // Its state may be anything now: a model of its own again.
-                self.stats.restarts.inc();
-                tracing::warn!("serving replica {} failed; loading its model again", self.index);
-                match (self.load)() {
-                    Ok(fresh) => engine = fresh,
-                    Err(e) => {
-                        tracing::error!(
-                            "serving replica {} cannot load its model: {e}",
-                            self.index
-                        );
-                        return;
-                    }
+            if !self.run_batch(engine.as_mut(), batch) {
+                continue;
+            }
+            // Its state may be anything now: the requests it held are answered, and it
+            // gets a model of its own again (a replica process: the one started in its
+            // place).
+            self.up.store(false, Ordering::Relaxed);
+            self.stats.restarts.inc();
+            tracing::warn!("serving replica {} failed; loading its model again", self.index);
+            let held =
+                self.pending.take().into_iter().chain(std::iter::from_fn(|| jobs.try_recv().ok()));
+            for job in held.collect::<Vec<_>>() {
+                let why = "the replica that held it failed (it is started again): retry";
+                self.answer(job, Err(Refusal::new(Code::Internal, why)));
+            }
+            match (self.load)() {
+                Ok(fresh) => {
+                    engine = fresh;
+                    self.say_up(engine.as_ref());
+                }
+                Err(e) => {
+                    tracing::error!("serving replica {} cannot load its model: {e}", self.index);
+                    return;
                 }
             }
         }
+    }
+
+    fn say_up(&self, engine: &dyn Engine) {
+        self.up.store(true, Ordering::Relaxed);
+        eprintln!("rtune serve: replica {} is up ({})", self.index, engine.place());
     }
 
     /// The requests of the next batch: the first that comes, then those that arrive before
@@ -307,8 +341,7 @@ impl Worker {
                 other => Refusal::new(Code::Internal, other.to_string()),
             })?;
         self.stats.batch(count, jobs.len(), started.elapsed());
-        Outputs::from_frame(&predicted, schema.features.len())
-            .map_err(|e| Refusal::new(Code::Internal, e))
+        Outputs::from_frame(&predicted).map_err(|e| Refusal::new(Code::Internal, e))
     }
 
     fn answer(&self, job: Job, answer: std::result::Result<Answer, Refusal>) {

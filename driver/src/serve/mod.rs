@@ -12,6 +12,7 @@ mod grpc;
 mod http;
 pub mod protocol;
 mod stats;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

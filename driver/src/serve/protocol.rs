@@ -526,11 +526,11 @@ pub struct Answer {
 }
 
 impl Outputs {
-    /// The outputs of a predicted frame (what `rtune predict` writes after the input
+    /// The outputs of a frame of predictions (what `rtune predict` writes after the input
     /// columns): `prediction` (or `prediction_<j>`, as one [rows, j] tensor) and a
     /// classifier's `prob_<class>` columns as `probabilities` [rows, classes].
-    pub fn from_frame(frame: &DataFrame, inputs: usize) -> Result<Outputs, String> {
-        let columns = &frame.columns()[inputs.min(frame.width())..];
+    pub fn from_frame(frame: &DataFrame) -> Result<Outputs, String> {
+        let columns = frame.columns();
         let floats = |c: &Column| -> Result<Vec<f32>, String> {
             let c = c.cast(&DataType::Float32).map_err(|e| e.to_string())?;
             Ok(c.f32().map_err(|e| e.to_string())?.into_no_null_iter().collect())
@@ -697,7 +697,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let outputs = Arc::new(Outputs::from_frame(&frame, 1).unwrap());
+        let outputs = Arc::new(Outputs::from_frame(&frame).unwrap());
         let answer = outputs.cut(1, 3);
         assert_eq!(answer.outputs[0].data, OutData::Ints(vec![0, 1]));
         assert_eq!(answer.outputs[1].data, OutData::Floats(vec![0.9, 0.1, 0.4, 0.6]));
