@@ -268,7 +268,9 @@ pub fn concurrent_clients_are_batched_and_every_answer_is_right() -> Result<()> 
     let dir = tempfile::tempdir()?;
     let d = dir.path();
     let (model, rows, predicted) = digits_with_predictions(d)?;
-    let server = Server::start(&model, d.join("serve.err"), &["--batch-wait-ms", "20"])?;
+    // The model in the server's own process (the others test replica processes).
+    let flags = ["--batch-wait-ms", "20", "--in-process"];
+    let server = Server::start(&model, d.join("serve.err"), &flags)?;
     let h = server.http.to_string();
     let (clients, each) = (64, 8);
     let seen = client(&[

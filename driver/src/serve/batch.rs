@@ -349,3 +349,158 @@ impl Worker {
         let _ = job.reply.send(answer);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use polars::prelude::Column;
+
+    use super::*;
+    use crate::data::{DataSchema, LabelKind};
+    use crate::serve::protocol::{OutData, Values};
+
+    /// A permit a batch waits for.
+    type Gate = Arc<Mutex<std::sync::mpsc::Receiver<()>>>;
+
+    /// Predicts each row's `x` as its class; panics on x = -1 and refuses x = -2 as bad data;
+    /// takes a permit from the gate before each batch when one is given.
+    struct Echo {
+        gate: Option<Gate>,
+    }
+
+    impl Engine for Echo {
+        fn predict(&mut self, frame: DataFrame) -> Result<DataFrame> {
+            if let Some(gate) = &self.gate {
+                gate.lock().unwrap().recv().unwrap();
+            }
+            let x: Vec<f32> = frame.column("x")?.f32()?.into_no_null_iter().collect();
+            if x.contains(&-1.0) {
+                panic!("the model broke");
+            }
+            if x.contains(&-2.0) {
+                return Err(crate::error::Error::Data("x = -2 is no digit".into()));
+            }
+            let classes: Vec<i64> = x.iter().map(|&v| v as i64).collect();
+            Ok(DataFrame::new(x.len(), vec![Column::new("prediction".into(), classes)])?)
+        }
+    }
+
+    fn model() -> Arc<Model> {
+        let schema = DataSchema {
+            features: vec!["x".into()],
+            label: Some("y".into()),
+            label_kind: Some(LabelKind::Class),
+            preprocessor: None,
+            model_inputs: vec!["x".into()],
+        };
+        let outputs = Model::default_outputs(&schema);
+        Arc::new(Model {
+            name: "m".into(),
+            version: "1".into(),
+            platform: "test".into(),
+            schema,
+            outputs,
+        })
+    }
+
+    fn rows(x: &[f32]) -> Rows {
+        Rows { count: x.len(), columns: vec![Values::Numbers(x.to_vec())] }
+    }
+
+    fn start(gate: Option<Gate>, max_queued: usize) -> (Replicas, Arc<Stats>) {
+        let stats = Arc::new(Stats::new("m"));
+        let load: Load =
+            Arc::new(move || Ok(Box::new(Echo { gate: gate.clone() }) as Box<dyn Engine>));
+        let batching =
+            Batching { max_batch_size: 4, batch_wait: Duration::from_millis(200), max_queued };
+        (Replicas::start(1, model(), load, batching, stats.clone()).unwrap(), stats)
+    }
+
+    type Waiting = tokio::sync::oneshot::Receiver<std::result::Result<Answer, Refusal>>;
+
+    fn classes(answer: Waiting) -> std::result::Result<Vec<i64>, Refusal> {
+        let answer = answer.blocking_recv().expect("an answer")?;
+        match &answer.outputs[0].data {
+            OutData::Ints(v) => Ok(v.clone()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_that_come_together_are_one_batch_up_to_its_rows() {
+        let (replicas, stats) = start(None, 16);
+        let timeout = Duration::from_secs(30);
+        let sent: Vec<Waiting> = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+            .iter()
+            .map(|x| replicas.submit(rows(x), timeout).unwrap())
+            .collect();
+        let answers: Vec<Vec<i64>> = sent.into_iter().map(|a| classes(a).unwrap()).collect();
+        assert_eq!(answers, [vec![1, 2], vec![3, 4], vec![5, 6]]);
+        // 4 rows at most: the first two requests together, the third alone.
+        let text = stats.render(&replicas.in_flight());
+        assert!(text.contains("rtune_serve_batch_requests_count 2"), "{text}");
+        assert!(text.contains("rtune_serve_batch_rows_sum 6.0"), "{text}");
+        replicas.stop();
+    }
+
+    #[test]
+    fn a_bad_request_fails_alone_and_a_panic_fails_its_batch_then_the_model_is_loaded_again() {
+        let (replicas, stats) = start(None, 16);
+        let timeout = Duration::from_secs(30);
+        let good = replicas.submit(rows(&[7.0]), timeout).unwrap();
+        let bad = replicas.submit(rows(&[-2.0]), timeout).unwrap();
+        assert_eq!(classes(good).unwrap(), [7]);
+        let refused = classes(bad).unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message.as_str()),
+            (Code::BadRequest, "x = -2 is no digit")
+        );
+        let broken = replicas.submit(rows(&[-1.0]), timeout).unwrap();
+        let refused = classes(broken).unwrap_err();
+        assert_eq!(refused.code, Code::Internal);
+        assert!(refused.message.contains("the model broke"), "{refused:?}");
+        // Loaded again, it answers.
+        let until = Instant::now() + timeout;
+        loop {
+            match replicas.submit(rows(&[8.0]), timeout) {
+                Ok(answer) => {
+                    assert_eq!(classes(answer).unwrap(), [8]);
+                    break;
+                }
+                Err(busy) => assert_eq!(busy.code, Code::Busy),
+            }
+            assert!(Instant::now() < until, "the replica never came back");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(stats.render(&[0]).contains("rtune_serve_replica_restarts_total 1"));
+        replicas.stop();
+    }
+
+    #[test]
+    fn a_full_queue_is_refused_at_once() {
+        let (permit, gate) = std::sync::mpsc::channel();
+        let (replicas, _) = start(Some(Arc::new(Mutex::new(gate))), 2);
+        let timeout = Duration::from_secs(30);
+        // The first batch waits at the gate, and the queue fills behind it: the next request
+        // is refused.
+        let first = replicas.submit(rows(&[1.0, 1.0, 1.0, 1.0]), timeout).unwrap();
+        let until = Instant::now() + timeout;
+        let mut queued = Vec::new();
+        let refused = loop {
+            match replicas.submit(rows(&[2.0]), timeout) {
+                Ok(answer) => queued.push(answer),
+                Err(refusal) => break refusal,
+            }
+            assert!(Instant::now() < until && queued.len() <= 3, "never refused");
+        };
+        assert_eq!(refused.code, Code::Busy);
+        assert!(refused.message.contains("--max-queued"), "{refused:?}");
+        for _ in 0..=queued.len() {
+            permit.send(()).unwrap();
+        }
+        assert_eq!(classes(first).unwrap(), [1, 1, 1, 1]);
+        for answer in queued {
+            assert!(classes(answer).unwrap().iter().all(|&c| c == 2));
+        }
+        replicas.stop();
+    }
+}

@@ -71,7 +71,7 @@ async fn route(front: &Arc<Front>, request: Request<Incoming>) -> Result<Reply, 
                     front.model.check_name(&name, &version)?;
                     Ok(status(if front.ready() { 200 } else { 503 }))
                 }
-                (false, ["infer"]) if !get && request_is_post(&request) => {
+                (false, ["infer"]) if request.method() == Method::POST => {
                     infer(front, &name, &version, request).await
                 }
                 _ => Err(not_found(&path)),
@@ -79,10 +79,6 @@ async fn route(front: &Arc<Front>, request: Request<Incoming>) -> Result<Reply, 
         }
         _ => Err(not_found(&path)),
     }
-}
-
-fn request_is_post(request: &Request<Incoming>) -> bool {
-    request.method() == Method::POST
 }
 
 fn not_found(path: &str) -> Refusal {

@@ -95,7 +95,7 @@ impl Front {
         Ok(())
     }
 
-    /// Seconds a refused client waits before it tries again: a batch's wait, rounded up.
+    /// Seconds a refused client waits before it tries again (Retry-After's least).
     fn retry_after_s(&self) -> u64 {
         1
     }

@@ -1,5 +1,5 @@
 //! The link between a server and its replica processes: each replica process dials the
-//! server's dock (a loopback listener), says the server's token, and then answers batches,
+//! server's dock (a loopback listener), says the server's token and its pid, then answers batches,
 //! one at a time: a batch's rows go down as a frame, its predictions (or the model's error)
 //! come back. A frame is a 4-byte little-endian length, then the columns: each a name, a kind
 //! (f32, i64 or string) and its values. A replica whose link breaks has died; its process is
