@@ -37,7 +37,7 @@ LIBTORCH_LINK := .libtorch
 # and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
-.PHONY: all libtorch trees tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-bohb bench-moo bench-cmaes bench-gp bench-hpo bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch trees tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-serve bench-bohb bench-moo bench-cmaes bench-gp bench-hpo bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -189,6 +189,21 @@ bench-cmaes: $(TRACKING)
 bench-gp: $(TRACKING)
 	cargo build --release -p rtune-searchers --example hpo_vs
 	$(VENV)/bin/python bench/gp_peers.py $(BENCH_ARGS)
+
+# rtune serve against Ray Serve 2.60 (with @serve.batch at the same settings) and a plain FastAPI
+# server (#65): ray[serve] and FastAPI in a venv of their own, which reads PyTorch from .venv
+# (a .pth file: its own packages first).
+SERVE_VENV := .venv-serve
+$(SERVE_VENV)/.peers: $(VENV)/.torch-$(TORCH_VERSION)
+	test -x $(SERVE_VENV)/bin/python || $(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python $(PIP_INSTALL) "ray[serve]==$(RAY_VERSION)"
+	$(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  > "$$($(SERVE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rtune-torch.pth"
+	@touch $@
+
+bench-serve: libtorch $(SERVE_VENV)/.peers
+	cargo build --release --bin rtune --bin rtune-torch
+	$(SERVE_VENV)/bin/python bench/serve.py $(BENCH_ARGS)
 
 # The peers of bench-hpo that the project's .venv cannot hold (DEHB 0.1.2 pins numpy < 2; SMAC 2.4
 # needs a scikit-learn older than 1.7): SMAC3, Syne Tune, DEHB and the two benchmark packages, in
