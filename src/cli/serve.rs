@@ -15,12 +15,14 @@ use crate::model::serve::ReplicaPool;
 /// Serves until SIGTERM; the line that says where goes to stdout once every replica is ready.
 pub(super) fn serve(args: &ServeArgs) -> Result<()> {
     let dir = args.model.as_ref().ok_or_else(|| anyhow!("no model to serve"))?;
+    // The folder's own name (`.` too); a folder that is not there is said by `describe`.
     let name = match &args.name {
         Some(name) => name.clone(),
         None => dir
             .canonicalize()
-            .ok()
-            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|_| dir.clone())
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| anyhow!("{}: name the model (--name)", dir.display()))?,
     };
     if !(args.batch_wait_ms.is_finite() && args.batch_wait_ms >= 0.0) {

@@ -402,6 +402,10 @@ fn main() {
             serve::triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named,
         ),
         test(
+            "serve::off_loopback_every_request_needs_the_token",
+            serve::off_loopback_every_request_needs_the_token,
+        ),
+        test(
             "serve::tree_models_are_served_as_rtune_predict_predicts",
             serve::tree_models_are_served_as_rtune_predict_predicts,
         ),

@@ -29,9 +29,15 @@ impl Server {
     /// `rtune serve model` on free loopback ports, with `more` flags; returns once it says it
     /// serves.
     fn start(model: &Path, stderr: PathBuf, more: &[&str]) -> Result<Server> {
+        Self::start_at("127.0.0.1", model, stderr, more)
+    }
+
+    /// The same on `host`'s free ports.
+    fn start_at(host: &str, model: &Path, stderr: PathBuf, more: &[&str]) -> Result<Server> {
+        let (http, grpc) = (format!("{host}:0"), format!("{host}:0"));
         let mut child = Command::new(RTUNE)
-            .args(["serve", model.to_str().unwrap(), "--http", "127.0.0.1:0"])
-            .args(["--grpc", "127.0.0.1:0", "--name", "model"])
+            .args(["serve", model.to_str().unwrap(), "--http", &http, "--grpc", &grpc])
+            .args(["--name", "model"])
             .args(more)
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
@@ -54,7 +60,7 @@ impl Server {
             let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
             Ok(digits.parse()?)
         };
-        let (http, grpc) = (port("http://127.0.0.1:")?, port("gRPC 127.0.0.1:")?);
+        let (http, grpc) = (port(&format!("http://{host}:"))?, port(&format!("gRPC {host}:"))?);
         Ok(Server { process, http, grpc, stderr })
     }
 
@@ -216,6 +222,27 @@ pub fn triton_clients_get_what_rtune_predict_gives_and_bad_input_is_named() -> R
     ensure!(ok >= 18.0, "{ok} gRPC answers counted");
     let refused = server.metric(&series("http", 400))?;
     ensure!(refused >= 8.0, "{refused} HTTP refusals counted");
+    let (code, stderr) = server.terminate()?;
+    ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    Ok(())
+}
+
+/// Off loopback the server needs a token, and every request then carries it.
+pub fn off_loopback_every_request_needs_the_token() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let model = digits_export(d)?;
+    let out = rtune(&["serve", model.to_str().unwrap(), "--http", "0.0.0.0:0"])?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.code() == Some(2), "{}", text(&out));
+    ensure!(said.contains("--http") && said.contains("--token or $RTUNE_TOKEN"), "{said}");
+    let server = Server::start_at("0.0.0.0", &model, d.join("serve.err"), &["--token", "s3cret"])?;
+    let (status, body) = http_get(server.http, "/v2/health/ready", None)?;
+    ensure!(status.contains("401") && body.contains("Bearer"), "{status}: {body}");
+    let (status, _) = http_get(server.http, "/v2/health/ready", Some("wrong"))?;
+    ensure!(status.contains("401"), "{status}");
+    let (status, body) = http_get(server.http, "/v2/models/model", Some("s3cret"))?;
+    ensure!(status.contains("200") && body.contains("pytorch_torchscript"), "{status}: {body}");
     let (code, stderr) = server.terminate()?;
     ensure!(code == Some(0), "exit {code:?}: {stderr}");
     Ok(())

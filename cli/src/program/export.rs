@@ -187,7 +187,7 @@ pub(super) fn best_to_temporary(
     torch: &dyn Torch,
     command: &str,
 ) -> Result<TemporaryExport, crate::exit::Exit> {
-    let name = format!("rtune-predict-{}-{:08x}", std::process::id(), rand::random::<u32>());
+    let name = format!("rtune-{command}-{}-{:08x}", std::process::id(), rand::random::<u32>());
     let folder = std::env::temp_dir().join(name);
     let exported = TemporaryExport { model: folder.join("best-model"), folder };
     let trainable = super::sweeping::trainable(dir, registry);

@@ -167,7 +167,8 @@ fn listener(
     flag: &'static str,
 ) -> Result<std::net::TcpListener> {
     let at = crate::monitor::check_address(address, token).map_err(|why| {
-        let why = why.replace("the cluster token", "a token (--token or $RTUNE_TOKEN)");
+        let cluster_token = format!("the cluster token ({})", crate::config::TOKEN_ENV);
+        let why = why.replace(&cluster_token, "a token (--token or $RTUNE_TOKEN)");
         Error::config(flag, why.replace("scrapers", "clients"))
     })?;
     let listener = std::net::TcpListener::bind(at)
