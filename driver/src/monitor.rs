@@ -502,9 +502,9 @@ impl Monitor {
 }
 
 /// `metric`, registered in `registry` under `name` with `help`.
-fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
-    registry.register(name, help, metric.clone());
-    metric
+pub(crate) fn registered<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, m: M) -> M {
+    r.register(name, help, m.clone());
+    m
 }
 
 /// Prometheus' text format (0.0.4) of `openmetrics`, an OpenMetrics text of gauges, counters
@@ -780,11 +780,20 @@ fn answer<B>(monitor: &Monitor, token: Option<&str>, request: &hyper::Request<B>
     if (request.method(), request.uri().path()) != (&hyper::Method::GET, "/metrics") {
         return reply(404, plain, "the metrics are at GET /metrics\n".into());
     }
-    let accept = request.headers().get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let (content_type, text) = exposition(request.headers(), monitor.render());
+    reply(200, content_type, text)
+}
+
+/// A scrape's content type and text: `openmetrics` as it is if accepted, else Prometheus' format.
+pub(crate) fn exposition(
+    headers: &hyper::HeaderMap,
+    openmetrics: String,
+) -> (&'static str, String) {
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
     if accept.contains("application/openmetrics-text") {
-        reply(200, OPENMETRICS, monitor.render())
+        (OPENMETRICS, openmetrics)
     } else {
-        reply(200, TEXT_FORMAT, text_format(&monitor.render()))
+        (TEXT_FORMAT, text_format(&openmetrics))
     }
 }
 

@@ -32,6 +32,7 @@ use std::path::Path;
 use rtune_cli::program::{AddData, Builtins, Torch, Trainables};
 pub use rtune_cli::{EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_TRIALS_FAILED};
 use rtune_cli::{PredictArgs, ServeArgs};
+use rtune_driver::config::ScalingConfig;
 use rtune_driver::outcome::Checkpoint;
 use rtune_driver::storage::checkpoint::ExportCard;
 use rtune_driver::train::TrainFnId;
@@ -166,6 +167,17 @@ impl Torch for Registry {
     fn serve(&self, args: &ServeArgs) -> anyhow::Result<()> {
         serve::serve(args)
     }
+}
+
+/// `workers` workers of the pool, each holding `cpus` CPUs and, given, `gpus` GPUs (a
+/// fraction shares one); on GPUs when `use_gpu` or when it holds some.
+fn workers(workers: usize, cpus: f64, gpus: Option<f64>, use_gpu: bool) -> ScalingConfig {
+    let mut resources = BTreeMap::from([("CPU".to_owned(), cpus)]);
+    if let Some(gpus) = gpus {
+        resources.insert("GPU".to_owned(), gpus);
+    }
+    let use_gpu = use_gpu || gpus.is_some_and(|g| g > 0.0);
+    ScalingConfig::workers(workers).use_gpu(use_gpu).resources_per_worker(resources)
 }
 
 #[cfg(test)]

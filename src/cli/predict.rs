@@ -2,13 +2,10 @@
 //! row or, given `--no-header`, the model's columns in order) with an exported model, in this
 //! process or on `--workers` from the pool ([`BatchPredictor`]).
 
-use std::collections::BTreeMap;
-
 use anyhow::{Result, anyhow};
 use rtune_cli::PredictArgs;
 
 use crate::model::BatchPredictor;
-use rtune_driver::config::ScalingConfig;
 
 /// Predicts every row of the input, on workers of `cluster` (address, token) when given;
 /// returns a line about what was written.
@@ -25,14 +22,12 @@ pub(super) fn predict(args: &PredictArgs, cluster: Option<(String, String)>) -> 
             predictor = predictor.device(device);
         }
         Some(workers) => {
-            let workers = workers as usize;
-            let mut resources = BTreeMap::from([("CPU".to_owned(), args.cpus_per_worker)]);
-            if let Some(gpus) = args.gpus_per_worker {
-                resources.insert("GPU".to_owned(), gpus);
-            }
-            let use_gpu = args.use_gpu || args.gpus_per_worker.is_some_and(|g| g > 0.0);
-            let scaling =
-                ScalingConfig::workers(workers).use_gpu(use_gpu).resources_per_worker(resources);
+            let scaling = super::workers(
+                workers as usize,
+                args.cpus_per_worker,
+                args.gpus_per_worker,
+                args.use_gpu,
+            );
             predictor = predictor.workers(scaling).part_rows(args.part_rows);
             if let Some((address, token)) = cluster {
                 predictor = predictor.cluster(address, Some(token));

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 use rtune_cli::ServeArgs;
-use std::collections::BTreeMap;
-
-use rtune_driver::config::{RunConfig, ScalingConfig};
+use rtune_driver::config::RunConfig;
 use rtune_driver::serve::{Batching, Limits, ServeConfig};
 
 use crate::model::serve::ReplicaPool;
@@ -40,12 +38,7 @@ pub(super) fn serve(args: &ServeArgs) -> Result<()> {
             .map_err(|e| anyhow!("--device: {e}; or serve on the CPU (--device cpu)"))?;
         (crate::model::serve::in_process(dir, device), None)
     } else {
-        let mut resources = BTreeMap::from([("CPU".to_owned(), args.cpus_per_replica)]);
-        if let Some(gpus) = args.gpus_per_replica {
-            resources.insert("GPU".to_owned(), gpus);
-        }
-        let use_gpu = args.gpus_per_replica.is_some_and(|g| g > 0.0);
-        let scaling = ScalingConfig::workers(1).use_gpu(use_gpu).resources_per_worker(resources);
+        let scaling = super::workers(1, args.cpus_per_replica, args.gpus_per_replica, false);
         let pool =
             ReplicaPool::start(dir, args.replicas as usize, scaling, RunConfig::new("serve"))?;
         (pool.load(), Some(pool))

@@ -94,7 +94,7 @@ pub(crate) fn same_predictions(ours: &Path, one_process: &Path) -> Result<()> {
     Ok(())
 }
 
-fn predict(model: &Path, input: &Path, output: &Path, more: &[&str]) -> Result<String> {
+pub(crate) fn predict(model: &Path, input: &Path, output: &Path, more: &[&str]) -> Result<String> {
     let (m, i, o) = (model.to_str().unwrap(), input.to_str().unwrap(), output.to_str().unwrap());
     let out = rtune(&[&["predict", "--model", m, "--input", i, "--output", o], more].concat())?;
     ensure!(out.status.success(), "{}", text(&out));

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::cli::{RTUNE, rtune};
 use crate::common::{Killed, http_get, text};
-use crate::predict::{digits_csv, digits_export};
+use crate::predict::{digits_csv, digits_export, predict};
 
 /// A running `rtune serve` and where it listens.
 struct Server {
@@ -124,9 +124,7 @@ fn digits_with_predictions(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
     let rows = dir.join("rows.csv");
     digits_csv(&rows, 1)?;
     let predicted = dir.join("predicted.csv");
-    let (m, i, o) = (model.to_str().unwrap(), rows.to_str().unwrap(), predicted.to_str().unwrap());
-    let out = rtune(&["predict", "--model", m, "--input", i, "--output", o])?;
-    ensure!(out.status.success(), "{}", text(&out));
+    predict(&model, &rows, &predicted, &[])?;
     Ok((model, rows, predicted))
 }
 
@@ -280,10 +278,7 @@ pub fn tree_models_are_served_as_rtune_predict_predicts() -> Result<()> {
             rtune(&["export", experiment.to_str().unwrap(), "--to", model.to_str().unwrap()])?;
         ensure!(out.status.success(), "{}", text(&out));
         let predicted = d.join(format!("{platform}.csv"));
-        let (m, i, o) =
-            (model.to_str().unwrap(), rows.to_str().unwrap(), predicted.to_str().unwrap());
-        let out = rtune(&["predict", "--model", m, "--input", i, "--output", o])?;
-        ensure!(out.status.success(), "{}", text(&out));
+        predict(&model, &rows, &predicted, &[])?;
         let server = serves_what_predict_gives(&model, &rows, &predicted, platform, d)?;
         let (code, stderr) = server.terminate()?;
         ensure!(code == Some(0), "exit {code:?}: {stderr}");

@@ -207,28 +207,15 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
         Command::Predict(mut args) => {
             // The best checkpoint, exported where this process can read it, for as long as it
             // predicts.
-            let exported = match args.best.take() {
-                Some(dir) => {
-                    Some(export::best_to_temporary(&local(&dir)?, registry, torch, "predict")?)
-                }
-                None => None,
-            };
-            if let Some(export) = &exported {
-                args.model = Some(export.model().to_owned());
-            }
+            let _exported =
+                best_export(args.best.take(), &mut args.model, registry, torch, "predict")?;
             println!("{}", torch.predict(&args, None).map_err(input_error)?);
             Ok(0)
         }
         Command::Serve(mut args) => {
-            let exported = match args.best.take() {
-                Some(dir) => {
-                    Some(export::best_to_temporary(&local(&dir)?, registry, torch, "serve")?)
-                }
-                None => None,
-            };
-            if let Some(export) = &exported {
-                args.model = Some(export.model().to_owned());
-            }
+            // The same, for as long as it serves.
+            let _exported =
+                best_export(args.best.take(), &mut args.model, registry, torch, "serve")?;
             torch.serve(&args).map_err(input_error)?;
             Ok(0)
         }
@@ -250,6 +237,21 @@ fn dispatch(cli: Cli, registry: &Trainables, torch: &dyn Torch) -> Result<i32, E
             unreachable!("run by commands::run before dispatch")
         }
     }
+}
+
+/// `--best EXPERIMENT` of `command`: its best checkpoint exported to a temporary folder, which
+/// becomes `model` (and lives as long as what is returned).
+fn best_export(
+    best: Option<PathBuf>,
+    model: &mut Option<PathBuf>,
+    registry: &Trainables,
+    torch: &dyn Torch,
+    command: &str,
+) -> Result<Option<export::TemporaryExport>, Exit> {
+    let Some(dir) = best else { return Ok(None) };
+    let exported = export::best_to_temporary(&local(&dir)?, registry, torch, command)?;
+    *model = Some(exported.model().to_owned());
+    Ok(Some(exported))
 }
 
 /// For an `s3://` URL to write a new folder to: the folder, checked to hold nothing yet (with a

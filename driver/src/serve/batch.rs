@@ -458,13 +458,18 @@ mod tests {
         let refused = classes(broken).unwrap_err();
         assert_eq!(refused.code, Code::Internal);
         assert!(refused.message.contains("the model broke"), "{refused:?}");
-        // Loaded again, it answers.
+        // Loaded again, it answers. Until then a request is refused as busy, or, sent before
+        // the replica knew it failed, answered with the error of the requests it held.
         let until = Instant::now() + timeout;
         loop {
-            match replicas.submit(rows(&[8.0]), timeout) {
-                Ok(answer) => {
-                    assert_eq!(classes(answer).unwrap(), [8]);
+            match replicas.submit(rows(&[8.0]), timeout).map(classes) {
+                Ok(Ok(answer)) => {
+                    assert_eq!(answer, [8]);
                     break;
+                }
+                Ok(Err(held)) => {
+                    assert_eq!(held.code, Code::Internal);
+                    assert!(held.message.contains("the replica that held it failed"), "{held:?}");
                 }
                 Err(busy) => assert_eq!(busy.code, Code::Busy),
             }

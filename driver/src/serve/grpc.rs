@@ -45,11 +45,13 @@ fn spec(spec: &TensorSpec) -> pb::model_metadata_response::TensorMetadata {
 }
 
 impl Service {
+    /// The token check of a request's `authorization` metadata.
+    fn token<T>(&self, request: &Request<T>) -> Result<(), Refusal> {
+        self.0.check_token(request.metadata().get("authorization").and_then(|v| v.to_str().ok()))
+    }
+
     fn authorized<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        self.0
-            .check_token(given, |t| t.strip_prefix("Bearer "))
-            .map_err(|r| status(r, self.0.retry_after_s()))
+        self.token(request).map_err(|r| self.refuse(r))
     }
 
     fn refuse(&self, refusal: Refusal) -> Status {
@@ -175,8 +177,7 @@ impl Service {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Refusal> {
         let _active = self.0.active();
-        let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        self.0.check_token(given, |t| t.strip_prefix("Bearer "))?;
+        self.token(&request)?;
         let asked = request.into_inner();
         let raw = &asked.raw_input_contents;
         if !raw.is_empty() && raw.len() != asked.inputs.len() {

@@ -44,10 +44,7 @@ pub(super) async fn answer(
 }
 
 async fn route(front: &Arc<Front>, request: Request<Incoming>) -> Result<Reply, Refusal> {
-    front
-        .check_token(request.headers().get("authorization").and_then(|v| v.to_str().ok()), |t| {
-            t.strip_prefix("Bearer ")
-        })?;
+    front.check_token(request.headers().get("authorization").and_then(|v| v.to_str().ok()))?;
     let path = request.uri().path().trim_end_matches('/').to_owned();
     let parts: Vec<&str> = path.split('/').skip(1).collect();
     let get = request.method() == Method::GET;
@@ -139,13 +136,8 @@ fn refused(refusal: &Refusal, retry_after_s: u64) -> Reply {
 }
 
 fn metrics(front: &Front, request: &Request<Incoming>) -> Reply {
-    let accept = request.headers().get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
     let text = front.stats.render(&front.replicas.in_flight());
-    let (content_type, text) = if accept.contains("application/openmetrics-text") {
-        (crate::monitor::OPENMETRICS, text)
-    } else {
-        (crate::monitor::TEXT_FORMAT, crate::monitor::text_format(&text))
-    };
+    let (content_type, text) = crate::monitor::exposition(request.headers(), text);
     Response::builder()
         .status(200)
         .header("content-type", content_type)

@@ -84,6 +84,13 @@ impl Front {
         Active(&self.active)
     }
 
+    /// Once no front is answering a request.
+    async fn idle(&self) {
+        while self.active.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     fn ready(&self) -> bool {
         !self.draining.load(Ordering::SeqCst)
     }
@@ -109,14 +116,11 @@ impl Front {
         serde_json::json!({ "name": name, "version": version, "extensions": extensions })
     }
 
-    /// The token check: `given` is the request's authorization, `bearer` its token.
-    fn check_token(
-        &self,
-        given: Option<&str>,
-        bearer: impl Fn(&str) -> Option<&str>,
-    ) -> std::result::Result<(), Refusal> {
+    /// The token check of a request whose authorization (HTTP header, gRPC metadata) is
+    /// `given`.
+    fn check_token(&self, given: Option<&str>) -> std::result::Result<(), Refusal> {
         let Some(token) = &self.token else { return Ok(()) };
-        if given.and_then(bearer) == Some(token.as_str()) {
+        if given.and_then(|g| g.strip_prefix("Bearer ")) == Some(token.as_str()) {
             return Ok(());
         }
         Err(Refusal::new(
@@ -263,9 +267,7 @@ async fn run(
                 };
                 if last {
                     // What came after the last line, once every request is answered.
-                    while front.active.load(Ordering::SeqCst) > 0 {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
+                    front.idle().await;
                 }
                 if let Some(line) = front.stats.line(since, &front.replicas.in_flight()) {
                     eprintln!("{line}");
@@ -283,12 +285,7 @@ async fn run(
     front.draining.store(true, Ordering::SeqCst);
     let _ = stop.send(true);
     let patience = front.limits.request_timeout + Duration::from_secs(1);
-    let drained = tokio::time::timeout(patience, async {
-        while front.active.load(Ordering::SeqCst) > 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    let drained = tokio::time::timeout(patience, front.idle()).await;
     if drained.is_err() {
         tracing::warn!("requests still in flight after {patience:?}; stopping without them");
     }

@@ -11,7 +11,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Metric, Registry};
+use prometheus_client::registry::Registry;
+
+use crate::monitor::registered;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -64,11 +66,6 @@ struct Window {
     rows: u64,
     batches: u64,
     latencies: Vec<f64>,
-}
-
-fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
-    registry.register(name, help, metric.clone());
-    metric
 }
 
 impl Stats {
