@@ -177,6 +177,9 @@ impl<'t, 'd> Run<'t, 'd> {
     /// Takes the run from `phase` to its next.
     async fn step(&mut self, phase: Phase) -> Result<Phase> {
         Ok(match phase {
+            // A run asked to stop between attempts (after a failure it would retry) starts
+            // none: its stop is its end.
+            Phase::Placing { .. } if self.steering.halting() => Phase::Done(End::Halted),
             Phase::Placing { take_room } => Phase::Running(self.place(take_room).await?),
             Phase::Running(spec) => self.run(spec).await?,
             Phase::Resizing(resize) => {

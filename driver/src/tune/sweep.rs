@@ -381,13 +381,15 @@ impl Sweep {
     /// every running trial to stop; nothing new starts and nothing more is recorded.
     /// `said`: say so in the log (an interrupt; an abort says why itself).
     fn freeze(&mut self, said: bool) {
+        // Asked first: an attempt that fails from here on (its workers killed with the sweep)
+        // is seen as the run's stop, not retried, however long the state takes to save.
+        self.running.ask_all(Halt::Pause);
         if said {
             let n = self.running.len();
             tracing::warn!("interrupted: stopping {n} running trial(s), resumable");
         }
         self.save_state();
         self.frozen = true;
-        self.running.ask_all(Halt::Pause);
     }
 
     /// A user's request about one trial (by id), handed to the controller.
