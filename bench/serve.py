@@ -7,7 +7,9 @@ and the model called directly in a loop at batch 10 (its own limit), and writes
 bench-serve.json.
 
     make bench-serve
-    .venv-serve/bin/python bench/serve.py [--seconds S] [--clients 1,8,64]
+    .venv-serve/bin/python bench/serve.py [--seconds S] [--clients 1,8,64] [--servers rtune]
+
+rtune alone (--servers rtune) needs only .venv: bench/suite.py's group 15 runs it so.
 
 Needs the release build (make bench-serve builds it) and .venv-serve (ray[serve] 2.60, with
 .venv's torch).
@@ -227,6 +229,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--servers", default="rtune,ray,fastapi")
+    parser.add_argument("--json", default=os.path.join(ROOT, "bench-serve.json"), help="where the figures go")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     rows = digits_rows()
@@ -250,7 +253,7 @@ def main():
                     os.killpg(server.pid, 15)
                     server.wait(timeout=60)
                 time.sleep(1)
-    with open(os.path.join(ROOT, "bench-serve.json"), "w") as f:
+    with open(args.json, "w") as f:
         json.dump(results, f, indent=1)
     print("\n| model | server | clients | requests/s | p50 ms | p99 ms |\n|---|---|--:|--:|--:|--:|")
     for r in results:

@@ -1043,6 +1043,30 @@ def tree_trials(figs, quick):
             figs.add(group, f["name"], f["value"], f["unit"], "lower", f["about"])
 
 
+def serving(figs, quick):
+    """15. `rtune serve` (bench/serve.py, rtune alone: Ray Serve and FastAPI beside it are
+    `make bench-serve`, in a venv of their own): one replica of 1 CPU batching at Ray Serve's
+    defaults, the digits MLP and a 9.7M-parameter MLP, 1 and 64 clients of one-row requests,
+    against the model called directly at batch 10 in the same round."""
+    table = os.path.join(TARGET, "bench-serve", "figures.json")
+    os.makedirs(os.path.dirname(table), exist_ok=True)
+    run([PYTHON, "bench/serve.py", "--servers", "rtune", "--clients", "1,64",
+         "--seconds", "2" if quick else "5", "--json", table],
+        env={"RTUNE_BIN": os.path.join(TARGET, "release", "rtune")})
+    with open(table) as f:
+        results = json.load(f)
+    group = "15. Serving"
+    for r in results:
+        model, clients = r["model"], r["clients"]
+        figs.add(group, f"serve {model} {clients} clients", r["rps"], "requests/s", "higher",
+                 f"one-row requests over HTTP/JSON from {clients} keep-alive clients")
+        figs.add(group, f"serve {model} {clients} clients p99", r["p99_ms"], "ms", "lower")
+        if clients == 64:
+            figs.add(group, f"serve {model} 64 clients / the model alone at batch 10",
+                     r["rps"] / r["direct_rows_per_s_batch10"], "x", "higher",
+                     "served rows per second against the model's own, same round")
+
+
 WORKLOADS = {
     "bookkeeping": sweep_bookkeeping,
     "results": result_throughput,
@@ -1057,6 +1081,7 @@ WORKLOADS = {
     "elastic": elastic_pool,
     "recovery": recovery,
     "trees": tree_trials,
+    "serve": serving,
 }
 
 

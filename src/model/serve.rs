@@ -13,7 +13,7 @@ use polars::prelude::{Column, DataFrame};
 use rtune_driver::config::{FailureConfig, RunConfig, ScalingConfig};
 use rtune_driver::error::{Error, Result};
 use rtune_driver::serve::protocol::Outputs;
-use rtune_driver::serve::wire::{Dock, answer_batches};
+use rtune_driver::serve::wire::{Dock, address_toward, answer_batches};
 use rtune_driver::serve::{Engine, Load, Model, TensorSpec};
 use rtune_driver::train::TorchTrainer;
 use rtune_searchers::Params;
@@ -80,15 +80,19 @@ impl ReplicaPool {
         scaling: ScalingConfig,
         run: RunConfig,
     ) -> Result<ReplicaPool> {
-        let dock = Arc::new(Dock::open()?);
+        // On a cluster the replicas may be on other nodes: they dial in where those reach
+        // this machine; the export goes to them through the dock.
+        let ip = match run.resolved_cluster() {
+            Some((head, _)) => address_toward(&head)?,
+            None => [127, 0, 0, 1].into(),
+        };
+        let dock = Arc::new(Dock::open(ip, dir)?);
         let runs = std::env::temp_dir().join(format!(
             "rtune-serve-{}-{:08x}",
             std::process::id(),
             rand::random::<u32>()
         ));
-        let model = std::path::absolute(dir).map_err(|e| Error::io(dir, e))?;
         let params = Params::new()
-            .with("model", model.display().to_string())
             .with("dock", dock.address().to_string())
             .with("token", dock.token().to_owned());
         let mut launchers = Vec::with_capacity(count);
@@ -133,13 +137,12 @@ impl ReplicaPool {
     }
 }
 
-/// A replica process: loads the export on its device, dials the server's dock, and answers
-/// batches until the server closes the link.
+/// A replica process: dials the server's dock, loads the export it is sent on its device, and
+/// answers batches until the server closes the link.
 pub fn serve_replica(ctx: &mut TrainContext) -> anyhow::Result<()> {
     let p = ctx.params();
-    let dir = PathBuf::from(p.get::<String>("model")?);
     let (dock, token) = (p.get::<String>("dock")?, p.get::<String>("token")?);
-    let mut model = ExportedModel::load(&dir, ctx.device())?;
-    answer_batches(&dock, &token, |frame| Engine::predict(&mut model, frame))?;
+    let device = ctx.device();
+    answer_batches(&dock, &token, |dir| ExportedModel::load(dir, device))?;
     Ok(())
 }

@@ -15,8 +15,8 @@ use rtune::{
 const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
 
 /// A head and its node agents; all are killed on drop.
-struct Cluster {
-    address: String,
+pub(crate) struct Cluster {
+    pub(crate) address: String,
     token: Option<String>,
     head: Child,
     nodes: Vec<Child>,
@@ -32,7 +32,7 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    fn start(token: Option<&str>) -> Result<Cluster> {
+    pub(crate) fn start(token: Option<&str>) -> Result<Cluster> {
         let mut command = Command::new(RTUNE);
         command.args(["head", "--port", "0", "--heartbeat-timeout", "2"]);
         if let Some(t) = token {
@@ -76,7 +76,7 @@ impl Cluster {
     }
 
     /// Starts a node agent and waits until the head counts it.
-    fn add_node(&mut self, args: &[&str]) -> Result<u32> {
+    pub(crate) fn add_node(&mut self, args: &[&str]) -> Result<u32> {
         let before = self.alive_nodes()?;
         let child = self
             .node_command(args, self.token.clone().as_deref())
@@ -98,7 +98,7 @@ impl Cluster {
         command
     }
 
-    fn status(&self) -> Result<serde_json::Value> {
+    pub(crate) fn status(&self) -> Result<serde_json::Value> {
         let out = self.status_command(self.token.as_deref()).output()?;
         ensure!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
         Ok(serde_json::from_slice(&out.stdout)?)

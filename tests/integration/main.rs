@@ -418,6 +418,10 @@ fn main() {
             serve::a_killed_replica_comes_back_and_every_request_is_answered,
         ),
         test(
+            "serve::replicas_serve_from_the_cluster_nodes",
+            serve::replicas_serve_from_the_cluster_nodes,
+        ),
+        test(
             "serve::overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight",
             serve::overload_is_refused_at_once_and_sigterm_answers_what_is_in_flight,
         ),

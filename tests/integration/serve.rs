@@ -29,17 +29,24 @@ impl Server {
     /// `rtune serve model` on free loopback ports, with `more` flags; returns once it says it
     /// serves.
     fn start(model: &Path, stderr: PathBuf, more: &[&str]) -> Result<Server> {
-        Self::start_at("127.0.0.1", model, stderr, more)
+        Self::start_with("127.0.0.1", model, stderr, more, &[])
     }
 
-    /// The same on `host`'s free ports.
-    fn start_at(host: &str, model: &Path, stderr: PathBuf, more: &[&str]) -> Result<Server> {
+    /// The same on `host`'s free ports, with `env` set.
+    fn start_with(
+        host: &str,
+        model: &Path,
+        stderr: PathBuf,
+        more: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server> {
         let (http, grpc) = (format!("{host}:0"), format!("{host}:0"));
         let mut child = Command::new(RTUNE)
             .args(["serve", model.to_str().unwrap(), "--http", &http, "--grpc", &grpc])
             .args(["--name", "model"])
             .args(more)
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr)?)
             .spawn()?;
@@ -234,7 +241,8 @@ pub fn off_loopback_every_request_needs_the_token() -> Result<()> {
     let said = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.code() == Some(2), "{}", text(&out));
     ensure!(said.contains("--http") && said.contains("--token or $RTUNE_TOKEN"), "{said}");
-    let server = Server::start_at("0.0.0.0", &model, d.join("serve.err"), &["--token", "s3cret"])?;
+    let server =
+        Server::start_with("0.0.0.0", &model, d.join("serve.err"), &["--token", "s3cret"], &[])?;
     let (status, body) = http_get(server.http, "/v2/health/ready", None)?;
     ensure!(status.contains("401") && body.contains("Bearer"), "{status}: {body}");
     let (status, _) = http_get(server.http, "/v2/health/ready", Some("wrong"))?;
@@ -417,7 +425,7 @@ fn replicas_up(path: &Path, count: usize, patience: Duration) -> Result<Vec<i32>
         let said = read(path);
         let pids: Vec<i32> = said
             .lines()
-            .filter_map(|l| l.split_once(" is up (pid ")?.1.strip_suffix(')')?.parse().ok())
+            .filter_map(|l| l.split_once(" is up (pid ")?.1.split(' ').next()?.parse().ok())
             .collect();
         if pids.len() >= count {
             return Ok(pids);
@@ -433,6 +441,8 @@ pub fn a_killed_replica_comes_back_and_every_request_is_answered() -> Result<()>
     let (model, rows, predicted) = digits_with_predictions(d)?;
     let server = Server::start(&model, d.join("serve.err"), &["--replicas", "2"])?;
     let pids = replicas_up(&server.stderr, 2, Duration::from_secs(60))?;
+    // The replicas are sent the export the server read: the one started again needs no folder.
+    std::fs::remove_dir_all(&model)?;
     let (http, rows, predicted) = (
         server.http.to_string(),
         rows.to_str().unwrap().to_owned(),
@@ -462,5 +472,39 @@ pub fn a_killed_replica_comes_back_and_every_request_is_answered() -> Result<()>
     ensure!(seen["right"] == 80, "after the restart: {seen}");
     let (code, stderr) = server.terminate()?;
     ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    Ok(())
+}
+
+/// `rtune serve --replicas 2` on a cluster (`$RTUNE_ADDRESS`, as `rtune slurm run` sets it) of
+/// two nodes of one CPU each: a replica on each node, sent the export through the dock, each
+/// node's CPU held while it serves and given back at SIGTERM; every answer right.
+pub fn replicas_serve_from_the_cluster_nodes() -> Result<()> {
+    let mut cluster = crate::cluster::Cluster::start(None)?;
+    cluster.add_node(&["--num-cpus", "1"])?;
+    cluster.add_node(&["--num-cpus", "1"])?;
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let (model, rows, predicted) = digits_with_predictions(d)?;
+    let env = [(rtune::config::ADDRESS_ENV, cluster.address.as_str())];
+    let flags = ["--replicas", "2"];
+    let server = Server::start_with("127.0.0.1", &model, d.join("serve.err"), &flags, &env)?;
+    replicas_up(&server.stderr, 2, Duration::from_secs(60))?;
+    let status = cluster.status()?;
+    let nodes = status["nodes"].as_array().context("nodes")?;
+    ensure!(nodes.len() == 2 && nodes.iter().all(|n| n["free"]["CPU"] == 0), "{status}");
+    let groups = status["placement_groups"].as_array().context("placement groups")?;
+    ensure!(groups.len() == 2, "a group per replica: {status}");
+    let (http, rows, predicted) =
+        (server.http.to_string(), rows.to_str().unwrap(), predicted.to_str().unwrap());
+    let seen = client(&["load", &http, rows, predicted, "8", "20"])?;
+    ensure!(seen["right"] == 160 && seen["wrong"] == serde_json::json!([]), "{seen}");
+    let (code, stderr) = server.terminate()?;
+    ensure!(code == Some(0), "exit {code:?}: {stderr}");
+    crate::common::wait_for(Duration::from_secs(30), || {
+        let status = cluster.status()?;
+        let nodes = status["nodes"].as_array().context("nodes")?;
+        Ok(status["placement_groups"] == serde_json::json!([])
+            && nodes.iter().all(|n| n["free"]["CPU"] == 1))
+    })?;
     Ok(())
 }

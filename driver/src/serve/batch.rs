@@ -160,12 +160,17 @@ impl Replicas {
         self.replicas.iter().map(|r| r.in_flight.load(Ordering::Relaxed)).collect()
     }
 
-    /// Ends every replica once its queue is empty, and waits for them.
+    /// Ends every replica once its queue is empty, and waits for those that are up (one
+    /// loading its model holds no request: it ends when its load does).
     pub(crate) fn stop(self) {
         let Replicas { replicas, threads, .. } = self;
+        let up: Vec<bool> = replicas.iter().map(|r| r.up.load(Ordering::Relaxed)).collect();
         drop(replicas);
-        for thread in threads.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            let _ = thread.join();
+        let threads = threads.into_inner().unwrap_or_else(|e| e.into_inner());
+        for (thread, up) in threads.into_iter().zip(up) {
+            if up {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -212,16 +217,40 @@ impl Worker {
                 let why = "the replica that held it failed (it is started again): retry";
                 self.answer(job, Err(Refusal::new(Code::Internal, why)));
             }
+            match self.reload(&jobs) {
+                Some(fresh) => engine = fresh,
+                None => return,
+            }
+        }
+    }
+
+    /// The model loaded again after a failure, tried until it loads, less often each time
+    /// (a request that comes meanwhile is refused); None once the server stops.
+    fn reload(&mut self, jobs: &Receiver<Job>) -> Option<Box<dyn Engine>> {
+        let mut pause = Duration::from_millis(100);
+        loop {
             match (self.load)() {
                 Ok(fresh) => {
-                    engine = fresh;
-                    self.say_up(engine.as_ref());
+                    self.say_up(fresh.as_ref());
+                    return Some(fresh);
                 }
-                Err(e) => {
-                    tracing::error!("serving replica {} cannot load its model: {e}", self.index);
-                    return;
+                Err(e) => tracing::error!(
+                    "serving replica {} cannot load its model (it tries again in {pause:?}): {e}",
+                    self.index
+                ),
+            }
+            let until = Instant::now() + pause;
+            loop {
+                match jobs.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                    Ok(job) => {
+                        let why = "the replica that took it is loading its model again: retry";
+                        self.answer(job, Err(Refusal::new(Code::Internal, why)));
+                    }
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return None,
                 }
             }
+            pause = (pause * 2).min(Duration::from_secs(10));
         }
     }
 
@@ -406,10 +435,20 @@ mod tests {
         Rows { count: x.len(), columns: vec![Values::Numbers(x.to_vec())] }
     }
 
-    fn start(gate: Option<Gate>, max_queued: usize) -> (Replicas, Arc<Stats>) {
+    /// One replica of `Echo`, whose loads after the first fail `failing_reloads` times.
+    fn start(
+        gate: Option<Gate>,
+        max_queued: usize,
+        failing_reloads: usize,
+    ) -> (Replicas, Arc<Stats>) {
         let stats = Arc::new(Stats::new("m"));
-        let load: Load =
-            Arc::new(move || Ok(Box::new(Echo { gate: gate.clone() }) as Box<dyn Engine>));
+        let loads = AtomicUsize::new(0);
+        let load: Load = Arc::new(move || match loads.fetch_add(1, Ordering::SeqCst) {
+            n if n >= 1 && n <= failing_reloads => {
+                Err(crate::error::Error::Worker(format!("load {n} failed")))
+            }
+            _ => Ok(Box::new(Echo { gate: gate.clone() }) as Box<dyn Engine>),
+        });
         let batching =
             Batching { max_batch_size: 4, batch_wait: Duration::from_millis(200), max_queued };
         (Replicas::start(1, model(), load, batching, stats.clone()).unwrap(), stats)
@@ -427,7 +466,7 @@ mod tests {
 
     #[test]
     fn requests_that_come_together_are_one_batch_up_to_its_rows() {
-        let (replicas, stats) = start(None, 16);
+        let (replicas, stats) = start(None, 16, 0);
         let timeout = Duration::from_secs(30);
         let sent: Vec<Waiting> = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
             .iter()
@@ -444,7 +483,7 @@ mod tests {
 
     #[test]
     fn a_bad_request_fails_alone_and_a_panic_fails_its_batch_then_the_model_is_loaded_again() {
-        let (replicas, stats) = start(None, 16);
+        let (replicas, stats) = start(None, 16, 2);
         let timeout = Duration::from_secs(30);
         let good = replicas.submit(rows(&[7.0]), timeout).unwrap();
         let bad = replicas.submit(rows(&[-2.0]), timeout).unwrap();
@@ -458,8 +497,9 @@ mod tests {
         let refused = classes(broken).unwrap_err();
         assert_eq!(refused.code, Code::Internal);
         assert!(refused.message.contains("the model broke"), "{refused:?}");
-        // Loaded again, it answers. Until then a request is refused as busy, or, sent before
-        // the replica knew it failed, answered with the error of the requests it held.
+        // Loaded again (its first two loads failing), it answers. Until then a request is
+        // refused as busy, or, sent before the replica knew it failed, answered with the error
+        // of the requests it held.
         let until = Instant::now() + timeout;
         loop {
             match replicas.submit(rows(&[8.0]), timeout).map(classes) {
@@ -469,7 +509,11 @@ mod tests {
                 }
                 Ok(Err(held)) => {
                     assert_eq!(held.code, Code::Internal);
-                    assert!(held.message.contains("the replica that held it failed"), "{held:?}");
+                    let (failed, reloading) = ("held it failed", "loading its model again");
+                    assert!(
+                        held.message.contains(failed) || held.message.contains(reloading),
+                        "{held:?}"
+                    );
                 }
                 Err(busy) => assert_eq!(busy.code, Code::Busy),
             }
@@ -483,7 +527,7 @@ mod tests {
     #[test]
     fn a_full_queue_is_refused_at_once() {
         let (permit, gate) = std::sync::mpsc::channel();
-        let (replicas, _) = start(Some(Arc::new(Mutex::new(gate))), 2);
+        let (replicas, _) = start(Some(Arc::new(Mutex::new(gate))), 2, 0);
         let timeout = Duration::from_secs(30);
         // The first batch waits at the gate, and the queue fills behind it: the next request
         // is refused.

@@ -1,12 +1,17 @@
 //! The link between a server and its replica processes: each replica process dials the
-//! server's dock (a loopback listener), says the server's token and its pid, then answers batches,
-//! one at a time: a batch's rows go down as a frame, its predictions (or the model's error)
-//! come back. A frame is a 4-byte little-endian length, then the columns: each a name, a kind
-//! (f32, i64 or string) and its values. A replica whose link breaks has died; its process is
-//! started again by the pool's failure handling and dials in again.
+//! server's dock (on loopback, or on a cluster at the address the cluster's nodes reach this
+//! machine by), says the server's token, its pid and its host, and is sent the export itself
+//! (the files the server read when it started: a replica on another node needs no copy of its
+//! own, and every replica serves what the server describes). It loads the export and says
+//! whether it could; then it answers batches, one at a time: a batch's rows go down as a frame,
+//! its predictions (or the model's error) come back. A frame is a 4-byte little-endian length,
+//! then the columns: each a name, a kind (f32, i64 or string) and its values. A replica whose
+//! link breaks has died; its process is started again by the pool's failure handling and dials
+//! in again.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -164,12 +169,90 @@ fn decode_answer(payload: &[u8]) -> Result<DataFrame> {
     }
 }
 
+/// The files of the export in `dir` (its subfolders' too), as one payload: what a replica is
+/// sent. Each file is its path under `dir` (`/` between folders), then its bytes.
+pub fn pack(dir: &Path) -> Result<Vec<u8>> {
+    fn walk(dir: &Path, under: &str, files: &mut Vec<(String, std::path::PathBuf)>) -> Result<()> {
+        let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+        let mut entries: Vec<_> =
+            entries.collect::<std::io::Result<_>>().map_err(|e| Error::io(dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = format!("{under}{}", entry.file_name().to_string_lossy());
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, &format!("{name}/"), files)?;
+            } else {
+                files.push((name, path));
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(dir, "", &mut files)?;
+    let mut out = (files.len() as u32).to_le_bytes().to_vec();
+    for (name, path) in files {
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(&bytes);
+    }
+    if out.len() > MAX_FRAME {
+        return Err(Error::Protocol(format!(
+            "{}: the export is {} MB; a replica is sent it whole, at most {} MB (serve it \
+             --in-process)",
+            dir.display(),
+            out.len() >> 20,
+            MAX_FRAME >> 20
+        )));
+    }
+    Ok(out)
+}
+
+/// Writes the files of a [`pack`]ed export into the folder `into`.
+pub fn unpack(payload: &[u8], into: &Path) -> Result<()> {
+    let mut at = 0;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        let part = payload.get(at..at + n).ok_or_else(|| broken("an export ends early"))?;
+        at += n;
+        Ok(part)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
+    for _ in 0..count {
+        let length = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+        let name = String::from_utf8_lossy(take(length)?).into_owned();
+        let relative = Path::new(&name);
+        if !relative.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+            return Err(broken(format!("an export's file named `{name}`")));
+        }
+        let size = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes")) as usize;
+        let path = into.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        std::fs::write(&path, take(size)?).map_err(|e| Error::io(&path, e))?;
+    }
+    Ok(())
+}
+
+/// The address this machine is reached at by the cluster whose head is at `head` (`HOST:PORT`,
+/// or an `http://` URL): the one its connection to the head goes out from.
+pub fn address_toward(head: &str) -> Result<IpAddr> {
+    let head = head.trim_start_matches("http://").trim_start_matches("https://");
+    let stream = TcpStream::connect(head)
+        .map_err(|e| Error::Protocol(format!("cannot reach the head at {head}: {e}")))?;
+    Ok(stream.local_addr().map_err(|e| Error::io("the connection to the head", e))?.ip())
+}
+
 /// Where replica processes dial in.
 pub struct Dock {
     /// None once closed.
     listener: Mutex<Option<TcpListener>>,
     address: SocketAddr,
     token: String,
+    /// The [`pack`]ed export each replica is sent.
+    export: Vec<u8>,
     /// Why the replicas cannot start, once their launcher knows (their run failed).
     failed: Mutex<Option<String>>,
     /// The links made, to end them all on close.
@@ -177,10 +260,12 @@ pub struct Dock {
 }
 
 impl Dock {
-    /// A dock on a free loopback port, with a fresh token.
-    pub fn open() -> Result<Dock> {
+    /// A dock on a free port of `ip` (loopback, or the address the cluster reaches), with a
+    /// fresh token, sending the export in `dir` as the server reads it now.
+    pub fn open(ip: IpAddr, dir: &Path) -> Result<Dock> {
+        let export = pack(dir)?;
         let io = |e| Error::io("the replicas' dock", e);
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+        let listener = TcpListener::bind((ip, 0)).map_err(io)?;
         listener.set_nonblocking(true).map_err(io)?;
         let address = listener.local_addr().map_err(io)?;
         let token = format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
@@ -188,6 +273,7 @@ impl Dock {
             listener: Mutex::new(Some(listener)),
             address,
             token,
+            export,
             failed: Mutex::new(None),
             links: Mutex::new(Vec::new()),
         })
@@ -216,7 +302,8 @@ impl Dock {
         }
     }
 
-    /// The next replica that dials in with the token, within `patience`.
+    /// The next replica that dials in with the token and loads the export, within `patience`.
+    /// One that says it cannot load it ends the wait with its reason.
     pub fn accept(&self, patience: Duration) -> Result<Box<dyn Engine>> {
         let until = Instant::now() + patience;
         loop {
@@ -228,23 +315,10 @@ impl Dock {
                 None => return Err(Error::Worker("the replicas' dock is closed".into())),
             };
             match accepted {
-                Ok((mut stream, _)) => {
-                    let _ = stream.set_nonblocking(false);
-                    let _ = stream.set_nodelay(true);
-                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                    // The token, then the replica's pid.
-                    let hello = read_frame(&mut stream).ok().flatten().unwrap_or_default();
-                    let hello = String::from_utf8_lossy(&hello).into_owned();
-                    let Some(pid) = hello.strip_prefix(&format!("{}\n", self.token)) else {
-                        tracing::warn!("a connection to the replicas' dock without its token");
-                        continue;
-                    };
-                    let pid = pid.to_owned();
-                    let _ = stream.set_read_timeout(None);
-                    if let Ok(link) = stream.try_clone() {
-                        self.links.lock().unwrap_or_else(|e| e.into_inner()).push(link);
+                Ok((stream, _)) => {
+                    if let Some(replica) = self.greet(stream, until)? {
+                        return Ok(Box::new(replica));
                     }
-                    return Ok(Box::new(Replica { stream, pid }));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() >= until {
@@ -259,12 +333,71 @@ impl Dock {
             }
         }
     }
+
+    /// A replica's first words: the token, its pid and host; it is sent the export and says
+    /// whether it loaded it. None for a connection without the token, or a replica that died
+    /// while loading (its process is started again and dials in anew).
+    fn greet(&self, mut stream: TcpStream, until: Instant) -> Result<Option<Replica>> {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let hello = read_frame(&mut stream).ok().flatten().unwrap_or_default();
+        let hello = String::from_utf8_lossy(&hello).into_owned();
+        let mut lines = hello.lines();
+        if lines.next() != Some(self.token.as_str()) {
+            tracing::warn!("a connection to the replicas' dock without its token");
+            return Ok(None);
+        }
+        let (pid, host) = (lines.next().unwrap_or("?").to_owned(), lines.next().unwrap_or("?"));
+        let replica = Replica { place: format!("pid {pid} on {host}"), stream };
+        let mut stream = &replica.stream;
+        let loading = until.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        let _ = stream.set_read_timeout(Some(loading));
+        let word = match write_frame(&mut stream, &self.export) {
+            Ok(()) => read_frame(&mut stream),
+            Err(e) => Err(e),
+        };
+        match word {
+            Ok(Some(word)) if word.is_empty() => {}
+            Ok(Some(word)) => {
+                let why = String::from_utf8_lossy(&word);
+                return Err(Error::Worker(format!(
+                    "a serving replica ({}) cannot load the model: {why}",
+                    replica.place
+                )));
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Error::Worker(format!(
+                    "a serving replica ({}) did not load the model in time",
+                    replica.place
+                )));
+            }
+            Ok(None) | Err(_) => {
+                tracing::warn!(
+                    "a serving replica ({}) died while it loaded the model",
+                    replica.place
+                );
+                return Ok(None);
+            }
+        }
+        let _ = stream.set_read_timeout(None);
+        if let Ok(link) = stream.try_clone() {
+            self.links.lock().unwrap_or_else(|e| e.into_inner()).push(link);
+        }
+        Ok(Some(replica))
+    }
 }
 
 /// A replica process, as the batching thread sees it.
 struct Replica {
     stream: TcpStream,
-    pid: String,
+    /// Its pid and host.
+    place: String,
 }
 
 impl Engine for Replica {
@@ -275,26 +408,54 @@ impl Engine for Replica {
     }
 
     fn place(&self) -> String {
-        format!("pid {}", self.pid)
+        self.place.clone()
     }
 }
 
-/// A replica process's side: dials `dock` with `token`, then answers each batch with
-/// `predict` until the server closes the link. A link that cannot be made or breaks means the
-/// server is gone or stopping: the replica's work is done, and it returns Ok.
-pub fn answer_batches(
+/// A replica process's side: dials `dock` with `token`, is sent the export, loads it with
+/// `load` (from a folder of its own, removed once loaded) and says whether it could, then
+/// answers each batch until the server closes the link. A link that cannot be made or breaks
+/// means the server is gone or stopping: the replica's work is done, and it returns Ok. A
+/// model that does not load is the replica's error (said to the server too).
+pub fn answer_batches<E: Engine>(
     dock: &str,
     token: &str,
-    mut predict: impl FnMut(DataFrame) -> Result<DataFrame>,
+    load: impl FnOnce(&Path) -> Result<E>,
 ) -> Result<()> {
     let Ok(mut stream) = TcpStream::connect(dock) else { return Ok(()) };
     let _ = stream.set_nodelay(true);
-    let hello = format!("{token}\n{}", std::process::id());
+    let hello = format!("{token}\n{}\n{}", std::process::id(), crate::sys::hostname());
     if write_frame(&mut stream, hello.as_bytes()).is_err() {
         return Ok(());
     }
+    let Ok(Some(export)) = read_frame(&mut stream) else { return Ok(()) };
+    let loaded = tempfile::Builder::new()
+        .prefix("rtune-replica-")
+        .tempdir()
+        .map_err(|e| Error::io("a replica's copy of the export", e))
+        .and_then(|dir| {
+            unpack(&export, dir.path())?;
+            load(dir.path())
+        });
+    drop(export);
+    let mut model = match loaded {
+        Ok(model) => model,
+        Err(e) => {
+            let why = match &e {
+                Error::Data(why) | Error::Worker(why) => why.clone(),
+                other => other.to_string(),
+            };
+            let why = Some(why).filter(|w| !w.is_empty());
+            let _ =
+                write_frame(&mut stream, why.as_deref().unwrap_or("no reason given").as_bytes());
+            return Err(e);
+        }
+    };
+    if write_frame(&mut stream, &[]).is_err() {
+        return Ok(());
+    }
     while let Ok(Some(batch)) = read_frame(&mut stream) {
-        let answer = decode(&batch).and_then(&mut predict);
+        let answer = decode(&batch).and_then(|frame| model.predict(frame));
         if write_frame(&mut stream, &encode_answer(&answer)?).is_err() {
             break;
         }
@@ -335,9 +496,58 @@ mod tests {
         assert!(decode(&[1, 0, 0]).is_err());
     }
 
+    /// An export of two files, one in a subfolder.
+    fn export() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("model.pt"), [0u8, 1, 2, 255]).unwrap();
+        std::fs::create_dir(dir.path().join("card")).unwrap();
+        std::fs::write(dir.path().join("card/README.md"), "# model").unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_export_is_sent_whole_and_only_into_its_folder() {
+        let dir = export();
+        let packed = pack(dir.path()).unwrap();
+        let into = tempfile::tempdir().unwrap();
+        unpack(&packed, into.path()).unwrap();
+        assert_eq!(std::fs::read(into.path().join("model.pt")).unwrap(), [0u8, 1, 2, 255]);
+        assert_eq!(std::fs::read_to_string(into.path().join("card/README.md")).unwrap(), "# model");
+        // A name that climbs out of the folder is refused; a payload cut short too.
+        let mut escape = 1u32.to_le_bytes().to_vec();
+        let name = b"../evil";
+        escape.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        escape.extend_from_slice(name);
+        escape.extend_from_slice(&1u64.to_le_bytes());
+        escape.push(0);
+        assert!(unpack(&escape, into.path()).is_err());
+        assert!(!into.path().parent().unwrap().join("evil").exists());
+        assert!(unpack(&packed[..packed.len() - 1], into.path()).is_err());
+    }
+
+    /// A replica's model of its own: it reads the export it was sent, and predicts its first
+    /// byte for every row.
+    struct FirstByte(i64);
+
+    impl Engine for FirstByte {
+        fn predict(&mut self, frame: DataFrame) -> Result<DataFrame> {
+            let rows = frame.height();
+            Ok(DataFrame::new(rows, vec![Column::new("prediction".into(), vec![self.0; rows])])
+                .unwrap())
+        }
+    }
+
+    fn first_byte(dir: &Path) -> Result<FirstByte> {
+        let bytes = std::fs::read(dir.join("model.pt")).map_err(|e| Error::io(dir, e))?;
+        Ok(FirstByte(bytes[3] as i64))
+    }
+
     #[test]
     fn a_replica_answers_through_the_dock_and_strangers_are_ignored() {
-        let dock = Dock::open().unwrap();
+        let dir = export();
+        let dock = Dock::open([127, 0, 0, 1].into(), dir.path()).unwrap();
+        // What the server sends was read when it opened: the folder may go.
+        drop(dir);
         let address = dock.address().to_string();
         let stranger = address.clone();
         std::thread::spawn(move || {
@@ -345,26 +555,39 @@ mod tests {
             write_frame(&mut s, b"wrong\n1").unwrap();
         });
         let (a, token) = (address.clone(), dock.token().to_owned());
-        let replica = std::thread::spawn(move || {
-            answer_batches(&a, &token, |frame| {
-                let rows = frame.height();
-                Ok(DataFrame::new(rows, vec![Column::new("prediction".into(), vec![7i64; rows])])
-                    .unwrap())
-            })
-        });
+        let replica = std::thread::spawn(move || answer_batches(&a, &token, first_byte));
         let mut engine = dock.accept(Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            engine.place(),
+            format!("pid {} on {}", std::process::id(), crate::sys::hostname())
+        );
         let rows = DataFrame::new(2, vec![Column::new("x".into(), vec![0f32, 1.0])]).unwrap();
         let answer = engine.predict(rows).unwrap();
-        assert_eq!(answer.column("prediction").unwrap().i64().unwrap().get(1), Some(7));
+        assert_eq!(answer.column("prediction").unwrap().i64().unwrap().get(1), Some(255));
         // Closing the dock ends the replica's link, and the replica returns.
         dock.close();
         replica.join().unwrap().unwrap();
         drop(engine);
         let e = dock.accept(Duration::from_secs(10)).err().unwrap().to_string();
         assert!(e.contains("stopping"), "{e}");
-        let fresh = Dock::open().unwrap();
+        let fresh = Dock::open([127, 0, 0, 1].into(), export().path()).unwrap();
         fresh.fail("the pool has no CPU for it".into());
         let e = fresh.accept(Duration::from_secs(10)).err().unwrap().to_string();
         assert!(e.contains("the pool has no CPU"), "{e}");
+    }
+
+    #[test]
+    fn a_replica_that_cannot_load_the_model_says_why() {
+        let dock = Dock::open([127, 0, 0, 1].into(), export().path()).unwrap();
+        let (a, token) = (dock.address().to_string(), dock.token().to_owned());
+        let replica = std::thread::spawn(move || {
+            answer_batches(&a, &token, |_: &Path| -> Result<FirstByte> {
+                Err(Error::Data("no CUDA device on this node".into()))
+            })
+        });
+        let e = dock.accept(Duration::from_secs(10)).err().unwrap().to_string();
+        assert!(e.contains("cannot load the model: no CUDA device on this node"), "{e}");
+        let e = replica.join().unwrap().err().unwrap().to_string();
+        assert!(e.contains("no CUDA device"), "{e}");
     }
 }
