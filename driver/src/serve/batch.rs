@@ -6,7 +6,9 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{
+    Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,11 +39,43 @@ pub type Load = Arc<dyn Fn() -> Result<Box<dyn Engine>> + Send + Sync>;
 pub struct Batching {
     /// Rows a batch holds at most (a request of more rows runs alone).
     pub max_batch_size: usize,
-    /// How long a batch waits for more requests after its first arrived.
+    /// How long a batch waits for more requests after its first arrived, at most: it waits
+    /// only while requests are coming that no replica has yet (a lone client's request runs
+    /// at once).
     pub batch_wait: Duration,
     /// Requests a replica's queue holds; past it, requests are refused as busy.
     pub max_queued: usize,
 }
+
+/// Requests on their way: those a front has taken in and not yet answered (`coming`), and
+/// those of them in a replica's queue or batch (`queued`). A batch waits for more only while
+/// some are coming that no replica has yet.
+#[derive(Default)]
+pub(crate) struct Traffic {
+    coming: AtomicUsize,
+    queued: AtomicUsize,
+}
+
+impl Traffic {
+    /// Requests taken in that no replica has yet (being read, parsed, or about to be sent).
+    fn unqueued(&self) -> usize {
+        let queued = self.queued.load(Ordering::SeqCst);
+        self.coming.load(Ordering::SeqCst).saturating_sub(queued)
+    }
+}
+
+/// Counts a request as coming while it lives: a front holds it from a request's arrival to
+/// its answer.
+pub(crate) struct Coming<'a>(&'a Traffic);
+
+impl Drop for Coming<'_> {
+    fn drop(&mut self) {
+        self.0.coming.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How often a batch that waits for a request on its way looks again whether one still is.
+const WAITING_POLL: Duration = Duration::from_micros(250);
 
 /// A request on its way to a replica.
 pub(crate) struct Job {
@@ -63,6 +97,7 @@ struct Replica {
 /// The replicas of one model, and the router in front of them.
 pub(crate) struct Replicas {
     replicas: Vec<Replica>,
+    traffic: Arc<Traffic>,
     max_queued: usize,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -80,6 +115,7 @@ impl Replicas {
         let mut replicas = Vec::with_capacity(count);
         let mut threads = Vec::with_capacity(count);
         let mut loaded = Vec::with_capacity(count);
+        let traffic = Arc::new(Traffic::default());
         for index in 0..count {
             let (queue, jobs) = sync_channel(batching.max_queued);
             let in_flight = Arc::new(AtomicUsize::new(0));
@@ -92,6 +128,7 @@ impl Replicas {
                 batching: batching.clone(),
                 stats: stats.clone(),
                 in_flight: in_flight.clone(),
+                traffic: traffic.clone(),
                 up: up.clone(),
                 pending: None,
             };
@@ -110,7 +147,13 @@ impl Replicas {
         }
         stats.replicas.set(count as i64);
         let max_queued = batching.max_queued;
-        Ok(Replicas { replicas, max_queued, threads: Mutex::new(threads) })
+        Ok(Replicas { replicas, traffic, max_queued, threads: Mutex::new(threads) })
+    }
+
+    /// A request taken in by a front: counted as coming until the guard drops.
+    pub(crate) fn arrival(&self) -> Coming<'_> {
+        self.traffic.coming.fetch_add(1, Ordering::SeqCst);
+        Coming(&self.traffic)
     }
 
     /// Sends `rows` to the replica with the fewest requests in flight (the next ones if its
@@ -138,10 +181,12 @@ impl Replicas {
         order.sort_by_key(|r| r.in_flight.load(Ordering::Relaxed));
         for replica in order {
             replica.in_flight.fetch_add(1, Ordering::Relaxed);
+            self.traffic.queued.fetch_add(1, Ordering::SeqCst);
             match replica.queue.try_send(job) {
                 Ok(()) => return Ok(answer),
                 Err(TrySendError::Full(back) | TrySendError::Disconnected(back)) => {
                     replica.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    self.traffic.queued.fetch_sub(1, Ordering::SeqCst);
                     job = back;
                 }
             }
@@ -183,6 +228,7 @@ struct Worker {
     batching: Batching,
     stats: Arc<Stats>,
     in_flight: Arc<AtomicUsize>,
+    traffic: Arc<Traffic>,
     up: Arc<AtomicBool>,
     /// A request taken from the queue that did not fit the last batch.
     pending: Option<Job>,
@@ -259,9 +305,9 @@ impl Worker {
         eprintln!("rtune serve: replica {} is up ({})", self.index, engine.place());
     }
 
-    /// The requests of the next batch: the first that comes, then those that arrive before
-    /// the wait ends, while they fit and stack with it. None once the queue is closed and
-    /// empty.
+    /// The requests of the next batch: the first that comes, then those queued and those that
+    /// arrive before the wait ends, while they fit and stack with it; it waits only while some
+    /// request is coming that no replica has yet. None once the queue is closed and empty.
     fn next_batch(&mut self, jobs: &Receiver<Job>) -> Option<Vec<Job>> {
         let first = match self.pending.take() {
             Some(job) => job,
@@ -271,10 +317,20 @@ impl Worker {
         let mut rows = first.rows.count;
         let mut batch = vec![first];
         while rows < self.batching.max_batch_size {
-            let wait = until.saturating_duration_since(Instant::now());
-            let job = match jobs.recv_timeout(wait) {
+            let job = match jobs.try_recv() {
                 Ok(job) => job,
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                Err(TryRecvError::Disconnected) => break,
+                Err(TryRecvError::Empty) => {
+                    let wait = until.saturating_duration_since(Instant::now());
+                    if wait.is_zero() || self.traffic.unqueued() == 0 {
+                        break;
+                    }
+                    match jobs.recv_timeout(wait.min(WAITING_POLL)) {
+                        Ok(job) => job,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
             };
             if job.kinds != batch[0].kinds || rows + job.rows.count > self.batching.max_batch_size {
                 self.pending = Some(job);
@@ -294,7 +350,7 @@ impl Worker {
         let mut live = Vec::with_capacity(batch.len());
         for job in batch {
             if job.reply.is_closed() {
-                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                self.done();
             } else if now >= job.deadline {
                 self.answer(
                     job,
@@ -374,8 +430,14 @@ impl Worker {
     }
 
     fn answer(&self, job: Job, answer: std::result::Result<Answer, Refusal>) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.done();
         let _ = job.reply.send(answer);
+    }
+
+    /// A request of this replica's is answered (or gone).
+    fn done(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.traffic.queued.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -468,6 +530,8 @@ mod tests {
     fn requests_that_come_together_are_one_batch_up_to_its_rows() {
         let (replicas, stats) = start(None, 16, 0);
         let timeout = Duration::from_secs(30);
+        // Taken in together by the fronts: the first batch waits for those not yet sent.
+        let coming: Vec<Coming> = (0..3).map(|_| replicas.arrival()).collect();
         let sent: Vec<Waiting> = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
             .iter()
             .map(|x| replicas.submit(rows(x), timeout).unwrap())
@@ -478,6 +542,27 @@ mod tests {
         let text = stats.render(&replicas.in_flight());
         assert!(text.contains("rtune_serve_batch_requests_count 2"), "{text}");
         assert!(text.contains("rtune_serve_batch_rows_sum 6.0"), "{text}");
+        drop(coming);
+        replicas.stop();
+    }
+
+    #[test]
+    fn a_lone_request_is_not_held_for_the_batch_wait() {
+        let stats = Arc::new(Stats::new("m"));
+        let load: Load = Arc::new(|| Ok(Box::new(Echo { gate: None }) as Box<dyn Engine>));
+        // A wait no test outlasts: the answer comes only if the batch does not wait.
+        let batching =
+            Batching { max_batch_size: 4, batch_wait: Duration::from_secs(3600), max_queued: 4 };
+        let replicas = Replicas::start(1, model(), load, batching, stats).unwrap();
+        for x in [3.0, 4.0] {
+            let coming = replicas.arrival();
+            let answer = replicas.submit(rows(&[x]), Duration::from_secs(3600)).unwrap();
+            let (said, heard) = std::sync::mpsc::channel();
+            std::thread::spawn(move || said.send(classes(answer)));
+            let got = heard.recv_timeout(Duration::from_secs(60)).expect("held for the wait");
+            assert_eq!(got.unwrap(), [x as i64]);
+            drop(coming);
+        }
         replicas.stop();
     }
 

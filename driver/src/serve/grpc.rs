@@ -177,6 +177,7 @@ impl Service {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Refusal> {
         let _active = self.0.active();
+        let _coming = self.0.replicas.arrival();
         self.token(&request)?;
         let asked = request.into_inner();
         let raw = &asked.raw_input_contents;

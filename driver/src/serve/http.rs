@@ -33,6 +33,8 @@ pub(super) async fn answer(
     let started = std::time::Instant::now();
     let _active = front.active();
     let is_infer = request.method() == Method::POST && request.uri().path().ends_with("/infer");
+    // From here a batch may wait for it (while its body is read and parsed).
+    let _coming = is_infer.then(|| front.replicas.arrival());
     let reply = match route(&front, request).await {
         Ok(reply) => reply,
         Err(refusal) => refused(&refusal, front.retry_after_s()),
