@@ -13,8 +13,12 @@ use crate::torch::TorchResult;
 use rtune_driver::data::{DATA_SCHEMA_FILE, DataSchema, LabelKind};
 use rtune_driver::error::{Error, Result};
 
-/// The fewest rows a TorchScript model is run on (see `ExportedModel::outputs`).
-const MIN_BATCH_ROWS: usize = 16;
+/// The fewest rows a TorchScript model is run on, on libtorch's present threads (see
+/// `ExportedModel::outputs`): on one thread (a serving replica of 1 CPU) its matrix products
+/// take their other path only below 4 rows; on more, below 12 (16 for margin).
+fn least_rows() -> usize {
+    if tch::get_num_threads() == 1 { 4 } else { 16 }
+}
 
 pub(crate) struct ExportedModel {
     pub schema: DataSchema,
@@ -148,12 +152,13 @@ impl ExportedModel {
             Engine::Torch { module, device } => {
                 // A row's answer must not depend on the rows batched with it (a server batches
                 // whatever requests arrive together): libtorch's CPU matrix products take
-                // another path for fewer than 12 rows, whose sums round otherwise (measured
-                // with linear layers of 7 to 4096 units: batches of 1-3, 5-7 and 9-11 rows
-                // differ in the last bits from the same rows in a batch of thousands; 12 and
-                // more, never). Small batches are padded with rows of zeros.
+                // another path for small batches, whose sums round otherwise (measured with
+                // linear layers of 7 to 4096 units against the same rows in a batch of
+                // thousands on 2 threads: on 2 threads batches of 1-3, 5-7 and 9-11 rows
+                // differ in the last bits, 12 and more never; on 1 thread only 1-3 rows do).
+                // Small batches are padded with rows of zeros.
                 let width = self.schema.model_inputs.len();
-                let padded = rows.max(MIN_BATCH_ROWS);
+                let padded = rows.max(least_rows());
                 let mut inputs = inputs;
                 inputs.resize(padded * width, 0.0);
                 let x = tch::Tensor::from_slice(&inputs)
