@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polars::prelude::{Column, DataFrame};
+use rtune_driver::cluster::client::address_toward;
 use rtune_driver::config::{FailureConfig, RunConfig, ScalingConfig};
 use rtune_driver::error::{Error, Result};
 use rtune_driver::serve::protocol::Outputs;
-use rtune_driver::serve::wire::{Dock, address_toward, answer_batches};
+use rtune_driver::serve::wire::{Dock, answer_batches};
 use rtune_driver::serve::{Engine, Load, Model, TensorSpec};
 use rtune_driver::train::TorchTrainer;
 use rtune_searchers::Params;

@@ -35,6 +35,15 @@ pub async fn connect_head(address: &str, token: Option<&str>) -> Result<Client> 
     Ok(HeadClient::with_interceptor(channel, AddToken::bearer(token)?))
 }
 
+/// The address this machine is reached at by the cluster whose head is at `head` (`HOST:PORT`,
+/// or an `http://` URL): the one its connection to the head goes out from.
+pub fn address_toward(head: &str) -> Result<std::net::IpAddr> {
+    let head = head.trim_start_matches("http://").trim_start_matches("https://");
+    let stream = std::net::TcpStream::connect(head)
+        .map_err(|e| Error::Protocol(format!("cannot reach the head at {head}: {e}")))?;
+    Ok(stream.local_addr().map_err(|e| Error::io("the connection to the head", e))?.ip())
+}
+
 /// A gRPC status as an rtune error; a refused token becomes a config error that says so.
 pub(crate) fn status_error(status: Status) -> Error {
     if status.code() == tonic::Code::Unauthenticated {

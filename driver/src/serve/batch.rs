@@ -48,19 +48,18 @@ pub struct Batching {
 }
 
 /// Requests on their way: those a front has taken in and not yet answered (`coming`), and
-/// those of them in a replica's queue or batch (`queued`). A batch waits for more only while
-/// some are coming that no replica has yet.
-#[derive(Default)]
+/// those of them each replica holds (`in_flight`, queued or in its batch). A batch waits for
+/// more only while some are coming that no replica has yet.
 pub(crate) struct Traffic {
     coming: AtomicUsize,
-    queued: AtomicUsize,
+    in_flight: Vec<Arc<AtomicUsize>>,
 }
 
 impl Traffic {
     /// Requests taken in that no replica has yet (being read, parsed, or about to be sent).
     fn unqueued(&self) -> usize {
-        let queued = self.queued.load(Ordering::SeqCst);
-        self.coming.load(Ordering::SeqCst).saturating_sub(queued)
+        let held: usize = self.in_flight.iter().map(|n| n.load(Ordering::SeqCst)).sum();
+        self.coming.load(Ordering::SeqCst).saturating_sub(held)
     }
 }
 
@@ -115,10 +114,11 @@ impl Replicas {
         let mut replicas = Vec::with_capacity(count);
         let mut threads = Vec::with_capacity(count);
         let mut loaded = Vec::with_capacity(count);
-        let traffic = Arc::new(Traffic::default());
+        let in_flight: Vec<Arc<AtomicUsize>> = (0..count).map(|_| Arc::default()).collect();
+        let traffic = Arc::new(Traffic { coming: AtomicUsize::new(0), in_flight });
         for index in 0..count {
             let (queue, jobs) = sync_channel(batching.max_queued);
-            let in_flight = Arc::new(AtomicUsize::new(0));
+            let in_flight = traffic.in_flight[index].clone();
             let up = Arc::new(AtomicBool::new(false));
             let (ready, is_ready) = std::sync::mpsc::channel();
             let worker = Worker {
@@ -180,13 +180,11 @@ impl Replicas {
         }
         order.sort_by_key(|r| r.in_flight.load(Ordering::Relaxed));
         for replica in order {
-            replica.in_flight.fetch_add(1, Ordering::Relaxed);
-            self.traffic.queued.fetch_add(1, Ordering::SeqCst);
+            replica.in_flight.fetch_add(1, Ordering::SeqCst);
             match replica.queue.try_send(job) {
                 Ok(()) => return Ok(answer),
                 Err(TrySendError::Full(back) | TrySendError::Disconnected(back)) => {
-                    replica.in_flight.fetch_sub(1, Ordering::Relaxed);
-                    self.traffic.queued.fetch_sub(1, Ordering::SeqCst);
+                    replica.in_flight.fetch_sub(1, Ordering::SeqCst);
                     job = back;
                 }
             }
@@ -350,7 +348,7 @@ impl Worker {
         let mut live = Vec::with_capacity(batch.len());
         for job in batch {
             if job.reply.is_closed() {
-                self.done();
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
             } else if now >= job.deadline {
                 self.answer(
                     job,
@@ -430,14 +428,8 @@ impl Worker {
     }
 
     fn answer(&self, job: Job, answer: std::result::Result<Answer, Refusal>) {
-        self.done();
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let _ = job.reply.send(answer);
-    }
-
-    /// A request of this replica's is answered (or gone).
-    fn done(&self) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.traffic.queued.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

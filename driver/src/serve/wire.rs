@@ -236,15 +236,6 @@ pub fn unpack(payload: &[u8], into: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The address this machine is reached at by the cluster whose head is at `head` (`HOST:PORT`,
-/// or an `http://` URL): the one its connection to the head goes out from.
-pub fn address_toward(head: &str) -> Result<IpAddr> {
-    let head = head.trim_start_matches("http://").trim_start_matches("https://");
-    let stream = TcpStream::connect(head)
-        .map_err(|e| Error::Protocol(format!("cannot reach the head at {head}: {e}")))?;
-    Ok(stream.local_addr().map_err(|e| Error::io("the connection to the head", e))?.ip())
-}
-
 /// Where replica processes dial in.
 pub struct Dock {
     /// None once closed.
@@ -353,10 +344,7 @@ impl Dock {
         let mut stream = &replica.stream;
         let loading = until.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
         let _ = stream.set_read_timeout(Some(loading));
-        let word = match write_frame(&mut stream, &self.export) {
-            Ok(()) => read_frame(&mut stream),
-            Err(e) => Err(e),
-        };
+        let word = write_frame(&mut stream, &self.export).and_then(|()| read_frame(&mut stream));
         match word {
             Ok(Some(word)) if word.is_empty() => {}
             Ok(Some(word)) => {

@@ -78,18 +78,16 @@ pub(super) enum Placement {
 }
 
 impl Placement {
-    /// The driver's address as its workers reach it: the interface that reaches the head.
-    /// (tokio's connect resolves the name on its blocking pool, so no runtime thread waits.)
+    /// The driver's address as its workers reach it: the interface that reaches the head
+    /// (found on the blocking pool, so no runtime thread waits for the connection).
     pub(super) async fn hub_ip(&self) -> Result<std::net::IpAddr> {
         match self {
             Placement::Local { .. } => Ok([127, 0, 0, 1].into()),
             Placement::Cluster { address, .. } => {
-                let stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
+                let head = address.clone();
+                tokio::task::spawn_blocking(move || client::address_toward(&head))
                     .await
-                    .map_err(|e| {
-                        Error::Protocol(format!("cannot reach the head at {address}: {e}"))
-                    })?;
-                Ok(stream.local_addr().map_err(|e| Error::io("head connection", e))?.ip())
+                    .map_err(|e| Error::Protocol(format!("cannot reach the head: {e}")))?
             }
         }
     }
