@@ -203,7 +203,8 @@ pub fn synthetic_score(rate: f64, plateau: f64, noise: f64, seed: u64, t: u64) -
     plateau * (1.0 - (-rate * t as f64).exp()) + noise * gauss
 }
 
-/// `synthetic-curve`: one result (and checkpoint) per iteration of the simulated curve.
+/// `synthetic-curve`: one result per iteration of the simulated curve, with a checkpoint at
+/// every `checkpoint_every`-th (1 when not given: every one; 0: none).
 pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
     let p = ctx.params();
     let rate = p.get::<f64>("rate")?;
@@ -222,6 +223,7 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
     let (work, serial) = (given("work_s")?, given("work_serial")?);
     // Each checkpoint can carry a file of that many KiB (`state.bin`), as a model would.
     let state_kib = given("checkpoint_kb")?;
+    let every = if p.contains("checkpoint_every") { p.get::<u64>("checkpoint_every")? } else { 1 };
     anyhow::ensure!(
         sleep.is_finite() && sleep >= 0.0,
         "param `sleep_s` = {sleep}: use a number of seconds >= 0"
@@ -246,12 +248,17 @@ pub fn train_synthetic_curve(ctx: &mut TrainContext) -> Result<()> {
             let mut step = [t as f32];
             ctx.all_reduce(&mut step, ReduceOp::Sum)?;
         }
+        let metrics = [("score", score), ("loss", 1.0 - score)];
+        if every == 0 || t % every != 0 {
+            ctx.report(metrics)?;
+            continue;
+        }
         let checkpoint = ctx.new_checkpoint()?.metadata(serde_json::json!({ "score": score }));
         if state_kib > 0.0 && checkpoint.is_kept() {
             let state = checkpoint.path().join("state.bin");
             std::fs::write(&state, vec![t as u8; (state_kib * 1024.0) as usize])?;
         }
-        ctx.report_with_checkpoint([("score", score), ("loss", 1.0 - score)], checkpoint)?;
+        ctx.report_with_checkpoint(metrics, checkpoint)?;
     }
     Ok(())
 }

@@ -39,6 +39,13 @@ impl RunIdentity {
     }
 }
 
+/// Where a group's rank 0 runs: its process, its node's host name and address.
+pub(crate) struct RankZero {
+    pub pid: u32,
+    pub hostname: String,
+    pub node_ip: String,
+}
+
 /// What a result row holds besides metrics (Ray's auto-filled fields).
 const ROW_FIELDS: [&str; 12] = [
     "done",
@@ -483,20 +490,27 @@ impl RunState {
         self.files.flush()
     }
 
-    /// Where the current attempt's ranks run, and rank 0's process (each row's `pid`, as in
-    /// Ray: the worker's), as its rows will say; how its group started, as its first row will.
+    /// Where the current attempt's ranks run, and rank 0's process and node (each row's `pid`,
+    /// `hostname` and `node_ip`, as in Ray: the trainable's), as its rows will say; how its
+    /// group started, as its first row will.
     pub fn placed(
         &mut self,
         placement: String,
         world_size: usize,
-        rank0_pid: Option<u32>,
+        rank0: Option<RankZero>,
         start: crate::metrics::GroupStart,
     ) {
         self.placement = Some(placement);
         self.world_size = world_size;
         self.group_start = Some(start);
-        if let Some(pid) = rank0_pid {
+        if let Some(RankZero { pid, hostname, node_ip }) = rank0 {
             self.identity.pid = pid;
+            if !hostname.is_empty() {
+                self.identity.hostname = hostname;
+            }
+            if !node_ip.is_empty() {
+                self.identity.node_ip = node_ip;
+            }
         }
     }
 

@@ -240,6 +240,96 @@ fn node_of(run_dir: &Path, rank: usize) -> Result<(String, String, i32)> {
     Ok((parts[0].to_owned(), parts[1].to_owned(), parts[2].parse()?))
 }
 
+/// A simulated cluster, the real control plane on one machine: 20 node agents of 2 CPUs, each
+/// on a loopback address of its own, run a sweep of 200 short trials of one worker that `rtune
+/// run` sends them through `$RTUNE_ADDRESS`. Every trial has its three rows, every node ran
+/// trials (the rows' `node_ip`), each agent forked its workers from a fork server of the
+/// driver's binary, and after the sweep every group is released, every CPU free, every node
+/// alive and no worker left on any.
+pub fn a_simulated_cluster_of_20_nodes_runs_200_trials() -> Result<()> {
+    const NODES: usize = 20;
+    let mut cluster = Cluster::start(None)?;
+    let mut agents = Vec::new();
+    for n in 1..=NODES {
+        let ip = format!("127.0.1.{n}");
+        let args = ["--num-cpus", "2", "--num-gpus", "0", "--node-ip", &ip];
+        let mut command = cluster.node_command(&args, None);
+        let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        agents.push((ip, child.id()));
+        cluster.nodes.push(child);
+    }
+    wait_for(Duration::from_secs(60), || Ok(cluster.alive_nodes()? == NODES))?;
+    let dir = tempfile::tempdir()?;
+    let file = crate::common::synthetic_sweep(
+        dir.path(),
+        "simulated",
+        "[scaling]\nnum_workers = 1\n\
+         [param_space]\nrate = 0.5\nplateau = 1.0\niterations = 3\nsleep_s = 0.05\n\
+         seed = { randint = [0, 1000000] }\n\
+         [tune]\nmetric = \"score\"\nmode = \"max\"\nsearch = \"random\"\n\
+         num_samples = 200\nmax_concurrent_trials = 40\n",
+    )?;
+    let out = Command::new(RTUNE)
+        .args(["run", &file.display().to_string(), "--no-tui"])
+        .env("RTUNE_ADDRESS", &cluster.address)
+        .output()?;
+    ensure!(out.status.success(), "rtune run failed: {}", crate::common::text(&out));
+    let mut trials = 0;
+    let mut nodes_used = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(dir.path().join("simulated"))? {
+        let path = entry?.path().join("result.json");
+        if !path.exists() {
+            continue;
+        }
+        trials += 1;
+        let rows: Vec<serde_json::Value> = std::fs::read_to_string(&path)?
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<std::result::Result<_, _>>()?;
+        let iterations: Vec<u64> =
+            rows.iter().filter_map(|r| r["training_iteration"].as_u64()).collect();
+        ensure!(iterations == [1, 2, 3], "{}: iterations {iterations:?}", path.display());
+        ensure!(rows[2]["done"] == true, "the last row is done: {}", rows[2]);
+        nodes_used.extend(rows.iter().filter_map(|r| r["node_ip"].as_str().map(str::to_owned)));
+    }
+    ensure!(trials == 200, "{trials} trials have rows");
+    let addresses: std::collections::BTreeSet<String> =
+        agents.iter().map(|(ip, _)| ip.clone()).collect();
+    ensure!(nodes_used == addresses, "trials ran on {nodes_used:?}");
+    // The head's accounting: every group released, every CPU free, no node lost.
+    wait_for(Duration::from_secs(20), || {
+        let status = cluster.status()?;
+        let nodes = status["nodes"].as_array().context("nodes")?;
+        Ok(status["placement_groups"] == serde_json::json!([])
+            && nodes.len() == NODES
+            && nodes.iter().all(|n| n["alive"] == true && n["free"] == n["total"]))
+    })?;
+    // Each agent's processes: its fork server and the spare it keeps forked ahead, no worker.
+    for (ip, agent) in &agents {
+        let children = children_of(*agent as i32);
+        ensure!(children.len() == 1, "agent {ip}'s children: {children:?}");
+        let spares = children_of(children[0]);
+        ensure!(spares.len() <= 1, "agent {ip}'s fork server's children: {spares:?}");
+    }
+    Ok(())
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).ok().is_some_and(|stat| {
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
 pub fn strict_spread_puts_one_worker_on_each_node() -> Result<()> {
     let mut cluster = Cluster::start(None)?;
     cluster.add_node(&["--num-cpus", "1"])?;

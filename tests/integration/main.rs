@@ -699,6 +699,10 @@ fn main() {
             cluster::nodes_reconnect_to_a_restarted_head,
         ),
         test(
+            "cluster::a_simulated_cluster_of_20_nodes_runs_200_trials",
+            cluster::a_simulated_cluster_of_20_nodes_runs_200_trials,
+        ),
+        test(
             "cluster::strict_spread_puts_one_worker_on_each_node",
             cluster::strict_spread_puts_one_worker_on_each_node,
         ),

@@ -273,7 +273,8 @@ impl Trainables {
                     .with("slow_rank", -1)
                     .with("work_s", 0.0)
                     .with("work_serial", 0.0)
-                    .with("checkpoint_kb", 0.0),
+                    .with("checkpoint_kb", 0.0)
+                    .with("checkpoint_every", 1),
             )
             .with(
                 "xgboost",
@@ -310,6 +311,7 @@ impl Trainables {
             .range("synthetic-curve", "work_s", 0.0..=86_400.0)
             .range("synthetic-curve", "work_serial", 0.0..=1.0)
             .range("synthetic-curve", "checkpoint_kb", 0.0..=1e7)
+            .range("synthetic-curve", "checkpoint_every", 0.0..=1e9)
     }
 
     /// Adds (or replaces) a train function under `name`. Its `defaults` declare the params it

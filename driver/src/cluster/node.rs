@@ -22,6 +22,7 @@ use crate::proto::{
     HeadCommand, Heartbeat, NodeMessage, RegisterNode, Registered, StartWorkerRequest, WorkerExit,
     WorkerLog, head_command, node_message,
 };
+use crate::sys::zygote;
 
 /// How a node agent joins its head.
 #[derive(Debug, Clone)]
@@ -391,7 +392,9 @@ fn start_ready(
 }
 
 /// Starts one worker process from `exe` (the driver's binary cached here; None: by the path
-/// the driver named). Its output and then its exit go up the session through `events`.
+/// the driver named): forked by that binary's fork server (see `sys::zygote`) unless warm
+/// starts are off, else with exec. Its output and then its exit go up the session through
+/// `events`.
 fn spawn(
     start: StartWorkerRequest,
     exe: Option<std::path::PathBuf>,
@@ -399,22 +402,91 @@ fn spawn(
     config: &NodeConfig,
     events: mpsc::UnboundedSender<NodeMessage>,
 ) -> std::result::Result<oneshot::Sender<()>, (WorkerExit, String)> {
-    let (worker_id, pg_id) = (start.worker_id.clone(), start.pg_id);
-    let exe = exe.unwrap_or_else(|| start.executable.clone().into());
+    let warm = start.env.get(zygote::WARM_START_ENV).is_none_or(|v| v != "0");
+    let mut env: Vec<(String, String)> = start.env.into_iter().collect();
+    env.push(("RTUNE_NODE_ID".to_owned(), node_id.to_string()));
     // The worker's own folder on this node, gone with it (see `config::SCRATCH_ENV`).
-    let scratch = own_scratch().join(&worker_id);
-    let mut command = std::process::Command::new(&exe);
+    let scratch = own_scratch().join(&start.worker_id);
+    env.push((crate::config::SCRATCH_ENV.to_owned(), scratch.display().to_string()));
+    let given = env.iter().find(|(k, _)| k == CUDA_VISIBLE_DEVICES).map(|(_, v)| v.clone());
+    if let (Some(devices), Some(indices)) = (&config.devices, given) {
+        env.push((CUDA_VISIBLE_DEVICES.to_owned(), super::map_devices(&indices, devices)));
+    }
+    let worker = Worker {
+        id: start.worker_id,
+        pg_id: start.pg_id,
+        exe: exe.unwrap_or_else(|| start.executable.into()),
+        env,
+        scratch,
+        ignore_sigterm: config.workers_ignore_sigterm,
+    };
+    if warm && zygote::warm_start_allowed() {
+        return Ok(spawn_forked(worker, events));
+    }
+    spawn_exec(worker, events)
+}
+
+/// A worker to start on this node.
+struct Worker {
+    id: String,
+    pg_id: u64,
+    exe: std::path::PathBuf,
+    /// Set on top of the agent's environment.
+    env: Vec<(String, String)>,
+    scratch: std::path::PathBuf,
+    ignore_sigterm: bool,
+}
+
+impl Worker {
+    fn exit(&self, code: i32, signal: i32, error: String) -> WorkerExit {
+        WorkerExit { worker_id: self.id.clone(), pg_id: self.pg_id, code, signal, error }
+    }
+
+    /// What to do at its exit: remove its scratch folder, drop `keep`, and once its output is
+    /// drained (the readers sent on `drained`), send its exit up, so the driver gets every line
+    /// first.
+    fn on_exit(
+        &self,
+        keep: impl Send + 'static,
+        drained: oneshot::Receiver<Vec<tokio::task::JoinHandle<()>>>,
+        events: mpsc::UnboundedSender<NodeMessage>,
+    ) -> impl FnOnce(std::io::Result<std::process::ExitStatus>) + Send + 'static {
+        let (scratch, gone) = (self.scratch.clone(), self.exit(-1, 0, String::new()));
+        move |status| {
+            if scratch.exists() {
+                let _ = std::fs::remove_dir_all(&scratch);
+            }
+            drop(keep);
+            let exit = match status {
+                Ok(s) => WorkerExit {
+                    code: s.code().unwrap_or(-1),
+                    signal: s.signal().unwrap_or(0),
+                    ..gone
+                },
+                Err(e) => WorkerExit { error: e.to_string(), ..gone },
+            };
+            tokio::spawn(async move {
+                for reader in drained.await.unwrap_or_default() {
+                    let _ = reader.await;
+                }
+                let _ = events.send(exited(exit));
+            });
+        }
+    }
+}
+
+/// Starts `worker` with exec.
+fn spawn_exec(
+    worker: Worker,
+    events: mpsc::UnboundedSender<NodeMessage>,
+) -> std::result::Result<oneshot::Sender<()>, (WorkerExit, String)> {
+    let mut command = std::process::Command::new(&worker.exe);
     command
-        .envs(&start.env)
-        .env("RTUNE_NODE_ID", node_id.to_string())
-        .env(crate::config::SCRATCH_ENV, &scratch)
+        .envs(worker.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let (Some(devices), Some(indices)) = (&config.devices, start.env.get(CUDA_VISIBLE_DEVICES)) {
-        command.env(CUDA_VISIBLE_DEVICES, super::map_devices(indices, devices));
-    }
-    if config.workers_ignore_sigterm {
+    if worker.ignore_sigterm {
         use std::os::unix::process::CommandExt;
         // SAFETY: signal() is async-signal-safe. An ignored signal stays ignored across exec.
         unsafe {
@@ -424,55 +496,101 @@ fn spawn(
             });
         }
     }
-    // The exit waits for both output streams to drain, so the driver gets every line first.
-    let (drained_tx, drained) = oneshot::channel::<Vec<tokio::task::JoinHandle<()>>>();
-    let (id, exit_events) = (worker_id.clone(), events.clone());
-    let supervised = crate::sys::spawn_supervised(command, move |status| {
-        if scratch.exists() {
-            let _ = std::fs::remove_dir_all(&scratch);
-        }
-        let exit = match status {
-            Ok(s) => WorkerExit {
-                worker_id: id,
-                pg_id,
-                code: s.code().unwrap_or(-1),
-                signal: s.signal().unwrap_or(0),
-                error: String::new(),
-            },
-            Err(e) => {
-                WorkerExit { worker_id: id, pg_id, code: -1, signal: 0, error: e.to_string() }
-            }
-        };
-        tokio::spawn(async move {
-            for reader in drained.await.unwrap_or_default() {
-                let _ = reader.await;
-            }
-            let _ = exit_events.send(exited(exit));
-        });
-    })
-    .map_err(|e| {
-        let error = format!("cannot start {}: {e}", exe.display());
-        (
-            WorkerExit {
-                worker_id: worker_id.clone(),
-                pg_id,
-                code: -1,
-                signal: 0,
-                error: error.clone(),
-            },
-            error,
-        )
+    let (drained_tx, drained) = oneshot::channel();
+    let on_exit = worker.on_exit((), drained, events.clone());
+    let supervised = crate::sys::spawn_supervised(command, on_exit).map_err(|e| {
+        let error = format!("cannot start {}: {e}", worker.exe.display());
+        (worker.exit(-1, 0, error.clone()), error)
     })?;
     let mut readers = Vec::new();
     if let Some(out) = supervised.stdout {
-        readers.push(stream_output(out, false, worker_id.clone(), pg_id, events.clone()));
+        readers.push(stream_output(out, false, worker.id.clone(), worker.pg_id, events.clone()));
     }
     if let Some(err) = supervised.stderr {
-        readers.push(stream_output(err, true, worker_id.clone(), pg_id, events));
+        readers.push(stream_output(err, true, worker.id.clone(), worker.pg_id, events));
     }
     let _ = drained_tx.send(readers);
-    tracing::info!("started worker {worker_id} of placement group {pg_id}");
+    tracing::info!("started worker {} of placement group {}", worker.id, worker.pg_id);
     Ok(supervised.kill)
+}
+
+/// Starts `worker` forked by its binary's fork server; if that fails, with exec (as every later
+/// worker of this agent is). The sender returned kills it when sent or dropped, from the start:
+/// the fork server answers in the background.
+fn spawn_forked(worker: Worker, events: mpsc::UnboundedSender<NodeMessage>) -> oneshot::Sender<()> {
+    use tracing::Instrument;
+    let (kill, killed) = oneshot::channel::<()>();
+    let starting = async move {
+        let started = match fork(&worker, &events).await {
+            Ok(kill) => Ok(kill),
+            Err(e) => {
+                zygote::give_up(&e);
+                spawn_exec(worker, events.clone())
+            }
+        };
+        match started {
+            Ok(kill) => {
+                let _ = killed.await;
+                let _ = kill.send(());
+            }
+            Err((exit, e)) => {
+                tracing::warn!("{e}");
+                let _ = events.send(exited(exit));
+            }
+        }
+    };
+    // In the agent's span, as its other lines are (a Slurm job's output names the node so).
+    tokio::spawn(starting.instrument(tracing::Span::current()));
+    kill
+}
+
+/// Forks `worker` from the fork server of its binary. A forked process cannot be handed the
+/// agent's pipes, so its stdout and stderr are two FIFOs in the agent's scratch folder, read
+/// as pipes are. The agent holds a writing end of each until the worker exits, so that they
+/// end (the readers see their end) only once the worker's output is all read, whenever it
+/// opened them.
+async fn fork(
+    worker: &Worker,
+    events: &mpsc::UnboundedSender<NodeMessage>,
+) -> std::io::Result<oneshot::Sender<()>> {
+    let fifos = own_scratch().join(".fifos").join(worker.id.replace('/', "_"));
+    std::fs::create_dir_all(&fifos)?;
+    let (out, err) = (fifos.join("stdout"), fifos.join("stderr"));
+    let folder = FifoDir(fifos);
+    let (mut readers, mut ends) = (Vec::new(), Vec::new());
+    for (path, stderr) in [(&out, false), (&err, true)] {
+        crate::sys::make_fifo(path)?;
+        readers.push((tokio::net::unix::pipe::OpenOptions::new().open_receiver(path)?, stderr));
+        ends.push(crate::sys::open_fifo_writer(path)?);
+    }
+    let keep = (ends, folder);
+    let (drained_tx, drained) = oneshot::channel();
+    let on_exit = worker.on_exit(keep, drained, events.clone());
+    let start = zygote::WarmStart {
+        env: worker.env.clone(),
+        stdout: &out,
+        stderr: &err,
+        ignore_sigterm: worker.ignore_sigterm,
+    };
+    let kill = zygote::spawn_warm(&worker.exe, start, on_exit).await?;
+    let streams = readers
+        .into_iter()
+        .map(|(r, stderr)| {
+            stream_output(r, stderr, worker.id.clone(), worker.pg_id, events.clone())
+        })
+        .collect();
+    let _ = drained_tx.send(streams);
+    tracing::info!("started worker {} of placement group {} (forked)", worker.id, worker.pg_id);
+    Ok(kill)
+}
+
+/// A worker's FIFO folder, removed when dropped.
+struct FifoDir(std::path::PathBuf);
+
+impl Drop for FifoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";

@@ -575,7 +575,12 @@ impl<'s> Attempt<'s> {
         let ranks: Vec<(Seat, Option<&'static str>)> = match self.seats.is_empty() {
             // Not every rank has joined: nothing is asked.
             true => (0..self.workers.len())
-                .map(|_| (Seat { node: String::new(), gpus: None, pid: 0 }, Some("not joined yet")))
+                .map(|_| {
+                    (
+                        Seat { node: String::new(), address: String::new(), gpus: None, pid: 0 },
+                        Some("not joined yet"),
+                    )
+                })
                 .collect(),
             false => self
                 .seats
@@ -665,6 +670,7 @@ fn seat(request: &JoinRequest, placed: &RankPlacement) -> Seat {
         node: Some(request.hostname.clone())
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| placed.bind_host.clone()),
+        address: placed.bind_host.clone(),
         gpus: placed.cuda_visible_devices.as_ref().map(|given| {
             Some(request.cuda_visible_devices.clone())
                 .filter(|d| !d.is_empty())

@@ -184,7 +184,7 @@ mod tests {
     use super::*;
 
     fn seat(node: &str, gpus: Option<&str>) -> Seat {
-        Seat { node: node.into(), gpus: gpus.map(Into::into), pid: 1 }
+        Seat { node: node.into(), address: node.into(), gpus: gpus.map(Into::into), pid: 1 }
     }
 
     #[test]

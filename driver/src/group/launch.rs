@@ -82,14 +82,15 @@ pub(super) async fn spawn_local(
         let _ = exits.send((rank, exit));
     };
     let env = worker_env(hub, spec, (rank, placed), true);
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     if spec.run.warm_start && zygote::warm_start_allowed() {
-        let on_exit = on_exit.clone();
-        match zygote::spawn_warm(env.clone(), &stdout_path, &stderr_path, on_exit).await {
+        let (stdout, stderr) = (stdout_path.as_path(), stderr_path.as_path());
+        let start = zygote::WarmStart { env: env.clone(), stdout, stderr, ignore_sigterm: false };
+        match zygote::spawn_warm(&exe, start, on_exit.clone()).await {
             Ok(kill) => return Ok(kill),
             Err(e) => zygote::give_up(&e),
         }
     }
-    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     let mut command = std::process::Command::new(&exe);
     command.envs(env).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     crate::sys::spawn_supervised(command, on_exit)
@@ -163,13 +164,19 @@ pub(super) async fn spawn_remote(
     let binary_sha256 = crate::cluster::binary::ensure_on_head(&mut client).await?;
     let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     let worker_id = remote_worker_id(spec, rank);
+    let mut env: std::collections::HashMap<String, String> =
+        worker_env(hub, spec, (rank, &spec.ranks[rank]), false).into_iter().collect();
+    if !spec.run.warm_start {
+        // The node agent starts it with exec too.
+        env.insert(zygote::WARM_START_ENV.to_owned(), "0".to_owned());
+    }
     let request = crate::proto::StartWorkerRequest {
         worker_id: worker_id.clone(),
         pg_id: pg.0,
         bundle: rank as u32,
         executable: exe.display().to_string(),
         build_id: build_id::hex(build_id::build_id()),
-        env: worker_env(hub, spec, (rank, &spec.ranks[rank]), false).into_iter().collect(),
+        env,
         binary_sha256,
     };
     crate::cluster::client::start_worker(&mut client, request).await?;

@@ -108,7 +108,10 @@ impl RankPlacement {
 /// mapped it to the node's own device names (so, its physical devices).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seat {
+    /// Its node's host name.
     pub node: String,
+    /// Its node's address (where its workers listen).
+    pub address: String,
     pub gpus: Option<String>,
     /// The worker's process id.
     pub pid: u32,
@@ -307,7 +310,7 @@ mod tests {
     use super::*;
 
     fn seat(node: &str, gpus: Option<&str>) -> Seat {
-        Seat { node: node.into(), gpus: gpus.map(Into::into), pid: 1 }
+        Seat { node: node.into(), address: node.into(), gpus: gpus.map(Into::into), pid: 1 }
     }
 
     #[test]

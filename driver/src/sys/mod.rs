@@ -170,6 +170,24 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// Makes a FIFO (a named pipe) at `path`, readable and writable by this user only.
+pub(crate) fn make_fifo(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+    // SAFETY: mkfifo reads the NUL-terminated name we own.
+    if unsafe { libc::mkfifo(name.as_ptr(), 0o600) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A writing end of the FIFO at `path`, opened without waiting (its reader must be open).
+pub(crate) fn open_fifo_writer(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path)
+}
+
 /// A supervised worker process.
 pub(crate) struct Supervised {
     /// Send (or drop) to kill it.

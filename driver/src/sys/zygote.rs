@@ -1,5 +1,6 @@
-//! A fork server for worker processes ("zygote"): a copy of this very binary, started once per
-//! driver, that has done everything a process start costs (loading libtorch and its static
+//! A fork server for worker processes ("zygote"): a copy of the workers' binary (the driver's
+//! own; on a node agent, each driver binary it fetched), started once per process and binary,
+//! that has done everything a process start costs (loading libtorch and its static
 //! initialisation: about a quarter of a second of CPU here) and then forks a fresh worker for
 //! each request. A forked worker is a new process: nothing of an earlier worker (environment,
 //! working directory, libtorch threads or seeds, memory) can reach it, because the zygote itself
@@ -42,6 +43,9 @@ struct Request {
     env: Vec<(String, String)>,
     stdout: PathBuf,
     stderr: PathBuf,
+    /// The worker ignores SIGTERM (see `cluster::node::NodeConfig::workers_ignore_sigterm`).
+    #[serde(default)]
+    ignore_sigterm: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -292,6 +296,9 @@ fn become_worker(request: &Request, sfd: &OwnedFd, zygote: i32) -> std::io::Resu
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
         libc::close(sfd.as_raw_fd());
+        if request.ignore_sigterm {
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        }
     }
     let open = |path: &Path| {
         std::fs::OpenOptions::new().create(true).append(true).open(path).map(OwnedFd::from)
@@ -315,8 +322,10 @@ fn become_worker(request: &Request, sfd: &OwnedFd, zygote: i32) -> std::io::Resu
 
 // ------------------------------------------------------------------------------- driver side
 
-/// What the driver keeps of its zygote.
+/// What the driver (or node agent) keeps of a zygote.
 struct Zygote {
+    /// The binary it is a copy of.
+    exe: PathBuf,
     requests: Mutex<std::fs::File>,
     /// Spawn requests waiting for their reply, with what to call when the child exits.
     pending: Mutex<HashMap<u64, (PidReply, OnExit)>>,
@@ -332,8 +341,8 @@ type OnExit = Box<dyn FnOnce(std::io::Result<ExitStatus>) + Send>;
 /// Where the pid of a forked worker (or why there is none) goes.
 type PidReply = oneshot::Sender<std::io::Result<i32>>;
 
-/// The driver's zygote, started on first use (again after it died).
-static ZYGOTE: Mutex<Option<Arc<Zygote>>> = Mutex::new(None);
+/// The zygote of each workers' binary, started on first use (again after it died).
+static ZYGOTES: Mutex<Vec<Arc<Zygote>>> = Mutex::new(Vec::new());
 
 /// Set when a warm start failed: exec is used from then on.
 static UNUSABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -351,21 +360,31 @@ pub(crate) fn give_up(why: &std::io::Error) {
     }
 }
 
-/// Starts a worker process through the fork server: `env` set, stdout and stderr appended to
-/// the files named, `on_exit` called with its exit. Like `spawn_supervised`, the returned sender
-/// kills it when sent or dropped. Call inside the runtime that lives as long as the process
-/// (the driver's): the zygote's replies are read there.
+/// How a worker forked by a zygote starts: the variables set in its environment, where its
+/// stdout and stderr go (appended to, or written into a FIFO), and whether it ignores SIGTERM.
+pub(crate) struct WarmStart<'a> {
+    pub env: Vec<(String, String)>,
+    pub stdout: &'a Path,
+    pub stderr: &'a Path,
+    pub ignore_sigterm: bool,
+}
+
+/// Starts a worker process of binary `exe` through its fork server, as `start` says, with
+/// `on_exit` called with its exit. Like `spawn_supervised`, the returned sender kills it when
+/// sent or dropped. Call inside the runtime that lives as long as the process (the driver's or
+/// the node agent's): the zygote's replies are read there.
 pub(crate) async fn spawn_warm(
-    env: Vec<(String, String)>,
-    stdout: &Path,
-    stderr: &Path,
+    exe: &Path,
+    start: WarmStart<'_>,
     on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
 ) -> std::io::Result<oneshot::Sender<()>> {
-    let zygote = running_zygote()?;
+    let zygote = running_zygote(exe)?;
     let id = zygote.next_id.fetch_add(1, Ordering::Relaxed);
     let (reply, answer) = oneshot::channel();
     lock(&zygote.pending).insert(id, (reply, Box::new(on_exit)));
-    let request = Request { id, env, stdout: stdout.to_owned(), stderr: stderr.to_owned() };
+    let WarmStart { env, stdout, stderr, ignore_sigterm } = start;
+    let (stdout, stderr) = (stdout.to_owned(), stderr.to_owned());
+    let request = Request { id, env, stdout, stderr, ignore_sigterm };
     let mut line = serde_json::to_vec(&request).expect("a request serialises");
     line.push(b'\n');
     let written = lock(&zygote.requests).write_all(&line);
@@ -396,18 +415,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn forget_zygote(zygote: &Arc<Zygote>) {
-    let mut slot = lock(&ZYGOTE);
-    if slot.as_ref().is_some_and(|z| Arc::ptr_eq(z, zygote)) {
-        *slot = None;
-    }
+    lock(&ZYGOTES).retain(|z| !Arc::ptr_eq(z, zygote));
 }
 
-fn running_zygote() -> std::io::Result<Arc<Zygote>> {
-    let mut slot = lock(&ZYGOTE);
-    if let Some(z) = &*slot {
+/// The zygote of binary `exe`, started if there is none.
+fn running_zygote(exe: &Path) -> std::io::Result<Arc<Zygote>> {
+    let mut zygotes = lock(&ZYGOTES);
+    if let Some(z) = zygotes.iter().find(|z| z.exe == exe) {
         return Ok(z.clone());
     }
-    let exe = std::env::current_exe()?;
     let mut command = std::process::Command::new(exe);
     command
         .env(ZYGOTE_ENV, "1")
@@ -419,6 +435,7 @@ fn running_zygote() -> std::io::Result<Arc<Zygote>> {
     let stdout = process.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
     let requests = std::fs::File::from(stdin.into_owned_fd()?);
     let zygote = Arc::new(Zygote {
+        exe: exe.to_owned(),
         requests: Mutex::new(requests),
         pending: Mutex::new(HashMap::new()),
         children: Mutex::new(HashMap::new()),
@@ -459,6 +476,6 @@ fn running_zygote() -> std::io::Result<Arc<Zygote>> {
             on_exit(Err(std::io::Error::other("the fork server exited, and the worker with it")));
         }
     });
-    *slot = Some(zygote.clone());
+    zygotes.push(zygote.clone());
     Ok(zygote)
 }

@@ -6,7 +6,7 @@ use super::placement::{Elastic, Placement};
 use crate::error::Result;
 use crate::group::{GroupReport, Joiners, OnReport, Seat, describe_seats};
 use crate::metrics::GroupStart;
-use crate::record::{self, RunState};
+use crate::record::{self, RankZero, RunState};
 
 /// An attempt's reports go into the run's record, then to the caller's decision; an elastic
 /// group that can grow ends its attempt at a report that carries a checkpoint.
@@ -66,7 +66,12 @@ impl OnReport for Recording<'_, '_, '_> {
     }
 
     fn placed(&mut self, seats: &[Seat], start: GroupStart) {
-        self.run.placed(describe_seats(seats), seats.len(), seats.first().map(|s| s.pid), start);
+        let rank0 = seats.first().map(|s| RankZero {
+            pid: s.pid,
+            hostname: s.node.clone(),
+            node_ip: s.address.clone(),
+        });
+        self.run.placed(describe_seats(seats), seats.len(), rank0, start);
     }
 
     fn uploaded(&mut self, names: &[String]) -> Result<()> {

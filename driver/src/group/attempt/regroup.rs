@@ -108,8 +108,9 @@ impl Attempt<'_> {
             self.to_spawn.push(self.workers.len());
             self.workers.push(worker);
             self.joined.push(placed.clone());
-            let node = placed.bind_host.clone();
-            self.seats.push(Seat { node, gpus: placed.cuda_visible_devices.clone(), pid: 0 });
+            let (node, address) = (placed.bind_host.clone(), placed.bind_host.clone());
+            let gpus = placed.cuda_visible_devices.clone();
+            self.seats.push(Seat { node, address, gpus, pid: 0 });
         }
         self.regroup_by = Some(std::time::Instant::now() + self.spec.run.start_timeout);
         self.joining = Some(joiners);
