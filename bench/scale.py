@@ -113,7 +113,7 @@ def node_ip(n):
 class Cluster:
     """An `rtune head` and `nodes` agents of `cpus` CPUs each, killed on close."""
 
-    def __init__(self, rtune, nodes, cpus, logs):
+    def __init__(self, rtune, nodes, cpus, logs, env):
         self.rtune, self.procs = rtune, []
         head = subprocess.Popen([rtune, "head", "--port", "0"], stdout=subprocess.PIPE,
                                 stderr=open(os.path.join(logs, "head.log"), "w"), text=True)
@@ -131,7 +131,7 @@ class Cluster:
             agent = subprocess.Popen(
                 [rtune, "node", "--address", self.address, "--num-cpus", str(cpus),
                  "--num-gpus", "0", "--node-ip", node_ip(n)],
-                stdout=subprocess.DEVNULL, stderr=agents_log)
+                stdout=subprocess.DEVNULL, stderr=agents_log, env=env)
             self.agents.append(agent)
             self.procs.append(agent)
         deadline = time.time() + 60 + nodes
@@ -213,9 +213,13 @@ def run_workload(rtune, name, w, quick, keep):
         storage = f"s3://bench/scale-{int(time.time())}"
     log(f"{name}: {trials} trials of {length:g} s on {w['nodes']} x {w['cpus']} CPUs "
         f"(minimum {minimum:g} s)")
-    cluster = Cluster(rtune, w["nodes"], w["cpus"], folder)
+    # The agents' environment is their workers': the store's credentials (a real node has its
+    # own).
+    cluster = Cluster(rtune, w["nodes"], w["cpus"], folder, env)
     try:
-        env["RTUNE_ADDRESS"] = cluster.address
+        # The driver's staging of a store's experiment (and anything else it caches) stays in
+        # the workload's folder.
+        env = dict(env, RTUNE_ADDRESS=cluster.address, RTUNE_CACHE=os.path.join(folder, "cache"))
         file = sweep_file(folder, name, w, trials, length, storage)
         head0, agents0 = cluster.cpu_seconds()
         started = time.time()

@@ -46,7 +46,9 @@ pub fn init() {
     // The driver's fork server (`sys::zygote`) forks workers that go on below, in `run_worker`.
     rtune_driver::sys::zygote::serve_if_asked(|| exit_now(run_worker()));
     if std::env::var_os(WORKER_ENV).is_none() {
-        // The driver's process: local mode (`ScalingConfig::local`) runs a worker here.
+        // The driver's process (or a head's, a node agent's): local mode
+        // (`ScalingConfig::local`) runs a worker here.
+        rtune_driver::sys::raise_open_files_limit();
         rtune_driver::group::set_in_process_runner(process::run);
         return;
     }

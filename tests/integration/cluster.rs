@@ -11,6 +11,7 @@ use anyhow::{Context, Result, ensure};
 use rtune::{
     FailureConfig, Params, PlacementStrategy, RunConfig, ScalingConfig, TorchTrainer, TrainContext,
 };
+use rtune_searchers::TrialStatus;
 
 const RTUNE: &str = env!("CARGO_BIN_EXE_rtune");
 
@@ -240,59 +241,52 @@ fn node_of(run_dir: &Path, rank: usize) -> Result<(String, String, i32)> {
     Ok((parts[0].to_owned(), parts[1].to_owned(), parts[2].parse()?))
 }
 
-/// A simulated cluster, the real control plane on one machine: 20 node agents of 2 CPUs, each
-/// on a loopback address of its own, run a sweep of 200 short trials of one worker that `rtune
-/// run` sends them through `$RTUNE_ADDRESS`. Every trial has its three rows, every node ran
-/// trials (the rows' `node_ip`), each agent forked its workers from a fork server of the
-/// driver's binary, and after the sweep every group is released, every CPU free, every node
-/// alive and no worker left on any.
+/// A simulated cluster, the real control plane on one machine: 20 node agents of 1 CPU, each
+/// on a loopback address of its own, run a sweep of 200 short trials of one worker. The first
+/// 20 trials wait for each other (`meet_then_report`), so each node runs one of them whatever
+/// the machine's speed. Every trial has its three rows, every node ran trials (the rows'
+/// `node_ip`), each agent forked its workers from a fork server of the driver's binary, and
+/// after the sweep every group is released, every CPU free, every node alive and no worker left
+/// on any.
 pub fn a_simulated_cluster_of_20_nodes_runs_200_trials() -> Result<()> {
     const NODES: usize = 20;
     let mut cluster = Cluster::start(None)?;
     let mut agents = Vec::new();
     for n in 1..=NODES {
         let ip = format!("127.0.1.{n}");
-        let args = ["--num-cpus", "2", "--num-gpus", "0", "--node-ip", &ip];
-        let mut command = cluster.node_command(&args, None);
+        let mut command = cluster.node_command(&["--num-cpus", "1", "--node-ip", &ip], None);
         let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
         agents.push((ip, child.id()));
         cluster.nodes.push(child);
     }
     wait_for(Duration::from_secs(60), || Ok(cluster.alive_nodes()? == NODES))?;
     let dir = tempfile::tempdir()?;
-    let file = crate::common::synthetic_sweep(
-        dir.path(),
-        "simulated",
-        "[scaling]\nnum_workers = 1\n\
-         [param_space]\nrate = 0.5\nplateau = 1.0\niterations = 3\nsleep_s = 0.05\n\
-         seed = { randint = [0, 1000000] }\n\
-         [tune]\nmetric = \"score\"\nmode = \"max\"\nsearch = \"random\"\n\
-         num_samples = 200\nmax_concurrent_trials = 40\n",
-    )?;
-    let out = Command::new(RTUNE)
-        .args(["run", &file.display().to_string(), "--no-tui"])
-        .env("RTUNE_ADDRESS", &cluster.address)
-        .output()?;
-    ensure!(out.status.success(), "rtune run failed: {}", crate::common::text(&out));
-    let mut trials = 0;
+    let meeting = dir.path().join("meeting");
+    std::fs::create_dir(&meeting)?;
+    let trainer = TorchTrainer::new(meet_then_report).train_loop_config(
+        Params::new()
+            .with("meeting", meeting.display().to_string())
+            .with("meet", NODES as i64)
+            .with("iterations", 3)
+            .with("pause_ms", 30),
+    );
+    let space = rtune::search::SearchSpace::new().add("x", rtune::search::uniform(0.0, 1.0));
+    let grid = rtune::Tuner::new(trainer, space)
+        .tune_config(rtune::TuneConfig::new().num_samples(200).max_concurrent_trials(NODES))
+        .run_config(cluster.run_config(dir.path(), "simulated"))
+        .fit()?;
+    ensure!(grid.trials.len() == 200, "{} trials", grid.trials.len());
     let mut nodes_used = std::collections::BTreeSet::new();
-    for entry in std::fs::read_dir(dir.path().join("simulated"))? {
-        let path = entry?.path().join("result.json");
-        if !path.exists() {
-            continue;
-        }
-        trials += 1;
-        let rows: Vec<serde_json::Value> = std::fs::read_to_string(&path)?
-            .lines()
-            .map(serde_json::from_str)
-            .collect::<std::result::Result<_, _>>()?;
+    for trial in &grid.trials {
+        ensure!(trial.status() == TrialStatus::Terminated, "{:?}", grid.errors());
+        let text = std::fs::read_to_string(trial.path().join("result.json"))?;
+        let rows: Vec<serde_json::Value> =
+            text.lines().map(serde_json::from_str).collect::<std::result::Result<_, _>>()?;
         let iterations: Vec<u64> =
             rows.iter().filter_map(|r| r["training_iteration"].as_u64()).collect();
-        ensure!(iterations == [1, 2, 3], "{}: iterations {iterations:?}", path.display());
-        ensure!(rows[2]["done"] == true, "the last row is done: {}", rows[2]);
+        ensure!(iterations == [1, 2, 3], "{}: iterations {iterations:?}", trial.trial_id());
         nodes_used.extend(rows.iter().filter_map(|r| r["node_ip"].as_str().map(str::to_owned)));
     }
-    ensure!(trials == 200, "{trials} trials have rows");
     let addresses: std::collections::BTreeSet<String> =
         agents.iter().map(|(ip, _)| ip.clone()).collect();
     ensure!(nodes_used == addresses, "trials ran on {nodes_used:?}");
@@ -310,6 +304,25 @@ pub fn a_simulated_cluster_of_20_nodes_runs_200_trials() -> Result<()> {
         ensure!(children.len() == 1, "agent {ip}'s children: {children:?}");
         let spares = children_of(children[0]);
         ensure!(spares.len() <= 1, "agent {ip}'s fork server's children: {spares:?}");
+    }
+    Ok(())
+}
+
+/// Leaves a mark in the folder `meeting` and, while it holds fewer than `meet` marks, waits
+/// for the others (at most a minute); then `iterations` reports, `pause_ms` apart.
+fn meet_then_report(ctx: &mut TrainContext) -> Result<()> {
+    let meeting = std::path::PathBuf::from(ctx.params().get::<String>("meeting")?);
+    let meet = ctx.params().get::<usize>("meet")?;
+    std::fs::write(meeting.join(std::process::id().to_string()), b"")?;
+    let waited = std::time::Instant::now();
+    while std::fs::read_dir(&meeting)?.count() < meet {
+        ensure!(waited.elapsed() < Duration::from_secs(60), "the others never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pause = Duration::from_millis(ctx.params().get::<u64>("pause_ms")?);
+    for i in 1..=ctx.params().get::<u64>("iterations")? {
+        std::thread::sleep(pause);
+        ctx.report([("value", i as f64)])?;
     }
     Ok(())
 }

@@ -170,6 +170,21 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// Raises this process's soft limit on open files to its hard one: a driver holds a connection
+/// to each of its remote workers, and a head one to each node and driver, a thousand and more
+/// where the usual soft limit is 1,024.
+pub fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// Makes a FIFO (a named pipe) at `path`, readable and writable by this user only.
 pub(crate) fn make_fifo(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
