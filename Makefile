@@ -37,7 +37,7 @@ LIBTORCH_LINK := .libtorch
 # and the install peaks at 7.4 GB (measured with and without the cache).
 PIP_INSTALL := -m pip install --disable-pip-version-check --quiet --no-cache-dir
 
-.PHONY: all libtorch trees tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-serve bench-bohb bench-moo bench-cmaes bench-gp bench-hpo bench-quick bench-build check fmt clippy clean-venv
+.PHONY: all libtorch trees tmux chromium prometheus slurm build demo test test-gpu test-slurm bench bench-serve bench-scale bench-bohb bench-moo bench-cmaes bench-gp bench-hpo bench-quick bench-build check fmt clippy clean-venv
 
 all: build
 
@@ -204,6 +204,13 @@ $(SERVE_VENV)/.peers: $(VENV)/.torch-$(TORCH_VERSION)
 bench-serve: libtorch $(SERVE_VENV)/.peers
 	cargo build --release --bin rtune --bin rtune-torch
 	$(SERVE_VENV)/bin/python bench/serve.py $(BENCH_ARGS)
+
+# Ray Tune's scalability table replayed on a simulated cluster (bench/scale.py; #66): quick mode
+# (a tenth of each trial length) by default, about 5 minutes once built; SCALE_ARGS=--full for
+# Ray's sizes, about 35 minutes. The durable workload's store: SeaweedFS behind bench/throttle.
+bench-scale: libtorch $(VENV)/.bench-store-pyarrow25
+	cargo build --release --bin rtune --bin rtune-torch
+	$(PYTHON) bench/scale.py $(SCALE_ARGS)
 
 # The peers of bench-hpo that the project's .venv cannot hold (DEHB 0.1.2 pins numpy < 2; SMAC 2.4
 # needs a scikit-learn older than 1.7): SMAC3, Syne Tune, DEHB and the two benchmark packages, in

@@ -255,8 +255,11 @@ def run_workload(rtune, name, w, quick, keep):
         cluster.close()
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
-    # The driver's memory at a quarter of the run and at its end: flat, or growing with trials.
-    quarter = [rss for t, rss in samples if t >= observed / 4][:1]
+    # The driver's memory through the run (flat, or growing with trials?): at a quarter, half,
+    # three quarters and 95% of it (the end reads the whole experiment back for its table).
+    def rss_at(share):
+        at = [rss for t, rss in samples if t >= observed * share][:1]
+        return round(at[0] / 2**20, 1) if at else None
     return dict(
         workload=name, about=w["about"], trials=trials, nodes=w["nodes"], cpus=w["cpus"],
         trial_length_s=length, results_per_s=w["rate"], observed_s=round(observed, 2),
@@ -264,7 +267,7 @@ def run_workload(rtune, name, w, quick, keep):
         ray_observed_s=w["ray"], ray_minimum_s=w["ray_min"],
         ray_overhead=round(w["ray"] / w["ray_min"] - 1, 4),
         driver_peak_mb=round(peak / 2**20, 1),
-        driver_mb_at_quarter=round(quarter[0] / 2**20, 1) if quarter else None,
+        driver_mb_at={f"{int(100 * q)}%": rss_at(q) for q in (0.25, 0.5, 0.75, 0.95)},
         driver_cpu_s=round(cpu, 1), head_cpu_s=round(head1 - head0, 1),
         agents_cpu_s=round(agents1 - agents0, 1), rows=rows,
         groups_left=len(left), nodes_not_free=busy, folder=folder if keep else None,

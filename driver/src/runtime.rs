@@ -32,6 +32,8 @@ pub struct Driver {
     hubs: tokio::sync::Mutex<HashMap<HubKey, Arc<Hub>>>,
     /// The CUDA probe's answer, once a run has asked for GPUs.
     cuda: OnceLock<std::result::Result<Probe, CudaError>>,
+    /// The token this driver's hub requires on a cluster that has none of its own.
+    own_token: String,
 }
 
 /// The address a hub serves on and the token it requires.
@@ -56,6 +58,7 @@ impl Driver {
             local: LocalPool::default(),
             hubs: tokio::sync::Mutex::new(HashMap::new()),
             cuda: OnceLock::new(),
+            own_token: crate::rpc::new_token(),
         });
         Ok(DRIVER.get().expect("set just above"))
     }
@@ -68,6 +71,13 @@ impl Driver {
     /// The shared runtime, to spawn on or enter (a server of the sweep's, say).
     pub fn handle(&self) -> &tokio::runtime::Handle {
         self.runtime.handle()
+    }
+
+    /// The token a hub of this driver requires on a cluster without a token: one for all its
+    /// runs, so that they share one hub (a hub for each run would hold its sockets until the
+    /// driver ends: three a trial, a sweep of 10,000 trials ran out of open files).
+    pub(crate) fn own_token(&self) -> &str {
+        &self.own_token
     }
 
     /// The hub serving workers on `ip`, requiring `token` when given; started on first use.

@@ -242,51 +242,55 @@ fn node_of(run_dir: &Path, rank: usize) -> Result<(String, String, i32)> {
 }
 
 /// A simulated cluster, the real control plane on one machine: 20 node agents of 1 CPU, each
-/// on a loopback address of its own, run a sweep of 200 short trials of one worker. The first
-/// 20 trials wait for each other (`meet_then_report`), so each node runs one of them whatever
-/// the machine's speed. Every trial has its three rows, every node ran trials (the rows'
-/// `node_ip`), each agent forked its workers from a fork server of the driver's binary, and
-/// after the sweep every group is released, every CPU free, every node alive and no worker left
-/// on any.
+/// on a loopback address of its own, run a sweep of 200 short trials of one worker, from a
+/// driver process of its own (`run_simulated_sweep_if_asked`). The first 20 trials wait for
+/// each other (`meet_then_report`), so each node runs one of them whatever the machine's speed.
+/// Every trial has its three rows, every node ran trials (the rows' `node_ip`), each agent
+/// forked its workers from a fork server of the driver's binary, and after the sweep every
+/// group is released, every CPU free, every node alive and no worker left on any; the driver
+/// held no more open files at the end than a few (a hub started for each trial once kept three
+/// sockets a trial, and 10,000 trials ran out of them).
 pub fn a_simulated_cluster_of_20_nodes_runs_200_trials() -> Result<()> {
-    const NODES: usize = 20;
     let mut cluster = Cluster::start(None)?;
     let mut agents = Vec::new();
-    for n in 1..=NODES {
+    for n in 1..=SIMULATED_NODES {
         let ip = format!("127.0.1.{n}");
         let mut command = cluster.node_command(&["--num-cpus", "1", "--node-ip", &ip], None);
         let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
         agents.push((ip, child.id()));
         cluster.nodes.push(child);
     }
-    wait_for(Duration::from_secs(60), || Ok(cluster.alive_nodes()? == NODES))?;
+    wait_for(Duration::from_secs(60), || Ok(cluster.alive_nodes()? == SIMULATED_NODES))?;
     let dir = tempfile::tempdir()?;
-    let meeting = dir.path().join("meeting");
-    std::fs::create_dir(&meeting)?;
-    let trainer = TorchTrainer::new(meet_then_report).train_loop_config(
-        Params::new()
-            .with("meeting", meeting.display().to_string())
-            .with("meet", NODES as i64)
-            .with("iterations", 3)
-            .with("pause_ms", 30),
-    );
-    let space = rtune::search::SearchSpace::new().add("x", rtune::search::uniform(0.0, 1.0));
-    let grid = rtune::Tuner::new(trainer, space)
-        .tune_config(rtune::TuneConfig::new().num_samples(200).max_concurrent_trials(NODES))
-        .run_config(cluster.run_config(dir.path(), "simulated"))
-        .fit()?;
-    ensure!(grid.trials.len() == 200, "{} trials", grid.trials.len());
+    let log = dir.path().join("driver.log");
+    let driver = Command::new(std::env::current_exe()?)
+        .env(SIMULATED_ENV, format!("{} {}", cluster.address, dir.path().display()))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .status()?;
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    ensure!(driver.success(), "the driver failed: {}", said());
+    let open_files = std::fs::read_to_string(dir.path().join("open_files"))?;
+    let (before, after) = open_files.trim().split_once(' ').context("open files")?;
+    let (before, after): (usize, usize) = (before.parse()?, after.parse()?);
+    ensure!(after < before + 60, "the driver held {before} open files, {after} after 200 trials");
     let mut nodes_used = std::collections::BTreeSet::new();
-    for trial in &grid.trials {
-        ensure!(trial.status() == TrialStatus::Terminated, "{:?}", grid.errors());
-        let text = std::fs::read_to_string(trial.path().join("result.json"))?;
+    let mut trials = 0;
+    for entry in std::fs::read_dir(dir.path().join("simulated"))? {
+        let path = entry?.path().join("result.json");
+        if !path.exists() {
+            continue;
+        }
+        trials += 1;
+        let text = std::fs::read_to_string(&path)?;
         let rows: Vec<serde_json::Value> =
             text.lines().map(serde_json::from_str).collect::<std::result::Result<_, _>>()?;
         let iterations: Vec<u64> =
             rows.iter().filter_map(|r| r["training_iteration"].as_u64()).collect();
-        ensure!(iterations == [1, 2, 3], "{}: iterations {iterations:?}", trial.trial_id());
+        ensure!(iterations == [1, 2, 3], "{}: iterations {iterations:?}", path.display());
         nodes_used.extend(rows.iter().filter_map(|r| r["node_ip"].as_str().map(str::to_owned)));
     }
+    ensure!(trials == 200, "{trials} trials have rows");
     let addresses: std::collections::BTreeSet<String> =
         agents.iter().map(|(ip, _)| ip.clone()).collect();
     ensure!(nodes_used == addresses, "trials ran on {nodes_used:?}");
@@ -295,7 +299,7 @@ pub fn a_simulated_cluster_of_20_nodes_runs_200_trials() -> Result<()> {
         let status = cluster.status()?;
         let nodes = status["nodes"].as_array().context("nodes")?;
         Ok(status["placement_groups"] == serde_json::json!([])
-            && nodes.len() == NODES
+            && nodes.len() == SIMULATED_NODES
             && nodes.iter().all(|n| n["alive"] == true && n["free"] == n["total"]))
     })?;
     // Each agent's processes: its fork server and the spare it keeps forked ahead, no worker.
@@ -305,6 +309,54 @@ pub fn a_simulated_cluster_of_20_nodes_runs_200_trials() -> Result<()> {
         let spares = children_of(children[0]);
         ensure!(spares.len() <= 1, "agent {ip}'s fork server's children: {spares:?}");
     }
+    Ok(())
+}
+
+const SIMULATED_NODES: usize = 20;
+
+/// Set (to `HEAD_ADDRESS STORAGE_DIR`) in the environment of the simulated cluster's driver.
+const SIMULATED_ENV: &str = "RTUNE_TEST_SIMULATED_SWEEP";
+
+/// In the simulated cluster's driver process: runs its sweep, writes the open files it held
+/// before and after into `STORAGE_DIR/open_files`, and exits (1 if the sweep failed).
+pub fn run_simulated_sweep_if_asked() {
+    let Ok(spec) = std::env::var(SIMULATED_ENV) else { return };
+    let (address, storage) = spec.split_once(' ').expect("HEAD_ADDRESS STORAGE_DIR");
+    let code = match simulated_sweep(address, Path::new(storage)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn simulated_sweep(address: &str, storage: &Path) -> Result<()> {
+    let meeting = storage.join("meeting");
+    std::fs::create_dir(&meeting)?;
+    let trainer = TorchTrainer::new(meet_then_report).train_loop_config(
+        Params::new()
+            .with("meeting", meeting.display().to_string())
+            .with("meet", SIMULATED_NODES as i64)
+            .with("iterations", 3)
+            .with("pause_ms", 30),
+    );
+    let space = rtune::search::SearchSpace::new().add("x", rtune::search::uniform(0.0, 1.0));
+    let open_files = || std::fs::read_dir("/proc/self/fd").map(|d| d.count());
+    let before = open_files()?;
+    let grid = rtune::Tuner::new(trainer, space)
+        .tune_config(
+            rtune::TuneConfig::new().num_samples(200).max_concurrent_trials(SIMULATED_NODES),
+        )
+        .run_config(RunConfig::new("simulated").storage_path(storage).cluster(address, None))
+        .fit()?;
+    let after = open_files()?;
+    ensure!(grid.trials.len() == 200, "{} trials", grid.trials.len());
+    for trial in &grid.trials {
+        ensure!(trial.status() == TrialStatus::Terminated, "{:?}", grid.errors());
+    }
+    std::fs::write(storage.join("open_files"), format!("{before} {after}"))?;
     Ok(())
 }
 

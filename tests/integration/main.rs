@@ -94,6 +94,7 @@ fn main() {
     rtune::init();
     collective_process::run_child_if_asked();
     cluster::run_driver_if_asked();
+    cluster::run_simulated_sweep_if_asked();
     tune::run_sweep_driver_if_asked();
     storage::run_fit_if_asked();
     elastic::run_fit_if_asked();

@@ -121,13 +121,16 @@ impl<'t, 'd> Run<'t, 'd> {
         target: Target,
         steering: &'t mut (dyn Steering + 'd),
     ) -> Result<Run<'t, 'd>> {
-        // On a cluster the hub is reachable from other hosts: only this run's workers may call
-        // it, with the cluster token (or a token of its own when the cluster has none).
+        // On a cluster the hub is reachable from other hosts: only this driver's workers may
+        // call it, with the cluster token (or the driver's own when the cluster has none).
         let hub_token = match &target {
             Target::Local(..) => None,
-            Target::Cluster { token, .. } => {
-                Some(token.clone().filter(|t| !t.is_empty()).unwrap_or_else(crate::rpc::new_token))
-            }
+            Target::Cluster { token, .. } => Some(
+                token
+                    .clone()
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or_else(|| driver.own_token().into()),
+            ),
         };
         let (placement, local_reserve_s) = trainer.placement(target, &run_dir).await?;
         let hub = driver.hub(placement.hub_ip().await?, hub_token).await?;
