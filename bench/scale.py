@@ -85,24 +85,19 @@ def proc_stat(pid):
     return (int(fields[11]) + int(fields[12])) / ticks, int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def descendants(pid):
-    """Every process below `pid`."""
-    children = {}
+def children_of(pid):
+    """The processes whose parent is `pid`."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
         except (OSError, ValueError, IndexError):
             continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    return found
 
 
 def node_ip(n):
@@ -156,7 +151,8 @@ class Cluster:
         agents = 0.0
         for agent in self.agents:
             agents += (proc_stat(agent.pid) or (0, 0))[0]
-            for child in descendants(agent.pid)[:1]:
+            # Its direct children: its fork servers (workers are theirs).
+            for child in children_of(agent.pid):
                 agents += (proc_stat(child) or (0, 0))[0]
         return head, agents
 
@@ -248,8 +244,11 @@ def run_workload(rtune, name, w, quick, keep):
         if code != 0:
             tail = open(os.path.join(folder, "run.log")).read()[-3000:]
             raise RuntimeError(f"{name}: rtune run exited {code}:\n{tail}")
-        left = [g for g in status["placement_groups"]]
+        left = status["placement_groups"]
         busy = [n["id"] for n in status["nodes"] if n["free"] != n["total"] or not n["alive"]]
+        if left or busy:
+            raise RuntimeError(f"{name}: after the sweep the head holds {len(left)} placement "
+                               f"group(s), and node(s) {busy} are not free or not alive")
         rows = count_rows(storage) if not storage.startswith("s3://") else None
     finally:
         cluster.close()
@@ -270,7 +269,7 @@ def run_workload(rtune, name, w, quick, keep):
         driver_mb_at={f"{int(100 * q)}%": rss_at(q) for q in (0.25, 0.5, 0.75, 0.95)},
         driver_cpu_s=round(cpu, 1), head_cpu_s=round(head1 - head0, 1),
         agents_cpu_s=round(agents1 - agents0, 1), rows=rows,
-        groups_left=len(left), nodes_not_free=busy, folder=folder if keep else None,
+        folder=folder if keep else None,
     )
 
 

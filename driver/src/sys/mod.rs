@@ -69,6 +69,7 @@ pub(crate) fn spawn_supervised(
     }
     let mut child = fork_on_spawner(command, tokio::runtime::Handle::current())?;
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let pid = child.id().unwrap_or(0);
     let (kill, killed) = oneshot::channel::<()>();
     tokio::spawn(async move {
         let status = tokio::select! {
@@ -80,7 +81,7 @@ pub(crate) fn spawn_supervised(
         };
         on_exit(status);
     });
-    Ok(Supervised { kill, stdin, stdout, stderr })
+    Ok(Supervised { kill, pid, stdin, stdout, stderr })
 }
 
 type SpawnRequest = (
@@ -207,6 +208,7 @@ pub(crate) fn open_fifo_writer(path: &std::path::Path) -> std::io::Result<std::f
 pub(crate) struct Supervised {
     /// Send (or drop) to kill it.
     pub kill: oneshot::Sender<()>,
+    pub pid: u32,
     pub stdin: Option<tokio::process::ChildStdin>,
     pub stdout: Option<tokio::process::ChildStdout>,
     pub stderr: Option<tokio::process::ChildStderr>,

@@ -332,8 +332,10 @@ struct Zygote {
     /// Live children → what to call when they exit.
     children: Mutex<HashMap<i32, OnExit>>,
     next_id: AtomicU64,
-    /// The zygote itself (killed when this is dropped, with its children).
-    _process: crate::sys::Supervised,
+    /// When a worker was last asked of it.
+    used: Mutex<std::time::Instant>,
+    /// The zygote itself (killed when this is dropped, with its children); None once retired.
+    process: Mutex<Option<crate::sys::Supervised>>,
 }
 
 type OnExit = Box<dyn FnOnce(std::io::Result<ExitStatus>) + Send>;
@@ -343,6 +345,9 @@ type PidReply = oneshot::Sender<std::io::Result<i32>>;
 
 /// The zygote of each workers' binary, started on first use (again after it died).
 static ZYGOTES: Mutex<Vec<Arc<Zygote>>> = Mutex::new(Vec::new());
+
+/// How long a fork server without workers is kept once another binary's is needed.
+const RETIRE_AFTER: Duration = Duration::from_secs(60);
 
 /// Set when a warm start failed: exec is used from then on.
 static UNUSABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -379,6 +384,7 @@ pub(crate) async fn spawn_warm(
     on_exit: impl FnOnce(std::io::Result<ExitStatus>) + Send + 'static,
 ) -> std::io::Result<oneshot::Sender<()>> {
     let zygote = running_zygote(exe)?;
+    *lock(&zygote.used) = std::time::Instant::now();
     let id = zygote.next_id.fetch_add(1, Ordering::Relaxed);
     let (reply, answer) = oneshot::channel();
     lock(&zygote.pending).insert(id, (reply, Box::new(on_exit)));
@@ -418,12 +424,30 @@ fn forget_zygote(zygote: &Arc<Zygote>) {
     lock(&ZYGOTES).retain(|z| !Arc::ptr_eq(z, zygote));
 }
 
+/// Ends and forgets the fork servers of `zygotes` without workers or requests that were last
+/// asked for one longer than `after` ago.
+fn retire_idle(zygotes: &mut Vec<Arc<Zygote>>, after: Duration) {
+    zygotes.retain(|z| {
+        let idle = lock(&z.children).is_empty()
+            && lock(&z.pending).is_empty()
+            && lock(&z.used).elapsed() > after;
+        if idle {
+            drop(lock(&z.process).take());
+        }
+        !idle
+    });
+}
+
 /// The zygote of binary `exe`, started if there is none.
 fn running_zygote(exe: &Path) -> std::io::Result<Arc<Zygote>> {
     let mut zygotes = lock(&ZYGOTES);
     if let Some(z) = zygotes.iter().find(|z| z.exe == exe) {
         return Ok(z.clone());
     }
+    // A node agent meets a new driver binary with every build its users run: the fork servers
+    // of the others that have no worker and were not asked for one in a while go (each holds a
+    // libtorch of its own), before this one starts.
+    retire_idle(&mut zygotes, RETIRE_AFTER);
     let mut command = std::process::Command::new(exe);
     command
         .env(ZYGOTE_ENV, "1")
@@ -431,6 +455,7 @@ fn running_zygote(exe: &Path) -> std::io::Result<Arc<Zygote>> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut process = crate::sys::spawn_supervised(command, |_| {})?;
+    tracing::debug!("started a fork server of {} (pid {})", exe.display(), process.pid);
     let stdin = process.stdin.take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
     let stdout = process.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
     let requests = std::fs::File::from(stdin.into_owned_fd()?);
@@ -440,7 +465,8 @@ fn running_zygote(exe: &Path) -> std::io::Result<Arc<Zygote>> {
         pending: Mutex::new(HashMap::new()),
         children: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(0),
-        _process: process,
+        used: Mutex::new(std::time::Instant::now()),
+        process: Mutex::new(Some(process)),
     });
     let reader = zygote.clone();
     tokio::spawn(async move {
@@ -478,4 +504,48 @@ fn running_zygote(exe: &Path) -> std::io::Result<Arc<Zygote>> {
     });
     zygotes.push(zygote.clone());
     Ok(zygote)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fork server as the driver keeps it, of a stand-in process (`sleep`), last used `ago`.
+    fn zygote(ago: Duration) -> (Arc<Zygote>, u32) {
+        let mut command = std::process::Command::new("sleep");
+        command.arg("600").stdin(Stdio::null()).stdout(Stdio::null());
+        let process = crate::sys::spawn_supervised(command, |_| {}).unwrap();
+        let pid = process.pid;
+        let zygote = Arc::new(Zygote {
+            exe: PathBuf::from("/bin/sleep"),
+            requests: Mutex::new(std::fs::File::create("/dev/null").unwrap()),
+            pending: Mutex::new(HashMap::new()),
+            children: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            used: Mutex::new(std::time::Instant::now() - ago),
+            process: Mutex::new(Some(process)),
+        });
+        (zygote, pid)
+    }
+
+    /// Only a fork server without workers that was not used for longer than the limit ends
+    /// (its process killed); one with a live worker, or used lately, stays.
+    #[tokio::test]
+    async fn only_idle_fork_servers_retire() {
+        let (idle, idle_pid) = zygote(Duration::from_secs(120));
+        let (recent, recent_pid) = zygote(Duration::ZERO);
+        let (busy, busy_pid) = zygote(Duration::from_secs(120));
+        lock(&busy.children).insert(1, Box::new(|_| {}));
+        let mut zygotes = vec![idle, recent.clone(), busy.clone()];
+        retire_idle(&mut zygotes, Duration::from_secs(60));
+        assert_eq!(zygotes.len(), 2);
+        assert!(zygotes.iter().all(|z| Arc::ptr_eq(z, &recent) || Arc::ptr_eq(z, &busy)));
+        let gone = std::time::Instant::now() + Duration::from_secs(10);
+        while crate::sys::process_start(idle_pid).is_some() && std::time::Instant::now() < gone {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(crate::sys::process_start(idle_pid).is_none(), "the idle one's process ended");
+        assert!(crate::sys::process_start(recent_pid).is_some());
+        assert!(crate::sys::process_start(busy_pid).is_some());
+    }
 }
