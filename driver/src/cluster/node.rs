@@ -408,9 +408,10 @@ fn spawn(
     // The worker's own folder on this node, gone with it (see `config::SCRATCH_ENV`).
     let scratch = own_scratch().join(&start.worker_id);
     env.push((crate::config::SCRATCH_ENV.to_owned(), scratch.display().to_string()));
-    let given = env.iter().find(|(k, _)| k == CUDA_VISIBLE_DEVICES).map(|(_, v)| v.clone());
-    if let (Some(devices), Some(indices)) = (&config.devices, given) {
-        env.push((CUDA_VISIBLE_DEVICES.to_owned(), super::map_devices(&indices, devices)));
+    if let Some(devices) = &config.devices
+        && let Some((_, indices)) = env.iter_mut().find(|(k, _)| k == CUDA_VISIBLE_DEVICES)
+    {
+        *indices = super::map_devices(indices, devices);
     }
     let worker = Worker {
         id: start.worker_id,
